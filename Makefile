@@ -1,0 +1,49 @@
+# FlashAttention from first principles: set up, run, test.
+#   make lab      start JupyterLab on notebooks/ (sets up .venv first if needed)
+#   make test     library tests and strict nbval over every notebook
+# Variables: PYTHON (the interpreter that creates .venv), HOST, PORT, BROWSER=no for a headless machine.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+HOST   ?= 127.0.0.1
+PORT   ?= 8888
+BROWSER ?= yes
+NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
+NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg
+
+.PHONY: setup lab test test-lib test-notebooks execute student clean
+
+setup: $(STAMP)
+
+# Re-installs only when pyproject.toml changes; the venv itself is created once.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+lab: setup
+	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=$(HOST) --port=$(PORT) \
+		$(if $(filter no,$(BROWSER)),--no-browser,)
+
+test: setup
+	MPLBACKEND=Agg $(BIN)/python -m pytest tests $(NOTEBOOKS) $(NBVAL)
+
+test-lib: setup
+	MPLBACKEND=Agg $(BIN)/python -m pytest tests
+
+test-notebooks: setup
+	$(BIN)/python -m pytest $(NOTEBOOKS) $(NBVAL)
+
+# Re-execute every notebook in place, then scrub widget state and metadata (keeping outputs and counts).
+execute: setup
+	for nb in $(NOTEBOOKS); do \
+		$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 "$$nb" || exit 1; \
+		$(BIN)/nbstripout --keep-output --keep-count "$$nb" || exit 1; \
+	done
+
+clean:
+	rm -rf $(VENV) build .pytest_cache .hypothesis *.egg-info
+	find lab tests -name __pycache__ -type d -prune -exec rm -rf {} +
+	find notebooks -name .ipynb_checkpoints -type d -prune -exec rm -rf {} +

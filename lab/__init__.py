@@ -1,0 +1,16 @@
+"""`lab`: the engine of "FlashAttention from first principles".
+
+The notebooks are thin; everything they compute lives here, tested. The public names are fixed by
+the course's API contract; see each module's docstring for the ladder it teaches.
+"""
+
+from .attention import *  # noqa: F401,F403
+from .exercises import *  # noqa: F401,F403
+from .memory import *  # noqa: F401,F403
+from .notebook import *  # noqa: F401,F403
+from .precision import *  # noqa: F401,F403
+from .softmax import *  # noqa: F401,F403
+from .states import *  # noqa: F401,F403
+from . import figures, trace, widgets  # noqa: F401
+
+__version__ = "0.1.0"

@@ -1,0 +1,86 @@
+"""Input checks shared by every kernel: each raises before any work, naming the argument."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def as_float_array(x, name: str) -> np.ndarray:
+    """Return `x` as a floating numpy array (no copy when it already is one), or raise TypeError."""
+    a = np.asarray(x)
+    if not np.issubdtype(a.dtype, np.floating):
+        raise TypeError(f"{name} must have a floating dtype, got {a.dtype}")
+    return a
+
+
+def check_finite(a: np.ndarray, name: str) -> None:
+    """Raise ValueError when `a` holds NaN or ±inf."""
+    if not np.isfinite(a).all():
+        raise ValueError(f"{name} must be finite (no NaN or ±inf)")
+
+
+def check_block(block, name: str) -> int:
+    """A block size is an integer >= 1."""
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer >= 1, got {block!r}")
+    if block < 1:
+        raise ValueError(f"{name} must be >= 1, got {block}")
+    return int(block)
+
+
+def check_axis(x: np.ndarray, axis: int, name: str = "axis") -> int:
+    """Normalize `axis` for `x`, or raise ValueError."""
+    if x.ndim == 0:
+        raise ValueError("x must have at least one dimension")
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"{name}={axis} is out of range for an array of rank {x.ndim}")
+    return axis % x.ndim
+
+
+def check_choice(value, choices, name: str):
+    """Raise ValueError unless `value` is one of `choices`."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")
+    return value
+
+
+def check_qkv_shapes(q_shape, k_shape, v_shape) -> int:
+    """Check `q (..., Hq, N, d)`, `k (..., Hkv, M, d)`, `v (..., Hkv, M, dv)`; return the group size Hq // Hkv.
+
+    Leading dims must match, except that at axis -3 the query heads may be a multiple of the key/value
+    heads (grouped-query attention).
+    """
+    for name, shape in (("q", q_shape), ("k", k_shape), ("v", v_shape)):
+        if len(shape) < 2:
+            raise ValueError(f"{name} must have shape (..., length, dim), got rank {len(shape)}")
+    if not (len(q_shape) == len(k_shape) == len(v_shape)):
+        raise ValueError(f"q, k and v must have the same rank, got {len(q_shape)}, {len(k_shape)}, {len(v_shape)}")
+    if q_shape[-1] != k_shape[-1]:
+        raise ValueError(f"q and k must share the last dim d, got q {tuple(q_shape)} and k {tuple(k_shape)}")
+    if k_shape[:-1] != v_shape[:-1]:
+        raise ValueError(f"k and v must agree on all dims but the last, got k {tuple(k_shape)} and v {tuple(v_shape)}")
+    if q_shape[-1] < 1 or v_shape[-1] < 1:
+        raise ValueError("q, k and v need a last dim of at least 1")
+    if len(q_shape) == 2:
+        return 1
+    if q_shape[:-3] != k_shape[:-3]:
+        raise ValueError(f"q and k must share their batch dims, got q {tuple(q_shape)} and k {tuple(k_shape)}")
+    hq, hkv = q_shape[-3], k_shape[-3]
+    if hkv == 0 or hq % hkv != 0:
+        raise ValueError(f"the query heads of q (axis -3: {hq}) must be a multiple of the key/value heads of k ({hkv})")
+    return hq // hkv
+
+
+def check_scale(scale, d: int) -> float:
+    """`None` means 1/sqrt(d); otherwise a finite positive number."""
+    if scale is None:
+        return 1.0 / float(np.sqrt(d))
+    scale = float(scale)
+    if not np.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be a finite positive number, got {scale}")
+    return scale
+
+
+def acc_dtype(*arrays) -> np.dtype:
+    """Accumulators are float32 at least, float64 when any input is float64."""
+    return np.result_type(np.float32, *[a.dtype for a in arrays])

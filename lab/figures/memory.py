@@ -1,0 +1,40 @@
+"""Figures for notebook 00: the memory wall of standard attention.
+
+Taught in: notebooks/00_the_memory_wall.ipynb
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..memory import attention_bytes
+
+__all__ = ["draw_memory_wall", "flash_tile_bytes"]
+
+
+def flash_tile_bytes(d: int = 64, block_q: int = 64, block_k: int = 64, itemsize: int = 4) -> int:
+    """Working set of one tile step of the flash kernel: Q_i, K_j, V_j, S_ij (=P_ij in place), m, l, acc."""
+    Br, Bc = block_q, block_k
+    return itemsize * (Br * d + 2 * Bc * d + Br * Bc + 2 * Br + Br * d)
+
+
+def draw_memory_wall(N: int, dtype: str = "float32", d: int = 64, Ns=None, ax=None) -> dict:
+    """Bytes of S and P ($2N^2$·itemsize) against N, log-log, with the flash kernel's tile footprint; marks N."""
+    itemsize = np.dtype(dtype).itemsize
+    Ns = np.array([2**p for p in range(8, 18)] if Ns is None else Ns)
+    if ax is None:
+        _, ax = plt.subplots()
+    std = [attention_bytes(int(n), itemsize=itemsize) / 2**20 for n in Ns]
+    flash = flash_tile_bytes(d, itemsize=itemsize) / 2**20
+    ax.loglog(Ns, std, "o-", base=2, label=f"standard: S and P, 2·N²·{itemsize} B")
+    ax.axhline(flash, color="C2", ls="--", label=f"flash: one 64×64 tile step ({flash * 1024:.0f} KiB)")
+    for gib, name in ((16, "16 GiB"), (80, "80 GiB")):
+        ax.axhline(gib * 1024, color="gray", lw=0.8)
+        ax.text(Ns[0], gib * 1024 * 1.15, name, color="gray", fontsize=10)
+    here = attention_bytes(int(N), itemsize=itemsize) / 2**20
+    ax.plot([N], [here], "o", ms=12, mfc="none", mec="C3", mew=2, label=f"N = {N:,}: {here:,.1f} MiB")
+    ax.set(xlabel="sequence length N", ylabel="MiB per head", title=f"Memory of attention's N×N matrices ({dtype})")
+    ax.legend(loc="upper left", fontsize=10)
+    return {"N": int(N), "dtype": dtype, "bytes": attention_bytes(int(N), itemsize=itemsize),
+            "flash_bytes": flash_tile_bytes(d, itemsize=itemsize)}

@@ -1,0 +1,64 @@
+"""Rounding to the low-precision formats of attention kernels, through maintained libraries.
+
+bf16, fp16 and the fp8 formats are cast by `ml_dtypes` (round to nearest even, each format's overflow:
+fp16, bf16 and e5m2 overflow to ±inf, e4m3fn has no inf and gives NaN). TF32 has no storage type in
+any library: it is fp32 with 10 mantissa bits, so `round_to` rounds the significand with numpy's
+round-half-even `rint` at the format's quantum, in float64 where every step is exact.
+
+Taught in: notebooks/07_precision.ipynb
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from ._checks import as_float_array, check_choice
+
+__all__ = ["round_to", "FORMATS", "format_info"]
+
+FORMATS = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
+
+_DTYPES = {
+    "bf16": ml_dtypes.bfloat16,
+    "fp16": np.float16,
+    "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+    "fp8_e5m2": ml_dtypes.float8_e5m2,
+}
+
+
+def _round_tf32(x: np.ndarray) -> np.ndarray:
+    """fp32 with an 11-bit significand: quantum $2^{e-10}$ for $x \\in [2^e, 2^{e+1})$, $2^{-136}$ below $2^{-126}$."""
+    x64 = x.astype(np.float64)
+    _, e = np.frexp(x64)                                # x = f·2^e, f in [0.5, 1)
+    quantum_exp = np.maximum(e - 1, -126) - 10          # e - 1 is the exponent of the leading bit
+    rounded = np.ldexp(np.rint(np.ldexp(x64, -quantum_exp)), quantum_exp)
+    with np.errstate(over="ignore"):
+        return rounded.astype(np.float32)               # past fp32's max: ±inf, as TF32 overflows
+
+
+def round_to(x, fmt: str) -> np.ndarray:
+    """Round float32 values `x` to `fmt` (round to nearest even) and return them as float32.
+
+    `fmt` in {"fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"}; `x` is first taken as float32.
+    Taught in: notebooks/07_precision.ipynb
+    """
+    check_choice(fmt, FORMATS, "fmt")
+    a = as_float_array(x, "x").astype(np.float32)       # a copy: the input is never touched
+    if fmt == "fp32":
+        return a
+    if fmt == "tf32":
+        return _round_tf32(a)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return a.astype(_DTYPES[fmt]).astype(np.float32)
+
+
+def format_info(fmt: str) -> dict:
+    """Largest finite value, smallest normal, and machine epsilon of `fmt` (from ml_dtypes / numpy finfo)."""
+    check_choice(fmt, FORMATS, "fmt")
+    if fmt in ("fp32", "tf32"):
+        fi = np.finfo(np.float32)
+        eps = 2.0 ** -10 if fmt == "tf32" else float(fi.eps)
+        return {"max": float(fi.max), "tiny": float(fi.tiny), "eps": eps, "mantissa_bits": 10 if fmt == "tf32" else 23}
+    fi = ml_dtypes.finfo(_DTYPES[fmt])
+    return {"max": float(fi.max), "tiny": float(fi.tiny), "eps": float(fi.eps), "mantissa_bits": int(fi.nmant)}

@@ -1,0 +1,97 @@
+"""Partial softmax-attention states and their merge: the algebra that lets the keys be split anywhere.
+
+A state over a slice of keys is $(m, l, acc)$ with $m$ the row max of the scores, $l = \\sum e^{s - m}$
+and $acc = \\sum e^{s - m} v$. Two states merge exactly; the empty state ($m = -\\infty$, $l = 0$,
+$acc = 0$) is the identity, so the merge is a monoid: sequential, shuffled and tree orders agree.
+
+Taught in: notebooks/03_one_pass_attention.ipynb, notebooks/04_merge_order.ipynb
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ._checks import as_float_array
+
+__all__ = ["SoftmaxState", "empty_state", "partial_state", "merge_states", "finalize"]
+
+
+class SoftmaxState(NamedTuple):
+    """A partial result over a slice of keys: `m`, `l` shaped `(..., N)`, `acc` shaped `(..., N, dv)`."""
+
+    m: np.ndarray
+    l: np.ndarray
+    acc: np.ndarray
+
+
+def empty_state(shape, dv: int, dtype=np.float64) -> SoftmaxState:
+    """The identity of `merge_states`: $m = -\\infty$, $l = 0$, $acc = 0$ for rows of `shape`."""
+    shape = tuple(np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape
+    return SoftmaxState(np.full(shape, -np.inf, dtype), np.zeros(shape, dtype), np.zeros(shape + (dv,), dtype))
+
+
+def _use(m: np.ndarray) -> np.ndarray:
+    """The max to subtract: 0 where no key was seen (m = -inf), so exp(-inf - 0) = 0 and no NaN."""
+    return np.where(np.isneginf(m), 0.0, m)
+
+
+def partial_state(s, v) -> SoftmaxState:
+    """State of scores `s (..., N, Mb)` against values `v (..., Mb, dv)`.
+
+    $m = \\max_j s_j$, $p = e^{s - m}$, $l = \\sum_j p_j$, $acc = p\\,v$; `-inf` scores (masked keys) allowed.
+    Taught in: notebooks/03_one_pass_attention.ipynb
+    """
+    s = as_float_array(s, "s")
+    v = as_float_array(v, "v")
+    if s.ndim < 2 or v.ndim < 2:
+        raise ValueError(f"s must be (..., N, Mb) and v (..., Mb, dv), got ranks {s.ndim} and {v.ndim}")
+    if s.shape[-1] != v.shape[-2]:
+        raise ValueError(f"s has {s.shape[-1]} keys on its last axis but v has {v.shape[-2]} rows")
+    if np.isnan(s).any() or np.isposinf(s).any():
+        raise ValueError("s must not hold NaN or +inf (-inf marks a masked key)")
+    if not np.isfinite(v).all():
+        raise ValueError("v must be finite (no NaN or ±inf)")
+    dt = np.result_type(s.dtype, v.dtype, np.float32)
+    s = s.astype(dt, copy=False)
+    if s.shape[-1] == 0:
+        m = np.full(s.shape[:-1], -np.inf, dt)
+    else:
+        m = s.max(axis=-1)
+    p = np.exp(s - _use(m)[..., None])
+    return SoftmaxState(m, p.sum(axis=-1), p @ v.astype(dt, copy=False))
+
+
+def merge_states(a: SoftmaxState, b: SoftmaxState) -> SoftmaxState:
+    """Merge two states over disjoint key slices.
+
+    $m = \\max(m_a, m_b)$, $l = e^{m_a - m} l_a + e^{m_b - m} l_b$, $acc = e^{m_a - m} acc_a + e^{m_b - m} acc_b$.
+    Taught in: notebooks/04_merge_order.ipynb
+    """
+    for name, st in (("a", a), ("b", b)):
+        if len(st) != 3:
+            raise ValueError(f"{name} must be a SoftmaxState (m, l, acc)")
+    ma, la, acca = (np.asarray(t) for t in a)
+    mb, lb, accb = (np.asarray(t) for t in b)
+    if ma.shape != mb.shape or acca.shape != accb.shape:
+        raise ValueError(f"a and b must have the same shapes, got m {ma.shape} vs {mb.shape}, acc {acca.shape} vs {accb.shape}")
+    if la.shape != ma.shape or acca.shape[:-1] != ma.shape:
+        raise ValueError(f"a must have m, l shaped (..., N) and acc (..., N, dv), got {ma.shape}, {la.shape}, {acca.shape}")
+    m = np.maximum(ma, mb)
+    alpha_a = np.exp(ma - _use(m))
+    alpha_b = np.exp(mb - _use(m))
+    return SoftmaxState(m, alpha_a * la + alpha_b * lb, alpha_a[..., None] * acca + alpha_b[..., None] * accb)
+
+
+def finalize(state: SoftmaxState) -> tuple[np.ndarray, np.ndarray]:
+    """$o = acc / l$ and $lse = m + \\log l$; rows with $l = 0$ give $o = 0$, $lse = -\\infty$.
+
+    Taught in: notebooks/03_one_pass_attention.ipynb
+    """
+    m, l, acc = (np.asarray(t) for t in state)
+    seen = l > 0
+    o = np.divide(acc, l[..., None], out=np.zeros_like(acc), where=seen[..., None])
+    log_l = np.log(l, out=np.full_like(l, -np.inf), where=seen)
+    lse = np.where(seen, m + log_l, -np.inf)
+    return o, lse

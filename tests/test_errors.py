@@ -1,0 +1,85 @@
+"""Every error in API.md is raised before any work, with a message naming the argument."""
+
+import numpy as np
+import pytest
+
+import lab
+
+rng = np.random.default_rng(0)
+Q, K, V = rng.standard_normal((2, 4, 8)), rng.standard_normal((2, 5, 8)), rng.standard_normal((2, 5, 3))
+KERNELS = [
+    lambda *a, **kw: lab.attention_reference(*a, **kw),
+    lambda *a, **kw: lab.attention_naive(*a, **kw),
+    lambda *a, **kw: lab.flash_attention_numpy(*a, **kw),
+    lambda *a, **kw: lab.flash_attention_numpy(*a, variant="fa1", **kw),
+]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("args, match", [
+    ((Q, K[..., :7], V), "q and k must share the last dim"),
+    ((Q, K, V[:, :4]), "k and v must agree"),
+    ((Q[0], K, V), "same rank"),
+    ((np.ones(3), np.ones(3), np.ones(3)), "q must have shape"),
+    ((Q[None].repeat(3, 1), K[None].repeat(2, 1), V[None].repeat(2, 1)), "multiple of the key/value heads"),
+    ((Q[None], K[None].repeat(2, 0), V[None].repeat(2, 0)), "batch dims"),
+])
+def test_shape_errors(kernel, args, match):
+    with pytest.raises(ValueError, match=match):
+        kernel(*args)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_non_floating_dtype_is_a_type_error(kernel, which):
+    args = [Q, K, V]
+    args[which] = args[which].astype(np.int32)
+    with pytest.raises(TypeError, match="qkv"[which] + " must have a floating dtype"):
+        kernel(*args)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_nan_or_inf_inputs_are_rejected(kernel, bad, which):
+    args = [a.copy() for a in (Q, K, V)]
+    args[which][0, 0, 0] = bad
+    with pytest.raises(ValueError, match="qkv"[which] + " must be finite"):
+        kernel(*args)
+
+
+@pytest.mark.parametrize("name", ["block_q", "block_k"])
+@pytest.mark.parametrize("value", [0, -3])
+def test_block_sizes_below_one(name, value):
+    with pytest.raises(ValueError, match=name):
+        lab.flash_attention_numpy(Q, K, V, **{name: value})
+
+
+def test_unknown_variant_and_formats():
+    with pytest.raises(ValueError, match="variant"):
+        lab.flash_attention_numpy(Q, K, V, variant="fa3")
+    with pytest.raises(ValueError, match="p_format"):
+        lab.flash_attention_numpy(Q, K, V, p_format="fp4")
+    with pytest.raises(ValueError, match="fmt"):
+        lab.round_to(np.ones(3, np.float32), "int8")
+
+
+def test_errors_come_before_work():
+    with lab.trace.record() as rec, pytest.raises(ValueError):
+        lab.flash_attention_numpy(Q, K, V, block_q=0)
+    assert rec.total == 0
+
+
+def test_softmax_and_state_errors():
+    with pytest.raises(TypeError, match="x must have a floating dtype"):
+        lab.softmax_safe(np.arange(4))
+    with pytest.raises(ValueError, match="block"):
+        lab.softmax_online(np.ones(4), block=0)
+    with pytest.raises(ValueError, match="axis"):
+        lab.softmax_safe(np.ones(4), axis=3)
+    with pytest.raises(ValueError, match="s has 3 keys"):
+        lab.partial_state(np.ones((2, 3)), np.ones((4, 2)))
+    a = lab.partial_state(np.ones((2, 3)), np.ones((3, 2)))
+    b = lab.partial_state(np.ones((3, 3)), np.ones((3, 2)))
+    with pytest.raises(ValueError, match="same shapes"):
+        lab.merge_states(a, b)

@@ -1,0 +1,60 @@
+"""The notebook support code: setup, memory measurement, exercise checks, the memory-wall slider."""
+
+import numpy as np
+import pytest
+
+import lab
+
+
+def test_setup_notebook_seeds_everything():
+    import torch
+    rng = lab.setup_notebook()
+    a, t = rng.standard_normal(3), torch.rand(2)
+    rng2 = lab.setup_notebook()
+    np.testing.assert_array_equal(a, rng2.standard_normal(3))
+    assert torch.equal(t, torch.rand(2))
+
+
+def test_peak_bytes_sees_the_two_matrices_of_standard_attention():
+    rng = np.random.default_rng(0)
+    N, d = 512, 16
+    q, k, v = (rng.standard_normal((N, d)).astype(np.float32) for _ in range(3))
+    peak, o = lab.peak_bytes(lab.attention_naive, q, k, v)
+    analytic = lab.attention_bytes(N, itemsize=4)
+    assert o.shape == (N, d)
+    assert analytic <= peak < 1.2 * analytic
+    peak_flash, _ = lab.peak_bytes(lab.flash_attention_numpy, q, k, v)
+    assert peak_flash < analytic / 5
+
+
+def test_attention_bytes():
+    assert lab.attention_bytes(4096) == 2 * 4096**2 * 4
+    assert lab.attention_bytes(10, 20, itemsize=2, heads=3) == 2 * 10 * 20 * 2 * 3
+    with pytest.raises(ValueError, match="itemsize"):
+        lab.attention_bytes(10, itemsize=0)
+
+
+def test_check_reports_pass_fail_and_not_implemented(capsys):
+    def stub(x):
+        raise NotImplementedError
+
+    assert lab.check(np.exp, np.exp, [(np.ones(2),)]) is True
+    assert "passed 1 cases" in capsys.readouterr().out
+    assert lab.check(stub, np.exp, [(np.ones(2),)]) is False
+    assert "not implemented yet" in capsys.readouterr().out
+    assert lab.check(np.sin, np.exp, [(np.ones(2),)]) is False
+    assert "differs" in capsys.readouterr().out
+    assert lab.check(lambda x: 1 / 0, np.exp, [(1.0,)]) is False
+    assert "ZeroDivisionError" in capsys.readouterr().out
+    assert lab.check(lambda x: (x, x), lambda x: (x, x), [(1.0,)]) is True
+
+
+def test_memory_wall_slider_updates_its_result():
+    w = lab.widgets.memory_wall()
+    n_slider, dtype_buttons = w.children[:2]
+    assert w.result["bytes"] == 2 * 4096**2 * 4
+    n_slider.value = 1024
+    assert w.result["N"] == 1024 and w.result["bytes"] == 2 * 1024**2 * 4
+    dtype_buttons.value = "float16"
+    assert w.result["bytes"] == 2 * 1024**2 * 2
+    assert w.result["flash_bytes"] < w.result["bytes"]

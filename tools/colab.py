@@ -1,0 +1,166 @@
+"""Colab and Binder: the first cell of every notebook, and the text that tells how to open the course there.
+
+    .venv/bin/python tools/colab.py            insert or refresh the Colab cell in notebooks/*.ipynb
+                                               and rewrite docs/colab_binder.md
+    .venv/bin/python tools/colab.py --check    change nothing; exit 1 and name what is out of date
+
+The course's repository address is one setting: `Repository` under `[project.urls]` in pyproject.toml.
+The Colab cell, the Colab links and the Binder link are all built from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import tomllib
+from pathlib import Path
+from urllib.parse import urlparse
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+CELL_ID = "colab-setup"
+TAGS = ["colab-setup", "nbval-skip"]
+BRANCH = "main"
+
+
+def repository_url(pyproject: Path = ROOT / "pyproject.toml") -> str:
+    """The course's repository address, from `[project.urls] Repository` in pyproject.toml."""
+    data = tomllib.loads(Path(pyproject).read_text(encoding="utf-8"))
+    try:
+        url = data["project"]["urls"]["Repository"]
+    except KeyError:
+        raise ValueError(f"{pyproject}: no Repository under [project.urls]") from None
+    parsed = urlparse(url)
+    if parsed.scheme != "https" or parsed.netloc != "github.com" or len(parsed.path.strip("/").split("/")) != 2:
+        raise ValueError(f"Repository must read https://github.com/OWNER/NAME, got {url!r}")
+    return url.rstrip("/").removesuffix(".git")
+
+
+def package_name(pyproject: Path = ROOT / "pyproject.toml") -> str:
+    """The distribution name under [project] (what `pip install` calls the course's package)."""
+    return tomllib.loads(Path(pyproject).read_text(encoding="utf-8"))["project"]["name"]
+
+
+def cell_source(url: str, package: str = "flash-attention-lab") -> str:
+    """The source of the Colab cell: on Colab, pip-install the course from `url`; elsewhere, nothing."""
+    return "\n".join([
+        "# NBVAL_SKIP",
+        "# On Colab only: install the course's `lab` package from its repository. Elsewhere this cell does nothing.",
+        "import sys",
+        "",
+        'if "google.colab" in sys.modules:',
+        "    import subprocess",
+        "",
+        '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",',
+        f'                    "{package} @ git+{url}.git"], check=True)',
+    ])
+
+
+def colab_cell(url: str, package: str = "flash-attention-lab") -> nbformat.NotebookNode:
+    """The Colab cell as an nbformat code cell, tagged so nbval skips it and this tool can find it."""
+    cell = nbformat.v4.new_code_cell(cell_source(url, package), metadata={"tags": list(TAGS)})
+    cell["id"] = CELL_ID
+    return cell
+
+
+def is_colab_cell(cell) -> bool:
+    """Whether `cell` is a Colab cell this tool wrote (by its tag or its id)."""
+    return CELL_ID in cell.get("metadata", {}).get("tags", []) or cell.get("id") == CELL_ID
+
+
+def with_colab_cell(nb, url: str, package: str = "flash-attention-lab"):
+    """A copy of notebook `nb` whose first cell is the Colab cell and which has no other Colab cell."""
+    nb = copy.deepcopy(nb)
+    cell = colab_cell(url, package)
+    if (nb.nbformat, nb.nbformat_minor) < (4, 5):  # cell ids came with nbformat 4.5
+        del cell["id"]
+    nb.cells = [cell] + [c for c in nb.cells if not is_colab_cell(c)]
+    return nb
+
+
+def first_cell_ok(nb, url: str, package: str = "flash-attention-lab") -> bool:
+    """Whether the notebook's first cell is exactly the Colab cell this tool writes (and no other is)."""
+    if not nb.cells:
+        return False
+    want, first = colab_cell(url, package), nb.cells[0]
+    return (first.cell_type == "code" and first.source == want.source
+            and first.get("metadata", {}).get("tags", []) == want.metadata["tags"]
+            and sum(is_colab_cell(c) for c in nb.cells) == 1)
+
+
+def colab_link(url: str, notebook: str, branch: str = BRANCH) -> str:
+    """Open-in-Colab address of `notebook` (a path such as notebooks/00_x.ipynb) on `branch`."""
+    owner_name = urlparse(url).path.strip("/")
+    return f"https://colab.research.google.com/github/{owner_name}/blob/{branch}/{notebook}"
+
+
+def binder_link(url: str, branch: str = BRANCH) -> str:
+    """mybinder.org address that builds the repository (from environment.yml) and opens JupyterLab on notebooks/."""
+    owner_name = urlparse(url).path.strip("/")
+    return f"https://mybinder.org/v2/gh/{owner_name}/{branch}?urlpath=lab/tree/notebooks"
+
+
+def docs_text(url: str, notebooks: list[str], branch: str = BRANCH) -> str:
+    """The README's section on Colab and Binder, with a Colab link per notebook."""
+    lines = [
+        "## Open the course on Colab or Binder",
+        "",
+        "**Colab.** Open a notebook from the links below and run its cells from the top. The first cell of",
+        "every notebook installs the course's `lab` package from",
+        f"[the repository]({url}) when it runs on Colab (it does nothing anywhere else, and the tests",
+        "skip it). Every slider has a static figure just above it, drawn at the slider's default settings.",
+        "",
+    ]
+    if notebooks:
+        lines += ["| notebook | open |", "| --- | --- |"]
+        badge = "https://colab.research.google.com/assets/colab-badge.svg"
+        for nb in notebooks:
+            lines.append(f"| `{Path(nb).name}` | [![Open in Colab]({badge})]({colab_link(url, nb, branch)}) |")
+        lines.append("")
+    lines += [
+        "**Binder.** [![Binder](https://mybinder.org/badge_logo.svg)]"
+        f"({binder_link(url, branch)}) builds the environment from `environment.yml` and opens",
+        "JupyterLab on `notebooks/`; the first build takes several minutes, later ones start from the cache.",
+        "Binder sessions are temporary: download a notebook to keep your changes.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def notebook_paths(root: Path = ROOT) -> list[Path]:
+    """The course's notebooks, in order."""
+    return sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if anything is out of date")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the repository root (default: this checkout)")
+    args = parser.parse_args(argv)
+    url, package = repository_url(args.root / "pyproject.toml"), package_name(args.root / "pyproject.toml")
+    stale = []
+    for path in notebook_paths(args.root):
+        nb = nbformat.read(path, as_version=4)
+        if first_cell_ok(nb, url, package):
+            continue
+        stale.append(path.relative_to(args.root))
+        if not args.check:
+            nbformat.write(with_colab_cell(nb, url, package), path)
+    docs = args.root / "docs" / "colab_binder.md"
+    text = docs_text(url, [p.relative_to(args.root).as_posix() for p in notebook_paths(args.root)])
+    if not docs.exists() or docs.read_text(encoding="utf-8") != text:
+        stale.append(docs.relative_to(args.root))
+        if not args.check:
+            docs.parent.mkdir(exist_ok=True)
+            docs.write_text(text, encoding="utf-8")
+    verb = "out of date" if args.check else "updated"
+    for path in stale:
+        print(f"{verb}: {path}")
+    print(f"repository: {url}; {len(stale)} file(s) {verb}")
+    return 1 if (args.check and stale) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

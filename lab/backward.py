@@ -1,0 +1,319 @@
+"""The backward pass of attention: from the one that keeps P to the one that recomputes it tile by tile.
+
+A ladder (each rung: what changed, what it no longer keeps):
+  0. `attention_backward`             : the standard backward. The forward kept P (N×M); the backward
+     reads it: $dV = P^\\top dO$, $dP = dO\\,V^\\top$, $dS = P \\circ (dP - D)$, $dQ = dS\\,K \\cdot$ scale,
+     $dK = dS^\\top Q \\cdot$ scale.
+  1. `flash_attention_backward_numpy` : FlashAttention-2's backward. The forward kept only `o` and
+     `lse` (N numbers per row block, not N×M); each tile recomputes $P_{ij} = e^{S_{ij} - lse_i}$, and
+     $D = \\mathrm{rowsum}(dO \\circ O)$, computed once before the loop, replaces $\\mathrm{rowsum}(P \\circ dP)$,
+     which would need a whole row of P. Key blocks in the outer loop: $dK_j$, $dV_j$ stay in the tile,
+     $dQ_i$ is added into the full array.
+
+Grouped-query attention: query heads `h` of a group share K/V head `h // G`, so $dK$ and $dV$ are
+summed over the G query heads of each group. Causal masks key j for query i when j > i + (M - N).
+
+Around them: `NumpyFlashAttention` (a `torch.autograd.Function` running both numpy kernels, so
+`torch.autograd.gradcheck` can test the backward against finite differences), `standard_attention_torch`
+(softmax(QKᵀ)V in torch, which autograd differentiates by keeping P), `saved_tensor_bytes` (the bytes
+autograd keeps between forward and backward, counted exactly with `saved_tensors_hooks`),
+`attention_flops` and `time_forward_backward`.
+
+Taught in: notebooks/09_backward.ipynb
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from . import trace
+from ._checks import acc_dtype, as_float_array, check_block, check_finite
+from .attention import _checked, _grouped, _masked, causal_mask, flash_attention_numpy
+
+__all__ = [
+    "attention_backward",
+    "flash_attention_backward_numpy",
+    "backward_delta",
+    "NumpyFlashAttention",
+    "standard_attention_torch",
+    "saved_tensor_bytes",
+    "attention_flops",
+    "time_forward_backward",
+]
+
+
+def _checked_grads(q, k, v, do, o=None, lse=None):
+    """Check dO (and o, lse) against q, k, v; return float arrays."""
+    do = as_float_array(do, "do")
+    want_o = tuple(q.shape[:-1]) + (v.shape[-1],)
+    if do.shape != want_o:
+        raise ValueError(f"do must have the shape of o, {want_o}, got {do.shape}")
+    check_finite(do, "do")
+    if o is None:
+        return do, None, None
+    o = as_float_array(o, "o")
+    lse = as_float_array(lse, "lse")
+    if o.shape != want_o:
+        raise ValueError(f"o must have shape {want_o}, got {o.shape}")
+    if lse.shape != tuple(q.shape[:-1]):
+        raise ValueError(f"lse must have shape {tuple(q.shape[:-1])} (one per query row), got {lse.shape}")
+    check_finite(o, "o")
+    if np.isnan(lse).any() or np.isposinf(lse).any():
+        raise ValueError("lse must not hold NaN or +inf (-inf marks a row with no visible key)")
+    return do, o, lse
+
+
+def _group_sum(x5, k_shape, grouped: bool):
+    """dK or dV from the grouped view (..., Hkv, G, M, ·): sum the G query heads that share each K/V head."""
+    if not grouped:
+        return x5.reshape(k_shape[:-1] + x5.shape[-1:])
+    return x5.sum(axis=-3).reshape(tuple(k_shape[:-1]) + x5.shape[-1:])
+
+
+def backward_delta(o, do) -> np.ndarray:
+    """$D = \\mathrm{rowsum}(dO \\circ O)$, shape `(..., N)`; equals $\\mathrm{rowsum}(P \\circ dP)$ without P.
+
+    Taught in: notebooks/09_backward.ipynb
+    """
+    o = as_float_array(o, "o")
+    do = as_float_array(do, "do")
+    if o.shape != do.shape:
+        raise ValueError(f"o and do must have the same shape, got {o.shape} and {do.shape}")
+    dt = acc_dtype(o, do)
+    return (do.astype(dt) * o.astype(dt)).sum(axis=-1)          # (..., N)
+
+
+def attention_backward(q, k, v, do, *, causal: bool = False, scale=None):
+    """Standard backward from the kept P: $dV = P^\\top dO$, $dS = P \\circ (dP - D)$, $dQ = dS K s$, $dK = dS^\\top Q s$.
+
+    Recomputes the forward's S and P (N×M, as standard attention keeps them), in float32 at least;
+    returns `(dq, dk, dv)` in the input dtype, dk and dv summed over each group of query heads.
+    Taught in: notebooks/09_backward.ipynb
+    """
+    q, k, v, group, scale = _checked(q, k, v, scale)
+    do, _, _ = _checked_grads(q, k, v, do)
+    dt = acc_dtype(q, k, v, do)
+    out = np.result_type(q.dtype, k.dtype, v.dtype)
+    q5, k5, v5 = _grouped(q.astype(dt), k.astype(dt), v.astype(dt), group)
+    do5 = do.astype(dt).reshape(q5.shape[:-1] + (v.shape[-1],))     # (..., N, dv)
+    N, M = q.shape[-2], k.shape[-2]
+    s = scale * (q5 @ np.swapaxes(k5, -1, -2))                         # S: (..., N, M)
+    if causal:
+        s = np.where(causal_mask(N, M), s, -np.inf)
+    m = s.max(axis=-1) if M > 0 else np.full(s.shape[:-1], -np.inf, dt)
+    p = np.exp(s - np.where(np.isneginf(m), 0.0, m)[..., None])      # (..., N, M)
+    l = p.sum(axis=-1, keepdims=True)
+    p = np.divide(p, l, out=np.zeros_like(p), where=l > 0)             # P: kept for the backward
+    dv5 = np.swapaxes(p, -1, -2) @ do5                                 # dV = Pᵀ dO: (..., M, dv)
+    dp = do5 @ np.swapaxes(v5, -1, -2)                                 # dP = dO Vᵀ: (..., N, M)
+    D = (p * dp).sum(axis=-1, keepdims=True)                           # D = rowsum(P ∘ dP): (..., N, 1)
+    ds = p * (dp - D)                                                  # dS: (..., N, M)
+    dq5 = scale * (ds @ k5)                                            # (..., N, d)
+    dk5 = scale * (np.swapaxes(ds, -1, -2) @ q5)                       # (..., M, d)
+    grouped = q.ndim > 2
+    return (dq5.reshape(q.shape).astype(out),
+            _group_sum(dk5, k.shape, grouped).astype(out),
+            _group_sum(np.broadcast_to(dv5, dk5.shape[:-1] + dv5.shape[-1:]), v.shape, grouped).astype(out))
+
+
+def flash_attention_backward_numpy(q, k, v, o, lse, do, *, block_q: int = 64, block_k: int = 64,
+                                   causal: bool = False, scale=None):
+    """Tiled backward from `o` and `lse` only; returns `(dq, dk, dv)` equal to `attention_backward`'s.
+
+    $D = \\mathrm{rowsum}(dO \\circ O)$ once; then for each key block $j$ (Bc rows) and each query block $i$
+    (Br rows): $P_{ij} = e^{S_{ij} - lse_i}$, $dV_j \\mathrel{+}= P_{ij}^\\top dO_i$, $dP_{ij} = dO_i V_j^\\top$,
+    $dS_{ij} = P_{ij} \\circ (dP_{ij} - D_i)$, $dQ_i \\mathrel{+}= dS_{ij} K_j s$, $dK_j \\mathrel{+}= dS_{ij}^\\top Q_i s$.
+    No N×M array is formed; accumulates in float32 at least, returns the input dtype.
+    Taught in: notebooks/09_backward.ipynb
+    """
+    Br = check_block(block_q, "block_q")
+    Bc = check_block(block_k, "block_k")
+    q, k, v, group, scale = _checked(q, k, v, scale)
+    do, o, lse = _checked_grads(q, k, v, do, o, lse)
+    dt = acc_dtype(q, k, v, do, o)
+    out = np.result_type(q.dtype, k.dtype, v.dtype)
+    causal = bool(causal)
+    q5, k5, v5 = _grouped(q.astype(dt), k.astype(dt), v.astype(dt), group)
+    dv_dim = v.shape[-1]
+    do5 = do.astype(dt).reshape(q5.shape[:-1] + (dv_dim,))            # (..., N, dv)
+    lse5 = lse.astype(dt).reshape(q5.shape[:-1])                       # (..., N)
+    D = backward_delta(o, do).astype(dt).reshape(q5.shape[:-1])        # D = rowsum(dO ∘ O): (..., N)
+    trace.read("o", trace.nbytes(o))
+    trace.read("do", trace.nbytes(do))
+    trace.write("D", trace.nbytes(D))
+    N, M = q.shape[-2], k.shape[-2]
+    lead = np.broadcast_shapes(q5.shape[:-2], k5.shape[:-2])
+    dq5 = np.zeros(q5.shape, dt)                                       # dQ lives in the full array
+    dk5 = np.zeros(lead + (M, q.shape[-1]), dt)                        # (..., G, M, d) before the group sum
+    dv5 = np.zeros(lead + (M, dv_dim), dt)
+    lse_use = np.where(np.isneginf(lse5), np.inf, lse5)                # rows with no key: P = e^{-inf} = 0
+    counting = trace.active()
+    for j0 in range(0, M, Bc):
+        j1 = min(j0 + Bc, M)
+        k_j, v_j = k5[..., j0:j1, :], v5[..., j0:j1, :]                # (..., Bc, d), (..., Bc, dv)
+        trace.read("k", trace.nbytes(k_j))
+        trace.read("v", trace.nbytes(v_j))
+        dk_j = np.zeros(lead + (j1 - j0, q.shape[-1]), dt)            # dK_j, dV_j stay in the tile
+        dv_j = np.zeros(lead + (j1 - j0, dv_dim), dt)
+        i_first = max(0, j0 - (M - N)) // Br * Br if causal else 0    # query blocks above see none of K_j
+        for i0 in range(i_first, N, Br):
+            i1 = min(i0 + Br, N)
+            q_i, do_i = q5[..., i0:i1, :], do5[..., i0:i1, :]          # (..., Br, d), (..., Br, dv)
+            for name, a in (("q", q_i), ("do", do_i), ("lse", lse5[..., i0:i1]), ("D", D[..., i0:i1])):
+                trace.read(name, trace.nbytes(a))
+            s = _masked(scale * (q_i @ np.swapaxes(k_j, -1, -2)), i0, i1, j0, j1, N, M, causal)  # S_ij: (..., Br, Bc)
+            p = np.exp(s - lse_use[..., i0:i1, None])                  # P_ij recomputed from lse
+            dv_j += np.swapaxes(p, -1, -2) @ do_i                      # dV_j += P_ijᵀ dO_i
+            dp = do_i @ np.swapaxes(v_j, -1, -2)                       # dP_ij: (..., Br, Bc)
+            ds = p * (dp - D[..., i0:i1, None])                        # dS_ij = P_ij ∘ (dP_ij − D_i)
+            dq5[..., i0:i1, :] += scale * (ds @ k_j)                   # dQ_i += dS_ij K_j · scale
+            dk_j += scale * (np.swapaxes(ds, -1, -2) @ q_i)            # dK_j += dS_ijᵀ Q_i · scale
+            trace.read("dq", trace.nbytes(q_i))
+            trace.write("dq", trace.nbytes(q_i))
+            if counting:
+                trace.ops("exp", p.size)
+                trace.ops("mul", 2 * p.size)
+        dk5[..., j0:j1, :] = dk_j
+        dv5[..., j0:j1, :] = dv_j
+        trace.write("dk", trace.nbytes(k_j))
+        trace.write("dv", trace.nbytes(v_j))
+    grouped = q.ndim > 2
+    return (dq5.reshape(q.shape).astype(out),
+            _group_sum(dk5, k.shape, grouped).astype(out),
+            _group_sum(dv5, v.shape, grouped).astype(out))
+
+
+class NumpyFlashAttention(torch.autograd.Function):
+    """`NumpyFlashAttention.apply(q, k, v, causal, block_q, block_k)`: numpy forward, tiled numpy backward.
+
+    The forward saves $q, k, v, o, lse$ (no N×M array); the backward calls `flash_attention_backward_numpy`.
+    Torch CPU tensors in and out, so `torch.autograd.gradcheck` can check the backward.
+    Taught in: notebooks/09_backward.ipynb
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal=False, block_q=16, block_k=16):
+        qn, kn, vn = (t.detach().cpu().numpy() for t in (q, k, v))
+        o, lse = flash_attention_numpy(qn, kn, vn, block_q=block_q, block_k=block_k, causal=causal)
+        o_t = torch.from_numpy(np.ascontiguousarray(o)).to(q.dtype)       # (..., N, dv)
+        lse_t = torch.from_numpy(np.ascontiguousarray(lse))                # (..., N)
+        ctx.save_for_backward(q, k, v, o_t, lse_t)
+        ctx.opts = (bool(causal), block_q, block_k)
+        return o_t
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        causal, block_q, block_k = ctx.opts
+        dq, dk, dv = flash_attention_backward_numpy(
+            *(t.detach().cpu().numpy() for t in (q, k, v, o, lse, do)), block_q=block_q, block_k=block_k, causal=causal)
+        grads = (torch.from_numpy(np.ascontiguousarray(g)).to(q.dtype) for g in (dq, dk, dv))
+        return (*grads, None, None, None)
+
+
+def standard_attention_torch(q, k, v, *, causal: bool = False, scale=None):
+    """Standard attention in torch, $O = \\mathrm{softmax}(\\mathrm{scale}\\,QK^\\top) V$; autograd keeps P (N×M) for the backward.
+
+    GQA: K/V heads are repeated to the query heads (`Hq % Hkv == 0`). Rows with no visible key give 0.
+    Taught in: notebooks/09_backward.ipynb
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
+    from ._checks import check_qkv_shapes, check_scale
+
+    group = check_qkv_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape))
+    scale = check_scale(scale, q.shape[-1])
+    if group > 1:
+        k = k.repeat_interleave(group, dim=-3)                         # (..., Hq, M, d)
+        v = v.repeat_interleave(group, dim=-3)                         # (..., Hq, M, dv)
+    N, M = q.shape[-2], k.shape[-2]
+    s = (q * scale) @ k.transpose(-1, -2)                              # S: (..., N, M)
+    if causal:
+        visible = torch.from_numpy(causal_mask(N, M)).to(s.device)
+        s = s.masked_fill(~visible, float("-inf"))
+    p = torch.softmax(s, dim=-1)                                       # P: (..., N, M), saved by autograd
+    if causal and N > M:
+        p = torch.nan_to_num(p, nan=0.0)                               # rows with no visible key: 0, not NaN
+    return p @ v                                                       # (..., N, dv)
+
+
+def saved_tensor_bytes(fn, *args, **kwargs) -> dict:
+    """Run `fn(*args, **kwargs)` and count the bytes autograd saves for the backward: $\\sum$ nbytes of distinct saved storages.
+
+    Counted exactly with `torch.autograd.graph.saved_tensors_hooks` (each storage once, views included),
+    so the number is deterministic. Returns `{"bytes", "input_bytes", "extra_bytes", "shapes", "output"}`:
+    `input_bytes` are the saved tensors that are the leaf inputs themselves, `extra_bytes` the rest.
+    Taught in: notebooks/09_backward.ipynb
+    """
+    seen: dict = {}
+    shapes: list = []
+    inputs = {t.untyped_storage().data_ptr() for t in list(args) + list(kwargs.values()) if isinstance(t, torch.Tensor)}
+
+    def pack(t):
+        key = t.untyped_storage().data_ptr()
+        if key not in seen:
+            seen[key] = t.untyped_storage().nbytes()
+            shapes.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        output = fn(*args, **kwargs)
+    total = sum(seen.values())
+    input_bytes = sum(b for key, b in seen.items() if key in inputs)
+    return {"bytes": total, "input_bytes": input_bytes, "extra_bytes": total - input_bytes,
+            "shapes": shapes, "output": output}
+
+
+def attention_flops(N: int, M: int | None = None, d: int = 64, *, batch: int = 1, heads: int = 1,
+                    causal: bool = False, dv: int | None = None) -> dict:
+    """Matmul FLOPs of attention: forward $2NMd + 2NMd_v$ ($QK^\\top$, $PV$), backward 5 matmuls, $2.5\\times$ for $d_v = d$.
+
+    Backward: $dV = P^\\top dO$, $dP = dO V^\\top$ and the recomputed $S = QK^\\top$ (each $2NMd$), then $dQ$
+    and $dK$ (each $2NMd$). Causal with $N = M$ halves every count. Returns forward, backward and their ratio.
+    Taught in: notebooks/09_backward.ipynb
+    """
+    M = N if M is None else M
+    dv = d if dv is None else dv
+    for name, x in (("N", N), ("M", M), ("d", d), ("dv", dv), ("batch", batch), ("heads", heads)):
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {x!r}")
+    frac = 0.5 if causal else 1.0
+    per = batch * heads * N * M * frac
+    fwd = per * (2 * d + 2 * dv)
+    bwd = per * (2 * d + 2 * dv + 2 * dv + 2 * d + 2 * d)              # S, dV, dP, dQ, dK
+    return {"forward": fwd, "backward": bwd, "ratio": bwd / fwd}
+
+
+def time_forward_backward(attn, q, k, v, *, causal: bool = False, min_run_time: float = 0.2) -> dict:
+    """Median seconds of `attn(q, k, v, causal=causal)` forward, and of forward + backward, with `torch.utils.benchmark`.
+
+    Returns `{"forward", "forward_backward", "backward", "ratio"}` (backward = difference; ratio = backward / forward).
+    Taught in: notebooks/09_backward.ipynb
+    """
+    from torch.utils import benchmark
+
+    if min_run_time <= 0:
+        raise ValueError(f"min_run_time must be > 0, got {min_run_time}")
+    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+    do = torch.ones_like(attn(*leaves, causal=causal))
+
+    def fwd():
+        with torch.no_grad():
+            attn(*leaves, causal=causal)
+
+    def fwd_bwd():
+        torch.autograd.grad(attn(*leaves, causal=causal), leaves, do)
+
+    t = {}
+    for name, f in (("forward", fwd), ("forward_backward", fwd_bwd)):
+        t[name] = benchmark.Timer(stmt="f()", globals={"f": f}, num_threads=torch.get_num_threads()).blocked_autorange(
+            min_run_time=min_run_time).median
+    t["backward"] = max(t["forward_backward"] - t["forward"], 0.0)
+    t["ratio"] = t["backward"] / t["forward"] if t["forward"] > 0 else math.nan
+    return t

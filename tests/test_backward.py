@@ -1,0 +1,189 @@
+"""The backward pass: the tiled numpy backward and the standard one match torch autograd of the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lab
+from lab.backward import (NumpyFlashAttention, attention_backward, attention_flops, backward_delta,
+                          flash_attention_backward_numpy, saved_tensor_bytes, standard_attention_torch,
+                          time_forward_backward)
+from strategies import attention_inputs, blocks, seeds
+
+
+def autograd_reference(q, k, v, do, causal):
+    """dQ, dK, dV by torch autograd through softmax(QKᵀ)V in float64."""
+    tq, tk, tv = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (q, k, v))
+    o = standard_attention_torch(tq, tk, tv, causal=causal)
+    o.backward(torch.tensor(do, dtype=torch.float64))
+    return o.detach().numpy(), [t.grad.numpy() for t in (tq, tk, tv)]
+
+
+def grads_close(got, want, tol=1e-9):
+    return all(g.shape == w.shape and np.allclose(g, w, rtol=tol, atol=tol) for g, w in zip(got, want))
+
+
+@settings(max_examples=40, deadline=None)
+@given(attention_inputs(max_len=24), blocks, blocks, st.booleans(), seeds)
+def test_tiled_backward_matches_autograd(qkv, Br, Bc, causal, seed):
+    q, k, v = qkv
+    do = np.random.default_rng(seed).standard_normal(q.shape[:-1] + (v.shape[-1],))
+    o_ref, want = autograd_reference(q, k, v, do, causal)
+    o, lse = lab.flash_attention_numpy(q, k, v, block_q=Br, block_k=Bc, causal=causal)
+    assert np.allclose(o, o_ref, atol=1e-12)
+    got = flash_attention_backward_numpy(q, k, v, o, lse, do, block_q=Br, block_k=Bc, causal=causal)
+    assert grads_close(got, want)
+
+
+@settings(max_examples=30, deadline=None)
+@given(attention_inputs(max_len=24), st.booleans(), seeds)
+def test_standard_backward_matches_autograd(qkv, causal, seed):
+    q, k, v = qkv
+    do = np.random.default_rng(seed).standard_normal(q.shape[:-1] + (v.shape[-1],))
+    _, want = autograd_reference(q, k, v, do, causal)
+    assert grads_close(attention_backward(q, k, v, do, causal=causal), want)
+
+
+def test_gqa_sums_dk_dv_over_the_group():
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((1, 4, 9, 8))                 # Hq = 4
+    k = rng.standard_normal((1, 2, 11, 8))                # Hkv = 2, G = 2
+    v = rng.standard_normal((1, 2, 11, 5))
+    do = rng.standard_normal((1, 4, 9, 5))
+    o, lse = lab.attention_reference(q, k, v)
+    dq, dk, dv = flash_attention_backward_numpy(q, k, v, o, lse, do, block_q=4, block_k=3)
+    # the same problem with K/V repeated per query head (multi-head): dK, dV summed over the group
+    k4, v4 = np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)
+    dq4, dk4, dv4 = attention_backward(q, k4, v4, do)
+    assert dk.shape == k.shape and dv.shape == v.shape
+    assert np.allclose(dq, dq4)
+    assert np.allclose(dk, dk4.reshape(1, 2, 2, 11, 8).sum(axis=2))
+    assert np.allclose(dv, dv4.reshape(1, 2, 2, 11, 5).sum(axis=2))
+
+
+def test_causal_rows_without_keys_get_zero_gradient():
+    rng = np.random.default_rng(2)
+    q, k, v = rng.standard_normal((7, 4)), rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    do = rng.standard_normal((7, 4))
+    o, lse = lab.attention_reference(q, k, v, causal=True)
+    assert np.isneginf(lse[:4]).all()
+    dq, dk, dv = flash_attention_backward_numpy(q, k, v, o, lse, do, causal=True, block_q=2, block_k=2)
+    assert np.all(np.isfinite(dq)) and np.all(dq[:4] == 0)
+    assert grads_close((dq, dk, dv), autograd_reference(q, k, v, do, True)[1])
+
+
+def test_float32_inputs_stay_float32_and_close():
+    rng = np.random.default_rng(3)
+    q, k, v, do = (rng.standard_normal((2, 33, 16)).astype(np.float32) for _ in range(4))
+    o, lse = lab.flash_attention_numpy(q, k, v, causal=True)
+    got = flash_attention_backward_numpy(q, k, v, o, lse, do, causal=True, block_q=8, block_k=16)
+    assert all(g.dtype == np.float32 for g in got)
+    _, want = autograd_reference(q, k, v, do, True)
+    assert grads_close(got, want, tol=1e-4)
+
+
+def test_inputs_not_modified():
+    rng = np.random.default_rng(4)
+    arrays = [rng.standard_normal((5, 4)) for _ in range(3)]
+    do = rng.standard_normal((5, 4))
+    o, lse = lab.attention_reference(*arrays, causal=True)
+    copies = [a.copy() for a in arrays + [do, o, lse]]
+    flash_attention_backward_numpy(*arrays, o, lse, do, causal=True, block_q=2, block_k=3)
+    attention_backward(*arrays, do, causal=True)
+    assert all(np.array_equal(a, c) for a, c in zip(arrays + [do, o, lse], copies))
+
+
+def test_delta_equals_rowsum_p_dp():
+    rng = np.random.default_rng(5)
+    q, k, v, do = (rng.standard_normal((6, 4)) for _ in range(4))
+    o, _ = lab.attention_reference(q, k, v)
+    s = q @ k.T / 2.0
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    assert np.allclose(backward_delta(o, do), (p * (do @ v.T)).sum(axis=-1))
+
+
+def test_trace_counts_no_n_by_m_array():
+    rng = np.random.default_rng(6)
+    q, k, v, do = (rng.standard_normal((64, 8)) for _ in range(4))
+    o, lse = lab.attention_reference(q, k, v)
+    with lab.trace.record() as rec:
+        flash_attention_backward_numpy(q, k, v, o, lse, do, block_q=16, block_k=16)
+    assert rec.write_by["dk"] == k.nbytes and rec.write_by["dv"] == v.nbytes
+    assert rec.read_by["k"] == k.nbytes                   # each K_j read once (outer loop)
+    assert rec.read_by["q"] == 4 * q.nbytes               # Q read once per key block
+    assert rec.op_counts["exp"] == 64 * 64
+
+
+def test_errors():
+    q = np.zeros((4, 8))
+    o, lse = lab.attention_reference(q, q, q)
+    with pytest.raises(ValueError, match="do"):
+        flash_attention_backward_numpy(q, q, q, o, lse, np.zeros((4, 7)))
+    with pytest.raises(ValueError, match="lse"):
+        flash_attention_backward_numpy(q, q, q, o, lse[:3], q)
+    with pytest.raises(ValueError, match="o must"):
+        flash_attention_backward_numpy(q, q, q, o[:2], lse, q)
+    with pytest.raises(ValueError, match="block_q"):
+        flash_attention_backward_numpy(q, q, q, o, lse, q, block_q=0)
+    with pytest.raises(TypeError, match="do"):
+        attention_backward(q, q, q, np.zeros((4, 8), int))
+    with pytest.raises(ValueError, match="do"):
+        attention_backward(q, q, q, np.full((4, 8), np.nan))
+    with pytest.raises(ValueError, match="multiple"):
+        attention_backward(np.zeros((1, 3, 4, 8)), np.zeros((1, 2, 4, 8)), np.zeros((1, 2, 4, 8)), np.zeros((1, 3, 4, 8)))
+    with pytest.raises(ValueError, match="o and do"):
+        backward_delta(np.zeros((2, 3)), np.zeros((3, 3)))
+    with pytest.raises(TypeError, match="q"):
+        standard_attention_torch(np.zeros((2, 2)), torch.zeros(2, 2), torch.zeros(2, 2))
+    with pytest.raises(ValueError, match="N"):
+        attention_flops(0)
+    with pytest.raises(ValueError, match="min_run_time"):
+        time_forward_backward(standard_attention_torch, *(torch.zeros(4, 4) for _ in range(3)), min_run_time=0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradcheck_numpy_flash_attention(causal):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, 5, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(1, 1, 6, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(1, 1, 6, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b, c: NumpyFlashAttention.apply(a, b, c, causal, 2, 4), (q, k, v))
+
+
+def test_gradcheck_standard_attention_torch():
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    assert torch.autograd.gradcheck(lambda a, b, c: standard_attention_torch(a, b, c, causal=True), (q, k, v))
+
+
+def test_saved_tensor_bytes_sees_the_n_by_n_matrix():
+    N, d = 64, 8
+    q, k, v = (torch.randn(1, 1, N, d, requires_grad=True) for _ in range(3))
+    r = saved_tensor_bytes(standard_attention_torch, q, k, v)
+    assert (1, 1, N, N) in r["shapes"]
+    assert r["bytes"] >= N * N * 4
+    assert r["bytes"] == r["input_bytes"] + r["extra_bytes"]
+    r2 = saved_tensor_bytes(NumpyFlashAttention.apply, q, k, v, False, 16, 16)
+    assert all(N * N > int(np.prod(s)) for s in r2["shapes"])
+    assert r2["extra_bytes"] == N * d * 4 + N * 4          # o and lse, float32
+    assert torch.allclose(r2["output"], r["output"], atol=1e-5)
+
+
+def test_attention_flops():
+    f = attention_flops(128, d=64)
+    assert f["forward"] == 4 * 128 * 128 * 64
+    assert f["ratio"] == 2.5
+    assert attention_flops(128, d=64, causal=True)["backward"] == f["backward"] / 2
+    assert attention_flops(8, 16, 4, batch=2, heads=3)["forward"] == 2 * 3 * 8 * 16 * 4 * 4
+
+
+def test_time_forward_backward_returns_positive_times():
+    q, k, v = (torch.randn(1, 1, 32, 8) for _ in range(3))
+    t = time_forward_backward(standard_attention_torch, q, k, v, min_run_time=0.01)
+    assert t["forward"] > 0 and t["forward_backward"] > 0
+    assert set(t) == {"forward", "forward_backward", "backward", "ratio"}

@@ -1,38 +1,61 @@
 """Slider builders: each wraps a pure `lab` function and a drawing from `lab.figures` in ipywidgets.
 
-Every builder returns an `ipywidgets.interactive`; its callback draws one figure, prints one summary
-line, and stores its numbers in `.result`, so tests can set a slider's `.value` and read `.result`
-(`interactive` itself swallows exceptions raised in callbacks, so the tests are where errors show).
-Each notebook shows the static figure of the same drawing beside the slider, so the page reads
-without a kernel.
+Every builder returns a `FigureSliders` (an `ipywidgets.interactive`): its controls come first in
+`.children`, and its last child is a box holding a one-line summary (`ipywidgets.HTML`) above the
+figure (`ipywidgets.Image`, a PNG). The callback draws the figure with matplotlib, renders it to PNG
+bytes and stores its numbers in `.result`; it prints nothing and displays nothing, so the figure lives
+in widget state and a notebook's saved output is the same whoever executes it. Tests set a control's
+`.value` and read `.result` (`interactive` swallows exceptions raised in callbacks, so the tests are
+where errors show). Each notebook shows the static figure of the same drawing beside the slider, so
+the page reads without a kernel.
 
 Taught in: every notebook with a slider.
 """
 
 from __future__ import annotations
 
+import html
+import io
+
 import ipywidgets
 import matplotlib.pyplot as plt
 
-__all__ = ["interactive_figure", "memory_wall"]
+__all__ = ["FigureSliders", "interactive_figure", "memory_wall", "online_softmax_trace", "softmax_overflow"]
 
 
-def interactive_figure(draw, *, summary=None, **controls) -> ipywidgets.interactive:
-    """Sliders `controls` (ipywidgets by keyword) driving `draw(**values) -> result`, which draws a figure.
+class FigureSliders(ipywidgets.interactive):
+    """`interactive` whose output is a summary line and a PNG figure held in widgets, not printed output."""
 
-    `summary(result) -> str`, if given, is printed under the figure. `.result` holds the last result.
-    """
+    def __init__(self, draw, summary=None, **controls):
+        self.summary_html = ipywidgets.HTML(layout=ipywidgets.Layout(min_height="1.5em"))
+        self.image = ipywidgets.Image(format="png", layout=ipywidgets.Layout(max_width="100%"))
+        self._draw, self._summary = draw, summary
+        super().__init__(self._render, {"auto_display": False}, clear_output=False, **controls)
+        self.children = self.children[:-1] + (ipywidgets.VBox([self.summary_html, self.image]),)
+        self.layout = ipywidgets.Layout(width="100%")
 
-    def callback(**values):
-        result = draw(**values)
-        if summary is not None:
-            print(summary(result))
-        plt.show()
+    def _render(self, **values):
+        before = set(plt.get_fignums())
+        result = self._draw(**values)
+        new = [n for n in plt.get_fignums() if n not in before]
+        fig = plt.figure(new[-1]) if new else plt.gcf()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        for n in new or [fig.number]:
+            plt.close(n)
+        self.image.value = buf.getvalue()
+        if self._summary is not None:
+            self.summary_html.value = f"<code>{html.escape(self._summary(result))}</code>"
         return result
 
-    widget = ipywidgets.interactive(callback, {"auto_display": False}, **controls)
-    widget.layout = ipywidgets.Layout(width="100%")
-    return widget
+
+def interactive_figure(draw, *, summary=None, **controls) -> FigureSliders:
+    """Sliders `controls` (ipywidgets by keyword) driving `draw(**values) -> result`, which draws one figure.
+
+    `summary(result) -> str`, if given, is shown above the figure. `.result` holds the last result.
+    """
+    return FigureSliders(draw, summary, **controls)
 
 
 from .memory import memory_wall  # noqa: E402  (builders below use interactive_figure)
+from .softmax import online_softmax_trace, softmax_overflow  # noqa: E402

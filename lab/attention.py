@@ -126,6 +126,7 @@ def _fa2(q5, k5, v5, Br, Bc, causal, scale, dt, p_format=None):
     o = np.empty(q5.shape[:-1] + (dv,), dt)
     lse = np.empty(q5.shape[:-1], dt)
     counting = trace.active()
+    io = q5.dtype.itemsize                                     # q, k, v, o sit in HBM in the input dtype
     for i0 in range(0, N, Br):
         i1 = min(i0 + Br, N)
         q_i = q5[..., i0:i1, :]
@@ -137,8 +138,8 @@ def _fa2(q5, k5, v5, Br, Bc, causal, scale, dt, p_format=None):
         for j0 in range(0, _visible_end(i1, N, M, causal), Bc):
             j1 = min(j0 + Bc, M)
             k_j, v_j = k5[..., j0:j1, :], v5[..., j0:j1, :]
-            trace.read("k", trace.nbytes(k_j))
-            trace.read("v", trace.nbytes(v_j))
+            trace.read("k", trace.nbytes(k_j, io))          # k5, v5 are upcast copies: count the input dtype
+            trace.read("v", trace.nbytes(v_j, io))
             s = _masked(q_i @ np.swapaxes(k_j, -1, -2), i0, i1, j0, j1, N, M, causal)  # S_ij: (..., Br, Bc)
             m_new = np.maximum(m, s.max(axis=-1))
             m_use = np.where(np.isneginf(m_new), 0.0, m_new)
@@ -158,7 +159,7 @@ def _fa2(q5, k5, v5, Br, Bc, causal, scale, dt, p_format=None):
             trace.ops("div", acc.size)
         o[..., i0:i1, :] = o_i
         lse[..., i0:i1] = lse_i
-        trace.write("o", trace.nbytes(o[..., i0:i1, :]))
+        trace.write("o", trace.nbytes(o[..., i0:i1, :], io))
         trace.write("lse", trace.nbytes(lse[..., i0:i1]))
     return o, lse
 
@@ -170,23 +171,24 @@ def _fa1(q5, k5, v5, Br, Bc, causal, scale, dt, p_format=None):
     o = np.zeros(lead + (N, dv), dt)                           # O, l, m live in the full arrays ("HBM")
     l = np.zeros(lead + (N,), dt)
     m = np.full(lead + (N,), -np.inf, dt)
-    trace.write("o", trace.nbytes(o))
+    io = q5.dtype.itemsize                                     # q, k, v, o sit in HBM in the input dtype
+    trace.write("o", trace.nbytes(o, io))
     trace.write("l", trace.nbytes(l))
     trace.write("m", trace.nbytes(m))
     counting = trace.active()
     for j0 in range(0, M, Bc):
         j1 = min(j0 + Bc, M)
         k_j, v_j = k5[..., j0:j1, :], v5[..., j0:j1, :]
-        trace.read("k", trace.nbytes(k_j))
-        trace.read("v", trace.nbytes(v_j))
+        trace.read("k", trace.nbytes(k_j, io))
+        trace.read("v", trace.nbytes(v_j, io))
         for i0 in range(0, N, Br):
             i1 = min(i0 + Br, N)
             if causal and _visible_end(i1, N, M, causal) <= j0:
                 continue                                       # tile entirely above the diagonal
             q_i = q5[..., i0:i1, :]
             o_i, l_i, m_i = o[..., i0:i1, :], l[..., i0:i1], m[..., i0:i1]
-            for name, a in (("q", q_i), ("o", o_i), ("l", l_i), ("m", m_i)):
-                trace.read(name, trace.nbytes(a))
+            for name, a, size in (("q", q_i, io), ("o", o_i, io), ("l", l_i, None), ("m", m_i, None)):
+                trace.read(name, trace.nbytes(a, size))
             s = _masked((q_i.astype(dt) * dt.type(scale)) @ np.swapaxes(k_j, -1, -2), i0, i1, j0, j1, N, M, causal)
             m_t = s.max(axis=-1)                               # m̃_ij
             p = np.exp(s - np.where(np.isneginf(m_t), 0.0, m_t)[..., None])  # P̃_ij
@@ -198,8 +200,8 @@ def _fa1(q5, k5, v5, Br, Bc, causal, scale, dt, p_format=None):
             num = (l_i * a_old)[..., None] * o_i + a_new[..., None] * (_lowered(p, p_format) @ v_j)
             o[..., i0:i1, :] = np.divide(num, l_new[..., None], out=np.zeros_like(num), where=l_new[..., None] > 0)
             l[..., i0:i1], m[..., i0:i1] = l_new, m_new
-            for name, a in (("o", o_i), ("l", l_i), ("m", m_i)):
-                trace.write(name, trace.nbytes(a))
+            for name, a, size in (("o", o_i, io), ("l", l_i, None), ("m", m_i, None)):
+                trace.write(name, trace.nbytes(a, size))
             if counting:
                 trace.ops("exp", p.size + a_old.size + a_new.size)
                 trace.ops("mul", 2 * o_i.size + 3 * l_i.size)

@@ -73,6 +73,6 @@ def active() -> bool:
     return bool(_active)
 
 
-def nbytes(a: np.ndarray) -> int:
-    """Bytes of an array (or of a tile view of one)."""
-    return int(a.size) * a.dtype.itemsize
+def nbytes(a: np.ndarray, itemsize: int | None = None) -> int:
+    """Bytes of an array (or of a tile view of one), at `itemsize` bytes per element if given (its dtype's otherwise)."""
+    return int(a.size) * (a.dtype.itemsize if itemsize is None else int(itemsize))

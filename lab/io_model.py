@@ -1,0 +1,300 @@
+"""The IO model of attention: HBM traffic, on-chip footprint, tile counts and op counts, as formulas.
+
+A ladder, as in the FlashAttention paper (Dao et al. 2022, arXiv 2205.14135):
+  0. `standard_traffic` : Algorithm 0 writes S and P to HBM and reads them back: Θ(Nd + N²) accesses.
+  1. `flash_counts(variant="fa1")` : Algorithm 1, K/V blocks outer; K, V read once, Q_i, O_i, l_i, m_i
+     read and O_i, l_i, m_i written once per tile: Θ(N²d²/M) for SRAM size M (Theorem 2).
+  2. `flash_counts(variant="fa2")` : FlashAttention-2, Q blocks outer; Q read once, K, V once per query
+     block, O and lse written once; one division by l per output element.
+
+Symbols: N queries, M keys, d (dv) the head dim of q/k (v), Br = block_q, Bc = block_k,
+Tr = ceil(N/Br), Tc = ceil(M/Bc). The SRAM size, the paper's M, is `sram_bytes` here (M_sram elements
+= sram_bytes / itemsize) so that it does not collide with the number of keys.
+Bytes are counted at the dtype each array has in HBM: q, k, v and o in the input dtype (`itemsize`),
+the statistics m, l, lse in the accumulator dtype (`acc_itemsize`, float32 at least).
+`flash_counts` predicts, tile by tile, exactly what `lab.trace.record()` counts in an instrumented run
+of `lab.flash_attention_numpy`.
+
+Taught in: notebooks/05_tiling.ipynb, notebooks/06_flashattention2.ipynb
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from ._checks import check_block, check_choice
+from .trace import Recorder
+
+__all__ = [
+    "SRAM_BYTES", "HARDWARE", "cpu_l2_bytes", "sram_sizes", "fa_block_sizes", "step_footprint",
+    "tile_grid", "tile_counts", "causal_tiles_formula", "standard_traffic", "flash_counts",
+    "flash_traffic_bytes", "theorem2_bytes", "flop_split", "gpu_time_share",
+]
+
+# On-chip shared memory per streaming multiprocessor (FACTS.md: NVIDIA H100 and A100 specifications).
+SRAM_BYTES = {"H100 SM (228 KiB)": 228 * 1024, "A100 SM (192 KiB)": 192 * 1024}
+
+# Peak throughputs in FLOP/s (FACTS.md; FlashAttention-2 paper §3.1 for the A100, FA3 §3.1 for H100 exp).
+HARDWARE = {
+    "A100": {"matmul": 312e12, "nonmatmul": 19.5e12},
+    "H100": {"matmul": 989e12, "nonmatmul": 67e12, "exp": 3.9e12},
+}
+
+_CPU_L2_FALLBACK = 1024 * 1024
+
+
+def _positive(value, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def cpu_l2_bytes(cache_dir="/sys/devices/system/cpu/cpu0/cache") -> tuple[int, str]:
+    """Size of this machine's level-2 cache of CPU core 0 in bytes, and where the number came from.
+
+    Reads `index*/level` and `index*/size` under `cache_dir` (Linux sysfs); falls back to 1 MiB, a
+    common per-core L2, when the directory is missing or unreadable.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    units = {"K": 1024, "M": 1024**2, "G": 1024**3}
+    try:
+        for index in sorted(Path(cache_dir).glob("index*")):
+            if (index / "level").read_text().strip() != "2":
+                continue
+            size = (index / "size").read_text().strip()
+            scale = units.get(size[-1].upper(), 1)
+            return int(size.rstrip("KMGkmg")) * scale, str(index / "size")
+    except (OSError, ValueError):
+        pass
+    return _CPU_L2_FALLBACK, "fallback: 1 MiB (no readable sysfs cache entry)"
+
+
+def sram_sizes(cpu_l2: int | None = None) -> dict[str, int]:
+    """On-chip memories to compare a tile step against: H100 and A100 per SM, and a CPU core's L2.
+
+    `cpu_l2=None` reads this machine's L2 with `cpu_l2_bytes`; pass a number for a reproducible table.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    l2 = cpu_l2_bytes()[0] if cpu_l2 is None else _positive(cpu_l2, "cpu_l2")
+    return {**SRAM_BYTES, f"CPU core L2 ({l2 // 1024:,} KiB)": l2}
+
+
+def fa_block_sizes(sram_bytes: int, d: int, itemsize: int = 2) -> tuple[int, int]:
+    """FlashAttention's block choice for SRAM of M_sram = sram_bytes/itemsize elements: $B_c = \\lceil M_{sram}/4d \\rceil$, $B_r = \\min(B_c, d)$.
+
+    Algorithm 1 of the FlashAttention paper; returns `(Br, Bc)`.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    sram_bytes = _positive(sram_bytes, "sram_bytes")
+    d = _positive(d, "d")
+    itemsize = _positive(itemsize, "itemsize")
+    M_sram = sram_bytes // itemsize
+    Bc = max(1, math.ceil(M_sram / (4 * d)))
+    return min(Bc, d), Bc
+
+
+def step_footprint(d: int, block_q: int, block_k: int, dv: int | None = None, itemsize: int = 2,
+                   acc_itemsize: int = 4) -> dict[str, int]:
+    """Bytes on chip during one tile step: $Q_i, K_j, V_j, P_{ij}$ in the input dtype, $S_{ij}, m, l, acc$ in the accumulator's.
+
+    $B_r d + B_c d + B_c d_v + B_r B_c$ elements of `itemsize`, $B_r B_c + 2 B_r + B_r d_v$ of
+    `acc_itemsize` (S_ij is float32; P_ij is cast to the input dtype for the second matmul, as GPU
+    kernels do). Returns one entry per buffer and their `"total"`.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    d = _positive(d, "d")
+    dv = d if dv is None else _positive(dv, "dv")
+    Br, Bc = check_block(block_q, "block_q"), check_block(block_k, "block_k")
+    itemsize, acc_itemsize = _positive(itemsize, "itemsize"), _positive(acc_itemsize, "acc_itemsize")
+    parts = {
+        "Q_i": Br * d * itemsize, "K_j": Bc * d * itemsize, "V_j": Bc * dv * itemsize,
+        "S_ij": Br * Bc * acc_itemsize, "P_ij": Br * Bc * itemsize,
+        "m": Br * acc_itemsize, "l": Br * acc_itemsize, "acc": Br * dv * acc_itemsize,
+    }
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def _checked_shape(N, M, block_q, block_k):
+    N, M = _positive(N, "N", 0), _positive(M, "M", 0)
+    return N, M, check_block(block_q, "block_q"), check_block(block_k, "block_k")
+
+
+def _row_blocks(N: int, M: int, Br: int, Bc: int, causal: bool):
+    """Per query block i: rows r_i, key blocks visited n_i, keys loaded K_i = min(n_i Bc, M)."""
+    i0 = np.arange(0, N, Br)
+    i1 = np.minimum(i0 + Br, N)
+    rows = i1 - i0
+    visible = np.clip(i1 + (M - N), 0, M) if causal else np.full(i0.shape, M)
+    n = -(-visible // Bc)                                     # ceil(visible / Bc)
+    keys = np.minimum(n * Bc, M)
+    return rows.astype(np.int64), n.astype(np.int64), keys.astype(np.int64)
+
+
+def tile_grid(N: int, M: int, block_q: int, block_k: int, causal: bool = False) -> np.ndarray:
+    """Boolean (Tr, Tc) grid: `True` where the kernel computes tile (i, j), i.e. $j B_c < \\min(M, (i+1)B_r + M - N)$ under a causal mask.
+
+    A tile is skipped exactly when every (row, key) pair in it is masked.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    N, M, Br, Bc = _checked_shape(N, M, block_q, block_k)
+    _, n, _ = _row_blocks(N, M, Br, Bc, bool(causal))
+    Tc = -(-M // Bc)
+    return np.arange(Tc)[None, :] < n[:, None]
+
+
+def tile_counts(N: int, M: int, block_q: int, block_k: int, causal: bool = False) -> dict:
+    """$T_r = \\lceil N/B_r \\rceil$, $T_c = \\lceil M/B_c \\rceil$, and the tiles computed: $\\sum_i \\lceil \\mathrm{clip}(\\min((i+1)B_r, N) + M - N, 0, M) / B_c \\rceil$ under a causal mask.
+
+    Returns `Tr`, `Tc`, `total` = Tr·Tc, `computed`, `skipped`, and `fraction` = computed / total.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    N, M, Br, Bc = _checked_shape(N, M, block_q, block_k)
+    _, n, _ = _row_blocks(N, M, Br, Bc, bool(causal))
+    Tr, Tc = -(-N // Br), -(-M // Bc)
+    computed = int(n.sum())
+    total = Tr * Tc
+    return {"Tr": Tr, "Tc": Tc, "total": total, "computed": computed, "skipped": total - computed,
+            "fraction": computed / total if total else 0.0}
+
+
+def causal_tiles_formula(N: int, block: int) -> int:
+    """Causal tiles computed for N = M and square blocks $B_r = B_c = B$: $T(T+1)/2$ with $T = \\lceil N/B \\rceil$.
+
+    The diagonal tiles plus everything below; the fraction $(T+1)/2T$ tends to 1/2.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    N, B = _positive(N, "N", 0), check_block(block, "block")
+    T = -(-N // B)
+    return T * (T + 1) // 2
+
+
+def standard_traffic(N: int, M: int | None = None, d: int = 64, dv: int | None = None, itemsize: int = 2,
+                     heads: int = 1) -> Recorder:
+    """HBM traffic of standard attention (the paper's Algorithm 0): reads $Nd + Md + 2NM + Md_v$, writes $2NM + Nd_v$ elements.
+
+    S = QKᵀ is written, read back for P = softmax(S), P is written and read back for O = PV.
+    Returns a `lab.trace.Recorder` with bytes per array (`read_by`, `write_by`).
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    N = _positive(N, "N", 0)
+    M = N if M is None else _positive(M, "M", 0)
+    d = _positive(d, "d")
+    dv = d if dv is None else _positive(dv, "dv")
+    b = _positive(itemsize, "itemsize") * _positive(heads, "heads")
+    rec = Recorder()
+    rec.read_by.update({"q": N * d * b, "k": M * d * b, "s": N * M * b, "p": N * M * b, "v": M * dv * b})
+    rec.write_by.update({"s": N * M * b, "p": N * M * b, "o": N * dv * b})
+    rec.reads, rec.writes = sum(rec.read_by.values()), sum(rec.write_by.values())
+    return rec
+
+
+def flash_counts(N: int, M: int, d: int, dv: int | None = None, *, block_q: int = 64, block_k: int = 64,
+                 causal: bool = False, variant: str = "fa2", itemsize: int = 4, acc_itemsize: int | None = None,
+                 heads: int = 1, kv_heads: int | None = None) -> Recorder:
+    """Bytes read and written per array and exp/mul/div counts of `flash_attention_numpy`, predicted tile by tile.
+
+    With $r_i$ rows in query block i, $n_i$ key blocks it visits and $K_i = \\min(n_i B_c, M)$ keys:
+    fa2 reads $Nd + \\sum_i K_i (d + d_v)$, writes $N d_v$ + lse; exp $\\sum_i r_i (K_i + n_i)$,
+    mul $\\sum_i r_i n_i (d_v + 1)$, div $N d_v$.
+    fa1 reads $M(d + d_v) + \\sum_i r_i n_i (d + d_v)$ + 2 stats, writes $(1 + \\sum_i n_i r_i / N)$ times O, l, m;
+    exp $\\sum_i r_i (K_i + 2 n_i)$, mul $\\sum_i r_i n_i (2 d_v + 3)$, div $\\sum_i r_i n_i d_v$.
+    `heads` multiplies the q/o/stat terms (batch × query heads), `kv_heads` the k/v terms.
+    Returns a `lab.trace.Recorder`, comparable with `==` to what `lab.trace.record()` counts.
+    Taught in: notebooks/05_tiling.ipynb, notebooks/06_flashattention2.ipynb
+    """
+    N, M, Br, Bc = _checked_shape(N, M, block_q, block_k)
+    check_choice(variant, ("fa1", "fa2"), "variant")
+    d = _positive(d, "d")
+    dv = d if dv is None else _positive(dv, "dv")
+    isz = _positive(itemsize, "itemsize")
+    ssz = max(isz, 4) if acc_itemsize is None else _positive(acc_itemsize, "acc_itemsize")
+    H = _positive(heads, "heads")
+    Hk = H if kv_heads is None else _positive(kv_heads, "kv_heads")
+    r, n, K = _row_blocks(N, M, Br, Bc, bool(causal))
+    tiles_rows = int((r * n).sum())                           # Σ_i r_i n_i: query rows summed over computed tiles
+    keys = int(K.sum())                                       # Σ_i K_i: keys loaded, summed over query blocks
+    score_entries = int((r * K).sum())                        # Σ_i r_i K_i: entries of S computed
+    rec = Recorder()
+    if variant == "fa2":
+        rec.read_by.update({"q": H * N * d * isz, "k": Hk * keys * d * isz, "v": Hk * keys * dv * isz})
+        rec.write_by.update({"o": H * N * dv * isz, "lse": H * N * ssz})
+        rec.op_counts.update({"exp": H * (score_entries + tiles_rows), "mul": H * tiles_rows * (dv + 1),
+                              "div": H * N * dv})
+    else:
+        rec.read_by.update({"k": Hk * M * d * isz, "v": Hk * M * dv * isz, "q": H * tiles_rows * d * isz,
+                            "o": H * tiles_rows * dv * isz, "l": H * tiles_rows * ssz, "m": H * tiles_rows * ssz})
+        rec.write_by.update({"o": H * (N + tiles_rows) * dv * isz, "l": H * (N + tiles_rows) * ssz,
+                             "m": H * (N + tiles_rows) * ssz})
+        rec.op_counts.update({"exp": H * (score_entries + 2 * tiles_rows), "mul": H * tiles_rows * (2 * dv + 3),
+                              "div": H * tiles_rows * dv})
+    rec.read_by, rec.write_by, rec.op_counts = (+rec.read_by, +rec.write_by, +rec.op_counts)  # drop zeros
+    rec.reads, rec.writes = sum(rec.read_by.values()), sum(rec.write_by.values())
+    return rec
+
+
+def flash_traffic_bytes(N: int, M: int | None = None, d: int = 64, *, block_q: int = 64, block_k: int = 64,
+                        causal: bool = False, variant: str = "fa2", itemsize: int = 2) -> int:
+    """Total HBM bytes (reads + writes) of the tiled kernel for one head: `flash_counts(...).total`.
+
+    Non-causal fa2: $(Nd + T_r M (d + d_v) + N d_v)$·itemsize + N·lse, i.e. Θ(N²d/B_r).
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    M = N if M is None else M
+    return flash_counts(N, M, d, block_q=block_q, block_k=block_k, causal=causal, variant=variant,
+                        itemsize=itemsize).total
+
+
+def theorem2_bytes(N: int, d: int, sram_bytes: int, itemsize: int = 2) -> float:
+    """The order of Theorem 2 in bytes: $N^2 d^2 / M_{sram}$ elements with $M_{sram}$ = sram_bytes/itemsize.
+
+    The constant is left out, as in the theorem; compare slopes, not values.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    N, d = _positive(N, "N", 0), _positive(d, "d")
+    M_sram = _positive(sram_bytes, "sram_bytes") / _positive(itemsize, "itemsize")
+    return N * N * d * d / M_sram * itemsize
+
+
+def flop_split(N: int, M: int | None = None, d: int = 64, dv: int | None = None, *, block_q: int = 64,
+               block_k: int = 64, causal: bool = False, variant: str = "fa2") -> dict:
+    """Matmul FLOPs $2 \\cdot S_{entries} (d + d_v)$ and non-matmul FLOPs $3 \\cdot S_{entries}$ + exp + mul + div, one head.
+
+    S_entries is the number of scores computed ($NM$ without a mask); each costs a max, a subtraction
+    and a sum besides its exp; exp, mul and div come from `flash_counts`. Returns `matmul`,
+    `nonmatmul`, `softmax` (3·S_entries + the exps of the scores), `rescale` (the rest) and the counts.
+    Taught in: notebooks/06_flashattention2.ipynb
+    """
+    M = N if M is None else M
+    rec = flash_counts(N, M, d, dv, block_q=block_q, block_k=block_k, causal=causal, variant=variant)
+    dv = d if dv is None else dv
+    r, _, K = _row_blocks(N, M, block_q, block_k, bool(causal))
+    entries = int((r * K).sum())
+    ops = Counter(rec.op_counts)
+    nonmatmul = 3 * entries + ops["exp"] + ops["mul"] + ops["div"]
+    return {"matmul": 2 * entries * (d + dv), "nonmatmul": nonmatmul, "softmax": 4 * entries,
+            "rescale": nonmatmul - 4 * entries, "entries": entries, "exp": ops["exp"], "mul": ops["mul"],
+            "div": ops["div"]}
+
+
+def gpu_time_share(matmul_flops: float, nonmatmul_flops: float, chip: str = "A100") -> dict:
+    """Time at peak rates: $t_{mm} = F_{mm}/R_{mm}$, $t_{non} = F_{non}/R_{non}$; share outside matmuls $t_{non}/(t_{mm} + t_{non})$.
+
+    Rates from `HARDWARE` (A100: 312 against 19.5 TFLOP/s, each non-matmul FLOP ~16× dearer).
+    Returns `t_matmul`, `t_nonmatmul` (seconds), `share` and `ratio` = R_mm / R_non.
+    Taught in: notebooks/06_flashattention2.ipynb
+    """
+    check_choice(chip, tuple(HARDWARE), "chip")
+    if matmul_flops < 0 or nonmatmul_flops < 0:
+        raise ValueError(f"FLOP counts must be >= 0, got {matmul_flops}, {nonmatmul_flops}")
+    rates = HARDWARE[chip]
+    t_mm, t_non = matmul_flops / rates["matmul"], nonmatmul_flops / rates["nonmatmul"]
+    total = t_mm + t_non
+    return {"t_matmul": t_mm, "t_nonmatmul": t_non, "share": t_non / total if total else 0.0,
+            "ratio": rates["matmul"] / rates["nonmatmul"]}

@@ -1,0 +1,291 @@
+"""Attention in torch, on any device: the tiled FlashAttention-2 forward and its recomputing backward.
+
+A ladder (each rung: what changed, what it no longer materializes):
+  0. `lab.attention_reference` : numpy float64, the full N×M scores; the oracle.
+  1. `attention_torch_naive`   : softmax(scale·Q Kᵀ) V in torch, S and P both N×M in memory.
+  2. `flash_attention_torch_forward` : FlashAttention-2 order: query blocks Q_i outside, key/value
+     blocks K_j, V_j inside; the state (m, l, acc) stays per query block; one division by l at the end;
+     only lse = m + log l is kept. No N×M array: one Br×Bc tile of scores at a time, updated in place.
+  3. `flash_attention_torch_backward` : FlashAttention-2 backward: D = rowsum(dO ∘ O) once, then for
+     each tile the scores are recomputed from q, k and the saved lse (P = exp(S - lse)),
+     dS = P ∘ (dP - D); no N×M array either.
+  4. `FlashAttention` / `flash_attention_torch` : 2 and 3 joined as a `torch.autograd.Function`.
+
+Why a Python-level loop can be fast: with large blocks (hundreds of rows) each step is a handful of
+batched matmuls and vectorized elementwise ops over a whole tile, updated in place, so Python's
+per-op overhead (microseconds) is small next to each op's work (milliseconds). What it cannot do is
+keep a tile in registers between ops: every op reads and writes its tile through the cache, which a
+fused kernel (Triton, CUDA, the C++ SDPA kernel) avoids.
+
+Shapes: q (..., Hq, N, d), k (..., Hkv, M, d), v (..., Hkv, M, dv), with Hq % Hkv == 0 (grouped-query
+heads: query head h reads key/value head h // (Hq / Hkv)). Causal masks key j for query i when
+j > i + (M - N) (bottom-right alignment). Accumulators are float32 (float64 for float64 inputs);
+`o` comes back in the input dtype, `lse` in the accumulator dtype.
+
+Taught in: notebooks/08_hardware_runs.ipynb, notebooks/09_backward_pass.ipynb
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._checks import check_block, check_qkv_shapes, check_scale
+
+__all__ = [
+    "flash_attention_torch",
+    "flash_attention_torch_forward",
+    "flash_attention_torch_backward",
+    "attention_torch_naive",
+    "FlashAttention",
+    "torch_default_blocks",
+]
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+# Bytes of one tile of scores (all batch × head rows of a query block against one key block) that
+# the defaults aim at: large enough that Python's per-op overhead vanishes, small enough to stay
+# near the cache on a CPU and far below the N×M matrices of standard attention.
+_TILE_BYTES = {"cpu": 4 * 2**20, "cuda": 64 * 2**20}
+
+
+def _check_tensors(q, k, v):
+    """Tensors, one floating dtype, one device, compatible shapes; returns the group size Hq // Hkv."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in _FLOATS:
+            raise TypeError(f"{name} must have a floating dtype (float16, bfloat16, float32, float64), got {t.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+    return check_qkv_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape))
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """FP32 accumulation for every input dtype; float64 stays float64."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def torch_default_blocks(device, N: int, M: int, rows: int = 1, itemsize: int = 4) -> tuple[int, int]:
+    """Default `(block_q, block_k)` for `device`: $B_c$ fixed per device, $B_r$ the largest power of two with rows·$B_r B_c$·itemsize ≤ the tile budget.
+
+    `rows` is the number of (batch × head) rows that share each tile. CPU: Bc = 512 and a 4 MiB tile;
+    CUDA: Bc = 1024 and a 64 MiB tile (each op launches one GPU kernel, so fewer, larger steps).
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    kind = torch.device(device).type
+    budget = _TILE_BYTES.get(kind, _TILE_BYTES["cpu"])
+    Bc = 1024 if kind == "cuda" else 512
+    Bc = max(1, min(Bc, M))
+    Br = budget // max(1, rows * Bc * itemsize)
+    Br = 2 ** int(math.log2(max(16, Br)))
+    return max(1, min(Br, N)), Bc
+
+
+def _layout(q, k, v, group, dt):
+    """q as (Z, G, N, d), k and v as (Z, M, d) and (Z, M, dv) in the accumulator dtype; Z = batch × kv heads."""
+    N, M, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    Z = math.prod(k.shape[:-2])                                       # batch × kv heads
+    q4 = q.reshape(Z, group, N, d)                                    # (Z, G, N, d), a view
+    k3 = k.reshape(Z, M, d).to(dt)                                    # (Z, M, d); no copy when dt matches
+    v3 = v.reshape(Z, M, dv).to(dt)                                   # (Z, M, dv)
+    return q4, k3, v3
+
+
+def _blocks(q, k, block_q, block_k, group):
+    N, M = q.shape[-2], k.shape[-2]
+    rows = max(1, math.prod(q.shape[:-2]))                            # batch × query heads sharing a tile
+    Br0, Bc0 = torch_default_blocks(q.device, max(N, 1), max(M, 1), rows=rows)
+    Br = Br0 if block_q is None else check_block(block_q, "block_q")
+    Bc = Bc0 if block_k is None else check_block(block_k, "block_k")
+    return Br, Bc
+
+
+def _causal_tile_mask(i0, i1, j0, j1, N, M, device):
+    """`masked[i, j] = j > i + (M - N)` for the rows i0:i1 and columns j0:j1 of one tile."""
+    rows = torch.arange(i0, i1, device=device)[:, None]
+    cols = torch.arange(j0, j1, device=device)[None, :]
+    return cols > rows + (M - N)                                      # (Br, Bc)
+
+
+def _key_end(i1: int, N: int, M: int, causal: bool) -> int:
+    """Number of leading keys that query rows < i1 can see (all M without a mask)."""
+    return M if not causal else max(0, min(M, i1 + M - N))
+
+
+def _key_start_full(i0: int, N: int, M: int) -> int:
+    """First key column that some row >= i0 cannot see: tiles ending at or before it need no mask."""
+    return i0 + M - N + 1
+
+
+def _check_common(q, k, v, block_q, block_k, scale):
+    group = _check_tensors(q, k, v)
+    Br, Bc = _blocks(q, k, block_q, block_k, group)
+    return group, Br, Bc, check_scale(scale, q.shape[-1])
+
+
+@torch.no_grad()
+def flash_attention_torch_forward(q, k, v, *, causal: bool = False, scale=None, block_q=None, block_k=None):
+    """Tiled FlashAttention-2 forward; returns `(o, lse)` with $o = \\mathrm{softmax}(\\mathrm{scale}\\,QK^\\top)V$ and $lse = m + \\log l$.
+
+    Per tile: $S_{ij} = \\mathrm{scale}\\,Q_i K_j^\\top$, $m' = \\max(m, \\mathrm{rowmax} S_{ij})$,
+    $P_{ij} = e^{S_{ij} - m'}$, $\\alpha = e^{m - m'}$, $l \\leftarrow \\alpha l + \\mathrm{rowsum} P_{ij}$,
+    $acc \\leftarrow \\alpha\\, acc + P_{ij} V_j$; finally $o = acc / l$ (0 where l = 0), $lse = m + \\log l$.
+    `None` block sizes pick `torch_default_blocks` for the device. No input is changed.
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    group, Br, Bc, scale = _check_common(q, k, v, block_q, block_k, scale)
+    causal = bool(causal)
+    dt = _acc_dtype(q.dtype)
+    N, M, dv = q.shape[-2], k.shape[-2], v.shape[-1]
+    q4, k3, v3 = _layout(q, k, v, group, dt)
+    Z, G = q4.shape[0], group
+    o = torch.empty(q.shape[:-1] + (dv,), dtype=q.dtype, device=q.device)     # (..., N, dv)
+    lse = torch.empty(q.shape[:-1], dtype=dt, device=q.device)               # (..., N)
+    o4 = o.view(Z, G, N, dv)
+    lse3 = lse.view(Z, G, N)
+    for i0 in range(0, N, Br):
+        i1 = min(i0 + Br, N)
+        n = i1 - i0
+        q_i = (q4[:, :, i0:i1].to(dt) * scale).reshape(Z, G * n, -1)        # (Z, G·Br, d), scaled once
+        m = torch.full((Z, G * n), -math.inf, dtype=dt, device=q.device)     # (Z, G·Br)
+        l = torch.zeros((Z, G * n), dtype=dt, device=q.device)               # (Z, G·Br)
+        acc = torch.zeros((Z, G * n, dv), dtype=dt, device=q.device)         # (Z, G·Br, dv)
+        for j0 in range(0, _key_end(i1, N, M, causal), Bc):
+            j1 = min(j0 + Bc, M)
+            s = torch.bmm(q_i, k3[:, j0:j1].transpose(1, 2))                  # S_ij: (Z, G·Br, Bc)
+            if causal and j1 > _key_start_full(i0, N, M):
+                mask = _causal_tile_mask(i0, i1, j0, j1, N, M, q.device)     # (Br, Bc)
+                s.view(Z, G, n, j1 - j0).masked_fill_(mask, -math.inf)
+            m_new = torch.maximum(m, s.amax(dim=-1))                          # m' = max(m, rowmax S_ij)
+            m_use = m_new.masked_fill(m_new == -math.inf, 0.0) if causal else m_new
+            s.sub_(m_use.unsqueeze(-1)).exp_()                                # P_ij = exp(S_ij - m'), in place
+            if j0 > 0:
+                alpha = torch.exp(m - m_use)                                  # α = exp(m - m')
+                l.mul_(alpha)
+                acc.mul_(alpha.unsqueeze(-1))
+            l.add_(s.sum(dim=-1))                                             # l = α l + rowsum P_ij
+            acc.baddbmm_(s, v3[:, j0:j1])                                     # acc = α acc + P_ij V_j
+            m = m_new
+        seen = l > 0
+        o4[:, :, i0:i1] = (acc / l.masked_fill(~seen, 1.0).unsqueeze(-1)).view(Z, G, n, dv)  # o = acc / l
+        lse3[:, :, i0:i1] = torch.where(seen, m + torch.log(l), -math.inf).view(Z, G, n)      # lse = m + log l
+    return o, lse
+
+
+@torch.no_grad()
+def flash_attention_torch_backward(q, k, v, o, lse, do, *, causal: bool = False, scale=None,
+                                   block_q=None, block_k=None):
+    """FlashAttention-2 backward from the saved `lse`; returns `(dq, dk, dv)` in the input dtype.
+
+    $D = \\mathrm{rowsum}(dO \\circ O)$; per tile $P_{ij} = e^{\\mathrm{scale}\\,Q_iK_j^\\top - lse_i}$,
+    $dV_j \\mathrel{+}= P_{ij}^\\top dO_i$, $dP_{ij} = dO_i V_j^\\top$, $dS_{ij} = P_{ij} \\circ (dP_{ij} - D_i)$,
+    $dQ_i \\mathrel{+}= \\mathrm{scale}\\, dS_{ij} K_j$, $dK_j \\mathrel{+}= \\mathrm{scale}\\, dS_{ij}^\\top Q_i$
+    (summed over the query heads of a group). Key blocks outside, query blocks inside.
+    Taught in: notebooks/09_backward_pass.ipynb
+    """
+    group, Br, Bc, scale = _check_common(q, k, v, block_q, block_k, scale)
+    if o.shape != q.shape[:-1] + v.shape[-1:] or do.shape != o.shape:
+        raise ValueError(f"o and do must have shape {tuple(q.shape[:-1] + v.shape[-1:])}, got {tuple(o.shape)} and {tuple(do.shape)}")
+    if lse.shape != q.shape[:-1]:
+        raise ValueError(f"lse must have shape {tuple(q.shape[:-1])}, got {tuple(lse.shape)}")
+    causal = bool(causal)
+    dt = _acc_dtype(q.dtype)
+    N, M, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    q4, k3, v3 = _layout(q, k, v, group, dt)
+    Z, G = q4.shape[0], group
+    do4 = do.reshape(Z, G, N, dv).to(dt)                                      # (Z, G, N, dv)
+    D = (do4 * o.reshape(Z, G, N, dv).to(dt)).sum(dim=-1)                     # D = rowsum(dO ∘ O): (Z, G, N)
+    lse_use = lse.reshape(Z, G, N).to(dt)
+    lse_use = lse_use.masked_fill(lse_use == -math.inf, math.inf)             # rows with no key: P = 0
+    dq = torch.zeros((Z, G, N, d), dtype=dt, device=q.device)                 # (Z, G, N, d)
+    dk = torch.empty((Z, M, d), dtype=dt, device=q.device)                    # (Z, M, d)
+    dv_ = torch.empty((Z, M, dv), dtype=dt, device=q.device)                  # (Z, M, dv)
+    for j0 in range(0, M, Bc):
+        j1 = min(j0 + Bc, M)
+        k_j, v_j = k3[:, j0:j1], v3[:, j0:j1]                                 # (Z, Bc, d), (Z, Bc, dv)
+        dk_j = torch.zeros((Z, j1 - j0, d), dtype=dt, device=q.device)
+        dv_j = torch.zeros((Z, j1 - j0, dv), dtype=dt, device=q.device)
+        i_first = 0 if not causal else max(0, j0 - (M - N))                   # rows before it see no key of this block
+        for i0 in range((i_first // Br) * Br, N, Br):
+            i1 = min(i0 + Br, N)
+            n = i1 - i0
+            q_i = q4[:, :, i0:i1].to(dt).reshape(Z, G * n, d)                 # (Z, G·Br, d)
+            do_i = do4[:, :, i0:i1].reshape(Z, G * n, dv)                     # (Z, G·Br, dv)
+            s = torch.bmm(q_i, k_j.transpose(1, 2)).mul_(scale)               # S_ij: (Z, G·Br, Bc)
+            if causal and j1 > _key_start_full(i0, N, M):
+                mask = _causal_tile_mask(i0, i1, j0, j1, N, M, q.device)
+                s.view(Z, G, n, j1 - j0).masked_fill_(mask, -math.inf)
+            p = s.sub_(lse_use[:, :, i0:i1].reshape(Z, G * n, 1)).exp_()       # P_ij = exp(S_ij - lse_i)
+            dv_j.baddbmm_(p.transpose(1, 2), do_i)                            # dV_j += P_ijᵀ dO_i
+            dp = torch.bmm(do_i, v_j.transpose(1, 2))                         # dP_ij: (Z, G·Br, Bc)
+            ds = dp.sub_(D[:, :, i0:i1].reshape(Z, G * n, 1)).mul_(p)         # dS_ij = P_ij ∘ (dP_ij - D_i)
+            dq[:, :, i0:i1] += torch.bmm(ds, k_j).view(Z, G, n, d) * scale    # dQ_i += scale dS_ij K_j
+            dk_j.baddbmm_(ds.transpose(1, 2), q_i, alpha=scale)               # dK_j += scale dS_ijᵀ Q_i
+        dk[:, j0:j1] = dk_j
+        dv_[:, j0:j1] = dv_j
+    return (dq.reshape(q.shape).to(q.dtype), dk.reshape(k.shape).to(k.dtype), dv_.reshape(v.shape).to(v.dtype))
+
+
+class FlashAttention(torch.autograd.Function):
+    """`FlashAttention.apply(q, k, v, causal=False, scale=None, block_q=None, block_k=None) -> o`.
+
+    Forward: `flash_attention_torch_forward`, saving only q, k, v, o and lse (no N×M array; no other
+    tensor of shape (..., N)). Backward: `flash_attention_torch_backward`, recomputing P tile by tile.
+    Taught in: notebooks/09_backward_pass.ipynb
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal=False, scale=None, block_q=None, block_k=None):
+        o, lse = flash_attention_torch_forward(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.settings = dict(causal=bool(causal), scale=scale, block_q=block_q, block_k=block_k)
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = flash_attention_torch_backward(q, k, v, o, lse, do.contiguous(), **ctx.settings)
+        return dq, dk, dv, None, None, None, None
+
+
+def flash_attention_torch(q, k, v, *, block_q=None, block_k=None, causal: bool = False, scale=None,
+                          return_lse: bool = False):
+    """$o = \\mathrm{softmax}(\\mathrm{scale}\\,QK^\\top)V$ by the tiled kernel, differentiable through `FlashAttention`.
+
+    Torch tensors on any device; `None` block sizes mean `torch_default_blocks` for the device.
+    `return_lse=True` returns `(o, lse)` (lse is not differentiable). No input is changed.
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    _check_common(q, k, v, block_q, block_k, scale)                          # errors before any work
+    if return_lse:
+        o = FlashAttention.apply(q, k, v, causal, scale, block_q, block_k)
+        if o.grad_fn is not None:
+            return o, o.grad_fn.saved_tensors[4].detach()                   # the lse saved for backward
+        return flash_attention_torch_forward(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
+    return FlashAttention.apply(q, k, v, causal, scale, block_q, block_k)
+
+
+@torch.no_grad()
+def attention_torch_naive(q, k, v, *, causal: bool = False, scale=None):
+    """Standard attention $o = \\mathrm{softmax}(\\mathrm{scale}\\,QK^\\top)V$ in torch, in the input dtype: S and P both N×M.
+
+    Grouped-query heads are expanded to the query heads first, as a plain implementation would.
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    group = _check_tensors(q, k, v)
+    scale = check_scale(scale, q.shape[-1])
+    if group > 1:
+        k = k.repeat_interleave(group, dim=-3)
+        v = v.repeat_interleave(group, dim=-3)
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale                           # S: (..., N, M)
+    if causal:
+        N, M = q.shape[-2], k.shape[-2]
+        s.masked_fill_(_causal_tile_mask(0, N, 0, M, N, M, q.device), -math.inf)
+    p = torch.softmax(s, dim=-1)                                              # P: (..., N, M)
+    if causal:
+        p = p.nan_to_num_(0.0)                                                # rows with no visible key
+    return torch.matmul(p, v)

@@ -1,0 +1,161 @@
+"""The torch kernels against the float64 oracle and torch autograd: forward, lse, backward, errors."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lab
+from strategies import attention_inputs, blocks
+
+SETTINGS = settings(max_examples=30, deadline=None)
+
+
+def _t(*arrays, dtype=torch.float64, grad=False):
+    return tuple(torch.tensor(a, dtype=dtype, requires_grad=grad) for a in arrays)
+
+
+def _reference_autograd(q, k, v, causal, scale=None):
+    """softmax(scale·QKᵀ)V by torch autograd, grouped heads expanded, fully masked rows set to 0."""
+    group = q.shape[-3] // k.shape[-3] if q.dim() > 2 else 1
+    if group > 1:
+        k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        N, M = q.shape[-2], k.shape[-2]
+        s = s.masked_fill(torch.arange(M)[None, :] > torch.arange(N)[:, None] + (M - N), -math.inf)
+    return torch.softmax(s, dim=-1).nan_to_num(0.0) @ v
+
+
+@SETTINGS
+@given(attention_inputs(), st.one_of(st.none(), blocks), st.one_of(st.none(), blocks), st.booleans())
+def test_forward_matches_reference_in_float64(qkv, Br, Bc, causal):
+    o_ref, lse_ref = lab.attention_reference(*qkv, causal=causal)
+    o, lse = lab.flash_attention_torch_forward(*_t(*qkv), causal=causal, block_q=Br, block_k=Bc)
+    assert o.dtype == torch.float64 and lse.dtype == torch.float64
+    assert tuple(o.shape) == o_ref.shape and tuple(lse.shape) == lse_ref.shape
+    np.testing.assert_allclose(o.numpy(), o_ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(np.isneginf(lse.numpy()), np.isneginf(lse_ref))
+    fin = np.isfinite(lse_ref)
+    np.testing.assert_allclose(lse.numpy()[fin], lse_ref[fin], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 2e-6), (torch.float16, 2e-3), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_low_precision_inputs_accumulate_in_fp32(dtype, tol, causal):
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((2, 4, n, 64)) for n in (200, 137, 137))
+    q, k, v = (torch.tensor(a).to(dtype) for a in (q, k, v))
+    o_ref, lse_ref = lab.attention_reference(*(a.double().numpy() for a in (q, k, v)), causal=causal)
+    o, lse = lab.flash_attention_torch(q, k, v, causal=causal, block_q=64, block_k=48, return_lse=True)
+    assert o.dtype == dtype and lse.dtype == torch.float32
+    # the only rounding above float32's is the final cast of o to the input dtype
+    assert (o.double().numpy() - o_ref).__abs__().max() < tol
+    fin = np.isfinite(lse_ref)
+    np.testing.assert_allclose(lse.double().numpy()[fin], lse_ref[fin], rtol=1e-5, atol=1e-5)
+
+
+@SETTINGS
+@given(attention_inputs(max_len=24), st.one_of(st.none(), blocks), st.one_of(st.none(), blocks), st.booleans())
+def test_gradients_match_autograd_in_float64(qkv, Br, Bc, causal):
+    q, k, v = _t(*qkv, grad=True)
+    o = lab.flash_attention_torch(q, k, v, causal=causal, block_q=Br, block_k=Bc)
+    do = torch.tensor(np.random.default_rng(0).standard_normal(tuple(o.shape)))
+    got = torch.autograd.grad(o, (q, k, v), do)
+    q2, k2, v2 = _t(*qkv, grad=True)
+    want = torch.autograd.grad(_reference_autograd(q2, k2, v2, causal), (q2, k2, v2), do)
+    for name, g, w in zip("qkv", got, want):
+        assert g.shape == w.shape, name
+        torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-10, msg=f"d{name}")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradients_in_float32_within_1e_2(causal):
+    rng = np.random.default_rng(2)
+    qkv = [rng.standard_normal((1, 4, 100, 16)), rng.standard_normal((1, 2, 77, 16)), rng.standard_normal((1, 2, 77, 16))]
+    q, k, v = _t(*qkv, dtype=torch.float32, grad=True)
+    o = lab.flash_attention_torch(q, k, v, causal=causal, block_q=32, block_k=16)
+    do = torch.ones_like(o)
+    got = torch.autograd.grad(o, (q, k, v), do)
+    q2, k2, v2 = _t(*qkv, grad=True)
+    want = torch.autograd.grad(_reference_autograd(q2, k2, v2, causal), (q2, k2, v2), do.double())
+    for g, w in zip(got, want):
+        assert g.dtype == torch.float32
+        assert (g.double() - w).abs().max() < 1e-2
+        assert (g.double() - w).abs().max() < 1e-4          # in practice far inside the bound
+
+
+def test_gradcheck_float64_with_causal_gqa():
+    rng = np.random.default_rng(3)
+    q, k, v = _t(rng.standard_normal((1, 2, 5, 3)), rng.standard_normal((1, 1, 7, 3)), rng.standard_normal((1, 1, 7, 2)), grad=True)
+    assert torch.autograd.gradcheck(lambda a, b, c: lab.FlashAttention.apply(a, b, c, True, None, 2, 3), (q, k, v))
+
+
+def test_forward_saves_q_k_v_o_and_lse_only():
+    rng = np.random.default_rng(4)
+    q, k, v = _t(rng.standard_normal((2, 3, 9, 4)), rng.standard_normal((2, 3, 11, 4)), rng.standard_normal((2, 3, 11, 5)), grad=True)
+    o = lab.FlashAttention.apply(q, k, v, True)
+    saved = o.grad_fn.saved_tensors
+    assert len(saved) == 5
+    assert saved[0] is q or torch.equal(saved[0], q)
+    assert torch.equal(saved[3], o.detach())
+    lse = saved[4]
+    _, lse_ref = lab.attention_reference(q.detach().numpy(), k.detach().numpy(), v.detach().numpy(), causal=True)
+    fin = np.isfinite(lse_ref)
+    np.testing.assert_allclose(lse.numpy()[fin], lse_ref[fin], rtol=1e-12)
+    assert sum(tuple(t.shape) == tuple(q.shape[:-1]) for t in saved) == 1      # lse, and no other (..., N) tensor
+    assert not any(t.shape[-2:] == (9, 11) for t in saved)                    # no N×M matrix
+
+
+def test_fully_masked_rows_give_zero_and_minus_inf():
+    # N > M with causal: query rows i < N - M see no key at all.
+    q, k, v = (torch.randn(1, 1, n, 8, dtype=torch.float64, requires_grad=True) for n in (6, 2, 2))
+    o, lse = lab.flash_attention_torch(q, k, v, causal=True, return_lse=True)
+    assert torch.isfinite(o).all() and (o[0, 0, :4] == 0).all()
+    assert torch.isneginf(lse[0, 0, :4]).all() and torch.isfinite(lse[0, 0, 4:]).all()
+    o.sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+def test_inputs_unchanged_and_naive_matches():
+    rng = np.random.default_rng(5)
+    q, k, v = _t(rng.standard_normal((2, 4, 33, 8)), rng.standard_normal((2, 2, 40, 8)), rng.standard_normal((2, 2, 40, 8)))
+    before = [t.clone() for t in (q, k, v)]
+    o = lab.flash_attention_torch(q, k, v, causal=True, block_q=8, block_k=8)
+    o_naive = lab.attention_torch_naive(q, k, v, causal=True)
+    for t, b in zip((q, k, v), before):
+        assert torch.equal(t, b)
+    torch.testing.assert_close(o, o_naive, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(o_naive, torch.tensor(lab.attention_reference(q.numpy(), k.numpy(), v.numpy(), causal=True)[0]))
+
+
+def test_default_blocks_per_device():
+    assert lab.torch_default_blocks("cpu", 4096, 4096, rows=8) == (256, 512)
+    assert lab.torch_default_blocks("cpu", 8192, 8192, rows=1) == (2048, 512)
+    assert lab.torch_default_blocks("cuda", 4096, 4096, rows=8) == (2048, 1024)
+    assert lab.torch_default_blocks("cpu", 10, 3, rows=1) == (10, 3)          # never larger than N, M
+    Br, Bc = lab.torch_default_blocks("cpu", 8192, 8192, rows=1)
+    assert Br * Bc * 4 <= 4 * 2**20
+
+
+@pytest.mark.parametrize("call, err, words", [
+    (lambda q: lab.flash_attention_torch(q.numpy(), q, q), TypeError, "q must be a torch.Tensor"),
+    (lambda q: lab.flash_attention_torch(q.long(), q.long(), q.long()), TypeError, "floating dtype"),
+    (lambda q: lab.flash_attention_torch(q, q.float(), q), TypeError, "share one dtype"),
+    (lambda q: lab.flash_attention_torch(q, q[..., :3], q), ValueError, "last dim d"),
+    (lambda q: lab.flash_attention_torch(q, q[:, :3], q[:, :3]), ValueError, "multiple"),
+    (lambda q: lab.flash_attention_torch(q, q, q, block_q=0), ValueError, "block_q"),
+    (lambda q: lab.flash_attention_torch(q, q, q, block_k=2.5), TypeError, "block_k"),
+    (lambda q: lab.flash_attention_torch(q, q, q, scale=-1.0), ValueError, "scale"),
+    (lambda q: lab.flash_attention_torch_backward(q, q, q, q, q[..., 0], q[..., :2]), ValueError, "do"),
+    (lambda q: lab.flash_attention_torch_backward(q, q, q, q, q[..., :1], q), ValueError, "lse"),
+    (lambda q: lab.attention_torch_naive(q, q.float(), q), TypeError, "share one dtype"),
+])
+def test_bad_input_raises_clear_errors(call, err, words):
+    q = torch.zeros(1, 4, 5, 4, dtype=torch.float64)
+    with pytest.raises(err, match=words):
+        call(q)

@@ -1,0 +1,118 @@
+"""Decoding and grouped-query attention: cache bytes, intensity, the processor model, torch flash-decoding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lab
+from lab.gqa import (MODEL_CONFIGS, attention_layout, decode_intensity, decode_schedule, decode_torch,
+                     kv_cache_bytes_per_token, kv_cache_table, time_decoding)
+
+
+def test_model_configs_have_sources_and_divide():
+    assert len(MODEL_CONFIGS) >= 5
+    for name, c in MODEL_CONFIGS.items():
+        assert c["q_heads"] % c["kv_heads"] == 0, name
+        assert "arXiv" in c["source"] or "config.json" in c["source"]
+
+
+def test_kv_cache_bytes_known_values():
+    # Llama 2 7B in fp16: 2 (K and V) × 32 layers × 32 heads × 128 × 2 bytes = 512 KiB per token
+    assert kv_cache_bytes_per_token(32, 32, 128, 2) == 512 * 1024
+    rows = {r["model"]: r for r in kv_cache_table()}
+    assert rows["Llama 2 7B"]["layout"] == "MHA" and rows["Llama 2 7B"]["saving"] == 1
+    assert rows["Llama 2 70B"]["layout"] == "GQA" and rows["Llama 2 70B"]["saving"] == 8
+    assert rows["Falcon-7B"]["layout"] == "MQA" and rows["Falcon-7B"]["bytes_per_token"] == 2 * 32 * 64 * 2
+    assert rows["Mistral 7B"]["cache_bytes"] == rows["Mistral 7B"]["bytes_per_token"] * 8192
+    assert kv_cache_table(itemsize=1)[0]["bytes_per_token"] * 2 == kv_cache_table()[0]["bytes_per_token"]
+
+
+def test_attention_layout():
+    assert attention_layout(32, 32) == "MHA"
+    assert attention_layout(32, 8) == "GQA"
+    assert attention_layout(71, 1) == "MQA"
+    assert attention_layout(1, 1) == "MHA"
+    with pytest.raises(ValueError, match="multiple"):
+        attention_layout(6, 4)
+
+
+@given(st.integers(1, 128), st.sampled_from([64, 128]), st.integers(1, 2**16), st.sampled_from([1, 2, 4]))
+def test_decode_intensity_grows_with_group(G, d, M, itemsize):
+    a, b = decode_intensity(G, d, M, itemsize), decode_intensity(G + 1, d, M, itemsize)
+    assert b > a
+    assert a <= 2 * G / itemsize                           # never above the q/o-free bound
+    assert np.isclose(decode_intensity(G, d, 2**30, itemsize), 2 * G / itemsize, rtol=1e-6)
+
+
+def test_decode_intensity_array_and_errors():
+    out = decode_intensity(np.array([1, 2, 4]), 128, 4096, 2)
+    assert out.shape == (3,) and np.all(np.diff(out) > 0)
+    with pytest.raises(ValueError, match="group"):
+        decode_intensity(0)
+    with pytest.raises(ValueError, match="M"):
+        decode_intensity(2, M=0)
+
+
+@given(st.integers(1, 2**17), st.integers(1, 8), st.integers(1, 64), st.integers(1, 64))
+def test_decode_schedule_invariants(M, batch, heads, splits):
+    s = decode_schedule(M, batch=batch, heads=heads, splits=splits)
+    assert s["items"] == batch * heads * splits
+    assert s["busy"] == min(s["items"], s["processors"])
+    assert 0 < s["busy_fraction"] <= 1
+    one = decode_schedule(M, batch=batch, heads=heads, splits=1)
+    assert one["steps"] == one["fa2_steps"] == s["fa2_steps"]
+
+
+def test_decode_schedule_one_query_leaves_processors_idle():
+    fa2 = decode_schedule(32768, batch=1, heads=8, splits=1)
+    assert fa2["busy"] == 8 and fa2["busy_fraction"] < 0.1
+    fd = decode_schedule(32768, batch=1, heads=8, splits=16)
+    assert fd["busy"] == 128 and fd["speedup"] > 10
+    # prefill: many query blocks already fill the machine
+    assert decode_schedule(32768, heads=8, N=32768)["busy"] == 132
+    with pytest.raises(ValueError, match="splits"):
+        decode_schedule(10, splits=0)
+    with pytest.raises(TypeError, match="heads"):
+        decode_schedule(10, heads=2.5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 60), st.integers(1, 9), st.integers(1, 3), st.integers(0, 2**31))
+def test_decode_torch_matches_reference(G, M, splits, workers, seed):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, 2 * G, 1, 8, generator=g, dtype=torch.float64)
+    k = torch.randn(1, 2, M, 8, generator=g, dtype=torch.float64)
+    v = torch.randn(1, 2, M, 5, generator=g, dtype=torch.float64)
+    o, lse = decode_torch(q, k, v, splits=splits, workers=workers)
+    o_ref, lse_ref = lab.attention_reference(q.numpy(), k.numpy(), v.numpy())
+    assert o.shape == q.shape[:-1] + (5,) and lse.shape == q.shape[:-1]
+    assert np.allclose(o.numpy(), o_ref, atol=1e-12) and np.allclose(lse.numpy(), lse_ref, atol=1e-12)
+
+
+def test_decode_torch_errors_and_no_input_change():
+    q, k, v = torch.randn(1, 4, 1, 8), torch.randn(1, 2, 16, 8), torch.randn(1, 2, 16, 8)
+    copies = [t.clone() for t in (q, k, v)]
+    decode_torch(q, k, v, splits=3, workers=2)
+    assert all(torch.equal(a, b) for a, b in zip((q, k, v), copies))
+    with pytest.raises(ValueError, match="multiple"):
+        decode_torch(torch.randn(1, 3, 1, 8), k, v)
+    with pytest.raises(ValueError, match="q must"):
+        decode_torch(q[0], k[0], v[0])
+    with pytest.raises(TypeError, match="q"):
+        decode_torch(q.numpy(), k, v)
+    with pytest.raises(ValueError, match="splits"):
+        decode_torch(q, k, v, splits=0)
+    with pytest.raises(ValueError, match="at least one key"):
+        decode_torch(q, k[:, :, :0], v[:, :, :0])
+
+
+def test_time_decoding_shape_of_result():
+    runs = time_decoding(256, runs=((1, 1), (2, 2)), min_run_time=0.01)
+    assert [(r["splits"], r["workers"]) for r in runs] == [(1, 1), (2, 2)]
+    assert all(r["seconds"] > 0 and r["gb_per_s"] > 0 for r in runs)
+    with pytest.raises(ValueError, match="multiple"):
+        time_decoding(16, q_heads=3, kv_heads=2)

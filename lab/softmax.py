@@ -11,6 +11,7 @@ Taught in: notebooks/01_three_pass_softmax.ipynb, notebooks/02_online_softmax.ip
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ._checks import as_float_array, check_axis, check_block
@@ -18,9 +19,19 @@ from ._checks import as_float_array, check_axis, check_block
 __all__ = ["softmax_naive", "softmax_safe", "softmax_online", "online_normalizer"]
 
 
+# Floating types numpy's own dtype tree does not list (np.issubdtype(bfloat16, np.floating) is False).
+_ML_FLOATS = (np.dtype(ml_dtypes.bfloat16),)
+
+
+def _float_array(x, name: str = "x") -> np.ndarray:
+    """`x` as a floating array: numpy's float types, or bfloat16 from ml_dtypes."""
+    a = np.asarray(x)
+    return a if a.dtype in _ML_FLOATS else as_float_array(a, name)
+
+
 def _rows(x, axis: int) -> tuple[np.ndarray, int]:
     """Checked float array and normalized axis."""
-    a = as_float_array(x, "x")
+    a = _float_array(x, "x")
     if np.isnan(a).any() or np.isposinf(a).any():
         raise ValueError("x must not hold NaN or +inf (-inf, a masked entry, is allowed)")
     return a, check_axis(a, axis)
@@ -34,9 +45,10 @@ def softmax_naive(x, axis: int = -1) -> np.ndarray:
     """$\\mathrm{softmax}(x)_i = e^{x_i} / \\sum_j e^{x_j}$ in the dtype of `x`, no max subtracted.
 
     Overflows on purpose once e^{x_i} exceeds the dtype's largest finite value (inf / inf = nan).
+    Accepts bfloat16 (ml_dtypes) as well as numpy's float types.
     Taught in: notebooks/01_three_pass_softmax.ipynb
     """
-    a = as_float_array(x, "x")
+    a = _float_array(x, "x")
     axis = check_axis(a, axis)
     with np.errstate(over="ignore", invalid="ignore"):
         e = np.exp(a)

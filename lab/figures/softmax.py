@@ -1,0 +1,115 @@
+"""Figures for notebooks 01 and 02: where naive softmax breaks per dtype, accesses per element, the online trace.
+
+Taught in: notebooks/01_three_pass_softmax.ipynb, notebooks/02_online_softmax.ipynb
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..access_count import count_accesses
+from ..online_trace import demo_scores, online_trace, online_vs_safe
+from ..overflow import GAPS, SOFTMAX_DTYPES, first_broken_score, naive_vs_safe
+
+__all__ = ["draw_overflow", "draw_access_counts", "draw_online_trace"]
+
+
+def _fmt_p(p: np.ndarray) -> str:
+    return "[" + ", ".join("nan" if np.isnan(v) else "inf" if np.isinf(v) else f"{v:.2f}" for v in p) + "]"
+
+
+def draw_overflow(s: float = 100.0, dtypes=tuple(SOFTMAX_DTYPES), ax=None) -> dict:
+    """Per dtype, the range of largest scores s where the naive softmax of (s, s−1, s−2, s−3) works, with s marked.
+
+    Returns `naive_vs_safe(s)` plus the break points `above`/`below` per dtype.
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 4.2))
+    res = naive_vs_safe(s, dtypes)
+    lo_lim, hi_lim = -1000, 1000
+    breaks = {}
+    for i, name in enumerate(dtypes):
+        y = len(dtypes) - 1 - i
+        above, below = first_broken_score(name, GAPS, +1), first_broken_score(name, GAPS, -1)
+        breaks[name] = {"above": above, "below": below}
+        ax.barh(y, above - below, left=below, height=0.55, color="C2", alpha=0.35)
+        ax.barh(y, below - lo_lim, left=lo_lim, height=0.55, color="C3", alpha=0.25)
+        ax.barh(y, hi_lim - above, left=above, height=0.55, color="C3", alpha=0.25)
+        for edge in (below, above):
+            ax.text(edge, y + 0.33, f"{edge:+d}", ha="center", va="bottom", fontsize=10)
+        r = res[name]
+        verdict = "✗" if r["naive_broken"] else "✓"
+        ax.text(hi_lim * 1.25, y, f"naive {_fmt_p(r['naive'])} {verdict}", va="center", fontsize=10,
+                color="C3" if r["naive_broken"] else "black", family="monospace")
+    ax.axvline(s, color="k", lw=2)
+    ax.set_xscale("symlog", linthresh=10)
+    ax.set_xlim(lo_lim, hi_lim)
+    ax.set_ylim(-0.6, len(dtypes) - 0.2)
+    ax.set_yticks(range(len(dtypes)), list(dtypes)[::-1])
+    ax.grid(axis="y", visible=False)
+    safe = res[dtypes[-1]]["safe"]
+    ax.set(xlabel="largest score s (symlog axis); row x = (s, s−1, s−2, s−3)",
+           title=f"Naive softmax works only in the green range; at s = {s:g} the safe one gives {_fmt_p(safe)}")
+    return {"s": float(s), "results": res, "breaks": breaks}
+
+
+def draw_access_counts(n: int = 256, block: int = 1, seed: int = 0, ax=None) -> dict:
+    """Measured loads and stores per element of the naive, safe and online softmax on one row of n scores (stacked bars)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    x = demo_scores(n, seed=seed)
+    counts = {m: count_accesses(m, x, block) for m in ("naive", "safe", "online")}
+    names = list(counts)
+    reads = np.array([counts[m].reads / n for m in names])
+    writes = np.array([counts[m].writes / n for m in names])
+    ax.bar(names, reads, color="C0", label="loads per element")
+    ax.bar(names, writes, bottom=reads, color="C1", label="stores per element")
+    for i, tot in enumerate(reads + writes):
+        ax.text(i, tot + 0.08, f"{tot:g}", ha="center", fontsize=13, weight="bold")
+    ax.set(ylabel="memory accesses per element", ylim=(0, 5),
+           title=f"Counted accesses, one row of n = {n} (block = {block})")
+    ax.legend(loc="upper right", fontsize=10)
+    return {"n": n, "block": block, "per_element": {m: counts[m].per_element for m in names},
+            "reads": {m: counts[m].reads for m in names}, "writes": {m: counts[m].writes for m in names}}
+
+
+def draw_online_trace(block: int = 8, shift: float = 0.0, scale: float = 1.0, n: int = 64, seed: int = 0,
+                      axes=None) -> dict:
+    """The row's scores with the running max m after each block (top) and l after each block (bottom).
+
+    Returns the trace, the final (m, l) and max |online − safe|.
+    """
+    x = demo_scores(n, shift, scale, seed)
+    tr = online_trace(x, block)
+    cmp = online_vs_safe(x, block)
+    if axes is None:
+        _, axes = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    ax_m, ax_l = axes
+    j = np.arange(n)
+    for b, (a, z) in enumerate(zip(tr["start"], tr["stop"])):
+        if b % 2:
+            ax_m.axvspan(a - 0.5, z - 0.5, color="gray", alpha=0.12, lw=0)
+            ax_l.axvspan(a - 0.5, z - 0.5, color="gray", alpha=0.12, lw=0)
+    ax_m.plot(j, x, "o", ms=4, color="C0", label="scores x_j")
+    ax_m.step(np.r_[tr["start"], n] - 0.5, np.r_[tr["m"], tr["m"][-1]], where="post", color="C3", lw=2.5,
+              label="running m after each block")
+    grew = tr["alpha"] < 1
+    grew[0] = False                                            # the first block has nothing to rescale
+    ax_m.plot(tr["start"][grew] - 0.5, tr["m"][grew], "^", ms=9, color="C3",
+              label=f"m grew: l rescaled by α < 1 ({int(grew.sum())}×)")
+    ax_m.set(ylabel="score", title=f"Online softmax, n = {n}, block = {block}: "
+             f"{len(tr['block'])} blocks; max |online − safe| = {cmp['max_abs_diff']:.1e}")
+    lo, hi = float(x.min()), float(x.max())
+    ax_m.set_ylim(lo - 0.45 * (hi - lo), hi + 0.1 * (hi - lo))          # room for the legend below the dots
+    ax_m.legend(loc="lower center", ncol=3, fontsize=9)
+    centers = (tr["start"] + tr["stop"] - 1) / 2
+    ax_l.bar(centers, tr["l"], width=(tr["stop"] - tr["start"]) * 0.8, color="C2", label="l after the block")
+    ax_l.plot(centers, tr["l_direct"], "k_", ms=12, mew=2, label="Σ exp(x_j − m) recomputed")
+    if len(tr["block"]) <= 16:
+        for c, a, lv in zip(centers[grew], tr["alpha"][grew], tr["l"][grew]):
+            ax_l.text(c, lv, f"α={a:.2f}", ha="center", va="bottom", fontsize=9)
+    ax_l.set(xlabel="key index j (shaded: alternate blocks)", ylabel="l")
+    ax_l.legend(loc="upper left", fontsize=9)
+    return {"block": block, "shift": float(shift), "scale": float(scale), "n": n, "trace": tr,
+            "m": cmp["m"], "l": cmp["l"], "max_abs_diff": cmp["max_abs_diff"], "rescales": int(grew.sum())}

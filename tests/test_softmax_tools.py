@@ -1,0 +1,239 @@
+"""Tests of the tools behind notebooks 01 and 02: overflow scans, counted accesses, the online trace, figures, sliders."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lab
+from lab.figures.softmax import draw_access_counts, draw_online_trace, draw_overflow
+from strategies import blocks, seeds
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+# --- overflow ---------------------------------------------------------------------------------------
+
+def test_exp_limits_come_from_finfo():
+    assert lab.exp_limits("fp16")["max"] == 65504.0
+    assert lab.exp_limits("fp16")["log_max"] == pytest.approx(np.log(65504.0))
+    assert lab.exp_limits("bf16")["max"] == float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    assert lab.exp_limits("fp64")["log_max"] == pytest.approx(709.782712893384)
+    assert lab.exp_limits("fp32")["log_smallest"] == pytest.approx(np.log(float(np.finfo(np.float32).smallest_subnormal)))
+
+
+@pytest.mark.parametrize("dtype", list(lab.SOFTMAX_DTYPES))
+def test_first_exp_overflow_is_just_past_log_max(dtype):
+    s = lab.first_exp_overflow(dtype)
+    t = lab.exp_limits(dtype)["log_max"]
+    assert s - 1 < t + 0.01 and s > t - 0.01                     # the first integer at or past log(max)
+    dt = lab.SOFTMAX_DTYPES[dtype]
+    with np.errstate(over="ignore"):
+        assert np.isinf(np.exp(np.array([s], dtype=dt)).astype(np.float64)).all()
+        assert np.isfinite(np.exp(np.array([s - 1], dtype=dt)).astype(np.float64)).all()
+
+
+def test_known_break_points():
+    assert lab.first_exp_overflow("fp16") == 12
+    assert lab.first_exp_overflow("fp32") == 89
+    assert lab.first_exp_overflow("fp64") == 710
+    # the row (s, s-1, s-2, s-3) sums to about 1.5·exp(s): in fp16 the sum overflows one step earlier
+    assert lab.first_broken_score("fp16") == 11
+    assert lab.first_broken_score("fp16", gaps=(0.0,)) == 12
+    assert lab.first_broken_score("fp16", direction=-1) < 0
+
+
+@pytest.mark.parametrize("dtype", list(lab.SOFTMAX_DTYPES))
+def test_naive_breaks_exactly_at_first_broken_score(dtype):
+    up = lab.first_broken_score(dtype)
+    down = lab.first_broken_score(dtype, direction=-1)
+    for s, broken in ((up - 1, False), (up, True), (down + 1, False), (down, True), (0, False)):
+        r = lab.naive_vs_safe(float(s), dtypes=(dtype,))[dtype]
+        assert r["naive_broken"] is broken, (dtype, s)
+        assert r["safe_broken"] is False
+
+
+def test_overflow_table_rows():
+    rows = lab.overflow_table()
+    assert [r["dtype"] for r in rows] == ["fp16", "bf16", "fp32", "fp64"]
+    for r in rows:
+        assert r["naive_breaks_below"] < 0 < r["naive_breaks_above"] <= r["first_exp_inf"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(s=st.integers(-1000, 1000))
+def test_safe_softmax_never_breaks(s):
+    res = lab.naive_vs_safe(float(s))
+    for name, r in res.items():
+        assert not r["safe_broken"]
+        assert np.isfinite(r["safe"]).all()
+    assert res["fp64"]["safe_err"] == 0.0
+
+
+def test_score_row_and_overflow_errors():
+    np.testing.assert_array_equal(lab.score_row(5.0), [5.0, 4.0, 3.0, 2.0])
+    assert lab.score_row([1.0, 2.0], "bf16").shape == (2, 4)
+    with pytest.raises(ValueError, match="dtype"):
+        lab.exp_limits("fp8")
+    with pytest.raises(ValueError, match="gaps"):
+        lab.score_row(1.0, gaps=(1.0, 2.0))
+    with pytest.raises(ValueError, match="s must be finite"):
+        lab.score_row(np.inf)
+    with pytest.raises(ValueError, match="direction"):
+        lab.first_broken_score("fp32", direction=0)
+    with pytest.raises(ValueError, match="limit"):
+        lab.first_exp_overflow("fp64", limit=100)
+
+
+# --- counted accesses ---------------------------------------------------------------------------------
+
+@settings(max_examples=30, deadline=None)
+@given(seed=seeds, n=st.integers(1, 60), block=blocks)
+def test_counted_softmaxes_are_right_and_count_3_4_3(seed, n, block):
+    x = np.random.default_rng(seed).standard_normal(n) * 10
+    before = x.copy()
+    want = {"naive": 3.0, "safe": 4.0, "online": 3.0}
+    for method, per in want.items():
+        c = lab.count_accesses(method, x, block)
+        np.testing.assert_allclose(c.y, lab.softmax_safe(x), rtol=1e-12, atol=1e-15)
+        assert c.per_element == per
+        assert c.uniform
+        assert (c.x_stores == 0).all() and (c.y_stores == 1).all() and (c.y_loads == 0).all()
+        assert (c.x_loads == per - 1).all()
+    np.testing.assert_array_equal(x, before)
+
+
+def test_counting_array_counts_each_element():
+    a = lab.CountingArray(np.arange(5.0), "x")
+    assert a[1] == 1.0
+    a[2:4]
+    a[3] = 7.0
+    np.testing.assert_array_equal(a.loads, [0, 1, 1, 1, 0])
+    np.testing.assert_array_equal(a.stores, [0, 0, 0, 1, 0])
+    assert a.peek()[3] == 7.0
+    np.testing.assert_array_equal(a.loads, [0, 1, 1, 1, 0])      # peek does not count
+    with pytest.raises(TypeError, match="x"):
+        a[[1, 2]]
+    with pytest.raises(ValueError, match="1-D"):
+        lab.CountingArray(np.ones((2, 2)), "x")
+
+
+def test_counted_online_with_masked_entries():
+    x = np.array([-np.inf, -np.inf, 1.0, -np.inf, 3.0])
+    c = lab.count_accesses("online", x, block=2)
+    np.testing.assert_allclose(c.y, lab.softmax_safe(x))
+    assert lab.count_accesses("safe", np.full(3, -np.inf)).y.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_count_accesses_errors():
+    with pytest.raises(ValueError, match="method"):
+        lab.count_accesses("fast", np.ones(3))
+    with pytest.raises(ValueError, match="x"):
+        lab.count_accesses("safe", np.ones((2, 3)))
+    with pytest.raises(TypeError, match="x"):
+        lab.count_accesses("safe", np.arange(3))
+    with pytest.raises(ValueError, match="block"):
+        lab.count_accesses("safe", np.ones(3), block=0)
+    with pytest.raises(ValueError, match="NaN"):
+        lab.count_accesses("online", np.array([np.nan]))
+
+
+# --- online trace -------------------------------------------------------------------------------------
+
+@settings(max_examples=40, deadline=None)
+@given(seed=seeds, n=st.integers(1, 60), block=blocks, scale=st.sampled_from([0.5, 3.0, 50.0]))
+def test_trace_matches_online_normalizer_and_is_exact(seed, n, block, scale):
+    x = lab.demo_scores(n, shift=2.0, scale=scale, seed=seed % 1000)
+    tr = lab.online_trace(x, block)
+    nb = -(-n // block)
+    assert len(tr["block"]) == nb and tr["stop"][-1] == n and tr["start"][0] == 0
+    m, l = lab.online_normalizer(x, block)
+    assert tr["m"][-1] == m and tr["l"][-1] == pytest.approx(float(l), rel=1e-12)
+    np.testing.assert_allclose(tr["l"], tr["l_direct"], rtol=1e-12)     # exp(x − m_new) = exp(x − m_old)·α
+    assert tr["alpha"][0] == 0.0                                         # nothing before the first block
+    assert ((tr["alpha"] > 0) & (tr["alpha"] <= 1))[1:].all()
+    np.testing.assert_allclose(tr["alpha"][1:], np.exp(tr["m_old"][1:] - tr["m"][1:]))
+    assert (np.diff(tr["m"]) >= 0).all()
+    np.testing.assert_array_equal(tr["m"], np.maximum.accumulate(tr["block_max"]))
+
+
+def test_trace_table_text():
+    tr = lab.online_trace(np.array([0.0, 2.0, 1.0, 5.0, -1.0]), 2)
+    text = lab.trace_table(tr)
+    lines = text.splitlines()
+    assert len(lines) == 2 + 3
+    assert "α" in lines[0] and "5.000" in lines[-1]
+    assert "more blocks" in lab.trace_table(lab.online_trace(np.zeros(10), 1), max_rows=3)
+    with pytest.raises(ValueError, match="max_rows"):
+        lab.trace_table(tr, max_rows=0)
+
+
+def test_demo_scores_and_online_vs_safe():
+    x = lab.demo_scores(32, shift=5.0, scale=2.0, seed=3)
+    z = lab.demo_scores(32, seed=3)
+    np.testing.assert_allclose(x, 5.0 + 2.0 * z)
+    r = lab.online_vs_safe(x, 7)
+    assert r["max_abs_diff"] < 1e-15
+    assert r["m"] == r["m_safe"] and r["l"] == pytest.approx(r["l_safe"], rel=1e-12)
+    with pytest.raises(ValueError, match="scale"):
+        lab.demo_scores(8, scale=0.0)
+    with pytest.raises(ValueError, match="n"):
+        lab.demo_scores(0)
+    with pytest.raises(ValueError, match="block"):
+        lab.online_trace(x, 0)
+    with pytest.raises(ValueError, match="1-D"):
+        lab.online_vs_safe(np.ones((2, 2)), 1)
+
+
+# --- figures ------------------------------------------------------------------------------------------
+
+def test_figures_return_their_numbers():
+    r = draw_overflow(100)
+    assert r["results"]["fp16"]["naive_broken"] and not r["results"]["fp64"]["naive_broken"]
+    assert r["breaks"]["fp16"] == {"above": 11, "below": -18}
+    r = draw_access_counts(n=64, block=4)
+    assert r["per_element"] == {"naive": 3.0, "safe": 4.0, "online": 3.0}
+    r = draw_online_trace(block=8)
+    assert len(r["trace"]["block"]) == 8 and r["max_abs_diff"] < 1e-15
+
+
+# --- sliders ------------------------------------------------------------------------------------------
+
+def test_overflow_slider_follows_the_largest_score():
+    w = lab.widgets.softmax_overflow()
+    (s,) = w.children[:-1]
+    assert w.result["s"] == 100.0 and w.result["results"]["fp32"]["naive_broken"]
+    s.value = 50
+    assert w.result["s"] == 50.0
+    res = w.result["results"]
+    assert res["fp16"]["naive_broken"] and not res["fp32"]["naive_broken"] and not res["bf16"]["naive_broken"]
+    s.value = 5
+    assert not any(r["naive_broken"] for r in w.result["results"].values())
+    s.value = -120
+    assert w.result["results"]["fp32"]["naive_broken"] and not w.result["results"]["fp64"]["naive_broken"]
+    assert "fp16" in w.summary_html.value
+
+
+def test_trace_slider_changes_the_trace_not_the_result():
+    w = lab.widgets.online_softmax_trace()
+    block, shift, scale = w.children[:-1]
+    assert len(w.result["trace"]["block"]) == 8
+    m0, l0 = w.result["m"], w.result["l"]
+    block.value = 5
+    assert len(w.result["trace"]["block"]) == 13 and w.result["max_abs_diff"] < 1e-12
+    assert w.result["m"] == m0 and w.result["l"] == pytest.approx(l0, rel=1e-12)
+    shift.value = 500.0
+    assert w.result["m"] == pytest.approx(m0 + 500.0) and w.result["l"] == pytest.approx(l0, rel=1e-9)
+    assert w.result["max_abs_diff"] < 1e-12
+    scale.value = 10.0
+    assert w.result["scale"] == 10.0 and w.result["max_abs_diff"] < 1e-12
+    assert w.result["l"] < l0                                           # a sharper row: one score dominates
+    assert "max |online − safe|" in w.summary_html.value

@@ -43,6 +43,11 @@ execute: setup
 		$(BIN)/nbstripout --keep-output --keep-count "$$nb" || exit 1; \
 	done
 
+# Learner copies without the solution cells, in exercises/ (a copy you have changed is never overwritten).
+student: setup
+	$(BIN)/python tools/student.py $(if $(FORCE),--force $(FORCE),)
+
+# Removes what the build made; never notebooks/, data/ or exercises/ (a learner's work).
 clean:
 	rm -rf $(VENV) build .pytest_cache .hypothesis *.egg-info
 	find lab tests -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -13,8 +13,8 @@ import numpy as np
 __all__ = ["check"]
 
 
-def check(fn, reference, cases, *, name: str | None = None, rtol: float = 1e-6, atol: float = 1e-8) -> bool:
-    """Call `fn(*case)` and `reference(*case)` for every case; print one verdict line; return True on a pass.
+def check(fn, reference, cases, *, name: str | None = None, rtol: float = 1e-6, atol: float = 1e-8) -> None:
+    """Call `fn(*case)` and `reference(*case)` for every case and print one verdict line.
 
     `cases` is a list of argument tuples. Results are compared with `np.allclose(rtol, atol)`
     (tuples element by element).
@@ -25,16 +25,15 @@ def check(fn, reference, cases, *, name: str | None = None, rtol: float = 1e-6, 
             got = fn(*case)
         except NotImplementedError:
             print(f"{name}: not implemented yet (fill in the stub above, then run this cell again)")
-            return False
+            return
         except Exception as exc:  # a learner's bug: report it, do not stop the notebook
             print(f"{name}: ✗ case {i} raised {type(exc).__name__}: {exc}")
-            return False
+            return
         want = reference(*case)
         if not _close(got, want, rtol, atol):
             print(f"{name}: ✗ case {i} differs from the reference")
-            return False
+            return
     print(f"{name}: ✓ passed {len(cases)} cases")
-    return True
 
 
 def _close(got, want, rtol, atol) -> bool:

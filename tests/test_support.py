@@ -38,15 +38,18 @@ def test_check_reports_pass_fail_and_not_implemented(capsys):
     def stub(x):
         raise NotImplementedError
 
-    assert lab.check(np.exp, np.exp, [(np.ones(2),)]) is True
-    assert "passed 1 cases" in capsys.readouterr().out
-    assert lab.check(stub, np.exp, [(np.ones(2),)]) is False
+    lab.check(np.exp, np.exp, [(np.ones(2),)])
+    assert "✓ passed 1 cases" in capsys.readouterr().out
+    lab.check(stub, np.exp, [(np.ones(2),)])
     assert "not implemented yet" in capsys.readouterr().out
-    assert lab.check(np.sin, np.exp, [(np.ones(2),)]) is False
-    assert "differs" in capsys.readouterr().out
-    assert lab.check(lambda x: 1 / 0, np.exp, [(1.0,)]) is False
+    lab.check(np.sin, np.exp, [(np.ones(2),)])
+    assert "✗ case 0 differs" in capsys.readouterr().out
+    lab.check(lambda x: 1 / 0, np.exp, [(1.0,)])
     assert "ZeroDivisionError" in capsys.readouterr().out
-    assert lab.check(lambda x: (x, x), lambda x: (x, x), [(1.0,)]) is True
+    lab.check(lambda x: (x, x), lambda x: (x, x), [(1.0,)])
+    assert "✓ passed" in capsys.readouterr().out
+    lab.check(lambda x: (x, x + 1), lambda x: (x, x), [(1.0,)])
+    assert "differs" in capsys.readouterr().out
 
 
 def test_memory_wall_slider_updates_its_result():

@@ -1,0 +1,57 @@
+"""Learner copies: solutions removed, changed copies kept, and every copy runs with the stubs unsolved."""
+
+import json
+import pathlib
+import sys
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import student  # noqa: E402
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _tags(nb):
+    return [t for c in nb.cells for t in c.get("metadata", {}).get("tags", [])]
+
+
+def test_copies_drop_solutions_and_outputs(tmp_path):
+    status = student.write_copies(ROOT / "notebooks", tmp_path, log=lambda *_: None)
+    assert set(status) == {p.name for p in NOTEBOOKS} and set(status.values()) == {"written"}
+    for p in NOTEBOOKS:
+        copy = nbformat.read(tmp_path / p.name, as_version=4)
+        original = nbformat.read(p, as_version=4)
+        assert "solution" not in _tags(copy)
+        assert len(copy.cells) == len(original.cells) - _tags(original).count("solution")
+        assert all(not c.outputs for c in copy.cells if c.cell_type == "code")
+
+
+def test_changed_copies_are_never_overwritten(tmp_path):
+    messages = []
+    student.write_copies(ROOT / "notebooks", tmp_path, log=messages.append)
+    name = NOTEBOOKS[0].name
+    mine = tmp_path / name
+    mine.write_text(mine.read_text().replace("NotImplementedError", "NotImplementedError  # my attempt", 1))
+    kept = mine.read_text()
+    status = student.write_copies(ROOT / "notebooks", tmp_path, log=messages.append)
+    assert status[name] == "skipped" and mine.read_text() == kept
+    assert any("skipped" in m and "fresh copy" in m for m in messages)
+    assert all(s == "unchanged" for n, s in status.items() if n != name)
+    status = student.write_copies(ROOT / "notebooks", tmp_path, force={name}, log=messages.append)
+    assert status[name] == "written" and mine.read_text() != kept
+    assert json.loads((tmp_path / student.MANIFEST).read_text())[name]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_student_copy_runs_and_reports_unsolved_stubs(path, tmp_path):
+    nb = student.student_copy(nbformat.read(path, as_version=4))
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors, errors[0].get("ename") if errors else ""
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    stubs = sum("raise NotImplementedError" in c.source for c in nb.cells if c.cell_type == "code")
+    assert text.count("not implemented yet") >= min(stubs, 2)

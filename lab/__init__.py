@@ -5,6 +5,7 @@ the course's API contract; see each module's docstring for the ladder it teaches
 """
 
 from .access_count import *  # noqa: F401,F403
+from .activations import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .exercises import *  # noqa: F401,F403
 from .io_model import *  # noqa: F401,F403
@@ -13,6 +14,7 @@ from .notebook import *  # noqa: F401,F403
 from .online_trace import *  # noqa: F401,F403
 from .overflow import *  # noqa: F401,F403
 from .precision import *  # noqa: F401,F403
+from .precision_experiments import *  # noqa: F401,F403
 from .softmax import *  # noqa: F401,F403
 from .states import *  # noqa: F401,F403
 from .torch_kernels import *  # noqa: F401,F403

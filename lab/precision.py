@@ -38,13 +38,17 @@ def _round_tf32(x: np.ndarray) -> np.ndarray:
 
 
 def round_to(x, fmt: str) -> np.ndarray:
-    """Round float32 values `x` to `fmt` (round to nearest even) and return them as float32.
+    """$\\mathrm{fl}_{fmt}(x)$: round float32 values `x` to `fmt` (round to nearest even) and return them as float32.
 
     `fmt` in {"fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"}; `x` is first taken as float32.
+    Past the largest finite value: ±inf for tf32, bf16, fp16 and fp8_e5m2, NaN for fp8_e4m3 (which has
+    no infinity); values between the largest finite value and the midpoint to the next power round down
+    to it. The input is never modified.
     Taught in: notebooks/07_precision.ipynb
     """
     check_choice(fmt, FORMATS, "fmt")
-    a = as_float_array(x, "x").astype(np.float32)       # a copy: the input is never touched
+    with np.errstate(over="ignore"):
+        a = as_float_array(x, "x").astype(np.float32)   # a copy: the input is never touched
     if fmt == "fp32":
         return a
     if fmt == "tf32":
@@ -54,11 +58,16 @@ def round_to(x, fmt: str) -> np.ndarray:
 
 
 def format_info(fmt: str) -> dict:
-    """Largest finite value, smallest normal, and machine epsilon of `fmt` (from ml_dtypes / numpy finfo)."""
+    """Largest finite value $x_{max}$, smallest normal, smallest subnormal, $\\epsilon = 2^{-\\text{mantissa bits}}$ of `fmt`.
+
+    From `ml_dtypes.finfo` / `numpy.finfo`; TF32 is FP32's exponent range with 10 mantissa bits, so its
+    largest value is $(2 - 2^{-10})\\,2^{127}$ and its smallest subnormal $2^{-136}$.
+    Taught in: notebooks/07_precision.ipynb
+    """
     check_choice(fmt, FORMATS, "fmt")
-    if fmt in ("fp32", "tf32"):
-        fi = np.finfo(np.float32)
-        eps = 2.0 ** -10 if fmt == "tf32" else float(fi.eps)
-        return {"max": float(fi.max), "tiny": float(fi.tiny), "eps": eps, "mantissa_bits": 10 if fmt == "tf32" else 23}
-    fi = ml_dtypes.finfo(_DTYPES[fmt])
-    return {"max": float(fi.max), "tiny": float(fi.tiny), "eps": float(fi.eps), "mantissa_bits": int(fi.nmant)}
+    if fmt == "tf32":
+        return {"max": float((2 - 2.0**-10) * 2.0**127), "tiny": 2.0**-126, "smallest_subnormal": 2.0**-136,
+                "eps": 2.0**-10, "mantissa_bits": 10, "exponent_bits": 8, "bits": 19}
+    fi = np.finfo(np.float32) if fmt == "fp32" else ml_dtypes.finfo(_DTYPES[fmt])
+    return {"max": float(fi.max), "tiny": float(fi.tiny), "smallest_subnormal": float(fi.smallest_subnormal),
+            "eps": float(fi.eps), "mantissa_bits": int(fi.nmant), "exponent_bits": int(fi.nexp), "bits": int(fi.bits)}

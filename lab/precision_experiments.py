@@ -1,0 +1,299 @@
+"""What low-precision formats do to online softmax and attention, measured against float64.
+
+Each function is one experiment of notebook 07, small enough to run in a fraction of a second:
+  1. `p_rounding_error`, `p_error_grid` : P rounded to a format before P V, m, l, acc in FP32.
+  2. `low_precision_sum`                : l summed in a low-precision format, one element or one block at a time.
+  3. `overflow_threshold`, `softmax_in_format` : exp of unshifted scores against each format's largest value.
+  4. `outlier_qkv`, `attention_standard_lowp`, `attention_tiled_lowp`, `rmse` : FlashAttention-3's
+     outlier inputs, standard attention against the tiled algorithm in FP16 and FP8.
+  5. `matmul_error`                     : an FP32 matmul whose inputs are rounded to TF32 (or any format).
+Real inputs (experiment 6) come from `lab.load_activations`.
+
+Taught in: notebooks/07_precision.ipynb
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from ._checks import as_float_array, check_block, check_choice, check_finite
+from .attention import attention_reference, flash_attention_numpy
+from .precision import FORMATS, format_info, round_to
+
+__all__ = [
+    "gaussian_qkv", "relative_error", "p_rounding_error", "p_error_grid", "p_underflow",
+    "low_precision_sum", "overflow_threshold", "softmax_in_format",
+    "outlier_qkv", "attention_standard_lowp", "attention_tiled_lowp", "rmse", "matmul_error",
+    "FA3_TABLE3_RMSE",
+]
+
+# FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608), §4.3, Table 3: RMSE against an FP64 reference
+# on inputs N(0,1) + N(0,100)·Bernoulli(0.001). Quoted, not measured here.
+FA3_TABLE3_RMSE = {
+    ("standard", "fp16"): 3.2e-4,
+    ("tiled", "fp16"): 1.9e-4,
+    ("standard", "fp8_e4m3"): 2.4e-2,
+    ("tiled", "fp8_e4m3"): 9.1e-3,
+}
+
+_STORAGE = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16,
+            "fp8_e4m3": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2}
+
+
+def _check_fmt(fmt, name="fmt"):
+    return check_choice(fmt, FORMATS, name)
+
+
+def _check_positive(x, name):
+    x = float(x)
+    if not np.isfinite(x) or x <= 0:
+        raise ValueError(f"{name} must be a finite positive number, got {x}")
+    return x
+
+
+def gaussian_qkv(N: int, d: int = 64, spread: float = 1.0, rows: int = 8, seed: int = 0):
+    """`rows` queries and `N` keys/values, float32, whose scores $s = q k^\\top/\\sqrt{d}$ have standard deviation `spread`.
+
+    $q \\sim \\mathcal N(0, \\mathrm{spread}^2)$, $k, v \\sim \\mathcal N(0, 1)$; returns `q (rows, d), k (N, d), v (N, d)`.
+    Taught in: notebooks/07_precision.ipynb
+    """
+    N, d, rows = check_block(N, "N"), check_block(d, "d"), check_block(rows, "rows")
+    spread = _check_positive(spread, "spread")
+    rng = np.random.default_rng(seed)
+    q = (rng.standard_normal((rows, d)) * spread).astype(np.float32)   # (rows, d)
+    k = rng.standard_normal((N, d)).astype(np.float32)                 # (N, d)
+    v = rng.standard_normal((N, d)).astype(np.float32)                 # (N, d)
+    return q, k, v
+
+
+def relative_error(o, ref) -> float:
+    """$\\|o - o_{ref}\\|_F / \\|o_{ref}\\|_F$, in float64.
+
+    Taught in: notebooks/07_precision.ipynb
+    """
+    o = as_float_array(o, "o").astype(np.float64)
+    ref = as_float_array(ref, "ref").astype(np.float64)
+    if o.shape != ref.shape:
+        raise ValueError(f"o and ref must have the same shape, got {o.shape} and {ref.shape}")
+    den = np.linalg.norm(ref)
+    return float(np.linalg.norm(o - ref) / den) if den > 0 else float(np.linalg.norm(o - ref))
+
+
+def rmse(o, ref) -> float:
+    """Root-mean-square error $\\sqrt{\\mathrm{mean}((o - o_{ref})^2)}$, in float64 (FlashAttention-3's Table 3 measure).
+
+    Taught in: notebooks/07_precision.ipynb
+    """
+    o = as_float_array(o, "o").astype(np.float64)
+    ref = as_float_array(ref, "ref").astype(np.float64)
+    if o.shape != ref.shape:
+        raise ValueError(f"o and ref must have the same shape, got {o.shape} and {ref.shape}")
+    return float(np.sqrt(np.mean((o - ref) ** 2)))
+
+
+def p_rounding_error(q, k, v, fmt: str, *, block_k: int = 128, ref=None) -> float:
+    """Relative error of tiled attention with each $P_{ij}$ rounded to `fmt` before $P_{ij} V_j$ (m, l, acc in FP32).
+
+    `q (..., N, d)`, `k (..., M, d)`, `v (..., M, dv)` are taken as float32; `ref` (the float64 output
+    of `attention_reference`) may be passed to save recomputing it.
+    Taught in: notebooks/07_precision.ipynb
+    """
+    _check_fmt(fmt)
+    q, k, v = (as_float_array(a, n).astype(np.float32) for a, n in ((q, "q"), (k, "k"), (v, "v")))
+    if ref is None:
+        ref = attention_reference(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64))[0]
+    o, _ = flash_attention_numpy(q, k, v, block_q=max(1, q.shape[-2]), block_k=block_k, p_format=fmt)
+    return relative_error(o, ref)
+
+
+def p_error_grid(Ns, spreads, formats=("fp32", "bf16", "fp16", "fp8_e4m3"), *, d: int = 64, rows: int = 8,
+                 block_k: int = 128, seed: int = 0) -> dict:
+    """Relative error of `p_rounding_error` for every format, spread and N: `{fmt: array (len(spreads), len(Ns))}`.
+
+    The keys of the largest N are drawn once per spread and the first N of them are used for each N.
+    Taught in: notebooks/07_precision.ipynb
+    """
+    Ns = [check_block(int(n), "Ns") for n in Ns]
+    spreads = [_check_positive(s, "spreads") for s in spreads]
+    for f in formats:
+        _check_fmt(f, "formats")
+    if not Ns or not spreads:
+        raise ValueError("Ns and spreads must not be empty")
+    grid = {f: np.zeros((len(spreads), len(Ns))) for f in formats}
+    for a, spread in enumerate(spreads):
+        q, k, v = gaussian_qkv(max(Ns), d, spread, rows, seed)
+        for b, N in enumerate(Ns):
+            ref = attention_reference(q.astype(np.float64), k[:N].astype(np.float64), v[:N].astype(np.float64))[0]
+            for f in formats:
+                grid[f][a, b] = p_rounding_error(q, k[:N], v[:N], f, block_k=block_k, ref=ref)
+    return grid
+
+
+def p_underflow(q, k, fmt: str, *, block_k: int = 128) -> dict:
+    """What rounding to `fmt` does to the tiles' $P_{ij} = e^{S_{ij} - m_{running}}$ of one pass over the keys.
+
+    Returns `p` (every P entry as the kernel forms it, float32, shape `(..., N, M)` flattened), the
+    fraction of entries that round to 0 (`flushed`), and the share of the softmax mass they held
+    (`mass_lost`, against the final l).
+    Taught in: notebooks/07_precision.ipynb
+    """
+    _check_fmt(fmt)
+    Bc = check_block(block_k, "block_k")
+    q = as_float_array(q, "q").astype(np.float32)
+    k = as_float_array(k, "k").astype(np.float32)
+    if q.ndim != 2 or k.ndim != 2 or q.shape[1] != k.shape[1]:
+        raise ValueError(f"q and k must be (N, d) and (M, d), got {q.shape} and {k.shape}")
+    check_finite(q, "q")
+    check_finite(k, "k")
+    s = (q / np.float32(np.sqrt(q.shape[1]))) @ k.T                   # S: (N, M)
+    m = np.full(q.shape[0], -np.inf, np.float32)                         # running max, (N,)
+    tiles = []
+    for j0 in range(0, k.shape[0], Bc):
+        s_j = s[:, j0:j0 + Bc]                                           # S_ij: (N, Bc)
+        m = np.maximum(m, s_j.max(axis=1))
+        tiles.append(np.exp(s_j - m[:, None]))                          # P_ij = exp(S_ij - m_running)
+    p = np.concatenate(tiles, axis=1)                                    # P as formed per tile: (N, M)
+    weight = np.exp(s - s.max(axis=1, keepdims=True))                    # its final softmax weight, unnormalized
+    zero = (round_to(p, fmt) == 0) & (p > 0)
+    return {"p": p.ravel(), "flushed": float(zero.mean()),
+            "mass_lost": float((weight * zero).sum() / weight.sum()), "fmt": fmt}
+
+
+def low_precision_sum(p, fmt: str, block: int = 1) -> np.ndarray:
+    """Running $l$ in `fmt`: $l \\leftarrow \\mathrm{fl}(l + \\mathrm{fl}(\\textstyle\\sum_{block} p))$, each block summed in `fmt` too.
+
+    `p (N,)` is first rounded to `fmt`; every addition is rounded to `fmt` (ml_dtypes / numpy
+    arithmetic in the format). Returns the running sum after each block, float64, shape `(ceil(N/block),)`.
+    With `block=1` it is the plain one-element-at-a-time sum.
+    Taught in: notebooks/07_precision.ipynb
+    """
+    _check_fmt(fmt)
+    B = check_block(block, "block")
+    p = as_float_array(p, "p")
+    if p.ndim != 1:
+        raise ValueError(f"p must be one-dimensional, got shape {p.shape}")
+    x = round_to(p, fmt)                                                 # (N,)
+    nb = -(-x.size // B)
+    xb = np.zeros(nb * B, np.float32)
+    xb[:x.size] = x
+    xb = xb.reshape(nb, B)                                               # (blocks, block)
+    part = _accumulate(xb, fmt, axis=1)[:, -1] if B > 1 else xb[:, 0]    # each block's sum, in fmt
+    return _accumulate(part, fmt, axis=0).astype(np.float64)
+
+
+def _accumulate(x: np.ndarray, fmt: str, axis: int) -> np.ndarray:
+    """Running sums along `axis` with every addition rounded to `fmt`; float32 out."""
+    if fmt in _STORAGE:
+        return np.add.accumulate(x.astype(_STORAGE[fmt]), axis=axis).astype(np.float32)
+    # tf32 has no storage type: add in float32 (exact enough: 24 >= 2·11 + 2 bits) and round each step
+    x = np.moveaxis(x, axis, 0)
+    out = np.empty_like(x)
+    total = np.zeros(x.shape[1:], np.float32)
+    for i in range(x.shape[0]):
+        total = round_to(total + x[i], fmt)
+        out[i] = total
+    return np.moveaxis(out, 0, axis)
+
+
+def overflow_threshold(fmt: str) -> float:
+    """The largest score $s$ whose $\\mathrm{fl}_{fmt}(e^{s})$ is still finite, found by bisection on `round_to`.
+
+    Close to $\\ln x_{max}$ of the format (a little above: values up to half a step past $x_{max}$ round down to it).
+    Taught in: notebooks/07_precision.ipynb
+    """
+    _check_fmt(fmt)
+    lo, hi = 0.0, 100.0                                                  # exp(0) fits every format; exp(100) none
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        with np.errstate(over="ignore"):
+            ok = np.isfinite(round_to(np.array([np.exp(mid)]), fmt)[0])
+        lo, hi = (mid, hi) if ok else (lo, mid)
+    return lo
+
+
+def softmax_in_format(s, fmt: str, *, subtract_max: bool = True) -> np.ndarray:
+    """$p = \\mathrm{fl}_{fmt}(e^{s - m}) / \\sum \\mathrm{fl}_{fmt}(e^{s - m})$ over the last axis, with $m = \\max s$ or $m = 0$.
+
+    The exponentials are stored in `fmt` (the sum and division in float32), so without the max
+    subtraction a score past `overflow_threshold(fmt)` turns the row into NaN.
+    Taught in: notebooks/07_precision.ipynb
+    """
+    _check_fmt(fmt)
+    s = as_float_array(s, "s").astype(np.float32)
+    m = s.max(axis=-1, keepdims=True) if subtract_max else np.zeros(s.shape[:-1] + (1,), np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = round_to(np.exp(s - m), fmt)                                  # (..., M)
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def outlier_qkv(shape=(4, 512, 64), *, p: float = 0.001, outlier_std: float = 10.0, seed: int = 0):
+    """Q, K, V with entries $\\mathcal N(0,1) + \\mathcal N(0, \\sigma^2)\\cdot\\mathrm{Bernoulli}(p)$, as in FlashAttention-3 §4.3.
+
+    Returns three float32 arrays of `shape` (H, N, d), rounded to fp16 (the model's storage format), so
+    every precision starts from the same inputs.
+    Taught in: notebooks/07_precision.ipynb
+    """
+    shape = tuple(check_block(int(s), "shape") for s in shape)
+    if not 0 <= p <= 1:
+        raise ValueError(f"p must be in [0, 1], got {p}")
+    outlier_std = float(outlier_std)
+    if not np.isfinite(outlier_std) or outlier_std < 0:
+        raise ValueError(f"outlier_std must be a finite number >= 0, got {outlier_std}")
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(3):
+        x = rng.standard_normal(shape) + rng.standard_normal(shape) * outlier_std * (rng.random(shape) < p)
+        out.append(round_to(x.astype(np.float32), "fp16"))                # (H, N, d)
+    return tuple(out)
+
+
+def _low_inputs(q, k, v, fmt):
+    q, k, v = (as_float_array(a, n) for a, n in ((q, "q"), (k, "k"), (v, "v")))
+    for a, n in ((q, "q"), (k, "k"), (v, "v")):
+        check_finite(a, n)
+    if q.shape[-1] != k.shape[-1] or k.shape[:-1] != v.shape[:-1] or q.shape[:-2] != k.shape[:-2]:
+        raise ValueError(f"q, k, v must be (..., N, d), (..., M, d), (..., M, dv), got {q.shape}, {k.shape}, {v.shape}")
+    return tuple(round_to(a, fmt) for a in (q, k, v))
+
+
+def attention_standard_lowp(q, k, v, fmt: str = "fp16") -> np.ndarray:
+    """Standard attention with its intermediates stored in low precision: $S$ and $P$ in FP16, $P$ fed to $PV$ in `fmt`.
+
+    $Q, K, V \\leftarrow \\mathrm{fl}_{fmt}$; $S = \\mathrm{fl}_{16}(Q K^\\top/\\sqrt d)$ (FP32 accumulation);
+    $P = \\mathrm{fl}_{16}(\\mathrm{softmax}(S))$ (softmax computed in FP32); $O = \\mathrm{fl}_{16}(\\mathrm{fl}_{fmt}(P) V)$ (FP32 accumulation).
+    Taught in: notebooks/07_precision.ipynb
+    """
+    _check_fmt(fmt)
+    q, k, v = _low_inputs(q, k, v, fmt)
+    s = round_to((q @ np.swapaxes(k, -1, -2)) / np.float32(np.sqrt(q.shape[-1])), "fp16")  # S: (..., N, M)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p = round_to(p / p.sum(axis=-1, keepdims=True), "fp16")             # P: (..., N, M)
+    return round_to(round_to(p, fmt) @ v, "fp16")                        # (..., N, dv)
+
+
+def attention_tiled_lowp(q, k, v, fmt: str = "fp16", *, block_q: int = 64, block_k: int = 64) -> np.ndarray:
+    """The tiled kernel with Q, K, V and each $P_{ij}$ rounded to `fmt`, $S_{ij}$, m, l, acc in FP32, and $O$ stored in FP16.
+
+    Taught in: notebooks/07_precision.ipynb
+    """
+    _check_fmt(fmt)
+    q, k, v = _low_inputs(q, k, v, fmt)
+    o, _ = flash_attention_numpy(q, k, v, block_q=block_q, block_k=block_k, p_format=fmt)
+    return round_to(o, "fp16")                                           # (..., N, dv)
+
+
+def matmul_error(a, b, fmt: str = "tf32") -> float:
+    """Relative error $\\|\\mathrm{fl}_{fmt}(A)\\,\\mathrm{fl}_{fmt}(B) - AB\\|_F / \\|AB\\|_F$, the product accumulated in FP32.
+
+    This is what an FP32 matmul on tensor cores in TF32 mode does: it rounds the inputs to 10 mantissa
+    bits and keeps an FP32 accumulator.
+    Taught in: notebooks/07_precision.ipynb
+    """
+    _check_fmt(fmt)
+    a = as_float_array(a, "a")
+    b = as_float_array(b, "b")
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"a and b must be (N, K) and (K, M), got {a.shape} and {b.shape}")
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    return relative_error(round_to(a, fmt) @ round_to(b, fmt), ref)

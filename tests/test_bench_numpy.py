@@ -1,0 +1,14 @@
+"""The numpy benchmark runs and reports consistent numbers (no time is asserted)."""
+
+import lab.bench_numpy as bench
+
+
+def test_numpy_throughput_reports_both_kernels(capsys):
+    r = bench.numpy_throughput(BH=2, N=96, d=16, min_run_time=0.01)
+    assert r["max_abs_diff"] < 1e-5
+    for name in ("standard", "flash"):
+        assert r[name]["seconds"] > 0
+        assert abs(r[name]["gflops"] * r[name]["seconds"] * 1e9 - 4 * 2 * 96 * 96 * 16) < 1
+    assert abs(r["flash_over_standard"] - r["standard"]["seconds"] / r["flash"]["seconds"]) < 1e-9
+    bench.main(["--BH", "1", "--N", "64", "--d", "8", "--min-run-time", "0.01", "--causal"])
+    assert "flash / standard throughput" in capsys.readouterr().out

@@ -1,0 +1,50 @@
+"""environment.yml (conda) stays in step with pyproject.toml (pip)."""
+
+import pathlib
+import re
+
+import pytest
+import yaml
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    tomllib = pytest.importorskip("tomli")
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CONDA_NAMES = {"torch": "pytorch"}
+
+
+def _split(req: str) -> tuple[str, str]:
+    req = req.split(";")[0].strip()
+    name = re.match(r"[A-Za-z0-9_.\-]+", req).group(0)
+    return name.lower().replace("-", "_"), req[len(name):].replace(" ", "")
+
+
+def test_every_dependency_is_in_environment_yml_with_the_same_versions():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    conda = {}
+    for dep in env["dependencies"]:
+        if isinstance(dep, str):
+            name, spec = _split(dep)
+            conda[name] = spec
+    pip = dict(_split(r) for r in project["dependencies"] + project["optional-dependencies"]["test"])
+    for name, spec in pip.items():
+        if name == "triton":                 # Linux-only: comes from PyPI through `pip: -e .[test]`
+            continue
+        cname = CONDA_NAMES.get(name, name)
+        assert cname in conda, f"{name} missing from environment.yml"
+        if name == "torch":
+            assert spec == "==2.13.0" and conda[cname].startswith("=2.13.0=cpu")
+        else:
+            assert conda[cname] == spec, f"{name}: pyproject {spec!r} vs environment.yml {conda[cname]!r}"
+    pip_section = next(d for d in env["dependencies"] if isinstance(d, dict))["pip"]
+    assert any(line.startswith("-e .[test]") for line in pip_section)
+
+
+def test_torch_is_pinned_to_the_cpu_wheel_version():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert "torch==2.13.0" in project["dependencies"]
+    triton = [d for d in project["dependencies"] if d.startswith("triton")]
+    assert triton and "sys_platform == 'linux'" in triton[0]

@@ -1,0 +1,132 @@
+"""The Triton kernel against the float64 oracle: through the interpreter on CPU tensors (tiny shapes), and
+compiled to a GPU binary without a GPU (the CUDA path at least builds)."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import lab
+
+USABLE, WHY = lab.triton_status()
+pytestmark = pytest.mark.skipif(not USABLE, reason=WHY)
+
+SHAPES = [  # (B, Hq, Hkv, N, M, d): the interpreter runs 0.1-1 GFLOP/s, so N stays in {1, 17, 64, 200}
+    (1, 1, 1, 1, 1, 16),
+    (2, 2, 1, 17, 17, 16),
+    (1, 2, 2, 64, 64, 64),
+    (1, 1, 1, 200, 200, 64),
+    (1, 4, 2, 17, 64, 16),    # N < M, grouped heads
+    (1, 2, 1, 64, 17, 64),    # N > M: causal rows with no visible key
+]
+TOL = {torch.float32: 2e-6, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+
+
+def _inputs(B, Hq, Hkv, N, M, d, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    q = torch.tensor(rng.standard_normal((B, Hq, N, d))).to(dtype)
+    k = torch.tensor(rng.standard_normal((B, Hkv, M, d))).to(dtype)
+    v = torch.tensor(rng.standard_normal((B, Hkv, M, d))).to(dtype)
+    return q, k, v
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-Hq{}-Hkv{}-N{}-M{}-d{}".format(*s))
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_interpreter_matches_reference(shape, causal, dtype):
+    q, k, v = _inputs(*shape, dtype)
+    o_ref, lse_ref = lab.attention_reference(*(a.double().numpy() for a in (q, k, v)), causal=causal)
+    o, lse = lab.flash_attention_triton(q, k, v, causal=causal, return_lse=True)
+    assert o.dtype == dtype and lse.dtype == torch.float32 and tuple(o.shape) == o_ref.shape
+    assert np.abs(o.double().numpy() - o_ref).max() < TOL[dtype]
+    np.testing.assert_array_equal(np.isneginf(lse.numpy()), np.isneginf(lse_ref))
+    fin = np.isfinite(lse_ref)
+    np.testing.assert_allclose(lse.numpy()[fin], lse_ref[fin], rtol=1e-5, atol=1e-5)
+    if causal and shape[3] > shape[4]:
+        assert (o[..., : shape[3] - shape[4], :] == 0).all()          # rows with no visible key give 0
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bfloat16_in_the_interpreter_is_correct(causal):
+    q, k, v = _inputs(1, 2, 1, 64, 64, 64, torch.bfloat16, seed=1)
+    o_ref, _ = lab.attention_reference(*(a.double().numpy() for a in (q, k, v)), causal=causal)
+    o = lab.flash_attention_triton(q, k, v, causal=causal, block_q=16, block_k=32)
+    assert o.dtype == torch.bfloat16
+    assert np.abs(o.double().numpy() - o_ref).max() < TOL[torch.bfloat16]
+
+
+def test_block_sizes_and_scale_agree_with_the_torch_kernel():
+    q, k, v = _inputs(1, 2, 2, 64, 64, 16, torch.float32, seed=2)
+    o_torch = lab.flash_attention_torch(q, k, v, causal=True, scale=0.3)
+    for Br, Bc in ((16, 16), (32, 64), (128, 16)):
+        o = lab.flash_attention_triton(q, k, v, causal=True, scale=0.3, block_q=Br, block_k=Bc)
+        assert (o - o_torch).abs().max() < 2e-6
+
+
+def test_inputs_unchanged_and_2d_inputs():
+    q, k, v = _inputs(1, 1, 1, 17, 17, 16, torch.float32, seed=3)
+    before = [t.clone() for t in (q, k, v)]
+    o = lab.flash_attention_triton(q[0, 0], k[0, 0], v[0, 0])
+    assert tuple(o.shape) == (17, 16)
+    for t, b in zip((q, k, v), before):
+        assert torch.equal(t, b)
+    o_ref, _ = lab.attention_reference(q[0, 0].numpy(), k[0, 0].numpy(), v[0, 0].numpy())
+    assert np.abs(o.numpy() - o_ref).max() < 2e-6
+
+
+@pytest.mark.parametrize("call, err, words", [
+    (lambda q: lab.flash_attention_triton(q.numpy(), q, q), TypeError, "torch.Tensor"),
+    (lambda q: lab.flash_attention_triton(q.double(), q.double(), q.double()), TypeError, "float16, bfloat16 or float32"),
+    (lambda q: lab.flash_attention_triton(q, q.half(), q), TypeError, "share one dtype"),
+    (lambda q: lab.flash_attention_triton(q, q[:, :3], q[:, :3]), ValueError, "multiple"),
+    (lambda q: lab.flash_attention_triton(q, q, q, block_q=24), ValueError, "power of two"),
+    (lambda q: lab.flash_attention_triton(q, q, q, block_k=8), ValueError, "block_k"),
+    (lambda q: lab.flash_attention_triton(q, q, q, scale=0.0), ValueError, "scale"),
+])
+def test_bad_input_raises_clear_errors(call, err, words):
+    q = torch.zeros(1, 4, 5, 16)
+    with pytest.raises(err, match=words):
+        call(q)
+
+
+_COMPILE = """
+import os, sys
+os.environ.pop("TRITON_INTERPRET", None)
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
+import triton.language as tl
+from lab import triton_kernels
+triton_kernels.tl = tl
+fn = JITFunction(triton_kernels._attn_fwd)
+sig = {name: "i32" for name in fn.arg_names}
+sig.update({"Q": "*fp16", "K": "*fp16", "V": "*fp16", "O": "*fp16", "LSE": "*fp32", "qk_scale": "fp32"})
+const = {"CAUSAL": True, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_D": 64, "BLOCK_DV": 64, "PRECISION": "tf32"}
+sig.update({c: "constexpr" for c in const})
+src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(c),): v for c, v in const.items()})
+try:
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 3})
+except RuntimeError as exc:
+    print("SKIP", exc); sys.exit(0)
+print("CUBIN", len(k.asm["cubin"]), "SHARED", k.metadata.shared)
+"""
+
+
+def test_kernel_compiles_to_a_gpu_binary_without_a_gpu():
+    """The CUDA path cannot run here, but Triton can build the kernel for an sm_90 target offline.
+
+    In a fresh process: the interpreter patches `triton.language` in the process that ran it.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    run = subprocess.run([sys.executable, "-c", _COMPILE], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert run.returncode == 0, run.stderr[-2000:]
+    if run.stdout.startswith("SKIP"):
+        pytest.skip(f"this Triton build cannot compile for CUDA offline: {run.stdout}")
+    words = run.stdout.split()
+    assert words[0] == "CUBIN" and int(words[1]) > 0 and int(words[3]) > 0

@@ -40,6 +40,7 @@ __all__ = [
     "NumpyFlashAttention",
     "standard_attention_torch",
     "saved_tensor_bytes",
+    "training_memory",
     "attention_flops",
     "time_forward_backward",
 ]
@@ -268,6 +269,31 @@ def saved_tensor_bytes(fn, *args, **kwargs) -> dict:
     input_bytes = sum(b for key, b in seen.items() if key in inputs)
     return {"bytes": total, "input_bytes": input_bytes, "extra_bytes": total - input_bytes,
             "shapes": shapes, "output": output}
+
+
+def training_memory(Ns, d: int = 64, *, heads: int = 1, causal: bool = False, dtype=torch.float32,
+                    seed: int = 0) -> list[dict]:
+    """Bytes autograd keeps between forward and backward, standard attention against `lab.FlashAttention`, for each N.
+
+    Standard keeps P ($N^2$ per head, plus its inputs); FlashAttention keeps $q, k, v, o$ and $lse$
+    ($4Nd + N$ per head). Counted with `saved_tensor_bytes` (exact, not a reading of the process).
+    Taught in: notebooks/09_backward.ipynb
+    """
+    from .torch_kernels import FlashAttention
+
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for N in Ns:
+        N = int(N)
+        if N < 1:
+            raise ValueError(f"every N in Ns must be >= 1, got {N}")
+        q, k, v = (torch.randn(1, heads, N, d, generator=g, dtype=dtype).requires_grad_() for _ in range(3))
+        std = saved_tensor_bytes(standard_attention_torch, q, k, v, causal=causal)
+        fla = saved_tensor_bytes(FlashAttention.apply, q, k, v, causal)
+        itemsize = torch.finfo(dtype).bits // 8
+        rows.append(dict(N=N, standard=std["bytes"], flash=fla["bytes"], p_bytes=heads * N * N * itemsize,
+                         flash_shapes=fla["shapes"], standard_shapes=std["shapes"]))
+    return rows
 
 
 def attention_flops(N: int, M: int | None = None, d: int = 64, *, batch: int = 1, heads: int = 1,

@@ -32,6 +32,7 @@ from .decoding import chunk_bounds, merge_outputs
 __all__ = [
     "MODEL_CONFIGS",
     "PROCESSORS",
+    "H100_RIDGE",
     "attention_layout",
     "kv_cache_bytes_per_token",
     "kv_cache_table",
@@ -59,6 +60,10 @@ MODEL_CONFIGS = {
 
 # Streaming multiprocessors of an H100 SXM (../shared/FACTS.md: 228 KB per SM × 132).
 PROCESSORS = 132
+
+# FLOPs per byte where an H100 SXM turns from memory-bound to compute-bound: 989 TFLOP/s dense
+# BF16/FP16 over 3.35 TB/s of HBM (../shared/FACTS.md, hardware table).
+H100_RIDGE = 989e12 / 3.35e12
 
 
 def _positive_int(x, name: str) -> int:

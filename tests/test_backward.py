@@ -187,3 +187,42 @@ def test_time_forward_backward_returns_positive_times():
     t = time_forward_backward(standard_attention_torch, q, k, v, min_run_time=0.01)
     assert t["forward"] > 0 and t["forward_backward"] > 0
     assert set(t) == {"forward", "forward_backward", "backward", "ratio"}
+
+
+def test_training_memory_standard_grows_as_n_squared():
+    rows = lab.training_memory([64, 128], d=8)
+    assert [r["N"] for r in rows] == [64, 128]
+    for r in rows:
+        assert r["standard"] > r["p_bytes"] > r["flash"]
+        assert r["flash"] == (4 * r["N"] * 8 + r["N"]) * 4     # q, k, v, o and lse, float32
+    assert rows[1]["p_bytes"] == 4 * rows[0]["p_bytes"]
+    with pytest.raises(ValueError, match="Ns"):
+        lab.training_memory([0])
+
+
+def test_figures_return_their_numbers():
+    import matplotlib.pyplot as plt
+
+    from lab.figures.backward import draw_backward_tiles, draw_backward_time, draw_training_memory
+
+    r = draw_backward_tiles(N=64, block_q=16, block_k=32, causal=True)
+    assert (r["tiles"], r["visited"], r["masked"]) == (8, 6, 4)
+    assert r["max_err"] < 1e-10 and r["p_bytes"] == 64 * 64 * 4
+    assert draw_backward_tiles(N=64, block_q=16, block_k=32, causal=False)["visited"] == 8
+    m = draw_training_memory(lab.training_memory([32, 64], d=8))
+    assert m["N"] == [32, 64] and m["ratio_last"] > 1
+    t = draw_backward_time({"a": {"ratio": 2.0}, "b": {"ratio": 3.0}})
+    assert t == {"a": 2.0, "b": 3.0}
+    plt.close("all")
+
+
+def test_backward_tiles_slider_updates_result():
+    w = lab.widgets.backward_tiles()
+    controls = {c.description: c for c in w.children[:-1]}
+    assert w.result["N"] == 256 and w.result["causal"]
+    controls["N"].value = 128
+    assert w.result["N"] == 128 and w.result["tiles"] == 4
+    controls["Br"].value = 16
+    assert w.result["block_q"] == 16 and w.result["tiles"] == 16
+    controls["causal"].value = False
+    assert w.result["visited"] == w.result["tiles"] and w.result["max_err"] < 1e-10

@@ -116,3 +116,42 @@ def test_time_decoding_shape_of_result():
     assert all(r["seconds"] > 0 and r["gb_per_s"] > 0 for r in runs)
     with pytest.raises(ValueError, match="multiple"):
         time_decoding(16, q_heads=3, kv_heads=2)
+
+
+def test_decoding_figures_return_their_numbers():
+    import matplotlib.pyplot as plt
+
+    from lab.figures.decoding import draw_decode_schedule, draw_decode_timings, draw_gqa_intensity, draw_kv_cache
+
+    kv = draw_kv_cache()
+    assert kv["Llama 2 7B"] == 512 * 1024 and len(kv) == len(MODEL_CONFIGS)
+    s = draw_decode_schedule(M=4096, splits=4)
+    assert s["fa2"]["busy"] == 8 and s["flash_decoding"]["busy"] == 32
+    g = draw_gqa_intensity(group=8)
+    assert g["kv_heads"] == 4 and g["kib_per_token"] == 64
+    with pytest.raises(ValueError, match="group"):
+        draw_gqa_intensity(group=3)
+    t = draw_decode_timings([dict(splits=1, workers=1, seconds=0.01)])
+    assert list(t.values()) == [pytest.approx(10.0)]
+    plt.close("all")
+
+
+def test_decode_splits_slider_updates_result():
+    w = lab.widgets.decode_splits()
+    controls = {c.description: c for c in w.children[:-1]}
+    assert w.result["flash_decoding"]["splits"] == 8
+    controls["splits"].value = 16
+    assert w.result["flash_decoding"]["busy"] == 128
+    controls["cache M"].value = 2**12
+    assert w.result["fa2"]["steps"] == 32 and w.result["flash_decoding"]["M"] == 4096
+
+
+def test_gqa_group_slider_updates_result():
+    w = lab.widgets.gqa_group()
+    controls = {c.description: c for c in w.children[:-1]}
+    assert w.result["group"] == 4
+    controls["G"].value = 32
+    assert w.result["kv_heads"] == 1 and w.result["kib_per_token"] == 16
+    before = w.result["intensity"]
+    controls["cache M"].value = 256
+    assert w.result["intensity"] < before

@@ -1,0 +1,123 @@
+"""Figures for notebook 10: K/V cache per token of published models, busy processors when decoding, and GQA's intensity.
+
+Taught in: notebooks/10_decoding_and_gqa.ipynb
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.patches import Rectangle
+
+from ..gqa import H100_RIDGE, PROCESSORS, decode_intensity, decode_schedule, kv_cache_bytes_per_token, kv_cache_table
+
+__all__ = ["draw_kv_cache", "draw_decode_schedule", "draw_gqa_intensity", "draw_decode_timings"]
+
+_LAYOUT_COLORS = {"MHA": "#e76f51", "GQA": "#2a9d8f", "MQA": "#264653"}
+
+
+def draw_kv_cache(itemsize: int = 2, tokens: int = 8192, ax=None) -> dict:
+    """Horizontal bars: K/V cache KiB per token of each model in `lab.MODEL_CONFIGS`, with its multi-head size outlined."""
+    rows = kv_cache_table(itemsize=itemsize, tokens=tokens)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 4.8))
+    names = [r["model"] for r in rows][::-1]
+    rows_r = rows[::-1]
+    y = np.arange(len(rows_r))
+    ax.barh(y, [r["mha_bytes_per_token"] / 1024 for r in rows_r], color="none", edgecolor="gray", ls="--",
+            label="if multi-head (Hkv = Hq)")
+    for layout in ("MHA", "GQA", "MQA"):
+        idx = [i for i, r in enumerate(rows_r) if r["layout"] == layout]
+        ax.barh(y[idx], [rows_r[i]["bytes_per_token"] / 1024 for i in idx], color=_LAYOUT_COLORS[layout],
+                label=layout)
+    for i, r in enumerate(rows_r):
+        ax.text(r["bytes_per_token"] / 1024 * 1.1, i, f"{r['bytes_per_token'] / 1024:,.0f} KiB  "
+                f"({r['q_heads']}q/{r['kv_heads']}kv)", va="center", fontsize=10)
+    ax.set_xscale("log")
+    ax.set_yticks(y, names)
+    ax.set(xlabel=f"K/V cache per token, KiB ({itemsize}-byte elements, all layers)",
+           title="K/V cache per token of published configurations", xlim=(2, 2**15))
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
+    ax.grid(axis="y", visible=False)
+    return {r["model"]: r["bytes_per_token"] for r in rows}
+
+
+def draw_decode_schedule(M: int = 32768, splits: int = 8, *, batch: int = 1, heads: int = 8,
+                         processors: int = PROCESSORS, axes=None) -> dict:
+    """Left: which of the processors one decoding step keeps busy with `splits` key chunks; right: modeled steps against splits."""
+    fa2 = decode_schedule(M, batch=batch, heads=heads, splits=1, processors=processors)
+    fd = decode_schedule(M, batch=batch, heads=heads, splits=splits, processors=processors)
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [1, 1.2]})
+    ax, bx = axes
+    cols = 12
+    rows = math.ceil(processors / cols)
+    for p in range(processors):
+        r, c = divmod(p, cols)
+        color = "#2a9d8f" if p < fd["busy"] else "#eeeeee"
+        if p < fa2["busy"]:
+            color = "#264653"
+        ax.add_patch(Rectangle((c, rows - 1 - r), 0.9, 0.9, facecolor=color, edgecolor="white"))
+    ax.set(xlim=(-0.1, cols), ylim=(-0.1, rows), aspect="equal", xticks=[], yticks=[],
+           title=f"{processors} processors, one decoding step")
+    ax.grid(False)
+    for side in ("left", "bottom"):
+        ax.spines[side].set_visible(False)
+    handles = [Rectangle((0, 0), 1, 1, facecolor=c) for c in ("#264653", "#2a9d8f", "#eeeeee")]
+    ax.legend(handles, [f"busy with FA2 (splits = 1): {fa2['busy']}", f"also busy with splits = {splits}: {fd['busy']}",
+                        "idle"], loc="upper center", bbox_to_anchor=(0.5, -0.02), fontsize=9, ncol=1, frameon=False)
+    ss = [2**p for p in range(0, 9)]
+    steps = [decode_schedule(M, batch=batch, heads=heads, splits=s, processors=processors)["steps"] for s in ss]
+    bx.loglog(ss, steps, "o-", base=2, color="#2a9d8f", label="flash-decoding (model)")
+    bx.axhline(fa2["steps"], color="#264653", ls="--", label=f"FA2: {fa2['steps']} steps")
+    bx.plot([splits], [fd["steps"]], "o", ms=13, mfc="none", mec="C3", mew=2,
+            label=f"splits = {splits}: {fd['steps']} steps ({fd['speedup']:.1f}× fewer)")
+    bx.set(xlabel="splits of the K/V cache", ylabel="steps (key blocks per processor)",
+           title=f"M = {M:,} keys, batch {batch}, {heads} heads")
+    bx.set_ylim(min(steps) / 2, fa2["steps"] * 12)
+    bx.legend(loc="upper right", fontsize=9)
+    plt.tight_layout()
+    return {"fa2": fa2, "flash_decoding": fd}
+
+
+def draw_gqa_intensity(group: int = 4, M: int = 4096, *, q_heads: int = 32, layers: int = 32, head_dim: int = 128,
+                       itemsize: int = 2, axes=None) -> dict:
+    """Left: FLOPs per byte of decoding against the group size G (with the H100's ridge); right: K/V cache per token for $H_{kv} = H_q / G$."""
+    groups = [g for g in range(1, q_heads + 1) if q_heads % g == 0]
+    if group not in groups:
+        raise ValueError(f"group must divide q_heads = {q_heads}, got {group}")
+    inten = decode_intensity(np.array(groups), head_dim, M, itemsize)
+    kib = [kv_cache_bytes_per_token(layers, q_heads // g, head_dim, itemsize) / 1024 for g in groups]
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    ax, bx = axes
+    ax.loglog(groups, inten, "o-", base=2, color="#2a9d8f", label="decoding, one K/V head's group")
+    ax.axhline(H100_RIDGE, color="gray", ls="--", label=f"H100 ridge: {H100_RIDGE:.0f} FLOP/B")
+    here = decode_intensity(group, head_dim, M, itemsize)
+    ax.plot([group], [here], "o", ms=13, mfc="none", mec="C3", mew=2, label=f"G = {group}: {here:.1f} FLOP/B")
+    ax.set(xlabel="query heads per K/V head, G", ylabel="FLOPs per byte", ylim=(0.5, 5000),
+           title=f"Arithmetic intensity (M = {M:,}, d = {head_dim})")
+    ax.legend(loc="lower right", fontsize=9)
+    bx.bar([str(g) for g in groups], kib, color=["C3" if g == group else "#2a9d8f" for g in groups])
+    for i, b in enumerate(kib):
+        bx.text(i, b * 1.02, f"{b:,.0f}", ha="center", fontsize=10)
+    bx.set(xlabel="G  (Hkv = Hq / G)", ylabel="KiB per token",
+           title=f"K/V cache per token, {layers} layers × {q_heads} query heads")
+    plt.tight_layout()
+    return {"group": group, "kv_heads": q_heads // group, "intensity": here, "ridge": H100_RIDGE,
+            "kib_per_token": kib[groups.index(group)], "groups": groups}
+
+
+def draw_decode_timings(runs, ax=None) -> dict:
+    """Bars of measured milliseconds per decoding step for each (splits, workers) of `lab.time_decoding`."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    labels = [f"splits {r['splits']}\nworkers {r['workers']}" for r in runs]
+    ms = [r["seconds"] * 1e3 for r in runs]
+    ax.bar(labels, ms, color="#2a9d8f")
+    for i, t in enumerate(ms):
+        ax.text(i, t * 1.02, f"{t:.1f} ms", ha="center", fontsize=11)
+    ax.set(ylabel="ms per decoding step", title="One decoding step on this machine's 2 cores (noisy)")
+    return {lab: t for lab, t in zip(labels, ms)}

@@ -7,6 +7,7 @@ the course's API contract; see each module's docstring for the ladder it teaches
 from .access_count import *  # noqa: F401,F403
 from .activations import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
+from .backward import *  # noqa: F401,F403
 from .exercises import *  # noqa: F401,F403
 from .io_model import *  # noqa: F401,F403
 from .memory import *  # noqa: F401,F403

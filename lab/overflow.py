@@ -18,7 +18,7 @@ import numpy as np
 from ._checks import check_choice
 from .softmax import softmax_naive, softmax_safe
 
-__all__ = ["SOFTMAX_DTYPES", "GAPS", "exp_limits", "first_exp_overflow", "score_row",
+__all__ = ["SOFTMAX_DTYPES", "GAPS", "exp_limits", "first_exp_overflow", "score_row", "softmax_broken",
            "naive_vs_safe", "first_broken_score", "overflow_table"]
 
 SOFTMAX_DTYPES = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp32": np.float32, "fp64": np.float64}
@@ -77,9 +77,12 @@ def score_row(s, dtype: str = "fp64", gaps=GAPS) -> np.ndarray:
     return (s[..., None] - gaps).astype(_dtype(dtype))               # (..., n)
 
 
-def _broken(p: np.ndarray) -> np.ndarray:
-    """Rows of a softmax that are not a distribution: a NaN/inf entry, or a sum far from 1."""
-    p = p.astype(np.float64)
+def softmax_broken(p) -> np.ndarray:
+    """True for each row of softmax output `p (..., n)` that is not a distribution: a NaN/inf entry, or $|\sum_i p_i - 1| > 0.1$.
+
+    Taught in: notebooks/01_three_pass_softmax.ipynb
+    """
+    p = np.asarray(p).astype(np.float64)                             # (..., n)
     with np.errstate(invalid="ignore"):
         return ~np.isfinite(p).all(axis=-1) | ~(np.abs(p.sum(axis=-1) - 1.0) <= _BROKEN_SUM)
 
@@ -96,7 +99,7 @@ def naive_vs_safe(s: float, dtypes=tuple(SOFTMAX_DTYPES), gaps=GAPS) -> dict:
         naive = softmax_naive(x).astype(np.float64)
         safe = softmax_safe(x).astype(np.float64)
         out[name] = {"naive": naive, "safe": safe,
-                     "naive_broken": bool(_broken(naive)), "safe_broken": bool(_broken(safe)),
+                     "naive_broken": bool(softmax_broken(naive)), "safe_broken": bool(softmax_broken(safe)),
                      "safe_err": float(np.abs(safe - ref).max())}
     return out
 
@@ -110,7 +113,7 @@ def first_broken_score(dtype: str, gaps=GAPS, direction: int = +1, limit: int = 
         raise ValueError(f"direction must be +1 or -1, got {direction!r}")
     s = direction * np.arange(0, limit + 1)                          # (limit + 1,)
     p = softmax_naive(score_row(s, dtype, gaps))                     # (limit + 1, n)
-    hit = np.flatnonzero(_broken(p))
+    hit = np.flatnonzero(softmax_broken(p))
     if hit.size == 0:
         raise ValueError(f"the naive softmax did not break in {dtype} for |s| <= limit={limit}")
     return int(s[hit[0]])

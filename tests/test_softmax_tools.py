@@ -237,3 +237,9 @@ def test_trace_slider_changes_the_trace_not_the_result():
     assert w.result["scale"] == 10.0 and w.result["max_abs_diff"] < 1e-12
     assert w.result["l"] < l0                                           # a sharper row: one score dominates
     assert "max |online − safe|" in w.summary_html.value
+
+
+def test_softmax_broken_rows():
+    p = np.array([[0.5, 0.5], [np.nan, 0.0], [0.0, 0.0], [1.0, np.inf], [0.7, 0.31]])
+    assert lab.softmax_broken(p).tolist() == [False, True, True, True, False]
+    assert lab.softmax_broken(np.array([0.2, 0.8], dtype=ml_dtypes.bfloat16)).shape == ()

@@ -1,0 +1,119 @@
+"""Figures for notebooks 03-04: the one-pass state step by step, and merges of partial states in any order.
+
+Taught in: notebooks/03_one_pass_attention.ipynb, notebooks/04_merge_order.ipynb
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..attention import attention_reference
+from ..decoding import merge_plan, random_chunk_bounds, reduce_states, split_states
+from ..one_pass import ROW_METHODS, attention_row_one_pass, compare_row_methods
+from ..states import finalize
+
+__all__ = ["row_inputs", "draw_one_pass", "merge_depths", "draw_merge_orders"]
+
+
+def row_inputs(M: int = 4096, d: int = 64, dv: int | None = None, seed: int = 0):
+    """One query `q (d,)`, keys `k (M, d)` and values `v (M, dv)` drawn from a seeded standard normal."""
+    rng = np.random.default_rng(seed)
+    dv = d if dv is None else dv
+    return rng.standard_normal(d), rng.standard_normal((M, d)), rng.standard_normal((M, dv))
+
+
+def draw_one_pass(M: int = 4096, block_k: int = 256, d: int = 64, seed: int = 0, axes=None) -> dict:
+    """Left: the one-pass state per key block (block max, running m, alpha); right: bytes each row method reads, writes and holds."""
+    q, k, v = row_inputs(M, d, seed=seed)
+    rows = compare_row_methods(q, k, v, block_k=block_k)
+    run = attention_row_one_pass(q, k, v, block_k=block_k)
+    steps = run.steps
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(12, 4.4), gridspec_kw={"width_ratios": [1.25, 1]}, layout="constrained")
+    ax, bx = axes
+    b = np.array([s["block"] for s in steps])
+    ax.plot(b, [s["block_max"] for s in steps], "o", color="C0", ms=5, label="block max of s_b")
+    ax.step(b, [s["m"] for s in steps], where="post", color="C3", lw=2, label="running m")
+    ax.set(xlabel=f"key block b (Bc = {block_k}, {len(steps)} blocks)", ylabel="score")
+    tx = ax.twinx()
+    alphas = np.array([s["alpha"] for s in steps])
+    tx.bar(b, alphas, color="C2", alpha=0.25, width=0.8, label="α = exp(m_old − m_new)")
+    tx.set_ylim(0, 3.2)
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(lo, hi + 0.45 * (hi - lo))
+    tx.set_ylabel("α", color="C2")
+    tx.grid(False)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = tx.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=10)
+    ax.set_title(f"one pass over M = {M:,} keys: {int((alphas < 1).sum())} rescalings")
+    names = list(ROW_METHODS)
+    short = ["three-pass", "two-pass", "one-pass"]
+    kb = k.nbytes
+    kv_read = np.array([(r["passes over K"] * kb + r["passes over V"] * v.nbytes) / 2**20 for r in rows])
+    s_io = np.array([(r["s written (B)"] + r["s read (B)"]) / 2**20 for r in rows])
+    x = np.arange(len(names))
+    bx.bar(x, kv_read, color="C0", label="K, V read")
+    bx.bar(x, s_io, bottom=kv_read, color="C1", label="score row s written + read")
+    for i, r in enumerate(rows):
+        bx.text(i, kv_read[i] + s_io[i], f"holds {r['held (B)'] / 1024:.1f} KiB", ha="center", va="bottom", fontsize=10)
+    bx.set_xticks(x, short)
+    bx.set_ylim(0, 1.5 * float((kv_read + s_io).max()))
+    bx.set(ylabel="MiB moved (float64)", title="memory traffic of one query row")
+    bx.legend(loc="upper left", fontsize=10)
+    return {"M": int(M), "block_k": int(block_k), "blocks": len(steps), "rescalings": int((alphas < 1).sum()),
+            "rows": rows, "max_err": max(r["max |o - ref|"] for r in rows)}
+
+
+def merge_depths(n: int, order: str, *, seed: int = 0) -> tuple[list, list[int]]:
+    """The merge tree of `n` parts as line segments `(x0, y0, x1, y1)` and each slot's height; the max height is the longest chain of merges."""
+    xs, ys = [float(i) for i in range(n)], [0] * n
+    segs = []
+    for a, b in merge_plan(n, order, seed=seed):
+        x, y = (xs[a] + xs[b]) / 2, max(ys[a], ys[b]) + 1
+        segs += [(xs[a], ys[a], x, y), (xs[b], ys[b], x, y)]
+        xs[a], ys[a] = x, y
+    return segs, ys
+
+
+def draw_merge_orders(splits: int = 8, order: str = "tree", M: int = 3000, seed: int = 1, axes=None) -> dict:
+    """Top: one query's scores cut at random into `splits` chunks, each chunk's weight $e^{lse_c - lse}$; bottom: the merge tree of `order`."""
+    rng = np.random.default_rng(seed)
+    d = 32
+    q = rng.standard_normal((1, d))                           # (N=1, d)
+    k = rng.standard_normal((M, d)) * 1.5                     # (M, d)
+    v = rng.standard_normal((M, d))                           # (M, dv)
+    bounds = random_chunk_bounds(M, splits, seed=seed)
+    states = split_states(q, k, v, splits=splits, bounds=bounds)
+    o_ref, lse_ref = attention_reference(q, k, v)
+    errs = {}
+    for name in ("sequential", "shuffled", "tree"):
+        o, _ = finalize(reduce_states(states, name, seed=seed))
+        errs[name] = float(np.abs(o - o_ref).max())
+    lse_c = np.array([float(finalize(st)[1][0]) for st in states])
+    w = np.exp(lse_c - lse_ref[0])
+    if axes is None:
+        _, axes = plt.subplots(2, 1, figsize=(11, 6.2), gridspec_kw={"height_ratios": [1, 1.1]}, layout="constrained")
+    ax, bx = axes
+    s = (k @ q[0]) / np.sqrt(d)
+    ax.plot(s, ".", ms=1.5, color="0.55")
+    for c, (j0, j1) in enumerate(bounds):
+        ax.axvspan(j0, j1, color=f"C{c % 10}", alpha=0.12)
+        if j1 - j0 >= M / 30:
+            ax.text((j0 + j1) / 2, s.max() * 1.08, f"{w[c]:.2f}", ha="center", fontsize=9)
+    ax.set_ylim(s.min() * 1.1, s.max() * 1.3)
+    ax.set(xlabel="key index j", ylabel="score s_j",
+           title=f"{splits} random chunks; numbers: each chunk's weight exp(lse_c − lse) (sum {w.sum():.3f})")
+    segs, ys = merge_depths(splits, order, seed=seed)
+    for x0, y0, x1, y1 in segs:
+        bx.plot([x0, x1], [y0, y1], color="C3", lw=2)
+    bx.plot(range(splits), [0] * splits, "o", color="C0", ms=9)
+    depth = max(ys) if splits > 1 else 0
+    bx.set_xticks(range(splits), [f"c{c}" for c in range(splits)])
+    bx.set_yticks(range(depth + 1))
+    bx.set(xlabel="chunk", ylabel="merge depth",
+           title=f"order: {order}, depth {depth}; max |o - o_one-shot| = {errs[order]:.1e}")
+    bx.set_ylim(-0.5, depth + 0.5)
+    return {"splits": int(splits), "order": order, "depth": int(depth), "errors": errs, "max_err": errs[order],
+            "weights": w, "weight_sum": float(w.sum())}

@@ -1,0 +1,174 @@
+"""One query's attention three ways (lab.one_pass), all queries at once, and the notebook 03 slider."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lab
+from lab import trace
+from lab.figures.states import draw_one_pass, row_inputs
+from lab.widgets import one_pass_explorer
+from tests.strategies import attention_inputs, blocks, dims, seeds
+
+ROW_FNS = [lab.attention_row_three_pass, lab.attention_row_two_pass, lab.attention_row_one_pass]
+
+
+def _kw(fn, block):
+    return {} if fn is lab.attention_row_three_pass else {"block_k": block}
+
+
+@st.composite
+def rows(draw, max_len: int = 60):
+    rng = np.random.default_rng(draw(seeds))
+    M, d, dv = draw(st.integers(1, max_len)), draw(dims), draw(dims)
+    spread = draw(st.sampled_from([0.5, 1.0, 5.0]))
+    return rng.standard_normal(d) * spread, rng.standard_normal((M, d)) * spread, rng.standard_normal((M, dv))
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows(), blocks)
+def test_row_methods_match_reference(qkv, block):
+    q, k, v = qkv
+    ref, lse_ref = lab.attention_reference(q[None], k, v)
+    for fn in ROW_FNS:
+        run = fn(q, k, v, **_kw(fn, block))
+        np.testing.assert_allclose(run.o, ref[0], rtol=1e-10, atol=1e-12)
+        assert run.lse == pytest.approx(float(lse_ref[0]), rel=1e-12, abs=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows(), blocks)
+def test_passes_and_score_row_traffic_are_counted(qkv, block):
+    q, k, v = qkv
+    M = k.shape[0]
+    three = lab.attention_row_three_pass(q, k, v)
+    two = lab.attention_row_two_pass(q, k, v, block_k=block)
+    one = lab.attention_row_one_pass(q, k, v, block_k=block)
+    assert (three.passes_k, three.passes_v) == (1, 1)
+    assert (two.passes_k, two.passes_v) == (2, 1)
+    assert (one.passes_k, one.passes_v) == (1, 1)
+    assert three.s_writes == M * 8 and three.s_reads == 3 * M * 8
+    assert two.s_writes == two.s_reads == one.s_writes == one.s_reads == 0
+    n_blocks = math.ceil(M / block)
+    assert len(one.steps) == len(two.steps) == n_blocks
+
+
+def test_held_bytes_grow_with_M_only_for_the_stored_row():
+    small, large = row_inputs(256, 16, seed=1), row_inputs(4096, 16, seed=1)
+    held = {fn.__name__: [fn(*x, **_kw(fn, 64)).held_bytes for x in (small, large)] for fn in ROW_FNS}
+    assert held["attention_row_three_pass"][1] > 10 * held["attention_row_three_pass"][0]
+    assert held["attention_row_one_pass"][0] == held["attention_row_one_pass"][1]
+    assert held["attention_row_two_pass"][0] == held["attention_row_two_pass"][1]
+    # the one-pass state: one block of scores, m, l and acc (float64)
+    assert held["attention_row_one_pass"][0] == 8 * (64 + 1 + 1 + 16)
+
+
+def test_steps_follow_the_alpha_rule():
+    q, k, v = row_inputs(1000, 32, seed=3)
+    run = lab.attention_row_one_pass(q, k, v, block_k=100)
+    s = k @ q / np.sqrt(32)
+    m_prev = -np.inf
+    for b, step in enumerate(run.steps):
+        assert step["block_max"] == pytest.approx(s[b * 100:(b + 1) * 100].max())
+        assert step["m"] == pytest.approx(max(m_prev, step["block_max"]))
+        assert step["alpha"] == pytest.approx(np.exp(m_prev - step["m"]))
+        m_prev = step["m"]
+    assert run.steps[0]["alpha"] == 0.0
+    assert run.steps[-1]["m"] == pytest.approx(s.max())
+    assert run.steps[-1]["l"] == pytest.approx(np.exp(s - s.max()).sum())
+
+
+def test_row_trace_reaches_an_outer_recorder():
+    q, k, v = row_inputs(128, 8, seed=0)
+    with trace.record() as rec:
+        lab.attention_row_two_pass(q, k, v, block_k=32)
+    assert rec.read_by["k"] == 2 * k.nbytes and rec.read_by["v"] == v.nbytes
+    assert rec.op_counts["exp"] == 2 * 128 + 4
+
+
+def test_float32_rows_stay_float32_and_inputs_are_untouched():
+    q, k, v = (a.astype(np.float32) for a in row_inputs(300, 16, seed=2))
+    copies = [a.copy() for a in (q, k, v)]
+    ref, _ = lab.attention_reference(q[None], k, v)
+    for fn in ROW_FNS:
+        run = fn(q, k, v, **_kw(fn, 64))
+        assert run.o.dtype == np.float32
+        np.testing.assert_allclose(run.o, ref[0], atol=1e-5)
+    for a, c in zip((q, k, v), copies):
+        np.testing.assert_array_equal(a, c)
+
+
+def test_bad_row_input_raises_before_work():
+    q, k, v = row_inputs(10, 4)
+    with pytest.raises(ValueError, match="q must be one query row"):
+        lab.attention_row_one_pass(q[None], k, v)
+    with pytest.raises(ValueError, match="share d"):
+        lab.attention_row_three_pass(q[:3], k, v)
+    with pytest.raises(ValueError, match="same number of keys"):
+        lab.attention_row_two_pass(q, k, v[:5])
+    with pytest.raises(ValueError, match="block_k"):
+        lab.attention_row_one_pass(q, k, v, block_k=0)
+    with pytest.raises(TypeError, match="k must have a floating dtype"):
+        lab.attention_row_one_pass(q, k.astype(int), v)
+    bad = v.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="v must be finite"):
+        lab.attention_row_three_pass(q, k, bad)
+
+
+def test_compare_row_methods_and_format_table():
+    q, k, v = row_inputs(512, 16, seed=0)
+    table = lab.compare_row_methods(q, k, v, block_k=64)
+    assert [r["method"] for r in table] == list(lab.ROW_METHODS)
+    assert [r["passes over K"] for r in table] == [1, 2, 1]
+    assert table[0]["held (B)"] > table[2]["held (B)"]
+    assert max(r["max |o - ref|"] for r in table) < 1e-12
+    text = lab.format_table(table)
+    assert "passes over K" in text and "three-pass" in text and "4,096" in text
+    assert len(text.splitlines()) == 2 + len(table)
+    assert lab.format_table([]) == ""
+
+
+@settings(max_examples=40, deadline=None)
+@given(attention_inputs(), blocks, st.booleans())
+def test_one_pass_attention_matches_reference(qkv, block, causal):
+    q, k, v = qkv
+    o_ref, lse_ref = lab.attention_reference(q, k, v, causal=causal)
+    o, lse = lab.one_pass_attention(q, k, v, block_k=block, causal=causal)
+    np.testing.assert_allclose(o, o_ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(lse, lse_ref, rtol=1e-10, atol=1e-12)
+
+
+def test_one_pass_attention_empty_causal_rows_and_errors():
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((1, 6, 4)), rng.standard_normal((1, 3, 4)), rng.standard_normal((1, 3, 2))
+    o, lse = lab.one_pass_attention(q, k, v, block_k=2, causal=True)
+    assert np.all(o[0, :3] == 0) and np.all(np.isneginf(lse[0, :3])) and np.isfinite(lse[0, 3:]).all()
+    with pytest.raises(ValueError, match="block_k"):
+        lab.one_pass_attention(q, k, v, block_k=-1)
+    with pytest.raises(ValueError, match="multiple"):
+        lab.one_pass_attention(rng.standard_normal((1, 3, 6, 4)), rng.standard_normal((1, 2, 3, 4)),
+                               rng.standard_normal((1, 2, 3, 2)))
+
+
+def test_draw_one_pass_returns_its_numbers():
+    r = draw_one_pass(M=1024, block_k=64)
+    assert r["blocks"] == 16 and 1 <= r["rescalings"] <= 16 and r["max_err"] < 1e-12
+    assert [row["passes over K"] for row in r["rows"]] == [1, 2, 1]
+
+
+def test_one_pass_explorer_reacts_to_its_sliders():
+    w = one_pass_explorer()
+    M, block = w.children[:2]
+    assert w.result["M"] == 4096 and w.result["blocks"] == 16
+    block.value = 1024
+    assert w.result["block_k"] == 1024 and w.result["blocks"] == 4
+    M.value = 256
+    assert w.result["M"] == 256 and w.result["blocks"] == 1
+    assert w.result["max_err"] < 1e-12
+    assert "M = 256" in w.summary_html.value

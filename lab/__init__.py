@@ -8,10 +8,13 @@ from .access_count import *  # noqa: F401,F403
 from .activations import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .backward import *  # noqa: F401,F403
+from .decoding import *  # noqa: F401,F403
+from .distributed import *  # noqa: F401,F403
 from .exercises import *  # noqa: F401,F403
 from .io_model import *  # noqa: F401,F403
 from .memory import *  # noqa: F401,F403
 from .notebook import *  # noqa: F401,F403
+from .one_pass import *  # noqa: F401,F403
 from .online_trace import *  # noqa: F401,F403
 from .overflow import *  # noqa: F401,F403
 from .precision import *  # noqa: F401,F403

@@ -12,6 +12,7 @@ from .decoding import *  # noqa: F401,F403
 from .distributed import *  # noqa: F401,F403
 from .exercises import *  # noqa: F401,F403
 from .io_model import *  # noqa: F401,F403
+from .measure import *  # noqa: F401,F403
 from .memory import *  # noqa: F401,F403
 from .notebook import *  # noqa: F401,F403
 from .one_pass import *  # noqa: F401,F403

@@ -170,6 +170,7 @@ def flash_attention_torch_forward(q, k, v, *, causal: bool = False, scale=None, 
             l.add_(s.sum(dim=-1))                                             # l = α l + rowsum P_ij
             acc.baddbmm_(s, v3[:, j0:j1])                                     # acc = α acc + P_ij V_j
             m = m_new
+            del s                                                             # free the tile before the next one
         seen = l > 0
         o4[:, :, i0:i1] = (acc / l.masked_fill(~seen, 1.0).unsqueeze(-1)).view(Z, G, n, dv)  # o = acc / l
         lse3[:, :, i0:i1] = torch.where(seen, m + torch.log(l), -math.inf).view(Z, G, n)      # lse = m + log l
@@ -225,6 +226,7 @@ def flash_attention_torch_backward(q, k, v, o, lse, do, *, causal: bool = False,
             ds = dp.sub_(D[:, :, i0:i1].reshape(Z, G * n, 1)).mul_(p)         # dS_ij = P_ij ∘ (dP_ij - D_i)
             dq[:, :, i0:i1] += torch.bmm(ds, k_j).view(Z, G, n, d) * scale    # dQ_i += scale dS_ij K_j
             dk_j.baddbmm_(ds.transpose(1, 2), q_i, alpha=scale)               # dK_j += scale dS_ijᵀ Q_i
+            del s, p, dp, ds                                                  # free the tiles before the next ones
         dk[:, j0:j1] = dk_j
         dv_[:, j0:j1] = dv_j
     return (dq.reshape(q.shape).to(q.dtype), dk.reshape(k.shape).to(k.dtype), dv_.reshape(v.shape).to(v.dtype))

@@ -1,0 +1,382 @@
+"""Honest measurement: time, peak memory, the machine, and its ceilings, on a CPU or an NVIDIA GPU.
+
+- Time: `torch.utils.benchmark` on the CPU (it handles warm-up, threads and repeats);
+  `triton.testing.do_bench` on a GPU (CUDA events and an L2 flush), CUDA events where Triton is
+  missing. `time_interleaved` alternates the candidates round by round, so a noisy, shared machine
+  slows them all alike and their ratios stay fair.
+- Peak memory: CUDA's `max_memory_allocated`; on the CPU `tracemalloc` does not see torch's buffers,
+  so each case runs in a fresh child process and we read its peak resident size (`VmHWM`, reset
+  through `/proc/self/clear_refs`, minus the resident size just before the call). The child runs with
+  a fixed malloc mmap threshold, so every large buffer is its own mapping and returns to the system
+  when freed: the peak is the call's own.
+- The machine: CPU model and cores, BLAS, GPU name and memory, versions.
+- Ceilings for a roofline: matmul FLOP/s and memory bandwidth, measured, not quoted.
+
+Taught in: notebooks/08_hardware_runs.ipynb
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+__all__ = [
+    "KERNELS",
+    "attention_flops",
+    "make_inputs",
+    "kernel_available",
+    "time_call",
+    "time_interleaved",
+    "peak_memory",
+    "describe_machine",
+    "measure_ceilings",
+]
+
+
+def attention_flops(B: int, H: int, N: int, d: int, *, M=None, causal: bool = False) -> float:
+    """Matmul FLOPs of an attention forward: $4 \\cdot B \\cdot H \\cdot N \\cdot M \\cdot d$, halved for causal (FlashAttention-2 §4.1).
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    M = N if M is None else M
+    for name, x in (("B", B), ("H", H), ("N", N), ("M", M), ("d", d)):
+        if int(x) != x or x < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {x!r}")
+    flops = 4.0 * B * H * N * M * d
+    return flops / 2 if causal else flops
+
+
+def _sdpa(backend_name):
+    def run(q, k, v, causal):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel(getattr(SDPBackend, backend_name)):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return run
+
+
+def _numpy_reference(q, k, v, causal):
+    from .attention import attention_reference
+    return attention_reference(q, k, v, causal=causal)[0]
+
+
+def _numpy_flash(q, k, v, causal):
+    from .attention import flash_attention_numpy
+    return flash_attention_numpy(q, k, v, causal=causal, block_q=128, block_k=128)[0]
+
+
+def _torch_naive(q, k, v, causal):
+    from .torch_kernels import attention_torch_naive
+    return attention_torch_naive(q, k, v, causal=causal)
+
+
+def _torch_flash(q, k, v, causal):
+    from .torch_kernels import flash_attention_torch_forward
+    return flash_attention_torch_forward(q, k, v, causal=causal)[0]
+
+
+def _triton(q, k, v, causal):
+    from .triton_kernels import flash_attention_triton
+    return flash_attention_triton(q, k, v, causal=causal, block_q=128 if q.shape[-1] <= 64 else 64, block_k=64)
+
+
+# name -> (callable(q, k, v, causal), input kind: "numpy" or "torch")
+KERNELS = {
+    "numpy reference": (_numpy_reference, "numpy"),
+    "numpy flash": (_numpy_flash, "numpy"),
+    "torch naive": (_torch_naive, "torch"),
+    "lab torch flash": (_torch_flash, "torch"),
+    "sdpa math": (_sdpa("MATH"), "torch"),
+    "sdpa flash": (_sdpa("FLASH_ATTENTION"), "torch"),
+    "sdpa efficient": (_sdpa("EFFICIENT_ATTENTION"), "torch"),
+    "sdpa cudnn": (_sdpa("CUDNN_ATTENTION"), "torch"),
+    "triton": (_triton, "torch"),
+}
+
+_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
+
+
+def make_inputs(kernel: str, B: int, H: int, N: int, d: int, *, dtype: str = "float32", device: str = "cpu", seed: int = 0):
+    """Seeded standard-normal q, k, v of shape (B, H, N, d) for `kernel` (numpy arrays or torch tensors on `device`).
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {sorted(KERNELS)}, got {kernel!r}")
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+    g = torch.Generator().manual_seed(seed)
+    qkv = [torch.randn((B, H, N, d), generator=g).to(_DTYPES[dtype]) for _ in range(3)]   # (B, H, N, d) each
+    if KERNELS[kernel][1] == "numpy":
+        if dtype in ("float16", "bfloat16"):
+            qkv = [t.float() for t in qkv]   # numpy has no bfloat16 matmul; the numpy kernels accumulate in fp32 anyway
+        return tuple(t.numpy() for t in qkv)
+    return tuple(t.to(device) for t in qkv)
+
+
+def kernel_available(kernel: str, device: str = "cpu", dtype: str = "float32") -> tuple[bool, str]:
+    """(True, "") when `kernel` can run on `device` in `dtype` here, else (False, the reason in a sentence).
+
+    Probes each SDPA backend once on a tiny input; the Triton kernel counts only compiled on a GPU
+    (the interpreter is not a timing). Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {sorted(KERNELS)}, got {kernel!r}")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        return False, "no CUDA device here (torch.cuda.is_available() is False)"
+    kind = KERNELS[kernel][1]
+    if kind == "numpy" and dev.type != "cpu":
+        return False, "the numpy kernels run on the CPU only"
+    if kernel == "triton":
+        if dev.type != "cuda":
+            return False, "Triton on a CPU tensor runs in its interpreter, which is for stepping through, not a timing"
+        from .triton_kernels import triton_status
+        ok, why = triton_status()
+        if not ok:
+            return False, why
+        if dtype == "float64":
+            return False, "the Triton kernel takes float16, bfloat16 or float32"
+    if kernel.startswith("sdpa"):
+        try:
+            q = torch.zeros((1, 1, 8, 16), dtype=_DTYPES[dtype], device=dev)
+            KERNELS[kernel][0](q, q, q, False)
+        except RuntimeError as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0].rstrip(".")
+            return False, f"torch {torch.__version__} has no {kernel} backend for {dtype} on {dev.type} here ({first})"
+    return True, ""
+
+
+def _sync(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_call(fn, *, device: str = "cpu", min_run_time: float = 0.2) -> float:
+    """Median seconds of one `fn()`: `torch.utils.benchmark` on the CPU, `triton.testing.do_bench` (or CUDA events) on a GPU.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    if torch.device(device).type == "cuda":
+        try:
+            from triton.testing import do_bench
+        except ImportError:
+            return _cuda_events(fn, min_run_time)
+        return do_bench(fn, warmup=25, rep=max(1, int(min_run_time * 1000)), return_mode="median") / 1e3
+    from torch.utils import benchmark
+
+    fn()                                                   # warm-up: first-call allocations, lazy inits
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+    return timer.blocked_autorange(min_run_time=min_run_time).median
+
+
+def _cuda_events(fn, min_run_time):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    budget = 0.0
+    while budget < min_run_time or len(times) < 5:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+        budget += times[-1]
+    return float(np.median(times))
+
+
+def time_interleaved(fns: dict, *, device: str = "cpu", rounds: int = 5, min_run_time: float = 0.1) -> dict:
+    """Median seconds per call of each `fns[name]()`, measured in alternating rounds so that noise hits them all alike.
+
+    Each round times every candidate once (`time_call` with `min_run_time`); the result per name is
+    the median over the rounds. Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    samples = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name].append(time_call(fn, device=device, min_run_time=min_run_time))
+    return {name: float(np.median(s)) for name, s in samples.items()}
+
+
+_CHILD = r"""
+import json, sys, time
+cases = json.loads(sys.argv[1])
+import torch
+torch.set_num_threads(int(sys.argv[2]))
+from lab.measure import KERNELS, make_inputs
+
+def status(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return None
+
+def reset_peak():
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+x = torch.randn(64, 64)
+(torch.softmax(x @ x, -1) @ x).sum()          # warm the thread pool and BLAS before any baseline
+out = []
+for case in cases:
+    fn, _ = KERNELS[case["kernel"]]
+    q, k, v = make_inputs(case["kernel"], case["B"], case["H"], case["N"], case["d"], dtype=case["dtype"])
+    fn(q, k, v, case["causal"])                   # warm-up call: one-time buffers of the BLAS are not the kernel's
+    fresh = reset_peak()
+    base = status("VmRSS")
+    o = fn(q, k, v, case["causal"])
+    peak = status("VmHWM") if fresh else None
+    del o
+    out.append(None if peak is None or base is None else max(0, peak - base))
+print(json.dumps(out))
+"""
+
+
+def peak_memory(cases, *, device: str = "cpu") -> list:
+    """Peak bytes above the inputs of each case {kernel, B, H, N, d, dtype, causal}: output and every temporary.
+
+    CUDA: `torch.cuda.max_memory_allocated` above the allocation before the call. CPU: all cases in
+    one fresh child process, each called once to warm up (one-time BLAS buffers), then read as the
+    peak resident size during a second call minus the resident size just before it (VmHWM reset with
+    /proc/self/clear_refs; None where Linux's /proc is missing). Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    cases = [dict(c) for c in cases]
+    for c in cases:
+        c.setdefault("dtype", "float32")
+        c.setdefault("causal", False)
+        if c.get("kernel") not in KERNELS:
+            raise ValueError(f"kernel must be one of {sorted(KERNELS)}, got {c.get('kernel')!r}")
+    if not cases:
+        return []
+    if torch.device(device).type == "cuda":
+        out = []
+        for c in cases:
+            fn, _ = KERNELS[c["kernel"]]
+            q, k, v = make_inputs(c["kernel"], c["B"], c["H"], c["N"], c["d"], dtype=c["dtype"], device=device)
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            o = fn(q, k, v, c["causal"])
+            torch.cuda.synchronize()
+            out.append(int(torch.cuda.max_memory_allocated() - base))
+            del o, q, k, v
+        return out
+    if not os.path.exists("/proc/self/status"):
+        return [None] * len(cases)
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    run = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(cases), str(torch.get_num_threads())],
+                         capture_output=True, text=True, env=env, timeout=600)
+    if run.returncode != 0:
+        raise RuntimeError(f"the memory child process failed: {run.stderr[-1500:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _blas() -> dict:
+    config = torch.__config__.show()
+    info = {key.lower(): m.group(1) for key in ("BLAS_INFO", "LAPACK_INFO", "USE_OPENMP", "USE_MKLDNN")
+            if (m := re.search(key + r"=([^,\s]+)", config))}
+    if (m := re.search(r"CPU capability usage: (\S+)", config)):
+        info["cpu_capability"] = m.group(1)
+    try:
+        from threadpoolctl import threadpool_info
+        info["threadpools"] = [{k: p.get(k) for k in ("internal_api", "num_threads", "version")} for p in threadpool_info()]
+    except ImportError:
+        pass
+    return info
+
+
+def _memory_total() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            return int(f.readline().split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def describe_machine() -> dict:
+    """The machine a run was measured on: CPU model and cores, threads, BLAS, memory, GPU name and memory, versions.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    versions = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__}
+    try:
+        import triton
+        versions["triton"] = triton.__version__
+    except ImportError:
+        versions["triton"] = None
+    gpu = None
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        gpu = {"name": props.name, "memory_gb": round(props.total_memory / 1e9, 1),
+               "capability": f"{props.major}.{props.minor}", "sms": props.multi_processor_count,
+               "cuda": torch.version.cuda}
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "memory_gb": None if (m := _memory_total()) is None else round(m / 1e9, 1),
+        "blas": _blas(),
+        "gpu": gpu,
+        "os": platform.platform(),
+        "versions": versions,
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def measure_ceilings(device: str = "cpu", *, n: int | None = None, mbytes: int | None = None, min_run_time: float = 0.3) -> dict:
+    """Measured matmul FLOP/s ($2n^3$ per n×n product) and memory bandwidth (bytes read + written by a large copy, per second).
+
+    CPU: fp32 n = 1024 and a 64 MB copy by default; CUDA: fp16 n = 8192 (and fp32) and a 1 GB copy.
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise ValueError("device is cuda but torch.cuda.is_available() is False")
+    n = n or (8192 if cuda else 1024)
+    mbytes = mbytes or (1024 if cuda else 64)
+    if n < 1 or mbytes < 1:
+        raise ValueError(f"n and mbytes must be >= 1, got n={n}, mbytes={mbytes}")
+    out = {"device": dev.type, "n": n, "copy_mb": mbytes}
+    dtypes = [("fp32", torch.float32)] + ([("fp16", torch.float16), ("bf16", torch.bfloat16)] if cuda else [])
+    for name, dt in dtypes:
+        a = torch.randn(n, n, device=dev).to(dt)
+        b = torch.randn(n, n, device=dev).to(dt)
+        c = torch.empty(n, n, device=dev, dtype=dt)
+        t = time_call(lambda: torch.mm(a, b, out=c), device=device, min_run_time=min_run_time)
+        out[f"matmul_{name}_flops"] = 2.0 * n**3 / t
+        del a, b, c
+    x = torch.empty(mbytes * 2**20 // 4, device=dev).normal_()
+    y = torch.empty_like(x)
+    t = time_call(lambda: y.copy_(x), device=device, min_run_time=min_run_time)
+    out["bandwidth_bytes_per_s"] = 2.0 * x.numel() * 4 / t
+    return out

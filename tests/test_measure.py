@@ -1,0 +1,92 @@
+"""Measurement: FLOP counts, the kernel registry, timing plumbing, child-process peak memory, machine, ceilings."""
+
+import numpy as np
+import pytest
+import torch
+
+import lab
+
+
+def test_attention_flops():
+    assert lab.attention_flops(1, 8, 4096, 64) == 4 * 8 * 4096**2 * 64
+    assert lab.attention_flops(2, 1, 10, 16, M=30) == 4 * 2 * 10 * 30 * 16
+    assert lab.attention_flops(1, 1, 128, 64, causal=True) == lab.attention_flops(1, 1, 128, 64) / 2
+    with pytest.raises(ValueError, match="N"):
+        lab.attention_flops(1, 1, -1, 64)
+
+
+@pytest.mark.parametrize("kernel", sorted(lab.KERNELS))
+def test_every_available_kernel_matches_the_reference(kernel):
+    ok, why = lab.kernel_available(kernel, "cpu")
+    if not ok:
+        assert isinstance(why, str) and len(why) > 10
+        pytest.skip(why)
+    q, k, v = lab.make_inputs(kernel, 1, 2, 33, 16, seed=1)
+    fn, kind = lab.KERNELS[kernel]
+    o = fn(q, k, v, True)
+    o = np.asarray(o) if kind == "numpy" else o.numpy()
+    qn, kn, vn = lab.make_inputs("numpy reference", 1, 2, 33, 16, seed=1)
+    np.testing.assert_allclose(o, lab.attention_reference(qn, kn, vn, causal=True)[0], atol=1e-5)
+
+
+def test_make_inputs_kinds_and_errors():
+    q, k, v = lab.make_inputs("lab torch flash", 2, 3, 5, 4, dtype="bfloat16", seed=0)
+    assert q.dtype == torch.bfloat16 and tuple(q.shape) == (2, 3, 5, 4)
+    qn, _, _ = lab.make_inputs("numpy flash", 2, 3, 5, 4, dtype="bfloat16", seed=0)
+    assert isinstance(qn, np.ndarray) and qn.dtype == np.float32
+    np.testing.assert_array_equal(qn, q.float().numpy())
+    assert not torch.equal(q, lab.make_inputs("lab torch flash", 2, 3, 5, 4, dtype="bfloat16", seed=1)[0])
+    with pytest.raises(ValueError, match="kernel"):
+        lab.make_inputs("nope", 1, 1, 1, 1)
+    with pytest.raises(ValueError, match="dtype"):
+        lab.make_inputs("torch naive", 1, 1, 1, 1, dtype="int8")
+    with pytest.raises(ValueError, match="kernel"):
+        lab.kernel_available("nope")
+
+
+def test_gpu_only_kernels_say_why_on_a_cpu():
+    ok, why = lab.kernel_available("triton", "cpu")
+    assert not ok and "interpreter" in why
+    if not torch.cuda.is_available():
+        ok, why = lab.kernel_available("sdpa flash", "cuda")
+        assert not ok and "CUDA" in why
+
+
+def test_time_call_and_interleaved_return_positive_medians():
+    calls = []
+    t = lab.time_call(lambda: calls.append(1), min_run_time=0.01)
+    assert t > 0 and len(calls) > 1
+    times = lab.time_interleaved({"a": lambda: sum(range(100)), "b": lambda: sum(range(10000))}, rounds=3, min_run_time=0.01)
+    assert set(times) == {"a", "b"} and times["b"] > times["a"] > 0     # 100× the work; never a time threshold
+    with pytest.raises(ValueError, match="rounds"):
+        lab.time_interleaved({"a": lambda: None}, rounds=0)
+
+
+def test_peak_memory_in_a_child_sees_torch_allocations():
+    N = 2048
+    got = lab.peak_memory([dict(kernel="torch naive", B=1, H=1, N=N, d=16),
+                           dict(kernel="lab torch flash", B=1, H=1, N=N, d=16)])
+    if got[0] is None:
+        pytest.skip("no /proc/self/status on this system")
+    naive, flash = got
+    sp = 2 * N * N * 4                       # S and P of standard attention in float32
+    assert 0.9 * sp < naive < 3 * sp         # torch naive holds at least S and P at its peak
+    assert flash < naive / 4
+    assert lab.peak_memory([]) == []
+    with pytest.raises(ValueError, match="kernel"):
+        lab.peak_memory([dict(kernel="nope", B=1, H=1, N=1, d=1)])
+
+
+def test_describe_machine_has_the_fields_a_record_needs():
+    m = lab.describe_machine()
+    for key in ("cpu", "cores", "torch_threads", "blas", "gpu", "versions", "date", "os"):
+        assert key in m
+    assert m["versions"]["torch"] == torch.__version__ and m["cores"] >= 1
+    assert (m["gpu"] is None) == (not torch.cuda.is_available())
+
+
+def test_measure_ceilings_small():
+    c = lab.measure_ceilings("cpu", n=128, mbytes=4, min_run_time=0.02)
+    assert c["matmul_fp32_flops"] > 1e6 and c["bandwidth_bytes_per_s"] > 1e6
+    with pytest.raises(ValueError, match="n and mbytes"):
+        lab.measure_ceilings("cpu", n=-1)

@@ -32,7 +32,8 @@ from .trace import Recorder
 __all__ = [
     "SRAM_BYTES", "HARDWARE", "cpu_l2_bytes", "sram_sizes", "fa_block_sizes", "step_footprint",
     "tile_grid", "tile_counts", "causal_tiles_formula", "standard_traffic", "flash_counts",
-    "flash_traffic_bytes", "theorem2_bytes", "flop_split", "gpu_time_share",
+    "flash_traffic_bytes", "theorem2_bytes", "flop_split", "gpu_time_share", "flash_peak_bytes",
+    "measure_peak_memory",
 ]
 
 # On-chip shared memory per streaming multiprocessor (FACTS.md: NVIDIA H100 and A100 specifications).
@@ -298,3 +299,35 @@ def gpu_time_share(matmul_flops: float, nonmatmul_flops: float, chip: str = "A10
     total = t_mm + t_non
     return {"t_matmul": t_mm, "t_nonmatmul": t_non, "share": t_non / total if total else 0.0,
             "ratio": rates["matmul"] / rates["nonmatmul"]}
+
+
+def flash_peak_bytes(N: int, d: int = 64, dv: int | None = None, block_q: int = 64, block_k: int = 64,
+                     itemsize: int = 4) -> int:
+    """Memory the tiled kernel holds beyond its inputs: $o$ and $lse$ ($N d_v + N$ elements) plus one tile step.
+
+    Linear in N: the step's buffers (`step_footprint`, everything in `itemsize` here, as the numpy
+    kernel keeps P in S's buffer and counts it once) do not grow with N.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    N, d = _positive(N, "N", 0), _positive(d, "d")
+    dv = d if dv is None else _positive(dv, "dv")
+    step = step_footprint(d, block_q, block_k, dv, itemsize=itemsize, acc_itemsize=itemsize)
+    return N * (dv + 1) * itemsize + step["total"] - step["P_ij"]
+
+
+def measure_peak_memory(N: int, d: int = 64, block_q: int = 256, block_k: int = 256, seed: int = 0) -> dict:
+    """Peak bytes above the inputs of `attention_naive` and `flash_attention_numpy` on float32 inputs (N, d), measured once each.
+
+    Uses `lab.peak_bytes` (tracemalloc). The naive version holds S and P: about $2N^2 \\cdot 4$ bytes,
+    2 GiB at N = 16384. Returns `naive`, `flash` and the largest output difference `max_diff`.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    from .attention import attention_naive, flash_attention_numpy
+    from .memory import peak_bytes
+
+    N, d = _positive(N, "N"), _positive(d, "d")
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((N, d), dtype=np.float32) for _ in range(3))   # (N, d) each
+    naive, o_naive = peak_bytes(attention_naive, q, k, v)
+    flash, (o_flash, _) = peak_bytes(flash_attention_numpy, q, k, v, block_q=block_q, block_k=block_k)
+    return {"N": N, "naive": naive, "flash": flash, "max_diff": float(np.abs(o_naive - o_flash).max())}

@@ -1,0 +1,129 @@
+"""Sliders for notebooks 05 and 06: walk the tile loop, size a tile step, count HBM bytes and ops.
+
+The traffic and op-count sliders also run the numpy kernel under `lab.trace.record()` at the chosen
+setting and report whether its counts equal the formula.
+"""
+
+from __future__ import annotations
+
+import ipywidgets
+import numpy as np
+
+from .. import trace
+from ..attention import flash_attention_numpy
+from ..figures.tiling import draw_footprint, draw_hbm_traffic, draw_op_counts, draw_tile_grid
+from ..io_model import flash_counts, sram_sizes, tile_counts
+from . import interactive_figure
+
+_BLOCKS = [8, 16, 32, 64, 128, 256]
+
+
+def _instrumented(N: int, d: int, block_q: int, block_k: int, causal: bool, variant: str, dtype: str):
+    """Counts of one instrumented run of `flash_attention_numpy` on seeded (N, d) inputs, and the formula's."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((N, d)).astype(dtype) for _ in range(3))    # (N, d) each
+    with trace.record() as rec:
+        flash_attention_numpy(q, k, v, block_q=block_q, block_k=block_k, causal=causal, variant=variant)
+    formula = flash_counts(N, N, d, block_q=block_q, block_k=block_k, causal=causal, variant=variant,
+                           itemsize=np.dtype(dtype).itemsize)
+    return rec, formula
+
+
+def tile_walk(N: int = 200, block_q: int = 64, block_k: int = 32, causal: bool = True, step: int = 0,
+              variant: str = "fa2") -> ipywidgets.interactive:
+    """Sliders over N, Br, Bc, causal, loop order and the step; `.result` holds the tile counts and the tile on chip.
+
+    The step slider's range follows the number of computed tiles.
+    """
+    controls = dict(
+        N=ipywidgets.IntSlider(value=N, min=16, max=512, step=8, description="N = M"),
+        block_q=ipywidgets.SelectionSlider(options=_BLOCKS, value=block_q, description="Br"),
+        block_k=ipywidgets.SelectionSlider(options=_BLOCKS, value=block_k, description="Bc"),
+        causal=ipywidgets.Checkbox(value=causal, description="causal"),
+        variant=ipywidgets.ToggleButtons(options=["fa2", "fa1"], value=variant, description="loop"),
+        step=ipywidgets.IntSlider(value=step, min=0, max=10_000, description="step"),
+    )
+
+    def resize(_=None):
+        c = {name: w.value for name, w in controls.items()}
+        computed = tile_counts(c["N"], c["N"], c["block_q"], c["block_k"], c["causal"])["computed"]
+        controls["step"].max = max(computed - 1, 0)
+
+    resize()
+    for name in ("N", "block_q", "block_k", "causal"):
+        controls[name].observe(resize, names="value")
+    return interactive_figure(
+        draw_tile_grid,
+        summary=lambda r: (f"{r['Tr']} × {r['Tc']} tiles, {r['computed']} computed, {r['skipped']} skipped "
+                           f"({r['fraction']:.0%} computed); last tile {r['partial_rows'] or r['Br']} × "
+                           f"{r['partial_cols'] or r['Bc']}; step {r['step'] + 1}: tile {r['tile']}"),
+        **controls,
+    )
+
+
+def block_footprint(d: int = 64, block_q: int = 64, block_k: int = 128, dtype: str = "float16",
+                    srams: dict | None = None) -> ipywidgets.interactive:
+    """Sliders over d, Br, Bc and the input dtype; `.result` holds the bytes of one tile step and where they fit."""
+    srams = sram_sizes() if srams is None else srams
+    options = [16, 32, 64, 128, 256, 512]
+
+    def draw(d, block_q, block_k, dtype):
+        return draw_footprint(d, block_q, block_k, itemsize=np.dtype(dtype).itemsize, srams=srams, blocks=tuple(options))
+
+    return interactive_figure(
+        draw,
+        summary=lambda r: (f"one step: {r['total'] / 1024:,.1f} KiB; fits "
+                           + (", ".join(name for name, ok in r["fits"].items() if ok) or "none of these")),
+        d=ipywidgets.SelectionSlider(options=[32, 64, 128, 256], value=d, description="d"),
+        block_q=ipywidgets.SelectionSlider(options=options, value=block_q, description="Br"),
+        block_k=ipywidgets.SelectionSlider(options=options, value=block_k, description="Bc"),
+        dtype=ipywidgets.ToggleButtons(options=["float16", "float32"], value=dtype, description="inputs"),
+    )
+
+
+def io_traffic(N: int = 512, d: int = 64, block_q: int = 64, block_k: int = 64, dtype: str = "float32",
+               causal: bool = False) -> ipywidgets.interactive:
+    """Sliders over N, d, Br, Bc, dtype, causal; `.result` holds the formula's HBM bytes and an instrumented run's."""
+
+    def draw(N, d, block_q, block_k, dtype, causal):
+        result = draw_hbm_traffic(N, d, block_q, block_k, itemsize=np.dtype(dtype).itemsize)
+        rec, formula = _instrumented(N, d, block_q, block_k, causal, "fa2", dtype)
+        return {**result, "measured": rec.total, "formula": formula.total, "equal": rec == formula}
+
+    return interactive_figure(
+        draw,
+        summary=lambda r: (f"N = {r['N']}: standard {r['standard'] / 1e6:,.2f} MB, fa2 {r['fa2'] / 1e6:,.2f} MB "
+                           f"({r['ratio_fa2']:.1f}× less); instrumented fa2 run {r['measured']:,} B, formula "
+                           f"{r['formula']:,} B, equal: {r['equal']}"),
+        N=ipywidgets.SelectionSlider(options=[128, 256, 512, 1024, 2048], value=N, description="N = M"),
+        d=ipywidgets.SelectionSlider(options=[16, 32, 64, 128], value=d, description="d"),
+        block_q=ipywidgets.SelectionSlider(options=_BLOCKS[1:], value=block_q, description="Br"),
+        block_k=ipywidgets.SelectionSlider(options=_BLOCKS[1:], value=block_k, description="Bc"),
+        dtype=ipywidgets.ToggleButtons(options=["float16", "float32"], value=dtype, description="inputs"),
+        causal=ipywidgets.Checkbox(value=causal, description="causal"),
+    )
+
+
+def fa_variants(N: int = 512, d: int = 64, block_q: int = 64, block_k: int = 64, variant: str = "fa2",
+                causal: bool = False) -> ipywidgets.interactive:
+    """Sliders over N, d, Br, Bc, the variant and causal; `.result` holds op counts (formula and instrumented) and A100 time shares."""
+
+    def draw(N, d, block_q, block_k, variant, causal):
+        result = draw_op_counts(N, d, block_q, block_k, causal)
+        rec, formula = _instrumented(N, d, block_q, block_k, causal, variant, "float32")
+        return {**result, "variant": variant, "measured": dict(rec.op_counts), "formula": dict(formula.op_counts),
+                "equal": rec == formula}
+
+    return interactive_figure(
+        draw,
+        summary=lambda r: (f"{r['variant']}: instrumented exp/mul/div = "
+                           + "/".join(f"{r['measured'].get(k, 0):,}" for k in ("exp", "mul", "div"))
+                           + f", equal to the formula: {r['equal']}; A100 time outside matmuls: "
+                           f"fa1 {r['share']['fa1']:.0%}, fa2 {r['share']['fa2']:.0%}"),
+        N=ipywidgets.SelectionSlider(options=[128, 256, 512, 1024, 2048], value=N, description="N = M"),
+        d=ipywidgets.SelectionSlider(options=[16, 32, 64, 128], value=d, description="d"),
+        block_q=ipywidgets.SelectionSlider(options=_BLOCKS[1:], value=block_q, description="Br"),
+        block_k=ipywidgets.SelectionSlider(options=_BLOCKS[1:], value=block_k, description="Bc"),
+        variant=ipywidgets.ToggleButtons(options=["fa1", "fa2"], value=variant, description="variant"),
+        causal=ipywidgets.Checkbox(value=causal, description="causal"),
+    )

@@ -1,0 +1,282 @@
+"""The IO model: its formulas equal what an instrumented run of the numpy kernels counts, exactly."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lab
+from lab.figures import tiling as fig
+from strategies import attention_inputs, blocks
+
+variants = st.sampled_from(["fa1", "fa2"])
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _heads(q, k):
+    return int(np.prod(q.shape[:-2])), int(np.prod(k.shape[:-2]))
+
+
+@settings(max_examples=120, deadline=None)
+@given(attention_inputs(dtype=np.float64), blocks, blocks, st.booleans(), variants,
+       st.sampled_from([np.float16, np.float32, np.float64]))
+def test_instrumented_counts_equal_the_formula(qkv, Br, Bc, causal, variant, dtype):
+    q, k, v = (a.astype(dtype) for a in qkv)
+    with lab.trace.record() as rec:
+        lab.flash_attention_numpy(q, k, v, block_q=Br, block_k=Bc, causal=causal, variant=variant)
+    H, Hk = _heads(q, k)
+    want = lab.flash_counts(q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1], block_q=Br, block_k=Bc,
+                            causal=causal, variant=variant, itemsize=np.dtype(dtype).itemsize, heads=H, kv_heads=Hk)
+    assert rec.read_by == want.read_by
+    assert rec.write_by == want.write_by
+    assert rec.op_counts == want.op_counts
+    assert (rec.reads, rec.writes) == (want.reads, want.writes)
+    assert rec == want
+
+
+def test_counts_for_a_worked_shape():
+    # N = M = 10, d = dv = 4, Br = 4, Bc = 3, float32: Tr = 3, Tc = 4, fa2 reads K and V once per query block.
+    rec = lab.flash_counts(10, 10, 4, block_q=4, block_k=3, variant="fa2", itemsize=4)
+    assert rec.read_by == {"q": 160, "k": 3 * 160, "v": 3 * 160}
+    assert rec.write_by == {"o": 160, "lse": 40}
+    assert rec.op_counts == {"exp": 10 * 10 + 10 * 4, "mul": 10 * 4 * 5, "div": 40}
+    fa1 = lab.flash_counts(10, 10, 4, block_q=4, block_k=3, variant="fa1", itemsize=4)
+    assert fa1.read_by["k"] == 160 and fa1.read_by["q"] == 4 * 160          # Q re-read once per key block
+    assert fa1.write_by["o"] == (1 + 4) * 160                                 # zero-init, then once per key block
+    assert fa1.op_counts["div"] == 4 * 40
+
+
+def test_instrumented_counts_ignore_p_format_and_scale():
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((33, 8)).astype(np.float32) for _ in range(3))
+    want = lab.flash_counts(33, 33, 8, block_q=16, block_k=7, causal=True, itemsize=4)
+    with lab.trace.record() as rec:
+        lab.flash_attention_numpy(q, k, v, block_q=16, block_k=7, causal=True, p_format="bf16", scale=0.3)
+    assert rec == want
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 60), st.integers(0, 60), blocks, blocks, st.booleans())
+def test_tile_grid_skips_exactly_the_fully_masked_tiles(N, M, Br, Bc, causal):
+    grid = lab.tile_grid(N, M, Br, Bc, causal)
+    assert grid.shape == (math.ceil(N / Br), math.ceil(M / Bc))
+    visible = lab.causal_mask(N, M) if causal else np.ones((N, M), bool)
+    for i in range(grid.shape[0]):
+        for j in range(grid.shape[1]):
+            assert grid[i, j] == visible[i * Br:(i + 1) * Br, j * Bc:(j + 1) * Bc].any()
+    counts = lab.tile_counts(N, M, Br, Bc, causal)
+    assert counts["computed"] == grid.sum() and counts["skipped"] == grid.size - grid.sum()
+    assert counts["total"] == counts["Tr"] * counts["Tc"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3000), st.sampled_from([1, 3, 16, 64, 128, 500]))
+def test_causal_tile_formula_for_square_blocks(N, B):
+    counts = lab.tile_counts(N, N, B, B, causal=True)
+    T = math.ceil(N / B)
+    assert lab.causal_tiles_formula(N, B) == counts["computed"] == T * (T + 1) // 2
+    assert counts["fraction"] == pytest.approx((T + 1) / (2 * T))
+
+
+def test_causal_fraction_tends_to_one_half():
+    fractions = [lab.tile_counts(n, n, 64, 64, True)["fraction"] for n in (256, 4096, 65536)]
+    assert fractions[0] > fractions[1] > fractions[2] > 0.5
+    assert fractions[2] < 0.505
+
+
+def test_fa_block_sizes_follow_algorithm_1():
+    assert lab.fa_block_sizes(192 * 1024, 64, 2) == (64, 384)          # A100: M = 98304 elements
+    assert lab.fa_block_sizes(228 * 1024, 128, 2) == (128, 228)        # H100: ceil(116736 / 512)
+    assert lab.fa_block_sizes(1000, 4, 4) == (4, 16)                   # ceil(250 / 16) = 16, Br = min(16, d)
+    assert lab.fa_block_sizes(64, 64, 4) == (1, 1)
+    with pytest.raises(ValueError, match="sram_bytes"):
+        lab.fa_block_sizes(0, 64)
+    with pytest.raises(TypeError, match="d"):
+        lab.fa_block_sizes(1024, 6.5)
+
+
+def test_step_footprint_counts_every_buffer():
+    parts = lab.step_footprint(64, 64, 128, itemsize=2, acc_itemsize=4)
+    assert parts["Q_i"] == 64 * 64 * 2 and parts["K_j"] == parts["V_j"] == 128 * 64 * 2
+    assert parts["S_ij"] == 64 * 128 * 4 and parts["P_ij"] == 64 * 128 * 2
+    assert parts["m"] == parts["l"] == 64 * 4 and parts["acc"] == 64 * 64 * 4
+    assert parts["total"] == sum(b for name, b in parts.items() if name != "total")
+    assert lab.step_footprint(64, 64, 64, dv=32)["V_j"] == 64 * 32 * 2
+    with pytest.raises(ValueError, match="block_k"):
+        lab.step_footprint(64, 64, 0)
+
+
+def test_standard_traffic_is_algorithm_0():
+    rec = lab.standard_traffic(100, d=8, itemsize=2)
+    assert rec.read_by == {"q": 1600, "k": 1600, "s": 20000, "p": 20000, "v": 1600}
+    assert rec.write_by == {"s": 20000, "p": 20000, "o": 1600}
+    assert rec.total == 4 * 100 * 100 * 2 + 4 * 100 * 8 * 2
+    assert lab.standard_traffic(100, 50, d=8, dv=4, heads=3).read_by["v"] == 3 * 50 * 4 * 2
+
+
+def test_theorem_2_order_against_sram_size():
+    # With Algorithm 1's blocks, fa1's traffic times M / (N² d²) stays within constant bounds over M.
+    N, d = 8192, 64
+    ratios = []
+    for kib in (16, 32, 64, 128, 256):
+        Br, Bc = lab.fa_block_sizes(kib * 1024, d, 2)
+        traffic = lab.flash_counts(N, N, d, block_q=Br, block_k=Bc, variant="fa1", itemsize=2).total
+        ratios.append(traffic / lab.theorem2_bytes(N, d, kib * 1024, 2))
+    assert max(ratios) / min(ratios) < 1.6
+    assert lab.flash_traffic_bytes(N, d=d, block_q=64, block_k=384, variant="fa1") < lab.standard_traffic(N, d=d).total / 5
+
+
+def test_flash_traffic_bytes_is_the_recorder_total():
+    assert lab.flash_traffic_bytes(300, d=16, block_q=32, block_k=48, causal=True) == lab.flash_counts(
+        300, 300, 16, block_q=32, block_k=48, causal=True, itemsize=2).total
+
+
+def test_flop_split_of_the_seed_demo():
+    # One head, N = 4096, d = 128, Br = Bc = 128: fa1 rescales O (2 mul + 1 div per element) at every step.
+    fa1 = lab.flop_split(4096, d=128, block_q=128, block_k=128, variant="fa1")
+    fa2 = lab.flop_split(4096, d=128, block_q=128, block_k=128, variant="fa2")
+    N, d, Tc = 4096, 128, 32
+    assert fa1["matmul"] == fa2["matmul"] == 4 * N * N * d
+    assert fa1["div"] == N * d * Tc and fa2["div"] == N * d
+    assert fa1["mul"] == N * Tc * (2 * d + 3) and fa2["mul"] == N * Tc * (d + 1)
+    assert fa2["nonmatmul"] < fa1["nonmatmul"]
+    assert fa1["softmax"] == fa2["softmax"] == 4 * N * N
+    share1 = lab.gpu_time_share(fa1["matmul"], fa1["nonmatmul"])["share"]
+    share2 = lab.gpu_time_share(fa2["matmul"], fa2["nonmatmul"])["share"]
+    assert 0.15 < share1 < 0.2 and 0.1 < share2 < share1
+
+
+def test_gpu_time_share():
+    r = lab.gpu_time_share(312e12, 19.5e12, "A100")
+    assert r["t_matmul"] == pytest.approx(1.0) and r["t_nonmatmul"] == pytest.approx(1.0)
+    assert r["share"] == pytest.approx(0.5) and r["ratio"] == pytest.approx(16.0)
+    assert lab.gpu_time_share(0, 0)["share"] == 0.0
+    with pytest.raises(ValueError, match="chip"):
+        lab.gpu_time_share(1, 1, "TPU")
+    with pytest.raises(ValueError, match="FLOP"):
+        lab.gpu_time_share(-1, 1)
+
+
+def test_cpu_l2_bytes_reads_sysfs_and_falls_back(tmp_path):
+    for n, (level, size) in enumerate((("1", "48K"), ("2", "2048K"), ("3", "32M"))):
+        (tmp_path / f"index{n}").mkdir()
+        (tmp_path / f"index{n}" / "level").write_text(level + "\n")
+        (tmp_path / f"index{n}" / "size").write_text(size + "\n")
+    size, source = lab.cpu_l2_bytes(tmp_path)
+    assert size == 2048 * 1024 and source.endswith("index1/size")
+    size, source = lab.cpu_l2_bytes(tmp_path / "missing")
+    assert size == 1024 * 1024 and "fallback" in source
+    assert lab.cpu_l2_bytes()[0] > 0
+
+
+def test_sram_sizes():
+    sizes = lab.sram_sizes(cpu_l2=512 * 1024)
+    assert sizes["H100 SM (228 KiB)"] == 228 * 1024 and sizes["A100 SM (192 KiB)"] == 192 * 1024
+    assert sizes["CPU core L2 (512 KiB)"] == 512 * 1024
+    with pytest.raises(ValueError, match="cpu_l2"):
+        lab.sram_sizes(cpu_l2=0)
+
+
+def test_peak_memory_is_quadratic_for_naive_and_linear_for_flash():
+    small, big = lab.measure_peak_memory(256, d=16), lab.measure_peak_memory(1024, d=16)
+    assert small["naive"] >= lab.attention_bytes(256) and big["naive"] >= lab.attention_bytes(1024)
+    assert big["naive"] / small["naive"] > 12
+    assert big["flash"] < big["naive"] / 4 and big["max_diff"] < 1e-5
+    assert lab.flash_peak_bytes(2048, 16, block_q=256, block_k=256) - lab.flash_peak_bytes(1024, 16, block_q=256,
+                                                                                          block_k=256) == 1024 * 17 * 4
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="variant"):
+        lab.flash_counts(4, 4, 4, variant="fa3")
+    with pytest.raises(ValueError, match="block_q"):
+        lab.tile_counts(4, 4, 0, 4)
+    with pytest.raises(ValueError, match="N"):
+        lab.tile_grid(-1, 4, 2, 2)
+    with pytest.raises(TypeError, match="heads"):
+        lab.flash_counts(4, 4, 4, heads=1.5)
+    with pytest.raises(ValueError, match="block"):
+        lab.causal_tiles_formula(8, 0)
+
+
+def test_loop_order_and_tile_grid_figure():
+    order = fig.loop_order(200, 200, 64, 32, True, "fa2")
+    assert order[:3] == [(0, 0), (0, 1), (1, 0)]
+    assert fig.loop_order(200, 200, 64, 32, True, "fa1")[:3] == [(0, 0), (1, 0), (2, 0)]
+    r = fig.draw_tile_grid(200, block_q=64, block_k=32, causal=True, step=5)
+    assert (r["Tr"], r["Tc"], r["computed"], r["steps"]) == (4, 7, 19, 19)
+    assert r["tile"] == order[5] and r["partial_rows"] == 8 and r["partial_cols"] == 8
+    assert r["rows"] == (64, 128) and r["keys"] == (96, 128)
+    assert fig.draw_tile_grid(200, step=10_000)["step"] == fig.draw_tile_grid(200)["steps"] - 1
+
+
+def test_other_figures_return_their_numbers():
+    srams = lab.sram_sizes(cpu_l2=1024 * 1024)
+    r = fig.draw_footprint(64, 64, 128, itemsize=2, srams=srams)
+    assert r["total"] == lab.step_footprint(64, 64, 128)["total"] and all(r["fits"].values())
+    assert not fig.draw_footprint(128, 256, 256, itemsize=4, srams=srams)["fits"]["A100 SM (192 KiB)"]
+    h = fig.draw_hbm_traffic(2048, 64, 64, 64, itemsize=2)
+    assert h["standard"] == lab.standard_traffic(2048, d=64).total and h["paper_blocks"] == (64, 384)
+    assert h["fa1_paper_blocks"] < h["fa1"] < h["standard"]
+    ops = fig.draw_op_counts(512, 64, 64, 64)
+    assert ops["share"]["fa2"] < ops["share"]["fa1"]
+    split = fig.draw_work_split(512, 64, 64, workers=4)
+    assert split["writers_per_output_block"] == {"fa1": 4, "fa2": 1}
+    peak = fig.draw_peak_memory([1024, 2048], [8e6, 32e6], [1e6, 1.2e6], [8e6, 32e6], [1e6, 1.2e6])
+    assert peak["ratio"] == pytest.approx([8.0, 32e6 / 1.2e6])
+
+
+def test_tile_walk_slider():
+    w = lab.widgets.tile_walk()
+    controls = {c.description: c for c in w.children[:-1]}
+    assert w.result["computed"] == 19 and controls["step"].max == 18
+    controls["N = M"].value = 64
+    assert w.result["N"] == 64 and w.result["computed"] == 2 and controls["step"].max == 1   # one row block
+    controls["Bc"].value = 8
+    controls["causal"].value = False
+    assert w.result["computed"] == 8 and controls["step"].max == 7
+    controls["step"].value = 7
+    assert w.result["tile"] == (0, 7)
+    controls["loop"].value = "fa1"
+    assert w.result["variant"] == "fa1"
+
+
+def test_block_footprint_slider():
+    w = lab.widgets.block_footprint(srams=lab.sram_sizes(cpu_l2=1024 * 1024))
+    controls = {c.description: c for c in w.children[:-1]}
+    assert w.result["fits"]["A100 SM (192 KiB)"]
+    controls["Br"].value = 512
+    controls["inputs"].value = "float32"
+    assert w.result["total"] == lab.step_footprint(64, 512, 128, itemsize=4)["total"]
+    assert not w.result["fits"]["A100 SM (192 KiB)"]
+
+
+def test_io_traffic_slider_agrees_with_instrumented_runs():
+    w = lab.widgets.io_traffic(N=256)
+    controls = {c.description: c for c in w.children[:-1]}
+    assert w.result["equal"] and w.result["measured"] == w.result["formula"]
+    before = w.result["measured"]
+    controls["Br"].value = 16
+    controls["causal"].value = True
+    controls["inputs"].value = "float16"
+    assert w.result["equal"] and w.result["measured"] != before
+
+
+def test_fa_variants_slider_agrees_with_instrumented_runs():
+    w = lab.widgets.fa_variants(N=256)
+    controls = {c.description: c for c in w.children[:-1]}
+    assert w.result["equal"] and w.result["variant"] == "fa2"
+    controls["variant"].value = "fa1"
+    controls["Bc"].value = 32
+    assert w.result["equal"] and w.result["variant"] == "fa1"
+    assert w.result["measured"]["div"] == 256 * 64 * 8

@@ -100,7 +100,7 @@ def chunk_state(q, k_c, v_c, *, start: int = 0, total: int | None = None, causal
     if start < 0 or start + Mc > total:
         raise ValueError(f"the chunk [start, start + Mc) = [{start}, {start + Mc}) must lie inside 0..total={total}")
     dt = acc_dtype(q, k_c, v_c)
-    q5, k5, v5 = _grouped(q.astype(dt) * dt.type(scale), k_c.astype(dt), v_c.astype(dt), group)
+    q5, k5, v5 = _grouped(q.astype(dt) * dt.type(scale), k_c.astype(dt, copy=False), v_c.astype(dt, copy=False), group)
     trace.read("k", trace.nbytes(k_c))
     trace.read("v", trace.nbytes(v_c))
     s = q5 @ np.swapaxes(k5, -1, -2)                          # (..., Hkv, G, N, Mc)

@@ -257,7 +257,7 @@ def one_pass_attention(q, k, v, *, block_k: int = 64, causal: bool = False, scal
     Bc = check_block(block_k, "block_k")
     q, k, v, group, scale = _checked(q, k, v, scale)
     dt = acc_dtype(q, k, v)
-    q5, k5, v5 = _grouped(q.astype(dt) * dt.type(scale), k.astype(dt), v.astype(dt), group)
+    q5, k5, v5 = _grouped(q.astype(dt) * dt.type(scale), k.astype(dt, copy=False), v.astype(dt, copy=False), group)
     N, M, dv = q.shape[-2], k.shape[-2], v.shape[-1]
     lead = np.broadcast_shapes(q5.shape[:-2], k5.shape[:-2])
     state = empty_state(lead + (N,), dv, dt)                  # m, l: (..., N); acc: (..., N, dv)

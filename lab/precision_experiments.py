@@ -25,7 +25,7 @@ __all__ = [
     "gaussian_qkv", "relative_error", "p_rounding_error", "p_error_grid", "p_underflow",
     "low_precision_sum", "overflow_threshold", "softmax_in_format",
     "outlier_qkv", "attention_standard_lowp", "attention_tiled_lowp", "rmse", "matmul_error",
-    "FA3_TABLE3_RMSE",
+    "compare_inputs", "FA3_TABLE3_RMSE",
 ]
 
 # FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608), §4.3, Table 3: RMSE against an FP64 reference
@@ -297,3 +297,31 @@ def matmul_error(a, b, fmt: str = "tf32") -> float:
         raise ValueError(f"a and b must be (N, K) and (K, M), got {a.shape} and {b.shape}")
     ref = a.astype(np.float64) @ b.astype(np.float64)
     return relative_error(round_to(a, fmt) @ round_to(b, fmt), ref)
+
+
+def compare_inputs(inputs: dict, formats=("bf16", "fp16", "fp8_e4m3"), *, block: int = 64) -> dict:
+    """Experiments 1 and 4 on several input sets: `{name: {"p": {fmt: rel. error}, "rmse": {(alg, fmt): RMSE}, "spread", "rms_ref"}}`.
+
+    `inputs` maps a name to `(q, k, v)` of shapes `(..., N, d)`, `(..., M, d)`, `(..., M, dv)`; "p" rounds
+    only P (`p_rounding_error`), "rmse" runs `attention_standard_lowp` and `attention_tiled_lowp` for
+    fp16 and fp8_e4m3, all against the float64 `attention_reference`; "spread" is the std of the scores
+    $s = qk^\\top/\\sqrt d$ and "rms_ref" the RMS of the reference output (to compare RMSEs across sets).
+    Taught in: notebooks/07_precision.ipynb
+    """
+    for f in formats:
+        _check_fmt(f, "formats")
+    B = check_block(block, "block")
+    out = {}
+    for name, (q, k, v) in inputs.items():
+        q, k, v = (as_float_array(a, n).astype(np.float32) for a, n in ((q, "q"), (k, "k"), (v, "v")))
+        ref, _ = attention_reference(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64))
+        s = (q.astype(np.float64) @ np.swapaxes(k, -1, -2)) / np.sqrt(q.shape[-1])   # (..., N, M)
+        out[name] = {
+            "p": {f: p_rounding_error(q, k, v, f, block_k=B, ref=ref) for f in formats},
+            "rmse": {(alg, f): rmse(fn(q, k, v, f), ref)
+                     for f in ("fp16", "fp8_e4m3")
+                     for alg, fn in (("standard", attention_standard_lowp), ("tiled", attention_tiled_lowp))},
+            "spread": float(s.std()),
+            "rms_ref": rmse(ref, np.zeros_like(ref)),
+        }
+    return out

@@ -1,0 +1,66 @@
+"""Sliders for notebook 07: what a format does to the P tiles, and to the running sum l.
+
+Taught in: notebooks/07_precision.ipynb
+"""
+
+from __future__ import annotations
+
+import ipywidgets
+
+from ..figures.precision import FORMAT_LABELS, draw_accumulation, draw_p_explorer
+from . import interactive_figure
+
+__all__ = ["p_format_explorer", "accumulation_explorer"]
+
+_P_FORMATS = ["bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]
+_SUM_FORMATS = ["tf32", "bf16", "fp16", "fp8_e4m3"]
+
+
+def _p_summary(r: dict) -> str:
+    return (f"{FORMAT_LABELS[r['fmt']]}, N = {r['N']:,}, std(s) = {r['spread']:g}, block_k = {r['block_k']}: "
+            f"relative error of o {r['rel_error']:.1e}; {100 * r['flushed']:.1f}% of the P entries round to 0, "
+            f"holding {100 * r['mass_lost']:.2g}% of the softmax mass")
+
+
+def p_format_explorer(fmt: str = "fp8_e4m3", N: int = 4096, spread: float = 4.0, block_k: int = 64) -> ipywidgets.interactive:
+    """Sliders over format, N, score spread and block size; `.result` holds the error of o and the share of P flushed to 0.
+
+    Taught in: notebooks/07_precision.ipynb
+    """
+    return interactive_figure(
+        draw_p_explorer,
+        summary=_p_summary,
+        fmt=ipywidgets.ToggleButtons(options=[(FORMAT_LABELS[f], f) for f in _P_FORMATS], value=fmt, description="format"),
+        N=ipywidgets.SelectionSlider(options=[2**p for p in range(8, 15)], value=N, description="N",
+                                     continuous_update=False),
+        spread=ipywidgets.SelectionSlider(options=[1.0, 2.0, 4.0, 8.0, 16.0, 30.0], value=spread,
+                                          description="std(s)", continuous_update=False),
+        block_k=ipywidgets.SelectionSlider(options=[16, 32, 64, 128, 256], value=block_k, description="block_k",
+                                           continuous_update=False),
+    )
+
+
+def _sum_draw(fmt: str, N: int, block: int) -> dict:
+    return draw_accumulation(N, block, formats=("fp32", fmt))
+
+
+def _sum_summary(r: dict) -> str:
+    fmt = [f for f in r["seq"] if f != "fp32"][0]
+    return (f"{FORMAT_LABELS[fmt]}, N = {r['N']:,}: one at a time, l is off by {100 * r['seq'][fmt]:.2g}%; "
+            f"in blocks of {r['block']}, by {100 * r['blocked'][fmt]:.2g}% (FP32: {r['seq']['fp32']:.1e})")
+
+
+def accumulation_explorer(fmt: str = "bf16", N: int = 16384, block: int = 64) -> ipywidgets.interactive:
+    """Sliders over the format of the sum, N and the block size; `.result` holds the final relative errors of l.
+
+    Taught in: notebooks/07_precision.ipynb
+    """
+    return interactive_figure(
+        _sum_draw,
+        summary=_sum_summary,
+        fmt=ipywidgets.ToggleButtons(options=[(FORMAT_LABELS[f], f) for f in _SUM_FORMATS], value=fmt, description="format"),
+        N=ipywidgets.SelectionSlider(options=[2**p for p in range(8, 15)], value=N, description="N",
+                                     continuous_update=False),
+        block=ipywidgets.SelectionSlider(options=[1, 4, 16, 64, 256, 1024], value=block, description="block",
+                                         continuous_update=False),
+    )

@@ -1,0 +1,302 @@
+"""The experiments of notebook 07, their figures and sliders, and the real activations file."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lab
+from lab.figures import precision as figs
+from lab.widgets import accumulation_explorer, p_format_explorer
+
+from strategies import seeds
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+# -- inputs and error measures ------------------------------------------------------------------
+
+def test_gaussian_qkv_shapes_and_spread():
+    q, k, v = lab.gaussian_qkv(4096, 64, spread=5.0, rows=16, seed=1)
+    assert q.shape == (16, 64) and k.shape == (4096, 64) and v.shape == (4096, 64)
+    assert q.dtype == k.dtype == v.dtype == np.float32
+    s = (q.astype(np.float64) @ k.T.astype(np.float64)) / 8.0
+    assert 4.5 < s.std() < 5.5
+    again = lab.gaussian_qkv(4096, 64, spread=5.0, rows=16, seed=1)
+    assert all(np.array_equal(a, b) for a, b in zip((q, k, v), again))
+
+
+@pytest.mark.parametrize("kwargs, err", [({"N": 0}, ValueError), ({"spread": 0.0}, ValueError),
+                                         ({"spread": np.inf}, ValueError), ({"rows": 1.5}, TypeError)])
+def test_gaussian_qkv_errors(kwargs, err):
+    args = {"N": 8, "d": 4, "spread": 1.0, "rows": 2} | kwargs
+    with pytest.raises(err):
+        lab.gaussian_qkv(**args)
+
+
+def test_relative_error_and_rmse():
+    ref = np.array([3.0, 4.0])
+    assert lab.relative_error(ref + np.array([0.3, 0.4]), ref) == pytest.approx(0.1)
+    assert lab.rmse(np.array([1.0, 3.0]), np.array([0.0, 0.0])) == pytest.approx(np.sqrt(5.0))
+    assert lab.relative_error(np.zeros(2), np.zeros(2)) == 0.0
+    with pytest.raises(ValueError, match="shape"):
+        lab.relative_error(np.zeros(2), np.zeros(3))
+    with pytest.raises(ValueError, match="shape"):
+        lab.rmse(np.zeros(2), np.zeros(3))
+    with pytest.raises(TypeError, match="o"):
+        lab.rmse(np.zeros(2, int), np.zeros(2))
+
+
+# -- experiment 1 ---------------------------------------------------------------------------------
+
+def test_p_rounding_error_orders_the_formats():
+    q, k, v = lab.gaussian_qkv(1024, 32, 1.0, 4, seed=3)
+    before = [a.copy() for a in (q, k, v)]
+    err = {f: lab.p_rounding_error(q, k, v, f, block_k=64) for f in ("fp32", "fp16", "bf16", "fp8_e4m3")}
+    assert err["fp32"] < 1e-5 < err["fp16"] < err["bf16"] < err["fp8_e4m3"] < 0.1
+    assert all(np.array_equal(a, b) for a, b in zip((q, k, v), before))
+    with pytest.raises(ValueError, match="fmt"):
+        lab.p_rounding_error(q, k, v, "fp4")
+
+
+def test_p_error_grid_matches_single_runs():
+    Ns, spreads = [64, 256], [1.0, 10.0]
+    grid = lab.p_error_grid(Ns, spreads, ("fp32", "bf16"), d=16, rows=2, block_k=32, seed=4)
+    assert set(grid) == {"fp32", "bf16"} and grid["bf16"].shape == (2, 2)
+    q, k, v = lab.gaussian_qkv(256, 16, 10.0, 2, seed=4)
+    assert grid["bf16"][1, 0] == pytest.approx(lab.p_rounding_error(q, k[:64], v[:64], "bf16", block_k=32))
+    assert (grid["bf16"] > grid["fp32"]).all()
+    with pytest.raises(ValueError, match="formats"):
+        lab.p_error_grid(Ns, spreads, ("fp64",))
+    with pytest.raises(ValueError, match="empty"):
+        lab.p_error_grid([], spreads)
+
+
+def test_p_underflow_counts_flushed_entries():
+    q, k, _ = lab.gaussian_qkv(2048, 32, 20.0, 4, seed=5)
+    fp8 = lab.p_underflow(q, k, "fp8_e4m3", block_k=64)
+    bf16 = lab.p_underflow(q, k, "bf16", block_k=64)
+    assert fp8["p"].shape == (4 * 2048,) and fp8["p"].max() <= 1.0
+    assert fp8["flushed"] > 0.5 > bf16["flushed"] and bf16["mass_lost"] < 1e-30   # bf16 keeps fp32's range
+    assert 0 < fp8["mass_lost"] < 0.5
+    with pytest.raises(ValueError, match="q and k"):
+        lab.p_underflow(q, k[:, :8], "fp16")
+
+
+# -- experiment 2 ---------------------------------------------------------------------------------
+
+def test_low_precision_sum_stagnates_and_blocks_help():
+    ones = np.ones(1024, np.float32)
+    assert lab.low_precision_sum(ones, "bf16")[-1] == 256.0       # 256 + 1 rounds back to 256 (8 significant bits)
+    assert lab.low_precision_sum(ones, "fp16")[-1] == 1024.0
+    assert lab.low_precision_sum(np.ones(4096), "fp16")[-1] == 2048.0
+    assert lab.low_precision_sum(ones, "bf16", block=64)[-1] == 1024.0
+    assert lab.low_precision_sum(ones, "fp32").shape == (1024,)
+    assert lab.low_precision_sum(ones, "fp32", block=100).shape == (11,)
+
+
+def _loop_sum(p, fmt):
+    total, out = np.float32(0), []
+    for x in lab.round_to(p, fmt):
+        total = lab.round_to(np.array([total + x], np.float32), fmt)[0]
+        out.append(total)
+    return np.array(out, np.float64)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seeds, st.sampled_from(["fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]), st.integers(1, 300))
+def test_low_precision_sum_rounds_every_addition(seed, fmt, n):
+    p = np.random.default_rng(seed).random(n).astype(np.float32)
+    np.testing.assert_array_equal(lab.low_precision_sum(p, fmt), _loop_sum(p, fmt))
+
+
+def test_low_precision_sum_errors_and_input_untouched():
+    p = np.linspace(0, 1, 10)
+    before = p.copy()
+    lab.low_precision_sum(p, "bf16", block=3)
+    np.testing.assert_array_equal(p, before)
+    with pytest.raises(ValueError, match="block"):
+        lab.low_precision_sum(p, "bf16", block=0)
+    with pytest.raises(ValueError, match="one-dimensional"):
+        lab.low_precision_sum(p.reshape(2, 5), "bf16")
+
+
+# -- experiment 3 ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", lab.FORMATS)
+def test_overflow_threshold_is_where_exp_stops_fitting(fmt):
+    t = lab.overflow_threshold(fmt)
+    log_max = np.log(lab.format_info(fmt)["max"])
+    assert log_max <= t < log_max + 0.1
+    with np.errstate(over="ignore"):
+        assert np.isfinite(lab.round_to(np.array([np.exp(t - 1e-9)]), fmt)).all()
+        assert not np.isfinite(lab.round_to(np.array([np.exp(t + 1e-6)]), fmt)).any()
+
+
+def test_overflow_threshold_fp16_is_11_09():
+    assert 11.0898 < lab.overflow_threshold("fp16") < 11.0902
+
+
+def test_softmax_in_format_breaks_without_the_max():
+    s = np.array([[12.0, 11.0, 0.0], [3.0, 2.0, 1.0]])
+    safe = lab.softmax_in_format(s, "fp16")
+    assert np.isfinite(safe).all() and np.allclose(safe.sum(axis=-1), 1, atol=1e-3)
+    naive = lab.softmax_in_format(s, "fp16", subtract_max=False)
+    assert np.isnan(naive[0]).any() and np.allclose(naive[1], safe[1], atol=1e-3)
+    assert np.isfinite(lab.softmax_in_format(s, "fp32", subtract_max=False)).all()
+
+
+# -- experiment 4 ---------------------------------------------------------------------------------
+
+def test_outlier_qkv():
+    q, k, v = lab.outlier_qkv((2, 200, 16), p=0.05, outlier_std=10.0, seed=7)
+    assert q.shape == k.shape == v.shape == (2, 200, 16) and q.dtype == np.float32
+    np.testing.assert_array_equal(lab.round_to(q, "fp16"), q)      # stored as fp16 values
+    assert (np.abs(q) > 5).mean() > 0.01                           # outliers present
+    calm = lab.outlier_qkv((2, 200, 16), p=0.0, seed=7)[0]
+    assert (np.abs(calm) > 5).mean() == 0
+    with pytest.raises(ValueError, match="p"):
+        lab.outlier_qkv(p=1.5)
+    with pytest.raises(ValueError, match="outlier_std"):
+        lab.outlier_qkv(outlier_std=-1)
+
+
+def test_tiled_beats_standard_on_outliers():
+    q, k, v = lab.outlier_qkv((2, 256, 32), seed=8)
+    before = [a.copy() for a in (q, k, v)]
+    ref = lab.attention_reference(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64))[0]
+    e = {(alg, f): lab.rmse(fn(q, k, v, f), ref)
+         for f in ("fp16", "fp8_e4m3")
+         for alg, fn in (("standard", lab.attention_standard_lowp), ("tiled", lab.attention_tiled_lowp))}
+    assert e[("tiled", "fp16")] < e[("standard", "fp16")] < 1e-3
+    assert e[("tiled", "fp8_e4m3")] < e[("standard", "fp8_e4m3")] < 0.1
+    assert e[("standard", "fp16")] < e[("tiled", "fp8_e4m3")]
+    assert all(np.array_equal(a, b) for a, b in zip((q, k, v), before))
+    # in FP32 the tiled kernel is exact up to the FP16 output
+    assert lab.rmse(lab.attention_tiled_lowp(q, k, v, "fp32"), ref) < 1e-3 * lab.rmse(ref, 0 * ref)
+
+
+def test_lowp_attention_errors():
+    q = np.zeros((2, 8, 4), np.float32)
+    with pytest.raises(ValueError, match="q, k, v"):
+        lab.attention_standard_lowp(q, q[:, :, :3], q)
+    with pytest.raises(ValueError, match="fmt"):
+        lab.attention_tiled_lowp(q, q, q, "int8")
+    with pytest.raises(ValueError, match="finite"):
+        lab.attention_standard_lowp(q + np.nan, q, q)
+
+
+def test_fa3_table_is_quoted():
+    assert lab.FA3_TABLE3_RMSE[("standard", "fp16")] == 3.2e-4
+    assert lab.FA3_TABLE3_RMSE[("tiled", "fp8_e4m3")] == 9.1e-3
+
+
+# -- experiment 5 ---------------------------------------------------------------------------------
+
+def test_matmul_error_by_format():
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((32, 256)).astype(np.float32)
+    b = rng.standard_normal((256, 32)).astype(np.float32)
+    e = {f: lab.matmul_error(a, b, f) for f in ("fp32", "tf32", "bf16")}
+    assert e["fp32"] < 1e-6 < 1e-4 < e["tf32"] < 1e-3 < e["bf16"] < 1e-2
+    with pytest.raises(ValueError, match="a and b"):
+        lab.matmul_error(a, a, "tf32")
+
+
+# -- experiment 6: the data file --------------------------------------------------------------------
+
+def test_load_activations_checks_the_file(tmp_path):
+    acts = lab.load_activations()
+    assert acts.q.shape == acts.k.shape == acts.v.shape == (2, 12, 444, 32)
+    assert acts.q.dtype == np.float32 and np.isfinite(acts.q).all()
+    assert acts.meta["model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert "Apache-2.0" in acts.meta["model_licence"]
+    assert lab.file_sha256(lab.ACTIVATIONS_PATH) == hashlib.sha256(lab.ACTIVATIONS_PATH.read_bytes()).hexdigest()
+    acts.q[...] = 0                                                # the caller's copy, not the file's
+    assert np.abs(lab.load_activations().q).max() > 0
+    bad = tmp_path / "changed.npz"
+    shutil.copy(lab.ACTIVATIONS_PATH, bad)
+    with open(bad, "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(ValueError, match="sha256"):
+        lab.load_activations(bad)
+    assert lab.load_activations(bad, sha256=None).q.shape == acts.q.shape
+    with pytest.raises(FileNotFoundError, match="path"):
+        lab.load_activations(tmp_path / "missing.npz")
+    np.savez(tmp_path / "partial.npz", q=acts.q)
+    with pytest.raises(ValueError, match="lacks"):
+        lab.load_activations(tmp_path / "partial.npz", sha256=None)
+
+
+def test_compare_inputs_on_a_slice_of_the_real_inputs():
+    acts = lab.load_activations()
+    real = tuple(a[1, :2, :128] for a in (acts.q, acts.k, acts.v))
+    gauss = lab.gaussian_qkv(128, 32, 1.0, 128, seed=10)
+    out = lab.compare_inputs({"real": real, "gauss": gauss}, ("fp16", "fp8_e4m3"))
+    for r in out.values():
+        assert r["p"]["fp16"] < r["p"]["fp8_e4m3"] < 0.1
+        assert r["rmse"][("tiled", "fp16")] < r["rmse"][("standard", "fp8_e4m3")]
+        assert r["rms_ref"] > 0 and r["spread"] > 0
+    assert abs(out["gauss"]["spread"] - 1.0) < 0.2
+    with pytest.raises(ValueError, match="formats"):
+        lab.compare_inputs({"g": gauss}, ("fp64",))
+
+
+# -- figures and sliders ------------------------------------------------------------------------------
+
+def test_figures_return_their_numbers():
+    grid = lab.p_error_grid([64, 128], [1.0, 4.0], ("fp32", "fp16"), d=16, rows=2)
+    r = figs.draw_p_error_heatmaps(grid, [64, 128], [1.0, 4.0])
+    assert r["max"]["fp16"] == grid["fp16"].max()
+    r = figs.draw_accumulation(N=1024, block=32, formats=("fp32", "bf16"))
+    assert r["seq"]["bf16"] > r["blocked"]["bf16"] > r["seq"]["fp32"]
+    r = figs.draw_outliers({k: 1e-3 for k in lab.FA3_TABLE3_RMSE})
+    assert r["paper"][("standard", "fp16")] == 3.2e-4
+    r = figs.draw_p_explorer("fp16", N=512, spread=2.0, block_k=64)
+    assert 0 < r["rel_error"] < 1e-3
+    r = figs.draw_matmul_error(Ks=(16, 64), formats=("fp32", "tf32"), n=8)
+    assert r["errors"]["tf32"][0] > r["errors"]["fp32"][0]
+    res = lab.compare_inputs({"g": lab.gaussian_qkv(64, 16, 1.0, 64, seed=1)}, ("fp16",))
+    r = figs.draw_real_vs_gaussian(res)
+    assert r["g"]["p"]["fp16"] == res["g"]["p"]["fp16"]
+
+
+def test_p_format_explorer_slider():
+    w = p_format_explorer(N=512)
+    w.update()
+    first = w.result
+    assert first["fmt"] == "fp8_e4m3" and first["N"] == 512 and first["rel_error"] > 1e-3
+    fmt, N, spread, block = w.children[:-1]
+    fmt.value = "fp16"
+    assert w.result["fmt"] == "fp16" and w.result["rel_error"] < first["rel_error"]
+    spread.value = 30.0
+    assert w.result["spread"] == 30.0 and w.result["flushed"] > 0
+    block.value = 16
+    assert w.result["block_k"] == 16
+    N.value = 1024
+    assert w.result["N"] == 1024
+    assert "FP16" in w.summary_html.value and len(w.image.value) > 1000
+
+
+def test_accumulation_explorer_slider():
+    w = accumulation_explorer(N=1024)
+    w.update()
+    fmt, N, block = w.children[:-1]
+    assert w.result["N"] == 1024 and "bf16" in w.result["seq"]
+    block.value = 1
+    assert w.result["blocked"]["bf16"] == w.result["seq"]["bf16"]
+    fmt.value = "fp16"
+    assert "fp16" in w.result["seq"] and "bf16" not in w.result["seq"]
+    N.value = 4096
+    assert w.result["N"] == 4096 and w.result["seq"]["fp16"] > 0.1   # 2048 + 1 rounds back in FP16
+    assert "FP16" in w.summary_html.value

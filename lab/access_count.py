@@ -66,7 +66,10 @@ class CountingArray:
 
 @dataclass
 class AccessCount:
-    """Measured accesses of one softmax run: per element of `x` and `y`, and the output."""
+    """Measured accesses of one softmax run: per element of `x` and `y`, and the output.
+
+    Taught in: notebooks/01_three_pass_softmax.ipynb, notebooks/02_online_softmax.ipynb
+    """
 
     method: str
     n: int

@@ -28,9 +28,10 @@ def _row(x) -> np.ndarray:
 
 
 def online_trace(x, block: int) -> dict:
-    """Per block b of a 1-D row: `block_max`, `m_old`, `m` (new), `alpha` $= e^{m_{old} - m}$, `l`, and `l_direct` $= \\sum_{j<stop} e^{x_j - m}$.
+    """Per block of a 1-D row: `block_max`, `m_old`, new `m`, `alpha` $= e^{m_{old} - m}$, `l`, `l_direct` $= \\sum_{j<stop} e^{x_j - m}$.
 
-    Arrays of length ceil(n / block); `start`/`stop` bound each block. Taught in: notebooks/02_online_softmax.ipynb
+    Arrays of length ceil(n / block); `start`/`stop` bound each block.
+    Taught in: notebooks/02_online_softmax.ipynb
     """
     a = _row(x)
     block = check_block(block, "block")

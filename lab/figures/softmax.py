@@ -23,6 +23,7 @@ def draw_overflow(s: float = 100.0, dtypes=tuple(SOFTMAX_DTYPES), ax=None) -> di
     """Per dtype, the range of largest scores s where the naive softmax of (s, s−1, s−2, s−3) works, with s marked.
 
     Returns `naive_vs_safe(s)` plus the break points `above`/`below` per dtype.
+    Taught in: notebooks/01_three_pass_softmax.ipynb
     """
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 4.2))
@@ -55,7 +56,10 @@ def draw_overflow(s: float = 100.0, dtypes=tuple(SOFTMAX_DTYPES), ax=None) -> di
 
 
 def draw_access_counts(n: int = 256, block: int = 1, seed: int = 0, ax=None) -> dict:
-    """Measured loads and stores per element of the naive, safe and online softmax on one row of n scores (stacked bars)."""
+    """Measured loads and stores per element of the naive, safe and online softmax on one row of n scores (stacked bars).
+
+    Taught in: notebooks/01_three_pass_softmax.ipynb
+    """
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
     x = demo_scores(n, seed=seed)
@@ -79,6 +83,7 @@ def draw_online_trace(block: int = 8, shift: float = 0.0, scale: float = 1.0, n:
     """The row's scores with the running max m after each block (top) and l after each block (bottom).
 
     Returns the trace, the final (m, l) and max |online − safe|.
+    Taught in: notebooks/02_online_softmax.ipynb
     """
     x = demo_scores(n, shift, scale, seed)
     tr = online_trace(x, block)

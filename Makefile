@@ -52,3 +52,27 @@ clean:
 	rm -rf $(VENV) build .pytest_cache .hypothesis *.egg-info
 	find lab tests -name __pycache__ -type d -prune -exec rm -rf {} +
 	find notebooks -name .ipynb_checkpoints -type d -prune -exec rm -rf {} +
+
+# In a real browser and as a static site (Debian's chromium: `apt-get install chromium`; no browser download).
+#   make site      build/site/: a page per notebook from its committed outputs, math typeset by KaTeX
+#   make test-ui   builds the site, opens every page, then runs every notebook with a slider in JupyterLab
+#                  in headless Chromium and moves each slider with the keyboard; screenshots in build/ui/
+UI_STAMP := $(VENV)/.installed-ui
+KATEX_VERSION := 0.19.1
+KATEX := $(VENV)/katex/node_modules/katex
+
+.PHONY: setup-ui site test-ui
+
+setup-ui: $(UI_STAMP)
+
+# The ui extra (Playwright for Python, mistune, Pygments) and KaTeX from npm, installed into .venv.
+$(UI_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[test,ui]'
+	npm install --no-audit --no-fund --silent --prefix $(VENV)/katex katex@$(KATEX_VERSION)
+	touch $(UI_STAMP)
+
+site: setup-ui
+	$(BIN)/python tools/build_site.py --out build/site --katex $(KATEX)
+
+test-ui: site
+	$(BIN)/python tools/ui_check.py --site build/site

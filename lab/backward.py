@@ -17,7 +17,7 @@ Around them: `NumpyFlashAttention` (a `torch.autograd.Function` running both num
 `torch.autograd.gradcheck` can test the backward against finite differences), `standard_attention_torch`
 (softmax(QKᵀ)V in torch, which autograd differentiates by keeping P), `saved_tensor_bytes` (the bytes
 autograd keeps between forward and backward, counted exactly with `saved_tensors_hooks`),
-`attention_flops` and `time_forward_backward`.
+`backward_flops` and `time_forward_backward`.
 
 Taught in: notebooks/09_backward.ipynb
 """
@@ -41,7 +41,7 @@ __all__ = [
     "standard_attention_torch",
     "saved_tensor_bytes",
     "training_memory",
-    "attention_flops",
+    "backward_flops",
     "time_forward_backward",
 ]
 
@@ -296,7 +296,7 @@ def training_memory(Ns, d: int = 64, *, heads: int = 1, causal: bool = False, dt
     return rows
 
 
-def attention_flops(N: int, M: int | None = None, d: int = 64, *, batch: int = 1, heads: int = 1,
+def backward_flops(N: int, M: int | None = None, d: int = 64, *, batch: int = 1, heads: int = 1,
                     causal: bool = False, dv: int | None = None) -> dict:
     """Matmul FLOPs of attention: forward $2NMd + 2NMd_v$ ($QK^\\top$, $PV$), backward 5 matmuls, $2.5\\times$ for $d_v = d$.
 
@@ -316,13 +316,13 @@ def attention_flops(N: int, M: int | None = None, d: int = 64, *, batch: int = 1
     return {"forward": fwd, "backward": bwd, "ratio": bwd / fwd}
 
 
-def time_forward_backward(attn, q, k, v, *, causal: bool = False, min_run_time: float = 0.2) -> dict:
-    """Median seconds of `attn(q, k, v, causal=causal)` forward, and of forward + backward, with `torch.utils.benchmark`.
+def time_forward_backward(attn, q, k, v, *, causal: bool = False, rounds: int = 3, min_run_time: float = 0.05) -> dict:
+    """Median seconds of `attn(q, k, v, causal=causal)` forward, and of forward + backward, timed in alternating rounds (`lab.measure.time_interleaved`).
 
     Returns `{"forward", "forward_backward", "backward", "ratio"}` (backward = difference; ratio = backward / forward).
     Taught in: notebooks/09_backward.ipynb
     """
-    from torch.utils import benchmark
+    from .measure import time_interleaved
 
     if min_run_time <= 0:
         raise ValueError(f"min_run_time must be > 0, got {min_run_time}")
@@ -336,10 +336,7 @@ def time_forward_backward(attn, q, k, v, *, causal: bool = False, min_run_time: 
     def fwd_bwd():
         torch.autograd.grad(attn(*leaves, causal=causal), leaves, do)
 
-    t = {}
-    for name, f in (("forward", fwd), ("forward_backward", fwd_bwd)):
-        t[name] = benchmark.Timer(stmt="f()", globals={"f": f}, num_threads=torch.get_num_threads()).blocked_autorange(
-            min_run_time=min_run_time).median
+    t = time_interleaved({"forward": fwd, "forward_backward": fwd_bwd}, rounds=rounds, min_run_time=min_run_time)
     t["backward"] = max(t["forward_backward"] - t["forward"], 0.0)
     t["ratio"] = t["backward"] / t["forward"] if t["forward"] > 0 else math.nan
     return t

@@ -201,13 +201,13 @@ def decode_torch(q, k, v, *, splits: int = 1, workers: int = 1, scale=None):
 
 
 def time_decoding(M: int, *, runs=((1, 1), (2, 2)), batch: int = 1, q_heads: int = 8, kv_heads: int = 8,
-                  d: int = 64, dtype=torch.float32, min_run_time: float = 0.3, seed: int = 0) -> list[dict]:
-    """Median seconds of one decoding step (`decode_torch`) for each `(splits, workers)` in `runs`, torch intra-op threads set to 1.
+                  d: int = 64, dtype=torch.float32, rounds: int = 3, min_run_time: float = 0.1, seed: int = 0) -> list[dict]:
+    """Median seconds of one decoding step (`decode_torch`) for each `(splits, workers)` in `runs`, torch intra-op threads set to 1, timed in alternating rounds (`lab.measure.time_interleaved`).
 
     Returns one dict per run: splits, workers, seconds, and the K/V bytes read per second.
     Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
-    from torch.utils import benchmark
+    from .measure import time_interleaved
 
     for name, x in (("M", M), ("batch", batch), ("q_heads", q_heads), ("kv_heads", kv_heads), ("d", d)):
         _positive_int(x, name)
@@ -220,10 +220,11 @@ def time_decoding(M: int, *, runs=((1, 1), (2, 2)), batch: int = 1, q_heads: int
     k = torch.randn(batch, kv_heads, M, d, generator=g, dtype=dtype)  # (B, Hkv, M, d)
     v = torch.randn(batch, kv_heads, M, d, generator=g, dtype=dtype)  # (B, Hkv, M, d)
     kv_bytes = k.nbytes + v.nbytes
-    out = []
-    for splits, workers in runs:
-        timer = benchmark.Timer(stmt="f(q, k, v, splits=s, workers=w)", num_threads=1,
-                                globals=dict(f=decode_torch, q=q, k=k, v=v, s=splits, w=workers))
-        t = timer.blocked_autorange(min_run_time=min_run_time).median
-        out.append(dict(splits=splits, workers=workers, seconds=t, gb_per_s=kv_bytes / t / 1e9))
-    return out
+    fns = {(s, w): (lambda s=s, w=w: decode_torch(q, k, v, splits=s, workers=w)) for s, w in runs}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)                                  # parallelism comes from the workers only
+    try:
+        t = time_interleaved(fns, rounds=rounds, min_run_time=min_run_time)
+    finally:
+        torch.set_num_threads(threads)
+    return [dict(splits=s, workers=w, seconds=t[(s, w)], gb_per_s=kv_bytes / t[(s, w)] / 1e9) for s, w in runs]

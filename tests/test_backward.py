@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lab
-from lab.backward import (NumpyFlashAttention, attention_backward, attention_flops, backward_delta,
+from lab.backward import (NumpyFlashAttention, attention_backward, backward_flops, backward_delta,
                           flash_attention_backward_numpy, saved_tensor_bytes, standard_attention_torch,
                           time_forward_backward)
 from strategies import attention_inputs, blocks, seeds
@@ -141,7 +141,7 @@ def test_errors():
     with pytest.raises(TypeError, match="q"):
         standard_attention_torch(np.zeros((2, 2)), torch.zeros(2, 2), torch.zeros(2, 2))
     with pytest.raises(ValueError, match="N"):
-        attention_flops(0)
+        backward_flops(0)
     with pytest.raises(ValueError, match="min_run_time"):
         time_forward_backward(standard_attention_torch, *(torch.zeros(4, 4) for _ in range(3)), min_run_time=0)
 
@@ -174,17 +174,17 @@ def test_saved_tensor_bytes_sees_the_n_by_n_matrix():
     assert torch.allclose(r2["output"], r["output"], atol=1e-5)
 
 
-def test_attention_flops():
-    f = attention_flops(128, d=64)
+def test_backward_flops():
+    f = backward_flops(128, d=64)
     assert f["forward"] == 4 * 128 * 128 * 64
     assert f["ratio"] == 2.5
-    assert attention_flops(128, d=64, causal=True)["backward"] == f["backward"] / 2
-    assert attention_flops(8, 16, 4, batch=2, heads=3)["forward"] == 2 * 3 * 8 * 16 * 4 * 4
+    assert backward_flops(128, d=64, causal=True)["backward"] == f["backward"] / 2
+    assert backward_flops(8, 16, 4, batch=2, heads=3)["forward"] == 2 * 3 * 8 * 16 * 4 * 4
 
 
 def test_time_forward_backward_returns_positive_times():
     q, k, v = (torch.randn(1, 1, 32, 8) for _ in range(3))
-    t = time_forward_backward(standard_attention_torch, q, k, v, min_run_time=0.01)
+    t = time_forward_backward(standard_attention_torch, q, k, v, rounds=1, min_run_time=0.01)
     assert t["forward"] > 0 and t["forward_backward"] > 0
     assert set(t) == {"forward", "forward_backward", "backward", "ratio"}
 

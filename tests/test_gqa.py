@@ -111,7 +111,9 @@ def test_decode_torch_errors_and_no_input_change():
 
 
 def test_time_decoding_shape_of_result():
-    runs = time_decoding(256, runs=((1, 1), (2, 2)), min_run_time=0.01)
+    threads = torch.get_num_threads()
+    runs = time_decoding(256, runs=((1, 1), (2, 2)), rounds=1, min_run_time=0.01)
+    assert torch.get_num_threads() == threads
     assert [(r["splits"], r["workers"]) for r in runs] == [(1, 1), (2, 2)]
     assert all(r["seconds"] > 0 and r["gb_per_s"] > 0 for r in runs)
     with pytest.raises(ValueError, match="multiple"):

@@ -6,13 +6,14 @@ Taught in: notebooks/09_backward.ipynb
 from __future__ import annotations
 
 import math
+import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Rectangle
 
 from ..attention import attention_reference
-from ..backward import attention_backward, attention_flops, flash_attention_backward_numpy
+from ..backward import attention_backward, backward_flops, flash_attention_backward_numpy
 
 __all__ = ["draw_backward_tiles", "draw_training_memory", "draw_backward_time"]
 
@@ -75,7 +76,7 @@ def draw_backward_tiles(N: int = 256, block_q: int = 64, block_k: int = 64, caus
     bx.set(ylabel="KiB kept beyond q, k, v (float32)", title=f"kept for the backward at N = {N}, d = {d}",
            ylim=(min(kept_p, kept_flash) / 1024 / 3, max(kept_p, kept_flash) / 1024 * 6))
     plt.tight_layout()
-    flops = attention_flops(N, d=d, causal=causal)
+    flops = backward_flops(N, d=d, causal=causal)
     return {"N": N, "block_q": block_q, "block_k": block_k, "causal": bool(causal), "tiles": int(grid.size),
             "visited": int((grid > 0).sum()), "masked": int((grid == 1).sum()), "p_bytes": kept_p,
             "flash_bytes": kept_flash, "max_err": err, "backward_flops": flops["backward"]}
@@ -105,10 +106,12 @@ def draw_backward_time(timings: dict, ax=None) -> dict:
         _, ax = plt.subplots(figsize=(7, 4))
     names = list(timings)
     ratios = [timings[n]["ratio"] for n in names]
-    ax.bar(names, ratios, color=["#e76f51", "#2a9d8f", "#264653"][: len(names)])
+    labels = [textwrap.fill(n, 16) for n in names]
+    ax.bar(labels, ratios, color=["#e76f51", "#2a9d8f", "#264653"][: len(names)])
     ax.axhline(2.5, color="black", ls="--", label="FLOP ratio: backward = 2.5 × forward")
     for x, r in enumerate(ratios):
-        ax.text(x, r * 1.02, f"{r:.1f}×", ha="center", fontsize=11)
+        ax.text(x, r * 1.02, f"{r:.1f}×", ha="center", va="bottom", fontsize=11)
+    ax.set_ylim(0, max(ratios + [2.5]) * 1.3)
     ax.set(ylabel="backward time / forward time", title="Measured on this machine's CPU (noisy)")
-    ax.legend(loc="upper right", fontsize=10)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=10, frameon=False)
     return {n: r for n, r in zip(names, ratios)}

@@ -11,6 +11,7 @@ from .backward import *  # noqa: F401,F403
 from .decoding import *  # noqa: F401,F403
 from .distributed import *  # noqa: F401,F403
 from .exercises import *  # noqa: F401,F403
+from .gqa import *  # noqa: F401,F403
 from .io_model import *  # noqa: F401,F403
 from .measure import *  # noqa: F401,F403
 from .memory import *  # noqa: F401,F403

@@ -78,7 +78,7 @@ def score_row(s, dtype: str = "fp64", gaps=GAPS) -> np.ndarray:
 
 
 def softmax_broken(p) -> np.ndarray:
-    """True for each row of softmax output `p (..., n)` that is not a distribution: a NaN/inf entry, or $|\sum_i p_i - 1| > 0.1$.
+    """True for each row of softmax output `p (..., n)` that is not a distribution: a NaN/inf entry, or $|\\sum_i p_i - 1| > 0.1$.
 
     Taught in: notebooks/01_three_pass_softmax.ipynb
     """

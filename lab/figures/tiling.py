@@ -188,20 +188,22 @@ def draw_hbm_traffic(N: int = 4096, d: int = 64, block_q: int = 64, block_k: int
 def draw_peak_memory(Ns, naive, flash, naive_formula, flash_formula, ax=None) -> dict:
     """Measured peak bytes (markers) of standard and tiled attention against N, beside their formulas (lines).
 
+    The formulas cover every N in `Ns`; the measurements may stop earlier (the first len(naive) values).
     Taught in: notebooks/05_tiling.ipynb
     """
     Ns = np.asarray(Ns)
+    Nm = Ns[: len(naive)]
     if ax is None:
         _, ax = plt.subplots()
     mib = 2**20
     ax.loglog(Ns, np.asarray(naive_formula) / mib, "-", base=2, color="C3", label="formula: 2·N²·4 B (S and P)")
-    ax.loglog(Ns, np.asarray(naive) / mib, "o", base=2, color="C3", ms=9, label="measured: attention_naive")
+    ax.loglog(Nm, np.asarray(naive) / mib, "o", base=2, color="C3", ms=9, label="measured: attention_naive")
     ax.loglog(Ns, np.asarray(flash_formula) / mib, "-", base=2, color="C0", label="formula: o, lse + one tile step")
-    ax.loglog(Ns, np.asarray(flash) / mib, "^", base=2, color="C0", ms=9, label="measured: flash_attention_numpy")
+    ax.loglog(Nm, np.asarray(flash) / mib, "^", base=2, color="C0", ms=9, label="measured: flash_attention_numpy")
     ax.set(xlabel="sequence length N", ylabel="peak MiB above the inputs (float32, one head)",
            title="The quadratic wall against the linear line")
     ax.legend(fontsize=10)
-    return {"N": [int(n) for n in Ns], "ratio": [a / b for a, b in zip(naive, flash)]}
+    return {"N": [int(n) for n in Nm], "ratio": [a / b for a, b in zip(naive, flash)]}
 
 
 def draw_op_counts(N: int = 1024, d: int = 64, block_q: int = 64, block_k: int = 64, causal: bool = False,

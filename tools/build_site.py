@@ -270,7 +270,7 @@ main, header.site, footer.site { max-width: 58rem; margin: 0 auto; padding: 0 1.
 header.site, footer.site { display: flex; gap: 1rem; justify-content: space-between; padding-top: .8rem;
   padding-bottom: .8rem; border-bottom: 1px solid #ddd; font-size: 15px; }
 footer.site { border-top: 1px solid #ddd; border-bottom: none; margin-top: 2rem; }
-a { color: #0b5cad; }
+a { color: #0b5cad; } a:not([href]) { color: inherit; }
 pre, code { font: 14px/1.45 ui-monospace, monospace; }
 .cell.code { margin: 1rem 0; }
 .highlight { background: #f6f8fa; border-left: 3px solid #9ab; padding: .1rem .8rem; overflow-x: auto; }

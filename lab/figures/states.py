@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.collections import LineCollection
 
 from ..attention import attention_reference
 from ..decoding import merge_plan, random_chunk_bounds, reduce_states, split_states
@@ -24,30 +25,28 @@ def row_inputs(M: int = 4096, d: int = 64, dv: int | None = None, seed: int = 0)
 
 
 def draw_one_pass(M: int = 4096, block_k: int = 256, d: int = 64, seed: int = 0, axes=None) -> dict:
-    """Left: the one-pass state per key block (block max, running m, alpha); right: bytes each row method reads, writes and holds."""
+    """Left: the one-pass state per key block (block max, running m, the blocks where m grew and their alpha); right: bytes each row method reads, writes and holds."""
     q, k, v = row_inputs(M, d, seed=seed)
     rows = compare_row_methods(q, k, v, block_k=block_k)
     run = attention_row_one_pass(q, k, v, block_k=block_k)
     steps = run.steps
     if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(12, 4.4), gridspec_kw={"width_ratios": [1.25, 1]}, layout="constrained")
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), gridspec_kw={"width_ratios": [1.25, 1], "wspace": 0.25})
     ax, bx = axes
     b = np.array([s["block"] for s in steps])
+    alphas = np.array([s["alpha"] for s in steps])
     ax.plot(b, [s["block_max"] for s in steps], "o", color="C0", ms=5, label="block max of s_b")
     ax.step(b, [s["m"] for s in steps], where="post", color="C3", lw=2, label="running m")
-    ax.set(xlabel=f"key block b (Bc = {block_k}, {len(steps)} blocks)", ylabel="score")
-    tx = ax.twinx()
-    alphas = np.array([s["alpha"] for s in steps])
-    tx.bar(b, alphas, color="C2", alpha=0.25, width=0.8, label="α = exp(m_old − m_new)")
-    tx.set_ylim(0, 3.2)
+    grew = [i for i in range(1, len(steps)) if alphas[i] < 1]
+    ax.plot(b[grew], [steps[i]["m"] for i in grew], "^", color="C2", ms=9, label="m grew: acc, l times α < 1")
+    for i in grew[:6]:
+        ax.annotate(f"α={alphas[i]:.2f}", (b[i], steps[i]["m"]), textcoords="offset points", xytext=(4, 6),
+                    fontsize=10, color="C2")
     lo, hi = ax.get_ylim()
     ax.set_ylim(lo, hi + 0.45 * (hi - lo))
-    tx.set_ylabel("α", color="C2")
-    tx.grid(False)
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = tx.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=10)
-    ax.set_title(f"one pass over M = {M:,} keys: {int((alphas < 1).sum())} rescalings")
+    ax.set(xlabel=f"key block b (Bc = {block_k}, {len(steps)} blocks)", ylabel="score")
+    ax.legend(loc="upper left", fontsize=10)
+    ax.set_title(f"one pass over M = {M:,} keys: m grew at {len(grew)} blocks")
     names = list(ROW_METHODS)
     short = ["three-pass", "two-pass", "one-pass"]
     kb = k.nbytes
@@ -62,7 +61,7 @@ def draw_one_pass(M: int = 4096, block_k: int = 256, d: int = 64, seed: int = 0,
     bx.set_ylim(0, 1.5 * float((kv_read + s_io).max()))
     bx.set(ylabel="MiB moved (float64)", title="memory traffic of one query row")
     bx.legend(loc="upper left", fontsize=10)
-    return {"M": int(M), "block_k": int(block_k), "blocks": len(steps), "rescalings": int((alphas < 1).sum()),
+    return {"M": int(M), "block_k": int(block_k), "blocks": len(steps), "rescalings": len(grew),
             "rows": rows, "max_err": max(r["max |o - ref|"] for r in rows)}
 
 
@@ -94,7 +93,7 @@ def draw_merge_orders(splits: int = 8, order: str = "tree", M: int = 3000, seed:
     lse_c = np.array([float(finalize(st)[1][0]) for st in states])
     w = np.exp(lse_c - lse_ref[0])
     if axes is None:
-        _, axes = plt.subplots(2, 1, figsize=(11, 6.2), gridspec_kw={"height_ratios": [1, 1.1]}, layout="constrained")
+        fig, axes = plt.subplots(2, 1, figsize=(11, 6.2), gridspec_kw={"height_ratios": [1, 1.1], "hspace": 0.45})
     ax, bx = axes
     s = (k @ q[0]) / np.sqrt(d)
     ax.plot(s, ".", ms=1.5, color="0.55")
@@ -106,11 +105,12 @@ def draw_merge_orders(splits: int = 8, order: str = "tree", M: int = 3000, seed:
     ax.set(xlabel="key index j", ylabel="score s_j",
            title=f"{splits} random chunks; numbers: each chunk's weight exp(lse_c − lse) (sum {w.sum():.3f})")
     segs, ys = merge_depths(splits, order, seed=seed)
-    for x0, y0, x1, y1 in segs:
-        bx.plot([x0, x1], [y0, y1], color="C3", lw=2)
+    bx.add_collection(LineCollection([[(x0, y0), (x1, y1)] for x0, y0, x1, y1 in segs], colors="C3", linewidths=2))
     bx.plot(range(splits), [0] * splits, "o", color="C0", ms=9)
     depth = max(ys) if splits > 1 else 0
-    bx.set_xticks(range(splits), [f"c{c}" for c in range(splits)])
+    every = 1 if splits <= 16 else 2
+    bx.set_xticks(range(0, splits, every), [f"c{c}" for c in range(0, splits, every)])
+    bx.set_xlim(-0.5, splits - 0.5)
     bx.set_yticks(range(depth + 1))
     bx.set(xlabel="chunk", ylabel="merge depth",
            title=f"order: {order}, depth {depth}; max |o - o_one-shot| = {errs[order]:.1e}")

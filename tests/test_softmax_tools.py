@@ -45,7 +45,7 @@ def test_known_break_points():
     assert lab.first_exp_overflow("fp16") == 12
     assert lab.first_exp_overflow("fp32") == 89
     assert lab.first_exp_overflow("fp64") == 710
-    # the row (s, s-1, s-2, s-3) sums to about 1.5·exp(s): in fp16 the sum overflows one step earlier
+    # the row (s, s-1, s-2, s-3) sums to about 1.55·exp(s): in fp16 the sum overflows one step earlier
     assert lab.first_broken_score("fp16") == 11
     assert lab.first_broken_score("fp16", gaps=(0.0,)) == 12
     assert lab.first_broken_score("fp16", direction=-1) < 0

@@ -32,7 +32,10 @@ WORLD_SIZES = (2, 3, 4)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on `host` that the operating system reports free right now."""
+    """A TCP port on `host` that the operating system reports free right now (bind to port 0, read the port back).
+
+    Taught in: notebooks/04_merge_order.ipynb
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])

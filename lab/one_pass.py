@@ -33,7 +33,10 @@ __all__ = ["RowRun", "ROW_METHODS", "attention_row_three_pass", "attention_row_t
 
 
 class RowRun(NamedTuple):
-    """One row's result and what the run did: `o (dv,)`, `lse`, passes over K and V, bytes held, per-block steps."""
+    """One row's result and what the run did: `o (dv,)`, `lse`, passes over K and V, bytes held, score-row bytes, per-block steps.
+
+    Taught in: notebooks/03_one_pass_attention.ipynb
+    """
 
     o: np.ndarray
     lse: float
@@ -224,7 +227,10 @@ def compare_row_methods(q, k, v, *, block_k: int = 256, scale=None) -> list[dict
 
 
 def format_table(rows: list[dict], floats: str = ".1e") -> str:
-    """Rows of equal keys as an aligned text table; floats with format `floats`, integers with thousands separators."""
+    """Rows of equal keys as an aligned text table; floats with format `floats`, integers with thousands separators.
+
+    Taught in: notebooks/03_one_pass_attention.ipynb, notebooks/04_merge_order.ipynb
+    """
     if not rows:
         return ""
     cols = list(rows[0])

@@ -47,3 +47,48 @@ def test_sequence_parallel_checks_arguments_before_starting_workers():
 
 def test_free_port_is_a_port_number():
     assert 1024 <= lab.free_port() < 65536
+
+
+class _FakeProcess:
+    def __init__(self):
+        self.alive, self.terminated, self.joined = True, False, False
+
+    def is_alive(self):
+        return self.alive
+
+    def terminate(self):
+        self.terminated, self.alive = True, False
+
+    def join(self, timeout=None):
+        self.joined = True
+
+
+class _FailingContext:
+    def __init__(self):
+        self.processes = [_FakeProcess(), _FakeProcess()]
+
+    def join(self, timeout=None):
+        raise RuntimeError("worker 1 failed")
+
+
+def test_workers_are_stopped_when_a_worker_fails(monkeypatch):
+    import torch.multiprocessing as mp
+
+    ctx = _FailingContext()
+    monkeypatch.setattr(mp, "start_processes", lambda *a, **kw: ctx)
+    q, k, v = np.zeros((2, 4)), np.zeros((6, 4)), np.zeros((6, 3))
+    with pytest.raises(RuntimeError, match="worker 1 failed"):
+        lab.sequence_parallel_attention(q, k, v, world_size=2)
+    assert all(p.terminated and p.joined for p in ctx.processes)
+
+
+def test_workers_are_stopped_after_the_timeout(monkeypatch):
+    import torch.multiprocessing as mp
+
+    ctx = _FailingContext()
+    ctx.join = lambda timeout=None: False                     # never finishes
+    monkeypatch.setattr(mp, "start_processes", lambda *a, **kw: ctx)
+    q, k, v = np.zeros((2, 4)), np.zeros((6, 4)), np.zeros((6, 3))
+    with pytest.raises(TimeoutError, match="still running"):
+        lab.sequence_parallel_attention(q, k, v, world_size=2, timeout_s=0.3)
+    assert all(p.terminated for p in ctx.processes)

@@ -292,11 +292,11 @@ def test_accumulation_explorer_slider():
     w = accumulation_explorer(N=1024)
     w.update()
     fmt, N, block = w.children[:-1]
-    assert w.result["N"] == 1024 and "bf16" in w.result["seq"]
+    assert w.result["N"] == 1024 and w.result["fmt"] == "bf16" and list(w.result["seq"]) == ["fp32", "bf16", "fp16"]
     block.value = 1
     assert w.result["blocked"]["bf16"] == w.result["seq"]["bf16"]
     fmt.value = "fp16"
-    assert "fp16" in w.result["seq"] and "bf16" not in w.result["seq"]
+    assert w.result["fmt"] == "fp16" and list(w.result["seq"]) == ["fp32", "fp16"]
     N.value = 4096
     assert w.result["N"] == 4096 and w.result["seq"]["fp16"] > 0.1   # 2048 + 1 rounds back in FP16
     assert "FP16" in w.summary_html.value

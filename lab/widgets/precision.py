@@ -41,11 +41,12 @@ def p_format_explorer(fmt: str = "fp8_e4m3", N: int = 4096, spread: float = 4.0,
 
 
 def _sum_draw(fmt: str, N: int, block: int) -> dict:
-    return draw_accumulation(N, block, formats=("fp32", fmt))
+    result = draw_accumulation(N, block, formats=tuple(dict.fromkeys(("fp32", fmt, "fp16"))))
+    return {**result, "fmt": fmt}
 
 
 def _sum_summary(r: dict) -> str:
-    fmt = [f for f in r["seq"] if f != "fp32"][0]
+    fmt = r["fmt"]
     return (f"{FORMAT_LABELS[fmt]}, N = {r['N']:,}: one at a time, l is off by {100 * r['seq'][fmt]:.2g}%; "
             f"in blocks of {r['block']}, by {100 * r['blocked'][fmt]:.2g}% (FP32: {r['seq']['fp32']:.1e})")
 

@@ -38,20 +38,21 @@ def draw_overflow(s: float = 100.0, dtypes=tuple(SOFTMAX_DTYPES), ax=None) -> di
         ax.barh(y, below - lo_lim, left=lo_lim, height=0.55, color="C3", alpha=0.25)
         ax.barh(y, hi_lim - above, left=above, height=0.55, color="C3", alpha=0.25)
         for edge in (below, above):
-            ax.text(edge, y + 0.33, f"{edge:+d}", ha="center", va="bottom", fontsize=10)
+            ax.text(edge, y + 0.33, f"{edge:+d}", ha="center", va="bottom", fontsize=10,
+                    bbox={"fc": "white", "ec": "none", "pad": 0.5})
         r = res[name]
-        verdict = "✗" if r["naive_broken"] else "✓"
-        ax.text(hi_lim * 1.25, y, f"naive {_fmt_p(r['naive'])} {verdict}", va="center", fontsize=10,
-                color="C3" if r["naive_broken"] else "black", family="monospace")
+        for dy, kind in ((0.16, "naive"), (-0.16, "safe")):
+            bad = r[f"{kind}_broken"]
+            ax.text(hi_lim * 1.25, y + dy, f"{kind:>5} {_fmt_p(r[kind])} {'✗' if bad else '✓'}", va="center",
+                    fontsize=10, color="C3" if bad else "black", family="monospace")
     ax.axvline(s, color="k", lw=2)
     ax.set_xscale("symlog", linthresh=10)
     ax.set_xlim(lo_lim, hi_lim)
     ax.set_ylim(-0.6, len(dtypes) - 0.2)
     ax.set_yticks(range(len(dtypes)), list(dtypes)[::-1])
     ax.grid(axis="y", visible=False)
-    safe = res[dtypes[-1]]["safe"]
     ax.set(xlabel="largest score s (symlog axis); row x = (s, s−1, s−2, s−3)",
-           title=f"Naive softmax works only in the green range; at s = {s:g} the safe one gives {_fmt_p(safe)}")
+           title=f"Naive softmax works only in the green range (s = {s:g} marked); safe softmax everywhere")
     return {"s": float(s), "results": res, "breaks": breaks}
 
 

@@ -28,10 +28,9 @@ def draw_one_pass(M: int = 4096, block_k: int = 256, d: int = 64, seed: int = 0,
     """Left: the one-pass state per key block (block max, running m, the blocks where m grew and their alpha); right: bytes each row method reads, writes and holds."""
     q, k, v = row_inputs(M, d, seed=seed)
     rows = compare_row_methods(q, k, v, block_k=block_k)
-    run = attention_row_one_pass(q, k, v, block_k=block_k)
-    steps = run.steps
+    steps = attention_row_one_pass(q, k, v, block_k=block_k).steps
     if axes is None:
-        fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), gridspec_kw={"width_ratios": [1.25, 1], "wspace": 0.25})
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1.25, 1], "wspace": 0.25})
     ax, bx = axes
     b = np.array([s["block"] for s in steps])
     alphas = np.array([s["alpha"] for s in steps])
@@ -58,6 +57,7 @@ def draw_one_pass(M: int = 4096, block_k: int = 256, d: int = 64, seed: int = 0,
     for i, r in enumerate(rows):
         bx.text(i, kv_read[i] + s_io[i], f"holds {r['held (B)'] / 1024:.1f} KiB", ha="center", va="bottom", fontsize=10)
     bx.set_xticks(x, short)
+    bx.grid(False)
     bx.set_ylim(0, 1.5 * float((kv_read + s_io).max()))
     bx.set(ylabel="MiB moved (float64)", title="memory traffic of one query row")
     bx.legend(loc="upper left", fontsize=10)

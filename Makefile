@@ -28,10 +28,10 @@ lab: setup
 		$(if $(filter no,$(BROWSER)),--no-browser,)
 
 test: setup
-	MPLBACKEND=Agg $(BIN)/python -m pytest tests $(NOTEBOOKS) $(NBVAL)
+	$(BIN)/python -m pytest tests $(NOTEBOOKS) $(NBVAL)
 
 test-lib: setup
-	MPLBACKEND=Agg $(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests
 
 test-notebooks: setup
 	$(BIN)/python -m pytest $(NOTEBOOKS) $(NBVAL)

@@ -28,13 +28,9 @@ def setup_notebook(seed: int = SEED) -> np.random.Generator:
     else:
         torch.manual_seed(seed)
     np.set_printoptions(precision=4, suppress=True, linewidth=100)
-    import matplotlib
     import matplotlib.pyplot as plt
 
-    if "inline" in matplotlib.get_backend().lower():
-        from matplotlib_inline.backend_inline import set_matplotlib_formats
-
-        set_matplotlib_formats("png")
+    _inline_figures()
     plt.rcParams.update({
         "figure.figsize": (8, 4.5),
         "figure.dpi": 100,
@@ -47,3 +43,18 @@ def setup_notebook(seed: int = SEED) -> np.random.Generator:
         "savefig.bbox": "tight",
     })
     return np.random.default_rng(seed)
+
+
+def _inline_figures() -> None:
+    """In a Jupyter kernel, draw figures inline as PNG, whatever MPLBACKEND the kernel inherited."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    ip = get_ipython()
+    if ip is None or getattr(ip, "kernel", None) is None:
+        return
+    ip.run_line_magic("matplotlib", "inline")
+    from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+    set_matplotlib_formats("png")

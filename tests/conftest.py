@@ -1,3 +1,4 @@
-import os
+import matplotlib
 
-os.environ.setdefault("MPLBACKEND", "Agg")
+# Library tests draw off screen. (Not through MPLBACKEND: nbval's kernels would inherit it.)
+matplotlib.use("Agg")

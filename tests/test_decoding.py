@@ -99,6 +99,7 @@ def test_finalize_of_empty_rows_gives_zero_and_minus_inf_without_warnings():
 
 # ---- chunks and merge plans -----------------------------------------------------------------------------
 
+@settings(max_examples=50, deadline=None)
 @given(st.integers(0, 200), st.integers(1, 40))
 def test_chunk_bounds_cover_the_keys_evenly(M, splits):
     b = lab.chunk_bounds(M, splits)
@@ -108,6 +109,7 @@ def test_chunk_bounds_cover_the_keys_evenly(M, splits):
     assert max(sizes) - min(sizes) <= 1
 
 
+@settings(max_examples=50, deadline=None)
 @given(st.integers(1, 300), st.integers(1, 30), seeds)
 def test_random_chunk_bounds_are_nonempty_and_cover(M, splits, seed):
     splits = min(splits, M)
@@ -116,6 +118,7 @@ def test_random_chunk_bounds_are_nonempty_and_cover(M, splits, seed):
     assert all(x1 == y0 for (_, x1), (y0, _) in zip(b, b[1:]))
 
 
+@settings(max_examples=50, deadline=None)
 @given(st.integers(1, 40), st.sampled_from(lab.ORDERS), seeds)
 def test_merge_plan_uses_every_part_once(n, order, seed):
     plan = lab.merge_plan(n, order, seed=seed)

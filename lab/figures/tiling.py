@@ -10,6 +10,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import ListedColormap
+from matplotlib.ticker import FuncFormatter, NullFormatter
 from matplotlib.patches import Patch, Rectangle
 
 from ..io_model import (flash_counts, flop_split, gpu_time_share, standard_traffic, step_footprint,
@@ -19,6 +20,20 @@ __all__ = ["loop_order", "draw_tile_grid", "draw_footprint", "draw_hbm_traffic",
            "draw_op_counts", "draw_work_split"]
 
 _DONE, _TODO, _NOW, _SKIP = "#6fa8dc", "#d9e8f5", "#e69138", "#eeeeee"
+
+
+def _plain_log_labels(*axes, n_axis=None):
+    """Tick labels of log axes as plain numbers (1,024 rather than 2^10): readable, and fast to lay out.
+
+    On `n_axis` (an Axes whose x axis is a length N) powers of two from 1024 up read 1K, 2K, ...
+    """
+    plain = FuncFormatter(lambda x, _: f"{x:,.0f}" if x >= 1 else f"{x:.2g}")
+    kilo = FuncFormatter(lambda x, _: f"{x / 1024:,.0f}K" if x >= 1024 else f"{x:,.0f}")
+    for ax in axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_scale() == "log":
+                axis.set_major_formatter(kilo if (ax is n_axis and axis is ax.xaxis) else plain)
+                axis.set_minor_formatter(NullFormatter())
 
 
 def loop_order(N: int, M: int, block_q: int, block_k: int, causal: bool = False, variant: str = "fa2") -> list:
@@ -178,6 +193,7 @@ def draw_hbm_traffic(N: int = 4096, d: int = 64, block_q: int = 64, block_k: int
     right.axvline(sram_bytes / 1024, color="k", lw=0.8)
     right.set(xlabel="SRAM size M (KiB)", ylabel="HBM traffic, MB", title=f"against SRAM size: N={N:,}, d={d}")
     right.legend(fontsize=10)
+    _plain_log_labels(left, right, n_axis=left)
     here = {"standard": standard_traffic(N, d=d, itemsize=itemsize).total,
             "fa1": fa(N, "fa1", block_q, block_k), "fa2": fa(N, "fa2", block_q, block_k)}
     Br_M, Bc_M = fa_block_sizes(sram_bytes, d, itemsize)
@@ -203,6 +219,7 @@ def draw_peak_memory(Ns, naive, flash, naive_formula, flash_formula, ax=None) ->
     ax.set(xlabel="sequence length N", ylabel="peak MiB above the inputs (float32, one head)",
            title="The quadratic wall against the linear line")
     ax.legend(fontsize=10)
+    _plain_log_labels(ax, n_axis=ax)
     return {"N": [int(n) for n in Nm], "ratio": [a / b for a, b in zip(naive, flash)]}
 
 

@@ -38,6 +38,14 @@ __all__ = [
     "peak_memory",
     "describe_machine",
     "measure_ceilings",
+    "run_sweep",
+    "results_table",
+    "record_run",
+    "load_runs",
+    "verify_accuracy",
+    "accuracy_table",
+    "RUNS_DIR",
+    "SEED_ACCURACY",
 ]
 
 
@@ -160,7 +168,7 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def time_call(fn, *, device: str = "cpu", min_run_time: float = 0.2) -> float:
+def time_call(fn, *, device: str = "cpu", min_run_time: float = 0.2, warmup: bool = True) -> float:
     """Median seconds of one `fn()`: `torch.utils.benchmark` on the CPU, `triton.testing.do_bench` (or CUDA events) on a GPU.
 
     Taught in: notebooks/08_hardware_runs.ipynb
@@ -173,7 +181,8 @@ def time_call(fn, *, device: str = "cpu", min_run_time: float = 0.2) -> float:
         return do_bench(fn, warmup=25, rep=max(1, int(min_run_time * 1000)), return_mode="median") / 1e3
     from torch.utils import benchmark
 
-    fn()                                                   # warm-up: first-call allocations, lazy inits
+    if warmup:
+        fn()                                               # warm-up: first-call allocations, lazy inits
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
     return timer.blocked_autorange(min_run_time=min_run_time).median
 
@@ -203,9 +212,12 @@ def time_interleaved(fns: dict, *, device: str = "cpu", rounds: int = 5, min_run
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     samples = {name: [] for name in fns}
+    for fn in fns.values():
+        fn()                                               # warm every candidate once, outside the rounds
+    _sync(device)
     for _ in range(rounds):
         for name, fn in fns.items():
-            samples[name].append(time_call(fn, device=device, min_run_time=min_run_time))
+            samples[name].append(time_call(fn, device=device, min_run_time=min_run_time, warmup=False))
     return {name: float(np.median(s)) for name, s in samples.items()}
 
 
@@ -325,6 +337,9 @@ def _memory_total() -> int | None:
 def describe_machine() -> dict:
     """The machine a run was measured on: CPU model and cores, threads, BLAS, memory, GPU name and memory, versions.
 
+    `load_average` (1, 5, 15 minutes) says how busy the machine was: on a shared machine, programs that
+    launch many small multi-threaded ops slow down far more than one large fused call.
+
     Taught in: notebooks/08_hardware_runs.ipynb
     """
     versions = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__}
@@ -347,6 +362,7 @@ def describe_machine() -> dict:
         "blas": _blas(),
         "gpu": gpu,
         "os": platform.platform(),
+        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
         "versions": versions,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
@@ -380,3 +396,218 @@ def measure_ceilings(device: str = "cpu", *, n: int | None = None, mbytes: int |
     t = time_call(lambda: y.copy_(x), device=device, min_run_time=min_run_time)
     out["bandwidth_bytes_per_s"] = 2.0 * x.numel() * 4 / t
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Sweeps, records and the accuracy check behind `python -m lab.bench`.
+
+RUNS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "runs")
+
+# The kernels too slow for large N on a CPU: above these N they are skipped (and the table says so).
+NUMPY_MAX_N = 2048
+
+
+def run_sweep(Ns, *, d=(64,), dtypes=("float32",), causal=(False,), B: int = 1, H: int = 8, kernels=None,
+              device: str = "cpu", rounds: int = 3, min_run_time: float = 0.1, memory: bool = True,
+              max_n: dict | None = None, progress: bool = True) -> list:
+    """Time (interleaved per setting) and peak memory of each kernel at each (N, d, dtype, causal); one dict per row.
+
+    Row: kernel, device, dtype, B, H, N, d, causal, ms, tflops ($4BHN^2d$, halved for causal, per
+    second, in units of 10¹²), peak_mb (above the inputs), vs_sdpa (throughput relative to SDPA's flash
+    backend, or the first SDPA backend available). Kernels that cannot run say why in `skipped`.
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    from tqdm.auto import tqdm
+
+    kernels = list(KERNELS) if kernels is None else list(kernels)
+    for kname in kernels:
+        if kname not in KERNELS:
+            raise ValueError(f"kernels must be names from lab.KERNELS ({sorted(KERNELS)}), got {kname!r}")
+    Ns = [int(n) for n in Ns]
+    if not Ns or min(Ns) < 1:
+        raise ValueError(f"Ns must be a non-empty list of lengths >= 1, got {Ns}")
+    limits = {"numpy reference": NUMPY_MAX_N, "numpy flash": NUMPY_MAX_N}
+    if torch.device(device).type == "cuda":
+        limits.update({"torch naive": 8192, "sdpa math": 8192})
+    limits.update(max_n or {})
+    settings = [(n, dd, dt, c) for dt in dtypes for dd in d for c in causal for n in Ns]
+    rows, skipped = [], {}
+    bar = tqdm(total=len(settings) * len(kernels), desc="bench", disable=not progress, leave=False)
+    for N, dd, dt, c in settings:
+        fns = {}
+        for kname in kernels:
+            ok, why = kernel_available(kname, device, dt)
+            if ok and N > limits.get(kname, N):
+                ok, why = False, f"skipped above N = {limits[kname]} (too slow or too large here)"
+            if not ok:
+                skipped.setdefault(kname, why)
+                bar.update(1)
+                continue
+            fn = KERNELS[kname][0]
+            q, k, v = make_inputs(kname, B, H, N, dd, dtype=dt, device=device)
+            fns[kname] = (lambda fn=fn, q=q, k=k, v=v: fn(q, k, v, c))
+        bar.set_postfix_str(f"N={N} d={dd} {dt}{' causal' if c else ''}")
+        times = time_interleaved(fns, device=device, rounds=rounds, min_run_time=min_run_time) if fns else {}
+        bar.update(len(fns))
+        flops = attention_flops(B, H, N, dd, causal=c)
+        for kname, t in times.items():
+            rows.append({"kernel": kname, "device": torch.device(device).type, "dtype": dt, "B": B, "H": H,
+                         "N": N, "d": dd, "causal": c, "ms": t * 1e3, "tflops": flops / t / 1e12, "peak_mb": None})
+        fns.clear()
+    bar.close()
+    if memory and rows:
+        cases = [{k: r[k] for k in ("kernel", "B", "H", "N", "d", "dtype", "causal")} for r in rows]
+        for r, b in zip(rows, peak_memory(cases, device=device)):
+            r["peak_mb"] = None if b is None else b / 2**20
+    _add_ratios(rows)
+    for r in rows:
+        r["skipped"] = None
+    for kname, why in skipped.items():
+        rows.append({"kernel": kname, "device": torch.device(device).type, "skipped": why})
+    return rows
+
+
+def _add_ratios(rows):
+    """vs_sdpa = SDPA's time / this kernel's time at the same setting (throughput ratio)."""
+    key = lambda r: (r["dtype"], r["N"], r["d"], r["causal"])  # noqa: E731
+    base = {}
+    for pref in ("sdpa math", "sdpa efficient", "sdpa cudnn", "sdpa flash"):   # the last one present wins
+        for r in rows:
+            if r["kernel"] == pref:
+                base[key(r)] = r["ms"]
+    for r in rows:
+        r["vs_sdpa"] = base[key(r)] / r["ms"] if key(r) in base else None
+
+
+def results_table(rows) -> str:
+    """The sweep as a fixed-width text table: ms, TFLOP/s, peak MB and the throughput ratio to SDPA; skipped kernels listed below.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    head = f"{'kernel':<16} {'dtype':<8} {'N':>6} {'d':>4} {'causal':>6} {'ms':>10} {'TFLOP/s':>8} {'peak MB':>9} {'vs SDPA':>8}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        if r.get("skipped"):
+            continue
+        mb = "-" if r.get("peak_mb") is None else f"{r['peak_mb']:.1f}"
+        ratio = "-" if r.get("vs_sdpa") is None else f"{r['vs_sdpa']:.2f}x"
+        lines.append(f"{r['kernel']:<16} {r['dtype']:<8} {r['N']:>6} {r['d']:>4} {str(r['causal']):>6} "
+                     f"{r['ms']:>10.2f} {r['tflops']:>8.4f} {mb:>9} {ratio:>8}")
+    for r in rows:
+        if r.get("skipped"):
+            lines.append(f"  {r['kernel']}: {r['skipped']}")
+    return "\n".join(lines)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40]
+
+
+def record_run(rows, *, settings: dict, machine: dict | None = None, ceilings: dict | None = None,
+               label: str | None = None, path: str | None = None, extra: dict | None = None) -> str:
+    """Write one run as JSON (schema in data/README.md) to `path` or data/runs/<date>_<device>_<machine>.json; return the path.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    machine = describe_machine() if machine is None else machine
+    gpu = (machine.get("gpu") or {}).get("name")
+    label = label or f"{gpu or machine.get('cpu')} ({'GPU' if gpu else str(machine.get('cores')) + ' CPU cores'})"
+    record = {"schema": 1, "kind": "measured", "label": label, "date": machine.get("date"), "machine": machine,
+              "settings": settings, "ceilings": ceilings, "results": list(rows)}
+    record.update(extra or {})
+    if path is None:
+        os.makedirs(RUNS_DIR, exist_ok=True)
+        stamp = (machine.get("date") or "undated").replace(":", "").replace("-", "")[:13]
+        path = os.path.join(RUNS_DIR, f"{stamp}_{'gpu' if gpu else 'cpu'}_{_slug(gpu or machine.get('cpu') or 'machine')}.json")
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1, default=float)
+        f.write("\n")
+    return path
+
+
+def load_runs(runs_dir: str | None = None) -> list:
+    """Every recorded run in data/runs (measured and reported), oldest first, each with its file name under "file".
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    runs_dir = RUNS_DIR if runs_dir is None else runs_dir
+    out = []
+    for name in sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else []:
+        if name.endswith(".json"):
+            with open(os.path.join(runs_dir, name)) as f:
+                rec = json.load(f)
+            rec["file"] = name
+            out.append(rec)
+    return sorted(out, key=lambda r: (r.get("date") or "", r["file"]))
+
+
+# The seed write-up's accuracy table (Ascend 910B3, CANN 8.0.1), as reported: max |flash - standard|.
+SEED_ACCURACY = {(1, 256, 64): 1.19e-7, (1, 512, 64): 1.34e-7, (1, 1024, 64): 1.79e-7, (4, 512, 64): 2.09e-7}
+
+
+def verify_accuracy(device: str = "cpu", dtypes=("float32", "float16", "bfloat16"), shapes=None,
+                    interpreter: bool = True, progress: bool = True) -> list:
+    """max |flash − standard| for the seed write-up's (B, N, d) shapes, each kernel and dtype available here, beside the seed's figure.
+
+    "standard" is softmax(QKᵀ)V in the same dtype on the same device (`attention_torch_naive`), as the
+    write-up compared; `vs_fp64` is the error against the float64 oracle. H = 1. Triton runs compiled
+    on a GPU, or through its interpreter on the CPU when `interpreter` (float32/float16 there: slow, not
+    a timing). Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    from tqdm.auto import tqdm
+
+    from .attention import attention_reference, flash_attention_numpy
+    from .torch_kernels import attention_torch_naive, flash_attention_torch_forward
+
+    shapes = list(SEED_ACCURACY) if shapes is None else list(shapes)
+    kernels = [("numpy flash", "float32"), ("numpy flash", "float64")]
+    kernels += [("lab torch flash", dt) for dt in dtypes]
+    tri_ok = False
+    try:
+        from .triton_kernels import flash_attention_triton, triton_status
+        tri_ok = triton_status()[0] and (torch.device(device).type == "cuda" or interpreter)
+    except ImportError:
+        pass
+    if tri_ok:
+        kernels += [("triton", dt) for dt in dtypes if torch.device(device).type == "cuda" or dt != "bfloat16"]
+    rows = []
+    for kname, dt in tqdm(kernels, desc="verify", disable=not progress, leave=False):
+        for B, N, d in shapes:
+            g = torch.Generator().manual_seed(0)
+            q, k, v = (torch.randn((B, 1, N, d), generator=g).to(_DTYPES[dt]) for _ in range(3))  # (B, 1, N, d)
+            ref = attention_reference(*(t.double().numpy() for t in (q, k, v)))[0]
+            if kname == "numpy flash":
+                o = torch.from_numpy(flash_attention_numpy(*(t.numpy() for t in (q, k, v)))[0])
+                std = torch.from_numpy(np.asarray(_numpy_standard(*(t.numpy() for t in (q, k, v)))))
+            else:
+                qd, kd, vd = (t.to(device) for t in (q, k, v))
+                if kname == "triton":
+                    o = flash_attention_triton(qd, kd, vd)
+                else:
+                    o = flash_attention_torch_forward(qd, kd, vd)[0]
+                std = attention_torch_naive(qd, kd, vd)
+            o, std = o.double().cpu(), std.double().cpu()
+            rows.append({"kernel": kname + (" (interpreter)" if kname == "triton" and torch.device(device).type == "cpu" else ""),
+                         "dtype": dt, "B": B, "N": N, "d": d,
+                         "vs_standard": float((o - std).abs().max()), "vs_fp64": float((o - torch.from_numpy(ref)).abs().max()),
+                         "seed_reported": SEED_ACCURACY.get((B, N, d)) if dt == "float32" else None})
+    return rows
+
+
+def _numpy_standard(q, k, v):
+    from .attention import attention_naive
+    return attention_naive(q, k, v)
+
+
+def accuracy_table(rows) -> str:
+    """The `verify_accuracy` rows as a fixed-width table.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    head = f"{'kernel':<26} {'dtype':<9} {'(B, N, d)':<15} {'vs standard':>12} {'vs fp64':>9} {'seed (910B3)':>13}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        seed = "-" if r["seed_reported"] is None else f"{r['seed_reported']:.2e}"
+        shape = f"({r['B']}, {r['N']}, {r['d']})"
+        lines.append(f"{r['kernel']:<26} {r['dtype']:<9} {shape:<15} {r['vs_standard']:>12.2e} {r['vs_fp64']:>9.2e} {seed:>13}")
+    return "\n".join(lines)

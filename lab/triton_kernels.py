@@ -12,9 +12,10 @@ How Triton runs here. On a CUDA tensor the kernel is compiled (`triton.jit`) wit
 (no autotuning). On a CPU tensor it runs through Triton's interpreter
 (`triton.runtime.interpreter.InterpretedFunction`), which executes the same kernel body one program
 at a time with numpy: correct on small shapes, 0.1-1 GFLOP/s, never a timing. Triton reads
-`TRITON_INTERPRET` when kernels are defined, so when no CUDA device is present and Triton has not
-been imported yet, `lab` sets `TRITON_INTERPRET=1` before its first `import triton` (an existing
-value is kept). The interpreter's bfloat16 `tl.dot` comes out wrong without an error in the Triton
+`TRITON_INTERPRET` when its own library functions (tl.max, tl.sum) are defined, at its first import,
+so when no CUDA device is present and Triton has not been imported yet, `import lab` sets
+`TRITON_INTERPRET=1` (an existing value is kept); Triton itself is imported only at the first call.
+If triton was imported earlier without it, a CPU call raises a clear RuntimeError saying so. The interpreter's bfloat16 `tl.dot` comes out wrong without an error in the Triton
 versions seen so far, so a bfloat16 CPU call is computed by the interpreter in float32 and rounded to
 bfloat16 at the end: correct, and said so in its docstring. Nothing here queries the device or
 autotunes unless `torch.cuda.is_available()`. Where Triton is not installed (macOS, Windows),
@@ -38,6 +39,12 @@ import torch
 from ._checks import check_qkv_shapes, check_scale
 
 __all__ = ["flash_attention_triton", "triton_status", "TritonUnavailableError"]
+
+# Triton decides at its first import whether its own library functions (tl.max, tl.sum, ...) are
+# interpreted or compiled, so on a machine without CUDA the variable is set here, when lab is
+# imported, before anything (torch included) imports triton. An existing value is kept.
+if "triton" not in sys.modules and not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
@@ -66,7 +73,9 @@ def _load():
                            "Triton kernel is skipped on this machine and the torch kernels stand in for it.")
         raise TritonUnavailableError(_STATE["error"]) from exc
     globals()["tl"] = tl                                 # the kernel body below reads `tl` from this module
-    kernels = {"triton": triton, "interpreted": InterpretedFunction(_attn_fwd)}
+    from triton.runtime.jit import JITFunction
+    kernels_interpretable = not isinstance(getattr(tl.standard, "max", None), JITFunction)
+    kernels = {"triton": triton, "interpreted": InterpretedFunction(_attn_fwd) if kernels_interpretable else None}
     if cuda:
         kernels["compiled"] = triton.jit(_attn_fwd)     # an InterpretedFunction too when TRITON_INTERPRET=1
     _STATE["kernels"] = kernels
@@ -84,7 +93,11 @@ def triton_status() -> tuple[bool, str]:
         return False, str(exc)
     version = kernels["triton"].__version__
     if "compiled" in kernels and os.environ.get("TRITON_INTERPRET", "0") != "1":
-        return True, f"Triton {version}: compiled for {torch.cuda.get_device_name(0)}; CPU tensors go through the interpreter."
+        return True, (f"Triton {version}: compiled for {torch.cuda.get_device_name(0)}; CPU tensors need "
+                      "TRITON_INTERPRET=1 set before Python starts.")
+    if kernels["interpreted"] is None:
+        return False, ("Triton was imported before lab without TRITON_INTERPRET=1, so its interpreter is off in this "
+                       "process; restart with TRITON_INTERPRET=1 to step through the kernel on the CPU.")
     return True, (f"Triton {version}: no CUDA device, so CPU tensors run through Triton's interpreter "
                   "(numpy, one program at a time): correct on small shapes, never a timing.")
 
@@ -186,6 +199,10 @@ def flash_attention_triton(q, k, v, *, causal: bool = False, scale=None, block_q
     lse = torch.empty((Z * group, N), dtype=torch.float32, device=q.device)  # (Z·G, N)
     if N > 0 and Z * group > 0:
         kernel = kernels["interpreted"] if on_cpu else kernels.get("compiled")
+        if kernel is None and on_cpu:
+            raise RuntimeError("Triton's interpreter is off in this process: triton was imported before lab without "
+                               "TRITON_INTERPRET=1 (or a CUDA device is present), and Triton fixes the mode at its first "
+                               "import. Start Python with TRITON_INTERPRET=1, or import lab before anything imports triton.")
         if kernel is None:
             raise ValueError("a CUDA tensor was given but torch.cuda.is_available() was False when Triton was loaded")
         extra = {} if on_cpu else {k_: v_ for k_, v_ in (("num_warps", num_warps), ("num_stages", num_stages)) if v_ is not None}

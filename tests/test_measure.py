@@ -90,3 +90,84 @@ def test_measure_ceilings_small():
     assert c["matmul_fp32_flops"] > 1e6 and c["bandwidth_bytes_per_s"] > 1e6
     with pytest.raises(ValueError, match="n and mbytes"):
         lab.measure_ceilings("cpu", n=-1)
+
+
+# --- figures and the slider of notebook 08 -------------------------------------------------------
+
+ROWS = [
+    {"kernel": "torch naive", "dtype": "float32", "B": 1, "H": 2, "N": n, "d": 64, "causal": False, "ms": 0.01 * n,
+     "tflops": lab.attention_flops(1, 2, n, 64) / (1e-5 * n) / 1e12, "peak_mb": 8e-6 * n * n, "skipped": None}
+    for n in (256, 512)
+] + [
+    {"kernel": "lab torch flash", "dtype": "float32", "B": 1, "H": 2, "N": n, "d": 64, "causal": False, "ms": 0.005 * n,
+     "tflops": lab.attention_flops(1, 2, n, 64) / (5e-6 * n) / 1e12, "peak_mb": 1e-3 * n, "skipped": None}
+    for n in (256, 512)
+] + [{"kernel": "triton", "device": "cpu", "skipped": "interpreter"}]
+
+
+def test_draw_sweep_returns_each_kernels_points():
+    import matplotlib.pyplot as plt
+
+    from lab.figures.hardware import draw_sweep
+    for what in ("ms", "tflops", "peak_mb"):
+        got = draw_sweep(ROWS, what=what)
+        assert set(got) == {"torch naive", "lab torch flash"} and [n for n, _ in got["torch naive"]] == [256, 512]
+        plt.close("all")
+    assert draw_sweep(ROWS, what="peak_mb")["torch naive"][1][1] == pytest.approx(8e-6 * 512**2)
+    plt.close("all")
+    with pytest.raises(ValueError, match="what"):
+        draw_sweep(ROWS, what="speed")
+
+
+def test_estimated_bytes_orders_the_kernels():
+    from lab.figures.hardware import estimated_bytes
+    naive, loop, fused = (estimated_bytes(k, 1, 8, 4096, 64) for k in ("torch naive", "lab torch flash", "sdpa flash"))
+    assert fused < naive and fused < loop
+    assert naive == 4 * 8 * (4 * 4096 * 64 + 4 * 4096**2)
+
+
+def test_draw_roofline_places_points_under_the_roof():
+    import matplotlib.pyplot as plt
+
+    from lab.figures.hardware import draw_roofline
+    ceilings = {"matmul_fp32_flops": 1e11, "bandwidth_bytes_per_s": 1e10}
+    got = draw_roofline(ceilings, ROWS)
+    plt.close("all")
+    assert got["N"] == 512 and got["ridge"] == pytest.approx(10.0)
+    assert set(got["points"]) == {"torch naive", "lab torch flash"}
+    for x, y in got["points"].values():
+        assert x > 0 and y > 0
+
+
+def test_draw_recorded_memory_uses_runs_with_both_kernels():
+    import matplotlib.pyplot as plt
+
+    from lab.figures.hardware import draw_recorded_memory
+    runs = [{"label": "here", "results": [dict(r, N=4096) for r in ROWS]}, {"label": "empty", "results": []}]
+    got = draw_recorded_memory(runs)
+    plt.close("all")
+    assert list(got) == ["here"] and got["here"]["standard"] == pytest.approx(8e-6 * 512**2 / 2)
+    assert got["here"]["tiled"] < got["here"]["standard"]
+
+
+def test_loop_overhead_model():
+    from lab.figures.hardware import loop_overhead
+    r = loop_overhead(2048, 64, heads=1, ops_per_step=10, us_per_op=33.3)
+    assert r["steps"] == 1024 and r["overhead_ms"] == pytest.approx(341, rel=0.01)
+    assert loop_overhead(4096, 256)["overhead_fraction"] < loop_overhead(4096, 16)["overhead_fraction"]
+    assert loop_overhead(100, 64)["steps"] == 4
+    with pytest.raises(ValueError, match="block"):
+        loop_overhead(100, 0)
+
+
+def test_loop_overhead_slider_updates_its_result():
+    import lab.widgets
+    w = lab.widgets.loop_overhead_explorer()
+    assert w.result["block"] == 256 and w.result["steps"] == 16**2
+    controls = {c.description: c for c in w.children[:-1]}
+    controls["block"].value = 64
+    assert w.result["steps"] == 64**2 and w.result["overhead_ms"] > 0
+    controls["µs per op"].value = 100.0
+    assert w.result["overhead_ms"] == pytest.approx(64**2 * 9 * 100e-3)
+    controls["N"].value = 1024
+    assert w.result["N"] == 1024 and w.result["steps"] == 16**2

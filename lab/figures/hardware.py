@@ -1,0 +1,183 @@
+"""Figures for notebook 08: time and memory against N, a roofline of measured ceilings, recorded runs.
+
+Taught in: notebooks/08_hardware_runs.ipynb
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..measure import attention_flops
+
+__all__ = ["draw_sweep", "estimated_bytes", "draw_roofline", "draw_recorded_memory", "loop_overhead", "draw_loop_overhead",
+           "KERNEL_STYLE"]
+
+KERNEL_STYLE = {
+    "numpy reference": ("C7", "s", ":"),
+    "numpy flash": ("C5", "v", ":"),
+    "torch naive": ("C3", "o", "--"),
+    "lab torch flash": ("C0", "o", "-"),
+    "sdpa math": ("C1", "^", "--"),
+    "sdpa flash": ("C2", "D", "-"),
+    "sdpa efficient": ("C4", "P", "-"),
+    "sdpa cudnn": ("C8", "X", "-"),
+    "triton": ("C6", "*", "-"),
+}
+
+
+def _done(rows):
+    return [r for r in rows if not r.get("skipped")]
+
+
+def draw_sweep(rows, *, what: str = "ms", ax=None) -> dict:
+    """One line per kernel of `what` ("ms", "tflops" or "peak_mb") against N, log-log; returns {kernel: [(N, value)]}.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    labels = {"ms": "time per call (ms)", "tflops": "TFLOP/s (4·B·H·N²·d / time)", "peak_mb": "peak MB above the inputs"}
+    if what not in labels:
+        raise ValueError(f"what must be one of {sorted(labels)}, got {what!r}")
+    if ax is None:
+        _, ax = plt.subplots()
+    out = {}
+    for r in _done(rows):
+        if r.get(what) is not None:
+            out.setdefault(r["kernel"], []).append((r["N"], r[what]))
+    for kernel, pts in out.items():
+        pts.sort()
+        color, marker, ls = KERNEL_STYLE.get(kernel, ("k", "o", "-"))
+        ax.plot(*zip(*pts), marker=marker, ls=ls, color=color, label=kernel)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set(xlabel="sequence length N", ylabel=labels[what])
+    if out:
+        ax.legend(fontsize=9, loc="best")
+    return out
+
+
+def estimated_bytes(kernel: str, B: int, H: int, N: int, d: int, itemsize: int = 4, block_q: int = 256) -> float:
+    """Bytes each kernel moves through memory, estimated: naive $\\approx s(4BHNd + 4BHN^2)$ (S written, read, P written, read);
+    the torch loop $\\approx s(2BHNd + 2BHNd\\,N/B_r + 6BHN^2)$ (about six passes over each tile);
+    fused kernels $\\approx s(2BHNd + 2BHNd\\,N/B_r)$ (Q read and O written once, K and V once per query block).
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    bh, n2, nd = B * H, float(N) * N, float(N) * d
+    kv = 2 * nd * max(1.0, N / block_q)
+    if kernel in ("torch naive", "sdpa math", "numpy reference"):
+        return itemsize * bh * (4 * nd + 4 * n2)
+    if kernel in ("lab torch flash", "numpy flash"):
+        return itemsize * bh * (2 * nd + kv + 6 * n2)
+    return itemsize * bh * (2 * nd + kv)
+
+
+def draw_roofline(ceilings: dict, rows, *, N: int | None = None, ax=None) -> dict:
+    """The roofline $\\min(\\text{peak}, I \\cdot \\text{bandwidth})$ of the measured ceilings, with each kernel at
+    (estimated intensity $I$ = FLOPs / `estimated_bytes`, measured FLOP/s) at the largest N; returns the points.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    if ax is None:
+        _, ax = plt.subplots()
+    peak = ceilings["matmul_fp32_flops"]
+    bw = ceilings["bandwidth_bytes_per_s"]
+    done = _done(rows)
+    N = max(r["N"] for r in done) if N is None else N
+    pts = {}
+    for r in done:
+        if r["N"] != N:
+            continue
+        itemsize = 8 if r["kernel"] == "numpy reference" else {"float64": 8, "float32": 4}.get(r["dtype"], 2)
+        flops = attention_flops(r["B"], r["H"], r["N"], r["d"], causal=r["causal"])
+        intensity = flops / estimated_bytes(r["kernel"], r["B"], r["H"], r["N"], r["d"], itemsize)
+        pts[r["kernel"]] = (intensity, r["tflops"] * 1e12)
+    xs = np.logspace(-1, 4, 200)
+    ax.loglog(xs, np.minimum(peak, xs * bw) / 1e9, color="k", lw=2)
+    ridge = peak / bw
+    ax.axvline(ridge, color="gray", lw=0.8, ls=":")
+    ax.text(ridge * 1.15, peak / 1e9 * 0.55, f"ridge {ridge:.0f} FLOP/B", color="gray", fontsize=10)
+    ax.text(xs[0] * 1.3, peak / 1e9 * 1.12, f"matmul {peak / 1e9:.0f} GFLOP/s", fontsize=10)
+    ax.text(xs[0] * 1.3, xs[0] * bw / 1e9 * 1.6, f"{bw / 1e9:.1f} GB/s", fontsize=10, rotation=30)
+    for kernel, (x, y) in pts.items():
+        color, marker, _ = KERNEL_STYLE.get(kernel, ("k", "o", "-"))
+        ax.plot([x], [y / 1e9], marker=marker, color=color, ms=10, ls="none", label=kernel)
+    ax.set(xlabel="arithmetic intensity (FLOP per byte moved, estimated)", ylabel="GFLOP/s",
+           title=f"Roofline of this machine (measured ceilings), kernels at N = {N:,}")
+    ax.set_ylim(bottom=min([0.1] + [y / 1e9 / 3 for _, y in pts.values()]), top=peak / 1e9 * 3)
+    ax.legend(fontsize=9, loc="lower right")
+    return {"peak_flops": peak, "bandwidth": bw, "ridge": ridge, "points": pts, "N": N}
+
+
+def draw_recorded_memory(runs, *, N: int = 4096, ax=None) -> dict:
+    """Peak MB per head at `N` of standard attention against the tiled kernel, for each recorded run that has both.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    standard = ("torch naive", "standard")
+    tiled = ("lab torch flash", "python tile loop")
+    bars = {}
+    for run in runs:
+        vals = {}
+        for r in run.get("results", []):
+            if r.get("skipped") or r.get("N") != N or r.get("peak_mb") is None:
+                continue
+            heads = (r.get("B") or 1) * (r.get("H") or 1)
+            for group, names in (("standard", standard), ("tiled", tiled)):
+                if r["kernel"] in names:
+                    vals[group] = r["peak_mb"] / heads
+        if len(vals) == 2:
+            bars[run["label"]] = vals
+    if ax is None:
+        _, ax = plt.subplots()
+    labels = list(bars)
+    x = np.arange(len(labels))
+    for i, (group, color) in enumerate((("standard", "C3"), ("tiled", "C0"))):
+        ys = [bars[k][group] for k in labels]
+        ax.bar(x + (i - 0.5) * 0.38, ys, 0.38, color=color, label=f"{group} attention" if group == "standard" else "tiled (flash) kernel")
+        for xi, y in zip(x, ys):
+            ax.text(xi + (i - 0.5) * 0.38, y * 1.15, f"{y:,.1f}", ha="center", fontsize=10)
+    ax.set_yscale("log")
+    ax.set_xticks(x, [k.replace(" (", "\n(") for k in labels], fontsize=9)
+    ax.set(ylabel="peak MB per head", title=f"Peak memory at N = {N:,}, d = 64, recorded runs")
+    ax.legend(fontsize=10, loc="upper right")
+    return bars
+
+
+def loop_overhead(N: int, block: int, *, d: int = 64, heads: int = 8, ops_per_step: int = 9, us_per_op: float = 10.0,
+                  flops_per_s: float = 155e9) -> dict:
+    """Cost model of a Python-level tile loop: steps $= \\lceil N/B_r \\rceil \\lceil N/B_c \\rceil$ (here $B_r = B_c$ = block),
+    overhead = steps · ops_per_step · us_per_op, matmul time = $4 \\cdot heads \\cdot N^2 d$ / flops_per_s.
+
+    The default 155 GFLOP/s is the low end of the fp32 matmul rate measured on this project's 2-vCPU
+    machines (FACTS.md). Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    for name, x in (("N", N), ("block", block), ("d", d), ("heads", heads), ("ops_per_step", ops_per_step)):
+        if int(x) != x or x < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {x!r}")
+    if not us_per_op > 0 or not flops_per_s > 0:
+        raise ValueError("us_per_op and flops_per_s must be positive")
+    steps = (-(-N // block)) ** 2                                   # ceil(N / block) squared
+    overhead_s = steps * ops_per_step * us_per_op * 1e-6
+    matmul_s = attention_flops(1, heads, N, d) / flops_per_s
+    return {"N": int(N), "block": int(block), "steps": int(steps), "overhead_ms": overhead_s * 1e3,
+            "matmul_ms": matmul_s * 1e3, "overhead_fraction": overhead_s / (overhead_s + matmul_s)}
+
+
+def draw_loop_overhead(N: int = 4096, us_per_op: float = 10.0, *, block: int = 256, d: int = 64, heads: int = 8, ax=None) -> dict:
+    """Python overhead and matmul time of the tile loop against the block size, log-log; marks `block`; returns `loop_overhead` at it.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    if ax is None:
+        _, ax = plt.subplots()
+    blocks = [2**p for p in range(4, 13) if 2**p <= max(N, 16)]
+    over = [loop_overhead(N, b, d=d, heads=heads, us_per_op=us_per_op)["overhead_ms"] for b in blocks]
+    here = loop_overhead(N, block, d=d, heads=heads, us_per_op=us_per_op)
+    ax.loglog(blocks, over, "o-", base=2, color="C3", label=f"Python overhead ({us_per_op:g} µs per op, 9 ops per tile)")
+    ax.axhline(here["matmul_ms"], color="C0", ls="--", label=f"matmul work at 155 GFLOP/s: {here['matmul_ms']:,.0f} ms")
+    ax.plot([block], [here["overhead_ms"]], "o", ms=14, mfc="none", mec="k", mew=2,
+            label=f"block {block}: {here['steps']:,} tile steps, {here['overhead_ms']:,.1f} ms")
+    ax.set(xlabel="block size Br = Bc", ylabel="ms per forward", title=f"A Python tile loop at N = {N:,}, H = {heads}, d = {d}")
+    ax.legend(fontsize=9, loc="upper right")
+    return here

@@ -1,0 +1,20 @@
+"""Slider for notebook 08: the Python overhead of a tile loop against its block size, N and the cost of one op."""
+
+from __future__ import annotations
+
+import ipywidgets
+
+from ..figures.hardware import draw_loop_overhead
+from . import interactive_figure
+
+
+def loop_overhead_explorer(N: int = 4096, block: int = 256, us_per_op: float = 10.0) -> ipywidgets.interactive:
+    """Sliders over N, the block size and µs per op; `.result` holds `lab.figures.hardware.loop_overhead` at those settings."""
+    return interactive_figure(
+        lambda N, block, us_per_op: draw_loop_overhead(N, us_per_op, block=block),
+        summary=lambda r: (f"N = {r['N']:,}, block {r['block']}: {r['steps']:,} tile steps, Python overhead "
+                           f"{r['overhead_ms']:,.1f} ms = {100 * r['overhead_fraction']:.1f}% of the forward"),
+        N=ipywidgets.SelectionSlider(options=[2**p for p in range(10, 15)], value=N, description="N"),
+        block=ipywidgets.SelectionSlider(options=[2**p for p in range(4, 13)], value=block, description="block"),
+        us_per_op=ipywidgets.SelectionSlider(options=[1.0, 3.0, 10.0, 30.0, 100.0], value=us_per_op, description="µs per op"),
+    )

@@ -1,0 +1,81 @@
+"""`python -m lab.bench`: the sweep, its table and JSON record, --verify, the GPU sweep's clean refusal on a CPU."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import lab
+from lab import bench, measure
+
+TINY = ["--N", "32", "64", "--H", "1", "--rounds", "1", "--min-run-time", "0.01", "--quiet", "--no-targets"]
+
+
+def test_sweep_prints_a_table_and_records_json(tmp_path, capsys):
+    out = tmp_path / "run.json"
+    assert bench.main(TINY + ["--kernels", "torch naive", "lab torch flash", "sdpa flash", "triton", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "lab torch flash" in text and "TFLOP/s" in text and "vs SDPA" in text
+    assert "triton: Triton on a CPU tensor runs in its interpreter" in text        # skipped, with the reason
+    rec = json.loads(out.read_text())
+    for key in ("schema", "kind", "label", "date", "machine", "settings", "ceilings", "results"):
+        assert key in rec
+    assert rec["kind"] == "measured" and rec["settings"]["N"] == [32, 64]
+    done = [r for r in rec["results"] if not r.get("skipped")]
+    assert {r["kernel"] for r in done} == {"torch naive", "lab torch flash", "sdpa flash"} and len(done) == 6
+    for r in done:
+        assert r["ms"] > 0 and r["tflops"] > 0 and r["peak_mb"] is not None and r["peak_mb"] >= 0
+        assert r["tflops"] == pytest.approx(lab.attention_flops(1, 1, r["N"], 64) / (r["ms"] / 1e3) / 1e12)
+    sdpa = [r for r in done if r["kernel"] == "sdpa flash"]
+    assert all(r["vs_sdpa"] == pytest.approx(1.0) for r in sdpa)
+
+
+def test_run_sweep_skips_slow_kernels_above_their_limit():
+    rows = measure.run_sweep([16, 48], H=1, kernels=["numpy flash", "lab torch flash"], rounds=1, min_run_time=0.01,
+                             memory=False, progress=False, max_n={"numpy flash": 20}, causal=(True,))
+    done = [(r["kernel"], r["N"]) for r in rows if not r.get("skipped")]
+    assert done == [("numpy flash", 16), ("lab torch flash", 16), ("lab torch flash", 48)]
+    assert any(r.get("skipped", "") and "above N = 20" in r["skipped"] for r in rows)
+    assert all(r["causal"] for r in rows if not r.get("skipped"))
+    with pytest.raises(ValueError, match="kernels"):
+        measure.run_sweep([16], kernels=["nope"])
+    with pytest.raises(ValueError, match="Ns"):
+        measure.run_sweep([], kernels=["torch naive"])
+
+
+def test_verify_prints_the_seed_figures(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(measure, "SEED_ACCURACY", {(1, 64, 16): 1.19e-7, (2, 32, 16): 2.09e-7})
+    out = tmp_path / "verify.json"
+    assert bench.main(["--verify", "--quiet", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "seed (910B3)" in text and "1.19e-07" in text and "lab torch flash" in text
+    rows = json.loads(out.read_text())["accuracy"]
+    fp32 = [r for r in rows if r["dtype"] == "float32"]
+    assert fp32 and all(r["vs_fp64"] < 1e-5 for r in fp32)
+    bf16 = [r for r in rows if r["dtype"] == "bfloat16"]
+    assert bf16 and all(r["vs_fp64"] < 5e-2 for r in bf16) and all(r["seed_reported"] is None for r in bf16)
+
+
+def test_load_runs_reads_the_committed_records():
+    runs = lab.load_runs()
+    assert runs, "data/runs/ holds at least the seed write-up's reported figures and one CPU run"
+    kinds = {r["kind"] for r in runs}
+    assert {"measured", "reported"} <= kinds
+    ascend = [r for r in runs if r["kind"] == "reported"][0]
+    assert "910B3" in ascend["label"] and "as reported" in ascend["label"]
+    assert lab.load_runs("/nonexistent") == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_gpu_sweep_refuses_cleanly_without_a_gpu(capsys):
+    assert bench.main(["--gpu-sweep", "--quiet", "--no-record"]) == 2
+    assert "no CUDA device" in capsys.readouterr().out
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        bench.gpu_sweep()
+
+
+def test_module_runs_from_the_command_line():
+    run = subprocess.run([sys.executable, "-m", "lab.bench", "--help"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "--verify" in run.stdout and "--gpu-sweep" in run.stdout

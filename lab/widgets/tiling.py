@@ -2,6 +2,8 @@
 
 The traffic and op-count sliders also run the numpy kernel under `lab.trace.record()` at the chosen
 setting and report whether its counts equal the formula.
+
+Taught in: notebooks/05_tiling.ipynb, notebooks/06_flashattention2.ipynb
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from ..attention import flash_attention_numpy
 from ..figures.tiling import draw_footprint, draw_hbm_traffic, draw_op_counts, draw_tile_grid
 from ..io_model import flash_counts, sram_sizes, tile_counts
 from . import interactive_figure
+
+__all__ = ["tile_walk", "block_footprint", "io_traffic", "fa_variants"]
 
 _BLOCKS = [8, 16, 32, 64, 128, 256]
 
@@ -34,6 +38,7 @@ def tile_walk(N: int = 200, block_q: int = 64, block_k: int = 32, causal: bool =
     """Sliders over N, Br, Bc, causal, loop order and the step; `.result` holds the tile counts and the tile on chip.
 
     The step slider's range follows the number of computed tiles.
+    Taught in: notebooks/05_tiling.ipynb
     """
     controls = dict(
         N=ipywidgets.IntSlider(value=N, min=16, max=512, step=8, description="N = M"),
@@ -63,7 +68,10 @@ def tile_walk(N: int = 200, block_q: int = 64, block_k: int = 32, causal: bool =
 
 def block_footprint(d: int = 64, block_q: int = 64, block_k: int = 128, dtype: str = "float16",
                     srams: dict | None = None) -> ipywidgets.interactive:
-    """Sliders over d, Br, Bc and the input dtype; `.result` holds the bytes of one tile step and where they fit."""
+    """Sliders over d, Br, Bc and the input dtype; `.result` holds the bytes of one tile step and where they fit.
+
+    Taught in: notebooks/05_tiling.ipynb
+    """
     srams = sram_sizes() if srams is None else srams
     options = [16, 32, 64, 128, 256, 512]
 
@@ -83,7 +91,10 @@ def block_footprint(d: int = 64, block_q: int = 64, block_k: int = 128, dtype: s
 
 def io_traffic(N: int = 512, d: int = 64, block_q: int = 64, block_k: int = 64, dtype: str = "float32",
                causal: bool = False) -> ipywidgets.interactive:
-    """Sliders over N, d, Br, Bc, dtype, causal; `.result` holds the formula's HBM bytes and an instrumented run's."""
+    """Sliders over N, d, Br, Bc, dtype, causal; `.result` holds the formula's HBM bytes and an instrumented run's.
+
+    Taught in: notebooks/05_tiling.ipynb
+    """
 
     def draw(N, d, block_q, block_k, dtype, causal):
         result = draw_hbm_traffic(N, d, block_q, block_k, itemsize=np.dtype(dtype).itemsize)
@@ -106,7 +117,10 @@ def io_traffic(N: int = 512, d: int = 64, block_q: int = 64, block_k: int = 64, 
 
 def fa_variants(N: int = 512, d: int = 64, block_q: int = 64, block_k: int = 64, variant: str = "fa2",
                 causal: bool = False) -> ipywidgets.interactive:
-    """Sliders over N, d, Br, Bc, the variant and causal; `.result` holds op counts (formula and instrumented) and A100 time shares."""
+    """Sliders over N, d, Br, Bc, the variant and causal; `.result` holds op counts (formula and instrumented) and A100 time shares.
+
+    Taught in: notebooks/06_flashattention2.ipynb
+    """
 
     def draw(N, d, block_q, block_k, variant, causal):
         result = draw_op_counts(N, d, block_q, block_k, causal)

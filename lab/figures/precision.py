@@ -57,12 +57,14 @@ def draw_accumulation(N: int = 16384, block: int = 64, formats=("fp32", "bf16", 
         exact = np.cumsum(round_to(p, f).astype(np.float64))             # the same rounded p_j, summed exactly
         seq = low_precision_sum(p, f, 1)
         blk = low_precision_sum(p, f, block)
-        n = np.arange(1, N + 1)
         err = np.abs(seq - exact) / exact
         nb = np.minimum(np.arange(1, blk.size + 1) * block, N)
         errb = np.abs(blk - exact[nb - 1]) / exact[nb - 1]
-        ax.loglog(n, np.maximum(err, 1e-9), color=f"C{i}", lw=1.8, label=f"{FORMAT_LABELS[f]}, one at a time")
-        ax.loglog(nb, np.maximum(errb, 1e-9), color=f"C{i}", lw=1.8, ls="--", label=f"{FORMAT_LABELS[f]}, blocks of {block}")
+        show = np.unique(np.geomspace(1, N, 400).astype(int)) - 1      # ~400 points, log-spaced, for drawing only
+        showb = np.unique(np.geomspace(1, nb.size, 400).astype(int)) - 1
+        ax.loglog(show + 1, np.maximum(err[show], 1e-9), color=f"C{i}", lw=1.8, label=f"{FORMAT_LABELS[f]}, one at a time")
+        ax.loglog(nb[showb], np.maximum(errb[showb], 1e-9), color=f"C{i}", lw=1.8, ls="--",
+                  label=f"{FORMAT_LABELS[f]}, blocks of {block}")
         out["seq"][f], out["blocked"][f] = float(err[-1]), float(errb[-1])
         out["stall"][f] = float(seq[-1])
     ax.set(xlabel="elements summed so far (n)", ylabel="relative error of l (floor 1e-9)",
@@ -102,7 +104,7 @@ def draw_p_explorer(fmt: str = "fp8_e4m3", N: int = 4096, spread: float = 4.0, b
     info = format_info(fmt)
     lp = np.log2(np.maximum(under["p"].astype(np.float64), 2.0**-160))
     fig, ax = plt.subplots(figsize=(8.5, 4.6))
-    ax.hist(lp, bins=np.linspace(-160, 1, 162), color="C0", alpha=0.85)
+    ax.hist(lp, bins=np.linspace(-160, 1, 162), color="C0", alpha=0.85, histtype="stepfilled")
     sub, tiny = np.log2(info["smallest_subnormal"]), np.log2(info["tiny"])
     ax.axvspan(-160, sub - 1, color="C3", alpha=0.15, zorder=0, label=f"rounds to 0 (< 2^{sub - 1:.0f})")
     ax.axvspan(sub - 1, tiny, color="C1", alpha=0.2, zorder=0, label=f"subnormal: fewer bits (< 2^{tiny:.0f})")

@@ -39,6 +39,8 @@ def test_sequence_parallel_checks_arguments_before_starting_workers():
         lab.sequence_parallel_attention(q, k, v, world_size=2.0)
     with pytest.raises(ValueError, match="order"):
         lab.sequence_parallel_attention(q, k, v, order="spiral")
+    with pytest.raises(ValueError, match="start_method"):
+        lab.sequence_parallel_attention(q, k, v, start_method="fork")
     with pytest.raises(ValueError, match="timeout_s"):
         lab.sequence_parallel_attention(q, k, v, timeout_s=0)
     with pytest.raises(ValueError, match="share the last dim"):

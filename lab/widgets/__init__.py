@@ -40,7 +40,9 @@ class FigureSliders(ipywidgets.interactive):
         new = [n for n in plt.get_fignums() if n not in before]
         fig = plt.figure(new[-1]) if new else plt.gcf()
         buf = io.BytesIO()
-        fig.savefig(buf, format="png")
+        if fig.get_layout_engine() is None:
+            fig.tight_layout()                                 # one layout pass, cheaper than bbox="tight"
+        fig.savefig(buf, format="png", bbox_inches=fig.bbox_inches)
         for n in new or [fig.number]:
             plt.close(n)
         self.image.value = buf.getvalue()

@@ -195,8 +195,8 @@ def decode_torch(q, k, v, *, splits: int = 1, workers: int = 1, scale=None):
     if len(parts) == 1:
         o, lse = parts[0]
     else:
-        o, lse = merge_outputs([p[0].numpy() for p in parts], [p[1].numpy() for p in parts])
-        o, lse = torch.from_numpy(o), torch.from_numpy(lse)
+        o, lse = merge_outputs([p[0].cpu().numpy() for p in parts], [p[1].cpu().numpy() for p in parts])
+        o, lse = torch.from_numpy(o).to(q.device), torch.from_numpy(lse).to(q.device)  # the merge reads splits rows only
     return o.reshape(B, Hq, N, v.shape[-1]).to(q.dtype), lse.reshape(B, Hq, N)
 
 

@@ -336,7 +336,8 @@ def time_forward_backward(attn, q, k, v, *, causal: bool = False, rounds: int = 
     def fwd_bwd():
         torch.autograd.grad(attn(*leaves, causal=causal), leaves, do)
 
-    t = time_interleaved({"forward": fwd, "forward_backward": fwd_bwd}, rounds=rounds, min_run_time=min_run_time)
+    t = time_interleaved({"forward": fwd, "forward_backward": fwd_bwd}, device=str(q.device), rounds=rounds,
+                         min_run_time=min_run_time)
     t["backward"] = max(t["forward_backward"] - t["forward"], 0.0)
     t["ratio"] = t["backward"] / t["forward"] if t["forward"] > 0 else math.nan
     return t

@@ -29,7 +29,8 @@ CPU_KERNELS = ["numpy reference", "numpy flash", "torch naive", "lab torch flash
 GPU_KERNELS = ["torch naive", "lab torch flash", "sdpa math", "sdpa flash", "sdpa efficient", "sdpa cudnn", "triton"]
 
 
-def cpu_targets(*, rounds: int = 5, min_run_time: float = 0.3, memory: bool = True, progress: bool = True) -> dict:
+def cpu_targets(*, rounds: int = 5, min_run_time: float = 0.3, memory: bool = True, progress: bool = True,
+                threads: int | None = None) -> dict:
     """The issue's CPU targets, measured: throughput of `lab` torch flash relative to SDPA (≥ 0.8×) and to naive (≥ 2×)
     at B=1, H=8, N=4096, d=64 fp32, interleaved; and its extra peak memory relative to naive's at H=1, N=8192 (≤ 1/50).
 
@@ -37,6 +38,16 @@ def cpu_targets(*, rounds: int = 5, min_run_time: float = 0.3, memory: bool = Tr
     """
     from tqdm.auto import tqdm
 
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+    try:
+        return _cpu_targets(rounds, min_run_time, memory, progress, tqdm)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _cpu_targets(rounds, min_run_time, memory, progress, tqdm):
     fns = {}
     for name in ("lab torch flash", "sdpa flash", "torch naive"):
         q, k, v = measure.make_inputs(name, 1, 8, 4096, 64)
@@ -44,7 +55,7 @@ def cpu_targets(*, rounds: int = 5, min_run_time: float = 0.3, memory: bool = Tr
     with tqdm(total=2 if memory else 1, desc="targets", disable=not progress, leave=False) as bar:
         t = measure.time_interleaved(fns, rounds=rounds, min_run_time=min_run_time)
         bar.update(1)
-        out = {"time_s": t, "vs_sdpa": t["sdpa flash"] / t["lab torch flash"], "vs_naive": t["torch naive"] / t["lab torch flash"]}
+        out = {"threads": torch.get_num_threads(), "time_s": t, "vs_sdpa": t["sdpa flash"] / t["lab torch flash"], "vs_naive": t["torch naive"] / t["lab torch flash"]}
         if memory:
             flash, naive = measure.peak_memory([dict(kernel=k, B=1, H=1, N=8192, d=64) for k in ("lab torch flash", "torch naive")])
             out.update(peak_flash_mb=None if flash is None else flash / 2**20, peak_naive_mb=None if naive is None else naive / 2**20,
@@ -54,7 +65,7 @@ def cpu_targets(*, rounds: int = 5, min_run_time: float = 0.3, memory: bool = Tr
 
 
 def _targets_text(t: dict) -> str:
-    lines = ["CPU targets (measured, interleaved; never asserted):",
+    lines = [f"CPU targets (measured, interleaved, {t['threads']} torch threads; never asserted):",
              f"  B=1 H=8 N=4096 d=64 fp32: lab torch flash at {t['vs_sdpa']:.2f}x SDPA's throughput (target >= 0.8x: "
              f"{'met' if t['vs_sdpa'] >= 0.8 else 'not met'}), {t['vs_naive']:.2f}x naive's (target >= 2x: "
              f"{'met' if t['vs_naive'] >= 2 else 'not met'})"]
@@ -97,6 +108,7 @@ def _parser():
     p.add_argument("--kernels", nargs="+", default=None, choices=sorted(measure.KERNELS), metavar="KERNEL",
                    help=f"any of: {', '.join(measure.KERNELS)}")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice, all cores)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
     p.add_argument("--min-run-time", type=float, default=0.1, help="seconds per kernel per round")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
@@ -114,6 +126,11 @@ def main(argv=None) -> int:
     """Command line entry point; returns the exit status."""
     args = _parser().parse_args(argv)
     progress = not args.quiet
+    if args.threads is not None:
+        if args.threads < 1:
+            print(f"--threads must be >= 1, got {args.threads}")
+            return 2
+        torch.set_num_threads(args.threads)                 # the ceilings, the sweep and the memory child alike
     machine = measure.describe_machine()
     gpu = (machine.get("gpu") or {}).get("name")
     print(f"machine: {machine['cpu']} ({machine['cores']} cores, {machine['torch_threads']} torch threads, "
@@ -149,17 +166,17 @@ def main(argv=None) -> int:
     ceilings = measure.measure_ceilings(args.device)
     rows = measure.run_sweep(args.N, d=args.d, dtypes=args.dtype, causal=causal, B=args.B, H=args.H, kernels=kernels,
                              device=args.device, rounds=args.rounds, min_run_time=args.min_run_time,
-                             memory=not args.no_memory, progress=progress)
+                             memory=not args.no_memory, progress=progress, threads=args.threads)
     print(measure.results_table(rows))
     print(f"ceilings: matmul fp32 {ceilings['matmul_fp32_flops'] / 1e9:.0f} GFLOP/s, "
           f"memory bandwidth {ceilings['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s")
     targets = None
     if args.device == "cpu" and not args.no_targets:
-        targets = cpu_targets(memory=not args.no_memory, progress=progress)
+        targets = cpu_targets(memory=not args.no_memory, progress=progress, threads=args.threads)
         print(_targets_text(targets))
     if not args.no_record:
         settings = {"mode": "sweep", "N": args.N, "d": args.d, "dtypes": args.dtype, "causal": list(causal), "B": args.B,
-                    "H": args.H, "device": args.device, "rounds": args.rounds, "min_run_time": args.min_run_time}
+                    "H": args.H, "device": args.device, "threads": args.threads or torch.get_num_threads(), "rounds": args.rounds, "min_run_time": args.min_run_time}
         path = measure.record_run(rows, settings=settings, machine=machine, ceilings=ceilings, label=args.label,
                                   path=args.out, extra={"targets": targets})
         print(f"recorded: {path}")

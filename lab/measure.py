@@ -409,14 +409,29 @@ NUMPY_MAX_N = 2048
 
 def run_sweep(Ns, *, d=(64,), dtypes=("float32",), causal=(False,), B: int = 1, H: int = 8, kernels=None,
               device: str = "cpu", rounds: int = 3, min_run_time: float = 0.1, memory: bool = True,
-              max_n: dict | None = None, progress: bool = True) -> list:
+              max_n: dict | None = None, progress: bool = True, threads: int | None = None) -> list:
     """Time (interleaved per setting) and peak memory of each kernel at each (N, d, dtype, causal); one dict per row.
 
     Row: kernel, device, dtype, B, H, N, d, causal, ms, tflops ($4BHN^2d$, halved for causal, per
     second, in units of 10¹²), peak_mb (above the inputs), vs_sdpa (throughput relative to SDPA's flash
     backend, or the first SDPA backend available). Kernels that cannot run say why in `skipped`.
+    `threads` sets torch's CPU threads for the sweep (restored after): on a busy, shared machine each
+    multi-threaded op waits for its slowest thread, which punishes kernels made of many small ops.
     Taught in: notebooks/08_hardware_runs.ipynb
     """
+    if threads is None:
+        return _run_sweep(Ns, d, dtypes, causal, B, H, kernels, device, rounds, min_run_time, memory, max_n, progress)
+    if int(threads) < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(threads))
+    try:
+        return _run_sweep(Ns, d, dtypes, causal, B, H, kernels, device, rounds, min_run_time, memory, max_n, progress)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run_sweep(Ns, d, dtypes, causal, B, H, kernels, device, rounds, min_run_time, memory, max_n, progress):
     from tqdm.auto import tqdm
 
     kernels = list(KERNELS) if kernels is None else list(kernels)
@@ -452,7 +467,8 @@ def run_sweep(Ns, *, d=(64,), dtypes=("float32",), causal=(False,), B: int = 1, 
         flops = attention_flops(B, H, N, dd, causal=c)
         for kname, t in times.items():
             rows.append({"kernel": kname, "device": torch.device(device).type, "dtype": dt, "B": B, "H": H,
-                         "N": N, "d": dd, "causal": c, "ms": t * 1e3, "tflops": flops / t / 1e12, "peak_mb": None})
+                         "N": N, "d": dd, "causal": c, "ms": t * 1e3, "tflops": flops / t / 1e12, "peak_mb": None,
+                         "threads": torch.get_num_threads()})
         fns.clear()
     bar.close()
     if memory and rows:
@@ -511,14 +527,17 @@ def record_run(rows, *, settings: dict, machine: dict | None = None, ceilings: d
     """
     machine = describe_machine() if machine is None else machine
     gpu = (machine.get("gpu") or {}).get("name")
-    label = label or f"{gpu or machine.get('cpu')} ({'GPU' if gpu else str(machine.get('cores')) + ' CPU cores'})"
+    label = label or (f"{gpu} (GPU)" if gpu else
+                      f"{machine.get('cpu')} ({machine.get('cores')} CPU cores, {machine.get('torch_threads')} torch threads)")
     record = {"schema": 1, "kind": "measured", "label": label, "date": machine.get("date"), "machine": machine,
               "settings": settings, "ceilings": ceilings, "results": list(rows)}
     record.update(extra or {})
     if path is None:
         os.makedirs(RUNS_DIR, exist_ok=True)
         stamp = (machine.get("date") or "undated").replace(":", "").replace("-", "")[:13]
-        path = os.path.join(RUNS_DIR, f"{stamp}_{'gpu' if gpu else 'cpu'}_{_slug(gpu or machine.get('cpu') or 'machine')}.json")
+        mode = settings.get("mode", "sweep")
+        suffix = "" if mode == "sweep" else f"_{_slug(mode)}"
+        path = os.path.join(RUNS_DIR, f"{stamp}_{'gpu' if gpu else 'cpu'}_{_slug(gpu or machine.get('cpu') or 'machine')}{suffix}.json")
     with open(path, "w") as f:
         json.dump(record, f, indent=1, default=float)
         f.write("\n")

@@ -79,3 +79,13 @@ def test_gpu_sweep_refuses_cleanly_without_a_gpu(capsys):
 def test_module_runs_from_the_command_line():
     run = subprocess.run([sys.executable, "-m", "lab.bench", "--help"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and "--verify" in run.stdout and "--gpu-sweep" in run.stdout
+
+
+def test_threads_setting_is_applied_recorded_and_restored():
+    before = torch.get_num_threads()
+    rows = measure.run_sweep([16], H=1, kernels=["lab torch flash"], rounds=1, min_run_time=0.01, memory=False,
+                             progress=False, threads=1)
+    assert rows[0]["threads"] == 1 and torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads"):
+        measure.run_sweep([16], kernels=["lab torch flash"], threads=0)
+    assert bench.main(["--threads", "0", "--quiet", "--no-record"]) == 2

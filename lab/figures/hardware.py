@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import FuncFormatter, LogLocator
 
 from ..measure import attention_flops
 
@@ -24,6 +25,12 @@ KERNEL_STYLE = {
     "sdpa cudnn": ("C8", "X", "-"),
     "triton": ("C6", "*", "-"),
 }
+
+
+def _plain_log2_x(ax):
+    """Log base-2 x axis labelled with plain numbers (256, 1,024, ...)."""
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
 
 
 def _done(rows):
@@ -48,7 +55,7 @@ def draw_sweep(rows, *, what: str = "ms", ax=None) -> dict:
         pts.sort()
         color, marker, ls = KERNEL_STYLE.get(kernel, ("k", "o", "-"))
         ax.plot(*zip(*pts), marker=marker, ls=ls, color=color, label=kernel)
-    ax.set_xscale("log", base=2)
+    _plain_log2_x(ax)
     ax.set_yscale("log")
     ax.set(xlabel="sequence length N", ylabel=labels[what])
     if out:
@@ -98,7 +105,7 @@ def draw_roofline(ceilings: dict, rows, *, N: int | None = None, ax=None) -> dic
     ax.axvline(ridge, color="gray", lw=0.8, ls=":")
     ax.text(ridge * 1.15, peak / 1e9 * 0.55, f"ridge {ridge:.0f} FLOP/B", color="gray", fontsize=10)
     ax.text(xs[0] * 1.3, peak / 1e9 * 1.12, f"matmul {peak / 1e9:.0f} GFLOP/s", fontsize=10)
-    ax.text(xs[0] * 1.3, xs[0] * bw / 1e9 * 1.6, f"{bw / 1e9:.1f} GB/s", fontsize=10, rotation=30)
+    ax.text(xs[0] * 1.3, xs[0] * bw / 1e9 * 3.0, f"bandwidth {bw / 1e9:.1f} GB/s", fontsize=10)
     for kernel, (x, y) in pts.items():
         color, marker, _ = KERNEL_STYLE.get(kernel, ("k", "o", "-"))
         ax.plot([x], [y / 1e9], marker=marker, color=color, ms=10, ls="none", label=kernel)
@@ -138,6 +145,8 @@ def draw_recorded_memory(runs, *, N: int = 4096, ax=None) -> dict:
         for xi, y in zip(x, ys):
             ax.text(xi + (i - 0.5) * 0.38, y * 1.15, f"{y:,.1f}", ha="center", fontsize=10)
     ax.set_yscale("log")
+    top = max([v for b in bars.values() for v in b.values()] + [1.0])
+    ax.set_ylim(top=top * 20)
     ax.set_xticks(x, [k.replace(" (", "\n(") for k in labels], fontsize=9)
     ax.set(ylabel="peak MB per head", title=f"Peak memory at N = {N:,}, d = 64, recorded runs")
     ax.legend(fontsize=10, loc="upper right")
@@ -174,7 +183,9 @@ def draw_loop_overhead(N: int = 4096, us_per_op: float = 10.0, *, block: int = 2
     blocks = [2**p for p in range(4, 13) if 2**p <= max(N, 16)]
     over = [loop_overhead(N, b, d=d, heads=heads, us_per_op=us_per_op)["overhead_ms"] for b in blocks]
     here = loop_overhead(N, block, d=d, heads=heads, us_per_op=us_per_op)
-    ax.loglog(blocks, over, "o-", base=2, color="C3", label=f"Python overhead ({us_per_op:g} µs per op, 9 ops per tile)")
+    ax.plot(blocks, over, "o-", color="C3", label=f"Python overhead ({us_per_op:g} µs per op, 9 ops per tile)")
+    _plain_log2_x(ax)
+    ax.set_yscale("log")
     ax.axhline(here["matmul_ms"], color="C0", ls="--", label=f"matmul work at 155 GFLOP/s: {here['matmul_ms']:,.0f} ms")
     ax.plot([block], [here["overhead_ms"]], "o", ms=14, mfc="none", mec="k", mew=2,
             label=f"block {block}: {here['steps']:,} tile steps, {here['overhead_ms']:,.1f} ms")

@@ -270,7 +270,7 @@ def browser(profile: Path, blocked: list):
 
 # ---------------------------------------------------------------- JupyterLab checks
 
-JS_STATE = """() => {
+JS_STATE = r"""() => {
   const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
   if (!panel) return null;
   const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent.trim());
@@ -279,12 +279,17 @@ JS_STATE = """() => {
   return {prompts, status: ind ? ind.getAttribute('data-status') : null,
           kernel: kernel ? kernel.textContent.trim() : '',
           dialog: document.querySelector('.jp-Dialog') ? document.querySelector('.jp-Dialog').innerText : '',
-          errors: panel.querySelectorAll('[data-mime-type="application/vnd.jupyter.error"]').length,
+          // JupyterLab renders an error output as stderr: tell it from a warning by its traceback
+          errors: [...panel.querySelectorAll('[data-mime-type="application/vnd.jupyter.stderr"], '
+                                             + '[data-mime-type="application/vnd.jupyter.error"]')]
+                    .map(e => e.innerText.trim()).filter(t => /Traceback \(most recent call last\)/.test(t)
+                      || /^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*$/m.test(t.split('\n').pop()))
+                    .map(t => t.split('\n').pop().slice(0, 120)),
           widgetErrors: (panel.innerText.match(/Error displaying widget/g) || []).length,
           interacts: panel.querySelectorAll('.widget-interact').length};
 }"""
 
-JS_SIGNATURE = """async (el) => {
+JS_SIGNATURE = r"""async (el) => {
   // what the widget drives: its Output area (plain interactive) or its last child (summary + figure)
   const out = el.querySelector(':scope > .widget-output') || el.lastElementChild;
   if (!out) return {text: '', images: [], drawn: false};
@@ -347,7 +352,8 @@ def run_notebook(page, base: str, token: str, name: str, n_code: int, report: Re
     if not report.check(f"{stem}: runs all {n_code} code cells", bool(state),
                         f"{time.monotonic() - start:.1f} s" if state else f"not done after {timeout:.0f} s"):
         return False
-    report.check(f"{stem}: no cell shows an error", state["errors"] == 0, f"{state['errors']} error outputs")
+    report.check(f"{stem}: no cell shows an error", not state["errors"],
+                 f"{len(state['errors'])} error outputs" + (f": {state['errors'][:3]}" if state["errors"] else ""))
     # widgets render after their cell ran: give them a moment, then look for error placeholders
     wait_for(lambda: page.evaluate(JS_STATE)["interacts"] > 0, 30)
     state = page.evaluate(JS_STATE)
@@ -388,7 +394,8 @@ def move_sliders(page, stem: str, report: Report, shots: Path) -> None:
             # let the redraw settle before the next slider
             wait_for(lambda: (a := widget.evaluate(JS_SIGNATURE)) == (time.sleep(0.4) or widget.evaluate(JS_SIGNATURE))
                      and a, 10)
-            errors = widget.locator('[data-mime-type="application/vnd.jupyter.error"]').count()
+            errors = widget.evaluate("""(el) => [...el.querySelectorAll('[data-mime-type*="stderr"], [data-mime-type*="error"]')]
+                .filter(e => /Traceback|Error/.test(e.innerText)).length""")
             label = widget.locator(".widget-slider").nth(s).locator(".widget-label").first
             desc = label.inner_text().strip() if label.count() else str(s)
             widget.screenshot(path=str(shots / f"{stem}_widget{w}_slider{s}.png"))
@@ -427,7 +434,7 @@ def check_lab(context, notebooks: list[Path], report: Report, shots: Path, scrat
 
 # ---------------------------------------------------------------- site checks
 
-JS_PAGE = """() => {
+JS_PAGE = r"""() => {
   const body = document.body.cloneNode(true);
   body.querySelectorAll('pre, code, .katex, .highlight').forEach(e => e.remove());
   const k = document.querySelector('.katex');
@@ -472,7 +479,9 @@ def check_site(context, site: Path, report: Report, shots: Path) -> None:
             leftover = raw_tex(info["prose"])
             report.check(f"site {name}: math typeset", info["katex"] >= want and info["katexErrors"] == 0
                          and not leftover and (want == 0 or "KaTeX" in info["katexFont"]),
-                         f"{info['katex']} formulas of {want}" + (f"; raw TeX: {leftover[:3]}" if leftover else ""))
+                         f"{info['katex']} formulas of {want}" + (f"; raw TeX: {leftover[:3]}" if leftover else "")
+                         + (f"; {info['katexErrors']} KaTeX errors" if info["katexErrors"] else "")
+                         + ("; KaTeX stylesheet not applied" if want and "KaTeX" not in info["katexFont"] else ""))
             report.check(f"site {name}: images load", not info["brokenImages"],
                          f"{info['images']} images" + (f"; broken: {info['brokenImages'][:3]}" if info["brokenImages"]
                                                        else ""))

@@ -233,7 +233,9 @@ def test_draw_merge_orders_returns_its_numbers():
 
 
 def test_merge_order_explorer_reacts_to_its_sliders():
-    w = merge_order_explorer()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")             # a warning would print to stderr under the slider
+        w = merge_order_explorer()
     splits, order = w.children[:2]
     assert w.result["splits"] == 8 and w.result["depth"] == 3
     order.value = "sequential"

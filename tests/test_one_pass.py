@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 import lab
 from lab import trace
-from lab.figures.states import draw_one_pass, row_inputs
+from lab.figures.states import draw_holdings, draw_one_pass, row_inputs
 from lab.widgets import one_pass_explorer
 from tests.strategies import attention_inputs, blocks, dims, seeds
 
@@ -163,7 +164,9 @@ def test_draw_one_pass_returns_its_numbers():
 
 
 def test_one_pass_explorer_reacts_to_its_sliders():
-    w = one_pass_explorer()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")             # a warning would print to stderr under the slider
+        w = one_pass_explorer()
     M, block = w.children[:2]
     assert w.result["M"] == 4096 and w.result["blocks"] == 16
     block.value = 1024
@@ -172,3 +175,10 @@ def test_one_pass_explorer_reacts_to_its_sliders():
     assert w.result["M"] == 256 and w.result["blocks"] == 1
     assert w.result["max_err"] < 1e-12
     assert "M = 256" in w.summary_html.value
+
+
+def test_draw_holdings_counts_what_each_method_holds():
+    r = draw_holdings(Ms=(256, 1024), block_k=64, d=8)
+    three, two, one = r["held"].values()
+    assert three[1] > 3 * three[0]
+    assert two[0] == two[1] and one[0] == one[1] == 8 * (64 + 1 + 1 + 8)

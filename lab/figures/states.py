@@ -14,7 +14,7 @@ from ..decoding import merge_plan, random_chunk_bounds, reduce_states, split_sta
 from ..one_pass import ROW_METHODS, attention_row_one_pass, compare_row_methods
 from ..states import finalize
 
-__all__ = ["row_inputs", "draw_one_pass", "merge_depths", "draw_merge_orders"]
+__all__ = ["row_inputs", "draw_one_pass", "draw_holdings", "merge_depths", "draw_merge_orders"]
 
 
 def row_inputs(M: int = 4096, d: int = 64, dv: int | None = None, seed: int = 0):
@@ -30,7 +30,7 @@ def draw_one_pass(M: int = 4096, block_k: int = 256, d: int = 64, seed: int = 0,
     rows = compare_row_methods(q, k, v, block_k=block_k)
     steps = attention_row_one_pass(q, k, v, block_k=block_k).steps
     if axes is None:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1.25, 1], "wspace": 0.25})
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1.25, 1]}, layout="tight")
     ax, bx = axes
     b = np.array([s["block"] for s in steps])
     alphas = np.array([s["alpha"] for s in steps])
@@ -65,6 +65,26 @@ def draw_one_pass(M: int = 4096, block_k: int = 256, d: int = 64, seed: int = 0,
             "rows": rows, "max_err": max(r["max |o - ref|"] for r in rows)}
 
 
+def draw_holdings(Ms=(256, 1024, 4096, 16384), block_k: int = 256, d: int = 64, seed: int = 0, ax=None) -> dict:
+    """Peak bytes each row method holds (counted in its run) against the number of keys M, log-log."""
+    held = {name: [] for name in ROW_METHODS}
+    for M in Ms:
+        q, k, v = row_inputs(int(M), d, seed=seed)
+        for name, fn in ROW_METHODS.items():
+            kw = {} if fn is ROW_METHODS["three-pass (store s)"] else {"block_k": block_k}
+            held[name].append(fn(q, k, v, **kw).held_bytes)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4.2), layout="tight")
+    for (name, b), (style, ms, fill) in zip(held.items(), (("o-", 7, "C0"), ("s--", 12, "none"), ("^-", 7, "C2"))):
+        ax.plot(Ms, np.array(b) / 1024, style, label=name, ms=ms, mfc=fill, mew=1.5)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set(xlabel="number of keys M", ylabel="KiB held at the peak",
+           title=f"what one query row holds (float64, d = {d}, Bc = {block_k})")
+    ax.legend(fontsize=10)
+    return {"Ms": [int(M) for M in Ms], "held": held}
+
+
 def merge_depths(n: int, order: str, *, seed: int = 0) -> tuple[list, list[int]]:
     """The merge tree of `n` parts as line segments `(x0, y0, x1, y1)` and each slot's height; the max height is the longest chain of merges."""
     xs, ys = [float(i) for i in range(n)], [0] * n
@@ -93,7 +113,7 @@ def draw_merge_orders(splits: int = 8, order: str = "tree", M: int = 3000, seed:
     lse_c = np.array([float(finalize(st)[1][0]) for st in states])
     w = np.exp(lse_c - lse_ref[0])
     if axes is None:
-        fig, axes = plt.subplots(2, 1, figsize=(11, 6.2), gridspec_kw={"height_ratios": [1, 1.1], "hspace": 0.45})
+        fig, axes = plt.subplots(2, 1, figsize=(11, 6.2), gridspec_kw={"height_ratios": [1, 1.1]}, layout="tight")
     ax, bx = axes
     s = (k @ q[0]) / np.sqrt(d)
     ax.plot(s, ".", ms=1.5, color="0.55")

@@ -93,7 +93,9 @@ def _torch_flash(q, k, v, causal):
 
 def _triton(q, k, v, causal):
     from .triton_kernels import flash_attention_triton
-    return flash_attention_triton(q, k, v, causal=causal, block_q=128 if q.shape[-1] <= 64 else 64, block_k=64)
+    # fixed, hand-picked launch settings (no autotuning): 128×64 tiles, more warps for d = 128
+    return flash_attention_triton(q, k, v, causal=causal, block_q=128, block_k=64,
+                                  num_warps=4 if q.shape[-1] <= 64 else 8, num_stages=3)
 
 
 # name -> (callable(q, k, v, causal), input kind: "numpy" or "torch")
@@ -404,7 +406,7 @@ def measure_ceilings(device: str = "cpu", *, n: int | None = None, mbytes: int |
 RUNS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "runs")
 
 # The kernels too slow for large N on a CPU: above these N they are skipped (and the table says so).
-NUMPY_MAX_N = 2048
+NUMPY_MAX_N = 1024
 
 
 def run_sweep(Ns, *, d=(64,), dtypes=("float32",), causal=(False,), B: int = 1, H: int = 8, kernels=None,
@@ -528,7 +530,8 @@ def record_run(rows, *, settings: dict, machine: dict | None = None, ceilings: d
     machine = describe_machine() if machine is None else machine
     gpu = (machine.get("gpu") or {}).get("name")
     label = label or (f"{gpu} (GPU)" if gpu else
-                      f"{machine.get('cpu')} ({machine.get('cores')} CPU cores, {machine.get('torch_threads')} torch threads)")
+                      f"{machine.get('cpu')} ({machine.get('cores')} CPU cores, {machine.get('torch_threads')} torch "
+                      f"thread{'' if machine.get('torch_threads') == 1 else 's'})")
     record = {"schema": 1, "kind": "measured", "label": label, "date": machine.get("date"), "machine": machine,
               "settings": settings, "ceilings": ceilings, "results": list(rows)}
     record.update(extra or {})

@@ -5,6 +5,8 @@ Taught in: notebooks/08_hardware_runs.ipynb
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator
@@ -103,7 +105,6 @@ def draw_roofline(ceilings: dict, rows, *, N: int | None = None, ax=None) -> dic
     ax.loglog(xs, np.minimum(peak, xs * bw) / 1e9, color="k", lw=2)
     ridge = peak / bw
     ax.axvline(ridge, color="gray", lw=0.8, ls=":")
-    ax.text(ridge * 1.15, peak / 1e9 * 0.55, f"ridge {ridge:.0f} FLOP/B", color="gray", fontsize=10)
     ax.text(xs[0] * 1.3, peak / 1e9 * 1.12, f"matmul {peak / 1e9:.0f} GFLOP/s", fontsize=10)
     ax.text(xs[0] * 1.3, xs[0] * bw / 1e9 * 3.0, f"bandwidth {bw / 1e9:.1f} GB/s", fontsize=10)
     for kernel, (x, y) in pts.items():
@@ -112,6 +113,7 @@ def draw_roofline(ceilings: dict, rows, *, N: int | None = None, ax=None) -> dic
     ax.set(xlabel="arithmetic intensity (FLOP per byte moved, estimated)", ylabel="GFLOP/s",
            title=f"Roofline of this machine (measured ceilings), kernels at N = {N:,}")
     ax.set_ylim(bottom=min([0.1] + [y / 1e9 / 3 for _, y in pts.values()]), top=peak / 1e9 * 3)
+    ax.text(ridge * 1.15, ax.get_ylim()[0] * 2, f"ridge {ridge:.0f} FLOP/B", color="gray", fontsize=10)
     ax.legend(fontsize=9, loc="lower right")
     return {"peak_flops": peak, "bandwidth": bw, "ridge": ridge, "points": pts, "N": N}
 
@@ -136,7 +138,7 @@ def draw_recorded_memory(runs, *, N: int = 4096, ax=None) -> dict:
         if len(vals) == 2:
             bars[run["label"]] = vals
     if ax is None:
-        _, ax = plt.subplots()
+        _, ax = plt.subplots(figsize=(max(8, 3.2 * len(bars)), 4.8))
     labels = list(bars)
     x = np.arange(len(labels))
     for i, (group, color) in enumerate((("standard", "C3"), ("tiled", "C0"))):
@@ -147,7 +149,7 @@ def draw_recorded_memory(runs, *, N: int = 4096, ax=None) -> dict:
     ax.set_yscale("log")
     top = max([v for b in bars.values() for v in b.values()] + [1.0])
     ax.set_ylim(top=top * 20)
-    ax.set_xticks(x, [k.replace(" (", "\n(") for k in labels], fontsize=9)
+    ax.set_xticks(x, [textwrap.fill(k, 30) for k in labels], fontsize=9)
     ax.set(ylabel="peak MB per head", title=f"Peak memory at N = {N:,}, d = 64, recorded runs")
     ax.legend(fontsize=10, loc="upper right")
     return bars

@@ -22,7 +22,7 @@ heads: query head h reads key/value head h // (Hq / Hkv)). Causal masks key j fo
 j > i + (M - N) (bottom-right alignment). Accumulators are float32 (float64 for float64 inputs);
 `o` comes back in the input dtype, `lse` in the accumulator dtype.
 
-Taught in: notebooks/08_hardware_runs.ipynb, notebooks/09_backward_pass.ipynb
+Taught in: notebooks/08_hardware_runs.ipynb, notebooks/09_backward.ipynb
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def flash_attention_torch_backward(q, k, v, o, lse, do, *, causal: bool = False,
     $dV_j \\mathrel{+}= P_{ij}^\\top dO_i$, $dP_{ij} = dO_i V_j^\\top$, $dS_{ij} = P_{ij} \\circ (dP_{ij} - D_i)$,
     $dQ_i \\mathrel{+}= \\mathrm{scale}\\, dS_{ij} K_j$, $dK_j \\mathrel{+}= \\mathrm{scale}\\, dS_{ij}^\\top Q_i$
     (summed over the query heads of a group). Key blocks outside, query blocks inside.
-    Taught in: notebooks/09_backward_pass.ipynb
+    Taught in: notebooks/09_backward.ipynb
     """
     group, Br, Bc, scale = _check_common(q, k, v, block_q, block_k, scale)
     if o.shape != q.shape[:-1] + v.shape[-1:] or do.shape != o.shape:
@@ -237,7 +237,7 @@ class FlashAttention(torch.autograd.Function):
 
     Forward: `flash_attention_torch_forward`, saving only q, k, v, o and lse (no N×M array; no other
     tensor of shape (..., N)). Backward: `flash_attention_torch_backward`, recomputing P tile by tile.
-    Taught in: notebooks/09_backward_pass.ipynb
+    Taught in: notebooks/09_backward.ipynb
     """
 
     @staticmethod

@@ -12,7 +12,7 @@ import torch
 import lab
 
 USABLE, WHY = lab.triton_status()
-pytestmark = pytest.mark.skipif(not USABLE, reason=WHY)
+needs_triton = pytest.mark.skipif(not USABLE, reason=WHY)
 
 SHAPES = [  # (B, Hq, Hkv, N, M, d): the interpreter runs 0.1-1 GFLOP/s, so N stays in {1, 17, 64, 200}
     (1, 1, 1, 1, 1, 16),
@@ -33,6 +33,7 @@ def _inputs(B, Hq, Hkv, N, M, d, dtype, seed=0):
     return q, k, v
 
 
+@needs_triton
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-Hq{}-Hkv{}-N{}-M{}-d{}".format(*s))
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -49,6 +50,7 @@ def test_interpreter_matches_reference(shape, causal, dtype):
         assert (o[..., : shape[3] - shape[4], :] == 0).all()          # rows with no visible key give 0
 
 
+@needs_triton
 @pytest.mark.parametrize("causal", [False, True])
 def test_bfloat16_in_the_interpreter_is_correct(causal):
     q, k, v = _inputs(1, 2, 1, 64, 64, 64, torch.bfloat16, seed=1)
@@ -58,6 +60,7 @@ def test_bfloat16_in_the_interpreter_is_correct(causal):
     assert np.abs(o.double().numpy() - o_ref).max() < TOL[torch.bfloat16]
 
 
+@needs_triton
 def test_block_sizes_and_scale_agree_with_the_torch_kernel():
     q, k, v = _inputs(1, 2, 2, 64, 64, 16, torch.float32, seed=2)
     o_torch = lab.flash_attention_torch(q, k, v, causal=True, scale=0.3)
@@ -66,6 +69,7 @@ def test_block_sizes_and_scale_agree_with_the_torch_kernel():
         assert (o - o_torch).abs().max() < 2e-6
 
 
+@needs_triton
 def test_inputs_unchanged_and_2d_inputs():
     q, k, v = _inputs(1, 1, 1, 17, 17, 16, torch.float32, seed=3)
     before = [t.clone() for t in (q, k, v)]
@@ -77,6 +81,7 @@ def test_inputs_unchanged_and_2d_inputs():
     assert np.abs(o.numpy() - o_ref).max() < 2e-6
 
 
+@needs_triton
 @pytest.mark.parametrize("call, err, words", [
     (lambda q: lab.flash_attention_triton(q.numpy(), q, q), TypeError, "torch.Tensor"),
     (lambda q: lab.flash_attention_triton(q.double(), q.double(), q.double()), TypeError, "float16, bfloat16 or float32"),
@@ -117,6 +122,7 @@ print("CUBIN", len(k.asm["cubin"]), "SHARED", k.metadata.shared)
 """
 
 
+@needs_triton
 def test_kernel_compiles_to_a_gpu_binary_without_a_gpu():
     """The CUDA path cannot run here, but Triton can build the kernel for an sm_90 target offline.
 
@@ -132,3 +138,15 @@ def test_kernel_compiles_to_a_gpu_binary_without_a_gpu():
     words = run.stdout.split()
     assert words[0] == "CUBIN" and int(words[1]) > 0
     assert 0 < int(words[3]) <= 228 * 1024                     # shared memory fits an H100/H200 SM
+
+
+def test_without_triton_the_kernel_says_why(monkeypatch):
+    """Where triton cannot be imported (macOS, Windows), a clear ImportError and a sentence to skip with."""
+    from lab import triton_kernels
+    monkeypatch.setattr(triton_kernels, "_STATE", {})
+    monkeypatch.setitem(sys.modules, "triton", None)            # `import triton` now raises ImportError
+    usable, why = lab.triton_status()
+    assert not usable and "Linux only" in why and "skipped" in why
+    with pytest.raises(ImportError, match="Triton is not importable"):
+        lab.flash_attention_triton(torch.zeros(1, 16, 16), torch.zeros(1, 16, 16), torch.zeros(1, 16, 16))
+    assert issubclass(lab.TritonUnavailableError, ImportError)

@@ -117,9 +117,9 @@ def test_rewrite_links():
     assert '<a href="https://x.org/">' in out and '<a href="#s">' in out
 
 
-def test_generated_table_lists_every_notebook(tmp_path):
+def test_table_from_notebooks_lists_every_notebook(tmp_path):
     page = build_site.Page(tmp_path / "03_x.ipynb", small_notebook(), "03 · X", "03_x.html")
-    table = build_site.generated_table([page])
+    table = build_site.table_from_notebooks([page])
     assert "| 03 | [03 · X](notebooks/03_x.ipynb) | What does it cost? |" in table
 
 

@@ -1,9 +1,8 @@
-"""tools/ui_check.py without a browser: the server's life cycle, the loopback gate, the pure helpers."""
+"""tools/ui_check.py without a browser: the server's life cycle, the loopback gate, the pure functions."""
 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import stat
 import subprocess

@@ -192,7 +192,7 @@ def rewrite_links(body: str, pages: set[str], repo_url: str) -> str:
     return re.sub(r'<a\b([^>]*?)\shref="([^"]*)"', fix, body)
 
 
-def generated_table(pages: list[Page]) -> str:
+def table_from_notebooks(pages: list[Page]) -> str:
     """A markdown notebook table made from the notebooks themselves (when the README has none)."""
     rows = ["| # | notebook | the question it answers |", "| --- | --- | --- |"]
     for page in pages:
@@ -319,7 +319,7 @@ def build(out: Path, notebooks_dir: Path = ROOT / "notebooks", readme: Path = RO
     repo_url = repo_url or colab.repository_url()
     pages = notebook_pages(notebooks_dir)
     readme_text = Path(readme).read_text(encoding="utf-8") if Path(readme).exists() else ""
-    table = readme_table(readme_text) or generated_table(pages)
+    table = readme_table(readme_text) or table_from_notebooks(pages)
 
     # Pass 1: collect every formula; typeset them all in one KaTeX run; pass 2: render.
     scratch: dict = {}

@@ -58,7 +58,7 @@ __all__ = ["Report", "free_port", "is_loopback", "slider_notebooks", "lab_comman
            "jupyterlab", "serve", "site_link_target", "raw_tex", "main"]
 
 
-# ---------------------------------------------------------------- pure helpers
+# ---------------------------------------------------------------- pure functions
 
 
 class Report:

@@ -126,7 +126,11 @@ def draw_recorded_memory(runs, *, N: int = 4096, ax=None) -> dict:
     standard = ("torch naive", "standard")
     tiled = ("lab torch flash", "python tile loop")
     bars = {}
+    all_labels = [run["label"] for run in runs]
     for run in runs:
+        name = run["label"]
+        if all_labels.count(name) > 1 and run.get("date"):
+            name = f"{name}, {run['date'][:16].replace('T', ' ')}"   # same machine, several runs
         vals = {}
         for r in run.get("results", []):
             if r.get("skipped") or r.get("N") != N or r.get("peak_mb") is None:
@@ -136,7 +140,7 @@ def draw_recorded_memory(runs, *, N: int = 4096, ax=None) -> dict:
                 if r["kernel"] in names:
                     vals[group] = r["peak_mb"] / heads
         if len(vals) == 2:
-            bars[run["label"]] = vals
+            bars[name] = vals
     if ax is None:
         _, ax = plt.subplots(figsize=(max(8, 3.2 * len(bars)), 4.8))
     labels = list(bars)

@@ -48,3 +48,12 @@ def test_torch_is_pinned_to_the_cpu_wheel_version():
     assert "torch==2.13.0" in project["dependencies"]
     triton = [d for d in project["dependencies"] if d.startswith("triton")]
     assert triton and "sys_platform == 'linux'" in triton[0]
+
+
+def test_binder_environment_matches_except_the_editable_install():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    binder = yaml.safe_load((ROOT / "binder" / "environment.yml").read_text())
+    assert [d for d in env["dependencies"] if isinstance(d, str)] == [d for d in binder["dependencies"] if isinstance(d, str)]
+    pip = next(d for d in binder["dependencies"] if isinstance(d, dict))["pip"]
+    assert not any(line.startswith("-e") for line in pip)    # repo2docker builds before the repository is copied
+    assert "pip install --no-deps -e ." in (ROOT / "binder" / "postBuild").read_text()

@@ -59,7 +59,8 @@ def test_cell_on_colab_runs_pip_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
     monkeypatch.setattr(subprocess, "run", lambda args, check: calls.append((args, check)))
     exec(compile(colab.cell_source(URL, "pkg"), "<colab cell>", "exec"), {})
-    assert calls == [([sys.executable, "-m", "pip", "install", "--quiet", f"pkg @ git+{URL}.git"], True)]
+    assert calls == [([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", f"pkg @ git+{URL}.git"], True),
+                     ([sys.executable, "-m", "pip", "install", "--quiet", "ml_dtypes"], True)]
 
 
 def test_insert_then_refresh_is_idempotent_and_leaves_the_input_alone():

@@ -53,8 +53,10 @@ def cell_source(url: str, package: str = "flash-attention-lab") -> str:
         'if "google.colab" in sys.modules:',
         "    import subprocess",
         "",
-        '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",',
+        "    # Colab already has numpy, torch, triton, matplotlib, ipywidgets and tqdm: keep its own builds.",
+        '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",',
         f'                    "{package} @ git+{url}.git"], check=True)',
+        '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "ml_dtypes"], check=True)',
     ])
 
 

@@ -9,7 +9,7 @@ import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.ticker import FuncFormatter, LogLocator
+from matplotlib.ticker import FuncFormatter, NullLocator
 
 from ..measure import attention_flops
 
@@ -192,6 +192,8 @@ def draw_loop_overhead(N: int = 4096, us_per_op: float = 10.0, *, block: int = 2
     ax.plot(blocks, over, "o-", color="C3", label=f"Python overhead ({us_per_op:g} µs per op, 9 ops per tile)")
     _plain_log2_x(ax)
     ax.set_yscale("log")
+    ax.xaxis.set_minor_locator(NullLocator())                  # no minor ticks: quicker to render in the slider
+    ax.yaxis.set_minor_locator(NullLocator())
     ax.axhline(here["matmul_ms"], color="C0", ls="--", label=f"matmul work at 155 GFLOP/s: {here['matmul_ms']:,.0f} ms")
     ax.plot([block], [here["overhead_ms"]], "o", ms=14, mfc="none", mec="k", mew=2,
             label=f"block {block}: {here['steps']:,} tile steps, {here['overhead_ms']:,.1f} ms")

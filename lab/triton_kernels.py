@@ -7,6 +7,9 @@ A ladder (each rung: what changed, what it no longer materializes):
   2. `flash_attention_triton` : one fused kernel. One program per (query block, head) keeps Q_i, m, l
      and acc in registers while it streams K_j, V_j: no tile of scores ever leaves the chip; o and
      lse are written once.
+  3. `flash_attention_triton_backward` / `TritonFlashAttention` : FlashAttention-2's backward as two
+     kernels, one per key block (dK_j, dV_j) and one per query block (dQ_i), each recomputing
+     P = exp(S - lse) tile by tile; no atomics and no N×M array.
 
 How Triton runs here. On a CUDA tensor the kernel is compiled (`triton.jit`) with fixed block sizes
 (no autotuning). On a CPU tensor it runs through Triton's interpreter
@@ -38,7 +41,8 @@ import torch
 
 from ._checks import check_qkv_shapes, check_scale
 
-__all__ = ["flash_attention_triton", "triton_status", "TritonUnavailableError"]
+__all__ = ["flash_attention_triton", "flash_attention_triton_backward", "TritonFlashAttention", "triton_status",
+           "TritonUnavailableError"]
 
 # Triton decides at its first import whether its own library functions (tl.max, tl.sum, ...) are
 # interpreted or compiled, so on a machine without CUDA the variable is set here, when lab is
@@ -76,8 +80,11 @@ def _load():
     from triton.runtime.jit import JITFunction
     kernels_interpretable = not isinstance(getattr(tl.standard, "max", None), JITFunction)
     kernels = {"triton": triton, "interpreted": InterpretedFunction(_attn_fwd) if kernels_interpretable else None}
+    kernels["interpreted_bwd"] = ((InterpretedFunction(_attn_bwd_dkdv), InterpretedFunction(_attn_bwd_dq))
+                                  if kernels_interpretable else None)
     if cuda:
         kernels["compiled"] = triton.jit(_attn_fwd)     # an InterpretedFunction too when TRITON_INTERPRET=1
+        kernels["compiled_bwd"] = (triton.jit(_attn_bwd_dkdv), triton.jit(_attn_bwd_dq))
     _STATE["kernels"] = kernels
     return kernels
 
@@ -151,6 +158,94 @@ def _attn_fwd(Q, K, V, O, LSE, qk_scale, N, M, G, D, DV,
     tl.store(LSE + pid_h * N + offs_m, lse, mask=row_ok)
 
 
+def _attn_bwd_dkdv(Q, K, V, DO, LSE, DEL, DK, DV_, scale, N, M, G, D, DV,
+                   stride_qh, stride_qn, stride_kz, stride_kn, stride_vz, stride_vn, stride_oh, stride_on,
+                   CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,  # noqa: F821
+                   BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr):  # noqa: F821
+    """One program: dK_j, dV_j of key block `pid_n` of kv head `z`, over every query row of its G query heads."""
+    pid_n = tl.program_id(0)
+    z = tl.program_id(1)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)                    # key columns j
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    col_ok = cols < M
+    k = tl.load(K + z * stride_kz + cols[:, None] * stride_kn + offs_d[None, :],
+                mask=col_ok[:, None] & (offs_d[None, :] < D), other=0.0)            # K_j: (BLOCK_N, BLOCK_D)
+    v = tl.load(V + z * stride_vz + cols[:, None] * stride_vn + offs_dv[None, :],
+                mask=col_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)          # V_j: (BLOCK_N, BLOCK_DV)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
+    lo = 0
+    if CAUSAL:
+        lo = tl.maximum(0, pid_n * BLOCK_N - (M - N)) // BLOCK_M * BLOCK_M  # rows before it see no key here
+    for g in range(0, G):
+        h = z * G + g
+        for start_m in range(lo, N, BLOCK_M):
+            rows = start_m + tl.arange(0, BLOCK_M)
+            row_ok = rows < N
+            q = tl.load(Q + h * stride_qh + rows[:, None] * stride_qn + offs_d[None, :],
+                        mask=row_ok[:, None] & (offs_d[None, :] < D), other=0.0)    # Q_i: (BLOCK_M, BLOCK_D)
+            do = tl.load(DO + h * stride_oh + rows[:, None] * stride_on + offs_dv[None, :],
+                         mask=row_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)  # dO_i: (BLOCK_M, BLOCK_DV)
+            lse = tl.load(LSE + h * N + rows, mask=row_ok, other=float("inf"))     # +inf where no key is visible
+            delta = tl.load(DEL + h * N + rows, mask=row_ok, other=0.0)            # D_i = rowsum(dO_i ∘ O_i)
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale         # S_ij: (BLOCK_M, BLOCK_N)
+            visible = row_ok[:, None] & col_ok[None, :]
+            if CAUSAL:
+                visible = visible & (cols[None, :] <= rows[:, None] + (M - N))
+            p = tl.where(visible, tl.exp(s - lse[:, None]), 0.0)                  # P_ij = exp(S_ij - lse_i)
+            dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)  # dV_j += P_ijᵀ dO_i
+            dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)               # dP_ij = dO_i V_jᵀ
+            ds = p * (dp - delta[:, None])                                        # dS_ij = P_ij ∘ (dP_ij - D_i)
+            dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION) * scale  # dK_j += scale dS_ijᵀ Q_i
+    tl.store(DK + z * stride_kz + cols[:, None] * stride_kn + offs_d[None, :], dk.to(DK.dtype.element_ty),
+             mask=col_ok[:, None] & (offs_d[None, :] < D))
+    tl.store(DV_ + z * stride_vz + cols[:, None] * stride_vn + offs_dv[None, :], dv.to(DV_.dtype.element_ty),
+             mask=col_ok[:, None] & (offs_dv[None, :] < DV))
+
+
+def _attn_bwd_dq(Q, K, V, DO, LSE, DEL, DQ, scale, N, M, G, D, DV,
+                 stride_qh, stride_qn, stride_kz, stride_kn, stride_vz, stride_vn, stride_oh, stride_on,
+                 CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,  # noqa: F821
+                 BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr):  # noqa: F821
+    """One program: dQ_i of query block `pid_m` of query head `pid_h`, over every visible key block."""
+    pid_m = tl.program_id(0)
+    pid_h = tl.program_id(1)
+    z = pid_h // G
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    row_ok = rows < N
+    q = tl.load(Q + pid_h * stride_qh + rows[:, None] * stride_qn + offs_d[None, :],
+                mask=row_ok[:, None] & (offs_d[None, :] < D), other=0.0)
+    do = tl.load(DO + pid_h * stride_oh + rows[:, None] * stride_on + offs_dv[None, :],
+                 mask=row_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)
+    lse = tl.load(LSE + pid_h * N + rows, mask=row_ok, other=float("inf"))
+    delta = tl.load(DEL + pid_h * N + rows, mask=row_ok, other=0.0)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    hi = M
+    if CAUSAL:
+        hi = tl.minimum(M, (pid_m + 1) * BLOCK_M + M - N)
+    for start_n in range(0, hi, BLOCK_N):
+        cols = start_n + offs_n
+        col_ok = cols < M
+        k = tl.load(K + z * stride_kz + cols[:, None] * stride_kn + offs_d[None, :],
+                    mask=col_ok[:, None] & (offs_d[None, :] < D), other=0.0)
+        v = tl.load(V + z * stride_vz + cols[:, None] * stride_vn + offs_dv[None, :],
+                    mask=col_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+        visible = row_ok[:, None] & col_ok[None, :]
+        if CAUSAL:
+            visible = visible & (cols[None, :] <= rows[:, None] + (M - N))
+        p = tl.where(visible, tl.exp(s - lse[:, None]), 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION) * scale          # dQ_i += scale dS_ij K_j
+    tl.store(DQ + pid_h * stride_qh + rows[:, None] * stride_qn + offs_d[None, :], dq.to(DQ.dtype.element_ty),
+             mask=row_ok[:, None] & (offs_d[None, :] < D))
+
+
 def _check_block(block, name):
     if isinstance(block, bool) or not isinstance(block, int):
         raise TypeError(f"{name} must be an integer power of two >= 16, got {block!r}")
@@ -169,7 +264,8 @@ def flash_attention_triton(q, k, v, *, causal: bool = False, scale=None, block_q
     tensors (float16, bfloat16, float32 with IEEE fp32 dots), Triton's interpreter on CPU tensors
     (bfloat16 there is computed in float32 and rounded at the end, because the interpreter's bfloat16
     dot is wrong). `block_q`, `block_k`: powers of two >= 16; `num_warps`, `num_stages` apply to the
-    compiled kernel only. Returns `o`, or `(o, lse)` with `return_lse=True`. Forward only.
+    compiled kernel only. Returns `o`, or `(o, lse)` with `return_lse=True`. When an input requires grad,
+    `o` is differentiable through `TritonFlashAttention` (the Triton backward).
     Taught in: notebooks/08_hardware_runs.ipynb
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -187,6 +283,9 @@ def flash_attention_triton(q, k, v, *, causal: bool = False, scale=None, block_q
     if q.device.type not in ("cpu", "cuda"):
         raise ValueError(f"q must be a CPU tensor (interpreter) or a CUDA tensor (compiled), got {q.device}")
     kernels = _load()
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        o = TritonFlashAttention.apply(q, k, v, causal, scale, Br, Bc)
+        return (o, o.grad_fn.saved_tensors[4].detach()) if return_lse else o
     triton = kernels["triton"]
     N, M, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     Z = math.prod(k.shape[:-2])                                       # batch × kv heads
@@ -217,3 +316,77 @@ def flash_attention_triton(q, k, v, *, causal: bool = False, scale=None, block_q
     o = o3.to(q.dtype).reshape(q.shape[:-1] + (dv,))                  # (..., N, dv)
     lse = lse.reshape(q.shape[:-1])                                   # (..., N)
     return (o, lse) if return_lse else o
+
+
+def flash_attention_triton_backward(q, k, v, o, lse, do, *, causal: bool = False, scale=None, block_q: int = 64,
+                                    block_k: int = 64):
+    """FlashAttention-2 backward as two Triton kernels; returns `(dq, dk, dv)` in the input dtype.
+
+    $D = \\mathrm{rowsum}(dO \\circ O)$ on the host; one kernel per key block accumulates
+    $dV_j = \\sum_i P_{ij}^\\top dO_i$ and $dK_j = \\mathrm{scale} \\sum_i dS_{ij}^\\top Q_i$ (over the G query heads of its
+    kv head), another per query block $dQ_i = \\mathrm{scale} \\sum_j dS_{ij} K_j$, with
+    $P_{ij} = e^{\\mathrm{scale}\\,Q_iK_j^\\top - lse_i}$ recomputed and $dS_{ij} = P_{ij} \\circ (dO_iV_j^\\top - D_i)$: no atomics,
+    no N×M array. Same devices and dtypes as `flash_attention_triton`.
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+            raise TypeError(f"{name} must be float16, bfloat16 or float32 for the Triton kernel, got {t.dtype}")
+    group = check_qkv_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape))
+    if o.shape != q.shape[:-1] + v.shape[-1:] or do.shape != o.shape:
+        raise ValueError(f"o and do must have shape {tuple(q.shape[:-1] + v.shape[-1:])}, got {tuple(o.shape)} and {tuple(do.shape)}")
+    if lse.shape != q.shape[:-1]:
+        raise ValueError(f"lse must have shape {tuple(q.shape[:-1])}, got {tuple(lse.shape)}")
+    scale = check_scale(scale, q.shape[-1])
+    Br, Bc = _check_block(block_q, "block_q"), _check_block(block_k, "block_k")
+    kernels = _load()
+    triton = kernels["triton"]
+    N, M, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    Z = math.prod(k.shape[:-2])
+    on_cpu = q.device.type == "cpu"
+    work = torch.float32 if (on_cpu and q.dtype == torch.bfloat16) else q.dtype
+    q3 = q.reshape(Z * group, N, d).to(work).contiguous()               # (Z·G, N, d)
+    k3 = k.reshape(Z, M, d).to(work).contiguous()                       # (Z, M, d)
+    v3 = v.reshape(Z, M, dv).to(work).contiguous()                      # (Z, M, dv)
+    do3 = do.reshape(Z * group, N, dv).to(work).contiguous()            # (Z·G, N, dv)
+    delta = (do3.float() * o.reshape(Z * group, N, dv).float()).sum(-1).contiguous()   # D = rowsum(dO ∘ O): (Z·G, N)
+    lse3 = lse.reshape(Z * group, N).float().masked_fill(lse.reshape(Z * group, N) == -math.inf, math.inf).contiguous()
+    dq3, dk3, dv3 = torch.empty_like(q3), torch.empty_like(k3), torch.empty_like(v3)
+    if N > 0 and M > 0 and Z * group > 0:
+        pair = kernels["interpreted_bwd"] if on_cpu else kernels.get("compiled_bwd")
+        if pair is None:
+            raise RuntimeError("Triton's interpreter is off in this process (triton was imported before lab without "
+                               "TRITON_INTERPRET=1); start Python with TRITON_INTERPRET=1.")
+        args = (scale, N, M, group, d, dv, q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1),
+                v3.stride(0), v3.stride(1), do3.stride(0), do3.stride(1))
+        meta = dict(CAUSAL=bool(causal), BLOCK_M=Br, BLOCK_N=Bc, BLOCK_D=max(16, triton.next_power_of_2(d)),
+                    BLOCK_DV=max(16, triton.next_power_of_2(dv)), PRECISION="ieee" if work == torch.float32 else "tf32")
+        pair[0][(triton.cdiv(M, Bc), Z)](q3, k3, v3, do3, lse3, delta, dk3, dv3, *args, **meta)
+        pair[1][(triton.cdiv(N, Br), Z * group)](q3, k3, v3, do3, lse3, delta, dq3, *args, **meta)
+    else:
+        dq3.zero_(), dk3.zero_(), dv3.zero_()
+    return dq3.to(q.dtype).reshape(q.shape), dk3.to(k.dtype).reshape(k.shape), dv3.to(v.dtype).reshape(v.shape)
+
+
+class TritonFlashAttention(torch.autograd.Function):
+    """`TritonFlashAttention.apply(q, k, v, causal=False, scale=None, block_q=64, block_k=64) -> o`: the Triton forward,
+    saving q, k, v, o and lse; the Triton backward recomputing P tile by tile.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal=False, scale=None, block_q=64, block_k=64):
+        o, lse = flash_attention_triton(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k,
+                                        return_lse=True)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.settings = dict(causal=bool(causal), scale=scale, block_q=block_q, block_k=block_k)
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = flash_attention_triton_backward(q, k, v, o, lse, do.contiguous(), **ctx.settings)
+        return dq, dk, dv, None, None, None, None

@@ -14,7 +14,7 @@ if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
   exit 0
 fi
 "$PY" -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, torch.cuda.get_device_name(0))"
-# 1. the Triton kernel against the oracle on the GPU, small shapes (seconds)
+# 1. the Triton kernels (forward and backward) against the oracle on the GPU, small shapes (seconds)
 timeout 120 "$PY" - <<'PYEOF'
 import numpy as np, torch, lab
 for dt in (torch.float16, torch.bfloat16, torch.float32):
@@ -26,6 +26,11 @@ for dt in (torch.float16, torch.bfloat16, torch.float32):
             o = lab.flash_attention_triton(*(t.to(dt).cuda() for t in (q, k, v)), causal=causal)
             err = float(np.abs(o.double().cpu().numpy() - ref).max())
             print(f"triton {dt} causal={causal} N={N} M={M} d={d}: max |o - ref| = {err:.1e}")
+q, k, v = (torch.randn(2, 4, 300, 64, device="cuda", requires_grad=True) for _ in range(3))
+do = torch.randn(2, 4, 300, 64, device="cuda")
+got = torch.autograd.grad(lab.flash_attention_triton(q, k, v, causal=True), (q, k, v), do)
+want = torch.autograd.grad(lab.flash_attention_torch(q, k, v, causal=True), (q, k, v), do)
+print("triton backward vs torch kernel, fp32 (IEEE dots):", ", ".join(f"d{n} {float((a - b).abs().max()):.1e}" for n, a, b in zip("qkv", got, want)))
 PYEOF
 # 2. the sweep, recorded
 timeout 540 "$PY" -m lab.bench --gpu-sweep --quiet

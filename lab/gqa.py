@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from ._checks import check_qkv_shapes, check_scale
+from ._checks import check_block, check_qkv_shapes, check_scale
 from .decoding import chunk_bounds, merge_outputs
 
 __all__ = [
@@ -66,12 +66,7 @@ PROCESSORS = 132
 H100_RIDGE = 989e12 / 3.35e12
 
 
-def _positive_int(x, name: str) -> int:
-    if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer >= 1, got {x!r}")
-    if x < 1:
-        raise ValueError(f"{name} must be >= 1, got {x}")
-    return int(x)
+_positive_int = check_block                                    # the same check: an integer >= 1, named
 
 
 def attention_layout(q_heads: int, kv_heads: int) -> str:

@@ -87,7 +87,7 @@ def test_links_are_built_from_the_address():
         "https://colab.research.google.com/github/o/r/blob/main/notebooks/00_a.ipynb"
     assert colab.binder_link("https://github.com/o/r").startswith("https://mybinder.org/v2/gh/o/r/main?")
     text = colab.docs_text("https://github.com/o/r", ["notebooks/00_a.ipynb"])
-    assert "github/o/r/blob/main/notebooks/00_a.ipynb" in text and "environment.yml" in text
+    assert "github/o/r/blob/main/notebooks/00_a.ipynb" in text and "binder/environment.yml" in text
 
 
 def test_main_writes_then_check_passes(tmp_path):
@@ -100,6 +100,8 @@ def test_main_writes_then_check_passes(tmp_path):
     assert colab.main(["--check", "--root", str(tmp_path)]) == 0
     nb = nbformat.read(tmp_path / "notebooks" / "00_a.ipynb", as_version=4)
     assert colab.first_cell_ok(nb, "https://github.com/o/r", "pkg")
+    readme = (tmp_path / "README.md").read_text()
+    assert readme.count(colab.START) == 1 and "mybinder.org/v2/gh/o/r" in readme
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
@@ -107,3 +109,7 @@ def test_every_notebook_starts_with_the_colab_cell(path):
     nb = nbformat.read(path, as_version=4)
     assert colab.first_cell_ok(nb, URL, colab.package_name()), \
         f"{path.name}: run `.venv/bin/python tools/colab.py` to insert or refresh its Colab cell"
+
+
+def test_readme_section_is_current():
+    assert colab.main(["--check"]) == 0, "run `.venv/bin/python tools/colab.py` to refresh README.md"

@@ -1,7 +1,7 @@
 """Colab and Binder: the first cell of every notebook, and the text that tells how to open the course there.
 
     .venv/bin/python tools/colab.py            insert or refresh the Colab cell in notebooks/*.ipynb
-                                               and rewrite docs/colab_binder.md
+                                               and the Colab/Binder section of README.md
     .venv/bin/python tools/colab.py --check    change nothing; exit 1 and name what is out of date
 
 The course's repository address is one setting: `Repository` under `[project.urls]` in pyproject.toml.
@@ -104,10 +104,13 @@ def binder_link(url: str, branch: str = BRANCH) -> str:
     return f"https://mybinder.org/v2/gh/{owner_name}/{branch}?urlpath=lab/tree/notebooks"
 
 
+START, END = "<!-- colab-binder:start (written by tools/colab.py) -->", "<!-- colab-binder:end -->"
+
+
 def docs_text(url: str, notebooks: list[str], branch: str = BRANCH) -> str:
     """The README's section on Colab and Binder, with a Colab link per notebook."""
     lines = [
-        "## Open the course on Colab or Binder",
+        "### On Colab or Binder",
         "",
         "**Colab.** Open a notebook from the links below and run its cells from the top. The first cell of",
         "every notebook installs the course's `lab` package from",
@@ -123,8 +126,8 @@ def docs_text(url: str, notebooks: list[str], branch: str = BRANCH) -> str:
         lines.append("")
     lines += [
         "**Binder.** [![Binder](https://mybinder.org/badge_logo.svg)]"
-        f"({binder_link(url, branch)}) builds the environment from `environment.yml` and opens",
-        "JupyterLab on `notebooks/`; the first build takes several minutes, later ones start from the cache.",
+        f"({binder_link(url, branch)}) builds the environment from `binder/environment.yml`, installs the",
+        "course with `binder/postBuild`, and opens JupyterLab on `notebooks/`; the first build takes several minutes, later ones start from the cache.",
         "Binder sessions are temporary: download a notebook to keep your changes.",
         "",
     ]
@@ -150,13 +153,17 @@ def main(argv: list[str] | None = None) -> int:
         stale.append(path.relative_to(args.root))
         if not args.check:
             nbformat.write(with_colab_cell(nb, url, package), path)
-    docs = args.root / "docs" / "colab_binder.md"
+    readme = args.root / "README.md"
     text = docs_text(url, [p.relative_to(args.root).as_posix() for p in notebook_paths(args.root)])
-    if not docs.exists() or docs.read_text(encoding="utf-8") != text:
-        stale.append(docs.relative_to(args.root))
+    current = readme.read_text(encoding="utf-8") if readme.exists() else ""
+    if START not in current or END not in current:
+        current = current.rstrip("\n") + f"\n\n{START}\n{END}\n"
+    head, rest = current.split(START, 1)
+    updated = f"{head}{START}\n{text}{END}{rest.split(END, 1)[1]}"
+    if updated != (readme.read_text(encoding="utf-8") if readme.exists() else None):
+        stale.append(readme.relative_to(args.root))
         if not args.check:
-            docs.parent.mkdir(exist_ok=True)
-            docs.write_text(text, encoding="utf-8")
+            readme.write_text(updated, encoding="utf-8")
     verb = "out of date" if args.check else "updated"
     for path in stale:
         print(f"{verb}: {path}")

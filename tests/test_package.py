@@ -43,3 +43,12 @@ def test_public_functions_have_docstrings(module):
         obj = getattr(mod, name)
         if callable(obj):
             assert obj.__doc__ and obj.__doc__.strip(), f"{module}.{name} has no docstring"
+
+
+def test_no_two_modules_export_the_same_name():
+    owners = {}
+    for module in MODULES:
+        for name in getattr(importlib.import_module(module), "__all__", []):
+            owners.setdefault(name, []).append(module)
+    clashes = {n: m for n, m in owners.items() if len(m) > 1 and not all(x.startswith("lab.widgets") for x in m)}
+    assert not clashes

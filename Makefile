@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 
 lab: setup
 	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=$(HOST) --port=$(PORT) \
-		$(if $(filter no,$(BROWSER)),--no-browser,)
+		$(if $(filter no,$(BROWSER)),--no-browser,) $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 test: setup
 	$(BIN)/python -m pytest tests $(NOTEBOOKS) $(NBVAL)

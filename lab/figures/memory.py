@@ -9,15 +9,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
+from ..io_model import step_footprint
 from ..memory import attention_bytes
 
 __all__ = ["draw_memory_wall", "flash_tile_bytes"]
 
 
 def flash_tile_bytes(d: int = 64, block_q: int = 64, block_k: int = 64, itemsize: int = 4) -> int:
-    """Working set of one tile step of the flash kernel: Q_i, K_j, V_j, S_ij (=P_ij in place), m, l, acc."""
-    Br, Bc = block_q, block_k
-    return itemsize * (Br * d + 2 * Bc * d + Br * Bc + 2 * Br + Br * d)
+    """Working set of one tile step of the flash kernel (`lab.step_footprint`), accumulators at float32 or wider."""
+    return step_footprint(d, block_q, block_k, itemsize=itemsize, acc_itemsize=max(4, itemsize))["total"]
 
 
 def _human(mib: float, _pos=None) -> str:

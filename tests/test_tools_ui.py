@@ -60,6 +60,9 @@ def test_slider_notebooks_picks_only_interactive_outputs_with_sliders(tmp_path):
     bar = notebook_with(widget_output("HBox(children=(FloatProgress(value=1.0),))"), path=tmp_path / "01_b.ipynb")
     plain = notebook_with(nbformat.v4.new_output("stream", text="Slider(\n"), path=tmp_path / "02_c.ipynb")
     assert ui_check.slider_notebooks([slider, bar, plain]) == [slider]
+    cut = notebook_with(widget_output("FigureSliders(children=(ToggleButtons(description='format', index=2, options=…"),
+                        path=tmp_path / "03_d.ipynb")                   # the repr cut before any "Slider("
+    assert ui_check.slider_notebooks([cut]) == [cut]
     assert ui_check.code_cell_count(slider) == 2  # the blank cell never runs
 
 

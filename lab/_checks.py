@@ -84,3 +84,14 @@ def check_scale(scale, d: int) -> float:
 def acc_dtype(*arrays) -> np.dtype:
     """Accumulators are float32 at least, float64 when any input is float64."""
     return np.result_type(np.float32, *[a.dtype for a in arrays])
+
+
+def check_float_tensors(**tensors) -> None:
+    """Each argument is a floating torch.Tensor, or raise TypeError naming it."""
+    import torch
+
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from . import trace
-from ._checks import acc_dtype, as_float_array, check_block, check_finite
+from ._checks import acc_dtype, as_float_array, check_block, check_finite, check_float_tensors, check_qkv_shapes, check_scale
 from .attention import _checked, _grouped, _masked, causal_mask, flash_attention_numpy
 
 __all__ = [
@@ -221,12 +221,7 @@ def standard_attention_torch(q, k, v, *, causal: bool = False, scale=None):
     GQA: K/V heads are repeated to the query heads (`Hq % Hkv == 0`). Rows with no visible key give 0.
     Taught in: notebooks/09_backward.ipynb
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
-    from ._checks import check_qkv_shapes, check_scale
+    check_float_tensors(q=q, k=k, v=v)
 
     group = check_qkv_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape))
     scale = check_scale(scale, q.shape[-1])

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from ._checks import check_block, check_qkv_shapes, check_scale
+from ._checks import check_block, check_float_tensors, check_qkv_shapes, check_scale
 from .decoding import chunk_bounds, merge_outputs
 
 __all__ = [
@@ -166,11 +166,7 @@ def decode_torch(q, k, v, *, splits: int = 1, workers: int = 1, scale=None):
     of K and V is read once for the whole group. Non-causal (the new token sees the whole cache).
     Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
+    check_float_tensors(q=q, k=k, v=v)
     if q.dim() != 4:
         raise ValueError(f"q must have shape (B, Hq, N, d), got {tuple(q.shape)}")
     group = check_qkv_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape))

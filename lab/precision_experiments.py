@@ -67,15 +67,21 @@ def gaussian_qkv(N: int, d: int = 64, spread: float = 1.0, rows: int = 8, seed: 
     return q, k, v
 
 
+def _pair(o, ref) -> tuple[np.ndarray, np.ndarray]:
+    """`o` and `ref` as float64 arrays of one shape, or a ValueError naming them."""
+    o = as_float_array(o, "o").astype(np.float64)
+    ref = as_float_array(ref, "ref").astype(np.float64)
+    if o.shape != ref.shape:
+        raise ValueError(f"o and ref must have the same shape, got {o.shape} and {ref.shape}")
+    return o, ref
+
+
 def relative_error(o, ref) -> float:
     """$\\|o - o_{ref}\\|_F / \\|o_{ref}\\|_F$, in float64.
 
     Taught in: notebooks/07_precision.ipynb
     """
-    o = as_float_array(o, "o").astype(np.float64)
-    ref = as_float_array(ref, "ref").astype(np.float64)
-    if o.shape != ref.shape:
-        raise ValueError(f"o and ref must have the same shape, got {o.shape} and {ref.shape}")
+    o, ref = _pair(o, ref)
     den = np.linalg.norm(ref)
     return float(np.linalg.norm(o - ref) / den) if den > 0 else float(np.linalg.norm(o - ref))
 
@@ -85,10 +91,7 @@ def rmse(o, ref) -> float:
 
     Taught in: notebooks/07_precision.ipynb
     """
-    o = as_float_array(o, "o").astype(np.float64)
-    ref = as_float_array(ref, "ref").astype(np.float64)
-    if o.shape != ref.shape:
-        raise ValueError(f"o and ref must have the same shape, got {o.shape} and {ref.shape}")
+    o, ref = _pair(o, ref)
     return float(np.sqrt(np.mean((o - ref) ** 2)))
 
 

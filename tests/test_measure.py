@@ -90,6 +90,16 @@ def test_measure_ceilings_small():
     assert c["matmul_fp32_flops"] > 1e6 and c["bandwidth_bytes_per_s"] > 1e6
     with pytest.raises(ValueError, match="n and mbytes"):
         lab.measure_ceilings("cpu", n=-1)
+    with pytest.raises(ValueError, match="repeats"):
+        lab.measure_ceilings("cpu", repeats=0)
+
+
+def test_measure_ceilings_keeps_the_fastest_repeat(monkeypatch):
+    times = iter([3.0, 1.0, 2.0, 4.0, 2.0, 8.0])                   # matmul's three, then the copy's three
+    monkeypatch.setattr(lab.measure, "time_call", lambda fn, **kw: next(times))
+    c = lab.measure_ceilings("cpu", n=4, mbytes=1, repeats=3)
+    assert c["matmul_fp32_flops"] == 2.0 * 4**3 / 1.0
+    assert c["bandwidth_bytes_per_s"] == 2.0 * 2**20 / 2.0
 
 
 # --- figures and the slider of notebook 08 -------------------------------------------------------

@@ -65,7 +65,7 @@ def _cpu_targets(rounds, min_run_time, memory, progress, tqdm):
 
 
 def _targets_text(t: dict) -> str:
-    lines = [f"CPU targets (measured, interleaved, {t['threads']} torch threads; never asserted):",
+    lines = [f"CPU targets (measured, interleaved, {t['threads']} torch thread{'s' if t['threads'] != 1 else ''}; never asserted):",
              f"  B=1 H=8 N=4096 d=64 fp32: lab torch flash at {t['vs_sdpa']:.2f}x SDPA's throughput (target >= 0.8x: "
              f"{'met' if t['vs_sdpa'] >= 0.8 else 'not met'}), {t['vs_naive']:.2f}x naive's (target >= 2x: "
              f"{'met' if t['vs_naive'] >= 2 else 'not met'})"]

@@ -6,6 +6,9 @@ A ladder (each rung: what changed, what it no longer materializes):
   2. `flash_attention_torch_forward` : FlashAttention-2 order: query blocks Q_i outside, key/value
      blocks K_j, V_j inside; the state (m, l, acc) stays per query block; one division by l at the end;
      only lse = m + log l is kept. No N×M array: one Br×Bc tile of scores at a time, updated in place.
+     Fewer passes per tile than the textbook recurrence: m rides in the matmul as an extra column
+     ([scale·Q_i, -m] [K_j, 1]ᵀ = S_ij - m), and m is a reference, not the running max: it moves only
+     for rows whose tile sum outgrows e^τ. A typical tile costs two matmuls, one exp and one row sum.
   3. `flash_attention_torch_backward` : FlashAttention-2 backward: D = rowsum(dO ∘ O) once, then for
      each tile the scores are recomputed from q, k and the saved lse (P = exp(S - lse)),
      dS = P ∘ (dP - D); no N×M array either.
@@ -15,7 +18,7 @@ Why a Python-level loop can be fast: with large blocks (hundreds of rows) each s
 batched matmuls and vectorized elementwise ops over a whole tile, updated in place, so Python's
 per-op overhead (microseconds) is small next to each op's work (milliseconds). What it cannot do is
 keep a tile in registers between ops: every op reads and writes its tile through the cache, which a
-fused kernel (Triton, CUDA, the C++ SDPA kernel) avoids.
+fused kernel (Triton, CUDA, the C++ SDPA kernel) avoids; so the loop does as few passes per tile as it can.
 
 Shapes: q (..., Hq, N, d), k (..., Hkv, M, d), v (..., Hkv, M, dv), with Hq % Hkv == 0 (grouped-query
 heads: query head h reads key/value head h // (Hq / Hkv)). Causal masks key j for query i when
@@ -48,6 +51,10 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # the defaults aim at: large enough that Python's per-op overhead vanishes, small enough to stay
 # near the cache on a CPU and far below the N×M matrices of standard attention.
 _TILE_BYTES = {"cpu": 4 * 2**20, "cuda": 64 * 2**20}
+
+# τ: the forward exponentiates each tile against the reference it has, and lets a row's sum of P_ij grow
+# to e^τ ≈ 2981 before it moves that row's reference: far from float32's overflow near e^88.
+LOG_BOUND = 8.0
 
 
 def _check_tensors(q, k, v):
@@ -127,53 +134,111 @@ def _check_common(q, k, v, block_q, block_k, scale):
     return group, Br, Bc, check_scale(scale, q.shape[-1])
 
 
+def _shifted_scores(q1, k1, buf, i0, i1, j0, j1, N, M, causal):
+    """$S_{ij} - m$ in one matmul, $[\\mathrm{scale}\\,Q_i, -m]\\,[K_j, 1]^\\top$, into `buf`; masked entries are $-\\infty$."""
+    Z, rows, n, w = q1.shape[0], q1.shape[1], i1 - i0, j1 - j0
+    s = torch.bmm(q1, k1[:, :, j0:j1], out=buf[: Z * rows * w].view(Z, rows, w))   # (Z, G·Br, Bc)
+    if causal and j1 > _key_start_full(i0, N, M):
+        mask = _causal_tile_mask(i0, i1, j0, j1, N, M, q1.device)          # (Br, Bc)
+        s.view(Z, rows // n, n, w).masked_fill_(mask, -math.inf)
+    return s
+
+
+def _raise_reference(s, m, l, acc, *, first: bool):
+    """FlashAttention-2's exact step on $s = S_{ij} - m$: $m' = \\max(m, \\mathrm{rowmax} S_{ij})$ ($m' = \\mathrm{rowmax} S_{ij}$ on the
+    first key block), $\\alpha = e^{m - m'}$ applied to l and acc, $s \\leftarrow S_{ij} - m'$; all in place."""
+    step = s.amax(dim=-1)                                                     # rowmax(S_ij) - m
+    step.masked_fill_(step == -math.inf, 0.0)                                 # rows with every key masked keep m
+    if not first:
+        step.clamp_(min=0.0)                                                  # m' = max(m, rowmax S_ij)
+        alpha = torch.exp(-step)                                              # α = exp(m - m')
+        l.mul_(alpha)
+        acc.mul_(alpha.unsqueeze(-1))
+    m.add_(step)
+    s.sub_(step.unsqueeze(-1))
+
+
+def _rescale_rows(p, p_sum, m, l, acc, bound: float):
+    """Rows of $p = e^{S_{ij} - m}$ whose sum $r$ exceeds `bound` move their reference to $m' = m + \\log r$: $p$, l and
+    acc are multiplied by $\\alpha = e^{m - m'} = 1/r$ (other rows by 1), all in place; returns $\\mathrm{rowsum}\\,p$ after."""
+    alpha = torch.where(p_sum > bound, 1.0 / p_sum, 1.0)                      # α = exp(m - m')
+    m.sub_(torch.log(alpha))                                                  # m' = m + log r
+    p.mul_(alpha.unsqueeze(-1))
+    l.mul_(alpha)
+    acc.mul_(alpha.unsqueeze(-1))
+    return p_sum * alpha
+
+
 @torch.no_grad()
-def flash_attention_torch_forward(q, k, v, *, causal: bool = False, scale=None, block_q=None, block_k=None):
+def flash_attention_torch_forward(q, k, v, *, causal: bool = False, scale=None, block_q=None, block_k=None,
+                                  stats: dict | None = None):
     """Tiled FlashAttention-2 forward; returns `(o, lse)` with $o = \\mathrm{softmax}(\\mathrm{scale}\\,QK^\\top)V$ and $lse = m + \\log l$.
 
-    Per tile: $S_{ij} = \\mathrm{scale}\\,Q_i K_j^\\top$, $m' = \\max(m, \\mathrm{rowmax} S_{ij})$,
-    $P_{ij} = e^{S_{ij} - m'}$, $\\alpha = e^{m - m'}$, $l \\leftarrow \\alpha l + \\mathrm{rowsum} P_{ij}$,
-    $acc \\leftarrow \\alpha\\, acc + P_{ij} V_j$; finally $o = acc / l$ (0 where l = 0), $lse = m + \\log l$.
-    `None` block sizes pick `torch_default_blocks` for the device. No input is changed.
+    Per tile: $P_{ij} = e^{S_{ij} - m}$ against the row reference $m$ the query block has (the subtraction
+    rides in the matmul, $[\\mathrm{scale}\\,Q_i, -m]\\,[K_j, 1]^\\top = S_{ij} - m$), then
+    $l \\leftarrow l + \\mathrm{rowsum} P_{ij}$ and $acc \\leftarrow acc + P_{ij} V_j$; finally $o = acc / l$
+    (0 where l = 0) and $lse = m + \\log l$. The first key block sets $m = \\mathrm{rowmax} S_{i1}$
+    (`_raise_reference`). After that $m$ moves only for rows whose tile sum $r$ exceeds $e^\\tau$
+    (τ = `LOG_BOUND`): to $m + \\log r$, one multiplication of the tile (`_rescale_rows`); a tile whose
+    exponential overflowed is recomputed with FlashAttention-2's exact step. So every stored $P_{ij} \\le e^\\tau$.
+    `None` block sizes pick `torch_default_blocks` for the device. A `stats` dict receives the counts of
+    tiles, `"tiles"`, of later tiles whose rows moved their reference, `"rescaled"`, and of tiles
+    recomputed, `"recomputed"`. No input is changed.
     Taught in: notebooks/08_hardware_runs.ipynb
     """
     group, Br, Bc, scale = _check_common(q, k, v, block_q, block_k, scale)
+    if stats is not None and not isinstance(stats, dict):
+        raise TypeError(f"stats must be a dict or None, got {type(stats).__name__}")
     causal = bool(causal)
     dt = _acc_dtype(q.dtype)
-    N, M, dv = q.shape[-2], k.shape[-2], v.shape[-1]
+    N, M, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     q4, k3, v3 = _layout(q, k, v, group, dt)
     Z, G = q4.shape[0], group
+    k1 = torch.ones((Z, d + 1, M), dtype=dt, device=q.device)                # [K, 1]ᵀ: (Z, d+1, M)
+    k1[:, :d] = k3.transpose(1, 2)
     o = torch.empty(q.shape[:-1] + (dv,), dtype=q.dtype, device=q.device)     # (..., N, dv)
     lse = torch.empty(q.shape[:-1], dtype=dt, device=q.device)               # (..., N)
-    o4 = o.view(Z, G, N, dv)
-    lse3 = lse.view(Z, G, N)
+    o4, lse3 = o.view(Z, G, N, dv), lse.view(Z, G, N)
+    buf = torch.empty(Z * G * min(Br, N) * min(Bc, M), dtype=dt, device=q.device)  # one tile: S_ij, then P_ij
+    bound = math.exp(LOG_BOUND)                                               # e^τ
+    count = dict(tiles=0, rescaled=0, recomputed=0)
     for i0 in range(0, N, Br):
         i1 = min(i0 + Br, N)
         n = i1 - i0
-        q_i = (q4[:, :, i0:i1].to(dt) * scale).reshape(Z, G * n, -1)        # (Z, G·Br, d), scaled once
-        m = torch.full((Z, G * n), -math.inf, dtype=dt, device=q.device)     # (Z, G·Br)
-        l = torch.zeros((Z, G * n), dtype=dt, device=q.device)               # (Z, G·Br)
-        acc = torch.zeros((Z, G * n, dv), dtype=dt, device=q.device)         # (Z, G·Br, dv)
+        q1 = torch.zeros((Z, G, n, d + 1), dtype=dt, device=q.device)       # [scale·Q_i, -m]; m = 0 until set
+        q1[..., :d] = q4[:, :, i0:i1].to(dt) * scale
+        q1 = q1.view(Z, G * n, d + 1)                                         # (Z, G·Br, d+1)
+        m = torch.zeros((Z, G * n), dtype=dt, device=q.device)               # the row reference m
+        l = torch.zeros((Z, G * n), dtype=dt, device=q.device)               # l = Σ_j rowsum P_ij
+        acc = torch.zeros((Z, G * n, dv), dtype=dt, device=q.device)         # acc = Σ_j P_ij V_j
         for j0 in range(0, _key_end(i1, N, M, causal), Bc):
             j1 = min(j0 + Bc, M)
-            s = torch.bmm(q_i, k3[:, j0:j1].transpose(1, 2))                  # S_ij: (Z, G·Br, Bc)
-            if causal and j1 > _key_start_full(i0, N, M):
-                mask = _causal_tile_mask(i0, i1, j0, j1, N, M, q.device)     # (Br, Bc)
-                s.view(Z, G, n, j1 - j0).masked_fill_(mask, -math.inf)
-            m_new = torch.maximum(m, s.amax(dim=-1))                          # m' = max(m, rowmax S_ij)
-            m_use = m_new.masked_fill(m_new == -math.inf, 0.0) if causal else m_new
-            s.sub_(m_use.unsqueeze(-1)).exp_()                                # P_ij = exp(S_ij - m'), in place
-            if j0 > 0:
-                alpha = torch.exp(m - m_use)                                  # α = exp(m - m')
-                l.mul_(alpha)
-                acc.mul_(alpha.unsqueeze(-1))
-            l.add_(s.sum(dim=-1))                                             # l = α l + rowsum P_ij
-            acc.baddbmm_(s, v3[:, j0:j1])                                     # acc = α acc + P_ij V_j
-            m = m_new
-            del s                                                             # free the tile before the next one
+            count["tiles"] += 1
+            s = _shifted_scores(q1, k1, buf, i0, i1, j0, j1, N, M, causal)    # S_ij - m: (Z, G·Br, Bc)
+            moved = j0 == 0
+            if moved:                                                         # the first key block sets m
+                _raise_reference(s, m, l, acc, first=True)
+                p_sum = s.exp_().sum(dim=-1)
+            else:
+                p_sum = s.exp_().sum(dim=-1)                                  # P_ij = exp(S_ij - m)
+                top = float(p_sum.amax())                                     # the largest row sum (a sync on a GPU)
+                if not math.isfinite(top):                                    # exp overflowed: recompute exactly
+                    count["recomputed"] += 1
+                    s = _shifted_scores(q1, k1, buf, i0, i1, j0, j1, N, M, causal)
+                    _raise_reference(s, m, l, acc, first=False)
+                    p_sum, moved = s.exp_().sum(dim=-1), True
+                elif top > bound:                                             # some rows outgrew e^τ
+                    count["rescaled"] += 1
+                    p_sum, moved = _rescale_rows(s, p_sum, m, l, acc, bound), True
+            if moved:
+                q1[:, :, d] = -m                                              # the new reference rides in the matmul
+            l.add_(p_sum)                                                     # l = l + rowsum P_ij
+            acc.baddbmm_(s, v3[:, j0:j1])                                     # acc = acc + P_ij V_j
         seen = l > 0
         o4[:, :, i0:i1] = (acc / l.masked_fill(~seen, 1.0).unsqueeze(-1)).view(Z, G, n, dv)  # o = acc / l
         lse3[:, :, i0:i1] = torch.where(seen, m + torch.log(l), -math.inf).view(Z, G, n)      # lse = m + log l
+    if stats is not None:
+        stats.update(count)
     return o, lse
 
 

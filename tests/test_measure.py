@@ -134,6 +134,8 @@ def test_estimated_bytes_orders_the_kernels():
     naive, loop, fused = (estimated_bytes(k, 1, 8, 4096, 64) for k in ("torch naive", "lab torch flash", "sdpa flash"))
     assert fused < naive and fused < loop
     assert naive == 4 * 8 * (4 * 4096 * 64 + 4 * 4096**2)
+    numpy_loop = estimated_bytes("numpy flash", 1, 8, 4096, 64)
+    assert numpy_loop - loop == 4 * 8 * 4096**2                       # one pass over the tiles fewer in torch
 
 
 def test_draw_roofline_places_points_under_the_roof():

@@ -133,6 +133,68 @@ def test_inputs_unchanged_and_naive_matches():
     torch.testing.assert_close(o_naive, torch.tensor(lab.attention_reference(q.numpy(), k.numpy(), v.numpy(), causal=True)[0]))
 
 
+def _scores_qkv(first, later, *, N=5, Bc=4, d=8):
+    """q, k, v (float64) whose scores are `first` on the first key block of Bc keys and `later` on the next."""
+    q = torch.zeros(1, 1, N, d, dtype=torch.float64)
+    q[..., 0] = math.sqrt(d)                                                  # scale·q·k = k[..., 0]
+    k = torch.randn(1, 1, 2 * Bc, d, dtype=torch.float64, generator=torch.Generator().manual_seed(6)) * 1e-3
+    k[..., 0] = torch.tensor([first] * Bc + [later] * Bc, dtype=torch.float64) + k[..., 0]
+    v = torch.randn(1, 1, 2 * Bc, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    return q, k, v
+
+
+@pytest.mark.parametrize("first, later, rescaled, recomputed", [
+    (0.0, 2.0, 0, 0),             # the second block's row sums stay under e^τ: nothing moves
+    (0.0, 20.0, 3, 0),            # they reach 4·e^20: those rows move their reference, one multiplication
+    (0.0, 1000.0, 0, 3),          # exp(1000) overflows: the tile is recomputed exactly
+    (-1000.0, -1000.5, 0, 0),     # exp against m = 0 would underflow: the first block sets m = its rowmax
+    (-1000.0, 500.0, 0, 3),
+    (700.0, -700.0, 0, 0),
+])
+def test_forward_exact_wherever_the_reference_moves(first, later, rescaled, recomputed):
+    q, k, v = _scores_qkv(first, later)
+    o_ref, lse_ref = lab.attention_reference(q.numpy(), k.numpy(), v.numpy())
+    stats = {}
+    o, lse = lab.flash_attention_torch_forward(q, k, v, block_q=2, block_k=4, stats=stats)
+    assert stats == {"tiles": 6, "rescaled": rescaled, "recomputed": recomputed}   # 3 query blocks × 2 key blocks
+    assert torch.isfinite(o).all() and torch.isfinite(lse).all()
+    np.testing.assert_allclose(o.numpy(), o_ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(lse.numpy(), lse_ref, rtol=1e-12)
+
+
+def test_moving_the_reference_keeps_what_m_l_acc_represent():
+    # l·e^m and acc·e^m are the sums the state stands for: moving m must leave them unchanged.
+    from lab.torch_kernels import _raise_reference, _rescale_rows
+    g = torch.Generator().manual_seed(8)
+    m = torch.randn(2, 3, dtype=torch.float64, generator=g)
+    l = torch.rand(2, 3, dtype=torch.float64, generator=g) + 0.5
+    acc = torch.randn(2, 3, 4, dtype=torch.float64, generator=g)
+    S = torch.randn(2, 3, 6, dtype=torch.float64, generator=g) * 3 + m.unsqueeze(-1)
+    S[0, 0] = -math.inf                                                       # a row with every key masked
+    m1, l1, acc1, s = m.clone(), l.clone(), acc.clone(), S - m.unsqueeze(-1)
+    _raise_reference(s, m1, l1, acc1, first=False)
+    assert (m1 >= m).all() and m1[0, 0] == m[0, 0]
+    torch.testing.assert_close(m1, torch.maximum(m, S.amax(-1)))
+    torch.testing.assert_close(s, S - m1.unsqueeze(-1))
+    torch.testing.assert_close(l1 * m1.exp(), l * m.exp())
+    torch.testing.assert_close(acc1 * m1.exp().unsqueeze(-1), acc * m.exp().unsqueeze(-1))
+    # _rescale_rows on p = exp(S - m): rows summing above the bound end with sum 1, the rest untouched
+    p = (S - m.unsqueeze(-1)).exp()
+    r = p.sum(-1)
+    bound = float(r.median())
+    m3, l3, acc3, p3 = m.clone(), l.clone(), acc.clone(), p.clone()
+    after = _rescale_rows(p3, r, m3, l3, acc3, bound)
+    big = r > bound
+    torch.testing.assert_close(after, torch.where(big, 1.0, r).to(r.dtype))
+    torch.testing.assert_close(p3, (S - m3.unsqueeze(-1)).exp())
+    assert torch.equal(m3[~big], m[~big]) and (m3[big] > m[big]).all()
+    torch.testing.assert_close(l3 * m3.exp(), l * m.exp())
+    torch.testing.assert_close(acc3 * m3.exp().unsqueeze(-1), acc * m.exp().unsqueeze(-1))
+    m2, s2 = torch.zeros(2, 3, dtype=torch.float64), S.clone()
+    _raise_reference(s2, m2, torch.zeros_like(l), torch.zeros_like(acc), first=True)
+    torch.testing.assert_close(m2, S.amax(-1).masked_fill(S.amax(-1) == -math.inf, 0.0))   # the first block: m = rowmax
+
+
 def test_default_blocks_per_device():
     assert lab.torch_default_blocks("cpu", 4096, 4096, rows=8) == (256, 512)
     assert lab.torch_default_blocks("cpu", 8192, 8192, rows=1) == (2048, 512)
@@ -151,6 +213,7 @@ def test_default_blocks_per_device():
     (lambda q: lab.flash_attention_torch(q, q, q, block_q=0), ValueError, "block_q"),
     (lambda q: lab.flash_attention_torch(q, q, q, block_k=2.5), TypeError, "block_k"),
     (lambda q: lab.flash_attention_torch(q, q, q, scale=-1.0), ValueError, "scale"),
+    (lambda q: lab.flash_attention_torch_forward(q, q, q, stats=[]), TypeError, "stats"),
     (lambda q: lab.flash_attention_torch_backward(q, q, q, q, q[..., 0], q[..., :2]), ValueError, "do"),
     (lambda q: lab.flash_attention_torch_backward(q, q, q, q, q[..., :1], q), ValueError, "lse"),
     (lambda q: lab.attention_torch_naive(q, q.float(), q), TypeError, "share one dtype"),

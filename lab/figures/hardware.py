@@ -67,7 +67,8 @@ def draw_sweep(rows, *, what: str = "ms", ax=None) -> dict:
 
 def estimated_bytes(kernel: str, B: int, H: int, N: int, d: int, itemsize: int = 4, block_q: int = 256) -> float:
     """Bytes each kernel moves through memory, estimated: naive $\\approx s(4BHNd + 4BHN^2)$ (S written, read, P written, read);
-    the torch loop $\\approx s(2BHNd + 2BHNd\\,N/B_r + 6BHN^2)$ (about six passes over each tile);
+    the numpy loop $\\approx s(2BHNd + 2BHNd\\,N/B_r + 6BHN^2)$ (about six passes over each tile), the torch loop
+    five ($5BHN^2$: the matmul writes the tile, the exp reads and writes it, the row sum and the second matmul read it);
     fused kernels $\\approx s(2BHNd + 2BHNd\\,N/B_r)$ (Q read and O written once, K and V once per query block).
 
     Taught in: notebooks/08_hardware_runs.ipynb
@@ -76,8 +77,10 @@ def estimated_bytes(kernel: str, B: int, H: int, N: int, d: int, itemsize: int =
     kv = 2 * nd * max(1.0, N / block_q)
     if kernel in ("torch naive", "sdpa math", "numpy reference"):
         return itemsize * bh * (4 * nd + 4 * n2)
-    if kernel in ("lab torch flash", "numpy flash"):
+    if kernel == "numpy flash":
         return itemsize * bh * (2 * nd + kv + 6 * n2)
+    if kernel == "lab torch flash":
+        return itemsize * bh * (2 * nd + kv + 5 * n2)
     return itemsize * bh * (2 * nd + kv)
 
 

@@ -218,9 +218,8 @@ def flash_attention_torch_forward(q, k, v, *, causal: bool = False, scale=None, 
             moved = j0 == 0
             if moved:                                                         # the first key block sets m
                 _raise_reference(s, m, l, acc, first=True)
-                p_sum = s.exp_().sum(dim=-1)
-            else:
-                p_sum = s.exp_().sum(dim=-1)                                  # P_ij = exp(S_ij - m)
+            p_sum = s.exp_().sum(dim=-1)                                      # P_ij = exp(S_ij - m)
+            if not moved:
                 top = float(p_sum.amax())                                     # the largest row sum (a sync on a GPU)
                 if not math.isfinite(top):                                    # exp overflowed: recompute exactly
                     count["recomputed"] += 1

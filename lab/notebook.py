@@ -9,7 +9,7 @@ import random
 
 import numpy as np
 
-__all__ = ["setup_notebook", "SEED"]
+__all__ = ["setup_notebook", "SEED", "measured", "report", "MEASURED_OPEN", "MEASURED_CLOSE"]
 
 SEED = 0
 
@@ -58,3 +58,47 @@ def _inline_figures() -> None:
     from matplotlib_inline.backend_inline import set_matplotlib_formats
 
     set_matplotlib_formats("png")
+
+
+# ---------------------------------------------------------------------------------------------------
+# What strict nbval compares, and what it does not.
+#
+# A committed notebook must pass strict nbval on any learner's machine. So a printed line holds two
+# kinds of text:
+#   - the same everywhere: verdicts (`< 1e-06: True`), exact counts, shapes, analytic figures;
+#   - machine-dependent: rounding errors of float32/float64 results, times, memory readings and their
+#     ratios. These change with the CPU, its BLAS, the thread count and the load.
+# Machine-dependent numbers are printed through `measured` (or `report`, which uses it): they appear
+# between ‹ and ›, and tests/sanitize.cfg replaces everything between those marks before comparing.
+# Never print such a number bare, and never put a verdict inside the marks.
+# ---------------------------------------------------------------------------------------------------
+
+MEASURED_OPEN, MEASURED_CLOSE = "‹", "›"
+
+_OPS = {"<": float.__lt__, "<=": float.__le__, ">": float.__gt__, ">=": float.__ge__}
+
+
+def measured(value, fmt: str = ".1e", unit: str = "") -> str:
+    """`value` formatted with `fmt` between ‹ and ›: a number that varies by machine, masked by strict nbval.
+
+    Put any width inside `fmt` (`">8.1f"`), so the masked text has the same width on every machine.
+    """
+    text = format(value, fmt) + (f" {unit}" if unit else "")
+    return f"{MEASURED_OPEN}{text}{MEASURED_CLOSE}"
+
+
+def report(name: str, value, bound=None, *, op: str = "<", fmt: str = ".1e", unit: str = "") -> bool | None:
+    """Print `name = ‹value›  (op bound: verdict)` and return the verdict (None without a bound).
+
+    The value varies by machine and is masked; the verdict `value op bound` is what strict nbval compares,
+    so choose a bound with room on every machine (an error of 3e-16 against `< 1e-12`, not `< 1e-15`).
+    """
+    if op not in _OPS:
+        raise ValueError(f"op must be one of {sorted(_OPS)}, got {op!r}")
+    line = f"{name} = {measured(value, fmt, unit)}"
+    if bound is None:
+        print(line)
+        return None
+    verdict = bool(_OPS[op](float(value), float(bound)))
+    print(f"{line}  ({op} {bound:g}: {verdict})")
+    return verdict

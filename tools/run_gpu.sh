@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The prepared GPU run: for a session lent an NVIDIA GPU. Run from the repository root:
-#   bash data/runs/run_gpu.sh            (PYTHON=... to choose the interpreter; default .venv/bin/python)
+#   bash tools/run_gpu.sh            (PYTHON=... to choose the interpreter; default .venv/bin/python)
 # It needs a CUDA build of torch and triton on that machine (the course's .venv holds the CPU build).
-# It records, into data/runs/: the GPU sweep (fp16/bf16, d 64 and 128, N 1K-16K, B=4, H=16, causal and
+# It records, into lab/data/runs/ (the runs the course ships): the GPU sweep (fp16/bf16, d 64 and 128, N 1K-16K, B=4, H=16, causal and
 # not; every SDPA backend, torch naive, lab torch flash, Triton compiled) and the accuracy table.
 # Takes about 5-8 minutes on an H100/H200; each step has its own time limit.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
 [ -x "$PY" ] || PY=python3
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
@@ -33,7 +33,7 @@ want = torch.autograd.grad(lab.flash_attention_torch(q, k, v, causal=True), (q, 
 print("triton backward vs torch kernel, fp32 (IEEE dots):", ", ".join(f"d{n} {float((a - b).abs().max()):.1e}" for n, a, b in zip("qkv", got, want)))
 PYEOF
 # 2. the sweep, recorded
-timeout 540 "$PY" -m lab.bench --gpu-sweep --quiet
+timeout 540 "$PY" -m lab.bench --gpu-sweep --quiet --record-dir lab/data/runs
 # 3. the accuracy table on the GPU, recorded
-timeout 180 "$PY" -m lab.bench --verify --device cuda --quiet
-ls -l data/runs/
+timeout 180 "$PY" -m lab.bench --verify --device cuda --quiet --record-dir lab/data/runs
+ls -l lab/data/runs/

@@ -1,7 +1,8 @@
 # FlashAttention from first principles: set up, run, test.
-#   make lab      start JupyterLab on notebooks/ (sets up .venv first if needed)
+#   make lab      start JupyterLab on the course (sets up .venv first if needed)
 #   make test     library tests and strict nbval over every notebook
-# Variables: PYTHON (the interpreter that creates .venv), HOST, PORT, BROWSER=no for a headless machine.
+# Variables: PYTHON (the interpreter that creates .venv), HOST, PORT, BROWSER=no for a headless machine,
+#   TORCH_INDEX (where torch comes from; see below).
 
 PYTHON ?= python3
 VENV   := .venv
@@ -13,18 +14,35 @@ BROWSER ?= yes
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg
 
-.PHONY: setup lab test test-lib test-notebooks execute student clean
+.PHONY: setup lab test test-lib test-notebooks test-portability test-installed execute student clean
 
 setup: $(STAMP)
 
-# Re-installs only when pyproject.toml changes; the venv itself is created once.
+# torch (the version pinned in pyproject.toml). On Linux, pip's default index serves the CUDA build, several
+# GB; without an NVIDIA driver (no nvidia-smi) the CPU build comes from PyTorch's CPU index instead.
+# A GPU user picks a build with e.g. `make setup TORCH_INDEX=https://download.pytorch.org/whl/cu128`;
+# `TORCH_INDEX=` (empty) leaves the choice to pip. macOS and Windows wheels on PyPI are CPU builds already.
+TORCH_VERSION := 2.13.0
+ifeq ($(shell uname -s),Linux)
+ifeq ($(shell command -v nvidia-smi),)
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+endif
+endif
+TORCH_INDEX ?=
+
+# Re-installs only when pyproject.toml changes; the venv itself is created once. pip shows its progress.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --progress-bar on torch==$(TORCH_VERSION) --index-url $(TORCH_INDEX),)
+	$(BIN)/python -m pip install --progress-bar on -e '.[test]'
 	touch $(STAMP)
 
+# JupyterLab on the repository: the course in notebooks/, your copies in exercises/ (`make student`).
+# It opens on exercises/ when you have made your copies, on notebooks/ otherwise.
+START_DIR = $(if $(wildcard exercises/*.ipynb),exercises,notebooks)
+
 lab: setup
-	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=$(HOST) --port=$(PORT) \
+	$(BIN)/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/$(START_DIR) --ip=$(HOST) --port=$(PORT) \
 		$(if $(filter no,$(BROWSER)),--no-browser,) $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 test: setup
@@ -35,6 +53,23 @@ test-lib: setup
 
 test-notebooks: setup
 	$(BIN)/python -m pytest $(NOTEBOOKS) $(NBVAL)
+
+# Strict nbval must hold on every learner's machine, not only on the one that executed the notebooks. These
+# settings change the arithmetic the way another CPU would: torch's vector kernels (no AVX or AVX2 only),
+# MKL's instruction set, one thread. A cell that prints a machine-dependent number bare fails here
+# (the rule: lab/notebook.py, `measured`). CI runs it after `make test`.
+PORTABILITY := ATEN_CPU_CAPABILITY=default \
+               ATEN_CPU_CAPABILITY=avx2,MKL_ENABLE_INSTRUCTIONS=AVX2 \
+               OMP_NUM_THREADS=1,MKL_NUM_THREADS=1
+test-portability: setup
+	for setting in $(PORTABILITY); do \
+		echo "== strict nbval under $$setting"; \
+		env $$(echo $$setting | tr , ' ') $(BIN)/python -m pytest -q $(NOTEBOOKS) $(NBVAL) || exit 1; \
+	done
+
+# The Colab path: the wheel installed outside the checkout runs every notebook (tests/test_installed.py).
+test-installed: setup
+	$(BIN)/python -m pytest -q tests/test_installed.py --installed
 
 # Re-execute every notebook in place, then scrub widget state and metadata (keeping outputs and counts).
 execute: setup
@@ -47,7 +82,7 @@ execute: setup
 student: setup
 	$(BIN)/python tools/student.py $(if $(FORCE),--force $(FORCE),)
 
-# Removes what the build made; never notebooks/, data/ or exercises/ (a learner's work).
+# Removes what the build made; never notebooks/, lab/data/ or exercises/ (a learner's work).
 clean:
 	rm -rf $(VENV) build .pytest_cache .hypothesis *.egg-info
 	find lab tests -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,4 +1,6 @@
-"""`make lab` serves JupyterLab on notebooks/: its /api/status answers (the server is stopped afterwards)."""
+"""`make lab` serves JupyterLab on the repository: the course (notebooks/) and the learner's copies (exercises/).
+
+Its /api/status answers and its root lists notebooks/ (the server is stopped afterwards)."""
 
 import json
 import os
@@ -40,6 +42,11 @@ def test_make_lab_serves_jupyterlab():
                 time.sleep(0.5)
         assert status is not None, proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "no answer"
         assert "started" in status and status["kernels"] == 0
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/contents",
+                                         headers={"Authorization": f"token {token}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            names = {item["name"] for item in json.load(response)["content"]}
+        assert {"notebooks", "lab"} <= names              # exercises/ sits beside notebooks/ once made
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:

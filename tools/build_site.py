@@ -187,7 +187,8 @@ def rewrite_links(body: str, pages: set[str], repo_url: str) -> str:
             return f'<a{attrs} href="{page}"' if page in pages else f"<a{attrs}"
         if re.match(r"^([a-z][a-z0-9+.-]*:|#|/)", href, re.I):
             return m.group(0)
-        return f'<a{attrs} href="{html.escape(repo_url)}/blob/main/{html.escape(href.removeprefix("./"))}"'
+        target = re.sub(r"^(\./|\.\./)+", "", href)                 # notebooks link ../REFERENCES.md: the root's
+        return f'<a{attrs} href="{html.escape(repo_url)}/blob/main/{html.escape(target)}"'
 
     return re.sub(r'<a\b([^>]*?)\shref="([^"]*)"', fix, body)
 

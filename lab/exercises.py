@@ -1,7 +1,11 @@
-"""Self-checking exercises: a spec, a stub the learner fills in, and `check` printing one verdict line.
+"""Self-checking exercises: a spec, a stub the learner fills in, and `check` printing a verdict.
 
 A stub raises `NotImplementedError`; `check` reports "not implemented yet" for it instead of an error,
-so a learner's copy with the solutions removed still runs top to bottom.
+so a learner's copy with the solutions removed still runs top to bottom. A pass is one line. A failure
+says what is wrong and where: the case (small inputs shown, large ones by shape and dtype), which
+element of a returned tuple differs (by name), a shape or a NaN in words, expected against got at the
+worst element with the largest absolute and relative errors, a property the answer must have (read K
+once, hold no array of length M, ...), and a hint written for the exercise's classic mistakes.
 
 Taught in: the exercises at the end of every notebook.
 """
@@ -10,14 +14,17 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check"]
+__all__ = ["check", "diagnose", "describe_case"]
 
 
-def check(fn, reference, cases, *, name: str | None = None, rtol: float = 1e-6, atol: float = 1e-8) -> None:
-    """Call `fn(*case)` and `reference(*case)` for every case and print one verdict line.
+def check(fn, reference, cases, *, name: str | None = None, rtol: float = 1e-6, atol: float = 1e-8,
+          names=None, hint=None, properties=()) -> None:
+    """Call `fn(*case)` and `reference(*case)` for every case; print one line when all agree, a diagnosis when not.
 
-    `cases` is a list of argument tuples. Results are compared with `np.allclose(rtol, atol)`
-    (tuples element by element).
+    `cases`: a list of argument tuples. Results agree when `np.allclose(got, want, rtol, atol)` holds
+    (tuples element by element, named by `names`, e.g. `("o", "lse")`). `properties`: callables
+    `prop(fn, case, got) -> None | str`, each returning a violation in words (run on every case after the
+    values agree). `hint`: a string, or `hint(case, got, want) -> None | str`, printed under a failure.
     """
     name = name or getattr(fn, "__name__", "your function")
     for i, case in enumerate(cases):
@@ -27,17 +34,94 @@ def check(fn, reference, cases, *, name: str | None = None, rtol: float = 1e-6, 
             print(f"{name}: not implemented yet (fill in the stub above, then run this cell again)")
             return
         except Exception as exc:  # a learner's bug: report it, do not stop the notebook
-            print(f"{name}: ✗ case {i} raised {type(exc).__name__}: {exc}")
+            print(f"{name}: ✗ case {i} {describe_case(case)} raised {type(exc).__name__}: {exc}")
             return
         want = reference(*case)
-        if not _close(got, want, rtol, atol):
-            print(f"{name}: ✗ case {i} differs from the reference")
+        problem = diagnose(got, want, names=names, rtol=rtol, atol=atol)
+        if problem is None:
+            problem = next((p for p in (prop(fn, case, got) for prop in properties) if p), None)
+        if problem is not None:
+            print(f"{name}: ✗ case {i} {describe_case(case)}: {problem}")
+            text = hint(case, got, want) if callable(hint) else hint
+            if text:
+                print(f"  hint: {text}")
             return
     print(f"{name}: ✓ passed {len(cases)} cases")
 
 
-def _close(got, want, rtol, atol) -> bool:
+def describe_case(case, small: int = 8) -> str:
+    """The arguments of a case in a few words: numbers as they are, arrays with at most `small` values shown, larger ones by shape and dtype."""
+    return "(" + ", ".join(_describe(a, small) for a in case) + ")"
+
+
+def _describe(a, small: int) -> str:
+    if isinstance(a, tuple) and hasattr(a, "_fields"):
+        return type(a).__name__ + "(" + ", ".join(f"{f}={_describe(x, small)}" for f, x in zip(a._fields, a)) + ")"
+    if isinstance(a, (tuple, list)) and not all(np.isscalar(x) for x in a):
+        return "[" + ", ".join(_describe(x, small) for x in a) + "]"
+    if callable(a):
+        return getattr(a, "__name__", "a function")
+    arr = np.asarray(a) if not isinstance(a, str) else None
+    if arr is None or arr.dtype == object:
+        return repr(a)
+    if arr.ndim == 0 or (isinstance(a, (tuple, list)) and arr.size <= small):
+        return repr(a)
+    if arr.size <= small:
+        return np.array2string(arr, precision=4, separator=", ")
+    return f"array {arr.shape} {arr.dtype}"
+
+
+def diagnose(got, want, *, names=None, rtol: float = 1e-6, atol: float = 1e-8) -> str | None:
+    """None when `got` agrees with `want` (tuples element by element); else what differs, in words.
+
+    Names the differing tuple element (`names`), a type, length or shape mismatch, NaN or inf where the
+    reference has none, and otherwise expected against got at the worst element, with the largest
+    absolute and relative errors against the tolerance.
+    """
     if isinstance(want, tuple):
-        return isinstance(got, tuple) and len(got) == len(want) and all(_close(g, w, rtol, atol) for g, w in zip(got, want))
-    got, want = np.asarray(got, dtype=float), np.asarray(want, dtype=float)
-    return got.shape == want.shape and bool(np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True))
+        label = f"a tuple of {len(want)}" + (f" ({', '.join(names)})" if names else "")
+        if not isinstance(got, tuple):
+            return f"returned {type(got).__name__}, expected {label}"
+        if len(got) != len(want):
+            return f"returned a tuple of {len(got)}, expected {label}"
+        for k, (g, w) in enumerate(zip(got, want)):
+            problem = diagnose(g, w, rtol=rtol, atol=atol)
+            if problem is not None:
+                which = f"{names[k]} (element {k})" if names and k < len(names) else f"element {k} of the tuple"
+                return f"{which}: {problem}"
+        return None
+    try:
+        g = np.asarray(got, dtype=float)
+    except (TypeError, ValueError):
+        return f"returned {type(got).__name__}, expected numbers"
+    w = np.asarray(want, dtype=float)
+    if g.shape != w.shape:
+        return f"shape: yours is {g.shape}, expected {w.shape}"
+    for bad, word in ((np.isnan, "NaN"), (np.isinf, "inf")):
+        extra = bad(g) & ~bad(w)
+        if extra.any():
+            at = tuple(int(x) for x in np.argwhere(extra)[0])
+            return f"{word} in yours {_at(at)}({int(extra.sum())} of {g.size}) where the reference has none"
+        lost = bad(w) & ~bad(g)
+        if lost.any():
+            at = tuple(int(x) for x in np.argwhere(lost)[0])
+            return f"{_at(at)}the reference has {word}, yours {g[at]:.6g}"
+    both = np.isfinite(g) & np.isfinite(w)
+    alike = (np.isnan(g) & np.isnan(w)) | (np.isinf(g) & (g == w))          # NaN against NaN, inf against the same inf
+    with np.errstate(invalid="ignore"):
+        err = np.where(both, np.abs(g - w), np.where(alike, 0.0, np.inf))  # an inf of the wrong sign is the worst
+    excess = err - (atol + rtol * np.abs(np.where(both, w, 0.0)))          # np.allclose: |g - w| <= atol + rtol |w|
+    if not (excess > 0).any():
+        return None
+    at = np.unravel_index(int(np.argmax(excess)), g.shape) if g.ndim else ()
+    at = tuple(int(x) for x in at)
+    outside = f"{int((excess > 0).sum())} of {g.size} values outside the tolerance (rtol {rtol:g}, atol {atol:g})"
+    if not np.isfinite(err[at]):
+        return f"{_at(at)}expected {w[at]:.6g}, got {g[at]:.6g}; {outside}"
+    rel = err[both] / np.maximum(np.abs(w[both]), np.finfo(float).tiny)
+    return (f"{_at(at)}expected {w[at]:.6g}, got {g[at]:.6g}; largest |error| {err.max():.2e}, "
+            f"largest relative error {rel.max():.2e}; {outside}")
+
+
+def _at(index: tuple) -> str:
+    return f"at index {list(index)} " if index else ""

@@ -1,0 +1,84 @@
+"""Run a notebook's exercises outside Jupyter: its setup, a worked or planted solution, and its check cell.
+
+Each exercise in a notebook is a stub cell (raises NotImplementedError), a worked solution tagged
+`solution`, and the check cell after it. `exercises(name)` finds them; `run_check(ex, solution_source)`
+runs the notebook's setup, then the given source in place of the worked solution, then the check cell,
+and returns what the check printed. Tests feed it the worked solution (must pass) and planted wrong
+solutions (must fail, each with its diagnosis).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import pathlib
+import re
+from dataclasses import dataclass
+
+import nbformat
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Exercise:
+    number: int
+    spec: str              # the markdown cells between the previous exercise and this stub
+    stub: str
+    solution: str
+    check: str
+    setup: list            # the notebook's setup code (imports, lab.setup_notebook()), in order
+    before: list           # the exercise section's code before this stub: earlier solutions and checks
+
+
+def _runnable(source: str) -> str:
+    """Drop IPython-only lines (magics, shell escapes) so plain exec runs the cell."""
+    return "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+
+
+def exercises(name: str) -> list[Exercise]:
+    """The exercises of notebooks/<name>.ipynb, in order (stub, worked solution, check)."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    setup, started, out, spec, before = [], False, [], [], []
+    cells = nb.cells
+    for c in cells:
+        if c.cell_type == "markdown" and c.source.startswith("## "):
+            break
+        if c.cell_type == "code" and "NBVAL_SKIP" not in c.source:
+            setup.append(_runnable(c.source))
+    i = 0
+    while i < len(cells):
+        c = cells[i]
+        if c.cell_type == "markdown" and any(line.strip() == "## Exercises" for line in c.source.splitlines()):
+            started = True
+        if started and c.cell_type == "markdown":
+            spec.append(c.source)
+        is_stub = "raise NotImplementedError" in c.source and "solution" not in c.metadata.get("tags", [])
+        if started and c.cell_type == "code" and not is_stub:
+            before.append(_runnable(c.source))
+        if started and c.cell_type == "code" and is_stub:
+            sol = next(j for j in range(i + 1, len(cells)) if "solution" in cells[j].metadata.get("tags", []))
+            chk = next(j for j in range(sol + 1, len(cells)) if cells[j].cell_type == "code"
+                       and "solution" not in cells[j].metadata.get("tags", []))
+            number = int((re.search(r"[Ee]xercise (\d+)", c.source) or re.search(r"(\d+)", str(len(out) + 1))).group(1))
+            out.append(Exercise(number, "\n".join(spec), c.source, _runnable(cells[sol].source),
+                                _runnable(cells[chk].source), setup, list(before)))
+            before += [_runnable(cells[j].source) for j in range(i + 1, chk + 1) if cells[j].cell_type == "code"]
+            spec, i = [], chk
+        i += 1
+    return out
+
+
+def run_check(ex: Exercise, solution: str, extra: dict | None = None) -> str:
+    """Run the setup and the section's earlier cells, then `solution` (source defining the learner's function),
+    then the check cell; return what the check printed."""
+    ns: dict = {"__name__": "__exercise__"}
+    with contextlib.redirect_stdout(io.StringIO()):
+        for src in ex.setup + ex.before:
+            exec(compile(src, "<setup>", "exec"), ns)
+    ns.update(extra or {})
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(solution, "<solution>", "exec"), ns)
+        exec(compile(ex.check, "<check>", "exec"), ns)
+    return out.getvalue()

@@ -28,6 +28,13 @@ def check_block(block, name: str) -> int:
     return int(block)
 
 
+def check_causal(causal, name: str = "causal") -> bool:
+    """`causal` is a bool (numpy's bool too); a string such as "no" is an error, not a truthy value."""
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool (True or False), got {causal!r}")
+    return bool(causal)
+
+
 def check_axis(x: np.ndarray, axis: int, name: str = "axis") -> int:
     """Normalize `axis` for `x`, or raise ValueError."""
     if x.ndim == 0:

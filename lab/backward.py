@@ -28,9 +28,10 @@ import math
 
 import numpy as np
 import torch
+from torch.autograd.function import once_differentiable
 
 from . import trace
-from ._checks import acc_dtype, as_float_array, check_block, check_finite, check_float_tensors, check_qkv_shapes, check_scale
+from ._checks import acc_dtype, as_float_array, check_block, check_causal, check_finite, check_float_tensors, check_qkv_shapes, check_scale
 from .attention import _checked, _grouped, _masked, causal_mask, flash_attention_numpy
 
 __all__ = [
@@ -94,7 +95,7 @@ def attention_backward(q, k, v, do, *, causal: bool = False, scale=None):
     returns `(dq, dk, dv)` in the input dtype, dk and dv summed over each group of query heads.
     Taught in: notebooks/09_backward.ipynb
     """
-    q, k, v, group, scale = _checked(q, k, v, scale)
+    q, k, v, group, scale = _checked(q, k, v, scale, causal)
     do, _, _ = _checked_grads(q, k, v, do)
     dt = acc_dtype(q, k, v, do)
     out = np.result_type(q.dtype, k.dtype, v.dtype)
@@ -132,7 +133,7 @@ def flash_attention_backward_numpy(q, k, v, o, lse, do, *, block_q: int = 64, bl
     """
     Br = check_block(block_q, "block_q")
     Bc = check_block(block_k, "block_k")
-    q, k, v, group, scale = _checked(q, k, v, scale)
+    q, k, v, group, scale = _checked(q, k, v, scale, causal)
     do, o, lse = _checked_grads(q, k, v, do, o, lse)
     dt = acc_dtype(q, k, v, do, o)
     out = np.result_type(q.dtype, k.dtype, v.dtype)
@@ -202,11 +203,13 @@ class NumpyFlashAttention(torch.autograd.Function):
         o_t = torch.from_numpy(np.ascontiguousarray(o)).to(q.dtype)       # (..., N, dv)
         lse_t = torch.from_numpy(np.ascontiguousarray(lse))                # (..., N)
         ctx.save_for_backward(q, k, v, o_t, lse_t)
-        ctx.opts = (bool(causal), block_q, block_k)
+        ctx.opts = (check_causal(causal), block_q, block_k)
         return o_t
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, do):
+        """The gradients once; a second derivative raises (the kernel's backward is not itself differentiable)."""
         q, k, v, o, lse = ctx.saved_tensors
         causal, block_q, block_k = ctx.opts
         dq, dk, dv = flash_attention_backward_numpy(

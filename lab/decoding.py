@@ -94,7 +94,7 @@ def chunk_state(q, k_c, v_c, *, start: int = 0, total: int | None = None, causal
     `partial_state(S, V_c)`: $m$, $l$ `(..., Hq, N)`, $acc$ `(..., Hq, N, dv)`, float32 at least.
     Taught in: notebooks/04_merge_order.ipynb
     """
-    q, k_c, v_c, group, scale = _checked(q, k_c, v_c, scale)
+    q, k_c, v_c, group, scale = _checked(q, k_c, v_c, scale, causal)
     Mc, N = k_c.shape[-2], q.shape[-2]
     total = start + Mc if total is None else int(total)
     if start < 0 or start + Mc > total:
@@ -117,7 +117,7 @@ def split_states(q, k, v, *, splits: int, causal: bool = False, scale=None, boun
     Taught in: notebooks/04_merge_order.ipynb
     """
     splits = _check_splits(splits)
-    q, k, v, _, scale = _checked(q, k, v, scale)
+    q, k, v, _, scale = _checked(q, k, v, scale, causal)
     M = k.shape[-2]
     if bounds is None:
         bounds = chunk_bounds(M, splits)
@@ -191,7 +191,7 @@ def flash_decoding(q, k, v, *, splits: int, causal: bool = False, scale=None, or
     """
     splits = _check_splits(splits)
     check_choice(order, ORDERS, "order")
-    q, k, v, _, scale = _checked(q, k, v, scale)
+    q, k, v, _, scale = _checked(q, k, v, scale, causal)
     parts = [finalize(st) for st in split_states(q, k, v, splits=splits, causal=causal, scale=scale)]
     for o_c, lse_c in parts:
         trace.write("o_parts", trace.nbytes(o_c))

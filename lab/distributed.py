@@ -107,7 +107,7 @@ def sequence_parallel_attention(q, k, v, *, world_size: int = 2, causal: bool = 
     timeout_s = float(timeout_s)
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s}")
-    q, k, v, _, scale = _checked(q, k, v, scale)
+    q, k, v, _, scale = _checked(q, k, v, scale, causal)
     import torch.multiprocessing as mp
 
     if start_method == "forkserver":

@@ -58,11 +58,12 @@ MODEL_CONFIGS = {
     "Falcon-7B": dict(layers=32, q_heads=71, kv_heads=1, head_dim=64, source=_FALCON),
 }
 
-# Streaming multiprocessors of an H100 SXM (../shared/FACTS.md: 228 KB per SM × 132).
+# Streaming multiprocessors of an H100 SXM5: 132 (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022).
 PROCESSORS = 132
 
 # FLOPs per byte where an H100 SXM turns from memory-bound to compute-bound: 989 TFLOP/s dense
-# BF16/FP16 over 3.35 TB/s of HBM (../shared/FACTS.md, hardware table).
+# BF16/FP16 over 3.35 TB/s of HBM3 (NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column; the
+# datasheet's 1,979 TFLOP/s is with 2:4 sparsity, twice the dense figure).
 H100_RIDGE = 989e12 / 3.35e12
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._checks import check_block, check_choice
+from ._checks import check_block, check_causal, check_choice
 from .trace import Recorder
 
 __all__ = [
@@ -36,10 +36,15 @@ __all__ = [
     "measure_peak_memory",
 ]
 
-# On-chip shared memory per streaming multiprocessor (FACTS.md: NVIDIA H100 and A100 specifications).
+# On-chip memory per streaming multiprocessor: an H100 gives up to 228 KB of it to shared memory (CUDA C++
+# Programming Guide, "Compute Capabilities", compute capability 9.0); an A100 has 192 KB of combined L1 and
+# shared memory (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020), at most 164 KB of it shared.
 SRAM_BYTES = {"H100 SM (228 KiB)": 228 * 1024, "A100 SM (192 KiB)": 192 * 1024}
 
-# Peak throughputs in FLOP/s (FACTS.md; FlashAttention-2 paper §3.1 for the A100, FA3 §3.1 for H100 exp).
+# Peak throughputs in FLOP/s: A100 from FlashAttention-2 (Dao 2023, arXiv:2307.08691, §3.1: 312 TFLOP/s
+# FP16/BF16 matmul, 19.5 TFLOP/s non-matmul FP32); H100 SXM from the NVIDIA H100 Tensor Core GPU datasheet
+# (989 TFLOP/s dense FP16/BF16, 67 TFLOP/s FP32) and, for exp, FlashAttention-3 (Shah et al. 2024,
+# arXiv:2407.08608, §3.1: 3.9 TFLOP/s of special functions).
 HARDWARE = {
     "A100": {"matmul": 312e12, "nonmatmul": 19.5e12},
     "H100": {"matmul": 989e12, "nonmatmul": 67e12, "exp": 3.9e12},
@@ -145,7 +150,7 @@ def tile_grid(N: int, M: int, block_q: int, block_k: int, causal: bool = False) 
     Taught in: notebooks/05_tiling.ipynb
     """
     N, M, Br, Bc = _checked_shape(N, M, block_q, block_k)
-    _, n, _ = _row_blocks(N, M, Br, Bc, bool(causal))
+    _, n, _ = _row_blocks(N, M, Br, Bc, check_causal(causal))
     Tc = -(-M // Bc)
     return np.arange(Tc)[None, :] < n[:, None]
 
@@ -157,7 +162,7 @@ def tile_counts(N: int, M: int, block_q: int, block_k: int, causal: bool = False
     Taught in: notebooks/05_tiling.ipynb
     """
     N, M, Br, Bc = _checked_shape(N, M, block_q, block_k)
-    _, n, _ = _row_blocks(N, M, Br, Bc, bool(causal))
+    _, n, _ = _row_blocks(N, M, Br, Bc, check_causal(causal))
     Tr, Tc = -(-N // Br), -(-M // Bc)
     computed = int(n.sum())
     total = Tr * Tc
@@ -218,7 +223,7 @@ def flash_counts(N: int, M: int, d: int, dv: int | None = None, *, block_q: int 
     ssz = max(isz, 4) if acc_itemsize is None else _positive(acc_itemsize, "acc_itemsize")
     H = _positive(heads, "heads")
     Hk = H if kv_heads is None else _positive(kv_heads, "kv_heads")
-    r, n, K = _row_blocks(N, M, Br, Bc, bool(causal))
+    r, n, K = _row_blocks(N, M, Br, Bc, check_causal(causal))
     tiles_rows = int((r * n).sum())                           # Σ_i r_i n_i: query rows summed over computed tiles
     keys = int(K.sum())                                       # Σ_i K_i: keys loaded, summed over query blocks
     score_entries = int((r * K).sum())                        # Σ_i r_i K_i: entries of S computed
@@ -275,7 +280,7 @@ def flop_split(N: int, M: int | None = None, d: int = 64, dv: int | None = None,
     M = N if M is None else M
     rec = flash_counts(N, M, d, dv, block_q=block_q, block_k=block_k, causal=causal, variant=variant)
     dv = d if dv is None else dv
-    r, _, K = _row_blocks(N, M, block_q, block_k, bool(causal))
+    r, _, K = _row_blocks(N, M, block_q, block_k, check_causal(causal))
     entries = int((r * K).sum())
     ops = Counter(rec.op_counts)
     nonmatmul = 3 * entries + ops["exp"] + ops["mul"] + ops["div"]

@@ -26,6 +26,7 @@ import numpy as np
 from . import trace
 from ._checks import acc_dtype, as_float_array, check_block, check_finite, check_scale
 from .attention import _checked, _grouped, _ungrouped, causal_mask
+from .notebook import measured as _measured
 from .states import SoftmaxState, empty_state, finalize, merge_states, partial_state
 
 __all__ = ["RowRun", "ROW_METHODS", "attention_row_three_pass", "attention_row_two_pass",
@@ -226,16 +227,25 @@ def compare_row_methods(q, k, v, *, block_k: int = 256, scale=None) -> list[dict
     return rows
 
 
-def format_table(rows: list[dict], floats: str = ".1e") -> str:
+def format_table(rows: list[dict], floats: str = ".1e", measured=()) -> str:
     """Rows of equal keys as an aligned text table; floats with format `floats`, integers with thousands separators.
 
+    Columns named in `measured` (rounding errors, times: numbers that vary by machine) are printed through
+    `lab.measured` as `‹3.1e-17›` with format `floats`, zeros included, so strict nbval masks them and
+    the table keeps the same width on every machine.
     Taught in: notebooks/03_one_pass_attention.ipynb, notebooks/04_merge_order.ipynb
     """
     if not rows:
         return ""
     cols = list(rows[0])
+    measured = {measured} if isinstance(measured, str) else set(measured)
+    unknown = measured - set(cols)
+    if unknown:
+        raise ValueError(f"measured names columns the rows do not have: {sorted(unknown)}")
 
-    def cell(x):
+    def cell(x, masked=False):
+        if masked:
+            return _measured(float(x), floats)
         if isinstance(x, (bool, np.bool_)):
             return str(bool(x))
         if isinstance(x, (int, np.integer)):
@@ -244,7 +254,7 @@ def format_table(rows: list[dict], floats: str = ".1e") -> str:
             return f"{float(x):g}" if float(x).is_integer() and abs(x) < 1e6 else format(float(x), floats)
         return str(x)
 
-    cells = [[cell(r[c]) for c in cols] for r in rows]
+    cells = [[cell(r[c], c in measured) for c in cols] for r in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths)))]
     lines.append("  ".join("-" * w for w in widths))
@@ -261,7 +271,7 @@ def one_pass_attention(q, k, v, *, block_k: int = 64, causal: bool = False, scal
     causal rule as `attention_reference`. Taught in: notebooks/03_one_pass_attention.ipynb
     """
     Bc = check_block(block_k, "block_k")
-    q, k, v, group, scale = _checked(q, k, v, scale)
+    q, k, v, group, scale = _checked(q, k, v, scale, causal)
     dt = acc_dtype(q, k, v)
     q5, k5, v5 = _grouped(q.astype(dt) * dt.type(scale), k.astype(dt, copy=False), v.astype(dt, copy=False), group)
     N, M, dv = q.shape[-2], k.shape[-2], v.shape[-1]

@@ -74,10 +74,12 @@ def merge_states(a: SoftmaxState, b: SoftmaxState) -> SoftmaxState:
             raise ValueError(f"{name} must be a SoftmaxState (m, l, acc)")
     ma, la, acca = (np.asarray(t) for t in a)
     mb, lb, accb = (np.asarray(t) for t in b)
+    for name, (m_, l_, acc_) in (("a", (ma, la, acca)), ("b", (mb, lb, accb))):
+        if l_.shape != m_.shape or acc_.ndim < 1 or acc_.shape[:-1] != m_.shape:
+            raise ValueError(f"{name} must have m, l shaped (..., N) and acc (..., N, dv), "
+                             f"got {m_.shape}, {l_.shape}, {acc_.shape}")
     if ma.shape != mb.shape or acca.shape != accb.shape:
         raise ValueError(f"a and b must have the same shapes, got m {ma.shape} vs {mb.shape}, acc {acca.shape} vs {accb.shape}")
-    if la.shape != ma.shape or acca.shape[:-1] != ma.shape:
-        raise ValueError(f"a must have m, l shaped (..., N) and acc (..., N, dv), got {ma.shape}, {la.shape}, {acca.shape}")
     m = np.maximum(ma, mb)
     alpha_a = np.exp(ma - _use(m))
     alpha_b = np.exp(mb - _use(m))

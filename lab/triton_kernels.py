@@ -38,8 +38,9 @@ import os
 import sys
 
 import torch
+from torch.autograd.function import once_differentiable
 
-from ._checks import check_qkv_shapes, check_scale
+from ._checks import check_causal, check_qkv_shapes, check_scale
 
 __all__ = ["flash_attention_triton", "flash_attention_triton_backward", "TritonFlashAttention", "triton_status",
            "TritonUnavailableError"]
@@ -268,6 +269,7 @@ def flash_attention_triton(q, k, v, *, causal: bool = False, scale=None, block_q
     `o` is differentiable through `TritonFlashAttention` (the Triton backward).
     Taught in: notebooks/08_hardware_runs.ipynb
     """
+    causal = check_causal(causal)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -310,7 +312,7 @@ def flash_attention_triton(q, k, v, *, causal: bool = False, scale=None, block_q
             q3, k3, v3, o3, lse, scale * _LOG2E, N, M, group, d, dv,
             q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1), v3.stride(0), v3.stride(1),
             o3.stride(0), o3.stride(1),
-            CAUSAL=bool(causal), BLOCK_M=Br, BLOCK_N=Bc,
+            CAUSAL=causal, BLOCK_M=Br, BLOCK_N=Bc,
             BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_DV=max(16, triton.next_power_of_2(dv)),
             PRECISION="ieee" if work == torch.float32 else "tf32", **extra)
     o = o3.to(q.dtype).reshape(q.shape[:-1] + (dv,))                  # (..., N, dv)
@@ -329,6 +331,7 @@ def flash_attention_triton_backward(q, k, v, o, lse, do, *, causal: bool = False
     no N×M array. Same devices and dtypes as `flash_attention_triton`.
     Taught in: notebooks/08_hardware_runs.ipynb
     """
+    causal = check_causal(causal)
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -361,7 +364,7 @@ def flash_attention_triton_backward(q, k, v, o, lse, do, *, causal: bool = False
                                "TRITON_INTERPRET=1); start Python with TRITON_INTERPRET=1.")
         args = (scale, N, M, group, d, dv, q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1),
                 v3.stride(0), v3.stride(1), do3.stride(0), do3.stride(1))
-        meta = dict(CAUSAL=bool(causal), BLOCK_M=Br, BLOCK_N=Bc, BLOCK_D=max(16, triton.next_power_of_2(d)),
+        meta = dict(CAUSAL=causal, BLOCK_M=Br, BLOCK_N=Bc, BLOCK_D=max(16, triton.next_power_of_2(d)),
                     BLOCK_DV=max(16, triton.next_power_of_2(dv)), PRECISION="ieee" if work == torch.float32 else "tf32")
         pair[0][(triton.cdiv(M, Bc), Z)](q3, k3, v3, do3, lse3, delta, dk3, dv3, *args, **meta)
         pair[1][(triton.cdiv(N, Br), Z * group)](q3, k3, v3, do3, lse3, delta, dq3, *args, **meta)
@@ -382,11 +385,13 @@ class TritonFlashAttention(torch.autograd.Function):
         o, lse = flash_attention_triton(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k,
                                         return_lse=True)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.settings = dict(causal=bool(causal), scale=scale, block_q=block_q, block_k=block_k)
+        ctx.settings = dict(causal=check_causal(causal), scale=scale, block_q=block_q, block_k=block_k)
         return o
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, do):
+        """The gradients once; a second derivative raises (the kernel's backward is not itself differentiable)."""
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = flash_attention_triton_backward(q, k, v, o, lse, do.contiguous(), **ctx.settings)
         return dq, dk, dv, None, None, None, None

@@ -220,6 +220,7 @@ def test_backward_tiles_slider_updates_result():
     w = lab.widgets.backward_tiles()
     controls = {c.description: c for c in w.children[:-1]}
     assert w.result["N"] == 256 and w.result["causal"]
+    assert "max |tiled − standard| = ‹" in w.summary_html.value and "(&lt; 1e-10: True)" in w.summary_html.value
     controls["N"].value = 128
     assert w.result["N"] == 128 and w.result["tiles"] == 4
     controls["Br"].value = 16

@@ -245,3 +245,4 @@ def test_merge_order_explorer_reacts_to_its_sliders():
     order.value = "tree"
     assert w.result["depth"] == 5
     assert max(w.result["errors"].values()) < 1e-12
+    assert "tree ‹" in w.summary_html.value and "(all &lt; 1e-12: True)" in w.summary_html.value   # errors masked

@@ -83,3 +83,47 @@ def test_softmax_and_state_errors():
     b = lab.partial_state(np.ones((3, 3)), np.ones((3, 2)))
     with pytest.raises(ValueError, match="same shapes"):
         lab.merge_states(a, b)
+
+
+def test_merge_states_checks_b_as_it_checks_a():
+    a = lab.partial_state(np.ones((2, 3)), np.ones((3, 2)))
+    bad_l = lab.SoftmaxState(a.m, np.ones((1,)), a.acc)          # would broadcast into a wrong l
+    for args, name in (((a, bad_l), "b"), ((bad_l, a), "a")):
+        with pytest.raises(ValueError, match=f"^{name} must have m, l shaped"):
+            lab.merge_states(*args)
+    bad_acc = lab.SoftmaxState(a.m, a.l, np.ones((3, 2)))
+    with pytest.raises(ValueError, match="^b must have m, l shaped"):
+        lab.merge_states(a, bad_acc)
+
+
+CAUSAL_TAKERS = KERNELS + [
+    lambda *a, **kw: lab.one_pass_attention(*a, **kw),
+    lambda *a, **kw: lab.attention_backward(*a, a[0], **kw),
+    lambda *a, **kw: lab.flash_decoding(*a, splits=2, **kw),
+    lambda *a, **kw: lab.flash_attention_torch(*(__import__("torch").from_numpy(x) for x in a), **kw),
+    lambda *a, **kw: lab.FlashAttention.apply(*(__import__("torch").from_numpy(x) for x in a), kw["causal"]),
+    lambda *a, **kw: lab.tile_counts(4, 5, 2, 2, **kw),
+]
+
+
+@pytest.mark.parametrize("kernel", CAUSAL_TAKERS)
+@pytest.mark.parametrize("causal", ["no", 1, None])
+def test_causal_must_be_a_bool(kernel, causal):
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        kernel(Q, K, V[..., :8], causal=causal)
+
+
+def test_numpy_bool_is_a_bool():
+    o, _ = lab.flash_attention_numpy(Q, K, V, causal=np.bool_(True))
+    assert np.allclose(o, lab.attention_reference(Q, K, V, causal=True)[0])
+
+
+def test_double_backward_raises_instead_of_returning_wrong_gradients():
+    import torch
+
+    q, k, v = (torch.tensor(x, requires_grad=True) for x in (Q, K, V))
+    g = torch.ones(2, 4, 3, dtype=torch.float64, requires_grad=True)          # a gradient that itself needs grad
+    for fn in (lambda: lab.FlashAttention.apply(q, k, v, False), lambda: lab.NumpyFlashAttention.apply(q, k, v)):
+        dq, = torch.autograd.grad(fn(), q, grad_outputs=g, create_graph=True)
+        with pytest.raises(RuntimeError, match="differentiate twice"):
+            dq.sum().backward()

@@ -133,6 +133,11 @@ def test_compare_row_methods_and_format_table():
     assert "passes over K" in text and "three-pass" in text and "4,096" in text
     assert len(text.splitlines()) == 2 + len(table)
     assert lab.format_table([]) == ""
+    masked = lab.format_table(table, measured=["max |o - ref|"]).splitlines()
+    assert all(line.endswith("›") and "‹" in line for line in masked[2:])     # zeros too: ‹0.0e+00›
+    assert len({len(line) for line in masked}) == 1                            # the same width on every machine
+    with pytest.raises(ValueError, match="measured"):
+        lab.format_table(table, measured=["no such column"])
 
 
 @settings(max_examples=40, deadline=None)
@@ -175,6 +180,7 @@ def test_one_pass_explorer_reacts_to_its_sliders():
     assert w.result["M"] == 256 and w.result["blocks"] == 1
     assert w.result["max_err"] < 1e-12
     assert "M = 256" in w.summary_html.value
+    assert "methods = ‹" in w.summary_html.value and "(&lt; 1e-12: True)" in w.summary_html.value
 
 
 def test_draw_holdings_counts_what_each_method_holds():

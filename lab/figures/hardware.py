@@ -167,8 +167,8 @@ def loop_overhead(N: int, block: int, *, d: int = 64, heads: int = 8, ops_per_st
     """Cost model of a Python-level tile loop: steps $= \\lceil N/B_r \\rceil \\lceil N/B_c \\rceil$ (here $B_r = B_c$ = block),
     overhead = steps · ops_per_step · us_per_op, matmul time = $4 \\cdot heads \\cdot N^2 d$ / flops_per_s.
 
-    The default 155 GFLOP/s is the low end of the fp32 matmul rate measured on this project's 2-vCPU
-    machines (FACTS.md). Taught in: notebooks/08_hardware_runs.ipynb
+    The default 155 GFLOP/s is the low end of the fp32 matmul rate this course measured on its 2-vCPU
+    AMD EPYC test machines (torch 2.13.0 CPU build). Taught in: notebooks/08_hardware_runs.ipynb
     """
     for name, x in (("N", N), ("block", block), ("d", d), ("heads", heads), ("ops_per_step", ops_per_step)):
         if int(x) != x or x < 1:

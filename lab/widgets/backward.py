@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipywidgets
 
 from ..figures.backward import draw_backward_tiles
+from ..notebook import measured
 from . import interactive_figure
 
 __all__ = ["backward_tiles"]
@@ -17,7 +18,7 @@ def _summary(r: dict) -> str:
     return (f"N = {r['N']}, Br = {r['block_q']}, Bc = {r['block_k']}, causal = {r['causal']}: "
             f"{r['visited']} of {r['tiles']} tiles visited ({r['masked']} masked inside); "
             f"P would take {r['p_bytes'] / 1024:,.0f} KiB, o + lse {r['flash_bytes'] / 1024:,.1f} KiB; "
-            f"max |tiled − standard| = {r['max_err']:.1e}  (< 1e-10: {r['max_err'] < 1e-10})")
+            f"max |tiled − standard| = {measured(r['max_err'])}  (< 1e-10: {r['max_err'] < 1e-10})")
 
 
 def backward_tiles(N: int = 256, block_q: int = 64, block_k: int = 64, causal: bool = True) -> ipywidgets.interactive:

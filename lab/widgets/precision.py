@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipywidgets
 
 from ..figures.precision import FORMAT_LABELS, draw_accumulation, draw_p_explorer
+from ..notebook import measured
 from . import interactive_figure
 
 __all__ = ["p_format_explorer", "accumulation_explorer"]
@@ -18,8 +19,8 @@ _SUM_FORMATS = ["tf32", "bf16", "fp16", "fp8_e4m3"]
 
 def _p_summary(r: dict) -> str:
     return (f"{FORMAT_LABELS[r['fmt']]}, N = {r['N']:,}, std(s) = {r['spread']:g}, block_k = {r['block_k']}: "
-            f"relative error of o {r['rel_error']:.1e}; {100 * r['flushed']:.1f}% of the P entries round to 0, "
-            f"holding {100 * r['mass_lost']:.2g}% of the softmax mass")
+            f"relative error of o {measured(r['rel_error'])}; {measured(100 * r['flushed'], '.1f')}% of the P entries "
+            f"round to 0, holding {measured(100 * r['mass_lost'], '.2g')}% of the softmax mass")
 
 
 def p_format_explorer(fmt: str = "fp8_e4m3", N: int = 4096, spread: float = 4.0, block_k: int = 64) -> ipywidgets.interactive:
@@ -47,8 +48,8 @@ def _sum_draw(fmt: str, N: int, block: int) -> dict:
 
 def _sum_summary(r: dict) -> str:
     fmt = r["fmt"]
-    return (f"{FORMAT_LABELS[fmt]}, N = {r['N']:,}: one at a time, l is off by {100 * r['seq'][fmt]:.2g}%; "
-            f"in blocks of {r['block']}, by {100 * r['blocked'][fmt]:.2g}% (FP32: {r['seq']['fp32']:.1e})")
+    return (f"{FORMAT_LABELS[fmt]}, N = {r['N']:,}: one at a time, l is off by {measured(100 * r['seq'][fmt], '.2g')}%; "
+            f"in blocks of {r['block']}, by {measured(100 * r['blocked'][fmt], '.2g')}% (FP32: {measured(r['seq']['fp32'])})")
 
 
 def accumulation_explorer(fmt: str = "bf16", N: int = 16384, block: int = 64) -> ipywidgets.interactive:

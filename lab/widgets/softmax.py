@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipywidgets
 
 from ..figures.softmax import draw_online_trace, draw_overflow
+from ..notebook import measured
 from . import interactive_figure
 
 __all__ = ["softmax_overflow", "online_softmax_trace"]
@@ -35,7 +36,7 @@ def softmax_overflow(s: int = 100) -> ipywidgets.interactive:
 def _trace_summary(r: dict) -> str:
     return (f"block = {r['block']}, shift = {r['shift']:g}, scale = {r['scale']:g}: {len(r['trace']['block'])} blocks, "
             f"{r['rescales']} rescales; final m = {r['m']:.3f}, l = {r['l']:.4f}; "
-            f"max |online − safe| = {r['max_abs_diff']:.1e}  (< 1e-12: {r['max_abs_diff'] < 1e-12})")
+            f"max |online − safe| = {measured(r['max_abs_diff'])}  (< 1e-12: {r['max_abs_diff'] < 1e-12})")
 
 
 def online_softmax_trace(block: int = 8, shift: float = 0.0, scale: float = 1.0) -> ipywidgets.interactive:

@@ -101,11 +101,12 @@ def diagnose(got, want, *, names=None, rtol: float = 1e-6, atol: float = 1e-8) -
         extra = bad(g) & ~bad(w)
         if extra.any():
             at = tuple(int(x) for x in np.argwhere(extra)[0])
-            return f"{word} in yours {_at(at)}({int(extra.sum())} of {g.size}) where the reference has none"
+            shown = word if word == "NaN" else f"{g[at]:g}"
+            return f"{shown} in yours {_at(at)}({int(extra.sum())} of {g.size}) where the reference has no {word}"
         lost = bad(w) & ~bad(g)
         if lost.any():
             at = tuple(int(x) for x in np.argwhere(lost)[0])
-            return f"{_at(at)}the reference has {word}, yours {g[at]:.6g}"
+            return f"{_at(at)}the reference has {w[at]:g}, yours {g[at]:.6g}"
     both = np.isfinite(g) & np.isfinite(w)
     alike = (np.isnan(g) & np.isnan(w)) | (np.isinf(g) & (g == w))          # NaN against NaN, inf against the same inf
     with np.errstate(invalid="ignore"):

@@ -41,6 +41,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ._checks import check_causal, check_qkv_shapes, check_scale
+from .notebook import measured
 
 __all__ = ["flash_attention_triton", "flash_attention_triton_backward", "TritonFlashAttention", "triton_status",
            "TritonUnavailableError"]
@@ -99,9 +100,9 @@ def triton_status() -> tuple[bool, str]:
         kernels = _load()
     except TritonUnavailableError as exc:
         return False, str(exc)
-    version = kernels["triton"].__version__
+    version = measured(kernels["triton"].__version__, "")                 # differs between machines: masked
     if "compiled" in kernels and os.environ.get("TRITON_INTERPRET", "0") != "1":
-        return True, (f"Triton {version}: compiled for {torch.cuda.get_device_name(0)}; CPU tensors need "
+        return True, (f"Triton {version}: compiled for {measured(torch.cuda.get_device_name(0), '')}; CPU tensors need "
                       "TRITON_INTERPRET=1 set before Python starts.")
     if kernels["interpreted"] is None:
         return False, ("Triton was imported before lab without TRITON_INTERPRET=1, so its interpreter is off in this "

@@ -1,0 +1,343 @@
+"""Checks for the one-pass exercises: (o, lse) right, K and V read once in blocks of Bc, nothing of length M held.
+
+`CountingRows` hands K and V to the learner's function as arrays in slow memory (a 2-D `CountingArray`):
+every row load is counted and the size of every load recorded; using the whole array at once (`k @ q`,
+`k.T`, `np.asarray(k)`, a lab function on k) counts as one load of all M rows. `check_one_pass_row` (one
+query) and `check_one_pass_rows` (all queries, optionally causal) run the learner's function on the
+classic failure cases (Bc that does not divide M, one block larger than M, scores near -1000 and +1000,
+causal with N < M and with N > M) and print one verdict, checking in this order:
+  1. the pass: no whole or oversized load, no row of K or V read twice ("K was read 2 times");
+  2. the values: `(o, lse)` against `lab.attention_reference` (by `lab.diagnose`), with a hint read from
+     the counts and the case (a dropped tail, m started at 0, a fully masked row, the causal alignment);
+  3. every row read, in ceil(M / Bc) loads; on the large case, the peak bytes held (tracemalloc) below
+     half of an array of length M (N × M for all queries).
+
+Taught in: notebooks/03_one_pass_attention.ipynb
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+
+from ..access_count import CountingArray
+from ..attention import attention_reference
+from ..exercises import diagnose
+from ..memory import peak_bytes
+
+__all__ = ["CountingRows", "check_one_pass_row", "check_one_pass_rows"]
+
+_TOL = {"rtol": 1e-9, "atol": 1e-12}
+
+
+class CountingRows(CountingArray):
+    """A 2-D array `(M, d)` in slow memory: `a[j0:j1]` returns a numpy block and adds one to each row's count in `loads`.
+
+    `sizes` lists the rows of every load in order. `shape`, `len` and `dtype` read nothing; using the
+    whole array (`a @ x`, `a.T`, `np.asarray(a)`) is one load of all M rows, and `whole` is set.
+    Taught in: notebooks/03_one_pass_attention.ipynb
+    """
+
+    def __init__(self, values, name: str = "K"):
+        a = np.array(values, dtype=np.float64)              # a copy: the caller's array is never touched
+        if a.ndim != 2:
+            raise ValueError(f"{name} must be 2-D (M, d), got shape {a.shape}")
+        self.name, self._data = name, a
+        self.loads = np.zeros(a.shape[0], dtype=np.int64)
+        self.stores = np.zeros(a.shape[0], dtype=np.int64)
+        self.sizes: list[int] = []
+        self.whole = False
+
+    shape = property(lambda self: self._data.shape, doc="(M, d); reads nothing")
+    ndim = property(lambda self: 2, doc="2")
+    dtype = property(lambda self: self._data.dtype, doc="float64")
+
+    def __getitem__(self, key):
+        first = key[0] if isinstance(key, tuple) else key
+        if not isinstance(first, (slice, int, np.integer)) or isinstance(first, bool):
+            raise TypeError(f"{self.name} takes a row index or a slice of rows (e.g. {self.name}[j0:j1]), got {key!r}")
+        M = self._data.shape[0]
+        if isinstance(first, slice):
+            rows = range(*first.indices(M))                 # no array of length M: the count must not cost memory
+        elif -M <= first < M:
+            rows = range(first % M, first % M + 1)
+        else:
+            raise IndexError(f"row {first} of {self.name} is past its end (M = {M})")
+        self.loads[first] += 1
+        self.sizes.append(len(rows))
+        return np.array(self._data[key])                    # a copy of the block: it now lives in fast memory
+
+    def __setitem__(self, key, value):
+        raise TypeError(f"{self.name} is read-only here: keep your results in your own arrays")
+
+    def _load_whole(self) -> np.ndarray:
+        self.loads += 1
+        self.sizes.append(self._data.shape[0])
+        self.whole = True
+        return self._data.copy()
+
+    def __array__(self, dtype=None, copy=None):
+        a = self._load_whole()
+        return a if dtype is None else a.astype(dtype)
+
+    @property
+    def T(self) -> np.ndarray:
+        """The transpose: a load of the whole array."""
+        return self._load_whole().T
+
+
+class _Case(NamedTuple):
+    label: str
+    q: np.ndarray            # (d,) for one query, (N, d) for all
+    k: np.ndarray            # (M, d)
+    v: np.ndarray            # (M, dv)
+    Bc: int
+    causal: bool = False
+    kind: str = ""           # "negative", "positive", "masked", "memory"
+
+
+def _scores_near(rng, level: float, M: int, d: int, dv: int, N: int | None):
+    """q, k, v whose scores k_j . q / sqrt(d) lie in [level, level + 10] (first coordinate only)."""
+    q = np.zeros(d if N is None else (N, d))
+    q[..., 0] = 2.0 * math.sqrt(d)
+    k = rng.standard_normal((M, d))
+    k[:, 0] = (level + 10.0 * rng.random(M)) / 2.0
+    return q, k, rng.standard_normal((M, dv))
+
+
+def _row_cases() -> list[_Case]:
+    rng = np.random.default_rng(3)
+    r = rng.standard_normal
+    return [
+        _Case("M = 10, Bc = 4", r(4), r((10, 4)), r((10, 3)), 4),
+        _Case("M = 50, Bc = 7", r(8), r((50, 8)), r((50, 3)), 7),
+        _Case("Bc = 1", r(4), r((9, 4)), r((9, 2)), 1),
+        _Case("one block, Bc = 64 > M = 33", r(4), r((33, 4)), r((33, 2)), 64),
+        _Case("every score near +1000", *_scores_near(rng, 1000.0, 20, 4, 2, None), 6, kind="positive"),
+        _Case("every score near -1000", *_scores_near(rng, -1010.0, 20, 4, 2, None), 6, kind="negative"),
+        _Case("M = 16384, Bc = 32", r(2), r((16384, 2)), r((16384, 2)), 32, kind="memory"),
+    ]
+
+
+def _rows_cases() -> list[_Case]:
+    rng = np.random.default_rng(4)
+    r = rng.standard_normal
+    return [
+        _Case("N = 5, M = 40, Bc = 8", r((5, 8)), r((40, 8)), r((40, 4)), 8),
+        _Case("N = 13, M = 50, Bc = 7", r((13, 8)), r((50, 8)), r((50, 4)), 7),
+        _Case("causal, N = M = 6, Bc = 4", r((6, 4)), r((6, 4)), r((6, 3)), 4, True),
+        _Case("causal, N = 4 < M = 11, Bc = 3", r((4, 4)), r((11, 4)), r((11, 3)), 3, True),
+        _Case("causal, N = 7 > M = 3, Bc = 2: queries 0-3 see no key", r((7, 4)), r((3, 4)), r((3, 2)), 2, True, "masked"),
+        _Case("every score near +1000", *_scores_near(rng, 1000.0, 20, 4, 2, 3), 6, kind="positive"),
+        _Case("every score near -1000", *_scores_near(rng, -1010.0, 20, 4, 2, 3), 6, kind="negative"),
+        _Case("causal, N = 64, M = 1024, Bc = 32", r((64, 4)), r((1024, 4)), r((1024, 4)), 32, True, "memory"),
+    ]
+
+
+def _dense(q, k, v, keep=None, scale=None):
+    """Softmax attention on the whole score matrix, o and lse; rows with no kept key give o = 0, lse = -inf."""
+    s = (q @ k.T) * (1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    if keep is not None:
+        s = np.where(keep, s, -np.inf)
+    with np.errstate(all="ignore"):
+        m = s.max(axis=-1)
+        m0 = np.where(np.isfinite(m), m, 0.0)
+        p = np.exp(s - m0[..., None])
+        l = p.sum(axis=-1)
+        o = np.where(l[..., None] > 0, (p @ v) / np.where(l > 0, l, 1.0)[..., None], 0.0)
+        return o, np.where(l > 0, m0 + np.log(np.where(l > 0, l, 1.0)), -np.inf)
+
+
+def _span(rows) -> str:
+    rows = [int(x) for x in rows]
+    if len(rows) == 1:
+        return f"row {rows[0]}"
+    if rows == list(range(rows[0], rows[-1] + 1)):
+        return f"rows {rows[0]}-{rows[-1]}"
+    return f"{len(rows)} rows (the first, row {rows[0]})"
+
+
+def _pass_problem(mem: CountingRows, Bc: int) -> str | None:
+    """How a run's loads of one array break the one-pass rule (a whole or oversized load, a row read twice), or None."""
+    M = mem.shape[0]
+    if mem.whole:
+        return (f"{mem.name} was used whole (all M = {M} rows in one load, as {mem.name} @ q, {mem.name}.T, "
+                f"np.asarray({mem.name}) or a lab function on it do), so an array of length M was held; one pass "
+                f"loads blocks of at most Bc = {Bc} rows")
+    big = max(mem.sizes, default=0)
+    if big > Bc:
+        return (f"{mem.name} was loaded {big} rows at once; one pass loads blocks of at most Bc = {Bc} rows, "
+                f"so that nothing of length M is held")
+    n = int(mem.loads.max(initial=0))
+    if n > 1:
+        again = np.flatnonzero(mem.loads == n)
+        where = "" if len(again) == M else f" ({_span(again)} of {M})"
+        return f"{mem.name} was read {n} times{where}; one pass reads it once"
+    return None
+
+
+def _order_problem(mem: CountingRows, Bc: int) -> str | None:
+    """Rows never read, or a pass in other pieces than ceil(M / Bc) blocks; None when the loads are the blocks."""
+    M = mem.shape[0]
+    unread = np.flatnonzero(mem.loads == 0)
+    if len(unread):
+        return f"{_span(unread)} of {mem.name} (of {M}) never read"
+    want = -(-M // Bc)
+    if len(mem.sizes) != want:
+        return (f"{mem.name} was loaded in {len(mem.sizes)} pieces; in blocks of Bc = {Bc} rows that is {want} loads "
+                f"(the last one shorter when Bc does not divide M = {M})")
+    return None
+
+
+def _show(case: _Case) -> str:
+    (M, d), dv = case.k.shape, case.v.shape[1]
+    q = "q" if case.q.ndim == 1 else "Q"
+    return (f"case ({case.label}; {q} {case.q.shape}, K ({M}, {d}), V ({M}, {dv}), Bc = {case.Bc}"
+            + (", causal" if case.causal else "") + ")")
+
+
+def _hint(case: _Case, got, want, K: CountingRows, V: CountingRows) -> str:
+    """One line for the classic mistake the failure points to, read from the counts, the case and the answer."""
+    k = "k" if case.q.ndim == 1 else "K"
+    unread = np.flatnonzero(K.loads == 0)
+    if len(unread):
+        return (f"{_span(unread)} of K never read: with M = {K.shape[0]} and Bc = {case.Bc} the last block is shorter "
+                f"than Bc (range(0, M, Bc) reaches it; {k}[j0:j0 + Bc] stops at M by itself)")
+    lse_shape = f"of shape {np.shape(want[1])}" if np.ndim(want[1]) else "one number"
+    shapes = f"o of shape {np.shape(want[0])} and lse {lse_shape}"
+    try:
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise TypeError
+        o, lse = np.asarray(got[0], dtype=float), np.asarray(got[1], dtype=float)
+    except (TypeError, ValueError):
+        return f"return a tuple (o, lse): {shapes}"
+    if o.shape != np.shape(want[0]) or lse.shape != np.shape(want[1]):
+        return f"return {shapes}"
+    if case.kind == "negative":
+        return ("every score is near -1000: a running max started at 0 stays above them all, so each e^(s - m) "
+                "underflows to 0 and l = 0; start from nothing seen: m = -inf, l = 0, acc = 0")
+    if case.kind == "positive":
+        return "scores near +1000: e^s overflows; exponentiate scores minus the running max, never the scores"
+    if case.kind == "masked":
+        empty = case.q.shape[0] - case.k.shape[0]
+        return (f"queries 0-{empty - 1} see no key: they get o = 0 and lse = -inf (the log of an empty sum), and no NaN: "
+                "while a row's max is still -inf, e^(m - m') is e^(-inf + inf) = NaN and acc / l is 0 / 0, so shift by 0 "
+                "while the max is -inf and divide only where l > 0")
+    if not (np.isfinite(o).all() and np.isfinite(lse[np.isfinite(want[1])]).all()):
+        return "a NaN or inf: look for e^(-inf + inf), 0 / 0 or an overflowing exponential in the first block"
+    if np.allclose(o, want[0], **_TOL):
+        return ("o is right, lse is not: lse is the log of the whole normalizer, the sum over all j of e^(s_j), "
+                "while l is measured against the max m")
+    args = (np.atleast_2d(case.q), case.k, case.v)
+    N, M = args[0].shape[0], case.k.shape[0]
+    i, j = np.arange(N)[:, None], np.arange(M)[None, :]
+    alternatives = [(_dense(*args, scale=1.0), "yours leaves the scores unscaled: s_j = k_j . q / sqrt(d)")]
+    if case.causal:
+        alternatives += [(_dense(*args, keep=j <= i), "yours keeps keys j <= i (the mask's top-left corner); with "
+                          "N != M query i sees keys j <= i + M - N, so the last query sees every key"),
+                         (_dense(*args), "yours ignores the mask: with causal=True query i sees keys j <= i + M - N")]
+    for (o_alt, _), text in alternatives:
+        if np.allclose(o, o_alt.reshape(o.shape), **_TOL, equal_nan=True):
+            return text
+    return ("when a block raises the max from m to m', what l and acc summed against m must be multiplied by "
+            "e^(m - m') before the block's terms are added, and m becomes m'; divide by l only at the end")
+
+
+def _call(fn, case: _Case, K, V, masks: bool):
+    """`fn(q, K, V, Bc)`, with `causal=` when the exercise takes a mask; warnings silenced, the verdict says what is wrong."""
+    kw = {"causal": case.causal} if masks else {}
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return fn(case.q.copy(), K, V, case.Bc, **kw)
+
+
+def _run(fn, case: _Case, masks: bool):
+    """The learner's answer on fresh CountingRows for K and V: (K, V, result), or (K, V, exception)."""
+    K, V = CountingRows(case.k, "K"), CountingRows(case.v, "V")
+    try:
+        return K, V, _call(fn, case, K, V, masks)
+    except NotImplementedError:
+        raise
+    except Exception as exc:  # a learner's bug: reported, the notebook goes on
+        return K, V, exc
+
+
+def _check(fn, cases, reference, limit, held_what, name: str, passed: str, masks: bool) -> None:
+    for n, case in enumerate(cases):
+        try:
+            K, V, got = _run(fn, case, masks)
+        except NotImplementedError:
+            print(f"{name}: not implemented yet (fill in the stub above, then run this cell again)")
+            return
+        if isinstance(got, Exception):
+            note = ""
+            if "CountingRows" in str(got) or "read-only" in str(got):
+                note = (" (K and V arrive as CountingRows: load a block with K[j0:j1], a numpy array; K.shape and "
+                        "len(K) read nothing)")
+            print(f"{name}: ✗ {_show(case)} raised {type(got).__name__}: {got}{note}")
+            return
+        want = reference(case)
+        problem = _pass_problem(K, case.Bc) or _pass_problem(V, case.Bc)
+        hint = None
+        if problem is None:
+            problem = diagnose(got, want, names=("o", "lse"), **_TOL)
+            hint = problem and _hint(case, got, want, K, V)
+        if problem is None:
+            problem = _order_problem(K, case.Bc) or _order_problem(V, case.Bc)
+        if problem is None and case.kind == "memory":
+            held, _ = peak_bytes(_call, fn, case, CountingRows(case.k, "K"), CountingRows(case.v, "V"), masks)
+            cap = limit(case)
+            if held > cap:
+                problem = (f"held {held:,} bytes at once, more than half of {held_what(case)}; one pass holds one "
+                           f"block and the state (m, l, acc), whatever M is")
+                hint = ("nothing as long as M may outlive its block: no list of blocks or scores, no mask or bias "
+                        "for all M keys built up front; fold each block into (m, l, acc), then drop it")
+        if problem is not None:
+            print(f"{name}: ✗ {_show(case)}: {problem}")
+            if hint:
+                print(f"  hint: {hint}")
+            return
+    print(f"{name}: ✓ passed {len(cases)} cases; {passed}")
+
+
+def _row_reference(case: _Case):
+    o, lse = attention_reference(case.q[None, :], case.k, case.v)   # (1, dv), (1,)
+    return o[0], float(lse[0])
+
+
+def check_one_pass_row(fn, *, name: str | None = None) -> None:
+    """Check `fn(q, k, v, Bc) -> (o, lse)`, one query's attention in one pass over blocks of Bc keys; print one verdict.
+
+    K and V arrive as `CountingRows`. Passes when o and lse match `attention_reference` (rtol 1e-9), each row of
+    K and V is read exactly once in ceil(M / Bc) loads of at most Bc rows, and at M = 16384 the run holds less
+    than half of an array of length M. Taught in: notebooks/03_one_pass_attention.ipynb
+    """
+    _check(fn, _row_cases(), _row_reference, lambda c: 4 * c.k.shape[0],
+           lambda c: f"an array of length M = {c.k.shape[0]} ({8 * c.k.shape[0]:,} bytes)",
+           name or getattr(fn, "__name__", "your function"),
+           "K and V read once each, in blocks of Bc; nothing of length M held", masks=False)
+
+
+def _rows_reference(case: _Case):
+    return attention_reference(case.q, case.k, case.v, causal=case.causal)
+
+
+def check_one_pass_rows(fn, *, name: str | None = None) -> None:
+    """Check `fn(Q, K, V, Bc, causal=False) -> (o, lse)`, every query in one pass over blocks of Bc keys; print one verdict.
+
+    K and V arrive as `CountingRows`; causal keeps key j for query i when j <= i + M - N, and a query with no
+    key gets o = 0, lse = -inf. Passes when o and lse match `attention_reference` (rtol 1e-9), each row of K and
+    V is read exactly once in ceil(M / Bc) loads, and at N = 64, M = 1024 the run holds less than half of an
+    N × M array. Taught in: notebooks/03_one_pass_attention.ipynb
+    """
+    def held_what(c: _Case) -> str:
+        N, M = c.q.shape[0], c.k.shape[0]
+        return f"an N × M array of scores ({N} × {M} = {8 * N * M:,} bytes)"
+
+    _check(fn, _rows_cases(), _rows_reference, lambda c: 4 * c.q.shape[0] * c.k.shape[0], held_what,
+           name or getattr(fn, "__name__", "your function"),
+           "K and V read once each for all queries, in blocks of Bc; no NaN on rows without a key; never N × M held",
+           masks=True)

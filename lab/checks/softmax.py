@@ -1,0 +1,399 @@
+"""Checks for the exercises on the memory wall, the three-pass softmax and the online softmax.
+
+Each `check_*` runs a learner's function on its cases, the classic failure cases among them (scores in the thousands, rows
+of only -inf, very negative scores, a short last block): one line when all pass; else the case, expected against got and
+where (`lab.diagnose`), and a hint naming the classic mistake whose result matches the learner's. Beyond the numbers: the
+input is not changed in place, lab's own version is not called, the online pass reads each score once without holding the
+row (`lab.CountingArray`, `tracemalloc`).
+
+Taught in: notebooks/00_the_memory_wall.ipynb, notebooks/01_three_pass_softmax.ipynb, notebooks/02_online_softmax.ipynb
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import numpy as np
+from numpy import inf
+
+from ..access_count import CountingArray
+from ..attention import attention_reference
+from ..exercises import check, describe_case, diagnose
+from ..memory import attention_bytes, peak_bytes
+from ..online_trace import demo_scores
+from ..overflow import exp_limits, first_exp_overflow
+from ..softmax import online_normalizer
+
+__all__ = ["check_score_bytes", "check_standard_attention", "check_largest_n", "check_first_overflow", "check_safe_softmax",
+           "check_log_sum_exp", "check_online_step", "check_online_pass", "check_merge_ml", "check_count_rescales"]
+
+def _same(got, wrong, case=None) -> bool:
+    """True when `got` equals `wrong(*case)` (or `wrong` itself, without a case) to rounding, NaN matching NaN."""
+    try:
+        return diagnose(got, wrong if case is None else wrong(*case), rtol=1e-9, atol=1e-12) is None
+    except Exception:
+        return False
+
+
+def _hint(mistakes, default: str):
+    """A `lab.check` hint: the text of the first mistake `(wrong, text)` whose `wrong(*case)` equals yours, else `default`;
+    None when the values agree (a property failed and says why itself)."""
+    def hint(case, got, want):
+        with np.errstate(all="ignore"):
+            return None if _same(got, want) else next((t for w, t in mistakes if _same(got, w, case)), default)
+    return hint
+
+
+def _copies(case) -> list:
+    return [a.copy() if isinstance(a, np.ndarray) else a for a in case]
+
+
+def _guarded(fn, default: str, notes=None):
+    """`fn` on copies of the case (so an in-place change cannot reach the reference), named `default` if a lambda; a
+    ValueError whose message holds a key of `notes` gets that note appended."""
+    def run(*case):
+        try:
+            return fn(*_copies(case))
+        except ValueError as exc:
+            note = next((n for k, n in (notes or {}).items() if k in str(exc)), None)
+            if note is None:
+                raise
+            raise ValueError(f"{exc} ({note})") from None
+    name = getattr(fn, "__name__", "<")
+    run.__name__, run.raw = (default if name.startswith("<") else name), fn
+    return run
+
+
+def _own_work(*names):
+    """Property: `fn` leaves its input arrays as they were and calls none of `lab.<names>`, lab's own version."""
+    def prop(fn, case, got):
+        lab, args, called = importlib.import_module("lab"), _copies(case), []
+        saved = {n: getattr(lab, n) for n in names}
+        try:
+            for n, f in saved.items():
+                setattr(lab, n, lambda *a, _n=n, _f=f, **k: (called.append(_n), _f(*a, **k))[1])
+            getattr(fn, "raw", fn)(*args)
+        finally:
+            for n, f in saved.items():
+                setattr(lab, n, f)
+        if called:
+            return f"it calls lab.{called[0]}, which does what this exercise asks you to write: use numpy instead"
+        if any(isinstance(a, np.ndarray) and not np.array_equal(a, b, equal_nan=True) for a, b in zip(args, case)):
+            return "it changes its input in place (e.g. `s -= m`): compute into a new array and leave the caller's scores alone"
+        return None
+    return prop
+
+
+# ------------------------------------------------------------------------------------ 00 the memory wall
+
+
+def check_score_bytes(fn) -> None:
+    """Check `fn(B, H, N, M, itemsize)`, the bytes of S and P: $2 \\cdot B \\cdot H \\cdot N \\cdot M \\cdot \\text{itemsize}$.
+    Taught in: notebooks/00_the_memory_wall.ipynb"""
+    mistakes = [
+        (lambda B, H, N, M, s: B * H * N * M * s, "that is S alone: P = softmax(S) is held at the same time, at the same size"),
+        (lambda B, H, N, M, s: 2 * N * M * s, "that is one head: all B·H heads of the batch are computed at once"),
+        (lambda B, H, N, M, s: 2 * H * N * M * s, "that is the H heads of one sequence: the batch has B of them"),
+        (lambda B, H, N, M, s: 2 * B * H * N * N * s, "that uses N × N: S has a row per query (N) and a column per key (M)"),
+        (lambda B, H, N, M, s: 16 * B * H * N * M * s, "that is in bits: itemsize is already in bytes"),
+        (lambda B, H, N, M, s: 2 * B * H * N * M, "that counts numbers, not bytes: each takes itemsize bytes"),
+    ]
+    check(_guarded(fn, "score_bytes"), lambda B, H, N, M, s: attention_bytes(N, M, s, heads=B * H),
+          [(2, 3, 5, 7, 8), (1, 1, 4096, 4096, 4), (8, 32, 2048, 2048, 2), (4, 16, 1000, 3000, 2)],
+          rtol=0, atol=0, properties=[_own_work("attention_bytes")],
+          hint=_hint(mistakes, "count the numbers in S and in P for one head, times the heads at once, times bytes per number"))
+
+
+def _attention(q, k, v, *, scale=None, shift="row", axis=-1):
+    """Standard attention with a choice of classic mistakes: the scale, what is subtracted, the softmax axis."""
+    s = q @ k.T * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    e = np.exp(s - {"row": s.max(axis=axis, keepdims=True), "all": s.max(), "none": 0.0}[shift])
+    return e / e.sum(axis=axis, keepdims=True) @ v
+
+
+def check_standard_attention(fn) -> None:
+    """Check `fn(q, k, v)`, one head of standard attention: $O = \\mathrm{softmax}(QK^\\top/\\sqrt{d})\\,V$, row by row; cases
+    with N != M, d_v != d and scores in the thousands. Taught in: notebooks/00_the_memory_wall.ipynb"""
+    rng = np.random.default_rng(1)
+    cases = [(rng.standard_normal((5, 8)), rng.standard_normal((7, 8)), rng.standard_normal((7, 3))),
+             (40 * rng.standard_normal((4, 16)), 40 * rng.standard_normal((6, 16)), rng.standard_normal((6, 16))),
+             (rng.standard_normal((1, 4)), rng.standard_normal((9, 4)), rng.standard_normal((9, 2)))]
+    mistakes = [
+        (lambda q, k, v: _attention(q, k, v, shift="none"),
+         "e^s overflowed (these scores reach the thousands): subtract each row's max before exp, so every exponent is <= 0"),
+        (lambda q, k, v: _attention(q, k, v, shift="all"),
+         "you subtracted the max of all of S: rows far below it underflow to 0/0; each row needs its own max"),
+        (lambda q, k, v: _attention(q, k, v, scale=1.0), "the scores are not scaled: S = QKᵀ/√d"),
+        (lambda q, k, v: _attention(q, k, v, scale=1 / q.shape[-1]), "the scale is 1/√d, not 1/d"),
+        (lambda q, k, v: _attention(q, k, v, scale=1 / math.sqrt(v.shape[-1])),
+         "d is the width of q and k (the length of each dot product), not of v"),
+        (lambda q, k, v: _attention(q, k, v, axis=0), "each column of P sums to 1: softmax each query's row of scores (axis=-1)"),
+    ]
+    check(_guarded(fn, "my_attention"), lambda q, k, v: attention_reference(q, k, v)[0], cases,
+          rtol=1e-9, atol=1e-12, hint=_hint(mistakes, "S = scale·QKᵀ is (N, M); softmax each row; O = PV is (N, d_v)"),
+          properties=[_own_work("attention_reference", "attention_naive", "flash_attention_numpy", "softmax_safe",
+                                "softmax_naive", "softmax_online")])
+
+
+def check_largest_n(fn) -> None:
+    """Check `fn(gib, itemsize)`, the largest N whose S and P fit in `gib` GiB:
+    $2 N^2 \\cdot \\text{itemsize} \\le \\text{gib} \\cdot 2^{30}$. Taught in: notebooks/00_the_memory_wall.ipynb"""
+    mistakes = [
+        (lambda g, s: math.isqrt(g * 2**30 // s), "that N fits S alone: P needs as much again"),
+        (lambda g, s: math.isqrt(g * 10**9 // (2 * s)), "that budget is in GB (10⁹ bytes): a GiB is 2³⁰ bytes"),
+        (lambda g, s: math.isqrt(g * 2**30 // (2 * s)) + 1, "one too many: at that N, 2·N²·itemsize exceeds the budget"),
+        (lambda g, s: math.sqrt(g * 2**30 / (2 * s)), "not a whole number: N counts tokens, so round down"),
+        (lambda g, s: math.isqrt(g * 2**30 // 2), "that leaves out itemsize: each number takes itemsize bytes"),
+    ]
+    check(_guarded(fn, "largest_n"), lambda g, s: math.isqrt(g * 2**30 // (2 * s)),
+          [(80, 4), (80, 2), (16, 2), (141, 2), (1, 8), (24, 1)], rtol=0, atol=0,
+          hint=_hint(mistakes, "the largest N with 2·N²·itemsize <= gib·2³⁰ bytes: it fits, N + 1 does not"))
+
+
+# ------------------------------------------------------------------------------------ 01 three-pass softmax
+
+
+def check_first_overflow(fn) -> None:
+    """Check `fn(name)`, the smallest integer $s \\ge 0$ with $e^s = \\infty$ in format `name`, against a scan.
+    Taught in: notebooks/01_three_pass_softmax.ipynb"""
+    mistakes = [
+        (lambda n: math.floor(math.log(exp_limits(n)["max"])),
+         "e^s is still finite at yours: it is the last integer below log(max); the first overflow is the next one"),
+        (lambda n: math.ceil(math.log2(exp_limits(n)["max"])), "that is log2(max): e^s needs the natural log"),
+        (lambda n: math.ceil(math.log10(exp_limits(n)["max"])), "that is log10(max): e^s needs the natural log"),
+    ]
+    check(_guarded(fn, "first_overflow", {"not inexact": "numpy's finfo does not know bf16: ml_dtypes.finfo does"}),
+          first_exp_overflow, [("fp16",), ("bf16",), ("fp32",), ("fp64",)], rtol=0, atol=0,
+          hint=_hint(mistakes, "e^s overflows once it exceeds the format's largest finite value; bf16's comes from ml_dtypes.finfo"),
+          properties=[_own_work("first_exp_overflow", "exp_limits", "overflow_table")])
+
+
+def _shift(s, how: str = "row", masked: str = "zero"):
+    """e^(s - shift), each row's l and the shift (row max, max of all, column max, min, none); masked rows shifted by 0 or not."""
+    m = {"row": s.max(axis=-1, keepdims=True), "all": s.max(), "column": s.max(axis=0, keepdims=True),
+         "min": s.min(axis=-1, keepdims=True), "none": np.zeros((s.shape[0], 1))}[how]
+    m = np.where(np.isneginf(m), 0.0, m) if masked == "zero" else m
+    e = np.exp(s - m)
+    return e, e.sum(axis=-1, keepdims=True), m
+
+
+def _softmax(s, how="row", masked="zero"):
+    e, l, _ = _shift(s, how, masked)
+    return np.divide(e, l, out=np.zeros_like(e), where=l > 0) if masked == "zero" else e / l
+
+
+def _lse(s, how="row", masked="zero", add_m=True):
+    _, l, m = _shift(s, how, masked)
+    with np.errstate(divide="ignore"):                         # log 0 = -inf for a row of only -inf
+        return ((m if add_m else 0.0) + np.log(l))[:, 0]
+
+
+_MASKED = "a row of only -inf (fully masked): its max is -inf and -inf - (-inf) is NaN; it has nothing to {}: shift it by 0"
+_GLOBAL = "you subtracted the max of the whole array: a row far below it underflows to 0/0; each row needs its own max"
+
+
+def check_safe_softmax(fn) -> None:
+    """Check `fn(s)`, the softmax of each row of an (N, M) array, $e^{s_{ij} - m_i} / \\sum_j e^{s_{ij} - m_i}$ ($m_i = \\max_j s_{ij}$).
+
+    Cases: scores of ±1000, rows far apart, -inf entries, a row of only -inf (zeros, not NaN); the input stays unchanged.
+    Taught in: notebooks/01_three_pass_softmax.ipynb"""
+    rng = np.random.default_rng(2)
+    cases = [(rng.standard_normal((3, 5)),), (np.array([[1000.0, 999.0, -1000.0], [-1000.0, -1001.0, -1002.0]]),),
+             (np.array([[-inf, 0.0, 2.0], [3.0, -inf, -inf]]),), (np.array([[-inf, -inf, -inf], [1.0, 2.0, 3.0]]),),
+             (300 * rng.standard_normal((4, 300)),)]
+    mistakes = [
+        (lambda s: _softmax(s, masked="nan"), _MASKED.format("weigh, so its probabilities are 0")),
+        (lambda s: _softmax(s, "none", "nan"), "e^s overflowed (e^1000) or underflowed (e^-1000), giving inf/inf or 0/0: "
+                                               "subtract each row's max first, so every exponent is <= 0 and the max's is 0"),
+        (lambda s: _softmax(s, "all"), _GLOBAL), (lambda s: _softmax(s, "all", "nan"), _GLOBAL),
+        (lambda s: _softmax(s, "column", "nan"), "you subtracted each column's max (axis=0): each row needs its own (axis=-1)"),
+        (lambda s: _softmax(s.T).T, "each column sums to 1: normalize along each row (axis=-1)"),
+        (lambda s: _softmax(s, "min", "nan"), "you subtracted the min: the exponents must be <= 0, so subtract the max"),
+    ]
+    check(_guarded(fn, "safe_softmax", {"broadcast": "keep the row axis: s.max(axis=-1, keepdims=True) is (N, 1)"}),
+          _softmax, cases, rtol=1e-9, atol=1e-12,
+          hint=_hint(mistakes, "three passes per row: its max m, then l = the sum of e^(s - m), then e^(s - m) / l"),
+          properties=[_own_work("softmax_safe", "softmax_naive", "softmax_online", "online_normalizer")])
+
+
+def check_log_sum_exp(fn) -> None:
+    """Check `fn(s)`, $\\log \\sum_j e^{s_{ij}}$ for each row of an (N, M) array, shape (N,): finite at ±1e4, -inf for a masked row.
+    Taught in: notebooks/01_three_pass_softmax.ipynb"""
+    rng = np.random.default_rng(3)
+    cases = [(np.array([[0.0, 0.0], [1.0, 2.0], [-3.0, 5.0]]),), (np.array([[1e4, 1e4 - 1, -1e4], [-1e4, -1e4, -1e4 - 1]]),),
+             (np.array([[-inf, -inf], [0.0, -inf]]),), (50 * rng.standard_normal((3, 100)),)]
+    mistakes = [
+        (lambda s: _lse(s, masked="nan"), _MASKED.format("sum, and its log-sum-exp is log 0 = -inf")),
+        (lambda s: _lse(s, "none", "nan"), "e^s overflowed to inf (or every term underflowed to 0, and log 0 = -inf): take "
+                                           "each row's max out first, as in your safe_softmax"),
+        (lambda s: _lse(s, add_m=False), "that is log l alone: l was summed relative to m, so add m back"),
+        (lambda s: _lse(s, "all"), "you subtracted the max of the whole array: each row needs its own"),
+        (lambda s: _lse(s)[:, None], "one number per row: shape (N,), not (N, 1) (drop keepdims at the end)"),
+    ]
+    check(_guarded(fn, "log_sum_exp", {"broadcast": "keep the row axis while subtracting: s.max(axis=-1, keepdims=True)"}),
+          _lse, cases, rtol=1e-12, atol=1e-12,
+          hint=_hint(mistakes, "log Σ e^s = m + log Σ e^(s - m) for any shift m: pick the one that cannot overflow"),
+          properties=[_own_work("online_normalizer", "softmax_safe", "attention_reference")])
+
+
+# ------------------------------------------------------------------------------------ 02 online softmax
+
+
+def _step(m, l, x_b, *, alpha=True, sign=1, terms="new", keep_m=True, skip_empty=True):
+    """One online step (m, l) -> (m_new, l_new), with a choice of classic mistakes."""
+    m_new = max(m, float(np.max(x_b))) if keep_m else float(np.max(x_b))
+    if skip_empty and m_new == -inf:
+        return m, l
+    a = float(np.exp(sign * (m - m_new))) if alpha else 1.0
+    return m_new, a * l + float(np.exp(x_b - (m_new if terms == "new" else m)).sum())
+
+
+_STEP_MISTAKES = [  # (keyword arguments of _step, what went wrong)
+    ({"skip_empty": False}, "a block of only -inf seen from the empty state: m_new is -inf and e^(-inf - (-inf)) is NaN; "
+                            "such a block adds nothing, so keep (m, l)"),
+    ({"alpha": False}, "the old l was not rescaled: it is a sum relative to the old m; when m grows, each old term "
+                       "e^(x - m_old) must become e^(x - m_new)"),
+    ({"sign": -1}, "the rescaling points the wrong way: moving the old sum to a larger m must shrink it (a factor <= 1)"),
+    ({"terms": "old"}, "the new terms are relative to the old m: l must be a sum of e^(x - m) for the new m"),
+    ({"keep_m": False}, "m is the max of this block only: it must be the max of every score seen, the old m included"),
+]
+
+
+def check_online_step(fn) -> None:
+    """Check `fn(m, l, x_block)`: the state $(m, l = \\sum e^{x_j - m})$ of the scores seen, with `x_block` added; cases from the
+    empty state $(-\\infty, 0)$ and with blocks of only -inf. Taught in: notebooks/02_online_softmax.ipynb"""
+    rng = np.random.default_rng(4)
+    cases = [(-inf, 0.0, np.array([1.0, 2.0])), (3.0, 2.5, np.array([1.0, 0.0])), (0.0, 1.0, np.array([5.0, 4.0, 6.0])),
+             (-inf, 0.0, np.array([-inf, -inf])), (2.0, 1.7, np.array([-inf, -inf])),
+             (-inf, 0.0, np.array([-1000.0, -1001.0])), (10.0, 4.0, 20 * rng.standard_normal(9))]
+    check(_guarded(fn, "online_step"), _step, cases, names=("m", "l"), rtol=1e-12, atol=1e-12,
+          hint=_hint([(lambda m, l, x, kw=kw: _step(m, l, x, **kw), t) for kw, t in _STEP_MISTAKES],
+                     "(m, l) must describe every score seen: m their max, l the sum of e^(x - m) over them"),
+          properties=[_own_work("merge_states", "partial_state", "online_normalizer")])
+
+
+def _pass(x, block, *, m0=-inf, tail=True, **step):
+    """The online pass over a plain array, with a choice of classic mistakes (the start, the last block, the step's)."""
+    m, l = m0, 0.0
+    for j0 in range(0, len(x) if tail else len(x) // block * block, block):
+        m, l = _step(m, l, x[j0:j0 + block], **step)
+    return m, l
+
+
+_PASS_MISTAKES = [(lambda x, b: _pass(x, b, m0=0.0), "m started at 0: scores all below 0 never raise it, so m stays 0 and "
+                                                     "l sums e^(x - 0); the state of no scores is m = -inf, l = 0"),
+                  (lambda x, b: _pass(x, b, tail=False), "the last, shorter block was left out: range(0, len(x), block) reaches it")]
+_PASS_MISTAKES += [(lambda x, b, kw=kw: _pass(x, b, **kw), text) for kw, text in _STEP_MISTAKES]
+
+
+def _read_problem(row: CountingArray):
+    """What the reads of one run did wrong, and a hint: a score read twice or never, a store into x."""
+    twice, never = np.flatnonzero(row.loads > 1), np.flatnonzero(row.loads == 0)
+    if twice.size:
+        j = int(twice[0])
+        return (f"x[{j}] was read {int(row.loads[j])} times ({twice.size} of {len(row)} scores read more than once); one pass "
+                "reads each score once", "keep (m, l) up to date block by block instead of finding m first and summing after")
+    if never.size:
+        return f"x[{int(never[0])}] was never read ({never.size} of {len(row)} scores)", None
+    return ("it writes into x; the row is input only", None) if row.stores.any() else (None, None)
+
+
+def check_online_pass(fn, *, long_n: int = 20_000, long_block: int = 50) -> None:
+    """Check `fn(x, block)` -> (m, l) of a row, $m = \\max_j x_j$, $l = \\sum_j e^{x_j - m}$, read once in blocks.
+
+    `x` is a `lab.CountingArray` (len, x[j], x[j0:j1]). Beyond the values: every score is loaded exactly once, nothing is
+    written into x, and on a row of `long_n` scores the function holds less than a quarter of the row's bytes (tracemalloc).
+    Taught in: notebooks/02_online_softmax.ipynb
+    """
+    rng = np.random.default_rng(5)
+    z = demo_scores(24)
+    cases = [(rng.standard_normal(10), 4), (z, 6), (-1000.0 + z[:16], 5), (np.r_[np.full(3, -inf), rng.standard_normal(7)], 3),
+             (np.r_[rng.standard_normal(4), np.full(4, -inf), z[:3]], 4), (np.full(5, -inf), 2),
+             (1000.0 * rng.standard_normal(7), 100), (rng.standard_normal(1), 3)]
+    name = _guarded(fn, "online_pass").__name__
+    for i, (x, block) in enumerate(cases):
+        shown, row = f"case {i} {describe_case((x, block))}", CountingArray(x)
+        try:
+            got = fn(row, block)
+        except NotImplementedError:
+            print(f"{name}: not implemented yet (fill in the stub above, then run this cell again)")
+            return
+        except Exception as exc:  # a learner's bug: report it, do not stop the notebook
+            extra = (" (x is a counting array: use len(x), x[j] and x[j0:j1], not x.shape or numpy on x itself)"
+                     if isinstance(exc, (AttributeError, TypeError)) else "")
+            print(f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}{extra}")
+            return
+        want = _pass(x, block)
+        problem = diagnose(got, want, names=("m", "l"), rtol=1e-10, atol=1e-12)
+        hint = _hint(_PASS_MISTAKES, "after each block, m must be the max of the scores read so far and l the sum of "
+                                     "e^(x - m) over them")((x, block), got, want)
+        if problem is None:
+            problem, hint = _read_problem(row)
+        if problem is not None:
+            print(f"{name}: ✗ {shown}: {problem}" + (f"\n  hint: {hint}" if hint else ""))
+            return
+    x = rng.standard_normal(long_n)
+    held, _ = peak_bytes(fn, CountingArray(x), long_block)
+    if held > x.nbytes // 4:
+        print(f"{name}: ✗ on a row of {long_n} scores in blocks of {long_block}, it held {held:,} bytes at once; the row "
+              f"itself is {x.nbytes:,} bytes and one block {long_block * 8} bytes\n"
+              "  hint: keep only (m, l) between blocks: no list or array of all the scores or of their exponentials")
+        return
+    print(f"{name}: ✓ passed {len(cases)} cases; each score read once; no row-sized array held")
+
+
+def check_merge_ml(fn) -> None:
+    """Check `fn(m_a, l_a, m_b, l_b)` -> the state of a whole row from its halves' states, against the row's own online pass;
+    cases with halves of only -inf. Taught in: notebooks/02_online_softmax.ipynb"""
+    rng = np.random.default_rng(6)
+    rows = [rng.standard_normal(10), np.r_[rng.standard_normal(5), 3 + rng.standard_normal(6)], 100 * rng.standard_normal(7),
+            -1000 + rng.standard_normal(12), np.r_[rng.standard_normal(4), np.full(4, -inf)], np.full(6, -inf)]
+    table = {}
+    for r in rows:
+        (m_a, l_a), (m_b, l_b) = online_normalizer(r[:len(r) // 2], 3), online_normalizer(r[len(r) // 2:], 3)
+        table[(float(m_a), float(l_a), float(m_b), float(l_b))] = r
+
+    def merged(m_a, l_a, m_b, l_b, a=True, b=True, sign=1, skip=True):
+        m = max(m_a, m_b)
+        if skip and m == -inf:
+            return m, 0.0
+        return m, float((np.exp(sign * (m_a - m)) if a else 1) * l_a + (np.exp(sign * (m_b - m)) if b else 1) * l_b)
+    mistakes = [
+        (lambda *c: merged(*c, skip=False), "two halves of only -inf: e^(-inf - (-inf)) is NaN; the merge of nothing is (-inf, 0)"),
+        (lambda *c: merged(*c, a=False), "l_a was added as it is, but here m_a < m: l_a is a sum relative to m_a; bring it to m"),
+        (lambda *c: merged(*c, b=False), "l_b was added as it is, but here m_b < m: l_b is a sum relative to m_b; bring it to m"),
+        (lambda *c: merged(*c, sign=-1), "the rescaling points the wrong way: moving a sum to a larger m must shrink it"),
+        (lambda m_a, l_a, m_b, l_b: merged(m_a, l_a, m_b, 1.0), "half b counted as one score m_b: it stands for l_b of them"),
+    ]
+    check(_guarded(fn, "merge_ml"), lambda *c: tuple(float(v) for v in online_normalizer(table[c], 5)), list(table),
+          names=("m", "l"), rtol=1e-10, atol=1e-12,
+          hint=_hint(mistakes, "the merged state must describe both halves: m the max of all, l the sum of e^(x - m) over all"),
+          properties=[_own_work("merge_states", "online_normalizer")])
+
+
+def _rescales(x, block, *, first=False, ties=False, previous=False, tail=True):
+    """Blocks after the first that raise the running max (α < 1), with a choice of classic mistakes."""
+    maxima = [float(np.max(x[j0:j0 + block])) for j0 in range(0, len(x) if tail else len(x) // block * block, block)]
+    count, m = int(first), maxima[0]
+    for prev, b in zip(maxima, maxima[1:]):
+        count += int(b >= (prev if previous else m) if ties else b > (prev if previous else m))
+        m = max(m, b)
+    return count
+
+
+def check_count_rescales(fn) -> None:
+    """Check `fn(x, block)`, the blocks after the first whose scores raise the running max ($\\alpha = e^{m_{old} - m_{new}} < 1$).
+    Taught in: notebooks/02_online_softmax.ipynb"""
+    cases = [(demo_scores(24), 6), (np.arange(10.0), 3), (np.arange(10.0)[::-1].copy(), 2), (np.ones(6), 2),
+             (np.array([5.0, 1.0, 3.0, 2.0, 4.0]), 1), (demo_scores(64), 8)]
+    mistakes = [
+        (lambda x, b: _rescales(x, b, first=True), "that counts the first block: it sets m from -inf, nothing is rescaled"),
+        (lambda x, b: _rescales(x, b, ties=True), "that counts a block whose max only equals m: α = e^0 = 1, no rescale"),
+        (lambda x, b: _rescales(x, b, previous=True), "that compares with the previous block's max: m is the max of "
+                                                      "everything read so far"),
+        (lambda x, b: _rescales(x, b, tail=False), "the last, shorter block was left out"),
+    ]
+    check(_guarded(fn, "count_rescales"), _rescales, cases, rtol=0, atol=0,
+          properties=[_own_work("online_trace", "online_normalizer")],
+          hint=_hint(mistakes, "a rescale happens where a block's max is above every score read before it"))

@@ -1,0 +1,393 @@
+"""Checks for the tiling exercises: causal tile counts, fa2's HBM bytes, the widest key block, the tiled FA2 forward.
+
+- `check_causal_tile_counts(fn)`: `fn(N, M, Br, Bc) -> (computed, masked)` tiles of a bottom-right causal kernel.
+- `check_fa2_hbm_bytes(fn)`     : `fn(N, d, Br, Bc, itemsize, causal) -> bytes` that fa2 moves (N = M, dv = d).
+- `check_widest_key_block(fn)`  : `fn(sram_bytes, d, Br, itemsize) -> Bc`, the largest whose step fits.
+- `check_tiled_forward(fn)`     : `fn(q, k, v, Br, Bc, causal) -> (o, lse)`, FlashAttention-2's forward: values on
+  the classic failure cases, then k and v as `BlockLoadArray`s that count the rows loaded (a second pass, a
+  whole-array load), then tracemalloc's peak (an N × M or Br × M array of scores).
+Each prints one line on a pass; on a failure the case, what differs and where, and a hint naming the classic
+mistake it recognizes.
+
+Taught in: notebooks/05_tiling.ipynb
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from ..attention import attention_reference, causal_mask
+from ..exercises import check, diagnose
+from ..io_model import flash_counts, step_footprint
+from ..memory import peak_bytes
+
+__all__ = ["check_causal_tile_counts", "check_fa2_hbm_bytes", "check_widest_key_block", "check_tiled_forward",
+           "BlockLoadArray"]
+
+
+def _first(alternatives, got, default):
+    """The text of the first (answer, text) whose answer equals `got`, else `default`."""
+    for answer, text in alternatives:
+        if diagnose(got, answer, rtol=0, atol=0) is None:
+            return text
+    return default
+
+
+# ------------------------------------------------------------------------------ exercise 1: causal tiles
+def _tile_kinds(N, M, Br, Bc, off=None, slack=0, whole=False, corner="first"):
+    """(computed, masked) tiles under the mask j <= i + off: computed when the block's last query sees its
+    first key, masked when a computed tile's `corner` query misses its last key. Variants make the classic slips."""
+    off = M - N if off is None else off
+    i0 = np.arange(0, N - N % Br if whole else N, Br)[:, None]
+    j0 = np.arange(0, M - M % Bc if whole else M, Bc)[None, :]
+    i1, j1 = np.minimum(i0 + Br, N), np.minimum(j0 + Bc, M)
+    computed = j0 <= i1 - 1 + off + slack
+    masked = computed & (j1 - 1 > (i0 if corner == "first" else i1 - 1) + off)
+    return int(computed.sum()), int(masked.sum())
+
+
+def _tiles_hint(case, got, want):
+    N, M, Br, Bc = case
+    alts = [(_tile_kinds(N, M, Br, Bc, off=0), "that is the count for a mask aligned top-left (key j hidden when "
+             "j > i); here key j is hidden from query i when j > i + (M - N)"),
+            (_tile_kinds(N, M, Br, Bc, whole=True), "that counts whole blocks only: the last query block and the last "
+             "key block may be partial, so there are ⌈N/Br⌉ × ⌈M/Bc⌉ tiles"),
+            (_tile_kinds(N, M, Br, Bc, slack=1), "one key too far: a tile is computed when its first key j0 is visible "
+             "to its last query, j0 <= (i1 - 1) + (M - N)"),
+            (_tile_kinds(N, M, Br, Bc, corner="last"), "the masked count looks at the wrong corner: a computed tile "
+             "needs the mask when its FIRST query cannot see its LAST key")]
+    return _first(alts, got, "a tile is computed when some query of it sees some key of it (look at one corner), "
+                             "and needs the mask when some query misses some key (the opposite corner)")
+
+
+def check_causal_tile_counts(fn, *, name: str | None = None) -> None:
+    """Check `fn(N, M, Br, Bc) -> (computed, masked)`, the tiles a causal kernel computes and those it must mask inside.
+
+    Reference: tile (i0:i1, j0:j1) is computed iff $j_0 \\le i_1 - 1 + M - N$, masked iff also $j_1 - 1 > i_0 + M - N$.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    cases = [(1024, 1024, 64, 64), (200, 200, 64, 32), (1000, 700, 128, 48), (300, 1000, 33, 100), (7, 7, 3, 5),
+             (5, 9, 64, 64), (4096, 4096, 16, 512)]
+    check(fn, _tile_kinds, cases, name=name, rtol=0, atol=0, names=("computed", "masked"), hint=_tiles_hint)
+
+
+# ------------------------------------------------------------------------------ exercise 2: fa2's bytes
+def _fa2_bytes(N, d, Br, Bc, itemsize, causal, *, skip=True, whole=False, lse=None, kv_once=False):
+    """fa2's bytes for N = M, dv = d; the keyword variants make the classic slips."""
+    keys = 0
+    for i0 in range(0, N, Br):
+        last = min(i0 + Br, N) if causal and skip else N      # keys 0..last-1: what the block's queries see
+        n = -(-last // Bc)
+        keys += n * Bc if whole else min(n * Bc, N)
+    keys = N if kv_once else keys
+    return (2 * N * d + 2 * keys * d) * itemsize + N * (max(itemsize, 4) if lse is None else lse)
+
+
+def _bytes_hint(case, got, want):
+    N, d, Br, Bc, isz, causal = case
+    alts = [(_fa2_bytes(*case, skip=False), "that is the count without causal skipping: under the mask, query block "
+             "i loads only the key blocks its queries can see"),
+            (_fa2_bytes(*case, whole=True), "a partial last key block holds fewer than Bc keys: count the keys "
+             "loaded, not Bc per block"),
+            (_fa2_bytes(*case, lse=isz), "lse is saved in the accumulator's dtype: float32 (4 bytes) for fp16 and "
+             "float32 inputs, float64 for float64"),
+            (_fa2_bytes(*case, lse=0), "the output is o and lse: one lse value per query row is written too"),
+            (_fa2_bytes(*case, kv_once=True), "fa2 reads K and V once per query block (it keeps no copy between "
+             "them), not once in all")]
+    return _first(alts, got, "add up what crosses between HBM and the chip: Q once, the K_j and V_j of every "
+                             "computed tile, o and lse once")
+
+
+def check_fa2_hbm_bytes(fn, *, name: str | None = None) -> None:
+    """Check `fn(N, d, Br, Bc, itemsize, causal)`, fa2's HBM bytes for one head, N = M, dv = d, against `lab.flash_counts`.
+
+    Reference: $\\big(2Nd + 2d\\sum_i K_i\\big)\\cdot\\text{itemsize} + N\\cdot\\max(\\text{itemsize}, 4)$, $K_i$ the keys block i loads.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    cases = [(4096, 64, 128, 128, 2, False), (1000, 64, 64, 48, 2, True), (333, 16, 50, 64, 8, True),
+             (1000, 64, 128, 128, 4, True), (5, 3, 7, 2, 2, True), (4096, 128, 128, 64, 2, True)]
+    check(fn, lambda N, d, Br, Bc, isz, causal: flash_counts(N, N, d, block_q=Br, block_k=Bc, causal=causal,
+                                                              itemsize=isz).total,
+          cases, name=name, rtol=0, atol=0, hint=_bytes_hint)
+
+
+# ------------------------------------------------------------------------------ exercise 3: widest key block
+def _footprint(d, Br, Bc, itemsize):
+    return step_footprint(d, Br, Bc, itemsize=itemsize)["total"]
+
+
+def _widest(sram_bytes, d, Br, itemsize):
+    """The largest Bc with `step_footprint(d, Br, Bc)` within `sram_bytes`, 0 when Bc = 1 does not fit (the footprint is linear in Bc)."""
+    per_key = _footprint(d, Br, 2, itemsize) - _footprint(d, Br, 1, itemsize)
+    return max(0, (sram_bytes - _footprint(d, Br, 1, itemsize) + per_key) // per_key)
+
+
+def _widest_hint(case, got, want):
+    sram, d, Br, isz = case
+    if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
+        return "a block size is a whole number of keys: round down (//)"
+    if got >= 1 and _footprint(d, Br, got, isz) > sram:
+        return (f"a step with Bc = {got} takes {_footprint(d, Br, got, isz):,} bytes, more than the {sram:,} there "
+                "are: did you round up, or leave a buffer out (S_ij and the state m, l, acc are float32)?")
+    if _footprint(d, Br, got + 1, isz) <= sram:
+        return (f"Bc = {got + 1} still fits ({_footprint(d, Br, got + 1, isz):,} of {sram:,} bytes): a buffer counted "
+                "twice or at the wrong size? P_ij is in the input dtype, S_ij in float32")
+    return "the largest Bc whose step fits; 0 when even Bc = 1 does not"
+
+
+def check_widest_key_block(fn, *, name: str | None = None) -> None:
+    """Check `fn(sram_bytes, d, Br, itemsize)`: the largest Bc whose step (section 3's buffers, dv = d) fits in `sram_bytes`.
+
+    Reference: the largest Bc with `lab.step_footprint(d, Br, Bc, itemsize=itemsize)["total"] <= sram_bytes`, 0 if none.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    cases = [(192 * 1024, 64, 64, 2), (228 * 1024, 128, 128, 2), (2**20, 64, 128, 4), (64 * 1024, 128, 64, 2),
+             (100_000, 48, 16, 4), (4096, 64, 64, 2)]
+    check(fn, _widest, cases, name=name, rtol=0, atol=0, hint=_widest_hint)
+
+
+# ------------------------------------------------------------------------------ exercise 4: the tiled forward
+class BlockLoadArray:
+    """K or V in "HBM" for a check: `a[j0:j1]` returns a copy of those rows and adds one load to each.
+
+    Any use of the whole array (`a.T`, `np.asarray(a)`, `a @ x`, ...) loads every row and is remembered in
+    `whole`; `largest` is the most rows one access loaded. `shape`, `len`, `ndim`, `dtype` are free.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+
+    def __init__(self, values, name: str):
+        self._data = np.array(values, dtype=np.float64)           # a copy: the case's array is never touched
+        self.name = name
+        self.loads = np.zeros(self._data.shape[0], dtype=np.int64)
+        self.largest, self.largest_at, self.whole = 0, None, None
+        self.shape, self.ndim, self.dtype, self.size = self._data.shape, self._data.ndim, self._data.dtype, self._data.size
+
+    def __len__(self) -> int:
+        return self._data.shape[0]
+
+    def __iter__(self):
+        return (self[j] for j in range(len(self)))
+
+    def __getitem__(self, key):
+        rows = np.atleast_1d(np.arange(len(self))[key[0] if isinstance(key, tuple) else key])
+        np.add.at(self.loads, rows, 1)
+        if rows.size > self.largest:
+            self.largest, self.largest_at = int(rows.size), f"{self.name}[{_key_text(key)}]"
+        return np.array(self._data[key])
+
+    def _all(self, how: str) -> np.ndarray:
+        self.whole = self.whole or how
+        self.loads += 1
+        return self._data.copy()
+
+    def __array__(self, dtype=None, copy=None):
+        a = self._all(f"np.asarray({self.name}), or {self.name} whole inside a numpy call")
+        return a if dtype is None else a.astype(dtype)
+
+    def __getattr__(self, attr):
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return getattr(self._all(f"{self.name}.{attr}"), attr)
+
+
+def _operator(op):
+    def method(self, *other):
+        return getattr(self._all(f"{self.name} whole in an expression"), op)(*other)
+    return method
+
+
+for _op in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "matmul", "rmatmul", "neg", "pow"):
+    setattr(BlockLoadArray, f"__{_op}__", _operator(f"__{_op}__"))
+
+
+def _key_text(key) -> str:
+    """An index as typed: slices as start:stop, anything else by its repr."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return ", ".join(f"{'' if p.start is None else p.start}:{'' if p.stop is None else p.stop}" if isinstance(p, slice)
+                     else repr(p) if np.ndim(p) == 0 else "[...]" for p in parts)
+
+
+def _forward_cases():
+    """(label, (q, k, v, Br, Bc, causal)): the classic failure cases; the last is large enough to see an N × M array."""
+    rng = np.random.default_rng(5)
+
+    def qkv(N, M, d=8, dv=8, spread=1.0):
+        return rng.standard_normal((N, d)) * spread, rng.standard_normal((M, d)) * spread, rng.standard_normal((M, dv))
+
+    low = (-20 + 0.3 * rng.standard_normal((10, 8)), 20 + 0.3 * rng.standard_normal((24, 8)), rng.standard_normal((24, 8)))
+    return [("Br, Bc divide N, M", (*qkv(64, 64), 16, 16, False)),
+            ("partial last blocks, dv != d", (*qkv(50, 70, 8, 4), 16, 32, False)),
+            ("causal, N = M, partial blocks", (*qkv(37, 37), 8, 5, True)),
+            ("causal, N < M", (*qkv(20, 45), 8, 16, True)),
+            ("causal, N > M: queries 0-6 see no key", (*qkv(12, 5), 4, 2, True)),
+            ("blocks larger than N and M", (*qkv(5, 9), 64, 64, True)),
+            ("blocks of one row", (*qkv(6, 7), 1, 1, True)),
+            ("every score near -1100", (*low, 4, 8, False)),
+            ("scores in the thousands", (*qkv(16, 40, spread=30.0), 8, 8, True)),
+            ("large", (*qkv(128, 4096), 16, 64, False))]
+
+
+def _shown(n, label, case) -> str:
+    q, k, v, Br, Bc, causal = case
+    return (f"case {n} ({label}; N = {len(q)}, M = {len(k)}, d = {q.shape[1]}, dv = {v.shape[1]}, Br = {Br}, "
+            f"Bc = {Bc}, causal={causal})")
+
+
+def _reference(q, k, v, visible=None, scale=None):
+    """float64 (o, lse) of softmax(scale q kᵀ) v with hidden pairs (visible False) at -inf; o = 0, lse = -inf for no key."""
+    s = (q @ k.T) * (1 / np.sqrt(q.shape[1]) if scale is None else scale)
+    s = s if visible is None else np.where(visible, s, -np.inf)
+    m = np.where(np.isneginf(s.max(axis=1)), 0.0, s.max(axis=1))
+    p = np.exp(s - m[:, None])
+    seen = p.sum(axis=1) > 0
+    l1 = np.where(seen, p.sum(axis=1), 1.0)
+    return np.where(seen[:, None], (p @ v) / l1[:, None], 0.0), np.where(seen, m + np.log(l1), -np.inf)
+
+
+def _forward_hint(case, got, want) -> str:
+    q, k, v, Br, Bc, causal = case
+    N, M = len(q), len(k)
+    try:
+        o, lse = (np.asarray(x, dtype=float) for x in got)
+    except (TypeError, ValueError):
+        return "return the pair (o, lse): o of shape (N, dv), lse of shape (N,)"
+    if o.shape != want[0].shape or lse.shape != want[1].shape:
+        if min(len(o), len(lse)) < N and N % Br:
+            return (f"the last query block is partial (rows {N - N % Br} to {N - 1}) and yours has no rows for it: "
+                    "loop over range(0, N, Br) and end each block at min(i0 + Br, N)")
+        return "o has shape (N, dv) and lse shape (N,): one row per query"
+    vis = causal_mask(N, M) if causal else np.ones((N, M), bool)
+    s = np.where(vis, q @ k.T / np.sqrt(q.shape[1]), -np.inf)
+    full = N - N % Br
+    if N % Br and np.allclose(o[:full], want[0][:full], rtol=1e-9, atol=1e-12, equal_nan=True):
+        return (f"the last {N % Br} queries (rows {full} to {N - 1}) form a partial query block, and yours gets "
+                "them wrong: loop over range(0, N, Br) and end each block at min(i0 + Br, N)")
+    bad = np.isnan(o).any(axis=1) | np.isnan(lse) | (np.isneginf(lse) & np.isfinite(want[1]))
+    if (bad & np.isneginf(want[1])).any():
+        return ("a query that sees no key (causal, N > M) ends with m = -inf and l = 0: e^(m - m_new) and acc / l are "
+                "NaN there. Give it o = 0 and lse = -inf (divide only where l > 0; subtract 0, not -inf)")
+    if (bad & (s.max(axis=1) < -700)).any():
+        return ("every score of this row is below -700, so e^s underflows to 0 unless the running max is subtracted: "
+                "start m at -inf (not 0), so that the first key block sets it")
+    if bad.any() and np.abs(s[np.isfinite(s)]).max() > 700:
+        return "scores this large overflow e^s: subtract the running max m before exp, rescaling l and acc when it grows"
+    tri = np.arange(M)[None, :] <= np.arange(N)[:, None]
+    alts = []
+    if causal and N != M:
+        alts.append((_reference(q, k, v, tri), "that is causal attention aligned top-left (key j hidden when j > i); "
+                     "FlashAttention-2 aligns the mask bottom-right: key j is hidden from query i when j > i + (M - N)"))
+    if causal:
+        alts.append((_reference(q, k, v), "that is attention without the mask: with causal=True, key j is hidden from "
+                     "query i when j > i + (M - N)"))
+    alts.append((_reference(q, k, v, vis, scale=1.0), "the scores are not scaled: s = q kᵀ / √d"))
+    if M % Bc:
+        alts.append((_reference(q, k, v, vis & (np.arange(M) < M - M % Bc)), f"the last key block is partial "
+                     f"({M % Bc} keys) and yours left it out: loop over range(0, M, Bc), ending at min(j0 + Bc, M)"))
+    close = [(np.allclose(o, a[0], rtol=1e-9, atol=1e-12), text) for a, text in alts]
+    for (same_o, text), (a, _) in zip(close, alts):
+        if same_o and np.allclose(lse, a[1], rtol=1e-9, atol=1e-12, equal_nan=True):
+            return text
+    if np.allclose(o, want[0], rtol=1e-9, atol=1e-12):
+        m = np.where(np.isneginf(want[1]), 0.0, s.max(axis=1))
+        if np.allclose(lse, want[1] - m, rtol=1e-9, atol=1e-12):
+            return "your lse is log l: l was summed as e^(s - m), so lse = m + log l"
+        return "o is right and lse is not: lse = log Σ_j e^(s_ij) over the visible keys, m + log l with the final m and l"
+    return ("check one tile by hand: m starts at -inf, e^(m_old - m_new) rescales both l and acc, P_ij = e^(S_ij - m_new) "
+            "multiplies V_j, and o = acc / l comes once, at the end")
+
+
+def _rows_needed(N, M, Br, causal):
+    """Per key row: how many query blocks have a query that sees it."""
+    if not causal:
+        return np.full(M, -(-N // Br))
+    last = np.minimum(np.arange(0, N, Br) + Br, N) - 1 + (M - N)          # the last key each block's last query sees
+    return (np.arange(M)[:, None] <= last[None, :]).sum(axis=1)
+
+
+def _loads_problem(a: BlockLoadArray, N, Br, Bc, causal):
+    """What the loads of K (or V) break, in words; None when each row was loaded once per query block that sees it."""
+    Tr, big = -(-N // Br), a.name.upper()
+    if a.whole:
+        return (f"{big} was loaded whole, all {len(a)} rows at once ({a.whole}); a tile kernel loads {big} one block of at "
+                f"most Bc = {Bc} rows at a time: {a.name}[j0:j1]")
+    if a.largest > Bc:
+        return (f"{a.largest} rows of {a.name} were loaded in one access ({a.largest_at}); a key block holds at most "
+                f"Bc = {Bc} rows")
+    over = np.flatnonzero(a.loads > Tr)
+    if over.size:
+        j = int(over[0])
+        per = f"{a.loads[j] // Tr} times" if a.loads[j] % Tr == 0 else "more than once"
+        return (f"{big} was read {per} per query block: row {j} of {a.name} was loaded {a.loads[j]} times for Tr = {Tr} "
+                f"query blocks; one pass loads each {big}_j once per query block and uses it for the max, l and acc alike")
+    need = _rows_needed(N, len(a), Br, causal)
+    under = np.flatnonzero(a.loads < need)
+    if under.size:
+        j = int(under[0])
+        return (f"row {j} of {a.name} was loaded {a.loads[j]} time(s), but {need[j]} query blocks see it: FlashAttention-2 "
+                f"loops over the query blocks outside and loads K_j, V_j inside, again for every query block (a tile "
+                f"kernel keeps no copy of K or V between query blocks)")
+    return None
+
+
+def _attempt(name, fn, shown, args, what=""):
+    """(True, fn(*args)), or (False, None) after printing why it could not run."""
+    try:
+        return True, fn(*args)
+    except NotImplementedError:
+        print(f"{name}: not implemented yet (fill in the stub above, then run this cell again)")
+    except Exception as exc:  # a learner's bug: report it, do not stop the notebook
+        print(f"{name}: ✗ {shown}{what} raised {type(exc).__name__}: {exc}")
+        if what:
+            print("  hint: index k and v by blocks of rows only (k[j0:j1]) and compute on the tiles you get")
+    return False, None
+
+
+def check_tiled_forward(fn, *, name: str | None = None) -> None:
+    """Check `fn(q, k, v, Br, Bc, causal) -> (o, lse)`: FlashAttention-2's forward, its values and its one pass per query block.
+
+    Values against `attention_reference` on the classic failure cases; then k and v as `BlockLoadArray`s: each row
+    loaded at most once per query block (Tr times) and at least by every query block that sees it, no access of more
+    than Bc rows; last, the peak of the large case under tracemalloc below half a Br × M strip of float64 scores.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    name = name or getattr(fn, "__name__", "your function")
+    cases = _forward_cases()
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        for n, (label, case) in enumerate(cases):
+            want = attention_reference(case[0], case[1], case[2], causal=case[5])
+            ok, got = _attempt(name, fn, _shown(n, label, case), tuple(np.array(a) for a in case[:3]) + case[3:])
+            if not ok:
+                return
+            problem = diagnose(got, want, names=("o", "lse"), rtol=1e-9, atol=1e-12)
+            if problem is not None:
+                print(f"{name}: ✗ {_shown(n, label, case)}: {problem}")
+                print(f"  hint: {_forward_hint(case, got, want)}")
+                return
+        skipped = False
+        for n, (label, case) in enumerate(cases):
+            q, k, v, Br, Bc, causal = case
+            K, V = BlockLoadArray(k, "k"), BlockLoadArray(v, "v")
+            ok, _ = _attempt(name, fn, _shown(n, label, case), (np.array(q), K, V, Br, Bc, causal),
+                             " with k and v that count the rows you load")
+            if not ok:
+                return
+            problem = _loads_problem(K, len(q), Br, Bc, causal) or _loads_problem(V, len(q), Br, Bc, causal)
+            if problem:
+                print(f"{name}: ✗ {_shown(n, label, case)}: {problem}")
+                return
+            skipped = skipped or bool((K.loads < -(-len(q) // Br)).any())
+        peak, _ = peak_bytes(fn, *(np.array(a) for a in case[:3]), *case[3:])
+    N, M, strip = len(q), len(k), Br * len(k) * 8
+    if peak > strip / 2:
+        what = (f"as much as an N × M array of float64 ({N} × {M} = {N * M * 8 // 1024:,} KiB)" if peak >= 0.9 * N * M * 8
+                else f"as much as {max(1, round(peak / strip))} Br × M strip(s) of float64 ({Br} × {M} = {strip // 1024:,} KiB)")
+        print(f"{name}: ✗ {_shown(n, label, case)}: held {peak / 1024:,.0f} KiB at once, {what}; a tiled kernel holds "
+              f"one Br × Bc tile of scores at a time ({Br * Bc * 8 // 1024} KiB here) besides its output")
+        print("  hint: compute each tile's scores, use them for the running max, l and acc, and let them go")
+        return
+    print(f"{name}: ✓ passed {len(cases)} cases; K and V loaded once per query block, at most Bc rows at a time"
+          f"{', masked tiles skipped' if skipped else ' (masked tiles loaded too: allowed, section 2 skips them)'}; "
+          "no N × M array held")

@@ -1,0 +1,394 @@
+"""Checks for notebook 08's exercises: a throughput from a timing, the roofline bound, the tiles of a causal
+loop, and the key-block loop of a Triton FlashAttention-2 forward kernel.
+
+- `check_attention_tflops(fn)`  : `fn(B, H, N, d, causal, ms)`, the TFLOP/s of a forward, F = 4BHN²d (halved
+  when causal) over ms·10⁻³ s; hints for a missed causal halving, one matmul counted, ms taken as seconds.
+- `check_roofline(fn)`          : `fn(intensity, peak, bandwidth)` = min(peak, I·bandwidth) element by element,
+  on a list too; hints for max in place of min, a missing roof, I / bandwidth, Python's `min` on an array.
+- `check_causal_tile_steps(fn)` : `fn(N, M, Br, Bc, causal)`, the (i, j) tiles the loop visits when key j is
+  visible to query i iff j <= i + (M - N); says when yours is the count of a classic mistake (top-left
+  alignment, the block's first row, a dropped tail, negative counts for rows that see no key).
+- `check_triton_attention(kernel)` : a `@triton.jit` kernel with the notebook's signature against
+  `attention_reference`, on one and several key blocks, N and M that no block divides (the memory after K
+  and V holds NaN, so an unmasked load shows), unequal block sizes, and scores near -200 (a running max that
+  starts at 0) and +200 (no max subtracted). Through Triton's interpreter on CPU tensors, compiled on CUDA.
+- `launch_attention_kernel`, `triton_or_standins` : the host side of that kernel, and the modules to write it.
+
+Taught in: notebooks/08_hardware_runs.ipynb
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import types
+import warnings
+
+import numpy as np
+import torch
+
+from ..attention import attention_reference
+from ..exercises import check, diagnose
+from ..measure import attention_flops
+from ..triton_kernels import triton_status
+
+__all__ = ["check_attention_tflops", "check_roofline", "check_causal_tile_steps", "check_triton_attention",
+           "launch_attention_kernel", "triton_or_standins"]
+
+_TODO = "not implemented yet (fill in the stub above, then run this cell again)"
+
+
+def _explained(fn, hints):
+    """`fn` whose errors carry a hint: `hints` maps a piece of an error message to the sentence added to it."""
+    def wrapped(*args):
+        try:
+            return fn(*args)
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            extra = next((h for key, h in hints.items() if key in str(exc)), None)
+            if extra is None:
+                raise
+            raise type(exc)(f"{exc} ({extra})") from None
+    wrapped.__name__ = getattr(fn, "__name__", "your function")
+    return wrapped
+
+
+def _near(a, b) -> bool:
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=1e-9, atol=0))
+
+
+# ------------------------------------------------------------------------------- exercise 1: TFLOP/s
+
+
+def _tflops(B, H, N, d, causal, ms):
+    return attention_flops(B, H, N, d, causal=causal) / (ms * 1e-3) / 1e12
+
+
+def _tflops_hint(case, got, want):
+    try:
+        ratio = float(got) / want
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None
+    causal = case[4]
+    for r, text in ((2.0, "twice the expected: a causal forward computes half the scores, so F is halved"
+                          if causal else "twice the expected: F = 4BHN²d counts both matmuls, QKᵀ and PV, once each"),
+                    (0.5, "half the expected: F counts both matmuls, 2Nd FLOPs per score in QKᵀ and as many in PV"
+                          + ("" if causal else "; only a causal forward is halved")),
+                    (1e3, "1000× the expected: ms is in milliseconds, so the time in seconds is ms·10⁻³"),
+                    (1e-3, "1/1000 of the expected: ms·10⁻³ is the time in seconds; divide by it, do not multiply"),
+                    (1e6, "10⁶× the expected: a TFLOP is 10¹² FLOP"), (1e-6, "10⁻⁶× the expected: a TFLOP is 10¹² FLOP")):
+        if math.isclose(ratio, r, rel_tol=1e-6):
+            return f"yours is {text}"
+    return "F = 4·B·H·N²·d FLOPs (section 2), halved when causal, divided by the time in seconds and by 10¹²"
+
+
+def check_attention_tflops(fn) -> None:
+    """Check `fn(B, H, N, d, causal, ms)` = F / (ms·10⁻³) / 10¹² with F = 4BHN²d, halved when causal; print one verdict.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    cases = [(1, 8, 4096, 64, False, 300.0), (2, 16, 1024, 128, True, 1.5), (1, 1, 17, 16, False, 0.01),
+             (4, 32, 8192, 128, True, 41.0)]
+    check(fn, _tflops, cases, rtol=1e-9, atol=0, hint=_tflops_hint)
+
+
+# ------------------------------------------------------------------------------- exercise 2: the roof
+
+
+def _roof(intensity, peak, bandwidth):
+    return np.minimum(peak, np.asarray(intensity, dtype=float) * bandwidth)
+
+
+def _roof_hint(case, got, want):
+    intensity, peak, bandwidth = np.asarray(case[0], dtype=float), case[1], case[2]
+    known = [(np.maximum(peak, intensity * bandwidth), "the larger of the two ceilings; a kernel reaches the lower "
+                                                        "one: the roof is a minimum"),
+             (intensity * bandwidth, "I·bandwidth everywhere; past the ridge point the rate is capped at the peak"),
+             (np.minimum(peak, intensity / bandwidth), "min(peak, I / bandwidth); I is FLOP per byte and the "
+                                                       "bandwidth bytes per second, so FLOP/s = I·bandwidth")]
+    for value, text in known:
+        if _near(got, value):
+            return f"yours is {text}"
+    return "one rate per intensity: the lower of the peak and intensity × bandwidth, as section 1 draws the roof"
+
+
+def check_roofline(fn) -> None:
+    """Check `fn(intensity, peak, bandwidth)` = min(peak, I·bandwidth) per intensity (arrays and lists); print one verdict.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    cases = [(np.array([0.5, 10.0, 1000.0]), 1.6e11, 1.0e10), (np.array([8.0, 63.0, 295.0, 1e4]), 9.89e14, 3.35e12),
+             ([1.0, 16.0, 64.0], 2.0e11, 2.0e10)]
+    fn = _explained(fn, {"truth value": "Python's min and max compare single numbers; np.minimum works element by element",
+                         "sequence": "intensity may come as a list: np.asarray(intensity) makes it an array"})
+    check(fn, _roof, cases, rtol=1e-9, atol=0, hint=_roof_hint)
+
+
+# ------------------------------------------------------------------------------- exercise 3: tile steps
+
+
+def _tiles(N, M, Br, Bc, causal, *, offset=None, row="last", rows_up=True, keys_up=True, clamp=True):
+    """Tiles visited, with the knobs of the classic mistakes: `offset` the alignment (M - N is right), `row` the
+    block row that decides, `rows_up`/`keys_up` False drop a short last query block / a partly visible key
+    block, `clamp` False lets a block whose rows see no key subtract tiles."""
+    offset = M - N if offset is None else offset
+    steps = 0
+    for i in range(-(-N // Br) if rows_up else N // Br):
+        first, last = i * Br, min((i + 1) * Br, N) - 1
+        seen = M if not causal else (last if row == "last" else first) + 1 + offset   # keys 0 .. seen-1 visible
+        seen = max(0, min(M, seen)) if clamp else min(M, seen)
+        steps += -(-seen // Bc) if keys_up else seen // Bc
+    return steps
+
+
+def _tiles_reference(N, M, Br, Bc, causal):
+    """Every (i, j) tile, kept when some row i of the block sees some key j of it: j0 <= last row + (M - N)."""
+    return sum(1 for i0 in range(0, N, Br) for j0 in range(0, M, Bc)
+               if not causal or j0 <= min(i0 + Br, N) - 1 + M - N)
+
+
+def _tiles_hint(case, got, want):
+    N, M, Br, Bc, causal = case
+    known = [(_tiles(N, M, Br, Bc, causal, offset=0), "the count of a causal mask aligned top-left (key j visible when "
+                                                      "j <= i); here query i sees keys up to i + (M - N)"),
+             (_tiles(N, M, Br, Bc, causal, row="first"), "the count decided by each block's first row; the block's "
+                                                         "last row sees the most keys, and a tile is visited if any row needs it"),
+             (_tiles(N, M, Br, Bc, causal, rows_up=False), "the count without the short last query block: N // Br "
+                                                           "drops the last N % Br rows; round up"),
+             (_tiles(N, M, Br, Bc, causal, keys_up=False), "the count without the key blocks that are only partly "
+                                                           "visible: a tile is visited if any of its keys is; round up"),
+             (_tiles(N, M, Br, Bc, causal, rows_up=False, keys_up=False), "the count without the short blocks: "
+                                                                            "round N / Br and the visible keys / Bc up"),
+             (_tiles(N, M, Br, Bc, causal, clamp=False), "a count in which blocks whose rows see no key subtract tiles: "
+                                                        "with N > M the first N - M rows see none, and visit nothing"),
+             (_tiles(N, M, Br, Bc, False), "the count without causal skipping")]
+    for value, text in known:
+        if got == value and value != want:
+            return f"yours is {text}"
+    return "count, for each query block, the key blocks up to the last key its last row sees, at least none"
+
+
+def check_causal_tile_steps(fn) -> None:
+    """Check `fn(N, M, Br, Bc, causal)`, the (i, j) tiles visited when key j is visible to query i iff j <= i + (M - N).
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    cases = [(4096, 4096, 256, 512, False), (4096, 4096, 256, 512, True), (300, 333, 64, 48, False),
+             (300, 333, 64, 48, True), (64, 512, 16, 32, True), (100, 20, 16, 8, True), (17, 17, 1, 1, True)]
+    check(fn, _tiles_reference, cases, rtol=0, atol=0, hint=_tiles_hint)
+
+
+# ------------------------------------------------------------------------------- exercise 5: a Triton kernel
+
+
+def triton_or_standins():
+    """`(triton, triton.language)`; where Triton does not import, stand-ins that let a kernel be defined, never run.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    usable, _ = triton_status()
+    if usable or not _standin_needed():
+        import triton
+        import triton.language as tl
+        return triton, tl
+    def jit(fn=None, **_):
+        return fn if fn is not None else (lambda f: f)
+    return (types.SimpleNamespace(jit=jit, cdiv=lambda a, b: -(-a // b), standin=True),
+            types.SimpleNamespace(constexpr=int, standin=True))
+
+
+def _standin_needed() -> bool:
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception:
+        return True
+    return False
+
+
+def launch_attention_kernel(kernel, q, k, v, *, block_m: int = 16, block_n: int = 16):
+    """`o` from `kernel[grid](Q, K, V, O, scale, N, M, strides..., BLOCK_M, BLOCK_N, d)`: one program per (query block, head).
+
+    q (H, N, d), k and v (H, M, d), float32, each row contiguous; the grid is (cdiv(N, block_m), H), scale = 1/√d.
+    Returns o (H, N, d). Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    import triton
+
+    H, N, d = q.shape
+    M = k.shape[1]
+    o = torch.empty((H, N, d), dtype=torch.float32, device=q.device)          # (H, N, d)
+    grid = (triton.cdiv(N, block_m), H)
+    kernel[grid](q, k, v, o, 1.0 / math.sqrt(d), N, M,
+                 q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), o.stride(0), o.stride(1),
+                 BLOCK_M=block_m, BLOCK_N=block_n, d=d)
+    return o
+
+
+_D, _PAD = 16, 64      # head dimension; rows of NaN after K and V (more than a key block)
+
+_CASES = [  # name, H, N, M, BLOCK_M, BLOCK_N, score bias, hint when this case is the first to fail
+    ("one key block", 1, 16, 16, 16, 16, 0,
+     "with a single key block nothing is rescaled yet: check S = scale · q Kᵀ (tl.trans(k) inside tl.dot), "
+     "p = exp(S - m_new), and that tl.max and tl.sum run along the keys, axis=1"),
+    ("very large scores (all near +200)", 1, 16, 16, 16, 16, 200,
+     "every score here is near +200, and exp overflows float32 past about 88.7: exponentiate S - m_new, never S"),
+    ("several key blocks", 2, 32, 64, 16, 16, 0,
+     "one key block was right: what carries over between blocks is wrong. When the running max moves, l and acc "
+     "must shrink by alpha = exp(m - m_new) before the new block's sums are added, and then m = m_new"),
+    ("N and M not multiples of the blocks", 1, 20, 37, 16, 16, 0,
+     "the last key block has slots past M: load K and V there with a mask and other=0.0, and give those "
+     "slots a score of -inf (tl.where) before the max and the exp; a zero-filled key still scores 0 and adds "
+     "e^(0 - m) to l"),
+    ("BLOCK_M = 32 query rows, BLOCK_N = 16 keys", 2, 40, 24, 32, 16, 0,
+     "the query block and the key block differ in size here: step over the keys by BLOCK_N and take key offsets "
+     "from tl.arange(0, BLOCK_N)"),
+    ("very negative scores (all near -200)", 1, 16, 48, 16, 16, -200,
+     "every score here is near -200. A running max that starts at 0 stays 0 (max(0, -200) = 0), exp(S - 0) "
+     "underflows to 0, so l = 0 and o = 0/0: start m at float('-inf')"),
+]
+
+
+def _case_inputs(H, N, M, bias, seed, pad_k=math.nan, pad_v=math.nan, device="cpu"):
+    """q (H, N, d) and views k, v (H, M, d) into buffers whose rows M .. M+_PAD-1 hold `pad_k`, `pad_v`."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = torch.randn(H, N, _D, generator=g), torch.randn(H, M, _D, generator=g), torch.randn(H, M, _D, generator=g)
+    if bias:                                                    # scale · (±40 · 20) = ±200 in every score
+        q[..., 0], k[..., 0] = 40.0 * np.sign(bias), 20.0
+    kb = torch.full((H, M + _PAD, _D), pad_k)
+    vb = torch.full((H, M + _PAD, _D), pad_v)
+    kb[:, :M], vb[:, :M] = k, v
+    return q.to(device), kb.to(device)[:, :M], vb.to(device)[:, :M]
+
+
+def _unwrap(exc):
+    """The learner's own error inside Triton's InterpreterError (which keeps it as __cause__)."""
+    return exc.__cause__ if type(exc).__name__ == "InterpreterError" and exc.__cause__ is not None else exc
+
+
+def _is_stub(kernel) -> bool:
+    """Whether the kernel still raises NotImplementedError (read from its code, so without running it)."""
+    fn = getattr(kernel, "fn", kernel)
+    if "NotImplementedError" in getattr(getattr(fn, "__code__", None), "co_names", ()):
+        return True
+    src = getattr(kernel, "src", None)
+    try:
+        src = src if isinstance(src, str) else inspect.getsource(fn)
+    except (OSError, TypeError):
+        return False
+    return "raise NotImplementedError" in src
+
+
+_ERROR_HINTS = {
+    "not subscriptable": "keep @triton.jit above the def: the check launches kernel[grid](...)",
+    "is not defined": "the skeleton's last lines divide acc by l: keep those names for the running sums",
+    "dot": "tl.dot(a, b) multiplies a (P, Q) by b (Q, R): K_j enters transposed, tl.dot(q, tl.trans(k))",
+    "shape": "q is (BLOCK_M, d), a key block (BLOCK_N, d): S = q Kᵀ is (BLOCK_M, BLOCK_N), and m, l run over axis=1",
+}
+
+
+def check_triton_attention(kernel, *, name: str | None = None) -> None:
+    """Check a Triton attention kernel (the notebook's signature) against `attention_reference`; print one verdict.
+
+    Cases: one and several key blocks, N and M that no block divides (NaN stored after K and V: an unmasked
+    load shows as NaN, and the check says which array was read past row M - 1), unequal block sizes, scores near
+    -200 (a running max started at 0 gives 0/0) and +200 (exp without the max overflows). A failure names the
+    case, the worst value's index (head, query row, feature), the error against the tolerance, and a hint.
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    name = name or getattr(getattr(kernel, "fn", kernel), "__name__", "your kernel")
+    usable, why = triton_status()
+    if not usable:
+        first = _TODO + "; " if _is_stub(kernel) else ""
+        print(f"{name}: {first}skipped: {why}")
+        return
+    if _is_stub(kernel):
+        print(f"{name}: {_TODO}")
+        return
+    compiled = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    device = "cuda" if compiled else "cpu"
+    tol = 1e-2 if compiled else 1e-4                           # a compiled fp32 tl.dot rounds its inputs to TF32
+    for i, (label, H, N, M, bm, bn, bias, hint) in enumerate(_CASES):
+        shown = f"case {i} ({label}: H = {H}, N = {N}, M = {M}, BLOCK_M = {bm}, BLOCK_N = {bn}, d = {_D})"
+        q, k, v = _case_inputs(H, N, M, bias, seed=i, device=device)
+        def run(k_, v_, q=q, bm=bm, bn=bn):
+            with np.errstate(all="ignore"), warnings.catch_warnings():    # the interpreter's numpy on NaN and inf
+                warnings.simplefilter("ignore")
+                return launch_attention_kernel(kernel, q, k_, v_, block_m=bm, block_n=bn).double().cpu().numpy()
+        try:
+            got = run(k, v)
+        except Exception as exc:
+            inner = _unwrap(exc)
+            if isinstance(inner, NotImplementedError) or "NotImplementedError" in str(exc):
+                print(f"{name}: {_TODO}")
+                return
+            text = str(inner).strip().splitlines()[-1] if str(inner).strip() else ""
+            print(f"{name}: ✗ {shown} raised {type(inner).__name__}: {text}")
+            extra = next((h for key, h in _ERROR_HINTS.items() if key in f"{type(inner).__name__} {inner}"), None)
+            if extra:
+                print(f"  hint: {extra}")
+            return
+        args = [t.double().cpu().numpy() for t in (q, k, v)]
+        want, _ = attention_reference(*args)
+        problem = diagnose(got, want, rtol=tol, atol=tol)
+        if problem is None:
+            continue
+        print(f"{name}: ✗ {shown}: o[head, query, feature]: {problem}")
+        where = _what_it_matches(got, want, args, N, M, bn, tol)
+        if np.isnan(got).any():
+            where = _what_reads_nan(run, q, H, N, M, bias, i, device) or where
+        if where:
+            print(f"  {where}")
+        print(f"  hint: {hint}")
+        return
+    print(f"{name}: ✓ passed {len(_CASES)} cases (one and several key blocks, N and M that no block divides, "
+          "unequal blocks, scores near +200 and -200)")
+
+
+def _what_reads_nan(run, q, H, N, M, bias, seed, device):
+    """Which of K and V the kernel read past row M - 1, found by filling the memory after each with NaN in turn."""
+    _, k, v = _case_inputs(H, N, M, bias, seed, 0.0, 0.0, device=device)
+    try:
+        if np.isnan(run(k, v)).any():                          # NaN without any NaN stored: not a read past M
+            return None
+    except Exception:
+        return None
+    read = []
+    for which, pads in (("K", (math.nan, 0.0)), ("V", (0.0, math.nan))):
+        _, k, v = _case_inputs(H, N, M, bias, seed, *pads, device=device)
+        try:
+            if np.isnan(run(k, v)).any():
+                read.append(which)
+        except Exception:
+            return None
+    if not read:
+        return None
+    return (f"it reads {' and '.join(read)} past row M - 1 = {M - 1}: this check stores NaN there (on a GPU it would be "
+            f"another tensor's data, or a crash). Load with mask=(key rows < M)[:, None] and other=0.0")
+
+
+def _what_it_matches(got, want, args, N, M, bn, tol):
+    """A sentence when `got` is attention without the scale, or over the first or the last key block alone."""
+    q, k, v = args
+    d = q.shape[-1]
+    last = (max(0, (M - 1) // bn * bn), M)
+    known = [((lambda: attention_reference(q, k, v, scale=1.0)[0]), "yours is attention with scale 1: multiply S = q Kᵀ "
+                                                                     f"by scale = 1/√d = {1 / math.sqrt(d):g}"),
+             ((lambda: attention_reference(q, k[:, :bn], v[:, :bn])[0]), "yours is attention over the first key block "
+                                                                         "alone: loop over every key block, 0 to M"),
+             ((lambda: attention_reference(q, k[:, last[0]:], v[:, last[0]:])[0]), "yours is attention over the last "
+                                                                                   "key block alone: each step forgets the "
+                                                                                   "blocks before it")]
+    padded = -(-M // bn) * bn
+    if padded > M:                                              # the slots past M taken as keys of zeros, score 0
+        zeros = np.zeros(k.shape[:-2] + (padded - M, d))
+        known.append(((lambda: attention_reference(q, np.concatenate([k, zeros], -2), np.concatenate([v, zeros], -2))[0]),
+                      f"yours is attention with the {padded - M} slots past M counted as keys of score 0: give them a "
+                      "score of -inf (tl.where) before the max and the exp"))
+    for value, text in known:
+        if M > bn or "scale" in text or "slots" in text:
+            if diagnose(got, value(), rtol=tol, atol=tol) is None:
+                return text
+    return None

@@ -1,0 +1,184 @@
+"""Notebook 00's exercises: each worked solution passes its own check cell, each planted classic mistake fails
+with its diagnosis, and the checks of lab/checks/softmax.py used there behave when called directly."""
+
+import textwrap
+
+import nbformat
+import numpy as np
+import pytest
+
+import lab
+from exercise_support import ROOT, exercises, run_check
+from lab.checks import softmax as checks
+
+NAME = "00_the_memory_wall"
+EX = {ex.number: ex for ex in exercises(NAME)}
+PASSED = {1: "score_bytes: ✓ passed 4 cases\n", 2: "my_attention: ✓ passed 3 cases\n", 3: "largest_n: ✓ passed 6 cases\n"}
+
+
+def _src(text: str) -> str:
+    return textwrap.dedent(text).strip() + "\n"
+
+
+def _fails(number: int, source: str, *says: str) -> str:
+    out = run_check(EX[number], _src(source))
+    assert "✗" in out and "✓" not in out, out
+    for s in says:
+        assert s in out, f"{s!r} not in:\n{out}"
+    return out
+
+
+def test_the_notebook_has_three_checked_exercises():
+    assert sorted(EX) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("number", [1, 2, 3])
+def test_worked_solution_passes(number):
+    assert run_check(EX[number], EX[number].solution) == PASSED[number]
+
+
+@pytest.mark.parametrize("number", [1, 2, 3])
+def test_stub_reports_not_implemented(number):
+    assert "not implemented yet" in run_check(EX[number], EX[number].stub)
+
+
+def test_exercise_3_has_a_stub_and_a_worked_answer_in_place_of_a_cell_that_computes_it():
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
+    text = "\n".join(c.source for c in nb.cells)
+    assert "the cell below computes it" not in text
+    assert "by hand" in EX[3].stub and "def largest_n" in EX[3].stub
+    answer = [c for c in nb.cells if c.cell_type == "markdown" and "Exercise 3, worked answer" in c.source]
+    assert len(answer) == 1 and "solution" in answer[0].metadata.get("tags", []) and "146,542" in answer[0].source
+
+
+PLANTED = {
+    1: [("S only", """
+            def score_bytes(B, H, N, M, itemsize):
+                return B * H * N * M * itemsize
+            """, ["case 0 (2, 3, 5, 7, 8)", "expected 3360, got 1680", "S alone"]),
+        ("one head", """
+            def score_bytes(B, H, N, M, itemsize):
+                return 2 * N * M * itemsize
+            """, ["expected 3360, got 560", "one head"]),
+        ("N by N", """
+            def score_bytes(B, H, N, M, itemsize):
+                return 2 * B * H * N * N * itemsize
+            """, ["got 2400", "N × N"]),
+        ("bits", """
+            def score_bytes(B, H, N, M, itemsize):
+                return 2 * B * H * N * M * itemsize * 8
+            """, ["in bits"]),
+        ("calls lab", """
+            def score_bytes(B, H, N, M, itemsize):
+                return lab.attention_bytes(N, M, itemsize, heads=B * H)
+            """, ["calls lab.attention_bytes"])],
+    2: [("no max subtracted", """
+            def my_attention(q, k, v):
+                s = q @ k.T / np.sqrt(q.shape[-1])
+                p = np.exp(s)
+                return p / p.sum(axis=-1, keepdims=True) @ v
+            """, ["case 1", "NaN in yours", "subtract each row's max"]),
+        ("one max for all of S", """
+            def my_attention(q, k, v):
+                s = q @ k.T / np.sqrt(q.shape[-1])
+                p = np.exp(s - s.max())
+                return p / p.sum(axis=-1, keepdims=True) @ v
+            """, ["case 1", "the max of all of S"]),
+        ("no scale", """
+            def my_attention(q, k, v):
+                s = q @ k.T
+                p = np.exp(s - s.max(axis=-1, keepdims=True))
+                return p / p.sum(axis=-1, keepdims=True) @ v
+            """, ["case 0", "expected", "not scaled"]),
+        ("d taken from v", """
+            def my_attention(q, k, v):
+                s = q @ k.T / np.sqrt(v.shape[-1])
+                p = np.exp(s - s.max(axis=-1, keepdims=True))
+                return p / p.sum(axis=-1, keepdims=True) @ v
+            """, ["case 0", "width of q and k"]),
+        ("softmax down the columns", """
+            def my_attention(q, k, v):
+                s = q @ k.T / np.sqrt(q.shape[-1])
+                p = np.exp(s - s.max(axis=0, keepdims=True))
+                return p / p.sum(axis=0, keepdims=True) @ v
+            """, ["case 0", "each column of P sums to 1"]),
+        ("returns the reference", """
+            def my_attention(q, k, v):
+                return lab.attention_reference(q, k, v)[0]
+            """, ["calls lab.attention_reference"])],
+    3: [("S only", """
+            def largest_n(gib, itemsize):
+                return int(np.sqrt(gib * 2**30 / itemsize))
+            """, ["case 0 (80, 4)", "expected 103621, got 146542", "fits S alone"]),
+        ("GB", """
+            def largest_n(gib, itemsize):
+                return int(np.sqrt(gib * 1e9 / (2 * itemsize)))
+            """, ["got 100000", "GB (10⁹ bytes)"]),
+        ("rounded up", """
+            import math
+            def largest_n(gib, itemsize):
+                return math.ceil(math.sqrt(gib * 2**30 / (2 * itemsize)))
+            """, ["got 103622", "one too many"]),
+        ("not rounded", """
+            def largest_n(gib, itemsize):
+                return np.sqrt(gib * 2**30 / (2 * itemsize))
+            """, ["largest |error| 5.14e-01", "not a whole number"]),
+        ("itemsize left out", """
+            def largest_n(gib, itemsize):
+                return int(np.sqrt(gib * 2**30 / 2))
+            """, ["got 207243", "leaves out itemsize"])],
+}
+
+
+@pytest.mark.parametrize("number, source, says", [(n, s, says) for n, cases in PLANTED.items() for _, s, says in cases],
+                         ids=[f"{n}-{name}" for n, cases in PLANTED.items() for name, _, _ in cases])
+def test_planted_mistake_is_diagnosed(number, source, says):
+    _fails(number, source, *says)
+
+
+# ------------------------------------------------------------------------------------ the checks, called directly
+
+
+def test_checks_print_one_line_on_pass_and_a_hint_on_failure(capsys):
+    checks.check_score_bytes(lambda B, H, N, M, s: 2 * B * H * N * M * s)
+    checks.check_largest_n(lambda g, s: int(np.sqrt(g * 2**30 / (2 * s))))
+    checks.check_score_bytes(lambda B, H, N, M, s: B * H * N * M * s)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "score_bytes: ✓ passed 4 cases" and out[1] == "largest_n: ✓ passed 6 cases"   # a lambda: the exercise's name
+    assert out[2].startswith("score_bytes: ✗ case 0") and out[3].startswith("  hint: that is S alone")
+
+
+def test_own_work_property_restores_lab_even_when_the_function_raises():
+    before = lab.attention_reference
+    prop = checks._own_work("attention_reference")
+
+    def boom(q, k, v):
+        lab.attention_reference(q, k, v)
+        raise RuntimeError("learner bug")
+    with pytest.raises(RuntimeError):
+        prop(boom, (np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 2))), None)
+    assert lab.attention_reference is before
+
+
+def test_guarded_hands_the_learner_copies_and_adds_a_note_to_known_errors():
+    seen = []
+
+    def f(s):
+        seen.append(s)
+        s[0] = 99.0
+        raise ValueError("operands could not be broadcast together")
+    x = np.zeros(3)
+    with pytest.raises(ValueError, match=r"broadcast together \(keep the row axis\)"):
+        checks._guarded(f, "f", {"broadcast": "keep the row axis"})(x)
+    assert seen[0] is not x and (x == 0).all()
+
+
+def test_hint_names_the_matching_mistake_and_stays_quiet_when_values_agree():
+    hint = checks._hint([(lambda a: a + 1, "off by one")], "generic")
+    assert hint((1,), 2, 1) == "off by one" and hint((1,), 5, 1) == "generic" and hint((1,), 1, 1) is None
+
+
+def test_the_checks_module_stays_short_and_exports_check_names_only():
+    import pathlib
+    assert len(pathlib.Path(checks.__file__).read_text().splitlines()) <= 400
+    assert all(n.startswith("check_") for n in checks.__all__)

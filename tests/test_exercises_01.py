@@ -1,0 +1,162 @@
+"""Notebook 01's exercises: each worked solution passes its own check cell, each planted classic mistake fails
+with its diagnosis, and the checks of lab/checks/softmax.py used there behave when called directly."""
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from exercise_support import exercises, run_check
+from lab.checks import softmax as checks
+
+NAME = "01_three_pass_softmax"
+EX = {ex.number: ex for ex in exercises(NAME)}
+PASSED = {1: "first_overflow: ✓ passed 4 cases\n", 2: "safe_softmax: ✓ passed 5 cases\n", 3: "log_sum_exp: ✓ passed 4 cases\n"}
+
+
+def _src(text: str) -> str:
+    return textwrap.dedent(text).strip() + "\n"
+
+
+def _fails(number: int, source: str, *says: str) -> str:
+    out = run_check(EX[number], _src(source))
+    assert "✗" in out and "✓" not in out, out
+    for s in says:
+        assert s in out, f"{s!r} not in:\n{out}"
+    return out
+
+
+def test_the_notebook_has_three_checked_exercises():
+    assert sorted(EX) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("number", [1, 2, 3])
+def test_worked_solution_passes(number):
+    assert run_check(EX[number], EX[number].solution) == PASSED[number]
+
+
+@pytest.mark.parametrize("number", [1, 2, 3])
+def test_stub_reports_not_implemented(number):
+    assert "not implemented yet" in run_check(EX[number], EX[number].stub)
+
+
+def test_the_build_spec_states_properties_not_the_code():
+    spec, solution = EX[2].spec, EX[2].solution
+    assert "(build)" in spec and "row of only $-\\infty$" in spec and "stays as it was" in spec
+    code = [line.split("#")[0].strip() for line in solution.splitlines()[2:]]
+    assert not any(line and line in spec for line in code)
+
+
+_FINFO = """
+            import ml_dtypes
+            def _max(name):
+                dtype = lab.SOFTMAX_DTYPES[name]
+                return float((ml_dtypes.finfo(dtype) if dtype is ml_dtypes.bfloat16 else np.finfo(dtype)).max)
+            """
+
+PLANTED = {
+    1: [("rounded down", _FINFO + """
+            def first_overflow(name):
+                return int(np.floor(np.log(_max(name))))
+            """, ["case 0 ('fp16')", "expected 12, got 11", "the next one"]),
+        ("log2", _FINFO + """
+            def first_overflow(name):
+                return int(np.ceil(np.log2(_max(name))))
+            """, ["got 16", "log2(max)"]),
+        ("numpy finfo for bf16", """
+            def first_overflow(name):
+                return int(np.ceil(np.log(float(np.finfo(lab.SOFTMAX_DTYPES[name]).max))))
+            """, ["case 1 ('bf16') raised ValueError", "ml_dtypes.finfo does"]),
+        ("calls the scan", """
+            def first_overflow(name):
+                return lab.first_exp_overflow(name)
+            """, ["calls lab.first_exp_overflow"])],
+    2: [("no max subtracted", """
+            def safe_softmax(s):
+                e = np.exp(s)
+                return e / e.sum(axis=-1, keepdims=True)
+            """, ["case 1", "NaN in yours", "subtract each row's max first"]),
+        ("one max for the whole array", """
+            def safe_softmax(s):
+                e = np.exp(s - s.max())
+                return e / e.sum(axis=-1, keepdims=True)
+            """, ["case 1", "NaN in yours at index [1, 0]", "max of the whole array"]),
+        ("max without keepdims", """
+            def safe_softmax(s):
+                e = np.exp(s - s.max(axis=-1))
+                return e / e.sum(axis=-1, keepdims=True)
+            """, ["case 0", "raised ValueError", "keepdims=True"]),
+        ("fully masked row gives NaN", """
+            def safe_softmax(s):
+                e = np.exp(s - s.max(axis=-1, keepdims=True))
+                return e / e.sum(axis=-1, keepdims=True)
+            """, ["case 3", "NaN in yours at index [0, 0]", "a row of only -inf", "shift it by 0"]),
+        ("softmax down the columns", """
+            def safe_softmax(s):
+                e = np.exp(s - s.max(axis=0, keepdims=True))
+                return e / e.sum(axis=0, keepdims=True)
+            """, ["case 0", "each column sums to 1"]),
+        ("changes s in place", """
+            def safe_softmax(s):
+                m = s.max(axis=-1, keepdims=True)
+                s -= np.where(np.isneginf(m), 0.0, m)
+                e = np.exp(s)
+                l = e.sum(axis=-1, keepdims=True)
+                return np.divide(e, l, out=np.zeros_like(e), where=l > 0)
+            """, ["case 0", "changes its input in place"]),
+        ("calls lab", """
+            def safe_softmax(s):
+                return lab.softmax_safe(s)
+            """, ["calls lab.softmax_safe"])],
+    3: [("as written", """
+            def log_sum_exp(s):
+                return np.log(np.exp(s).sum(axis=-1))
+            """, ["case 1", "inf in yours", "take each row's max out first"]),
+        ("m not added back", """
+            def log_sum_exp(s):
+                m = s.max(axis=-1, keepdims=True)
+                m = np.where(np.isneginf(m), 0.0, m)
+                return np.log(np.exp(s - m).sum(axis=-1))
+            """, ["case 0", "expected 5.00034, got 0.000335406", "add m back"]),
+        ("fully masked row gives NaN", """
+            def log_sum_exp(s):
+                m = s.max(axis=-1, keepdims=True)
+                return m[:, 0] + np.log(np.exp(s - m).sum(axis=-1))
+            """, ["case 2", "NaN in yours at index [0]", "log 0 = -inf"]),
+        ("keeps the row axis", """
+            def log_sum_exp(s):
+                m = s.max(axis=-1, keepdims=True)
+                m = np.where(np.isneginf(m), 0.0, m)
+                return m + np.log(np.exp(s - m).sum(axis=-1, keepdims=True))
+            """, ["shape: yours is (3, 1), expected (3,)", "drop keepdims"])],
+}
+
+
+@pytest.mark.parametrize("number, source, says", [(n, s, says) for n, cases in PLANTED.items() for _, s, says in cases],
+                         ids=[f"{n}-{name}" for n, cases in PLANTED.items() for name, _, _ in cases])
+def test_planted_mistake_is_diagnosed(number, source, says):
+    _fails(number, source, *says)
+
+
+# ------------------------------------------------------------------------------------ the checks, called directly
+
+
+def test_safe_softmax_check_passes_lab_shaped_answers_and_names_a_lambda(capsys):
+    def ok(s):
+        m = s.max(axis=-1, keepdims=True)
+        m = np.where(np.isneginf(m), 0.0, m)
+        e = np.exp(s - m)
+        l = e.sum(axis=-1, keepdims=True)
+        return np.divide(e, l, out=np.zeros_like(e), where=l > 0)
+    checks.check_safe_softmax(ok)
+    checks.check_log_sum_exp(lambda s: np.log(np.exp(s).sum(axis=-1)))
+    checks.check_first_overflow(lambda name: {"fp16": 12, "bf16": 89, "fp32": 89, "fp64": 710}[name])
+    out = capsys.readouterr().out
+    assert out.startswith("ok: ✓ passed 5 cases\nlog_sum_exp: ✗ case 1")
+    assert out.endswith("first_overflow: ✓ passed 4 cases\n")
+
+
+def test_checks_never_print_numpy_warnings_of_their_own_references(recwarn):
+    checks.check_log_sum_exp(lambda s: np.full(s.shape[0], 0.0))
+    checks.check_safe_softmax(lambda s: np.zeros_like(s))
+    assert not [w for w in recwarn if "lab/checks" in w.filename]

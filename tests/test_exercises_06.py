@@ -1,0 +1,287 @@
+"""Notebook 06's exercises: each worked solution passes its own check cell, each planted classic mistake fails
+with its diagnosis, and the instrument and checks of lab/checks/fa2.py behave."""
+
+import textwrap
+
+import nbformat
+import numpy as np
+import pytest
+
+import lab
+from exercise_support import ROOT, exercises, run_check
+from lab.checks import fa2 as checks
+from lab.checks.fa2 import Watched
+
+NAME = "06_flashattention2"
+EX = {ex.number: ex for ex in exercises(NAME)}
+PASSED = {1: "affordable_nonmatmul: ✓ passed 4 cases\n",
+          2: "causal_fa2_ops: ✓ passed 5 cases\n",
+          3: "fa1_block: ✓ passed 5 cases; O was normalized after every key block, as FA1 writes it\n",
+          4: "fa2_block: ✓ passed 5 cases; acc was normalized once, after the last key block, as FA2 writes it\n"}
+
+
+def _src(text: str) -> str:
+    return textwrap.dedent(text).strip() + "\n"
+
+
+def _fails(number: int, source: str, *says: str) -> str:
+    out = run_check(EX[number], _src(source))
+    assert "✗" in out and "✓" not in out, out
+    for s in says:
+        assert s in out, f"{s!r} not in:\n{out}"
+    return out
+
+
+def _cells():
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
+    return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]
+
+
+def test_the_notebook_has_four_checked_exercises():
+    assert sorted(EX) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("number", [1, 2, 3, 4])
+def test_worked_solution_passes_with_one_fixed_line(number):
+    assert run_check(EX[number], EX[number].solution) == PASSED[number]
+
+
+@pytest.mark.parametrize("number", [1, 2, 3, 4])
+def test_stub_reports_not_implemented(number):
+    assert "not implemented yet" in run_check(EX[number], EX[number].stub)
+
+
+@pytest.mark.parametrize("number", [3, 4])
+def test_build_solutions_are_long_and_not_in_the_text(number):
+    """A build exercise: at least 8 lines of the learner's own code, none of which the notebook's text shows."""
+    text = "\n".join(s for _, s, tags in _cells() if "solution" not in tags)
+    lines = [ln.split("#")[0].strip() for ln in EX[number].solution.splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith(('"""', "def "))]
+    assert len(lines) >= 8
+    assert not [ln for ln in lines if ln in text]
+
+
+def test_the_exercise_section_needs_only_the_setup():
+    """The checks build their own cases: nothing from the notebook's body (q, k, v, split, ...) is used."""
+    ns = {}
+    for src in EX[1].setup + EX[1].before[:1]:
+        exec(compile(src, "<setup>", "exec"), ns)
+    assert {"check_affordable_nonmatmul", "check_causal_fa2_ops", "check_fa1_block", "check_fa2_block"} <= set(ns)
+    assert not {"q", "k", "v", "split", "whole"} & set(ns)
+
+
+# ------------------------------------------------------------------------------------ exercise 1
+
+
+@pytest.mark.parametrize("body, says", [
+    ("return share * 4 * d * 19.5e12 / 312e12", "share · 4d · R_non/R_mm"),
+    ("return share / (1 - share) * 4 * d * 312e12 / 19.5e12", "rates upside down"),
+    ("return share / (1 - share) * 2 * d * 19.5e12 / 312e12", "2d matmul FLOPs per score"),
+    ("return (share * 4 * d / 312e12) / (share * 4 * d / 312e12 + 1 / 19.5e12)", "solve share = t_non"),
+])
+def test_affordable_nonmatmul_mistakes(body, says):
+    _fails(1, f"def affordable_nonmatmul(d, share):\n    {body}\n", "case 0 (64, 0.1)", "expected 1.77778", says)
+
+
+def test_affordable_reference_is_the_closed_form():
+    for d, share in [(64, 0.1), (128, 0.136), (256, 0.5)]:
+        closed = share / (1 - share) * 4 * d * 19.5 / 312
+        assert checks._affordable_reference(d, share) == pytest.approx(closed, rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------ exercise 2
+
+
+CAUSAL = """
+def causal_fa2_ops(N, d, B):
+    T = -(-N // B)
+    rows = [min((i + 1) * B, N) - i * B for i in range(T)]
+    return {expr}
+"""
+
+
+@pytest.mark.parametrize("expr, says", [
+    ("N * T * (d + 1) + N * d", "without the mask"),
+    ("sum(r * i for i, r in enumerate(rows)) * (d + 1) + N * d", "diagonal tiles left out"),
+    ("sum(r * (i + 1) for i, r in enumerate(rows)) * (d + 1)", "without the final division"),
+    ("sum(r * (i + 1) for i, r in enumerate(rows)) * (2 * d + 1) + N * d", "that is FA1"),
+    ("B * T * (T + 1) // 2 * (d + 1) + N * d", "counted with B rows"),
+    ("B * (N // B) * (N // B + 1) // 2 * (d + 1) + N * d", "shorter query block left out"),
+])
+def test_causal_fa2_ops_mistakes(expr, says):
+    _fails(2, CAUSAL.format(expr=expr), says)
+
+
+def test_causal_reference_matches_section_2_table():
+    """N = M = 1024, d = 64, 64 × 64 tiles, causal: 565,760 multiplies and 65,536 divides."""
+    assert checks._causal_reference(1024, 64, 64) == 565_760 + 65_536
+
+
+# ------------------------------------------------------------------------------------ exercise 3
+
+FA1 = """
+def fa1_block(q_i, k, v, Bc):
+    Br, d = q_i.shape
+    m = {m0}
+    l = np.zeros(Br)
+    O = np.zeros((Br, v.shape[1]))
+    for j0 in range(0, {stop}, Bc):
+        s = q_i @ k[j0:j0 + Bc].T / np.sqrt(d)
+        m_new = np.maximum(m, s.max(axis=1))
+        alpha = np.exp(m - m_new)
+        p = np.exp(s - m_new[:, None])
+        l_new = alpha * l + p.sum(axis=1)
+        O = ({old} * O + p @ v[j0:j0 + Bc]) / l_new[:, None]
+        m, l = m_new, {l_next}
+    return O, m, l
+"""
+FA1_OK = dict(m0="np.full(Br, -np.inf)", stop="len(k)", old="(alpha * l)[:, None]", l_next="l_new")
+
+
+def _fa1(**change):
+    return FA1.format(**{**FA1_OK, **change})
+
+
+def test_fa1_in_fa2_style_exponents_passes():
+    """FA1 written with P = e^(S - m_new) (not the tile's own max) is FA1 all the same."""
+    assert run_check(EX[3], _src(_fa1())) == PASSED[3]
+
+
+def test_fa1_submitted_in_fa2_form_is_refused():
+    _fails(3, """
+        def fa1_block(q_i, k, v, Bc):
+            Br, d = q_i.shape
+            m, l, acc = np.full(Br, -np.inf), np.zeros(Br), np.zeros((Br, v.shape[1]))
+            for j0 in range(0, len(k), Bc):
+                s = q_i @ k[j0:j0 + Bc].T / np.sqrt(d)
+                m_new = np.maximum(m, s.max(axis=1))
+                alpha = np.exp(m - m_new)
+                p = np.exp(s - m_new[:, None])
+                l = alpha * l + p.sum(axis=1)
+                acc = alpha[:, None] * acc + p @ v[j0:j0 + Bc]
+                m = m_new
+            return acc / l[:, None], m, l
+        """, "after key block 0 (keys 0..31)", "that is FA2's form", "FA1 rescales O and divides it by l at every key block")
+
+
+def test_fa1_running_max_from_zero_gives_nan_on_very_negative_scores():
+    _fails(3, _fa1(m0="np.zeros(Br)"), "case 2 (very negative scores", "NaN", "m must start at -inf")
+
+
+def test_fa1_dropped_last_key_block():
+    _fails(3, _fa1(stop="len(k) - len(k) % Bc"), "case 0", "first 96 keys only", "range(0, M, Bc)")
+
+
+def test_fa1_without_l_old():
+    _fails(3, _fa1(old="alpha[:, None]"), "o (element 0)", "multiplies O by l_old")
+
+
+def test_fa1_returns_the_last_tiles_sum_as_l():
+    out = _fails(3, _fa1().replace("return O, m, l", "return O, m, p.sum(axis=1)"), "l (element 2)")
+    assert "rescaled by e^(m_old - m_new)" in out
+
+
+def test_fa1_converted_inputs_cannot_be_watched():
+    src = _fa1().replace("    Br, d = q_i.shape\n", "    q_i, k, v = np.asarray(q_i), np.asarray(k), np.asarray(v)\n    Br, d = q_i.shape\n")
+    _fails(3, src, "could not watch your loop")
+
+
+# ------------------------------------------------------------------------------------ exercise 4
+
+FA2 = """
+def fa2_block(q_i, k, v, Bc):
+    Br, d = q_i.shape
+    m = {m0}
+    l = np.zeros(Br)
+    acc = np.zeros((Br, v.shape[1]))
+    for j0 in range(0, {stop}, Bc):
+        s = q_i @ k[j0:j0 + Bc].T / np.sqrt(d)
+        m_new = np.maximum(m, s.max(axis=1))
+        alpha = np.exp(m - m_new)
+        p = np.exp(s - m_new[:, None])
+        l = alpha * l + p.sum(axis=1)
+        acc = {rescale}acc + p @ v[j0:j0 + Bc]
+        m = m_new
+    return {ret}
+"""
+FA2_OK = dict(m0="np.full(Br, -np.inf)", stop="len(k)", rescale="alpha[:, None] * ", ret="acc / l[:, None], m + np.log(l)")
+
+
+def _fa2(**change):
+    return FA2.format(**{**FA2_OK, **change})
+
+
+def test_fa2_with_in_place_updates_and_a_reciprocal_passes():
+    src = _fa2(rescale="", ret="acc * (1 / l)[:, None], m + np.log(l)").replace(
+        "        acc = acc + p @ v[j0:j0 + Bc]\n", "        acc *= alpha[:, None]\n        acc += p @ v[j0:j0 + Bc]\n")
+    assert "acc *= alpha" in src
+    assert run_check(EX[4], _src(src)) == PASSED[4]
+
+
+def test_fa2_submitted_in_fa1_form_is_refused():
+    src = _fa1().replace("def fa1_block", "def fa1_inner").replace("return O, m, l", "return O, m + np.log(l)")
+    out = _fails(4, src + "\n\nfa2_block = fa1_inner\n", "that is FA1's form", "divides once, after the last key block")
+    assert "after key block 0 (keys 0..31)" in out
+
+
+def test_fa2_normalizing_a_copy_every_step_is_refused():
+    src = _fa2().replace("        m = m_new\n", "        m = m_new\n        o = acc / l[:, None]\n")
+    _fails(4, src, "already held acc / l")
+
+
+def test_fa2_returns_fa1_statistics():
+    _fails(4, _fa2(ret="acc / l[:, None], m, l"), "returned a tuple of 3, expected a tuple of 2 (o, lse)")
+
+
+def test_fa2_lse_without_m():
+    _fails(4, _fa2(ret="acc / l[:, None], np.log(l)"), "lse (element 1)", "lse = m + log l")
+
+
+def test_fa2_without_alpha():
+    _fails(4, _fa2(rescale=""), "o (element 0)", "rescaled by α")
+
+
+def test_fa2_running_max_from_zero():
+    _fails(4, _fa2(m0="np.zeros(Br)"), "very negative scores", "NaN", "m must start at -inf")
+
+
+def test_fa2_dropped_last_key_block():
+    _fails(4, _fa2(stop="len(k) - len(k) % Bc"), "first 96 keys only")
+
+
+def test_fa2_returning_the_reference_is_refused():
+    """Calling the reference on converted inputs gives the right numbers but no loop to watch."""
+    _fails(4, "def fa2_block(q_i, k, v, Bc):\n    return lab.attention_reference(np.asarray(q_i), np.asarray(k), np.asarray(v))\n",
+           "could not watch your loop")
+
+
+def test_fa2_kernel_call_is_refused():
+    """The course's own kernel normalizes at the end too, but it converts its inputs: nothing to watch."""
+    _fails(4, "def fa2_block(q_i, k, v, Bc):\n    return lab.flash_attention_numpy(q_i, k, v, block_q=len(q_i), block_k=Bc)\n",
+           "could not watch your loop")
+
+
+# ------------------------------------------------------------------------------------ the instrument
+
+
+def test_watched_records_results_and_stays_watched():
+    log = []
+    v = checks._watched(np.arange(12.0).reshape(4, 3), log)
+    p = np.ones((2, 4))
+    acc = p @ v[0:4]                                            # a plain array @ a watched slice
+    assert isinstance(acc, Watched) and log[-1][0] == "matmul"
+    out = np.zeros((2, 3))
+    out += acc                                                  # in place into a plain array: recorded
+    assert log[-1][0] == "add" and np.array_equal(log[-1][1], out)
+    assert isinstance(np.concatenate([acc, acc]), Watched)      # numpy functions keep it watched
+    n = len(log)
+    float(acc.sum())                                            # reductions are not recorded
+    assert len(log) == n
+    assert type(np.asarray(acc)) is np.ndarray                  # np.asarray drops the watch (the check says so)
+
+
+def test_prefix_outputs_end_at_the_reference():
+    label, q_i, k, v, Bc, _ = checks._block_cases()[0]
+    prefixes = checks._prefix_outputs(q_i, k, v, Bc)
+    assert len(prefixes) == 4
+    assert np.allclose(prefixes[-1][0], lab.attention_reference(q_i, k, v)[0], rtol=1e-12, atol=1e-14)

@@ -1,0 +1,278 @@
+"""Notebook 07's exercises: each worked solution passes its own check cell, each planted classic mistake fails
+with its diagnosis, the open question has a place to answer and a worked answer, and the oracles and checks
+of lab/checks/precision.py behave."""
+
+import contextlib
+import io
+import textwrap
+
+import ml_dtypes
+import nbformat
+import numpy as np
+import pytest
+
+import lab
+from exercise_support import ROOT, exercises, run_check
+from lab.checks import precision as checks
+
+NAME = "07_precision"
+EX = {ex.number: ex for ex in exercises(NAME)}
+PASSED = {1: "blocked_sum: ✓ passed 8 cases\n",
+          2: "round_nearest_even: ✓ passed 8 cases, bit for bit (ties, subnormals, overflow, a layout no library has)\n",
+          3: "rms_delta_uniform: ✓ passed 3 cases (t = 7, 10, 23; to 0.1%)\n"}
+
+
+def _src(text: str) -> str:
+    return textwrap.dedent(text).strip() + "\n"
+
+
+def _fails(number: int, source: str, *says: str) -> str:
+    out = run_check(EX[number], _src(source))
+    assert "✗" in out and "✓" not in out, out
+    for s in says:
+        assert s in out, f"{s!r} not in:\n{out}"
+    return out
+
+
+def _cells():
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
+    return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]
+
+
+def test_the_notebook_has_three_checked_exercises_and_an_open_question():
+    assert sorted(EX) == [1, 2, 3]
+    cells = _cells()
+    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 4"))
+    after = cells[q + 1:]
+    assert after[0][0] == "markdown" and "Your answer:" in after[0][1] and "solution" not in after[0][2]
+    assert any("solution" in tags for _, _, tags in after)
+    assert not any("cell below" in s for _, s, _ in cells)
+
+
+def test_the_open_question_answer_runs():
+    cells = _cells()
+    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 4"))
+    answer = next(s for t, s, tags in cells[q:] if t == "code" and "solution" in tags)
+    ns, out = {}, io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for src in EX[1].setup:
+            exec(compile(src, "<setup>", "exec"), ns)
+        exec(compile(answer, "<answer>", "exec"), ns)
+    assert "the share rounded to 0 grows with block_k: True" in out.getvalue()
+
+
+@pytest.mark.parametrize("number", [1, 2, 3])
+def test_worked_solution_passes_with_one_fixed_line(number):
+    assert run_check(EX[number], EX[number].solution) == PASSED[number]
+
+
+@pytest.mark.parametrize("number", [1, 2, 3])
+def test_stub_reports_not_implemented(number):
+    assert "not implemented yet" in run_check(EX[number], EX[number].stub)
+
+
+def test_build_solution_is_long_and_not_in_the_text():
+    """Exercise 2 is the build: at least 8 lines of the learner's own code, none of which the notebook's text shows."""
+    text = "\n".join(s for _, s, tags in _cells() if "solution" not in tags)
+    lines = [ln.split("#")[0].strip() for ln in EX[2].solution.splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith(('"""', "def "))]
+    assert len(lines) >= 8
+    assert not [ln for ln in lines if ln in text]
+
+
+def test_the_exercise_section_needs_only_the_setup():
+    ns = {}
+    for src in EX[1].setup + EX[1].before[:1]:
+        exec(compile(src, "<setup>", "exec"), ns)
+    assert {"check_blocked_sum", "check_round_nearest_even", "check_rms_delta_uniform"} <= set(ns)
+    assert not {"q", "k", "v", "grid", "acc"} & set(ns)
+
+
+# ------------------------------------------------------------------------------------ exercise 1
+
+BLOCKED = """
+def blocked_sum(p, fmt, block):
+    x = {x}
+    total = 0.0
+    for b0 in range(0, {stop}, {step}):
+        part = 0.0
+        for xi in x[b0:b0 + {step}]:
+            part = {inner}
+        total = {outer}
+    return float(total)
+"""
+RND = "lab.round_to(np.array([{}]), fmt)[0]"
+OK = dict(x="lab.round_to(p, fmt)", stop="len(p)", step="block", inner=RND.format("part + xi"), outer=RND.format("total + part"))
+
+
+def _blocked(**change):
+    return BLOCKED.format(**{**OK, **change})
+
+
+def test_blocked_sum_in_float64_arithmetic_passes():
+    """Adding in float64 before each rounding gives the same bits as adding in float32 (both exact, then one rounding)."""
+    assert run_check(EX[1], _src(_blocked())) == PASSED[1]
+
+
+@pytest.mark.parametrize("change, says", [
+    (dict(inner="part + xi", outer="total + part"), ("case 0 (np.ones(600), 'bf16', block=1)", "expected 256, got 600",
+                                                     "exact sum of the rounded p")),
+    (dict(step="1"), ("case 1 (600 random p", "one-element-at-a-time sum: `block` was ignored")),
+    (dict(stop="len(p) - len(p) % block"), ("case 1", "without the last, shorter block (600 = 37 blocks of 16 and one of 8)")),
+    (dict(x="p"), ("case 3 (p = [1, then 2^-8 + 2^-20", "expected 2, got 2.10938", "round p to the format first")),
+    (dict(inner="part + xi", outer=RND.format("total + part")), ("each block summed exactly",)),
+    (dict(outer="total + part"), ("block sums added exactly",)),
+])
+def test_blocked_sum_mistakes(change, says):
+    _fails(1, _blocked(**change), *says)
+
+
+def test_blocked_sum_rounding_once_at_the_end():
+    _fails(1, "def blocked_sum(p, fmt, block):\n    return float(lab.round_to(np.array([lab.round_to(p, fmt).astype(float).sum()]), fmt)[0])\n",
+           "rounded once at the end")
+
+
+def test_blocked_sum_may_not_call_the_library():
+    _fails(1, "def blocked_sum(p, fmt, block):\n    return float(lab.low_precision_sum(p, fmt, block)[-1])\n",
+           "calls lab.low_precision_sum")
+
+
+def test_blocked_sum_returning_an_array():
+    _fails(1, _blocked().replace("return float(total)", "return np.array([total])"), "shape: yours is (1,), expected ()")
+
+
+def test_every_classic_blocked_mistake_fails_more_than_one_case():
+    """The old check let a wrong sum through 4 cases out of 5: now each classic mistake is caught at least twice."""
+    caught = {}
+    for _, (p, fmt, block) in checks._blocked_cases():
+        want = float(lab.low_precision_sum(p, fmt, block)[-1])
+        for key, (total, _) in checks._blocked_variants(p, fmt, block).items():
+            caught.setdefault(key, []).append(total != want)
+    assert all(sum(hits) >= 2 for hits in caught.values()), caught
+
+
+# ------------------------------------------------------------------------------------ exercise 2
+
+ROUND = """
+def round_nearest_even(x, e, t):
+    x = np.asarray(x, np.float32).astype(np.float64)
+    bias = 2 ** (e - 1) - 1
+    largest = (2 - 2.0**-t) * 2.0**bias
+    a = np.abs(x)
+    _, ex = np.frexp(a)
+    step = np.ldexp(1.0, {exp} - t)
+    n = np.floor(a / step)
+    rest = a / step - n
+    n = {n}
+    y = {y}
+    return np.copysign(y, x).astype(np.float32)
+"""
+ROUND_OK = dict(exp="np.maximum(ex - 1, 1 - bias)", n="n + ((rest > 0.5) | ((rest == 0.5) & (n % 2 == 1)))",
+                y="np.where(n * step > largest, np.inf, n * step)")
+
+
+def _round(**change):
+    return ROUND.format(**{**ROUND_OK, **change})
+
+
+def test_round_written_with_log2_passes_once_it_keeps_inf():
+    src = _round().replace("    _, ex = np.frexp(a)\n", "").replace(
+        "step = np.ldexp(1.0, np.maximum(ex - 1, 1 - bias) - t)", "step = 2.0 ** (np.maximum(np.floor(np.log2(a)), 1 - bias) - t)")
+    assert "log2" in src
+    _fails(2, src, "x = inf: expected inf, got nan", "it stays ±inf")        # log2(inf) = inf: inf / inf = NaN
+    src = src.replace("    return np.copysign", "    y = np.where(np.isinf(a), np.inf, y)\n    return np.copysign")
+    assert run_check(EX[2], _src(src)) == PASSED[2]
+
+
+@pytest.mark.parametrize("change, says", [
+    (dict(n="np.floor(a / step + 0.5)"), ("case 2 (fp16: ties", "x = 1.00048828125: expected 1.0, got 1.0009765625",
+                                          "exactly halfway between 1.0 and 1.0009765625", "last mantissa bit is 0")),
+    (dict(n="n"), ("case 0", "cut toward zero")),
+    (dict(exp="(ex - 1)"), ("case 3 (fp16: below the smallest normal", "subnormals", "spacing 2^-24")),
+    (dict(y="np.minimum(n * step, largest)"), ("case 4 (fp16: around the largest finite value 65504)", "x = 65520.0",
+                                               "up to x_max + half a step (65520)")),
+    (dict(y="np.where(a > largest, np.inf, n * step)"), ("x = 65519.0: expected 65504.0, got inf",)),
+    (dict(exp="np.maximum(ex - 1, -bias)"), ("case 3", "not a value of this format")),
+])
+def test_round_mistakes(change, says):
+    _fails(2, _round(**change), *says)
+
+
+def test_round_may_not_call_round_to():
+    _fails(2, "def round_nearest_even(x, e, t):\n    return lab.round_to(x, {(5, 10): 'fp16', (8, 7): 'bf16'}.get((e, t), 'fp8_e5m2'))\n",
+           "calls lab.round_to, the function this exercise rebuilds")
+
+
+def test_round_may_not_let_rint_settle_ties():
+    _fails(2, _round(n="np.rint(a / step)"), "np.rint, which applies the tie rule for you")
+
+
+def test_round_through_a_library_fails_on_the_layout_no_library_has():
+    src = """
+    import ml_dtypes
+    def round_nearest_even(x, e, t):
+        kinds = {(5, 10): np.float16, (8, 7): ml_dtypes.bfloat16, (5, 2): ml_dtypes.float8_e5m2}
+        return np.asarray(x, np.float32).astype(kinds.get((e, t), np.float16)).astype(np.float32)
+    """
+    _fails(2, src, "case 7 (a layout no library has, e=6, t=5")
+
+
+def test_round_losing_inf():
+    src = _round().replace("    x = np.asarray(x, np.float32).astype(np.float64)\n",
+                           "    x = np.asarray(x, np.float32).astype(np.float64)\n    x = np.where(np.isinf(x), np.nan, x)\n")
+    _fails(2, src, "x = inf", "it stays ±inf")
+
+
+def test_format_grid_is_every_value_of_the_library_formats():
+    dtypes = {(5, 10): np.float16, (8, 7): ml_dtypes.bfloat16, (5, 2): ml_dtypes.float8_e5m2}
+    for name, et in (("float8_e3m4", (3, 4)), ("float8_e4m3", (4, 3))):      # IEEE-style fp8s of newer ml_dtypes
+        if hasattr(ml_dtypes, name):
+            dtypes[et] = getattr(ml_dtypes, name)
+    for (e, t), dt in dtypes.items():
+        bits = np.arange(2 ** (1 + e + t), dtype=np.uint16 if e + t > 7 else np.uint8)
+        with np.errstate(invalid="ignore"):
+            values = bits.view(dt).astype(np.float64)
+        finite = np.unique(values[np.isfinite(values) & (values >= 0)])
+        assert np.array_equal(checks.format_grid(e, t), finite), (e, t)
+
+
+@pytest.mark.parametrize("fmt, e, t", [("fp16", 5, 10), ("bf16", 8, 7), ("fp8_e5m2", 5, 2), ("tf32", 8, 10)])
+def test_round_by_grid_matches_the_libraries_bit_for_bit(fmt, e, t):
+    rng = np.random.default_rng(3)
+    x = (np.ldexp(1 + rng.random(20000), rng.integers(-150, 129, 20000)) * rng.choice([-1, 1], 20000))
+    with np.errstate(over="ignore"):
+        x = np.concatenate([x.astype(np.float32), checks._rounding_cases()[2][1], checks._rounding_cases()[4][1]])
+    got, want = checks.round_by_grid(x, e, t), lab.round_to(x, fmt)
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), x[~same][:5]
+
+
+def test_round_by_grid_on_a_layout_with_inf_of_newer_ml_dtypes():
+    if not hasattr(ml_dtypes, "float8_e3m4"):
+        pytest.skip("ml_dtypes without float8_e3m4")
+    x = np.linspace(-20, 20, 40001).astype(np.float32)
+    want = x.astype(ml_dtypes.float8_e3m4).astype(np.float32)
+    assert np.array_equal(checks.round_by_grid(x, 3, 4), want, equal_nan=True)
+
+
+# ------------------------------------------------------------------------------------ exercise 3
+
+
+@pytest.mark.parametrize("expr, says", [
+    ("2.0**-t * np.sqrt(3 / (8 * np.log(2))) / np.sqrt(12)", "log scale"),
+    ("2.0**-t / np.sqrt(12)", "absolute error in steps"),
+    ("2.0**-t / np.sqrt(6)", "whole step either side"),
+    ("2.0**-(t + 1) / np.sqrt(24)", "ε taken as half the step"),
+    ("2.0**-t * np.log(2) / np.sqrt(12)", "average 1/x² itself"),
+    ("2.0**-t / 4", "the error is uniform over half a step"),
+])
+def test_rms_delta_mistakes(expr, says):
+    _fails(3, f"def rms_delta_uniform(t):\n    return {expr}\n", "case 0 (t = 7)", says)
+
+
+def test_rms_reference_agrees_with_a_measurement():
+    """Round x uniform on [1, 2) to bf16 and fp16 with the library: the rms of δ is the first-order formula to 1%."""
+    x = (1 + np.random.default_rng(0).random(400_000)).astype(np.float32)
+    for fmt, t in (("bf16", 7), ("fp16", 10)):
+        delta = lab.round_to(x, fmt).astype(np.float64) / x - 1
+        assert np.sqrt(np.mean(delta**2)) == pytest.approx(checks._rms_reference(t), rel=0.01)

@@ -1,0 +1,225 @@
+"""Notebook 08's exercises: each worked solution passes its check cell, planted classic mistakes fail with their
+diagnosis, the open question has an answer, and the helpers of lab/checks/triton.py behave."""
+
+import contextlib
+import io
+import itertools
+import re
+
+import nbformat
+import pytest
+
+import lab
+import lab.checks.triton as ct
+from exercise_support import ROOT, exercises, run_check
+
+NAME = "08_hardware_runs"
+EX = {ex.number: ex for ex in exercises(NAME)}
+USABLE, WHY = lab.triton_status()
+needs_triton = pytest.mark.skipif(not USABLE, reason=WHY)
+
+
+def planted(ex, *edits):
+    """The worked solution with each (old, new) replacement made; every `old` must be in it."""
+    src = ex.solution
+    for old, new in edits:
+        assert old in src, old
+        src = src.replace(old, new)
+    return src
+
+
+def assert_fails(out, *pieces):
+    assert "✗" in out and "✓" not in out, out
+    for piece in pieces:
+        assert piece in out, (piece, out)
+
+
+def test_the_exercises_are_found():
+    assert sorted(EX) == [1, 2, 3, 5]
+
+
+@pytest.mark.parametrize("number", [1, 2, 3, pytest.param(5, marks=needs_triton)])
+def test_worked_solution_passes(number):
+    out = run_check(EX[number], EX[number].solution)
+    assert "✓" in out and "✗" not in out, out
+
+
+@pytest.mark.parametrize("number", [1, 2, 3, 5])
+def test_stub_reports_not_implemented(number):
+    out = run_check(EX[number], EX[number].stub)
+    assert "not implemented yet" in out and "✗" not in out, out
+
+
+# ---------------------------------------------------------------------------------------- exercise 1
+
+@pytest.mark.parametrize("edits, diagnosis", [
+    ([("/ (2 if causal else 1)", "")], "twice the expected: a causal forward computes half the scores"),
+    ([("4 * B", "2 * B")], "half the expected"),
+    ([("(ms * 1e-3)", "ms")], "1/1000 of the expected"),
+    ([("/ 1e12", "/ 1e9")], "1000× the expected"),
+], ids=["no causal halving", "one matmul", "ms as seconds", "GFLOP/s"])
+def test_tflops_mistakes(edits, diagnosis):
+    assert_fails(run_check(EX[1], planted(EX[1], *edits)), diagnosis)
+
+
+# ---------------------------------------------------------------------------------------- exercise 2
+
+@pytest.mark.parametrize("source, diagnosis", [
+    ("def attainable(intensity, peak, bandwidth):\n    return np.maximum(peak, np.asarray(intensity) * bandwidth)\n",
+     "the larger of the two ceilings"),
+    ("def attainable(intensity, peak, bandwidth):\n    return np.asarray(intensity) * bandwidth\n",
+     "capped at the peak"),
+    ("def attainable(intensity, peak, bandwidth):\n    return min(peak, np.asarray(intensity) * bandwidth)\n",
+     "np.minimum works element by element"),
+    ("def attainable(intensity, peak, bandwidth):\n    return np.minimum(peak, intensity * bandwidth)\n",
+     "np.asarray(intensity)"),
+    ("def attainable(intensity, peak, bandwidth):\n    return np.minimum(peak, np.asarray(intensity) / bandwidth)\n",
+     "FLOP/s = I·bandwidth"),
+], ids=["max", "no roof", "python min", "list input", "divided"])
+def test_roofline_mistakes(source, diagnosis):
+    assert_fails(run_check(EX[2], source), diagnosis)
+
+
+# ---------------------------------------------------------------------------------------- exercise 3
+
+@pytest.mark.parametrize("edits, diagnosis", [
+    ([("last_row + 1 + M - N", "last_row + 1")], "aligned top-left"),
+    ([("last_row + 1 + M - N", "i0 + 1 + M - N")], "decided by each block's first row"),
+    ([("range(0, N, Br)", "range(0, N - Br + 1, Br)")], "without the short last query block"),
+    ([("-(-visible // Bc)", "visible // Bc")], "only partly visible"),
+    ([("max(0, min(M, last_row + 1 + M - N))", "min(M, last_row + 1 + M - N)")], "see no key"),
+    ([("M if not causal else", "M if True else")], "without causal skipping"),
+], ids=["top-left", "first row", "dropped row tail", "dropped key tail", "negative", "no skipping"])
+def test_tile_steps_mistakes(edits, diagnosis):
+    assert_fails(run_check(EX[3], planted(EX[3], *edits)), diagnosis)
+
+
+# ---------------------------------------------------------------------------------------- exercise 4 (open)
+
+def _cells():
+    return nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4).cells
+
+
+def test_open_question_has_a_place_to_answer_and_a_worked_answer():
+    cells = _cells()
+    at = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith("**4. "))
+    after = cells[at + 1:at + 3]
+    assert "Your answer:" in after[0].source and "solution" not in after[0].metadata.get("tags", [])
+    assert "solution" in after[1].metadata.get("tags", []) and "d = 128" in after[1].source
+
+
+# ---------------------------------------------------------------------------------------- all specs
+
+def test_specs_give_no_reference_code():
+    for ex in EX.values():
+        assert "Reference:" not in ex.spec and "np.minimum" not in ex.spec and "sum(1 for" not in ex.spec
+
+
+def _code_lines(source):
+    return {re.sub(r"\s+", " ", line.split("#")[0]).strip() for line in source.splitlines()} - {""}
+
+
+def test_build_exercise_is_written_by_the_learner():
+    """At least 8 lines of the worked kernel are the learner's, and none of them is anywhere in the notebook's text."""
+    ex = EX[5]
+    learner = _code_lines(ex.solution) - _code_lines(ex.stub)
+    assert len(learner) >= 8, learner
+    text = set()
+    for c in _cells():
+        if "solution" not in c.metadata.get("tags", []):
+            text |= _code_lines(c.source)
+    assert not learner & text, learner & text
+
+
+# ---------------------------------------------------------------------------------------- exercise 5
+
+KERNEL_MISTAKES = [
+    ([("mask=key_ok[:, None], other=0.0)", ")")],
+     ("N and M not multiples", "reads V past row M - 1 = 36", "stores NaN")),
+    ([('        s = tl.where(key_ok[None, :], s, float("-inf"))', "")],
+     ("N and M not multiples", "11 slots past M counted as keys of score 0", "a score of -inf (tl.where)")),
+    ([('m = tl.full([BLOCK_M], float("-inf"), tl.float32)', "m = tl.zeros([BLOCK_M], tl.float32)")],
+     ("very negative scores", "NaN in yours", "start m at float('-inf')")),
+    ([("acc = acc * alpha[:, None] + tl.dot(p, v)", "acc = acc + tl.dot(p, v)")],
+     ("several key blocks", "alpha = exp(m - m_new)")),
+    ([("p = tl.exp(s - m_new[:, None])", "p = tl.exp(s)")], ("very large scores", "overflows float32")),
+    ([(") * scale", ")")], ("one key block", "yours is attention with scale 1")),
+    ([("        m = m_new\n", "")], ("several key blocks", "last key block alone")),
+    ([("range(0, M, BLOCK_N)", "range(0, M, BLOCK_M)")], ("BLOCK_M = 32 query rows", "differ in size")),
+    ([("tl.max(s, axis=1)", "tl.max(s, axis=0)")], ("raised ValueError", "m, l run over axis=1")),
+]
+
+
+@needs_triton
+@pytest.mark.parametrize("edits, diagnosis", KERNEL_MISTAKES,
+                         ids=["no load mask", "no -inf for padded keys", "m starts at 0", "no rescale of acc",
+                              "no max subtracted", "no scale", "m never updated", "steps by BLOCK_M", "max over queries"])
+def test_kernel_mistakes(edits, diagnosis):
+    assert_fails(run_check(EX[5], planted(EX[5], *edits)), *diagnosis)
+
+
+@needs_triton
+def test_kernel_without_jit_is_told_to_keep_it():
+    out = run_check(EX[5], EX[5].solution.replace("@triton.jit\n", ""))
+    assert_fails(out, "keep @triton.jit")
+
+
+def _say(fn, *args):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        fn(*args)
+    return buf.getvalue()
+
+
+def test_without_triton_the_check_skips_with_a_sentence(monkeypatch):
+    monkeypatch.setattr(ct, "triton_status", lambda: (False, "Triton is not importable here (no module)."))
+    monkeypatch.setattr(ct, "_standin_needed", lambda: True)
+    triton, tl = ct.triton_or_standins()
+    assert getattr(triton, "standin", False) and tl.constexpr is int
+    ns = {"triton": triton, "tl": tl}
+    exec(EX[5].solution, ns)
+    out = _say(ct.check_triton_attention, ns["attention_kernel"])
+    assert out == "attention_kernel: skipped: Triton is not importable here (no module).\n"
+
+    def stub(Q):
+        raise NotImplementedError
+    out = _say(ct.check_triton_attention, triton.jit(stub))
+    assert "not implemented yet" in out and "skipped" in out and "✗" not in out
+
+
+@needs_triton
+def test_launch_runs_the_worked_kernel_on_strided_views():
+    import numpy as np
+    import torch
+    triton, tl = ct.triton_or_standins()
+    ns = {"triton": triton, "tl": tl}
+    exec(EX[5].solution, ns)
+    q, k, v = ct._case_inputs(2, 20, 37, 0, seed=1)
+    assert not k.is_contiguous() and torch.isnan(k.as_strided((2, 37 + ct._PAD, 16), k.stride())[:, 37:]).all()
+    o = ct.launch_attention_kernel(ns["attention_kernel"], q, k, v, block_m=16, block_n=16)
+    want, _ = lab.attention_reference(*(t.double().numpy() for t in (q, k, v)))
+    assert o.shape == (2, 20, 16) and np.abs(o.double().numpy() - want).max() < 1e-5
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tile_count_knobs_default_to_the_reference(causal):
+    for N, M, Br, Bc in itertools.product([1, 5, 16, 17, 40], [1, 7, 16, 33], [1, 4, 16], [1, 3, 16]):
+        assert ct._tiles(N, M, Br, Bc, causal) == ct._tiles_reference(N, M, Br, Bc, causal), (N, M, Br, Bc)
+
+
+def test_tile_reference_counts_tiles_with_a_visible_score():
+    import numpy as np
+    for N, M, Br, Bc in itertools.product([3, 8, 13], [2, 8, 11], [2, 4], [3, 4]):
+        seen = np.arange(M)[None, :] <= np.arange(N)[:, None] + (M - N)
+        tiles = sum(seen[i:i + Br, j:j + Bc].any() for i in range(0, N, Br) for j in range(0, M, Bc))
+        assert ct._tiles_reference(N, M, Br, Bc, True) == tiles
+
+
+def test_error_hints_are_added_to_the_message():
+    def broken(intensity, peak, bandwidth):
+        raise ValueError("The truth value of an array with more than one element is ambiguous")
+    out = _say(ct.check_roofline, broken)
+    assert "✗" in out and "np.minimum works element by element" in out
+    assert _say(ct.check_roofline, lambda i, p, b: (_ for _ in ()).throw(NotImplementedError)).count("not implemented") == 1

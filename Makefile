@@ -14,7 +14,7 @@ BROWSER ?= yes
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg
 
-.PHONY: setup lab test test-lib test-notebooks test-portability test-installed execute student clean
+.PHONY: setup lab test test-lib test-notebooks test-portability test-installed execute student grade clean
 
 setup: $(STAMP)
 
@@ -81,6 +81,11 @@ execute: setup
 # Learner copies without the solution cells, in exercises/ (a copy you have changed is never overwritten).
 student: setup
 	$(BIN)/python tools/student.py $(if $(FORCE),--force $(FORCE),)
+
+# Run learners' copies and tabulate each exercise's verdict: exercises/ (yours), or DIR=class/ with one
+# sub-folder of copies per learner (INSTRUCTORS.md).
+grade: setup
+	$(BIN)/python tools/grade.py $(or $(DIR),exercises)
 
 # Removes what the build made; never notebooks/, lab/data/ or exercises/ (a learner's work).
 clean:

@@ -118,10 +118,17 @@ def diagnose(got, want, *, names=None, rtol: float = 1e-6, atol: float = 1e-8) -
     at = tuple(int(x) for x in at)
     outside = f"{int((excess > 0).sum())} of {g.size} values outside the tolerance (rtol {rtol:g}, atol {atol:g})"
     if not np.isfinite(err[at]):
-        return f"{_at(at)}expected {w[at]:.6g}, got {g[at]:.6g}; {outside}"
-    rel = err[both] / np.maximum(np.abs(w[both]), np.finfo(float).tiny)
-    return (f"{_at(at)}expected {w[at]:.6g}, got {g[at]:.6g}; largest |error| {err.max():.2e}, "
+        return f"{_at(at)}expected {_num(w[at])}, got {_num(g[at])}; {outside}"
+    with np.errstate(divide="ignore", over="ignore"):
+        rel = err[both] / np.maximum(np.abs(w[both]), np.finfo(float).tiny)
+    return (f"{_at(at)}expected {_num(w[at])}, got {_num(g[at])}; largest |error| {err.max():.2e}, "
             f"largest relative error {rel.max():.2e}; {outside}")
+
+
+def _num(x) -> str:
+    """A value as a learner compares it: whole numbers exactly (34619400), others to 6 significant digits."""
+    x = float(x)
+    return f"{int(x)}" if np.isfinite(x) and x.is_integer() and abs(x) < 1e15 else f"{x:.6g}"
 
 
 def _at(index: tuple) -> str:

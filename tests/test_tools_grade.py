@@ -47,3 +47,13 @@ def test_verdicts_reads_check_lines_only():
 def test_missing_folder_is_a_clear_error(tmp_path, capsys):
     assert grade.main([str(tmp_path / "nope")]) == 2
     assert "make student" in capsys.readouterr().out
+
+
+def test_instructors_page_lists_every_notebooks_exercises():
+    import re
+
+    text = (ROOT / "INSTRUCTORS.md").read_text()
+    listed = {m.group(1) for m in re.finditer(r"^\| (\d\d) \| \d+ \|", text, re.M)}
+    notebooks = {p.name[:2] for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+    assert listed == notebooks
+    assert "make grade" in text and "make student" in text

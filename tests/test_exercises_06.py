@@ -181,6 +181,19 @@ def test_fa1_returns_the_last_tiles_sum_as_l():
     assert "rescaled by e^(m_old - m_new)" in out
 
 
+def test_fa1_without_the_scale_is_named():
+    """Scores without 1/√d: o is the output with scale 1, and the hint says so (not the rescaling hint)."""
+    out = _fails(3, _fa1().replace(" / np.sqrt(d)", ""), "case 0", "o (element 0)", "output with scale 1",
+                 "1/√d is missing")
+    assert "rescaled" not in out and "l_old" not in out
+
+
+def test_fa1_returning_lse_for_l_is_named():
+    out = _fails(3, _fa1().replace("return O, m, l", "return O, m, m + np.log(l)"), "l (element 2)",
+                 "your l is lse = m + log l", "return l itself")
+    assert "rescaled by e^(m_old - m_new)" not in out
+
+
 def test_fa1_converted_inputs_cannot_be_watched():
     src = _fa1().replace("    Br, d = q_i.shape\n", "    q_i, k, v = np.asarray(q_i), np.asarray(k), np.asarray(v)\n    Br, d = q_i.shape\n")
     _fails(3, src, "could not watch your loop")
@@ -239,6 +252,12 @@ def test_fa2_lse_without_m():
 
 def test_fa2_without_alpha():
     _fails(4, _fa2(rescale=""), "o (element 0)", "rescaled by α")
+
+
+def test_fa2_without_the_scale_is_named():
+    out = _fails(4, _fa2().replace(" / np.sqrt(d)", ""), "case 0", "o (element 0)", "output with scale 1",
+                 "1/√d is missing")
+    assert "rescaled by α" not in out
 
 
 def test_fa2_running_max_from_zero():

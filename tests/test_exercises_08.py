@@ -55,7 +55,7 @@ def test_stub_reports_not_implemented(number):
 @pytest.mark.parametrize("edits, diagnosis", [
     ([("/ (2 if causal else 1)", "")], "twice the expected: a causal forward computes half the scores"),
     ([("4 * B", "2 * B")], "half the expected"),
-    ([("(ms * 1e-3)", "ms")], "1/1000 of the expected"),
+    ([("(ms * 1e-3)", "ms")], "1/1000 of the expected: ms is in milliseconds; convert ms to seconds (ms·10⁻³) before"),
     ([("/ 1e12", "/ 1e9")], "1000× the expected"),
 ], ids=["no causal halving", "one matmul", "ms as seconds", "GFLOP/s"])
 def test_tflops_mistakes(edits, diagnosis):
@@ -78,6 +78,16 @@ def test_tflops_mistakes(edits, diagnosis):
 ], ids=["max", "no roof", "python min", "list input", "divided"])
 def test_roofline_mistakes(source, diagnosis):
     assert_fails(run_check(EX[2], source), diagnosis)
+
+
+def test_roofline_spec_asks_for_no_loop_the_check_cannot_see():
+    """A loop is not forbidden (the check could not see it reliably): one over the intensities passes when it
+    returns an array, as the spec asks, and a bare list is refused."""
+    assert "Python loop" not in EX[2].spec
+    loop = "def attainable(intensity, peak, bandwidth):\n    return {}([min(peak, i * bandwidth) for i in intensity])\n"
+    out = run_check(EX[2], loop.format("np.array"))
+    assert out == "attainable: ✓ passed 3 cases\n", out
+    assert_fails(run_check(EX[2], loop.format("")), "case 0", "returned a list, expected an array")
 
 
 # ---------------------------------------------------------------------------------------- exercise 3

@@ -53,6 +53,18 @@ def test_the_build_is_written_by_the_learner():
         assert line not in text
 
 
+def test_a_causal_case_puts_rows_with_and_without_keys_in_one_query_block():
+    """A kernel that skips the tiles no row of the block sees meets a row with no key (lse = -inf) only when
+    N - M is not a multiple of Br: the check cell must hold such a case, or exp(S - lse) = NaN passes."""
+    cases = eval(next(l for l in EX[4].check.splitlines() if l.startswith("cases = ")).split("=", 1)[1])
+    assert any(c[6] and c[0] > c[1] and (c[0] - c[1]) % c[4] for c in cases), cases
+
+
+def test_the_tiled_spec_allows_per_row_vectors():
+    spec = " ".join(EX[4].spec.split())
+    assert "per-row vectors such as $D$" in spec and "an array spanning all queries" not in spec
+
+
 def test_the_open_question_has_an_answer_and_a_cell_to_work_in():
     nb = nbformat.read(ROOT / "notebooks" / "09_backward.ipynb", as_version=4)
     at = next(i for i, c in enumerate(nb.cells) if "Exercise 5 (question)" in c.source)
@@ -163,6 +175,27 @@ CALLS_REFERENCE = '''
 def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
     return lab.attention_backward(q, k, v, do, causal=causal)
 '''
+SKIPS_EMPTY_TILES_NAN = '''
+def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
+    N, M, d = q.shape[0], k.shape[0], q.shape[1]
+    D = delta(o, do)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    for j0 in range(0, M, Bc):
+        for i0 in range(0, N, Br):
+            if causal and j0 > min(i0 + Br, N) - 1 + M - N:     # no row of the block sees a key of the tile: skip it
+                continue
+            q_i, do_i = q[i0:i0 + Br], do[i0:i0 + Br]
+            s = q_i @ k[j0:j0 + Bc].T / np.sqrt(d)
+            if causal:
+                i, j = np.arange(i0, i0 + len(q_i))[:, None], np.arange(j0, j0 + len(s[0]))[None, :]
+                s = np.where(j <= i + M - N, s, -np.inf)
+            p = np.exp(s - lse[i0:i0 + Br, None])               # -inf - (-inf) = NaN on a row that sees no key
+            ds = p * (do_i @ v[j0:j0 + Bc].T - D[i0:i0 + Br, None])
+            dv[j0:j0 + Bc] += p.T @ do_i
+            dq[i0:i0 + Br] += ds @ k[j0:j0 + Bc] / np.sqrt(d)
+            dk[j0:j0 + Bc] += ds.T @ q_i / np.sqrt(d)
+    return dq, dk, dv
+'''
 AUTOGRAD = '''
 import torch
 def my_backward(q, k, v, do, causal=False):
@@ -172,6 +205,7 @@ def my_backward(q, k, v, do, causal=False):
 '''
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")                  # the planted NaN warns, as it would for a learner
 @pytest.mark.parametrize("number, source, expected", [
     (4, FULL_S, ["the values agree on 4 cases", "shape (1024, 1536) = (N, M)", "all N × M"]),
     (4, STRIP, ["the values agree on 4 cases", "shape (32, 1536) = (Br, M)", "a block of rows against all M keys"]),
@@ -179,7 +213,8 @@ def my_backward(q, k, v, do, causal=False):
     (4, CALLS_LAB, ["case 0", "calls lab.flash_attention_backward_numpy"]),
     (4, CALLS_REFERENCE, ["case 0", "calls lab.attention_backward"]),
     (2, AUTOGRAD, ["case 0", "calls torch autograd"]),
-], ids=["full-S", "row-strip", "full-mask", "calls-lab-tiled", "calls-lab-standard", "autograd"])
+    (4, SKIPS_EMPTY_TILES_NAN, ["case 3 (N=50, M=40", "NaN in yours", "first N − M = 10 queries see no key"]),
+], ids=["full-S", "row-strip", "full-mask", "calls-lab-tiled", "calls-lab-standard", "autograd", "skips-empty-tiles-nan"])
 def test_planted_property_violation_is_diagnosed(number, source, expected):
     out = run_check(EX[number], source)
     assert "✗" in out and "✓" not in out, out

@@ -10,7 +10,8 @@ mask, and one query block written in FA1's form and in FA2's.
   $(o, lse)$, on a short last key block and on very large and very negative scores. Their inputs are
   watched (`Watched`): every array computed from them is recorded, so the checks see whether the loop held
   the normalized output $\\mathrm{softmax}(S_{:, :j})V_{:j}$ after each key block, as FA1 does, or only after
-  the last, as FA2 does.
+  the last, as FA2 does. Hints name a missing $1/\\sqrt d$ (o equals the output with scale 1) and, in FA1's
+  form, $lse = m + \\log l$ returned in place of $l$.
 
 Taught in: notebooks/06_flashattention2.ipynb
 """
@@ -189,14 +190,23 @@ def _normalized_after(log, q_i, k, v, Bc) -> list:
             if any(np.allclose(a, o_j, rtol=1e-8, atol=1e-12) for a in shots)]
 
 
-def _hint(problem: str, variant: str, got, q_i, k, v, Bc, case_hint):
-    """The case's own hint for NaN or inf, the dropped-tail hint when o is the output without the short last
-    block, else a hint for the tuple element that differs."""
-    M = len(k)
-    if M % Bc and isinstance(got, tuple) and got and np.shape(got[0]) == (len(q_i), v.shape[1]):
+def _hint(problem: str, variant: str, got, want, q_i, k, v, Bc, case_hint):
+    """The missing-scale hint when o is the output with scale 1, the dropped-tail hint when o is the output
+    without the short last block, the lse-for-l hint, the case's own hint for NaN or inf, else a hint for the
+    tuple element that differs."""
+    M, d = k.shape
+    if isinstance(got, tuple) and got and np.shape(got[0]) == (len(q_i), v.shape[1]):
+        with np.errstate(all="ignore"):
+            if np.allclose(got[0], attention_reference(q_i, k, v, scale=1.0)[0], rtol=1e-9, atol=1e-12):
+                return (f"your o is the output with scale 1: the 1/√d is missing; S = q_i k^T / sqrt(d), here "
+                        f"d = {d}, in every key block")
         cut = M - M % Bc
-        if np.allclose(got[0], attention_reference(q_i, k[:cut], v[:cut])[0], rtol=1e-9, atol=1e-12):
+        if M % Bc and np.allclose(got[0], attention_reference(q_i, k[:cut], v[:cut])[0], rtol=1e-9, atol=1e-12):
             return f"your o is the output over the first {cut} keys only: range(0, M, Bc) visits the short last block"
+    if variant == "fa1" and problem.startswith("l (element 2)") and len(got) == 3 and np.shape(got[2]) == want[2].shape:
+        if np.allclose(got[2], want[1] + np.log(want[2]), rtol=1e-9, atol=1e-12):
+            return ("your l is lse = m + log l, FA2's statistic; FA1 saves m and l = Σ_j e^(s_j - m) separately: "
+                    "return l itself")
     if case_hint and ("NaN" in problem or "inf" in problem):
         return case_hint
     hints = {"m (element 1)": "m is the row max of all the scores S = q_i k^T / sqrt(d), over every key block",
@@ -232,7 +242,7 @@ def _check_block(fn, variant: str, name: str | None) -> None:
         m = (q_i @ k.T / np.sqrt(q_i.shape[1])).max(axis=1)
         want = (o, m, np.exp(lse - m)) if variant == "fa1" else (o, lse)
         problem = diagnose(got, want, names=names, rtol=1e-9, atol=1e-12)
-        hint = None if problem is None else _hint(problem, variant, got, q_i, k, v, Bc, case_hint)
+        hint = None if problem is None else _hint(problem, variant, got, want, q_i, k, v, Bc, case_hint)
         if problem is None:
             problem = _property(variant, log, q_i, k, v, Bc)
         if problem is not None:

@@ -4,7 +4,8 @@ loop, and the key-block loop of a Triton FlashAttention-2 forward kernel.
 - `check_attention_tflops(fn)`  : `fn(B, H, N, d, causal, ms)`, the TFLOP/s of a forward, F = 4BHN²d (halved
   when causal) over ms·10⁻³ s; hints for a missed causal halving, one matmul counted, ms taken as seconds.
 - `check_roofline(fn)`          : `fn(intensity, peak, bandwidth)` = min(peak, I·bandwidth) element by element,
-  on a list too; hints for max in place of min, a missing roof, I / bandwidth, Python's `min` on an array.
+  on a list too, returned as an array; hints for max in place of min, a missing roof, I / bandwidth, Python's
+  `min` on an array.
 - `check_causal_tile_steps(fn)` : `fn(N, M, Br, Bc, causal)`, the (i, j) tiles the loop visits when key j is
   visible to query i iff j <= i + (M - N); says when yours is the count of a classic mistake (top-left
   alignment, the block's first row, a dropped tail, negative counts for rows that see no key).
@@ -78,7 +79,8 @@ def _tflops_hint(case, got, want):
                     (0.5, "half the expected: F counts both matmuls, 2Nd FLOPs per score in QKᵀ and as many in PV"
                           + ("" if causal else "; only a causal forward is halved")),
                     (1e3, "1000× the expected: ms is in milliseconds, so the time in seconds is ms·10⁻³"),
-                    (1e-3, "1/1000 of the expected: ms·10⁻³ is the time in seconds; divide by it, do not multiply"),
+                    (1e-3, "1/1000 of the expected: ms is in milliseconds; convert ms to seconds (ms·10⁻³) "
+                           "before dividing"),
                     (1e6, "10⁶× the expected: a TFLOP is 10¹² FLOP"), (1e-6, "10⁻⁶× the expected: a TFLOP is 10¹² FLOP")):
         if math.isclose(ratio, r, rel_tol=1e-6):
             return f"yours is {text}"
@@ -112,7 +114,9 @@ def _roof_hint(case, got, want):
     for value, text in known:
         if _near(got, value):
             return f"yours is {text}"
-    return "one rate per intensity: the lower of the peak and intensity × bandwidth, as section 1 draws the roof"
+    if not _near(got, want):                                    # right numbers, wrong type: the property says so
+        return "one rate per intensity: the lower of the peak and intensity × bandwidth, as section 1 draws the roof"
+    return None
 
 
 def check_roofline(fn) -> None:
@@ -124,7 +128,9 @@ def check_roofline(fn) -> None:
              ([1.0, 16.0, 64.0], 2.0e11, 2.0e10)]
     fn = _explained(fn, {"truth value": "Python's min and max compare single numbers; np.minimum works element by element",
                          "sequence": "intensity may come as a list: np.asarray(intensity) makes it an array"})
-    check(fn, _roof, cases, rtol=1e-9, atol=0, hint=_roof_hint)
+    is_array = lambda f, case, got: (None if isinstance(got, np.ndarray) else f"returned a {type(got).__name__}, expected "
+                                     "an array: np.asarray(...) of your rates, or numpy's element-wise functions")
+    check(fn, _roof, cases, rtol=1e-9, atol=0, hint=_roof_hint, properties=(is_array,))
 
 
 # ------------------------------------------------------------------------------- exercise 3: tile steps

@@ -232,7 +232,13 @@ def one_pass_rows(Q, K, V, Bc, causal=False):
         "S = Q @ K[j0:j0 + Bc].T / np.sqrt(Q.shape[1]) + bias[:, j0:j0 + Bc]").replace(
         "    for j0", "    bias = np.where(np.arange(M)[None] <= np.arange(N)[:, None] + M - N, 0.0, -np.inf) if causal "
                      "else np.zeros((N, M))\n    for j0"),
-        ["N = 64, M = 1024", "more than half of an N × M array of scores", "no mask or bias for all M keys"]),
+        ["N = 64, M = 16384", "more than half of an N × M array of booleans, a mask (64 × 16384 = 1,048,576 bytes",
+         "no mask or bias for all M keys"]),
+    "a boolean N x M mask built up front": (_rows().replace(
+        "S = np.where(j[None, :] <= np.arange(N)[:, None] + M - N, S, -np.inf)",
+        "S = np.where(visible[:, j0:j0 + S.shape[1]], S, -np.inf)").replace(
+        "    for j0", "    visible = np.arange(M)[None, :] <= np.arange(N)[:, None] + M - N        # (N, M) bool\n    for j0"),
+        ["causal, N = 64, M = 16384", "more than half of an N × M array of booleans", "no mask or bias for all M keys"]),
 }
 
 
@@ -311,3 +317,12 @@ def test_the_cases_cover_the_classic_failures():
     assert any(N < M for N, M in causal) and any(N > M for N, M in causal) and any(N == M for N, M in causal)
     o, lse = lab.attention_reference(*next(c for c in many if c.kind == "masked")[1:4], causal=True)
     assert np.isneginf(lse).sum() == 4 and not np.isnan(o).any()
+
+
+def test_the_memory_limit_refuses_an_n_by_m_boolean_mask_and_leaves_the_worked_solution_room():
+    case = next(c for c in checks._rows_cases() if c.kind == "memory")
+    limit = case.q.shape[0] * case.k.shape[0] // 2                  # N·M/2 bytes: an N × M bool mask takes twice that
+    ns = {"np": np, "lab": lab}
+    exec(compile(EX[2].solution, "<solution 2>", "exec"), ns)
+    held, _ = lab.peak_bytes(checks._call, ns["one_pass_rows"], case, CountingRows(case.k), CountingRows(case.v), True)
+    assert 4 * held < limit and np.ones((case.q.shape[0], case.k.shape[0]), bool).nbytes > limit

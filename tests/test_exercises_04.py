@@ -93,6 +93,11 @@ def my_merge(a, b):
     acc_a += alpha_b[:, None] * acc_b
     return m, alpha_a * l_a + alpha_b * l_b, acc_a
 """, ["in place"]),
+    "rescaled against m_a, not the larger m": (MERGE_HEAD + """
+    r = np.where(np.isneginf(m_a), np.where(np.isneginf(m), 0.0, m), m_a)     # a's max (m where a saw nothing)
+    w_a, w_b, back = np.exp(m_a - r), np.exp(m_b - r), np.exp(r - np.where(np.isneginf(m), 0.0, m))
+    return m, (w_a * l_a + w_b * l_b) * back, (w_a[:, None] * acc_a + w_b[:, None] * acc_b) * back[:, None]
+""", ["case 6 (m_a, m_b 2000 apart", "NaN", "rescale both against the larger m = max(m_a, m_b)"]),
     "the smaller max": ("""
 def my_merge(a, b):
     m, l, acc = lab.merge_states(a, b)
@@ -152,6 +157,29 @@ WRONG_2 = {
     w = np.exp(L - L[0])
     return (w[..., None] * O).sum(axis=0) / w.sum(axis=0)[:, None], L[0] + np.log(w.sum(axis=0))
 """, ["parts in reversed order", "NaN", "empty part"]),
+    "the first part's lse as the shift, guarded": (STACK + """
+    c = np.where(np.isneginf(L[0]), 0.0, L[0])
+    w = np.exp(L - c)
+    l = w.sum(axis=0)
+    o = np.where(l[:, None] > 0, (w[..., None] * O).sum(axis=0) / np.where(l > 0, l, 1.0)[:, None], 0.0)
+    return o, np.where(l > 0, c + np.log(np.where(l > 0, l, 1.0)), -np.inf)
+""", ["case 7 (4 parts, lse near +1000 and -1000 in one row", "NaN",
+      "subtract the row's largest lse_c (the larger m), not any one part's"]),
+    "the mean of the finite lse as the shift": (STACK + """
+    seen = np.isfinite(L)
+    c = np.where(seen, L, 0.0).sum(axis=0) / np.maximum(seen.sum(axis=0), 1)
+    w = np.exp(L - c)
+    l = w.sum(axis=0)
+    o = np.where(l[:, None] > 0, (w[..., None] * O).sum(axis=0) / np.where(l > 0, l, 1.0)[:, None], 0.0)
+    return o, np.where(l > 0, c + np.log(np.where(l > 0, l, 1.0)), -np.inf)
+""", ["case 7", "NaN", "not any one part's nor their mean"]),
+    "one shift for the whole array": (STACK + """
+    c = L.max()
+    w = np.exp(L - c)
+    l = w.sum(axis=0)
+    o = np.where(l[:, None] > 0, (w[..., None] * O).sum(axis=0) / np.where(l > 0, l, 1.0)[:, None], 0.0)
+    return o, np.where(l > 0, c + np.log(np.where(l > 0, l, 1.0)), -np.inf)
+""", ["case 7", "the row's largest lse_c"]),
     "o alone": (STACK + """
     w = np.exp(L - L.max(axis=0))
     return (w[..., None] * O).sum(axis=0) / w.sum(axis=0)[:, None]
@@ -239,7 +267,7 @@ def chunk_output(q, k_c, v_c):
     "loop: overlapping chunks": (_loop("""
         parts = [chunk_output(q, k[j:j + chunk + 1], v[j:j + chunk + 1]) for j in range(0, len(k), chunk)]
         return merge_partials(parts)
-    """), ["o (element 0)", "received 17 keys in one call"]),
+    """), ["o (element 0)", "received 17 keys in one call", "k[j0:j0 + chunk] holds `chunk` keys already"]),
     "loop: the course's merge": (_loop("""
         parts = [chunk_output(q, k[j:j + chunk], v[j:j + chunk]) for j in range(0, len(k), chunk)]
         return lab.merge_outputs([p[0] for p in parts], [p[1] for p in parts])
@@ -291,9 +319,10 @@ def test_passing_lines_are_fixed_text(capsys):
     checks.check_chunked_attention(ns["chunked_attention"], ns["chunk_output"], ns["merge_partials"])
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
-        "my_merge: ✓ passed 6 cases (rows one or both slices never saw, maxes near ±1000); a and b unchanged",
-        "merge_partials: ✓ passed 7 cases (1 to 7 parts, lse near ±1000, empty parts and rows), each also reversed and "
-        "shuffled; the parts unchanged",
+        "my_merge: ✓ passed 7 cases (rows one or both slices never saw, maxes near ±1000, 2000 apart in one row); a and b "
+        "unchanged",
+        "merge_partials: ✓ passed 8 cases (1 to 7 parts, lse near ±1000, 2000 apart in one row, empty parts and rows), each "
+        "also reversed and shuffled; the parts unchanged",
         "chunked_attention: ✓ passed 6 cases (chunk not dividing M, chunk 1, chunk > M, scores in the thousands); every "
         "key reached chunk_output once, and merge_partials merged the chunks"]
 
@@ -303,8 +332,15 @@ def test_the_cases_references_are_the_truth():
     for label, parts, want in checks._merge_cases():
         got = lab.merge_outputs([p[0] for p in parts], [p[1] for p in parts])
         assert all(np.allclose(g, w, rtol=1e-12, atol=1e-14, equal_nan=True) for g, w in zip(got, want)), label
-    empty_row = checks._merge_cases()[-1]
-    assert np.isneginf(empty_row[2][1][2]) and (empty_row[2][0][2] == 0).all()
+    cases = {label: (parts, want) for label, parts, want in checks._merge_cases()}
+    empty_row = cases["3 parts, row 2 empty in every part"][1]
+    assert np.isneginf(empty_row[1][2]) and (empty_row[0][2] == 0).all()
+    parts, _ = cases["4 parts, lse near +1000 and -1000 in one row; part 0 empty on row 3"]
+    L = np.stack([p[1] for p in parts])                                   # rows: -+++, +---, ----, ∅+++
+    assert (np.sign(L).T[:3] == [[-1, 1, 1, 1], [1, -1, -1, -1], [-1, -1, -1, -1]]).all() and np.isneginf(L[0, 3])
+    assert (L[1:, 3] > 990).all() and (parts[0][0][3] == 0).all() and (np.abs(L[np.isfinite(L)]) > 980).all()
+    apart = checks._state_cases()[-1]
+    assert (apart[1][0][:2] < -900).all() and (apart[2][0][:2] > 900).all() and (apart[1][0][2:] > 900).all()
     for label, a, b, want in checks._state_cases():
         got = lab.merge_states(a, b)
         assert all(np.allclose(g, w, rtol=1e-12, atol=1e-14) for g, w in zip(got, want)), label
@@ -322,6 +358,8 @@ def test_coverage_reads_the_recorded_calls():
     assert "keys 8..9 never reached" in problem and "not a multiple of 4" in hint
     assert "key 4 reached chunk_output 2 times" in checks._coverage(k, [call(0, 5), call(4, 8), call(8, 10)], 5)[0]
     assert "received 10 keys" in checks._coverage(k, [call(0, 10)], 4)[0]
+    assert "a softmax over all M keys" in checks._coverage(k, [call(0, 10)], 4)[1]
+    assert "(a slice stops before its end)" in checks._coverage(k, [call(0, 5), call(4, 9), call(8, 10)], 4)[1]
     assert "called 4 times" in checks._coverage(k, [call(0, 2), call(2, 4), call(4, 8), call(8, 10)], 4)[0]
     assert "key 2 never reached" in checks._coverage(k, [call(0, 2), call(3, 6), call(6, 10)], 4)[0]
     assert checks._coverage(k, [(None, k[j:j + 4].copy(), None) for j in (0, 4, 8)], 4) is None   # copies, not views

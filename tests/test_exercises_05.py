@@ -91,21 +91,24 @@ def causal_tiles(N, M, Br, Bc):
     for i0 in range(0, {rows}, Br):
         i1 = min(i0 + Br, N)
         for j0 in range(0, {cols}, Bc):
-            j1 = min(j0 + Bc, M)
+            j1 = {j1}
             if j0 <= {seen}:
                 computed += 1
                 masked += j1 - 1 > {corner}
     return {ret}
 """
-TILES_OK = {"rows": "N", "cols": "M", "seen": "i1 - 1 + M - N", "corner": "i0 + M - N", "ret": "computed, masked"}
+TILES_OK = {"rows": "N", "cols": "M", "j1": "min(j0 + Bc, M)", "seen": "i1 - 1 + M - N", "corner": "i0 + M - N",
+            "ret": "computed, masked"}
 
 WRONG_1 = {
-    "top-left alignment": ({"seen": "i1 - 1", "corner": "i0"}, ["case 2 (1000, 700, 128, 48)", "computed (element 0)",
+    "top-left alignment": ({"seen": "i1 - 1", "corner": "i0"}, ["case 2 (N = 1000, M = 700, Br = 128, Bc = 48)", "computed (element 0)",
                                                               "aligned top-left", "j > i + (M - N)"]),
-    "partial blocks dropped": ({"rows": "N - N % Br", "cols": "M - M % Bc"}, ["case 1 (200, 200, 64, 32)",
+    "partial blocks dropped": ({"rows": "N - N % Br", "cols": "M - M % Bc"}, ["case 1 (N = 200, M = 200, Br = 64, Bc = 32)",
                                                                           "whole blocks only"]),
     "one key too far": ({"seen": "i1 + M - N"}, ["expected 136, got 151", "one key too far"]),
     "masked from the wrong corner": ({"corner": "i1 - 1 + M - N"}, ["masked (element 1)", "wrong corner"]),
+    "last key block not clipped to M": ({"j1": "j0 + Bc"}, ["case 4 (N = 7, M = 7, Br = 3, Bc = 5)", "masked (element 1)",
+                                                           "ends at M = 7", "j1 = min(j0 + Bc, M)"]),
     "one number": ({"ret": "computed"}, ["returned int, expected a tuple of 2 (computed, masked)"]),
 }
 
@@ -129,9 +132,28 @@ def fa2_bytes(N, d, Br, Bc, itemsize, causal):
 BYTES_OK = {"causal": "causal", "keys": "min(-(-seen // Bc) * Bc, N)", "kv": "keys", "lse": "max(itemsize, 4)"}
 
 WRONG_2 = {
-    "no causal skipping": ({"causal": "False"}, ["case 1 (1000, 64, 64, 48, 2, True)", "without causal skipping"]),
+    "no causal skipping": ({"causal": "False"}, ["case 1 (N = 1000, d = 64, Br = 64, Bc = 48, itemsize = 2, causal = True)",
+                                                 "without causal skipping"]),
+    "only the visible keys of each query block": ({"keys": "seen"}, ["case 1", "fa2 loads whole key blocks",
+                                                                     "not the visible keys"]),
+    "only the keys each query sees": ("""
+def fa2_bytes(N, d, Br, Bc, itemsize, causal):
+    keys = N * (N + 1) // 2 if causal else N * -(-N // Br)
+    return (2 * N * d + 2 * keys * d) * itemsize + N * max(itemsize, 4)
+""", ["case 1", "fa2 loads whole key blocks"]),
+    "half the non-causal bytes": ("""
+def fa2_bytes(N, d, Br, Bc, itemsize, causal):
+    total = (2 * N * d + 2 * N * -(-N // Br) * d) * itemsize + N * max(itemsize, 4)
+    return total // 2 if causal else total
+""", ["case 1", "half the non-causal count", "the diagonal ones too"]),
+    "half the non-causal K and V traffic": ("""
+def fa2_bytes(N, d, Br, Bc, itemsize, causal):
+    kv = 2 * N * -(-N // Br) * d * itemsize
+    return 2 * N * d * itemsize + (kv // 2 if causal else kv) + N * max(itemsize, 4)
+""", ["case 1", "half the non-causal count"]),
     "partial key block counted whole": ({"keys": "-(-seen // Bc) * Bc"}, ["case 1", "fewer than Bc keys"]),
-    "lse at itemsize": ({"lse": "itemsize"}, ["case 0 (4096, 64, 128, 128, 2, False)", "accumulator's dtype"]),
+    "lse at itemsize": ({"lse": "itemsize"}, ["case 0 (N = 4096, d = 64, Br = 128, Bc = 128, itemsize = 2, causal = False)",
+                                      "accumulator's dtype"]),
     "lse left out": ({"lse": "0"}, ["one lse value per query row"]),
     "K and V read once in all": ({"kv": "N"}, ["once per query block"]),
 }
@@ -140,7 +162,7 @@ WRONG_2 = {
 @pytest.mark.parametrize("mistake", WRONG_2)
 def test_exercise_2_mistakes(mistake):
     changes, says = WRONG_2[mistake]
-    _fails(2, BYTES.format(**{**BYTES_OK, **changes}), *says)
+    _fails(2, changes if isinstance(changes, str) else BYTES.format(**{**BYTES_OK, **changes}), *says)
 
 
 # ------------------------------------------------------------------------------------ exercise 3
@@ -159,13 +181,17 @@ WRONG_3 = {
     "P_ij in float32": ({"tile": "Br * 4 + Br * 4"}, ["expected 268, got 223", "Bc = 224 still fits"]),
     "state left out": ({"state": "0"}, ["got 294", "the state m, l, acc"]),
     "a float": ({"div": "(sram_bytes - fixed) / per_key"}, ["got 104.8", "whole number of keys"]),
+    "negative when nothing fits": (WIDEST.format(**WIDEST_OK).replace("max(0, (sram_bytes - fixed) // per_key)",
+                                                                      "(sram_bytes - fixed) // per_key"),
+                                   ["case 5 (sram_bytes = 4096, d = 64, Br = 64, itemsize = 2)", "expected 0, got -",
+                                    "no negative sizes: return 0 when even Bc = 1 does not fit"]),
 }
 
 
 @pytest.mark.parametrize("mistake", WRONG_3)
 def test_exercise_3_mistakes(mistake):
     changes, says = WRONG_3[mistake]
-    _fails(3, WIDEST.format(**{**WIDEST_OK, **changes}), *says)
+    _fails(3, changes if isinstance(changes, str) else WIDEST.format(**{**WIDEST_OK, **changes}), *says)
 
 
 # ------------------------------------------------------------------------------------ exercise 4
@@ -254,6 +280,12 @@ def flash_forward(q, k, v, Br, Bc, causal=False):
     "lse off by the max": (_fwd(finish=FINISH.format(lse="np.log(np.where(seen, l, 1.0))")),
                            ["lse (element 1)", "your lse is log l", "lse = m + log l"]),
     "scores not scaled": (_fwd(scale="1.0"), ["not scaled"]),
+    "keepdims slip: s - m without [:, None]": (_fwd().replace("np.exp(s - m_use[:, None])", "np.exp(s - m_use)"),
+                                               ["case 0 (Br, Bc divide N, M; N = 64, M = 64, d = 8, dv = 8, Br = 16, Bc = 32",
+                                                "raised ValueError", "broadcast", "s - m_new[:, None]"]),
+    "one query row per block (Br ignored)": (_fwd(rows="range(0, N)").replace("i1 = min(i0 + Br, N)", "i1 = i0 + 1"),
+                                             ["case 0", "K was loaded once per query row: row 0 of k 64 times",
+                                              "Br = 16 rows, q[i0:i0 + Br]"]),
     "mask not applied": (_fwd(off="M", last="M"), ["case 2 (causal, N = M, partial blocks;", "without the mask"]),
     "two passes over K per query block": (TWO_PASS, ["K was read 2 times per query block", "row 0 of k was loaded 8 times"]),
     "a strip of K in one load": (_fwd(keys="range(0, last, Bc)", last="M").replace(

@@ -1,10 +1,10 @@
 """Checks for notebook 04's exercises: merging partial results exactly, in any order, at any scale.
 
 - `check_state_merge(fn)`    : `fn(a, b)` is the state $(m, l, acc)$ over both slices' keys, the one `partial_state`
-  computes on all of them; rows one or both slices never saw, maxes near ±1000, a and b left unchanged.
+  computes on all of them; rows one or both slices never saw, maxes near ±1000 and 2000 apart, a and b unchanged.
 - `check_merge_partials(fn)` : `fn(parts)` merges any number of $(o_c, lse_c)$ into $(o, lse)$,
-  $lse = \\log \\sum_c e^{lse_c}$, $o = \\sum_c e^{lse_c - lse} o_c$: 1 to 7 parts, lse near ±1000, empty parts
-  and rows, every case also on the parts reversed and shuffled, the parts left unchanged.
+  $lse = \\log \\sum_c e^{lse_c}$, $o = \\sum_c e^{lse_c - lse} o_c$: 1 to 7 parts, lse near ±1000 (in one row too),
+  empty parts and rows, every case also on the parts reversed and shuffled, the parts left unchanged.
 - `check_chunked_attention(fn, chunk_output, merge_partials)` : `chunk_output` alone against `attention_reference`
   on single chunks, then `fn(q, k, v, chunk)` against `attention_reference(q, k, v)`, with every call `fn` makes
   to `chunk_output` recorded: each key exactly once, in ceil(M / chunk) chunks of at most `chunk` keys.
@@ -23,6 +23,7 @@ import contextlib
 import functools
 import importlib
 import io
+import traceback
 
 import numpy as np
 
@@ -85,10 +86,7 @@ def _attempt(name, fn, args, where):
         with np.errstate(all="ignore"), _watch_course() as used:
             out = fn(*args)
     except NotImplementedError as exc:
-        tb = exc.__traceback__
-        while tb.tb_next is not None:
-            tb = tb.tb_next
-        stub = tb.tb_frame.f_code.co_name
+        stub = traceback.extract_tb(exc.__traceback__)[-1].name
         still = f" ({stub}, from an earlier exercise, still raises NotImplementedError)" if stub not in (name, "<lambda>") else ""
         print(f"{name}: not implemented yet{still} (fill in the stub above, then run this cell again)")
         return _FAILED
@@ -115,9 +113,7 @@ def _judge(name, where, got, used, want, names, hint, before=(), after=()) -> bo
 
 
 def _fail(name, where, problem, hint=None) -> None:
-    print(f"{name}: ✗ case {where}: {problem}")
-    if hint:
-        print(f"  hint: {hint}")
+    print(f"{name}: ✗ case {where}: {problem}" + (f"\n  hint: {hint}" if hint else ""))
 
 
 def _close(got, k, want) -> bool:
@@ -144,22 +140,18 @@ def _bad_rows(got, problem) -> list:
 
 
 def _state_cases():
-    rng = np.random.default_rng(40)
+    rng, no, up = np.random.default_rng(40), -np.inf, np.array([1000.0, 1000, -1000, -1000])      # rows 0-1 up
     out = []
-    for label, na, nb in (("3 keys | 7 keys", 3, 7), ("1 key | 12 keys", 1, 12), ("rows 0-1 saw no key in a, rows 2-3 none in b", 5, 6),
-                          ("row 3 saw no key in either", 4, 4), ("no key anywhere", 2, 3),
-                          ("maxes near +1000 (rows 0-1) and -1000 (rows 2-3)", 5, 5)):
+    for label, na, nb, off_a, off_b in (
+            ("3 keys | 7 keys", 3, 7, 0, 0), ("1 key | 12 keys", 1, 12, 0, 0),
+            ("rows 0-1 saw no key in a, rows 2-3 none in b", 5, 6, [no, no, 0, 0], [0, 0, no, no]),
+            ("row 3 saw no key in either", 4, 4, [0, 0, 0, no], [0, 0, 0, no]), ("no key anywhere", 2, 3, no, no),
+            ("maxes near +1000 (rows 0-1) and -1000 (rows 2-3)", 5, 5, up, up),
+            ("m_a, m_b 2000 apart: a near -1000, b near +1000 (rows 0-1), the reverse (rows 2-3)", 4, 6, -up, up)):
         sa, sb = (rng.standard_normal((4, n)) * 10 for n in (na, nb))
         for s in (sa, sb):
             s[rng.random(s.shape) < 0.2] = -np.inf
-        if label.startswith("rows 0-1"):
-            sa[:2], sb[2:] = -np.inf, -np.inf
-        elif label.startswith("row 3"):
-            sa[3], sb[3] = -np.inf, -np.inf
-        elif label.startswith("no key"):
-            sa[:], sb[:] = -np.inf, -np.inf
-        elif label.startswith("maxes"):
-            sa[:2], sb[:2], sa[2:], sb[2:] = sa[:2] + 1000, sb[:2] + 1000, sa[2:] - 1000, sb[2:] - 1000
+        sa, sb = sa + np.reshape(off_a, (-1, 1)), sb + np.reshape(off_b, (-1, 1))        # a row offset -inf: no key
         va, vb = rng.standard_normal((na, 3)), rng.standard_normal((nb, 3))
         want = tuple(partial_state(np.concatenate([sa, sb], axis=1), np.concatenate([va, vb])))
         out.append((label, tuple(partial_state(sa, va)), tuple(partial_state(sb, vb)), want))
@@ -172,6 +164,9 @@ def _state_hint(label, a, b, got, want, problem):
     if rows:
         return (f"row {rows[0]} saw no key in either state (m_a = m_b = -inf), so m_a - m there is -inf - (-inf) = NaN; "
                 "such a row must stay the empty state m = -inf, l = 0, acc = 0")
+    if _bad_rows(got, problem) and "apart" in label:
+        return ("rescale both against the larger m = max(m_a, m_b), not against m_a or m_b: with the two 2000 apart, "
+                "e^(m_b - m_a) overflows to inf and inf · e^(m_a - m) = inf · 0 is NaN")
     if _bad_rows(got, problem) and "1000" in label:
         return f"e^m alone overflows or vanishes at m near ±1000 ({_OVERFLOW}): only differences such as m_a - m may go into exp"
     if problem.startswith("m "):
@@ -197,30 +192,32 @@ def check_state_merge(fn, *, name: str | None = None) -> None:
         if res is _FAILED or not _judge(name, f"{i} ({label})", *res, want, ("m", "l", "acc"),
                                         lambda got, p: _state_hint(label, a, b, got, want, p), before, a + b):
             return
-    print(f"{name}: ✓ passed {len(cases)} cases (rows one or both slices never saw, maxes near ±1000); a and b unchanged")
+    print(f"{name}: ✓ passed {len(cases)} cases (rows one or both slices never saw, maxes near ±1000, 2000 apart in one "
+          "row); a and b unchanged")
 
 
 # ------------------------------------------------------------------------------------ exercise 2: (o, lse) parts
 
 
-def _synthetic(rng, C, shift=0.0, empty_part=None, empty_row=None):
-    parts = [(rng.standard_normal((4, 5)), shift + 3.0 * rng.standard_normal(4)) for _ in range(C)]
-    for c, (o, lse) in enumerate(parts):
-        rows = slice(None) if c == empty_part else empty_row
-        if rows is not None:
-            o[rows], lse[rows] = 0.0, -np.inf
+def _synthetic(rng, C, shift=0.0):
+    """C parts of 4 rows, lse_c near `shift` (per part and row, broadcast to (C, 4)); -inf there: empty, o_c = 0."""
+    parts = [(rng.standard_normal((4, 5)), s + 3.0 * rng.standard_normal(4)) for s in np.broadcast_to(shift, (C, 4))]
+    for o, lse in parts:
+        o[np.isneginf(lse)] = 0.0
     return parts
 
 
 def _merge_cases():
-    rng = np.random.default_rng(41)
+    rng, no = np.random.default_rng(41), -np.inf
     q, k, v = rng.standard_normal((3, 8)), rng.standard_normal((60, 8)) * 1.5, rng.standard_normal((60, 4))
     real = {C: [attention_reference(q, k[j0:j1], v[j0:j1]) for j0, j1 in random_chunk_bounds(60, C, seed=C)] for C in (2, 7)}
     cases = [("2 parts, real chunks of one attention", real[2]), ("1 part", _synthetic(rng, 1)),
              ("7 parts of uneven sizes", real[7]), ("4 parts, lse near +1000", _synthetic(rng, 4, 1000.0)),
              ("4 parts, lse near -1000", _synthetic(rng, 4, -1000.0)),
-             ("5 parts, the last one empty: lse_c = -inf, o_c = 0", _synthetic(rng, 5, empty_part=4)),
-             ("3 parts, row 2 empty in every part", _synthetic(rng, 3, empty_row=2))]
+             ("5 parts, the last one empty: lse_c = -inf, o_c = 0", _synthetic(rng, 5, [[0], [0], [0], [0], [no]])),
+             ("3 parts, row 2 empty in every part", _synthetic(rng, 3, [0, 0, no, 0])),
+             ("4 parts, lse near +1000 and -1000 in one row; part 0 empty on row 3",   # rows: -+++, +---, ----, ∅+++
+              _synthetic(rng, 4, 1000.0 * np.array([[-1, 1, -1, no], [1, -1, -1, 1], [1, -1, -1, 1], [1, -1, -1, 1]])))]
     one_shot = attention_reference(q, k, v)
     return [(label, parts, one_shot if label.startswith(("2 parts", "7 parts")) else
              merge_outputs([p[0] for p in parts], [p[1] for p in parts])) for label, parts in cases]
@@ -231,6 +228,9 @@ def _merge_hint(label, parts, got, problem):
     rows = _bad_rows(got, problem)
     if any(np.isneginf(L[:, r]).all() for r in rows):
         return "a row empty in every part has max lse_c = -inf, and -inf - (-inf) is NaN; such a row must come out o = 0, lse = -inf"
+    if "in one row" in label:                               # what passed every other case fails on the mix alone
+        return ("subtract the row's largest lse_c (the larger m), not any one part's nor their mean: parts of one row "
+                "lie 2000 apart, so e^(lse_c - shift) overflows (or all vanish) for any other shift")
     if rows and "1000" in label:
         return (f"e^{{lse_c}} is inf near lse = +1000 and 0 near -1000 ({_OVERFLOW}), and inf/inf or 0/0 is NaN: "
                 "subtract the row's largest lse_c before exponentiating")
@@ -274,8 +274,8 @@ def check_merge_partials(fn, *, name: str | None = None) -> None:
                                             lambda got, p: _merge_hint(label, given, got, p),
                                             before, [x for p in given for x in p]):
                 return
-    print(f"{name}: ✓ passed {len(cases)} cases (1 to 7 parts, lse near ±1000, empty parts and rows), each also reversed "
-          "and shuffled; the parts unchanged")
+    print(f"{name}: ✓ passed {len(cases)} cases (1 to 7 parts, lse near ±1000, 2000 apart in one row, empty parts and "
+          "rows), each also reversed and shuffled; the parts unchanged")
 
 
 # ------------------------------------------------------------------------------------ exercise 3: chunked attention
@@ -298,8 +298,7 @@ def _attention_cases():
             ("one query", *_qkv(rng, 1, 37), 5), ("scores in the thousands", *_qkv(rng, 3, 30, scale=30.0), 7)]
 
 
-def _shapes(q, k, v) -> str:
-    return f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+_shapes = lambda q, k, v: f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"  # noqa: E731
 
 
 def _chunk_hint(label, q, k_c, v_c, got, problem):
@@ -329,7 +328,9 @@ def _coverage(k, calls, chunk):
         return "chunk_output was never called", _WHOLE + ", by chunk_output"
     sizes = [np.shape(args[1])[0] if len(args) > 1 and np.ndim(args[1]) == 2 else -1 for args in calls]
     if max(sizes) > chunk:
-        return f"chunk_output received {max(sizes)} keys in one call; a chunk holds at most chunk = {chunk}", _WHOLE
+        return (f"chunk_output received {max(sizes)} keys in one call; a chunk holds at most chunk = {chunk}",
+                _WHOLE if max(sizes) == M else "k[j0:j0 + chunk] holds `chunk` keys already (a slice stops before its end)"
+                if max(sizes) == chunk + 1 else "cut the keys, in order, into chunks of at most `chunk` keys")
     index, seen = {row.tobytes(): j for j, row in enumerate(k)}, np.zeros(M, int)
     for args in calls:
         for row in np.asarray(args[1], dtype=float):

@@ -10,7 +10,7 @@ causal with N < M and with N > M) and print one verdict, checking in this order:
   2. the values: `(o, lse)` against `lab.attention_reference` (by `lab.diagnose`), with a hint read from
      the counts and the case (a dropped tail, m started at 0, a fully masked row, the causal alignment);
   3. every row read, in ceil(M / Bc) loads; on the large case, the peak bytes held (tracemalloc) below
-     half of an array of length M (N × M for all queries).
+     half of a float64 array of length M (for all queries, half of an N × M boolean mask: N·M/2 bytes).
 
 Taught in: notebooks/03_one_pass_attention.ipynb
 """
@@ -133,7 +133,7 @@ def _rows_cases() -> list[_Case]:
         _Case("causal, N = 7 > M = 3, Bc = 2: queries 0-3 see no key", r((7, 4)), r((3, 4)), r((3, 2)), 2, True, "masked"),
         _Case("every score near +1000", *_scores_near(rng, 1000.0, 20, 4, 2, 3), 6, kind="positive"),
         _Case("every score near -1000", *_scores_near(rng, -1010.0, 20, 4, 2, 3), 6, kind="negative"),
-        _Case("causal, N = 64, M = 1024, Bc = 32", r((64, 4)), r((1024, 4)), r((1024, 4)), 32, True, "memory"),
+        _Case("causal, N = 64, M = 16384, Bc = 32", r((64, 4)), r((16384, 4)), r((16384, 4)), 32, True, "memory"),
     ]
 
 
@@ -330,14 +330,14 @@ def check_one_pass_rows(fn, *, name: str | None = None) -> None:
 
     K and V arrive as `CountingRows`; causal keeps key j for query i when j <= i + M - N, and a query with no
     key gets o = 0, lse = -inf. Passes when o and lse match `attention_reference` (rtol 1e-9), each row of K and
-    V is read exactly once in ceil(M / Bc) loads, and at N = 64, M = 1024 the run holds less than half of an
-    N × M array. Taught in: notebooks/03_one_pass_attention.ipynb
+    V is read exactly once in ceil(M / Bc) loads, and at N = 64, M = 16384 the run holds less than N·M/2 bytes, half
+    of an N × M boolean mask. Taught in: notebooks/03_one_pass_attention.ipynb
     """
     def held_what(c: _Case) -> str:
         N, M = c.q.shape[0], c.k.shape[0]
-        return f"an N × M array of scores ({N} × {M} = {8 * N * M:,} bytes)"
+        return f"an N × M array of booleans, a mask ({N} × {M} = {N * M:,} bytes; the scores in float64 take 8 times that)"
 
-    _check(fn, _rows_cases(), _rows_reference, lambda c: 4 * c.q.shape[0] * c.k.shape[0], held_what,
+    _check(fn, _rows_cases(), _rows_reference, lambda c: c.q.shape[0] * c.k.shape[0] // 2, held_what,
            name or getattr(fn, "__name__", "your function"),
            "K and V read once each for all queries, in blocks of Bc; no NaN on rows without a key; never N × M held",
            masks=True)

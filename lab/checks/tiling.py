@@ -6,8 +6,8 @@
 - `check_tiled_forward(fn)`     : `fn(q, k, v, Br, Bc, causal) -> (o, lse)`, FlashAttention-2's forward: values on
   the classic failure cases, then k and v as `BlockLoadArray`s that count the rows loaded (a second pass, a
   whole-array load), then tracemalloc's peak (an N × M or Br × M array of scores).
-Each prints one line on a pass; on a failure the case, what differs and where, and a hint naming the classic
-mistake it recognizes.
+Each prints one line on a pass; on a failure the case (its parameters named), what differs and where, and a hint
+naming the classic mistake it recognizes.
 
 Taught in: notebooks/05_tiling.ipynb
 """
@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 
 from ..attention import attention_reference, causal_mask
-from ..exercises import check, diagnose
+from ..exercises import diagnose
 from ..io_model import flash_counts, step_footprint
 from ..memory import peak_bytes
 
@@ -29,34 +29,46 @@ __all__ = ["check_causal_tile_counts", "check_fa2_hbm_bytes", "check_widest_key_
 
 def _first(alternatives, got, default):
     """The text of the first (answer, text) whose answer equals `got`, else `default`."""
-    for answer, text in alternatives:
-        if diagnose(got, answer, rtol=0, atol=0) is None:
-            return text
-    return default
+    return next((text for answer, text in alternatives if diagnose(got, answer, rtol=0, atol=0) is None), default)
+
+
+def _check(fn, reference, cases, fields, hint, name=None, names=None) -> None:
+    """Exact answers case by case, each case shown with its parameters named: one line on a pass, else what failed."""
+    name = name or getattr(fn, "__name__", "your function")
+    for i, case in enumerate(cases):
+        shown = f"case {i} (" + ", ".join(f"{f} = {x}" for f, x in zip(fields.split(), case)) + ")"
+        ok, got = _attempt(name, fn, shown, case)
+        if not ok:
+            return
+        problem = diagnose(got, want := reference(*case), names=names, rtol=0, atol=0)
+        if problem is not None:
+            return print(f"{name}: ✗ {shown}: {problem}\n  hint: {hint(case, got, want)}")
+    print(f"{name}: ✓ passed {len(cases)} cases")
 
 
 # ------------------------------------------------------------------------------ exercise 1: causal tiles
-def _tile_kinds(N, M, Br, Bc, off=None, slack=0, whole=False, corner="first"):
+def _tile_kinds(N, M, Br, Bc, off=None, slack=0, whole=False, corner="first", clip=True):
     """(computed, masked) tiles under the mask j <= i + off: computed when the block's last query sees its
     first key, masked when a computed tile's `corner` query misses its last key. Variants make the classic slips."""
     off = M - N if off is None else off
     i0 = np.arange(0, N - N % Br if whole else N, Br)[:, None]
     j0 = np.arange(0, M - M % Bc if whole else M, Bc)[None, :]
-    i1, j1 = np.minimum(i0 + Br, N), np.minimum(j0 + Bc, M)
+    i1, j1 = np.minimum(i0 + Br, N), np.minimum(j0 + Bc, M) if clip else j0 + Bc
     computed = j0 <= i1 - 1 + off + slack
     masked = computed & (j1 - 1 > (i0 if corner == "first" else i1 - 1) + off)
     return int(computed.sum()), int(masked.sum())
 
 
 def _tiles_hint(case, got, want):
-    N, M, Br, Bc = case
-    alts = [(_tile_kinds(N, M, Br, Bc, off=0), "that is the count for a mask aligned top-left (key j hidden when "
+    alts = [(_tile_kinds(*case, off=0), "that is the count for a mask aligned top-left (key j hidden when "
              "j > i); here key j is hidden from query i when j > i + (M - N)"),
-            (_tile_kinds(N, M, Br, Bc, whole=True), "that counts whole blocks only: the last query block and the last "
+            (_tile_kinds(*case, whole=True), "that counts whole blocks only: the last query block and the last "
              "key block may be partial, so there are ⌈N/Br⌉ × ⌈M/Bc⌉ tiles"),
-            (_tile_kinds(N, M, Br, Bc, slack=1), "one key too far: a tile is computed when its first key j0 is visible "
+            (_tile_kinds(*case, slack=1), "one key too far: a tile is computed when its first key j0 is visible "
              "to its last query, j0 <= (i1 - 1) + (M - N)"),
-            (_tile_kinds(N, M, Br, Bc, corner="last"), "the masked count looks at the wrong corner: a computed tile "
+            (_tile_kinds(*case, clip=False), f"the last key block ends at M = {case[1]}: with j1 = j0 + Bc it seems "
+             "to hold keys past M, so a tile that needs no mask counts as masked; end it at j1 = min(j0 + Bc, M)"),
+            (_tile_kinds(*case, corner="last"), "the masked count looks at the wrong corner: a computed tile "
              "needs the mask when its FIRST query cannot see its LAST key")]
     return _first(alts, got, "a tile is computed when some query of it sees some key of it (look at one corner), "
                              "and needs the mask when some query misses some key (the opposite corner)")
@@ -66,29 +78,36 @@ def check_causal_tile_counts(fn, *, name: str | None = None) -> None:
     """Check `fn(N, M, Br, Bc) -> (computed, masked)`, the tiles a causal kernel computes and those it must mask inside.
 
     Reference: tile (i0:i1, j0:j1) is computed iff $j_0 \\le i_1 - 1 + M - N$, masked iff also $j_1 - 1 > i_0 + M - N$.
-    Taught in: notebooks/05_tiling.ipynb
-    """
+    Taught in: notebooks/05_tiling.ipynb"""
     cases = [(1024, 1024, 64, 64), (200, 200, 64, 32), (1000, 700, 128, 48), (300, 1000, 33, 100), (7, 7, 3, 5),
              (5, 9, 64, 64), (4096, 4096, 16, 512)]
-    check(fn, _tile_kinds, cases, name=name, rtol=0, atol=0, names=("computed", "masked"), hint=_tiles_hint)
+    _check(fn, _tile_kinds, cases, "N M Br Bc", _tiles_hint, name, names=("computed", "masked"))
 
 
 # ------------------------------------------------------------------------------ exercise 2: fa2's bytes
-def _fa2_bytes(N, d, Br, Bc, itemsize, causal, *, skip=True, whole=False, lse=None, kv_once=False):
+def _fa2_bytes(N, d, Br, Bc, itemsize, causal, *, skip=True, whole=False, lse=None, kv_once=False, visible=False):
     """fa2's bytes for N = M, dv = d; the keyword variants make the classic slips."""
     keys = 0
     for i0 in range(0, N, Br):
         last = min(i0 + Br, N) if causal and skip else N      # keys 0..last-1: what the block's queries see
         n = -(-last // Bc)
-        keys += n * Bc if whole else min(n * Bc, N)
+        keys += n * Bc if whole else last if visible else min(n * Bc, N)
     keys = N if kv_once else keys
     return (2 * N * d + 2 * keys * d) * itemsize + N * (max(itemsize, 4) if lse is None else lse)
 
 
 def _bytes_hint(case, got, want):
     N, d, Br, Bc, isz, causal = case
-    alts = [(_fa2_bytes(*case, skip=False), "that is the count without causal skipping: under the mask, query block "
+    full, kv = _fa2_bytes(*case, skip=False), 2 * N * d * isz * -(-N // Br)
+    half = ("half the non-causal count is the triangle's area, not what fa2 loads: a query block loads whole key "
+            "blocks, the diagonal ones too, and Q, o, lse move in full; add up the key blocks each query block loads")
+    seen = ("fa2 loads whole key blocks: query block i loads every key block up to the one holding its last visible "
+            "key, masked keys and all (only the last block, at N, may be short); count those, not the visible keys")
+    tri = (2 * N * d + N * (N + 1) * d) * isz + N * max(isz, 4)
+    alts = [(full, "that is the count without causal skipping: under the mask, query block "
              "i loads only the key blocks its queries can see"),
+            *([(full / 2, half), (full - kv / 2, half), (_fa2_bytes(*case, visible=True), seen), (tri, seen)]
+              if causal else []),
             (_fa2_bytes(*case, whole=True), "a partial last key block holds fewer than Bc keys: count the keys "
              "loaded, not Bc per block"),
             (_fa2_bytes(*case, lse=isz), "lse is saved in the accumulator's dtype: float32 (4 bytes) for fp16 and "
@@ -104,18 +123,16 @@ def check_fa2_hbm_bytes(fn, *, name: str | None = None) -> None:
     """Check `fn(N, d, Br, Bc, itemsize, causal)`, fa2's HBM bytes for one head, N = M, dv = d, against `lab.flash_counts`.
 
     Reference: $\\big(2Nd + 2d\\sum_i K_i\\big)\\cdot\\text{itemsize} + N\\cdot\\max(\\text{itemsize}, 4)$, $K_i$ the keys block i loads.
-    Taught in: notebooks/05_tiling.ipynb
-    """
+    Taught in: notebooks/05_tiling.ipynb"""
     cases = [(4096, 64, 128, 128, 2, False), (1000, 64, 64, 48, 2, True), (333, 16, 50, 64, 8, True),
              (1000, 64, 128, 128, 4, True), (5, 3, 7, 2, 2, True), (4096, 128, 128, 64, 2, True)]
-    check(fn, lambda N, d, Br, Bc, isz, causal: flash_counts(N, N, d, block_q=Br, block_k=Bc, causal=causal,
-                                                              itemsize=isz).total,
-          cases, name=name, rtol=0, atol=0, hint=_bytes_hint)
+    _check(fn, lambda N, d, Br, Bc, isz, causal: flash_counts(N, N, d, block_q=Br, block_k=Bc, causal=causal,
+                                                               itemsize=isz).total,
+           cases, "N d Br Bc itemsize causal", _bytes_hint, name)
 
 
 # ------------------------------------------------------------------------------ exercise 3: widest key block
-def _footprint(d, Br, Bc, itemsize):
-    return step_footprint(d, Br, Bc, itemsize=itemsize)["total"]
+_footprint = lambda d, Br, Bc, itemsize: step_footprint(d, Br, Bc, itemsize=itemsize)["total"]  # noqa: E731
 
 
 def _widest(sram_bytes, d, Br, itemsize):
@@ -128,6 +145,8 @@ def _widest_hint(case, got, want):
     sram, d, Br, isz = case
     if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
         return "a block size is a whole number of keys: round down (//)"
+    if got < 0:
+        return "no negative sizes: return 0 when even Bc = 1 does not fit (max(0, ...))"
     if got >= 1 and _footprint(d, Br, got, isz) > sram:
         return (f"a step with Bc = {got} takes {_footprint(d, Br, got, isz):,} bytes, more than the {sram:,} there "
                 "are: did you round up, or leave a buffer out (S_ij and the state m, l, acc are float32)?")
@@ -141,11 +160,10 @@ def check_widest_key_block(fn, *, name: str | None = None) -> None:
     """Check `fn(sram_bytes, d, Br, itemsize)`: the largest Bc whose step (section 3's buffers, dv = d) fits in `sram_bytes`.
 
     Reference: the largest Bc with `lab.step_footprint(d, Br, Bc, itemsize=itemsize)["total"] <= sram_bytes`, 0 if none.
-    Taught in: notebooks/05_tiling.ipynb
-    """
+    Taught in: notebooks/05_tiling.ipynb"""
     cases = [(192 * 1024, 64, 64, 2), (228 * 1024, 128, 128, 2), (2**20, 64, 128, 4), (64 * 1024, 128, 64, 2),
              (100_000, 48, 16, 4), (4096, 64, 64, 2)]
-    check(fn, _widest, cases, name=name, rtol=0, atol=0, hint=_widest_hint)
+    _check(fn, _widest, cases, "sram_bytes d Br itemsize", _widest_hint, name)
 
 
 # ------------------------------------------------------------------------------ exercise 4: the tiled forward
@@ -154,13 +172,11 @@ class BlockLoadArray:
 
     Any use of the whole array (`a.T`, `np.asarray(a)`, `a @ x`, ...) loads every row and is remembered in
     `whole`; `largest` is the most rows one access loaded. `shape`, `len`, `ndim`, `dtype` are free.
-    Taught in: notebooks/05_tiling.ipynb
-    """
+    Taught in: notebooks/05_tiling.ipynb"""
 
     def __init__(self, values, name: str):
         self._data = np.array(values, dtype=np.float64)           # a copy: the case's array is never touched
-        self.name = name
-        self.loads = np.zeros(self._data.shape[0], dtype=np.int64)
+        self.name, self.loads = name, np.zeros(self._data.shape[0], dtype=np.int64)
         self.largest, self.largest_at, self.whole = 0, None, None
         self.shape, self.ndim, self.dtype, self.size = self._data.shape, self._data.ndim, self._data.dtype, self._data.size
 
@@ -192,14 +208,9 @@ class BlockLoadArray:
         return getattr(self._all(f"{self.name}.{attr}"), attr)
 
 
-def _operator(op):
-    def method(self, *other):
-        return getattr(self._all(f"{self.name} whole in an expression"), op)(*other)
-    return method
-
-
 for _op in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "matmul", "rmatmul", "neg", "pow"):
-    setattr(BlockLoadArray, f"__{_op}__", _operator(f"__{_op}__"))
+    setattr(BlockLoadArray, f"__{_op}__", lambda self, *other, _op=f"__{_op}__":
+            getattr(self._all(f"{self.name} whole in an expression"), _op)(*other))
 
 
 def _key_text(key) -> str:
@@ -217,7 +228,7 @@ def _forward_cases():
         return rng.standard_normal((N, d)) * spread, rng.standard_normal((M, d)) * spread, rng.standard_normal((M, dv))
 
     low = (-20 + 0.3 * rng.standard_normal((10, 8)), 20 + 0.3 * rng.standard_normal((24, 8)), rng.standard_normal((24, 8)))
-    return [("Br, Bc divide N, M", (*qkv(64, 64), 16, 16, False)),
+    return [("Br, Bc divide N, M", (*qkv(64, 64), 16, 32, False)),
             ("partial last blocks, dv != d", (*qkv(50, 70, 8, 4), 16, 32, False)),
             ("causal, N = M, partial blocks", (*qkv(37, 37), 8, 5, True)),
             ("causal, N < M", (*qkv(20, 45), 8, 16, True)),
@@ -230,9 +241,8 @@ def _forward_cases():
 
 
 def _shown(n, label, case) -> str:
-    q, k, v, Br, Bc, causal = case
-    return (f"case {n} ({label}; N = {len(q)}, M = {len(k)}, d = {q.shape[1]}, dv = {v.shape[1]}, Br = {Br}, "
-            f"Bc = {Bc}, causal={causal})")
+    return "case {} ({}; N = {}, M = {}, d = {}, dv = {}, Br = {}, Bc = {}, causal={})".format(
+        n, label, *case[0].shape[:1], len(case[1]), case[0].shape[1], case[2].shape[1], *case[3:])
 
 
 def _reference(q, k, v, visible=None, scale=None):
@@ -273,10 +283,9 @@ def _forward_hint(case, got, want) -> str:
                 "start m at -inf (not 0), so that the first key block sets it")
     if bad.any() and np.abs(s[np.isfinite(s)]).max() > 700:
         return "scores this large overflow e^s: subtract the running max m before exp, rescaling l and acc when it grows"
-    tri = np.arange(M)[None, :] <= np.arange(N)[:, None]
     alts = []
     if causal and N != M:
-        alts.append((_reference(q, k, v, tri), "that is causal attention aligned top-left (key j hidden when j > i); "
+        alts.append((_reference(q, k, v, np.arange(M)[None, :] <= np.arange(N)[:, None]), "that is causal attention aligned top-left (key j hidden when j > i); "
                      "FlashAttention-2 aligns the mask bottom-right: key j is hidden from query i when j > i + (M - N)"))
     if causal:
         alts.append((_reference(q, k, v), "that is attention without the mask: with causal=True, key j is hidden from "
@@ -285,9 +294,8 @@ def _forward_hint(case, got, want) -> str:
     if M % Bc:
         alts.append((_reference(q, k, v, vis & (np.arange(M) < M - M % Bc)), f"the last key block is partial "
                      f"({M % Bc} keys) and yours left it out: loop over range(0, M, Bc), ending at min(j0 + Bc, M)"))
-    close = [(np.allclose(o, a[0], rtol=1e-9, atol=1e-12), text) for a, text in alts]
-    for (same_o, text), (a, _) in zip(close, alts):
-        if same_o and np.allclose(lse, a[1], rtol=1e-9, atol=1e-12, equal_nan=True):
+    for a, text in alts:
+        if np.allclose(o, a[0], rtol=1e-9, atol=1e-12) and np.allclose(lse, a[1], rtol=1e-9, atol=1e-12, equal_nan=True):
             return text
     if np.allclose(o, want[0], rtol=1e-9, atol=1e-12):
         m = np.where(np.isneginf(want[1]), 0.0, s.max(axis=1))
@@ -300,9 +308,7 @@ def _forward_hint(case, got, want) -> str:
 
 def _rows_needed(N, M, Br, causal):
     """Per key row: how many query blocks have a query that sees it."""
-    if not causal:
-        return np.full(M, -(-N // Br))
-    last = np.minimum(np.arange(0, N, Br) + Br, N) - 1 + (M - N)          # the last key each block's last query sees
+    last = np.minimum(np.arange(0, N, Br) + Br, N) - 1 + (M - N if causal else M)   # the last key each block sees
     return (np.arange(M)[:, None] <= last[None, :]).sum(axis=1)
 
 
@@ -318,6 +324,9 @@ def _loads_problem(a: BlockLoadArray, N, Br, Bc, causal):
     over = np.flatnonzero(a.loads > Tr)
     if over.size:
         j = int(over[0])
+        if Br > 1 and a.loads[j] == N:
+            return (f"{big} was loaded once per query row: row {j} of {a.name} {N} times for N = {N} queries; a query "
+                    f"block of Br = {Br} rows, q[i0:i0 + Br], shares each load of {big}_j among its rows")
         per = f"{a.loads[j] // Tr} times" if a.loads[j] % Tr == 0 else "more than once"
         return (f"{big} was read {per} per query block: row {j} of {a.name} was loaded {a.loads[j]} times for Tr = {Tr} "
                 f"query blocks; one pass loads each {big}_j once per query block and uses it for the max, l and acc alike")
@@ -339,8 +348,11 @@ def _attempt(name, fn, shown, args, what=""):
         print(f"{name}: not implemented yet (fill in the stub above, then run this cell again)")
     except Exception as exc:  # a learner's bug: report it, do not stop the notebook
         print(f"{name}: ✗ {shown}{what} raised {type(exc).__name__}: {exc}")
-        if what:
-            print("  hint: index k and v by blocks of rows only (k[j0:j1]) and compute on the tiles you get")
+        hint = ("m, l and alpha hold one value per query row, shape (Br,): against a (Br, Bc) tile they need a new "
+                "axis, s - m_new[:, None], alpha[:, None] * acc" if "broadcast" in str(exc) else
+                "index k and v by blocks of rows only (k[j0:j1]) and compute on the tiles you get" if what else None)
+        if hint:
+            print(f"  hint: {hint}")
     return False, None
 
 
@@ -350,8 +362,7 @@ def check_tiled_forward(fn, *, name: str | None = None) -> None:
     Values against `attention_reference` on the classic failure cases; then k and v as `BlockLoadArray`s: each row
     loaded at most once per query block (Tr times) and at least by every query block that sees it, no access of more
     than Bc rows; last, the peak of the large case under tracemalloc below half a Br × M strip of float64 scores.
-    Taught in: notebooks/05_tiling.ipynb
-    """
+    Taught in: notebooks/05_tiling.ipynb"""
     name = name or getattr(fn, "__name__", "your function")
     cases = _forward_cases()
     with warnings.catch_warnings(), np.errstate(all="ignore"):
@@ -363,9 +374,7 @@ def check_tiled_forward(fn, *, name: str | None = None) -> None:
                 return
             problem = diagnose(got, want, names=("o", "lse"), rtol=1e-9, atol=1e-12)
             if problem is not None:
-                print(f"{name}: ✗ {_shown(n, label, case)}: {problem}")
-                print(f"  hint: {_forward_hint(case, got, want)}")
-                return
+                return print(f"{name}: ✗ {_shown(n, label, case)}: {problem}\n  hint: {_forward_hint(case, got, want)}")
         skipped = False
         for n, (label, case) in enumerate(cases):
             q, k, v, Br, Bc, causal = case
@@ -376,18 +385,16 @@ def check_tiled_forward(fn, *, name: str | None = None) -> None:
                 return
             problem = _loads_problem(K, len(q), Br, Bc, causal) or _loads_problem(V, len(q), Br, Bc, causal)
             if problem:
-                print(f"{name}: ✗ {_shown(n, label, case)}: {problem}")
-                return
+                return print(f"{name}: ✗ {_shown(n, label, case)}: {problem}")
             skipped = skipped or bool((K.loads < -(-len(q) // Br)).any())
         peak, _ = peak_bytes(fn, *(np.array(a) for a in case[:3]), *case[3:])
     N, M, strip = len(q), len(k), Br * len(k) * 8
     if peak > strip / 2:
         what = (f"as much as an N × M array of float64 ({N} × {M} = {N * M * 8 // 1024:,} KiB)" if peak >= 0.9 * N * M * 8
                 else f"as much as {max(1, round(peak / strip))} Br × M strip(s) of float64 ({Br} × {M} = {strip // 1024:,} KiB)")
-        print(f"{name}: ✗ {_shown(n, label, case)}: held {peak / 1024:,.0f} KiB at once, {what}; a tiled kernel holds "
-              f"one Br × Bc tile of scores at a time ({Br * Bc * 8 // 1024} KiB here) besides its output")
-        print("  hint: compute each tile's scores, use them for the running max, l and acc, and let them go")
-        return
+        return print(f"{name}: ✗ {_shown(n, label, case)}: held {peak / 1024:,.0f} KiB at once, {what}; a tiled kernel "
+                     f"holds one Br × Bc tile of scores at a time ({Br * Bc * 8 // 1024} KiB here) besides its output\n"
+                     "  hint: compute each tile's scores, use them for the running max, l and acc, and let them go")
     print(f"{name}: ✓ passed {len(cases)} cases; K and V loaded once per query block, at most Bc rows at a time"
           f"{', masked tiles skipped' if skipped else ' (masked tiles loaded too: allowed, section 2 skips them)'}; "
           "no N × M array held")

@@ -1,7 +1,7 @@
 """`lab`: the engine of "FlashAttention from first principles".
 
-The notebooks are thin; everything they compute lives here, tested. The public names are fixed by
-the course's API contract; see each module's docstring for the ladder it teaches.
+The notebooks are thin; everything they compute lives here, tested. Each module's docstring says what
+it teaches and which notebook uses it.
 """
 
 from .access_count import *  # noqa: F401,F403
@@ -13,6 +13,8 @@ from .distributed import *  # noqa: F401,F403
 from .exercises import *  # noqa: F401,F403
 from .gqa import *  # noqa: F401,F403
 from .io_model import *  # noqa: F401,F403
+from .mask_checks import *  # noqa: F401,F403
+from .masks import *  # noqa: F401,F403
 from .measure import *  # noqa: F401,F403
 from .memory import *  # noqa: F401,F403
 from .notebook import *  # noqa: F401,F403

@@ -20,7 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import trace
-from ._checks import acc_dtype, as_float_array, check_block, check_choice, check_finite, check_qkv_shapes, check_scale
+from ._checks import acc_dtype, as_float_array, check_block, check_causal, check_choice, check_finite, check_qkv_shapes, check_scale
+from ._tiles import TilePlan
+from .masks import _kept, check_mods, index_arrays
 from .precision import FORMATS, round_to
 from .states import SoftmaxState, finalize
 
@@ -29,8 +31,9 @@ __all__ = ["attention_reference", "attention_naive", "flash_attention_numpy", "c
 VARIANTS = ("fa1", "fa2")
 
 
-def _checked(q, k, v, scale):
-    """Arrays, group size, scale; every check before any work."""
+def _checked(q, k, v, scale, causal=False):
+    """Arrays, group size, scale; every check (`causal` a bool included) before any work."""
+    check_causal(causal)
     q = as_float_array(q, "q")
     k = as_float_array(k, "k")
     v = as_float_array(v, "v")
@@ -63,25 +66,44 @@ def causal_mask(N: int, M: int, rows=None, cols=None) -> np.ndarray:
     return cols[None, :] <= rows[:, None] + (M - N)
 
 
-def attention_reference(q, k, v, *, causal: bool = False, scale=None):
+def attention_reference(q, k, v, *, causal: bool = False, scale=None, mask_mod=None, score_mod=None):
     """$S = \\mathrm{scale}\\,Q K^\\top$, $P = \\mathrm{softmax}(S)$, $O = P V$, in float64; returns `(o, lse)`.
 
     The oracle: materializes S and P (N×M each). `o` comes back in the input dtype, `lse` (natural log)
-    in float64. Rows with no visible key give o = 0, lse = -inf.
-    Taught in: notebooks/00_the_memory_wall.ipynb
+    in float64. Rows with no visible key give o = 0, lse = -inf. With 4-D inputs, `score_mod(s, b, h, i, j)`
+    changes S and `mask_mod(b, h, i, j)` (and `causal`) masks it before the softmax.
+    Taught in: notebooks/00_the_memory_wall.ipynb, notebooks/11_masks_and_score_mods.ipynb
     """
-    q, k, v, group, scale = _checked(q, k, v, scale)
+    q, k, v, group, scale = _checked(q, k, v, scale, causal)
+    check_mods(mask_mod, score_mod, q.shape, k.shape)
     out_dtype = np.result_type(q.dtype, k.dtype, v.dtype)
     q5, k5, v5 = _grouped(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), group)
     s = scale * (q5 @ np.swapaxes(k5, -1, -2))                  # (..., N, M)
     N, M = q.shape[-2], k.shape[-2]
-    if causal:
+    if mask_mod is not None or score_mod is not None:
+        s = _modded(s, q.shape[:2], N, M, causal, mask_mod, score_mod)
+    elif causal:
         s = np.where(causal_mask(N, M), s, -np.inf)
     m = s.max(axis=-1) if M > 0 else np.full(s.shape[:-1], -np.inf)
     m_use = np.where(np.isneginf(m), 0.0, m)
     p = np.exp(s - m_use[..., None])                           # (..., N, M)
     o, lse = finalize(SoftmaxState(m, p.sum(axis=-1), p @ v5))
     return _ungrouped(o, q.shape, (v.shape[-1],)).astype(out_dtype), _ungrouped(lse, q.shape, ())
+
+
+def _modded(s, BH, N, M, causal, mask_mod, score_mod):
+    """score_mod, then mask_mod and causal, on the full score matrix s (B, Hkv, G, N, M) viewed as (B, Hq, N, M)."""
+    s4 = s.reshape(tuple(BH) + (N, M))
+    idx = index_arrays(BH[0], BH[1], 0, N, 0, M)
+    if score_mod is not None:
+        out = score_mod(s4, *idx)
+        if np.shape(out) != s4.shape:
+            raise ValueError(f"score_mod must return an array of s's shape {s4.shape}, got {np.shape(out)}")
+        s4 = np.asarray(out, dtype=np.float64)
+    keep = _kept(mask_mod, causal, N, M, idx)
+    if keep is not None:
+        s4 = np.where(keep, s4, -np.inf)
+    return s4.reshape(s.shape)
 
 
 def attention_naive(q, k, v, *, causal: bool = False, scale=None) -> np.ndarray:
@@ -91,7 +113,7 @@ def attention_naive(q, k, v, *, causal: bool = False, scale=None) -> np.ndarray:
     per head). Returns `o` only.
     Taught in: notebooks/00_the_memory_wall.ipynb
     """
-    q, k, v, group, scale = _checked(q, k, v, scale)
+    q, k, v, group, scale = _checked(q, k, v, scale, causal)
     dt = np.result_type(q.dtype, k.dtype, v.dtype)
     q5, k5, v5 = _grouped(q, k, v, group)
     s = (q5 * dt.type(scale)) @ np.swapaxes(k5, -1, -2)        # S: (..., N, M)
@@ -108,11 +130,6 @@ def attention_naive(q, k, v, *, causal: bool = False, scale=None) -> np.ndarray:
     return _ungrouped(p @ v5, q.shape, (v.shape[-1],))
 
 
-def _visible_end(i1: int, N: int, M: int, causal: bool) -> int:
-    """Number of leading keys that query rows < i1 can see (all M without a mask)."""
-    return M if not causal else max(0, min(M, i1 + M - N))
-
-
 def _masked(s, i0, i1, j0, j1, N, M, causal):
     """Set masked scores of tile (i0:i1, j0:j1) to -inf, only when the tile crosses the diagonal."""
     if causal and j1 - 1 > i0 + (M - N):
@@ -120,14 +137,22 @@ def _masked(s, i0, i1, j0, j1, N, M, causal):
     return s
 
 
-def _fa2(q5, k5, v5, Br, Bc, causal, scale, dt, p_format=None):
-    """FlashAttention-2: for each query block Q_i, stream K_j, V_j keeping (m, l, acc) in the tile."""
+def _tile_scores(s, plan, i0, i1, j0, j1, ib, jb):
+    """Tile (ib, jb) of S: score_mod and the mask applied in place when the plan says so (a full tile with no mods is left alone)."""
+    plan.visited += 1
+    if not plan.untouched(ib, jb):
+        plan.apply(s.reshape((plan.B, plan.H) + s.shape[-2:]) if plan.mods else s, i0, i1, j0, j1, ib, jb)
+    return s
+
+
+def _fa2(q5, k5, v5, Br, Bc, plan, scale, dt, p_format=None):
+    """FlashAttention-2: for each query block Q_i, stream the K_j, V_j of its computed tiles keeping (m, l, acc) in the tile."""
     N, M, dv = q5.shape[-2], k5.shape[-2], v5.shape[-1]
     o = np.empty(q5.shape[:-1] + (dv,), dt)
     lse = np.empty(q5.shape[:-1], dt)
     counting = trace.active()
     io = q5.dtype.itemsize                                     # q, k, v, o sit in HBM in the input dtype
-    for i0 in range(0, N, Br):
+    for ib, i0 in enumerate(range(0, N, Br)):
         i1 = min(i0 + Br, N)
         q_i = q5[..., i0:i1, :]
         trace.read("q", trace.nbytes(q_i))
@@ -135,12 +160,12 @@ def _fa2(q5, k5, v5, Br, Bc, causal, scale, dt, p_format=None):
         m = np.full(q_i.shape[:-1], -np.inf, dt)              # (..., Br)
         l = np.zeros(q_i.shape[:-1], dt)
         acc = np.zeros(q_i.shape[:-1] + (dv,), dt)            # (..., Br, dv)
-        for j0 in range(0, _visible_end(i1, N, M, causal), Bc):
-            j1 = min(j0 + Bc, M)
+        for jb in plan.keys(ib):                               # empty tiles are skipped: K_j, V_j never read
+            j0, j1 = jb * Bc, min(jb * Bc + Bc, M)
             k_j, v_j = k5[..., j0:j1, :], v5[..., j0:j1, :]
             trace.read("k", trace.nbytes(k_j, io))          # k5, v5 are upcast copies: count the input dtype
             trace.read("v", trace.nbytes(v_j, io))
-            s = _masked(q_i @ np.swapaxes(k_j, -1, -2), i0, i1, j0, j1, N, M, causal)  # S_ij: (..., Br, Bc)
+            s = _tile_scores(q_i @ np.swapaxes(k_j, -1, -2), plan, i0, i1, j0, j1, ib, jb)  # S_ij: (..., Br, Bc)
             m_new = np.maximum(m, s.max(axis=-1))
             m_use = np.where(np.isneginf(m_new), 0.0, m_new)
             alpha = np.exp(m - m_use)                          # α = exp(m_old - m_new)
@@ -164,7 +189,7 @@ def _fa2(q5, k5, v5, Br, Bc, causal, scale, dt, p_format=None):
     return o, lse
 
 
-def _fa1(q5, k5, v5, Br, Bc, causal, scale, dt, p_format=None):
+def _fa1(q5, k5, v5, Br, Bc, plan, scale, dt, p_format=None):
     """FlashAttention (Algorithm 1): for each K_j, V_j, visit every Q_i and rescale O_i, l_i, m_i in place."""
     N, M, dv = q5.shape[-2], k5.shape[-2], v5.shape[-1]
     lead = np.broadcast_shapes(q5.shape[:-2], k5.shape[:-2])
@@ -176,20 +201,22 @@ def _fa1(q5, k5, v5, Br, Bc, causal, scale, dt, p_format=None):
     trace.write("l", trace.nbytes(l))
     trace.write("m", trace.nbytes(m))
     counting = trace.active()
-    for j0 in range(0, M, Bc):
+    for jb, j0 in enumerate(range(0, M, Bc)):
         j1 = min(j0 + Bc, M)
+        rows = plan.queries(jb)                                # the query blocks with a kept element in K_j
+        if not rows:
+            continue                                           # a key block no query sees is never read
         k_j, v_j = k5[..., j0:j1, :], v5[..., j0:j1, :]
         trace.read("k", trace.nbytes(k_j, io))
         trace.read("v", trace.nbytes(v_j, io))
-        for i0 in range(0, N, Br):
+        for ib in rows:
+            i0 = ib * Br
             i1 = min(i0 + Br, N)
-            if causal and _visible_end(i1, N, M, causal) <= j0:
-                continue                                       # tile entirely above the diagonal
             q_i = q5[..., i0:i1, :]
             o_i, l_i, m_i = o[..., i0:i1, :], l[..., i0:i1], m[..., i0:i1]
             for name, a, size in (("q", q_i, io), ("o", o_i, io), ("l", l_i, None), ("m", m_i, None)):
                 trace.read(name, trace.nbytes(a, size))
-            s = _masked((q_i.astype(dt) * dt.type(scale)) @ np.swapaxes(k_j, -1, -2), i0, i1, j0, j1, N, M, causal)
+            s = _tile_scores((q_i.astype(dt) * dt.type(scale)) @ np.swapaxes(k_j, -1, -2), plan, i0, i1, j0, j1, ib, jb)
             m_t = s.max(axis=-1)                               # m̃_ij
             p = np.exp(s - np.where(np.isneginf(m_t), 0.0, m_t)[..., None])  # P̃_ij
             l_t = p.sum(axis=-1)                               # l̃_ij
@@ -217,7 +244,8 @@ def _lowered(p, fmt):
 
 
 def flash_attention_numpy(q, k, v, *, block_q: int = 64, block_k: int = 64, causal: bool = False,
-                          scale=None, variant: str = "fa2", p_format=None, qkv_format=None):
+                          scale=None, variant: str = "fa2", p_format=None, qkv_format=None,
+                          mask_mod=None, score_mod=None, stats: dict | None = None, block_mask=None):
     """Tiled one-pass attention; returns `(o, lse)` equal to `attention_reference` up to rounding.
 
     Query blocks of `block_q` (Br) rows and key blocks of `block_k` (Bc) rows; the last may be partial.
@@ -227,7 +255,11 @@ def flash_attention_numpy(q, k, v, *, block_q: int = 64, block_k: int = 64, caus
     Accumulates in float32 at least; `o` in the input dtype, `lse` in the accumulator dtype.
     `p_format` rounds each P_ij to a low-precision format before $P_{ij} V_j$ (l is summed from the
     unrounded P, as GPU kernels do); `qkv_format` rounds q, k, v first. Both in `lab.FORMATS`.
-    Taught in: notebooks/05_tiling.ipynb, notebooks/06_flashattention2.ipynb, notebooks/07_precision.ipynb
+    `score_mod` and `mask_mod` (4-D inputs) act on each tile after $S_{ij}$, before the running max;
+    tiles that `lab.block_mask` finds empty are skipped (a precomputed `block_mask` may be passed), and
+    `stats["tiles"]` receives the number of (query block, key block) pairs computed.
+    Taught in: notebooks/05_tiling.ipynb, notebooks/06_flashattention2.ipynb, notebooks/07_precision.ipynb,
+    notebooks/11_masks_and_score_mods.ipynb
     """
     check_choice(variant, VARIANTS, "variant")
     for name, fmt in (("p_format", p_format), ("qkv_format", qkv_format)):
@@ -235,12 +267,21 @@ def flash_attention_numpy(q, k, v, *, block_q: int = 64, block_k: int = 64, caus
             check_choice(fmt, FORMATS, name)
     Br = check_block(block_q, "block_q")
     Bc = check_block(block_k, "block_k")
-    q, k, v, group, scale = _checked(q, k, v, scale)
+    q, k, v, group, scale = _checked(q, k, v, scale, causal)
+    if stats is not None and not isinstance(stats, dict):
+        raise TypeError(f"stats must be a dict or None, got {type(stats).__name__}")
+    check_mods(mask_mod, score_mod, q.shape, k.shape)
+    if block_mask is not None and q.ndim != 4:
+        raise ValueError(f"block_mask needs 4-D q, k, v of shape (B, H, N, d), got q of rank {q.ndim}")
+    shape = tuple(q.shape[:2]) + (q.shape[-2], k.shape[-2]) if q.ndim == 4 else (1, 1, q.shape[-2], k.shape[-2])
+    plan = TilePlan(shape, Br, Bc, causal, mask_mod, score_mod, block_mask)
     dt = acc_dtype(q, k, v)
     if qkv_format is not None:
         q, k, v = (round_to(a, qkv_format).astype(a.dtype) for a in (q, k, v))
     q5, k5, v5 = _grouped(q, k.astype(dt, copy=False), v.astype(dt, copy=False), group)
     kernel = _fa2 if variant == "fa2" else _fa1
-    o, lse = kernel(q5, k5, v5, Br, Bc, bool(causal), scale, dt, p_format)
+    o, lse = kernel(q5, k5, v5, Br, Bc, plan, scale, dt, p_format)
+    if stats is not None:
+        stats["tiles"] = plan.visited
     out_dtype = np.result_type(q.dtype, k.dtype, v.dtype)
     return _ungrouped(o, q.shape, (v.shape[-1],)).astype(out_dtype, copy=False), _ungrouped(lse, q.shape, ())

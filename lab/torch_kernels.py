@@ -33,8 +33,11 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.autograd.function import once_differentiable
 
-from ._checks import check_block, check_qkv_shapes, check_scale
+from ._checks import check_block, check_causal, check_qkv_shapes, check_scale
+from ._tiles import TilePlan, score_mod_grad
+from .masks import check_mods, index_arrays
 
 __all__ = [
     "flash_attention_torch",
@@ -102,8 +105,11 @@ def _layout(q, k, v, group, dt):
     return q4, k3, v3
 
 
-def _blocks(q, k, block_q, block_k, group):
+def _blocks(q, k, block_q, block_k, group, blocks=None):
     N, M = q.shape[-2], k.shape[-2]
+    if blocks is not None:                                            # a precomputed block mask fixes the tile sizes
+        block_q = getattr(blocks, "block_q", None) if block_q is None else block_q
+        block_k = getattr(blocks, "block_k", None) if block_k is None else block_k
     rows = max(1, math.prod(q.shape[:-2]))                            # batch × query heads sharing a tile
     Br0, Bc0 = torch_default_blocks(q.device, max(N, 1), max(M, 1), rows=rows)
     Br = Br0 if block_q is None else check_block(block_q, "block_q")
@@ -118,51 +124,85 @@ def _causal_tile_mask(i0, i1, j0, j1, N, M, device):
     return cols > rows + (M - N)                                      # (Br, Bc)
 
 
-def _key_end(i1: int, N: int, M: int, causal: bool) -> int:
-    """Number of leading keys that query rows < i1 can see (all M without a mask)."""
-    return M if not causal else max(0, min(M, i1 + M - N))
-
-
-def _key_start_full(i0: int, N: int, M: int) -> int:
-    """First key column that some row >= i0 cannot see: tiles ending at or before it need no mask."""
-    return i0 + M - N + 1
-
-
-def _check_common(q, k, v, block_q, block_k, scale):
+def _check_common(q, k, v, block_q, block_k, scale, blocks=None):
     group = _check_tensors(q, k, v)
-    Br, Bc = _blocks(q, k, block_q, block_k, group)
+    Br, Bc = _blocks(q, k, block_q, block_k, group, blocks)
     return group, Br, Bc, check_scale(scale, q.shape[-1])
 
 
-def _shifted_scores(q1, k1, buf, i0, i1, j0, j1, N, M, causal):
-    """$S_{ij} - m$ in one matmul, $[\\mathrm{scale}\\,Q_i, -m]\\,[K_j, 1]^\\top$, into `buf`; masked entries are $-\\infty$."""
+def _plan(q, k, Br, Bc, causal, mask_mod, score_mod, blocks, grad=False) -> TilePlan:
+    """Check the mods (before any work) and plan the tiles: which to compute, which need mask work."""
+    check_mods(mask_mod, score_mod, tuple(q.shape), tuple(k.shape), like=q, grad=grad)
+    if blocks is not None and q.dim() != 4:
+        raise ValueError(f"block_mask needs 4-D q, k, v of shape (B, H, N, d), got q of rank {q.dim()}")
+    N, M = q.shape[-2], k.shape[-2]
+    shape = (q.shape[0], q.shape[1], N, M) if q.dim() == 4 else (1, 1, N, M)
+    return TilePlan(shape, Br, Bc, causal, mask_mod, score_mod, blocks, like=q)
+
+
+def _shifted_scores(q1, k1, buf, i0, i1, j0, j1, ib, jb, plan, m):
+    """$S_{ij} - m$ in one matmul, $[\\mathrm{scale}\\,Q_i, -m]\\,[K_j, 1]^\\top$, into `buf`; masked entries are $-\\infty$.
+
+    With a score_mod the extra column holds 0 instead of $-m$: score_mod needs the raw $S_{ij}$, and $m$ is
+    subtracted after it. Returns the tile and its kept elements (None: all kept).
+    """
     Z, rows, n, w = q1.shape[0], q1.shape[1], i1 - i0, j1 - j0
     s = torch.bmm(q1, k1[:, :, j0:j1], out=buf[: Z * rows * w].view(Z, rows, w))   # (Z, G·Br, Bc)
-    if causal and j1 > _key_start_full(i0, N, M):
-        mask = _causal_tile_mask(i0, i1, j0, j1, N, M, q1.device)          # (Br, Bc)
-        s.view(Z, rows // n, n, w).masked_fill_(mask, -math.inf)
-    return s
+    keep = None
+    if not plan.untouched(ib, jb):
+        view = s.view(plan.B, plan.H, n, w) if plan.mods else s.view(Z, rows // n, n, w)
+        keep = plan.apply(view, i0, i1, j0, j1, ib, jb)                        # score_mod, then the mask
+        if plan.score_mod is not None:
+            s.sub_(m.unsqueeze(-1))                                           # S'_ij - m
+    return s, keep
 
 
-def _raise_reference(s, m, l, acc, *, first: bool):
-    """FlashAttention-2's exact step on $s = S_{ij} - m$: $m' = \\max(m, \\mathrm{rowmax} S_{ij})$ ($m' = \\mathrm{rowmax} S_{ij}$ on the
-    first key block), $\\alpha = e^{m - m'}$ applied to l and acc, $s \\leftarrow S_{ij} - m'$; all in place."""
-    step = s.amax(dim=-1)                                                     # rowmax(S_ij) - m
-    step.masked_fill_(step == -math.inf, 0.0)                                 # rows with every key masked keep m
-    if not first:
-        step.clamp_(min=0.0)                                                  # m' = max(m, rowmax S_ij)
-        alpha = torch.exp(-step)                                              # α = exp(m - m')
-        l.mul_(alpha)
-        acc.mul_(alpha.unsqueeze(-1))
-    m.add_(step)
-    s.sub_(step.unsqueeze(-1))
+def _fresh_rows_see(l, keep, plan, n):
+    """Whether some row that has seen no key yet (l = 0, so m is a placeholder) sees one in this tile: then the exact step."""
+    fresh = l == 0                                                            # (Z, G·Br)
+    if keep is None:
+        return bool(fresh.any())
+    seen = torch.broadcast_to(keep, (plan.B, plan.H, n, keep.shape[-1])).any(dim=-1)   # (B, H, Br)
+    return bool((fresh & seen.reshape(fresh.shape)).any())
+
+
+def _raw_scores(q1, k1, buf, i0, i1, j0, j1, ib, jb, plan):
+    """The tile's own scores $S_{ij}$ (the reference column set to 0 for this one matmul), masked as `_shifted_scores`."""
+    d = q1.shape[-1] - 1
+    saved = q1[:, :, d].clone()
+    q1[:, :, d] = 0.0
+    try:
+        return _shifted_scores(q1, k1, buf, i0, i1, j0, j1, ib, jb, plan, torch.zeros_like(saved))
+    finally:
+        q1[:, :, d] = saved
+
+
+def _exact_step(s, m, l, acc):
+    """FlashAttention-2's exact step on the raw tile $s = S_{ij}$: $m' = \\max(m, \\mathrm{rowmax} S_{ij})$ ($\\mathrm{rowmax} S_{ij}$
+    for rows that have seen no key, l = 0), $\\alpha = e^{m - m'}$ applied to l and acc, $s \\leftarrow S_{ij} - m'$; in place.
+
+    $m'$ is one of the scores (or the old $m$), so it is stored exactly and $S_{ij} - m'$ carries no rounding of $m$."""
+    top = s.amax(dim=-1)                                                      # rowmax S_ij
+    fresh = l == 0                                                            # no key yet: m is a placeholder
+    m_new = torch.where(fresh, top, torch.maximum(m, top))
+    m_new = torch.where(top == -math.inf, m, m_new)                          # every key of the tile masked: keep m
+    alpha = torch.exp(m - m_new).masked_fill_(fresh, 1.0)                     # α = exp(m - m'); l = acc = 0 where fresh
+    l.mul_(alpha)
+    acc.mul_(alpha.unsqueeze(-1))
+    m.copy_(m_new)
+    s.sub_(m.unsqueeze(-1))
 
 
 def _rescale_rows(p, p_sum, m, l, acc, bound: float):
     """Rows of $p = e^{S_{ij} - m}$ whose sum $r$ exceeds `bound` move their reference to $m' = m + \\log r$: $p$, l and
-    acc are multiplied by $\\alpha = e^{m - m'} = 1/r$ (other rows by 1), all in place; returns $\\mathrm{rowsum}\\,p$ after."""
-    alpha = torch.where(p_sum > bound, 1.0 / p_sum, 1.0)                      # α = exp(m - m')
-    m.sub_(torch.log(alpha))                                                  # m' = m + log r
+    acc are multiplied by $\\alpha = e^{m - m'}$ (other rows by 1), all in place; returns $\\mathrm{rowsum}\\,p$ after.
+
+    $m'$ is rounded when it is stored (by up to half a unit in the last place of $|m|$: 5e-4 at $|m| = 10^4$ in
+    float32), so $\\alpha$ is computed from the stored $m'$, not as $1/r$: the rounding then cancels in $o = acc / l$
+    instead of weighting the tiles before and after the move differently."""
+    m_new = torch.where(p_sum > bound, m + torch.log(p_sum), m)               # m' = m + log r, as stored
+    alpha = torch.exp(m - m_new)                                              # α = exp(m - m'), exact for that m'
+    m.copy_(m_new)
     p.mul_(alpha.unsqueeze(-1))
     l.mul_(alpha)
     acc.mul_(alpha.unsqueeze(-1))
@@ -171,25 +211,29 @@ def _rescale_rows(p, p_sum, m, l, acc, bound: float):
 
 @torch.no_grad()
 def flash_attention_torch_forward(q, k, v, *, causal: bool = False, scale=None, block_q=None, block_k=None,
-                                  stats: dict | None = None):
+                                  stats: dict | None = None, mask_mod=None, score_mod=None, block_mask=None):
     """Tiled FlashAttention-2 forward; returns `(o, lse)` with $o = \\mathrm{softmax}(\\mathrm{scale}\\,QK^\\top)V$ and $lse = m + \\log l$.
 
     Per tile: $P_{ij} = e^{S_{ij} - m}$ against the row reference $m$ the query block has (the subtraction
     rides in the matmul, $[\\mathrm{scale}\\,Q_i, -m]\\,[K_j, 1]^\\top = S_{ij} - m$), then
     $l \\leftarrow l + \\mathrm{rowsum} P_{ij}$ and $acc \\leftarrow acc + P_{ij} V_j$; finally $o = acc / l$
     (0 where l = 0) and $lse = m + \\log l$. The first key block sets $m = \\mathrm{rowmax} S_{i1}$
-    (`_raise_reference`). After that $m$ moves only for rows whose tile sum $r$ exceeds $e^\\tau$
+    (`_exact_step`). After that $m$ moves only for rows whose tile sum $r$ exceeds $e^\\tau$
     (τ = `LOG_BOUND`): to $m + \\log r$, one multiplication of the tile (`_rescale_rows`); a tile whose
     exponential overflowed is recomputed with FlashAttention-2's exact step. So every stored $P_{ij} \\le e^\\tau$.
     `None` block sizes pick `torch_default_blocks` for the device. A `stats` dict receives the counts of
     tiles, `"tiles"`, of later tiles whose rows moved their reference, `"rescaled"`, and of tiles
     recomputed, `"recomputed"`. No input is changed.
-    Taught in: notebooks/08_hardware_runs.ipynb
+    `score_mod` and `mask_mod` (4-D inputs) act on each tile before the reference step; empty tiles of
+    `lab.block_mask` are skipped (a precomputed `block_mask` may be passed); a tile in which a row sees its
+    first key takes the exact step, so that row's reference is a real maximum before any lazy step.
+    Taught in: notebooks/08_hardware_runs.ipynb, notebooks/11_masks_and_score_mods.ipynb
     """
-    group, Br, Bc, scale = _check_common(q, k, v, block_q, block_k, scale)
+    group, Br, Bc, scale = _check_common(q, k, v, block_q, block_k, scale, block_mask)
     if stats is not None and not isinstance(stats, dict):
         raise TypeError(f"stats must be a dict or None, got {type(stats).__name__}")
-    causal = bool(causal)
+    causal = check_causal(causal)
+    plan = _plan(q, k, Br, Bc, causal, mask_mod, score_mod, block_mask)
     dt = _acc_dtype(q.dtype)
     N, M, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     q4, k3, v3 = _layout(q, k, v, group, dt)
@@ -202,7 +246,7 @@ def flash_attention_torch_forward(q, k, v, *, causal: bool = False, scale=None, 
     buf = torch.empty(Z * G * min(Br, N) * min(Bc, M), dtype=dt, device=q.device)  # one tile: S_ij, then P_ij
     bound = math.exp(LOG_BOUND)                                               # e^τ
     count = dict(tiles=0, rescaled=0, recomputed=0)
-    for i0 in range(0, N, Br):
+    for ib, i0 in enumerate(range(0, N, Br)):
         i1 = min(i0 + Br, N)
         n = i1 - i0
         q1 = torch.zeros((Z, G, n, d + 1), dtype=dt, device=q.device)       # [scale·Q_i, -m]; m = 0 until set
@@ -211,25 +255,27 @@ def flash_attention_torch_forward(q, k, v, *, causal: bool = False, scale=None, 
         m = torch.zeros((Z, G * n), dtype=dt, device=q.device)               # the row reference m
         l = torch.zeros((Z, G * n), dtype=dt, device=q.device)               # l = Σ_j rowsum P_ij
         acc = torch.zeros((Z, G * n, dv), dtype=dt, device=q.device)         # acc = Σ_j P_ij V_j
-        for j0 in range(0, _key_end(i1, N, M, causal), Bc):
-            j1 = min(j0 + Bc, M)
+        for nth, jb in enumerate(plan.keys(ib)):                             # empty tiles: K_j, V_j never loaded
+            j0, j1 = jb * Bc, min(jb * Bc + Bc, M)
             count["tiles"] += 1
-            s = _shifted_scores(q1, k1, buf, i0, i1, j0, j1, N, M, causal)    # S_ij - m: (Z, G·Br, Bc)
-            moved = j0 == 0
-            if moved:                                                         # the first key block sets m
-                _raise_reference(s, m, l, acc, first=True)
+            s, keep = _shifted_scores(q1, k1, buf, i0, i1, j0, j1, ib, jb, plan, m)  # S_ij - m: (Z, G·Br, Bc)
+            moved = nth == 0 or (plan.mods and _fresh_rows_see(l, keep, plan, n))
+            if moved:                                                         # the first tile (or a row's first key) sets m
+                if nth > 0:                                                   # (the first tile's m is 0: s is S_ij already)
+                    s, keep = _raw_scores(q1, k1, buf, i0, i1, j0, j1, ib, jb, plan)
+                _exact_step(s, m, l, acc)
             p_sum = s.exp_().sum(dim=-1)                                      # P_ij = exp(S_ij - m)
             if not moved:
                 top = float(p_sum.amax())                                     # the largest row sum (a sync on a GPU)
                 if not math.isfinite(top):                                    # exp overflowed: recompute exactly
                     count["recomputed"] += 1
-                    s = _shifted_scores(q1, k1, buf, i0, i1, j0, j1, N, M, causal)
-                    _raise_reference(s, m, l, acc, first=False)
+                    s, _ = _raw_scores(q1, k1, buf, i0, i1, j0, j1, ib, jb, plan)
+                    _exact_step(s, m, l, acc)
                     p_sum, moved = s.exp_().sum(dim=-1), True
                 elif top > bound:                                             # some rows outgrew e^τ
                     count["rescaled"] += 1
                     p_sum, moved = _rescale_rows(s, p_sum, m, l, acc, bound), True
-            if moved:
+            if moved and plan.score_mod is None:
                 q1[:, :, d] = -m                                              # the new reference rides in the matmul
             l.add_(p_sum)                                                     # l = l + rowsum P_ij
             acc.baddbmm_(s, v3[:, j0:j1])                                     # acc = acc + P_ij V_j
@@ -243,21 +289,25 @@ def flash_attention_torch_forward(q, k, v, *, causal: bool = False, scale=None, 
 
 @torch.no_grad()
 def flash_attention_torch_backward(q, k, v, o, lse, do, *, causal: bool = False, scale=None,
-                                   block_q=None, block_k=None):
+                                   block_q=None, block_k=None, mask_mod=None, score_mod=None, block_mask=None):
     """FlashAttention-2 backward from the saved `lse`; returns `(dq, dk, dv)` in the input dtype.
 
     $D = \\mathrm{rowsum}(dO \\circ O)$; per tile $P_{ij} = e^{\\mathrm{scale}\\,Q_iK_j^\\top - lse_i}$,
     $dV_j \\mathrel{+}= P_{ij}^\\top dO_i$, $dP_{ij} = dO_i V_j^\\top$, $dS_{ij} = P_{ij} \\circ (dP_{ij} - D_i)$,
     $dQ_i \\mathrel{+}= \\mathrm{scale}\\, dS_{ij} K_j$, $dK_j \\mathrel{+}= \\mathrm{scale}\\, dS_{ij}^\\top Q_i$
     (summed over the query heads of a group). Key blocks outside, query blocks inside.
-    Taught in: notebooks/09_backward.ipynb
+    With mods, P is recomputed from the modified, masked scores and $dS$ is carried back through
+    score_mod: $dS_{ij} \\leftarrow dS_{ij} \\circ \\partial s'/\\partial s$ (1 for ALiBi, $1 - \\tanh^2(s/\\mathrm{cap})$ for
+    softcap, torch autograd on the tile for any other score_mod); empty tiles are skipped.
+    Taught in: notebooks/09_backward.ipynb, notebooks/11_masks_and_score_mods.ipynb
     """
-    group, Br, Bc, scale = _check_common(q, k, v, block_q, block_k, scale)
+    group, Br, Bc, scale = _check_common(q, k, v, block_q, block_k, scale, block_mask)
     if o.shape != q.shape[:-1] + v.shape[-1:] or do.shape != o.shape:
         raise ValueError(f"o and do must have shape {tuple(q.shape[:-1] + v.shape[-1:])}, got {tuple(o.shape)} and {tuple(do.shape)}")
     if lse.shape != q.shape[:-1]:
         raise ValueError(f"lse must have shape {tuple(q.shape[:-1])}, got {tuple(lse.shape)}")
-    causal = bool(causal)
+    causal = check_causal(causal)
+    plan = _plan(q, k, Br, Bc, causal, mask_mod, score_mod, block_mask)
     dt = _acc_dtype(q.dtype)
     N, M, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     q4, k3, v3 = _layout(q, k, v, group, dt)
@@ -269,25 +319,33 @@ def flash_attention_torch_backward(q, k, v, o, lse, do, *, causal: bool = False,
     dq = torch.zeros((Z, G, N, d), dtype=dt, device=q.device)                 # (Z, G, N, d)
     dk = torch.empty((Z, M, d), dtype=dt, device=q.device)                    # (Z, M, d)
     dv_ = torch.empty((Z, M, dv), dtype=dt, device=q.device)                  # (Z, M, dv)
-    for j0 in range(0, M, Bc):
+    for jb, j0 in enumerate(range(0, M, Bc)):
         j1 = min(j0 + Bc, M)
+        w = j1 - j0
         k_j, v_j = k3[:, j0:j1], v3[:, j0:j1]                                 # (Z, Bc, d), (Z, Bc, dv)
-        dk_j = torch.zeros((Z, j1 - j0, d), dtype=dt, device=q.device)
-        dv_j = torch.zeros((Z, j1 - j0, dv), dtype=dt, device=q.device)
-        i_first = 0 if not causal else max(0, j0 - (M - N))                   # rows before it see no key of this block
-        for i0 in range((i_first // Br) * Br, N, Br):
+        dk_j = torch.zeros((Z, w, d), dtype=dt, device=q.device)
+        dv_j = torch.zeros((Z, w, dv), dtype=dt, device=q.device)
+        for ib in plan.queries(jb):                                           # query blocks with a kept element here
+            i0 = ib * Br
             i1 = min(i0 + Br, N)
             n = i1 - i0
             q_i = q4[:, :, i0:i1].to(dt).reshape(Z, G * n, d)                 # (Z, G·Br, d)
             do_i = do4[:, :, i0:i1].reshape(Z, G * n, dv)                     # (Z, G·Br, dv)
             s = torch.bmm(q_i, k_j.transpose(1, 2)).mul_(scale)               # S_ij: (Z, G·Br, Bc)
-            if causal and j1 > _key_start_full(i0, N, M):
-                mask = _causal_tile_mask(i0, i1, j0, j1, N, M, q.device)
-                s.view(Z, G, n, j1 - j0).masked_fill_(mask, -math.inf)
-            p = s.sub_(lse_use[:, :, i0:i1].reshape(Z, G * n, 1)).exp_()       # P_ij = exp(S_ij - lse_i)
+            raw = s.clone() if plan.score_mod is not None else None           # score_mod's derivative needs S_ij
+            keep = None
+            if not plan.untouched(ib, jb):
+                view = s.view(plan.B, plan.H, n, w) if plan.mods else s.view(Z, G, n, w)
+                keep = plan.apply(view, i0, i1, j0, j1, ib, jb)              # S'_ij: score_mod, then the mask
+            p = s.sub_(lse_use[:, :, i0:i1].reshape(Z, G * n, 1)).exp_()       # P_ij = exp(S'_ij - lse_i)
             dv_j.baddbmm_(p.transpose(1, 2), do_i)                            # dV_j += P_ijᵀ dO_i
             dp = torch.bmm(do_i, v_j.transpose(1, 2))                         # dP_ij: (Z, G·Br, Bc)
-            ds = dp.sub_(D[:, :, i0:i1].reshape(Z, G * n, 1)).mul_(p)         # dS_ij = P_ij ∘ (dP_ij - D_i)
+            ds = dp.sub_(D[:, :, i0:i1].reshape(Z, G * n, 1)).mul_(p)         # dS'_ij = P_ij ∘ (dP_ij - D_i)
+            if raw is not None:                                               # dS_ij = dS'_ij ∘ ∂s'/∂s
+                shape4 = (plan.B, plan.H, n, w)
+                idx = index_arrays(plan.B, plan.H, i0, i1, j0, j1, q)
+                g = score_mod_grad(plan.score_mod, raw.view(shape4), ds.view(shape4), idx)
+                ds = (g if keep is None else g.masked_fill(~keep, 0.0)).reshape(Z, G * n, w)
             dq[:, :, i0:i1] += torch.bmm(ds, k_j).view(Z, G, n, d) * scale    # dQ_i += scale dS_ij K_j
             dk_j.baddbmm_(ds.transpose(1, 2), q_i, alpha=scale)               # dK_j += scale dS_ijᵀ Q_i
             del s, p, dp, ds                                                  # free the tiles before the next ones
@@ -297,42 +355,60 @@ def flash_attention_torch_backward(q, k, v, o, lse, do, *, causal: bool = False,
 
 
 class FlashAttention(torch.autograd.Function):
-    """`FlashAttention.apply(q, k, v, causal=False, scale=None, block_q=None, block_k=None) -> o`.
+    """`FlashAttention.apply(q, k, v, causal=False, scale=None, block_q=None, block_k=None, mask_mod=None, score_mod=None, stats=None, block_mask=None) -> o`.
 
     Forward: `flash_attention_torch_forward`, saving only q, k, v, o and lse (no N×M array; no other
     tensor of shape (..., N)). Backward: `flash_attention_torch_backward`, recomputing P tile by tile.
-    Taught in: notebooks/09_backward.ipynb
+    The tiles' kinds are found once, in the forward, and reused by the backward.
+    Taught in: notebooks/09_backward.ipynb, notebooks/11_masks_and_score_mods.ipynb
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, causal=False, scale=None, block_q=None, block_k=None):
-        o, lse = flash_attention_torch_forward(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
+    def forward(ctx, q, k, v, causal=False, scale=None, block_q=None, block_k=None, mask_mod=None, score_mod=None,
+                stats=None, block_mask=None):
+        _, Br, Bc, _ = _check_common(q, k, v, block_q, block_k, scale, block_mask)
+        causal = check_causal(causal)
+        blocks = _plan(q, k, Br, Bc, causal, mask_mod, score_mod, block_mask).blocks
+        o, lse = flash_attention_torch_forward(q, k, v, causal=causal, scale=scale, block_q=Br, block_k=Bc, stats=stats,
+                                               mask_mod=mask_mod, score_mod=score_mod, block_mask=blocks)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.settings = dict(causal=bool(causal), scale=scale, block_q=block_q, block_k=block_k)
+        ctx.settings = dict(causal=causal, scale=scale, block_q=Br, block_k=Bc, mask_mod=mask_mod, score_mod=score_mod,
+                            block_mask=blocks)
         return o
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, do):
+        """The gradients once; a second derivative raises (the kernel's backward is not itself differentiable)."""
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = flash_attention_torch_backward(q, k, v, o, lse, do.contiguous(), **ctx.settings)
-        return dq, dk, dv, None, None, None, None
+        return (dq, dk, dv) + (None,) * 8
 
 
 def flash_attention_torch(q, k, v, *, block_q=None, block_k=None, causal: bool = False, scale=None,
-                          return_lse: bool = False):
+                          return_lse: bool = False, mask_mod=None, score_mod=None, stats: dict | None = None,
+                          block_mask=None):
     """$o = \\mathrm{softmax}(\\mathrm{scale}\\,QK^\\top)V$ by the tiled kernel, differentiable through `FlashAttention`.
 
     Torch tensors on any device; `None` block sizes mean `torch_default_blocks` for the device.
     `return_lse=True` returns `(o, lse)` (lse is not differentiable). No input is changed.
-    Taught in: notebooks/08_hardware_runs.ipynb
+    `score_mod(s, b, h, i, j)` and `mask_mod(b, h, i, j)` (4-D inputs; `h` the query head) act on each tile
+    before the softmax, empty tiles are skipped (`block_mask`: a precomputed `lab.block_mask`), and
+    `stats` receives the forward's counts, `stats["tiles"]` the (query block, key block) pairs computed.
+    Taught in: notebooks/08_hardware_runs.ipynb, notebooks/11_masks_and_score_mods.ipynb
     """
-    _check_common(q, k, v, block_q, block_k, scale)                          # errors before any work
-    if return_lse:
-        o = FlashAttention.apply(q, k, v, causal, scale, block_q, block_k)
-        if o.grad_fn is not None:
-            return o, o.grad_fn.saved_tensors[4].detach()                   # the lse saved for backward
-        return flash_attention_torch_forward(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
-    return FlashAttention.apply(q, k, v, causal, scale, block_q, block_k)
+    _check_common(q, k, v, block_q, block_k, scale, block_mask)             # errors before any work
+    check_causal(causal)
+    if stats is not None and not isinstance(stats, dict):
+        raise TypeError(f"stats must be a dict or None, got {type(stats).__name__}")
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    check_mods(mask_mod, score_mod, tuple(q.shape), tuple(k.shape), like=q, grad=grad)
+    args = (q, k, v, causal, scale, block_q, block_k, mask_mod, score_mod, stats, block_mask)
+    if return_lse and not grad:
+        return flash_attention_torch_forward(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k,
+                                             stats=stats, mask_mod=mask_mod, score_mod=score_mod, block_mask=block_mask)
+    o = FlashAttention.apply(*args)
+    return (o, o.grad_fn.saved_tensors[4].detach()) if return_lse else o    # the lse saved for backward
 
 
 @torch.no_grad()

@@ -20,7 +20,7 @@ import io
 import ipywidgets
 import matplotlib.pyplot as plt
 
-__all__ = ["FigureSliders", "interactive_figure", "accumulation_explorer", "backward_tiles", "block_footprint", "decode_splits", "fa_variants", "gqa_group", "io_traffic", "loop_overhead_explorer", "memory_wall", "merge_order_explorer", "one_pass_explorer", "online_softmax_trace", "p_format_explorer", "softmax_overflow", "tile_walk"]
+__all__ = ["FigureSliders", "interactive_figure", "accumulation_explorer", "backward_tiles", "block_footprint", "decode_splits", "fa_variants", "gqa_group", "io_traffic", "loop_overhead_explorer", "mask_tiles", "memory_wall", "merge_order_explorer", "one_pass_explorer", "online_softmax_trace", "p_format_explorer", "softmax_overflow", "tile_walk"]
 
 
 class FigureSliders(ipywidgets.interactive):
@@ -76,6 +76,7 @@ from .memory import memory_wall  # noqa: E402  (builders below use interactive_f
 from .backward import backward_tiles  # noqa: E402
 from .decoding import decode_splits, gqa_group  # noqa: E402
 from .hardware import loop_overhead_explorer  # noqa: E402
+from .masks import mask_tiles  # noqa: E402
 from .precision import accumulation_explorer, p_format_explorer  # noqa: E402
 from .softmax import online_softmax_trace, softmax_overflow  # noqa: E402
 from .states import merge_order_explorer, one_pass_explorer  # noqa: E402

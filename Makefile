@@ -45,8 +45,12 @@ lab: setup
 	$(BIN)/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/$(START_DIR) --ip=$(HOST) --port=$(PORT) \
 		$(if $(filter no,$(BROWSER)),--no-browser,) $(if $(filter 0,$(shell id -u)),--allow-root,)
 
+# Two workers of one thread each keep two cores busy without oversubscribing them (pytest-xdist; each
+# notebook stays on one worker, its cells in order). What strict nbval compares does not depend on the
+# thread count (lab/notebook.py, `measured`), and test-portability runs the notebooks on every core too.
+XDIST := -n 2 --dist loadscope
 test: setup
-	$(BIN)/python -m pytest tests $(NOTEBOOKS) $(NBVAL)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest $(XDIST) tests $(NOTEBOOKS) $(NBVAL)
 
 test-lib: setup
 	$(BIN)/python -m pytest tests
@@ -56,11 +60,12 @@ test-notebooks: setup
 
 # Strict nbval must hold on every learner's machine, not only on the one that executed the notebooks. These
 # settings change the arithmetic the way another CPU would: torch's vector kernels (no AVX or AVX2 only),
-# MKL's instruction set, one thread. A cell that prints a machine-dependent number bare fails here
+# MKL's instruction set, one thread, every core. A cell that prints a machine-dependent number bare fails here
 # (the rule: lab/notebook.py, `measured`). CI runs it after `make test`.
 PORTABILITY := ATEN_CPU_CAPABILITY=default \
                ATEN_CPU_CAPABILITY=avx2,MKL_ENABLE_INSTRUCTIONS=AVX2 \
-               OMP_NUM_THREADS=1,MKL_NUM_THREADS=1
+               OMP_NUM_THREADS=1,MKL_NUM_THREADS=1 \
+               OMP_NUM_THREADS=$(shell nproc 2>/dev/null || echo 2)
 test-portability: setup
 	for setting in $(PORTABILITY); do \
 		echo "== strict nbval under $$setting"; \

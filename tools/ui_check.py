@@ -275,7 +275,11 @@ def browser(profile: Path, blocked: list):
 JS_STATE = r"""() => {
   const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
   if (!panel) return null;
-  const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent.trim());
+  // a worked solution's input is collapsed until opened: its cell shows a placeholder, not a prompt
+  const prompts = [...panel.querySelectorAll('.jp-CodeCell')].map(c => {
+    if (c.querySelector('.jp-InputPlaceholder, .jp-mod-collapsed .jp-InputArea')) return 'collapsed';
+    const p = c.querySelector('.jp-InputPrompt');
+    return p ? p.textContent.trim() : ''; });
   const ind = panel.querySelector('.jp-Notebook-ExecutionIndicator');
   const kernel = panel.querySelector('.jp-KernelName, .jp-Toolbar-kernelName');
   return {prompts, status: ind ? ind.getAttribute('data-status') : null,
@@ -343,7 +347,7 @@ def run_notebook(page, base: str, token: str, name: str, n_code: int, report: Re
 
     def finished():
         s = page.evaluate(JS_STATE)
-        done = [p for p in s["prompts"] if re.fullmatch(r"\[\d+\]:", p)]
+        done = [p for p in s["prompts"] if re.fullmatch(r"\[\d+\]:", p) or p == "collapsed"]
         return s if (s["status"] == "idle" and not any("*" in p for p in s["prompts"]) and len(done) >= n_code) else None
 
     start = time.monotonic()

@@ -13,6 +13,7 @@ import contextlib
 import io
 import pathlib
 import re
+import textwrap
 from dataclasses import dataclass
 
 import nbformat
@@ -82,3 +83,17 @@ def run_check(ex: Exercise, solution: str, extra: dict | None = None) -> str:
         exec(compile(solution, "<solution>", "exec"), ns)
         exec(compile(ex.check, "<check>", "exec"), ns)
     return out.getvalue()
+
+
+def source(text: str) -> str:
+    """A planted solution written indented inside a test, as a cell's source."""
+    return textwrap.dedent(text).strip() + "\n"
+
+
+def assert_fails(ex: Exercise, text: str, *says: str) -> str:
+    """Run a planted wrong solution through the exercise's check: it must print ✗ and every phrase in `says`."""
+    out = run_check(ex, source(text))
+    assert "✗" in out and "✓" not in out, out
+    for s in says:
+        assert s in out, f"{s!r} not in:\n{out}"
+    return out

@@ -1,14 +1,13 @@
 """Notebook 00's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the checks of lab/checks/softmax.py used there behave when called directly."""
 
-import textwrap
 
 import nbformat
 import numpy as np
 import pytest
 
 import lab
-from exercise_support import ROOT, exercises, run_check
+from exercise_support import ROOT, assert_fails, exercises, run_check, source
 from lab.checks import softmax as checks
 
 NAME = "00_the_memory_wall"
@@ -17,15 +16,11 @@ PASSED = {1: "score_bytes: ✓ passed 4 cases\n", 2: "my_attention: ✓ passed 3
 
 
 def _src(text: str) -> str:
-    return textwrap.dedent(text).strip() + "\n"
+    return source(text)
 
 
-def _fails(number: int, source: str, *says: str) -> str:
-    out = run_check(EX[number], _src(source))
-    assert "✗" in out and "✓" not in out, out
-    for s in says:
-        assert s in out, f"{s!r} not in:\n{out}"
-    return out
+def _fails(number: int, text: str, *says: str) -> str:
+    return assert_fails(EX[number], text, *says)
 
 
 def test_the_notebook_has_three_checked_exercises():

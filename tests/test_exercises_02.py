@@ -2,13 +2,12 @@
 with its diagnosis (the online pass's check reads through lab.CountingArray and measures what is held), and the
 checks of lab/checks/softmax.py used there behave when called directly."""
 
-import textwrap
 
 import nbformat
 import numpy as np
 import pytest
 
-from exercise_support import ROOT, exercises, run_check
+from exercise_support import ROOT, assert_fails, exercises, run_check, source
 from lab.checks import softmax as checks
 
 NAME = "02_online_softmax"
@@ -19,15 +18,11 @@ PASSED = {1: "online_step: ✓ passed 7 cases\n",
 
 
 def _src(text: str) -> str:
-    return textwrap.dedent(text).strip() + "\n"
+    return source(text)
 
 
-def _fails(number: int, source: str, *says: str) -> str:
-    out = run_check(EX[number], _src(source))
-    assert "✗" in out and "✓" not in out, out
-    for s in says:
-        assert s in out, f"{s!r} not in:\n{out}"
-    return out
+def _fails(number: int, text: str, *says: str) -> str:
+    return assert_fails(EX[number], text, *says)
 
 
 def test_the_notebook_has_four_checked_exercises_and_an_answer_cell_for_the_open_part():

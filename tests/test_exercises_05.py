@@ -1,14 +1,13 @@
 """Notebook 05's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the instrument and checks of lab/checks/tiling.py behave."""
 
-import textwrap
 
 import nbformat
 import numpy as np
 import pytest
 
 import lab
-from exercise_support import ROOT, exercises, run_check
+from exercise_support import ROOT, assert_fails, exercises, run_check, source
 from lab.checks import tiling
 from lab.checks.tiling import BlockLoadArray
 
@@ -21,15 +20,11 @@ PASSED = {1: "causal_tiles: ✓ passed 7 cases\n", 2: "fa2_bytes: ✓ passed 6 c
 
 
 def _src(text: str) -> str:
-    return textwrap.dedent(text).strip() + "\n"
+    return source(text)
 
 
-def _fails(number: int, source: str, *says: str) -> str:
-    out = run_check(EX[number], _src(source))
-    assert "✗" in out and "✓" not in out, out
-    for s in says:
-        assert s in out, f"{s!r} not in:\n{out}"
-    return out
+def _fails(number: int, text: str, *says: str) -> str:
+    return assert_fails(EX[number], text, *says)
 
 
 def _cells():

@@ -4,7 +4,6 @@ of lab/checks/precision.py behave."""
 
 import contextlib
 import io
-import textwrap
 
 import ml_dtypes
 import nbformat
@@ -12,7 +11,7 @@ import numpy as np
 import pytest
 
 import lab
-from exercise_support import ROOT, exercises, run_check
+from exercise_support import ROOT, assert_fails, exercises, run_check, source
 from lab.checks import precision as checks
 
 NAME = "07_precision"
@@ -23,15 +22,11 @@ PASSED = {1: "blocked_sum: ✓ passed 8 cases\n",
 
 
 def _src(text: str) -> str:
-    return textwrap.dedent(text).strip() + "\n"
+    return source(text)
 
 
-def _fails(number: int, source: str, *says: str) -> str:
-    out = run_check(EX[number], _src(source))
-    assert "✗" in out and "✓" not in out, out
-    for s in says:
-        assert s in out, f"{s!r} not in:\n{out}"
-    return out
+def _fails(number: int, text: str, *says: str) -> str:
+    return assert_fails(EX[number], text, *says)
 
 
 def _cells():

@@ -51,16 +51,6 @@ def test_stub_reports_not_implemented(number):
     assert "not implemented yet" in run_check(EX[number], EX[number].stub)
 
 
-@pytest.mark.parametrize("number", [1, 2])
-def test_build_solutions_are_long_and_not_in_the_text(number):
-    """A build exercise: at least 8 lines of the learner's own code, none of which the notebook's text shows."""
-    text = "\n".join(s for _, s, tags in _cells() if "solution" not in tags)
-    lines = [ln.split("#")[0].strip() for ln in EX[number].solution.splitlines()]
-    lines = [ln for ln in lines if ln and not ln.startswith(('"""', "def "))]
-    assert len(lines) >= 8
-    assert not [ln for ln in lines if ln in text]
-
-
 def test_the_exercise_section_needs_only_the_setup():
     """The checks build their own cases: nothing from the notebook's body (q, k, v, Bc, run1, ...) is used."""
     ns = {}

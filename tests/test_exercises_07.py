@@ -66,15 +66,6 @@ def test_stub_reports_not_implemented(number):
     assert "not implemented yet" in run_check(EX[number], EX[number].stub)
 
 
-def test_build_solution_is_long_and_not_in_the_text():
-    """Exercise 2 is the build: at least 8 lines of the learner's own code, none of which the notebook's text shows."""
-    text = "\n".join(s for _, s, tags in _cells() if "solution" not in tags)
-    lines = [ln.split("#")[0].strip() for ln in EX[2].solution.splitlines()]
-    lines = [ln for ln in lines if ln and not ln.startswith(('"""', "def "))]
-    assert len(lines) >= 8
-    assert not [ln for ln in lines if ln in text]
-
-
 def test_the_exercise_section_needs_only_the_setup():
     ns = {}
     for src in EX[1].setup + EX[1].before[:1]:

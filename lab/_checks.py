@@ -21,11 +21,7 @@ def check_finite(a: np.ndarray, name: str) -> None:
 
 def check_block(block, name: str) -> int:
     """A block size is an integer >= 1."""
-    if isinstance(block, bool) or not isinstance(block, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer >= 1, got {block!r}")
-    if block < 1:
-        raise ValueError(f"{name} must be >= 1, got {block}")
-    return int(block)
+    return check_positive(block, name)
 
 
 def check_causal(causal, name: str = "causal") -> bool:
@@ -102,3 +98,12 @@ def check_float_tensors(**tensors) -> None:
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if not t.is_floating_point():
             raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
+
+
+def check_positive(value, name: str, minimum: int = 1) -> int:
+    """`value` as an int, or a TypeError (not an integer) or ValueError (below `minimum`) naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)

@@ -25,7 +25,7 @@ from datetime import timedelta
 import numpy as np
 
 from .attention import _checked
-from .decoding import ORDERS, chunk_bounds, chunk_state, reduce_states
+from .merge import ORDERS, chunk_bounds, chunk_state, reduce_states
 from .states import SoftmaxState, finalize
 from ._checks import check_choice
 

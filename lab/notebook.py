@@ -9,7 +9,7 @@ import random
 
 import numpy as np
 
-__all__ = ["setup_notebook", "SEED", "measured", "report", "MEASURED_OPEN", "MEASURED_CLOSE"]
+__all__ = ["setup_notebook", "SEED", "measured", "report", "format_table", "MEASURED_OPEN", "MEASURED_CLOSE"]
 
 SEED = 0
 
@@ -102,3 +102,42 @@ def report(name: str, value, bound=None, *, op: str = "<", fmt: str = ".1e", uni
     verdict = bool(_OPS[op](float(value), float(bound)))
     print(f"{line}  ({op} {bound:g}: {verdict})")
     return verdict
+
+
+def format_table(rows: list[dict], floats: str = ".1e", measured=()) -> str:
+    """Rows of equal keys as an aligned text table; floats with format `floats`, integers with thousands separators.
+
+    Columns named in `measured` (rounding errors, times: numbers that vary by machine) are printed through
+    `lab.measured` as `‹3.1e-17›` with format `floats`, zeros included, so strict nbval masks them and
+    the table keeps the same width on every machine.
+    Taught in: notebooks/03_one_pass_attention.ipynb, notebooks/04_merge_order.ipynb
+    """
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    measured = {measured} if isinstance(measured, str) else set(measured)
+    unknown = measured - set(cols)
+    if unknown:
+        raise ValueError(f"measured names columns the rows do not have: {sorted(unknown)}")
+
+    def cell(x, masked=False):
+        if masked:
+            return _measured_value(float(x), floats)
+        if isinstance(x, (bool, np.bool_)):
+            return str(bool(x))
+        if isinstance(x, (int, np.integer)):
+            return f"{int(x):,}"
+        if isinstance(x, (float, np.floating)):
+            return f"{float(x):g}" if float(x).is_integer() and abs(x) < 1e6 else format(float(x), floats)
+        return str(x)
+
+    cells = [[cell(r[c], c in measured) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths)))]
+    lines.append("  ".join("-" * w for w in widths))
+    for r in cells:
+        lines.append("  ".join(x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in enumerate(zip(r, widths))))
+    return "\n".join(lines)
+
+
+_measured_value = measured   # format_table's argument `measured` names columns; this is the function

@@ -26,11 +26,10 @@ import numpy as np
 from . import trace
 from ._checks import acc_dtype, as_float_array, check_block, check_finite, check_scale
 from .attention import _checked, _grouped, _ungrouped, causal_mask
-from .notebook import measured as _measured
 from .states import SoftmaxState, empty_state, finalize, merge_states, partial_state
 
 __all__ = ["RowRun", "ROW_METHODS", "attention_row_three_pass", "attention_row_two_pass",
-           "attention_row_one_pass", "compare_row_methods", "one_pass_attention", "format_table"]
+           "attention_row_one_pass", "compare_row_methods", "one_pass_attention"]
 
 
 class RowRun(NamedTuple):
@@ -226,41 +225,6 @@ def compare_row_methods(q, k, v, *, block_k: int = 256, scale=None) -> list[dict
         })
     return rows
 
-
-def format_table(rows: list[dict], floats: str = ".1e", measured=()) -> str:
-    """Rows of equal keys as an aligned text table; floats with format `floats`, integers with thousands separators.
-
-    Columns named in `measured` (rounding errors, times: numbers that vary by machine) are printed through
-    `lab.measured` as `‹3.1e-17›` with format `floats`, zeros included, so strict nbval masks them and
-    the table keeps the same width on every machine.
-    Taught in: notebooks/03_one_pass_attention.ipynb, notebooks/04_merge_order.ipynb
-    """
-    if not rows:
-        return ""
-    cols = list(rows[0])
-    measured = {measured} if isinstance(measured, str) else set(measured)
-    unknown = measured - set(cols)
-    if unknown:
-        raise ValueError(f"measured names columns the rows do not have: {sorted(unknown)}")
-
-    def cell(x, masked=False):
-        if masked:
-            return _measured(float(x), floats)
-        if isinstance(x, (bool, np.bool_)):
-            return str(bool(x))
-        if isinstance(x, (int, np.integer)):
-            return f"{int(x):,}"
-        if isinstance(x, (float, np.floating)):
-            return f"{float(x):g}" if float(x).is_integer() and abs(x) < 1e6 else format(float(x), floats)
-        return str(x)
-
-    cells = [[cell(r[c], c in measured) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths)))]
-    lines.append("  ".join("-" * w for w in widths))
-    for r in cells:
-        lines.append("  ".join(x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in enumerate(zip(r, widths))))
-    return "\n".join(lines)
 
 
 def one_pass_attention(q, k, v, *, block_k: int = 64, causal: bool = False, scale=None):

@@ -1,248 +1,159 @@
-"""The merge of partial states (lab.states) in any order, the (o, lse) form, flash-decoding, and the notebook 04 slider."""
+"""Decoding and grouped-query attention: cache bytes, intensity, the processor model, torch flash-decoding."""
 
 from __future__ import annotations
 
-import math
-import warnings
-
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lab
-from lab.figures.states import draw_merge_orders, merge_depths
-from lab.widgets import merge_order_explorer
-from tests.strategies import attention_inputs, score_rows, seeds
+from lab.decoding import (MODEL_CONFIGS, attention_layout, decode_intensity, decode_schedule, decode_torch,
+                     kv_cache_bytes_per_token, kv_cache_table, time_decoding)
 
 
-@st.composite
-def states(draw, n_states: int = 3):
-    """`n_states` partial states over the same query rows, from scores with some masked (-inf) keys."""
-    rng = np.random.default_rng(draw(seeds))
-    rows, dv = draw(st.integers(1, 4)), draw(st.integers(1, 5))
-    out = []
-    for _ in range(n_states):
-        Mb = draw(st.integers(0, 12))
-        s = rng.standard_normal((rows, Mb)) * draw(st.sampled_from([1.0, 10.0, 50.0]))
-        s[rng.random((rows, Mb)) < 0.25] = -np.inf
-        out.append(lab.partial_state(s, rng.standard_normal((Mb, dv))))
-    return out
+def test_model_configs_have_sources_and_divide():
+    assert len(MODEL_CONFIGS) >= 5
+    for name, c in MODEL_CONFIGS.items():
+        assert c["q_heads"] % c["kv_heads"] == 0, name
+        assert "arXiv" in c["source"] or "config.json" in c["source"]
 
 
-def _final(st_):
-    return lab.finalize(st_)
+def test_kv_cache_bytes_known_values():
+    # Llama 2 7B in fp16: 2 (K and V) × 32 layers × 32 heads × 128 × 2 bytes = 512 KiB per token
+    assert kv_cache_bytes_per_token(32, 32, 128, 2) == 512 * 1024
+    rows = {r["model"]: r for r in kv_cache_table()}
+    assert rows["Llama 2 7B"]["layout"] == "MHA" and rows["Llama 2 7B"]["saving"] == 1
+    assert rows["Llama 2 70B"]["layout"] == "GQA" and rows["Llama 2 70B"]["saving"] == 8
+    assert rows["Falcon-7B"]["layout"] == "MQA" and rows["Falcon-7B"]["bytes_per_token"] == 2 * 32 * 64 * 2
+    assert rows["Mistral 7B"]["cache_bytes"] == rows["Mistral 7B"]["bytes_per_token"] * 8192
+    assert kv_cache_table(itemsize=1)[0]["bytes_per_token"] * 2 == kv_cache_table()[0]["bytes_per_token"]
 
 
-def _assert_same(a, b):
-    oa, la = _final(a)
-    ob, lb = _final(b)
-    np.testing.assert_allclose(oa, ob, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(la, lb, rtol=1e-12, atol=1e-12)
+def test_attention_layout():
+    assert attention_layout(32, 32) == "MHA"
+    assert attention_layout(32, 8) == "GQA"
+    assert attention_layout(71, 1) == "MQA"
+    assert attention_layout(1, 1) == "MHA"
+    with pytest.raises(ValueError, match="multiple"):
+        attention_layout(6, 4)
 
 
-# ---- lab.states: the merge is a monoid -------------------------------------------------------------
-
-@settings(max_examples=60, deadline=None)
-@given(states(3))
-def test_merge_is_associative(sts):
-    a, b, c = sts
-    _assert_same(lab.merge_states(lab.merge_states(a, b), c), lab.merge_states(a, lab.merge_states(b, c)))
-
-
-@settings(max_examples=60, deadline=None)
-@given(states(2))
-def test_merge_is_commutative(sts):
-    a, b = sts
-    _assert_same(lab.merge_states(a, b), lab.merge_states(b, a))
+@given(st.integers(1, 128), st.sampled_from([64, 128]), st.integers(1, 2**16), st.sampled_from([1, 2, 4]))
+def test_decode_intensity_grows_with_group(G, d, M, itemsize):
+    a, b = decode_intensity(G, d, M, itemsize), decode_intensity(G + 1, d, M, itemsize)
+    assert b > a
+    assert a <= 2 * G / itemsize                           # never above the q/o-free bound
+    assert np.isclose(decode_intensity(G, d, 2**30, itemsize), 2 * G / itemsize, rtol=1e-6)
 
 
-@settings(max_examples=60, deadline=None)
-@given(states(1))
-def test_empty_state_is_the_identity(sts):
-    (a,) = sts
-    e = lab.empty_state(a.m.shape, a.acc.shape[-1])
-    for merged in (lab.merge_states(a, e), lab.merge_states(e, a)):
-        np.testing.assert_array_equal(merged.m, a.m)
-        np.testing.assert_allclose(merged.l, a.l, rtol=0, atol=0)
-        np.testing.assert_allclose(merged.acc, a.acc, rtol=0, atol=0)
+def test_decode_intensity_array_and_errors():
+    out = decode_intensity(np.array([1, 2, 4]), 128, 4096, 2)
+    assert out.shape == (3,) and np.all(np.diff(out) > 0)
+    with pytest.raises(ValueError, match="group"):
+        decode_intensity(0)
+    with pytest.raises(ValueError, match="M"):
+        decode_intensity(2, M=0)
 
 
-@settings(max_examples=30, deadline=None)
-@given(score_rows(max_len=80), st.integers(1, 12), seeds, st.integers(1, 6))
-def test_every_merge_order_equals_one_shot_for_random_cuts(s, splits, seed, dv):
-    rng = np.random.default_rng(seed)
-    M = s.shape[-1]
-    splits = min(splits, M)
-    v = rng.standard_normal((M, dv))
-    one_shot = lab.partial_state(s, v)
-    bounds = lab.random_chunk_bounds(M, splits, seed=seed)
-    parts = [lab.partial_state(s[:, j0:j1], v[j0:j1]) for j0, j1 in bounds]
-    for order in lab.ORDERS:
-        _assert_same(lab.reduce_states(parts, order, seed=seed), one_shot)
+@given(st.integers(1, 2**17), st.integers(1, 8), st.integers(1, 64), st.integers(1, 64))
+def test_decode_schedule_invariants(M, batch, heads, splits):
+    s = decode_schedule(M, batch=batch, heads=heads, splits=splits)
+    assert s["items"] == batch * heads * splits
+    assert s["busy"] == min(s["items"], s["processors"])
+    assert 0 < s["busy_fraction"] <= 1
+    one = decode_schedule(M, batch=batch, heads=heads, splits=1)
+    assert one["steps"] == one["fa2_steps"] == s["fa2_steps"]
 
 
-def test_finalize_of_empty_rows_gives_zero_and_minus_inf_without_warnings():
-    e = lab.empty_state((2, 3), 4)
-    s = np.array([[-np.inf, -np.inf], [0.5, -np.inf]])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with np.errstate(all="raise"):
-            o, lse = lab.finalize(e)
-            masked = lab.finalize(lab.partial_state(s, np.ones((2, 4))))
-            merged = lab.finalize(lab.merge_states(lab.partial_state(s, np.ones((2, 4))), lab.empty_state((2,), 4)))
-    assert np.all(o == 0) and np.all(np.isneginf(lse)) and o.shape == (2, 3, 4)
-    assert np.all(masked[0][0] == 0) and np.isneginf(masked[1][0])
-    assert masked[1][1] == pytest.approx(0.5) and np.allclose(masked[0][1], 1.0)
-    np.testing.assert_array_equal(merged[0], masked[0])
-
-
-# ---- chunks and merge plans -----------------------------------------------------------------------------
-
-@settings(max_examples=50, deadline=None)
-@given(st.integers(0, 200), st.integers(1, 40))
-def test_chunk_bounds_cover_the_keys_evenly(M, splits):
-    b = lab.chunk_bounds(M, splits)
-    assert len(b) == splits and b[0][0] == 0 and b[-1][1] == M
-    assert all(x1 == y0 for (_, x1), (y0, _) in zip(b, b[1:]))
-    sizes = [j1 - j0 for j0, j1 in b]
-    assert max(sizes) - min(sizes) <= 1
-
-
-@settings(max_examples=50, deadline=None)
-@given(st.integers(1, 300), st.integers(1, 30), seeds)
-def test_random_chunk_bounds_are_nonempty_and_cover(M, splits, seed):
-    splits = min(splits, M)
-    b = lab.random_chunk_bounds(M, splits, seed=seed)
-    assert len(b) == splits and b[0][0] == 0 and b[-1][1] == M and all(j1 > j0 for j0, j1 in b)
-    assert all(x1 == y0 for (_, x1), (y0, _) in zip(b, b[1:]))
-
-
-@settings(max_examples=50, deadline=None)
-@given(st.integers(1, 40), st.sampled_from(lab.ORDERS), seeds)
-def test_merge_plan_uses_every_part_once(n, order, seed):
-    plan = lab.merge_plan(n, order, seed=seed)
-    assert len(plan) == n - 1
-    consumed = [b for _, b in plan]
-    assert len(set(consumed)) == n - 1 and all(a not in consumed[:i + 1] for i, (a, _) in enumerate(plan))
-    _, ys = merge_depths(n, order, seed=seed)
-    assert max(ys) == (math.ceil(math.log2(n)) if order == "tree" else n - 1)
-
-
-def test_chunk_and_plan_errors():
+def test_decode_schedule_one_query_leaves_processors_idle():
+    fa2 = decode_schedule(32768, batch=1, heads=8, splits=1)
+    assert fa2["busy"] == 8 and fa2["busy_fraction"] < 0.1
+    fd = decode_schedule(32768, batch=1, heads=8, splits=16)
+    assert fd["busy"] == 128 and fd["speedup"] > 10
+    # prefill: many query blocks already fill the machine
+    assert decode_schedule(32768, heads=8, N=32768)["busy"] == 132
     with pytest.raises(ValueError, match="splits"):
-        lab.chunk_bounds(10, 0)
-    with pytest.raises(TypeError, match="splits"):
-        lab.chunk_bounds(10, 2.5)
-    with pytest.raises(ValueError, match="M must be"):
-        lab.random_chunk_bounds(3, 5)
-    with pytest.raises(ValueError, match="order"):
-        lab.merge_plan(4, "random")
-    with pytest.raises(ValueError, match="at least one"):
-        lab.reduce_states([])
+        decode_schedule(10, splits=0)
+    with pytest.raises(TypeError, match="heads"):
+        decode_schedule(10, heads=2.5)
 
 
-# ---- the (o, lse) form ------------------------------------------------------------------------------------
-
-@settings(max_examples=40, deadline=None)
-@given(states(4))
-def test_merge_outputs_equals_the_merge_of_states(sts):
-    parts = [lab.finalize(s) for s in sts]
-    o, lse = lab.merge_outputs([p[0] for p in parts], [p[1] for p in parts])
-    o_ref, lse_ref = lab.finalize(lab.reduce_states(sts))
-    np.testing.assert_allclose(o, o_ref, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(lse, lse_ref, rtol=1e-12, atol=1e-12)
-    o2, lse2 = lab.merge_outputs(np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts]))
-    np.testing.assert_array_equal(o2, o)
-    np.testing.assert_array_equal(lse2, lse)
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 60), st.integers(1, 9), st.integers(1, 3), st.integers(0, 2**31))
+def test_decode_torch_matches_reference(G, M, splits, workers, seed):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, 2 * G, 1, 8, generator=g, dtype=torch.float64)
+    k = torch.randn(1, 2, M, 8, generator=g, dtype=torch.float64)
+    v = torch.randn(1, 2, M, 5, generator=g, dtype=torch.float64)
+    o, lse = decode_torch(q, k, v, splits=splits, workers=workers)
+    o_ref, lse_ref = lab.attention_reference(q.numpy(), k.numpy(), v.numpy())
+    assert o.shape == q.shape[:-1] + (5,) and lse.shape == q.shape[:-1]
+    assert np.allclose(o.numpy(), o_ref, atol=1e-12) and np.allclose(lse.numpy(), lse_ref, atol=1e-12)
 
 
-def test_merge_outputs_identity_empty_rows_and_errors():
-    rng = np.random.default_rng(0)
-    o_a, lse_a = rng.standard_normal((3, 2)), rng.standard_normal(3)
-    empty = (np.zeros((3, 2)), np.full(3, -np.inf))
-    o, lse = lab.merge_output_pair((o_a, lse_a), empty)
-    np.testing.assert_allclose(o, o_a, rtol=1e-15)
-    np.testing.assert_allclose(lse, lse_a, rtol=1e-15)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        o, lse = lab.merge_outputs([empty[0]] * 3, [empty[1]] * 3)
-    assert np.all(o == 0) and np.all(np.isneginf(lse))
-    with pytest.raises(ValueError, match="same number of parts"):
-        lab.merge_outputs([o_a, o_a], [lse_a])
-    with pytest.raises(ValueError, match="lse_parts"):
-        lab.merge_outputs([o_a], [np.full(3, np.nan)])
-    with pytest.raises(ValueError, match="share shapes"):
-        lab.merge_outputs([o_a, o_a[:2]], [lse_a, lse_a[:2]])
-    with pytest.raises(TypeError, match="o_parts"):
-        lab.merge_outputs([o_a.astype(int)], [lse_a])
-
-
-# ---- flash-decoding ---------------------------------------------------------------------------------------
-
-@settings(max_examples=40, deadline=None)
-@given(attention_inputs(), st.integers(1, 50), st.sampled_from(lab.ORDERS), st.booleans())
-def test_flash_decoding_matches_reference(qkv, splits, order, causal):
-    q, k, v = qkv
-    o_ref, lse_ref = lab.attention_reference(q, k, v, causal=causal)
-    o, lse = lab.flash_decoding(q, k, v, splits=splits, causal=causal, order=order)
-    np.testing.assert_allclose(o, o_ref, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(lse, lse_ref, rtol=1e-10, atol=1e-12)
-
-
-def test_flash_decoding_one_token_gqa_float32():
-    rng = np.random.default_rng(0)
-    q = rng.standard_normal((2, 8, 1, 16)).astype(np.float32)        # (B, Hq, N=1, d)
-    k = rng.standard_normal((2, 2, 1000, 16)).astype(np.float32)     # (B, Hkv, M, d)
-    v = rng.standard_normal((2, 2, 1000, 8)).astype(np.float32)      # (B, Hkv, M, dv)
-    copies = [a.copy() for a in (q, k, v)]
-    o_ref, lse_ref = lab.attention_reference(q, k, v)
-    o, lse = lab.flash_decoding(q, k, v, splits=7)
-    assert o.dtype == np.float32 and o.shape == (2, 8, 1, 8) and lse.shape == (2, 8, 1)
-    np.testing.assert_allclose(o, o_ref, atol=1e-5)
-    np.testing.assert_allclose(lse, lse_ref, atol=1e-4)
-    for a, c in zip((q, k, v), copies):
-        np.testing.assert_array_equal(a, c)
-
-
-def test_flash_decoding_and_split_states_errors():
-    rng = np.random.default_rng(0)
-    q, k, v = rng.standard_normal((1, 4)), rng.standard_normal((9, 4)), rng.standard_normal((9, 3))
+def test_decode_torch_errors_and_no_input_change():
+    q, k, v = torch.randn(1, 4, 1, 8), torch.randn(1, 2, 16, 8), torch.randn(1, 2, 16, 8)
+    copies = [t.clone() for t in (q, k, v)]
+    decode_torch(q, k, v, splits=3, workers=2)
+    assert all(torch.equal(a, b) for a, b in zip((q, k, v), copies))
+    with pytest.raises(ValueError, match="multiple"):
+        decode_torch(torch.randn(1, 3, 1, 8), k, v)
+    with pytest.raises(ValueError, match="q must"):
+        decode_torch(q[0], k[0], v[0])
+    with pytest.raises(TypeError, match="q"):
+        decode_torch(q.numpy(), k, v)
     with pytest.raises(ValueError, match="splits"):
-        lab.flash_decoding(q, k, v, splits=0)
-    with pytest.raises(ValueError, match="order"):
-        lab.flash_decoding(q, k, v, splits=2, order="zigzag")
-    with pytest.raises(ValueError, match="share the last dim"):
-        lab.flash_decoding(q, k[:, :3], v, splits=2)
-    with pytest.raises(ValueError, match="bounds"):
-        lab.split_states(q, k, v, splits=2, bounds=[(0, 4), (5, 9)])
-    with pytest.raises(ValueError, match="inside"):
-        lab.chunk_state(q, k, v, start=3, total=9)
-    parts = lab.split_states(q, k, v, splits=3, bounds=[(0, 1), (1, 8), (8, 9)])
-    o, lse = lab.finalize(lab.reduce_states(parts, "tree"))
-    o_ref, lse_ref = lab.attention_reference(q, k, v)
-    np.testing.assert_allclose(o, o_ref, atol=1e-12)
+        decode_torch(q, k, v, splits=0)
+    with pytest.raises(ValueError, match="at least one key"):
+        decode_torch(q, k[:, :, :0], v[:, :, :0])
 
 
-# ---- figure and slider -----------------------------------------------------------------------------------
+def test_time_decoding_shape_of_result():
+    threads = torch.get_num_threads()
+    runs = time_decoding(256, runs=((1, 1), (2, 2)), rounds=1, min_run_time=0.01)
+    assert torch.get_num_threads() == threads
+    assert [(r["splits"], r["workers"]) for r in runs] == [(1, 1), (2, 2)]
+    assert all(r["seconds"] > 0 and r["gb_per_s"] > 0 for r in runs)
+    with pytest.raises(ValueError, match="multiple"):
+        time_decoding(16, q_heads=3, kv_heads=2)
 
-def test_draw_merge_orders_returns_its_numbers():
-    r = draw_merge_orders(splits=5, order="sequential", M=500)
-    assert r["depth"] == 4 and r["weight_sum"] == pytest.approx(1.0)
-    assert max(r["errors"].values()) < 1e-12 and len(r["weights"]) == 5
+
+def test_decoding_figures_return_their_numbers():
+    import matplotlib.pyplot as plt
+
+    from lab.figures.decoding import draw_decode_schedule, draw_decode_timings, draw_gqa_intensity, draw_kv_cache
+
+    kv = draw_kv_cache()
+    assert kv["Llama 2 7B"] == 512 * 1024 and len(kv) == len(MODEL_CONFIGS)
+    s = draw_decode_schedule(M=4096, splits=4)
+    assert s["fa2"]["busy"] == 8 and s["flash_decoding"]["busy"] == 32
+    g = draw_gqa_intensity(group=8)
+    assert g["kv_heads"] == 4 and g["kib_per_token"] == 64
+    with pytest.raises(ValueError, match="group"):
+        draw_gqa_intensity(group=3)
+    t = draw_decode_timings([dict(splits=1, workers=1, seconds=0.01)])
+    assert list(t.values()) == [pytest.approx(10.0)]
+    plt.close("all")
 
 
-def test_merge_order_explorer_reacts_to_its_sliders():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")             # a warning would print to stderr under the slider
-        w = merge_order_explorer()
-    splits, order = w.children[:2]
-    assert w.result["splits"] == 8 and w.result["depth"] == 3
-    order.value = "sequential"
-    assert w.result["order"] == "sequential" and w.result["depth"] == 7
-    splits.value = 17
-    assert w.result["splits"] == 17 and w.result["depth"] == 16
-    order.value = "tree"
-    assert w.result["depth"] == 5
-    assert max(w.result["errors"].values()) < 1e-12
-    assert "tree ‹" in w.summary_html.value and "(all &lt; 1e-12: True)" in w.summary_html.value   # errors masked
+def test_decode_splits_slider_updates_result():
+    w = lab.widgets.decode_splits()
+    controls = {c.description: c for c in w.children[:-1]}
+    assert w.result["flash_decoding"]["splits"] == 8
+    controls["splits"].value = 16
+    assert w.result["flash_decoding"]["busy"] == 128
+    controls["cache M"].value = 2**12
+    assert w.result["fa2"]["steps"] == 32 and w.result["flash_decoding"]["M"] == 4096
+
+
+def test_gqa_group_slider_updates_result():
+    w = lab.widgets.gqa_group()
+    controls = {c.description: c for c in w.children[:-1]}
+    assert w.result["group"] == 4
+    controls["G"].value = 32
+    assert w.result["kv_heads"] == 1 and w.result["kib_per_token"] == 16
+    before = w.result["intensity"]
+    controls["cache M"].value = 256
+    assert w.result["intensity"] < before

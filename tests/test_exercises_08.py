@@ -1,5 +1,5 @@
 """Notebook 08's exercises: each worked solution passes its check cell, planted classic mistakes fail with their
-diagnosis, the open question has an answer, and the helpers of lab/checks/triton.py behave."""
+diagnosis, the open question has an answer, and the helpers of lab/checks/hardware.py behave."""
 
 import contextlib
 import io
@@ -10,7 +10,7 @@ import nbformat
 import pytest
 
 import lab
-import lab.checks.triton as ct
+import lab.checks.hardware as ct
 from exercise_support import ROOT, exercises, run_check
 
 NAME = "08_hardware_runs"

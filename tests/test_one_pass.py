@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import lab
 from lab import trace
-from lab.figures.states import draw_holdings, draw_one_pass, row_inputs
+from lab.figures.one_pass import draw_holdings, draw_one_pass, row_inputs
 from lab.widgets import one_pass_explorer
 from tests.strategies import attention_inputs, blocks, dims, seeds
 

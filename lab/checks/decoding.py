@@ -21,9 +21,9 @@ import math
 import numpy as np
 
 from ..attention import attention_reference
-from ..decoding import merge_outputs
+from ..merge import merge_outputs
 from ..exercises import check, diagnose
-from ..gqa import decode_schedule, kv_cache_bytes_per_token
+from ..decoding import decode_schedule, kv_cache_bytes_per_token
 from ..memory import peak_bytes
 
 __all__ = ["check_cache_per_token", "check_step_intensity", "check_min_splits", "check_split_decode"]

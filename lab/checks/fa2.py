@@ -22,7 +22,7 @@ import numpy as np
 
 from ..attention import attention_reference
 from ..exercises import check, diagnose
-from ..io_model import HARDWARE, flash_counts, gpu_time_share
+from ..tiling import HARDWARE, flash_counts, gpu_time_share
 
 __all__ = ["check_affordable_nonmatmul", "check_causal_fa2_ops", "Watched", "check_fa1_block", "check_fa2_block"]
 

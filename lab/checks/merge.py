@@ -28,7 +28,7 @@ import traceback
 import numpy as np
 
 from ..attention import attention_reference
-from ..decoding import merge_outputs, random_chunk_bounds
+from ..merge import merge_outputs, random_chunk_bounds
 from ..exercises import diagnose
 from ..states import partial_state
 

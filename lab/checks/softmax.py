@@ -21,7 +21,7 @@ from ..access_count import CountingArray
 from ..attention import attention_reference
 from ..exercises import check, describe_case, diagnose
 from ..memory import attention_bytes, peak_bytes
-from ..online_trace import demo_scores
+from ..softmax_steps import demo_scores
 from ..overflow import exp_limits, first_exp_overflow
 from ..softmax import online_normalizer
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..attention import attention_reference, causal_mask
 from ..exercises import diagnose
-from ..io_model import flash_counts, step_footprint
+from ..tiling import flash_counts, step_footprint
 from ..memory import peak_bytes
 
 __all__ = ["check_causal_tile_counts", "check_fa2_hbm_bytes", "check_widest_key_block", "check_tiled_forward",

@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter, NullLocator
 
-from ..gqa import H100_RIDGE, PROCESSORS, decode_intensity, decode_schedule, kv_cache_bytes_per_token, kv_cache_table
+from ..decoding import H100_RIDGE, PROCESSORS, decode_intensity, decode_schedule, kv_cache_bytes_per_token, kv_cache_table
 
 __all__ = ["draw_kv_cache", "draw_decode_schedule", "draw_gqa_intensity", "draw_decode_timings"]
 

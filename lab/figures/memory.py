@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
-from ..io_model import step_footprint
+from ..tiling import step_footprint
 from ..memory import attention_bytes
 
 __all__ = ["draw_memory_wall", "flash_tile_bytes"]

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..access_count import count_accesses
-from ..online_trace import demo_scores, online_trace, online_vs_safe
+from ..softmax_steps import demo_scores, online_trace, online_vs_safe
 from ..overflow import GAPS, SOFTMAX_DTYPES, first_broken_score, naive_vs_safe
 
 __all__ = ["draw_overflow", "draw_access_counts", "draw_online_trace"]

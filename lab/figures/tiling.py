@@ -1,6 +1,6 @@
 """Figures for notebooks 05 and 06: the tile grid, the on-chip footprint, HBM traffic, op counts, work split.
 
-Each function draws one figure from `lab.io_model` numbers and returns those numbers in a dict.
+Each function draws one figure from `lab.tiling` numbers and returns those numbers in a dict.
 
 Taught in: notebooks/05_tiling.ipynb, notebooks/06_flashattention2.ipynb
 """
@@ -13,7 +13,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.ticker import FuncFormatter, NullFormatter
 from matplotlib.patches import Patch, Rectangle
 
-from ..io_model import (flash_counts, flop_split, gpu_time_share, standard_traffic, step_footprint,
+from ..tiling import (flash_counts, flop_split, gpu_time_share, standard_traffic, step_footprint,
                         theorem2_bytes, tile_counts, tile_grid)
 
 __all__ = ["loop_order", "draw_tile_grid", "draw_footprint", "draw_hbm_traffic", "draw_peak_memory",
@@ -106,7 +106,7 @@ def draw_footprint(d: int = 64, block_q: int = 64, block_k: int = 64, itemsize: 
 
     Taught in: notebooks/05_tiling.ipynb
     """
-    from ..io_model import sram_sizes
+    from ..tiling import sram_sizes
 
     srams = sram_sizes() if srams is None else srams
     parts = step_footprint(d, block_q, block_k, itemsize=itemsize)
@@ -161,7 +161,7 @@ def draw_hbm_traffic(N: int = 4096, d: int = 64, block_q: int = 64, block_k: int
     order N²d²/M is drawn through the fa1 curve's first point (the theorem fixes no constant).
     Taught in: notebooks/05_tiling.ipynb
     """
-    from ..io_model import fa_block_sizes
+    from ..tiling import fa_block_sizes
 
     Ns = np.array([2**p for p in range(8, 17)] if Ns is None else Ns)
     if ax is None:

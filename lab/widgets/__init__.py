@@ -77,7 +77,8 @@ from .backward import backward_tiles  # noqa: E402
 from .decoding import decode_splits, gqa_group  # noqa: E402
 from .hardware import loop_overhead_explorer  # noqa: E402
 from .masks import mask_tiles  # noqa: E402
+from .merge import merge_order_explorer  # noqa: E402
+from .one_pass import one_pass_explorer  # noqa: E402
 from .precision import accumulation_explorer, p_format_explorer  # noqa: E402
 from .softmax import online_softmax_trace, softmax_overflow  # noqa: E402
-from .states import merge_order_explorer, one_pass_explorer  # noqa: E402
 from .tiling import block_footprint, fa_variants, io_traffic, tile_walk  # noqa: E402

@@ -14,7 +14,7 @@ import numpy as np
 from .. import trace
 from ..attention import flash_attention_numpy
 from ..figures.tiling import draw_footprint, draw_hbm_traffic, draw_op_counts, draw_tile_grid
-from ..io_model import flash_counts, sram_sizes, tile_counts
+from ..tiling import flash_counts, sram_sizes, tile_counts
 from . import interactive_figure
 
 __all__ = ["tile_walk", "block_footprint", "io_traffic", "fa_variants"]

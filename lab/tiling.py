@@ -26,14 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ._checks import check_block, check_causal, check_choice
+from ._checks import check_block, check_causal, check_choice, check_positive
 from .trace import Recorder
 
 __all__ = [
     "SRAM_BYTES", "HARDWARE", "cpu_l2_bytes", "sram_sizes", "fa_block_sizes", "step_footprint",
     "tile_grid", "tile_counts", "causal_tiles_formula", "standard_traffic", "flash_counts",
     "flash_traffic_bytes", "theorem2_bytes", "flop_split", "gpu_time_share", "flash_peak_bytes",
-    "measure_peak_memory",
 ]
 
 # On-chip memory per streaming multiprocessor: an H100 gives up to 228 KB of it to shared memory (CUDA C++
@@ -51,14 +50,6 @@ HARDWARE = {
 }
 
 _CPU_L2_FALLBACK = 1024 * 1024
-
-
-def _positive(value, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 def cpu_l2_bytes(cache_dir="/sys/devices/system/cpu/cpu0/cache") -> tuple[int, str]:
@@ -87,7 +78,7 @@ def sram_sizes(cpu_l2: int | None = None) -> dict[str, int]:
     `cpu_l2=None` reads this machine's L2 with `cpu_l2_bytes`; pass a number for a reproducible table.
     Taught in: notebooks/05_tiling.ipynb
     """
-    l2 = cpu_l2_bytes()[0] if cpu_l2 is None else _positive(cpu_l2, "cpu_l2")
+    l2 = cpu_l2_bytes()[0] if cpu_l2 is None else check_positive(cpu_l2, "cpu_l2")
     return {**SRAM_BYTES, f"CPU core L2 ({l2 // 1024:,} KiB)": l2}
 
 
@@ -97,9 +88,9 @@ def fa_block_sizes(sram_bytes: int, d: int, itemsize: int = 2) -> tuple[int, int
     Algorithm 1 of the FlashAttention paper; returns `(Br, Bc)`.
     Taught in: notebooks/05_tiling.ipynb
     """
-    sram_bytes = _positive(sram_bytes, "sram_bytes")
-    d = _positive(d, "d")
-    itemsize = _positive(itemsize, "itemsize")
+    sram_bytes = check_positive(sram_bytes, "sram_bytes")
+    d = check_positive(d, "d")
+    itemsize = check_positive(itemsize, "itemsize")
     M_sram = sram_bytes // itemsize
     Bc = max(1, math.ceil(M_sram / (4 * d)))
     return min(Bc, d), Bc
@@ -114,10 +105,10 @@ def step_footprint(d: int, block_q: int, block_k: int, dv: int | None = None, it
     kernels do). Returns one entry per buffer and their `"total"`.
     Taught in: notebooks/05_tiling.ipynb
     """
-    d = _positive(d, "d")
-    dv = d if dv is None else _positive(dv, "dv")
+    d = check_positive(d, "d")
+    dv = d if dv is None else check_positive(dv, "dv")
     Br, Bc = check_block(block_q, "block_q"), check_block(block_k, "block_k")
-    itemsize, acc_itemsize = _positive(itemsize, "itemsize"), _positive(acc_itemsize, "acc_itemsize")
+    itemsize, acc_itemsize = check_positive(itemsize, "itemsize"), check_positive(acc_itemsize, "acc_itemsize")
     parts = {
         "Q_i": Br * d * itemsize, "K_j": Bc * d * itemsize, "V_j": Bc * dv * itemsize,
         "S_ij": Br * Bc * acc_itemsize, "P_ij": Br * Bc * itemsize,
@@ -128,7 +119,7 @@ def step_footprint(d: int, block_q: int, block_k: int, dv: int | None = None, it
 
 
 def _checked_shape(N, M, block_q, block_k):
-    N, M = _positive(N, "N", 0), _positive(M, "M", 0)
+    N, M = check_positive(N, "N", 0), check_positive(M, "M", 0)
     return N, M, check_block(block_q, "block_q"), check_block(block_k, "block_k")
 
 
@@ -176,7 +167,7 @@ def causal_tiles_formula(N: int, block: int) -> int:
     The diagonal tiles plus everything below; the fraction $(T+1)/2T$ tends to 1/2.
     Taught in: notebooks/05_tiling.ipynb
     """
-    N, B = _positive(N, "N", 0), check_block(block, "block")
+    N, B = check_positive(N, "N", 0), check_block(block, "block")
     T = -(-N // B)
     return T * (T + 1) // 2
 
@@ -189,11 +180,11 @@ def standard_traffic(N: int, M: int | None = None, d: int = 64, dv: int | None =
     Returns a `lab.trace.Recorder` with bytes per array (`read_by`, `write_by`).
     Taught in: notebooks/05_tiling.ipynb
     """
-    N = _positive(N, "N", 0)
-    M = N if M is None else _positive(M, "M", 0)
-    d = _positive(d, "d")
-    dv = d if dv is None else _positive(dv, "dv")
-    b = _positive(itemsize, "itemsize") * _positive(heads, "heads")
+    N = check_positive(N, "N", 0)
+    M = N if M is None else check_positive(M, "M", 0)
+    d = check_positive(d, "d")
+    dv = d if dv is None else check_positive(dv, "dv")
+    b = check_positive(itemsize, "itemsize") * check_positive(heads, "heads")
     rec = Recorder()
     rec.read_by.update({"q": N * d * b, "k": M * d * b, "s": N * M * b, "p": N * M * b, "v": M * dv * b})
     rec.write_by.update({"s": N * M * b, "p": N * M * b, "o": N * dv * b})
@@ -217,12 +208,12 @@ def flash_counts(N: int, M: int, d: int, dv: int | None = None, *, block_q: int 
     """
     N, M, Br, Bc = _checked_shape(N, M, block_q, block_k)
     check_choice(variant, ("fa1", "fa2"), "variant")
-    d = _positive(d, "d")
-    dv = d if dv is None else _positive(dv, "dv")
-    isz = _positive(itemsize, "itemsize")
-    ssz = max(isz, 4) if acc_itemsize is None else _positive(acc_itemsize, "acc_itemsize")
-    H = _positive(heads, "heads")
-    Hk = H if kv_heads is None else _positive(kv_heads, "kv_heads")
+    d = check_positive(d, "d")
+    dv = d if dv is None else check_positive(dv, "dv")
+    isz = check_positive(itemsize, "itemsize")
+    ssz = max(isz, 4) if acc_itemsize is None else check_positive(acc_itemsize, "acc_itemsize")
+    H = check_positive(heads, "heads")
+    Hk = H if kv_heads is None else check_positive(kv_heads, "kv_heads")
     r, n, K = _row_blocks(N, M, Br, Bc, check_causal(causal))
     tiles_rows = int((r * n).sum())                           # Σ_i r_i n_i: query rows summed over computed tiles
     keys = int(K.sum())                                       # Σ_i K_i: keys loaded, summed over query blocks
@@ -263,8 +254,8 @@ def theorem2_bytes(N: int, d: int, sram_bytes: int, itemsize: int = 2) -> float:
     The constant is left out, as in the theorem; compare slopes, not values.
     Taught in: notebooks/05_tiling.ipynb
     """
-    N, d = _positive(N, "N", 0), _positive(d, "d")
-    M_sram = _positive(sram_bytes, "sram_bytes") / _positive(itemsize, "itemsize")
+    N, d = check_positive(N, "N", 0), check_positive(d, "d")
+    M_sram = check_positive(sram_bytes, "sram_bytes") / check_positive(itemsize, "itemsize")
     return N * N * d * d / M_sram * itemsize
 
 
@@ -314,25 +305,7 @@ def flash_peak_bytes(N: int, d: int = 64, dv: int | None = None, block_q: int = 
     kernel keeps P in S's buffer and counts it once) do not grow with N.
     Taught in: notebooks/05_tiling.ipynb
     """
-    N, d = _positive(N, "N", 0), _positive(d, "d")
-    dv = d if dv is None else _positive(dv, "dv")
+    N, d = check_positive(N, "N", 0), check_positive(d, "d")
+    dv = d if dv is None else check_positive(dv, "dv")
     step = step_footprint(d, block_q, block_k, dv, itemsize=itemsize, acc_itemsize=itemsize)
     return N * (dv + 1) * itemsize + step["total"] - step["P_ij"]
-
-
-def measure_peak_memory(N: int, d: int = 64, block_q: int = 256, block_k: int = 256, seed: int = 0) -> dict:
-    """Peak bytes above the inputs of `attention_naive` and `flash_attention_numpy` on float32 inputs (N, d), measured once each.
-
-    Uses `lab.peak_bytes` (tracemalloc). The naive version holds S and P: about $2N^2 \\cdot 4$ bytes,
-    2 GiB at N = 16384. Returns `naive`, `flash` and the largest output difference `max_diff`.
-    Taught in: notebooks/05_tiling.ipynb
-    """
-    from .attention import attention_naive, flash_attention_numpy
-    from .memory import peak_bytes
-
-    N, d = _positive(N, "N"), _positive(d, "d")
-    rng = np.random.default_rng(seed)
-    q, k, v = (rng.standard_normal((N, d), dtype=np.float32) for _ in range(3))   # (N, d) each
-    naive, o_naive = peak_bytes(attention_naive, q, k, v)
-    flash, (o_flash, _) = peak_bytes(flash_attention_numpy, q, k, v, block_q=block_q, block_k=block_k)
-    return {"N": N, "naive": naive, "flash": flash, "max_diff": float(np.abs(o_naive - o_flash).max())}

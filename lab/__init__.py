@@ -11,6 +11,7 @@ from .backward import *  # noqa: F401,F403
 from .merge import *  # noqa: F401,F403
 from .distributed import *  # noqa: F401,F403
 from .exercises import *  # noqa: F401,F403
+from .hardware import *  # noqa: F401,F403
 from .decoding import *  # noqa: F401,F403
 from .tiling import *  # noqa: F401,F403
 from .mask_checks import *  # noqa: F401,F403

@@ -1,0 +1,120 @@
+"""Every hardware figure the course quotes, in one table, each with its primary source.
+
+`CHIPS[chip][field]` is a number in base units (FLOP/s, bytes/s, bytes, Hz, counts); `SOURCES[chip][field]`
+names where it comes from (datasheet, whitepaper, paper section, CUDA programming guide table). Derived
+figures (the exponential rate, the ridge point) are computed from the table, never typed in:
+
+- exponentials per second = SMs × special-function units per SM × clock (each unit returns one `exp2`
+  result per clock: CUDA C++ Programming Guide, "Arithmetic Instructions" throughput table, 16 per SM per
+  clock for compute capability 8.0 and 9.0);
+- ridge point = matmul FLOP/s ÷ HBM bytes/s: the arithmetic intensity above which a kernel is compute-bound.
+
+On chip, a FlashAttention kernel keeps the score tile S, its exponentials P and the output accumulator
+in the *register file* of the streaming multiprocessors (SMs), and stages the Q, K and V tiles in *shared
+memory*; both are SRAM. Chapters: 00 (HBM and SRAM bandwidth, the roofline), 05 (what fits on chip),
+06 (the cost of non-matmul work), 08 (this machine against them), 10 (the ridge in decoding).
+
+Taught in: notebooks/00_the_memory_wall.ipynb, notebooks/05_tiling.ipynb, notebooks/06_flashattention2.ipynb,
+notebooks/08_hardware_runs.ipynb, notebooks/10_decoding_and_gqa.ipynb
+"""
+
+from __future__ import annotations
+
+from ._checks import check_choice
+
+__all__ = ["CHIPS", "SOURCES", "chip", "exp_rate", "ridge_point", "hardware_table"]
+
+KiB = 1024
+
+_A100_WP = "NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020), Table 1 / SM section"
+_H100_WP = "NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022), H100 SXM5 column"
+_H100_DS = "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column (dense, without sparsity)"
+_CUDA_CC = "CUDA C++ Programming Guide, \"Compute Capabilities\", technical specifications table"
+_CUDA_TP = "CUDA C++ Programming Guide, \"Arithmetic Instructions\" throughput table (special functions)"
+_FA1 = "FlashAttention (Dao et al. 2022, arXiv 2205.14135), §2.1"
+_FA2 = "FlashAttention-2 (Dao 2023, arXiv 2307.08691), §3.1"
+
+CHIPS = {
+    "A100": {
+        "sms": 108, "clock_hz": 1.41e9, "sfu_per_sm": 16,
+        "matmul_flops": 312e12, "nonmatmul_flops": 19.5e12,
+        "hbm_bytes_per_s": 1.555e12, "sram_bytes_per_s": 19e12,
+        "registers_per_sm": 256 * KiB, "l1_shared_per_sm": 192 * KiB,
+        "shared_per_sm": 164 * KiB, "shared_per_block": 163 * KiB,
+    },
+    "H100": {
+        "sms": 132, "clock_hz": 1.83e9, "sfu_per_sm": 16,
+        "matmul_flops": 989e12, "nonmatmul_flops": 67e12,
+        "hbm_bytes_per_s": 3.35e12, "sram_bytes_per_s": None,
+        "registers_per_sm": 256 * KiB, "l1_shared_per_sm": 256 * KiB,
+        "shared_per_sm": 228 * KiB, "shared_per_block": 227 * KiB,
+    },
+}
+
+SOURCES = {
+    "A100": {
+        "sms": _A100_WP, "clock_hz": _A100_WP + " (boost clock)", "sfu_per_sm": _CUDA_TP + ", compute capability 8.0",
+        "matmul_flops": _FA2 + " and " + _A100_WP + " (FP16/BF16 tensor cores, dense)",
+        "nonmatmul_flops": _FA2 + " (FP32)",
+        "hbm_bytes_per_s": _A100_WP + " (A100 40GB; 2.0 TB/s for the 80GB SXM part); " + _FA1 + " gives 1.5-2.0 TB/s",
+        "sram_bytes_per_s": _FA1 + " (\"estimated around 19 TB/s\")",
+        "registers_per_sm": _A100_WP + " (65,536 32-bit registers)",
+        "l1_shared_per_sm": _A100_WP, "shared_per_sm": _CUDA_CC + ", compute capability 8.0",
+        "shared_per_block": _CUDA_CC + ", compute capability 8.0",
+    },
+    "H100": {
+        "sms": _H100_WP, "clock_hz": _H100_WP + " (boost clock for FP32/FP64 cores)",
+        "sfu_per_sm": _CUDA_TP + ", compute capability 9.0",
+        "matmul_flops": _H100_DS + " (FP16/BF16 tensor cores)", "nonmatmul_flops": _H100_DS + " (FP32)",
+        "hbm_bytes_per_s": _H100_DS + " (HBM3)", "sram_bytes_per_s": "not published",
+        "registers_per_sm": _H100_WP + " (65,536 32-bit registers)", "l1_shared_per_sm": _H100_WP,
+        "shared_per_sm": _CUDA_CC + ", compute capability 9.0", "shared_per_block": _CUDA_CC + ", compute capability 9.0",
+    },
+}
+
+
+def chip(name: str) -> dict:
+    """The figures of chip `name` ("A100" or "H100"), with the derived `exp_per_s` and `ridge_flops_per_byte`."""
+    check_choice(name, CHIPS, "chip")
+    out = dict(CHIPS[name])
+    out["exp_per_s"] = exp_rate(name)
+    out["ridge_flops_per_byte"] = ridge_point(name)
+    return out
+
+
+def exp_rate(name: str) -> float:
+    """Exponentials per second on the special-function units: SMs × units per SM × clock."""
+    check_choice(name, CHIPS, "chip")
+    c = CHIPS[name]
+    return c["sms"] * c["sfu_per_sm"] * c["clock_hz"]
+
+
+def ridge_point(name: str) -> float:
+    """FLOPs per byte of HBM traffic where chip `name` turns from memory-bound to compute-bound: matmul FLOP/s ÷ HBM bytes/s."""
+    check_choice(name, CHIPS, "chip")
+    return CHIPS[name]["matmul_flops"] / CHIPS[name]["hbm_bytes_per_s"]
+
+
+def hardware_table(fields=("matmul_flops", "nonmatmul_flops", "exp_per_s", "hbm_bytes_per_s", "sram_bytes_per_s",
+                           "registers_per_sm", "shared_per_sm")) -> str:
+    """The table as aligned text, one row per figure, one column per chip, then each figure's source."""
+    scale = {"flops": (1e12, "TFLOP/s"), "exp_per_s": (1e12, "T exp/s"), "bytes_per_s": (1e12, "TB/s"),
+             "per_sm": (KiB, "KiB"), "per_block": (KiB, "KiB"), "clock_hz": (1e9, "GHz")}
+    rows = []
+    for f in fields:
+        div, unit = next(((d, u) for key, (d, u) in scale.items() if f.endswith(key)), (1, ""))
+        cells = []
+        for name in CHIPS:
+            x = chip(name)[f]
+            cells.append("—" if x is None else f"{x / div:,.4g} {unit}".strip())
+        rows.append((f, *cells))
+    w = [max(len(r[i]) for r in rows + [("figure", *CHIPS)]) for i in range(len(CHIPS) + 1)]
+    lines = ["  ".join(c.ljust(w[i]) for i, c in enumerate(("figure", *CHIPS)))]
+    lines += ["  ".join(c.ljust(w[i]) for i, c in enumerate(r)) for r in rows]
+    lines.append("sources:")
+    for f in fields:
+        for name in CHIPS:
+            src = SOURCES[name].get(f, "computed: " + ("SMs × units per SM × clock" if f == "exp_per_s"
+                                                      else "matmul FLOP/s ÷ HBM bytes/s"))
+            lines.append(f"  {name} {f}: {src}")
+    return "\n".join(lines)

@@ -1,0 +1,36 @@
+"""The one table of hardware figures: every figure has a source, derived figures are computed from it."""
+
+import pytest
+
+import lab
+from lab.hardware import CHIPS, SOURCES
+
+
+def test_every_figure_names_its_source():
+    for name, figures in CHIPS.items():
+        assert set(SOURCES[name]) == set(figures), name
+        assert all(SOURCES[name][f] for f in figures)
+
+
+def test_exponential_rate_is_units_times_sms_times_clock():
+    assert lab.exp_rate("A100") == pytest.approx(108 * 16 * 1.41e9)        # about 2.4e12 per second
+    assert lab.exp_rate("H100") == pytest.approx(132 * 16 * 1.83e9)        # about 3.9e12 per second
+    # on the A100 the exponential is eight times dearer than an FP32 operation
+    assert lab.chip("A100")["nonmatmul_flops"] / lab.exp_rate("A100") == pytest.approx(8.0, rel=0.01)
+
+
+def test_ridge_point_and_on_chip_sizes():
+    assert lab.ridge_point("H100") == pytest.approx(989e12 / 3.35e12)
+    a100 = lab.chip("A100")
+    assert a100["shared_per_sm"] == 164 * 1024 < a100["l1_shared_per_sm"] == 192 * 1024
+    assert a100["registers_per_sm"] == 256 * 1024
+
+
+def test_table_prints_every_chip_and_source():
+    text = lab.hardware_table()
+    assert "A100" in text and "H100" in text and "164 KiB" in text and "arXiv 2205.14135" in text
+
+
+def test_unknown_chip_is_named():
+    with pytest.raises(ValueError, match="chip"):
+        lab.chip("V100")

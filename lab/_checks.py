@@ -1,4 +1,10 @@
-"""Input checks shared by every kernel: each raises before any work, naming the argument."""
+"""Input checks shared by every kernel: each raises before any work, naming the argument.
+
+`check_qkv` is the one entry of the numpy attention kernels (forward, backward, merge, decoding): arrays,
+shapes, finiteness, `causal` and `scale` in one call; `check_grads` does the same for a backward's
+`do`, `o`, `lse`. `group_view` / `ungroup_view` give the grouped-query view every numpy kernel computes
+on (each query head beside the key/value head it reads).
+"""
 
 from __future__ import annotations
 
@@ -107,3 +113,77 @@ def check_positive(value, name: str, minimum: int = 1) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
+
+
+def check_qkv(q, k, v, scale, causal=False):
+    """`(q, k, v, group, scale)`: float arrays, the group size Hq // Hkv and the scale; every check (`causal` a bool included) before any work."""
+    check_causal(causal)
+    q = as_float_array(q, "q")
+    k = as_float_array(k, "k")
+    v = as_float_array(v, "v")
+    group = check_qkv_shapes(q.shape, k.shape, v.shape)
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        check_finite(a, name)
+    return q, k, v, group, check_scale(scale, q.shape[-1])
+
+
+def check_grads(q, k, v, do, o=None, lse=None):
+    """Check `do` (and `o`, `lse`) against checked q, k, v: shapes of o and of one lse per query row; return float arrays.
+
+    `lse` may hold -inf (a row with no visible key), never NaN or +inf.
+    """
+    do = as_float_array(do, "do")
+    want_o = tuple(q.shape[:-1]) + (v.shape[-1],)
+    if do.shape != want_o:
+        raise ValueError(f"do must have the shape of o, {want_o}, got {do.shape}")
+    check_finite(do, "do")
+    if o is None:
+        return do, None, None
+    o = as_float_array(o, "o")
+    lse = as_float_array(lse, "lse")
+    if o.shape != want_o:
+        raise ValueError(f"o must have shape {want_o}, got {o.shape}")
+    if lse.shape != tuple(q.shape[:-1]):
+        raise ValueError(f"lse must have shape {tuple(q.shape[:-1])} (one per query row), got {lse.shape}")
+    check_finite(o, "o")
+    if np.isnan(lse).any() or np.isposinf(lse).any():
+        raise ValueError("lse must not hold NaN or +inf (-inf marks a row with no visible key)")
+    return do, o, lse
+
+
+def check_same_shape(a: np.ndarray, b: np.ndarray, names: str) -> None:
+    """Raise ValueError unless `a` and `b` have one shape; `names` is how the message calls them ("o and do")."""
+    if a.shape != b.shape:
+        raise ValueError(f"{names} must have the same shape, got {a.shape} and {b.shape}")
+
+
+def check_sizes(**sizes) -> None:
+    """Each keyword is an integer >= 1 (a bool is not), or a ValueError naming it: sizes of a formula (N, M, d, ...)."""
+    for name, x in sizes.items():
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {x!r}")
+
+
+def check_stats(stats) -> None:
+    """`stats` is a dict (the kernel fills it) or None."""
+    if stats is not None and not isinstance(stats, dict):
+        raise TypeError(f"stats must be a dict or None, got {type(stats).__name__}")
+
+
+def check_block_mask_rank(block_mask, q: np.ndarray) -> None:
+    """A precomputed `block_mask` needs 4-D inputs (B, H, N, d), as the mods do."""
+    if block_mask is not None and q.ndim != 4:
+        raise ValueError(f"block_mask needs 4-D q, k, v of shape (B, H, N, d), got q of rank {q.ndim}")
+
+
+def group_view(q, k, v, group: int):
+    """View q as (..., Hkv, G, N, d) and k, v as (..., Hkv, 1, M, ·) so matmul broadcasts over the G query heads of a group."""
+    if q.ndim == 2:
+        return q, k, v
+    q5 = q.reshape(q.shape[:-3] + (k.shape[-3], group) + q.shape[-2:])
+    return q5, k[..., None, :, :], v[..., None, :, :]
+
+
+def ungroup_view(x, q_shape, trailing):
+    """Back from the grouped view to q's leading dims: shape `q_shape[:-1] + trailing`."""
+    return x.reshape(tuple(q_shape[:-1]) + trailing)

@@ -1,8 +1,12 @@
 """Counting what a kernel does: bytes moved between the full arrays ("HBM") and tiles, and scalar ops.
 
-The numpy kernels call `read`, `write` and `ops` at each tile load, store and elementwise step. With
-no recorder active these are no-ops; inside `with record() as rec:` they add up, so a notebook can
-compare an instrumented run with the analytic formula of the IO model.
+A numpy kernel moves a tile with the accessors `load` and `store`, which do the move and count its
+bytes in one call (`q_i = trace.load("q", q[..., i0:i1, :])`, `trace.store("o", o[..., i0:i1, :], o_i)`),
+and reports elementwise work with `ops`; so the kernel's lines read like the paper's "Load Q_i from
+HBM to on-chip SRAM" and carry no bookkeeping of their own. With no recorder active only the move
+happens; inside `with record() as rec:` the counts add up, so a notebook can compare an instrumented
+run with the analytic formula of the IO model. (`read` and `write` count a move done elsewhere.)
+`lab.CountingArray` counts per element instead, for the row-by-row algorithms of notebooks 01-02.
 
 Taught in: notebooks/05_tiling.ipynb, notebooks/06_flashattention2.ipynb
 """
@@ -15,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Recorder", "record"]
+__all__ = ["Recorder", "record", "load", "store"]
 
 
 @dataclass
@@ -46,6 +50,24 @@ def record():
         yield rec
     finally:
         _active.remove(rec)
+
+
+def load(name: str, tile: np.ndarray, itemsize: int | None = None) -> np.ndarray:
+    """Load `tile`, a view of the full array `name` ("HBM"), into the kernel: count its bytes (at `itemsize` per element if given) and return it.
+
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    read(name, nbytes(tile, itemsize))
+    return tile
+
+
+def store(name: str, dst: np.ndarray, value, itemsize: int | None = None) -> None:
+    """Store `value` into `dst`, a view of the full array `name` ("HBM"): `dst[...] = value`, counting the bytes of `dst`.
+
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    dst[...] = value
+    write(name, nbytes(dst, itemsize))
 
 
 def read(name: str, nbytes: int) -> None:

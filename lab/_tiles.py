@@ -14,6 +14,7 @@ import math
 import numpy as np
 import torch
 
+from .kernels.common import causal_key_end
 from .masks import BlockMask, _is_torch, _kept, _tile_kinds, index_arrays
 
 
@@ -38,10 +39,11 @@ class TilePlan:
             self.computed, self.full = (blocks.kind > 0).any(axis=(0, 1)), (blocks.kind == 2).all(axis=(0, 1))
         else:
             i0, j0 = np.arange(0, self.N, Br)[:, None], np.arange(0, self.M, Bc)[None, :]
-            i1, j1, off = np.minimum(i0 + Br, self.N), np.minimum(j0 + Bc, self.M), self.M - self.N
+            i1, j1 = np.minimum(i0 + Br, self.N), np.minimum(j0 + Bc, self.M)
             every = np.ones((len(i0), j0.shape[1]), bool)
-            self.computed = (j0 <= i1 - 1 + off) & every if self.causal else every
-            self.full = (j1 - 1 <= i0 + off) & every if self.causal else every
+            # computed: the block's last query sees key j0; full: its first query sees key j1 - 1
+            self.computed = (j0 < causal_key_end(i1 - 1, self.N, self.M)) & every if self.causal else every
+            self.full = (j1 <= causal_key_end(i0, self.N, self.M)) & every if self.causal else every
         self.blocks, self.tiles = blocks, int(self.computed.sum())
         self.visited = 0                                              # tiles a kernel computed (it counts them)
 

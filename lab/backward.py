@@ -31,8 +31,11 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import trace
-from ._checks import acc_dtype, as_float_array, check_block, check_causal, check_finite, check_float_tensors, check_qkv_shapes, check_scale
-from .attention import _checked, _grouped, _masked, causal_mask, flash_attention_numpy
+from ._checks import (acc_dtype, as_float_array, check_block, check_causal, check_float_tensors, check_grads, check_qkv,
+                      check_qkv_shapes, check_same_shape, check_scale, check_sizes, group_view)
+from ._tiles import TilePlan
+from .kernels import causal_mask, flash_attention_numpy, safe_exp_shift
+from .kernels.rung2_numpy_fa1 import tile_scores
 
 __all__ = [
     "attention_backward",
@@ -45,27 +48,6 @@ __all__ = [
     "backward_flops",
     "time_forward_backward",
 ]
-
-
-def _checked_grads(q, k, v, do, o=None, lse=None):
-    """Check dO (and o, lse) against q, k, v; return float arrays."""
-    do = as_float_array(do, "do")
-    want_o = tuple(q.shape[:-1]) + (v.shape[-1],)
-    if do.shape != want_o:
-        raise ValueError(f"do must have the shape of o, {want_o}, got {do.shape}")
-    check_finite(do, "do")
-    if o is None:
-        return do, None, None
-    o = as_float_array(o, "o")
-    lse = as_float_array(lse, "lse")
-    if o.shape != want_o:
-        raise ValueError(f"o must have shape {want_o}, got {o.shape}")
-    if lse.shape != tuple(q.shape[:-1]):
-        raise ValueError(f"lse must have shape {tuple(q.shape[:-1])} (one per query row), got {lse.shape}")
-    check_finite(o, "o")
-    if np.isnan(lse).any() or np.isposinf(lse).any():
-        raise ValueError("lse must not hold NaN or +inf (-inf marks a row with no visible key)")
-    return do, o, lse
 
 
 def _group_sum(x5, k_shape, grouped: bool):
@@ -82,8 +64,7 @@ def backward_delta(o, do) -> np.ndarray:
     """
     o = as_float_array(o, "o")
     do = as_float_array(do, "do")
-    if o.shape != do.shape:
-        raise ValueError(f"o and do must have the same shape, got {o.shape} and {do.shape}")
+    check_same_shape(o, do, "o and do")
     dt = acc_dtype(o, do)
     return (do.astype(dt) * o.astype(dt)).sum(axis=-1)          # (..., N)
 
@@ -95,18 +76,18 @@ def attention_backward(q, k, v, do, *, causal: bool = False, scale=None):
     returns `(dq, dk, dv)` in the input dtype, dk and dv summed over each group of query heads.
     Taught in: notebooks/09_backward.ipynb
     """
-    q, k, v, group, scale = _checked(q, k, v, scale, causal)
-    do, _, _ = _checked_grads(q, k, v, do)
+    q, k, v, group, scale = check_qkv(q, k, v, scale, causal)
+    do, _, _ = check_grads(q, k, v, do)
     dt = acc_dtype(q, k, v, do)
     out = np.result_type(q.dtype, k.dtype, v.dtype)
-    q5, k5, v5 = _grouped(q.astype(dt), k.astype(dt), v.astype(dt), group)
+    q5, k5, v5 = group_view(q.astype(dt), k.astype(dt), v.astype(dt), group)
     do5 = do.astype(dt).reshape(q5.shape[:-1] + (v.shape[-1],))     # (..., N, dv)
     N, M = q.shape[-2], k.shape[-2]
     s = scale * (q5 @ np.swapaxes(k5, -1, -2))                         # S: (..., N, M)
     if causal:
         s = np.where(causal_mask(N, M), s, -np.inf)
     m = s.max(axis=-1) if M > 0 else np.full(s.shape[:-1], -np.inf, dt)
-    p = np.exp(s - np.where(np.isneginf(m), 0.0, m)[..., None])      # (..., N, M)
+    p = np.exp(s - safe_exp_shift(m)[..., None])                      # (..., N, M)
     l = p.sum(axis=-1, keepdims=True)
     p = np.divide(p, l, out=np.zeros_like(p), where=l > 0)             # P: kept for the backward
     dv5 = np.swapaxes(p, -1, -2) @ do5                                 # dV = Pᵀ dO: (..., M, dv)
@@ -133,59 +114,44 @@ def flash_attention_backward_numpy(q, k, v, o, lse, do, *, block_q: int = 64, bl
     """
     Br = check_block(block_q, "block_q")
     Bc = check_block(block_k, "block_k")
-    q, k, v, group, scale = _checked(q, k, v, scale, causal)
-    do, o, lse = _checked_grads(q, k, v, do, o, lse)
+    q, k, v, group, scale = check_qkv(q, k, v, scale, causal)
+    do, o, lse = check_grads(q, k, v, do, o, lse)
     dt = acc_dtype(q, k, v, do, o)
     out = np.result_type(q.dtype, k.dtype, v.dtype)
-    causal = bool(causal)
-    q5, k5, v5 = _grouped(q.astype(dt), k.astype(dt), v.astype(dt), group)
-    dv_dim = v.shape[-1]
+    q5, k5, v5 = group_view(q.astype(dt), k.astype(dt), v.astype(dt), group)
+    N, M, d, dv_dim = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    plan = TilePlan((1, 1, N, M), Br, Bc, causal)                      # the forward's plan: tiles no query sees are skipped
     do5 = do.astype(dt).reshape(q5.shape[:-1] + (dv_dim,))            # (..., N, dv)
-    lse5 = lse.astype(dt).reshape(q5.shape[:-1])                       # (..., N)
-    D = backward_delta(o, do).astype(dt).reshape(q5.shape[:-1])        # D = rowsum(dO ∘ O): (..., N)
-    trace.read("o", trace.nbytes(o))
-    trace.read("do", trace.nbytes(do))
-    trace.write("D", trace.nbytes(D))
-    N, M = q.shape[-2], k.shape[-2]
+    lse5 = safe_exp_shift(lse.astype(dt).reshape(q5.shape[:-1]))       # (..., N); a row with no key: S = -inf, P = 0
+    D = np.empty(q5.shape[:-1], dt)                                    # D = rowsum(dO ∘ O): (..., N), in HBM
+    trace.store("D", D, backward_delta(trace.load("o", o), trace.load("do", do)).reshape(D.shape))
     lead = np.broadcast_shapes(q5.shape[:-2], k5.shape[:-2])
-    dq5 = np.zeros(q5.shape, dt)                                       # dQ lives in the full array
-    dk5 = np.zeros(lead + (M, q.shape[-1]), dt)                        # (..., G, M, d) before the group sum
-    dv5 = np.zeros(lead + (M, dv_dim), dt)
-    lse_use = np.where(np.isneginf(lse5), np.inf, lse5)                # rows with no key: P = e^{-inf} = 0
-    counting = trace.active()
-    for j0 in range(0, M, Bc):
+    dq5 = np.zeros(q5.shape, dt)                                       # dQ lives in HBM, added to tile by tile
+    dk5, dv5 = np.empty(k5.shape, dt), np.empty(v5.shape, dt)          # dK, dV in HBM: one per K/V head
+    grouped = q5.ndim > 2
+    for jb, j0 in enumerate(range(0, M, Bc)):
         j1 = min(j0 + Bc, M)
-        k_j, v_j = k5[..., j0:j1, :], v5[..., j0:j1, :]                # (..., Bc, d), (..., Bc, dv)
-        trace.read("k", trace.nbytes(k_j))
-        trace.read("v", trace.nbytes(v_j))
-        dk_j = np.zeros(lead + (j1 - j0, q.shape[-1]), dt)            # dK_j, dV_j stay in the tile
+        k_j = trace.load("k", k5[..., j0:j1, :])                       # (..., Bc, d)
+        v_j = trace.load("v", v5[..., j0:j1, :])                       # (..., Bc, dv)
+        dk_j = np.zeros(lead + (j1 - j0, d), dt)                       # dK_j, dV_j stay in the tile
         dv_j = np.zeros(lead + (j1 - j0, dv_dim), dt)
-        i_first = max(0, j0 - (M - N)) // Br * Br if causal else 0    # query blocks above see none of K_j
-        for i0 in range(i_first, N, Br):
-            i1 = min(i0 + Br, N)
-            q_i, do_i = q5[..., i0:i1, :], do5[..., i0:i1, :]          # (..., Br, d), (..., Br, dv)
-            for name, a in (("q", q_i), ("do", do_i), ("lse", lse5[..., i0:i1]), ("D", D[..., i0:i1])):
-                trace.read(name, trace.nbytes(a))
-            s = _masked(scale * (q_i @ np.swapaxes(k_j, -1, -2)), i0, i1, j0, j1, N, M, causal)  # S_ij: (..., Br, Bc)
-            p = np.exp(s - lse_use[..., i0:i1, None])                  # P_ij recomputed from lse
+        for ib in plan.queries(jb):                                    # query blocks above the diagonal see none of K_j
+            i0, i1 = ib * Br, min(ib * Br + Br, N)
+            q_i, do_i = trace.load("q", q5[..., i0:i1, :]), trace.load("do", do5[..., i0:i1, :])  # (..., Br, d), (..., Br, dv)
+            lse_i, D_i = trace.load("lse", lse5[..., i0:i1]), trace.load("D", D[..., i0:i1])      # (..., Br)
+            s = tile_scores(scale * (q_i @ np.swapaxes(k_j, -1, -2)), plan, i0, i1, j0, j1, ib, jb)  # S_ij: (..., Br, Bc)
+            p = np.exp(s - lse_i[..., None])                           # P_ij = exp(S_ij - lse_i), recomputed
             dv_j += np.swapaxes(p, -1, -2) @ do_i                      # dV_j += P_ijᵀ dO_i
-            dp = do_i @ np.swapaxes(v_j, -1, -2)                       # dP_ij: (..., Br, Bc)
-            ds = p * (dp - D[..., i0:i1, None])                        # dS_ij = P_ij ∘ (dP_ij − D_i)
-            dq5[..., i0:i1, :] += scale * (ds @ k_j)                   # dQ_i += dS_ij K_j · scale
+            dp = do_i @ np.swapaxes(v_j, -1, -2)                       # dP_ij = dO_i V_jᵀ: (..., Br, Bc)
+            ds = p * (dp - D_i[..., None])                             # dS_ij = P_ij ∘ (dP_ij − D_i)
+            dq_i = trace.load("dq", dq5[..., i0:i1, :])
+            trace.store("dq", dq5[..., i0:i1, :], dq_i + scale * (ds @ k_j))  # dQ_i += dS_ij K_j · scale
             dk_j += scale * (np.swapaxes(ds, -1, -2) @ q_i)            # dK_j += dS_ijᵀ Q_i · scale
-            trace.read("dq", trace.nbytes(q_i))
-            trace.write("dq", trace.nbytes(q_i))
-            if counting:
-                trace.ops("exp", p.size)
-                trace.ops("mul", 2 * p.size)
-        dk5[..., j0:j1, :] = dk_j
-        dv5[..., j0:j1, :] = dv_j
-        trace.write("dk", trace.nbytes(k_j))
-        trace.write("dv", trace.nbytes(v_j))
-    grouped = q.ndim > 2
-    return (dq5.reshape(q.shape).astype(out),
-            _group_sum(dk5, k.shape, grouped).astype(out),
-            _group_sum(dv5, v.shape, grouped).astype(out))
+            trace.ops("exp", p.size)
+            trace.ops("mul", 2 * p.size)
+        trace.store("dk", dk5[..., j0:j1, :], dk_j.sum(axis=-3, keepdims=True) if grouped else dk_j)  # summed over the group
+        trace.store("dv", dv5[..., j0:j1, :], dv_j.sum(axis=-3, keepdims=True) if grouped else dv_j)
+    return dq5.reshape(q.shape).astype(out), dk5.reshape(k.shape).astype(out), dv5.reshape(v.shape).astype(out)
 
 
 class NumpyFlashAttention(torch.autograd.Function):
@@ -304,9 +270,7 @@ def backward_flops(N: int, M: int | None = None, d: int = 64, *, batch: int = 1,
     """
     M = N if M is None else M
     dv = d if dv is None else dv
-    for name, x in (("N", N), ("M", M), ("d", d), ("dv", dv), ("batch", batch), ("heads", heads)):
-        if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {x!r}")
+    check_sizes(N=N, M=M, d=d, dv=dv, batch=batch, heads=heads)
     frac = 0.5 if causal else 1.0
     per = batch * heads * N * M * frac
     fwd = per * (2 * d + 2 * dv)

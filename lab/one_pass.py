@@ -24,8 +24,8 @@ from typing import NamedTuple
 import numpy as np
 
 from . import trace
-from ._checks import acc_dtype, as_float_array, check_block, check_finite, check_scale
-from .attention import _checked, _grouped, _ungrouped, causal_mask
+from ._checks import acc_dtype, as_float_array, check_block, check_finite, check_qkv, check_scale, group_view, ungroup_view
+from .kernels import causal_mask
 from .states import SoftmaxState, empty_state, finalize, merge_states, partial_state
 
 __all__ = ["RowRun", "ROW_METHODS", "attention_row_three_pass", "attention_row_two_pass",
@@ -203,7 +203,7 @@ def compare_row_methods(q, k, v, *, block_k: int = 256, scale=None) -> list[dict
 
     The reference is `attention_reference` in float64. Taught in: notebooks/03_one_pass_attention.ipynb
     """
-    from .attention import attention_reference
+    from .kernels import attention_reference
 
     check_block(block_k, "block_k")
     q, k, v, scale, _ = _row_inputs(q, k, v, scale)
@@ -235,9 +235,9 @@ def one_pass_attention(q, k, v, *, block_k: int = 64, causal: bool = False, scal
     causal rule as `attention_reference`. Taught in: notebooks/03_one_pass_attention.ipynb
     """
     Bc = check_block(block_k, "block_k")
-    q, k, v, group, scale = _checked(q, k, v, scale, causal)
+    q, k, v, group, scale = check_qkv(q, k, v, scale, causal)
     dt = acc_dtype(q, k, v)
-    q5, k5, v5 = _grouped(q.astype(dt) * dt.type(scale), k.astype(dt, copy=False), v.astype(dt, copy=False), group)
+    q5, k5, v5 = group_view(q.astype(dt) * dt.type(scale), k.astype(dt, copy=False), v.astype(dt, copy=False), group)
     N, M, dv = q.shape[-2], k.shape[-2], v.shape[-1]
     lead = np.broadcast_shapes(q5.shape[:-2], k5.shape[:-2])
     state = empty_state(lead + (N,), dv, dt)                  # m, l: (..., N); acc: (..., N, dv)
@@ -252,4 +252,4 @@ def one_pass_attention(q, k, v, *, block_k: int = 64, causal: bool = False, scal
     o, lse = finalize(state)
     trace.write("o", trace.nbytes(o))
     trace.write("lse", trace.nbytes(lse))
-    return _ungrouped(o, q.shape, (dv,)).astype(np.result_type(q, k, v), copy=False), _ungrouped(lse, q.shape, ())
+    return ungroup_view(o, q.shape, (dv,)).astype(np.result_type(q, k, v), copy=False), ungroup_view(lse, q.shape, ())

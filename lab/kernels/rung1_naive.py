@@ -1,0 +1,44 @@
+"""Rung 1, standard attention: softmax(scale·Q Kᵀ) V in the input's own dtype, the way most code writes it.
+
+Changes against rung 0: the input dtype instead of float64, and P is computed from S into one second
+array, exponentiated and divided in place, so exactly two N×M arrays are alive at the peak: the scores
+S and the probabilities P, $2 \\cdot N \\cdot M \\cdot$ itemsize bytes per head (`lab.attention_bytes`). What it buys:
+a third of rung 0's memory for float32 inputs. Measured by `lab.peak_bytes` (tracemalloc) on one
+float32 head, N = M = 1024, d = 64: 8.66 MB above the inputs (rung 0: 26.7 MB), of which 8.39 MB are
+S and P by the formula (`tests/test_kernels.py` measures it again). What it still costs: memory that grows as N·M,
+the memory wall of notebook 00.
+
+Taught in: notebooks/00_the_memory_wall.ipynb
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._checks import check_qkv, group_view, ungroup_view
+from .common import causal_mask, safe_exp_shift
+
+__all__ = ["attention_naive"]
+
+
+def attention_naive(q, k, v, *, causal: bool = False, scale=None) -> np.ndarray:
+    """Standard attention $O = \\mathrm{softmax}(\\mathrm{scale}\\,QK^\\top) V$ in the input dtype.
+
+    Holds two N×M arrays at its peak: the scores S and the probabilities P (2·N·M·itemsize bytes
+    per head). Returns `o` only.
+    Taught in: notebooks/00_the_memory_wall.ipynb
+    """
+    q, k, v, group, scale = check_qkv(q, k, v, scale, causal)
+    dt = np.result_type(q.dtype, k.dtype, v.dtype)
+    q5, k5, v5 = group_view(q, k, v, group)
+    s = (q5 * dt.type(scale)) @ np.swapaxes(k5, -1, -2)        # S: (..., N, M)
+    N, M = q.shape[-2], k.shape[-2]
+    if causal:
+        s[..., ~causal_mask(N, M)] = -np.inf
+    m = s.max(axis=-1, keepdims=True) if M > 0 else np.zeros(s.shape[:-1] + (1,), dt)
+    p = s - safe_exp_shift(m)                                  # P: (..., N, M), the second N×M array
+    np.exp(p, out=p)
+    l = p.sum(axis=-1, keepdims=True)
+    np.divide(p, l, out=p, where=l > 0)
+    p[(l == 0)[..., 0]] = 0.0
+    return ungroup_view(p @ v5, q.shape, (v.shape[-1],))

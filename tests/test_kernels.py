@@ -120,6 +120,12 @@ def test_causal_key_end_is_the_first_hidden_key(N, M):
     assert (lab.causal_mask(N, M, rows=[N - 1], cols=np.arange(M)[1:]) == lab.causal_mask(N, M)[N - 1:, 1:]).all()
 
 
+def test_causal_key_end_takes_torch_index_tensors():
+    torch = pytest.importorskip("torch")
+    i = torch.arange(6)
+    assert lab.causal_key_end(i, 6, 4).tolist() == [lab.causal_key_end(int(x), 6, 4) for x in i]
+
+
 @pytest.mark.parametrize("N, M, Br, Bc", [(10, 10, 3, 4), (5, 13, 2, 3), (13, 5, 4, 2), (8, 8, 8, 8), (7, 3, 1, 1)])
 def test_tile_plan_computes_and_masks_exactly_the_tiles_the_mask_asks(N, M, Br, Bc):
     plan = TilePlan((1, 1, N, M), Br, Bc, True)
@@ -136,6 +142,7 @@ def test_safe_exp_shift_replaces_only_minus_inf():
     assert shift.dtype == np.float32 and shift.tolist() == [0.0, -3.0, 0.0, 2.5]
     s = np.full(4, -np.inf, np.float32)
     assert (np.exp(s - shift) == 0).all()                        # no NaN for a row that saw no key
+    assert lab.safe_exp_shift(np.float32(-np.inf)) == 0 and np.ndim(lab.safe_exp_shift(-np.inf)) == 0
 
 
 def test_load_and_store_move_the_tile_and_count_its_bytes():

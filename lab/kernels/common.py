@@ -9,7 +9,7 @@
   `safe_exp_shift(m)` (m, or 0 where m = $-\\infty$) gives $e^{-\\infty - 0} = 0$: the row adds
   nothing, and its l stays 0.
 
-Taught in: notebooks/05_tiling.ipynb, notebooks/11_masks_and_score_mods.ipynb
+Taught in: notebooks/03_one_pass_attention.ipynb, notebooks/05_tiling.ipynb, notebooks/11_masks_and_score_mods.ipynb
 """
 
 from __future__ import annotations
@@ -22,11 +22,14 @@ __all__ = ["causal_key_end", "causal_mask", "safe_exp_shift"]
 def causal_key_end(i, N: int, M: int):
     """First key hidden from query `i` under the causal mask: $\\mathrm{clip}(i + 1 + M - N, 0, M)$.
 
-    Query i sees keys $j < $ `causal_key_end(i, N, M)`, i.e. $j \\le i + (M - N)$. `i` may be an int
-    or an integer array; the result has its type. Taught in: notebooks/05_tiling.ipynb
+    Query i sees keys $j <$ `causal_key_end(i, N, M)`, i.e. $j \\le i + (M - N)$. `i` may be an int, a
+    numpy integer array or a torch integer tensor (on any device); the result has its type.
+    Taught in: notebooks/05_tiling.ipynb
     """
-    end = np.clip(np.asarray(i) + 1 + (M - N), 0, M)
-    return int(end) if np.ndim(end) == 0 else end
+    if isinstance(i, (int, np.integer)):
+        return min(max(int(i) + 1 + (M - N), 0), M)
+    i = i if hasattr(i, "clip") else np.asarray(i)
+    return (i + (1 + M - N)).clip(0, M)
 
 
 def causal_mask(N: int, M: int, rows=None, cols=None) -> np.ndarray:
@@ -42,6 +45,7 @@ def causal_mask(N: int, M: int, rows=None, cols=None) -> np.ndarray:
 def safe_exp_shift(m):
     """The max to subtract before exp: `m`, or 0 where $m = -\\infty$ (no key seen), so $e^{s - 0} = 0$ there, not NaN.
 
+    `m` an array (the result has its dtype) or a scalar (the result is a numpy scalar).
     Taught in: notebooks/03_one_pass_attention.ipynb
     """
-    return np.where(np.isneginf(m), 0.0, m)
+    return np.where(np.isneginf(m), 0.0, m)[()]

@@ -62,11 +62,11 @@ def fa1_forward(q5, k5, v5, plan, scale, dt, p_format=None):
         rows = plan.queries(jb)                                # the query blocks with a kept element in K_j
         if not rows:
             continue                                           # a key block no query sees is never loaded
-        k_j = trace.load("k", k5[..., j0:j1, :], io)           # k5, v5 are upcast copies: count the input dtype
-        v_j = trace.load("v", v5[..., j0:j1, :], io)
+        k_j = trace.load("k", k5[..., j0:j1, :], io)           # load K_j, V_j (k5, v5 are upcast copies: count
+        v_j = trace.load("v", v5[..., j0:j1, :], io)           # the input dtype, as they sit in HBM)
         for ib in rows:
             i0, i1 = ib * Br, min(ib * Br + Br, N)
-            q_i = trace.load("q", q5[..., i0:i1, :], io)       # (..., Br, d)
+            q_i = trace.load("q", q5[..., i0:i1, :], io)       # load Q_i, O_i, l_i, m_i: (..., Br, d)
             o_i = trace.load("o", o[..., i0:i1, :], io)        # (..., Br, dv)
             l_i, m_i = trace.load("l", l[..., i0:i1]), trace.load("m", m[..., i0:i1])
             s = tile_scores((q_i.astype(dt) * dt.type(scale)) @ np.swapaxes(k_j, -1, -2), plan, i0, i1, j0, j1, ib, jb)
@@ -78,9 +78,9 @@ def fa1_forward(q5, k5, v5, plan, scale, dt, p_format=None):
             a_old, a_new = np.exp(m_i - m_use), np.exp(m_t - m_use)
             l_new = a_old * l_i + a_new * l_t                  # l_i^new
             num = (l_i * a_old)[..., None] * o_i + a_new[..., None] * (lowered(p, p_format) @ v_j)
-            trace.store("o", o[..., i0:i1, :], np.divide(num, l_new[..., None], out=np.zeros_like(num),
-                                                         where=l_new[..., None] > 0), io)  # O_i = diag(l_i^new)^-1 num
-            trace.store("l", l[..., i0:i1], l_new)
+            o_new = np.divide(num, l_new[..., None], out=np.zeros_like(num), where=l_new[..., None] > 0)
+            trace.store("o", o[..., i0:i1, :], o_new, io)     # write O_i = diag(l_i^new)^-1 num to HBM
+            trace.store("l", l[..., i0:i1], l_new)            # write l_i, m_i to HBM
             trace.store("m", m[..., i0:i1], m_new)
             trace.ops("exp", p.size + a_old.size + a_new.size)
             trace.ops("mul", 2 * o_i.size + 3 * l_i.size)

@@ -47,14 +47,14 @@ def fa2_forward(q5, k5, v5, plan, scale, dt, p_format=None):
     io = q5.dtype.itemsize                                     # q, k, v, o sit in HBM in the input dtype
     for ib, i0 in enumerate(range(0, N, Br)):
         i1 = min(i0 + Br, N)
-        q_i = trace.load("q", q5[..., i0:i1, :]).astype(dt) * dt.type(scale)  # (..., Br, d)
+        q_i = trace.load("q", q5[..., i0:i1, :]).astype(dt) * dt.type(scale)  # load Q_i: (..., Br, d)
         m = np.full(q_i.shape[:-1], -np.inf, dt)              # (..., Br): the state, on chip
         l = np.zeros(q_i.shape[:-1], dt)
         acc = np.zeros(q_i.shape[:-1] + (dv,), dt)            # (..., Br, dv)
         for jb in plan.keys(ib):                               # empty tiles are skipped: K_j, V_j never loaded
             j0, j1 = jb * Bc, min(jb * Bc + Bc, M)
-            k_j = trace.load("k", k5[..., j0:j1, :], io)       # k5, v5 are upcast copies: count the input dtype
-            v_j = trace.load("v", v5[..., j0:j1, :], io)
+            k_j = trace.load("k", k5[..., j0:j1, :], io)       # load K_j, V_j (k5, v5 are upcast copies: count
+            v_j = trace.load("v", v5[..., j0:j1, :], io)       # the input dtype, as they sit in HBM)
             s = tile_scores(q_i @ np.swapaxes(k_j, -1, -2), plan, i0, i1, j0, j1, ib, jb)  # S_ij: (..., Br, Bc)
             m_new = np.maximum(m, s.max(axis=-1))              # m' = max(m, rowmax S_ij)
             m_use = safe_exp_shift(m_new)
@@ -70,7 +70,7 @@ def fa2_forward(q5, k5, v5, plan, scale, dt, p_format=None):
             trace.ops("mul", acc.size + l.size)
         o_i, lse_i = finalize(SoftmaxState(m, l, acc))         # the one division: o = acc / l, lse = m + log l
         trace.ops("div", acc.size)
-        trace.store("o", o[..., i0:i1, :], o_i, io)
+        trace.store("o", o[..., i0:i1, :], o_i, io)            # write O_i and lse_i to HBM
         trace.store("lse", lse[..., i0:i1], lse_i)
     return o, lse
 

@@ -106,6 +106,26 @@ def check_float_tensors(**tensors) -> None:
             raise TypeError(f"{name} must have a floating dtype, got {t.dtype}")
 
 
+def check_qkv_tensors(q, k, v, dtypes=None, kernel: str = "") -> int:
+    """q, k, v are torch tensors of one floating dtype (one of `dtypes` when given) on one device, with compatible shapes; returns Hq // Hkv.
+
+    The torch and Triton kernels' one check of their inputs; `kernel` ends the dtype message ("for the Triton kernel").
+    """
+    import torch
+
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point() or (dtypes is not None and t.dtype not in dtypes):
+            allowed = "" if dtypes is None else " (" + ", ".join(str(d).removeprefix("torch.") for d in dtypes) + ")"
+            raise TypeError(f"{name} must have a floating dtype{allowed}{' ' + kernel if kernel else ''}, got {t.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+    return check_qkv_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape))
+
+
 def check_positive(value, name: str, minimum: int = 1) -> int:
     """`value` as an int, or a TypeError (not an integer) or ValueError (below `minimum`) naming `name`."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):

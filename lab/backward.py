@@ -31,8 +31,8 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import trace
-from ._checks import (acc_dtype, as_float_array, check_block, check_causal, check_float_tensors, check_grads, check_qkv,
-                      check_qkv_shapes, check_same_shape, check_scale, check_sizes, group_view)
+from ._checks import (acc_dtype, as_float_array, check_block, check_causal, check_grads, check_qkv, check_qkv_tensors,
+                      check_same_shape, check_scale, check_sizes, group_view)
 from ._tiles import TilePlan
 from .kernels import causal_mask, flash_attention_numpy, safe_exp_shift
 from .kernels.rung2_numpy_fa1 import tile_scores
@@ -190,9 +190,8 @@ def standard_attention_torch(q, k, v, *, causal: bool = False, scale=None):
     GQA: K/V heads are repeated to the query heads (`Hq % Hkv == 0`). Rows with no visible key give 0.
     Taught in: notebooks/09_backward.ipynb
     """
-    check_float_tensors(q=q, k=k, v=v)
-
-    group = check_qkv_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape))
+    causal = check_causal(causal)
+    group = check_qkv_tensors(q, k, v)
     scale = check_scale(scale, q.shape[-1])
     if group > 1:
         k = k.repeat_interleave(group, dim=-3)                         # (..., Hq, M, d)

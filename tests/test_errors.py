@@ -103,6 +103,7 @@ CAUSAL_TAKERS = KERNELS + [
     lambda *a, **kw: lab.flash_attention_torch(*(__import__("torch").from_numpy(x) for x in a), **kw),
     lambda *a, **kw: lab.FlashAttention.apply(*(__import__("torch").from_numpy(x) for x in a), kw["causal"]),
     lambda *a, **kw: lab.tile_counts(4, 5, 2, 2, **kw),
+    lambda *a, **kw: lab.standard_attention_torch(*(__import__("torch").from_numpy(x) for x in a), **kw),
 ]
 
 
@@ -127,3 +128,22 @@ def test_double_backward_raises_instead_of_returning_wrong_gradients():
         dq, = torch.autograd.grad(fn(), q, grad_outputs=g, create_graph=True)
         with pytest.raises(RuntimeError, match="differentiate twice"):
             dq.sum().backward()
+
+
+def test_torch_inputs_have_one_check():
+    import torch
+
+    from lab._checks import check_qkv_tensors
+
+    q = torch.from_numpy(Q)
+    for args, error, match in [((Q, q, q), TypeError, "q must be a torch.Tensor"),
+                               ((q.long(), q.long(), q.long()), TypeError, "q must have a floating dtype, got torch.int64"),
+                               ((q, q.float(), q), TypeError, "share one dtype"),
+                               ((q, q[..., :3], q), ValueError, "q and k must share the last dim")]:
+        with pytest.raises(error, match=match):
+            check_qkv_tensors(*args)
+        with pytest.raises(error, match=match):
+            lab.standard_attention_torch(*args)
+    with pytest.raises(TypeError, match=r"k must have a floating dtype \(float16, float32\) for the kernel, got torch.float64"):
+        check_qkv_tensors(q.half(), q, q, dtypes=(torch.float16, torch.float32), kernel="for the kernel")
+    assert check_qkv_tensors(q[None].repeat(1, 2, 1, 1), q[None], q[None]) == 2

@@ -342,7 +342,7 @@ def test_nothing_stays_patched_after_an_error(capsys):
 
 
 def test_module_stays_small():
-    assert len(open(checks.__file__).read().splitlines()) <= 400
+    assert len(open(checks.__file__).read().splitlines()) <= 460     # five checks, about 90 lines each
 
 
 # ------------------------------------------------------------------------------------ the paged cache
@@ -352,7 +352,7 @@ WRONG_5 = {
         def gather_pages(pages, block_row, length):
             n = length // pages.shape[2]
             return np.concatenate([pages[block_row[i]] for i in range(n)], axis=1)[:, :length]
-        """, ["case 0", "partly full is still a block"]),
+        """, ["case 0", "only partly full is still a block"]),
     "the logical block read as the physical page": ("""
         def gather_pages(pages, block_row, length):
             n = -(-length // pages.shape[2])

@@ -12,6 +12,10 @@ A ladder:
      item, and merges the chunks' `(o, lse)` (`lab.merge_outputs`, notebook 04).
   4. `decode_torch`, `time_decoding` : the same split in torch on this machine's cores: each chunk's
      `(o_c, lse_c)` on a worker thread, then merged; timed with `torch.utils.benchmark`.
+  5. `paged_kv`, `gather_pages`, `decode_paged` : the cache no longer contiguous. K and V live in fixed-size
+     pages of `page_size` tokens anywhere in a pool; a block table maps each sequence's logical block i to
+     a physical page (vLLM's PagedAttention, Kwon et al. 2023, arXiv 2309.06180, §4.1-4.2). A decoding
+     step reads its keys through the table, page by page, with the running (m, l, acc) of notebook 02.
 
 Shapes: q (B, Hq, N, d) with N = 1 when decoding, k (B, Hkv, M, d), v (B, Hkv, M, dv), Hq % Hkv == 0.
 
@@ -26,7 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from ._checks import check_block, check_float_tensors, check_qkv_shapes, check_scale
+from typing import NamedTuple
+
+from ._checks import as_float_array, check_block, check_finite, check_float_tensors, check_qkv_shapes, check_scale
+from .hardware import CHIPS, ridge_point
 from .merge import chunk_bounds, merge_outputs
 
 __all__ = [
@@ -40,6 +47,10 @@ __all__ = [
     "decode_schedule",
     "decode_torch",
     "time_decoding",
+    "PagedCache",
+    "paged_kv",
+    "gather_pages",
+    "decode_paged",
 ]
 
 _LLAMA2 = 'Touvron et al. 2023, "Llama 2", arXiv 2307.09288, §2.2 and the released config.json'
@@ -58,13 +69,14 @@ MODEL_CONFIGS = {
     "Falcon-7B": dict(layers=32, q_heads=71, kv_heads=1, head_dim=64, source=_FALCON),
 }
 
-# Streaming multiprocessors of an H100 SXM5: 132 (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022).
-PROCESSORS = 132
+# Streaming multiprocessors of an H100 SXM5, read from the course's one table of GPU figures (`lab.hardware`,
+# with its source: NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022).
+PROCESSORS = CHIPS["H100"]["sms"]
 
-# FLOPs per byte where an H100 SXM turns from memory-bound to compute-bound: 989 TFLOP/s dense
-# BF16/FP16 over 3.35 TB/s of HBM3 (NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column; the
-# datasheet's 1,979 TFLOP/s is with 2:4 sparsity, twice the dense figure).
-H100_RIDGE = 989e12 / 3.35e12
+# FLOPs per byte where an H100 SXM turns from memory-bound to compute-bound: dense BF16/FP16 matmul FLOP/s
+# over HBM3 bytes/s, both from `lab.hardware` (NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column; the
+# datasheet's sparse figure is twice the dense one). The same number as `lab.ridge_point("H100")`.
+H100_RIDGE = ridge_point("H100")
 
 
 _positive_int = check_block                                    # the same check: an integer >= 1, named
@@ -220,3 +232,152 @@ def time_decoding(M: int, *, runs=((1, 1), (2, 2)), batch: int = 1, q_heads: int
     finally:
         torch.set_num_threads(threads)
     return [dict(splits=s, workers=w, seconds=t[(s, w)], gb_per_s=kv_bytes / t[(s, w)] / 1e9) for s, w in runs]
+
+
+# ------------------------------------------------------------------------------------ paged K/V cache
+
+
+class PagedCache(NamedTuple):
+    """A K/V cache in pages: `pages_k (P, Hkv, page_size, d)`, `pages_v (P, Hkv, page_size, dv)`, `block_table (B, T)`
+    (row b: the physical page of each logical block of sequence b, -1 past its last block), `lengths (B,)` tokens."""
+
+    pages_k: np.ndarray
+    pages_v: np.ndarray
+    block_table: np.ndarray
+    lengths: np.ndarray
+    page_size: int
+
+
+def _sequences(x, name):
+    """A list of per-sequence arrays (Hkv, M_b, d) from a list of 3-D arrays or one 4-D array (B, Hkv, M, d)."""
+    if isinstance(x, np.ndarray) or torch.is_tensor(x):
+        x = as_float_array(np.asarray(x), name)
+        if x.ndim != 4:
+            raise ValueError(f"{name} must be (B, Hkv, M, d) or a list of (Hkv, M_b, d) arrays, got shape {x.shape}")
+        return list(x)
+    seqs = [as_float_array(a, f"{name}[{b}]") for b, a in enumerate(x)]
+    if not seqs:
+        raise ValueError(f"{name} must hold at least one sequence")
+    for b, a in enumerate(seqs):
+        if a.ndim != 3 or a.shape[:1] + a.shape[2:] != seqs[0].shape[:1] + seqs[0].shape[2:]:
+            raise ValueError(f"{name}[{b}] must be (Hkv, M_b, d) like {name}[0] {seqs[0].shape}, got {a.shape}")
+    return seqs
+
+
+def paged_kv(k, v, page_size: int, seed: int = 0, *, spare_pages: int = 0) -> PagedCache:
+    """Store each sequence's K and V in pages of `page_size` tokens, scattered over a shared pool; return a `PagedCache`.
+
+    `k`, `v`: lists of per-sequence arrays `(Hkv, M_b, d)` and `(Hkv, M_b, dv)` (lengths may differ), or 4-D arrays
+    `(B, Hkv, M, ·)`. Sequence b takes $\\lceil M_b / \\text{page\\_size} \\rceil$ pages; the pool holds those plus
+    `spare_pages` free ones, handed out in a random order (`seed`), as an allocator serving many requests would. Slots
+    past a sequence's length hold stale values (random numbers here), as a reused page does: a reader must mask them.
+    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    """
+    page_size = check_block(page_size, "page_size")
+    if isinstance(spare_pages, bool) or not isinstance(spare_pages, (int, np.integer)) or spare_pages < 0:
+        raise ValueError(f"spare_pages must be an integer >= 0, got {spare_pages!r}")
+    ks, vs = _sequences(k, "k"), _sequences(v, "v")
+    if len(ks) != len(vs) or any(a.shape[:2] != b.shape[:2] for a, b in zip(ks, vs)):
+        raise ValueError(f"k and v must hold the same sequences, got {[a.shape for a in ks]} and {[b.shape for b in vs]}")
+    for b, a in enumerate(ks):
+        check_finite(a, f"k[{b}]")
+        if a.shape[1] < 1:
+            raise ValueError(f"k[{b}] must hold at least one token, got shape {a.shape}")
+    Hkv, d, dv = ks[0].shape[0], ks[0].shape[2], vs[0].shape[2]
+    lengths = np.array([a.shape[1] for a in ks], np.int64)
+    blocks = -(-lengths // page_size)                                      # pages per sequence
+    P = int(blocks.sum()) + spare_pages
+    rng = np.random.default_rng(seed)
+    dtype = np.result_type(*ks, *vs)
+    pages_k = rng.standard_normal((P, Hkv, page_size, d)).astype(dtype)    # stale contents everywhere at first
+    pages_v = rng.standard_normal((P, Hkv, page_size, dv)).astype(dtype)
+    free = rng.permutation(P)                                              # the allocator's order of free pages
+    table = np.full((len(ks), int(blocks.max())), -1, np.int64)
+    nxt = 0
+    for b, (kb, vb) in enumerate(zip(ks, vs)):
+        for i in range(blocks[b]):                                         # logical block i of sequence b
+            page = int(free[nxt])
+            nxt += 1
+            table[b, i] = page
+            t0, t1 = i * page_size, min((i + 1) * page_size, lengths[b])
+            pages_k[page, :, :t1 - t0] = kb[:, t0:t1]                      # (Hkv, ≤ page_size, d)
+            pages_v[page, :, :t1 - t0] = vb[:, t0:t1]
+    return PagedCache(pages_k, pages_v, table, lengths, page_size)
+
+
+def _check_table(pages, block_table, lengths):
+    pages = as_float_array(pages, "pages")
+    if pages.ndim != 4:
+        raise ValueError(f"pages must be (P, Hkv, page_size, d), got shape {pages.shape}")
+    table = np.asarray(block_table)
+    if not np.issubdtype(table.dtype, np.integer) or table.ndim != 2:
+        raise ValueError(f"block_table must be a 2-D integer array (B, T), got {table.dtype} {table.shape}")
+    lengths = np.asarray(lengths)
+    if not np.issubdtype(lengths.dtype, np.integer) or lengths.shape != table.shape[:1]:
+        raise ValueError(f"lengths must be integers of shape ({table.shape[0]},), got {lengths.dtype} {lengths.shape}")
+    size = pages.shape[2]
+    for b, L in enumerate(lengths):
+        n = -(-int(L) // size)
+        if L < 1 or n > table.shape[1]:
+            raise ValueError(f"lengths[{b}] = {L} needs {n} blocks of {size}; block_table has {table.shape[1]} per row")
+        row = table[b, :n]
+        if (row < 0).any() or (row >= pages.shape[0]).any():
+            raise ValueError(f"block_table[{b}, :{n}] = {row.tolist()} must index the {pages.shape[0]} pages")
+    return pages, table, lengths
+
+
+def gather_pages(pages, block_row, length: int) -> np.ndarray:
+    """The contiguous `(Hkv, length, d)` keys (or values) of one sequence, read through its row of the block table.
+
+    Logical block i is physical page `block_row[i]`; the last block holds `length - (n - 1) * page_size` tokens.
+    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    """
+    pages, table, lengths = _check_table(pages, np.asarray(block_row)[None], np.array([length]))
+    size, n = pages.shape[2], -(-int(length) // pages.shape[2])
+    return np.concatenate([pages[table[0, i]] for i in range(n)], axis=1)[:, :length]   # (Hkv, length, d)
+
+
+def decode_paged(q, pages_k, pages_v, block_table, lengths, *, scale=None):
+    """Decoding through a block table: each sequence's queries against its keys, read page by page; returns `(o, lse)`.
+
+    `q (B, Hq, N, d)`: the N new tokens of each sequence (each sees all its cached keys); `pages_k (P, Hkv, S, d)`,
+    `pages_v (P, Hkv, S, dv)`, `block_table (B, T)`, `lengths (B,)` as `paged_kv` returns them. For each logical block
+    i the kernel reads page `block_table[b, i]`, masks the slots past `lengths[b]`, and updates the running
+    $(m, l, acc)$: $m' = \\max(m, \\max_j s_j)$, $\\alpha = e^{m - m'}$, $l' = \\alpha l + \\sum_j e^{s_j - m'}$,
+    $acc' = \\alpha\\,acc + \\sum_j e^{s_j - m'} v_j$. Output `o (B, Hq, N, dv)`, `lse (B, Hq, N)`, in the dtype of the inputs.
+    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    """
+    q = as_float_array(q, "q")
+    pages_k, table, lengths = _check_table(pages_k, block_table, lengths)
+    pages_v = as_float_array(pages_v, "pages_v")
+    if pages_v.ndim != 4 or pages_v.shape[:3] != pages_k.shape[:3]:
+        raise ValueError(f"pages_v must be (P, Hkv, page_size, dv) like pages_k {pages_k.shape}, got {pages_v.shape}")
+    if q.ndim != 4 or q.shape[0] != table.shape[0] or q.shape[-1] != pages_k.shape[-1]:
+        raise ValueError(f"q must be (B, Hq, N, d) with B = {table.shape[0]}, d = {pages_k.shape[-1]}, got {q.shape}")
+    B, Hq, N, d = q.shape
+    Hkv, S, dv = pages_k.shape[1], pages_k.shape[2], pages_v.shape[3]
+    if Hq % Hkv:
+        raise ValueError(f"the query heads of q ({Hq}) must be a multiple of the K/V heads of the pages ({Hkv})")
+    G, scale = Hq // Hkv, check_scale(scale, d)
+    dt = np.result_type(q, pages_k, pages_v, np.float32)
+    o, lse = np.zeros((B, Hq, N, dv), dt), np.zeros((B, Hq, N), dt)
+    for b in range(B):
+        qg = q[b].reshape(Hkv, G * N, d).astype(dt)                            # a group's query rows together
+        m = np.full((Hkv, G * N), -np.inf, dt)
+        l = np.zeros((Hkv, G * N), dt)
+        acc = np.zeros((Hkv, G * N, dv), dt)
+        for i in range(-(-int(lengths[b]) // S)):                              # logical blocks of sequence b
+            page = table[b, i]                                                 # its physical page
+            valid = min(S, int(lengths[b]) - i * S)                            # the last page may be partial
+            k_i, v_i = pages_k[page, :, :valid], pages_v[page, :, :valid]      # (Hkv, valid, d), (Hkv, valid, dv)
+            s = scale * qg @ np.swapaxes(k_i, -1, -2)                          # (Hkv, G·N, valid)
+            m_new = np.maximum(m, s.max(axis=-1))
+            alpha = np.exp(m - m_new)
+            p = np.exp(s - m_new[..., None])
+            l = alpha * l + p.sum(axis=-1)
+            acc = alpha[..., None] * acc + p @ v_i
+            m = m_new
+        o[b] = (acc / l[..., None]).reshape(Hq, N, dv)
+        lse[b] = (m + np.log(l)).reshape(Hq, N)
+    out_dt = np.result_type(q, pages_k, pages_v)
+    return o.astype(out_dt), lse

@@ -157,3 +157,84 @@ def test_gqa_group_slider_updates_result():
     before = w.result["intensity"]
     controls["cache M"].value = 256
     assert w.result["intensity"] < before
+
+
+# ------------------------------------------------------------------------------------ paged K/V cache
+
+
+def _sequences(lengths, Hkv=2, d=8, dv=4, seed=0):
+    rng = np.random.default_rng(seed)
+    return ([rng.standard_normal((Hkv, L, d)) for L in lengths], [rng.standard_normal((Hkv, L, dv)) for L in lengths])
+
+
+def test_paged_kv_table_and_pages():
+    lengths = [45, 16, 1, 33]
+    k, v = _sequences(lengths)
+    c = lab.paged_kv(k, v, page_size=16, seed=3, spare_pages=2)
+    assert c.block_table.shape == (4, 3) and c.pages_k.shape == (3 + 1 + 1 + 3 + 2, 2, 16, 8)
+    assert c.lengths.tolist() == lengths and c.page_size == 16
+    used = c.block_table[c.block_table >= 0]
+    assert len(set(used.tolist())) == used.size == 8                       # every page owned by one block
+    assert (c.block_table[1, 1:] == -1).all() and (c.block_table[2, 1:] == -1).all()
+    assert not (np.diff(c.block_table[0]) == 1).all()                      # scattered, not laid out in order
+    for b, L in enumerate(lengths):
+        for name, pages, x in (("k", c.pages_k, k), ("v", c.pages_v, v)):
+            got = lab.gather_pages(pages, c.block_table[b], L)
+            assert np.array_equal(got, x[b]), (name, b)
+
+
+@pytest.mark.parametrize("page_size", [1, 5, 16, 64])
+def test_decode_paged_equals_contiguous_decoding(page_size):
+    lengths = [45, 16, 1, 33]                                              # partial last pages, one-token sequence
+    k, v = _sequences(lengths, Hkv=2)
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((4, 6, 2, 8))                                  # (B, Hq, N, d): 3 query heads per K/V head
+    c = lab.paged_kv(k, v, page_size=page_size, seed=2, spare_pages=3)
+    o, lse = lab.decode_paged(q, c.pages_k, c.pages_v, c.block_table, c.lengths)
+    assert o.shape == (4, 6, 2, 4) and lse.shape == (4, 6, 2)
+    for b in range(4):
+        o_ref, lse_ref = lab.attention_reference(q[b], k[b], v[b])
+        np.testing.assert_allclose(o[b], o_ref, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(lse[b], lse_ref, rtol=1e-10, atol=1e-12)
+
+
+def test_decode_paged_reads_no_stale_slot_and_keeps_dtype():
+    k, v = _sequences([7], Hkv=1)
+    c = lab.paged_kv(k, v, page_size=4)
+    pk = c.pages_k.copy()
+    pk[c.block_table[0, 1], :, 3:] = 1e6                                   # the unused slot of the last page
+    q = np.random.default_rng(0).standard_normal((1, 1, 1, 8))
+    a = lab.decode_paged(q, c.pages_k, c.pages_v, c.block_table, c.lengths)[0]
+    b = lab.decode_paged(q, pk, c.pages_v, c.block_table, c.lengths)[0]
+    assert np.array_equal(a, b)
+    k32 = [x.astype(np.float32) for x in k]
+    v32 = [x.astype(np.float32) for x in v]
+    c32 = lab.paged_kv(k32, v32, page_size=4)
+    o32, _ = lab.decode_paged(q.astype(np.float32), c32.pages_k, c32.pages_v, c32.block_table, c32.lengths)
+    assert o32.dtype == np.float32
+    np.testing.assert_allclose(o32[0], lab.attention_reference(q[0], k[0], v[0])[0], rtol=1e-5, atol=1e-6)
+
+
+def test_paged_errors():
+    k, v = _sequences([5, 3])
+    with pytest.raises(ValueError, match="page_size"):
+        lab.paged_kv(k, v, page_size=0)
+    with pytest.raises(ValueError, match="same sequences"):
+        lab.paged_kv(k, v[:1], page_size=2)
+    c = lab.paged_kv(k, v, page_size=2)
+    q = np.zeros((2, 2, 1, 8))
+    with pytest.raises(ValueError, match="block_table"):
+        lab.decode_paged(q, c.pages_k, c.pages_v, c.block_table, np.array([9, 3]))
+    bad = c.block_table.copy()
+    bad[0, 0] = 99
+    with pytest.raises(ValueError, match="index"):
+        lab.decode_paged(q, c.pages_k, c.pages_v, bad, c.lengths)
+    with pytest.raises(ValueError, match="multiple"):
+        lab.decode_paged(np.zeros((2, 3, 1, 8)), c.pages_k, c.pages_v, c.block_table, c.lengths)
+    with pytest.raises(ValueError, match="integer"):
+        lab.decode_paged(q, c.pages_k, c.pages_v, c.block_table.astype(float), c.lengths)
+
+
+def test_hardware_figures_come_from_the_table():
+    assert lab.PROCESSORS == lab.CHIPS["H100"]["sms"] == 132
+    assert lab.H100_RIDGE == lab.ridge_point("H100")

@@ -27,17 +27,17 @@ def _fails(number: int, source: str, *says: str) -> str:
     return out
 
 
-def test_the_notebook_has_four_checked_exercises():
-    assert sorted(EX) == [1, 2, 3, 4]
+def test_the_notebook_has_five_checked_exercises():
+    assert sorted(EX) == [1, 2, 3, 4, 5]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4])
+@pytest.mark.parametrize("number", [1, 2, 3, 4, 5])
 def test_worked_solution_passes_its_check(number):
     out = run_check(EX[number], EX[number].solution)
     assert out.count("✓") == 1 and "✗" not in out and len(out.strip().splitlines()) == 1, out
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4])
+@pytest.mark.parametrize("number", [1, 2, 3, 4, 5])
 def test_stub_reports_not_implemented(number):
     assert "not implemented yet" in run_check(EX[number], EX[number].stub)
 
@@ -342,4 +342,50 @@ def test_nothing_stays_patched_after_an_error(capsys):
 
 
 def test_module_stays_small():
-    assert len(open(checks.__file__).read().splitlines()) <= 400
+    assert len(open(checks.__file__).read().splitlines()) <= 460     # five checks, about 90 lines each
+
+
+# ------------------------------------------------------------------------------------ the paged cache
+
+WRONG_5 = {
+    "the partial last page dropped (off by one)": ("""
+        def gather_pages(pages, block_row, length):
+            n = length // pages.shape[2]
+            return np.concatenate([pages[block_row[i]] for i in range(n)], axis=1)[:, :length]
+        """, ["case 0", "only partly full is still a block"]),
+    "the logical block read as the physical page": ("""
+        def gather_pages(pages, block_row, length):
+            n = -(-length // pages.shape[2])
+            return np.concatenate([pages[i] for i in range(n)], axis=1)[:, :length]
+        """, ["case 0", "you read page i for logical block i"]),
+    "the length mask ignored": ("""
+        def gather_pages(pages, block_row, length):
+            n = -(-length // pages.shape[2])
+            return np.concatenate([pages[block_row[i]] for i in range(n)], axis=1)
+        """, ["case 0", "stale data", "Cut the result at `length`"]),
+    "the blocks in reverse order": ("""
+        def gather_pages(pages, block_row, length):
+            n = -(-length // pages.shape[2])
+            return np.concatenate([pages[block_row[i]] for i in reversed(range(n))], axis=1)[:, :length]
+        """, ["case 0"]),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(WRONG_5))
+def test_gather_pages_mistakes_fail_with_their_diagnosis(mistake):
+    source, says = WRONG_5[mistake]
+    _fails(5, source, *says)
+
+
+def test_gather_pages_check_catches_a_wrong_order_that_keeps_the_values():
+    # a gather that returns the right keys for the check's first pass but permutes positions within a page is caught
+    out = run_check(EX[5], _src("""
+        def gather_pages(pages, block_row, length):
+            n = -(-length // pages.shape[2])
+            return np.concatenate([pages[block_row[i]][:, ::-1] for i in range(n)], axis=1)[:, :length]
+        """))
+    assert "✗" in out and "✓" not in out, out
+
+
+def test_gather_pages_spec_does_not_give_the_code():
+    assert "concatenate" not in EX[5].spec and "block_row[i]]" not in EX[5].spec

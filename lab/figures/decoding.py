@@ -1,4 +1,5 @@
-"""Figures for notebook 10: K/V cache per token of published models, busy processors when decoding, and GQA's intensity.
+"""Figures for notebook 10: K/V cache per token of published models, busy processors when decoding, GQA's intensity,
+and a paged K/V cache's block table.
 
 Taught in: notebooks/10_decoding_and_gqa.ipynb
 """
@@ -14,7 +15,7 @@ from matplotlib.ticker import FuncFormatter, NullLocator
 
 from ..decoding import H100_RIDGE, PROCESSORS, decode_intensity, decode_schedule, kv_cache_bytes_per_token, kv_cache_table
 
-__all__ = ["draw_kv_cache", "draw_decode_schedule", "draw_gqa_intensity", "draw_decode_timings"]
+__all__ = ["draw_kv_cache", "draw_decode_schedule", "draw_gqa_intensity", "draw_decode_timings", "draw_block_table"]
 
 _LAYOUT_COLORS = {"MHA": "#e76f51", "GQA": "#2a9d8f", "MQA": "#264653"}
 
@@ -133,3 +134,51 @@ def draw_decode_timings(runs, ax=None) -> dict:
         ax.text(i, t * 1.02, f"{t:.1f} ms", ha="center", fontsize=11)
     ax.set(ylabel="ms per decoding step", title="One decoding step on this machine's 2 cores (noisy)")
     return {lab: t for lab, t in zip(labels, ms)}
+
+
+def draw_block_table(cache, axes=None) -> dict:
+    """Left: each sequence's logical blocks, labelled with the physical page the block table maps them to, filled to
+    the share of the page's slots in use; right: the pool of physical pages, coloured by the sequence that owns each."""
+    table, lengths, S = cache.block_table, cache.lengths, cache.page_size
+    B, T = table.shape
+    P = cache.pages_k.shape[0]
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(11, 0.7 * B + 1.8), gridspec_kw={"width_ratios": [T + 1, max(P, T) + 1]})
+    ax, ax2 = axes
+    colors = plt.cm.tab10(np.arange(B) % 10)
+    owner = {}
+    for b in range(B):
+        n = -(-int(lengths[b]) // S)
+        for i in range(n):
+            page = int(table[b, i])
+            owner[page] = (b, i)
+            used = min(S, int(lengths[b]) - i * S) / S
+            ax.add_patch(Rectangle((i, B - 1 - b), 1, 0.8, facecolor="white", edgecolor="black"))
+            ax.add_patch(Rectangle((i, B - 1 - b), used, 0.8, facecolor=colors[b], alpha=0.6))
+            ax.text(i + 0.5, B - 1 - b + 0.4, f"{page}", ha="center", va="center", fontsize=10)
+    ax.set_xlim(0, T)
+    ax.set_ylim(-0.2, B)
+    ax.set_xticks(np.arange(T) + 0.5, [str(i) for i in range(T)])
+    ax.set_yticks(np.arange(B) + 0.4, [f"seq {b}: {lengths[b]} token{'s' if lengths[b] != 1 else ''}" for b in range(B)][::-1])
+    ax.set_xlabel("logical block i (the number: its physical page)")
+    ax.set_title(f"block table, pages of {S} tokens")
+    ax.grid(False)
+    for page in range(P):
+        b, i = owner.get(page, (None, None))
+        ax2.add_patch(Rectangle((page, 0), 0.9, 0.8, facecolor="white" if b is None else colors[b], alpha=0.6,
+                                edgecolor="black"))
+        ax2.text(page + 0.45, 0.4, "free" if b is None else f"{b}·{i}", ha="center", va="center", fontsize=8, rotation=90)
+    ax2.set_xlim(0, P)
+    ax2.set_ylim(-0.2, 1.2)
+    ax2.set_yticks([])
+    ax2.set_xticks(np.arange(P) + 0.45, [str(p) for p in range(P)], fontsize=8)
+    ax2.set_xlabel("physical page (label: sequence · logical block)")
+    ax2.set_title("the pool of pages")
+    ax2.grid(False)
+    for a in (ax, ax2):
+        for side in ("top", "right", "left"):
+            a.spines[side].set_visible(False)
+    plt.tight_layout()
+    slots = int((-(-lengths // S)).sum()) * S
+    return {"pages": P, "used_pages": len(owner), "slots": slots, "tokens": int(lengths.sum()),
+            "unused_slots": slots - int(lengths.sum())}

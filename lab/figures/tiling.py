@@ -54,7 +54,7 @@ def tile_fill_state(N: int = 12, M: int = 16, block_q: int = 4, block_k: int = 4
 
     Tiles (i', j') with i' < i, or i' = i and j' <= j, are done (fully masked ones skipped); for a row of a
     finished query block m and l are final, for a row of block i they cover key blocks 0..j, for later rows
-    they are NaN (not started). $m = \max_{j \le} s$, $l = \sum e^{s - m}$ over the visible keys seen.
+    they are NaN (not started). $m = \\max s$, $l = \\sum e^{s - m}$ over the visible keys seen.
     S = q kᵀ/√d on seeded standard normal q, k of head dim `d`.
     Taught in: notebooks/05_tiling.ipynb
     """

@@ -35,8 +35,8 @@ from .trace import Recorder
 
 __all__ = [
     "SRAM_BYTES", "HARDWARE", "cpu_l2_bytes", "sram_sizes", "fa_block_sizes", "step_footprint",
-    "onchip_footprint", "onchip_fits", "warp_split_exchange", "tile_grid", "tile_counts", "causal_tiles_formula", "standard_traffic", "flash_counts",
-    "flash_traffic_bytes", "theorem2_bytes", "flop_split", "gpu_time_share", "flash_peak_bytes",
+    "onchip_footprint", "onchip_fits", "warp_split_exchange", "tile_grid", "tile_counts", "causal_tiles_formula",
+    "standard_traffic", "flash_counts", "flash_traffic_bytes", "theorem2_bytes", "flop_split", "gpu_time_share", "flash_peak_bytes",
 ]
 
 # Shared memory per streaming multiprocessor (SM), from `lab.hardware` (CUDA C++ Programming Guide, "Compute
@@ -99,7 +99,7 @@ def fa_block_sizes(sram_bytes: int, d: int, itemsize: int = 2) -> tuple[int, int
 
 def step_footprint(d: int, block_q: int, block_k: int, dv: int | None = None, itemsize: int = 2,
                    acc_itemsize: int = 4) -> dict[str, int]:
-    """Bytes on chip during one tile step: $Q_i, K_j, V_j, P_{ij}$ in the input dtype, $S_{ij}, m, l, acc$ in the accumulator's.
+    """Bytes on chip during one tile step, all in one memory (the paper's single-SRAM model, a CPU's L2): $Q_i, K_j, V_j, P_{ij}$ in the input dtype, $S_{ij}, m, l, acc$ in the accumulator's.
 
     $B_r d + B_c d + B_c d_v + B_r B_c$ elements of `itemsize`, $B_r B_c + 2 B_r + B_r d_v$ of
     `acc_itemsize` (S_ij is float32; P_ij is cast to the input dtype for the second matmul, as GPU

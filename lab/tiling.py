@@ -10,6 +10,9 @@ A ladder, as in the FlashAttention paper (Dao et al. 2022, arXiv 2205.14135):
 Symbols: N queries, M keys, d (dv) the head dim of q/k (v), Br = block_q, Bc = block_k,
 Tr = ceil(N/Br), Tc = ceil(M/Bc). The SRAM size, the paper's M, is `sram_bytes` here (M_sram elements
 = sram_bytes / itemsize) so that it does not collide with the number of keys.
+On chip there are two budgets, not one (`onchip_footprint`, `onchip_fits`): a GPU kernel keeps the score
+tile S_ij, P_ij and the state (m, l, acc) in the register file, and stages Q_i, K_j, V_j in shared memory;
+their sizes per SM come from `lab.hardware`.
 Bytes are counted at the dtype each array has in HBM: q, k, v and o in the input dtype (`itemsize`),
 the statistics m, l, lse in the accumulator dtype (`acc_itemsize`, float32 at least).
 `flash_counts` predicts, tile by tile, exactly what `lab.trace.record()` counts in an instrumented run
@@ -27,27 +30,25 @@ from pathlib import Path
 import numpy as np
 
 from ._checks import check_block, check_causal, check_choice, check_positive
+from .hardware import CHIPS, exp_rate
 from .trace import Recorder
 
 __all__ = [
     "SRAM_BYTES", "HARDWARE", "cpu_l2_bytes", "sram_sizes", "fa_block_sizes", "step_footprint",
-    "tile_grid", "tile_counts", "causal_tiles_formula", "standard_traffic", "flash_counts",
-    "flash_traffic_bytes", "theorem2_bytes", "flop_split", "gpu_time_share", "flash_peak_bytes",
+    "onchip_footprint", "onchip_fits", "warp_split_exchange", "tile_grid", "tile_counts", "causal_tiles_formula",
+    "standard_traffic", "flash_counts", "flash_traffic_bytes", "theorem2_bytes", "flop_split", "gpu_time_share", "flash_peak_bytes",
 ]
 
-# On-chip memory per streaming multiprocessor: an H100 gives up to 228 KB of it to shared memory (CUDA C++
-# Programming Guide, "Compute Capabilities", compute capability 9.0); an A100 has 192 KB of combined L1 and
-# shared memory (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020), at most 164 KB of it shared.
-SRAM_BYTES = {"H100 SM (228 KiB)": 228 * 1024, "A100 SM (192 KiB)": 192 * 1024}
+# Shared memory per streaming multiprocessor (SM), from `lab.hardware` (CUDA C++ Programming Guide, "Compute
+# Capabilities": 228 KiB at compute capability 9.0, the H100; 164 KiB at 8.0, the A100, whose 192 KiB of L1 and
+# shared memory together are not all available as shared memory). Keys name the chip and the size.
+SRAM_BYTES = {f"{name} SM ({CHIPS[name]['shared_per_sm'] // 1024} KiB shared)": CHIPS[name]["shared_per_sm"]
+              for name in ("H100", "A100")}
 
-# Peak throughputs in FLOP/s: A100 from FlashAttention-2 (Dao 2023, arXiv:2307.08691, §3.1: 312 TFLOP/s
-# FP16/BF16 matmul, 19.5 TFLOP/s non-matmul FP32); H100 SXM from the NVIDIA H100 Tensor Core GPU datasheet
-# (989 TFLOP/s dense FP16/BF16, 67 TFLOP/s FP32) and, for exp, FlashAttention-3 (Shah et al. 2024,
-# arXiv:2407.08608, §3.1: 3.9 TFLOP/s of special functions).
-HARDWARE = {
-    "A100": {"matmul": 312e12, "nonmatmul": 19.5e12},
-    "H100": {"matmul": 989e12, "nonmatmul": 67e12, "exp": 3.9e12},
-}
+# Peak rates per chip in operations per second, from `lab.hardware`: dense FP16/BF16 matmul, FP32 non-matmul,
+# and exponentials on the special-function units (SMs × 16 × clock).
+HARDWARE = {name: {"matmul": c["matmul_flops"], "nonmatmul": c["nonmatmul_flops"], "exp": exp_rate(name)}
+            for name, c in CHIPS.items()}
 
 _CPU_L2_FALLBACK = 1024 * 1024
 
@@ -73,7 +74,7 @@ def cpu_l2_bytes(cache_dir="/sys/devices/system/cpu/cpu0/cache") -> tuple[int, s
 
 
 def sram_sizes(cpu_l2: int | None = None) -> dict[str, int]:
-    """On-chip memories to compare a tile step against: H100 and A100 per SM, and a CPU core's L2.
+    """On-chip memories to compare a tile step against: H100 and A100 shared memory per SM, and a CPU core's L2.
 
     `cpu_l2=None` reads this machine's L2 with `cpu_l2_bytes`; pass a number for a reproducible table.
     Taught in: notebooks/05_tiling.ipynb
@@ -98,7 +99,7 @@ def fa_block_sizes(sram_bytes: int, d: int, itemsize: int = 2) -> tuple[int, int
 
 def step_footprint(d: int, block_q: int, block_k: int, dv: int | None = None, itemsize: int = 2,
                    acc_itemsize: int = 4) -> dict[str, int]:
-    """Bytes on chip during one tile step: $Q_i, K_j, V_j, P_{ij}$ in the input dtype, $S_{ij}, m, l, acc$ in the accumulator's.
+    """Bytes on chip during one tile step, all in one memory (the paper's single-SRAM model, a CPU's L2): $Q_i, K_j, V_j, P_{ij}$ in the input dtype, $S_{ij}, m, l, acc$ in the accumulator's.
 
     $B_r d + B_c d + B_c d_v + B_r B_c$ elements of `itemsize`, $B_r B_c + 2 B_r + B_r d_v$ of
     `acc_itemsize` (S_ij is float32; P_ij is cast to the input dtype for the second matmul, as GPU
@@ -116,6 +117,67 @@ def step_footprint(d: int, block_q: int, block_k: int, dv: int | None = None, it
     }
     parts["total"] = sum(parts.values())
     return parts
+
+
+def onchip_footprint(d: int, block_q: int, block_k: int, dv: int | None = None, itemsize: int = 2,
+                     acc_itemsize: int = 4, kv_stages: int = 1) -> dict:
+    """Bytes one thread block keeps on chip, split by where a GPU kernel keeps them: registers and shared memory.
+
+    Registers: $S_{ij}$ ($B_r B_c$, `acc_itemsize`), $P_{ij}$ ($B_r B_c$, `itemsize`, the operand of the
+    second matmul), $m$, $l$ ($B_r$ each) and $acc$ ($B_r d_v$), in `acc_itemsize`. Shared memory: $Q_i$
+    ($B_r d$) and `kv_stages` copies of $K_j$ ($B_c d$) and $V_j$ ($B_c d_v$) in `itemsize` (2 stages: the
+    next key block loads while this one is used). Returns `{"registers": {...}, "shared": {...}}`, each
+    with one entry per buffer and its `"total"`.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    d = check_positive(d, "d")
+    dv = d if dv is None else check_positive(dv, "dv")
+    Br, Bc = check_block(block_q, "block_q"), check_block(block_k, "block_k")
+    isz, asz = check_positive(itemsize, "itemsize"), check_positive(acc_itemsize, "acc_itemsize")
+    stages = check_positive(kv_stages, "kv_stages")
+    registers = {"S_ij": Br * Bc * asz, "P_ij": Br * Bc * isz, "m": Br * asz, "l": Br * asz, "acc": Br * dv * asz}
+    shared = {"Q_i": Br * d * isz, "K_j": stages * Bc * d * isz, "V_j": stages * Bc * dv * isz}
+    registers["total"], shared["total"] = sum(registers.values()), sum(shared.values())
+    return {"registers": registers, "shared": shared}
+
+
+def onchip_fits(chip: str, d: int, block_q: int, block_k: int, dv: int | None = None, itemsize: int = 2,
+                acc_itemsize: int = 4, kv_stages: int = 1) -> dict:
+    """Whether one thread block's step fits `chip`: registers within the SM's register file, shared memory within one block's limit.
+
+    Budgets from `lab.hardware`: `registers_per_sm` (256 KiB on the A100 and the H100) and `shared_per_block`
+    (163 KiB on the A100, 227 KiB on the H100: one KiB less than `shared_per_sm`). Returns the footprint
+    (`onchip_footprint`), the budgets, `fits_registers`, `fits_shared` and `fits` (both).
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    check_choice(chip, CHIPS, "chip")
+    foot = onchip_footprint(d, block_q, block_k, dv, itemsize, acc_itemsize, kv_stages)
+    c = CHIPS[chip]
+    regs, shared = foot["registers"]["total"], foot["shared"]["total"]
+    ok_r, ok_s = regs <= c["registers_per_sm"], shared <= c["shared_per_block"]
+    return {**foot, "chip": chip, "register_budget": c["registers_per_sm"], "shared_budget": c["shared_per_block"],
+            "shared_per_sm": c["shared_per_sm"], "fits_registers": ok_r, "fits_shared": ok_s, "fits": ok_r and ok_s}
+
+
+def warp_split_exchange(block_q: int, block_k: int, dv: int, warps: int = 4, split: str = "Q",
+                        acc_itemsize: int = 4) -> dict:
+    """Shared-memory bytes the warps of one thread block exchange per tile step to combine their results.
+
+    `split="K"` (FlashAttention's partition, "split-K"): the warps share $Q_i$ and each takes $B_c/w$ keys of
+    $K_j$, $V_j$, so each holds a partial $(m, l, acc)$ for all $B_r$ rows; to combine them every warp writes
+    its $B_r (d_v + 2)$ values to shared memory and they are read back and summed:
+    $w B_r (d_v + 2)$ values written and read per tile. `split="Q"` (FlashAttention-2, §3.3): each warp owns
+    $B_r/w$ rows and sees all of $K_j$, $V_j$; its rows need no one else's values: 0.
+    Returns `written`, `read` (bytes), `per_warp_rows` and `per_warp_keys`.
+    Taught in: notebooks/06_flashattention2.ipynb
+    """
+    Br, Bc = check_block(block_q, "block_q"), check_block(block_k, "block_k")
+    dv, w = check_positive(dv, "dv"), check_positive(warps, "warps")
+    check_choice(split, ("K", "Q"), "split")
+    asz = check_positive(acc_itemsize, "acc_itemsize")
+    exchanged = w * Br * (dv + 2) * asz if split == "K" else 0
+    return {"split": split, "warps": w, "written": exchanged, "read": exchanged,
+            "per_warp_rows": Br if split == "K" else -(-Br // w), "per_warp_keys": -(-Bc // w) if split == "K" else Bc}
 
 
 def _checked_shape(N, M, block_q, block_k):
@@ -280,20 +342,25 @@ def flop_split(N: int, M: int | None = None, d: int = 64, dv: int | None = None,
             "div": ops["div"]}
 
 
-def gpu_time_share(matmul_flops: float, nonmatmul_flops: float, chip: str = "A100") -> dict:
-    """Time at peak rates: $t_{mm} = F_{mm}/R_{mm}$, $t_{non} = F_{non}/R_{non}$; share outside matmuls $t_{non}/(t_{mm} + t_{non})$.
+def gpu_time_share(matmul_flops: float, nonmatmul_flops: float, chip: str = "A100", exp: float = 0) -> dict:
+    """Time at peak rates: $t_{mm} = F_{mm}/R_{mm}$, $t_{non} = (F_{non} - E)/R_{non} + E/R_{exp}$; share outside matmuls $t_{non}/(t_{mm} + t_{non})$.
 
-    Rates from `HARDWARE` (A100: 312 against 19.5 TFLOP/s, each non-matmul FLOP ~16× dearer).
-    Returns `t_matmul`, `t_nonmatmul` (seconds), `share` and `ratio` = R_mm / R_non.
+    `exp` = E of the `nonmatmul_flops` are exponentials, charged at the special-function rate
+    `lab.exp_rate(chip)` (A100: 108 SMs × 16 × 1.41 GHz ≈ 2.4 T/s, eight times slower than its FP32 rate);
+    the rest at the FP32 rate. Rates from `HARDWARE` (that is, `lab.hardware`).
+    Returns `t_matmul`, `t_exp`, `t_nonmatmul` (seconds, exponentials included), `share` and `ratio` = R_mm / R_non.
     Taught in: notebooks/06_flashattention2.ipynb
     """
     check_choice(chip, tuple(HARDWARE), "chip")
-    if matmul_flops < 0 or nonmatmul_flops < 0:
-        raise ValueError(f"FLOP counts must be >= 0, got {matmul_flops}, {nonmatmul_flops}")
+    if matmul_flops < 0 or nonmatmul_flops < 0 or exp < 0:
+        raise ValueError(f"FLOP counts must be >= 0, got {matmul_flops}, {nonmatmul_flops}, exp={exp}")
+    if exp > nonmatmul_flops:
+        raise ValueError(f"exp ({exp}) counts among the non-matmul FLOPs ({nonmatmul_flops}): it cannot exceed them")
     rates = HARDWARE[chip]
-    t_mm, t_non = matmul_flops / rates["matmul"], nonmatmul_flops / rates["nonmatmul"]
+    t_mm, t_exp = matmul_flops / rates["matmul"], exp / rates["exp"]
+    t_non = (nonmatmul_flops - exp) / rates["nonmatmul"] + t_exp
     total = t_mm + t_non
-    return {"t_matmul": t_mm, "t_nonmatmul": t_non, "share": t_non / total if total else 0.0,
+    return {"t_matmul": t_mm, "t_exp": t_exp, "t_nonmatmul": t_non, "share": t_non / total if total else 0.0,
             "ratio": rates["matmul"] / rates["nonmatmul"]}
 
 

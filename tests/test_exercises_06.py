@@ -52,20 +52,31 @@ def test_the_exercise_section_needs_only_the_setup():
 # ------------------------------------------------------------------------------------ exercise 1
 
 
+_A100 = "R_mm, R_non, R_exp = 312e12, 19.5e12, lab.exp_rate('A100')\n    odds = share / (1 - share)\n    "
+
+
 @pytest.mark.parametrize("body, says", [
-    ("return share * 4 * d * 19.5e12 / 312e12", "share · 4d · R_non/R_mm"),
-    ("return share / (1 - share) * 4 * d * 312e12 / 19.5e12", "rates upside down"),
-    ("return share / (1 - share) * 2 * d * 19.5e12 / 312e12", "2d matmul FLOPs per score"),
-    ("return (share * 4 * d / 312e12) / (share * 4 * d / 312e12 + 1 / 19.5e12)", "solve share = t_non"),
+    ("return odds * 4 * d * R_non / R_mm", "no exponential charged"),
+    ("return odds * 4 * d * R_non / R_mm - 1", "exponential charged as one FP32 FLOP"),
+    ("return share * 4 * d * R_non / R_mm - R_non / R_exp", "share · 4d · R_non/R_mm"),
+    ("return odds * 4 * d * R_mm / R_non - R_non / R_exp", "rates upside down"),
+    ("return odds * 2 * d * R_non / R_mm - R_non / R_exp", "2d matmul FLOPs per score"),
+    ("return (odds * 4 * d / R_mm - 1 / R_exp) * R_mm", "solve share = t_non"),
 ])
 def test_affordable_nonmatmul_mistakes(body, says):
-    _fails(1, f"def affordable_nonmatmul(d, share):\n    {body}\n", "case 0 (64, 0.1)", "expected 1.77778", says)
+    _fails(1, f"import lab\ndef affordable_nonmatmul(d, share):\n    {_A100}{body}\n", "case 0 (128, 0.3)",
+           "expected 5.71094", says)
 
 
-def test_affordable_reference_is_the_closed_form():
-    for d, share in [(64, 0.1), (128, 0.136), (256, 0.5)]:
-        closed = share / (1 - share) * 4 * d * 19.5 / 312
-        assert checks._affordable_reference(d, share) == pytest.approx(closed, rel=1e-12)
+def test_affordable_reference_is_the_closed_form_and_inverts_the_time_model():
+    exp = lab.exp_rate("A100")
+    for d, share in [(64, 0.1), (128, 0.3), (256, 0.5)]:
+        closed = (share / (1 - share) * 4 * d / 312e12 - 1 / exp) * 19.5e12
+        f = checks._affordable_reference(d, share)
+        assert f == pytest.approx(closed, rel=1e-12)
+        if f > 0:                                           # the model gives back the share it was solved for
+            assert lab.gpu_time_share(4 * d, f + 1, "A100", exp=1)["share"] == pytest.approx(share, rel=1e-12)
+    assert checks._affordable_reference(64, 0.1) < 0        # at d = 64 the exponential alone takes more than 10%
 
 
 # ------------------------------------------------------------------------------------ exercise 2

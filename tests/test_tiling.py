@@ -151,9 +151,12 @@ def test_flop_split_of_the_seed_demo():
     assert fa1["mul"] == N * Tc * (2 * d + 3) and fa2["mul"] == N * Tc * (d + 1)
     assert fa2["nonmatmul"] < fa1["nonmatmul"]
     assert fa1["softmax"] == fa2["softmax"] == 4 * N * N
-    share1 = lab.gpu_time_share(fa1["matmul"], fa1["nonmatmul"])["share"]
-    share2 = lab.gpu_time_share(fa2["matmul"], fa2["nonmatmul"])["share"]
-    assert 0.15 < share1 < 0.2 and 0.1 < share2 < share1
+    share1 = lab.gpu_time_share(fa1["matmul"], fa1["nonmatmul"], exp=fa1["exp"])["share"]
+    share2 = lab.gpu_time_share(fa2["matmul"], fa2["nonmatmul"], exp=fa2["exp"])["share"]
+    assert 0.25 < share2 < share1 < 0.35
+    a100 = lab.gpu_time_share(fa2["matmul"], fa2["nonmatmul"], "A100", exp=fa2["exp"])
+    fp32_only = lab.gpu_time_share(fa2["matmul"], fa2["nonmatmul"], "A100")
+    assert a100["t_exp"] > fp32_only["t_nonmatmul"]          # the exponentials alone outweigh the FP32-only estimate
 
 
 def test_gpu_time_share():
@@ -161,6 +164,12 @@ def test_gpu_time_share():
     assert r["t_matmul"] == pytest.approx(1.0) and r["t_nonmatmul"] == pytest.approx(1.0)
     assert r["share"] == pytest.approx(0.5) and r["ratio"] == pytest.approx(16.0)
     assert lab.gpu_time_share(0, 0)["share"] == 0.0
+    e = lab.gpu_time_share(0, 10, "A100", exp=4)
+    assert e["t_exp"] == pytest.approx(4 / lab.exp_rate("A100"))
+    assert e["t_nonmatmul"] == pytest.approx(6 / 19.5e12 + 4 / lab.exp_rate("A100")) and e["share"] == 1.0
+    assert lab.HARDWARE["H100"]["exp"] == lab.exp_rate("H100") and lab.HARDWARE["A100"]["matmul"] == 312e12
+    with pytest.raises(ValueError, match="exp"):
+        lab.gpu_time_share(1, 1, exp=2)
     with pytest.raises(ValueError, match="chip"):
         lab.gpu_time_share(1, 1, "TPU")
     with pytest.raises(ValueError, match="FLOP"):
@@ -181,7 +190,8 @@ def test_cpu_l2_bytes_reads_sysfs_and_falls_back(tmp_path):
 
 def test_sram_sizes():
     sizes = lab.sram_sizes(cpu_l2=512 * 1024)
-    assert sizes["H100 SM (228 KiB)"] == 228 * 1024 and sizes["A100 SM (192 KiB)"] == 192 * 1024
+    assert sizes["H100 SM (228 KiB shared)"] == 228 * 1024 and sizes["A100 SM (164 KiB shared)"] == 164 * 1024
+    assert set(lab.SRAM_BYTES.values()) == {lab.chip(c)["shared_per_sm"] for c in ("A100", "H100")}
     assert sizes["CPU core L2 (512 KiB)"] == 512 * 1024
     with pytest.raises(ValueError, match="cpu_l2"):
         lab.sram_sizes(cpu_l2=0)
@@ -221,17 +231,23 @@ def test_loop_order_and_tile_grid_figure():
 
 
 def test_other_figures_return_their_numbers():
-    srams = lab.sram_sizes(cpu_l2=1024 * 1024)
-    r = fig.draw_footprint(64, 64, 128, itemsize=2, srams=srams)
-    assert r["total"] == lab.step_footprint(64, 64, 128)["total"] and all(r["fits"].values())
-    assert not fig.draw_footprint(128, 256, 256, itemsize=4, srams=srams)["fits"]["A100 SM (192 KiB)"]
+    r = fig.draw_footprint(128, 128, 64, itemsize=2)
+    assert r["registers"] == lab.onchip_footprint(128, 128, 64)["registers"] and r["fits"] == {"A100": True, "H100": True}
+    assert r["total"] == r["registers"]["total"] + r["shared"]["total"]
+    assert fig.draw_footprint(128, 256, 256, itemsize=4)["fits"] == {"A100": False, "H100": False}
+    # shared memory alone decides at d = 256, 128 × 64 with two stages: 192 KiB fits the H100 (227), not the A100 (163)
+    r = fig.draw_footprint(256, 128, 64, itemsize=2, kv_stages=2)
+    assert r["shared"]["total"] == 192 * 1024 and r["fits"] == {"A100": False, "H100": True}
     h = fig.draw_hbm_traffic(2048, 64, 64, 64, itemsize=2)
-    assert h["standard"] == lab.standard_traffic(2048, d=64).total and h["paper_blocks"] == (64, 384)
+    assert h["standard"] == lab.standard_traffic(2048, d=64).total and h["paper_blocks"] == (64, 328)          # Algorithm 1 for 164 KiB
     assert h["fa1_paper_blocks"] < h["fa1"] < h["standard"]
     ops = fig.draw_op_counts(512, 64, 64, 64)
     assert ops["share"]["fa2"] < ops["share"]["fa1"]
     split = fig.draw_work_split(512, 64, 64, workers=4)
-    assert split["writers_per_output_block"] == {"fa1": 4, "fa2": 1}
+    assert split["thread_blocks_per_head"] == {"fa1": 1, "fa2": 8}
+    assert split["writers_per_output_block"] == {"fa1": 1, "fa2": 1}
+    warp = fig.draw_warp_split(64, 64, 64, warps=4)
+    assert warp["K"]["written"] == 4 * 64 * 66 * 4 and warp["Q"]["written"] == 0
     peak = fig.draw_peak_memory([1024, 2048], [8e6, 32e6], [1e6, 1.2e6], [8e6, 32e6], [1e6, 1.2e6])
     assert peak["ratio"] == pytest.approx([8.0, 32e6 / 1.2e6])
 
@@ -252,13 +268,16 @@ def test_tile_walk_slider():
 
 
 def test_block_footprint_slider():
-    w = lab.widgets.block_footprint(srams=lab.sram_sizes(cpu_l2=1024 * 1024))
+    w = lab.widgets.block_footprint()
     controls = {c.description: c for c in w.children[:-1]}
-    assert w.result["fits"]["A100 SM (192 KiB)"]
+    assert w.result["fits"] == {"A100": True, "H100": True}
     controls["Br"].value = 512
     controls["inputs"].value = "float32"
-    assert w.result["total"] == lab.step_footprint(64, 512, 128, itemsize=4)["total"]
-    assert not w.result["fits"]["A100 SM (192 KiB)"]
+    assert w.result["registers"] == lab.onchip_footprint(128, 512, 64, itemsize=4)["registers"]
+    assert w.result["fits"] == {"A100": False, "H100": False}
+    controls["Br"].value = 128
+    controls["K/V stages"].value = 2
+    assert w.result["shared"] == lab.onchip_footprint(128, 128, 64, itemsize=4, kv_stages=2)["shared"]
 
 
 def test_io_traffic_slider_agrees_with_instrumented_runs():
@@ -270,6 +289,15 @@ def test_io_traffic_slider_agrees_with_instrumented_runs():
     controls["causal"].value = True
     controls["inputs"].value = "float16"
     assert w.result["equal"] and w.result["measured"] != before
+    assert w.result["causal"]
+    full, causal = (lab.flash_counts(256, 256, 64, block_q=16, block_k=128, itemsize=2, causal=c).total for c in (False, True))
+    assert w.result["fa2"] == w.result["formula"] == causal < full     # the drawn traffic skips the masked tiles
+
+
+def test_io_traffic_slider_starts_where_the_notebook_says():
+    w = lab.widgets.io_traffic()
+    assert w.kwargs == {"N": 1024, "d": 64, "block_q": 128, "block_k": 128, "dtype": "float16", "causal": False}
+    assert w.result["fa2"] == fig.draw_hbm_traffic(1024, 64, 128, 128, itemsize=2)["fa2"]
 
 
 def test_fa_variants_slider_agrees_with_instrumented_runs():
@@ -280,3 +308,69 @@ def test_fa_variants_slider_agrees_with_instrumented_runs():
     controls["Bc"].value = 32
     assert w.result["equal"] and w.result["variant"] == "fa1"
     assert w.result["measured"]["div"] == 256 * 64 * 8
+
+
+def test_onchip_model_separates_registers_from_shared_memory():
+    foot = lab.onchip_footprint(128, 128, 64, kv_stages=2)
+    assert foot["registers"] == {"S_ij": 128 * 64 * 4, "P_ij": 128 * 64 * 2, "m": 512, "l": 512, "acc": 128 * 128 * 4,
+                                 "total": 128 * 64 * 6 + 1024 + 128 * 128 * 4}
+    assert foot["shared"] == {"Q_i": 128 * 128 * 2, "K_j": 2 * 64 * 128 * 2, "V_j": 2 * 64 * 128 * 2,
+                              "total": 128 * 128 * 2 + 4 * 64 * 128 * 2}
+    fits = lab.onchip_fits("A100", 128, 128, 128, kv_stages=2)
+    assert fits["shared_budget"] == lab.chip("A100")["shared_per_block"] == 163 * 1024
+    assert fits["register_budget"] == 256 * 1024 and fits["shared_per_sm"] == 164 * 1024
+    # what FlashAttention-2 runs at d = 128 fits; twice the rows does not (registers)
+    assert all(lab.onchip_fits("A100", 128, Br, Bc, kv_stages=2)["fits"] for Br, Bc in [(128, 64), (128, 128)])
+    big = lab.onchip_fits("A100", 128, 256, 128)
+    assert not big["fits_registers"] and big["fits_shared"]
+    with pytest.raises(ValueError, match="chip"):
+        lab.onchip_fits("TPU", 64, 64, 64)
+    with pytest.raises(ValueError, match="kv_stages"):
+        lab.onchip_footprint(64, 64, 64, kv_stages=0)
+
+
+def test_warp_split_exchange():
+    k = lab.warp_split_exchange(128, 64, 128, warps=4, split="K")
+    assert k["written"] == k["read"] == 4 * 128 * 130 * 4 and (k["per_warp_rows"], k["per_warp_keys"]) == (128, 16)
+    q = lab.warp_split_exchange(128, 64, 128, warps=4, split="Q")
+    assert q["written"] == q["read"] == 0 and (q["per_warp_rows"], q["per_warp_keys"]) == (32, 64)
+    with pytest.raises(ValueError, match="split"):
+        lab.warp_split_exchange(64, 64, 64, split="V")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 20), st.integers(1, 20), st.integers(1, 6), st.integers(1, 6), st.booleans(), st.data())
+def test_tile_fill_state_is_the_online_state(N, M, Br, Bc, causal, data):
+    Tr, Tc = math.ceil(N / Br), math.ceil(M / Bc)
+    i, j = data.draw(st.integers(0, Tr - 1)), data.draw(st.integers(0, Tc - 1))
+    st_ = fig.tile_fill_state(N, M, Br, Bc, i, j, causal)
+    S, vis = st_["S"], st_["visible"]
+    for row in range(N):
+        block = row // Br
+        keys = M if block < i else min((j + 1) * Bc, M) if block == i else 0
+        seen = vis[row, :keys]
+        if not seen.any():
+            assert np.isnan(st_["m"][row]) and np.isnan(st_["l"][row])
+            continue
+        s = S[row, :keys][seen]
+        assert st_["m"][row] == s.max()
+        assert st_["l"][row] == pytest.approx(np.exp(s - s.max()).sum(), rel=1e-12)
+    assert st_["computed"] == bool(lab.tile_grid(N, M, Br, Bc, causal)[i, j])
+
+
+def test_tile_fill_figure_and_slider():
+    r = fig.draw_tile_fill(12, 16, 4, 4, i=1, j=2)
+    assert r["tile"] == (1, 2) and r["rows"] == (4, 8) and r["keys"] == (8, 12)
+    assert not np.isnan(r["m"][:8]).any() and np.isnan(r["m"][8:]).all()
+    last = fig.tile_fill_state(12, 16, 4, 4, i=2, j=3)
+    assert np.allclose(last["m"] + np.log(last["l"]), np.log(np.exp(last["S"]).sum(axis=1)))
+    w = lab.widgets.tile_fill()
+    controls = {c.description: c for c in w.children[:-1]}
+    assert w.result["tile"] == (1, 2) and controls["i (query block)"].max == 2 and controls["j (key block)"].max == 3
+    controls["Bc"].value = 3
+    assert controls["j (key block)"].max == 5
+    controls["j (key block)"].value = 5
+    controls["causal"].value = True
+    assert w.result["tile"] == (1, 5) and not w.result["computed"]              # above the causal boundary: skipped
+    controls["i (query block)"].value = 2
+    assert w.result["computed"] and w.result["keys"] == (15, 16)

@@ -157,7 +157,7 @@ def _widest_hint(case, got, want):
 
 
 def check_widest_key_block(fn, *, name: str | None = None) -> None:
-    """Check `fn(sram_bytes, d, Br, itemsize)`: the largest Bc whose step (section 3's buffers, dv = d) fits in `sram_bytes`.
+    """Check `fn(sram_bytes, d, Br, itemsize)`: the largest Bc whose step (every buffer in one memory, dv = d) fits in `sram_bytes`.
 
     Reference: the largest Bc with `lab.step_footprint(d, Br, Bc, itemsize=itemsize)["total"] <= sram_bytes`, 0 if none.
     Taught in: notebooks/05_tiling.ipynb"""

@@ -1,4 +1,5 @@
-"""Figures for notebooks 05 and 06: the tile grid, the on-chip footprint, HBM traffic, op counts, work split.
+"""Figures for notebooks 05 and 06: the score matrix filled tile by tile, the tile grid, the on-chip footprint,
+HBM traffic, op counts, the split of work across thread blocks and across warps.
 
 Each function draws one figure from `lab.tiling` numbers and returns those numbers in a dict.
 
@@ -13,11 +14,12 @@ from matplotlib.colors import ListedColormap
 from matplotlib.ticker import FuncFormatter, NullFormatter
 from matplotlib.patches import Patch, Rectangle
 
-from ..tiling import (flash_counts, flop_split, gpu_time_share, standard_traffic, step_footprint,
-                        theorem2_bytes, tile_counts, tile_grid)
+from ..hardware import CHIPS
+from ..tiling import (flash_counts, flop_split, gpu_time_share, onchip_fits, standard_traffic, theorem2_bytes,
+                      tile_counts, tile_grid, warp_split_exchange)
 
-__all__ = ["loop_order", "draw_tile_grid", "draw_footprint", "draw_hbm_traffic", "draw_peak_memory",
-           "draw_op_counts", "draw_work_split"]
+__all__ = ["loop_order", "tile_fill_state", "draw_tile_fill", "draw_tile_grid", "draw_footprint", "draw_hbm_traffic",
+           "draw_peak_memory", "draw_op_counts", "draw_work_split", "draw_warp_split"]
 
 _DONE, _TODO, _NOW, _SKIP = "#6fa8dc", "#d9e8f5", "#e69138", "#eeeeee"
 
@@ -44,6 +46,84 @@ def loop_order(N: int, M: int, block_q: int, block_k: int, causal: bool = False,
     grid = tile_grid(N, M, block_q, block_k, causal)
     cells = [tuple(int(x) for x in c) for c in np.argwhere(grid)]    # row-major: (i, j)
     return cells if variant == "fa2" else sorted(cells, key=lambda c: (c[1], c[0]))
+
+
+def tile_fill_state(N: int = 12, M: int = 16, block_q: int = 4, block_k: int = 4, i: int = 0, j: int = 0,
+                    causal: bool = False, d: int = 4, seed: int = 0) -> dict:
+    """The score matrix S and each row's running (m, l) after tile (i, j) of FlashAttention-2's loop (rows outer).
+
+    Tiles (i', j') with i' < i, or i' = i and j' <= j, are done (fully masked ones skipped); for a row of a
+    finished query block m and l are final, for a row of block i they cover key blocks 0..j, for later rows
+    they are NaN (not started). $m = \\max s$, $l = \\sum e^{s - m}$ over the visible keys seen.
+    S = q kᵀ/√d on seeded standard normal q, k of head dim `d`.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    grid = tile_grid(N, M, block_q, block_k, causal)
+    Tr, Tc = grid.shape
+    i, j = int(min(max(i, 0), Tr - 1)), int(min(max(j, 0), Tc - 1))
+    rng = np.random.default_rng(seed)
+    q, k = rng.standard_normal((N, d)), rng.standard_normal((M, d))           # (N, d), (M, d)
+    s = q @ k.T / np.sqrt(d)                                                   # S: (N, M)
+    visible = (np.arange(M)[None, :] <= np.arange(N)[:, None] + (M - N)) if causal else np.ones((N, M), bool)
+    bi, bj = np.arange(N)[:, None] // block_q, np.arange(M)[None, :] // block_k
+    seen = ((bi < i) | ((bi == i) & (bj <= j))) & grid[bi, bj]                 # entries of computed tiles so far
+    use = seen & visible
+    started = use.any(axis=1)
+    m = np.where(started, np.where(use, s, -np.inf).max(axis=1), np.nan)
+    l = np.where(started, np.where(use, np.exp(s - np.where(started, m, 0)[:, None]), 0).sum(axis=1), np.nan)
+    return {"S": s, "seen": seen, "visible": visible, "m": m, "l": l, "tile": (i, j), "computed": bool(grid[i, j]),
+            "rows": (i * block_q, min((i + 1) * block_q, N)), "keys": (j * block_k, min((j + 1) * block_k, M)),
+            "Tr": Tr, "Tc": Tc, "N": N, "M": M, "Br": block_q, "Bc": block_k, "causal": bool(causal)}
+
+
+def draw_tile_fill(N: int = 12, M: int = 16, block_q: int = 4, block_k: int = 4, i: int = 1, j: int = 2,
+                   causal: bool = False, ax=None) -> dict:
+    """The N × M score matrix filled tile by tile up to tile (i, j), with each query row's running m and l beside it.
+
+    Computed scores are coloured, the current tile outlined in orange, the rest blank (hatched: skipped by
+    the causal mask); a dot marks each row's running maximum. Numbers from `tile_fill_state`.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    st = tile_fill_state(N, M, block_q, block_k, i, j, causal)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 0.36 * N + 1.6))
+    S = np.ma.masked_where(~st["seen"] | ~st["visible"], st["S"])
+    ax.imshow(S, cmap="RdBu_r", vmin=-2.5, vmax=2.5, extent=(0, M, N, 0), interpolation="nearest")
+    grid = tile_grid(N, M, block_q, block_k, causal)
+    for a in range(st["Tr"]):
+        for b in range(st["Tc"]):
+            i0, j0 = a * block_q, b * block_k
+            h, w = min(block_q, N - i0), min(block_k, M - j0)
+            ax.add_patch(Rectangle((j0, i0), w, h, fill=False, edgecolor="black", lw=1.2,
+                                   hatch="//" if not grid[a, b] else None))
+    (r0, r1), (k0, k1) = st["rows"], st["keys"]
+    ax.add_patch(Rectangle((k0, r0), k1 - k0, r1 - r0, fill=False, edgecolor=_NOW, lw=4))
+    ax.add_patch(Rectangle((M + 0.3, r0), 5.4, r1 - r0, facecolor="#fde9d4", edgecolor="none"))
+    use = st["seen"] & st["visible"]
+    for row in np.flatnonzero(~np.isnan(st["m"])):
+        col = int(np.argmax(np.where(use[row], st["S"][row], -np.inf)))
+        ax.plot(col + 0.5, row + 0.5, "o", color="black", ms=5)
+        bold = "bold" if r0 <= row < r1 else "normal"
+        ax.text(M + 1.5, row + 0.5, f"{st['m'][row]:.2f}", ha="center", va="center", fontsize=12, weight=bold)
+        ax.text(M + 4.3, row + 0.5, f"{st['l'][row]:.2f}", ha="center", va="center", fontsize=12, weight=bold)
+    ax.text(M + 1.5, -0.4, "m", ha="center", va="bottom", fontsize=14, weight="bold")
+    ax.text(M + 4.3, -0.4, "l", ha="center", va="bottom", fontsize=14, weight="bold")
+    ax.set_xlim(0, M + 6)
+    ax.set_ylim(N, -0.9)
+    ax.set_aspect("equal")
+    ax.grid(False)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    ax.set_xticks(np.arange(0, M + 1, block_k))
+    ax.set_yticks(np.arange(0, N + 1, block_q))
+    ax.tick_params(labelsize=11)
+    ax.set_xlabel(f"keys (blocks of Bc = {block_k})", fontsize=13)
+    ax.set_ylabel(f"queries (blocks of Br = {block_q})", fontsize=13)
+    what = "skipped: every pair masked" if not st["computed"] else f"S[{r0}:{r1}, {k0}:{k1}] on chip"
+    ax.set_title(f"tile (i, j) = ({st['tile'][0]}, {st['tile'][1]}): {what}\n"
+                 f"rows {r0}-{r1 - 1} hold (m, l) over key blocks 0..{st['tile'][1]}; rows above: final; below: not started",
+                 fontsize=13)
+    return {k: v for k, v in st.items() if k not in ("S", "visible")}
 
 
 def draw_tile_grid(N: int = 256, M: int | None = None, block_q: int = 64, block_k: int = 64, causal: bool = True,
@@ -100,77 +180,83 @@ def draw_tile_grid(N: int = 256, M: int | None = None, block_q: int = 64, block_
     return result
 
 
-def draw_footprint(d: int = 64, block_q: int = 64, block_k: int = 64, itemsize: int = 2, srams: dict | None = None,
+def draw_footprint(d: int = 64, block_q: int = 64, block_k: int = 128, itemsize: int = 2, kv_stages: int = 1,
                    blocks=(16, 32, 64, 128, 256, 512), ax=None) -> dict:
-    """Left: the bytes of one tile step, buffer by buffer, against on-chip memories; right: which (Br, Bc) fit where.
+    """Left: one step's bytes in registers and in shared memory, buffer by buffer, against the A100's and H100's
+    budgets; right: which (Br, Bc) fit which chip. Budgets from `lab.hardware` via `lab.onchip_fits`.
 
     Taught in: notebooks/05_tiling.ipynb
     """
-    from ..tiling import sram_sizes
-
-    srams = sram_sizes() if srams is None else srams
-    parts = step_footprint(d, block_q, block_k, itemsize=itemsize)
+    chips = ("A100", "H100")
+    res = {c: onchip_fits(c, d, block_q, block_k, itemsize=itemsize, kv_stages=kv_stages) for c in chips}
+    foot = res["A100"]
     if ax is None:
         _, ax = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1.3, 1]})
     left, right = ax
-    bottom = 0.0
-    for n, (name, b) in enumerate((k, v) for k, v in parts.items() if k != "total"):
-        left.barh([0.25], [b / 1024], height=0.5, left=bottom, color=f"C{n}", label=name)
-        bottom += b / 1024
-    names = sorted(srams, key=srams.get)
-    xmax = 1.3 * max(parts["total"], *(b for b in srams.values() if b <= 512 * 1024)) / 1024
-    off_scale = []
-    for n, name in enumerate(names):
-        if srams[name] / 1024 <= xmax:
-            left.axvline(srams[name] / 1024, color="k", ls=["--", ":", "-."][n % 3], lw=1.5)
-            left.text(srams[name] / 1024, 0.78, f" {name}", fontsize=10, rotation=90, va="top", ha="right")
-        else:
-            off_scale.append(f"{name}: off scale")
+    colors = {"S_ij": "C0", "P_ij": "C1", "m": "C2", "l": "C3", "acc": "C4", "Q_i": "C5", "K_j": "C6", "V_j": "C8"}
+    for y, where in ((1, "registers"), (0, "shared")):
+        bottom = 0.0
+        for name, b in foot[where].items():
+            if name == "total":
+                continue
+            left.barh([y], [b / 1024], height=0.5, left=bottom, color=colors[name], label=name)
+            bottom += b / 1024
+    budgets = [(1, foot["register_budget"], "A100 and H100", "-")]
+    budgets += [(0, res[c]["shared_budget"], c, ls) for c, ls in zip(chips, ("--", ":"))]
+    for y, b, who, ls in budgets:
+        left.plot([b / 1024] * 2, [y - 0.38, y + 0.38], color="k", ls=ls, lw=2)
+        left.text(b / 1024, y + 0.42, f"{who}: {b // 1024} KiB", fontsize=10, ha="center", va="bottom")
+    xmax = 1.15 * max(foot["registers"]["total"], foot["shared"]["total"], foot["register_budget"],
+                      res["H100"]["shared_budget"]) / 1024
     left.set_xlim(0, xmax)
-    left.set_ylim(-0.6, 0.8)
-    left.set_yticks([])
-    left.set(xlabel="KiB on chip" + (f"   ({'; '.join(off_scale)})" if off_scale else ""),
-             title=f"one step, Br={block_q}, Bc={block_k}, d={d}, {itemsize}-byte inputs: {parts['total'] / 1024:,.1f} KiB")
-    left.legend(ncol=4, fontsize=9, loc="lower right")
-    table = np.zeros((len(blocks), len(blocks)), int)           # k: fits names[k-1] first; 0: fits none
+    left.set_ylim(-0.6, 1.9)
+    left.set_yticks([0, 1], ["shared\nmemory", "registers"])
+    left.set(xlabel="KiB per thread block",
+             title=f"Br={block_q}, Bc={block_k}, d={d}, {itemsize}-byte Q, K, V, {kv_stages} K/V stage(s)")
+    left.legend(ncol=4, fontsize=9, loc="upper left")
+    table = np.zeros((len(blocks), len(blocks)), int)        # 2: fits the A100 (and so the H100); 1: H100 only; 0: none
     for a, Br in enumerate(blocks):
         for b, Bc in enumerate(blocks):
-            total = step_footprint(d, Br, Bc, itemsize=itemsize)["total"]
-            fits = [k for k, name in enumerate(names) if total <= srams[name]]
-            table[a, b] = fits[0] + 1 if fits else 0
-    palette = ["#dddddd", "#1b7837", "#7fbf7b", "#fee08b", "#fdae61"][: len(names) + 1]
-    cmap = ListedColormap(palette)
-    right.imshow(table, cmap=cmap, vmin=-0.5, vmax=len(palette) - 0.5, origin="lower")
+            ok = [onchip_fits(c, d, Br, Bc, itemsize=itemsize, kv_stages=kv_stages)["fits"] for c in chips]
+            table[a, b] = 2 if ok[0] else 1 if ok[1] else 0
+    palette = ["#dddddd", "#fee08b", "#1b7837"]
+    right.imshow(table, cmap=ListedColormap(palette), vmin=-0.5, vmax=2.5, origin="lower")
     right.set_xticks(range(len(blocks)), blocks)
     right.set_yticks(range(len(blocks)), blocks)
     right.grid(False)
-    right.set(xlabel="Bc (keys per block)", ylabel="Br (queries per block)", title="smallest memory that holds a step")
+    right.set(xlabel="Bc (keys per block)", ylabel="Br (queries per block)", title=f"which chip holds a step, d={d}")
     if block_q in blocks and block_k in blocks:
         right.plot([blocks.index(block_k)], [blocks.index(block_q)], "s", ms=18, mfc="none", mec="C3", mew=2.5)
-    handles = [Patch(facecolor=palette[k + 1], label=name) for k, name in enumerate(names)]
-    right.legend(handles=handles + [Patch(facecolor=palette[0], label="none")], fontsize=9, loc="upper center",
-                 bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
-    return {"parts": parts, "total": parts["total"], "fits": {name: parts["total"] <= b for name, b in srams.items()}}
+    right.legend(handles=[Patch(facecolor=palette[2], label="A100 and H100"), Patch(facecolor=palette[1], label="H100 only"),
+                          Patch(facecolor=palette[0], label="neither")],
+                 fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False)
+    return {"registers": foot["registers"], "shared": foot["shared"],
+            "total": foot["registers"]["total"] + foot["shared"]["total"],
+            "fits": {c: res[c]["fits"] for c in chips}, "table": table}
 
 
 def draw_hbm_traffic(N: int = 4096, d: int = 64, block_q: int = 64, block_k: int = 64, itemsize: int = 2,
-                     sram_bytes: int = 192 * 1024, Ns=None, ax=None) -> dict:
+                     sram_bytes: int | None = None, Ns=None, causal: bool = False, ax=None) -> dict:
     """Left: HBM bytes of standard attention and the tiled kernels against N for the chosen blocks; right: against SRAM size.
 
     On the right each SRAM size M gets FlashAttention's blocks `fa_block_sizes(M, d)`; Theorem 2's
-    order N²d²/M is drawn through the fa1 curve's first point (the theorem fixes no constant).
+    order N²d²/M is drawn through the fa1 curve's first point (the theorem fixes no constant); the vertical
+    line is `sram_bytes` (default: an A100 SM's shared memory, from `lab.hardware`). With `causal` the tiled
+    kernels skip the masked tiles (about half the traffic); standard attention computes and stores all of S.
     Taught in: notebooks/05_tiling.ipynb
     """
     from ..tiling import fa_block_sizes
 
     Ns = np.array([2**p for p in range(8, 17)] if Ns is None else Ns)
+    sram_bytes = CHIPS["A100"]["shared_per_sm"] if sram_bytes is None else sram_bytes
     if ax is None:
         _, ax = plt.subplots(1, 2, figsize=(13, 4.8))
     left, right = ax
     mb = 1e6
 
     def fa(n, variant, Br, Bc):
-        return flash_counts(int(n), int(n), d, block_q=Br, block_k=Bc, variant=variant, itemsize=itemsize).total
+        return flash_counts(int(n), int(n), d, block_q=Br, block_k=Bc, variant=variant, itemsize=itemsize,
+                            causal=causal).total
 
     std = np.array([standard_traffic(int(n), d=d, itemsize=itemsize).total for n in Ns])
     left.loglog(Ns, std / mb, "o-", base=2, color="C3", label="standard: Θ(Nd + N²)")
@@ -179,7 +265,7 @@ def draw_hbm_traffic(N: int = 4096, d: int = 64, block_q: int = 64, block_k: int
                     label=f"{variant}, Br={block_q}, Bc={block_k}")
     left.axvline(N, color="k", lw=0.8)
     left.set(xlabel="sequence length N (= M keys)", ylabel="HBM traffic, MB (one head)",
-             title=f"against N: d={d}, {itemsize}-byte inputs")
+             title=f"against N: d={d}, {itemsize}-byte inputs" + (", causal" if causal else ""))
     left.legend(fontsize=10)
     srams = np.array([2**p * 1024 for p in range(4, 11)])                     # 16 KiB .. 1 MiB
     blocks = [fa_block_sizes(int(m), d, itemsize) for m in srams]
@@ -191,13 +277,14 @@ def draw_hbm_traffic(N: int = 4096, d: int = 64, block_q: int = 64, block_k: int
     right.loglog(srams / 1024, theorem * fa1[0] / theorem[0] / mb, "--", base=2, color="gray",
                  label="∝ N²d²/M (Theorem 2)")
     right.axvline(sram_bytes / 1024, color="k", lw=0.8)
-    right.set(xlabel="SRAM size M (KiB)", ylabel="HBM traffic, MB", title=f"against SRAM size: N={N:,}, d={d}")
+    right.set(xlabel="SRAM size M (KiB)", ylabel="HBM traffic, MB",
+              title=f"against SRAM size: N={N:,}, d={d}" + (", causal" if causal else ""))
     right.legend(fontsize=10)
     _plain_log_labels(left, right, n_axis=left)
     here = {"standard": standard_traffic(N, d=d, itemsize=itemsize).total,
             "fa1": fa(N, "fa1", block_q, block_k), "fa2": fa(N, "fa2", block_q, block_k)}
     Br_M, Bc_M = fa_block_sizes(sram_bytes, d, itemsize)
-    return {"N": N, **here, "ratio_fa2": here["standard"] / here["fa2"], "ratio_fa1": here["standard"] / here["fa1"],
+    return {"N": N, "causal": bool(causal), **here, "ratio_fa2": here["standard"] / here["fa2"], "ratio_fa1": here["standard"] / here["fa1"],
             "paper_blocks": (Br_M, Bc_M), "fa1_paper_blocks": fa(N, "fa1", Br_M, Bc_M)}
 
 
@@ -225,7 +312,8 @@ def draw_peak_memory(Ns, naive, flash, naive_formula, flash_formula, ax=None) ->
 
 def draw_op_counts(N: int = 1024, d: int = 64, block_q: int = 64, block_k: int = 64, causal: bool = False,
                    chip: str = "A100", ax=None) -> dict:
-    """Exps, multiplies and divides of fa1 and fa2 (left) and the share of time outside matmuls on `chip` (right).
+    """Exps, multiplies and divides of fa1 and fa2 (left) and the time at `chip`'s peak rates (right): matmuls,
+    exponentials at the special-function rate, the rest at the FP32 rate (`lab.gpu_time_share`).
 
     Taught in: notebooks/06_flashattention2.ipynb
     """
@@ -242,40 +330,45 @@ def draw_op_counts(N: int = 1024, d: int = 64, block_q: int = 64, block_k: int =
     left.set_xticks(x, kinds)
     left.set(ylabel="millions of operations", title=f"N = {N}, d = {d}, Br = {block_q}, Bc = {block_k}")
     left.legend()
-    share = {v: gpu_time_share(split[v]["matmul"], split[v]["nonmatmul"], chip) for v in ("fa1", "fa2")}
+    share = {v: gpu_time_share(split[v]["matmul"], split[v]["nonmatmul"], chip, exp=split[v]["exp"])
+             for v in ("fa1", "fa2")}
     for n, v in enumerate(("fa1", "fa2")):
-        t_mm, t_non = share[v]["t_matmul"] * 1e6, share[v]["t_nonmatmul"] * 1e6
+        t_mm, t_exp = share[v]["t_matmul"] * 1e6, share[v]["t_exp"] * 1e6
+        t_rest = share[v]["t_nonmatmul"] * 1e6 - t_exp
         right.barh([n], [t_mm], color="C7", label="matmul" if n == 0 else None)
-        right.barh([n], [t_non], left=t_mm, color=f"C{n + 1}", label=None)
-        right.text(t_mm + t_non, n, f"  {share[v]['share']:.0%} outside matmuls", va="center", fontsize=10)
+        right.barh([n], [t_exp], left=t_mm, color="C3", label="exp" if n == 0 else None)
+        right.barh([n], [t_rest], left=t_mm + t_exp, color=f"C{n + 1}", label=None)
+        right.text(t_mm + t_exp + t_rest, n, f"  {share[v]['share']:.0%} outside matmuls", va="center", fontsize=10)
     right.set_yticks([0, 1], ["fa1", "fa2"])
     right.set_xlim(0, max(s["t_matmul"] + s["t_nonmatmul"] for s in share.values()) * 1e6 * 1.6)
-    right.set(xlabel="µs at peak rates (one head)", title=f"{chip}: matmul (grey) and the rest")
+    right.set(xlabel="µs at peak rates (one head)", title=f"{chip}: matmul (grey), exp (red), the rest (FP32)")
     right.legend(loc="lower right", fontsize=10)
-    return {"split": split, "share": {v: share[v]["share"] for v in share}}
+    return {"split": split, "share": {v: share[v]["share"] for v in share},
+            "t_exp": {v: share[v]["t_exp"] for v in share}}
 
 
 def draw_work_split(N: int = 512, block_q: int = 64, block_k: int = 64, workers: int = 4, ax=None) -> dict:
-    """Which worker computes each tile when fa1 splits key blocks (left) and fa2 splits query blocks (right).
+    """How one head's tiles are shared among thread blocks: FlashAttention runs one thread block per (batch, head)
+    that walks every tile of the head itself (left: the order it visits them, key blocks outer); FlashAttention-2
+    also gives each query block its own thread block (right: colour = which of `workers` SMs runs it).
 
-    The extra column is O: each of its blocks is written by one worker under fa2, by every worker under fa1.
+    Neither splits a query block's keys across thread blocks, so each output block has one writer in both.
     Taught in: notebooks/06_flashattention2.ipynb
     """
     if ax is None:
         _, ax = plt.subplots(1, 2, figsize=(12, 5.4))
     Tr, Tc = -(-N // block_q), -(-N // block_k)
     colors = plt.get_cmap("tab10")
-    writers = {}
+    order = {c: n for n, c in enumerate(loop_order(N, N, block_q, block_k, False, "fa1"))}
     for a, variant in zip(ax, ("fa1", "fa2")):
         for i in range(Tr):
             for j in range(Tc):
-                w = (j if variant == "fa1" else i) % workers
+                w = 0 if variant == "fa1" else i % workers
                 a.add_patch(Rectangle((j, i), 1, 1, facecolor=colors(w), alpha=0.75, edgecolor="white"))
-            if variant == "fa2":
-                a.add_patch(Rectangle((Tc + 0.4, i), 1, 1, facecolor=colors(i % workers), edgecolor="k"))
-            else:
-                a.add_patch(Rectangle((Tc + 0.4, i), 1, 1, facecolor="white", edgecolor="k", hatch="xx"))
-        writers[variant] = min(workers, Tc) if variant == "fa1" else 1
+                if variant == "fa1" and Tr * Tc <= 100:
+                    a.text(j + 0.5, i + 0.5, order[(i, j)] + 1, ha="center", va="center", fontsize=9, color="white")
+            a.add_patch(Rectangle((Tc + 0.4, i), 1, 1, facecolor=colors(0 if variant == "fa1" else i % workers),
+                                  edgecolor="k"))
         a.text(Tc + 0.9, -0.35, "O", ha="center", fontsize=12, weight="bold")
         a.set_xlim(0, Tc + 1.6)
         a.set_ylim(Tr, -0.8)
@@ -284,7 +377,50 @@ def draw_work_split(N: int = 512, block_q: int = 64, block_k: int = 64, workers:
         a.set_xticks([])
         a.set_yticks([])
         a.set(xlabel="key blocks j", ylabel="query blocks i")
-        how = ("fa1 split by key blocks:\nevery O_i has " + f"{writers['fa1']} writers (needs atomics)"
-               if variant == "fa1" else "fa2 split by query blocks:\neach O_i has 1 writer (no synchronization)")
-        a.set_title(how, fontsize=11)
-    return {"Tr": Tr, "Tc": Tc, "workers": workers, "writers_per_output_block": writers}
+        a.set_title("FlashAttention: 1 thread block per head\nwalks all its tiles, key blocks outer (numbers: order)"
+                    if variant == "fa1" else
+                    f"FlashAttention-2: 1 thread block per query block\n{Tr} per head, colour = one of {workers} SMs",
+                    fontsize=11)
+    return {"Tr": Tr, "Tc": Tc, "workers": workers, "thread_blocks_per_head": {"fa1": 1, "fa2": Tr},
+            "writers_per_output_block": {"fa1": 1, "fa2": 1}}
+
+
+def draw_warp_split(block_q: int = 64, block_k: int = 64, dv: int = 64, warps: int = 4, ax=None) -> dict:
+    """Inside one thread block: which warp computes which part of a tile S_ij and of the output block, when the
+    warps split K_j, V_j (FlashAttention, "split-K", left) or Q_i (FlashAttention-2, "split-Q", right).
+
+    Under split-K every warp holds a partial output for all Br rows (stacked on the left), to be summed through
+    shared memory; under split-Q each warp owns whole rows. Counts from `lab.warp_split_exchange`.
+    Taught in: notebooks/06_flashattention2.ipynb
+    """
+    if ax is None:
+        _, ax = plt.subplots(1, 2, figsize=(12, 5.2))
+    colors = plt.get_cmap("tab10")
+    Br, Bc, w = block_q, block_k, warps
+    out = {s: warp_split_exchange(Br, Bc, dv, warps=w, split=s) for s in ("K", "Q")}
+    gap, ow = 0.15 * Bc, 0.6 * Bc                               # space, then the output block's width
+    for a, split in zip(ax, ("K", "Q")):
+        for n in range(w):
+            if split == "K":
+                k0, k1 = n * Bc / w, (n + 1) * Bc / w
+                a.add_patch(Rectangle((k0, 0), k1 - k0, Br, facecolor=colors(n), alpha=0.8, edgecolor="white"))
+                off = n * 0.06 * Br
+                a.add_patch(Rectangle((Bc + gap + off, off), ow, Br, facecolor=colors(n), alpha=0.8, edgecolor="k"))
+            else:
+                r0, r1 = n * Br / w, (n + 1) * Br / w
+                a.add_patch(Rectangle((0, r0), Bc, r1 - r0, facecolor=colors(n), alpha=0.8, edgecolor="white"))
+                a.add_patch(Rectangle((Bc + gap, r0), ow, r1 - r0, facecolor=colors(n), alpha=0.8, edgecolor="k"))
+        a.text(Bc / 2, -0.04 * Br, f"S_ij ({Br} × {Bc})", ha="center", va="bottom", fontsize=11)
+        a.text(Bc + gap + ow / 2, -0.04 * Br, f"acc ({Br} × {dv})", ha="center", va="bottom", fontsize=11)
+        a.set_xlim(-0.02 * Bc, Bc + gap + ow + (w * 0.06 * Br if split == "K" else 0) + 0.05 * Bc)
+        a.set_ylim(Br * (1.02 + (w * 0.06 if split == "K" else 0)), -0.15 * Br)
+        a.set_aspect("equal")
+        a.grid(False)
+        a.axis("off")
+        e = out[split]
+        a.set_title(("FlashAttention, split-K" if split == "K" else "FlashAttention-2, split-Q")
+                    + f"\neach warp: {e['per_warp_keys']} keys × {e['per_warp_rows']} rows\n"
+                    + (f"{w} partial outputs summed in shared memory\n({e['written'] / 1024:,.1f} KiB written, "
+                       f"{e['read'] / 1024:,.1f} KiB read per tile)" if split == "K"
+                       else "each warp owns its output rows\n(nothing exchanged)"), fontsize=11)
+    return {"K": out["K"], "Q": out["Q"]}

@@ -20,7 +20,7 @@ import io
 import ipywidgets
 import matplotlib.pyplot as plt
 
-__all__ = ["FigureSliders", "interactive_figure", "accumulation_explorer", "backward_tiles", "block_footprint", "decode_splits", "fa_variants", "gqa_group", "io_traffic", "loop_overhead_explorer", "mask_tiles", "memory_wall", "merge_order_explorer", "one_pass_explorer", "online_softmax_trace", "p_format_explorer", "softmax_overflow", "tile_walk"]
+__all__ = ["FigureSliders", "interactive_figure", "accumulation_explorer", "backward_tiles", "block_footprint", "decode_splits", "fa_variants", "gqa_group", "io_traffic", "loop_overhead_explorer", "mask_tiles", "memory_wall", "merge_order_explorer", "one_pass_explorer", "online_softmax_trace", "p_format_explorer", "softmax_overflow", "tile_fill", "tile_walk"]
 
 
 class FigureSliders(ipywidgets.interactive):
@@ -81,4 +81,4 @@ from .merge import merge_order_explorer  # noqa: E402
 from .one_pass import one_pass_explorer  # noqa: E402
 from .precision import accumulation_explorer, p_format_explorer  # noqa: E402
 from .softmax import online_softmax_trace, softmax_overflow  # noqa: E402
-from .tiling import block_footprint, fa_variants, io_traffic, tile_walk  # noqa: E402
+from .tiling import block_footprint, fa_variants, io_traffic, tile_fill, tile_walk  # noqa: E402

@@ -1,4 +1,5 @@
-"""Sliders for notebooks 05 and 06: walk the tile loop, size a tile step, count HBM bytes and ops.
+"""Sliders for notebooks 05 and 06: fill the score matrix tile by tile, walk the tile loop, size a tile step,
+count HBM bytes and ops.
 
 The traffic and op-count sliders also run the numpy kernel under `lab.trace.record()` at the chosen
 setting and report whether its counts equal the formula.
@@ -13,11 +14,11 @@ import numpy as np
 
 from .. import trace
 from ..attention import flash_attention_numpy
-from ..figures.tiling import draw_footprint, draw_hbm_traffic, draw_op_counts, draw_tile_grid
-from ..tiling import flash_counts, sram_sizes, tile_counts
+from ..figures.tiling import draw_footprint, draw_hbm_traffic, draw_op_counts, draw_tile_fill, draw_tile_grid
+from ..tiling import flash_counts, tile_counts
 from . import interactive_figure
 
-__all__ = ["tile_walk", "block_footprint", "io_traffic", "fa_variants"]
+__all__ = ["tile_fill", "tile_walk", "block_footprint", "io_traffic", "fa_variants"]
 
 _BLOCKS = [8, 16, 32, 64, 128, 256]
 
@@ -31,6 +32,41 @@ def _instrumented(N: int, d: int, block_q: int, block_k: int, causal: bool, vari
     formula = flash_counts(N, N, d, block_q=block_q, block_k=block_k, causal=causal, variant=variant,
                            itemsize=np.dtype(dtype).itemsize)
     return rec, formula
+
+
+def tile_fill(N: int = 12, M: int = 16, block_q: int = 4, block_k: int = 4, i: int = 1, j: int = 2,
+              causal: bool = False) -> ipywidgets.interactive:
+    """Sliders over the step (query block i, key block j), Br, Bc and causal; `.result` holds each row's (m, l) after that tile.
+
+    The i and j sliders' ranges follow Tr and Tc. N and M are fixed when the slider is built.
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    blocks = [2, 3, 4, 6, 8]
+    controls = dict(
+        i=ipywidgets.IntSlider(value=i, min=0, max=10_000, description="i (query block)"),
+        j=ipywidgets.IntSlider(value=j, min=0, max=10_000, description="j (key block)"),
+        block_q=ipywidgets.SelectionSlider(options=blocks, value=block_q, description="Br"),
+        block_k=ipywidgets.SelectionSlider(options=blocks, value=block_k, description="Bc"),
+        causal=ipywidgets.Checkbox(value=causal, description="causal"),
+    )
+    style = {"description_width": "initial"}
+    for w in controls.values():
+        w.style = style
+
+    def resize(_=None):
+        controls["i"].max = -(-N // controls["block_q"].value) - 1
+        controls["j"].max = -(-M // controls["block_k"].value) - 1
+
+    resize()
+    for name in ("block_q", "block_k"):
+        controls[name].observe(resize, names="value")
+    return interactive_figure(
+        lambda i, j, block_q, block_k, causal: draw_tile_fill(N, M, block_q, block_k, i, j, causal),
+        summary=lambda r: (f"tile ({r['tile'][0]}, {r['tile'][1]}) of {r['Tr']} × {r['Tc']}: rows "
+                           f"{r['rows'][0]}-{r['rows'][1] - 1} against keys {r['keys'][0]}-{r['keys'][1] - 1}"
+                           + ("" if r["computed"] else " (skipped: fully masked)")),
+        **controls,
+    )
 
 
 def tile_walk(N: int = 200, block_q: int = 64, block_k: int = 32, causal: bool = True, step: int = 0,
@@ -66,44 +102,48 @@ def tile_walk(N: int = 200, block_q: int = 64, block_k: int = 32, causal: bool =
     )
 
 
-def block_footprint(d: int = 64, block_q: int = 64, block_k: int = 128, dtype: str = "float16",
-                    srams: dict | None = None) -> ipywidgets.interactive:
-    """Sliders over d, Br, Bc and the input dtype; `.result` holds the bytes of one tile step and where they fit.
+def block_footprint(d: int = 128, block_q: int = 128, block_k: int = 64, dtype: str = "float16",
+                    kv_stages: int = 1) -> ipywidgets.interactive:
+    """Sliders over d, Br, Bc, the input dtype and the K/V stages; `.result` holds one step's registers and shared memory and which chips hold it.
 
     Taught in: notebooks/05_tiling.ipynb
     """
-    srams = sram_sizes() if srams is None else srams
     options = [16, 32, 64, 128, 256, 512]
 
-    def draw(d, block_q, block_k, dtype):
-        return draw_footprint(d, block_q, block_k, itemsize=np.dtype(dtype).itemsize, srams=srams, blocks=tuple(options))
+    def draw(d, block_q, block_k, dtype, kv_stages):
+        return draw_footprint(d, block_q, block_k, itemsize=np.dtype(dtype).itemsize, kv_stages=kv_stages,
+                              blocks=tuple(options))
 
     return interactive_figure(
         draw,
-        summary=lambda r: (f"one step: {r['total'] / 1024:,.1f} KiB; fits "
-                           + (", ".join(name for name, ok in r["fits"].items() if ok) or "none of these")),
+        summary=lambda r: (f"registers {r['registers']['total'] / 1024:,.1f} KiB, shared memory "
+                           f"{r['shared']['total'] / 1024:,.1f} KiB; fits "
+                           + (", ".join(name for name, ok in r["fits"].items() if ok) or "neither chip")),
         d=ipywidgets.SelectionSlider(options=[32, 64, 128, 256], value=d, description="d"),
         block_q=ipywidgets.SelectionSlider(options=options, value=block_q, description="Br"),
         block_k=ipywidgets.SelectionSlider(options=options, value=block_k, description="Bc"),
         dtype=ipywidgets.ToggleButtons(options=["float16", "float32"], value=dtype, description="inputs"),
+        kv_stages=ipywidgets.ToggleButtons(options=[1, 2], value=kv_stages, description="K/V stages"),
     )
 
 
-def io_traffic(N: int = 512, d: int = 64, block_q: int = 64, block_k: int = 64, dtype: str = "float32",
+def io_traffic(N: int = 1024, d: int = 64, block_q: int = 128, block_k: int = 128, dtype: str = "float16",
                causal: bool = False) -> ipywidgets.interactive:
     """Sliders over N, d, Br, Bc, dtype, causal; `.result` holds the formula's HBM bytes and an instrumented run's.
 
+    With causal the figure's tiled curves and the instrumented run skip the masked tiles.
     Taught in: notebooks/05_tiling.ipynb
     """
 
     def draw(N, d, block_q, block_k, dtype, causal):
-        result = draw_hbm_traffic(N, d, block_q, block_k, itemsize=np.dtype(dtype).itemsize)
+        result = draw_hbm_traffic(N, d, block_q, block_k, itemsize=np.dtype(dtype).itemsize, causal=causal)
         rec, formula = _instrumented(N, d, block_q, block_k, causal, "fa2", dtype)
         return {**result, "measured": rec.total, "formula": formula.total, "equal": rec == formula}
 
     return interactive_figure(
         draw,
-        summary=lambda r: (f"N = {r['N']}: standard {r['standard'] / 1e6:,.2f} MB, fa2 {r['fa2'] / 1e6:,.2f} MB "
+        summary=lambda r: (f"N = {r['N']}{', causal' if r['causal'] else ''}: standard {r['standard'] / 1e6:,.2f} MB, "
+                           f"fa2 {r['fa2'] / 1e6:,.2f} MB "
                            f"({r['ratio_fa2']:.1f}× less); instrumented fa2 run {r['measured']:,} B, formula "
                            f"{r['formula']:,} B, equal: {r['equal']}"),
         N=ipywidgets.SelectionSlider(options=[128, 256, 512, 1024, 2048], value=N, description="N = M"),
@@ -117,7 +157,7 @@ def io_traffic(N: int = 512, d: int = 64, block_q: int = 64, block_k: int = 64, 
 
 def fa_variants(N: int = 512, d: int = 64, block_q: int = 64, block_k: int = 64, variant: str = "fa2",
                 causal: bool = False) -> ipywidgets.interactive:
-    """Sliders over N, d, Br, Bc, the variant and causal; `.result` holds op counts (formula and instrumented) and A100 time shares.
+    """Sliders over N, d, Br, Bc, the variant and causal; `.result` holds op counts (formula and instrumented) and A100 time shares (exponentials at the special-function rate).
 
     Taught in: notebooks/06_flashattention2.ipynb
     """

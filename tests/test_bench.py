@@ -75,6 +75,8 @@ def test_gpu_sweep_refuses_cleanly_without_a_gpu(capsys):
     assert "no CUDA device" in capsys.readouterr().out
     with pytest.raises(RuntimeError, match="no CUDA device"):
         bench.gpu_sweep()
+    from labbench import gpu_check                        # step 1 of tools/run_gpu.sh
+    assert gpu_check.main() == 2 and "no CUDA device" in capsys.readouterr().out
 
 
 def test_module_runs_from_the_command_line():

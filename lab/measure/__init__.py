@@ -23,7 +23,7 @@ from .kernels import KERNELS, kernel_available, make_inputs
 from .machine import describe_machine, measure_ceilings
 from .memory import peak_memory
 from .runs import RUNS_DIR, load_runs, record_run, user_runs_dir
-from .sweep import NUMPY_MAX_N, results_table, run_sweep
+from .sweep import results_table, run_sweep
 from .timing import time_call, time_interleaved
 
 __all__ = [

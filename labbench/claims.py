@@ -16,6 +16,7 @@ from lab import measure
 
 __all__ = ["cpu_targets", "gpu_sweep", "targets_text", "CPU_CLAIMS", "CPU_KERNELS", "GPU_KERNELS"]
 
+# The kernels `python -m lab.bench` sweeps unless told `--kernels`: on a CPU, and on a GPU (the GPU sweep too).
 CPU_KERNELS = ["numpy reference", "numpy flash", "torch naive", "lab torch flash", "sdpa math", "sdpa flash"]
 GPU_KERNELS = ["torch naive", "lab torch flash", "sdpa math", "sdpa flash", "sdpa efficient", "sdpa cudnn", "triton"]
 

@@ -1,6 +1,7 @@
-"""`python -m lab.bench`: the sweep, its table and JSON record, --verify, the GPU sweep's clean refusal on a CPU."""
+"""`python -m lab.bench` (labbench/cli.py): the sweep, its table and JSON record, --verify, the GPU sweep's clean refusal on a CPU."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -46,7 +47,7 @@ def test_run_sweep_skips_slow_kernels_above_their_limit():
 
 
 def test_verify_prints_the_reported_figures(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(measure, "REPORTED_910B3_ACCURACY", {(1, 64, 16): 1.19e-7, (2, 32, 16): 2.09e-7})
+    monkeypatch.setattr(measure.accuracy, "REPORTED_910B3_ACCURACY", {(1, 64, 16): 1.19e-7, (2, 32, 16): 2.09e-7})
     out = tmp_path / "verify.json"
     assert bench.main(["--verify", "--quiet", "--out", str(out)]) == 0
     text = capsys.readouterr().out
@@ -74,6 +75,8 @@ def test_gpu_sweep_refuses_cleanly_without_a_gpu(capsys):
     assert "no CUDA device" in capsys.readouterr().out
     with pytest.raises(RuntimeError, match="no CUDA device"):
         bench.gpu_sweep()
+    from labbench import gpu_check                        # step 1 of tools/run_gpu.sh
+    assert gpu_check.main() == 2 and "no CUDA device" in capsys.readouterr().out
 
 
 def test_module_runs_from_the_command_line():
@@ -106,3 +109,25 @@ def test_a_bench_run_records_outside_the_repository(tmp_path, monkeypatch, capsy
     assert lab.user_runs_dir() == str(tmp_path / "mine")
     assert bench.main(TINY + ["--kernels", "torch naive", "--no-memory", "--record-dir", str(tmp_path / "there")]) == 0
     assert len(list((tmp_path / "there").glob("*.json"))) == 1 and not (tmp_path / "mine").exists()
+
+
+def test_the_record_writer_is_tooling_and_lab_keeps_its_name(tmp_path):
+    """`labbench.records` writes a record; `lab.record_run` is the same writer; `lab.load_runs` reads it back."""
+    from labbench import records
+    machine = {"cpu": "Some CPU 9000", "cores": 4, "torch_threads": 2, "gpu": None, "date": "2026-01-02T03:04:05Z"}
+    path = lab.record_run([], settings={"mode": "verify"}, machine=machine, runs_dir=str(tmp_path / "runs"))
+    assert os.path.basename(path) == "20260102T0304_cpu_some-cpu-9000_verify.json"
+    rec = json.loads(open(path).read())
+    assert rec["label"] == "Some CPU 9000 (4 CPU cores, 2 torch threads)" and rec["kind"] == "measured"
+    assert [r["file"] for r in lab.load_runs(str(tmp_path / "runs"))] == [os.path.basename(path)]
+    gpu = dict(machine, gpu={"name": "NVIDIA H100 80GB HBM3"})
+    assert records.record_path(gpu, {"mode": "sweep"}, "here") == os.path.join("here", "20260102T0304_gpu_nvidia-h100-80gb-hbm3.json")
+    assert records.record_run([], settings={"mode": "gpu-sweep"}, machine=gpu, path=str(tmp_path / "x.json")) == str(tmp_path / "x.json")
+
+
+def test_lab_bench_keeps_its_names():
+    """`lab.bench` is the entry point kept under its old name; the command and the claims are labbench's."""
+    import labbench.claims
+    import labbench.cli
+    assert bench.main is labbench.cli.main and bench.cpu_targets is labbench.claims.cpu_targets
+    assert bench.gpu_sweep is labbench.claims.gpu_sweep and bench.CPU_CLAIMS is labbench.claims.CPU_CLAIMS

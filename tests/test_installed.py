@@ -6,6 +6,7 @@ notebooks into another folder, and execute each there with that folder first on 
 Run by `make test-installed` (CI); `make test` skips it.
 """
 
+import json
 import os
 import pathlib
 import shutil
@@ -45,6 +46,31 @@ def test_the_wheel_carries_the_data_the_notebooks_read(installed):
                          env=dict(os.environ, PYTHONPATH=str(site)), check=True)
     path, count = run.stdout.split()
     assert pathlib.Path(path).is_relative_to(site) and int(count) >= 2
+
+
+def test_the_benchmark_runs_from_the_wheel_beside_lab(installed, tmp_path):
+    """`labbench` ships beside `lab`: `python -m lab.bench` and `python -m lab.bench_numpy` run from the installed
+    wheel, the CPU memory probe (`python -m lab.measure.probe`) starts from it, and a run is recorded where asked."""
+    site, names = installed
+    assert {"labbench/cli.py", "labbench/records.py", "labbench/numpy_cli.py", "lab/measure/probe.py"} <= set(names)
+    env = dict(os.environ, PYTHONPATH=str(site), FLASH_COURSE_RUNS=str(tmp_path / "mine"))
+    run = lambda *args: subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=tmp_path,  # noqa: E731
+                                       env=env, timeout=600)
+    for module, flag in (("lab.bench", "--gpu-sweep"), ("lab.bench_numpy", "--BH")):
+        r = run("-m", module, "--help")
+        assert r.returncode == 0 and flag in r.stdout, r.stderr[-1500:]
+    r = run("-m", "lab.bench", "--N", "32", "--H", "1", "--rounds", "1", "--min-run-time", "0.01", "--quiet",
+            "--no-targets", "--kernels", "torch naive", "lab torch flash")
+    assert r.returncode == 0, r.stderr[-1500:]
+    recorded = [line.split("recorded: ", 1)[1] for line in r.stdout.splitlines() if line.startswith("recorded: ")]
+    assert len(recorded) == 1 and pathlib.Path(recorded[0]).parent == tmp_path / "mine"
+    record = json.loads(pathlib.Path(recorded[0]).read_text())
+    assert {row["kernel"] for row in record["results"]} == {"torch naive", "lab torch flash"}
+    if os.path.exists("/proc/self/status"):                  # the memory probe ran from the wheel
+        assert all(row["peak_mb"] is not None for row in record["results"])
+    code = "import lab, labbench.cli; print(lab.__file__); print(labbench.cli.__file__)"
+    where = run("-c", code).stdout.split()
+    assert len(where) == 2 and all(pathlib.Path(w).is_relative_to(site) for w in where)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

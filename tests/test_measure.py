@@ -1,10 +1,16 @@
-"""Measurement: FLOP counts, the kernel registry, timing plumbing, child-process peak memory, machine, ceilings."""
+"""Measurement (`lab.measure`): FLOP counts, the kernel registry, timing plumbing, child-process peak memory, machine, ceilings."""
+
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 
 import lab
+import lab.measure
 
 
 def test_attention_flops():
@@ -77,6 +83,28 @@ def test_peak_memory_in_a_child_sees_torch_allocations():
         lab.peak_memory([dict(kernel="nope", B=1, H=1, N=1, d=1)])
 
 
+def test_the_probe_is_a_module_run_on_its_own():
+    """`python -m lab.measure.probe` is what `peak_memory` starts on a CPU: a JSON list of bytes, one per case."""
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("no /proc/self/status on this system")
+    cases = [dict(kernel="torch naive", B=1, H=1, N=1024, d=16), dict(kernel="lab torch flash", B=1, H=1, N=1024, d=16)]
+    env = dict(os.environ, **lab.measure.memory.PROBE_ENV)
+    run = subprocess.run([sys.executable, "-m", "lab.measure.probe", json.dumps(cases), "--threads", "1"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-1500:]
+    naive, flash = json.loads(run.stdout.strip().splitlines()[-1])
+    assert naive >= 2 * 1024 * 1024 * 4 * 0.9 and flash < naive      # S and P of 1024 × 1024 in float32, at least
+    assert "RuntimeWarning" not in run.stderr                          # not imported before it runs as __main__
+
+
+def test_lab_exports_every_measure_name():
+    """`lab.measure` is a package of modules; its public names are the same objects at the top level."""
+    for name in lab.measure.__all__:
+        assert getattr(lab, name) is getattr(lab.measure, name)
+    assert lab.memory.__name__ == "lab.memory"                         # not shadowed by lab.measure.memory
+    assert {"load_runs", "user_runs_dir", "RUNS_DIR", "measure_ceilings", "KERNELS"} <= set(lab.measure.__all__)
+
+
 def test_describe_machine_has_the_fields_a_record_needs():
     m = lab.describe_machine()
     for key in ("cpu", "cores", "torch_threads", "blas", "gpu", "versions", "date", "os"):
@@ -96,7 +124,7 @@ def test_measure_ceilings_small():
 
 def test_measure_ceilings_keeps_the_fastest_repeat(monkeypatch):
     times = iter([3.0, 1.0, 2.0, 4.0, 2.0, 8.0])                   # matmul's three, then the copy's three
-    monkeypatch.setattr(lab.measure, "time_call", lambda fn, **kw: next(times))
+    monkeypatch.setattr(lab.measure.machine, "time_call", lambda fn, **kw: next(times))
     c = lab.measure_ceilings("cpu", n=4, mbytes=1, repeats=3)
     assert c["matmul_fp32_flops"] == 2.0 * 4**3 / 1.0
     assert c["bandwidth_bytes_per_s"] == 2.0 * 2**20 / 2.0

@@ -1,0 +1,48 @@
+"""Honest measurement on a CPU or an NVIDIA GPU, one module per thing measured:
+
+- `flops`: the work of an attention forward, `attention_flops` (4·B·H·N·M·d, halved for causal).
+- `kernels`: the kernels compared, by name (`KERNELS`), their seeded inputs and whether each runs here.
+- `timing`: median seconds of a call, and of candidates in alternating rounds (`time_call`, `time_interleaved`).
+- `memory`: peak bytes of a torch call above its inputs (`peak_memory`); on a CPU through the child
+  process `python -m lab.measure.probe`.
+- `machine`: the machine a run was measured on and its ceilings (`describe_machine`, `measure_ceilings`).
+- `sweep`: every kernel at each setting, as rows and a table (`run_sweep`, `results_table`).
+- `accuracy`: max |flash − standard| in each dtype beside a reported run (`verify_accuracy`, `accuracy_table`).
+- `runs`: the recorded runs, shipped and your own (`load_runs`, `user_runs_dir`, `RUNS_DIR`).
+
+The names below are the public ones, and `import lab` exports them all (`lab.run_sweep`, ...). The
+command line that runs a sweep and writes its record, `python -m lab.bench`, is tooling beside the
+package: `labbench/`.
+
+Taught in: notebooks/08_hardware_runs.ipynb
+"""
+
+from .accuracy import REPORTED_910B3_ACCURACY, accuracy_table, verify_accuracy
+from .flops import attention_flops
+from .kernels import KERNELS, kernel_available, make_inputs
+from .machine import describe_machine, measure_ceilings
+from .memory import peak_memory
+from .runs import RUNS_DIR, load_runs, record_run, user_runs_dir
+from .sweep import results_table, run_sweep
+from .timing import time_call, time_interleaved
+
+__all__ = [
+    "KERNELS",
+    "attention_flops",
+    "make_inputs",
+    "kernel_available",
+    "time_call",
+    "time_interleaved",
+    "peak_memory",
+    "describe_machine",
+    "measure_ceilings",
+    "run_sweep",
+    "results_table",
+    "record_run",
+    "load_runs",
+    "verify_accuracy",
+    "accuracy_table",
+    "RUNS_DIR",
+    "user_runs_dir",
+    "REPORTED_910B3_ACCURACY",
+]

@@ -1,0 +1,127 @@
+"""The machine a run was measured on, and its ceilings: the most matmul FLOP/s and memory bandwidth it reaches.
+
+`describe_machine` names the CPU, cores, threads, BLAS, memory, GPU and versions (it goes into every
+recorded run); `measure_ceilings` measures the two roofs of a roofline on this machine, not quoted
+from a datasheet (the datasheet figures of the A100 and H100 are in `lab.hardware`).
+
+Taught in: notebooks/08_hardware_runs.ipynb
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import re
+
+import numpy as np
+import torch
+
+from .timing import time_call
+
+
+def _cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _blas() -> dict:
+    """torch's BLAS, LAPACK, OpenMP and CPU capability (from `torch.__config__.show()`), threadpoolctl's pools when installed."""
+    config = torch.__config__.show()
+    info = {key.lower(): m.group(1) for key in ("BLAS_INFO", "LAPACK_INFO", "USE_OPENMP", "USE_MKLDNN")
+            if (m := re.search(key + r"=([^,\s]+)", config))}
+    if (m := re.search(r"CPU capability usage: (\S+)", config)):
+        info["cpu_capability"] = m.group(1)
+    try:
+        from threadpoolctl import threadpool_info
+        info["threadpools"] = [{k: p.get(k) for k in ("internal_api", "num_threads", "version")} for p in threadpool_info()]
+    except ImportError:
+        pass
+    return info
+
+
+def _memory_total() -> int | None:
+    """Total memory in bytes from /proc/meminfo, None elsewhere."""
+    try:
+        with open("/proc/meminfo") as f:
+            return int(f.readline().split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def describe_machine() -> dict:
+    """The machine a run was measured on: CPU model and cores, threads, BLAS, memory, GPU name and memory, versions.
+
+    `load_average` (1, 5, 15 minutes) says how busy the machine was: on a shared machine, programs that
+    launch many small multi-threaded ops slow down far more than one large fused call.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    versions = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__}
+    try:
+        import triton
+        versions["triton"] = triton.__version__
+    except ImportError:
+        versions["triton"] = None
+    gpu = None
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        gpu = {"name": props.name, "memory_gb": round(props.total_memory / 1e9, 1),
+               "capability": f"{props.major}.{props.minor}", "sms": props.multi_processor_count,
+               "cuda": torch.version.cuda}
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "memory_gb": None if (m := _memory_total()) is None else round(m / 1e9, 1),
+        "blas": _blas(),
+        "gpu": gpu,
+        "os": platform.platform(),
+        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "versions": versions,
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def measure_ceilings(device: str = "cpu", *, n: int | None = None, mbytes: int | None = None, min_run_time: float = 0.3,
+                     repeats: int = 3) -> dict:
+    """Measured matmul FLOP/s ($2n^3$ per n×n product) and memory bandwidth (bytes read + written by a large copy, per second).
+
+    CPU: fp32 n = 1024 and a 64 MB copy by default; CUDA: fp16 n = 8192 (and fp32) and a 1 GB copy.
+    Each is the fastest of `repeats` medians: a ceiling is the most the machine reaches, and other programs
+    on a shared machine can only slow a measurement down, never speed it up.
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise ValueError("device is cuda but torch.cuda.is_available() is False")
+    n = n or (8192 if cuda else 1024)
+    mbytes = mbytes or (1024 if cuda else 64)
+    if n < 1 or mbytes < 1:
+        raise ValueError(f"n and mbytes must be >= 1, got n={n}, mbytes={mbytes}")
+    if int(repeats) != repeats or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    best = lambda fn: min(time_call(fn, device=device, min_run_time=min_run_time) for _ in range(int(repeats)))
+    out = {"device": dev.type, "n": n, "copy_mb": mbytes}
+    dtypes = [("fp32", torch.float32)] + ([("fp16", torch.float16), ("bf16", torch.bfloat16)] if cuda else [])
+    for name, dt in dtypes:
+        a = torch.randn(n, n, device=dev).to(dt)
+        b = torch.randn(n, n, device=dev).to(dt)
+        c = torch.empty(n, n, device=dev, dtype=dt)
+        t = best(lambda: torch.mm(a, b, out=c))
+        out[f"matmul_{name}_flops"] = 2.0 * n**3 / t
+        del a, b, c
+    x = torch.empty(mbytes * 2**20 // 4, device=dev).normal_()
+    y = torch.empty_like(x)
+    t = best(lambda: y.copy_(x))
+    out["bandwidth_bytes_per_s"] = 2.0 * x.numel() * 4 / t
+    return out
+

@@ -253,7 +253,7 @@ _STEP_MISTAKES = [  # (keyword arguments of _step, what went wrong)
     ({"skip_empty": False}, "a block of only -inf seen from the empty state: m_new is -inf and e^(-inf - (-inf)) is NaN; "
                             "such a block adds nothing, so keep (m, l)"),
     ({"alpha": False}, "the old l was not rescaled: it is a sum relative to the old m; when m grows, each old term "
-                       "e^(x - m_old) must become e^(x - m_new)"),
+                       "e^(x - m) must become e^(x - m_new)"),
     ({"sign": -1}, "the rescaling points the wrong way: moving the old sum to a larger m must shrink it (a factor <= 1)"),
     ({"terms": "old"}, "the new terms are relative to the old m: l must be a sum of e^(x - m) for the new m"),
     ({"keep_m": False}, "m is the max of this block only: it must be the max of every score seen, the old m included"),
@@ -383,7 +383,7 @@ def _rescales(x, block, *, first=False, ties=False, previous=False, tail=True):
 
 
 def check_count_rescales(fn) -> None:
-    """Check `fn(x, block)`, the blocks after the first whose scores raise the running max ($\\alpha = e^{m_{old} - m_{new}} < 1$).
+    """Check `fn(x, block)`, the blocks after the first whose scores raise the running max ($\\alpha = e^{m - m'} < 1$).
     Taught in: notebooks/02_online_softmax.ipynb"""
     cases = [(demo_scores(24), 6), (np.arange(10.0), 3), (np.arange(10.0)[::-1].copy(), 2), (np.ones(6), 2),
              (np.array([5.0, 1.0, 3.0, 2.0, 4.0]), 1), (demo_scores(64), 8)]

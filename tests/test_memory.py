@@ -83,3 +83,27 @@ def test_roofline_figure_and_slider():
     assert w.result["softmax_accesses"] == 4
     chip_name.value = "H100"
     assert w.result["chip"] == "H100" and "H100" in w.summary_html.value and "ridge" in w.summary_html.value
+
+
+def _sources(name: str) -> list[str]:
+    import json
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parent.parent / "notebooks" / f"{name}.ipynb"
+    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
+
+
+def test_notebook_00_states_bandwidth_and_the_roofline_before_any_capacity_figure():
+    cells = _sources("00_the_memory_wall")
+    first = lambda *marks: next(i for i, c in enumerate(cells) if any(m in c for m in marks))
+    bandwidth = first("lab.chip(")
+    roofline = first("draw_attention_roofline")
+    capacity = first("attention_bytes(", "peak_bytes(", "GiB")
+    assert bandwidth < roofline < capacity
+    assert "sram_bytes_per_s" in cells[bandwidth] and "hbm_bytes_per_s" in cells[bandwidth]
+
+
+@pytest.mark.parametrize("name", ["00_the_memory_wall", "01_three_pass_softmax", "02_online_softmax"])
+def test_notebooks_00_to_02_use_one_set_of_symbols(name):
+    text = "\n".join(_sources(name))
+    for old in ("m_{old}", "m_{new}", "m_old", "l_{old}", "l_old"):
+        assert old not in text, (name, old)

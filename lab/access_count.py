@@ -5,7 +5,7 @@
 write their output `y` only through it, so the counts are measured, not derived:
   1. naive  : pass 1 $l = \\sum_j e^{x_j}$, pass 2 $y_i = e^{x_i} / l$              -> 2 loads + 1 store
   2. safe   : pass 1 $m$, pass 2 $l = \\sum_j e^{x_j - m}$, pass 3 $y_i = e^{x_i - m} / l$ -> 3 loads + 1 store
-  3. online : pass 1 running $(m, l)$ with $\\alpha = e^{m_{old} - m_{new}}$, pass 2 $y_i$ -> 2 loads + 1 store
+  3. online : pass 1 running $(m, l)$ with $\\alpha = e^{m - m'}$, pass 2 $y_i$ -> 2 loads + 1 store
 Milakov & Gimelshein (2018, arXiv 1805.02867) count 4 accesses per element for safe softmax and 3 for
 the online one.
 
@@ -131,7 +131,7 @@ def _online(x: CountingArray, y: CountingArray, block: int) -> None:
         m_new = max(m, float(x_b.max()))
         if m_new == -np.inf:
             continue                                       # only masked entries so far: l stays 0
-        alpha = float(np.exp(m - m_new))                   # α = exp(m_old - m_new)
+        alpha = float(np.exp(m - m_new))                   # α = e^(m − m′)
         l = l * alpha + float(np.exp(x_b - m_new).sum())
         m = m_new
     m_use = 0.0 if m == -np.inf else m

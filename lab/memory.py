@@ -1,4 +1,17 @@
-"""Peak memory of a Python call, as numpy sees it: `tracemalloc` records numpy's array allocations.
+"""What standard attention costs in memory traffic (the roofline) and in memory held (bytes of S and P, measured).
+
+Traffic first, because it sets the time. A GPU keeps Q, K, V, S, P and O in its main memory (HBM) and computes
+on chip, in SRAM (registers and shared memory) that is an order of magnitude faster and far smaller
+(FlashAttention, Dao et al. 2022, arXiv 2205.14135, §1 and §2.1). A kernel that performs F FLOPs and moves B bytes
+through HBM takes at least max(F / peak, B / bandwidth): its *arithmetic intensity* I = F / B decides which term wins,
+and the roofline $\\min(\\text{peak}, I \\cdot \\text{bandwidth})$ is the rate it can attain at best.
+  1. `attainable_flops`      : the roofline at intensity I.
+  2. `attention_traffic`     : FLOPs, HBM bytes, intensity and roofline time of each piece of standard attention
+                               (S = scale·QKᵀ, P = softmax(S), O = PV, each a kernel that reads its inputs from HBM
+                               and writes its output back, FlashAttention's Algorithm 0) and of a fused kernel
+                               that reads Q, K, V and writes O only.
+Then capacity: `attention_bytes` ($2 \\cdot N \\cdot M \\cdot$ itemsize per head) and `peak_bytes`, which measures it
+with `tracemalloc` (numpy's array allocations).
 
 Taught in: notebooks/00_the_memory_wall.ipynb, notebooks/05_tiling.ipynb
 """
@@ -10,8 +23,70 @@ import tracemalloc
 import numpy as np
 
 from ._checks import check_positive
+from .hardware import chip
 
-__all__ = ["peak_bytes", "attention_bytes", "measure_peak_memory"]
+__all__ = ["peak_bytes", "attention_bytes", "measure_peak_memory", "SOFTMAX_OPS_PER_ELEMENT", "attainable_flops",
+           "attention_traffic"]
+
+# Operations per element of the safe softmax of notebook 01, the exponential counted as one: the max (1 compare),
+# l = Σ e^(x - m) (subtract, exp, add) and y = e^(x - m) / l (subtract, exp, divide).
+SOFTMAX_OPS_PER_ELEMENT = 7
+
+
+def attainable_flops(intensity, peak: float, bandwidth: float):
+    """The roofline: $\\min(\\text{peak}, I \\cdot \\text{bandwidth})$ FLOP/s at arithmetic intensity $I$ (FLOP per byte).
+
+    Taught in: notebooks/00_the_memory_wall.ipynb
+    """
+    if peak <= 0 or bandwidth <= 0:
+        raise ValueError(f"peak and bandwidth must be > 0, got peak={peak}, bandwidth={bandwidth}")
+    return np.minimum(peak, np.asarray(intensity, dtype=np.float64) * bandwidth)
+
+
+def attention_traffic(N: int, M: int | None = None, d: int = 64, dv: int | None = None, itemsize: int = 2,
+                      chip_name: str = "A100", softmax_accesses: int = 2) -> list[dict]:
+    """Per piece of standard attention for one head: FLOPs, HBM bytes, intensity = FLOPs / bytes, and roofline time.
+
+    Pieces (FlashAttention's Algorithm 0, one kernel each, every matrix read from and written to HBM):
+    `S = scale·QKᵀ` ($2NMd$ FLOPs; reads Q, K, writes S), `P = softmax(S)` (`SOFTMAX_OPS_PER_ELEMENT`·NM operations;
+    `softmax_accesses` loads and stores of each of its N·M elements: 2 reads S once and writes P, 4 is the three-pass
+    safe softmax of notebook 01 when a row does not stay on chip), `O = PV` ($2NMd_v$ FLOPs; reads P, V, writes O);
+    then `standard, total` and `fused: Q, K, V in, O out` (the same FLOPs, HBM traffic of the inputs and output only).
+    Matmuls run against the chip's matmul peak, the softmax against its non-matmul (FP32) peak; a kernel's time is
+    max(FLOPs / peak, bytes / HBM bandwidth) and `bound` names the larger term; the standard total adds its three
+    kernels' times. Figures from `lab.hardware`; each row has `piece`, `kind`, `flops`, `bytes`, `intensity`,
+    `t_compute`, `t_memory`, `time` (seconds) and `bound`.
+    Taught in: notebooks/00_the_memory_wall.ipynb
+    """
+    M = N if M is None else M
+    dv = d if dv is None else dv
+    for name, x in (("N", N), ("M", M), ("d", d), ("dv", dv), ("itemsize", itemsize), ("softmax_accesses", softmax_accesses)):
+        check_positive(x, name)
+    c = chip(chip_name)
+    bw = c["hbm_bytes_per_s"]
+    nm = N * M
+    pieces = [
+        ("S = scale·QKᵀ", "matmul", 2 * nm * d, (N * d + M * d + nm) * itemsize),
+        ("P = softmax(S)", "non-matmul", SOFTMAX_OPS_PER_ELEMENT * nm, softmax_accesses * nm * itemsize),
+        ("O = PV", "matmul", 2 * nm * dv, (nm + M * dv + N * dv) * itemsize),
+    ]
+    total_flops = sum(p[2] for p in pieces)
+    pieces.append(("standard, total", "mixed", total_flops, sum(p[3] for p in pieces)))
+    pieces.append(("fused: Q, K, V in, O out", "mixed", total_flops, (N * d + M * d + M * dv + N * dv) * itemsize))
+    rows = []
+    for name, kind, flops, nbytes in pieces:
+        if name == "standard, total":                 # three kernels one after another: their times add
+            t_compute, t_memory = sum(r["t_compute"] for r in rows), sum(r["t_memory"] for r in rows)
+            time = sum(r["time"] for r in rows)
+        else:
+            t_compute = (sum(r["t_compute"] for r in rows[:3]) if kind == "mixed"
+                         else flops / c["matmul_flops" if kind == "matmul" else "nonmatmul_flops"])
+            t_memory = nbytes / bw
+            time = max(t_compute, t_memory)
+        rows.append({"piece": name, "kind": kind, "flops": int(flops), "bytes": int(nbytes),
+                     "intensity": flops / nbytes, "t_compute": t_compute, "t_memory": t_memory,
+                     "time": time, "bound": "memory" if t_memory > t_compute else "compute"})
+    return rows
 
 
 def peak_bytes(fn, *args, **kwargs) -> tuple[int, object]:

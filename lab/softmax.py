@@ -3,8 +3,8 @@
 A ladder, each rung removing one thing the previous needed:
   1. `softmax_naive`  : exp(x) / sum(exp(x)); overflows once exp(x) exceeds the dtype's max.
   2. `softmax_safe`   : subtract m = max(x) first; three passes (max, sum, normalize).
-  3. `softmax_online` : one pass keeps a running (m, l) over blocks, fixing l by α = exp(m_old - m_new)
-                        whenever the max grows; a second pass normalizes. No pass needs the whole max first.
+  3. `softmax_online` : one pass keeps a running (m, l) over blocks, fixing l by α = e^(m − m′)
+                        whenever the max grows from m to m′ (code: `alpha = exp(m - m_new)`); a second pass normalizes. No pass needs the whole max first.
 
 Taught in: notebooks/01_three_pass_softmax.ipynb, notebooks/02_online_softmax.ipynb
 """
@@ -87,7 +87,7 @@ def online_normalizer(x, block: int, axis: int = -1) -> tuple[np.ndarray, np.nda
         x_b = w[..., j0:j0 + block]
         m_new = np.maximum(m, x_b.max(axis=-1))
         m_use = np.where(np.isneginf(m_new), 0.0, m_new)     # nothing seen yet: keep l = 0
-        alpha = np.exp(m - m_use)                            # α = exp(m_old - m_new)
+        alpha = np.exp(m - m_use)                            # α = e^(m − m′)
         l = l * alpha + np.exp(x_b - m_use[..., None]).sum(axis=-1)
         m = m_new
     return m, l

@@ -1,8 +1,8 @@
 """The online softmax's first pass, one block at a time: what `online_normalizer` does, written down.
 
-For block b with scores $x_b$: $m_{new} = \\max(m_{old}, \\max x_b)$, $\\alpha = e^{m_{old} - m_{new}}$,
-$l \\leftarrow \\alpha\\,l + \\sum_{j \\in b} e^{x_j - m_{new}}$. The rescale is exact because
-$e^{x - m_{new}} = e^{x - m_{old}}\\,\\alpha$, so after every block $l = \\sum_{j \\le \\text{stop}} e^{x_j - m}$;
+Each block b with scores $x_b$ takes the state $(m, l)$ to $(m', l')$ (code: `m`, `l` to `m_new`, `l_new`):
+$m' = \\max(m, \\max x_b)$, $\\alpha = e^{m - m'}$, $l' = \\alpha\\,l + \\sum_{j \\in b} e^{x_j - m'}$. The rescale is
+exact because $e^{x - m'} = e^{x - m}\\,\\alpha$, so after every block $l' = \\sum_{j < \\text{stop}} e^{x_j - m'}$;
 the trace recomputes that sum directly (`l_direct`) to show it.
 
 Taught in: notebooks/02_online_softmax.ipynb
@@ -28,28 +28,30 @@ def _row(x) -> np.ndarray:
 
 
 def online_trace(x, block: int) -> dict:
-    """Per block of a 1-D row: `block_max`, `m_old`, new `m`, `alpha` $= e^{m_{old} - m}$, `l`, `l_direct` $= \\sum_{j<stop} e^{x_j - m}$.
+    """Per block of a 1-D row, the update $(m, l) \\to (m', l')$: `block_max`, `m`, `l`, `m_new`, `alpha` $= e^{m - m'}$,
+    `l_new`, and `l_direct` $= \\sum_{j<stop} e^{x_j - m'}$ recomputed from every score so far.
 
-    Arrays of length ceil(n / block); `start`/`stop` bound each block.
+    Arrays of length ceil(n / block); `start`/`stop` bound each block; `m`, `l` of the first block are the empty state
+    $(-\\infty, 0)$, and `m_new`, `l_new` of the last are the row's $(m, l)$.
     Taught in: notebooks/02_online_softmax.ipynb
     """
     a = _row(x)
     block = check_block(block, "block")
     n = a.shape[0]
     starts = np.arange(0, n, block)
-    cols = {k: [] for k in ("block", "start", "stop", "block_max", "m_old", "m", "alpha", "l", "l_direct")}
+    cols = {k: [] for k in ("block", "start", "stop", "block_max", "m", "l", "m_new", "alpha", "l_new", "l_direct")}
     m, l = -np.inf, 0.0
     for b, j0 in enumerate(starts):
         x_b = a[j0:j0 + block]                               # (≤ block,)
         m_new = max(m, float(x_b.max()))
         m_use = 0.0 if m_new == -np.inf else m_new           # nothing seen yet: l stays 0
-        alpha = float(np.exp(m - m_use))                     # α = exp(m_old - m_new); 0 on the first block
-        l = l * alpha + float(np.exp(x_b - m_use).sum())
+        alpha = float(np.exp(m - m_use))                     # α = e^(m − m′); 0 on the first block
+        l_new = l * alpha + float(np.exp(x_b - m_use).sum())
         for k, v in (("block", b), ("start", j0), ("stop", min(j0 + block, n)), ("block_max", float(x_b.max())),
-                     ("m_old", m), ("m", m_new), ("alpha", alpha), ("l", l),
+                     ("m", m), ("l", l), ("m_new", m_new), ("alpha", alpha), ("l_new", l_new),
                      ("l_direct", float(np.exp(a[:j0 + block] - m_use).sum()))):
             cols[k].append(v)
-        m = m_new
+        m, l = m_new, l_new
     out = {k: np.array(v) for k, v in cols.items()}
     for k in ("block", "start", "stop"):
         out[k] = out[k].astype(np.int64)
@@ -57,19 +59,19 @@ def online_trace(x, block: int) -> dict:
 
 
 def trace_table(trace: dict, max_rows: int = 8) -> str:
-    """The trace as a text table (block, range, block max, new m, α, l); at most `max_rows` rows, then a count of the rest.
+    """The trace as a text table (block, range, block max, m, m′, α, l′); at most `max_rows` rows, then a count of the rest.
 
     Taught in: notebooks/02_online_softmax.ipynb
     """
     if max_rows < 1:
         raise ValueError(f"max_rows must be >= 1, got {max_rows}")
-    head = f"{'block':>5}  {'keys':>9}  {'block max':>9}  {'new m':>9}  {'α = exp(m_old − m)':>18}  {'l':>10}"
+    head = f"{'block':>5}  {'keys':>9}  {'block max':>9}  {'m':>9}  {'m′':>9}  {'α = e^(m − m′)':>14}  {'l′':>10}"
     lines = [head, "-" * len(head)]
     nb = len(trace["block"])
     for i in range(min(nb, max_rows)):
         rng = f"{trace['start'][i]}–{trace['stop'][i] - 1}"
         lines.append(f"{trace['block'][i]:>5}  {rng:>9}  {trace['block_max'][i]:>9.3f}  {trace['m'][i]:>9.3f}  "
-                     f"{trace['alpha'][i]:>18.4f}  {trace['l'][i]:>10.4f}")
+                     f"{trace['m_new'][i]:>9.3f}  {trace['alpha'][i]:>14.4f}  {trace['l_new'][i]:>10.4f}")
     if nb > max_rows:
         lines.append(f"... {nb - max_rows} more blocks")
     return "\n".join(lines)

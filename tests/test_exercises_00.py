@@ -12,7 +12,8 @@ from lab.checks import softmax as checks
 
 NAME = "00_the_memory_wall"
 EX = {ex.number: ex for ex in exercises(NAME)}
-PASSED = {1: "score_bytes: ✓ passed 4 cases\n", 2: "my_attention: ✓ passed 3 cases\n", 3: "largest_n: ✓ passed 6 cases\n"}
+PASSED = {1: "score_bytes: ✓ passed 4 cases\n", 2: "my_attention: ✓ passed 3 cases\n", 3: "largest_n: ✓ passed 6 cases\n",
+          4: "hbm_bytes: ✓ passed 3 cases\n"}
 
 
 def _src(text: str) -> str:
@@ -23,16 +24,16 @@ def _fails(number: int, text: str, *says: str) -> str:
     return assert_fails(EX[number], text, *says)
 
 
-def test_the_notebook_has_three_checked_exercises():
-    assert sorted(EX) == [1, 2, 3]
+def test_the_notebook_has_four_checked_exercises():
+    assert sorted(EX) == [1, 2, 3, 4]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3])
+@pytest.mark.parametrize("number", [1, 2, 3, 4])
 def test_worked_solution_passes(number):
     assert run_check(EX[number], EX[number].solution) == PASSED[number]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3])
+@pytest.mark.parametrize("number", [1, 2, 3, 4])
 def test_stub_reports_not_implemented(number):
     assert "not implemented yet" in run_check(EX[number], EX[number].stub)
 
@@ -45,6 +46,15 @@ def test_exercise_3_has_a_stub_and_a_worked_answer_in_place_of_a_cell_that_compu
     answer = [c for c in nb.cells if c.cell_type == "markdown" and "Exercise 3, worked answer" in c.source]
     assert len(answer) == 1 and "solution" in answer[0].metadata.get("tags", []) and "146,542" in answer[0].source
 
+
+_HBM = """
+            def hbm_bytes(N, M, d, dv, itemsize):
+                s = (N * d + M * d + N * M) * itemsize
+                p = (N * M + N * M) * itemsize
+                o = (N * M + M * dv + N * dv) * itemsize
+                fused = (N * d + M * d + M * dv + N * dv) * itemsize   # in and out only
+                return s, p, o, fused
+            """
 
 PLANTED = {
     1: [("S only", """
@@ -122,6 +132,20 @@ PLANTED = {
             def largest_n(gib, itemsize):
                 return int(np.sqrt(gib * 2**30 / 2))
             """, ["got 207243", "leaves out itemsize"])],
+    4: [("S not written", _HBM.replace("N * d + M * d + N * M", "N * d + M * d"),
+         ["case 0 (4096, 4096, 64, 64, 2)", "s (element 0)", "also writes S"]),
+        ("softmax reads only", _HBM.replace("(N * M + N * M) * itemsize", "N * M * itemsize"),
+         ["p (element 1)", "reads S and writes P"]),
+        ("numbers, not bytes", _HBM.replace(") * itemsize", ")"), ["times itemsize"]),
+        ("N by N", _HBM.replace("M", "N").replace("(N, N,", "(N, M,"), ["case 1 (1000, 3000, 128, 32, 4)", "N × M"]),
+        ("d for d_v", _HBM.replace("dv", "d").replace("d, d, itemsize", "d, dv, itemsize"), ["case 1", "d_v columns"]),
+        ("fused writes S and P", _HBM.replace("M * dv + N * dv) * itemsize   #", "M * dv + N * dv + 2 * N * M) * itemsize   #"),
+         ["fused (element 3)", "fused kernel reads Q, K, V and writes O only"]),
+        ("calls lab", """
+            def hbm_bytes(N, M, d, dv, itemsize):
+                rows = lab.attention_traffic(N, M, d=d, dv=dv, itemsize=itemsize)
+                return tuple(r["bytes"] for r in rows if r["piece"] != "standard, total")
+            """, ["calls lab.attention_traffic"])],
 }
 
 
@@ -175,5 +199,5 @@ def test_hint_names_the_matching_mistake_and_stays_quiet_when_values_agree():
 
 def test_the_checks_module_stays_short_and_exports_check_names_only():
     import pathlib
-    assert len(pathlib.Path(checks.__file__).read_text().splitlines()) <= 400
+    assert len(pathlib.Path(checks.__file__).read_text().splitlines()) <= 430
     assert all(n.startswith("check_") for n in checks.__all__)

@@ -48,7 +48,7 @@ def test_stub_reports_not_implemented(number):
 
 def test_the_online_step_spec_gives_the_invariant_not_the_update():
     spec = EX[1].spec
-    assert "e^{x_j - m}" in spec and "alpha" not in spec and "m_{old}" not in spec
+    assert "e^{x_j - m}" in spec and "alpha" not in spec and "m_{old}" not in spec and "e^{m - m'}" not in spec
 
 
 _LOOP = """

@@ -20,12 +20,12 @@ from numpy import inf
 from ..access_count import CountingArray
 from ..attention import attention_reference
 from ..exercises import check, describe_case, diagnose
-from ..memory import attention_bytes, peak_bytes
+from ..memory import attention_bytes, attention_traffic, peak_bytes
 from ..softmax_steps import demo_scores
 from ..overflow import exp_limits, first_exp_overflow
 from ..softmax import online_normalizer
 
-__all__ = ["check_score_bytes", "check_standard_attention", "check_largest_n", "check_first_overflow", "check_safe_softmax",
+__all__ = ["check_score_bytes", "check_standard_attention", "check_largest_n", "check_hbm_bytes", "check_first_overflow", "check_safe_softmax",
            "check_log_sum_exp", "check_online_step", "check_online_pass", "check_merge_ml", "check_count_rescales"]
 
 def _same(got, wrong, case=None) -> bool:
@@ -151,6 +151,24 @@ def check_largest_n(fn) -> None:
           hint=_hint(mistakes, "the largest N with 2·N²·itemsize <= gib·2³⁰ bytes: it fits, N + 1 does not"))
 
 
+def check_hbm_bytes(fn) -> None:
+    """Check `fn(N, M, d, dv, itemsize)`, the HBM bytes `(s, p, o, fused)` of standard attention's three kernels and of a
+    fused kernel (`lab.attention_traffic`, softmax reading S once). Taught in: notebooks/00_the_memory_wall.ipynb"""
+    def want(N, M, d, dv, it):
+        return tuple(r["bytes"] for r in attention_traffic(N, M, d=d, dv=dv, itemsize=it) if r["piece"] != "standard, total")
+    mistakes = [(lambda N, M, d, dv, it: ((N * d + M * d) * it,) + want(N, M, d, dv, it)[1:],
+                 "S = scale·QKᵀ also writes S, N·M numbers, back to HBM"),
+                (lambda N, M, d, dv, it: (want(N, M, d, dv, it)[0], N * M * it) + want(N, M, d, dv, it)[2:],
+                 "the softmax reads S and writes P: N·M numbers each way"),
+                (lambda N, M, d, dv, it: tuple(x // it for x in want(N, M, d, dv, it)), "those are numbers: times itemsize"),
+                (lambda N, M, d, dv, it: want(N, N, d, dv, it), "S and P are N × M, and K, V have M rows"),
+                (lambda N, M, d, dv, it: want(N, M, d, d, it), "V and O have d_v columns, not d")]
+    check(_guarded(fn, "hbm_bytes"), want, [(4096, 4096, 64, 64, 2), (1000, 3000, 128, 32, 4), (7, 5, 3, 2, 8)],
+          names=("s", "p", "o", "fused"), rtol=0, atol=0, properties=[_own_work("attention_traffic")],
+          hint=_hint(mistakes, "each kernel reads its inputs from HBM and writes its output; the fused kernel reads Q, K, "
+                               "V and writes O only"))
+
+
 # ------------------------------------------------------------------------------------ 01 three-pass softmax
 
 
@@ -253,7 +271,7 @@ _STEP_MISTAKES = [  # (keyword arguments of _step, what went wrong)
     ({"skip_empty": False}, "a block of only -inf seen from the empty state: m_new is -inf and e^(-inf - (-inf)) is NaN; "
                             "such a block adds nothing, so keep (m, l)"),
     ({"alpha": False}, "the old l was not rescaled: it is a sum relative to the old m; when m grows, each old term "
-                       "e^(x - m_old) must become e^(x - m_new)"),
+                       "e^(x - m) must become e^(x - m_new)"),
     ({"sign": -1}, "the rescaling points the wrong way: moving the old sum to a larger m must shrink it (a factor <= 1)"),
     ({"terms": "old"}, "the new terms are relative to the old m: l must be a sum of e^(x - m) for the new m"),
     ({"keep_m": False}, "m is the max of this block only: it must be the max of every score seen, the old m included"),
@@ -383,7 +401,7 @@ def _rescales(x, block, *, first=False, ties=False, previous=False, tail=True):
 
 
 def check_count_rescales(fn) -> None:
-    """Check `fn(x, block)`, the blocks after the first whose scores raise the running max ($\\alpha = e^{m_{old} - m_{new}} < 1$).
+    """Check `fn(x, block)`, the blocks after the first whose scores raise the running max ($\\alpha = e^{m - m'} < 1$).
     Taught in: notebooks/02_online_softmax.ipynb"""
     cases = [(demo_scores(24), 6), (np.arange(10.0), 3), (np.arange(10.0)[::-1].copy(), 2), (np.ones(6), 2),
              (np.array([5.0, 1.0, 3.0, 2.0, 4.0]), 1), (demo_scores(64), 8)]

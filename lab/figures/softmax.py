@@ -10,7 +10,7 @@ import numpy as np
 
 from ..access_count import count_accesses
 from ..softmax_steps import demo_scores, online_trace, online_vs_safe
-from ..overflow import GAPS, SOFTMAX_DTYPES, first_broken_score, naive_vs_safe
+from ..overflow import GAPS, SOFTMAX_DTYPES, WORKS_EPS, exp_limits, first_broken_score, naive_vs_safe
 
 __all__ = ["draw_overflow", "draw_access_counts", "draw_online_trace"]
 
@@ -22,7 +22,8 @@ def _fmt_p(p: np.ndarray) -> str:
 def draw_overflow(s: float = 100.0, dtypes=tuple(SOFTMAX_DTYPES), ax=None) -> dict:
     """Per dtype, the range of largest scores s where the naive softmax of (s, s−1, s−2, s−3) works, with s marked.
 
-    Returns `naive_vs_safe(s)` plus the break points `above`/`below` per dtype.
+    Works: every entry within `WORKS_EPS`·eps of the format, relative, of the float64 softmax of the same stored row.
+    A tick marks log(smallest normal) on each bar. Returns `naive_vs_safe(s)` plus the break points `above`/`below`.
     Taught in: notebooks/01_three_pass_softmax.ipynb
     """
     if ax is None:
@@ -38,21 +39,23 @@ def draw_overflow(s: float = 100.0, dtypes=tuple(SOFTMAX_DTYPES), ax=None) -> di
         ax.barh(y, below - lo_lim, left=lo_lim, height=0.55, color="C3", alpha=0.25)
         ax.barh(y, hi_lim - above, left=above, height=0.55, color="C3", alpha=0.25)
         for edge in (below, above):
-            ax.text(edge, y + 0.33, f"{edge:+d}", ha="center", va="bottom", fontsize=10,
+            ax.text(edge, y + 0.33, f"{edge:+d}", ha="center", va="bottom", fontsize=11,
                     bbox={"fc": "white", "ec": "none", "pad": 0.5})
+        normal = exp_limits(name)["log_normal"]
+        ax.plot([normal, normal], [y - 0.3, y + 0.3], color="k", lw=1.2, ls=":")
         r = res[name]
         for dy, kind in ((0.16, "naive"), (-0.16, "safe")):
             bad = r[f"{kind}_broken"]
             ax.text(hi_lim * 1.25, y + dy, f"{kind:>5} {_fmt_p(r[kind])} {'✗' if bad else '✓'}", va="center",
-                    fontsize=10, color="C3" if bad else "black", family="monospace")
+                    fontsize=11, color="C3" if bad else "black", family="monospace")
     ax.axvline(s, color="k", lw=2)
     ax.set_xscale("symlog", linthresh=10)
     ax.set_xlim(lo_lim, hi_lim)
     ax.set_ylim(-0.6, len(dtypes) - 0.2)
     ax.set_yticks(range(len(dtypes)), list(dtypes)[::-1])
     ax.grid(axis="y", visible=False)
-    ax.set(xlabel="largest score s (symlog axis); row x = (s, s−1, s−2, s−3)",
-           title=f"Naive softmax works only in the green range (s = {s:g} marked); safe softmax everywhere")
+    ax.set(xlabel="largest score s (symlog axis); row x = (s, s−1, s−2, s−3); dotted: log(smallest normal)",
+           title=f"Naive softmax within {WORKS_EPS}·eps of float64 only in green (s = {s:g} marked); safe everywhere")
     return {"s": float(s), "results": res, "breaks": breaks}
 
 
@@ -81,7 +84,7 @@ def draw_access_counts(n: int = 256, block: int = 1, seed: int = 0, ax=None) -> 
 
 def draw_online_trace(block: int = 8, shift: float = 0.0, scale: float = 1.0, n: int = 64, seed: int = 0,
                       axes=None) -> dict:
-    """The row's scores with the running max m after each block (top) and l after each block (bottom).
+    """The row's scores with the running max m′ after each block (top) and l′ after each block (bottom).
 
     Returns the trace, the final (m, l) and max |online − safe|.
     Taught in: notebooks/02_online_softmax.ipynb
@@ -98,24 +101,24 @@ def draw_online_trace(block: int = 8, shift: float = 0.0, scale: float = 1.0, n:
             ax_m.axvspan(a - 0.5, z - 0.5, color="gray", alpha=0.12, lw=0)
             ax_l.axvspan(a - 0.5, z - 0.5, color="gray", alpha=0.12, lw=0)
     ax_m.plot(j, x, "o", ms=4, color="C0", label="scores x_j")
-    ax_m.step(np.r_[tr["start"], n] - 0.5, np.r_[tr["m"], tr["m"][-1]], where="post", color="C3", lw=2.5,
-              label="running m after each block")
+    ax_m.step(np.r_[tr["start"], n] - 0.5, np.r_[tr["m_new"], tr["m_new"][-1]], where="post", color="C3", lw=2.5,
+              label="running max m′ after each block")
     grew = tr["alpha"] < 1
     grew[0] = False                                            # the first block has nothing to rescale
-    ax_m.plot(tr["start"][grew] - 0.5, tr["m"][grew], "^", ms=9, color="C3",
-              label=f"m grew: l rescaled by α < 1 ({int(grew.sum())}×)")
+    ax_m.plot(tr["start"][grew] - 0.5, tr["m_new"][grew], "^", ms=9, color="C3",
+              label=f"m′ > m: l rescaled by α = e^(m − m′) < 1 ({int(grew.sum())}×)")
     ax_m.set(ylabel="score", title=f"Online softmax, n = {n}, block = {block}: "
              f"{len(tr['block'])} blocks; max |online − safe| = {cmp['max_abs_diff']:.1e}")
     lo, hi = float(x.min()), float(x.max())
     ax_m.set_ylim(lo - 0.45 * (hi - lo), hi + 0.1 * (hi - lo))          # room for the legend below the dots
     ax_m.legend(loc="lower center", ncol=3, fontsize=9)
     centers = (tr["start"] + tr["stop"] - 1) / 2
-    ax_l.bar(centers, tr["l"], width=(tr["stop"] - tr["start"]) * 0.8, color="C2", label="l after the block")
-    ax_l.plot(centers, tr["l_direct"], "k_", ms=12, mew=2, label="Σ exp(x_j − m) recomputed")
+    ax_l.bar(centers, tr["l_new"], width=(tr["stop"] - tr["start"]) * 0.8, color="C2", label="l′ after the block")
+    ax_l.plot(centers, tr["l_direct"], "k_", ms=12, mew=2, label="Σ exp(x_j − m′) recomputed")
     if len(tr["block"]) <= 16:
-        for c, a, lv in zip(centers[grew], tr["alpha"][grew], tr["l"][grew]):
+        for c, a, lv in zip(centers[grew], tr["alpha"][grew], tr["l_new"][grew]):
             ax_l.text(c, lv, f"α={a:.2f}", ha="center", va="bottom", fontsize=9)
-    ax_l.set(xlabel="key index j (shaded: alternate blocks)", ylabel="l")
+    ax_l.set(xlabel="key index j (shaded: alternate blocks)", ylabel="l′")
     ax_l.legend(loc="upper left", fontsize=9)
     return {"block": block, "shift": float(shift), "scale": float(scale), "n": n, "trace": tr,
             "m": cmp["m"], "l": cmp["l"], "max_abs_diff": cmp["max_abs_diff"], "rescales": int(grew.sum())}

@@ -9,15 +9,20 @@ import ipywidgets
 
 from ..figures.softmax import draw_online_trace, draw_overflow
 from ..notebook import measured
+from ..overflow import WORKS_EPS
 from . import interactive_figure
 
 __all__ = ["softmax_overflow", "online_softmax_trace"]
 
 
+def _ok(v: dict, kind: str) -> str:
+    err = v[f"{kind}_err"] / (v["tol"] / WORKS_EPS)                 # in units of the format's eps
+    return f"✗ broken ({'inf' if err == float('inf') else f'{err:.3g}'} eps)" if v[f"{kind}_broken"] else "✓"
+
+
 def _overflow_summary(r: dict) -> str:
-    parts = [f"{name}: naive {'✗ broken' if v['naive_broken'] else '✓'}, safe {'✗ broken' if v['safe_broken'] else '✓'}"
-             for name, v in r["results"].items()]
-    return f"s = {r['s']:g}  |  " + "  |  ".join(parts)
+    parts = [f"{name}: naive {_ok(v, 'naive')}, safe {_ok(v, 'safe')}" for name, v in r["results"].items()]
+    return f"s = {r['s']:g} (works: error within {WORKS_EPS}·eps of float64)  |  " + "  |  ".join(parts)
 
 
 def softmax_overflow(s: int = 100) -> ipywidgets.interactive:

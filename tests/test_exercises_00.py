@@ -1,5 +1,5 @@
 """Notebook 00's exercises: each worked solution passes its own check cell, each planted classic mistake fails
-with its diagnosis, and the checks of lab/checks/softmax.py used there behave when called directly."""
+with its diagnosis, and the checks of lab/checks/memory.py used there behave when called directly."""
 
 
 import nbformat
@@ -8,7 +8,8 @@ import pytest
 
 import lab
 from exercise_support import ROOT, assert_fails, exercises, run_check, source
-from lab.checks import softmax as checks
+from lab.checks import _support as support
+from lab.checks import memory as checks
 
 NAME = "00_the_memory_wall"
 EX = {ex.number: ex for ex in exercises(NAME)}
@@ -169,7 +170,7 @@ def test_checks_print_one_line_on_pass_and_a_hint_on_failure(capsys):
 
 def test_own_work_property_restores_lab_even_when_the_function_raises():
     before = lab.attention_reference
-    prop = checks._own_work("attention_reference")
+    prop = support._own_work("attention_reference")
 
     def boom(q, k, v):
         lab.attention_reference(q, k, v)
@@ -188,16 +189,17 @@ def test_guarded_hands_the_learner_copies_and_adds_a_note_to_known_errors():
         raise ValueError("operands could not be broadcast together")
     x = np.zeros(3)
     with pytest.raises(ValueError, match=r"broadcast together \(keep the row axis\)"):
-        checks._guarded(f, "f", {"broadcast": "keep the row axis"})(x)
+        support._guarded(f, "f", {"broadcast": "keep the row axis"})(x)
     assert seen[0] is not x and (x == 0).all()
 
 
 def test_hint_names_the_matching_mistake_and_stays_quiet_when_values_agree():
-    hint = checks._hint([(lambda a: a + 1, "off by one")], "generic")
+    hint = support._hint([(lambda a: a + 1, "off by one")], "generic")
     assert hint((1,), 2, 1) == "off by one" and hint((1,), 5, 1) == "generic" and hint((1,), 1, 1) is None
 
 
 def test_the_checks_module_stays_short_and_exports_check_names_only():
     import pathlib
-    assert len(pathlib.Path(checks.__file__).read_text().splitlines()) <= 430
+    for module in (checks, support):
+        assert len(pathlib.Path(module.__file__).read_text().splitlines()) <= 400
     assert all(n.startswith("check_") for n in checks.__all__)

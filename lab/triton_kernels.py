@@ -139,7 +139,7 @@ def _attn_fwd(Q, K, V, O, LSE, qk_scale, N, M, G, D, DV,
     row_ok = rows < N                                             # the last query block may run past N
     q = tl.load(Q + bh * stride_qh + rows[:, None] * stride_qn + feats[None, :],
                 mask=row_ok[:, None] & (feats[None, :] < D), other=0.0)       # Q_i: (Br, BLOCK_D)
-    m = tl.full([Br], float("-inf"), tl.float32)                 # m, in log2 units: -inf before any key
+    m = tl.full([Br], float("-inf"), tl.float32)                  # m, in log2 units: -inf before any key
     l = tl.zeros([Br], tl.float32)                                # l
     acc = tl.zeros([Br, BLOCK_DV], tl.float32)                    # acc: (Br, BLOCK_DV)
     K_kv = K + kv * stride_kz                                     # this kv head's keys and values
@@ -147,8 +147,8 @@ def _attn_fwd(Q, K, V, O, LSE, qk_scale, N, M, G, D, DV,
     full = M // Bc * Bc                                           # key blocks before `full` need no mask
     band = M                                                      # key blocks from `band` on are skipped
     if CAUSAL:
-        full = tl.maximum(0, i * Br + 1 + M - N) // Bc * Bc      # keys up to the first row's last: seen by every row
-        band = tl.minimum(M, (i + 1) * Br + M - N)               # keys past the last row's last: seen by none
+        full = tl.maximum(0, i * Br + 1 + M - N) // Bc * Bc       # keys up to the first row's last: seen by every row
+        band = tl.minimum(M, (i + 1) * Br + M - N)                # keys past the last row's last: seen by none
     for j0 in range(0, full, Bc):                                 # every row sees every key: no mask
         m, l, acc = _attn_fwd_step(q, m, l, acc, K_kv, V_kv, rows, j0, qk_scale, N, M, D, DV, stride_kn, stride_vn,
                                    False, CAUSAL, Bc, BLOCK_D, BLOCK_DV, PRECISION)
@@ -177,7 +177,7 @@ def _attn_fwd_step(q, m, l, acc, K_kv, V_kv, rows, j0, qk_scale, N, M, D, DV, st
                 mask=col_ok[None, :] & (feats[:, None] < D), other=0.0)        # K_jᵀ: (BLOCK_D, Bc)
     v = tl.load(V_kv + cols[:, None] * stride_vn + feats_v[None, :],
                 mask=col_ok[:, None] & (feats_v[None, :] < DV), other=0.0)     # V_j: (Bc, BLOCK_DV)
-    s = tl.dot(q, k, input_precision=PRECISION) * qk_scale       # S_ij·log2(e): (Br, Bc)
+    s = tl.dot(q, k, input_precision=PRECISION) * qk_scale        # S_ij·log2(e): (Br, Bc)
     if MASKED:
         visible = col_ok[None, :]
         if CAUSAL:

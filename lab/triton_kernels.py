@@ -62,8 +62,8 @@ if "triton" not in sys.modules and not torch.cuda.is_available():
 try:
     import triton
     import triton.language as tl
-except ImportError as exc:                   # no wheel for this platform: the kernels are defined, never run
-    _IMPORT_ERROR = f"{exc}"
+except Exception as exc:                     # no wheel for this platform, or a broken install: the kernels are
+    _IMPORT_ERROR = str(exc) or type(exc).__name__   # defined, never run, and triton_status() says why
     triton = types.SimpleNamespace(jit=lambda fn: fn)
 else:
     _IMPORT_ERROR = None

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from ._checks import check_choice
 
-__all__ = ["CHIPS", "SOURCES", "chip", "exp_rate", "ridge_point", "hardware_table"]
+__all__ = ["CHIPS", "SOURCES", "chip", "exp_rate", "ridge_point", "hardware_table",
+           "estimated_bytes", "loop_overhead"]
 
 KiB = 1024
 
@@ -118,3 +119,48 @@ def hardware_table(fields=("matmul_flops", "nonmatmul_flops", "exp_per_s", "hbm_
                                                       else "matmul FLOP/s ÷ HBM bytes/s"))
             lines.append(f"  {name} {f}: {src}")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ cost models
+# What a kernel costs, estimated from its loop structure: numbers, not drawings (lab/figures/hardware.py
+# draws them). Taught in: notebooks/08_hardware_runs.ipynb
+
+
+def estimated_bytes(kernel: str, B: int, H: int, N: int, d: int, itemsize: int = 4, block_q: int = 256) -> float:
+    """Bytes each kernel moves through memory, estimated: naive $\\approx s(4BHNd + 4BHN^2)$ (S written, read, P written, read);
+    the numpy loop $\\approx s(2BHNd + 2BHNd\\,N/B_r + 6BHN^2)$ (about six passes over each tile), the torch loop
+    five ($5BHN^2$: the matmul writes the tile, the exp reads and writes it, the row sum and the second matmul read it);
+    fused kernels $\\approx s(2BHNd + 2BHNd\\,N/B_r)$ (Q read and O written once, K and V once per query block).
+    `block_q` is Br; `itemsize` is s, the bytes of one value.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    bh, n2, nd = B * H, float(N) * N, float(N) * d
+    kv = 2 * nd * max(1.0, N / block_q)
+    if kernel in ("torch naive", "sdpa math", "numpy reference"):
+        return itemsize * bh * (4 * nd + 4 * n2)
+    if kernel == "numpy flash":
+        return itemsize * bh * (2 * nd + kv + 6 * n2)
+    if kernel == "lab torch flash":
+        return itemsize * bh * (2 * nd + kv + 5 * n2)
+    return itemsize * bh * (2 * nd + kv)
+
+
+def loop_overhead(N: int, block: int, *, d: int = 64, heads: int = 8, ops_per_step: int = 9, us_per_op: float = 10.0,
+                  flops_per_s: float = 155e9) -> dict:
+    """Cost model of a Python-level tile loop: steps $= \\lceil N/B_r \\rceil \\lceil N/B_c \\rceil$ (here $B_r = B_c$ = block),
+    overhead = steps · ops_per_step · us_per_op, matmul time = $4 \\cdot heads \\cdot N^2 d$ / flops_per_s.
+
+    The default 155 GFLOP/s is the low end of the fp32 matmul rate this course measured on its 2-vCPU
+    AMD EPYC test machines (torch 2.13.0 CPU build). Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    for name, x in (("N", N), ("block", block), ("d", d), ("heads", heads), ("ops_per_step", ops_per_step)):
+        if int(x) != x or x < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {x!r}")
+    if not us_per_op > 0 or not flops_per_s > 0:
+        raise ValueError("us_per_op and flops_per_s must be positive")
+    steps = (-(-N // block)) ** 2                                   # ceil(N / block) squared
+    overhead_s = steps * ops_per_step * us_per_op * 1e-6
+    matmul_s = 4.0 * heads * N * N * d / flops_per_s               # F = 4·B·H·N²·d at B = 1, as lab.attention_flops
+    return {"N": int(N), "block": int(block), "steps": int(steps), "overhead_ms": overhead_s * 1e3,
+            "matmul_ms": matmul_s * 1e3, "overhead_fraction": overhead_s / (overhead_s + matmul_s)}

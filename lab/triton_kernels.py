@@ -2,28 +2,32 @@
 
 A ladder (each rung: what changed, what it no longer materializes):
   0. `lab.attention_reference` : numpy float64, the full N×M scores; the oracle.
-  1. `lab.flash_attention_torch_forward` : the same tiling as a Python loop of torch ops; each op
-     reads and writes its Br×Bc tile through memory.
-  2. `flash_attention_triton` : one fused kernel. One program per (query block, head) keeps Q_i, m, l
-     and acc in registers while it streams K_j, V_j: no tile of scores ever leaves the chip; o and
-     lse are written once.
+  1. `lab.flash_attention_numpy` / `lab.flash_attention_torch_forward` : the tiling as a Python loop of
+     numpy or torch ops; each op reads and writes its Br×Bc tile through memory.
+  2. `flash_attention_triton` : one fused kernel, `_attn_fwd`. One program per (query block, batch·head)
+     keeps Q_i, m, l and acc in registers while it streams K_j, V_j: no tile of scores ever leaves the
+     chip; o and lse are written once. `_attn_fwd_step` is one key block's update, the numpy loop's body.
   3. `flash_attention_triton_backward` / `TritonFlashAttention` : FlashAttention-2's backward as two
      kernels, one per key block (dK_j, dV_j) and one per query block (dQ_i), each recomputing
      P = exp(S - lse) tile by tile; no atomics and no N×M array.
 
-How Triton runs here. On a CUDA tensor the kernel is compiled (`triton.jit`) with fixed block sizes
-(no autotuning). On a CPU tensor it runs through Triton's interpreter
-(`triton.runtime.interpreter.InterpretedFunction`), which executes the same kernel body one program
-at a time with numpy: correct on small shapes, 0.1-1 GFLOP/s, never a timing. Triton reads
-`TRITON_INTERPRET` when its own library functions (tl.max, tl.sum) are defined, at its first import,
-so when no CUDA device is present and Triton has not been imported yet, `import lab` sets
-`TRITON_INTERPRET=1` (an existing value is kept); Triton itself is imported only at the first call.
-If triton was imported earlier without it, a CPU call raises a clear RuntimeError saying so. The interpreter's bfloat16 `tl.dot` comes out wrong without an error in the Triton
-versions seen so far, so a bfloat16 CPU call is computed by the interpreter in float32 and rounded to
-bfloat16 at the end: correct, and said so in its docstring. Nothing here queries the device or
-autotunes unless `torch.cuda.is_available()`. Where Triton is not installed (macOS, Windows),
-`flash_attention_triton` raises `TritonUnavailableError` (an `ImportError`) saying why, and
-`triton_status()` gives the sentence notebooks and tests print when they skip.
+Names, as in the rest of the course: a program owns the Br query rows `rows` of block Q_i and streams key
+blocks K_j, V_j of Bc keys `cols`; N counts queries, M keys (the public keyword arguments `block_q` and
+`block_k` are Br and Bc). The running state is (m, l, acc) with m in log2 units (see `_attn_fwd`).
+
+How Triton runs here. On a CUDA tensor the kernel is compiled (`@triton.jit`) with fixed block sizes
+(no autotuning). On a CPU tensor it runs through Triton's interpreter, which executes the same kernel
+body one program at a time with numpy: correct on small shapes, 0.1-1 GFLOP/s, never a timing. Triton
+decides between the two when a kernel is decorated, from `TRITON_INTERPRET`, and fixes its own library
+functions (tl.max, tl.sum) at its first import; so when no CUDA device is present and Triton has not
+been imported yet, this module sets `TRITON_INTERPRET=1` (an existing value is kept) before it imports
+Triton. If triton was imported earlier without it, a CPU call raises a clear RuntimeError saying so.
+The interpreter's bfloat16 `tl.dot` comes out wrong without an error in the Triton versions seen so
+far, so a bfloat16 CPU call is computed by the interpreter in float32 and rounded to bfloat16 at the
+end: correct, and said so in its docstring. Nothing here queries the device or autotunes unless
+`torch.cuda.is_available()`. Where Triton is not installed (it publishes wheels for Linux only), the
+package still imports, `flash_attention_triton` raises `TritonUnavailableError` (an `ImportError`)
+saying why, and `triton_status()` gives the sentence notebooks and tests print when they skip.
 
 Shapes: q (..., Hq, N, d), k (..., Hkv, M, d), v (..., Hkv, M, dv), Hq % Hkv == 0; causal masks key
 j for query i when j > i + (M - N). Accumulates in float32; `o` in the input dtype, `lse` float32.
@@ -33,27 +37,38 @@ Taught in: notebooks/08_hardware_runs.ipynb
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import sys
+import types
 
+import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._checks import check_causal, check_qkv_shapes, check_scale
+from ._checks import check_causal, check_choice, check_positive, check_qkv_shapes, check_scale
 from .notebook import measured
 
 __all__ = ["flash_attention_triton", "flash_attention_triton_backward", "TritonFlashAttention", "triton_status",
-           "TritonUnavailableError"]
+           "TritonUnavailableError", "triton_tile_kinds", "triton_kernel_source"]
 
-# Triton decides at its first import whether its own library functions (tl.max, tl.sum, ...) are
-# interpreted or compiled, so on a machine without CUDA the variable is set here, when lab is
-# imported, before anything (torch included) imports triton. An existing value is kept.
+# Triton decides whether its library functions (tl.max, tl.sum, ...) and the kernels below are interpreted
+# or compiled when they are defined, so on a machine without CUDA the variable is set before anything
+# (torch included) imports triton. An existing value is kept.
 if "triton" not in sys.modules and not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-_LOG2E = 1.4426950408889634
-_LN2 = 0.6931471805599453
+try:
+    import triton
+    import triton.language as tl
+except Exception as exc:                     # no wheel for this platform, or a broken install: the kernels are
+    _IMPORT_ERROR = str(exc) or type(exc).__name__   # defined, never run, and triton_status() says why
+    triton = types.SimpleNamespace(jit=lambda fn: fn)
+else:
+    _IMPORT_ERROR = None
+
+_LOG2E = math.log2(math.e)                   # scale·log2(e) turns e^x into 2^(x·log2 e): exp becomes exp2
 _STATE: dict = {}
 
 
@@ -62,31 +77,26 @@ class TritonUnavailableError(ImportError):
 
 
 def _load():
-    """Import triton once (setting TRITON_INTERPRET=1 first on a machine without CUDA) and wrap the kernel."""
-    if "kernels" in _STATE or "error" in _STATE:
-        if "error" in _STATE:
-            raise TritonUnavailableError(_STATE["error"])
+    """The kernels to launch, {"triton", "interpreted", "compiled", ...}; TritonUnavailableError saying why if none."""
+    if "error" in _STATE:
+        raise TritonUnavailableError(_STATE["error"])
+    if "kernels" in _STATE:
         return _STATE["kernels"]
-    cuda = torch.cuda.is_available()
-    if "triton" not in sys.modules and not cuda:
-        os.environ.setdefault("TRITON_INTERPRET", "1")   # before the first import: Triton reads it when kernels are defined
     try:
-        import triton
-        import triton.language as tl
+        import triton as triton_module               # the import above, again: it fails here wherever it failed there
         from triton.runtime.interpreter import InterpretedFunction
-    except ImportError as exc:                           # no wheel for this platform, or a broken install
+        if _IMPORT_ERROR is not None:
+            raise ImportError(_IMPORT_ERROR)
+    except ImportError as exc:                       # no wheel for this platform, or a broken install
         _STATE["error"] = (f"Triton is not importable here ({exc}); it publishes wheels for Linux only, so the "
                            "Triton kernel is skipped on this machine and the torch kernels stand in for it.")
         raise TritonUnavailableError(_STATE["error"]) from exc
-    globals()["tl"] = tl                                 # the kernel body below reads `tl` from this module
-    from triton.runtime.jit import JITFunction
-    kernels_interpretable = not isinstance(getattr(tl.standard, "max", None), JITFunction)
-    kernels = {"triton": triton, "interpreted": InterpretedFunction(_attn_fwd) if kernels_interpretable else None}
-    kernels["interpreted_bwd"] = ((InterpretedFunction(_attn_bwd_dkdv), InterpretedFunction(_attn_bwd_dq))
-                                  if kernels_interpretable else None)
-    if cuda:
-        kernels["compiled"] = triton.jit(_attn_fwd)     # an InterpretedFunction too when TRITON_INTERPRET=1
-        kernels["compiled_bwd"] = (triton.jit(_attn_bwd_dkdv), triton.jit(_attn_bwd_dq))
+    backward = (_attn_bwd_dkdv, _attn_bwd_dq)
+    interpreted = isinstance(_attn_fwd, InterpretedFunction)    # TRITON_INTERPRET=1 when the kernels were defined
+    kernels = {"triton": triton_module, "interpreted": _attn_fwd if interpreted else None,
+               "interpreted_bwd": backward if interpreted else None}
+    if torch.cuda.is_available():
+        kernels["compiled"], kernels["compiled_bwd"] = _attn_fwd, backward   # interpreted too under TRITON_INTERPRET=1
     _STATE["kernels"] = kernels
     return kernels
 
@@ -111,131 +121,191 @@ def triton_status() -> tuple[bool, str]:
                   "(numpy, one program at a time): correct on small shapes, never a timing.")
 
 
+# ------------------------------------------------------------------------------------------ the forward kernel
+
+
+@triton.jit
 def _attn_fwd(Q, K, V, O, LSE, qk_scale, N, M, G, D, DV,
               stride_qh, stride_qn, stride_kz, stride_kn, stride_vz, stride_vn, stride_oh, stride_on,
-              CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,  # noqa: F821
-              BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr):  # noqa: F821
-    """One program: query block `pid_m` of query head `pid_h` against every visible key block of its kv head."""
-    pid_m = tl.program_id(0)
-    pid_h = tl.program_id(1)
-    kv = pid_h // G                                                   # grouped-query heads share K, V
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)                  # query rows i
-    offs_n = tl.arange(0, BLOCK_N)                                    # key columns j within a block
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    row_ok = offs_m < N
-    q = tl.load(Q + pid_h * stride_qh + offs_m[:, None] * stride_qn + offs_d[None, :],
-                mask=row_ok[:, None] & (offs_d[None, :] < D), other=0.0)             # Q_i: (BLOCK_M, BLOCK_D)
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)                              # m, in log2 units
-    l_i = tl.zeros([BLOCK_M], tl.float32)                                            # l
-    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)                                  # acc: (BLOCK_M, BLOCK_DV)
-    hi = M
+              CAUSAL: tl.constexpr, Br: tl.constexpr, Bc: tl.constexpr,
+              BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr):
+    """One program: the Br query rows of block Q_i of one (batch, query head) against the key blocks they see."""
+    i = tl.program_id(0)                                          # which query block Q_i
+    bh = tl.program_id(1)                                         # which (batch, query head)
+    kv = bh // G                                                  # its (batch, kv head): G query heads share K, V
+    rows = i * Br + tl.arange(0, Br)                              # the query rows of Q_i: (Br,)
+    feats = tl.arange(0, BLOCK_D)                                 # the d features, padded to a power of two
+    feats_v = tl.arange(0, BLOCK_DV)                              # the dv features of v and o
+    row_ok = rows < N                                             # the last query block may run past N
+    q = tl.load(Q + bh * stride_qh + rows[:, None] * stride_qn + feats[None, :],
+                mask=row_ok[:, None] & (feats[None, :] < D), other=0.0)       # Q_i: (Br, BLOCK_D)
+    m = tl.full([Br], float("-inf"), tl.float32)                  # m, in log2 units: -inf before any key
+    l = tl.zeros([Br], tl.float32)                                # l
+    acc = tl.zeros([Br, BLOCK_DV], tl.float32)                    # acc: (Br, BLOCK_DV)
+    K_kv = K + kv * stride_kz                                     # this kv head's keys and values
+    V_kv = V + kv * stride_vz
+    full = M // Bc * Bc                                           # key blocks before `full` need no mask
+    band = M                                                      # key blocks from `band` on are skipped
     if CAUSAL:
-        hi = tl.minimum(M, (pid_m + 1) * BLOCK_M + M - N)             # keys past it are masked for every row
-    for start_n in range(0, hi, BLOCK_N):
-        cols = start_n + offs_n
-        col_ok = cols < M
-        k = tl.load(K + kv * stride_kz + cols[None, :] * stride_kn + offs_d[:, None],
-                    mask=col_ok[None, :] & (offs_d[:, None] < D), other=0.0)         # K_jᵀ: (BLOCK_D, BLOCK_N)
-        s = tl.dot(q, k, input_precision=PRECISION) * qk_scale                       # S_ij·log2(e)
+        full = tl.maximum(0, i * Br + 1 + M - N) // Bc * Bc       # keys up to the first row's last: seen by every row
+        band = tl.minimum(M, (i + 1) * Br + M - N)                # keys past the last row's last: seen by none
+    for j0 in range(0, full, Bc):                                 # every row sees every key: no mask
+        m, l, acc = _attn_fwd_step(q, m, l, acc, K_kv, V_kv, rows, j0, qk_scale, N, M, D, DV, stride_kn, stride_vn,
+                                   False, CAUSAL, Bc, BLOCK_D, BLOCK_DV, PRECISION)
+    for j0 in range(full, band, Bc):                              # the diagonal band, or the partial last block: masked
+        m, l, acc = _attn_fwd_step(q, m, l, acc, K_kv, V_kv, rows, j0, qk_scale, N, M, D, DV, stride_kn, stride_vn,
+                                   True, CAUSAL, Bc, BLOCK_D, BLOCK_DV, PRECISION)
+    seen = l > 0                                                  # False for a row that sees no key (causal, N > M)
+    l_safe = tl.where(seen, l, 1.0)
+    o = acc / l_safe[:, None]                                     # o = acc / l, the one division; 0 where no key is seen
+    lse = tl.where(seen, (m + tl.log2(l_safe)) * 0.6931471805599453, float("-inf"))   # lse = (m + log2 l)·ln 2
+    tl.store(O + bh * stride_oh + rows[:, None] * stride_on + feats_v[None, :], o.to(O.dtype.element_ty),
+             mask=row_ok[:, None] & (feats_v[None, :] < DV))
+    tl.store(LSE + bh * N + rows, lse, mask=row_ok)
+
+
+@triton.jit
+def _attn_fwd_step(q, m, l, acc, K_kv, V_kv, rows, j0, qk_scale, N, M, D, DV, stride_kn, stride_vn,
+                   MASKED: tl.constexpr, CAUSAL: tl.constexpr, Bc: tl.constexpr,
+                   BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr):
+    """One key block K_j, V_j (keys j0 .. j0 + Bc - 1): (m, l, acc) -> (m', l', acc'), m in log2 units."""
+    cols = j0 + tl.arange(0, Bc)                                  # the keys of K_j: (Bc,)
+    feats = tl.arange(0, BLOCK_D)
+    feats_v = tl.arange(0, BLOCK_DV)
+    col_ok = cols < M                                             # the last key block may run past M
+    k = tl.load(K_kv + cols[None, :] * stride_kn + feats[:, None],
+                mask=col_ok[None, :] & (feats[:, None] < D), other=0.0)        # K_jᵀ: (BLOCK_D, Bc)
+    v = tl.load(V_kv + cols[:, None] * stride_vn + feats_v[None, :],
+                mask=col_ok[:, None] & (feats_v[None, :] < DV), other=0.0)     # V_j: (Bc, BLOCK_DV)
+    s = tl.dot(q, k, input_precision=PRECISION) * qk_scale        # S_ij·log2(e): (Br, Bc)
+    if MASKED:
         visible = col_ok[None, :]
         if CAUSAL:
-            visible = visible & (cols[None, :] <= offs_m[:, None] + (M - N))
+            visible = visible & (cols[None, :] <= rows[:, None] + (M - N))    # key j visible to query i
         s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))                          # m' = max(m, rowmax S_ij)
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(s - m_use[:, None])                                # P_ij = exp(S_ij - m')
-        alpha = tl.exp2(m_i - m_use)                                   # α = exp(m - m')
-        l_i = l_i * alpha + tl.sum(p, 1)                               # l = α l + rowsum P_ij
-        v = tl.load(V + kv * stride_vz + cols[:, None] * stride_vn + offs_dv[None, :],
-                    mask=col_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)       # V_j: (BLOCK_N, BLOCK_DV)
-        acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)  # acc = α acc + P_ij V_j
-        m_i = m_new
-    seen = l_i > 0
-    o = acc / tl.where(seen, l_i, 1.0)[:, None]                        # o = acc / l, 0 where no key is visible
-    lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
-    tl.store(O + pid_h * stride_oh + offs_m[:, None] * stride_on + offs_dv[None, :], o.to(O.dtype.element_ty),
-             mask=row_ok[:, None] & (offs_dv[None, :] < DV))
-    tl.store(LSE + pid_h * N + offs_m, lse, mask=row_ok)
+    m_new = tl.maximum(m, tl.max(s, 1))                           # m' = max(m, rowmax S_ij)
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)          # a row with no key yet: 2^(-inf) = 0, not NaN
+    p = tl.exp2(s - m_use[:, None])                               # P_ij = exp(S_ij - m')
+    alpha = tl.exp2(m - m_use)                                    # α = exp(m - m')
+    l = l * alpha + tl.sum(p, 1)                                  # l' = α l + rowsum P_ij
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)   # acc' = α acc + P_ij V_j
+    return m_new, l, acc
 
 
+def triton_tile_kinds(N: int, M: int, Br: int, Bc: int, causal: bool = False) -> np.ndarray:
+    """What the forward kernel does with each (query block i, key block j): 2 computes it unmasked, 1 masked, 0 skips it.
+
+    The kernel's own bounds, per query block: key blocks before `full` are seen in full by every row, those
+    from `full` to `band` are masked (the causal diagonal band, or the partial last key block), those from
+    `band` on are seen by no row of the block. Returns an int array of shape (Tr, Tc) = (⌈N/Br⌉, ⌈M/Bc⌉).
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    for name, x in (("N", N), ("M", M), ("Br", Br), ("Bc", Bc)):
+        check_positive(x, name)
+    causal = check_causal(causal)
+    Tr, Tc = -(-N // Br), -(-M // Bc)
+    kinds = np.zeros((Tr, Tc), dtype=int)
+    for i in range(Tr):
+        full, band = M // Bc * Bc, M
+        if causal:
+            full = max(0, i * Br + 1 + M - N) // Bc * Bc
+            band = min(M, (i + 1) * Br + M - N)
+        for j0 in range(0, M, Bc):
+            kinds[i, j0 // Bc] = 2 if j0 < full else 1 if j0 < band else 0
+    return kinds
+
+
+def triton_kernel_source(name: str = "forward") -> str:
+    """The source of a Triton kernel of this module, as compiled: "forward" (`_attn_fwd`), "step" (`_attn_fwd_step`),
+    "dkdv" or "dq" (the backward's two kernels).
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    kernels = {"forward": _attn_fwd, "step": _attn_fwd_step, "dkdv": _attn_bwd_dkdv, "dq": _attn_bwd_dq}
+    check_choice(name, kernels, "name")
+    return inspect.getsource(getattr(kernels[name], "fn", kernels[name])).rstrip("\n")
+
+
+# ------------------------------------------------------------------------------------------ the backward kernels
+
+
+@triton.jit
 def _attn_bwd_dkdv(Q, K, V, DO, LSE, DEL, DK, DV_, scale, N, M, G, D, DV,
                    stride_qh, stride_qn, stride_kz, stride_kn, stride_vz, stride_vn, stride_oh, stride_on,
-                   CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,  # noqa: F821
-                   BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr):  # noqa: F821
-    """One program: dK_j, dV_j of key block `pid_n` of kv head `z`, over every query row of its G query heads."""
-    pid_n = tl.program_id(0)
-    z = tl.program_id(1)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)                    # key columns j
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
+                   CAUSAL: tl.constexpr, Br: tl.constexpr, Bc: tl.constexpr,
+                   BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr):
+    """One program: dK_j, dV_j of key block K_j of one (batch, kv head), over every query row of its G query heads."""
+    j = tl.program_id(0)                                          # which key block K_j
+    kv = tl.program_id(1)                                         # which (batch, kv head)
+    cols = j * Bc + tl.arange(0, Bc)                              # the keys of K_j: (Bc,)
+    feats = tl.arange(0, BLOCK_D)
+    feats_v = tl.arange(0, BLOCK_DV)
     col_ok = cols < M
-    k = tl.load(K + z * stride_kz + cols[:, None] * stride_kn + offs_d[None, :],
-                mask=col_ok[:, None] & (offs_d[None, :] < D), other=0.0)            # K_j: (BLOCK_N, BLOCK_D)
-    v = tl.load(V + z * stride_vz + cols[:, None] * stride_vn + offs_dv[None, :],
-                mask=col_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)          # V_j: (BLOCK_N, BLOCK_DV)
-    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
+    k = tl.load(K + kv * stride_kz + cols[:, None] * stride_kn + feats[None, :],
+                mask=col_ok[:, None] & (feats[None, :] < D), other=0.0)            # K_j: (Bc, BLOCK_D)
+    v = tl.load(V + kv * stride_vz + cols[:, None] * stride_vn + feats_v[None, :],
+                mask=col_ok[:, None] & (feats_v[None, :] < DV), other=0.0)         # V_j: (Bc, BLOCK_DV)
+    dk = tl.zeros([Bc, BLOCK_D], tl.float32)
+    dv = tl.zeros([Bc, BLOCK_DV], tl.float32)
     lo = 0
     if CAUSAL:
-        lo = tl.maximum(0, pid_n * BLOCK_N - (M - N)) // BLOCK_M * BLOCK_M  # rows before it see no key here
+        lo = tl.maximum(0, j * Bc - (M - N)) // Br * Br          # query blocks before it see no key of K_j
     for g in range(0, G):
-        h = z * G + g
-        for start_m in range(lo, N, BLOCK_M):
-            rows = start_m + tl.arange(0, BLOCK_M)
+        bh = kv * G + g                                           # the (batch, query head)
+        for i0 in range(lo, N, Br):
+            rows = i0 + tl.arange(0, Br)                          # the query rows of Q_i: (Br,)
             row_ok = rows < N
-            q = tl.load(Q + h * stride_qh + rows[:, None] * stride_qn + offs_d[None, :],
-                        mask=row_ok[:, None] & (offs_d[None, :] < D), other=0.0)    # Q_i: (BLOCK_M, BLOCK_D)
-            do = tl.load(DO + h * stride_oh + rows[:, None] * stride_on + offs_dv[None, :],
-                         mask=row_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)  # dO_i: (BLOCK_M, BLOCK_DV)
-            lse = tl.load(LSE + h * N + rows, mask=row_ok, other=float("inf"))     # +inf where no key is visible
-            delta = tl.load(DEL + h * N + rows, mask=row_ok, other=0.0)            # D_i = rowsum(dO_i ∘ O_i)
-            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale         # S_ij: (BLOCK_M, BLOCK_N)
+            q = tl.load(Q + bh * stride_qh + rows[:, None] * stride_qn + feats[None, :],
+                        mask=row_ok[:, None] & (feats[None, :] < D), other=0.0)   # Q_i: (Br, BLOCK_D)
+            do = tl.load(DO + bh * stride_oh + rows[:, None] * stride_on + feats_v[None, :],
+                         mask=row_ok[:, None] & (feats_v[None, :] < DV), other=0.0)  # dO_i: (Br, BLOCK_DV)
+            lse = tl.load(LSE + bh * N + rows, mask=row_ok, other=float("inf"))   # +inf where no key is visible
+            delta = tl.load(DEL + bh * N + rows, mask=row_ok, other=0.0)          # D_i = rowsum(dO_i ∘ O_i)
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale        # S_ij: (Br, Bc)
             visible = row_ok[:, None] & col_ok[None, :]
             if CAUSAL:
                 visible = visible & (cols[None, :] <= rows[:, None] + (M - N))
-            p = tl.where(visible, tl.exp(s - lse[:, None]), 0.0)                  # P_ij = exp(S_ij - lse_i)
+            p = tl.where(visible, tl.exp(s - lse[:, None]), 0.0)                 # P_ij = exp(S_ij - lse_i)
             dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)  # dV_j += P_ijᵀ dO_i
-            dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)               # dP_ij = dO_i V_jᵀ
-            ds = p * (dp - delta[:, None])                                        # dS_ij = P_ij ∘ (dP_ij - D_i)
+            dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)              # dP_ij = dO_i V_jᵀ
+            ds = p * (dp - delta[:, None])                                       # dS_ij = P_ij ∘ (dP_ij - D_i)
             dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION) * scale  # dK_j += scale dS_ijᵀ Q_i
-    tl.store(DK + z * stride_kz + cols[:, None] * stride_kn + offs_d[None, :], dk.to(DK.dtype.element_ty),
-             mask=col_ok[:, None] & (offs_d[None, :] < D))
-    tl.store(DV_ + z * stride_vz + cols[:, None] * stride_vn + offs_dv[None, :], dv.to(DV_.dtype.element_ty),
-             mask=col_ok[:, None] & (offs_dv[None, :] < DV))
+    tl.store(DK + kv * stride_kz + cols[:, None] * stride_kn + feats[None, :], dk.to(DK.dtype.element_ty),
+             mask=col_ok[:, None] & (feats[None, :] < D))
+    tl.store(DV_ + kv * stride_vz + cols[:, None] * stride_vn + feats_v[None, :], dv.to(DV_.dtype.element_ty),
+             mask=col_ok[:, None] & (feats_v[None, :] < DV))
 
 
+@triton.jit
 def _attn_bwd_dq(Q, K, V, DO, LSE, DEL, DQ, scale, N, M, G, D, DV,
                  stride_qh, stride_qn, stride_kz, stride_kn, stride_vz, stride_vn, stride_oh, stride_on,
-                 CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,  # noqa: F821
-                 BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr):  # noqa: F821
-    """One program: dQ_i of query block `pid_m` of query head `pid_h`, over every visible key block."""
-    pid_m = tl.program_id(0)
-    pid_h = tl.program_id(1)
-    z = pid_h // G
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
+                 CAUSAL: tl.constexpr, Br: tl.constexpr, Bc: tl.constexpr,
+                 BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr):
+    """One program: dQ_i of query block Q_i of one (batch, query head), over every key block it sees."""
+    i = tl.program_id(0)                                          # which query block Q_i
+    bh = tl.program_id(1)                                         # which (batch, query head)
+    kv = bh // G
+    rows = i * Br + tl.arange(0, Br)
+    feats = tl.arange(0, BLOCK_D)
+    feats_v = tl.arange(0, BLOCK_DV)
     row_ok = rows < N
-    q = tl.load(Q + pid_h * stride_qh + rows[:, None] * stride_qn + offs_d[None, :],
-                mask=row_ok[:, None] & (offs_d[None, :] < D), other=0.0)
-    do = tl.load(DO + pid_h * stride_oh + rows[:, None] * stride_on + offs_dv[None, :],
-                 mask=row_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)
-    lse = tl.load(LSE + pid_h * N + rows, mask=row_ok, other=float("inf"))
-    delta = tl.load(DEL + pid_h * N + rows, mask=row_ok, other=0.0)
-    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    hi = M
+    q = tl.load(Q + bh * stride_qh + rows[:, None] * stride_qn + feats[None, :],
+                mask=row_ok[:, None] & (feats[None, :] < D), other=0.0)
+    do = tl.load(DO + bh * stride_oh + rows[:, None] * stride_on + feats_v[None, :],
+                 mask=row_ok[:, None] & (feats_v[None, :] < DV), other=0.0)
+    lse = tl.load(LSE + bh * N + rows, mask=row_ok, other=float("inf"))
+    delta = tl.load(DEL + bh * N + rows, mask=row_ok, other=0.0)
+    dq = tl.zeros([Br, BLOCK_D], tl.float32)
+    band = M
     if CAUSAL:
-        hi = tl.minimum(M, (pid_m + 1) * BLOCK_M + M - N)
-    for start_n in range(0, hi, BLOCK_N):
-        cols = start_n + offs_n
+        band = tl.minimum(M, (i + 1) * Br + M - N)               # keys past the last row's last: seen by none
+    for j0 in range(0, band, Bc):
+        cols = j0 + tl.arange(0, Bc)
         col_ok = cols < M
-        k = tl.load(K + z * stride_kz + cols[:, None] * stride_kn + offs_d[None, :],
-                    mask=col_ok[:, None] & (offs_d[None, :] < D), other=0.0)
-        v = tl.load(V + z * stride_vz + cols[:, None] * stride_vn + offs_dv[None, :],
-                    mask=col_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)
+        k = tl.load(K + kv * stride_kz + cols[:, None] * stride_kn + feats[None, :],
+                    mask=col_ok[:, None] & (feats[None, :] < D), other=0.0)
+        v = tl.load(V + kv * stride_vz + cols[:, None] * stride_vn + feats_v[None, :],
+                    mask=col_ok[:, None] & (feats_v[None, :] < DV), other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
         visible = row_ok[:, None] & col_ok[None, :]
         if CAUSAL:
@@ -243,9 +313,9 @@ def _attn_bwd_dq(Q, K, V, DO, LSE, DEL, DQ, scale, N, M, G, D, DV,
         p = tl.where(visible, tl.exp(s - lse[:, None]), 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION) * scale          # dQ_i += scale dS_ij K_j
-    tl.store(DQ + pid_h * stride_qh + rows[:, None] * stride_qn + offs_d[None, :], dq.to(DQ.dtype.element_ty),
-             mask=row_ok[:, None] & (offs_d[None, :] < D))
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION) * scale         # dQ_i += scale dS_ij K_j
+    tl.store(DQ + bh * stride_qh + rows[:, None] * stride_qn + feats[None, :], dq.to(DQ.dtype.element_ty),
+             mask=row_ok[:, None] & (feats[None, :] < D))
 
 
 def _check_block(block, name):
@@ -258,14 +328,16 @@ def _check_block(block, name):
 
 def flash_attention_triton(q, k, v, *, causal: bool = False, scale=None, block_q: int = 64, block_k: int = 64,
                            return_lse: bool = False, num_warps=None, num_stages=None):
-    """Fused FlashAttention-2 forward $o = \\mathrm{softmax}(\\mathrm{scale}\\,QK^\\top)V$, one Triton program per (query block, head).
+    """Fused FlashAttention-2 forward $o = \\mathrm{softmax}(\\mathrm{scale}\\,QK^\\top)V$, one Triton program per (query block, batch·head).
 
     Per key block: $S = \\mathrm{scale}\\,Q_iK_j^\\top$, $m' = \\max(m, \\mathrm{rowmax} S)$, $P = e^{S - m'}$,
     $l \\leftarrow e^{m-m'}l + \\mathrm{rowsum}P$, $acc \\leftarrow e^{m-m'}acc + PV_j$; then $o = acc/l$,
-    $lse = m + \\log l$ (exp2 with log2(e) folded into the scale, as GPU kernels do). Compiled on CUDA
+    $lse = m + \\log l$ (exp2 with log2(e) folded into the scale, as GPU kernels do; m kept in log2 units and
+    lse brought back to the natural log with ln 2). Causal: key blocks every row sees are computed unmasked,
+    the diagonal band masked, the blocks after it skipped (`triton_tile_kinds`). Compiled on CUDA
     tensors (float16, bfloat16, float32 with IEEE fp32 dots), Triton's interpreter on CPU tensors
     (bfloat16 there is computed in float32 and rounded at the end, because the interpreter's bfloat16
-    dot is wrong). `block_q`, `block_k`: powers of two >= 16; `num_warps`, `num_stages` apply to the
+    dot is wrong). `block_q` is Br, `block_k` is Bc: powers of two >= 16; `num_warps`, `num_stages` apply to the
     compiled kernel only. Returns `o`, or `(o, lse)` with `return_lse=True`. When an input requires grad,
     `o` is differentiable through `TritonFlashAttention` (the Triton backward).
     Taught in: notebooks/08_hardware_runs.ipynb
@@ -308,12 +380,12 @@ def flash_attention_triton(q, k, v, *, causal: bool = False, scale=None, block_q
         if kernel is None:
             raise ValueError("a CUDA tensor was given but torch.cuda.is_available() was False when Triton was loaded")
         extra = {} if on_cpu else {k_: v_ for k_, v_ in (("num_warps", num_warps), ("num_stages", num_stages)) if v_ is not None}
-        grid = (triton.cdiv(N, Br), Z * group)
+        grid = (triton.cdiv(N, Br), Z * group)                        # Tr query blocks × (batch, query head)
         kernel[grid](
-            q3, k3, v3, o3, lse, scale * _LOG2E, N, M, group, d, dv,
+            q3, k3, v3, o3, lse, scale * _LOG2E, N, M, group, d, dv,     # qk_scale = scale·log2(e)
             q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1), v3.stride(0), v3.stride(1),
             o3.stride(0), o3.stride(1),
-            CAUSAL=causal, BLOCK_M=Br, BLOCK_N=Bc,
+            CAUSAL=causal, Br=Br, Bc=Bc,
             BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_DV=max(16, triton.next_power_of_2(dv)),
             PRECISION="ieee" if work == torch.float32 else "tf32", **extra)
     o = o3.to(q.dtype).reshape(q.shape[:-1] + (dv,))                  # (..., N, dv)
@@ -365,7 +437,7 @@ def flash_attention_triton_backward(q, k, v, o, lse, do, *, causal: bool = False
                                "TRITON_INTERPRET=1); start Python with TRITON_INTERPRET=1.")
         args = (scale, N, M, group, d, dv, q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1),
                 v3.stride(0), v3.stride(1), do3.stride(0), do3.stride(1))
-        meta = dict(CAUSAL=causal, BLOCK_M=Br, BLOCK_N=Bc, BLOCK_D=max(16, triton.next_power_of_2(d)),
+        meta = dict(CAUSAL=causal, Br=Br, Bc=Bc, BLOCK_D=max(16, triton.next_power_of_2(d)),
                     BLOCK_DV=max(16, triton.next_power_of_2(dv)), PRECISION="ieee" if work == torch.float32 else "tf32")
         pair[0][(triton.cdiv(M, Bc), Z)](q3, k3, v3, do3, lse3, delta, dk3, dv3, *args, **meta)
         pair[1][(triton.cdiv(N, Br), Z * group)](q3, k3, v3, do3, lse3, delta, dq3, *args, **meta)

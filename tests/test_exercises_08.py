@@ -128,18 +128,18 @@ def test_specs_give_no_reference_code():
 # ---------------------------------------------------------------------------------------- exercise 5
 
 KERNEL_MISTAKES = [
-    ([("mask=key_ok[:, None], other=0.0)", ")")],
+    ([("mask=col_ok[:, None], other=0.0)", ")")],
      ("N and M not multiples", "reads V past row M - 1 = 36", "stores NaN")),
-    ([('        s = tl.where(key_ok[None, :], s, float("-inf"))', "")],
+    ([('        s = tl.where(col_ok[None, :], s, float("-inf"))', "")],
      ("N and M not multiples", "11 slots past M counted as keys of score 0", "a score of -inf (tl.where)")),
-    ([('m = tl.full([BLOCK_M], float("-inf"), tl.float32)', "m = tl.zeros([BLOCK_M], tl.float32)")],
+    ([('m = tl.full([Br], float("-inf"), tl.float32)', "m = tl.zeros([Br], tl.float32)")],
      ("very negative scores", "NaN in yours", "start m at float('-inf')")),
     ([("acc = acc * alpha[:, None] + tl.dot(p, v)", "acc = acc + tl.dot(p, v)")],
      ("several key blocks", "alpha = exp(m - m_new)")),
     ([("p = tl.exp(s - m_new[:, None])", "p = tl.exp(s)")], ("very large scores", "overflows float32")),
     ([(") * scale", ")")], ("one key block", "yours is attention with scale 1")),
     ([("        m = m_new\n", "")], ("several key blocks", "last key block alone")),
-    ([("range(0, M, BLOCK_N)", "range(0, M, BLOCK_M)")], ("BLOCK_M = 32 query rows", "differ in size")),
+    ([("range(0, M, Bc)", "range(0, M, Br)")], ("Br = 32 query rows", "differ in size")),
     ([("tl.max(s, axis=1)", "tl.max(s, axis=0)")], ("raised ValueError", "m, l run over axis=1")),
 ]
 
@@ -147,7 +147,7 @@ KERNEL_MISTAKES = [
 @needs_triton
 @pytest.mark.parametrize("edits, diagnosis", KERNEL_MISTAKES,
                          ids=["no load mask", "no -inf for padded keys", "m starts at 0", "no rescale of acc",
-                              "no max subtracted", "no scale", "m never updated", "steps by BLOCK_M", "max over queries"])
+                              "no max subtracted", "no scale", "m never updated", "steps by Br", "max over queries"])
 def test_kernel_mistakes(edits, diagnosis):
     assert_fails(run_check(EX[5], planted(EX[5], *edits)), *diagnosis)
 
@@ -190,9 +190,11 @@ def test_launch_runs_the_worked_kernel_on_strided_views():
     exec(EX[5].solution, ns)
     q, k, v = ct._case_inputs(2, 20, 37, 0, seed=1)
     assert not k.is_contiguous() and torch.isnan(k.as_strided((2, 37 + ct._PAD, 16), k.stride())[:, 37:]).all()
-    o = ct.launch_attention_kernel(ns["attention_kernel"], q, k, v, block_m=16, block_n=16)
+    o = ct.launch_attention_kernel(ns["attention_kernel"], q, k, v, block_q=16, block_k=16)
     want, _ = lab.attention_reference(*(t.double().numpy() for t in (q, k, v)))
     assert o.shape == (2, 20, 16) and np.abs(o.double().numpy() - want).max() < 1e-5
+    older = ct.launch_attention_kernel(ns["attention_kernel"], q, k, v, block_m=16, block_n=16)   # the older names
+    assert torch.equal(o, older)
 
 
 # ---------------------------------------------------------------------------------------- helpers

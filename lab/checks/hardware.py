@@ -215,27 +215,30 @@ def _standin_needed() -> bool:
     return False
 
 
-def launch_attention_kernel(kernel, q, k, v, *, block_m: int = 16, block_n: int = 16):
-    """`o` from `kernel[grid](Q, K, V, O, scale, N, M, strides..., BLOCK_M, BLOCK_N, d)`: one program per (query block, head).
+def launch_attention_kernel(kernel, q, k, v, *, block_q: int = 16, block_k: int = 16, block_m=None, block_n=None):
+    """`o` from `kernel[grid](Q, K, V, O, scale, N, M, strides..., Br, Bc, d)`: one program per (query block, head).
 
-    q (H, N, d), k and v (H, M, d), float32, each row contiguous; the grid is (cdiv(N, block_m), H), scale = 1/√d.
-    Returns o (H, N, d). Taught in: notebooks/08_hardware_runs.ipynb
+    q (H, N, d), k and v (H, M, d), float32, each row contiguous; `block_q` is Br, `block_k` is Bc (`block_m`,
+    `block_n`: older names of the same); the grid is (⌈N/Br⌉, H), scale = 1/√d. Returns o (H, N, d).
+    Taught in: notebooks/08_hardware_runs.ipynb
     """
     import triton
 
+    Br = block_q if block_m is None else block_m
+    Bc = block_k if block_n is None else block_n
     H, N, d = q.shape
     M = k.shape[1]
     o = torch.empty((H, N, d), dtype=torch.float32, device=q.device)          # (H, N, d)
-    grid = (triton.cdiv(N, block_m), H)
+    grid = (triton.cdiv(N, Br), H)                                            # Tr query blocks × H heads
     kernel[grid](q, k, v, o, 1.0 / math.sqrt(d), N, M,
                  q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), o.stride(0), o.stride(1),
-                 BLOCK_M=block_m, BLOCK_N=block_n, d=d)
+                 Br=Br, Bc=Bc, d=d)
     return o
 
 
 _D, _PAD = 16, 64      # head dimension; rows of NaN after K and V (more than a key block)
 
-_CASES = [  # name, H, N, M, BLOCK_M, BLOCK_N, score bias, hint when this case is the first to fail
+_CASES = [  # name, H, N, M, Br, Bc, score bias, hint when this case is the first to fail
     ("one key block", 1, 16, 16, 16, 16, 0,
      "with a single key block nothing is rescaled yet: check S = scale · q Kᵀ (tl.trans(k) inside tl.dot), "
      "p = exp(S - m_new), and that tl.max and tl.sum run along the keys, axis=1"),
@@ -248,9 +251,9 @@ _CASES = [  # name, H, N, M, BLOCK_M, BLOCK_N, score bias, hint when this case i
      "the last key block has slots past M: load K and V there with a mask and other=0.0, and give those "
      "slots a score of -inf (tl.where) before the max and the exp; a zero-filled key still scores 0 and adds "
      "e^(0 - m) to l"),
-    ("BLOCK_M = 32 query rows, BLOCK_N = 16 keys", 2, 40, 24, 32, 16, 0,
-     "the query block and the key block differ in size here: step over the keys by BLOCK_N and take key offsets "
-     "from tl.arange(0, BLOCK_N)"),
+    ("Br = 32 query rows, Bc = 16 keys", 2, 40, 24, 32, 16, 0,
+     "the query block and the key block differ in size here: step over the keys by Bc and take key offsets "
+     "from tl.arange(0, Bc)"),
     ("very negative scores (all near -200)", 1, 16, 48, 16, 16, -200,
      "every score here is near -200. A running max that starts at 0 stays 0 (max(0, -200) = 0), exp(S - 0) "
      "underflows to 0, so l = 0 and o = 0/0: start m at float('-inf')"),
@@ -291,7 +294,7 @@ _ERROR_HINTS = {
     "not subscriptable": "keep @triton.jit above the def: the check launches kernel[grid](...)",
     "is not defined": "the skeleton's last lines divide acc by l: keep those names for the running sums",
     "dot": "tl.dot(a, b) multiplies a (P, Q) by b (Q, R): K_j enters transposed, tl.dot(q, tl.trans(k))",
-    "shape": "q is (BLOCK_M, d), a key block (BLOCK_N, d): S = q Kᵀ is (BLOCK_M, BLOCK_N), and m, l run over axis=1",
+    "shape": "q is (Br, d), a key block (Bc, d): S = q Kᵀ is (Br, Bc), and m, l run over axis=1",
 }
 
 
@@ -316,13 +319,13 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
     compiled = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1"
     device = "cuda" if compiled else "cpu"
     tol = 1e-2 if compiled else 1e-4                           # a compiled fp32 tl.dot rounds its inputs to TF32
-    for i, (label, H, N, M, bm, bn, bias, hint) in enumerate(_CASES):
-        shown = f"case {i} ({label}: H = {H}, N = {N}, M = {M}, BLOCK_M = {bm}, BLOCK_N = {bn}, d = {_D})"
+    for i, (label, H, N, M, Br, Bc, bias, hint) in enumerate(_CASES):
+        shown = f"case {i} ({label}: H = {H}, N = {N}, M = {M}, Br = {Br}, Bc = {Bc}, d = {_D})"
         q, k, v = _case_inputs(H, N, M, bias, seed=i, device=device)
-        def run(k_, v_, q=q, bm=bm, bn=bn):
+        def run(k_, v_, q=q, Br=Br, Bc=Bc):
             with np.errstate(all="ignore"), warnings.catch_warnings():    # the interpreter's numpy on NaN and inf
                 warnings.simplefilter("ignore")
-                return launch_attention_kernel(kernel, q, k_, v_, block_m=bm, block_n=bn).double().cpu().numpy()
+                return launch_attention_kernel(kernel, q, k_, v_, block_q=Br, block_k=Bc).double().cpu().numpy()
         try:
             got = run(k, v)
         except Exception as exc:
@@ -342,7 +345,7 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
         if problem is None:
             continue
         print(f"{name}: ✗ {shown}: o[head, query, feature]: {problem}")
-        where = _what_it_matches(got, want, args, N, M, bn, tol)
+        where = _what_it_matches(got, want, args, N, M, Bc, tol)
         if np.isnan(got).any():
             where = _what_reads_nan(run, q, H, N, M, bias, i, device) or where
         if where:
@@ -375,26 +378,26 @@ def _what_reads_nan(run, q, H, N, M, bias, seed, device):
             f"another tensor's data, or a crash). Load with mask=(key rows < M)[:, None] and other=0.0")
 
 
-def _what_it_matches(got, want, args, N, M, bn, tol):
+def _what_it_matches(got, want, args, N, M, Bc, tol):
     """A sentence when `got` is attention without the scale, or over the first or the last key block alone."""
     q, k, v = args
     d = q.shape[-1]
-    last = (max(0, (M - 1) // bn * bn), M)
+    last = (max(0, (M - 1) // Bc * Bc), M)
     known = [((lambda: attention_reference(q, k, v, scale=1.0)[0]), "yours is attention with scale 1: multiply S = q Kᵀ "
                                                                      f"by scale = 1/√d = {1 / math.sqrt(d):g}"),
-             ((lambda: attention_reference(q, k[:, :bn], v[:, :bn])[0]), "yours is attention over the first key block "
+             ((lambda: attention_reference(q, k[:, :Bc], v[:, :Bc])[0]), "yours is attention over the first key block "
                                                                          "alone: loop over every key block, 0 to M"),
              ((lambda: attention_reference(q, k[:, last[0]:], v[:, last[0]:])[0]), "yours is attention over the last "
                                                                                    "key block alone: each step forgets the "
                                                                                    "blocks before it")]
-    padded = -(-M // bn) * bn
+    padded = -(-M // Bc) * Bc
     if padded > M:                                              # the slots past M taken as keys of zeros, score 0
         zeros = np.zeros(k.shape[:-2] + (padded - M, d))
         known.append(((lambda: attention_reference(q, np.concatenate([k, zeros], -2), np.concatenate([v, zeros], -2))[0]),
                       f"yours is attention with the {padded - M} slots past M counted as keys of score 0: give them a "
                       "score of -inf (tl.where) before the max and the exp"))
     for value, text in known:
-        if M > bn or "scale" in text or "slots" in text:
+        if M > Bc or "scale" in text or "slots" in text:
             if diagnose(got, value(), rtol=tol, atol=tol) is None:
                 return text
     return None

@@ -1,4 +1,6 @@
-"""Figures for notebook 08: time and memory against N, a roofline of measured ceilings, recorded runs.
+"""Figures for notebook 08: time and memory against N, a roofline of measured ceilings, recorded runs, the
+Python overhead of a tile loop. The cost models they draw (`estimated_bytes`, `loop_overhead`) live in
+lab/hardware.py.
 
 Taught in: notebooks/08_hardware_runs.ipynb
 """
@@ -11,10 +13,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FuncFormatter, NullLocator
 
+from ..hardware import estimated_bytes, loop_overhead  # noqa: F401  (cost models; importable from here too)
 from ..measure import attention_flops
 
-__all__ = ["draw_sweep", "estimated_bytes", "draw_roofline", "draw_recorded_memory", "loop_overhead", "draw_loop_overhead",
-           "KERNEL_STYLE"]
+__all__ = ["draw_sweep", "draw_roofline", "draw_recorded_memory", "draw_loop_overhead", "KERNEL_STYLE"]
 
 KERNEL_STYLE = {
     "numpy reference": ("C7", "s", ":"),
@@ -63,25 +65,6 @@ def draw_sweep(rows, *, what: str = "ms", ax=None) -> dict:
     if out:
         ax.legend(fontsize=9, loc="best")
     return out
-
-
-def estimated_bytes(kernel: str, B: int, H: int, N: int, d: int, itemsize: int = 4, block_q: int = 256) -> float:
-    """Bytes each kernel moves through memory, estimated: naive $\\approx s(4BHNd + 4BHN^2)$ (S written, read, P written, read);
-    the numpy loop $\\approx s(2BHNd + 2BHNd\\,N/B_r + 6BHN^2)$ (about six passes over each tile), the torch loop
-    five ($5BHN^2$: the matmul writes the tile, the exp reads and writes it, the row sum and the second matmul read it);
-    fused kernels $\\approx s(2BHNd + 2BHNd\\,N/B_r)$ (Q read and O written once, K and V once per query block).
-
-    Taught in: notebooks/08_hardware_runs.ipynb
-    """
-    bh, n2, nd = B * H, float(N) * N, float(N) * d
-    kv = 2 * nd * max(1.0, N / block_q)
-    if kernel in ("torch naive", "sdpa math", "numpy reference"):
-        return itemsize * bh * (4 * nd + 4 * n2)
-    if kernel == "numpy flash":
-        return itemsize * bh * (2 * nd + kv + 6 * n2)
-    if kernel == "lab torch flash":
-        return itemsize * bh * (2 * nd + kv + 5 * n2)
-    return itemsize * bh * (2 * nd + kv)
 
 
 def draw_roofline(ceilings: dict, rows, *, N: int | None = None, ax=None) -> dict:
@@ -162,28 +145,9 @@ def draw_recorded_memory(runs, *, N: int = 4096, ax=None) -> dict:
     return bars
 
 
-def loop_overhead(N: int, block: int, *, d: int = 64, heads: int = 8, ops_per_step: int = 9, us_per_op: float = 10.0,
-                  flops_per_s: float = 155e9) -> dict:
-    """Cost model of a Python-level tile loop: steps $= \\lceil N/B_r \\rceil \\lceil N/B_c \\rceil$ (here $B_r = B_c$ = block),
-    overhead = steps · ops_per_step · us_per_op, matmul time = $4 \\cdot heads \\cdot N^2 d$ / flops_per_s.
-
-    The default 155 GFLOP/s is the low end of the fp32 matmul rate this course measured on its 2-vCPU
-    AMD EPYC test machines (torch 2.13.0 CPU build). Taught in: notebooks/08_hardware_runs.ipynb
-    """
-    for name, x in (("N", N), ("block", block), ("d", d), ("heads", heads), ("ops_per_step", ops_per_step)):
-        if int(x) != x or x < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {x!r}")
-    if not us_per_op > 0 or not flops_per_s > 0:
-        raise ValueError("us_per_op and flops_per_s must be positive")
-    steps = (-(-N // block)) ** 2                                   # ceil(N / block) squared
-    overhead_s = steps * ops_per_step * us_per_op * 1e-6
-    matmul_s = attention_flops(1, heads, N, d) / flops_per_s
-    return {"N": int(N), "block": int(block), "steps": int(steps), "overhead_ms": overhead_s * 1e3,
-            "matmul_ms": matmul_s * 1e3, "overhead_fraction": overhead_s / (overhead_s + matmul_s)}
-
-
 def draw_loop_overhead(N: int = 4096, us_per_op: float = 10.0, *, block: int = 256, d: int = 64, heads: int = 8, ax=None) -> dict:
-    """Python overhead and matmul time of the tile loop against the block size, log-log; marks `block`; returns `loop_overhead` at it.
+    """Python overhead and matmul time of the tile loop against the block size Br = Bc, log-log; marks `block`; returns
+    `lab.loop_overhead` at it.
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
@@ -199,7 +163,7 @@ def draw_loop_overhead(N: int = 4096, us_per_op: float = 10.0, *, block: int = 2
     ax.yaxis.set_minor_locator(NullLocator())
     ax.axhline(here["matmul_ms"], color="C0", ls="--", label=f"matmul work at 155 GFLOP/s: {here['matmul_ms']:,.0f} ms")
     ax.plot([block], [here["overhead_ms"]], "o", ms=14, mfc="none", mec="k", mew=2,
-            label=f"block {block}: {here['steps']:,} tile steps, {here['overhead_ms']:,.1f} ms")
+            label=f"Br = Bc = {block}: {here['steps']:,} tile steps, {here['overhead_ms']:,.1f} ms")
     ax.set(xlabel="block size Br = Bc", ylabel="ms per forward", title=f"A Python tile loop at N = {N:,}, H = {heads}, d = {d}")
     ax.legend(fontsize=9, loc="upper right")
     return here

@@ -1,0 +1,58 @@
+"""Notebook 08's cost models (lab/hardware.py, end) and the figure and slider that draw them."""
+
+import matplotlib.pyplot as plt
+import pytest
+
+import lab
+
+
+def test_cost_models_live_in_lab_hardware_and_are_importable_from_the_figures():
+    import lab.figures.hardware as figs
+    import lab.hardware as hw
+    for name in ("estimated_bytes", "loop_overhead"):
+        assert name in hw.__all__ and name not in figs.__all__
+        assert getattr(lab, name) is getattr(hw, name) is getattr(figs, name)
+
+
+def test_estimated_bytes_orders_the_kernels():
+    naive, loop, fused = (lab.estimated_bytes(k, 1, 8, 4096, 64) for k in ("torch naive", "lab torch flash", "sdpa flash"))
+    assert fused < naive and fused < loop
+    assert naive == 4 * 8 * (4 * 4096 * 64 + 4 * 4096**2)
+    assert lab.estimated_bytes("numpy flash", 1, 8, 4096, 64) - loop == 4 * 8 * 4096**2   # one pass fewer in torch
+    assert lab.estimated_bytes("sdpa flash", 1, 8, 4096, 64, block_q=128) > fused      # K, V read once per query block
+
+
+def test_loop_overhead_model():
+    r = lab.loop_overhead(2048, 64, heads=1, ops_per_step=10, us_per_op=33.3)
+    assert r["steps"] == 1024 and r["overhead_ms"] == pytest.approx(341, rel=0.01)
+    assert r["matmul_ms"] == pytest.approx(lab.attention_flops(1, 1, 2048, 64) / 155e9 * 1e3)
+    assert lab.loop_overhead(4096, 256)["overhead_fraction"] < lab.loop_overhead(4096, 16)["overhead_fraction"]
+    assert lab.loop_overhead(100, 64)["steps"] == 4
+    with pytest.raises(ValueError, match="block"):
+        lab.loop_overhead(100, 0)
+    with pytest.raises(ValueError, match="positive"):
+        lab.loop_overhead(100, 16, us_per_op=0.0)
+
+
+def test_draw_loop_overhead_labels_the_block_in_the_course_symbols():
+    here = lab.figures.hardware.draw_loop_overhead(1024, 10.0, block=64)
+    ax = plt.gca()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    plt.close("all")
+    assert here == lab.loop_overhead(1024, 64)
+    assert ax.get_xlabel() == "block size Br = Bc" and any(t.startswith("Br = Bc = 64:") for t in labels)
+
+
+def test_loop_overhead_slider_updates_its_result():
+    import lab.widgets
+    w = lab.widgets.loop_overhead_explorer()
+    assert w.result["block"] == 256 and w.result["steps"] == 16**2
+    controls = {c.description: c for c in w.children[:-1]}
+    assert set(controls) == {"N", "Br = Bc", "µs per op"}
+    controls["Br = Bc"].value = 64
+    assert w.result["steps"] == 64**2 and w.result["overhead_ms"] > 0
+    controls["µs per op"].value = 100.0
+    assert w.result["overhead_ms"] == pytest.approx(64**2 * 9 * 100e-3)
+    controls["N"].value = 1024
+    assert w.result["N"] == 1024 and w.result["steps"] == 16**2
+    plt.close("all")

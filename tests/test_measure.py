@@ -157,15 +157,6 @@ def test_draw_sweep_returns_each_kernels_points():
         draw_sweep(ROWS, what="speed")
 
 
-def test_estimated_bytes_orders_the_kernels():
-    from lab.figures.hardware import estimated_bytes
-    naive, loop, fused = (estimated_bytes(k, 1, 8, 4096, 64) for k in ("torch naive", "lab torch flash", "sdpa flash"))
-    assert fused < naive and fused < loop
-    assert naive == 4 * 8 * (4 * 4096 * 64 + 4 * 4096**2)
-    numpy_loop = estimated_bytes("numpy flash", 1, 8, 4096, 64)
-    assert numpy_loop - loop == 4 * 8 * 4096**2                       # one pass over the tiles fewer in torch
-
-
 def test_draw_roofline_places_points_under_the_roof():
     import matplotlib.pyplot as plt
 
@@ -188,26 +179,3 @@ def test_draw_recorded_memory_uses_runs_with_both_kernels():
     plt.close("all")
     assert list(got) == ["here"] and got["here"]["standard"] == pytest.approx(8e-6 * 512**2 / 2)
     assert got["here"]["tiled"] < got["here"]["standard"]
-
-
-def test_loop_overhead_model():
-    from lab.figures.hardware import loop_overhead
-    r = loop_overhead(2048, 64, heads=1, ops_per_step=10, us_per_op=33.3)
-    assert r["steps"] == 1024 and r["overhead_ms"] == pytest.approx(341, rel=0.01)
-    assert loop_overhead(4096, 256)["overhead_fraction"] < loop_overhead(4096, 16)["overhead_fraction"]
-    assert loop_overhead(100, 64)["steps"] == 4
-    with pytest.raises(ValueError, match="block"):
-        loop_overhead(100, 0)
-
-
-def test_loop_overhead_slider_updates_its_result():
-    import lab.widgets
-    w = lab.widgets.loop_overhead_explorer()
-    assert w.result["block"] == 256 and w.result["steps"] == 16**2
-    controls = {c.description: c for c in w.children[:-1]}
-    controls["block"].value = 64
-    assert w.result["steps"] == 64**2 and w.result["overhead_ms"] > 0
-    controls["µs per op"].value = 100.0
-    assert w.result["overhead_ms"] == pytest.approx(64**2 * 9 * 100e-3)
-    controls["N"].value = 1024
-    assert w.result["N"] == 1024 and w.result["steps"] == 16**2

@@ -95,7 +95,7 @@ grade: setup
 # Removes what the build made; never notebooks/, lab/data/ or exercises/ (a learner's work).
 clean:
 	rm -rf $(VENV) build .pytest_cache .hypothesis *.egg-info
-	find lab tests -name __pycache__ -type d -prune -exec rm -rf {} +
+	find lab labbench tests -name __pycache__ -type d -prune -exec rm -rf {} +
 	find notebooks -name .ipynb_checkpoints -type d -prune -exec rm -rf {} +
 
 # In a real browser and as a static site (Debian's chromium: `apt-get install chromium`; no browser download).

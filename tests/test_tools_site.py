@@ -47,7 +47,7 @@ def small_notebook(with_math: bool = True):
         nbformat.v4.new_code_cell("print('hi')", outputs=[
             nbformat.v4.new_output("stream", text="hi <b>\n"),
             nbformat.v4.new_output("display_data", data={"image/png": PNG, "text/plain": "<Figure>"})]),
-        nbformat.v4.new_code_cell("lab.widgets.memory_wall()", outputs=[nbformat.v4.new_output(
+        nbformat.v4.new_code_cell("lab.widgets.roofline_explorer()", outputs=[nbformat.v4.new_output(
             "execute_result", execution_count=3,
             data={build_site.WIDGET_MIME: {"model_id": "x"}, "text/plain": "FigureSliders(children=(IntSlider(),))"})]),
         nbformat.v4.new_code_cell("def f(): return 1", metadata={"tags": ["solution"]}),

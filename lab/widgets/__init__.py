@@ -20,7 +20,7 @@ import io
 import ipywidgets
 import matplotlib.pyplot as plt
 
-__all__ = ["FigureSliders", "interactive_figure", "accumulation_explorer", "backward_tiles", "block_footprint", "decode_splits", "fa_variants", "gqa_group", "io_traffic", "loop_overhead_explorer", "mask_tiles", "memory_wall", "merge_order_explorer", "one_pass_explorer", "online_softmax_trace", "p_format_explorer", "softmax_overflow", "tile_fill", "tile_walk"]
+__all__ = ["FigureSliders", "interactive_figure", "accumulation_explorer", "backward_tiles", "block_footprint", "decode_splits", "fa_variants", "gqa_group", "io_traffic", "loop_overhead_explorer", "mask_tiles", "merge_order_explorer", "one_pass_explorer", "online_softmax_trace", "p_format_explorer", "roofline_explorer", "softmax_overflow", "tile_fill", "tile_walk"]
 
 
 class FigureSliders(ipywidgets.interactive):
@@ -72,7 +72,7 @@ def interactive_figure(draw, *, summary=None, **controls) -> FigureSliders:
     return FigureSliders(draw, summary, **controls)
 
 
-from .memory import memory_wall  # noqa: E402  (builders below use interactive_figure)
+from .memory import roofline_explorer  # noqa: E402  (builders below use interactive_figure)
 from .backward import backward_tiles  # noqa: E402
 from .decoding import decode_splits, gqa_group  # noqa: E402
 from .hardware import loop_overhead_explorer  # noqa: E402

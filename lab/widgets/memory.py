@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import ipywidgets
 
-from ..figures.memory import draw_attention_roofline, draw_memory_wall
+from ..figures.memory import draw_attention_roofline
 from ..hardware import CHIPS
 from . import interactive_figure
 
-__all__ = ["roofline_explorer", "memory_wall"]
+__all__ = ["roofline_explorer"]
 
 
 def _roofline_summary(r: dict) -> str:
@@ -34,15 +34,4 @@ def roofline_explorer(chip_name: str = "A100", d: int = 64, softmax_accesses: in
         d=ipywidgets.SelectionSlider(options=[32, 64, 128, 256], value=d, description="d", continuous_update=False),
         softmax_accesses=ipywidgets.ToggleButtons(options=[("2 (read S, write P)", 2), ("4 (three passes, 01)", 4)],
                                                   value=softmax_accesses, description="softmax"),
-    )
-
-
-def memory_wall(N: int = 4096, dtype: str = "float32") -> ipywidgets.interactive:
-    """Sliders over N (a power of two) and dtype; `.result` holds the bytes of S and P at that N."""
-    return interactive_figure(
-        draw_memory_wall,
-        summary=lambda r: (f"N = {r['N']:,}, {r['dtype']}: S and P take {r['bytes'] / 2**20:,.1f} MiB per head; "
-                           f"the tiles of the flash kernel take {r['flash_bytes'] / 2**20:,.2f} MiB"),
-        N=ipywidgets.SelectionSlider(options=[2**p for p in range(8, 18)], value=N, description="N"),
-        dtype=ipywidgets.ToggleButtons(options=["float16", "float32", "float64"], value=dtype, description="dtype"),
     )

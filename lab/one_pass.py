@@ -110,11 +110,19 @@ class RowRun(NamedTuple):
     steps: list
 
 
+def _slow(x, name: str) -> SlowRows:
+    """`x` itself when the caller handed in a `SlowRows` (its counts are the caller's to read), else a new one."""
+    return x if isinstance(x, SlowRows) else SlowRows(x, name)
+
+
 def _row_inputs(q, k, v, scale):
-    """Checked `q (d,)`, `k (M, d)`, `v (M, dv)`, the scale and the accumulator dtype; all before any work."""
+    """Checked `q (d,)`, `k (M, d)`, `v (M, dv)`, the scale and the accumulator dtype; all before any work.
+
+    `k` and `v` may be `SlowRows`: the checks look at their arrays without counting a load.
+    """
     q = as_float_array(q, "q")
-    k = as_float_array(k, "k")
-    v = as_float_array(v, "v")
+    k = as_float_array(k._a if isinstance(k, SlowRows) else k, "k")
+    v = as_float_array(v._a if isinstance(v, SlowRows) else v, "v")
     if q.ndim != 1:
         raise ValueError(f"q must be one query row of shape (d,), got shape {q.shape}")
     if k.ndim != 2 or v.ndim != 2:
@@ -154,10 +162,11 @@ def attention_row_three_pass(q, k, v, *, scale=None) -> RowRun:
     The row s (M numbers) is written once and read three times; K and V are read once.
     Taught in: notebooks/03_one_pass_attention.ipynb
     """
+    k_in, v_in = k, v
     q, k, v, scale, dt = _row_inputs(q, k, v, scale)
     held = _Held()
     M = k.shape[0]
-    K, V, S = SlowRows(k, "k"), SlowRows(v, "v"), SlowRows(np.empty(M, dt), "s")   # S: the score row, in slow memory
+    K, V, S = _slow(k_in, "k"), _slow(v_in, "v"), SlowRows(np.empty(M, dt), "s")   # S: the score row, in slow memory
     q_s = q.astype(dt) * dt.type(scale)                       # (d,)
     trace.read("q", trace.nbytes(q))
     S.store(0, M, K.load(0, M).astype(dt, copy=False) @ q_s)  # write s (M,)
@@ -185,9 +194,10 @@ def attention_row_two_pass(q, k, v, *, block_k: int = 256, scale=None) -> RowRun
     Taught in: notebooks/03_one_pass_attention.ipynb
     """
     Bc = check_block(block_k, "block_k")
+    k_in, v_in = k, v
     q, k, v, scale, dt = _row_inputs(q, k, v, scale)
     held = _Held()
-    K, V = SlowRows(k, "k"), SlowRows(v, "v")
+    K, V = _slow(k_in, "k"), _slow(v_in, "v")              # given as SlowRows: the caller reads the counts
     q_s = q.astype(dt) * dt.type(scale)                       # (d,)
     steps = []
     trace.read("q", trace.nbytes(q))
@@ -213,13 +223,14 @@ def attention_row_one_pass(q, k, v, *, block_k: int = 256, scale=None) -> RowRun
     """One pass with state $(m, l, acc)$: $m' = \\max(m, \\max s_b)$, $\\alpha = e^{m - m'}$, $l' = \\alpha l + \\sum e^{s_b - m'}$, $acc' = \\alpha\\,acc + e^{s_b - m'} V_b$; $o = acc / l$.
 
     K and V are read once, block by block; nothing of length M is held. `steps` lists each block:
-    block max, new m, alpha, l.
+    block max, new m, alpha, l. `k` and `v` may be given as `SlowRows`, to read their counts yourself.
     Taught in: notebooks/03_one_pass_attention.ipynb
     """
     Bc = check_block(block_k, "block_k")
+    k_in, v_in = k, v
     q, k, v, scale, dt = _row_inputs(q, k, v, scale)
     held = _Held()
-    K, V = SlowRows(k, "k"), SlowRows(v, "v")
+    K, V = _slow(k_in, "k"), _slow(v_in, "v")              # given as SlowRows: the caller reads the counts
     q_s = q.astype(dt) * dt.type(scale)                       # (d,)
     steps = []
     trace.read("q", trace.nbytes(q))

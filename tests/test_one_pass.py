@@ -252,3 +252,12 @@ def test_one_pass_buffers_checks_its_arguments():
     with pytest.raises(TypeError, match="N"):
         lab.one_pass_buffers(8.0, 8, 4)
     assert lab.one_pass_buffers(4, 3, 2, block_k=100)["block"][0][1] == 2 * 4 * 3 * 8   # Bc capped at M
+
+
+def test_row_methods_take_slow_rows_and_the_caller_reads_the_counts():
+    q, k, v = row_inputs(100, 8, seed=0)
+    for fn, want_k in ((lab.attention_row_three_pass, 1), (lab.attention_row_two_pass, 2), (lab.attention_row_one_pass, 1)):
+        K, V = lab.SlowRows(k, "k"), lab.SlowRows(v, "v")
+        run = fn(q, K, V, **_kw(fn, 32))
+        assert K.loads.tolist() == [want_k] * 100 and V.loads.tolist() == [1] * 100
+        assert run.passes_k == want_k and np.allclose(run.o, fn(q, k, v, **_kw(fn, 32)).o)

@@ -89,8 +89,8 @@ def merge_states(a: SoftmaxState, b: SoftmaxState) -> SoftmaxState:
     dt = np.result_type(alpha_a, acc_a, alpha_b, acc_b)
     # alpha[..., None] * acc, written with einsum: the same products, without the 64 KiB buffer numpy's
     # broadcasting multiply allocates; the second product is added in place, so one (..., N, dv) temporary.
-    acc = np.einsum("...n,...nd->...nd", alpha_a, acc_a, dtype=dt)       # (..., N, dv)
-    acc += np.einsum("...n,...nd->...nd", alpha_b, acc_b, dtype=dt)
+    acc = np.einsum("...,...d->...d", alpha_a, acc_a, dtype=dt)         # (..., N, dv)
+    acc += np.einsum("...,...d->...d", alpha_b, acc_b, dtype=dt)
     return SoftmaxState(m, l, acc)
 
 

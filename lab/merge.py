@@ -7,7 +7,11 @@ A ladder:
      $o_c = acc_c / l_c$ and $lse_c = m_c + \\log l_c$ (one number per row instead of two);
      $lse = \\log \\sum_c e^{lse_c}$, $o = \\sum_c e^{lse_c - lse} o_c$.
   3. `flash_decoding` : one (or a few) query tokens against a long K/V cache cut into `splits` chunks,
-     each chunk's `(o_c, lse_c)` computed independently, then merged.
+     each chunk's `(o_c, lse_c)` computed independently, then merged. With grouped-query heads the
+     G = Hq/Hkv query heads of a key/value head are computed together, against one read of each chunk.
+
+FlashAttention-2's own parallelism (batch, head, query block) needs no merge: each query block runs over
+all of its keys. The merge is for splitting one query's keys: split-KV decoding, sequence parallelism.
 
 Shapes as in `lab.attention`: q (..., Hq, N, d) with N usually 1, k (..., Hkv, M, d), v (..., Hkv, M, dv),
 Hq a multiple of Hkv (grouped-query attention); causal masks key j for query i when j > i + (M - N).
@@ -22,6 +26,7 @@ import numpy as np
 from . import trace
 from ._checks import acc_dtype, as_float_array, check_choice, check_scale
 from .attention import _checked, _grouped, _ungrouped, causal_mask
+from .one_pass import SlowRows
 from .states import SoftmaxState, finalize, merge_states, partial_state
 
 __all__ = ["ORDERS", "chunk_bounds", "random_chunk_bounds", "merge_plan", "reduce_states", "chunk_state", "split_states",
@@ -91,7 +96,8 @@ def chunk_state(q, k_c, v_c, *, start: int = 0, total: int | None = None, causal
     """The partial state of every query against one key chunk `k_c (..., Mc, d)`, `v_c (..., Mc, dv)` holding keys `start..start+Mc-1` of `total`.
 
     $S = \\mathrm{scale}\\,Q K_c^\\top$ (masked with the global key index when causal), then
-    `partial_state(S, V_c)`: $m$, $l$ `(..., Hq, N)`, $acc$ `(..., Hq, N, dv)`, float32 at least.
+    `partial_state(S, V_c)`: $m$, $l$ `(..., Hq, N)`, $acc$ `(..., Hq, N, dv)`, float32 at least. The
+    G = Hq/Hkv query heads of a group share one read of their key/value head's chunk (one work item).
     Taught in: notebooks/04_merge_order.ipynb
     """
     q, k_c, v_c, group, scale = _checked(q, k_c, v_c, scale, causal)
@@ -101,8 +107,6 @@ def chunk_state(q, k_c, v_c, *, start: int = 0, total: int | None = None, causal
         raise ValueError(f"the chunk [start, start + Mc) = [{start}, {start + Mc}) must lie inside 0..total={total}")
     dt = acc_dtype(q, k_c, v_c)
     q5, k5, v5 = _grouped(q.astype(dt) * dt.type(scale), k_c.astype(dt, copy=False), v_c.astype(dt, copy=False), group)
-    trace.read("k", trace.nbytes(k_c))
-    trace.read("v", trace.nbytes(v_c))
     s = q5 @ np.swapaxes(k5, -1, -2)                          # (..., Hkv, G, N, Mc)
     if causal:
         s = np.where(causal_mask(N, total, cols=np.arange(start, start + Mc)), s, -np.inf)
@@ -113,6 +117,8 @@ def chunk_state(q, k_c, v_c, *, start: int = 0, total: int | None = None, causal
 
 def split_states(q, k, v, *, splits: int, causal: bool = False, scale=None, bounds=None) -> list[SoftmaxState]:
     """One `chunk_state` per chunk of `chunk_bounds(M, splits)` (or of `bounds`, contiguous chunks covering 0..M), each computed on its own.
+
+    K and V are sliced through `SlowRows`, so `lab.trace` counts the rows each chunk was handed.
 
     Taught in: notebooks/04_merge_order.ipynb
     """
@@ -127,7 +133,8 @@ def split_states(q, k, v, *, splits: int, causal: bool = False, scale=None, boun
         if len(bounds) != splits or edges[0] != 0 or edges[-1] != M or any(
                 b != a2 for (_, b), (a2, _) in zip(bounds, bounds[1:])) or any(b < a for a, b in bounds):
             raise ValueError(f"bounds must be {splits} contiguous chunks (j0, j1) covering 0..M={M}, got {bounds}")
-    return [chunk_state(q, k[..., j0:j1, :], v[..., j0:j1, :], start=j0, total=M, causal=causal, scale=scale)
+    K, V = SlowRows(k, "k"), SlowRows(v, "v")                 # counts the rows each chunk is handed, into lab.trace
+    return [chunk_state(q, K.load(j0, j1), V.load(j0, j1), start=j0, total=M, causal=causal, scale=scale)
             for j0, j1 in bounds]
 
 

@@ -59,7 +59,8 @@ def partial_state(s, v) -> SoftmaxState:
         m = np.full(s.shape[:-1], -np.inf, dt)
     else:
         m = s.max(axis=-1)
-    p = np.exp(s - _use(m)[..., None])
+    p = s - _use(m)[..., None]                                # (..., N, Mb) a new array: s stays as it was
+    np.exp(p, out=p)                                          # P = e^{S - m}, in place of the shifted scores
     return SoftmaxState(m, p.sum(axis=-1), p @ v.astype(dt, copy=False))
 
 
@@ -67,23 +68,30 @@ def merge_states(a: SoftmaxState, b: SoftmaxState) -> SoftmaxState:
     """Merge two states over disjoint key slices.
 
     $m = \\max(m_a, m_b)$, $l = e^{m_a - m} l_a + e^{m_b - m} l_b$, $acc = e^{m_a - m} acc_a + e^{m_b - m} acc_b$.
+    When a is a running state and b one more block, $m$ is notebook 03's $m'$ and $e^{m_a - m}$ its $\\alpha$.
     Taught in: notebooks/04_merge_order.ipynb
     """
     for name, st in (("a", a), ("b", b)):
         if len(st) != 3:
             raise ValueError(f"{name} must be a SoftmaxState (m, l, acc)")
-    ma, la, acca = (np.asarray(t) for t in a)
-    mb, lb, accb = (np.asarray(t) for t in b)
-    for name, (m_, l_, acc_) in (("a", (ma, la, acca)), ("b", (mb, lb, accb))):
+    m_a, l_a, acc_a = (np.asarray(t) for t in a)
+    m_b, l_b, acc_b = (np.asarray(t) for t in b)
+    for name, (m_, l_, acc_) in (("a", (m_a, l_a, acc_a)), ("b", (m_b, l_b, acc_b))):
         if l_.shape != m_.shape or acc_.ndim < 1 or acc_.shape[:-1] != m_.shape:
             raise ValueError(f"{name} must have m, l shaped (..., N) and acc (..., N, dv), "
                              f"got {m_.shape}, {l_.shape}, {acc_.shape}")
-    if ma.shape != mb.shape or acca.shape != accb.shape:
-        raise ValueError(f"a and b must have the same shapes, got m {ma.shape} vs {mb.shape}, acc {acca.shape} vs {accb.shape}")
-    m = np.maximum(ma, mb)
-    alpha_a = np.exp(ma - _use(m))
-    alpha_b = np.exp(mb - _use(m))
-    return SoftmaxState(m, alpha_a * la + alpha_b * lb, alpha_a[..., None] * acca + alpha_b[..., None] * accb)
+    if m_a.shape != m_b.shape or acc_a.shape != acc_b.shape:
+        raise ValueError(f"a and b must have the same shapes, got m {m_a.shape} vs {m_b.shape}, acc {acc_a.shape} vs {acc_b.shape}")
+    m = np.maximum(m_a, m_b)                                  # (..., N)
+    alpha_a = np.exp(m_a - _use(m))                           # (..., N) e^{m_a - m}: 0 where a saw no key
+    alpha_b = np.exp(m_b - _use(m))
+    l = alpha_a * l_a + alpha_b * l_b
+    dt = np.result_type(alpha_a, acc_a, alpha_b, acc_b)
+    # alpha[..., None] * acc, written with einsum: the same products, without the 64 KiB buffer numpy's
+    # broadcasting multiply allocates; the second product is added in place, so one (..., N, dv) temporary.
+    acc = np.einsum("...,...d->...d", alpha_a, acc_a, dtype=dt)         # (..., N, dv)
+    acc += np.einsum("...,...d->...d", alpha_b, acc_b, dtype=dt)
+    return SoftmaxState(m, l, acc)
 
 
 def finalize(state: SoftmaxState) -> tuple[np.ndarray, np.ndarray]:

@@ -311,3 +311,15 @@ def test_the_memory_limit_refuses_an_n_by_m_boolean_mask_and_leaves_the_worked_s
     exec(compile(EX[2].solution, "<solution 2>", "exec"), ns)
     held, _ = lab.peak_bytes(checks._call, ns["one_pass_rows"], case, CountingRows(case.k), CountingRows(case.v), True)
     assert 4 * held < limit and np.ones((case.q.shape[0], case.k.shape[0]), bool).nbytes > limit
+
+
+@pytest.mark.parametrize("name, module", [(NAME, "one_pass"), ("04_merge_order", "merge")])
+def test_one_set_of_symbols_in_notebooks_03_04_and_their_code(name, module):
+    """The update is (m, l, acc) -> (m', l', acc') with alpha = e^(m - m'); two merged states are a and b."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    text = "\n".join(c.source for c in nb.cells)
+    for f in (f"lab/{module}.py", "lab/states.py", f"lab/figures/{module}.py", f"lab/widgets/{module}.py",
+              f"lab/checks/{module}.py"):
+        text += (ROOT / f).read_text()
+    for old in ("m_{old}", "m_{new}", "m_old", "m_x", "ma, la", "mb, lb", "acca", "accb"):
+        assert old not in text, f"{name} or its code still writes {old}"

@@ -246,3 +246,13 @@ def test_merge_order_explorer_reacts_to_its_sliders():
     assert w.result["depth"] == 5
     assert max(w.result["errors"].values()) < 1e-12
     assert "tree ‹" in w.summary_html.value and "(all &lt; 1e-12: True)" in w.summary_html.value   # errors masked
+
+
+def test_flash_decoding_reads_each_key_value_row_once_per_group_whatever_the_splits():
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 8, 1, 16)).astype(np.float32)     # 8 query heads on 2 key/value heads
+    k, v = (rng.standard_normal((1, 2, 100, 16)).astype(np.float32) for _ in range(2))
+    for splits in (1, 7, 100, 130):
+        with lab.trace.record() as rec:
+            lab.flash_decoding(q, k, v, splits=splits)
+        assert rec.read_by["k"] == k.nbytes and rec.read_by["v"] == v.nbytes

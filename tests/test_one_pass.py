@@ -188,3 +188,76 @@ def test_draw_holdings_counts_what_each_method_holds():
     three, two, one = r["held"].values()
     assert three[1] > 3 * three[0]
     assert two[0] == two[1] and one[0] == one[1] == 8 * (64 + 1 + 1 + 8)
+
+
+def test_slow_rows_counts_the_rows_of_every_slice_and_reports_them_to_trace():
+    a = np.arange(24.0).reshape(2, 6, 2)                   # rows along axis -2
+    rows = lab.SlowRows(a, "k")
+    with trace.record() as rec:
+        block = rows.load(1, 4)
+        rows.load(3, 6)
+    assert block.shape == (2, 3, 2) and np.shares_memory(block, a)   # a view: no copy held
+    assert rows.loads.tolist() == [0, 1, 1, 2, 1, 1] and rows.passes == 1.0
+    assert rec.read_by["k"] == (3 + 3) * 2 * 2 * 8
+    s = lab.SlowRows(np.zeros(5), "s")                      # a 1-D row: rows along axis 0
+    with trace.record() as rec:
+        s.store(0, 5, np.arange(5.0))
+        s.load(0, 5)
+        s.load(0, 5)
+    assert s.stores.tolist() == [1] * 5 and s.loads.tolist() == [2] * 5
+    assert rec.write_by["s"] == 40 and rec.read_by["s"] == 80
+    assert lab.SlowRows(np.ones((3, 2)), "v").stores.tolist() == [0, 0, 0]
+
+
+def test_the_row_methods_count_what_they_slice_not_what_they_declare(monkeypatch):
+    q, k, v = row_inputs(64, 8, seed=0)
+    loads = []
+    real = lab.SlowRows.load
+
+    def spy(self, j0, j1):
+        loads.append((self.name, j0, j1))
+        return real(self, j0, j1)
+
+    monkeypatch.setattr(lab.SlowRows, "load", spy)
+    run = lab.attention_row_two_pass(q, k, v, block_k=16)
+    assert run.passes_k == sum(j1 - j0 for name, j0, j1 in loads if name == "k") / 64 == 2
+    loads.clear()
+    lab.one_pass_attention(q[None], k, v, block_k=16)
+    assert sorted(loads) == sorted([(n, j0, j0 + 16) for n in "kv" for j0 in range(0, 64, 16)])
+
+
+def test_exp_calls_are_counted_where_np_exp_runs():
+    q, k, v = row_inputs(100, 8, seed=0)
+    rows = lab.compare_row_methods(q, k, v, block_k=32)
+    assert [r["exp calls"] for r in rows] == [2 * 100, 2 * 100 + 4, 100 + 4]
+
+
+@pytest.mark.parametrize("N, M, d, causal", [(512, 512, 64, False), (512, 2048, 32, False), (1024, 1024, 32, True)])
+def test_one_pass_buffers_counts_what_one_pass_attention_holds(N, M, d, causal):
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((N, d)), rng.standard_normal((M, d)), rng.standard_normal((M, d))
+    lab.one_pass_attention(q, k, v, block_k=16)            # first calls warm numpy's caches
+    for block in (16, 64, 256, M):
+        held, _ = lab.peak_bytes(lab.one_pass_attention, q, k, v, block_k=block, causal=causal)
+        count = lab.one_pass_buffers(N, M, d, block_k=block, causal=causal)
+        assert 0.99 < held / count["peak"] < 1.05, (block, held, count)
+    small, large = (lab.one_pass_buffers(N, M, d, block_k=b) for b in (8, 512))
+    assert small["peak_phase"] == "merge" and large["peak_phase"] == "block"
+    assert large["bytes"]["block"] - small["bytes"]["block"] == 2 * N * (min(512, M) - 8) * 8
+
+
+def test_one_pass_buffers_checks_its_arguments():
+    with pytest.raises(ValueError, match="block_k"):
+        lab.one_pass_buffers(8, 8, 4, block_k=0)
+    with pytest.raises(TypeError, match="N"):
+        lab.one_pass_buffers(8.0, 8, 4)
+    assert lab.one_pass_buffers(4, 3, 2, block_k=100)["block"][0][1] == 2 * 4 * 3 * 8   # Bc capped at M
+
+
+def test_row_methods_take_slow_rows_and_the_caller_reads_the_counts():
+    q, k, v = row_inputs(100, 8, seed=0)
+    for fn, want_k in ((lab.attention_row_three_pass, 1), (lab.attention_row_two_pass, 2), (lab.attention_row_one_pass, 1)):
+        K, V = lab.SlowRows(k, "k"), lab.SlowRows(v, "v")
+        run = fn(q, K, V, **_kw(fn, 32))
+        assert K.loads.tolist() == [want_k] * 100 and V.loads.tolist() == [1] * 100
+        assert run.passes_k == want_k and np.allclose(run.o, fn(q, k, v, **_kw(fn, 32)).o)

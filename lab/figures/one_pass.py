@@ -74,7 +74,7 @@ def draw_one_pass(M: int = 4096, block_k: int = 256, d: int = 64, seed: int = 0,
 
 
 def draw_holdings(Ms=(256, 1024, 4096, 16384), block_k: int = 256, d: int = 64, seed: int = 0, ax=None) -> dict:
-    """Peak bytes each row method holds (counted in its run) against the number of keys M, log-log."""
+    """Peak bytes each row method holds against the number of keys M, log-log: its declared sum of the working arrays alive, taken in a run."""
     held = {name: [] for name in ROW_METHODS}
     for M in Ms:
         q, k, v = row_inputs(int(M), d, seed=seed)

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import torch
 
-from .kernels.common import causal_key_end
+from .rules import causal_key_end
 from .masks import BlockMask, _is_torch, _kept, _tile_kinds, index_arrays
 
 

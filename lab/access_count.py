@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._checks import as_float_array, check_block, check_choice
+from .rules import safe_exp_shift
 
 __all__ = ["CountingArray", "AccessCount", "count_accesses", "COUNTED_METHODS"]
 
@@ -114,7 +115,7 @@ def _safe(x: CountingArray, y: CountingArray, block: int) -> None:
     m = -np.inf
     for j0 in range(0, n, block):                          # pass 1: m = max_j x_j
         m = max(m, float(x[j0:j0 + block].max()))
-    m_use = 0.0 if m == -np.inf else m
+    m_use = safe_exp_shift(m)
     l = 0.0
     for j0 in range(0, n, block):                          # pass 2: l = Σ exp(x_j - m)
         l += float(np.exp(x[j0:j0 + block] - m_use).sum())
@@ -134,7 +135,7 @@ def _online(x: CountingArray, y: CountingArray, block: int) -> None:
         alpha = float(np.exp(m - m_new))                   # α = e^(m − m′)
         l = l * alpha + float(np.exp(x_b - m_new).sum())
         m = m_new
-    m_use = 0.0 if m == -np.inf else m
+    m_use = safe_exp_shift(m)
     for j0 in range(0, n, block):                          # pass 2: y = exp(x - m) / l
         e = np.exp(x[j0:j0 + block] - m_use)
         y[j0:j0 + block] = e / l if l > 0 else np.zeros_like(e)

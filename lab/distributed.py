@@ -24,10 +24,9 @@ from datetime import timedelta
 
 import numpy as np
 
-from .attention import _checked
+from ._checks import check_choice, check_qkv
 from .merge import ORDERS, chunk_bounds, chunk_state, reduce_states
 from .states import SoftmaxState, finalize
-from ._checks import check_choice
 
 __all__ = ["sequence_parallel_attention", "free_port", "WORLD_SIZES", "START_METHODS"]
 
@@ -107,7 +106,7 @@ def sequence_parallel_attention(q, k, v, *, world_size: int = 2, causal: bool = 
     timeout_s = float(timeout_s)
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s}")
-    q, k, v, _, scale = _checked(q, k, v, scale, causal)
+    q, k, v, _, scale = check_qkv(q, k, v, scale, causal)
     import torch.multiprocessing as mp
 
     if start_method == "forkserver":

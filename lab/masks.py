@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from ._checks import check_block
+from .rules import causal_key_end
 
 __all__ = ["sliding_window", "document_mask", "and_masks", "alibi", "alibi_slopes", "softcap", "prefix_lm",
            "dilated_window", "clipped_alibi", "block_mask", "BlockMask"]
@@ -256,7 +257,7 @@ def _kept(mask_mod, causal: bool, N: int, M: int, idx):
     b, h, i, j = idx
     keep = None if mask_mod is None else mask_mod(b, h, i, j)
     if causal:
-        c = j <= i + (M - N)
+        c = j < causal_key_end(i, N, M)
         keep = c if keep is None else keep & c
     return keep
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import trace
-from ._checks import acc_dtype, as_float_array, check_choice, check_scale
-from .attention import _checked, _grouped, _ungrouped, causal_mask
+from ._checks import acc_dtype, as_float_array, check_choice, check_qkv, check_scale, group_view, ungroup_view
 from .one_pass import SlowRows
+from .rules import causal_mask, safe_exp_shift
 from .states import SoftmaxState, finalize, merge_states, partial_state
 
 __all__ = ["ORDERS", "chunk_bounds", "random_chunk_bounds", "merge_plan", "reduce_states", "chunk_state", "split_states",
@@ -100,19 +100,19 @@ def chunk_state(q, k_c, v_c, *, start: int = 0, total: int | None = None, causal
     G = Hq/Hkv query heads of a group share one read of their key/value head's chunk (one work item).
     Taught in: notebooks/04_merge_order.ipynb
     """
-    q, k_c, v_c, group, scale = _checked(q, k_c, v_c, scale, causal)
+    q, k_c, v_c, group, scale = check_qkv(q, k_c, v_c, scale, causal)
     Mc, N = k_c.shape[-2], q.shape[-2]
     total = start + Mc if total is None else int(total)
     if start < 0 or start + Mc > total:
         raise ValueError(f"the chunk [start, start + Mc) = [{start}, {start + Mc}) must lie inside 0..total={total}")
     dt = acc_dtype(q, k_c, v_c)
-    q5, k5, v5 = _grouped(q.astype(dt) * dt.type(scale), k_c.astype(dt, copy=False), v_c.astype(dt, copy=False), group)
+    q5, k5, v5 = group_view(q.astype(dt) * dt.type(scale), k_c.astype(dt, copy=False), v_c.astype(dt, copy=False), group)
     s = q5 @ np.swapaxes(k5, -1, -2)                          # (..., Hkv, G, N, Mc)
     if causal:
         s = np.where(causal_mask(N, total, cols=np.arange(start, start + Mc)), s, -np.inf)
     m, l, acc = partial_state(s, v5)
     dv = v_c.shape[-1]
-    return SoftmaxState(_ungrouped(m, q.shape, ()), _ungrouped(l, q.shape, ()), _ungrouped(acc, q.shape, (dv,)))
+    return SoftmaxState(ungroup_view(m, q.shape, ()), ungroup_view(l, q.shape, ()), ungroup_view(acc, q.shape, (dv,)))
 
 
 def split_states(q, k, v, *, splits: int, causal: bool = False, scale=None, bounds=None) -> list[SoftmaxState]:
@@ -123,7 +123,7 @@ def split_states(q, k, v, *, splits: int, causal: bool = False, scale=None, boun
     Taught in: notebooks/04_merge_order.ipynb
     """
     splits = _check_splits(splits)
-    q, k, v, _, scale = _checked(q, k, v, scale, causal)
+    q, k, v, _, scale = check_qkv(q, k, v, scale, causal)
     M = k.shape[-2]
     if bounds is None:
         bounds = chunk_bounds(M, splits)
@@ -178,7 +178,7 @@ def merge_outputs(o_parts, lse_parts):
     o = np.stack(o).astype(dt, copy=False)                    # (C, ..., N, dv)
     lse = np.stack(lse).astype(dt, copy=False)                # (C, ..., N)
     m = lse.max(axis=0)                                       # (..., N)
-    m_use = np.where(np.isneginf(m), 0.0, m)
+    m_use = safe_exp_shift(m)
     w = np.exp(lse - m_use)                                   # (C, ..., N) weights e^{lse_c - m}
     total = w.sum(axis=0)                                     # (..., N)
     seen = total > 0
@@ -198,7 +198,7 @@ def flash_decoding(q, k, v, *, splits: int, causal: bool = False, scale=None, or
     """
     splits = _check_splits(splits)
     check_choice(order, ORDERS, "order")
-    q, k, v, _, scale = _checked(q, k, v, scale, causal)
+    q, k, v, _, scale = check_qkv(q, k, v, scale, causal)
     parts = [finalize(st) for st in split_states(q, k, v, splits=splits, causal=causal, scale=scale)]
     for o_c, lse_c in parts:
         trace.write("o_parts", trace.nbytes(o_c))

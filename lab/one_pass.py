@@ -33,6 +33,7 @@ from ._checks import (acc_dtype, as_float_array, check_block, check_finite, chec
                       group_view, ungroup_view)
 from .kernels import causal_mask
 from .states import SoftmaxState, empty_state, finalize, merge_states, partial_state
+from .rules import safe_exp_shift
 
 __all__ = ["SlowRows", "RowRun", "ROW_METHODS", "attention_row_three_pass", "attention_row_two_pass",
            "attention_row_one_pass", "compare_row_methods", "one_pass_attention", "one_pass_buffers"]
@@ -174,7 +175,7 @@ def attention_row_three_pass(q, k, v, *, scale=None) -> RowRun:
     trace.ops("mul", M * q.size)
     s = S.load(0, M)                                          # pass 1: the max
     m = s.max() if M else dt.type(-np.inf)
-    m_use = 0.0 if np.isneginf(m) else m
+    m_use = safe_exp_shift(m)
     l = _exp(S.load(0, M) - m_use).sum(dtype=dt)              # pass 2: the normalizer
     p = _exp(S.load(0, M) - m_use)                            # pass 3: the weights (M,), times V
     acc = p @ V.load(0, M).astype(dt, copy=False)             # (dv,)

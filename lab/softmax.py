@@ -15,6 +15,7 @@ import ml_dtypes
 import numpy as np
 
 from ._checks import as_float_array, check_axis, check_block
+from .rules import safe_exp_shift
 
 __all__ = ["softmax_naive", "softmax_safe", "softmax_online", "online_normalizer"]
 
@@ -64,7 +65,7 @@ def softmax_safe(x, axis: int = -1) -> np.ndarray:
     a, axis = _rows(x, axis)
     w = a.astype(_work_dtype(a), copy=False)
     m = w.max(axis=axis, keepdims=True)                      # pass 1: the max
-    m = np.where(np.isneginf(m), 0.0, m)                     # all-masked rows: exp(-inf - 0) = 0
+    m = safe_exp_shift(m)                                    # all-masked rows: exp(-inf - 0) = 0
     e = np.exp(w - m)
     l = e.sum(axis=axis, keepdims=True)                      # pass 2: the normalizer
     out = np.divide(e, l, out=np.zeros_like(e), where=l > 0)  # pass 3: normalize
@@ -86,7 +87,7 @@ def online_normalizer(x, block: int, axis: int = -1) -> tuple[np.ndarray, np.nda
     for j0 in range(0, w.shape[-1], block):
         x_b = w[..., j0:j0 + block]
         m_new = np.maximum(m, x_b.max(axis=-1))
-        m_use = np.where(np.isneginf(m_new), 0.0, m_new)     # nothing seen yet: keep l = 0
+        m_use = safe_exp_shift(m_new)                        # nothing seen yet: keep l = 0
         alpha = np.exp(m - m_use)                            # α = e^(m − m′)
         l = l * alpha + np.exp(x_b - m_use[..., None]).sum(axis=-1)
         m = m_new
@@ -101,7 +102,7 @@ def softmax_online(x, block: int, axis: int = -1) -> np.ndarray:
     a, axis = _rows(x, axis)
     m, l = online_normalizer(a, block, axis)
     w = np.moveaxis(a, axis, -1).astype(m.dtype, copy=False)
-    m_use = np.where(np.isneginf(m), 0.0, m)[..., None]
+    m_use = safe_exp_shift(m)[..., None]
     e = np.exp(w - m_use)
     out = np.divide(e, l[..., None], out=np.zeros_like(e), where=l[..., None] > 0)
     return np.moveaxis(out, -1, axis).astype(a.dtype, copy=False)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import as_float_array, check_block
+from .rules import safe_exp_shift
 from .softmax import online_normalizer, softmax_online, softmax_safe
 
 __all__ = ["online_trace", "trace_table", "demo_scores", "online_vs_safe"]
@@ -44,7 +45,7 @@ def online_trace(x, block: int) -> dict:
     for b, j0 in enumerate(starts):
         x_b = a[j0:j0 + block]                               # (≤ block,)
         m_new = max(m, float(x_b.max()))
-        m_use = 0.0 if m_new == -np.inf else m_new           # nothing seen yet: l stays 0
+        m_use = safe_exp_shift(m_new)                        # nothing seen yet: l stays 0
         alpha = float(np.exp(m - m_use))                     # α = e^(m − m′); 0 on the first block
         l_new = l * alpha + float(np.exp(x_b - m_use).sum())
         for k, v in (("block", b), ("start", j0), ("stop", min(j0 + block, n)), ("block_max", float(x_b.max())),

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ._checks import as_float_array
+from .rules import safe_exp_shift
 
 __all__ = ["SoftmaxState", "empty_state", "partial_state", "merge_states", "finalize"]
 
@@ -32,9 +33,7 @@ def empty_state(shape, dv: int, dtype=np.float64) -> SoftmaxState:
     return SoftmaxState(np.full(shape, -np.inf, dtype), np.zeros(shape, dtype), np.zeros(shape + (dv,), dtype))
 
 
-def _use(m: np.ndarray) -> np.ndarray:
-    """The max to subtract: 0 where no key was seen (m = -inf), so exp(-inf - 0) = 0 and no NaN."""
-    return np.where(np.isneginf(m), 0.0, m)
+_use = safe_exp_shift   # the max to subtract: 0 where no key was seen (m = -inf), so exp(-inf - 0) = 0
 
 
 def partial_state(s, v) -> SoftmaxState:

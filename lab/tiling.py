@@ -31,6 +31,7 @@ import numpy as np
 
 from ._checks import check_block, check_causal, check_choice, check_positive
 from .hardware import CHIPS, exp_rate
+from .rules import causal_key_end
 from .trace import Recorder
 
 __all__ = [
@@ -190,7 +191,7 @@ def _row_blocks(N: int, M: int, Br: int, Bc: int, causal: bool):
     i0 = np.arange(0, N, Br)
     i1 = np.minimum(i0 + Br, N)
     rows = i1 - i0
-    visible = np.clip(i1 + (M - N), 0, M) if causal else np.full(i0.shape, M)
+    visible = causal_key_end(i1 - 1, N, M) if causal else np.full(i0.shape, M)   # keys the block's last row sees
     n = -(-visible // Bc)                                     # ceil(visible / Bc)
     keys = np.minimum(n * Bc, M)
     return rows.astype(np.int64), n.astype(np.int64), keys.astype(np.int64)

@@ -265,11 +265,11 @@ def test_notebook_08_quotes_both_kernels_verbatim():
 
     import nbformat
 
-    import lab.attention
+    from lab.kernels import rung3_numpy_fa2
     nb = nbformat.read(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notebooks",
                                     "08_hardware_runs.ipynb"), as_version=4)
     table = next(c.source for c in nb.cells if c.cell_type == "markdown" and "| numpy rung | Triton kernel |" in c.source)
-    numpy_src = inspect.getsource(lab.attention._fa2)
+    numpy_src = inspect.getsource(rung3_numpy_fa2.fa2_forward)
     triton_src = lab.triton_kernel_source("forward") + lab.triton_kernel_source("step")
     rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| ") and not line.startswith(("| |", "| ---"))]
     assert len(rows) == 8

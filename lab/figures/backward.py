@@ -15,6 +15,7 @@ from matplotlib.ticker import FuncFormatter, NullLocator
 
 from ..attention import attention_reference
 from ..backward import attention_backward, backward_flops, flash_attention_backward_numpy
+from ..rules import causal_key_end
 
 __all__ = ["draw_backward_tiles", "draw_training_memory", "draw_backward_time"]
 
@@ -36,9 +37,9 @@ def _tile_grid(N, M, Br, Bc, causal):
             i0, i1 = i * Br, min((i + 1) * Br, N)
             for j in range(nk):
                 j0, j1 = j * Bc, min((j + 1) * Bc, M)
-                if j0 > i1 - 1 + (M - N):
+                if j0 >= causal_key_end(i1 - 1, N, M):
                     grid[i, j] = 0                              # every key of the tile is in the future
-                elif j1 - 1 > i0 + (M - N):
+                elif j1 > causal_key_end(i0, N, M):
                     grid[i, j] = 1                              # crosses the diagonal: mask inside
     return grid
 

@@ -16,6 +16,7 @@ from matplotlib.ticker import FuncFormatter, NullLocator
 from ..attention import flash_attention_numpy
 from ..mask_checks import softcap_fixed_reference_error, window_tile_counts
 from ..masks import alibi, alibi_slopes, and_masks, block_mask, document_mask, index_arrays, sliding_window, softcap
+from ..rules import causal_key_end
 
 __all__ = ["gallery_mods", "draw_mask_gallery", "draw_tile_kinds", "draw_window_tiles", "draw_work_saved",
            "draw_softcap_numerics"]
@@ -50,7 +51,7 @@ def _kept(kw, N, M, heads=1):
     if kw.get("mask_mod") is not None:
         keep = keep & kw["mask_mod"](b, h, i, j)
     if kw.get("causal"):
-        keep = keep & (j <= i + (M - N))
+        keep = keep & (j < causal_key_end(i, N, M))
     return keep[0, 0]
 
 

@@ -15,6 +15,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 from matplotlib.patches import Patch, Rectangle
 
 from ..hardware import CHIPS
+from ..rules import causal_mask
 from ..tiling import (flash_counts, flop_split, gpu_time_share, onchip_fits, standard_traffic, theorem2_bytes,
                       tile_counts, tile_grid, warp_split_exchange)
 
@@ -64,7 +65,7 @@ def tile_fill_state(N: int = 12, M: int = 16, block_q: int = 4, block_k: int = 4
     rng = np.random.default_rng(seed)
     q, k = rng.standard_normal((N, d)), rng.standard_normal((M, d))           # (N, d), (M, d)
     s = q @ k.T / np.sqrt(d)                                                   # S: (N, M)
-    visible = (np.arange(M)[None, :] <= np.arange(N)[:, None] + (M - N)) if causal else np.ones((N, M), bool)
+    visible = causal_mask(N, M) if causal else np.ones((N, M), bool)
     bi, bj = np.arange(N)[:, None] // block_q, np.arange(M)[None, :] // block_k
     seen = ((bi < i) | ((bi == i) & (bj <= j))) & grid[bi, bj]                 # entries of computed tiles so far
     use = seen & visible

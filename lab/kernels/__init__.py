@@ -14,7 +14,7 @@ measures every stated figure again). Read them in order; each is tested against 
 | 5 | `lab/torch_kernels.py` | `flash_attention_torch(variant="lazy")` | m as a reference moved only when needed: fewer passes per tile | 08 |
 | 6 | `lab/triton_kernels.py` | `flash_attention_triton` | one fused kernel: the tile never leaves the chip | 08 |
 
-(`block_q` is Br, `block_k` is Bc.) The rules every rung shares sit in `lab/kernels/common.py`: which
+(`block_q` is Br, `block_k` is Bc.) The rules every rung shares sit in `lab/rules.py`: which
 keys a query sees (`causal_key_end`, `causal_mask`) and the guard for a row that has seen no key
 (`safe_exp_shift`); the input checks in `lab/_checks.py`; the tile plan (which tiles to compute, which
 to mask) in `lab/_tiles.py`; the byte and op counting in `lab/trace.py` (`trace.load`, `trace.store`).
@@ -24,7 +24,7 @@ Taught in: notebooks/00_the_memory_wall.ipynb, notebooks/05_tiling.ipynb, notebo
 notebooks/08_hardware_runs.ipynb
 """
 
-from .common import causal_key_end, causal_mask, safe_exp_shift
+from ..rules import causal_key_end, causal_mask, safe_exp_shift
 from .rung0_reference import attention_reference
 from .rung1_naive import attention_naive
 from .rung3_numpy_fa2 import VARIANTS, flash_attention_numpy

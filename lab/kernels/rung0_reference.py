@@ -18,7 +18,7 @@ import numpy as np
 from .._checks import check_qkv, group_view, ungroup_view
 from ..masks import _kept, check_mods, index_arrays
 from ..states import SoftmaxState, finalize
-from .common import causal_mask, safe_exp_shift
+from ..rules import causal_mask, safe_exp_shift
 
 __all__ = ["attention_reference"]
 

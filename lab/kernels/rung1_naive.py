@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._checks import check_qkv, group_view, ungroup_view
-from .common import causal_mask, safe_exp_shift
+from ..rules import causal_mask, safe_exp_shift
 
 __all__ = ["attention_naive"]
 

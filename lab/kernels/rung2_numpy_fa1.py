@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import trace
 from ..precision import round_to
-from .common import safe_exp_shift
+from ..rules import safe_exp_shift
 
 __all__: list[str] = []                                    # the public entry is flash_attention_numpy(variant="fa1")
 

@@ -30,7 +30,7 @@ from .._tiles import TilePlan
 from ..masks import check_mods
 from ..precision import FORMATS, round_to
 from ..states import SoftmaxState, finalize
-from .common import safe_exp_shift
+from ..rules import safe_exp_shift
 from .rung2_numpy_fa1 import fa1_forward, lowered, tile_scores
 
 __all__ = ["flash_attention_numpy", "VARIANTS"]

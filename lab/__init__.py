@@ -16,6 +16,7 @@ from .decoding import *  # noqa: F401,F403
 from .tiling import *  # noqa: F401,F403
 from .mask_checks import *  # noqa: F401,F403
 from .masks import *  # noqa: F401,F403
+from .checks.masks import *  # noqa: F401,F403
 from .measure import *  # noqa: F401,F403
 from .memory import *  # noqa: F401,F403
 from .notebook import *  # noqa: F401,F403

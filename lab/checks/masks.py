@@ -1,0 +1,219 @@
+"""Checks for the exercises of notebook 11: a learner's sliding-window tile count, mask_mod and score_mod builders.
+
+Each prints one verdict line for a learner's answer, saying what is wrong and where.
+
+Taught in: notebooks/11_masks_and_score_mods.ipynb
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..attention import attention_reference, flash_attention_numpy
+from ..mask_checks import window_tile_counts
+from ..masks import KINDS, block_mask, index_arrays
+
+__all__ = ["check_window_tiles", "check_mask_mod", "check_score_mod"]
+
+
+_FAILED = object()
+
+_ARRAY_HINT = " (on arrays, use & | ~ instead of and / or / not, and no `if`)"
+
+
+def _show(case) -> str:
+    """A case as the learner would type it: numpy arrays as `np.array([...])`."""
+    parts = [f"np.array({a.tolist()})" if isinstance(a, np.ndarray) else repr(a) for a in case]
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+
+def _attempt(name, fn, case, n, *args, hint=_ARRAY_HINT):
+    """`fn(*args)` (`fn(*case)` without args), or `_FAILED` after printing why it could not run.
+
+    `hint` is added when the error is an array asked for a single truth value.
+    """
+    try:
+        out = fn(*(args or case))
+    except NotImplementedError:
+        print(f"{name}: not implemented yet (fill in the stub above, then run this cell again)")
+        return _FAILED
+    except Exception as exc:  # a learner's bug: report it, do not stop the notebook
+        text = str(exc)
+        extra = hint if "truth value" in text else ""
+        if "scalar index" in text:
+            extra = " (index a numpy array with the index array h: np.asarray(slopes)[h], not a list)"
+        print(f"{name}: ✗ case {n} {_show(case)} raised {type(exc).__name__}: {exc}{extra}")
+        return _FAILED
+    if out is None:
+        print(f"{name}: ✗ case {n} {_show(case)}: returned None (a missing `return`?)")
+        return _FAILED
+    return out
+
+
+def _pair(got: float, want: float) -> tuple:
+    """`got` and `want` formatted with the fewest significant digits (4 to 17) at which they differ."""
+    for digits in range(4, 18):
+        a, b = format(got, f".{digits}g"), format(want, f".{digits}g")
+        if a != b:
+            return a, b
+    return format(got, ".17g"), format(want, ".17g")
+
+
+def _where(pos) -> str:
+    b, h, i, j = (int(x) for x in pos)
+    return f"head {h}, query i = {i}, key j = {j}"
+
+
+def _kernel_agrees(mod, spec, kind, N, M, heads, seed=0) -> float:
+    """max |o - ref| of flash_attention_numpy with the learner's mod against the reference with the spec's."""
+    rng = np.random.default_rng(seed)
+    q, k, v = rng.standard_normal((1, heads, N, 8)), rng.standard_normal((1, heads, M, 8)), rng.standard_normal((1, heads, M, 8))
+    o, _ = flash_attention_numpy(q, k, v, block_q=16, block_k=16, **{kind: mod})
+    ref, _ = attention_reference(q, k, v, **{kind: spec})
+    return float(np.abs(o - ref).max())
+
+
+def _window_computed(N: int, W: int, Br: int, Bc: int) -> int:
+    return window_tile_counts(N, N, W - 1, 0, Br, Bc)["computed"]
+
+
+def check_window_tiles(build, cases, *, name: str | None = None) -> None:
+    """Check `build(N, W, Br, Bc)`, the tiles computed for a causal window of W keys, against the reference; print one verdict.
+
+    The reference is `window_tile_counts(N, N, W - 1, 0, Br, Bc)["computed"]`. For a wrong count it says the
+    case's arguments, yours and the expected count, and whether yours is the count of a window one key
+    wider or narrower (the classic off-by-one: a causal window of W keys reaches back to key i - (W - 1)),
+    of causal attention or of full attention. Taught in: notebooks/11_masks_and_score_mods.ipynb
+    """
+    name = name or getattr(build, "__name__", "<lambda>")
+    name = "window_tiles" if name.startswith("<") else name                # a lambda: the exercise's own name
+    for n, case in enumerate(cases):
+        N, W, Br, Bc = case
+        shown = f"{name}(N={N}, W={W}, Br={Br}, Bc={Bc})"
+        got = _attempt(name, build, case, n, hint=" (a count needs plain integers: no arrays here)")
+        if got is _FAILED:
+            return
+        if isinstance(got, (bool, np.bool_)) or not isinstance(got, (int, float, np.integer, np.floating)):
+            print(f"{name}: ✗ case {n} {shown}: returned {type(got).__name__} {got!r}, not a number of tiles")
+            return
+        want = _window_computed(N, W, Br, Bc)
+        if got == want:
+            continue
+        known = [(_window_computed(N, W + 1, Br, Bc), "the count for a window of W + 1 keys: a causal window of W keys "
+                                                      "starts at key i - (W - 1), not i - W")]
+        if W > 1:
+            known.append((_window_computed(N, W - 1, Br, Bc), "the count for a window of W - 1 keys: the W keys include "
+                                                              "the query's own, so the window starts at key i - (W - 1)"))
+        known += [(window_tile_counts(N, N, None, 0, Br, Bc)["computed"], "causal attention's count, as if the window "
+                                                                          "reached back to key 0"),
+                  (window_tile_counts(N, N, None, None, Br, Bc)["computed"], "full attention's count")]
+        hint = next((f"; that is {text}" for count, text in known if got == count), "")
+        yours = str(int(got)) if float(got).is_integer() else repr(float(got))
+        diff = f" ({got - want:+g} tiles)" if math.isfinite(got) else ""
+        print(f"{name}: ✗ case {n} {shown}: yours {yours}, expected {want}{diff}{hint}")
+        return
+    print(f"{name}: ✓ passed {len(cases)} cases")
+
+
+def check_mask_mod(build, spec, cases, *, heads: int = 2, block: int = 16, name: str | None = None) -> None:
+    """Check `build(*case)` against `spec(*case)` (each returns a mask_mod; a case ends with N, M); print one verdict.
+
+    Reports what is wrong and where: an error (with a hint for `and`/`or` on arrays), a non-boolean or
+    mis-shaped result, the first (head, query, key) kept or dropped against the spec with the counts of
+    both, and the tiles `block_mask` would then misclassify. Last, the numpy kernel must match the
+    reference. Taught in: notebooks/11_masks_and_score_mods.ipynb
+    """
+    name = name or getattr(build, "__name__", "your mask_mod")
+    for n, case in enumerate(cases):
+        N, M = case[-2], case[-1]
+        idx = index_arrays(1, heads, 0, N, 0, M)
+        mod = _attempt(name, build, case, n)
+        got = _FAILED if mod is _FAILED else _attempt(name, mod, case, n, *idx)
+        if got is _FAILED:
+            return
+        if np.asarray(got).dtype != bool:
+            print(f"{name}: ✗ case {n} {_show(case)}: the mask is {np.asarray(got).dtype}, not bool: build it from comparisons "
+                  "(<=, ==) joined by & | ~")
+            return
+        want = np.broadcast_to(spec(*case)(*idx), (1, heads, N, M))
+        try:
+            got = np.broadcast_to(got, (1, heads, N, M))
+        except ValueError:
+            print(f"{name}: ✗ case {n} {_show(case)}: the mask has shape {np.shape(got)}, which does not broadcast to (1, {heads}, {N}, {M})")
+            return
+        wrong = got != want
+        if wrong.any():
+            pos = np.argwhere(wrong)[0]
+            extra, missing = int((got & ~want).sum()), int((~got & want).sum())
+            kg = block_mask(mod, 1, heads, N, M, block, block).kind
+            kw = block_mask(spec(*case), 1, heads, N, M, block, block).kind
+            bad = np.argwhere(kg != kw)
+            tiles = ""
+            if len(bad):
+                t = tuple(int(x) for x in bad[0])
+                tiles = (f"; {len(bad)} of {kg.size} tiles ({block}×{block}) misclassified, first (query block {t[2]}, key block "
+                         f"{t[3]}): yours {KINDS[int(kg[t])]}, the spec's {KINDS[int(kw[t])]}")
+            print(f"{name}: ✗ case {n} {_show(case)}: at {_where(pos)} yours {'keeps' if got[tuple(pos)] else 'drops'} the key, the spec "
+                  f"{'keeps' if want[tuple(pos)] else 'drops'} it; {extra} kept that should be dropped, {missing} dropped that "
+                  f"should be kept{tiles}")
+            return
+    try:
+        err = _kernel_agrees(build(*cases[-1]), spec(*cases[-1]), "mask_mod", *cases[-1][-2:], heads)
+    except (ValueError, TypeError) as exc:
+        print(f"{name}: ✗ the masks agree, but flash_attention_numpy refused yours: {exc}")
+        return
+    if not err < 1e-9:
+        print(f"{name}: ✗ the masks agree, but flash_attention_numpy with yours differs from the reference (max |o - ref| = {err:.1e})")
+        return
+    counts = block_mask(build(*cases[-1]), 1, heads, *cases[-1][-2:], block, block).counts
+    print(f"{name}: ✓ passed {len(cases)} cases; last case's {block}×{block} tiles: {counts['empty']} empty, "
+          f"{counts['partial']} partial, {counts['full']} full, as the spec's; the kernel matches the reference")
+
+
+_SCORE_HINT = (" (on arrays, use np.minimum / np.maximum instead of the built-in min / max, and np.where "
+               "instead of `if`)")
+
+
+def check_score_mod(build, spec, cases, *, heads: int = 2, name: str | None = None, rtol: float = 1e-9) -> None:
+    """Check `build(*case)` against `spec(*case)` (each returns a score_mod; a case ends with N, M); print one verdict.
+
+    Reports an error, a changed shape, a score changed in place, or the largest difference and where it
+    is (head, query, key); last, the numpy kernel with the learner's mod must match the reference.
+    Taught in: notebooks/11_masks_and_score_mods.ipynb
+    """
+    name = name or getattr(build, "__name__", "your score_mod")
+    rng = np.random.default_rng(0)
+    for n, case in enumerate(cases):
+        N, M = case[-2], case[-1]
+        idx = index_arrays(1, heads, 0, N, 0, M)
+        s = 3.0 * rng.standard_normal((1, heads, N, M))
+        before = s.copy()
+        mod = _attempt(name, build, case, n, hint=_SCORE_HINT)
+        got = _FAILED if mod is _FAILED else _attempt(name, mod, case, n, s, *idx, hint=_SCORE_HINT)
+        if got is _FAILED:
+            return
+        if np.shape(got) != s.shape:
+            print(f"{name}: ✗ case {n} {_show(case)}: returned shape {np.shape(got)}, not s's shape {s.shape}")
+            return
+        if not np.array_equal(s, before):
+            print(f"{name}: ✗ case {n} {_show(case)}: changed s in place; return a new array instead")
+            return
+        want = spec(*case)(before, *idx)
+        err = np.abs(np.asarray(got, dtype=float) - want)
+        if not (err <= rtol * (1 + np.abs(want))).all():
+            pos = np.unravel_index(np.argmax(err), err.shape)
+            yours, spec_s = _pair(float(np.asarray(got)[pos]), float(want[pos]))
+            print(f"{name}: ✗ case {n} {_show(case)}: largest difference {err[pos]:.3g} at {_where(pos)} "
+                  f"(yours {yours}, the spec's {spec_s}, from s = {before[pos]:.4g})")
+            return
+    try:
+        err = _kernel_agrees(build(*cases[-1]), spec(*cases[-1]), "score_mod", *cases[-1][-2:], heads)
+    except (ValueError, TypeError) as exc:
+        print(f"{name}: ✗ the scores agree, but flash_attention_numpy refused yours: {exc}")
+        return
+    if not err < 1e-9:
+        print(f"{name}: ✗ the scores agree, but flash_attention_numpy with yours differs from the reference (max |o - ref| = {err:.1e})")
+        return
+    print(f"{name}: ✓ passed {len(cases)} cases; the kernel with it matches the reference")

@@ -52,7 +52,8 @@ def test_the_sequel_has_one_checked_exercise_and_an_open_question():
     cells = _cells(NAME2)
     q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 2"))
     after = cells[q + 1:]
-    assert after[0][0] == "markdown" and "Your answer:" in after[0][1] and "solution" not in after[0][2]
+    assert after[0][0] == "code" and "lab.widgets.p_format_explorer()" in after[0][1]     # the slider it asks about
+    assert after[1][0] == "markdown" and "Your answer:" in after[1][1] and "solution" not in after[1][2]
     assert any("solution" in tags for _, _, tags in after)
     assert not any("cell below" in s for _, s, _ in cells)
     assert "07_precision.ipynb" in cells[3][1] and "08_hardware_runs.ipynb" in cells[-1][1]

@@ -58,3 +58,12 @@ def test_fp8_models_and_the_table():
     assert set(only) == {"FA3 FP8", "rms_o"}
     with pytest.raises(ValueError, match="columns"):
         lab.fa3_table3(N=64, d=16, heads=1, columns=["FA4"])
+
+
+@pytest.mark.parametrize("module", ["precision_experiments", "precision_fa3"])
+def test_modules_stay_under_400_lines(module):
+    import importlib
+    import pathlib
+
+    path = pathlib.Path(importlib.import_module(f"lab.{module}").__file__)
+    assert len(path.read_text().splitlines()) <= 400

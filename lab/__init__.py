@@ -25,6 +25,7 @@ from .softmax_steps import *  # noqa: F401,F403
 from .overflow import *  # noqa: F401,F403
 from .precision import *  # noqa: F401,F403
 from .precision_experiments import *  # noqa: F401,F403
+from .precision_fa3 import *  # noqa: F401,F403
 from .softmax import *  # noqa: F401,F403
 from .states import *  # noqa: F401,F403
 from .torch_kernels import *  # noqa: F401,F403

@@ -1,18 +1,17 @@
 """What low-precision formats do to online softmax and attention, measured against float64.
 
-Each function is one experiment of notebook 07, small enough to run in a fraction of a second:
+Each function is one experiment, small enough to run in a fraction of a second; the experiments are numbered
+across notebook 07_precision (1-3) and notebook 07_precision_in_attention (4-6):
   1. `p_rounding_error`, `p_error_grid` : P rounded to a format before P V, m, l, acc in FP32.
   2. `low_precision_sum`                : l summed in a low-precision format, one element or one block at a time.
   3. `overflow_threshold`, `softmax_in_format` : exp of unshifted scores against each format's largest value.
   4. `outlier_qkv`, `attention_standard_lowp`, `attention_tiled_lowp`, `rmse` : FlashAttention-3's
      outlier inputs, standard attention against the tiled algorithm in FP16 and FP8.
   5. `matmul_error`                     : an FP32 matmul whose inputs are rounded to TF32 (or any format).
-  4b. `quantize_fp8`, `random_hadamard`, `attention_fp8_baseline`, `attention_fp8_fa3`, `fa3_table3` : FlashAttention-3's
-     Table 3 setting as far as its §4.3 describes it: the reference from the inputs before any cast, FP8 with a scale
-     per tensor (the baseline) or per block of rows, Q and K rotated by a random Hadamard matrix (incoherent processing).
-Real inputs (experiment 6) come from `lab.load_activations`.
+  6. `compare_inputs`                   : experiments 1 and 4 on real inputs (`lab.load_activations`) and Gaussian ones.
+FlashAttention-3's Table 3 setting, modelled as its §4.3 describes it, is in `lab/precision_fa3.py`.
 
-Taught in: notebooks/07_precision.ipynb
+Taught in: notebooks/07_precision.ipynb, notebooks/07_precision_in_attention.ipynb
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ __all__ = [
     "gaussian_qkv", "relative_error", "p_rounding_error", "p_error_grid", "p_underflow",
     "low_precision_sum", "overflow_threshold", "softmax_in_format",
     "outlier_qkv", "attention_standard_lowp", "attention_tiled_lowp", "rmse", "matmul_error",
-    "compare_inputs", "FA3_TABLE3_RMSE", "FA3_TABLE3_ABLATION_RMSE",
-    "quantize_fp8", "random_hadamard", "attention_fp8_baseline", "attention_fp8_fa3", "fa3_table3",
+    "compare_inputs", "FA3_TABLE3_RMSE",
 ]
 
 # FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608), §4.3, Table 3: RMSE against an FP64 reference
@@ -40,9 +38,6 @@ FA3_TABLE3_RMSE = {
     ("standard", "fp8_e4m3"): 2.4e-2,
     ("tiled", "fp8_e4m3"): 9.1e-3,
 }
-# The same table's two ablations of FlashAttention-3 in FP8: without block quantization (one scale per tensor),
-# and without incoherent processing (no Hadamard rotation of Q and K). Quoted, not measured here.
-FA3_TABLE3_ABLATION_RMSE = {"no block quantization": 9.3e-3, "no incoherent processing": 2.4e-2}
 
 _STORAGE = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16,
             "fp8_e4m3": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2}
@@ -63,7 +58,7 @@ def gaussian_qkv(N: int, d: int = 64, spread: float = 1.0, rows: int = 8, seed: 
     """`rows` queries and `N` keys/values, float32, whose scores $s = q k^\\top/\\sqrt{d}$ have standard deviation `spread`.
 
     $q \\sim \\mathcal N(0, \\mathrm{spread}^2)$, $k, v \\sim \\mathcal N(0, 1)$; returns `q (rows, d), k (N, d), v (N, d)`.
-    Taught in: notebooks/07_precision.ipynb
+    Taught in: notebooks/07_precision.ipynb, notebooks/07_precision_in_attention.ipynb
     """
     N, d, rows = check_block(N, "N"), check_block(d, "d"), check_block(rows, "rows")
     spread = _check_positive(spread, "spread")
@@ -86,7 +81,7 @@ def _pair(o, ref) -> tuple[np.ndarray, np.ndarray]:
 def relative_error(o, ref) -> float:
     """$\\|o - o_{ref}\\|_F / \\|o_{ref}\\|_F$, in float64.
 
-    Taught in: notebooks/07_precision.ipynb
+    Taught in: notebooks/07_precision.ipynb, notebooks/07_precision_in_attention.ipynb
     """
     o, ref = _pair(o, ref)
     den = np.linalg.norm(ref)
@@ -96,7 +91,7 @@ def relative_error(o, ref) -> float:
 def rmse(o, ref) -> float:
     """Root-mean-square error $\\sqrt{\\mathrm{mean}((o - o_{ref})^2)}$, in float64 (FlashAttention-3's Table 3 measure).
 
-    Taught in: notebooks/07_precision.ipynb
+    Taught in: notebooks/07_precision_in_attention.ipynb
     """
     o, ref = _pair(o, ref)
     return float(np.sqrt(np.mean((o - ref) ** 2)))
@@ -243,7 +238,7 @@ def outlier_qkv(shape=(4, 512, 64), *, p: float = 0.001, outlier_std: float = 10
 
     Returns three arrays of `shape` (H, N, d): float32 rounded to `storage` (fp16 by default, the model's storage
     format, so every precision starts from the same inputs), or the float64 draws themselves with `storage=None`.
-    Taught in: notebooks/07_precision.ipynb
+    Taught in: notebooks/07_precision_in_attention.ipynb
     """
     shape = tuple(check_block(int(s), "shape") for s in shape)
     if not 0 <= p <= 1:
@@ -275,7 +270,7 @@ def attention_standard_lowp(q, k, v, fmt: str = "fp16") -> np.ndarray:
 
     $Q, K, V \\leftarrow \\mathrm{fl}_{fmt}$; $S = \\mathrm{fl}_{16}(Q K^\\top/\\sqrt d)$ (FP32 accumulation);
     $P = \\mathrm{fl}_{16}(\\mathrm{softmax}(S))$ (softmax computed in FP32); $O = \\mathrm{fl}_{16}(\\mathrm{fl}_{fmt}(P) V)$ (FP32 accumulation).
-    Taught in: notebooks/07_precision.ipynb
+    Taught in: notebooks/07_precision_in_attention.ipynb
     """
     _check_fmt(fmt)
     q, k, v = _low_inputs(q, k, v, fmt)
@@ -288,7 +283,7 @@ def attention_standard_lowp(q, k, v, fmt: str = "fp16") -> np.ndarray:
 def attention_tiled_lowp(q, k, v, fmt: str = "fp16", *, block_q: int = 64, block_k: int = 64) -> np.ndarray:
     """The tiled kernel with Q, K, V and each $P_{ij}$ rounded to `fmt`, $S_{ij}$, m, l, acc in FP32, and $O$ stored in FP16.
 
-    Taught in: notebooks/07_precision.ipynb
+    Taught in: notebooks/07_precision_in_attention.ipynb
     """
     _check_fmt(fmt)
     q, k, v = _low_inputs(q, k, v, fmt)
@@ -301,7 +296,7 @@ def matmul_error(a, b, fmt: str = "tf32") -> float:
 
     This is what an FP32 matmul on tensor cores in TF32 mode does: it rounds the inputs to 10 mantissa
     bits and keeps an FP32 accumulator.
-    Taught in: notebooks/07_precision.ipynb
+    Taught in: notebooks/07_precision_in_attention.ipynb
     """
     _check_fmt(fmt)
     a = as_float_array(a, "a")
@@ -319,7 +314,7 @@ def compare_inputs(inputs: dict, formats=("bf16", "fp16", "fp8_e4m3"), *, block:
     only P (`p_rounding_error`), "rmse" runs `attention_standard_lowp` and `attention_tiled_lowp` for
     fp16 and fp8_e4m3, all against the float64 `attention_reference`; "spread" is the std of the scores
     $s = qk^\\top/\\sqrt d$ and "rms_ref" the RMS of the reference output (to compare RMSEs across sets).
-    Taught in: notebooks/07_precision.ipynb
+    Taught in: notebooks/07_precision_in_attention.ipynb
     """
     for f in formats:
         _check_fmt(f, "formats")
@@ -337,158 +332,4 @@ def compare_inputs(inputs: dict, formats=("bf16", "fp16", "fp8_e4m3"), *, block:
             "spread": float(s.std()),
             "rms_ref": rmse(ref, np.zeros_like(ref)),
         }
-    return out
-
-
-# ------------------------------------------------------------------------------------ FlashAttention-3's Table 3
-
-_E4M3_MAX = 448.0
-
-
-def quantize_fp8(x, block: int | None = None) -> np.ndarray:
-    """Scaled cast to FP8 e4m3 and back: $\\mathrm{fl}_{e4m3}(x \\cdot s) / s$ with $s = 448 / \\max|x|$ over each group.
-
-    `x (..., N, d)`; a group is one whole matrix (the last two axes: a scale per tensor, per head) with `block=None`,
-    or `block` consecutive rows (FlashAttention-3's block quantization, a scale per tile). Returns float32.
-    Taught in: notebooks/07_precision.ipynb
-    """
-    x = as_float_array(x, "x").astype(np.float32)
-    if x.ndim < 2:
-        raise ValueError(f"x must be (..., N, d), got shape {x.shape}")
-    check_finite(x, "x")
-    if block is None:
-        amax = np.abs(x).max(axis=(-1, -2), keepdims=True)               # (..., 1, 1)
-    else:
-        B = check_block(block, "block")
-        N = x.shape[-2]
-        nb = -(-N // B)
-        pad = np.zeros(x.shape[:-2] + (nb * B, x.shape[-1]), np.float32)
-        pad[..., :N, :] = np.abs(x)
-        amax = pad.reshape(x.shape[:-2] + (nb, B * x.shape[-1])).max(axis=-1)   # (..., nb)
-        amax = np.repeat(amax, B, axis=-1)[..., :N, None]                 # (..., N, 1)
-    s = np.float32(_E4M3_MAX) / np.where(amax > 0, amax, np.float32(1))
-    return round_to(x * s, "fp8_e4m3") / s
-
-
-def random_hadamard(d: int, seed: int = 0) -> np.ndarray:
-    """A random orthogonal $d \\times d$ matrix $M = \\mathrm{diag}(\\pm 1)\\, H_d / \\sqrt d$ ($H_d$ Sylvester's Hadamard matrix, d a power of 2).
-
-    $(QM)(KM)^\\top = QK^\\top$; a row's outlier is spread over all d entries of $QM$ (FlashAttention-3 §3.3).
-    Taught in: notebooks/07_precision.ipynb
-    """
-    d = check_block(d, "d")
-    if d & (d - 1):
-        raise ValueError(f"d must be a power of 2 for a Hadamard matrix, got {d}")
-    h = np.ones((1, 1))
-    while h.shape[0] < d:
-        h = np.block([[h, h], [h, -h]])
-    signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=d)
-    return signs[:, None] * h / np.sqrt(d)                                # (d, d), orthogonal
-
-
-def _qkv64(q, k, v):
-    q, k, v = (as_float_array(a, n) for a, n in ((q, "q"), (k, "k"), (v, "v")))
-    for a, n in ((q, "q"), (k, "k"), (v, "v")):
-        check_finite(a, n)
-    if q.shape[-1] != k.shape[-1] or k.shape[:-1] != v.shape[:-1] or q.shape[:-2] != k.shape[:-2] or q.ndim < 2:
-        raise ValueError(f"q, k, v must be (..., N, d), (..., M, d), (..., M, dv), got {q.shape}, {k.shape}, {v.shape}")
-    return q, k, v
-
-
-def _tiled_p_rounded(q, k, v, fmt: str, Bc: int) -> np.ndarray:
-    """The tiled kernel's output with each $P_{ij} = e^{S_{ij} - m}$ ($m$ the running max after key block j) rounded to
-    `fmt`, all key blocks at once: $o = \\sum_j e^{m_j - m}\\,\\mathrm{fl}(P_{ij}) V_j / \\sum_j e^{m_j - m}\\,\\mathrm{rowsum}(P_{ij})$.
-
-    The model of `flash_attention_numpy(..., p_format=fmt)` with S scaled after the product and the sums taken in
-    another order: the same rounding steps, so errors of the same size (not the same bits), much faster. float32.
-    """
-    q, k, v = (a.astype(np.float32) for a in (q, k, v))
-    M = k.shape[-2]
-    nb = -(-M // Bc)
-    s = (q @ np.swapaxes(k, -1, -2)) / np.float32(np.sqrt(q.shape[-1]))   # S: (..., N, M), FP32
-    sb = np.full(s.shape[:-1] + (nb * Bc,), -np.inf, np.float32)
-    sb[..., :M] = s
-    sb = sb.reshape(s.shape[:-1] + (nb, Bc))                              # (..., N, Tc, Bc)
-    m_run = np.maximum.accumulate(sb.max(axis=-1), axis=-1)              # running max after each key block
-    p = np.exp(sb - m_run[..., None])                                     # P_ij against the running max, <= 1
-    w = np.exp(m_run - m_run[..., -1:])                                   # alpha products: e^(m_j - m_final)
-    l = (w * p.sum(axis=-1)).sum(axis=-1)                                 # (..., N), from the unrounded P
-    pr = (round_to(p, fmt) * w[..., None]).reshape(s.shape[:-1] + (nb * Bc,))[..., :M]
-    return (pr @ v) / l[..., None]                                        # (..., N, dv)
-
-
-def attention_fp8_baseline(q, k, v) -> np.ndarray:
-    """FlashAttention-3's FP8 baseline (§4.3): standard attention with a scale per tensor, FP32 accumulation, softmax kept in FP16.
-
-    $\\tilde Q, \\tilde K, \\tilde V$ = `quantize_fp8(·)` (one scale per head); $S = \\mathrm{fl}_{16}(\\tilde Q \\tilde K^\\top/\\sqrt d)$;
-    $P = \\mathrm{fl}_{16}(\\mathrm{softmax}(S))$; $O = \\mathrm{fl}_{16}(\\tilde P \\tilde V)$ with $\\tilde P$ = `quantize_fp8(P)` (P
-    scaled into e4m3's range per tensor, as its inputs are: our reading of "per-tensor scaling").
-    Taught in: notebooks/07_precision.ipynb
-    """
-    q, k, v = (quantize_fp8(a) for a in _qkv64(q, k, v))
-    s = round_to((q @ np.swapaxes(k, -1, -2)) / np.float32(np.sqrt(q.shape[-1])), "fp16")   # S: (..., N, M)
-    p = np.exp(s - s.max(axis=-1, keepdims=True))
-    p = round_to(p / p.sum(axis=-1, keepdims=True), "fp16")             # P: (..., N, M), normalized, FP16
-    return round_to(quantize_fp8(p) @ v, "fp16")                         # (..., N, dv)
-
-
-def attention_fp8_fa3(q, k, v, *, block: int = 64, block_quant: bool = True, incoherent: bool = True,
-                      seed: int = 0) -> np.ndarray:
-    """A model of FlashAttention-3 in FP8: Q and K rotated by `random_hadamard` (incoherent processing), Q, K, V cast with
-    a scale per block of `block` rows (block quantization; per tensor with `block_quant=False`), then the tiled kernel
-    with each $P_{ij} \\le 1$ in e4m3 and $S_{ij}$, m, l, acc in FP32; O stored in FP16.
-
-    Taught in: notebooks/07_precision.ipynb
-    """
-    q, k, v = _qkv64(q, k, v)
-    B = check_block(block, "block")
-    if incoherent:
-        M = random_hadamard(q.shape[-1], seed)
-        q, k = q @ M, k @ M                                               # (QM)(KM)ᵀ = QKᵀ
-    g = B if block_quant else None
-    q, k, v = quantize_fp8(q, g), quantize_fp8(k, g), quantize_fp8(v, g)
-    return round_to(_tiled_p_rounded(q, k, v, "fp8_e4m3", B), "fp16")   # (..., N, dv)
-
-
-def fa3_table3(N: int = 1024, d: int = 128, heads: int = 4, *, seed: int = 0, columns=None) -> dict:
-    """Every column of FlashAttention-3's Table 3, modelled here, with the RMSE taken two ways.
-
-    Inputs: `outlier_qkv((heads, N, d), storage=None)` (float64 draws). "before cast": each method gets the float64
-    draws (cast inside it) and the reference is `attention_reference` of the draws, as an FP64 reference of the
-    generated inputs is; "after cast" (FP16 columns only): inputs first stored in FP16 and the reference taken from
-    those, as experiment 4 does. Returns `{column: {"before cast": rmse, "after cast": rmse, "paper": quoted or None}}`
-    and "rms_o", the RMS of the reference output. The tiled columns sum the tiles all at once (`block` 64). `columns`
-    (names) restricts the work to those columns.
-    Taught in: notebooks/07_precision.ipynb
-    """
-    q, k, v = outlier_qkv((heads, N, d), storage=None, seed=seed)        # float64 draws
-    q16, k16, v16 = (round_to(a.astype(np.float32), "fp16") for a in (q, k, v))
-    ref = attention_reference(q, k, v)[0]
-    ref16 = None
-    cols = {
-        "FP16 inputs alone (exact attention)": (lambda a, b, c: attention_reference(
-            *(round_to(x.astype(np.float32), "fp16").astype(np.float64) for x in (a, b, c)))[0], None),
-        "standard FP16": (lambda a, b, c: attention_standard_lowp(a, b, c, "fp16"), FA3_TABLE3_RMSE[("standard", "fp16")]),
-        "tiled FP16 (FA2/FA3)": (lambda a, b, c: round_to(_tiled_p_rounded(*_low_inputs(a, b, c, "fp16"), "fp16", 64), "fp16"),
-                                 FA3_TABLE3_RMSE[("tiled", "fp16")]),
-        "baseline FP8, per-tensor scaling": (attention_fp8_baseline, FA3_TABLE3_RMSE[("standard", "fp8_e4m3")]),
-        "FA3 FP8": (attention_fp8_fa3, FA3_TABLE3_RMSE[("tiled", "fp8_e4m3")]),
-        "FA3 FP8, no block quantization": (lambda a, b, c: attention_fp8_fa3(a, b, c, block_quant=False),
-                                           FA3_TABLE3_ABLATION_RMSE["no block quantization"]),
-        "FA3 FP8, no incoherent processing": (lambda a, b, c: attention_fp8_fa3(a, b, c, incoherent=False),
-                                              FA3_TABLE3_ABLATION_RMSE["no incoherent processing"]),
-    }
-    if columns is not None:
-        unknown = set(columns) - set(cols)
-        if unknown:
-            raise ValueError(f"columns must be among {list(cols)}, got {sorted(unknown)}")
-        cols = {c: cols[c] for c in columns}
-    out = {}
-    for name, (fn, paper) in cols.items():
-        out[name] = {"before cast": rmse(fn(q, k, v), ref), "paper": paper}
-        if "FP8" not in name:                                             # FP8's own rounding swamps FP16's
-            if ref16 is None:
-                ref16 = attention_reference(*(a.astype(np.float64) for a in (q16, k16, v16)))[0]
-            out[name]["after cast"] = rmse(fn(q16, k16, v16), ref16)
-    out["rms_o"] = rmse(ref, np.zeros_like(ref))
     return out

@@ -1,6 +1,6 @@
-"""Notebook 07's exercises: each worked solution passes its own check cell, each planted classic mistake fails
-with its diagnosis, the open question has a place to answer and a worked answer, and the oracles and checks
-of lab/checks/precision.py behave."""
+"""Notebook 07's exercises and those of its sequel 07_precision_in_attention: each worked solution passes its own
+check cell, each planted classic mistake fails with its diagnosis, the open question has a place to answer and a
+worked answer, and the oracles and checks of lab/checks/precision.py and lab/checks/precision_attention.py behave."""
 
 import contextlib
 import io
@@ -13,12 +13,17 @@ import pytest
 import lab
 from exercise_support import ROOT, assert_fails, exercises, run_check, source
 from lab.checks import precision as checks
+from lab.checks import precision_attention
 
 NAME = "07_precision"
+NAME2 = "07_precision_in_attention"
 EX = {ex.number: ex for ex in exercises(NAME)}
+EX2 = {ex.number: ex for ex in exercises(NAME2)}
 PASSED = {1: "blocked_sum: ✓ passed 8 cases\n",
           2: "round_nearest_even: ✓ passed 8 cases, bit for bit (ties, subnormals, overflow, a layout no library has)\n",
           3: "rms_delta_uniform: ✓ passed 3 cases (t = 7, 10, 23; to 0.1%)\n"}
+PASSED2 = ("quantize_blocks: ✓ passed 4 cases (a short last block, a block of zeros, one row per block, one block for all "
+           "rows; each head scaled on its own)\n")
 
 
 def _src(text: str) -> str:
@@ -29,28 +34,48 @@ def _fails(number: int, text: str, *says: str) -> str:
     return assert_fails(EX[number], text, *says)
 
 
-def _cells():
-    nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
+def _cells(name: str = NAME):
+    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
     return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]
 
 
-def test_the_notebook_has_three_checked_exercises_and_an_open_question():
+def test_the_notebook_has_three_checked_exercises_and_links_its_sequel():
     assert sorted(EX) == [1, 2, 3]
     cells = _cells()
-    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 4"))
+    assert not any(s.startswith("### Exercise 4") for _, s, _ in cells)
+    assert not any("cell below" in s for _, s, _ in cells)
+    assert "07_precision_in_attention.ipynb" in cells[-1][1]
+
+
+def test_the_sequel_has_one_checked_exercise_and_an_open_question():
+    assert sorted(EX2) == [1]
+    cells = _cells(NAME2)
+    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 2"))
     after = cells[q + 1:]
-    assert after[0][0] == "markdown" and "Your answer:" in after[0][1] and "solution" not in after[0][2]
+    assert after[0][0] == "code" and "lab.widgets.p_format_explorer()" in after[0][1]     # the slider it asks about
+    assert after[1][0] == "markdown" and "Your answer:" in after[1][1] and "solution" not in after[1][2]
     assert any("solution" in tags for _, _, tags in after)
     assert not any("cell below" in s for _, s, _ in cells)
+    assert "07_precision.ipynb" in cells[3][1] and "08_hardware_runs.ipynb" in cells[-1][1]
+
+
+def test_the_sequel_opens_like_every_notebook():
+    cells = _cells(NAME2)
+    assert "colab-setup" in cells[0][2] and "NBVAL_SKIP" in cells[0][1]
+    assert cells[1][1].startswith("# 07 · ") and "*About 45 minutes" in cells[1][1]
+    assert "lab.setup_notebook()" in cells[2][1]
+    assert [s.split("\n")[0] for t, s, _ in cells if t == "markdown" and s.startswith("## ")][:3] == [
+        "## 1. Outliers: standard attention against the tiled algorithm",
+        "## 2. TF32: the FP32 matmul that is not quite FP32", "## 3. Real attention inputs"]
 
 
 def test_the_open_question_answer_runs():
-    cells = _cells()
-    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 4"))
+    cells = _cells(NAME2)
+    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 2"))
     answer = next(s for t, s, tags in cells[q:] if t == "code" and "solution" in tags)
     ns, out = {}, io.StringIO()
     with contextlib.redirect_stdout(out):
-        for src in EX[1].setup:
+        for src in EX2[1].setup:
             exec(compile(src, "<setup>", "exec"), ns)
         exec(compile(answer, "<answer>", "exec"), ns)
     assert "the share rounded to 0 grows with block_k: True" in out.getvalue()
@@ -72,6 +97,13 @@ def test_the_exercise_section_needs_only_the_setup():
         exec(compile(src, "<setup>", "exec"), ns)
     assert {"check_blocked_sum", "check_round_nearest_even", "check_rms_delta_uniform"} <= set(ns)
     assert not {"q", "k", "v", "grid", "acc"} & set(ns)
+
+
+def test_the_sequel_exercise_section_needs_only_the_setup():
+    ns = {}
+    for src in EX2[1].setup + EX2[1].before[:1]:
+        exec(compile(src, "<setup>", "exec"), ns)
+    assert "check_quantize_blocks" in ns and not {"q4", "k4", "acts", "measured", "t3"} & set(ns)
 
 
 # ------------------------------------------------------------------------------------ exercise 1
@@ -262,3 +294,52 @@ def test_rms_reference_agrees_with_a_measurement():
     for fmt, t in (("bf16", 7), ("fp16", 10)):
         delta = lab.round_to(x, fmt).astype(np.float64) / x - 1
         assert np.sqrt(np.mean(delta**2)) == pytest.approx(checks._rms_reference(t), rel=0.01)
+
+
+# ------------------------------------------------------------------------------------ 07_precision_in_attention, exercise 1
+
+BLOCKS = """
+def quantize_blocks(x, block):
+    x = np.asarray(x, np.float32)
+    out = np.empty_like(x)
+    for r0 in range({start}, x.shape[-2] - {cut}, block):
+        tile = x[..., r0:r0 + block, :]
+        amax = np.abs(tile).max(axis={axes}, keepdims=True)
+        s = np.float32(448) / {guard}
+        out[..., r0:r0 + block, :] = {cast}
+    return out
+"""
+
+
+def _blocks(start="0", cut="0", axes="(-1, -2)", guard="np.where(amax > 0, amax, np.float32(1))",
+            cast='lab.round_to(tile * s, "fp8_e4m3") / s') -> str:
+    return BLOCKS.format(start=start, cut=cut, axes=axes, guard=guard, cast=cast)
+
+
+def test_quantize_blocks_worked_solution_and_stub():
+    assert run_check(EX2[1], EX2[1].solution) == PASSED2
+    assert run_check(EX2[1], _blocks()) == PASSED2
+    assert "not implemented yet" in run_check(EX2[1], EX2[1].stub)
+
+
+@pytest.mark.parametrize("text, says", [
+    (_blocks(guard="amax"), ["case 1 (a block of zeros)", "NaN", "keep the scale finite"]),
+    (_blocks(axes="-1"), ["case 0", "one scale per row"]),
+    (_blocks(cut="x.shape[-2] % block", cast='lab.round_to(tile * s, "fp8_e4m3") / s').replace("np.empty_like", "np.zeros_like"),
+     ["case 0", "the last, shorter block is missing"]),
+    (_blocks(cast='lab.round_to(tile * s, "fp8_e4m3")'), ["case 0", "still scaled"]),
+    ("def quantize_blocks(x, block):\n    return lab.round_to(x, 'fp8_e4m3')\n", ["case 0", "the cast without a scale"]),
+    ("def quantize_blocks(x, block):\n    a = np.abs(x).max(axis=(-1, -2), keepdims=True)\n"
+     "    return lab.round_to(x * (448 / a), 'fp8_e4m3') / (448 / a)\n", ["case 0", "one scale for the whole matrix"]),
+    ("def quantize_blocks(x, block):\n    s = np.float32(448) / np.abs(x).max()\n"
+     "    return lab.round_to(x * s, 'fp8_e4m3') / s\n", ["case 0", "one scale for all heads"]),
+    ("def quantize_blocks(x, block):\n    return lab.quantize_fp8(x, block)\n", ["calls lab.quantize_fp8"]),
+])
+def test_quantize_blocks_mistakes(text, says):
+    assert_fails(EX2[1], text, *says)
+
+
+def test_quantize_blocks_check_stays_small_and_names_the_source():
+    text = open(precision_attention.__file__).read()
+    assert len(text.splitlines()) <= 400 and "2407.08608" in text
+    assert "quantize_fp8" not in EX2[1].spec.replace("lab.quantize_fp8(x, block)", "")

@@ -1,5 +1,6 @@
 """Notebook 10's exercises: each worked solution passes its own check cell, each planted classic mistake fails
-with its diagnosis, and the checks of lab/checks/decoding.py behave (one fixed line on a pass, nothing left patched)."""
+with its diagnosis, and the checks of lab/checks/decoding.py and lab/checks/paged.py behave (one fixed line on a
+pass, nothing left patched)."""
 
 import textwrap
 
@@ -9,6 +10,7 @@ import pytest
 import lab
 from exercise_support import ROOT, exercises, run_check
 from lab.checks import decoding as checks
+from lab.checks import paged
 
 NAME = "10_decoding_and_gqa"
 EX = {ex.number: ex for ex in exercises(NAME)}
@@ -341,8 +343,13 @@ def test_nothing_stays_patched_after_an_error(capsys):
     assert all(getattr(lab, n) is f for n, f in originals.items())
 
 
-def test_module_stays_small():
-    assert len(open(checks.__file__).read().splitlines()) <= 460     # five checks, about 90 lines each
+@pytest.mark.parametrize("module", [checks, paged])
+def test_modules_stay_small(module):
+    assert len(open(module.__file__).read().splitlines()) <= 400
+
+
+def test_the_paged_check_is_still_importable_from_decoding():
+    assert checks.check_gather_pages is paged.check_gather_pages
 
 
 # ------------------------------------------------------------------------------------ the paged cache

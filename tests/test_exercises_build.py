@@ -8,7 +8,8 @@ import pytest
 from exercise_support import ROOT, exercises
 
 BUILDS = {"03_one_pass_attention": [1, 2], "04_merge_order": [2, 3], "05_tiling": [4],
-          "06_flashattention2": [3, 4], "07_precision": [2], "08_hardware_runs": [5], "09_backward": [4],
+          "06_flashattention2": [3, 4], "07_precision": [2], "07_precision_in_attention": [1],
+          "08_hardware_runs": [5], "09_backward": [4],
           "10_decoding_and_gqa": [4]}
 CASES = [(name, number) for name, numbers in BUILDS.items() for number in numbers]
 

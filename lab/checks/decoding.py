@@ -7,9 +7,7 @@
   `attention_reference`, every call to `decode_chunk` recorded (`splits` contiguous chunks of all Hkv heads, each key in
   one); the answer must follow the partials (a second run changes them) and, with G = 16, the memory held (tracemalloc)
   stay below K repeated for the query heads.
-- `check_gather_pages(fn)`    : one sequence's contiguous `(Hkv, length, d)` keys read through its block-table row, on
-  scattered pages, partial and full last pages, a one-token sequence; then a decode through it against contiguous
-  decoding. Each prints one line on a pass, else what is wrong, where, and a hint.
+- `check_gather_pages(fn)`    : the paged cache, from lab/checks/paged.py. Each prints a verdict; on a failure, a hint.
 
 Taught in: notebooks/10_decoding_and_gqa.ipynb
 """
@@ -18,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import io
 import importlib
 import math
 
@@ -27,8 +24,9 @@ import numpy as np
 from ..attention import attention_reference
 from ..merge import merge_outputs
 from ..exercises import check, diagnose
-from ..decoding import decode_schedule, gather_pages, kv_cache_bytes_per_token, paged_kv
+from ..decoding import decode_schedule, kv_cache_bytes_per_token
 from ..memory import peak_bytes
+from .paged import check_gather_pages
 
 __all__ = ["check_cache_per_token", "check_step_intensity", "check_min_splits", "check_split_decode",
            "check_gather_pages"]
@@ -400,54 +398,3 @@ def check_split_decode(split_decode, decode_chunk, *, name: str | None = None) -
     print(f"{name}: ✓ passed {len(cases)} cases (splits not dividing M, more splits than keys, 1 to 16 query heads per "
           "K/V head, scores in the thousands); each key reached decode_chunk once, the answer follows the merged "
           "partials, and K/V were not repeated for the query heads")
-
-
-# ------------------------------------------------------------------------------------ the paged cache: gather_pages
-
-
-def _paged_cases():
-    """(pages, block_row, length) of four sequences sharing one pool of scattered pages of 8 tokens (2 K/V heads, d = 4)."""
-    rng, lengths = np.random.default_rng(10), [21, 16, 1, 40]   # partial last page, a full one, one token, five pages
-    k = [rng.standard_normal((2, L, 4)) for L in lengths]
-    c = paged_kv(k, k, page_size=8, seed=4, spare_pages=3)
-    return c, k, [(c.pages_k, c.block_table[b], L) for b, L in enumerate(lengths)]
-
-
-def _gather_hint(case, got, want):
-    (pages, row, length), shape = case, np.shape(got)
-    S, n = pages.shape[2], -(-length // pages.shape[2])
-    if len(shape) == 3 and shape[:1] == want.shape[:1] and shape[1] != length:
-        if shape[1] == n * S:                          # every slot of the last page kept
-            return (f"you kept every slot of the last page: it holds {length - (n - 1) * S} of its {S} slots; the rest "
-                    "is stale data of an earlier sequence. Cut the result at `length`")
-        if shape[1] == (length // S) * S:
-            return f"you read {length // S} blocks: a last page only partly full is still a block; use ⌈length / page_size⌉"
-        return f"the sequence has {length} tokens in ⌈{length} / {S}⌉ = {n} blocks"
-    logical = np.concatenate([pages[i] for i in range(n)], axis=1)[:, :length]
-    if shape == logical.shape and np.allclose(got, logical):
-        return ("you read page i for logical block i: the block table maps logical block i to physical page "
-                "block_row[i], and the pages of a sequence lie anywhere in the pool")
-    return "logical block i of the sequence is physical page block_row[i]; keys j of block i are slots j - i·page_size"
-
-
-def check_gather_pages(fn, *, name: str | None = None) -> None:
-    """Check `fn(pages, block_row, length)` -> the contiguous `(Hkv, length, d)` keys of one sequence; print one verdict.
-
-    Four sequences of 21, 16, 1 and 40 tokens on scattered pages of 8 (partial, full and one-token last pages), against
-    `lab.gather_pages`, then one decoding step through `fn` against contiguous decoding. Hints for the partial last
-    page dropped, the stale slots of the last page kept, logical instead of physical page numbers.
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
-    """
-    name, (c, k, cases) = name or getattr(fn, "__name__", "gather_pages"), _paged_cases()
-    with contextlib.redirect_stdout(io.StringIO()) as out:
-        check(fn, gather_pages, cases, name=name, rtol=0, atol=0, hint=_gather_hint)
-    if "✓" not in out.getvalue():
-        return print(out.getvalue(), end="")
-    q = np.random.default_rng(11).standard_normal((6, 1, 4))          # 6 query heads on 2 K/V heads, one new token
-    for b, (pages, row, length) in enumerate(cases):
-        keys = fn(pages, row, length)
-        if not np.allclose(attention_reference(q, keys, keys)[0], attention_reference(q, k[b], k[b])[0], RTOL, ATOL):
-            return print(f"{name}: ✗ sequence {b}: decoding through your gather differs from contiguous decoding\n"
-                         "  hint: the keys must come back in the order of their positions in the sequence")
-    print(f"{name}: ✓ passed {len(cases)} sequences on scattered pages (partial, full and one-token last pages), "
-          "and decoding through it equals contiguous decoding")

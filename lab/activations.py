@@ -5,7 +5,7 @@ layers 0 and 5, 12 heads of dimension 32, one passage of 444 tokens); lab/data/R
 provenance, licence and the command that regenerates it. It is package data, read through
 importlib.resources, so an installed course (Colab) has it too.
 
-Taught in: notebooks/07_precision.ipynb
+Taught in: notebooks/07_precision_in_attention.ipynb
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Activations(NamedTuple):
 def file_sha256(path) -> str:
     """The hex sha256 of a file's bytes.
 
-    Taught in: notebooks/07_precision.ipynb
+    Taught in: notebooks/07_precision_in_attention.ipynb
     """
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -50,7 +50,7 @@ def load_activations(path=None, *, sha256: str | None = ACTIVATIONS_SHA256) -> A
 
     Raises FileNotFoundError when the file is missing and ValueError when its checksum or its arrays
     are not the recorded ones. The arrays come back as fresh float32 copies.
-    Taught in: notebooks/07_precision.ipynb
+    Taught in: notebooks/07_precision_in_attention.ipynb
     """
     path = Path(ACTIVATIONS_PATH if path is None else path)
     if not path.is_file():

@@ -2,7 +2,7 @@
 
 Each function draws one figure from `lab.precision_experiments` numbers and returns them in a dict.
 
-Taught in: notebooks/07_precision.ipynb
+Taught in: notebooks/07_precision.ipynb, notebooks/07_precision_in_attention.ipynb
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Sliders for notebook 07: what a format does to the P tiles, and to the running sum l.
 
-Taught in: notebooks/07_precision.ipynb
+Taught in: notebooks/07_precision.ipynb, notebooks/07_precision_in_attention.ipynb
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ __all__ = ["CountingArray", "AccessCount", "count_accesses", "COUNTED_METHODS"]
 
 
 class CountingArray:
-    """A 1-D float64 array in "memory" that counts the loads and stores of each element.
+    """A 1-D float64 array in "memory" that counts the loads and stores of each element (`loads`, `stores`) and how
+    many loads were issued (`load_calls`: `a[j0:j1]` is one, however many elements it reads).
 
     Taught in: notebooks/01_three_pass_softmax.ipynb
     """
@@ -38,6 +39,7 @@ class CountingArray:
         self._data = a.astype(np.float64)                 # a copy: the caller's array is never touched
         self.loads = np.zeros(a.shape[0], dtype=np.int64)
         self.stores = np.zeros(a.shape[0], dtype=np.int64)
+        self.load_calls = 0                                # loads as issued: one per index or slice read
 
     def __len__(self) -> int:
         return self._data.shape[0]
@@ -52,6 +54,7 @@ class CountingArray:
     def __getitem__(self, key):
         key = self._index(key)
         self.loads[key] += 1
+        self.load_calls += 1
         v = self._data[key]
         return v.copy() if isinstance(v, np.ndarray) else float(v)
 

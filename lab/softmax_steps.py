@@ -66,7 +66,7 @@ def trace_table(trace: dict, max_rows: int = 8) -> str:
     """
     if max_rows < 1:
         raise ValueError(f"max_rows must be >= 1, got {max_rows}")
-    head = f"{'block':>5}  {'keys':>9}  {'block max':>9}  {'m':>9}  {'m′':>9}  {'α = e^(m − m′)':>14}  {'l′':>10}"
+    head = f"{'block':>5}  {'scores j':>9}  {'block max':>9}  {'m':>9}  {'m′':>9}  {'α = e^(m − m′)':>14}  {'l′':>10}"
     lines = [head, "-" * len(head)]
     nb = len(trace["block"])
     for i in range(min(nb, max_rows)):

@@ -61,15 +61,23 @@ PLANTED = {
     1: [("S only", """
             def score_bytes(B, H, N, M, itemsize):
                 return B * H * N * M * itemsize
-            """, ["case 0 (2, 3, 5, 7, 8)", "expected 3360, got 1680", "S alone"]),
+            """, ["case 0 (3, 4, 5, 7, 8)", "expected 6720, got 3360", "S alone"]),
         ("one head", """
             def score_bytes(B, H, N, M, itemsize):
                 return 2 * N * M * itemsize
-            """, ["expected 3360, got 560", "one head"]),
+            """, ["expected 6720, got 560", "one head"]),
+        ("the batch left out", """
+            def score_bytes(B, H, N, M, itemsize):
+                return 2 * H * N * M * itemsize
+            """, ["case 0 (3, 4, 5, 7, 8)", "expected 6720, got 2240", "the H heads of one sequence"]),
+        ("the heads left out", """
+            def score_bytes(B, H, N, M, itemsize):
+                return 2 * B * N * M * itemsize
+            """, ["expected 6720, got 1680", "one head of each sequence"]),
         ("N by N", """
             def score_bytes(B, H, N, M, itemsize):
                 return 2 * B * H * N * N * itemsize
-            """, ["got 2400", "N × N"]),
+            """, ["got 4800", "N × N"]),
         ("bits", """
             def score_bytes(B, H, N, M, itemsize):
                 return 2 * B * H * N * M * itemsize * 8
@@ -132,11 +140,18 @@ PLANTED = {
         ("itemsize left out", """
             def largest_n(gib, itemsize):
                 return int(np.sqrt(gib * 2**30 / 2))
-            """, ["got 207243", "leaves out itemsize"])],
+            """, ["got 207243", "leaves out itemsize"]),
+        ("a whole number, as a float", """
+            import math
+            def largest_n(gib, itemsize):
+                return float(math.isqrt(gib * 2**30 // (2 * itemsize)))
+            """, ["case 0 (80, 4)", "103621.0, a float", "return an integer"])],
     4: [("S not written", _HBM.replace("N * d + M * d + N * M", "N * d + M * d"),
          ["case 0 (4096, 4096, 64, 64, 2)", "s (element 0)", "also writes S"]),
         ("softmax reads only", _HBM.replace("(N * M + N * M) * itemsize", "N * M * itemsize"),
          ["p (element 1)", "reads S and writes P"]),
+        ("softmax at 4 accesses per element", _HBM.replace("(N * M + N * M) * itemsize", "4 * N * M * itemsize"),
+         ["p (element 1)", "4 accesses per element of S", "reads S once and writes P"]),
         ("numbers, not bytes", _HBM.replace(") * itemsize", ")"), ["times itemsize"]),
         ("N by N", _HBM.replace("M", "N").replace("(N, N,", "(N, M,"), ["case 1 (1000, 3000, 128, 32, 4)", "N × M"]),
         ("d for d_v", _HBM.replace("dv", "d").replace("d, d, itemsize", "d, dv, itemsize"), ["case 1", "d_v columns"]),

@@ -99,6 +99,17 @@ PLANTED = {
                 l = e.sum(axis=-1, keepdims=True)
                 return np.divide(e, l, out=np.zeros_like(e), where=l > 0)
             """, ["case 0", "changes its input in place"]),
+        ("a masked row made uniform", """
+            def safe_softmax(s):
+                s = np.nan_to_num(s)                     # -inf becomes the most negative float
+                e = np.exp(s - s.max(axis=-1, keepdims=True))
+                return e / e.sum(axis=-1, keepdims=True)
+            """, ["case 3", "expected 0, got 0.333333", "came out uniform"]),
+        ("the NaN made, then hidden", """
+            def safe_softmax(s):
+                e = np.exp(s - s.max(axis=-1, keepdims=True))
+                return np.nan_to_num(e / e.sum(axis=-1, keepdims=True))
+            """, ["case 3", "makes a NaN", "hides it", "where=l > 0"]),
         ("calls lab", """
             def safe_softmax(s):
                 return lab.softmax_safe(s)

@@ -129,6 +129,13 @@ PLANTED = {
                     return m, 0.0
                 return m, float(np.exp(row - m).sum())
             """, ["on a row of 20000 scores in blocks of 50, it held", "the row itself is 160,000 bytes", "keep only (m, l)"]),
+        ("score by score", """
+            def online_pass(x, block):
+                m, l = -np.inf, 0.0
+                for j in range(len(x)):
+                    m, l = online_step(m, l, np.array([x[j]]))
+                return m, l
+            """, ["case 0", "x was read in 10 loads; 4 scores at a time, it takes 3", "not score by score"]),
         ("the blocks kept in a list", """
             def online_pass(x, block):
                 blocks = [x[j0:j0 + block] for j0 in range(0, len(x), block)]

@@ -24,12 +24,13 @@ def check_score_bytes(fn) -> None:
         (lambda B, H, N, M, s: B * H * N * M * s, "that is S alone: P = softmax(S) is held at the same time, at the same size"),
         (lambda B, H, N, M, s: 2 * N * M * s, "that is one head: all B·H heads of the batch are computed at once"),
         (lambda B, H, N, M, s: 2 * H * N * M * s, "that is the H heads of one sequence: the batch has B of them"),
+        (lambda B, H, N, M, s: 2 * B * N * M * s, "that is one head of each sequence: each of the B sequences has H heads"),
         (lambda B, H, N, M, s: 2 * B * H * N * N * s, "that uses N × N: S has a row per query (N) and a column per key (M)"),
         (lambda B, H, N, M, s: 16 * B * H * N * M * s, "that is in bits: itemsize is already in bytes"),
         (lambda B, H, N, M, s: 2 * B * H * N * M, "that counts numbers, not bytes: each takes itemsize bytes"),
     ]
     check(_guarded(fn, "score_bytes"), lambda B, H, N, M, s: attention_bytes(N, M, s, heads=B * H),
-          [(2, 3, 5, 7, 8), (1, 1, 4096, 4096, 4), (8, 32, 2048, 2048, 2), (4, 16, 1000, 3000, 2)],
+          [(3, 4, 5, 7, 8), (1, 1, 4096, 4096, 4), (8, 32, 2048, 2048, 2), (4, 16, 1000, 3000, 2)],
           rtol=0, atol=0, properties=[_own_work("attention_bytes")],
           hint=_hint(mistakes, "count the numbers in S and in P for one head, times the heads at once, times bytes per number"))
 
@@ -75,8 +76,13 @@ def check_largest_n(fn) -> None:
         (lambda g, s: math.sqrt(g * 2**30 / (2 * s)), "not a whole number: N counts tokens, so round down"),
         (lambda g, s: math.isqrt(g * 2**30 // 2), "that leaves out itemsize: each number takes itemsize bytes"),
     ]
+    def whole(fn, case, got):
+        if isinstance(got, (int, np.integer)) and not isinstance(got, bool):
+            return None
+        return (f"it returns {got!r}, a {type(got).__name__}: N counts tokens, so return an integer (math.isqrt keeps "
+                "the whole computation in integers)")
     check(_guarded(fn, "largest_n"), lambda g, s: math.isqrt(g * 2**30 // (2 * s)),
-          [(80, 4), (80, 2), (16, 2), (141, 2), (1, 8), (24, 1)], rtol=0, atol=0,
+          [(80, 4), (80, 2), (16, 2), (141, 2), (1, 8), (24, 1)], rtol=0, atol=0, properties=[whole],
           hint=_hint(mistakes, "the largest N with 2·N²·itemsize <= gib·2³⁰ bytes: it fits, N + 1 does not"))
 
 
@@ -89,6 +95,9 @@ def check_hbm_bytes(fn) -> None:
                  "S = scale·QKᵀ also writes S, N·M numbers, back to HBM"),
                 (lambda N, M, d, dv, it: (want(N, M, d, dv, it)[0], N * M * it) + want(N, M, d, dv, it)[2:],
                  "the softmax reads S and writes P: N·M numbers each way"),
+                (lambda N, M, d, dv, it: (want(N, M, d, dv, it)[0], 4 * N * M * it) + want(N, M, d, dv, it)[2:],
+                 "that is 4 accesses per element of S, a softmax that reads S from HBM three times (once per pass); "
+                 "this one reads S once and writes P: 2·N·M numbers"),
                 (lambda N, M, d, dv, it: tuple(x // it for x in want(N, M, d, dv, it)), "those are numbers: times itemsize"),
                 (lambda N, M, d, dv, it: want(N, N, d, dv, it), "S and P are N × M, and K, V have M rows"),
                 (lambda N, M, d, dv, it: want(N, M, d, d, it), "V and O have d_v columns, not d")]

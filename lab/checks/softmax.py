@@ -26,7 +26,7 @@ from ..softmax import online_normalizer
 __all__ = ["check_first_overflow", "check_safe_softmax",
            "check_log_sum_exp", "check_online_step", "check_online_pass", "check_merge_ml", "check_count_rescales"]
 
-from ._support import _guarded, _hint, _own_work
+from ._support import _copies, _guarded, _hint, _own_work
 
 
 # ------------------------------------------------------------------------------------ 01 three-pass softmax
@@ -67,6 +67,25 @@ def _lse(s, how="row", masked="zero", add_m=True):
         return ((m if add_m else 0.0) + np.log(l))[:, 0]
 
 
+def _uniform_masked(s):
+    """The softmax with each row of only -inf made uniform, 1/M (what -inf replaced by a large finite number gives)."""
+    p = _softmax(s)
+    p[np.isneginf(s).all(axis=-1)] = 1 / s.shape[-1]
+    return p
+
+
+def _no_hidden_nan(fn, case, got):
+    """Property: `fn` runs without an invalid operation (0/0, -inf - (-inf)) whose NaN a later step hides."""
+    try:
+        with np.errstate(invalid="raise"):
+            getattr(fn, "raw", fn)(*_copies(case))
+    except FloatingPointError:
+        return ("the values are right, but on the way it makes a NaN (0/0 or -inf - (-inf)) and then hides it: avoid the "
+                "NaN instead of cleaning it up (shift a row of only -inf by 0; divide only where l > 0, "
+                "np.divide(e, l, out=..., where=l > 0))")
+    return None
+
+
 _MASKED = "a row of only -inf (fully masked): its max is -inf and -inf - (-inf) is NaN; it has nothing to {}: shift it by 0"
 _GLOBAL = "you subtracted the max of the whole array: a row far below it underflows to 0/0; each row needs its own max"
 
@@ -88,11 +107,13 @@ def check_safe_softmax(fn) -> None:
         (lambda s: _softmax(s, "column", "nan"), "you subtracted each column's max (axis=0): each row needs its own (axis=-1)"),
         (lambda s: _softmax(s.T).T, "each column sums to 1: normalize along each row (axis=-1)"),
         (lambda s: _softmax(s, "min", "nan"), "you subtracted the min: the exponents must be <= 0, so subtract the max"),
+        (_uniform_masked, "a row of only -inf came out uniform, 1/M each, as if its scores were equal (a large finite number "
+                          "in place of -inf does that): a masked score has probability 0, so that row is all zeros"),
     ]
     check(_guarded(fn, "safe_softmax", {"broadcast": "keep the row axis: s.max(axis=-1, keepdims=True) is (N, 1)"}),
           _softmax, cases, rtol=1e-9, atol=1e-12,
           hint=_hint(mistakes, "three passes per row: its max m, then l = the sum of e^(s - m), then e^(s - m) / l"),
-          properties=[_own_work("softmax_safe", "softmax_naive", "softmax_online", "online_normalizer")])
+          properties=[_own_work("softmax_safe", "softmax_naive", "softmax_online", "online_normalizer"), _no_hidden_nan])
 
 
 def check_log_sum_exp(fn) -> None:
@@ -181,7 +202,8 @@ def check_online_pass(fn, *, long_n: int = 20_000, long_block: int = 50) -> None
     """Check `fn(x, block)` -> (m, l) of a row, $m = \\max_j x_j$, $l = \\sum_j e^{x_j - m}$, read once in blocks.
 
     `x` is a `lab.CountingArray` (len, x[j], x[j0:j1]). Beyond the values: every score is loaded exactly once, nothing is
-    written into x, and on a row of `long_n` scores the function holds less than a quarter of the row's bytes (tracemalloc).
+    written into x, on a row of `long_n` scores the function holds less than a quarter of the row's bytes (tracemalloc),
+    and it loads `block` scores at a time: ⌈len(x) / block⌉ loads per row, not one per score.
     Taught in: notebooks/02_online_softmax.ipynb
     """
     rng = np.random.default_rng(5)
@@ -189,7 +211,7 @@ def check_online_pass(fn, *, long_n: int = 20_000, long_block: int = 50) -> None
     cases = [(rng.standard_normal(10), 4), (z, 6), (-1000.0 + z[:16], 5), (np.r_[np.full(3, -inf), rng.standard_normal(7)], 3),
              (np.r_[rng.standard_normal(4), np.full(4, -inf), z[:3]], 4), (np.full(5, -inf), 2),
              (1000.0 * rng.standard_normal(7), 100), (rng.standard_normal(1), 3)]
-    name = _guarded(fn, "online_pass").__name__
+    name, piecewise = _guarded(fn, "online_pass").__name__, None
     for i, (x, block) in enumerate(cases):
         shown, row = f"case {i} {describe_case((x, block))}", CountingArray(x)
         try:
@@ -211,12 +233,18 @@ def check_online_pass(fn, *, long_n: int = 20_000, long_block: int = 50) -> None
         if problem is not None:
             print(f"{name}: ✗ {shown}: {problem}" + (f"\n  hint: {hint}" if hint else ""))
             return
+        if piecewise is None and row.load_calls != -(-len(x) // block):   # reported after the memory test, which says more
+            piecewise = (f"{name}: ✗ {shown}: x was read in {row.load_calls} loads; {block} scores at a time, it takes "
+                         f"{-(-len(x) // block)}\n  hint: load one block per step, x[j0:j0 + block], not score by score")
     x = rng.standard_normal(long_n)
     held, _ = peak_bytes(fn, CountingArray(x), long_block)
     if held > x.nbytes // 4:
         print(f"{name}: ✗ on a row of {long_n} scores in blocks of {long_block}, it held {held:,} bytes at once; the row "
               f"itself is {x.nbytes:,} bytes and one block {long_block * 8} bytes\n"
               "  hint: keep only (m, l) between blocks: no list or array of all the scores or of their exponentials")
+        return
+    if piecewise is not None:
+        print(piecewise)
         return
     print(f"{name}: ✓ passed {len(cases)} cases; each score read once; no row-sized array held")
 

@@ -52,9 +52,13 @@ def draw_attention_roofline(chip_name: str = "A100", d: int = 64, N: int = 4096,
         ax.plot([r["intensity"]], [y], marker=marker, color=color, ms=16 if marker == "*" else 12, ls="none")
         i = r["intensity"]
         text = " and ".join(g["piece"] for g in group) + f"\n{i:,.0f} FLOP/B" if i >= 10 else r["piece"] + f"\n{i:.2f} FLOP/B"
-        fused = r["kind"] == "mixed"
-        ax.annotate(text, (i, y), textcoords="offset points", xytext=(0, 14) if fused else (-12, 8),
-                    ha="center" if fused else "right", va="bottom", fontsize=12, color=color)
+        fused, matmul = r["kind"] == "mixed", r["kind"] == "matmul"
+        # the matmuls' label sits above the SRAM roof's flat part, with a leader line, and the softmax's below its roof,
+        # so that no roof crosses a label
+        xytext, ha, va = (((0, 14), "center", "bottom") if fused else ((-12, 48), "right", "bottom") if matmul
+                          else ((14, -6), "left", "top"))
+        ax.annotate(text, (i, y), textcoords="offset points", xytext=xytext, ha=ha, va=va, fontsize=12, color=color,
+                    arrowprops=dict(arrowstyle="-", color=color, lw=0.8, shrinkB=8) if matmul else None)
     ax.set_ylim(0.1, c["matmul_flops"] / 1e12 * 30)
     ax.set(xlabel="arithmetic intensity (FLOP per byte of HBM traffic)", ylabel="attainable TFLOP/s",
            title=f"{chip_name}: standard attention's pieces, d = {d}, N = M = {N:,}")

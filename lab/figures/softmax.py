@@ -118,7 +118,7 @@ def draw_online_trace(block: int = 8, shift: float = 0.0, scale: float = 1.0, n:
     if len(tr["block"]) <= 16:
         for c, a, lv in zip(centers[grew], tr["alpha"][grew], tr["l_new"][grew]):
             ax_l.text(c, lv, f"α={a:.2f}", ha="center", va="bottom", fontsize=9)
-    ax_l.set(xlabel="key index j (shaded: alternate blocks)", ylabel="l′")
+    ax_l.set(xlabel="index j of the score x_j (shaded: alternate blocks)", ylabel="l′")
     ax_l.legend(loc="upper left", fontsize=9)
     return {"block": block, "shift": float(shift), "scale": float(scale), "n": n, "trace": tr,
             "m": cmp["m"], "l": cmp["l"], "max_abs_diff": cmp["max_abs_diff"], "rescales": int(grew.sum())}

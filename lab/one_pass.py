@@ -285,7 +285,7 @@ def compare_row_methods(q, k, v, *, block_k: int = 256, scale=None) -> list[dict
             "s written (B)": run.s_writes,
             "s read (B)": run.s_reads,
             "held (B)": run.held_bytes,
-            "exp calls": rec.op_counts["exp"],
+            "exponentials": rec.op_counts["exp"],
             "max |o - ref|": float(np.abs(run.o - ref[0]).max()) if run.o.size else 0.0,
         })
     return rows
@@ -334,8 +334,8 @@ def one_pass_buffers(N: int, M: int, d: int, dv: int | None = None, *, block_k: 
                      itemsize: int = 8) -> dict:
     """What `one_pass_attention` holds at each of its peaks, one head, from the shapes: an analytic count in bytes.
 
-    Held throughout: the scaled copy of q (N·d), the running state a (2N + N·dv) and a load count per row
-    of K and V (2·M int64). Inside `partial_state`: $S_b$ and $P_b$ (2·N·Bc) and the block's state b
+    Held throughout: the scaled copy of q (N·d), the running state a (2N + N·dv), and a load count per row
+    of K and V (2·M int64), the instrument's (`SlowRows`), not the algorithm's. Inside `partial_state`: $S_b$ and $P_b$ (2·N·Bc) and the block's state b
     (2N + N·dv). Inside `merge_states`: b, the new m, $\\alpha_a$, $\\alpha_b$, l (4N), the new acc and one
     $\\alpha_b\\,acc_b$ product (2·N·dv). With `causal`, the masking step holds $S_b$ twice (before and
     after `np.where`) and an N × Bc boolean mask. Not counted: Python's objects (a few KiB) and the buffers
@@ -350,7 +350,7 @@ def one_pass_buffers(N: int, M: int, d: int, dv: int | None = None, *, block_k: 
     state_b = ("state b: m_b, l_b (N each), acc_b (N × dv)", (2 * N + N * dv) * e)
     parts = {
         "held": [("q · scale (N × d)", N * d * e), ("state a: m, l (N each), acc (N × dv)", (2 * N + N * dv) * e),
-                 ("load counts of K and V (M int64 each)", 2 * M * 8)],
+                 ("SlowRows' load counts of K, V (M int64 each)", 2 * M * 8)],
         "block": [("S_b and P_b (N × Bc each)", 2 * N * Bc * e), state_b],
         "merge": [state_b, ("m, α_a, α_b, l (N each)", 4 * N * e),
                   ("acc and one α_b·acc_b product (N × dv each)", 2 * N * dv * e)],

@@ -1,8 +1,9 @@
 """Partial softmax-attention states and their merge: the algebra that lets the keys be split anywhere.
 
 A state over a slice of keys is $(m, l, acc)$ with $m$ the row max of the scores, $l = \\sum e^{s - m}$
-and $acc = \\sum e^{s - m} v$. Two states merge exactly; the empty state ($m = -\\infty$, $l = 0$,
-$acc = 0$) is the identity, so the merge is a monoid: sequential, shuffled and tree orders agree.
+and $acc = \\sum e^{s - m} v$. Two states merge exactly; the merge is associative and commutative, and the empty
+state ($m = -\\infty$, $l = 0$, $acc = 0$) is its identity: a commutative monoid, so any grouping (associativity) and
+any order (commutativity) agree: sequential, shuffled and tree.
 
 Taught in: notebooks/03_one_pass_attention.ipynb, notebooks/04_merge_order.ipynb
 """

@@ -2,6 +2,8 @@
 with its diagnosis, and the instrument and checks of lab/checks/one_pass.py behave."""
 
 
+import re
+
 import nbformat
 import numpy as np
 import pytest
@@ -135,7 +137,7 @@ def one_pass_row(q, k, v, Bc):
     s = np.concatenate(scores)
     p = np.exp(s - s.max())
     return p @ np.concatenate(values) / p.sum(), s.max() + np.log(p.sum())
-""", ["case (M = 16384, Bc = 32;", "more than half of an array of length M = 16384", "no list of blocks or scores"]),
+""", ["case (M = 16384, Bc = 32;", "more than half the size of an array of length M = 16384", "no list of blocks or scores"]),
     "key by key, ignoring Bc": ("""
 def one_pass_row(q, k, v, Bc):
     m, l, acc = -np.inf, 0.0, np.zeros(v.shape[1])
@@ -151,6 +153,13 @@ def one_pass_row(q, k, v, Bc):
     "scores not scaled": (_row().replace(" / np.sqrt(q.shape[0])", ""), ["leaves the scores unscaled"]),
     "o alone returned": (_row(lse="0.0").replace("return acc / l, 0.0", "return acc / l"),
                          ["returned ndarray, expected a tuple of 2 (o, lse)", "return a tuple (o, lse)"]),
+    "scores scaled by 1/d": (_row().replace("/ np.sqrt(q.shape[0])", "/ q.shape[0]"),
+                             ["o (element 0)", "scales the scores by 1/d", "1/sqrt(d) = 0.5 for d = 4"]),
+    "no division by l at the end": (_row().replace("return acc / l,", "return acc,"),
+                                    ["o (element 0)", "yours is acc, not acc / l"]),
+    "the state kept in float32": (_row().replace("np.zeros(v.shape[1])", "np.zeros(v.shape[1], dtype=np.float32)")
+                                  .replace("p = np.exp(s - m_new)", "p = np.exp(s - m_new).astype(np.float32)"),
+                                  ["o (element 0)", "float32's precision", "accumulate in float64"]),
     "K used as a whole array": ("""
 def one_pass_row(q, k, v, Bc):
     return k.sum(), 0.0
@@ -202,10 +211,22 @@ def one_pass_rows(Q, K, V, Bc, causal=False):
                                                "e^(-inf + inf) = NaN"]),
     "top-left causal alignment": (_rows(offset="0"), ["causal, N = 4 < M = 11", "o (element 0)",
                                                       "the mask's top-left corner", "j <= i + M - N"]),
+    "the diagonal key hidden": (_rows().replace("<= np.arange(N)", "< np.arange(N)"),
+                                ["causal, N = M = 6", "hides the diagonal key j = i + M - N"]),
+    "the diagonal key hidden, no guard": (_rows(shift="m_new", l1="l", lse="m + np.log(l)").replace("<= np.arange(N)",
+                                                                                                    "< np.arange(N)"),
+                                          ["causal, N = M = 6", "NaN in yours", "hides the diagonal key"]),
+    "masked with -1e9": (_rows().replace("S, -np.inf)", "S, -1e9)"),
+                         ["queries 0-3 see no key", "expected 0, got", "mask with -inf", "averages the masked values"]),
+    "masked with -1e30": (_rows().replace("S, -np.inf)", "S, -1e30)"), ["N = 7 > M = 3", "mask with -inf"]),
+    "a bias of -1e9 added": (_rows().replace("S, -np.inf)", "S, S - 1e9)"), ["N = 7 > M = 3", "mask with -inf"]),
+    "the state kept in float32": (_rows().replace("np.zeros((N, V.shape[1]))", "np.zeros((N, V.shape[1]), dtype=np.float32)")
+                                  .replace("np.exp(S - shift[:, None])", "np.exp(S - shift[:, None]).astype(np.float32)"),
+                                  ["N = 5, M = 40", "float32's precision"]),
     "causal ignored": (_rows().replace("if causal:", "if False:"), ["causal, N = M = 6", "ignores the mask"]),
     "running max started at 0": (_rows(m0="0.0"), ["every score near -1000", "a running max started at 0"]),
     "lse of an empty row 0, not -inf": (_rows(lse="np.where(seen, m + np.log(l1), 0.0)"),
-                                        ["lse (element 1)", "the reference has", "lse = -inf"]),
+                                        ["lse (element 1)", "the reference has", "o is right", "lse = -inf"]),
     "the tail block dropped": (_rows(M="M - Bc + 1"), ["N = 13, M = 50, Bc = 7", "row 49 of K never read",
                                                         "K[j0:j0 + Bc] stops at M"]),
     "the whole score matrix": ("""
@@ -217,13 +238,13 @@ def one_pass_rows(Q, K, V, Bc, causal=False):
         "S = Q @ K[j0:j0 + Bc].T / np.sqrt(Q.shape[1]) + bias[:, j0:j0 + Bc]").replace(
         "    for j0", "    bias = np.where(np.arange(M)[None] <= np.arange(N)[:, None] + M - N, 0.0, -np.inf) if causal "
                      "else np.zeros((N, M))\n    for j0"),
-        ["N = 64, M = 16384", "more than half of an N × M array of booleans, a mask (64 × 16384 = 1,048,576 bytes",
+        ["N = 64, M = 16384", "more than half the size of an N × M array of booleans, a mask (64 × 16384 = 1,048,576 bytes",
          "no mask or bias for all M keys"]),
     "a boolean N x M mask built up front": (_rows().replace(
         "S = np.where(j[None, :] <= np.arange(N)[:, None] + M - N, S, -np.inf)",
         "S = np.where(visible[:, j0:j0 + S.shape[1]], S, -np.inf)").replace(
         "    for j0", "    visible = np.arange(M)[None, :] <= np.arange(N)[:, None] + M - N        # (N, M) bool\n    for j0"),
-        ["causal, N = 64, M = 16384", "more than half of an N × M array of booleans", "no mask or bias for all M keys"]),
+        ["causal, N = 64, M = 16384", "more than half the size of an N × M array of booleans", "no mask or bias for all M keys"]),
 }
 
 
@@ -323,3 +344,24 @@ def test_one_set_of_symbols_in_notebooks_03_04_and_their_code(name, module):
         text += (ROOT / f).read_text()
     for old in ("m_{old}", "m_{new}", "m_old", "m_x", "ma, la", "mb, lb", "acca", "accb"):
         assert old not in text, f"{name} or its code still writes {old}"
+
+
+def _shown(out: str) -> tuple[str, str]:
+    found = re.search(r"expected (\S+), got (\S+);", out)
+    assert found, out
+    return found.group(1), found.group(2)
+
+
+@pytest.mark.parametrize("number", [1, 2])
+def test_a_float32_answer_shows_the_digits_that_differ(number):
+    """Two values that agree to 6 significant digits are printed with as many digits as it takes to tell them apart."""
+    source = WRONG_1["the state kept in float32"][0] if number == 1 else WRONG_2["the state kept in float32"][0]
+    want, got = _shown(_fails(number, source, "float32"))
+    assert want != got and float(want) != float(got)
+
+
+def test_no_relative_error_against_an_expected_zero():
+    """A query that should see no key expects o = 0: the relative error there is meaningless and is not printed."""
+    out = _fails(2, WRONG_2["masked with -1e9"][0], "expected 0, got")
+    line = out.split("hint:")[0]
+    assert "largest |error|" in line and ("relative error" not in line or "where the expected value is not 0" in line), out

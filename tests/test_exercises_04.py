@@ -1,6 +1,7 @@
 """Notebook 04's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the checks of lab/checks/merge.py behave (one fixed line on a pass, nothing left patched)."""
 
+import re
 import textwrap
 
 import nbformat
@@ -87,6 +88,18 @@ def my_merge(a, b):
     w_a, w_b, back = np.exp(m_a - r), np.exp(m_b - r), np.exp(r - np.where(np.isneginf(m), 0.0, m))
     return m, (w_a * l_a + w_b * l_b) * back, (w_a[:, None] * acc_a + w_b[:, None] * acc_b) * back[:, None]
 """, ["case 6 (m_a, m_b 2000 apart", "NaN", "rescale both against the larger m = max(m_a, m_b)"]),
+    "the merged acc kept in float32": (MERGE_HEAD + """
+    m_use = np.where(np.isneginf(m), 0.0, m)
+    alpha_a, alpha_b = np.exp(m_a - m_use), np.exp(m_b - m_use)
+    acc = np.zeros(acc_a.shape, dtype=np.float32)
+    acc[:] = alpha_a[:, None] * acc_a + alpha_b[:, None] * acc_b
+    return m, alpha_a * l_a + alpha_b * l_b, acc
+""", ["acc (element 2)", "float32's precision", "accumulate in float64"]),
+    "alpha times acc without [:, None]": (MERGE_HEAD + """
+    m_use = np.where(np.isneginf(m), 0.0, m)
+    alpha_a, alpha_b = np.exp(m_a - m_use), np.exp(m_b - m_use)
+    return m, alpha_a * l_a + alpha_b * l_b, alpha_a * acc_a + alpha_b * acc_b
+""", ["raised ValueError: operands could not be broadcast", "alpha[:, None]"]),
     "the smaller max": ("""
 def my_merge(a, b):
     m, l, acc = lab.merge_states(a, b)
@@ -99,6 +112,12 @@ def my_merge(a, b):
 def test_exercise_1_diagnoses_planted_mistakes(mistake):
     source, says = WRONG_1[mistake]
     _fails(1, source, *says)
+
+
+def test_exercise_1_float32_shows_the_digits_that_differ_and_no_rescaling_hint():
+    out = _fails(1, WRONG_1["the merged acc kept in float32"][0])
+    want, got = re.search(r"expected (\S+), got (\S+);", out).groups()
+    assert want != got and "same rescaling" not in out, out
 
 
 def test_exercise_1_refuses_the_course_merge():

@@ -246,6 +246,8 @@ def test_merge_order_explorer_reacts_to_its_sliders():
     assert w.result["depth"] == 5
     assert max(w.result["errors"].values()) < 1e-12
     assert "tree ‹" in w.summary_html.value and "(all &lt; 1e-12: True)" in w.summary_html.value   # errors masked
+    splits.value = 1
+    assert w.result["depth"] == 0 and "1 chunk: nothing to merge, depth 0;" in w.summary_html.value
 
 
 def test_flash_decoding_reads_each_key_value_row_once_per_group_whatever_the_splits():

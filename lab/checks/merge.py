@@ -2,17 +2,14 @@
 
 - `check_state_merge(fn)`    : `fn(a, b)` is the state $(m, l, acc)$ over both slices' keys, the one `partial_state`
   computes on all of them; rows one or both slices never saw, maxes near ±1000 and 2000 apart, a and b unchanged.
-- `check_merge_partials(fn)` : `fn(parts)` merges any number of $(o_c, lse_c)$ into $(o, lse)$,
-  $lse = \\log \\sum_c e^{lse_c}$, $o = \\sum_c e^{lse_c - lse} o_c$: 1 to 7 parts, lse near ±1000 (in one row too),
-  empty parts and rows, every case also on the parts reversed and shuffled, the parts left unchanged.
-- `check_chunked_attention(fn, chunk_output, merge_partials)` : `chunk_output` alone against `attention_reference`
-  on single chunks, then `fn(q, k, v, chunk)` against `attention_reference(q, k, v)`, with every call `fn` makes
-  to `chunk_output` recorded: each key exactly once, in ceil(M / chunk) chunks of at most `chunk` keys.
+- `check_merge_partials(fn)` : `fn(parts)` merges $(o_c, lse_c)$ into $(o, lse)$: 1 to 7 parts, lse near ±1000 (in one
+  row too), empty parts and rows, every case also on the parts reversed and shuffled, the parts left unchanged.
+- `check_chunked_attention(fn, chunk_output, merge_partials)` : `chunk_output` on single chunks, then `fn(q, k, v,
+  chunk)` against `attention_reference`, each key reaching `chunk_output` once, in ceil(M / chunk) chunks.
 
-Each prints one line on a pass. A failure says the case, the tuple element by name ("o", "lse"), a shape or
-NaN in words, expected against got and where, the error against the tolerance, and a hint for the exercise's
-classic mistakes. A call from the learner's function into the course's own merge or attention
-(`lab.merge_outputs`, `lab.attention_reference`, ...) fails the check: the exercise is to write it.
+Each prints one line on a pass; a failure says the case, the element ("o", "lse"), expected against got (with the
+digits that tell them apart) and a hint for the exercise's classic mistakes. A call into the course's own merge or
+attention (`lab.merge_outputs`, `lab.attention_reference`, ...) fails the check: the exercise is to write it.
 
 Taught in: notebooks/04_merge_order.ipynb
 """
@@ -31,6 +28,7 @@ from ..attention import attention_reference
 from ..merge import merge_outputs, random_chunk_bounds
 from ..exercises import diagnose
 from ..states import partial_state
+from ._values import FLOAT32, sharpen
 
 __all__ = ["check_state_merge", "check_merge_partials", "check_chunked_attention"]
 
@@ -40,6 +38,8 @@ _COURSE = ("attention_reference", "attention_naive", "one_pass_attention", "flas
            "attention_row_one_pass", "chunk_state", "split_states", "partial_state", "finalize", "merge_states",
            "reduce_states", "merge_outputs", "merge_output_pair")
 _OVERFLOW = "float64 stops at e^709.8, and e^-1000 is 0"
+_BROADCAST = ("a factor per row, alpha of shape (N,), times acc of shape (N, dv) needs alpha[:, None]: numpy lines up "
+              "shapes from the right, so (N,) meets the dv axis")
 
 
 @contextlib.contextmanager
@@ -70,10 +70,7 @@ def _spy_globals(fn, targets):
     g = getattr(fn, "__globals__", {})
     calls, saved = {id(t): [] for t in targets}, {n: v for n, v in g.items() if any(v is t for t in targets)}
     for n, f in saved.items():
-        def wrapper(*args, _f=f, **kwargs):
-            calls[id(_f)].append(args)
-            return _f(*args, **kwargs)
-        g[n] = wrapper
+        g[n] = lambda *args, _f=f, **kwargs: (calls[id(_f)].append(args), _f(*args, **kwargs))[1]
     try:
         yield calls
     finally:
@@ -91,39 +88,39 @@ def _attempt(name, fn, args, where):
         print(f"{name}: not implemented yet{still} (fill in the stub above, then run this cell again)")
         return _FAILED
     except Exception as exc:  # a learner's bug: report it, do not stop the notebook
-        print(f"{name}: ✗ case {where} raised {type(exc).__name__}: {exc}")
+        _fail(name, where, f"raised {type(exc).__name__}: {exc}", _BROADCAST if "could not be broadcast" in str(exc) else None)
         return _FAILED
     if out is None:
-        print(f"{name}: ✗ case {where}: returned None (a missing `return`?)")
-        return _FAILED
+        return _fail(name, where, "returned None (a missing `return`?)") or _FAILED
     return (tuple(out) if isinstance(out, (tuple, list)) else out), used
 
 
 def _judge(name, where, got, used, want, names, hint, before=(), after=()) -> bool:
     """Print the first thing wrong (values, then inputs changed, then a call to the course's answer); True if none."""
-    problem = diagnose(got, want, names=names, rtol=RTOL, atol=ATOL)
+    problem = sharpen(diagnose(got, want, names=names, rtol=RTOL, atol=ATOL), got, want, names)
+    changed = not all(np.array_equal(b, np.asarray(a)) for b, a in zip(before, after))
     if problem is not None:
         _fail(name, where, problem, hint(got, problem))
-    elif not all(np.array_equal(b, np.asarray(a)) for b, a in zip(before, after)):
+    elif changed:
         _fail(name, where, "the inputs were changed in place; what the function is given must stay as it was",
               "compute new arrays: x = x * w makes a new one, x *= w overwrites the caller's")
     elif used:
         _fail(name, where, f"{name} called lab.{used[0]}, the course's own answer", "the exercise is to write it yourself")
-    return problem is None and not used and all(np.array_equal(b, np.asarray(a)) for b, a in zip(before, after))
+    return problem is None and not changed and not used
 
 
 def _fail(name, where, problem, hint=None) -> None:
     print(f"{name}: ✗ case {where}: {problem}" + (f"\n  hint: {hint}" if hint else ""))
 
 
-def _close(got, k, want) -> bool:
+def _close(got, k, want, rtol=1e-7) -> bool:
     """Element k of the tuple `got` equals `want` (loosely): does a planted mistake explain the answer?"""
     try:
         g = np.asarray(got[k], dtype=float)
     except (TypeError, ValueError, IndexError, KeyError):
         return False
     w = np.asarray(want, dtype=float)
-    return g.shape == w.shape and bool(np.allclose(g, w, rtol=1e-7, atol=1e-10, equal_nan=True))
+    return g.shape == w.shape and bool(np.allclose(g, w, rtol=rtol, atol=1e-10, equal_nan=True))
 
 
 def _bad_rows(got, problem) -> list:
@@ -169,6 +166,8 @@ def _state_hint(label, a, b, got, want, problem):
                 "e^(m_b - m_a) overflows to inf and inf · e^(m_a - m) = inf · 0 is NaN")
     if _bad_rows(got, problem) and "1000" in label:
         return f"e^m alone overflows or vanishes at m near ±1000 ({_OVERFLOW}): only differences such as m_a - m may go into exp"
+    if all(_close(got, k, want[k], rtol=1e-5) for k in range(3)):
+        return FLOAT32
     if problem.startswith("m "):
         return "m is the largest score either slice saw"
     if problem.startswith("l ") and _close(got, 1, a[1] + b[1]):
@@ -383,7 +382,8 @@ def check_chunked_attention(fn, chunk_output, merge_partials, *, name: str | Non
         if res is _FAILED:
             return
         cover = _coverage(k, calls[id(chunk_output)], chunk)
-        problem = diagnose(res[0], attention_reference(q, k, v), names=("o", "lse"), rtol=RTOL, atol=ATOL)
+        problem = sharpen(diagnose(res[0], want := attention_reference(q, k, v), names=("o", "lse"), rtol=RTOL, atol=ATOL),
+                          res[0], want, ("o", "lse"))
         if problem is not None:
             return _fail(name, where, problem, f"{cover[0]}; {cover[1]}" if cover else
                          "chunk_output passes on its own and every key reached it once: look at the merge"

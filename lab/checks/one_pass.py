@@ -27,6 +27,7 @@ from ..access_count import CountingArray
 from ..attention import attention_reference
 from ..exercises import diagnose
 from ..memory import peak_bytes
+from ._values import FLOAT32, sharpen
 
 __all__ = ["CountingRows", "check_one_pass_row", "check_one_pass_rows"]
 
@@ -137,8 +138,10 @@ def _rows_cases() -> list[_Case]:
     ]
 
 
-def _dense(q, k, v, keep=None, scale=None):
-    """Softmax attention on the whole score matrix, o and lse; rows with no kept key give o = 0, lse = -inf."""
+def _dense(q, k, v, keep=None, scale=None, divide=True):
+    """Softmax attention on the whole score matrix, o and lse; rows with no kept key give o = 0, lse = -inf.
+
+    With `divide=False`, o is acc (the sum of e^(s_j - m) v_j, m the row's max) instead of acc / l."""
     s = (q @ k.T) * (1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
     if keep is not None:
         s = np.where(keep, s, -np.inf)
@@ -147,8 +150,22 @@ def _dense(q, k, v, keep=None, scale=None):
         m0 = np.where(np.isfinite(m), m, 0.0)
         p = np.exp(s - m0[..., None])
         l = p.sum(axis=-1)
+        if not divide:
+            return p @ v, None
         o = np.where(l[..., None] > 0, (p @ v) / np.where(l > 0, l, 1.0)[..., None], 0.0)
         return o, np.where(l > 0, m0 + np.log(np.where(l > 0, l, 1.0)), -np.inf)
+
+
+def _unrescaled(q, k, v, Bc):
+    """o of the one-pass loop that never multiplies l and acc by alpha when the max grows (no mask)."""
+    s, m = (q @ k.T) / math.sqrt(q.shape[-1]), np.full(q.shape[0], -np.inf)
+    l, acc = np.zeros(q.shape[0]), np.zeros((q.shape[0], v.shape[1]))
+    with np.errstate(all="ignore"):
+        for j0 in range(0, k.shape[0], Bc):
+            m = np.maximum(m, s[:, j0:j0 + Bc].max(axis=1))
+            p = np.exp(s[:, j0:j0 + Bc] - m[:, None])
+            l, acc = l + p.sum(axis=1), acc + p @ v[j0:j0 + Bc]
+        return acc / l[:, None]
 
 
 def _span(rows) -> str:
@@ -216,34 +233,58 @@ def _hint(case: _Case, got, want, K: CountingRows, V: CountingRows) -> str:
         return f"return a tuple (o, lse): {shapes}"
     if o.shape != np.shape(want[0]) or lse.shape != np.shape(want[1]):
         return f"return {shapes}"
+    if np.allclose(o, want[0], rtol=1e-5, atol=1e-7) and np.allclose(lse, want[1], rtol=1e-5, atol=1e-7):
+        return FLOAT32
     if case.kind == "negative":
         return ("every score is near -1000: a running max started at 0 stays above them all, so each e^(s - m) "
                 "underflows to 0 and l = 0; start from nothing seen: m = -inf, l = 0, acc = 0")
     if case.kind == "positive":
         return "scores near +1000: e^s overflows; exponentiate scores minus the running max, never the scores"
+    args = (np.atleast_2d(case.q), case.k, case.v)
+    N, M, d = args[0].shape[0], case.k.shape[0], case.k.shape[1]
+    i, j = np.arange(N)[:, None], np.arange(M)[None, :]
+    o2 = np.nan_to_num(o.reshape(N, -1), nan=0.0)
     if case.kind == "masked":
-        empty = case.q.shape[0] - case.k.shape[0]
-        return (f"queries 0-{empty - 1} see no key: they get o = 0 and lse = -inf (the log of an empty sum), and no NaN: "
-                "while a row's max is still -inf, e^(m - m') is e^(-inf + inf) = NaN and acc / l is 0 / 0, so shift by 0 "
-                "while the max is -inf and divide only where l > 0")
-    if not (np.isfinite(o).all() and np.isfinite(lse[np.isfinite(want[1])]).all()):
-        return "a NaN or inf: look for e^(-inf + inf), 0 / 0 or an overflowing exponential in the first block"
+        empty = np.isneginf(np.atleast_1d(want[1]))
+        unmasked = _dense(*args)[0][empty]
+        if np.isfinite(o2[empty]).all() and (np.allclose(o2[empty], case.v.mean(axis=0), rtol=1e-5)   # -1e9 + s keeps
+                                             or np.allclose(o2[empty], unmasked, rtol=1e-5)):         # s to 1e-7 only
+            return (f"mask with -inf, not a finite number such as -1e9: queries 0-{int(empty.sum()) - 1} see no key, and "
+                    "with a finite value the masked scores still get weights (the largest e^0 = 1), so a query that "
+                    "sees no key averages the masked values instead of getting o = 0 and lse = -inf")
+        if np.allclose(o, want[0], **_TOL):
+            return (f"o is right, lse is not: queries 0-{int(empty.sum()) - 1} see no key, and the log of their empty "
+                    "sum is lse = -inf")
+        return (f"queries 0-{int(empty.sum()) - 1} see no key: they get o = 0 and lse = -inf (the log of an empty sum), "
+                "and no NaN: while a row's max is still -inf, e^(m - m') is e^(-inf + inf) = NaN and acc / l is 0 / 0, "
+                "so shift by 0 while the max is -inf and divide only where l > 0")
     if np.allclose(o, want[0], **_TOL):
         return ("o is right, lse is not: lse is the log of the whole normalizer, the sum over all j of e^(s_j), "
                 "while l is measured against the max m")
-    args = (np.atleast_2d(case.q), case.k, case.v)
-    N, M = args[0].shape[0], case.k.shape[0]
-    i, j = np.arange(N)[:, None], np.arange(M)[None, :]
-    alternatives = [(_dense(*args, scale=1.0), "yours leaves the scores unscaled: s_j = k_j . q / sqrt(d)")]
+    keep = (j <= i + M - N) if case.causal else None
+    rule = f"s_j = k_j . q / sqrt(d), the scale 1/sqrt(d) = {1 / math.sqrt(d):.4g} for d = {d} (the length of q)"
+    alternatives = [((_dense(*args, keep=keep, scale=c)[0]), f"yours {how}: the scores are {rule}")
+                    for c, how in ((1.0, "leaves the scores unscaled"), (1.0 / d, "scales the scores by 1/d"),
+                                   (math.sqrt(d), "multiplies the scores by sqrt(d)"))]
+    alternatives.append((_dense(*args, keep=keep, divide=False)[0],
+                         "yours is acc, not acc / l: o = acc / l, one division by the normalizer after the last block"))
     if case.causal:
-        alternatives += [(_dense(*args, keep=j <= i), "yours keeps keys j <= i (the mask's top-left corner); with "
+        alternatives += [(_dense(*args, keep=j < i + M - N)[0], "yours hides the diagonal key j = i + M - N: it is "
+                          "visible, keep j <= i + M - N (with N = M, j <= i: a query sees its own key)"),
+                         (_dense(*args, keep=j <= i)[0], "yours keeps keys j <= i (the mask's top-left corner); with "
                           "N != M query i sees keys j <= i + M - N, so the last query sees every key"),
-                         (_dense(*args), "yours ignores the mask: with causal=True query i sees keys j <= i + M - N")]
-    for (o_alt, _), text in alternatives:
-        if np.allclose(o, o_alt.reshape(o.shape), **_TOL, equal_nan=True):
+                         (_dense(*args)[0], "yours ignores the mask: with causal=True query i sees keys j <= i + M - N")]
+    else:
+        alternatives.append((_unrescaled(*args, case.Bc), "when a block raises the max from m to m', what l and acc "
+                             "summed against m must be multiplied by e^(m - m') before the block's terms are added"))
+    for o_alt, text in alternatives:
+        if np.allclose(o2, o_alt, **_TOL):
             return text
-    return ("when a block raises the max from m to m', what l and acc summed against m must be multiplied by "
-            "e^(m - m') before the block's terms are added, and m becomes m'; divide by l only at the end")
+    if not (np.isfinite(o).all() and np.isfinite(lse[np.isfinite(want[1])]).all()):
+        return "a NaN or inf: look for e^(-inf + inf), 0 / 0 or an overflowing exponential in the first block"
+    return ("go back to what the state means: after each block m is the largest score seen, l and acc the sums of "
+            "e^(s_j - m) and e^(s_j - m) v_j over the keys seen; when m grows to m', both are multiplied by "
+            "e^(m - m'); at the end o = acc / l and lse = m + log l")
 
 
 def _call(fn, case: _Case, K, V, masks: bool):
@@ -283,7 +324,7 @@ def _check(fn, cases, reference, limit, held_what, name: str, passed: str, masks
         problem = _pass_problem(K, case.Bc) or _pass_problem(V, case.Bc)
         hint = None
         if problem is None:
-            problem = diagnose(got, want, names=("o", "lse"), **_TOL)
+            problem = sharpen(diagnose(got, want, names=("o", "lse"), **_TOL), got, want, ("o", "lse"))
             hint = problem and _hint(case, got, want, K, V)
         if problem is None:
             problem = _order_problem(K, case.Bc) or _order_problem(V, case.Bc)
@@ -291,7 +332,7 @@ def _check(fn, cases, reference, limit, held_what, name: str, passed: str, masks
             held, _ = peak_bytes(_call, fn, case, CountingRows(case.k, "K"), CountingRows(case.v, "V"), masks)
             cap = limit(case)
             if held > cap:
-                problem = (f"held {held:,} bytes at once, more than half of {held_what(case)}; one pass holds one "
+                problem = (f"held {held:,} bytes at once, more than half the size of {held_what(case)}; one pass holds one "
                            f"block and the state (m, l, acc), whatever M is")
                 hint = ("nothing as long as M may outlive its block: no list of blocks or scores, no mask or bias "
                         "for all M keys built up front; fold each block into (m, l, acc), then drop it")

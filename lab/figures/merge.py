@@ -54,7 +54,8 @@ def draw_merge_orders(splits: int = 8, order: str = "tree", M: int = 3000, seed:
             ax.text((j0 + j1) / 2, s.max() * 1.08, f"{w[c]:.2f}", ha="center", fontsize=9)
     ax.set_ylim(s.min() * 1.1, s.max() * 1.3)
     ax.set(xlabel="key index j", ylabel="score s_j",
-           title=f"{splits} random chunks; numbers: each chunk's weight exp(lse_c − lse) (sum {w.sum():.3f})")
+           title=(f"{splits} random chunks" if splits > 1 else "1 chunk") +
+           f"; numbers: each chunk's weight exp(lse_c − lse) (sum {w.sum():.3f})")
     segs, ys = merge_depths(splits, order, seed=seed)
     bx.add_collection(LineCollection([[(x0, y0), (x1, y1)] for x0, y0, x1, y1 in segs], colors="C3", linewidths=2))
     bx.plot(range(splits), [0] * splits, "o", color="C0", ms=9)

@@ -30,6 +30,11 @@ def _row_inputs(M: int, d: int, dv: int, seed: int):
     return out
 
 
+def _count(n: int, noun: str) -> str:
+    """'1 block', '2 blocks'."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def draw_one_pass(M: int = 4096, block_k: int = 256, d: int = 64, seed: int = 0, axes=None) -> dict:
     """Left: the one-pass state per key block (block max, running m, the blocks where m grew and their alpha); right: bytes each row method reads, writes and holds."""
     q, k, v = row_inputs(M, d, seed=seed)
@@ -44,14 +49,18 @@ def draw_one_pass(M: int = 4096, block_k: int = 256, d: int = 64, seed: int = 0,
     ax.step(b, [s["m"] for s in steps], where="post", color="C3", lw=2, label="running m")
     grew = [i for i in range(1, len(steps)) if alphas[i] < 1]
     ax.plot(b[grew], [steps[i]["m"] for i in grew], "^", color="C2", ms=9, label="m grew: acc, l times α < 1")
-    for i in grew[:6]:
+    shown, gap = [], len(steps) / 8                          # labels at least 1/8 of the axis apart: none overlap
+    for i in grew:
+        if len(shown) == 6 or (shown and b[i] - b[shown[-1]] < gap):
+            continue
+        shown.append(i)
         ax.annotate(f"α={alphas[i]:.2f}", (b[i], steps[i]["m"]), textcoords="offset points", xytext=(4, 6),
                     fontsize=10, color="C2")
     lo, hi = ax.get_ylim()
     ax.set_ylim(lo, hi + 0.45 * (hi - lo))
-    ax.set(xlabel=f"key block b (Bc = {block_k}, {len(steps)} blocks)", ylabel="score")
+    ax.set(xlabel=f"key block b (Bc = {block_k}, {_count(len(steps), 'block')})", ylabel="score")
     ax.legend(loc="upper left", fontsize=10)
-    ax.set_title(f"one pass over M = {M:,} keys: m grew at {len(grew)} blocks")
+    ax.set_title(f"one pass over M = {M:,} keys: m grew at {_count(len(grew), 'block')}")
     names = list(ROW_METHODS)
     short = ["three-pass", "two-pass", "one-pass"]
     kb = k.nbytes

@@ -16,7 +16,8 @@ def merge_order_explorer(splits: int = 8, order: str = "tree") -> ipywidgets.int
     """Sliders over the number of chunks and the merge order; `.result` holds the depth and the error of every order."""
     return interactive_figure(
         draw_merge_orders,
-        summary=lambda r: (f"{r['splits']} chunks merged {r['order']}: depth {r['depth']}; "
+        summary=lambda r: ((f"{r['splits']} chunks merged {r['order']}: depth {r['depth']}; " if r["splits"] > 1 else
+                            "1 chunk: nothing to merge, depth 0; ")
                            + ", ".join(f"{k} {measured(v)}" for k, v in r["errors"].items())
                            + f"  (all < 1e-12: {max(r['errors'].values()) < 1e-12})"),
         splits=ipywidgets.IntSlider(value=splits, min=1, max=32, description="splits"),

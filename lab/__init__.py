@@ -30,6 +30,7 @@ from .softmax import *  # noqa: F401,F403
 from .states import *  # noqa: F401,F403
 from .torch_kernels import *  # noqa: F401,F403
 from .triton_kernels import *  # noqa: F401,F403
+from .triton_backward import *  # noqa: F401,F403
 from . import figures, trace, widgets  # noqa: F401
 
 __version__ = "0.1.0"

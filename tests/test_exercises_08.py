@@ -129,7 +129,9 @@ def test_specs_give_no_reference_code():
 
 KERNEL_MISTAKES = [
     ([("mask=col_ok[:, None], other=0.0)", ")")],
-     ("N and M not multiples", "reads V past row M - 1 = 36", "stores NaN")),
+     ("N and M not multiples", "reads K and V past row M - 1 = 36", "stores NaN")),
+    ([("mask=col_ok[:, None], other=0.0)           # K_j", ")  # K_j")],               # tl.where hides the NaN read
+     ("N and M not multiples", "o is right, but", "reads K past row M - 1 = 36", "hides the values, not the read")),
     ([('        s = tl.where(col_ok[None, :], s, float("-inf"))', "")],
      ("N and M not multiples", "11 slots past M counted as keys of score 0", "a score of -inf (tl.where)")),
     ([('m = tl.full([Br], float("-inf"), tl.float32)', "m = tl.zeros([Br], tl.float32)")],
@@ -146,7 +148,7 @@ KERNEL_MISTAKES = [
 
 @needs_triton
 @pytest.mark.parametrize("edits, diagnosis", KERNEL_MISTAKES,
-                         ids=["no load mask", "no -inf for padded keys", "m starts at 0", "no rescale of acc",
+                         ids=["no load mask", "no mask on K, where hides it", "no -inf for padded keys", "m starts at 0", "no rescale of acc",
                               "no max subtracted", "no scale", "m never updated", "steps by Br", "max over queries"])
 def test_kernel_mistakes(edits, diagnosis):
     assert_fails(run_check(EX[5], planted(EX[5], *edits)), *diagnosis)

@@ -106,11 +106,11 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
-from lab import triton_kernels
+from lab import triton_backward, triton_kernels
 # the forward at the launch settings lab.bench uses at d = 128 (128×64 tiles, 8 warps, 3 stages), then both
 # backward kernels at the defaults (64×64, 4 warps)
-jobs = [(triton_kernels._attn_fwd, 128, 64, 128, 8), (triton_kernels._attn_bwd_dkdv, 64, 64, 64, 4),
-        (triton_kernels._attn_bwd_dq, 64, 64, 64, 4)]
+jobs = [(triton_kernels._attn_fwd, 128, 64, 128, 8), (triton_backward._attn_bwd_dkdv, 64, 64, 64, 4),
+        (triton_backward._attn_bwd_dq, 64, 64, 64, 4)]
 sizes = []
 for fn, Br, Bc, bd, warps in jobs:
     assert isinstance(fn, JITFunction), type(fn)               # @triton.jit, compiled: TRITON_INTERPRET is unset

@@ -245,10 +245,10 @@ def _backward_hint(got, want, case, variants) -> str:
             if causal and N != M:
                 return (f"{name} differs on a causal case with N ≠ M: is the mask aligned bottom-right (key j ≤ i + M − N)? "
                         "Are the last, shorter blocks visited?")
-            if name == "dv":
-                return "dv depends only on P and dO: check P (exp(S − lse), one lse per query row) and the transpose, Pᵀ dO"
-            return (f"{name} is wrong{' and dv right, so P is right' if _close(got[2], want[2]) else ''}: check dP = dO Vᵀ, "
-                    "D (one number per query row, from o and do), the transposes and the scale")
+            if name == "dv" or not _close(got[2], want[2]):                 # dv = Pᵀ dO: a wrong dv means a wrong P
+                return (f"{name}{' and dv' * (name != 'dv')} wrong, and dv depends only on P and dO, so P is wrong: check P = "
+                        "exp(S − lse) (the forward's lse, one per query row; not a softmax of the tile) and the transpose, Pᵀ dO")
+            return f"{name} is wrong and dv right, so P is right: check dP = dO Vᵀ, D (one per query row), the transposes, the scale"
     return "return the tuple (dq, dk, dv), in that order"
 
 

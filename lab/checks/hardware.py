@@ -11,8 +11,9 @@ loop, and the key-block loop of a Triton FlashAttention-2 forward kernel.
   alignment, the block's first row, a dropped tail, negative counts for rows that see no key).
 - `check_triton_attention(kernel)` : a `@triton.jit` kernel with the notebook's signature against
   `attention_reference`, on one and several key blocks, N and M that no block divides (the memory after K
-  and V holds NaN, so an unmasked load shows), unequal block sizes, and scores near -200 (a running max that
-  starts at 0) and +200 (no max subtracted). Through Triton's interpreter on CPU tensors, compiled on CUDA.
+  and V holds NaN, and the interpreter watches every load: a read past M fails even when tl.where hides it),
+  unequal block sizes, scores near -200 (a running max that starts at 0) and +200 (no max subtracted).
+  Through Triton's interpreter on CPU tensors; compiled on CUDA, where only the NaN shows.
 - `launch_attention_kernel`, `triton_or_standins` : the host side of that kernel, and the modules to write it.
 
 Taught in: notebooks/08_hardware_runs.ipynb
@@ -208,7 +209,6 @@ def triton_or_standins():
 
 def _standin_needed() -> bool:
     try:
-        import triton  # noqa: F401
         import triton.language  # noqa: F401
     except Exception:
         return True
@@ -245,29 +245,26 @@ _CASES = [  # name, H, N, M, Br, Bc, score bias, hint when this case is the firs
     ("very large scores (all near +200)", 1, 16, 16, 16, 16, 200,
      "every score here is near +200, and exp overflows float32 past about 88.7: exponentiate S - m_new, never S"),
     ("several key blocks", 2, 32, 64, 16, 16, 0,
-     "one key block was right: what carries over between blocks is wrong. When the running max moves, l and acc "
-     "must shrink by alpha = exp(m - m_new) before the new block's sums are added, and then m = m_new"),
+     "one key block was right: what carries over between blocks is wrong. When the running max moves, l and acc must "
+     "shrink by alpha = exp(m - m_new) before the new block's sums are added, and then m = m_new"),
     ("N and M not multiples of the blocks", 1, 20, 37, 16, 16, 0,
-     "the last key block has slots past M: load K and V there with a mask and other=0.0, and give those "
-     "slots a score of -inf (tl.where) before the max and the exp; a zero-filled key still scores 0 and adds "
-     "e^(0 - m) to l"),
+     "the last key block has slots past M: load K and V there with a mask and other=0.0, and give those slots a score "
+     "of -inf (tl.where) before the max and the exp; a zero-filled key still scores 0 and adds e^(0 - m) to l"),
     ("Br = 32 query rows, Bc = 16 keys", 2, 40, 24, 32, 16, 0,
-     "the query block and the key block differ in size here: step over the keys by Bc and take key offsets "
-     "from tl.arange(0, Bc)"),
+     "the query block and the key block differ in size here: step over the keys by Bc, key offsets tl.arange(0, Bc)"),
     ("very negative scores (all near -200)", 1, 16, 48, 16, 16, -200,
      "every score here is near -200. A running max that starts at 0 stays 0 (max(0, -200) = 0), exp(S - 0) "
      "underflows to 0, so l = 0 and o = 0/0: start m at float('-inf')"),
 ]
 
 
-def _case_inputs(H, N, M, bias, seed, pad_k=math.nan, pad_v=math.nan, device="cpu"):
-    """q (H, N, d) and views k, v (H, M, d) into buffers whose rows M .. M+_PAD-1 hold `pad_k`, `pad_v`."""
+def _case_inputs(H, N, M, bias, seed, device="cpu"):
+    """q (H, N, d) and views k, v (H, M, d) into buffers whose rows M .. M+_PAD-1 hold NaN."""
     g = torch.Generator().manual_seed(seed)
     q, k, v = torch.randn(H, N, _D, generator=g), torch.randn(H, M, _D, generator=g), torch.randn(H, M, _D, generator=g)
     if bias:                                                    # scale · (±40 · 20) = ±200 in every score
         q[..., 0], k[..., 0] = 40.0 * np.sign(bias), 20.0
-    kb = torch.full((H, M + _PAD, _D), pad_k)
-    vb = torch.full((H, M + _PAD, _D), pad_v)
+    kb, vb = torch.full((H, M + _PAD, _D), math.nan), torch.full((H, M + _PAD, _D), math.nan)
     kb[:, :M], vb[:, :M] = k, v
     return q.to(device), kb.to(device)[:, :M], vb.to(device)[:, :M]
 
@@ -282,9 +279,8 @@ def _is_stub(kernel) -> bool:
     fn = getattr(kernel, "fn", kernel)
     if "NotImplementedError" in getattr(getattr(fn, "__code__", None), "co_names", ()):
         return True
-    src = getattr(kernel, "src", None)
     try:
-        src = src if isinstance(src, str) else inspect.getsource(fn)
+        src = kernel.src if isinstance(getattr(kernel, "src", None), str) else inspect.getsource(fn)
     except (OSError, TypeError):
         return False
     return "raise NotImplementedError" in src
@@ -301,8 +297,8 @@ _ERROR_HINTS = {
 def check_triton_attention(kernel, *, name: str | None = None) -> None:
     """Check a Triton attention kernel (the notebook's signature) against `attention_reference`; print one verdict.
 
-    Cases: one and several key blocks, N and M that no block divides (NaN stored after K and V: an unmasked
-    load shows as NaN, and the check says which array was read past row M - 1), unequal block sizes, scores near
+    Cases: one and several key blocks, N and M that no block divides (NaN stored after K and V, and on the CPU every
+    load watched: the check says which array was read past row M - 1), unequal block sizes, scores near
     -200 (a running max started at 0 gives 0/0) and +200 (exp without the max overflows). A failure names the
     case, the worst value's index (head, query row, feature), the error against the tolerance, and a hint.
     Taught in: notebooks/08_hardware_runs.ipynb
@@ -327,7 +323,7 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
                 warnings.simplefilter("ignore")
                 return launch_attention_kernel(kernel, q, k_, v_, block_q=Br, block_k=Bc).double().cpu().numpy()
         try:
-            got = run(k, v)
+            got, read = _run_watched(run, k, v, M)
         except Exception as exc:
             inner = _unwrap(exc)
             if isinstance(inner, NotImplementedError) or "NotImplementedError" in str(exc):
@@ -342,12 +338,12 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
         args = [t.double().cpu().numpy() for t in (q, k, v)]
         want, _ = attention_reference(*args)
         problem = diagnose(got, want, rtol=tol, atol=tol)
-        if problem is None:
+        if problem is None and not read:
             continue
-        print(f"{name}: ✗ {shown}: o[head, query, feature]: {problem}")
-        where = _what_it_matches(got, want, args, N, M, Bc, tol)
-        if np.isnan(got).any():
-            where = _what_reads_nan(run, q, H, N, M, bias, i, device) or where
+        print(f"{name}: ✗ {shown}: " + (f"o[head, query, feature]: {problem}" if problem else "o is right, but"))
+        where = (f"it reads {' and '.join(read)} past row M - 1 = {M - 1}, where this check stores NaN (on a GPU: "
+                 "another tensor's data, or a crash; a tl.where after the load hides the values, not the read). Load "
+                 "with mask=(key rows < M)[:, None] and other=0.0") if read else _what_it_matches(got, want, args, N, M, Bc, tol)
         if where:
             print(f"  {where}")
         print(f"  hint: {hint}")
@@ -356,26 +352,27 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
           "unequal blocks, scores near +200 and -200)")
 
 
-def _what_reads_nan(run, q, H, N, M, bias, seed, device):
-    """Which of K and V the kernel read past row M - 1, found by filling the memory after each with NaN in turn."""
-    _, k, v = _case_inputs(H, N, M, bias, seed, 0.0, 0.0, device=device)
+def _run_watched(run, k, v, M):
+    """`(run(k, v), which of K and V it loads past row M - 1)`: in Triton's interpreter every load is watched, so a read
+    that tl.where hides afterwards is still seen; compiled, no load is seen ([])."""
     try:
-        if np.isnan(run(k, v)).any():                          # NaN without any NaN stored: not a read past M
-            return None
-    except Exception:
-        return None
-    read = []
-    for which, pads in (("K", (math.nan, 0.0)), ("V", (0.0, math.nan))):
-        _, k, v = _case_inputs(H, N, M, bias, seed, *pads, device=device)
-        try:
-            if np.isnan(run(k, v)).any():
-                read.append(which)
-        except Exception:
-            return None
-    if not read:
-        return None
-    return (f"it reads {' and '.join(read)} past row M - 1 = {M - 1}: this check stores NaN there (on a GPU it would be "
-            f"another tensor's data, or a crash). Load with mask=(key rows < M)[:, None] and other=0.0")
+        from triton.runtime.interpreter import InterpreterBuilder
+        original = InterpreterBuilder.create_masked_load
+    except (ImportError, AttributeError):
+        return run(k, v), []
+    spans = [(name, t.data_ptr() + (h * t.stride(0) + M * t.stride(1)) * t.element_size(), _PAD * t.stride(1) * t.element_size())
+             for name, t in (("K", k), ("V", v)) for h in range(t.shape[0])]          # the rows after each head's M keys
+    seen = set()
+
+    def load(self, ptrs, mask, *args, **kwargs):
+        addr = np.asarray(ptrs.data, np.uint64)[np.broadcast_to(np.asarray(mask.data, bool), np.shape(ptrs.data))]
+        seen.update(name for name, lo, size in spans if ((addr >= np.uint64(lo)) & (addr < np.uint64(lo + size))).any())
+        return original(self, ptrs, mask, *args, **kwargs)
+    InterpreterBuilder.create_masked_load = load
+    try:
+        return run(k, v), sorted(seen)
+    finally:
+        InterpreterBuilder.create_masked_load = original
 
 
 def _what_it_matches(got, want, args, N, M, Bc, tol):

@@ -77,7 +77,7 @@ def draw_decode_schedule(M: int = 32768, splits: int = 8, *, batch: int = 1, hea
     for side in ("left", "bottom"):
         ax.spines[side].set_visible(False)
     handles = [Rectangle((0, 0), 1, 1, facecolor=c) for c in ("#264653", "#2a9d8f", "#eeeeee")]
-    ax.legend(handles, [f"busy with FA2 (splits = 1): {fa2['busy']}", f"also busy with splits = {splits}: {fd['busy']}",
+    ax.legend(handles, [f"busy with FA2 (splits = 1): {fa2['busy']}", f"also busy with splits = {splits}: {fd['busy'] - fa2['busy']} more ({fd['busy']} in all)",
                         "idle"], loc="upper center", bbox_to_anchor=(0.5, -0.02), fontsize=9, ncol=1, frameon=False)
     ss = [2**p for p in range(0, 9)]
     steps = [decode_schedule(M, batch=batch, heads=heads, splits=s, processors=processors)["steps"] for s in ss]
@@ -138,7 +138,8 @@ def draw_decode_timings(runs, ax=None) -> dict:
 
 def draw_block_table(cache, axes=None) -> dict:
     """Left: each sequence's logical blocks, labelled with the physical page the block table maps them to, filled to
-    the share of the page's slots in use; right: the pool of physical pages, coloured by the sequence that owns each."""
+    the share of the page's slots in use; right: the pool of physical pages, coloured by the sequence that owns each up
+    to the share of its slots in use (the rest of a page is stale slots, never read)."""
     table, lengths, S = cache.block_table, cache.lengths, cache.page_size
     B, T = table.shape
     P = cache.pages_k.shape[0]
@@ -151,8 +152,8 @@ def draw_block_table(cache, axes=None) -> dict:
         n = -(-int(lengths[b]) // S)
         for i in range(n):
             page = int(table[b, i])
-            owner[page] = (b, i)
             used = min(S, int(lengths[b]) - i * S) / S
+            owner[page] = (b, i, used)
             ax.add_patch(Rectangle((i, B - 1 - b), 1, 0.8, facecolor="white", edgecolor="black"))
             ax.add_patch(Rectangle((i, B - 1 - b), used, 0.8, facecolor=colors[b], alpha=0.6))
             ax.text(i + 0.5, B - 1 - b + 0.4, f"{page}", ha="center", va="center", fontsize=10)
@@ -164,15 +165,16 @@ def draw_block_table(cache, axes=None) -> dict:
     ax.set_title(f"block table, pages of {S} tokens")
     ax.grid(False)
     for page in range(P):
-        b, i = owner.get(page, (None, None))
-        ax2.add_patch(Rectangle((page, 0), 0.9, 0.8, facecolor="white" if b is None else colors[b], alpha=0.6,
-                                edgecolor="black"))
+        b, i, used = owner.get(page, (None, None, 0.0))
+        ax2.add_patch(Rectangle((page, 0), 0.9, 0.8, facecolor="white", edgecolor="black"))
+        if b is not None:                                       # filled to the share of its slots in use, from the bottom
+            ax2.add_patch(Rectangle((page, 0), 0.9, 0.8 * used, facecolor=colors[b], alpha=0.6))
         ax2.text(page + 0.45, 0.4, "free" if b is None else f"{b}·{i}", ha="center", va="center", fontsize=8, rotation=90)
     ax2.set_xlim(0, P)
     ax2.set_ylim(-0.2, 1.2)
     ax2.set_yticks([])
     ax2.set_xticks(np.arange(P) + 0.45, [str(p) for p in range(P)], fontsize=8)
-    ax2.set_xlabel("physical page (label: sequence · logical block)")
+    ax2.set_xlabel("physical page (label: sequence · logical block; coloured: the slots in use)")
     ax2.set_title("the pool of pages")
     ax2.grid(False)
     for a in (ax, ax2):

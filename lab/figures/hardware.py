@@ -46,7 +46,7 @@ def draw_sweep(rows, *, what: str = "ms", ax=None) -> dict:
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
-    labels = {"ms": "time per call (ms)", "tflops": "TFLOP/s (4·B·H·N²·d / time)", "peak_mb": "peak MB above the inputs"}
+    labels = {"ms": "time per call (ms)", "tflops": "TFLOP/s (4·B·H·N²·d / time)", "peak_mb": "peak MiB above the inputs"}
     if what not in labels:
         raise ValueError(f"what must be one of {sorted(labels)}, got {what!r}")
     if ax is None:
@@ -69,7 +69,8 @@ def draw_sweep(rows, *, what: str = "ms", ax=None) -> dict:
 
 def draw_roofline(ceilings: dict, rows, *, N: int | None = None, ax=None) -> dict:
     """The roofline $\\min(\\text{peak}, I \\cdot \\text{bandwidth})$ of the measured ceilings, with each kernel at
-    (estimated intensity $I$ = FLOPs / `estimated_bytes`, measured FLOP/s) at the largest N; returns the points.
+    (estimated intensity $I$ = FLOPs / `estimated_bytes`, measured FLOP/s) at the largest N; returns the points and
+    `above`, the kernels drawn above the roof (a ceiling measured low on a busy machine, or an intensity estimated low).
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
@@ -101,11 +102,12 @@ def draw_roofline(ceilings: dict, rows, *, N: int | None = None, ax=None) -> dic
     ax.set_ylim(bottom=min([0.1] + [y / 1e9 / 3 for _, y in pts.values()]), top=peak / 1e9 * 3)
     ax.text(ridge * 1.15, ax.get_ylim()[0] * 2, f"ridge {ridge:.0f} FLOP/B", color="gray", fontsize=10)
     ax.legend(fontsize=9, loc="lower right")
-    return {"peak_flops": peak, "bandwidth": bw, "ridge": ridge, "points": pts, "N": N}
+    above = [kernel for kernel, (x, y) in pts.items() if y > min(peak, x * bw)]
+    return {"peak_flops": peak, "bandwidth": bw, "ridge": ridge, "points": pts, "N": N, "above": above}
 
 
 def draw_recorded_memory(runs, *, N: int = 4096, ax=None) -> dict:
-    """Peak MB per head at `N` of standard attention against the tiled kernel, for each recorded run that has both.
+    """Peak MiB (2²⁰ bytes) per head at `N` of standard attention against the tiled kernel, for each recorded run that has both.
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
@@ -140,7 +142,7 @@ def draw_recorded_memory(runs, *, N: int = 4096, ax=None) -> dict:
     top = max([v for b in bars.values() for v in b.values()] + [1.0])
     ax.set_ylim(top=top * 20)
     ax.set_xticks(x, [textwrap.fill(k, 30) for k in labels], fontsize=9)
-    ax.set(ylabel="peak MB per head", title=f"Peak memory at N = {N:,}, d = 64, recorded runs")
+    ax.set(ylabel="peak MiB per head", title=f"Peak memory at N = {N:,}, d = 64, recorded runs")
     ax.legend(fontsize=10, loc="upper right")
     return bars
 

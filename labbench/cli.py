@@ -5,7 +5,7 @@
   python -m lab.bench --verify              # max |flash - standard| at four (B, N, d), on this machine
   python -m lab.bench --gpu-sweep           # on a machine with an NVIDIA GPU: fp16/bf16, d 64/128, N 1K-16K
 
-Every run prints a table (ms, TFLOP/s = 4·B·H·N²·d per second, halved for causal; peak MB above
+Every run prints a table (ms, TFLOP/s = 4·B·H·N²·d per second, halved for causal; peak MiB above
 the inputs; throughput relative to SDPA) and writes a JSON record (schema in lab/data/README.md) into
 your own runs folder, `lab.user_runs_dir()`, outside the repository, unless `--no-record`;
 `--record-dir lab/data/runs` adds it to the runs the course ships. Kernels are timed interleaved, round by round, so a busy

@@ -109,11 +109,11 @@ def _add_ratios(rows):
 
 
 def results_table(rows) -> str:
-    """The sweep as a fixed-width text table: ms, TFLOP/s, peak MB and the throughput ratio to SDPA; skipped kernels listed below.
+    """The sweep as a fixed-width text table: ms, TFLOP/s, peak MiB and the throughput ratio to SDPA; skipped kernels listed below.
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
-    head = f"{'kernel':<16} {'dtype':<8} {'N':>6} {'d':>4} {'causal':>6} {'ms':>10} {'TFLOP/s':>8} {'peak MB':>9} {'vs SDPA':>8}"
+    head = f"{'kernel':<16} {'dtype':<8} {'N':>6} {'d':>4} {'causal':>6} {'ms':>10} {'TFLOP/s':>8} {'peak MiB':>9} {'vs SDPA':>8}"
     lines = [head, "-" * len(head)]
     for r in rows:
         if r.get("skipped"):

@@ -6,7 +6,7 @@ figures (the exponential rate, the ridge point) are computed from the table, nev
 
 - exponentials per second = SMs × special-function units per SM × clock (the units return 16 `exp2f`
   results per SM per clock: CUDA C++ Programming Guide, "Arithmetic Instructions" throughput table, compute
-  capability 8.0 and 9.0; $e^x$ is one `exp2` of $x \log_2 e$, a multiply more);
+  capability 8.0 and 9.0; e^x is one exp2 of x · log2(e), a multiply more);
 - ridge point = matmul FLOP/s ÷ HBM bytes/s: the arithmetic intensity above which a kernel is compute-bound.
 
 On chip, a FlashAttention kernel keeps the score tile S, its exponentials P and the output accumulator

@@ -146,7 +146,7 @@ def onchip_fits(chip: str, d: int, block_q: int, block_k: int, dv: int | None = 
                 acc_itemsize: int = 4, kv_stages: int = 1, warps: int = 4) -> dict:
     """Whether one thread block of `warps` warps fits `chip`: registers within its budget, shared memory within one block's limit.
 
-    Budgets from `lab.hardware`: registers $\min(\text{registers\_per\_sm},\ 32w \cdot 255 \cdot 4\,\text{B})$
+    Budgets from `lab.hardware`: registers min(`registers_per_sm`, 32w · 255 · 4 B)
     (256 KiB per SM on the A100 and the H100, and at most 255 registers of 4 bytes per thread: 127.5 KiB for
     4 warps, 255 KiB for 8) and `shared_per_block` (163 KiB on the A100, 227 KiB on the H100: one KiB less
     than `shared_per_sm`). Returns the footprint (`onchip_footprint`), the budgets, `fits_registers`,

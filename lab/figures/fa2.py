@@ -50,7 +50,7 @@ def draw_op_counts(N: int = 1024, d: int = 64, block_q: int = 64, block_k: int =
     right.set_yticks([0, 1], ["fa1", "fa2"])
     right.set_xlim(0, max(s["t_matmul"] + s["t_nonmatmul"] for s in share.values()) * 1e6 * 1.6)
     right.set(xlabel="µs at peak rates (one head)", title=f"{chip}: time at peak rates, by kind of work")
-    right.legend(loc="lower right", fontsize=10)
+    right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=10, frameon=False)
     return {"split": split, "share": {v: share[v]["share"] for v in share},
             "t_exp": {v: share[v]["t_exp"] for v in share}}
 

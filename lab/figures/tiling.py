@@ -88,7 +88,8 @@ def draw_tile_fill(N: int = 12, M: int = 16, block_q: int = 4, block_k: int = 4,
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 0.36 * N + 1.6))
     S = np.ma.masked_where(~st["seen"] | ~st["visible"], st["S"])
-    ax.imshow(S, cmap="RdBu_r", vmin=-2.5, vmax=2.5, extent=(0, M, N, 0), interpolation="nearest")
+    im = ax.imshow(S, cmap="RdBu_r", vmin=-2.5, vmax=2.5, extent=(0, M, N, 0), interpolation="nearest")
+    ax.figure.colorbar(im, ax=ax, fraction=0.025, pad=0.02, label="score $S_{ij}$ (computed so far)")
     grid = tile_grid(N, M, block_q, block_k, causal)
     for a in range(st["Tr"]):
         for b in range(st["Tc"]):
@@ -242,10 +243,11 @@ def draw_hbm_traffic(N: int = 4096, d: int = 64, block_q: int = 64, block_k: int
                      sram_bytes: int | None = None, Ns=None, causal: bool = False, ax=None) -> dict:
     """Left: HBM bytes of standard attention and the tiled kernels against N for the chosen blocks; right: against SRAM size.
 
-    On the right each SRAM size M gets FlashAttention's blocks `fa_block_sizes(M, d)`; Theorem 2's
-    order N²d²/M is drawn through the fa1 curve's first point (the theorem fixes no constant); the vertical
-    line is `sram_bytes` (default: an A100 SM's shared memory, from `lab.hardware`). With `causal` the tiled
-    kernels skip the masked tiles (about half the traffic); standard attention computes and stores all of S.
+    On the right each SRAM size gets FlashAttention's blocks `fa_block_sizes(bytes, d)`, which work in
+    M_sram = bytes / itemsize elements; Theorem 2's order N²d²/M_sram is drawn through the fa1 curve's first
+    point (the theorem fixes no constant); the vertical line is `sram_bytes` (default: an A100 SM's shared
+    memory, from `lab.hardware`). With `causal` the tiled kernels skip the masked tiles (close to half the
+    traffic for tiles small against N); standard attention computes and stores all of S.
     Taught in: notebooks/05_tiling.ipynb
     """
     from ..tiling import fa_block_sizes
@@ -276,11 +278,11 @@ def draw_hbm_traffic(N: int = 4096, d: int = 64, block_q: int = 64, block_k: int
     theorem = np.array([theorem2_bytes(N, d, int(m), itemsize) for m in srams])
     right.loglog(srams / 1024, np.full(len(srams), standard_traffic(N, d=d, itemsize=itemsize).total) / mb, "o-",
                  base=2, color="C3", label="standard")
-    right.loglog(srams / 1024, fa1 / mb, "s-", base=2, color="C1", label="fa1, Bc = ⌈M/4d⌉, Br = min(Bc, d)")
+    right.loglog(srams / 1024, fa1 / mb, "s-", base=2, color="C1", label="fa1, Bc = ⌈M_sram/4d⌉, Br = min(Bc, d)")
     right.loglog(srams / 1024, theorem * fa1[0] / theorem[0] / mb, "--", base=2, color="gray",
-                 label="∝ N²d²/M (Theorem 2)")
+                 label="∝ N²d²/M_sram (Theorem 2)")
     right.axvline(sram_bytes / 1024, color="k", lw=0.8)
-    right.set(xlabel="SRAM size M (KiB)", ylabel="HBM traffic, MB",
+    right.set(xlabel=f"SRAM size, KiB (M_sram = bytes / {itemsize} elements)", ylabel="HBM traffic, MB",
               title=f"against SRAM size: N={N:,}, d={d}" + (", causal" if causal else ""))
     right.legend(fontsize=10)
     _plain_log_labels(left, right, n_axis=left)
@@ -288,7 +290,8 @@ def draw_hbm_traffic(N: int = 4096, d: int = 64, block_q: int = 64, block_k: int
             "fa1": fa(N, "fa1", block_q, block_k), "fa2": fa(N, "fa2", block_q, block_k)}
     Br_M, Bc_M = fa_block_sizes(sram_bytes, d, itemsize)
     return {"N": N, "causal": bool(causal), **here, "ratio_fa2": here["standard"] / here["fa2"], "ratio_fa1": here["standard"] / here["fa1"],
-            "paper_blocks": (Br_M, Bc_M), "fa1_paper_blocks": fa(N, "fa1", Br_M, Bc_M)}
+            "paper_blocks": (Br_M, Bc_M), "fa1_paper_blocks": fa(N, "fa1", Br_M, Bc_M),
+            "sram_sizes": [int(m) for m in srams], "fa1_by_sram": [int(x) for x in fa1]}
 
 
 def draw_peak_memory(Ns, naive, flash, naive_formula, flash_formula, ax=None) -> dict:

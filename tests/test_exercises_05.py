@@ -35,7 +35,7 @@ def _cells():
 def test_the_notebook_has_four_checked_exercises_and_two_open_questions():
     assert sorted(EX) == [1, 2, 3, 4]
     cells = _cells()
-    for number, needle in ((5, "the register file stops"), (6, "identity")):
+    for number, needle in ((5, "both budgets stop"), (6, "identity")):
         q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith(f"### Exercise {number}"))
         nxt = next((i for i, (_, s, _) in enumerate(cells) if i > q and s.startswith("### Exercise")), len(cells))
         part = cells[q + 1:nxt]

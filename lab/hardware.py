@@ -4,9 +4,9 @@
 names where it comes from (datasheet, whitepaper, paper section, CUDA programming guide table). Derived
 figures (the exponential rate, the ridge point) are computed from the table, never typed in:
 
-- exponentials per second = SMs × special-function units per SM × clock (each unit returns one `exp2`
-  result per clock: CUDA C++ Programming Guide, "Arithmetic Instructions" throughput table, 16 per SM per
-  clock for compute capability 8.0 and 9.0);
+- exponentials per second = SMs × special-function units per SM × clock (the units return 16 `exp2f`
+  results per SM per clock: CUDA C++ Programming Guide, "Arithmetic Instructions" throughput table, compute
+  capability 8.0 and 9.0; e^x is one exp2 of x · log2(e), a multiply more);
 - ridge point = matmul FLOP/s ÷ HBM bytes/s: the arithmetic intensity above which a kernel is compute-bound.
 
 On chip, a FlashAttention kernel keeps the score tile S, its exponentials P and the output accumulator
@@ -42,6 +42,7 @@ CHIPS = {
         "hbm_bytes_per_s": 1.555e12, "sram_bytes_per_s": 19e12,
         "registers_per_sm": 256 * KiB, "l1_shared_per_sm": 192 * KiB,
         "shared_per_sm": 164 * KiB, "shared_per_block": 163 * KiB,
+        "registers_per_thread": 255, "warp_size": 32,
     },
     "H100": {
         "sms": 132, "clock_hz": 1.83e9, "sfu_per_sm": 16,
@@ -49,6 +50,7 @@ CHIPS = {
         "hbm_bytes_per_s": 3.35e12, "sram_bytes_per_s": None,
         "registers_per_sm": 256 * KiB, "l1_shared_per_sm": 256 * KiB,
         "shared_per_sm": 228 * KiB, "shared_per_block": 227 * KiB,
+        "registers_per_thread": 255, "warp_size": 32,
     },
 }
 
@@ -62,14 +64,21 @@ SOURCES = {
         "registers_per_sm": _A100_WP + " (65,536 32-bit registers)",
         "l1_shared_per_sm": _A100_WP, "shared_per_sm": _CUDA_CC + ", compute capability 8.0",
         "shared_per_block": _CUDA_CC + ", compute capability 8.0",
+        "registers_per_thread": _CUDA_CC + ", compute capability 8.0 (maximum 32-bit registers per thread)",
+        "warp_size": _CUDA_CC + ", compute capability 8.0",
     },
     "H100": {
-        "sms": _H100_WP, "clock_hz": _H100_WP + " (boost clock for FP32/FP64 cores)",
+        "sms": _H100_WP, "clock_hz": "the tensor-core clock behind the datasheet's 989 TFLOP/s dense FP16: " + _H100_DS + " ÷ (132 SMs"
+                    " × 4,096 FLOP per SM per clock, " + _H100_WP + ") = 1.83 GHz; FlashAttention-3 (Shah et al. 2024,"
+                    " arXiv 2407.08608), §3.1, quotes the 3.9 T exp/s it gives. The FP32 figure runs at a higher"
+                    " clock: 67 TFLOP/s = 132 × 128 FP32 units × 2 × 1.98 GHz",
         "sfu_per_sm": _CUDA_TP + ", compute capability 9.0",
         "matmul_flops": _H100_DS + " (FP16/BF16 tensor cores)", "nonmatmul_flops": _H100_DS + " (FP32)",
         "hbm_bytes_per_s": _H100_DS + " (HBM3)", "sram_bytes_per_s": "not published",
         "registers_per_sm": _H100_WP + " (65,536 32-bit registers)", "l1_shared_per_sm": _H100_WP,
         "shared_per_sm": _CUDA_CC + ", compute capability 9.0", "shared_per_block": _CUDA_CC + ", compute capability 9.0",
+        "registers_per_thread": _CUDA_CC + ", compute capability 9.0 (maximum 32-bit registers per thread)",
+        "warp_size": _CUDA_CC + ", compute capability 9.0",
     },
 }
 

@@ -143,20 +143,24 @@ def onchip_footprint(d: int, block_q: int, block_k: int, dv: int | None = None, 
 
 
 def onchip_fits(chip: str, d: int, block_q: int, block_k: int, dv: int | None = None, itemsize: int = 2,
-                acc_itemsize: int = 4, kv_stages: int = 1) -> dict:
-    """Whether one thread block's step fits `chip`: registers within the SM's register file, shared memory within one block's limit.
+                acc_itemsize: int = 4, kv_stages: int = 1, warps: int = 4) -> dict:
+    """Whether one thread block of `warps` warps fits `chip`: registers within its budget, shared memory within one block's limit.
 
-    Budgets from `lab.hardware`: `registers_per_sm` (256 KiB on the A100 and the H100) and `shared_per_block`
-    (163 KiB on the A100, 227 KiB on the H100: one KiB less than `shared_per_sm`). Returns the footprint
-    (`onchip_footprint`), the budgets, `fits_registers`, `fits_shared` and `fits` (both).
+    Budgets from `lab.hardware`: registers min(`registers_per_sm`, 32w · 255 · 4 B)
+    (256 KiB per SM on the A100 and the H100, and at most 255 registers of 4 bytes per thread: 127.5 KiB for
+    4 warps, 255 KiB for 8) and `shared_per_block` (163 KiB on the A100, 227 KiB on the H100: one KiB less
+    than `shared_per_sm`). Returns the footprint (`onchip_footprint`), the budgets, `fits_registers`,
+    `fits_shared` and `fits` (both).
     Taught in: notebooks/05_tiling.ipynb
     """
     check_choice(chip, CHIPS, "chip")
+    w = check_positive(warps, "warps")
     foot = onchip_footprint(d, block_q, block_k, dv, itemsize, acc_itemsize, kv_stages)
     c = CHIPS[chip]
+    reg_budget = min(c["registers_per_sm"], w * c["warp_size"] * c["registers_per_thread"] * 4)
     regs, shared = foot["registers"]["total"], foot["shared"]["total"]
-    ok_r, ok_s = regs <= c["registers_per_sm"], shared <= c["shared_per_block"]
-    return {**foot, "chip": chip, "register_budget": c["registers_per_sm"], "shared_budget": c["shared_per_block"],
+    ok_r, ok_s = regs <= reg_budget, shared <= c["shared_per_block"]
+    return {**foot, "chip": chip, "warps": w, "register_budget": reg_budget, "shared_budget": c["shared_per_block"],
             "shared_per_sm": c["shared_per_sm"], "fits_registers": ok_r, "fits_shared": ok_s, "fits": ok_r and ok_s}
 
 

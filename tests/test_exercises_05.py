@@ -35,7 +35,7 @@ def _cells():
 def test_the_notebook_has_four_checked_exercises_and_two_open_questions():
     assert sorted(EX) == [1, 2, 3, 4]
     cells = _cells()
-    for number, needle in ((5, "the register file stops"), (6, "identity")):
+    for number, needle in ((5, "both budgets stop"), (6, "identity")):
         q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith(f"### Exercise {number}"))
         nxt = next((i for i, (_, s, _) in enumerate(cells) if i > q and s.startswith("### Exercise")), len(cells))
         part = cells[q + 1:nxt]
@@ -92,6 +92,12 @@ WRONG_1 = {
     "partial blocks dropped": ({"rows": "N - N % Br", "cols": "M - M % Bc"}, ["case 1 (N = 200, M = 200, Br = 64, Bc = 32)",
                                                                           "whole blocks only"]),
     "one key too far": ({"seen": "i1 + M - N"}, ["expected 136, got 151", "one key too far"]),
+    "one key too few (strict <)": ({"seen": "i1 - 2 + M - N"}, ["one key too few", "compare with <=, not <"]),
+    "the closed form for square blocks": ("""
+def causal_tiles(N, M, Br, Bc):
+    T = -(-N // Br)
+    return T * (T + 1) // 2, T
+""", ["case 1 (N = 200, M = 200, Br = 64, Bc = 32)", "T(T+1)/2 holds for N = M and square blocks only"]),
     "masked from the wrong corner": ({"corner": "i1 - 1 + M - N"}, ["masked (element 1)", "wrong corner"]),
     "last key block not clipped to M": ({"j1": "j0 + Bc"}, ["case 4 (N = 7, M = 7, Br = 3, Bc = 5)", "masked (element 1)",
                                                            "ends at M = 7", "j1 = min(j0 + Bc, M)"]),
@@ -102,7 +108,7 @@ WRONG_1 = {
 @pytest.mark.parametrize("mistake", WRONG_1)
 def test_exercise_1_mistakes(mistake):
     changes, says = WRONG_1[mistake]
-    _fails(1, TILES.format(**{**TILES_OK, **changes}), *says)
+    _fails(1, changes if isinstance(changes, str) else TILES.format(**{**TILES_OK, **changes}), *says)
 
 
 # ------------------------------------------------------------------------------------ exercise 2
@@ -141,6 +147,8 @@ def fa2_bytes(N, d, Br, Bc, itemsize, causal):
     "lse at itemsize": ({"lse": "itemsize"}, ["case 0 (N = 4096, d = 64, Br = 128, Bc = 128, itemsize = 2, causal = False)",
                                       "accumulator's dtype"]),
     "lse left out": ({"lse": "0"}, ["one lse value per query row"]),
+    "o left out": (BYTES.format(**BYTES_OK).replace(" + N * d) * itemsize", ") * itemsize"),
+                   ["case 0", "N × d values are missing", "o is written once"]),
     "K and V read once in all": ({"kv": "N"}, ["once per query block"]),
 }
 
@@ -166,7 +174,10 @@ WRONG_3 = {
     "S_ij left out": ({"tile": "Br * itemsize"}, ["expected 268, got 446", "leave a buffer out"]),
     "P_ij in float32": ({"tile": "Br * 4 + Br * 4"}, ["expected 268, got 223", "Bc = 224 still fits"]),
     "state left out": ({"state": "0"}, ["got 294", "the state m, l, acc"]),
-    "a float": ({"div": "(sram_bytes - fixed) / per_key"}, ["got 104.8", "whole number of keys"]),
+    "a float": ({"div": "(sram_bytes - fixed) / per_key"}, ["case 0", "a float", "whole number of keys"]),
+    "a whole float": ({"div": "float((sram_bytes - fixed) // per_key)"},
+                      ["case 0 (sram_bytes = 196608, d = 64, Br = 64, itemsize = 2)", "returned 268.0, a float",
+                       "round down (//)"]),
     "negative when nothing fits": (WIDEST.format(**WIDEST_OK).replace("max(0, (sram_bytes - fixed) // per_key)",
                                                                       "(sram_bytes - fixed) // per_key"),
                                    ["case 5 (sram_bytes = 4096, d = 64, Br = 64, itemsize = 2)", "expected 0, got -",

@@ -223,30 +223,35 @@ def test_loop_order_and_tile_grid_figure():
     order = fig.loop_order(200, 200, 64, 32, True, "fa2")
     assert order[:3] == [(0, 0), (0, 1), (1, 0)]
     assert fig.loop_order(200, 200, 64, 32, True, "fa1")[:3] == [(0, 0), (1, 0), (2, 0)]
-    r = fig.draw_tile_grid(200, block_q=64, block_k=32, causal=True, step=5)
+    r = fig.draw_tile_grid(200, block_q=64, block_k=32, causal=True, step=6)            # steps count from 1
     assert (r["Tr"], r["Tc"], r["computed"], r["steps"]) == (4, 7, 19, 19)
-    assert r["tile"] == order[5] and r["partial_rows"] == 8 and r["partial_cols"] == 8
+    assert r["step"] == 6 and r["tile"] == order[5] and r["partial_rows"] == 8 and r["partial_cols"] == 8
     assert r["rows"] == (64, 128) and r["keys"] == (96, 128)
-    assert fig.draw_tile_grid(200, step=10_000)["step"] == fig.draw_tile_grid(200)["steps"] - 1
+    assert fig.draw_tile_grid(200, step=10_000)["step"] == fig.draw_tile_grid(200)["steps"]
+    assert fig.draw_tile_grid(200, step=0)["tile"] == fig.draw_tile_grid(200)["tile"] == (0, 0)
 
 
 def test_other_figures_return_their_numbers():
     r = fig.draw_footprint(128, 128, 64, itemsize=2)
     assert r["registers"] == lab.onchip_footprint(128, 128, 64)["registers"] and r["fits"] == {"A100": True, "H100": True}
+    assert r["warps"] == 4 and r["register_budget"] == 128 * 255 * 4                 # 4 warps: 127.5 KiB of registers
+    assert fig.draw_footprint(128, 128, 128, itemsize=2)["fits"] == {"A100": False, "H100": False}
+    assert fig.draw_footprint(128, 128, 128, itemsize=2, warps=8)["fits"] == {"A100": True, "H100": True}
     assert r["total"] == r["registers"]["total"] + r["shared"]["total"]
     assert fig.draw_footprint(128, 256, 256, itemsize=4)["fits"] == {"A100": False, "H100": False}
-    # shared memory alone decides at d = 256, 128 × 64 with two stages: 192 KiB fits the H100 (227), not the A100 (163)
-    r = fig.draw_footprint(256, 128, 64, itemsize=2, kv_stages=2)
+    # shared memory alone decides at d = 256, 128 × 64 with two stages and 8 warps: 192 KiB fits the H100 (227), not the A100 (163)
+    r = fig.draw_footprint(256, 128, 64, itemsize=2, kv_stages=2, warps=8)
     assert r["shared"]["total"] == 192 * 1024 and r["fits"] == {"A100": False, "H100": True}
     h = fig.draw_hbm_traffic(2048, 64, 64, 64, itemsize=2)
     assert h["standard"] == lab.standard_traffic(2048, d=64).total and h["paper_blocks"] == (64, 328)          # Algorithm 1 for 164 KiB
     assert h["fa1_paper_blocks"] < h["fa1"] < h["standard"]
-    ops = fig.draw_op_counts(512, 64, 64, 64)
+    ops = lab.figures.fa2.draw_op_counts(512, 64, 64, 64)
+    assert lab.figures.tiling.draw_op_counts is lab.figures.fa2.draw_op_counts          # the old name still works
     assert ops["share"]["fa2"] < ops["share"]["fa1"]
-    split = fig.draw_work_split(512, 64, 64, workers=4)
+    split = lab.figures.fa2.draw_work_split(512, 64, 64, workers=4)
     assert split["thread_blocks_per_head"] == {"fa1": 1, "fa2": 8}
     assert split["writers_per_output_block"] == {"fa1": 1, "fa2": 1}
-    warp = fig.draw_warp_split(64, 64, 64, warps=4)
+    warp = lab.figures.fa2.draw_warp_split(64, 64, 64, warps=4)
     assert warp["K"]["written"] == 4 * 64 * 66 * 4 and warp["Q"]["written"] == 0
     peak = fig.draw_peak_memory([1024, 2048], [8e6, 32e6], [1e6, 1.2e6], [8e6, 32e6], [1e6, 1.2e6])
     assert peak["ratio"] == pytest.approx([8.0, 32e6 / 1.2e6])
@@ -255,13 +260,13 @@ def test_other_figures_return_their_numbers():
 def test_tile_walk_slider():
     w = lab.widgets.tile_walk()
     controls = {c.description: c for c in w.children[:-1]}
-    assert w.result["computed"] == 19 and controls["step"].max == 18
+    assert w.result["computed"] == 19 and (controls["step"].min, controls["step"].max) == (1, 19)   # 1-based
     controls["N = M"].value = 64
-    assert w.result["N"] == 64 and w.result["computed"] == 2 and controls["step"].max == 1   # one row block
+    assert w.result["N"] == 64 and w.result["computed"] == 2 and controls["step"].max == 2   # one row block
     controls["Bc"].value = 8
     controls["causal"].value = False
-    assert w.result["computed"] == 8 and controls["step"].max == 7
-    controls["step"].value = 7
+    assert w.result["computed"] == 8 and controls["step"].max == 8
+    controls["step"].value = 8
     assert w.result["tile"] == (0, 7)
     controls["loop"].value = "fa1"
     assert w.result["variant"] == "fa1"
@@ -278,6 +283,11 @@ def test_block_footprint_slider():
     controls["Br"].value = 128
     controls["K/V stages"].value = 2
     assert w.result["shared"] == lab.onchip_footprint(128, 128, 64, itemsize=4, kv_stages=2)["shared"]
+    controls["inputs"].value = "float16"
+    controls["Bc"].value = 128
+    assert not w.result["fits"]["A100"] and w.result["register_budget"] == 127.5 * 1024
+    controls["warps"].value = 8
+    assert w.result["fits"]["A100"] and w.result["register_budget"] == 255 * 1024
 
 
 def test_io_traffic_slider_agrees_with_instrumented_runs():
@@ -316,13 +326,19 @@ def test_onchip_model_separates_registers_from_shared_memory():
                                  "total": 128 * 64 * 6 + 1024 + 128 * 128 * 4}
     assert foot["shared"] == {"Q_i": 128 * 128 * 2, "K_j": 2 * 64 * 128 * 2, "V_j": 2 * 64 * 128 * 2,
                               "total": 128 * 128 * 2 + 4 * 64 * 128 * 2}
-    fits = lab.onchip_fits("A100", 128, 128, 128, kv_stages=2)
+    fits = lab.onchip_fits("A100", 128, 128, 128, kv_stages=2, warps=8)
     assert fits["shared_budget"] == lab.chip("A100")["shared_per_block"] == 163 * 1024
-    assert fits["register_budget"] == 256 * 1024 and fits["shared_per_sm"] == 164 * 1024
-    # what FlashAttention-2 runs at d = 128 fits; twice the rows does not (registers)
-    assert all(lab.onchip_fits("A100", 128, Br, Bc, kv_stages=2)["fits"] for Br, Bc in [(128, 64), (128, 128)])
-    big = lab.onchip_fits("A100", 128, 256, 128)
+    assert fits["register_budget"] == 8 * 32 * 255 * 4 and fits["shared_per_sm"] == 164 * 1024    # 255 KiB
+    # the register budget is min(256 KiB per SM, threads × 255 registers × 4 B)
+    assert lab.onchip_fits("A100", 64, 64, 64)["register_budget"] == 4 * 32 * 255 * 4            # 127.5 KiB, the default 4 warps
+    assert lab.onchip_fits("A100", 64, 64, 64, warps=16)["register_budget"] == 256 * 1024        # the SM's register file
+    # FlashAttention-2's tile at d = 128 (128 × 64, 4 warps) fits; 128 × 128 needs 8 warps; twice the rows does not (registers)
+    assert lab.onchip_fits("A100", 128, 128, 64, kv_stages=2)["fits"]
+    assert not lab.onchip_fits("A100", 128, 128, 128, kv_stages=2)["fits_registers"] and fits["fits"]
+    big = lab.onchip_fits("A100", 128, 256, 128, warps=8)
     assert not big["fits_registers"] and big["fits_shared"]
+    with pytest.raises(ValueError, match="warps"):
+        lab.onchip_fits("A100", 64, 64, 64, warps=0)
     with pytest.raises(ValueError, match="chip"):
         lab.onchip_fits("TPU", 64, 64, 64)
     with pytest.raises(ValueError, match="kv_stages"):

@@ -3,11 +3,9 @@
 - `check_causal_tile_counts(fn)`: `fn(N, M, Br, Bc) -> (computed, masked)` tiles of a bottom-right causal kernel.
 - `check_fa2_hbm_bytes(fn)`     : `fn(N, d, Br, Bc, itemsize, causal) -> bytes` that fa2 moves (N = M, dv = d).
 - `check_widest_key_block(fn)`  : `fn(sram_bytes, d, Br, itemsize) -> Bc`, the largest whose step fits.
-- `check_tiled_forward(fn)`     : `fn(q, k, v, Br, Bc, causal) -> (o, lse)`, FlashAttention-2's forward: values on
-  the classic failure cases, then k and v as `BlockLoadArray`s that count the rows loaded (a second pass, a
-  whole-array load), then tracemalloc's peak (an N × M or Br × M array of scores).
-Each prints one line on a pass; on a failure the case (its parameters named), what differs and where, and a hint
-naming the classic mistake it recognizes.
+- `check_tiled_forward(fn)`     : `fn(q, k, v, Br, Bc, causal) -> (o, lse)`, FlashAttention-2's forward: values, then
+  k and v as `BlockLoadArray`s counting the rows loaded, then tracemalloc's peak (an N × M or Br × M score array).
+Each prints one line on a pass; on a failure the case (parameters named), what differs and where, and a hint.
 
 Taught in: notebooks/05_tiling.ipynb
 """
@@ -32,8 +30,8 @@ def _first(alternatives, got, default):
     return next((text for answer, text in alternatives if diagnose(got, answer, rtol=0, atol=0) is None), default)
 
 
-def _check(fn, reference, cases, fields, hint, name=None, names=None) -> None:
-    """Exact answers case by case, each case shown with its parameters named: one line on a pass, else what failed."""
+def _check(fn, reference, cases, fields, hint, name=None, names=None, integer=False) -> None:
+    """Exact answers case by case, each shown with its parameters named (`integer`: an int is due): one line on a pass, else what failed."""
     name = name or getattr(fn, "__name__", "your function")
     for i, case in enumerate(cases):
         shown = f"case {i} (" + ", ".join(f"{f} = {x}" for f, x in zip(fields.split(), case)) + ")"
@@ -41,6 +39,8 @@ def _check(fn, reference, cases, fields, hint, name=None, names=None) -> None:
         if not ok:
             return
         problem = diagnose(got, want := reference(*case), names=names, rtol=0, atol=0)
+        if problem is None and integer and (isinstance(got, bool) or not isinstance(got, (int, np.integer))):
+            problem = f"returned {got!r}, a {type(got).__name__}: the answer is a whole number, an int"
         if problem is not None:
             return print(f"{name}: ✗ {shown}: {problem}\n  hint: {hint(case, got, want)}")
     print(f"{name}: ✓ passed {len(cases)} cases")
@@ -66,10 +66,15 @@ def _tiles_hint(case, got, want):
              "key block may be partial, so there are ⌈N/Br⌉ × ⌈M/Bc⌉ tiles"),
             (_tile_kinds(*case, slack=1), "one key too far: a tile is computed when its first key j0 is visible "
              "to its last query, j0 <= (i1 - 1) + (M - N)"),
+            (_tile_kinds(*case, slack=-1), "one key too few: a tile whose first key is exactly the last one its last "
+             "query sees, j0 = (i1 - 1) + (M - N), is computed too: compare with <=, not <"),
             (_tile_kinds(*case, clip=False), f"the last key block ends at M = {case[1]}: with j1 = j0 + Bc it seems "
              "to hold keys past M, so a tile that needs no mask counts as masked; end it at j1 = min(j0 + Bc, M)"),
             (_tile_kinds(*case, corner="last"), "the masked count looks at the wrong corner: a computed tile "
              "needs the mask when its FIRST query cannot see its LAST key")]
+    tri = {T * (T + 1) // 2 for T in (-(-case[0] // case[2]), -(-case[1] // case[3]))}      # the closed form's counts
+    if np.ndim(got) == 1 and len(got) == 2 and got[0] != want[0] and got[0] in tri:
+        return "T(T+1)/2 holds for N = M and square blocks only: count the key blocks each query block's last query sees"
     return _first(alts, got, "a tile is computed when some query of it sees some key of it (look at one corner), "
                              "and needs the mask when some query misses some key (the opposite corner)")
 
@@ -113,6 +118,8 @@ def _bytes_hint(case, got, want):
             (_fa2_bytes(*case, lse=isz), "lse is saved in the accumulator's dtype: float32 (4 bytes) for fp16 and "
              "float32 inputs, float64 for float64"),
             (_fa2_bytes(*case, lse=0), "the output is o and lse: one lse value per query row is written too"),
+            (_fa2_bytes(*case) - N * d * isz, "N × d values are missing: Q is read once and o is written once, "
+             "N × d values at itemsize each"),
             (_fa2_bytes(*case, kv_once=True), "fa2 reads K and V once per query block (it keeps no copy between "
              "them), not once in all")]
     return _first(alts, got, "add up what crosses between HBM and the chip: Q once, the K_j and V_j of every "
@@ -163,7 +170,7 @@ def check_widest_key_block(fn, *, name: str | None = None) -> None:
     Taught in: notebooks/05_tiling.ipynb"""
     cases = [(192 * 1024, 64, 64, 2), (228 * 1024, 128, 128, 2), (2**20, 64, 128, 4), (64 * 1024, 128, 64, 2),
              (100_000, 48, 16, 4), (4096, 64, 64, 2)]
-    _check(fn, _widest, cases, "sram_bytes d Br itemsize", _widest_hint, name)
+    _check(fn, _widest, cases, "sram_bytes d Br itemsize", _widest_hint, name, integer=True)
 
 
 # ------------------------------------------------------------------------------ exercise 4: the tiled forward
@@ -226,23 +233,16 @@ def _forward_cases():
 
     def qkv(N, M, d=8, dv=8, spread=1.0):
         return rng.standard_normal((N, d)) * spread, rng.standard_normal((M, d)) * spread, rng.standard_normal((M, dv))
-
     low = (-20 + 0.3 * rng.standard_normal((10, 8)), 20 + 0.3 * rng.standard_normal((24, 8)), rng.standard_normal((24, 8)))
-    return [("Br, Bc divide N, M", (*qkv(64, 64), 16, 32, False)),
-            ("partial last blocks, dv != d", (*qkv(50, 70, 8, 4), 16, 32, False)),
-            ("causal, N = M, partial blocks", (*qkv(37, 37), 8, 5, True)),
-            ("causal, N < M", (*qkv(20, 45), 8, 16, True)),
-            ("causal, N > M: queries 0-6 see no key", (*qkv(12, 5), 4, 2, True)),
-            ("blocks larger than N and M", (*qkv(5, 9), 64, 64, True)),
-            ("blocks of one row", (*qkv(6, 7), 1, 1, True)),
-            ("every score near -1100", (*low, 4, 8, False)),
-            ("scores in the thousands", (*qkv(16, 40, spread=30.0), 8, 8, True)),
-            ("large", (*qkv(128, 4096), 16, 64, False))]
+    return [("Br, Bc divide N, M", (*qkv(64, 64), 16, 32, False)), ("partial last blocks, dv != d", (*qkv(50, 70, 8, 4), 16, 32, False)),
+            ("causal, N = M, partial blocks", (*qkv(37, 37), 8, 5, True)), ("causal, N < M", (*qkv(20, 45), 8, 16, True)),
+            ("causal, N > M: queries 0-6 see no key", (*qkv(12, 5), 4, 2, True)), ("blocks larger than N and M", (*qkv(5, 9), 64, 64, True)),
+            ("blocks of one row", (*qkv(6, 7), 1, 1, True)), ("every score near -1100", (*low, 4, 8, False)),
+            ("scores in the thousands", (*qkv(16, 40, spread=30.0), 8, 8, True)), ("large", (*qkv(128, 4096), 16, 64, False))]
 
 
-def _shown(n, label, case) -> str:
-    return "case {} ({}; N = {}, M = {}, d = {}, dv = {}, Br = {}, Bc = {}, causal={})".format(
-        n, label, *case[0].shape[:1], len(case[1]), case[0].shape[1], case[2].shape[1], *case[3:])
+_shown = lambda n, label, case: "case {} ({}; N = {}, M = {}, d = {}, dv = {}, Br = {}, Bc = {}, causal={})".format(  # noqa: E731
+    n, label, len(case[0]), len(case[1]), case[0].shape[1], case[2].shape[1], *case[3:])
 
 
 def _reference(q, k, v, visible=None, scale=None):

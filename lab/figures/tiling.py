@@ -1,9 +1,9 @@
-"""Figures for notebooks 05 and 06: the score matrix filled tile by tile, the tile grid, the on-chip footprint,
-HBM traffic, op counts, the split of work across thread blocks and across warps.
+"""Figures for notebook 05: the score matrix filled tile by tile, the tile grid, the on-chip footprint, HBM
+traffic and peak memory. Notebook 06's figures (op counts, the split of work) are in `lab.figures.fa2`.
 
 Each function draws one figure from `lab.tiling` numbers and returns those numbers in a dict.
 
-Taught in: notebooks/05_tiling.ipynb, notebooks/06_flashattention2.ipynb
+Taught in: notebooks/05_tiling.ipynb
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ from matplotlib.patches import Patch, Rectangle
 
 from ..hardware import CHIPS
 from ..rules import causal_mask
-from ..tiling import (flash_counts, flop_split, gpu_time_share, onchip_fits, standard_traffic, theorem2_bytes,
-                      tile_counts, tile_grid, warp_split_exchange)
+from ..tiling import flash_counts, onchip_fits, standard_traffic, theorem2_bytes, tile_counts, tile_grid
 
 __all__ = ["loop_order", "tile_fill_state", "draw_tile_fill", "draw_tile_grid", "draw_footprint", "draw_hbm_traffic",
-           "draw_peak_memory", "draw_op_counts", "draw_work_split", "draw_warp_split"]
+           "draw_peak_memory"]
 
 _DONE, _TODO, _NOW, _SKIP = "#6fa8dc", "#d9e8f5", "#e69138", "#eeeeee"
 
@@ -89,7 +88,8 @@ def draw_tile_fill(N: int = 12, M: int = 16, block_q: int = 4, block_k: int = 4,
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 0.36 * N + 1.6))
     S = np.ma.masked_where(~st["seen"] | ~st["visible"], st["S"])
-    ax.imshow(S, cmap="RdBu_r", vmin=-2.5, vmax=2.5, extent=(0, M, N, 0), interpolation="nearest")
+    im = ax.imshow(S, cmap="RdBu_r", vmin=-2.5, vmax=2.5, extent=(0, M, N, 0), interpolation="nearest")
+    ax.figure.colorbar(im, ax=ax, fraction=0.025, pad=0.02, label="score $S_{ij}$ (computed so far)")
     grid = tile_grid(N, M, block_q, block_k, causal)
     for a in range(st["Tr"]):
         for b in range(st["Tc"]):
@@ -128,8 +128,9 @@ def draw_tile_fill(N: int = 12, M: int = 16, block_q: int = 4, block_k: int = 4,
 
 
 def draw_tile_grid(N: int = 256, M: int | None = None, block_q: int = 64, block_k: int = 64, causal: bool = True,
-                   step: int = 0, variant: str = "fa2", ax=None) -> dict:
-    """The Tr × Tc tiles of S in element coordinates: done, on chip at `step`, still to do, skipped by the mask.
+                   step: int = 1, variant: str = "fa2", ax=None) -> dict:
+    """The Tr × Tc tiles of S in element coordinates: done, on chip at `step` (1 for the first tile), still to do,
+    skipped by the mask.
 
     Partial last tiles are drawn at their real size; the causal boundary j = i + (M - N) is the red line.
     Taught in: notebooks/05_tiling.ipynb
@@ -138,9 +139,9 @@ def draw_tile_grid(N: int = 256, M: int | None = None, block_q: int = 64, block_
     Br, Bc = block_q, block_k
     counts = tile_counts(N, M, Br, Bc, causal)
     order = loop_order(N, M, Br, Bc, causal, variant)
-    step = int(min(max(step, 0), max(len(order) - 1, 0)))
-    now = order[step] if order else None
-    done = set(order[:step])
+    step = int(min(max(step, 1), max(len(order), 1)))
+    now = order[step - 1] if order else None
+    done = set(order[:step - 1])
     grid = tile_grid(N, M, Br, Bc, causal)
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 6.5))
@@ -166,7 +167,7 @@ def draw_tile_grid(N: int = 256, M: int | None = None, block_q: int = 64, block_
         i, j = now
         result["rows"] = (i * Br, min((i + 1) * Br, N))
         result["keys"] = (j * Bc, min((j + 1) * Bc, M))
-        title = (f"step {step + 1} of {len(order)}: tile ({i}, {j}) on chip = "
+        title = (f"step {step} of {len(order)}: tile ({i}, {j}) on chip = "
                  f"Q[{result['rows'][0]}:{result['rows'][1]}] × K[{result['keys'][0]}:{result['keys'][1]}]")
     else:
         title = "no tile to compute"
@@ -182,14 +183,15 @@ def draw_tile_grid(N: int = 256, M: int | None = None, block_q: int = 64, block_
 
 
 def draw_footprint(d: int = 64, block_q: int = 64, block_k: int = 128, itemsize: int = 2, kv_stages: int = 1,
-                   blocks=(16, 32, 64, 128, 256, 512), ax=None) -> dict:
+                   blocks=(16, 32, 64, 128, 256, 512), warps: int = 4, ax=None) -> dict:
     """Left: one step's bytes in registers and in shared memory, buffer by buffer, against the A100's and H100's
-    budgets; right: which (Br, Bc) fit which chip. Budgets from `lab.hardware` via `lab.onchip_fits`.
+    budgets for a thread block of `warps` warps; right: which (Br, Bc) fit which chip. Budgets from
+    `lab.hardware` via `lab.onchip_fits`.
 
     Taught in: notebooks/05_tiling.ipynb
     """
     chips = ("A100", "H100")
-    res = {c: onchip_fits(c, d, block_q, block_k, itemsize=itemsize, kv_stages=kv_stages) for c in chips}
+    res = {c: onchip_fits(c, d, block_q, block_k, itemsize=itemsize, kv_stages=kv_stages, warps=warps) for c in chips}
     foot = res["A100"]
     if ax is None:
         _, ax = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1.3, 1]})
@@ -202,11 +204,11 @@ def draw_footprint(d: int = 64, block_q: int = 64, block_k: int = 128, itemsize:
                 continue
             left.barh([y], [b / 1024], height=0.5, left=bottom, color=colors[name], label=name)
             bottom += b / 1024
-    budgets = [(1, foot["register_budget"], "A100 and H100", "-")]
+    budgets = [(1, foot["register_budget"], f"A100 and H100, {warps} warps", "-")]
     budgets += [(0, res[c]["shared_budget"], c, ls) for c, ls in zip(chips, ("--", ":"))]
     for y, b, who, ls in budgets:
         left.plot([b / 1024] * 2, [y - 0.38, y + 0.38], color="k", ls=ls, lw=2)
-        left.text(b / 1024, y + 0.42, f"{who}: {b // 1024} KiB", fontsize=10, ha="center", va="bottom")
+        left.text(b / 1024, y + 0.42, f"{who}: {b / 1024:g} KiB", fontsize=10, ha="center", va="bottom")
     xmax = 1.15 * max(foot["registers"]["total"], foot["shared"]["total"], foot["register_budget"],
                       res["H100"]["shared_budget"]) / 1024
     left.set_xlim(0, xmax)
@@ -218,20 +220,21 @@ def draw_footprint(d: int = 64, block_q: int = 64, block_k: int = 128, itemsize:
     table = np.zeros((len(blocks), len(blocks)), int)        # 2: fits the A100 (and so the H100); 1: H100 only; 0: none
     for a, Br in enumerate(blocks):
         for b, Bc in enumerate(blocks):
-            ok = [onchip_fits(c, d, Br, Bc, itemsize=itemsize, kv_stages=kv_stages)["fits"] for c in chips]
+            ok = [onchip_fits(c, d, Br, Bc, itemsize=itemsize, kv_stages=kv_stages, warps=warps)["fits"] for c in chips]
             table[a, b] = 2 if ok[0] else 1 if ok[1] else 0
     palette = ["#dddddd", "#fee08b", "#1b7837"]
     right.imshow(table, cmap=ListedColormap(palette), vmin=-0.5, vmax=2.5, origin="lower")
     right.set_xticks(range(len(blocks)), blocks)
     right.set_yticks(range(len(blocks)), blocks)
     right.grid(False)
-    right.set(xlabel="Bc (keys per block)", ylabel="Br (queries per block)", title=f"which chip holds a step, d={d}")
+    right.set(xlabel="Bc (keys per block)", ylabel="Br (queries per block)", title=f"which chip holds a step, d={d}, {warps} warps")
     if block_q in blocks and block_k in blocks:
         right.plot([blocks.index(block_k)], [blocks.index(block_q)], "s", ms=18, mfc="none", mec="C3", mew=2.5)
-    right.legend(handles=[Patch(facecolor=palette[2], label="A100 and H100"), Patch(facecolor=palette[1], label="H100 only"),
-                          Patch(facecolor=palette[0], label="neither")],
+    kinds = [(2, "A100 and H100"), (1, "H100 only"), (0, "neither")]
+    right.legend(handles=[Patch(facecolor=palette[k], label=name) for k, name in kinds if (table == k).any()],
                  fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False)
-    return {"registers": foot["registers"], "shared": foot["shared"],
+    return {"registers": foot["registers"], "shared": foot["shared"], "warps": warps,
+            "register_budget": foot["register_budget"],
             "total": foot["registers"]["total"] + foot["shared"]["total"],
             "fits": {c: res[c]["fits"] for c in chips}, "table": table}
 
@@ -240,10 +243,11 @@ def draw_hbm_traffic(N: int = 4096, d: int = 64, block_q: int = 64, block_k: int
                      sram_bytes: int | None = None, Ns=None, causal: bool = False, ax=None) -> dict:
     """Left: HBM bytes of standard attention and the tiled kernels against N for the chosen blocks; right: against SRAM size.
 
-    On the right each SRAM size M gets FlashAttention's blocks `fa_block_sizes(M, d)`; Theorem 2's
-    order N²d²/M is drawn through the fa1 curve's first point (the theorem fixes no constant); the vertical
-    line is `sram_bytes` (default: an A100 SM's shared memory, from `lab.hardware`). With `causal` the tiled
-    kernels skip the masked tiles (about half the traffic); standard attention computes and stores all of S.
+    On the right each SRAM size gets FlashAttention's blocks `fa_block_sizes(bytes, d)`, which work in
+    M_sram = bytes / itemsize elements; Theorem 2's order N²d²/M_sram is drawn through the fa1 curve's first
+    point (the theorem fixes no constant); the vertical line is `sram_bytes` (default: an A100 SM's shared
+    memory, from `lab.hardware`). With `causal` the tiled kernels skip the masked tiles (close to half the
+    traffic for tiles small against N); standard attention computes and stores all of S.
     Taught in: notebooks/05_tiling.ipynb
     """
     from ..tiling import fa_block_sizes
@@ -274,11 +278,11 @@ def draw_hbm_traffic(N: int = 4096, d: int = 64, block_q: int = 64, block_k: int
     theorem = np.array([theorem2_bytes(N, d, int(m), itemsize) for m in srams])
     right.loglog(srams / 1024, np.full(len(srams), standard_traffic(N, d=d, itemsize=itemsize).total) / mb, "o-",
                  base=2, color="C3", label="standard")
-    right.loglog(srams / 1024, fa1 / mb, "s-", base=2, color="C1", label="fa1, Bc = ⌈M/4d⌉, Br = min(Bc, d)")
+    right.loglog(srams / 1024, fa1 / mb, "s-", base=2, color="C1", label="fa1, Bc = ⌈M_sram/4d⌉, Br = min(Bc, d)")
     right.loglog(srams / 1024, theorem * fa1[0] / theorem[0] / mb, "--", base=2, color="gray",
-                 label="∝ N²d²/M (Theorem 2)")
+                 label="∝ N²d²/M_sram (Theorem 2)")
     right.axvline(sram_bytes / 1024, color="k", lw=0.8)
-    right.set(xlabel="SRAM size M (KiB)", ylabel="HBM traffic, MB",
+    right.set(xlabel=f"SRAM size, KiB (M_sram = bytes / {itemsize} elements)", ylabel="HBM traffic, MB",
               title=f"against SRAM size: N={N:,}, d={d}" + (", causal" if causal else ""))
     right.legend(fontsize=10)
     _plain_log_labels(left, right, n_axis=left)
@@ -286,7 +290,8 @@ def draw_hbm_traffic(N: int = 4096, d: int = 64, block_q: int = 64, block_k: int
             "fa1": fa(N, "fa1", block_q, block_k), "fa2": fa(N, "fa2", block_q, block_k)}
     Br_M, Bc_M = fa_block_sizes(sram_bytes, d, itemsize)
     return {"N": N, "causal": bool(causal), **here, "ratio_fa2": here["standard"] / here["fa2"], "ratio_fa1": here["standard"] / here["fa1"],
-            "paper_blocks": (Br_M, Bc_M), "fa1_paper_blocks": fa(N, "fa1", Br_M, Bc_M)}
+            "paper_blocks": (Br_M, Bc_M), "fa1_paper_blocks": fa(N, "fa1", Br_M, Bc_M),
+            "sram_sizes": [int(m) for m in srams], "fa1_by_sram": [int(x) for x in fa1]}
 
 
 def draw_peak_memory(Ns, naive, flash, naive_formula, flash_formula, ax=None) -> dict:
@@ -311,117 +316,9 @@ def draw_peak_memory(Ns, naive, flash, naive_formula, flash_formula, ax=None) ->
     return {"N": [int(n) for n in Nm], "ratio": [a / b for a, b in zip(naive, flash)]}
 
 
-def draw_op_counts(N: int = 1024, d: int = 64, block_q: int = 64, block_k: int = 64, causal: bool = False,
-                   chip: str = "A100", ax=None) -> dict:
-    """Exps, multiplies and divides of fa1 and fa2 (left) and the time at `chip`'s peak rates (right): matmuls,
-    exponentials at the special-function rate, the rest at the FP32 rate (`lab.gpu_time_share`).
-
-    Taught in: notebooks/06_flashattention2.ipynb
-    """
-    if ax is None:
-        _, ax = plt.subplots(1, 2, figsize=(12, 4.5))
-    left, right = ax
-    split = {v: flop_split(N, N, d, block_q=block_q, block_k=block_k, causal=causal, variant=v) for v in ("fa1", "fa2")}
-    kinds = ["exp", "mul", "div"]
-    x = np.arange(len(kinds))
-    for n, v in enumerate(("fa1", "fa2")):
-        vals = [split[v][k] / 1e6 for k in kinds]
-        bars = left.bar(x + (n - 0.5) * 0.38, vals, 0.38, color=f"C{n + 1}", label=v)
-        left.bar_label(bars, fmt="%.2f", fontsize=9)
-    left.set_xticks(x, kinds)
-    left.set(ylabel="millions of operations", title=f"N = {N}, d = {d}, Br = {block_q}, Bc = {block_k}")
-    left.legend()
-    share = {v: gpu_time_share(split[v]["matmul"], split[v]["nonmatmul"], chip, exp=split[v]["exp"])
-             for v in ("fa1", "fa2")}
-    for n, v in enumerate(("fa1", "fa2")):
-        t_mm, t_exp = share[v]["t_matmul"] * 1e6, share[v]["t_exp"] * 1e6
-        t_rest = share[v]["t_nonmatmul"] * 1e6 - t_exp
-        right.barh([n], [t_mm], color="C7", label="matmul" if n == 0 else None)
-        right.barh([n], [t_exp], left=t_mm, color="C3", label="exp" if n == 0 else None)
-        right.barh([n], [t_rest], left=t_mm + t_exp, color=f"C{n + 1}", label=None)
-        right.text(t_mm + t_exp + t_rest, n, f"  {share[v]['share']:.0%} outside matmuls", va="center", fontsize=10)
-    right.set_yticks([0, 1], ["fa1", "fa2"])
-    right.set_xlim(0, max(s["t_matmul"] + s["t_nonmatmul"] for s in share.values()) * 1e6 * 1.6)
-    right.set(xlabel="µs at peak rates (one head)", title=f"{chip}: matmul (grey), exp (red), the rest (FP32)")
-    right.legend(loc="lower right", fontsize=10)
-    return {"split": split, "share": {v: share[v]["share"] for v in share},
-            "t_exp": {v: share[v]["t_exp"] for v in share}}
-
-
-def draw_work_split(N: int = 512, block_q: int = 64, block_k: int = 64, workers: int = 4, ax=None) -> dict:
-    """How one head's tiles are shared among thread blocks: FlashAttention runs one thread block per (batch, head)
-    that walks every tile of the head itself (left: the order it visits them, key blocks outer); FlashAttention-2
-    also gives each query block its own thread block (right: colour = which of `workers` SMs runs it).
-
-    Neither splits a query block's keys across thread blocks, so each output block has one writer in both.
-    Taught in: notebooks/06_flashattention2.ipynb
-    """
-    if ax is None:
-        _, ax = plt.subplots(1, 2, figsize=(12, 5.4))
-    Tr, Tc = -(-N // block_q), -(-N // block_k)
-    colors = plt.get_cmap("tab10")
-    order = {c: n for n, c in enumerate(loop_order(N, N, block_q, block_k, False, "fa1"))}
-    for a, variant in zip(ax, ("fa1", "fa2")):
-        for i in range(Tr):
-            for j in range(Tc):
-                w = 0 if variant == "fa1" else i % workers
-                a.add_patch(Rectangle((j, i), 1, 1, facecolor=colors(w), alpha=0.75, edgecolor="white"))
-                if variant == "fa1" and Tr * Tc <= 100:
-                    a.text(j + 0.5, i + 0.5, order[(i, j)] + 1, ha="center", va="center", fontsize=9, color="white")
-            a.add_patch(Rectangle((Tc + 0.4, i), 1, 1, facecolor=colors(0 if variant == "fa1" else i % workers),
-                                  edgecolor="k"))
-        a.text(Tc + 0.9, -0.35, "O", ha="center", fontsize=12, weight="bold")
-        a.set_xlim(0, Tc + 1.6)
-        a.set_ylim(Tr, -0.8)
-        a.set_aspect("equal")
-        a.grid(False)
-        a.set_xticks([])
-        a.set_yticks([])
-        a.set(xlabel="key blocks j", ylabel="query blocks i")
-        a.set_title("FlashAttention: 1 thread block per head\nwalks all its tiles, key blocks outer (numbers: order)"
-                    if variant == "fa1" else
-                    f"FlashAttention-2: 1 thread block per query block\n{Tr} per head, colour = one of {workers} SMs",
-                    fontsize=11)
-    return {"Tr": Tr, "Tc": Tc, "workers": workers, "thread_blocks_per_head": {"fa1": 1, "fa2": Tr},
-            "writers_per_output_block": {"fa1": 1, "fa2": 1}}
-
-
-def draw_warp_split(block_q: int = 64, block_k: int = 64, dv: int = 64, warps: int = 4, ax=None) -> dict:
-    """Inside one thread block: which warp computes which part of a tile S_ij and of the output block, when the
-    warps split K_j, V_j (FlashAttention, "split-K", left) or Q_i (FlashAttention-2, "split-Q", right).
-
-    Under split-K every warp holds a partial output for all Br rows (stacked on the left), to be summed through
-    shared memory; under split-Q each warp owns whole rows. Counts from `lab.warp_split_exchange`.
-    Taught in: notebooks/06_flashattention2.ipynb
-    """
-    if ax is None:
-        _, ax = plt.subplots(1, 2, figsize=(12, 5.2))
-    colors = plt.get_cmap("tab10")
-    Br, Bc, w = block_q, block_k, warps
-    out = {s: warp_split_exchange(Br, Bc, dv, warps=w, split=s) for s in ("K", "Q")}
-    gap, ow = 0.15 * Bc, 0.6 * Bc                               # space, then the output block's width
-    for a, split in zip(ax, ("K", "Q")):
-        for n in range(w):
-            if split == "K":
-                k0, k1 = n * Bc / w, (n + 1) * Bc / w
-                a.add_patch(Rectangle((k0, 0), k1 - k0, Br, facecolor=colors(n), alpha=0.8, edgecolor="white"))
-                off = n * 0.06 * Br
-                a.add_patch(Rectangle((Bc + gap + off, off), ow, Br, facecolor=colors(n), alpha=0.8, edgecolor="k"))
-            else:
-                r0, r1 = n * Br / w, (n + 1) * Br / w
-                a.add_patch(Rectangle((0, r0), Bc, r1 - r0, facecolor=colors(n), alpha=0.8, edgecolor="white"))
-                a.add_patch(Rectangle((Bc + gap, r0), ow, r1 - r0, facecolor=colors(n), alpha=0.8, edgecolor="k"))
-        a.text(Bc / 2, -0.04 * Br, f"S_ij ({Br} × {Bc})", ha="center", va="bottom", fontsize=11)
-        a.text(Bc + gap + ow / 2, -0.04 * Br, f"acc ({Br} × {dv})", ha="center", va="bottom", fontsize=11)
-        a.set_xlim(-0.02 * Bc, Bc + gap + ow + (w * 0.06 * Br if split == "K" else 0) + 0.05 * Bc)
-        a.set_ylim(Br * (1.02 + (w * 0.06 if split == "K" else 0)), -0.15 * Br)
-        a.set_aspect("equal")
-        a.grid(False)
-        a.axis("off")
-        e = out[split]
-        a.set_title(("FlashAttention, split-K" if split == "K" else "FlashAttention-2, split-Q")
-                    + f"\neach warp: {e['per_warp_keys']} keys × {e['per_warp_rows']} rows\n"
-                    + (f"{w} partial outputs summed in shared memory\n({e['written'] / 1024:,.1f} KiB written, "
-                       f"{e['read'] / 1024:,.1f} KiB read per tile)" if split == "K"
-                       else "each warp owns its output rows\n(nothing exchanged)"), fontsize=11)
-    return {"K": out["K"], "Q": out["Q"]}
+def __getattr__(name):
+    """Notebook 06's figures, once drawn from here, now live in `lab.figures.fa2`: the old names still work."""
+    if name in ("draw_op_counts", "draw_work_split", "draw_warp_split"):
+        from . import fa2
+        return getattr(fa2, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

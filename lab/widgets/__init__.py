@@ -81,4 +81,5 @@ from .merge import merge_order_explorer  # noqa: E402
 from .one_pass import one_pass_explorer  # noqa: E402
 from .precision import accumulation_explorer, p_format_explorer  # noqa: E402
 from .softmax import online_softmax_trace, softmax_overflow  # noqa: E402
-from .tiling import block_footprint, fa_variants, io_traffic, tile_fill, tile_walk  # noqa: E402
+from .fa2 import fa_variants  # noqa: E402
+from .tiling import block_footprint, io_traffic, tile_fill, tile_walk  # noqa: E402

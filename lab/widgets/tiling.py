@@ -1,10 +1,10 @@
-"""Sliders for notebooks 05 and 06: fill the score matrix tile by tile, walk the tile loop, size a tile step,
-count HBM bytes and ops.
+"""Sliders for notebook 05: fill the score matrix tile by tile, walk the tile loop, size a tile step, count HBM
+bytes. Notebook 06's op-count slider is in `lab.widgets.fa2`.
 
-The traffic and op-count sliders also run the numpy kernel under `lab.trace.record()` at the chosen
-setting and report whether its counts equal the formula.
+The traffic slider also runs the numpy kernel under `lab.trace.record()` at the chosen setting and
+reports whether its counts equal the formula.
 
-Taught in: notebooks/05_tiling.ipynb, notebooks/06_flashattention2.ipynb
+Taught in: notebooks/05_tiling.ipynb
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import numpy as np
 
 from .. import trace
 from ..attention import flash_attention_numpy
-from ..figures.tiling import draw_footprint, draw_hbm_traffic, draw_op_counts, draw_tile_fill, draw_tile_grid
+from ..figures.tiling import draw_footprint, draw_hbm_traffic, draw_tile_fill, draw_tile_grid
 from ..tiling import flash_counts, tile_counts
 from . import interactive_figure
 
-__all__ = ["tile_fill", "tile_walk", "block_footprint", "io_traffic", "fa_variants"]
+__all__ = ["tile_fill", "tile_walk", "block_footprint", "io_traffic"]
 
 _BLOCKS = [8, 16, 32, 64, 128, 256]
 
@@ -69,11 +69,11 @@ def tile_fill(N: int = 12, M: int = 16, block_q: int = 4, block_k: int = 4, i: i
     )
 
 
-def tile_walk(N: int = 200, block_q: int = 64, block_k: int = 32, causal: bool = True, step: int = 0,
+def tile_walk(N: int = 200, block_q: int = 64, block_k: int = 32, causal: bool = True, step: int = 1,
               variant: str = "fa2") -> ipywidgets.interactive:
     """Sliders over N, Br, Bc, causal, loop order and the step; `.result` holds the tile counts and the tile on chip.
 
-    The step slider's range follows the number of computed tiles.
+    The step slider counts from 1 (the first tile) to the number of computed tiles, and its range follows it.
     Taught in: notebooks/05_tiling.ipynb
     """
     controls = dict(
@@ -82,13 +82,13 @@ def tile_walk(N: int = 200, block_q: int = 64, block_k: int = 32, causal: bool =
         block_k=ipywidgets.SelectionSlider(options=_BLOCKS, value=block_k, description="Bc"),
         causal=ipywidgets.Checkbox(value=causal, description="causal"),
         variant=ipywidgets.ToggleButtons(options=["fa2", "fa1"], value=variant, description="loop"),
-        step=ipywidgets.IntSlider(value=step, min=0, max=10_000, description="step"),
+        step=ipywidgets.IntSlider(value=step, min=1, max=10_000, description="step"),
     )
 
     def resize(_=None):
         c = {name: w.value for name, w in controls.items()}
         computed = tile_counts(c["N"], c["N"], c["block_q"], c["block_k"], c["causal"])["computed"]
-        controls["step"].max = max(computed - 1, 0)
+        controls["step"].max = max(computed, 1)
 
     resize()
     for name in ("N", "block_q", "block_k", "causal"):
@@ -97,26 +97,26 @@ def tile_walk(N: int = 200, block_q: int = 64, block_k: int = 32, causal: bool =
         draw_tile_grid,
         summary=lambda r: (f"{r['Tr']} × {r['Tc']} tiles, {r['computed']} computed, {r['skipped']} skipped "
                            f"({r['fraction']:.0%} computed); last tile {r['partial_rows'] or r['Br']} × "
-                           f"{r['partial_cols'] or r['Bc']}; step {r['step'] + 1}: tile {r['tile']}"),
+                           f"{r['partial_cols'] or r['Bc']}; step {r['step']} of {r['steps']}: tile {r['tile']}"),
         **controls,
     )
 
 
 def block_footprint(d: int = 128, block_q: int = 128, block_k: int = 64, dtype: str = "float16",
-                    kv_stages: int = 1) -> ipywidgets.interactive:
-    """Sliders over d, Br, Bc, the input dtype and the K/V stages; `.result` holds one step's registers and shared memory and which chips hold it.
+                    kv_stages: int = 1, warps: int = 4) -> ipywidgets.interactive:
+    """Sliders over d, Br, Bc, the input dtype, the K/V stages and the warps; `.result` holds one step's registers and shared memory and which chips hold it.
 
     Taught in: notebooks/05_tiling.ipynb
     """
     options = [16, 32, 64, 128, 256, 512]
 
-    def draw(d, block_q, block_k, dtype, kv_stages):
+    def draw(d, block_q, block_k, dtype, kv_stages, warps):
         return draw_footprint(d, block_q, block_k, itemsize=np.dtype(dtype).itemsize, kv_stages=kv_stages,
-                              blocks=tuple(options))
+                              blocks=tuple(options), warps=warps)
 
     return interactive_figure(
         draw,
-        summary=lambda r: (f"registers {r['registers']['total'] / 1024:,.1f} KiB, shared memory "
+        summary=lambda r: (f"registers {r['registers']['total'] / 1024:,.1f} of {r['register_budget'] / 1024:g} KiB, shared memory "
                            f"{r['shared']['total'] / 1024:,.1f} KiB; fits "
                            + (", ".join(name for name, ok in r["fits"].items() if ok) or "neither chip")),
         d=ipywidgets.SelectionSlider(options=[32, 64, 128, 256], value=d, description="d"),
@@ -124,6 +124,7 @@ def block_footprint(d: int = 128, block_q: int = 128, block_k: int = 64, dtype: 
         block_k=ipywidgets.SelectionSlider(options=options, value=block_k, description="Bc"),
         dtype=ipywidgets.ToggleButtons(options=["float16", "float32"], value=dtype, description="inputs"),
         kv_stages=ipywidgets.ToggleButtons(options=[1, 2], value=kv_stages, description="K/V stages"),
+        warps=ipywidgets.ToggleButtons(options=[4, 8], value=warps, description="warps"),
     )
 
 
@@ -151,33 +152,5 @@ def io_traffic(N: int = 1024, d: int = 64, block_q: int = 128, block_k: int = 12
         block_q=ipywidgets.SelectionSlider(options=_BLOCKS[1:], value=block_q, description="Br"),
         block_k=ipywidgets.SelectionSlider(options=_BLOCKS[1:], value=block_k, description="Bc"),
         dtype=ipywidgets.ToggleButtons(options=["float16", "float32"], value=dtype, description="inputs"),
-        causal=ipywidgets.Checkbox(value=causal, description="causal"),
-    )
-
-
-def fa_variants(N: int = 512, d: int = 64, block_q: int = 64, block_k: int = 64, variant: str = "fa2",
-                causal: bool = False) -> ipywidgets.interactive:
-    """Sliders over N, d, Br, Bc, the variant and causal; `.result` holds op counts (formula and instrumented) and A100 time shares (exponentials at the special-function rate).
-
-    Taught in: notebooks/06_flashattention2.ipynb
-    """
-
-    def draw(N, d, block_q, block_k, variant, causal):
-        result = draw_op_counts(N, d, block_q, block_k, causal)
-        rec, formula = _instrumented(N, d, block_q, block_k, causal, variant, "float32")
-        return {**result, "variant": variant, "measured": dict(rec.op_counts), "formula": dict(formula.op_counts),
-                "equal": rec == formula}
-
-    return interactive_figure(
-        draw,
-        summary=lambda r: (f"{r['variant']}: instrumented exp/mul/div = "
-                           + "/".join(f"{r['measured'].get(k, 0):,}" for k in ("exp", "mul", "div"))
-                           + f", equal to the formula: {r['equal']}; A100 time outside matmuls: "
-                           f"fa1 {r['share']['fa1']:.0%}, fa2 {r['share']['fa2']:.0%}"),
-        N=ipywidgets.SelectionSlider(options=[128, 256, 512, 1024, 2048], value=N, description="N = M"),
-        d=ipywidgets.SelectionSlider(options=[16, 32, 64, 128], value=d, description="d"),
-        block_q=ipywidgets.SelectionSlider(options=_BLOCKS[1:], value=block_q, description="Br"),
-        block_k=ipywidgets.SelectionSlider(options=_BLOCKS[1:], value=block_k, description="Bc"),
-        variant=ipywidgets.ToggleButtons(options=["fa1", "fa2"], value=variant, description="variant"),
         causal=ipywidgets.Checkbox(value=causal, description="causal"),
     )

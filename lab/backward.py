@@ -31,10 +31,11 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import trace
-from ._checks import (acc_dtype, as_float_array, check_block, check_causal, check_grads, check_qkv, check_qkv_tensors,
-                      check_same_shape, check_scale, check_sizes, group_view)
+from ._checks import (acc_dtype, as_float_array, check_block, check_causal, check_grads, check_qkv, check_same_shape,
+                      check_sizes, group_view)
 from ._tiles import TilePlan
 from .kernels import causal_mask, flash_attention_numpy, safe_exp_shift
+from .kernels.rung1_naive import standard_attention_torch
 from .kernels.rung2_numpy_fa1 import tile_scores
 
 __all__ = [
@@ -182,29 +183,6 @@ class NumpyFlashAttention(torch.autograd.Function):
             *(t.detach().cpu().numpy() for t in (q, k, v, o, lse, do)), block_q=block_q, block_k=block_k, causal=causal)
         grads = (torch.from_numpy(np.ascontiguousarray(g)).to(q.dtype) for g in (dq, dk, dv))
         return (*grads, None, None, None)
-
-
-def standard_attention_torch(q, k, v, *, causal: bool = False, scale=None):
-    """Standard attention in torch, $O = \\mathrm{softmax}(\\mathrm{scale}\\,QK^\\top) V$; autograd keeps P (N×M) for the backward.
-
-    GQA: K/V heads are repeated to the query heads (`Hq % Hkv == 0`). Rows with no visible key give 0.
-    Taught in: notebooks/09_backward.ipynb
-    """
-    causal = check_causal(causal)
-    group = check_qkv_tensors(q, k, v)
-    scale = check_scale(scale, q.shape[-1])
-    if group > 1:
-        k = k.repeat_interleave(group, dim=-3)                         # (..., Hq, M, d)
-        v = v.repeat_interleave(group, dim=-3)                         # (..., Hq, M, dv)
-    N, M = q.shape[-2], k.shape[-2]
-    s = (q * scale) @ k.transpose(-1, -2)                              # S: (..., N, M)
-    if causal:
-        visible = torch.from_numpy(causal_mask(N, M)).to(s.device)
-        s = s.masked_fill(~visible, float("-inf"))
-    p = torch.softmax(s, dim=-1)                                       # P: (..., N, M), saved by autograd
-    if causal and N > M:
-        p = torch.nan_to_num(p, nan=0.0)                               # rows with no visible key: 0, not NaN
-    return p @ v                                                       # (..., N, dv)
 
 
 def saved_tensor_bytes(fn, *args, **kwargs) -> dict:

@@ -8,17 +8,22 @@ float32 head, N = M = 1024, d = 64: 8.66 MB above the inputs (rung 0: 26.7 MB), 
 S and P by the formula (`tests/test_kernels.py` measures it again). What it still costs: memory that grows as N·M,
 the memory wall of notebook 00.
 
-Taught in: notebooks/00_the_memory_wall.ipynb
+`standard_attention_torch` is the same rung in torch, on any device: the one standard attention of the
+torch side (autograd keeps its P for notebook 09's backward; under `torch.no_grad()` it is the naive
+baseline every torch rung is measured against).
+
+Taught in: notebooks/00_the_memory_wall.ipynb, notebooks/08_hardware_runs.ipynb, notebooks/09_backward.ipynb
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
-from .._checks import check_qkv, group_view, ungroup_view
+from .._checks import check_causal, check_qkv, check_qkv_tensors, check_scale, group_view, ungroup_view
 from ..rules import causal_mask, safe_exp_shift
 
-__all__ = ["attention_naive"]
+__all__ = ["attention_naive", "standard_attention_torch"]
 
 
 def attention_naive(q, k, v, *, causal: bool = False, scale=None) -> np.ndarray:
@@ -42,3 +47,27 @@ def attention_naive(q, k, v, *, causal: bool = False, scale=None) -> np.ndarray:
     np.divide(p, l, out=p, where=l > 0)
     p[(l == 0)[..., 0]] = 0.0
     return ungroup_view(p @ v5, q.shape, (v.shape[-1],))
+
+
+def standard_attention_torch(q, k, v, *, causal: bool = False, scale=None):
+    """Standard attention in torch, $O = \\mathrm{softmax}(\\mathrm{scale}\\,QK^\\top) V$; autograd keeps P (N×M) for the backward.
+
+    GQA: K/V heads are repeated to the query heads (`Hq % Hkv == 0`). Rows with no visible key give 0.
+    The torch twin of `attention_naive`: under `torch.no_grad()` it is the naive rung on any device
+    (`lab.attention_torch_naive`). Taught in: notebooks/08_hardware_runs.ipynb, notebooks/09_backward.ipynb
+    """
+    causal = check_causal(causal)
+    group = check_qkv_tensors(q, k, v)
+    scale = check_scale(scale, q.shape[-1])
+    if group > 1:
+        k = k.repeat_interleave(group, dim=-3)                         # (..., Hq, M, d)
+        v = v.repeat_interleave(group, dim=-3)                         # (..., Hq, M, dv)
+    N, M = q.shape[-2], k.shape[-2]
+    s = (q * scale) @ k.transpose(-1, -2)                              # S: (..., N, M)
+    if causal:
+        visible = torch.from_numpy(causal_mask(N, M)).to(s.device)
+        s = s.masked_fill(~visible, float("-inf"))
+    p = torch.softmax(s, dim=-1)                                       # P: (..., N, M), saved by autograd
+    if causal and N > M:
+        p = torch.nan_to_num(p, nan=0.0)                               # rows with no visible key: 0, not NaN
+    return p @ v                                                       # (..., N, dv)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ._checks import as_float_array, check_choice
 
-__all__ = ["round_to", "FORMATS", "format_info"]
+__all__ = ["round_to", "truncate_tf32", "FORMATS", "format_info"]
 
 FORMATS = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
 
@@ -55,6 +55,19 @@ def round_to(x, fmt: str) -> np.ndarray:
         return _round_tf32(a)
     with np.errstate(over="ignore", invalid="ignore"):
         return a.astype(_DTYPES[fmt]).astype(np.float32)
+
+
+def truncate_tf32(x) -> np.ndarray:
+    """TF32 by truncation: float32 values `x` with their 13 lowest mantissa bits cleared (toward zero), as float32.
+
+    Triton documents that its default `tl.dot` on FP32 inputs "may" truncate them to TF32 "without
+    rounding"; `round_to(x, "tf32")` is the rounding alternative. ±inf, NaN and ±0 stay as they are.
+    Taught in: notebooks/07_precision_in_attention.ipynb
+    """
+    with np.errstate(over="ignore"):
+        a = as_float_array(x, "x").astype(np.float32)   # a copy: the input is never touched
+    bits = a.view(np.uint32) & np.uint32(0xFFFFE000)    # sign, 8 exponent bits, the top 10 mantissa bits
+    return np.where(np.isnan(a), a, bits.view(np.float32))
 
 
 def format_info(fmt: str) -> dict:

@@ -21,7 +21,7 @@ import numpy as np
 
 from ._checks import as_float_array, check_block, check_choice, check_finite
 from .attention import attention_reference, flash_attention_numpy
-from .precision import FORMATS, format_info, round_to
+from .precision import FORMATS, format_info, round_to, truncate_tf32
 
 __all__ = [
     "gaussian_qkv", "relative_error", "p_rounding_error", "p_error_grid", "p_underflow",
@@ -291,11 +291,12 @@ def attention_tiled_lowp(q, k, v, fmt: str = "fp16", *, block_q: int = 64, block
     return round_to(o, "fp16")                                           # (..., N, dv)
 
 
-def matmul_error(a, b, fmt: str = "tf32") -> float:
+def matmul_error(a, b, fmt: str = "tf32", *, truncate: bool = False) -> float:
     """Relative error $\\|\\mathrm{fl}_{fmt}(A)\\,\\mathrm{fl}_{fmt}(B) - AB\\|_F / \\|AB\\|_F$, the product accumulated in FP32.
 
-    This is what an FP32 matmul on tensor cores in TF32 mode does: it rounds the inputs to 10 mantissa
-    bits and keeps an FP32 accumulator.
+    This is what an FP32 matmul on tensor cores in TF32 mode does: it keeps 10 of the inputs' mantissa
+    bits and an FP32 accumulator. `truncate=True` (TF32 only) drops the other bits (`truncate_tf32`)
+    instead of rounding to nearest.
     Taught in: notebooks/07_precision_in_attention.ipynb
     """
     _check_fmt(fmt)
@@ -304,6 +305,10 @@ def matmul_error(a, b, fmt: str = "tf32") -> float:
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"a and b must be (N, K) and (K, M), got {a.shape} and {b.shape}")
     ref = a.astype(np.float64) @ b.astype(np.float64)
+    if truncate:
+        if fmt != "tf32":
+            raise ValueError(f"truncate=True models TF32 only, got fmt={fmt!r}")
+        return relative_error(truncate_tf32(a) @ truncate_tf32(b), ref)
     return relative_error(round_to(a, fmt) @ round_to(b, fmt), ref)
 
 

@@ -221,8 +221,15 @@ def test_round_may_not_call_round_to():
            "calls lab.round_to, the function this exercise rebuilds")
 
 
-def test_round_may_not_let_rint_settle_ties():
-    _fails(2, _round(n="np.rint(a / step)"), "np.rint, which applies the tie rule for you")
+@pytest.mark.parametrize("n, says", [("np.rint(a / step)", "np.rint"), ("np.round(a / step)", "np.round"),
+                                     ("np.around(a / step)", "np.around"), ("np.vectorize(round)(a / step)", "Python's round")])
+def test_round_may_not_let_a_library_settle_ties(n, says):
+    _fails(2, _round(n=n), f"{says}, which applies the tie rule for you")
+
+
+def test_round_by_the_array_method_is_not_seen_and_the_notebook_says_so():
+    assert run_check(EX[2], _src(_round(n="(a / step).round()"))) == PASSED[2]      # a C method: cannot be replaced
+    assert ".round()" in EX[2].spec and "Python's `round`" in EX[2].spec
 
 
 def test_round_through_a_library_fails_on_the_layout_no_library_has():
@@ -325,6 +332,8 @@ def test_quantize_blocks_worked_solution_and_stub():
 @pytest.mark.parametrize("text, says", [
     (_blocks(guard="amax"), ["case 1 (a block of zeros)", "NaN", "keep the scale finite"]),
     (_blocks(axes="-1"), ["case 0", "one scale per row"]),
+    (_blocks(axes="None"), ["case 0", "one scale per block shared by all heads"]),
+    (_blocks().replace(".max(axis=(-1, -2), keepdims=True)", ".max()"), ["case 0", "one scale per block shared by all heads"]),
     (_blocks(cut="x.shape[-2] % block", cast='lab.round_to(tile * s, "fp8_e4m3") / s').replace("np.empty_like", "np.zeros_like"),
      ["case 0", "the last, shorter block is missing"]),
     (_blocks(cast='lab.round_to(tile * s, "fp8_e4m3")'), ["case 0", "still scaled"]),

@@ -169,3 +169,16 @@ def test_format_info_describes_the_rounding(fmt):
 def test_format_info_errors():
     with pytest.raises(ValueError, match="fmt"):
         lab.format_info("fp64")
+
+
+def test_truncate_tf32_cuts_toward_zero_and_keeps_specials():
+    x = np.array([1 + 2.0**-10 + 2.0**-11, -(1 + 2.0**-10 + 2.0**-11), 1 + 2.0**-11, np.inf, -0.0, np.nan], np.float32)
+    got = lab.truncate_tf32(x)
+    assert got.dtype == np.float32
+    assert got[0] == np.float32(1 + 2.0**-10) and got[1] == -np.float32(1 + 2.0**-10)   # rounding would go up
+    assert got[2] == 1.0 and lab.round_to(x[2:3], "tf32")[0] == 1.0                      # a tie: both give 1
+    assert np.isposinf(got[3]) and got[4] == 0 and np.signbit(got[4]) and np.isnan(got[5])
+    v = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+    assert np.array_equal(lab.truncate_tf32(lab.truncate_tf32(v)), lab.truncate_tf32(v))
+    assert (np.abs(lab.truncate_tf32(v)) <= np.abs(v)).all()
+    assert np.array_equal(lab.round_to(lab.truncate_tf32(v), "tf32"), lab.truncate_tf32(v))  # a TF32 value

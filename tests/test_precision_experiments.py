@@ -313,3 +313,13 @@ def test_outlier_qkv_unrounded_draws():
     np.testing.assert_array_equal(lab.round_to(q.astype(np.float32), "fp16"), q16)
     with pytest.raises(ValueError):
         lab.outlier_qkv((2, 8, 4), storage="fp12")
+
+
+def test_matmul_error_truncated_tf32_is_larger_than_rounded():
+    g = np.random.default_rng(0)
+    a = g.standard_normal((32, 256)).astype(np.float32)
+    b = g.standard_normal((256, 32)).astype(np.float32)
+    rounded, cut = lab.matmul_error(a, b, "tf32"), lab.matmul_error(a, b, "tf32", truncate=True)
+    assert 1.5 * rounded < cut < 5 * rounded
+    with pytest.raises(ValueError, match="TF32 only"):
+        lab.matmul_error(a, b, "fp16", truncate=True)

@@ -6,14 +6,17 @@ even from a format's bit layout, and the rms rounding error of uniform significa
   block ignored, last short block dropped, p not rounded first, block sums or the total kept exact).
 - `check_round_nearest_even` : $\\mathrm{fl}(x)$ for a layout of `e` exponent bits and `t` mantissa bits against
   the libraries and against `format_grid` (every value of the layout, searched), for ties, subnormals and
-  overflow; says which of these the first wrong value is and refuses answers that call `lab.round_to` or
-  `np.rint`/`np.round` (the tie rule is the exercise).
+  overflow; says which of these the first wrong value is and refuses answers that call `lab.round_to`,
+  `np.rint`/`np.round`/`np.around` or Python's `round` (the tie rule is the exercise; an array's `.round()`
+  method cannot be intercepted, so it is not refused).
 - `check_rms_delta_uniform`  : $\\mathrm{rms}(\\delta) = 2^{-t}/\\sqrt{24}$ for significands uniform on [1, 2).
 
 Taught in: notebooks/07_precision.ipynb
 """
 
 from __future__ import annotations
+
+import builtins
 
 import numpy as np
 
@@ -290,7 +293,8 @@ def check_round_nearest_even(fn, *, name: str | None = None) -> None:
     """Check `fn(x, e, t)`, round to nearest even for a layout of `e` exponent and `t` mantissa bits, bit for bit.
 
     References: `lab.round_to` (ml_dtypes, numpy) for the fp16, bf16 and e5m2 layouts, `round_by_grid` for a
-    layout no library has. The answer may not call `lab.round_to` or `np.rint`/`np.round`/`np.around`.
+    layout no library has. The answer may not call `lab.round_to`, `np.rint`/`np.round`/`np.around` or the
+    builtin `round`; an array's `.round()` method is a C method that cannot be replaced, so it goes unseen.
     Taught in: notebooks/07_precision.ipynb
     """
     import lab
@@ -298,6 +302,7 @@ def check_round_nearest_even(fn, *, name: str | None = None) -> None:
     why = "{}, which applies the tie rule for you: decide from the remainder with np.floor"
     forbidden = [(lab, "round_to", "lab.round_to, the function this exercise rebuilds")]
     forbidden += [(np, f, why.format(f"np.{f}")) for f in ("rint", "round", "around") if hasattr(np, f)]
+    forbidden += [(builtins, "round", why.format("Python's round"))]
     cases = _rounding_cases()
     for i, (label, x, e, t) in enumerate(cases):
         ok, got = _call(name, fn, (x.copy(), e, t), f"{i} ({label})", forbidden)

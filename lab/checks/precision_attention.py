@@ -32,6 +32,17 @@ def _block_cases() -> list:
             ("one row per block, values near 1e-3", (x * np.float32(1e-3), 1)), ("a block longer than N", (x, 16))]
 
 
+def _one_scale_per_block_for_all_heads(x, block) -> np.ndarray:
+    """The answer whose `np.abs(tile).max()` has no axis: one scale per block of rows, shared by every head."""
+    out = np.empty_like(x)
+    for r0 in range(0, x.shape[-2], block):
+        tile = x[..., r0:r0 + block, :]
+        amax = np.abs(tile).max()
+        s = np.float32(448) / (amax if amax > 0 else np.float32(1))
+        out[..., r0:r0 + block, :] = round_to(tile * s, "fp8_e4m3") / s
+    return out
+
+
 def _block_hint(x, block, got) -> str:
     """The classic mistake `got` equals, in words (else the rule again)."""
     got = np.asarray(got, np.float64)
@@ -47,6 +58,9 @@ def _block_hint(x, block, got) -> str:
          "one scale per row: a block is `block` consecutive rows sharing one scale (the last block may be shorter)"),
         (got.shape == x.shape and np.array_equal(got, quantize_fp8(x.reshape(-1, x.shape[-1])).reshape(x.shape)),
          "one scale for all heads: each head's block gets its own scale, from that head's rows only"),
+        (x.ndim > 2 and got.shape == x.shape and np.array_equal(got, _one_scale_per_block_for_all_heads(x, block)),
+         "one scale per block shared by all heads: np.abs(tile).max() with no axis takes the maximum over every head; "
+         "take it over the block's rows and columns only, axis=(-1, -2) with keepdims=True"),
         (got.shape == x.shape and x.shape[-2] % block > 0 and not got[..., x.shape[-2] // block * block:, :].any(),
          "the last, shorter block is missing: range(0, N, block) visits it; a slice past N stops at N"),
         (got.shape == x.shape and np.allclose(got, round_to(x, "fp8_e4m3"), rtol=0, atol=0),

@@ -22,7 +22,7 @@ FORMAT_LABELS = {"fp32": "FP32", "tf32": "TF32", "bf16": "BF16", "fp16": "FP16",
 
 
 def draw_p_error_heatmaps(grid: dict, Ns, spreads) -> dict:
-    """One heatmap per format of $\\log_{10}$ relative error (from `p_error_grid`) over N and the score spread."""
+    """One heatmap per format of $\\log_{10}$ relative error (from `p_error_grid`) over M (keys; the keyword is `Ns`) and the score spread."""
     fmts = list(grid)
     fig, axes = plt.subplots(1, len(fmts), figsize=(4.2 * len(fmts), 4.4), sharey=True, constrained_layout=True)
     axes = np.atleast_1d(axes)
@@ -36,7 +36,7 @@ def draw_p_error_heatmaps(grid: dict, Ns, spreads) -> dict:
                     color="white" if val < (lo + hi) / 2 else "black")
         ax.set_xticks(range(len(Ns)), [f"{n // 1024}K" if n >= 1024 else str(n) for n in Ns], fontsize=9)
         ax.set_yticks(range(len(spreads)), [f"{s:g}" for s in spreads])
-        ax.set(title=FORMAT_LABELS[f], xlabel="N (keys)")
+        ax.set(title=FORMAT_LABELS[f], xlabel="M (keys)")
         ax.grid(False)
     axes[0].set_ylabel("std of the scores")
     fig.colorbar(im, ax=axes, label="log10 relative error of o", shrink=0.9)
@@ -64,11 +64,11 @@ def draw_accumulation(N: int = 16384, block: int = 64, formats=("fp32", "bf16", 
         showb = np.unique(np.geomspace(1, nb.size, 400).astype(int)) - 1
         ax.loglog(show + 1, np.maximum(err[show], 1e-9), color=f"C{i}", lw=1.8, label=f"{FORMAT_LABELS[f]}, one at a time")
         ax.loglog(nb[showb], np.maximum(errb[showb], 1e-9), color=f"C{i}", lw=1.8, ls="--",
-                  label=f"{FORMAT_LABELS[f]}, blocks of {block}")
+                  label=f"{FORMAT_LABELS[f]}, blocks of Bc = {block}")
         out["seq"][f], out["blocked"][f] = float(err[-1]), float(errb[-1])
         out["stall"][f] = float(seq[-1])
     ax.set(xlabel="elements summed so far (n)", ylabel="relative error of l (floor 1e-9)",
-           title=f"Summing l = Σ p_j in low precision (N = {N:,}, p_j in (0, 1])")
+           title=f"Summing l = Σ p_j in low precision (M = {N:,} keys, p_j in (0, 1])")
     ax.legend(fontsize=9, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.17))
     ax.set_ylim(1e-9, 3)
     return out
@@ -83,7 +83,7 @@ def draw_outliers(measured: dict, paper: dict = FA3_TABLE3_RMSE, ax=None) -> dic
     here = [measured[k] for k in keys]
     theirs = [paper[k] for k in keys]
     ax.bar(x - 0.2, here, 0.4, label="measured here (numpy)", color="C0")
-    ax.bar(x + 0.2, theirs, 0.4, label="FlashAttention-3, Table 3 (H100)", color="C1")
+    ax.bar(x + 0.2, theirs, 0.4, label="FlashAttention-3, Table 3 (H100): paper, different setup (see below)", color="C1")
     for xi, a, b in zip(x, here, theirs):
         ax.text(xi - 0.2, a * 1.15, f"{a:.1e}", ha="center", fontsize=9)
         ax.text(xi + 0.2, b * 1.15, f"{b:.1e}", ha="center", fontsize=9)
@@ -106,12 +106,12 @@ def draw_p_explorer(fmt: str = "fp8_e4m3", N: int = 4096, spread: float = 4.0, b
     fig, ax = plt.subplots(figsize=(8.5, 4.6))
     ax.hist(lp, bins=np.linspace(-160, 1, 162), color="C0", alpha=0.85, histtype="stepfilled")
     sub, tiny = np.log2(info["smallest_subnormal"]), np.log2(info["tiny"])
-    ax.axvspan(-160, sub - 1, color="C3", alpha=0.15, zorder=0, label=f"rounds to 0 (< 2^{sub - 1:.0f})")
+    ax.axvspan(-160, sub - 1, color="C3", alpha=0.15, zorder=0, label=f"rounds to 0 (≤ 2^{sub - 1:.0f}, ties to even)")
     ax.axvspan(sub - 1, tiny, color="C1", alpha=0.2, zorder=0, label=f"subnormal: fewer bits (< 2^{tiny:.0f})")
     ax.set_yscale("log")
     ax.set_xlim(max(-160, min(sub - 12, float(lp.min()) - 2)), 1)
     ax.set(xlabel="log2 P_ij  (P_ij = exp(S_ij − running max))", ylabel="entries",
-           title=f"{FORMAT_LABELS[fmt]}, N = {N:,}, std(s) = {spread:g}, block_k = {block_k}: "
+           title=f"{FORMAT_LABELS[fmt]}, M = {N:,} keys, std(s) = {spread:g}, Bc = {block_k}: "
                  f"relative error {err:.1e}")
     ax.legend(fontsize=10, loc="upper left")
     return {"fmt": fmt, "N": int(N), "spread": float(spread), "block_k": int(block_k), "rel_error": err,
@@ -133,11 +133,20 @@ def draw_matmul_error(Ks=(64, 256, 1024, 4096), formats=("fp32", "tf32", "bf16",
             errs.append(matmul_error(a, b, f))
         out[f] = errs
         style = {"ls": "--", "marker": "s", "ms": 11, "mfc": "none", "mew": 2} if f == "tf32" else {"marker": "o"}
-        ax.plot(Ks, errs, color=f"C{i}", label=FORMAT_LABELS[f], **style)
+        ax.plot(Ks, errs, color=f"C{i}", label=FORMAT_LABELS[f] + (", rounded" if f == "tf32" else ""), **style)
+    if "tf32" in formats:                                                # the same products, inputs truncated
+        rng = np.random.default_rng(seed)
+        errs = []
+        for K in Ks:
+            a = rng.standard_normal((n, K)).astype(np.float32)
+            b = rng.standard_normal((K, n)).astype(np.float32)
+            errs.append(matmul_error(a, b, "tf32", truncate=True))
+        out["tf32 truncated"] = errs
+        ax.plot(Ks, errs, color="C4", ls=":", marker="v", label="TF32, truncated")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set(xlabel="inner size K", ylabel="relative error of A·B",
-           title="Inputs rounded to a format, FP32 accumulation\n(TF32 and FP16 coincide: both keep 10 mantissa bits)")
+           title="Inputs rounded (or truncated) to a format, FP32 accumulation\n(TF32 rounded and FP16 coincide: both keep 10 mantissa bits)")
     ax.legend(fontsize=10)
     return {"Ks": list(Ks), "errors": out}
 
@@ -151,7 +160,7 @@ def draw_real_vs_gaussian(results: dict) -> dict:
     w = 0.8 / len(names)
     for i, name in enumerate(names):
         a1.bar(np.arange(len(fmts)) + (i - (len(names) - 1) / 2) * w, [results[name]["p"][f] for f in fmts], w,
-               label=f"{name} (std s = {results[name]['spread']:.1f})", color=f"C{i}")
+               label=f"{name} (std s = {results[name]['spread']:.1f}, all heads pooled)", color=f"C{i}")
         a2.bar(np.arange(len(keys)) + (i - (len(names) - 1) / 2) * w,
                [results[name]["rmse"][k] / results[name]["rms_ref"] for k in keys], w, label=name, color=f"C{i}")
     a1.set_xticks(range(len(fmts)), [FORMAT_LABELS[f] for f in fmts])

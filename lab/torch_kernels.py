@@ -52,6 +52,7 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # the defaults aim at: large enough that Python's per-op overhead vanishes, small enough to stay
 # near the cache on a CPU and far below the N×M matrices of standard attention.
 _TILE_BYTES = {"cpu": 4 * 2**20, "cuda": 64 * 2**20}
+_MAX_ROWS = {"cpu": 1024}                                             # Br's cap on a CPU
 
 # τ: the lazy forward exponentiates each tile against the reference it has, and lets a row's sum of P_ij grow
 # to e^τ ≈ 2981 before it moves that row's reference: far from float32's overflow near e^88.
@@ -84,8 +85,9 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 def torch_default_blocks(device, N: int, M: int, rows: int = 1, itemsize: int = 4) -> tuple[int, int]:
     """Default `(block_q, block_k)` for `device`: $B_c$ fixed per device, $B_r$ the largest power of two with rows·$B_r B_c$·itemsize ≤ the tile budget.
 
-    `rows` is the number of (batch × head) rows that share each tile. CPU: Bc = 512 and a 4 MiB tile;
-    CUDA: Bc = 1024 and a 64 MiB tile (each op launches one GPU kernel, so fewer, larger steps).
+    `rows` is the number of (batch × head) rows that share each tile. CPU: Bc = 512, a 4 MiB tile and
+    Br ≤ 1024 (more rows make the matmuls no faster, only the tile, Q_i and acc larger); CUDA: Bc = 1024
+    and a 64 MiB tile (each op launches one GPU kernel, so fewer, larger steps).
     Taught in: notebooks/08_hardware_runs.ipynb
     """
     kind = torch.device(device).type
@@ -94,7 +96,7 @@ def torch_default_blocks(device, N: int, M: int, rows: int = 1, itemsize: int = 
     Bc = max(1, min(Bc, M))
     Br = budget // max(1, rows * Bc * itemsize)
     Br = 2 ** int(math.log2(max(16, Br)))
-    return max(1, min(Br, N)), Bc
+    return max(1, min(Br, N, _MAX_ROWS.get(kind, N))), Bc
 
 
 def _layout(q, k, v, group, dt):

@@ -215,7 +215,7 @@ def test_each_step_keeps_what_m_l_acc_represent():
 
 def test_default_blocks_per_device():
     assert lab.torch_default_blocks("cpu", 4096, 4096, rows=8) == (256, 512)
-    assert lab.torch_default_blocks("cpu", 8192, 8192, rows=1) == (2048, 512)
+    assert lab.torch_default_blocks("cpu", 8192, 8192, rows=1) == (1024, 512)         # Br capped: a 2 MiB tile
     assert lab.torch_default_blocks("cuda", 4096, 4096, rows=8) == (2048, 1024)
     assert lab.torch_default_blocks("cpu", 10, 3, rows=1) == (10, 3)          # never larger than N, M
     Br, Bc = lab.torch_default_blocks("cpu", 8192, 8192, rows=1)

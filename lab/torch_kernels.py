@@ -1,24 +1,27 @@
-"""Attention in torch, on any device: the tiled FlashAttention-2 forward and its recomputing backward.
+"""Attention in torch, on any device: FlashAttention-2's tiled forward in two rungs, and its recomputing backward.
 
-A ladder (each rung: what changed, what it no longer materializes):
+A ladder (each rung: what changed, what it no longer materializes, what that buys):
   0. `lab.attention_reference` : numpy float64, the full N×M scores; the oracle.
   1. `attention_torch_naive`   : softmax(scale·Q Kᵀ) V in torch, S and P both N×M in memory.
-  2. `flash_attention_torch_forward` : FlashAttention-2 order: query blocks Q_i outside, key/value
-     blocks K_j, V_j inside; the state (m, l, acc) stays per query block; one division by l at the end;
-     only lse = m + log l is kept. No N×M array: one Br×Bc tile of scores at a time, updated in place.
-     Fewer passes per tile than the textbook recurrence: m rides in the matmul as an extra column
-     ([scale·Q_i, -m] [K_j, 1]ᵀ = S_ij - m), and m is a reference, not the running max: it moves only
-     for rows whose tile sum outgrows e^τ. A typical tile costs two matmuls, one exp and one row sum.
-  3. `flash_attention_torch_backward` : FlashAttention-2 backward: D = rowsum(dO ∘ O) once, then for
+  2. `flash_attention_torch_forward(variant="fa2")`, the default: Algorithm 1 of FlashAttention-2 (Dao
+     2023, arXiv 2307.08691). Query blocks Q_i outside, key/value blocks K_j, V_j inside, the state
+     (m, l, acc) per query block, one division by l at the end, only lse = m + log l kept. No N×M array:
+     one Br×Bc tile of scores at a time, in one buffer. Per tile: two matmuls, a row max, a subtraction,
+     an exponential (as exp2, `_exp_`), a row sum.
+  3. `flash_attention_torch_forward(variant="lazy")` : m is a reference, not the running max: it rides in
+     the first matmul (`baddbmm` adds -m) and moves only for rows whose tile sum outgrows e^τ, so a later
+     tile skips the row max, the subtraction and α. Its exponents reach τ, where exp2's premultiplication
+     by log2 e would round by ~τ units of float32, so it keeps torch's exp, 2.6× slower than exp2 on a CPU.
+  4. `flash_attention_torch_backward` : FlashAttention-2 backward: D = rowsum(dO ∘ O) once, then for
      each tile the scores are recomputed from q, k and the saved lse (P = exp(S - lse)),
-     dS = P ∘ (dP - D); no N×M array either.
-  4. `FlashAttention` / `flash_attention_torch` : 2 and 3 joined as a `torch.autograd.Function`.
+     dS = P ∘ (dP - D); no N×M array either. Shared by both forwards.
+  5. `FlashAttention` / `flash_attention_torch` : 2 or 3, and 4, joined as a `torch.autograd.Function`.
 
 Why a Python-level loop can be fast: with large blocks (hundreds of rows) each step is a handful of
 batched matmuls and vectorized elementwise ops over a whole tile, updated in place, so Python's
-per-op overhead (microseconds) is small next to each op's work (milliseconds). What it cannot do is
-keep a tile in registers between ops: every op reads and writes its tile through the cache, which a
-fused kernel (Triton, CUDA, the C++ SDPA kernel) avoids; so the loop does as few passes per tile as it can.
+per-op overhead (microseconds) is small next to each op's work (a millisecond). What it cannot do is
+keep a tile in registers between ops: every op streams its tile through the cache, which a fused
+kernel (Triton, CUDA, the C++ SDPA kernel) avoids. The two matmuls take most of the time.
 
 Shapes: q (..., Hq, N, d), k (..., Hkv, M, d), v (..., Hkv, M, dv), with Hq % Hkv == 0 (grouped-query
 heads: query head h reads key/value head h // (Hq / Hkv)). Causal masks key j for query i when
@@ -30,23 +33,18 @@ Taught in: notebooks/08_hardware_runs.ipynb, notebooks/09_backward.ipynb
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._checks import check_block, check_causal, check_qkv_shapes, check_scale
+from ._checks import check_block, check_causal, check_choice, check_qkv_shapes, check_scale
 from ._tiles import TilePlan, score_mod_grad
 from .masks import check_mods, index_arrays
 
-__all__ = [
-    "flash_attention_torch",
-    "flash_attention_torch_forward",
-    "flash_attention_torch_backward",
-    "attention_torch_naive",
-    "FlashAttention",
-    "torch_default_blocks",
-]
+__all__ = ["flash_attention_torch", "flash_attention_torch_forward", "flash_attention_torch_backward",
+           "attention_torch_naive", "FlashAttention", "torch_default_blocks"]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -54,10 +52,15 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # the defaults aim at: large enough that Python's per-op overhead vanishes, small enough to stay
 # near the cache on a CPU and far below the N×M matrices of standard attention.
 _TILE_BYTES = {"cpu": 4 * 2**20, "cuda": 64 * 2**20}
+_MAX_ROWS = {"cpu": 1024}                                             # Br's cap on a CPU
 
-# τ: the forward exponentiates each tile against the reference it has, and lets a row's sum of P_ij grow
+# τ: the lazy forward exponentiates each tile against the reference it has, and lets a row's sum of P_ij grow
 # to e^τ ≈ 2981 before it moves that row's reference: far from float32's overflow near e^88.
 LOG_BOUND = 8.0
+_LOG2E = 1 / math.log(2)                                              # log2 e: e^x = 2^(x log2 e)
+
+VARIANTS = ("fa2", "lazy")                                            # the forward's rungs, textbook first
+DEFAULT_VARIANT = "fa2"                                               # the faster on a 2-core AMD EPYC
 
 
 def _check_tensors(q, k, v):
@@ -82,8 +85,9 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 def torch_default_blocks(device, N: int, M: int, rows: int = 1, itemsize: int = 4) -> tuple[int, int]:
     """Default `(block_q, block_k)` for `device`: $B_c$ fixed per device, $B_r$ the largest power of two with rows·$B_r B_c$·itemsize ≤ the tile budget.
 
-    `rows` is the number of (batch × head) rows that share each tile. CPU: Bc = 512 and a 4 MiB tile;
-    CUDA: Bc = 1024 and a 64 MiB tile (each op launches one GPU kernel, so fewer, larger steps).
+    `rows` is the number of (batch × head) rows that share each tile. CPU: Bc = 512, a 4 MiB tile and
+    Br ≤ 1024 (more rows make the matmuls no faster, only the tile, Q_i and acc larger); CUDA: Bc = 1024
+    and a 64 MiB tile (each op launches one GPU kernel, so fewer, larger steps).
     Taught in: notebooks/08_hardware_runs.ipynb
     """
     kind = torch.device(device).type
@@ -92,7 +96,7 @@ def torch_default_blocks(device, N: int, M: int, rows: int = 1, itemsize: int = 
     Bc = max(1, min(Bc, M))
     Br = budget // max(1, rows * Bc * itemsize)
     Br = 2 ** int(math.log2(max(16, Br)))
-    return max(1, min(Br, N)), Bc
+    return max(1, min(Br, N, _MAX_ROWS.get(kind, N))), Bc
 
 
 def _layout(q, k, v, group, dt):
@@ -117,14 +121,9 @@ def _blocks(q, k, block_q, block_k, group, blocks=None):
     return Br, Bc
 
 
-def _causal_tile_mask(i0, i1, j0, j1, N, M, device):
-    """`masked[i, j] = j > i + (M - N)` for the rows i0:i1 and columns j0:j1 of one tile."""
-    rows = torch.arange(i0, i1, device=device)[:, None]
-    cols = torch.arange(j0, j1, device=device)[None, :]
-    return cols > rows + (M - N)                                      # (Br, Bc)
-
-
-def _check_common(q, k, v, block_q, block_k, scale, blocks=None):
+def _check_common(q, k, v, block_q, block_k, scale, blocks=None, stats=None):
+    if stats is not None and not isinstance(stats, dict):
+        raise TypeError(f"stats must be a dict or None, got {type(stats).__name__}")
     group = _check_tensors(q, k, v)
     Br, Bc = _blocks(q, k, block_q, block_k, group, blocks)
     return group, Br, Bc, check_scale(scale, q.shape[-1])
@@ -140,66 +139,68 @@ def _plan(q, k, Br, Bc, causal, mask_mod, score_mod, blocks, grad=False) -> Tile
     return TilePlan(shape, Br, Bc, causal, mask_mod, score_mod, blocks, like=q)
 
 
-def _shifted_scores(q1, k1, buf, i0, i1, j0, j1, ib, jb, plan, m):
-    """$S_{ij} - m$ in one matmul, $[\\mathrm{scale}\\,Q_i, -m]\\,[K_j, 1]^\\top$, into `buf`; masked entries are $-\\infty$.
-
-    With a score_mod the extra column holds 0 instead of $-m$: score_mod needs the raw $S_{ij}$, and $m$ is
-    subtracted after it. Returns the tile and its kept elements (None: all kept).
-    """
-    Z, rows, n, w = q1.shape[0], q1.shape[1], i1 - i0, j1 - j0
-    s = torch.bmm(q1, k1[:, :, j0:j1], out=buf[: Z * rows * w].view(Z, rows, w))   # (Z, G·Br, Bc)
-    keep = None
+def _scores(q_i, k_j, buf, i0, i1, j0, j1, ib, jb, plan, m=None):
+    """$S_{ij} = \\mathrm{scale}\\,Q_iK_j^\\top$ (`q_i` holds scale·Q_i) into `buf`, score_mod and the mask applied
+    (masked entries $-\\infty$); with a reference `m`, $S_{ij} - m$: the matmul adds $-m$ as its input (`baddbmm`)."""
+    Z, rows, _ = q_i.shape
+    n, w = i1 - i0, j1 - j0
+    out = buf[: Z * rows * w].view(Z, rows, w)
+    if m is not None and plan.score_mod is None:
+        s = torch.baddbmm(m.unsqueeze(-1), q_i, k_j.transpose(1, 2), beta=-1, out=out)  # S_ij - m: (Z, G·Br, Bc)
+    else:
+        s = torch.bmm(q_i, k_j.transpose(1, 2), out=out)                  # S_ij: (Z, G·Br, Bc)
     if not plan.untouched(ib, jb):
         view = s.view(plan.B, plan.H, n, w) if plan.mods else s.view(Z, rows // n, n, w)
-        keep = plan.apply(view, i0, i1, j0, j1, ib, jb)                        # score_mod, then the mask
-        if plan.score_mod is not None:
-            s.sub_(m.unsqueeze(-1))                                           # S'_ij - m
-    return s, keep
+        plan.apply(view, i0, i1, j0, j1, ib, jb)                          # score_mod, then the mask
+    if m is not None and plan.score_mod is not None:
+        s.sub_(m.unsqueeze(-1))                                           # S'_ij - m
+    return s
 
 
-def _fresh_rows_see(l, keep, plan, n):
-    """Whether some row that has seen no key yet (l = 0, so m is a placeholder) sees one in this tile: then the exact step."""
-    fresh = l == 0                                                            # (Z, G·Br)
-    if keep is None:
-        return bool(fresh.any())
-    seen = torch.broadcast_to(keep, (plan.B, plan.H, n, keep.shape[-1])).any(dim=-1)   # (B, H, Br)
-    return bool((fresh & seen.reshape(fresh.shape)).any())
+def _exp_(x):
+    """$e^x = 2^{x \\log_2 e}$, in place: torch's exp2 ran 2.6× faster than its exp on a 2-core AMD EPYC (AVX-512);
+    FlashAttention-2's own kernels exponentiate the same way. Multiplying after the subtraction keeps $x$ exact."""
+    return x.mul_(_LOG2E).exp2_()
 
 
-def _raw_scores(q1, k1, buf, i0, i1, j0, j1, ib, jb, plan):
-    """The tile's own scores $S_{ij}$ (the reference column set to 0 for this one matmul), masked as `_shifted_scores`."""
-    d = q1.shape[-1] - 1
-    saved = q1[:, :, d].clone()
-    q1[:, :, d] = 0.0
-    try:
-        return _shifted_scores(q1, k1, buf, i0, i1, j0, j1, ib, jb, plan, torch.zeros_like(saved))
-    finally:
-        q1[:, :, d] = saved
+def _fa2_step(scores, m, l, acc, v_j):
+    """Algorithm 1's update by the tile `scores()` $= S_{ij}$, in place: the running max $m$, then $\\alpha$ on l and acc.
+
+    $m' = \\max(m, \\mathrm{rowmax} S_{ij})$ is one of the scores (or the old m), so it is stored exactly and
+    $S_{ij} - m'$ carries no rounding of $m$. A row that has seen no key keeps $m$ = the lowest float
+    (not $-\\infty$: $-\\infty - (-\\infty)$ would be NaN), so its α is 0 (or 1 while l = acc = 0)."""
+    s = scores()                                                          # S_ij: (Z, G·Br, Bc)
+    m_new = torch.maximum(m, s.amax(dim=-1))                              # m' = max(m, rowmax S_ij)
+    p = _exp_(s.sub_(m_new.unsqueeze(-1)))                                # P_ij = exp(S_ij - m')
+    alpha = torch.exp(m - m_new)                                          # α = exp(m - m')
+    l.mul_(alpha).add_(p.sum(dim=-1))                                     # l = α l + rowsum P_ij
+    acc.mul_(alpha.unsqueeze(-1)).baddbmm_(p, v_j)                        # acc = α acc + P_ij V_j
+    m.copy_(m_new)                                                        # m = m'
+    return alpha
 
 
-def _exact_step(s, m, l, acc):
-    """FlashAttention-2's exact step on the raw tile $s = S_{ij}$: $m' = \\max(m, \\mathrm{rowmax} S_{ij})$ ($\\mathrm{rowmax} S_{ij}$
-    for rows that have seen no key, l = 0), $\\alpha = e^{m - m'}$ applied to l and acc, $s \\leftarrow S_{ij} - m'$; in place.
-
-    $m'$ is one of the scores (or the old $m$), so it is stored exactly and $S_{ij} - m'$ carries no rounding of $m$."""
-    top = s.amax(dim=-1)                                                      # rowmax S_ij
-    fresh = l == 0                                                            # no key yet: m is a placeholder
-    m_new = torch.where(fresh, top, torch.maximum(m, top))
-    m_new = torch.where(top == -math.inf, m, m_new)                          # every key of the tile masked: keep m
-    alpha = torch.exp(m - m_new).masked_fill_(fresh, 1.0)                     # α = exp(m - m'); l = acc = 0 where fresh
-    l.mul_(alpha)
-    acc.mul_(alpha.unsqueeze(-1))
-    m.copy_(m_new)
-    s.sub_(m.unsqueeze(-1))
+def _lazy_step(scores, m, l, acc, v_j, count):
+    """The lazily rescaled update, in place: $P_{ij} = e^{S_{ij} - m}$ against the reference the rows have, then
+    $l \\leftarrow l + \\mathrm{rowsum} P_{ij}$ and $acc \\leftarrow acc + P_{ij}V_j$; no row max and no α unless a row sum
+    outgrows $e^\\tau$ (`_rescale_rows`) or the exponential overflows (then Algorithm 1's step, `_fa2_step`)."""
+    s = scores(m)                                                         # S_ij - m, m riding in the matmul
+    p_sum = s.exp_().sum(dim=-1)                                          # P_ij = exp(S_ij - m); rowsum P_ij
+    top = float(p_sum.amax())                                             # the largest row sum (a sync on a GPU)
+    if not math.isfinite(top):                                            # overflow, or a row's first key: exactly
+        count["recomputed"] += 1
+        return _fa2_step(scores, m, l, acc, v_j)
+    if top > math.exp(LOG_BOUND):                                         # some rows outgrew e^τ: they move m
+        count["rescaled"] += 1
+        p_sum = _rescale_rows(s, p_sum, m, l, acc, math.exp(LOG_BOUND))
+    l.add_(p_sum)                                                         # l = l + rowsum P_ij
+    acc.baddbmm_(s, v_j)                                                  # acc = acc + P_ij V_j
 
 
 def _rescale_rows(p, p_sum, m, l, acc, bound: float):
     """Rows of $p = e^{S_{ij} - m}$ whose sum $r$ exceeds `bound` move their reference to $m' = m + \\log r$: $p$, l and
-    acc are multiplied by $\\alpha = e^{m - m'}$ (other rows by 1), all in place; returns $\\mathrm{rowsum}\\,p$ after.
-
-    $m'$ is rounded when it is stored (by up to half a unit in the last place of $|m|$: 5e-4 at $|m| = 10^4$ in
-    float32), so $\\alpha$ is computed from the stored $m'$, not as $1/r$: the rounding then cancels in $o = acc / l$
-    instead of weighting the tiles before and after the move differently."""
+    acc are multiplied by $\\alpha = e^{m - m'}$ (other rows by 1), in place; returns $\\mathrm{rowsum}\\,p$ after.
+    $\\alpha$ comes from the stored $m'$ (rounded by up to 5e-4 at $|m| = 10^4$ in float32), not $1/r$: the rounding
+    then cancels in $o = acc / l$ instead of weighting the tiles before and after the move differently."""
     m_new = torch.where(p_sum > bound, m + torch.log(p_sum), m)               # m' = m + log r, as stored
     alpha = torch.exp(m - m_new)                                              # α = exp(m - m'), exact for that m'
     m.copy_(m_new)
@@ -209,76 +210,60 @@ def _rescale_rows(p, p_sum, m, l, acc, bound: float):
     return p_sum * alpha
 
 
+def _variant(variant):
+    return DEFAULT_VARIANT if variant is None else check_choice(variant, VARIANTS, "variant")
+
+
 @torch.no_grad()
 def flash_attention_torch_forward(q, k, v, *, causal: bool = False, scale=None, block_q=None, block_k=None,
-                                  stats: dict | None = None, mask_mod=None, score_mod=None, block_mask=None):
+                                  stats: dict | None = None, mask_mod=None, score_mod=None, block_mask=None,
+                                  variant=None):
     """Tiled FlashAttention-2 forward; returns `(o, lse)` with $o = \\mathrm{softmax}(\\mathrm{scale}\\,QK^\\top)V$ and $lse = m + \\log l$.
 
-    Per tile: $P_{ij} = e^{S_{ij} - m}$ against the row reference $m$ the query block has (the subtraction
-    rides in the matmul, $[\\mathrm{scale}\\,Q_i, -m]\\,[K_j, 1]^\\top = S_{ij} - m$), then
-    $l \\leftarrow l + \\mathrm{rowsum} P_{ij}$ and $acc \\leftarrow acc + P_{ij} V_j$; finally $o = acc / l$
-    (0 where l = 0) and $lse = m + \\log l$. The first key block sets $m = \\mathrm{rowmax} S_{i1}$
-    (`_exact_step`). After that $m$ moves only for rows whose tile sum $r$ exceeds $e^\\tau$
-    (τ = `LOG_BOUND`): to $m + \\log r$, one multiplication of the tile (`_rescale_rows`); a tile whose
-    exponential overflowed is recomputed with FlashAttention-2's exact step. So every stored $P_{ij} \\le e^\\tau$.
+    For each query block $Q_i$ ($B_r$ rows, all heads at once) the state $m, l, acc$ starts at (the lowest
+    float, 0, 0), each computed key block $K_j, V_j$ ($B_c$ rows) updates it by one step, and finally
+    $o = acc / l$ (0 where l = 0), $lse = m + \\log l$ ($-\\infty$ where l = 0).
+    `variant="fa2"` (`None`, the default: the faster on a 2-core AMD EPYC): Algorithm 1's step on every tile.
+    `variant="lazy"`: Algorithm 1's step on a query block's first tile, then `_lazy_step`, which moves m only
+    for rows whose tile sum $r$ exceeds $e^\\tau$ (τ = `LOG_BOUND`), to $m + \\log r$; a tile whose
+    exponential overflows, or in which a row meets its first key, is recomputed with Algorithm 1's step.
     `None` block sizes pick `torch_default_blocks` for the device. A `stats` dict receives the counts of
-    tiles, `"tiles"`, of later tiles whose rows moved their reference, `"rescaled"`, and of tiles
-    recomputed, `"recomputed"`. No input is changed.
-    `score_mod` and `mask_mod` (4-D inputs) act on each tile before the reference step; empty tiles of
-    `lab.block_mask` are skipped (a precomputed `block_mask` may be passed); a tile in which a row sees its
-    first key takes the exact step, so that row's reference is a real maximum before any lazy step.
+    tiles, `"tiles"`; of later tiles in which some row moved m, `"rescaled"` (fa2: its running max grew;
+    lazy: its tile sum outgrew $e^\\tau$); and of tiles recomputed, `"recomputed"` (lazy only). No input is changed.
+    `score_mod` and `mask_mod` (4-D inputs) act on each tile before its step; empty tiles of `lab.block_mask`
+    are skipped (a precomputed `block_mask` may be passed).
     Taught in: notebooks/08_hardware_runs.ipynb, notebooks/11_masks_and_score_mods.ipynb
     """
-    group, Br, Bc, scale = _check_common(q, k, v, block_q, block_k, scale, block_mask)
-    if stats is not None and not isinstance(stats, dict):
-        raise TypeError(f"stats must be a dict or None, got {type(stats).__name__}")
+    variant = _variant(variant)
+    group, Br, Bc, scale = _check_common(q, k, v, block_q, block_k, scale, block_mask, stats)
     causal = check_causal(causal)
     plan = _plan(q, k, Br, Bc, causal, mask_mod, score_mod, block_mask)
     dt = _acc_dtype(q.dtype)
     N, M, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     q4, k3, v3 = _layout(q, k, v, group, dt)
     Z, G = q4.shape[0], group
-    k1 = torch.ones((Z, d + 1, M), dtype=dt, device=q.device)                # [K, 1]ᵀ: (Z, d+1, M)
-    k1[:, :d] = k3.transpose(1, 2)
     o = torch.empty(q.shape[:-1] + (dv,), dtype=q.dtype, device=q.device)     # (..., N, dv)
     lse = torch.empty(q.shape[:-1], dtype=dt, device=q.device)               # (..., N)
     o4, lse3 = o.view(Z, G, N, dv), lse.view(Z, G, N)
     buf = torch.empty(Z * G * min(Br, N) * min(Bc, M), dtype=dt, device=q.device)  # one tile: S_ij, then P_ij
-    bound = math.exp(LOG_BOUND)                                               # e^τ
     count = dict(tiles=0, rescaled=0, recomputed=0)
     for ib, i0 in enumerate(range(0, N, Br)):
         i1 = min(i0 + Br, N)
         n = i1 - i0
-        q1 = torch.zeros((Z, G, n, d + 1), dtype=dt, device=q.device)       # [scale·Q_i, -m]; m = 0 until set
-        q1[..., :d] = q4[:, :, i0:i1].to(dt) * scale
-        q1 = q1.view(Z, G * n, d + 1)                                         # (Z, G·Br, d+1)
-        m = torch.zeros((Z, G * n), dtype=dt, device=q.device)               # the row reference m
+        q_i = (q4[:, :, i0:i1].to(dt) * scale).reshape(Z, G * n, d)          # scale·Q_i: (Z, G·Br, d)
+        m = torch.full((Z, G * n), torch.finfo(dt).min, dtype=dt, device=q.device)  # m: the lowest float for -∞
         l = torch.zeros((Z, G * n), dtype=dt, device=q.device)               # l = Σ_j rowsum P_ij
         acc = torch.zeros((Z, G * n, dv), dtype=dt, device=q.device)         # acc = Σ_j P_ij V_j
         for nth, jb in enumerate(plan.keys(ib)):                             # empty tiles: K_j, V_j never loaded
             j0, j1 = jb * Bc, min(jb * Bc + Bc, M)
             count["tiles"] += 1
-            s, keep = _shifted_scores(q1, k1, buf, i0, i1, j0, j1, ib, jb, plan, m)  # S_ij - m: (Z, G·Br, Bc)
-            moved = nth == 0 or (plan.mods and _fresh_rows_see(l, keep, plan, n))
-            if moved:                                                         # the first tile (or a row's first key) sets m
-                if nth > 0:                                                   # (the first tile's m is 0: s is S_ij already)
-                    s, keep = _raw_scores(q1, k1, buf, i0, i1, j0, j1, ib, jb, plan)
-                _exact_step(s, m, l, acc)
-            p_sum = s.exp_().sum(dim=-1)                                      # P_ij = exp(S_ij - m)
-            if not moved:
-                top = float(p_sum.amax())                                     # the largest row sum (a sync on a GPU)
-                if not math.isfinite(top):                                    # exp overflowed: recompute exactly
-                    count["recomputed"] += 1
-                    s, _ = _raw_scores(q1, k1, buf, i0, i1, j0, j1, ib, jb, plan)
-                    _exact_step(s, m, l, acc)
-                    p_sum, moved = s.exp_().sum(dim=-1), True
-                elif top > bound:                                             # some rows outgrew e^τ
-                    count["rescaled"] += 1
-                    p_sum, moved = _rescale_rows(s, p_sum, m, l, acc, bound), True
-            if moved and plan.score_mod is None:
-                q1[:, :, d] = -m                                              # the new reference rides in the matmul
-            l.add_(p_sum)                                                     # l = l + rowsum P_ij
-            acc.baddbmm_(s, v3[:, j0:j1])                                     # acc = acc + P_ij V_j
+            scores = functools.partial(_scores, q_i, k3[:, j0:j1], buf, i0, i1, j0, j1, ib, jb, plan)  # S_ij (- m)
+            if variant == "fa2" or nth == 0:
+                alpha = _fa2_step(scores, m, l, acc, v3[:, j0:j1])
+                if nth > 0 and stats is not None:                            # fa2: did some row's max grow?
+                    count["rescaled"] += int(bool((alpha < 1).any()))
+            else:
+                _lazy_step(scores, m, l, acc, v3[:, j0:j1], count)
         seen = l > 0
         o4[:, :, i0:i1] = (acc / l.masked_fill(~seen, 1.0).unsqueeze(-1)).view(Z, G, n, dv)  # o = acc / l
         lse3[:, :, i0:i1] = torch.where(seen, m + torch.log(l), -math.inf).view(Z, G, n)      # lse = m + log l
@@ -355,9 +340,9 @@ def flash_attention_torch_backward(q, k, v, o, lse, do, *, causal: bool = False,
 
 
 class FlashAttention(torch.autograd.Function):
-    """`FlashAttention.apply(q, k, v, causal=False, scale=None, block_q=None, block_k=None, mask_mod=None, score_mod=None, stats=None, block_mask=None) -> o`.
+    """`FlashAttention.apply(q, k, v, causal=False, scale=None, block_q=None, block_k=None, mask_mod=None, score_mod=None, stats=None, block_mask=None, variant=None) -> o`.
 
-    Forward: `flash_attention_torch_forward`, saving only q, k, v, o and lse (no N×M array; no other
+    Forward: `flash_attention_torch_forward` (either variant), saving only q, k, v, o and lse (no N×M array; no other
     tensor of shape (..., N)). Backward: `flash_attention_torch_backward`, recomputing P tile by tile.
     The tiles' kinds are found once, in the forward, and reused by the backward.
     Taught in: notebooks/09_backward.ipynb, notebooks/11_masks_and_score_mods.ipynb
@@ -365,12 +350,13 @@ class FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal=False, scale=None, block_q=None, block_k=None, mask_mod=None, score_mod=None,
-                stats=None, block_mask=None):
-        _, Br, Bc, _ = _check_common(q, k, v, block_q, block_k, scale, block_mask)
+                stats=None, block_mask=None, variant=None):
+        variant = _variant(variant)
+        _, Br, Bc, _ = _check_common(q, k, v, block_q, block_k, scale, block_mask, stats)
         causal = check_causal(causal)
         blocks = _plan(q, k, Br, Bc, causal, mask_mod, score_mod, block_mask).blocks
         o, lse = flash_attention_torch_forward(q, k, v, causal=causal, scale=scale, block_q=Br, block_k=Bc, stats=stats,
-                                               mask_mod=mask_mod, score_mod=score_mod, block_mask=blocks)
+                                               mask_mod=mask_mod, score_mod=score_mod, block_mask=blocks, variant=variant)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.settings = dict(causal=causal, scale=scale, block_q=Br, block_k=Bc, mask_mod=mask_mod, score_mod=score_mod,
                             block_mask=blocks)
@@ -382,12 +368,12 @@ class FlashAttention(torch.autograd.Function):
         """The gradients once; a second derivative raises (the kernel's backward is not itself differentiable)."""
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = flash_attention_torch_backward(q, k, v, o, lse, do.contiguous(), **ctx.settings)
-        return (dq, dk, dv) + (None,) * 8
+        return (dq, dk, dv) + (None,) * 9
 
 
 def flash_attention_torch(q, k, v, *, block_q=None, block_k=None, causal: bool = False, scale=None,
                           return_lse: bool = False, mask_mod=None, score_mod=None, stats: dict | None = None,
-                          block_mask=None):
+                          block_mask=None, variant=None):
     """$o = \\mathrm{softmax}(\\mathrm{scale}\\,QK^\\top)V$ by the tiled kernel, differentiable through `FlashAttention`.
 
     Torch tensors on any device; `None` block sizes mean `torch_default_blocks` for the device.
@@ -395,19 +381,18 @@ def flash_attention_torch(q, k, v, *, block_q=None, block_k=None, causal: bool =
     `score_mod(s, b, h, i, j)` and `mask_mod(b, h, i, j)` (4-D inputs; `h` the query head) act on each tile
     before the softmax, empty tiles are skipped (`block_mask`: a precomputed `lab.block_mask`), and
     `stats` receives the forward's counts, `stats["tiles"]` the (query block, key block) pairs computed.
+    `variant`: the forward's rung, "fa2" or "lazy" (`None`: the default, "fa2"); the backward is shared.
     Taught in: notebooks/08_hardware_runs.ipynb, notebooks/11_masks_and_score_mods.ipynb
     """
-    _check_common(q, k, v, block_q, block_k, scale, block_mask)             # errors before any work
+    variant = _variant(variant)                                              # errors before any work
+    _check_common(q, k, v, block_q, block_k, scale, block_mask, stats)
     check_causal(causal)
-    if stats is not None and not isinstance(stats, dict):
-        raise TypeError(f"stats must be a dict or None, got {type(stats).__name__}")
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     check_mods(mask_mod, score_mod, tuple(q.shape), tuple(k.shape), like=q, grad=grad)
-    args = (q, k, v, causal, scale, block_q, block_k, mask_mod, score_mod, stats, block_mask)
     if return_lse and not grad:
-        return flash_attention_torch_forward(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k,
-                                             stats=stats, mask_mod=mask_mod, score_mod=score_mod, block_mask=block_mask)
-    o = FlashAttention.apply(*args)
+        return flash_attention_torch_forward(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k, stats=stats,
+                                             mask_mod=mask_mod, score_mod=score_mod, block_mask=block_mask, variant=variant)
+    o = FlashAttention.apply(q, k, v, causal, scale, block_q, block_k, mask_mod, score_mod, stats, block_mask, variant)
     return (o, o.grad_fn.saved_tensors[4].detach()) if return_lse else o    # the lse saved for backward
 
 
@@ -421,12 +406,12 @@ def attention_torch_naive(q, k, v, *, causal: bool = False, scale=None):
     group = _check_tensors(q, k, v)
     scale = check_scale(scale, q.shape[-1])
     if group > 1:
-        k = k.repeat_interleave(group, dim=-3)
-        v = v.repeat_interleave(group, dim=-3)
+        k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
     s = torch.matmul(q, k.transpose(-1, -2)) * scale                           # S: (..., N, M)
     if causal:
         N, M = q.shape[-2], k.shape[-2]
-        s.masked_fill_(_causal_tile_mask(0, N, 0, M, N, M, q.device), -math.inf)
+        i, j = torch.arange(N, device=q.device)[:, None], torch.arange(M, device=q.device)
+        s.masked_fill_(j > i + (M - N), -math.inf)                              # bottom-right causal mask
     p = torch.softmax(s, dim=-1)                                              # P: (..., N, M)
     if causal:
         p = p.nan_to_num_(0.0)                                                # rows with no visible key

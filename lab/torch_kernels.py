@@ -39,8 +39,9 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._checks import check_block, check_causal, check_choice, check_qkv_shapes, check_scale
+from ._checks import check_block, check_causal, check_choice, check_qkv_tensors, check_scale
 from ._tiles import TilePlan, score_mod_grad
+from .kernels.rung1_naive import standard_attention_torch
 from .masks import check_mods, index_arrays
 
 __all__ = ["flash_attention_torch", "flash_attention_torch_forward", "flash_attention_torch_backward",
@@ -61,20 +62,6 @@ _LOG2E = 1 / math.log(2)                                              # log2 e: 
 
 VARIANTS = ("fa2", "lazy")                                            # the forward's rungs, textbook first
 DEFAULT_VARIANT = "fa2"                                               # the faster on a 2-core AMD EPYC
-
-
-def _check_tensors(q, k, v):
-    """Tensors, one floating dtype, one device, compatible shapes; returns the group size Hq // Hkv."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype not in _FLOATS:
-            raise TypeError(f"{name} must have a floating dtype (float16, bfloat16, float32, float64), got {t.dtype}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
-    return check_qkv_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape))
 
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -124,7 +111,7 @@ def _blocks(q, k, block_q, block_k, group, blocks=None):
 def _check_common(q, k, v, block_q, block_k, scale, blocks=None, stats=None):
     if stats is not None and not isinstance(stats, dict):
         raise TypeError(f"stats must be a dict or None, got {type(stats).__name__}")
-    group = _check_tensors(q, k, v)
+    group = check_qkv_tensors(q, k, v, dtypes=_FLOATS)
     Br, Bc = _blocks(q, k, block_q, block_k, group, blocks)
     return group, Br, Bc, check_scale(scale, q.shape[-1])
 
@@ -396,23 +383,12 @@ def flash_attention_torch(q, k, v, *, block_q=None, block_k=None, causal: bool =
     return (o, o.grad_fn.saved_tensors[4].detach()) if return_lse else o    # the lse saved for backward
 
 
-@torch.no_grad()
 def attention_torch_naive(q, k, v, *, causal: bool = False, scale=None):
     """Standard attention $o = \\mathrm{softmax}(\\mathrm{scale}\\,QK^\\top)V$ in torch, in the input dtype: S and P both N×M.
 
-    Grouped-query heads are expanded to the query heads first, as a plain implementation would.
+    The naive rung's torch twin (`lab.standard_attention_torch`) with no autograd: the baseline every torch
+    rung is measured against. Grouped-query heads are expanded to the query heads first, as plain code would.
     Taught in: notebooks/08_hardware_runs.ipynb
     """
-    group = _check_tensors(q, k, v)
-    scale = check_scale(scale, q.shape[-1])
-    if group > 1:
-        k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
-    s = torch.matmul(q, k.transpose(-1, -2)) * scale                           # S: (..., N, M)
-    if causal:
-        N, M = q.shape[-2], k.shape[-2]
-        i, j = torch.arange(N, device=q.device)[:, None], torch.arange(M, device=q.device)
-        s.masked_fill_(j > i + (M - N), -math.inf)                              # bottom-right causal mask
-    p = torch.softmax(s, dim=-1)                                              # P: (..., N, M)
-    if causal:
-        p = p.nan_to_num_(0.0)                                                # rows with no visible key
-    return torch.matmul(p, v)
+    with torch.no_grad():
+        return standard_attention_torch(q, k, v, causal=causal, scale=scale)

@@ -168,7 +168,7 @@ def test_fa1_without_l_old():
 
 def test_fa1_returns_the_last_tiles_sum_as_l():
     out = _fails(3, _fa1().replace("return O, m, l", "return O, m, p.sum(axis=1)"), "l (element 2)")
-    assert "rescaled by e^(m_old - m_new)" in out
+    assert "rescaled by α = e^(m - m′)" in out
 
 
 def test_fa1_without_the_scale_is_named():
@@ -181,7 +181,7 @@ def test_fa1_without_the_scale_is_named():
 def test_fa1_returning_lse_for_l_is_named():
     out = _fails(3, _fa1().replace("return O, m, l", "return O, m, m + np.log(l)"), "l (element 2)",
                  "your l is lse = m + log l", "return l itself")
-    assert "rescaled by e^(m_old - m_new)" not in out
+    assert "rescaled by α = e^(m - m′)" not in out
 
 
 def test_fa1_converted_inputs_cannot_be_watched():

@@ -213,12 +213,12 @@ def _hint(problem: str, variant: str, got, want, q_i, k, v, Bc, case_hint):
     if case_hint and ("NaN" in problem or "inf" in problem):
         return case_hint
     hints = {"m (element 1)": "m is the row max of all the scores S = q_i k^T / sqrt(d), over every key block",
-             "l (element 2)": ("l sums e^(s - m) over every key block, rescaled by e^(m_old - m_new) whenever m "
+             "l (element 2)": ("l sums e^(s - m) over every key block, rescaled by α = e^(m - m′) whenever m "
                                "grows; return it against the final m"),
              "lse (element 1)": "lse = m + log l, with the final m and l (log l alone is relative to m)",
-             "o (element 0)": ("when m grows, O and l are rescaled by e^(m_old - m_new); FA1 also multiplies O by "
+             "o (element 0)": ("when m grows, O and l are rescaled by α = e^(m - m′); FA1 also multiplies O by "
                                "l_old before dividing by l_new" if variant == "fa1" else
-                               "when m grows, acc and l are rescaled by α = e^(m_old - m_new); o = acc / l at the end")}
+                               "when m grows, acc and l are rescaled by α = e^(m - m′); o = acc / l at the end")}
     return next((h for key, h in hints.items() if problem.startswith(key)), case_hint)
 
 

@@ -302,7 +302,7 @@ def _forward_hint(case, got, want) -> str:
         if np.allclose(lse, want[1] - m, rtol=1e-9, atol=1e-12):
             return "your lse is log l: l was summed as e^(s - m), so lse = m + log l"
         return "o is right and lse is not: lse = log Σ_j e^(s_ij) over the visible keys, m + log l with the final m and l"
-    return ("check one tile by hand: m starts at -inf, e^(m_old - m_new) rescales both l and acc, P_ij = e^(S_ij - m_new) "
+    return ("check one tile by hand: m starts at -inf, α = e^(m - m′) rescales both l and acc, P_ij = e^(S_ij - m′) "
             "multiplies V_j, and o = acc / l comes once, at the end")
 
 

@@ -7,21 +7,24 @@ A ladder (each rung: what changed, what it no longer materializes, what that buy
      2023, arXiv 2307.08691). Query blocks Q_i outside, key/value blocks K_j, V_j inside, the state
      (m, l, acc) per query block, one division by l at the end, only lse = m + log l kept. No N×M array:
      one Br×Bc tile of scores at a time, in one buffer. Per tile: two matmuls, a row max, a subtraction,
-     an exponential (as exp2, `_exp_`), a row sum.
+     an exponential (as exp2, `_LOG2E`), a row sum. Buys: an extra peak of 1/110 of naive's (H=1, N=8192,
+     d=64), and at B=1, H=8, N=4096, d=64, fp32, two threads, 2.3-2.9× naive's throughput and 0.65-0.92×
+     SDPA's, the low end while other programs share the cores (measured on a 2-core AMD EPYC, see
+     `python -m lab.bench`); the two matmuls take most of the time.
   3. `flash_attention_torch_forward(variant="lazy")` : m is a reference, not the running max: it rides in
      the first matmul (`baddbmm` adds -m) and moves only for rows whose tile sum outgrows e^τ, so a later
-     tile skips the row max, the subtraction and α. Its exponents reach τ, where exp2's premultiplication
-     by log2 e would round by ~τ units of float32, so it keeps torch's exp, 2.6× slower than exp2 on a CPU.
+     tile skips the row max, the subtraction and α. But its exponents reach τ, where exp2's premultiplication
+     by log2 e rounds by ~τ float32 units, so it keeps torch's exp, 2.6× slower than exp2 here, and the
+     passes it saves (~4% of a tile's time) do not pay for that: it takes 1.06-1.09× rung 2's time (measured
+     on a 2-core AMD EPYC, the rungs timed interleaved; rung 2 with exp takes 1.08-1.10×).
   4. `flash_attention_torch_backward` : FlashAttention-2 backward: D = rowsum(dO ∘ O) once, then for
      each tile the scores are recomputed from q, k and the saved lse (P = exp(S - lse)),
      dS = P ∘ (dP - D); no N×M array either. Shared by both forwards.
   5. `FlashAttention` / `flash_attention_torch` : 2 or 3, and 4, joined as a `torch.autograd.Function`.
 
-Why a Python-level loop can be fast: with large blocks (hundreds of rows) each step is a handful of
-batched matmuls and vectorized elementwise ops over a whole tile, updated in place, so Python's
-per-op overhead (microseconds) is small next to each op's work (a millisecond). What it cannot do is
-keep a tile in registers between ops: every op streams its tile through the cache, which a fused
-kernel (Triton, CUDA, the C++ SDPA kernel) avoids. The two matmuls take most of the time.
+A Python loop can be fast: with blocks of hundreds of rows each step is a few batched, in-place ops over a
+whole tile (a millisecond each, against microseconds of Python); unlike a fused kernel (Triton, CUDA, the
+C++ SDPA kernel) it cannot keep a tile in registers between ops: each op streams the tile through the cache.
 
 Shapes: q (..., Hq, N, d), k (..., Hkv, M, d), v (..., Hkv, M, dv), with Hq % Hkv == 0 (grouped-query
 heads: query head h reads key/value head h // (Hq / Hkv)). Causal masks key j for query i when
@@ -49,24 +52,20 @@ __all__ = ["flash_attention_torch", "flash_attention_torch_forward", "flash_atte
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
-# Bytes of one tile of scores (all batch × head rows of a query block against one key block) that
-# the defaults aim at: large enough that Python's per-op overhead vanishes, small enough to stay
-# near the cache on a CPU and far below the N×M matrices of standard attention.
+# Bytes of one tile of scores (all batch × head rows of a query block against one key block) the defaults aim at:
+# large enough that Python's per-op overhead vanishes, small enough to stay near a CPU's cache and far below N×M.
 _TILE_BYTES = {"cpu": 4 * 2**20, "cuda": 64 * 2**20}
 _MAX_ROWS = {"cpu": 1024}                                             # Br's cap on a CPU
 
 # τ: the lazy forward exponentiates each tile against the reference it has, and lets a row's sum of P_ij grow
 # to e^τ ≈ 2981 before it moves that row's reference: far from float32's overflow near e^88.
 LOG_BOUND = 8.0
-_LOG2E = 1 / math.log(2)                                              # log2 e: e^x = 2^(x log2 e)
+# e^x = 2^(x log2 e): torch's exp2 ran 2.6× faster than its exp on a 2-core AMD EPYC (AVX-512), and
+# FlashAttention-2's own kernels exponentiate the same way. Multiplying after the subtraction keeps x exact.
+_LOG2E = 1 / math.log(2)
 
 VARIANTS = ("fa2", "lazy")                                            # the forward's rungs, textbook first
 DEFAULT_VARIANT = "fa2"                                               # the faster on a 2-core AMD EPYC
-
-
-def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    """FP32 accumulation for every input dtype; float64 stays float64."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def torch_default_blocks(device, N: int, M: int, rows: int = 1, itemsize: int = 4) -> tuple[int, int]:
@@ -79,21 +78,21 @@ def torch_default_blocks(device, N: int, M: int, rows: int = 1, itemsize: int = 
     """
     kind = torch.device(device).type
     budget = _TILE_BYTES.get(kind, _TILE_BYTES["cpu"])
-    Bc = 1024 if kind == "cuda" else 512
-    Bc = max(1, min(Bc, M))
-    Br = budget // max(1, rows * Bc * itemsize)
-    Br = 2 ** int(math.log2(max(16, Br)))
+    Bc = max(1, min(1024 if kind == "cuda" else 512, M))
+    Br = 2 ** int(math.log2(max(16, budget // max(1, rows * Bc * itemsize))))
     return max(1, min(Br, N, _MAX_ROWS.get(kind, N))), Bc
 
 
-def _layout(q, k, v, group, dt):
-    """q as (Z, G, N, d), k and v as (Z, M, d) and (Z, M, dv) in the accumulator dtype; Z = batch × kv heads."""
+def _layout(q, k, v, group):
+    """q as (Z, G, N, d), k and v as (Z, M, d) and (Z, M, dv) in the accumulator dtype dt (float32, float64 for
+    float64 inputs); Z = batch × kv heads. Returns q4, k3, v3, dt."""
+    dt = torch.float64 if q.dtype == torch.float64 else torch.float32
     N, M, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     Z = math.prod(k.shape[:-2])                                       # batch × kv heads
     q4 = q.reshape(Z, group, N, d)                                    # (Z, G, N, d), a view
     k3 = k.reshape(Z, M, d).to(dt)                                    # (Z, M, d); no copy when dt matches
     v3 = v.reshape(Z, M, dv).to(dt)                                   # (Z, M, dv)
-    return q4, k3, v3
+    return q4, k3, v3, dt
 
 
 def _blocks(q, k, block_q, block_k, group, blocks=None):
@@ -102,10 +101,8 @@ def _blocks(q, k, block_q, block_k, group, blocks=None):
         block_q = getattr(blocks, "block_q", None) if block_q is None else block_q
         block_k = getattr(blocks, "block_k", None) if block_k is None else block_k
     rows = max(1, math.prod(q.shape[:-2]))                            # batch × query heads sharing a tile
-    Br0, Bc0 = torch_default_blocks(q.device, max(N, 1), max(M, 1), rows=rows)
-    Br = Br0 if block_q is None else check_block(block_q, "block_q")
-    Bc = Bc0 if block_k is None else check_block(block_k, "block_k")
-    return Br, Bc
+    Br, Bc = torch_default_blocks(q.device, max(N, 1), max(M, 1), rows=rows)
+    return (Br if block_q is None else check_block(block_q, "block_q"), Bc if block_k is None else check_block(block_k, "block_k"))
 
 
 def _check_common(q, k, v, block_q, block_k, scale, blocks=None, stats=None):
@@ -144,21 +141,13 @@ def _scores(q_i, k_j, buf, i0, i1, j0, j1, ib, jb, plan, m=None):
     return s
 
 
-def _exp_(x):
-    """$e^x = 2^{x \\log_2 e}$, in place: torch's exp2 ran 2.6× faster than its exp on a 2-core AMD EPYC (AVX-512);
-    FlashAttention-2's own kernels exponentiate the same way. Multiplying after the subtraction keeps $x$ exact."""
-    return x.mul_(_LOG2E).exp2_()
-
-
 def _fa2_step(scores, m, l, acc, v_j):
     """Algorithm 1's update by the tile `scores()` $= S_{ij}$, in place: the running max $m$, then $\\alpha$ on l and acc.
-
-    $m' = \\max(m, \\mathrm{rowmax} S_{ij})$ is one of the scores (or the old m), so it is stored exactly and
-    $S_{ij} - m'$ carries no rounding of $m$. A row that has seen no key keeps $m$ = the lowest float
-    (not $-\\infty$: $-\\infty - (-\\infty)$ would be NaN), so its α is 0 (or 1 while l = acc = 0)."""
+    $m' = \\max(m, \\mathrm{rowmax} S_{ij})$ is a score (or the old m), so $S_{ij} - m'$ carries no rounding of $m$.
+    A row with no key yet holds $m$ = the lowest float, not $-\\infty$ ($-\\infty - (-\\infty)$ is NaN), and l = acc = 0."""
     s = scores()                                                          # S_ij: (Z, G·Br, Bc)
     m_new = torch.maximum(m, s.amax(dim=-1))                              # m' = max(m, rowmax S_ij)
-    p = _exp_(s.sub_(m_new.unsqueeze(-1)))                                # P_ij = exp(S_ij - m')
+    p = s.sub_(m_new.unsqueeze(-1)).mul_(_LOG2E).exp2_()                  # P_ij = exp(S_ij - m')
     alpha = torch.exp(m - m_new)                                          # α = exp(m - m')
     l.mul_(alpha).add_(p.sum(dim=-1))                                     # l = α l + rowsum P_ij
     acc.mul_(alpha.unsqueeze(-1)).baddbmm_(p, v_j)                        # acc = α acc + P_ij V_j
@@ -209,25 +198,23 @@ def flash_attention_torch_forward(q, k, v, *, causal: bool = False, scale=None, 
 
     For each query block $Q_i$ ($B_r$ rows, all heads at once) the state $m, l, acc$ starts at (the lowest
     float, 0, 0), each computed key block $K_j, V_j$ ($B_c$ rows) updates it by one step, and finally
-    $o = acc / l$ (0 where l = 0), $lse = m + \\log l$ ($-\\infty$ where l = 0).
-    `variant="fa2"` (`None`, the default: the faster on a 2-core AMD EPYC): Algorithm 1's step on every tile.
-    `variant="lazy"`: Algorithm 1's step on a query block's first tile, then `_lazy_step`, which moves m only
-    for rows whose tile sum $r$ exceeds $e^\\tau$ (τ = `LOG_BOUND`), to $m + \\log r$; a tile whose
-    exponential overflows, or in which a row meets its first key, is recomputed with Algorithm 1's step.
-    `None` block sizes pick `torch_default_blocks` for the device. A `stats` dict receives the counts of
-    tiles, `"tiles"`; of later tiles in which some row moved m, `"rescaled"` (fa2: its running max grew;
-    lazy: its tile sum outgrew $e^\\tau$); and of tiles recomputed, `"recomputed"` (lazy only). No input is changed.
+    $o = acc / l$ (0 where l = 0), $lse = m + \\log l$ ($-\\infty$ where l = 0). `variant="fa2"` (`None`, the
+    default: the faster on a 2-core AMD EPYC): Algorithm 1's step on every tile. `variant="lazy"`: that step
+    on a query block's first tile, then `_lazy_step`, which moves m only for rows whose tile sum $r$ exceeds
+    $e^\\tau$ (τ = `LOG_BOUND`), to $m + \\log r$; a tile whose exponential overflows, or in which a row meets
+    its first key, is recomputed with Algorithm 1's step. `None` block sizes: `torch_default_blocks`.
+    `stats` receives the counts of tiles, `"tiles"`; of later tiles in which some row moved m, `"rescaled"`
+    (fa2: its running max grew; lazy: its tile sum outgrew $e^\\tau$); of tiles recomputed, `"recomputed"`.
     `score_mod` and `mask_mod` (4-D inputs) act on each tile before its step; empty tiles of `lab.block_mask`
-    are skipped (a precomputed `block_mask` may be passed).
+    are skipped (a precomputed `block_mask` may be passed). No input is changed.
     Taught in: notebooks/08_hardware_runs.ipynb, notebooks/11_masks_and_score_mods.ipynb
     """
     variant = _variant(variant)
     group, Br, Bc, scale = _check_common(q, k, v, block_q, block_k, scale, block_mask, stats)
     causal = check_causal(causal)
     plan = _plan(q, k, Br, Bc, causal, mask_mod, score_mod, block_mask)
-    dt = _acc_dtype(q.dtype)
     N, M, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
-    q4, k3, v3 = _layout(q, k, v, group, dt)
+    q4, k3, v3, dt = _layout(q, k, v, group)
     Z, G = q4.shape[0], group
     o = torch.empty(q.shape[:-1] + (dv,), dtype=q.dtype, device=q.device)     # (..., N, dv)
     lse = torch.empty(q.shape[:-1], dtype=dt, device=q.device)               # (..., N)
@@ -280,26 +267,23 @@ def flash_attention_torch_backward(q, k, v, o, lse, do, *, causal: bool = False,
         raise ValueError(f"lse must have shape {tuple(q.shape[:-1])}, got {tuple(lse.shape)}")
     causal = check_causal(causal)
     plan = _plan(q, k, Br, Bc, causal, mask_mod, score_mod, block_mask)
-    dt = _acc_dtype(q.dtype)
     N, M, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
-    q4, k3, v3 = _layout(q, k, v, group, dt)
+    q4, k3, v3, dt = _layout(q, k, v, group)
     Z, G = q4.shape[0], group
     do4 = do.reshape(Z, G, N, dv).to(dt)                                      # (Z, G, N, dv)
     D = (do4 * o.reshape(Z, G, N, dv).to(dt)).sum(dim=-1)                     # D = rowsum(dO ∘ O): (Z, G, N)
     lse_use = lse.reshape(Z, G, N).to(dt)
     lse_use = lse_use.masked_fill(lse_use == -math.inf, math.inf)             # rows with no key: P = 0
     dq = torch.zeros((Z, G, N, d), dtype=dt, device=q.device)                 # (Z, G, N, d)
-    dk = torch.empty((Z, M, d), dtype=dt, device=q.device)                    # (Z, M, d)
-    dv_ = torch.empty((Z, M, dv), dtype=dt, device=q.device)                  # (Z, M, dv)
+    dk = torch.zeros((Z, M, d), dtype=dt, device=q.device)                    # (Z, M, d)
+    dv_ = torch.zeros((Z, M, dv), dtype=dt, device=q.device)                  # (Z, M, dv)
     for jb, j0 in enumerate(range(0, M, Bc)):
         j1 = min(j0 + Bc, M)
         w = j1 - j0
         k_j, v_j = k3[:, j0:j1], v3[:, j0:j1]                                 # (Z, Bc, d), (Z, Bc, dv)
-        dk_j = torch.zeros((Z, w, d), dtype=dt, device=q.device)
-        dv_j = torch.zeros((Z, w, dv), dtype=dt, device=q.device)
+        dk_j, dv_j = dk[:, j0:j1], dv_[:, j0:j1]                              # views, accumulated in place
         for ib in plan.queries(jb):                                           # query blocks with a kept element here
-            i0 = ib * Br
-            i1 = min(i0 + Br, N)
+            i0, i1 = ib * Br, min(ib * Br + Br, N)
             n = i1 - i0
             q_i = q4[:, :, i0:i1].to(dt).reshape(Z, G * n, d)                 # (Z, G·Br, d)
             do_i = do4[:, :, i0:i1].reshape(Z, G * n, dv)                     # (Z, G·Br, dv)
@@ -321,8 +305,6 @@ def flash_attention_torch_backward(q, k, v, o, lse, do, *, causal: bool = False,
             dq[:, :, i0:i1] += torch.bmm(ds, k_j).view(Z, G, n, d) * scale    # dQ_i += scale dS_ij K_j
             dk_j.baddbmm_(ds.transpose(1, 2), q_i, alpha=scale)               # dK_j += scale dS_ijᵀ Q_i
             del s, p, dp, ds                                                  # free the tiles before the next ones
-        dk[:, j0:j1] = dk_j
-        dv_[:, j0:j1] = dv_j
     return (dq.reshape(q.shape).to(q.dtype), dk.reshape(k.shape).to(k.dtype), dv_.reshape(v.shape).to(v.dtype))
 
 
@@ -366,9 +348,8 @@ def flash_attention_torch(q, k, v, *, block_q=None, block_k=None, causal: bool =
     Torch tensors on any device; `None` block sizes mean `torch_default_blocks` for the device.
     `return_lse=True` returns `(o, lse)` (lse is not differentiable). No input is changed.
     `score_mod(s, b, h, i, j)` and `mask_mod(b, h, i, j)` (4-D inputs; `h` the query head) act on each tile
-    before the softmax, empty tiles are skipped (`block_mask`: a precomputed `lab.block_mask`), and
-    `stats` receives the forward's counts, `stats["tiles"]` the (query block, key block) pairs computed.
-    `variant`: the forward's rung, "fa2" or "lazy" (`None`: the default, "fa2"); the backward is shared.
+    before the softmax, empty tiles are skipped (`block_mask`: a precomputed `lab.block_mask`), `stats`
+    receives the forward's counts, and `variant` picks its rung, "fa2" or "lazy" (`None`: "fa2").
     Taught in: notebooks/08_hardware_runs.ipynb, notebooks/11_masks_and_score_mods.ipynb
     """
     variant = _variant(variant)                                              # errors before any work

@@ -5,6 +5,8 @@ Taught in: the exercises at the end of each notebook.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 
 import numpy as np
@@ -66,3 +68,26 @@ def _own_work(*names):
             return "it changes its input in place (e.g. `s -= m`): compute into a new array and leave the caller's scores alone"
         return None
     return prop
+
+
+@contextlib.contextmanager
+def watch_course(names):
+    """Record the calls made through `lab.<name>` for each of `names` (the course's own answers) inside the block;
+    each call still runs. A check reads the list afterwards to say which of lab's answers a learner called."""
+    lab = importlib.import_module("lab")
+    called, saved = [], {n: getattr(lab, n) for n in names if hasattr(lab, n)}
+
+    def spy(n, f):
+        @functools.wraps(f)
+        def wrapper(*args, **kwargs):
+            called.append(n)
+            return f(*args, **kwargs)
+        return wrapper
+
+    for n, f in saved.items():
+        setattr(lab, n, spy(n, f))
+    try:
+        yield called
+    finally:
+        for n, f in saved.items():
+            setattr(lab, n, f)

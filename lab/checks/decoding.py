@@ -15,8 +15,6 @@ Taught in: notebooks/10_decoding_and_gqa.ipynb
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib
 import math
 
 import numpy as np
@@ -26,6 +24,7 @@ from ..merge import merge_outputs
 from ..exercises import check, diagnose
 from ..decoding import decode_schedule, kv_cache_bytes_per_token
 from ..memory import peak_bytes
+from ._support import watch_course
 from .paged import check_gather_pages
 
 __all__ = ["check_cache_per_token", "check_step_intensity", "check_min_splits", "check_split_decode",
@@ -128,24 +127,6 @@ def check_min_splits(fn, *, name: str | None = None) -> None:
 
 
 @contextlib.contextmanager
-def _watch_course():
-    """Record the calls made through `lab.<name>` (the course's own answers) inside the block; each still runs."""
-    lab = importlib.import_module("lab")
-    called, saved = [], {n: getattr(lab, n) for n in _COURSE if hasattr(lab, n)}
-
-    def spy(n, f):
-        return functools.wraps(f)(lambda *args, **kwargs: (called.append(n), f(*args, **kwargs))[1])
-
-    for n, f in saved.items():
-        setattr(lab, n, spy(n, f))
-    try:
-        yield called
-    finally:
-        for n, f in saved.items():
-            setattr(lab, n, f)
-
-
-@contextlib.contextmanager
 def _spy_chunks(fn, target, change=None):
     """Record the calls of `target` made through `fn`'s global names as [(args, result)]; `change(c, result)` replaces results."""
     g, calls = getattr(fn, "__globals__", {}), []
@@ -169,7 +150,7 @@ def _spy_chunks(fn, target, change=None):
 def _attempt(name, fn, args, where, hint=None):
     """`fn(*args)` with the course's answers watched: (result, lab names called), or `_FAILED` after saying why (and `hint`)."""
     try:
-        with np.errstate(all="ignore"), _watch_course() as used:
+        with np.errstate(all="ignore"), watch_course(_COURSE) as used:
             out = fn(*args)
     except NotImplementedError as exc:
         tb = exc.__traceback__

@@ -17,8 +17,6 @@ Taught in: notebooks/04_merge_order.ipynb
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib
 import io
 import traceback
 
@@ -28,6 +26,7 @@ from ..attention import attention_reference
 from ..merge import merge_outputs, random_chunk_bounds
 from ..exercises import diagnose
 from ..states import partial_state
+from ._support import watch_course
 from ._values import FLOAT32, sharpen
 
 __all__ = ["check_state_merge", "check_merge_partials", "check_chunked_attention"]
@@ -40,28 +39,6 @@ _COURSE = ("attention_reference", "attention_naive", "one_pass_attention", "flas
 _OVERFLOW = "float64 stops at e^709.8, and e^-1000 is 0"
 _BROADCAST = ("a factor per row, alpha of shape (N,), times acc of shape (N, dv) needs alpha[:, None]: numpy lines up "
               "shapes from the right, so (N,) meets the dv axis")
-
-
-@contextlib.contextmanager
-def _watch_course():
-    """Record the calls made through `lab.<name>` (the course's own answers) inside the block; each still runs."""
-    lab = importlib.import_module("lab")
-    called, saved = [], {n: getattr(lab, n) for n in _COURSE if hasattr(lab, n)}
-
-    def spy(n, f):
-        @functools.wraps(f)
-        def wrapper(*args, **kwargs):
-            called.append(n)
-            return f(*args, **kwargs)
-        return wrapper
-
-    for n, f in saved.items():
-        setattr(lab, n, spy(n, f))
-    try:
-        yield called
-    finally:
-        for n, f in saved.items():
-            setattr(lab, n, f)
 
 
 @contextlib.contextmanager
@@ -80,7 +57,7 @@ def _spy_globals(fn, targets):
 def _attempt(name, fn, args, where):
     """`fn(*args)` with the course's answers watched: (result, lab names called), or `_FAILED` after saying why."""
     try:
-        with np.errstate(all="ignore"), _watch_course() as used:
+        with np.errstate(all="ignore"), watch_course(_COURSE) as used:
             out = fn(*args)
     except NotImplementedError as exc:
         stub = traceback.extract_tb(exc.__traceback__)[-1].name

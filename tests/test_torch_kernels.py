@@ -121,6 +121,24 @@ def test_forward_saves_q_k_v_o_and_lse_only(variant):
 
 
 @VARIANTS
+def test_return_lse_with_grad_gives_the_forwards_lse_as_an_output(variant):
+    # lse is the Function's second output, marked non-differentiable: not read back from autograd's saved tensors
+    rng = np.random.default_rng(5)
+    q, k, v = _t(*rng.standard_normal((3, 1, 2, 6, 4)), grad=True)
+    o, lse = lab.flash_attention_torch(q, k, v, causal=True, return_lse=True, variant=variant)
+    assert o.requires_grad and not lse.requires_grad
+    assert torch.equal(lse, o.grad_fn.saved_tensors[4])
+    o_ng, lse_ng = lab.flash_attention_torch(*(t.detach() for t in (q, k, v)), causal=True, return_lse=True, variant=variant)
+    assert torch.equal(o.detach(), o_ng) and torch.equal(lse, lse_ng)
+    (o.sum() + lse.sum()).backward()                                          # lse adds nothing to the gradients
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    lab.flash_attention_torch(q, k, v, causal=True, variant=variant).sum().backward()
+    assert all(torch.equal(a, t.grad) for a, t in zip(grads, (q, k, v)))
+
+
+@VARIANTS
 def test_fully_masked_rows_give_zero_and_minus_inf(variant):
     # N > M with causal: query rows i < N - M see no key at all.
     q, k, v = (torch.randn(1, 1, n, 8, dtype=torch.float64, requires_grad=True) for n in (6, 2, 2))
@@ -178,7 +196,8 @@ def test_forward_exact_wherever_the_reference_moves(first, later, rescaled, reco
 
 def test_each_step_keeps_what_m_l_acc_represent():
     # l·e^m and acc·e^m are the sums the state stands for: a step adds its tile's share, moving m changes nothing.
-    from lab.torch_kernels import _fa2_step, _rescale_rows
+    from lab.kernels.rung4_torch_fa2 import fa2_step as _fa2_step
+    from lab.kernels.rung5_torch_lazy import rescale_rows as _rescale_rows
     g = torch.Generator().manual_seed(8)
     m = torch.randn(2, 3, dtype=torch.float64, generator=g)
     l = torch.rand(2, 3, dtype=torch.float64, generator=g) + 0.5

@@ -12,7 +12,7 @@ exercise checks in lab/checks/ carry the name of the chapter's module):
   03 one pass                     lab/states.py, lab/one_pass.py
   04 merge order                  lab/merge.py, lab/distributed.py
   05-06 tiling, FlashAttention-2  lab/tiling.py
-  the kernel ladder               lab/rules.py, lab/kernels/, lab/attention.py, lab/torch_kernels.py, lab/triton_kernels.py, lab/triton_backward.py
+  the kernel ladder               lab/rules.py, lab/kernels/ (rungs 0-6), lab/attention.py, lab/torch_kernels.py
   07 precision                    lab/precision.py, lab/precision_experiments.py, lab/precision_fa3.py, lab/activations.py
   08 hardware runs                lab/measure/
   09 backward                     lab/backward.py
@@ -80,14 +80,17 @@ from .rules import (
 from .kernels import (
     attention_reference, attention_naive, flash_attention_numpy, VARIANTS,
 )
+from .kernels.rung4_torch_fa2 import (
+    torch_default_blocks,
+)
 from .torch_kernels import (
     flash_attention_torch, flash_attention_torch_forward, flash_attention_torch_backward,
-    attention_torch_naive, FlashAttention, torch_default_blocks,
+    attention_torch_naive, FlashAttention,
 )
-from .triton_kernels import (
+from .kernels.rung6_triton import (
     flash_attention_triton, triton_status, TritonUnavailableError, triton_tile_kinds, triton_kernel_source,
 )
-from .triton_backward import (
+from .kernels.rung6_triton_backward import (
     flash_attention_triton_backward, TritonFlashAttention,
 )
 # 07 precision

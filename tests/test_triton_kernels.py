@@ -106,7 +106,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
-from lab import triton_backward, triton_kernels
+from lab.kernels import rung6_triton as triton_kernels, rung6_triton_backward as triton_backward
 # the forward at the launch settings lab.bench uses at d = 128 (128×64 tiles, 8 warps, 3 stages), then both
 # backward kernels at the defaults (64×64, 4 warps)
 jobs = [(triton_kernels._attn_fwd, 128, 64, 128, 8), (triton_backward._attn_bwd_dkdv, 64, 64, 64, 4),
@@ -151,7 +151,7 @@ def test_kernel_compiles_to_a_gpu_binary_without_a_gpu():
 
 def test_without_triton_the_kernel_says_why(monkeypatch):
     """Where triton cannot be imported (macOS, Windows), a clear ImportError and a sentence to skip with."""
-    from lab import triton_kernels
+    from lab.kernels import rung6_triton as triton_kernels
     monkeypatch.setattr(triton_kernels, "_STATE", {})
     monkeypatch.setitem(sys.modules, "triton", None)            # `import triton` now raises ImportError
     usable, why = lab.triton_status()
@@ -185,6 +185,18 @@ def test_interpreter_gradients_match_autograd(shape, causal):
     for g, w in zip(got, want):
         assert g.dtype == torch.float32 and g.shape == w.shape
         assert (g.double() - w).abs().max() < 1e-4
+
+
+@needs_triton
+def test_return_lse_with_grad_is_a_non_differentiable_output():
+    q, k, v = (t.requires_grad_() for t in _inputs(1, 2, 1, 32, 32, 16, torch.float32, seed=6))
+    o, lse = lab.flash_attention_triton(q, k, v, causal=True, block_q=16, block_k=16, return_lse=True)
+    assert o.requires_grad and not lse.requires_grad
+    o_ng, lse_ng = lab.flash_attention_triton(*(t.detach() for t in (q, k, v)), causal=True, block_q=16, block_k=16,
+                                              return_lse=True)
+    assert torch.equal(o.detach(), o_ng) and torch.equal(lse, lse_ng)
+    o.sum().backward()
+    assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in (q, k, v))
 
 
 @needs_triton

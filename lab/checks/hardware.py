@@ -33,7 +33,7 @@ import torch
 from ..attention import attention_reference
 from ..exercises import check, diagnose
 from ..measure import attention_flops
-from ..triton_kernels import triton_status
+from ..kernels.rung6_triton import triton_status
 
 __all__ = ["check_attention_tflops", "check_roofline", "check_causal_tile_steps", "check_triton_attention",
            "launch_attention_kernel", "triton_or_standins"]

@@ -38,7 +38,7 @@ def verify_accuracy(device: str = "cpu", dtypes=("float32", "float16", "bfloat16
     kernels += [("lab torch flash", dt) for dt in dtypes]
     tri_ok = False
     try:
-        from ..triton_kernels import flash_attention_triton, triton_status
+        from ..kernels.rung6_triton import flash_attention_triton, triton_status
         tri_ok = triton_status()[0] and (torch.device(device).type == "cuda" or interpreter)
     except ImportError:
         pass

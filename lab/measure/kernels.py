@@ -42,7 +42,7 @@ def _torch_flash(q, k, v, causal):
 
 
 def _triton(q, k, v, causal):
-    from ..triton_kernels import flash_attention_triton
+    from ..kernels.rung6_triton import flash_attention_triton
     # fixed, hand-picked launch settings (no autotuning): 128×64 tiles (Br × Bc), more warps for d = 128
     return flash_attention_triton(q, k, v, causal=causal, block_q=128, block_k=64,
                                   num_warps=4 if q.shape[-1] <= 64 else 8, num_stages=3)
@@ -103,7 +103,7 @@ def kernel_available(kernel: str, device: str = "cpu", dtype: str = "float32") -
     if kernel == "triton":
         if dev.type != "cuda":
             return False, "Triton on a CPU tensor runs in its interpreter, which is for stepping through, not a timing"
-        from ..triton_kernels import triton_status
+        from ..kernels.rung6_triton import triton_status
         ok, why = triton_status()
         if not ok:
             return False, why

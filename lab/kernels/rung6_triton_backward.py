@@ -1,6 +1,6 @@
 """FlashAttention-2's backward as two Triton kernels, the host code that launches them, and the autograd Function.
 
-The backward of `lab/triton_kernels.py`'s forward (FlashAttention-2, Dao 2023, Algorithm 2): the forward saved
+The backward of `lab/kernels/rung6_triton.py`'s forward (FlashAttention-2, Dao 2023, Algorithm 2): the forward saved
 o and lse = m + log l per query row, so no N×M array is kept. The host computes D_i = rowsum(dO_i ∘ O_i);
 then two kernels recompute P_ij = exp(S_ij - lse_i) tile by tile:
   `_attn_bwd_dkdv` : one program per key block K_j, V_j (and kv head) walks every query block Q_i of its G
@@ -22,8 +22,8 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._checks import check_causal, check_qkv_shapes, check_scale
-from .triton_kernels import _check_block, _load, flash_attention_triton, tl, triton
+from .._checks import check_causal, check_qkv_shapes, check_scale
+from .rung6_triton import _check_block, _load, flash_attention_triton, tl, triton
 
 __all__ = ["flash_attention_triton_backward", "TritonFlashAttention"]
 
@@ -175,24 +175,29 @@ def flash_attention_triton_backward(q, k, v, o, lse, do, *, causal: bool = False
 
 
 class TritonFlashAttention(torch.autograd.Function):
-    """`TritonFlashAttention.apply(q, k, v, causal=False, scale=None, block_q=64, block_k=64) -> o`: the Triton forward,
-    saving q, k, v, o and lse; the Triton backward recomputing P tile by tile.
+    """`TritonFlashAttention.apply(q, k, v, causal=False, scale=None, block_q=64, block_k=64, return_lse=False) -> o`: the
+    Triton forward, saving q, k, v, o and lse (returned too, non-differentiable, with `return_lse=True`); the Triton
+    backward recomputing P tile by tile.
 
     Taught in: notebooks/09_backward.ipynb
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, causal=False, scale=None, block_q=64, block_k=64):
+    def forward(ctx, q, k, v, causal=False, scale=None, block_q=64, block_k=64, return_lse=False):
         o, lse = flash_attention_triton(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k,
                                         return_lse=True)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.settings = dict(causal=check_causal(causal), scale=scale, block_q=block_q, block_k=block_k)
-        return o
+        if not return_lse:
+            return o
+        ctx.mark_non_differentiable(lse)
+        return o, lse
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, do):
-        """The gradients once; a second derivative raises (the kernel's backward is not itself differentiable)."""
+    def backward(ctx, do, *_):
+        """The gradients once (none through lse); a second derivative raises (the kernel's backward is not itself
+        differentiable)."""
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = flash_attention_triton_backward(q, k, v, o, lse, do.contiguous(), **ctx.settings)
-        return dq, dk, dv, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None

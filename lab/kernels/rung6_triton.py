@@ -1,14 +1,19 @@
-"""FlashAttention-2's forward as one Triton kernel: compiled on a CUDA tensor, interpreted on a CPU tensor.
+"""Rung 6, FlashAttention-2's forward as one Triton kernel: compiled on a CUDA tensor, interpreted on a CPU tensor.
 
-A ladder (each rung: what changed, what it no longer materializes):
-  0. `lab.attention_reference` : numpy float64, the full N×M scores; the oracle.
-  1. `lab.flash_attention_numpy` / `lab.flash_attention_torch_forward` : the tiling as a Python loop of
-     numpy or torch ops; each op reads and writes its Br×Bc tile through memory.
-  2. `flash_attention_triton` : one fused kernel, `_attn_fwd`. One program per (query block, batch·head)
-     keeps Q_i, m, l and acc in registers while it streams K_j, V_j: no tile of scores ever leaves the
-     chip; o and lse are written once. `_attn_fwd_step` is one key block's update, the numpy loop's body.
-  3. `flash_attention_triton_backward` / `TritonFlashAttention` (in `lab/triton_backward.py`) :
-     FlashAttention-2's backward as two kernels, each recomputing P = exp(S - lse) tile by tile.
+Changes against rung 4, whose textbook step it fuses: the loop over key blocks runs inside one kernel, `_attn_fwd`. One program per
+(query block, batch·head) keeps Q_i, m, l and acc in registers while it streams K_j, V_j; `_attn_fwd_step`
+is one key block's update, rung 4's `fa2_step`. No tile of scores ever leaves the chip: rung 4 sends each
+Br×Bc tile through memory once per op (the matmul writes it; the max, the exponential, the sum and the second
+matmul read it again); here only Q_i once and K_j, V_j once per query block are read, and o and lse written
+once. Causal: key blocks every row of the block sees run unmasked, the diagonal band masked, the blocks after
+it are skipped (`triton_tile_kinds`).
+
+What it buys: no traffic of N×M size at all, the point of notebook 05, on the chip where it matters. Its speed
+is a GPU measurement, `python -m lab.bench --gpu-sweep` (a record in `lab/data/runs` needs a machine with an
+NVIDIA GPU; none is recorded yet). On a CPU it runs through Triton's interpreter, for stepping through the
+kernel, never for a timing.
+The backward is two more kernels in `lab/kernels/rung6_triton_backward.py` (`flash_attention_triton_backward`,
+`TritonFlashAttention`), each recomputing P = exp(S - lse) tile by tile.
 
 Names, as in the rest of the course: a program owns the Br query rows `rows` of block Q_i and streams key
 blocks K_j, V_j of Bc keys `cols`; N counts queries, M keys (the public keyword arguments `block_q` and
@@ -45,8 +50,8 @@ import types
 import numpy as np
 import torch
 
-from ._checks import check_causal, check_choice, check_positive, check_qkv_shapes, check_scale
-from .notebook import measured
+from .._checks import check_causal, check_choice, check_positive, check_qkv_shapes, check_scale
+from ..notebook import measured
 
 __all__ = ["flash_attention_triton", "triton_status", "TritonUnavailableError", "triton_tile_kinds",
            "triton_kernel_source"]
@@ -89,7 +94,7 @@ def _load():
         _STATE["error"] = (f"Triton is not importable here ({exc}); it publishes wheels for Linux only, so the "
                            "Triton kernel is skipped on this machine and the torch kernels stand in for it.")
         raise TritonUnavailableError(_STATE["error"]) from exc
-    from .triton_backward import _attn_bwd_dkdv, _attn_bwd_dq   # it imports this module: imported here, not at the top
+    from .rung6_triton_backward import _attn_bwd_dkdv, _attn_bwd_dq   # it imports this module: imported here, not at the top
     backward = (_attn_bwd_dkdv, _attn_bwd_dq)
     interpreted = isinstance(_attn_fwd, InterpretedFunction)    # TRITON_INTERPRET=1 when the kernels were defined
     kernels = {"triton": triton_module, "interpreted": _attn_fwd if interpreted else None,
@@ -220,7 +225,7 @@ def triton_kernel_source(name: str = "forward") -> str:
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
-    from .triton_backward import _attn_bwd_dkdv, _attn_bwd_dq
+    from .rung6_triton_backward import _attn_bwd_dkdv, _attn_bwd_dq
     kernels = {"forward": _attn_fwd, "step": _attn_fwd_step, "dkdv": _attn_bwd_dkdv, "dq": _attn_bwd_dq}
     check_choice(name, kernels, "name")
     return inspect.getsource(getattr(kernels[name], "fn", kernels[name])).rstrip("\n")
@@ -267,9 +272,8 @@ def flash_attention_triton(q, k, v, *, causal: bool = False, scale=None, block_q
         raise ValueError(f"q must be a CPU tensor (interpreter) or a CUDA tensor (compiled), got {q.device}")
     kernels = _load()
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        from .triton_backward import TritonFlashAttention
-        o = TritonFlashAttention.apply(q, k, v, causal, scale, Br, Bc)
-        return (o, o.grad_fn.saved_tensors[4].detach()) if return_lse else o
+        from .rung6_triton_backward import TritonFlashAttention
+        return TritonFlashAttention.apply(q, k, v, causal, scale, Br, Bc, return_lse)
     triton = kernels["triton"]
     N, M, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     Z = math.prod(k.shape[:-2])                                       # batch × kv heads

@@ -137,10 +137,11 @@ def hardware_table(fields=("matmul_flops", "nonmatmul_flops", "exp_per_s", "hbm_
 
 def estimated_bytes(kernel: str, B: int, H: int, N: int, d: int, itemsize: int = 4, block_q: int = 256) -> float:
     """Bytes each kernel moves through memory, estimated: naive $\\approx s(4BHNd + 4BHN^2)$ (S written, read, P written, read);
-    the numpy loop $\\approx s(2BHNd + 2BHNd\\,N/B_r + 6BHN^2)$ (about six passes over each tile), the torch loop
-    five ($5BHN^2$: the matmul writes the tile, the exp reads and writes it, the row sum and the second matmul read it);
-    fused kernels $\\approx s(2BHNd + 2BHNd\\,N/B_r)$ (Q read and O written once, K and V once per query block).
-    `block_q` is Br; `itemsize` is s, the bytes of one value.
+    the tiled loops add $2BHNd + 2BHNd\\,N/B_r$ (Q read and O written once, K and V once per query block) to their passes
+    over each tile: the numpy loop eight ($8BHN^2$: the matmul writes the tile, the row max reads it, the subtraction and
+    the exp read and write it, the row sum and the second matmul read it), the torch loop's default rung ten (its
+    exponential is exp2 after a multiplication by log2 e, one more read and write); fused kernels only those
+    $2BHNd + 2BHNd\\,N/B_r$. `block_q` is Br; `itemsize` is s, the bytes of one value.
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
@@ -149,9 +150,9 @@ def estimated_bytes(kernel: str, B: int, H: int, N: int, d: int, itemsize: int =
     if kernel in ("torch naive", "sdpa math", "numpy reference"):
         return itemsize * bh * (4 * nd + 4 * n2)
     if kernel == "numpy flash":
-        return itemsize * bh * (2 * nd + kv + 6 * n2)
+        return itemsize * bh * (2 * nd + kv + 8 * n2)
     if kernel == "lab torch flash":
-        return itemsize * bh * (2 * nd + kv + 5 * n2)
+        return itemsize * bh * (2 * nd + kv + 10 * n2)
     return itemsize * bh * (2 * nd + kv)
 
 
@@ -160,8 +161,8 @@ def loop_overhead(N: int, block: int, *, d: int = 64, heads: int = 8, ops_per_st
     """Cost model of a Python-level tile loop: steps $= \\lceil N/B_r \\rceil \\lceil N/B_c \\rceil$ (here $B_r = B_c$ = block),
     overhead = steps · ops_per_step · us_per_op, matmul time = $4 \\cdot heads \\cdot N^2 d$ / flops_per_s.
 
-    The default 155 GFLOP/s is the low end of the fp32 matmul rate this course measured on its 2-vCPU
-    AMD EPYC test machines (torch 2.13.0 CPU build). Taught in: notebooks/08_hardware_runs.ipynb
+    The default 155 GFLOP/s is a round figure between the fp32 matmul ceilings recorded on the course's 2-core
+    AMD EPYC (94 GFLOP/s on one torch thread, 195 on two; torch 2.13.0 CPU build, lab/data/runs). Taught in: notebooks/08_hardware_runs.ipynb
     """
     for name, x in (("N", N), ("block", block), ("d", d), ("heads", heads), ("ops_per_step", ops_per_step)):
         if int(x) != x or x < 1:

@@ -99,7 +99,8 @@ def test_roofline_spec_asks_for_no_loop_the_check_cannot_see():
     ([("-(-visible // Bc)", "visible // Bc")], "only partly visible"),
     ([("max(0, min(M, last_row + 1 + M - N))", "min(M, last_row + 1 + M - N)")], "see no key"),
     ([("M if not causal else", "M if True else")], "without causal skipping"),
-], ids=["top-left", "first row", "dropped row tail", "dropped key tail", "negative", "no skipping"])
+    ([("visible = M if not causal", "visible = N if not causal")], "the count for N keys"),   # square attention assumed
+], ids=["top-left", "first row", "dropped row tail", "dropped key tail", "negative", "no skipping", "N keys"])
 def test_tile_steps_mistakes(edits, diagnosis):
     assert_fails(run_check(EX[3], planted(EX[3], *edits)), diagnosis)
 
@@ -143,13 +144,16 @@ KERNEL_MISTAKES = [
     ([("        m = m_new\n", "")], ("several key blocks", "last key block alone")),
     ([("range(0, M, Bc)", "range(0, M, Br)")], ("Br = 32 query rows", "differ in size")),
     ([("tl.max(s, axis=1)", "tl.max(s, axis=0)")], ("raised ValueError", "m, l run over axis=1")),
+    ([("m_new = tl.maximum(m, tl.max(s, axis=1))", "m_new = tl.max(s, axis=1)")],     # the block's max, not the running one
+     ("a key block near +200, then blocks near -200", "the running max", "e^400 overflows")),
 ]
 
 
 @needs_triton
 @pytest.mark.parametrize("edits, diagnosis", KERNEL_MISTAKES,
                          ids=["no load mask", "no mask on K, where hides it", "no -inf for padded keys", "m starts at 0", "no rescale of acc",
-                              "no max subtracted", "no scale", "m never updated", "steps by Br", "max over queries"])
+                              "no max subtracted", "no scale", "m never updated", "steps by Br", "max over queries",
+                              "block max"])
 def test_kernel_mistakes(edits, diagnosis):
     assert_fails(run_check(EX[5], planted(EX[5], *edits)), *diagnosis)
 

@@ -9,11 +9,11 @@ loop, and the key-block loop of a Triton FlashAttention-2 forward kernel.
 - `check_causal_tile_steps(fn)` : `fn(N, M, Br, Bc, causal)`, the (i, j) tiles the loop visits when key j is
   visible to query i iff j <= i + (M - N); says when yours is the count of a classic mistake (top-left
   alignment, the block's first row, a dropped tail, negative counts for rows that see no key).
-- `check_triton_attention(kernel)` : a `@triton.jit` kernel with the notebook's signature against
-  `attention_reference`, on one and several key blocks, N and M that no block divides (the memory after K
-  and V holds NaN, and the interpreter watches every load: a read past M fails even when tl.where hides it),
-  unequal block sizes, scores near -200 (a running max that starts at 0) and +200 (no max subtracted).
-  Through Triton's interpreter on CPU tensors; compiled on CUDA, where only the NaN shows.
+- `check_triton_attention(kernel)` : a `@triton.jit` kernel with the notebook's signature against `attention_reference`,
+  on one and several key blocks, N and M that no block divides (NaN stored after K and V, every load watched by the
+  interpreter: a read past M fails even when tl.where hides it), unequal blocks, scores near -200 (a running max
+  that starts at 0) and +200 (no max subtracted), a high key block before low ones (a block's own max in place of
+  the running one). Through Triton's interpreter on CPU tensors; compiled on CUDA, where only the NaN shows.
 - `launch_attention_kernel`, `triton_or_standins` : the host side of that kernel, and the modules to write it.
 
 Taught in: notebooks/08_hardware_runs.ipynb
@@ -63,8 +63,6 @@ def _near(a, b) -> bool:
 
 
 # ------------------------------------------------------------------------------- exercise 1: TFLOP/s
-
-
 def _tflops(B, H, N, d, causal, ms):
     return attention_flops(B, H, N, d, causal=causal) / (ms * 1e-3) / 1e12
 
@@ -80,8 +78,7 @@ def _tflops_hint(case, got, want):
                     (0.5, "half the expected: F counts both matmuls, 2Nd FLOPs per score in QKᵀ and as many in PV"
                           + ("" if causal else "; only a causal forward is halved")),
                     (1e3, "1000× the expected: ms is in milliseconds, so the time in seconds is ms·10⁻³"),
-                    (1e-3, "1/1000 of the expected: ms is in milliseconds; convert ms to seconds (ms·10⁻³) "
-                           "before dividing"),
+                    (1e-3, "1/1000 of the expected: ms is in milliseconds; convert ms to seconds (ms·10⁻³) before dividing"),
                     (1e6, "10⁶× the expected: a TFLOP is 10¹² FLOP"), (1e-6, "10⁻⁶× the expected: a TFLOP is 10¹² FLOP")):
         if math.isclose(ratio, r, rel_tol=1e-6):
             return f"yours is {text}"
@@ -93,25 +90,21 @@ def check_attention_tflops(fn) -> None:
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
-    cases = [(1, 8, 4096, 64, False, 300.0), (2, 16, 1024, 128, True, 1.5), (1, 1, 17, 16, False, 0.01),
-             (4, 32, 8192, 128, True, 41.0)]
+    cases = [(1, 8, 4096, 64, False, 300.0), (2, 16, 1024, 128, True, 1.5), (1, 1, 17, 16, False, 0.01), (4, 32, 8192, 128, True, 41.0)]
     check(fn, _tflops, cases, rtol=1e-9, atol=0, hint=_tflops_hint)
 
 
 # ------------------------------------------------------------------------------- exercise 2: the roof
-
-
 def _roof(intensity, peak, bandwidth):
     return np.minimum(peak, np.asarray(intensity, dtype=float) * bandwidth)
 
 
 def _roof_hint(case, got, want):
     intensity, peak, bandwidth = np.asarray(case[0], dtype=float), case[1], case[2]
-    known = [(np.maximum(peak, intensity * bandwidth), "the larger of the two ceilings; a kernel reaches the lower "
-                                                        "one: the roof is a minimum"),
+    known = [(np.maximum(peak, intensity * bandwidth), "the larger of the two ceilings; a kernel reaches the lower one: the roof is a minimum"),
              (intensity * bandwidth, "I·bandwidth everywhere; past the ridge point the rate is capped at the peak"),
-             (np.minimum(peak, intensity / bandwidth), "min(peak, I / bandwidth); I is FLOP per byte and the "
-                                                       "bandwidth bytes per second, so FLOP/s = I·bandwidth")]
+             (np.minimum(peak, intensity / bandwidth),
+              "min(peak, I / bandwidth); I is FLOP per byte and the bandwidth bytes per second, so FLOP/s = I·bandwidth")]
     for value, text in known:
         if _near(got, value):
             return f"yours is {text}"
@@ -129,20 +122,18 @@ def check_roofline(fn) -> None:
              ([1.0, 16.0, 64.0], 2.0e11, 2.0e10)]
     fn = _explained(fn, {"truth value": "Python's min and max compare single numbers; np.minimum works element by element",
                          "sequence": "intensity may come as a list: np.asarray(intensity) makes it an array"})
-    is_array = lambda f, case, got: (None if isinstance(got, np.ndarray) else f"returned a {type(got).__name__}, expected "
-                                     "an array: np.asarray(...) of your rates, or numpy's element-wise functions")
+    is_array = lambda f, case, got: (None if isinstance(got, np.ndarray) else f"returned a {type(got).__name__}, expected an "
+                                     "array: np.asarray(...) of your rates, or numpy's element-wise functions")
     check(fn, _roof, cases, rtol=1e-9, atol=0, hint=_roof_hint, properties=(is_array,))
 
 
 # ------------------------------------------------------------------------------- exercise 3: tile steps
-
-
 def _tiles(N, M, Br, Bc, causal, *, offset=None, row="last", rows_up=True, keys_up=True, clamp=True):
     """Tiles visited, with the knobs of the classic mistakes: `offset` the alignment (M - N is right), `row` the
     block row that decides, `rows_up`/`keys_up` False drop a short last query block / a partly visible key
     block, `clamp` False lets a block whose rows see no key subtract tiles."""
     offset = M - N if offset is None else offset
-    steps = 0
+    steps = 0                                                   # the tiles visited, summed over query blocks
     for i in range(-(-N // Br) if rows_up else N // Br):
         first, last = i * Br, min((i + 1) * Br, N) - 1
         seen = M if not causal else (last if row == "last" else first) + 1 + offset   # keys 0 .. seen-1 visible
@@ -171,7 +162,8 @@ def _tiles_hint(case, got, want):
                                                                             "round N / Br and the visible keys / Bc up"),
              (_tiles(N, M, Br, Bc, causal, clamp=False), "a count in which blocks whose rows see no key subtract tiles: "
                                                         "with N > M the first N - M rows see none, and visit nothing"),
-             (_tiles(N, M, Br, Bc, False), "the count without causal skipping")]
+             (_tiles(N, M, Br, Bc, False), "the count without causal skipping"),
+             (_tiles(N, N, Br, Bc, causal), "the count for N keys: the key blocks are M's, ⌈M / Bc⌉ of them")]
     for value, text in known:
         if got == value and value != want:
             return f"yours is {text}"
@@ -183,14 +175,12 @@ def check_causal_tile_steps(fn) -> None:
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
-    cases = [(4096, 4096, 256, 512, False), (4096, 4096, 256, 512, True), (300, 333, 64, 48, False),
-             (300, 333, 64, 48, True), (64, 512, 16, 32, True), (100, 20, 16, 8, True), (17, 17, 1, 1, True)]
+    cases = [(4096, 4096, 256, 512, False), (4096, 4096, 256, 512, True), (300, 333, 64, 48, False), (300, 333, 64, 48, True),
+             (64, 512, 16, 32, False), (64, 512, 16, 32, True), (100, 20, 16, 8, True), (17, 17, 1, 1, True)]
     check(fn, _tiles_reference, cases, rtol=0, atol=0, hint=_tiles_hint)
 
 
 # ------------------------------------------------------------------------------- exercise 5: a Triton kernel
-
-
 def triton_or_standins():
     """`(triton, triton.language)`; where Triton does not import, stand-ins that let a kernel be defined, never run.
 
@@ -255,15 +245,20 @@ _CASES = [  # name, H, N, M, Br, Bc, score bias, hint when this case is the firs
     ("very negative scores (all near -200)", 1, 16, 48, 16, 16, -200,
      "every score here is near -200. A running max that starts at 0 stays 0 (max(0, -200) = 0), exp(S - 0) "
      "underflows to 0, so l = 0 and o = 0/0: start m at float('-inf')"),
+    ("a key block near +200, then blocks near -200", 1, 16, 48, 16, 16, (200, -200),
+     "m must be the running max, m_new = tl.maximum(m, tl.max(s, axis=1)): a block's own max lowers m after a high "
+     "block, and alpha = exp(m - m_new) = e^400 overflows"),
 ]
 
 
-def _case_inputs(H, N, M, bias, seed, device="cpu"):
-    """q (H, N, d) and views k, v (H, M, d) into buffers whose rows M .. M+_PAD-1 hold NaN."""
+def _case_inputs(H, N, M, bias, seed, device="cpu", Bc=16):
+    """q (H, N, d) and views k, v (H, M, d) into buffers whose rows M .. M+_PAD-1 hold NaN; `bias` (or a pair: the first
+    key block's, the other blocks') shifts every score by about that much."""
     g = torch.Generator().manual_seed(seed)
     q, k, v = torch.randn(H, N, _D, generator=g), torch.randn(H, M, _D, generator=g), torch.randn(H, M, _D, generator=g)
-    if bias:                                                    # scale · (±40 · 20) = ±200 in every score
-        q[..., 0], k[..., 0] = 40.0 * np.sign(bias), 20.0
+    if bias:                                                    # scale · (40 · ±20) = ±200 in every score
+        first, rest = bias if isinstance(bias, tuple) else (bias, bias)
+        q[..., 0], k[:, :Bc, 0], k[:, Bc:, 0] = 40.0, 20.0 * np.sign(first), 20.0 * np.sign(rest)
     kb, vb = torch.full((H, M + _PAD, _D), math.nan), torch.full((H, M + _PAD, _D), math.nan)
     kb[:, :M], vb[:, :M] = k, v
     return q.to(device), kb.to(device)[:, :M], vb.to(device)[:, :M]
@@ -299,7 +294,8 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
 
     Cases: one and several key blocks, N and M that no block divides (NaN stored after K and V, and on the CPU every
     load watched: the check says which array was read past row M - 1), unequal block sizes, scores near
-    -200 (a running max started at 0 gives 0/0) and +200 (exp without the max overflows). A failure names the
+    -200 (a running max started at 0 gives 0/0) and +200 (exp without the max overflows), a block near +200 before
+    blocks near -200 (a block's own max in place of the running max overflows α). A failure names the
     case, the worst value's index (head, query row, feature), the error against the tolerance, and a hint.
     Taught in: notebooks/08_hardware_runs.ipynb
     """
@@ -317,7 +313,7 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
     tol = 1e-2 if compiled else 1e-4                           # a compiled fp32 tl.dot rounds its inputs to TF32
     for i, (label, H, N, M, Br, Bc, bias, hint) in enumerate(_CASES):
         shown = f"case {i} ({label}: H = {H}, N = {N}, M = {M}, Br = {Br}, Bc = {Bc}, d = {_D})"
-        q, k, v = _case_inputs(H, N, M, bias, seed=i, device=device)
+        q, k, v = _case_inputs(H, N, M, bias, seed=i, device=device, Bc=Bc)
         def run(k_, v_, q=q, Br=Br, Bc=Bc):
             with np.errstate(all="ignore"), warnings.catch_warnings():    # the interpreter's numpy on NaN and inf
                 warnings.simplefilter("ignore")
@@ -349,7 +345,7 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
         print(f"  hint: {hint}")
         return
     print(f"{name}: ✓ passed {len(_CASES)} cases (one and several key blocks, N and M that no block divides, "
-          "unequal blocks, scores near +200 and -200)")
+          "unequal blocks, scores near +200 and -200, a high key block before low ones)")
 
 
 def _run_watched(run, k, v, M):
@@ -380,13 +376,13 @@ def _what_it_matches(got, want, args, N, M, Bc, tol):
     q, k, v = args
     d = q.shape[-1]
     last = (max(0, (M - 1) // Bc * Bc), M)
-    known = [((lambda: attention_reference(q, k, v, scale=1.0)[0]), "yours is attention with scale 1: multiply S = q Kᵀ "
-                                                                     f"by scale = 1/√d = {1 / math.sqrt(d):g}"),
-             ((lambda: attention_reference(q, k[:, :Bc], v[:, :Bc])[0]), "yours is attention over the first key block "
-                                                                         "alone: loop over every key block, 0 to M"),
-             ((lambda: attention_reference(q, k[:, last[0]:], v[:, last[0]:])[0]), "yours is attention over the last "
-                                                                                   "key block alone: each step forgets the "
-                                                                                   "blocks before it")]
+    first, rest = (k[:, :Bc], v[:, :Bc]), (k[:, last[0]:], v[:, last[0]:])
+    known = [((lambda: attention_reference(q, k, v, scale=1.0)[0]),
+              f"yours is attention with scale 1: multiply S = q Kᵀ by scale = 1/√d = {1 / math.sqrt(d):g}"),
+             ((lambda: attention_reference(q, *first)[0]), "yours is attention over the first key block alone: loop over "
+                                                           "every key block, 0 to M"),
+             ((lambda: attention_reference(q, *rest)[0]), "yours is attention over the last key block alone: each step "
+                                                          "forgets the blocks before it")]
     padded = -(-M // Bc) * Bc
     if padded > M:                                              # the slots past M taken as keys of zeros, score 0
         zeros = np.zeros(k.shape[:-2] + (padded - M, d))

@@ -1,9 +1,9 @@
 """The kernel ladder: attention from the float64 oracle to a fused Triton kernel, every rung kept side by side.
 
 Each rung's module opens with what it changes against the rung below and what that buys, measured:
-a memory or traffic claim by `lab.peak_bytes` or `lab.trace.record()` (`tests/test_kernels.py` measures
-every such figure again), a speed claim by `python -m lab.bench` (a benchmark, recorded in
-`lab/data/runs`, never a test). Read them in order; each is tested against rung 0.
+rungs 1-3's memory and traffic by `lab.peak_bytes` and `lab.trace.record()` (`tests/test_kernels.py`
+measures every such figure again), rungs 4-5's speed and memory by `python -m lab.bench` (benchmarks,
+recorded in `lab/data/runs`, never tests). Read them in order; each is tested against rung 0.
 
 | rung | module | function | what changes | notebook |
 | --- | --- | --- | --- | --- |

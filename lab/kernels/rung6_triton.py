@@ -3,8 +3,8 @@
 Changes against rung 4, whose textbook step it fuses: the loop over key blocks runs inside one kernel, `_attn_fwd`. One program per
 (query block, batch·head) keeps Q_i, m, l and acc in registers while it streams K_j, V_j; `_attn_fwd_step`
 is one key block's update, rung 4's `fa2_step`. No tile of scores ever leaves the chip: rung 4 sends each
-Br×Bc tile through memory once per op (the matmul writes it; the max, the exponential, the sum and the second
-matmul read it again); here only Q_i once and K_j, V_j once per query block are read, and o and lse written
+Br×Bc tile through memory once per op (the matmul writes it; the row max reads it; the subtraction, the
+multiplication by log2 e and exp2 read and write it; the row sum and the second matmul read it); here only Q_i once and K_j, V_j once per query block are read, and o and lse written
 once. Causal: key blocks every row of the block sees run unmasked, the diagonal band masked, the blocks after
 it are skipped (`triton_tile_kinds`).
 

@@ -1,6 +1,7 @@
 """Notebook 00's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the checks of lab/checks/memory.py used there behave when called directly."""
 
+import sys
 
 import nbformat
 import numpy as np
@@ -85,6 +86,16 @@ PLANTED = {
         ("calls lab", """
             def score_bytes(B, H, N, M, itemsize):
                 return lab.attention_bytes(N, M, itemsize, heads=B * H)
+            """, ["calls lab.attention_bytes"]),
+        ("calls lab's module", """
+            import lab.memory
+            def score_bytes(B, H, N, M, itemsize):
+                return lab.memory.attention_bytes(N, M, itemsize, heads=B * H)
+            """, ["calls lab.attention_bytes"]),
+        ("calls an imported name", """
+            from lab.memory import attention_bytes
+            def score_bytes(B, H, N, M, itemsize):
+                return attention_bytes(N, M, itemsize, heads=B * H)
             """, ["calls lab.attention_bytes"])],
     2: [("no max subtracted", """
             def my_attention(q, k, v):
@@ -190,9 +201,10 @@ def test_own_work_property_restores_lab_even_when_the_function_raises():
     def boom(q, k, v):
         lab.attention_reference(q, k, v)
         raise RuntimeError("learner bug")
+    profile = sys.getprofile()
     with pytest.raises(RuntimeError):
         prop(boom, (np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 2))), None)
-    assert lab.attention_reference is before
+    assert lab.attention_reference is before and sys.getprofile() is profile
 
 
 def test_guarded_hands_the_learner_copies_and_adds_a_note_to_known_errors():

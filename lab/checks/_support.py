@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import inspect
+import sys
 
 import numpy as np
 
@@ -51,17 +53,21 @@ def _guarded(fn, default: str, notes=None):
 
 
 def _own_work(*names):
-    """Property: `fn` leaves its input arrays as they were and calls none of `lab.<names>`, lab's own version."""
+    """Property: `fn` leaves its input arrays as they were and runs none of `lab.<names>`, lab's own version, by any
+    route (`lab.x`, `lab.module.x`, a name imported earlier): a profile hook watches for their code while `fn` runs."""
     def prop(fn, case, got):
         lab, args, called = importlib.import_module("lab"), _copies(case), []
-        saved = {n: getattr(lab, n) for n in names}
+        codes = {getattr(inspect.unwrap(getattr(lab, n)), "__code__", None): n for n in names}
+        before = sys.getprofile()
+
+        def watch(frame, event, arg):
+            if event == "call" and frame.f_code in codes:
+                called.append(codes[frame.f_code])
+        sys.setprofile(watch)
         try:
-            for n, f in saved.items():
-                setattr(lab, n, lambda *a, _n=n, _f=f, **k: (called.append(_n), _f(*a, **k))[1])
             getattr(fn, "raw", fn)(*args)
         finally:
-            for n, f in saved.items():
-                setattr(lab, n, f)
+            sys.setprofile(before)
         if called:
             return f"it calls lab.{called[0]}, which does what this exercise asks you to write: use numpy instead"
         if any(isinstance(a, np.ndarray) and not np.array_equal(a, b, equal_nan=True) for a, b in zip(args, case)):

@@ -57,7 +57,8 @@ def test_stub_reports_not_implemented(number):
     ([("4 * B", "2 * B")], "half the expected"),
     ([("(ms * 1e-3)", "ms")], "1/1000 of the expected: ms is in milliseconds; convert ms to seconds (ms·10⁻³) before"),
     ([("/ 1e12", "/ 1e9")], "1000× the expected"),
-], ids=["no causal halving", "one matmul", "ms as seconds", "GFLOP/s"])
+    ([("N * N * d / (2 if causal else 1)", "d * (N * (N + 1) / 2 if causal else N * N)")], "counts the kept scores exactly"),
+], ids=["no causal halving", "one matmul", "ms as seconds", "GFLOP/s", "exact causal count"])
 def test_tflops_mistakes(edits, diagnosis):
     assert_fails(run_check(EX[1], planted(EX[1], *edits)), diagnosis)
 

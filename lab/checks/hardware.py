@@ -82,6 +82,8 @@ def _tflops_hint(case, got, want):
                     (1e6, "10⁶× the expected: a TFLOP is 10¹² FLOP"), (1e-6, "10⁻⁶× the expected: a TFLOP is 10¹² FLOP")):
         if math.isclose(ratio, r, rel_tol=1e-6):
             return f"yours is {text}"
+    if causal and math.isclose(ratio, (case[2] + 1) / case[2], rel_tol=1e-9):
+        return "yours counts the kept scores exactly, N(N+1)/2 per head; section 2 counts a causal forward as half: F / 2"
     return "F = 4·B·H·N²·d FLOPs (section 2), halved when causal, divided by the time in seconds and by 10¹²"
 
 

@@ -670,3 +670,13 @@ def test_time_window_attention_runs_and_counts_tiles():
     assert all(t > 0 for t in r["seconds"].values())
     assert r["tiles"] == {"window": lab.window_tile_counts(512, 512, 63, 0, 64, 64)["computed"], "full": 64}
     assert r["max_err"] < 1e-5
+
+
+def test_kernel_problem_names_a_refusal_and_a_difference_and_passes_the_spec():
+    from lab.checks.masks import _kernel_problem
+    spec = lab.clipped_alibi
+    case = (np.array([0.5, 0.25]), 4, 12, 12)
+    assert _kernel_problem(spec, spec, "score_mod", case, 2, "scores") is None
+    off = lambda *c: (lambda s, b, h, i, j: spec(*c)(s, b, h, i, j) + 1.0 * (j == 0))   # noqa: E731
+    assert "differs from the reference" in _kernel_problem(off, spec, "score_mod", case, 2, "scores")
+    assert "refused yours" in _kernel_problem(lambda *c: "not a mod", spec, "score_mod", case, 2, "scores")

@@ -66,13 +66,20 @@ def _where(pos) -> str:
     return f"head {h}, query i = {i}, key j = {j}"
 
 
-def _kernel_agrees(mod, spec, kind, N, M, heads, seed=0) -> float:
-    """max |o - ref| of flash_attention_numpy with the learner's mod against the reference with the spec's."""
+def _kernel_problem(build, spec, kind, case, heads, what, seed=0) -> str | None:
+    """Why flash_attention_numpy with the learner's mod (`build(*case)`, passed as `kind`) does not match the reference
+    with the spec's, or None: refused, or max |o - ref| ≥ 1e-9. `what` names what already agreed ("masks", "scores")."""
+    N, M = case[-2:]
     rng = np.random.default_rng(seed)
     q, k, v = rng.standard_normal((1, heads, N, 8)), rng.standard_normal((1, heads, M, 8)), rng.standard_normal((1, heads, M, 8))
-    o, _ = flash_attention_numpy(q, k, v, block_q=16, block_k=16, **{kind: mod})
-    ref, _ = attention_reference(q, k, v, **{kind: spec})
-    return float(np.abs(o - ref).max())
+    try:
+        o, _ = flash_attention_numpy(q, k, v, block_q=16, block_k=16, **{kind: build(*case)})
+    except (ValueError, TypeError) as exc:
+        return f"the {what} agree, but flash_attention_numpy refused yours: {exc}"
+    err = float(np.abs(o - attention_reference(q, k, v, **{kind: spec(*case)})[0]).max())
+    if not err < 1e-9:
+        return f"the {what} agree, but flash_attention_numpy with yours differs from the reference (max |o - ref| = {err:.1e})"
+    return None
 
 
 def _window_computed(N: int, W: int, Br: int, Bc: int) -> int:
@@ -159,13 +166,9 @@ def check_mask_mod(build, spec, cases, *, heads: int = 2, block: int = 16, name:
                   f"{'keeps' if want[tuple(pos)] else 'drops'} it; {extra} kept that should be dropped, {missing} dropped that "
                   f"should be kept{tiles}")
             return
-    try:
-        err = _kernel_agrees(build(*cases[-1]), spec(*cases[-1]), "mask_mod", *cases[-1][-2:], heads)
-    except (ValueError, TypeError) as exc:
-        print(f"{name}: ✗ the masks agree, but flash_attention_numpy refused yours: {exc}")
-        return
-    if not err < 1e-9:
-        print(f"{name}: ✗ the masks agree, but flash_attention_numpy with yours differs from the reference (max |o - ref| = {err:.1e})")
+    problem = _kernel_problem(build, spec, "mask_mod", cases[-1], heads, "masks")
+    if problem:
+        print(f"{name}: ✗ {problem}")
         return
     counts = block_mask(build(*cases[-1]), 1, heads, *cases[-1][-2:], block, block).counts
     print(f"{name}: ✓ passed {len(cases)} cases; last case's {block}×{block} tiles: {counts['empty']} empty, "
@@ -208,12 +211,8 @@ def check_score_mod(build, spec, cases, *, heads: int = 2, name: str | None = No
             print(f"{name}: ✗ case {n} {_show(case)}: largest difference {err[pos]:.3g} at {_where(pos)} "
                   f"(yours {yours}, the spec's {spec_s}, from s = {before[pos]:.4g})")
             return
-    try:
-        err = _kernel_agrees(build(*cases[-1]), spec(*cases[-1]), "score_mod", *cases[-1][-2:], heads)
-    except (ValueError, TypeError) as exc:
-        print(f"{name}: ✗ the scores agree, but flash_attention_numpy refused yours: {exc}")
-        return
-    if not err < 1e-9:
-        print(f"{name}: ✗ the scores agree, but flash_attention_numpy with yours differs from the reference (max |o - ref| = {err:.1e})")
+    problem = _kernel_problem(build, spec, "score_mod", cases[-1], heads, "scores")
+    if problem:
+        print(f"{name}: ✗ {problem}")
         return
     print(f"{name}: ✓ passed {len(cases)} cases; the kernel with it matches the reference")

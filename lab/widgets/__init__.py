@@ -64,6 +64,12 @@ class FigureSliders(ipywidgets.interactive):
             fig.subplots_adjust(**self._margins[1])
 
 
+def _block_sliders(options, block_q, block_k, **extra) -> dict:
+    """The Br and Bc sliders of every tiling widget, as controls `block_q` (Br) and `block_k` (Bc) over the same `options`."""
+    return {name: ipywidgets.SelectionSlider(options=options, value=value, description=label, **extra)
+            for name, value, label in (("block_q", block_q, "Br"), ("block_k", block_k, "Bc"))}
+
+
 def interactive_figure(draw, *, summary=None, **controls) -> FigureSliders:
     """Sliders `controls` (ipywidgets by keyword) driving `draw(**values) -> result`, which draws one figure.
 

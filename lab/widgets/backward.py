@@ -9,7 +9,7 @@ import ipywidgets
 
 from ..figures.backward import draw_backward_tiles
 from ..notebook import measured
-from . import interactive_figure
+from . import _block_sliders, interactive_figure
 
 __all__ = ["backward_tiles"]
 
@@ -32,7 +32,6 @@ def backward_tiles(N: int = 256, block_q: int = 64, block_k: int = 64, causal: b
         summary=_summary,
         N=ipywidgets.SelectionSlider(options=[64, 128, 192, 256, 384, 512], value=N, description="N",
                                      continuous_update=False),
-        block_q=ipywidgets.SelectionSlider(options=sizes, value=block_q, description="Br", continuous_update=False),
-        block_k=ipywidgets.SelectionSlider(options=sizes, value=block_k, description="Bc", continuous_update=False),
+        **_block_sliders(sizes, block_q, block_k, continuous_update=False),
         causal=ipywidgets.Checkbox(value=causal, description="causal"),
     )

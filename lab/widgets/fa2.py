@@ -12,7 +12,7 @@ import ipywidgets
 
 from ..figures.fa2 import draw_op_counts
 from . import interactive_figure
-from .tiling import _BLOCKS, _instrumented
+from .tiling import _instrumented, _instrumented_sliders
 
 __all__ = ["fa_variants"]
 
@@ -36,10 +36,7 @@ def fa_variants(N: int = 512, d: int = 64, block_q: int = 64, block_k: int = 64,
                            + "/".join(f"{r['measured'].get(k, 0):,}" for k in ("exp", "mul", "div"))
                            + f", equal to the formula: {r['equal']}; A100 time outside matmuls: "
                            f"fa1 {r['share']['fa1']:.0%}, fa2 {r['share']['fa2']:.0%}"),
-        N=ipywidgets.SelectionSlider(options=[128, 256, 512, 1024, 2048], value=N, description="N = M"),
-        d=ipywidgets.SelectionSlider(options=[16, 32, 64, 128], value=d, description="d"),
-        block_q=ipywidgets.SelectionSlider(options=_BLOCKS[1:], value=block_q, description="Br"),
-        block_k=ipywidgets.SelectionSlider(options=_BLOCKS[1:], value=block_k, description="Bc"),
+        **_instrumented_sliders(N, d, block_q, block_k),
         variant=ipywidgets.ToggleButtons(options=["fa1", "fa2"], value=variant, description="variant"),
         causal=ipywidgets.Checkbox(value=causal, description="causal"),
     )

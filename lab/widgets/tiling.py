@@ -16,11 +16,18 @@ from .. import trace
 from ..attention import flash_attention_numpy
 from ..figures.tiling import draw_footprint, draw_hbm_traffic, draw_tile_fill, draw_tile_grid
 from ..tiling import flash_counts, tile_counts
-from . import interactive_figure
+from . import _block_sliders, interactive_figure
 
 __all__ = ["tile_fill", "tile_walk", "block_footprint", "io_traffic"]
 
 _BLOCKS = [8, 16, 32, 64, 128, 256]
+
+
+def _instrumented_sliders(N, d, block_q, block_k) -> dict:
+    """N, d, Br and Bc for the sliders that run the instrumented numpy kernel (`io_traffic`, `fa_variants`)."""
+    return dict(N=ipywidgets.SelectionSlider(options=[128, 256, 512, 1024, 2048], value=N, description="N = M"),
+                d=ipywidgets.SelectionSlider(options=[16, 32, 64, 128], value=d, description="d"),
+                **_block_sliders(_BLOCKS[1:], block_q, block_k))
 
 
 def _instrumented(N: int, d: int, block_q: int, block_k: int, causal: bool, variant: str, dtype: str):
@@ -45,8 +52,7 @@ def tile_fill(N: int = 12, M: int = 16, block_q: int = 4, block_k: int = 4, i: i
     controls = dict(
         i=ipywidgets.IntSlider(value=i, min=0, max=10_000, description="i (query block)"),
         j=ipywidgets.IntSlider(value=j, min=0, max=10_000, description="j (key block)"),
-        block_q=ipywidgets.SelectionSlider(options=blocks, value=block_q, description="Br"),
-        block_k=ipywidgets.SelectionSlider(options=blocks, value=block_k, description="Bc"),
+        **_block_sliders(blocks, block_q, block_k),
         causal=ipywidgets.Checkbox(value=causal, description="causal"),
     )
     style = {"description_width": "initial"}
@@ -78,8 +84,7 @@ def tile_walk(N: int = 200, block_q: int = 64, block_k: int = 32, causal: bool =
     """
     controls = dict(
         N=ipywidgets.IntSlider(value=N, min=16, max=512, step=8, description="N = M"),
-        block_q=ipywidgets.SelectionSlider(options=_BLOCKS, value=block_q, description="Br"),
-        block_k=ipywidgets.SelectionSlider(options=_BLOCKS, value=block_k, description="Bc"),
+        **_block_sliders(_BLOCKS, block_q, block_k),
         causal=ipywidgets.Checkbox(value=causal, description="causal"),
         variant=ipywidgets.ToggleButtons(options=["fa2", "fa1"], value=variant, description="loop"),
         step=ipywidgets.IntSlider(value=step, min=1, max=10_000, description="step"),
@@ -120,8 +125,7 @@ def block_footprint(d: int = 128, block_q: int = 128, block_k: int = 64, dtype: 
                            f"{r['shared']['total'] / 1024:,.1f} KiB; fits "
                            + (", ".join(name for name, ok in r["fits"].items() if ok) or "neither chip")),
         d=ipywidgets.SelectionSlider(options=[32, 64, 128, 256], value=d, description="d"),
-        block_q=ipywidgets.SelectionSlider(options=options, value=block_q, description="Br"),
-        block_k=ipywidgets.SelectionSlider(options=options, value=block_k, description="Bc"),
+        **_block_sliders(options, block_q, block_k),
         dtype=ipywidgets.ToggleButtons(options=["float16", "float32"], value=dtype, description="inputs"),
         kv_stages=ipywidgets.ToggleButtons(options=[1, 2], value=kv_stages, description="K/V stages"),
         warps=ipywidgets.ToggleButtons(options=[4, 8], value=warps, description="warps"),
@@ -147,10 +151,7 @@ def io_traffic(N: int = 1024, d: int = 64, block_q: int = 128, block_k: int = 12
                            f"fa2 {r['fa2'] / 1e6:,.2f} MB "
                            f"({r['ratio_fa2']:.1f}× less); instrumented fa2 run {r['measured']:,} B, formula "
                            f"{r['formula']:,} B, equal: {r['equal']}"),
-        N=ipywidgets.SelectionSlider(options=[128, 256, 512, 1024, 2048], value=N, description="N = M"),
-        d=ipywidgets.SelectionSlider(options=[16, 32, 64, 128], value=d, description="d"),
-        block_q=ipywidgets.SelectionSlider(options=_BLOCKS[1:], value=block_q, description="Br"),
-        block_k=ipywidgets.SelectionSlider(options=_BLOCKS[1:], value=block_k, description="Bc"),
+        **_instrumented_sliders(N, d, block_q, block_k),
         dtype=ipywidgets.ToggleButtons(options=["float16", "float32"], value=dtype, description="inputs"),
         causal=ipywidgets.Checkbox(value=causal, description="causal"),
     )

@@ -14,7 +14,7 @@ BROWSER ?= yes
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg
 
-.PHONY: setup lab test test-lib test-notebooks test-portability test-installed execute student grade clean
+.PHONY: setup lab test lint format test-lib test-notebooks test-portability test-installed execute student grade clean
 
 setup: $(STAMP)
 
@@ -49,8 +49,18 @@ lab: setup
 # notebook stays on one worker, its cells in order). What strict nbval compares does not depend on the
 # thread count (lab/notebook.py, `measured`), and test-portability runs the notebooks on every core too.
 XDIST := -n 2 --dist loadscope
-test: setup
+test: lint
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest $(XDIST) tests $(NOTEBOOKS) $(NBVAL)
+
+# One formatter and linter over the repository, notebooks included (configuration in pyproject.toml).
+# `make format` rewrites what `make lint` would refuse.
+lint: setup
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
 
 test-lib: setup
 	$(BIN)/python -m pytest tests

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import as_float_array, check_block, check_choice
 from .rules import safe_exp_shift
+from .validate import as_float_array, check_block, check_choice
 
 __all__ = ["CountingArray", "AccessCount", "count_accesses", "COUNTED_METHODS"]
 
@@ -36,10 +36,10 @@ class CountingArray:
         if a.ndim != 1:
             raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
         self.name = name
-        self._data = a.astype(np.float64)                 # a copy: the caller's array is never touched
+        self._data = a.astype(np.float64)  # a copy: the caller's array is never touched
         self.loads = np.zeros(a.shape[0], dtype=np.int64)
         self.stores = np.zeros(a.shape[0], dtype=np.int64)
-        self.load_calls = 0                                # loads as issued: one per index or slice read
+        self.load_calls = 0  # loads as issued: one per index or slice read
 
     def __len__(self) -> int:
         return self._data.shape[0]
@@ -101,47 +101,50 @@ class AccessCount:
     @property
     def uniform(self) -> bool:
         """True when every element was loaded and stored the same number of times."""
-        return all(len(set(a.tolist())) <= 1 for a in (self.x_loads, self.y_loads, self.x_stores, self.y_stores))
+        return all(
+            len(set(a.tolist())) <= 1
+            for a in (self.x_loads, self.y_loads, self.x_stores, self.y_stores)
+        )
 
 
 def _naive(x: CountingArray, y: CountingArray, block: int) -> None:
     n = len(x)
     l = 0.0
-    for j0 in range(0, n, block):                          # pass 1: l = Σ exp(x_j)
-        l += float(np.exp(x[j0:j0 + block]).sum())
-    for j0 in range(0, n, block):                          # pass 2: y = exp(x) / l
-        y[j0:j0 + block] = np.exp(x[j0:j0 + block]) / l
+    for j0 in range(0, n, block):  # pass 1: l = Σ exp(x_j)
+        l += float(np.exp(x[j0 : j0 + block]).sum())
+    for j0 in range(0, n, block):  # pass 2: y = exp(x) / l
+        y[j0 : j0 + block] = np.exp(x[j0 : j0 + block]) / l
 
 
 def _safe(x: CountingArray, y: CountingArray, block: int) -> None:
     n = len(x)
     m = -np.inf
-    for j0 in range(0, n, block):                          # pass 1: m = max_j x_j
-        m = max(m, float(x[j0:j0 + block].max()))
+    for j0 in range(0, n, block):  # pass 1: m = max_j x_j
+        m = max(m, float(x[j0 : j0 + block].max()))
     m_use = safe_exp_shift(m)
     l = 0.0
-    for j0 in range(0, n, block):                          # pass 2: l = Σ exp(x_j - m)
-        l += float(np.exp(x[j0:j0 + block] - m_use).sum())
-    for j0 in range(0, n, block):                          # pass 3: y = exp(x - m) / l
-        e = np.exp(x[j0:j0 + block] - m_use)
-        y[j0:j0 + block] = e / l if l > 0 else np.zeros_like(e)
+    for j0 in range(0, n, block):  # pass 2: l = Σ exp(x_j - m)
+        l += float(np.exp(x[j0 : j0 + block] - m_use).sum())
+    for j0 in range(0, n, block):  # pass 3: y = exp(x - m) / l
+        e = np.exp(x[j0 : j0 + block] - m_use)
+        y[j0 : j0 + block] = e / l if l > 0 else np.zeros_like(e)
 
 
 def _online(x: CountingArray, y: CountingArray, block: int) -> None:
     n = len(x)
     m, l = -np.inf, 0.0
-    for j0 in range(0, n, block):                          # pass 1: running (m, l)
-        x_b = x[j0:j0 + block]
+    for j0 in range(0, n, block):  # pass 1: running (m, l)
+        x_b = x[j0 : j0 + block]
         m_new = max(m, float(x_b.max()))
         if m_new == -np.inf:
-            continue                                       # only masked entries so far: l stays 0
-        alpha = float(np.exp(m - m_new))                   # α = e^(m − m′)
+            continue  # only masked entries so far: l stays 0
+        alpha = float(np.exp(m - m_new))  # α = e^(m − m′)
         l = l * alpha + float(np.exp(x_b - m_new).sum())
         m = m_new
     m_use = safe_exp_shift(m)
-    for j0 in range(0, n, block):                          # pass 2: y = exp(x - m) / l
-        e = np.exp(x[j0:j0 + block] - m_use)
-        y[j0:j0 + block] = e / l if l > 0 else np.zeros_like(e)
+    for j0 in range(0, n, block):  # pass 2: y = exp(x - m) / l
+        e = np.exp(x[j0 : j0 + block] - m_use)
+        y[j0 : j0 + block] = e / l if l > 0 else np.zeros_like(e)
 
 
 COUNTED_METHODS = {"naive": _naive, "safe": _safe, "online": _online}
@@ -158,11 +161,20 @@ def count_accesses(method: str, x, block: int = 1) -> AccessCount:
     if a.ndim != 1 or a.shape[0] == 0:
         raise ValueError(f"x must be a non-empty 1-D row, got shape {a.shape}")
     if np.isnan(a).any() or np.isposinf(a).any():
-        raise ValueError("x must not hold NaN or +inf (-inf, a masked entry, is allowed)")
+        raise ValueError(
+            "x must not hold NaN or +inf (-inf, a masked entry, is allowed)"
+        )
     block = check_block(block, "block")
     xm = CountingArray(a, "x")
     ym = CountingArray(np.zeros(a.shape[0]), "y")
     with np.errstate(over="ignore", invalid="ignore"):
         COUNTED_METHODS[method](xm, ym, block)
-    return AccessCount(method, a.shape[0], ym.peek(), xm.loads.copy(), xm.stores.copy(),
-                       ym.loads.copy(), ym.stores.copy())
+    return AccessCount(
+        method,
+        a.shape[0],
+        ym.peek(),
+        xm.loads.copy(),
+        xm.stores.copy(),
+        ym.loads.copy(),
+        ym.stores.copy(),
+    )

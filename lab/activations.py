@@ -18,7 +18,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Activations", "load_activations", "ACTIVATIONS_PATH", "ACTIVATIONS_SHA256", "file_sha256"]
+__all__ = [
+    "Activations",
+    "load_activations",
+    "ACTIVATIONS_PATH",
+    "ACTIVATIONS_SHA256",
+    "file_sha256",
+]
 
 ACTIVATIONS_PATH = Path(str(resources.files("lab") / "data" / "minilm_qkv.npz"))
 ACTIVATIONS_SHA256 = "966d9652b150accc820fc60feb40ad91715fe4c8b52430849cca9b0964e85f05"
@@ -45,7 +51,9 @@ def file_sha256(path) -> str:
     return h.hexdigest()
 
 
-def load_activations(path=None, *, sha256: str | None = ACTIVATIONS_SHA256) -> Activations:
+def load_activations(
+    path=None, *, sha256: str | None = ACTIVATIONS_SHA256
+) -> Activations:
     """Read Q, K, V (layers, heads, N, d) from the exported .npz after checking its sha256 (`sha256=None` skips the check).
 
     Raises FileNotFoundError when the file is missing and ValueError when its checksum or its arrays
@@ -54,18 +62,26 @@ def load_activations(path=None, *, sha256: str | None = ACTIVATIONS_SHA256) -> A
     """
     path = Path(ACTIVATIONS_PATH if path is None else path)
     if not path.is_file():
-        raise FileNotFoundError(f"path: no activations file at {path} (regenerate it: see lab/data/README.md)")
+        raise FileNotFoundError(
+            f"path: no activations file at {path} (regenerate it: see lab/data/README.md)"
+        )
     if sha256 is not None:
         got = file_sha256(path)
         if got != sha256:
-            raise ValueError(f"path: sha256 of {path.name} is {got}, expected {sha256}; "
-                             "the file changed: regenerate it (lab/data/README.md) or update the recorded checksum")
+            raise ValueError(
+                f"path: sha256 of {path.name} is {got}, expected {sha256}; "
+                "the file changed: regenerate it (lab/data/README.md) or update the recorded checksum"
+            )
     with np.load(path, allow_pickle=False) as z:
         missing = {"q", "k", "v", "meta"} - set(z.files)
         if missing:
             raise ValueError(f"path: {path.name} lacks the arrays {sorted(missing)}")
-        q, k, v = (np.array(z[n], dtype=np.float32) for n in ("q", "k", "v"))  # (L, H, N, d) each
+        q, k, v = (
+            np.array(z[n], dtype=np.float32) for n in ("q", "k", "v")
+        )  # (L, H, N, d) each
         meta = json.loads(str(z["meta"]))
     if q.ndim != 4 or q.shape != k.shape or q.shape[:-1] != v.shape[:-1]:
-        raise ValueError(f"path: q, k, v must be (layers, heads, N, d), got {q.shape}, {k.shape}, {v.shape}")
+        raise ValueError(
+            f"path: q, k, v must be (layers, heads, N, d), got {q.shape}, {k.shape}, {v.shape}"
+        )
     return Activations(q, k, v, meta)

@@ -9,6 +9,8 @@ The kernels themselves live one module per rung in `lab/kernels/` (its docstring
 Taught in: notebooks/00_the_memory_wall.ipynb, notebooks/05_tiling.ipynb, notebooks/06_flashattention2.ipynb
 """
 
-from ._checks import check_qkv as _checked, group_view as _grouped, ungroup_view as _ungrouped  # noqa: F401 (old names)
 from .kernels import *  # noqa: F401,F403
 from .kernels import __all__  # noqa: F401
+from .validate import check_qkv as _checked  # noqa: F401 (old names)
+from .validate import group_view as _grouped  # noqa: F401
+from .validate import ungroup_view as _ungrouped  # noqa: F401

@@ -31,12 +31,21 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import trace
-from ._checks import (acc_dtype, as_float_array, check_block, check_causal, check_grads, check_qkv, check_same_shape,
-                      check_sizes, group_view)
 from ._tiles import TilePlan
 from .kernels import causal_mask, flash_attention_numpy, safe_exp_shift
 from .kernels.rung1_naive import standard_attention_torch
 from .kernels.rung2_numpy_fa1 import tile_scores
+from .validate import (
+    acc_dtype,
+    as_float_array,
+    check_block,
+    check_causal,
+    check_grads,
+    check_qkv,
+    check_same_shape,
+    check_sizes,
+    group_view,
+)
 
 __all__ = [
     "attention_backward",
@@ -67,7 +76,7 @@ def backward_delta(o, do) -> np.ndarray:
     do = as_float_array(do, "do")
     check_same_shape(o, do, "o and do")
     dt = acc_dtype(o, do)
-    return (do.astype(dt) * o.astype(dt)).sum(axis=-1)          # (..., N)
+    return (do.astype(dt) * o.astype(dt)).sum(axis=-1)  # (..., N)
 
 
 def attention_backward(q, k, v, do, *, causal: bool = False, scale=None):
@@ -82,29 +91,44 @@ def attention_backward(q, k, v, do, *, causal: bool = False, scale=None):
     dt = acc_dtype(q, k, v, do)
     out = np.result_type(q.dtype, k.dtype, v.dtype)
     q5, k5, v5 = group_view(q.astype(dt), k.astype(dt), v.astype(dt), group)
-    do5 = do.astype(dt).reshape(q5.shape[:-1] + (v.shape[-1],))     # (..., N, dv)
+    do5 = do.astype(dt).reshape(q5.shape[:-1] + (v.shape[-1],))  # (..., N, dv)
     N, M = q.shape[-2], k.shape[-2]
-    s = scale * (q5 @ np.swapaxes(k5, -1, -2))                         # S: (..., N, M)
+    s = scale * (q5 @ np.swapaxes(k5, -1, -2))  # S: (..., N, M)
     if causal:
         s = np.where(causal_mask(N, M), s, -np.inf)
     m = s.max(axis=-1) if M > 0 else np.full(s.shape[:-1], -np.inf, dt)
-    p = np.exp(s - safe_exp_shift(m)[..., None])                      # (..., N, M)
+    p = np.exp(s - safe_exp_shift(m)[..., None])  # (..., N, M)
     l = p.sum(axis=-1, keepdims=True)
-    p = np.divide(p, l, out=np.zeros_like(p), where=l > 0)             # P: kept for the backward
-    dv5 = np.swapaxes(p, -1, -2) @ do5                                 # dV = Pᵀ dO: (..., M, dv)
-    dp = do5 @ np.swapaxes(v5, -1, -2)                                 # dP = dO Vᵀ: (..., N, M)
-    D = (p * dp).sum(axis=-1, keepdims=True)                           # D = rowsum(P ∘ dP): (..., N, 1)
-    ds = p * (dp - D)                                                  # dS: (..., N, M)
-    dq5 = scale * (ds @ k5)                                            # (..., N, d)
-    dk5 = scale * (np.swapaxes(ds, -1, -2) @ q5)                       # (..., M, d)
+    p = np.divide(p, l, out=np.zeros_like(p), where=l > 0)  # P: kept for the backward
+    dv5 = np.swapaxes(p, -1, -2) @ do5  # dV = Pᵀ dO: (..., M, dv)
+    dp = do5 @ np.swapaxes(v5, -1, -2)  # dP = dO Vᵀ: (..., N, M)
+    D = (p * dp).sum(axis=-1, keepdims=True)  # D = rowsum(P ∘ dP): (..., N, 1)
+    ds = p * (dp - D)  # dS: (..., N, M)
+    dq5 = scale * (ds @ k5)  # (..., N, d)
+    dk5 = scale * (np.swapaxes(ds, -1, -2) @ q5)  # (..., M, d)
     grouped = q.ndim > 2
-    return (dq5.reshape(q.shape).astype(out),
-            _group_sum(dk5, k.shape, grouped).astype(out),
-            _group_sum(np.broadcast_to(dv5, dk5.shape[:-1] + dv5.shape[-1:]), v.shape, grouped).astype(out))
+    return (
+        dq5.reshape(q.shape).astype(out),
+        _group_sum(dk5, k.shape, grouped).astype(out),
+        _group_sum(
+            np.broadcast_to(dv5, dk5.shape[:-1] + dv5.shape[-1:]), v.shape, grouped
+        ).astype(out),
+    )
 
 
-def flash_attention_backward_numpy(q, k, v, o, lse, do, *, block_q: int = 64, block_k: int = 64,
-                                   causal: bool = False, scale=None):
+def flash_attention_backward_numpy(
+    q,
+    k,
+    v,
+    o,
+    lse,
+    do,
+    *,
+    block_q: int = 64,
+    block_k: int = 64,
+    causal: bool = False,
+    scale=None,
+):
     """Tiled backward from `o` and `lse` only; returns `(dq, dk, dv)` equal to `attention_backward`'s.
 
     $D = \\mathrm{rowsum}(dO \\circ O)$ once; then for each key block $j$ (Bc rows) and each query block $i$
@@ -121,38 +145,73 @@ def flash_attention_backward_numpy(q, k, v, o, lse, do, *, block_q: int = 64, bl
     out = np.result_type(q.dtype, k.dtype, v.dtype)
     q5, k5, v5 = group_view(q.astype(dt), k.astype(dt), v.astype(dt), group)
     N, M, d, dv_dim = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
-    plan = TilePlan((1, 1, N, M), Br, Bc, causal)                      # the forward's plan: tiles no query sees are skipped
-    do5 = do.astype(dt).reshape(q5.shape[:-1] + (dv_dim,))            # (..., N, dv)
-    lse5 = safe_exp_shift(lse.astype(dt).reshape(q5.shape[:-1]))       # (..., N); a row with no key: S = -inf, P = 0
-    D = np.empty(q5.shape[:-1], dt)                                    # D = rowsum(dO ∘ O): (..., N), in HBM
-    trace.store("D", D, backward_delta(trace.load("o", o), trace.load("do", do)).reshape(D.shape))
+    plan = TilePlan(
+        (1, 1, N, M), Br, Bc, causal
+    )  # the forward's plan: tiles no query sees are skipped
+    do5 = do.astype(dt).reshape(q5.shape[:-1] + (dv_dim,))  # (..., N, dv)
+    lse5 = safe_exp_shift(
+        lse.astype(dt).reshape(q5.shape[:-1])
+    )  # (..., N); a row with no key: S = -inf, P = 0
+    D = np.empty(q5.shape[:-1], dt)  # D = rowsum(dO ∘ O): (..., N), in HBM
+    trace.store(
+        "D",
+        D,
+        backward_delta(trace.load("o", o), trace.load("do", do)).reshape(D.shape),
+    )
     lead = np.broadcast_shapes(q5.shape[:-2], k5.shape[:-2])
-    dq5 = np.zeros(q5.shape, dt)                                       # dQ lives in HBM, added to tile by tile
-    dk5, dv5 = np.empty(k5.shape, dt), np.empty(v5.shape, dt)          # dK, dV in HBM: one per K/V head
+    dq5 = np.zeros(q5.shape, dt)  # dQ lives in HBM, added to tile by tile
+    dk5, dv5 = (
+        np.empty(k5.shape, dt),
+        np.empty(v5.shape, dt),
+    )  # dK, dV in HBM: one per K/V head
     grouped = q5.ndim > 2
     for jb, j0 in enumerate(range(0, M, Bc)):
         j1 = min(j0 + Bc, M)
-        k_j = trace.load("k", k5[..., j0:j1, :])                       # (..., Bc, d)
-        v_j = trace.load("v", v5[..., j0:j1, :])                       # (..., Bc, dv)
-        dk_j = np.zeros(lead + (j1 - j0, d), dt)                       # dK_j, dV_j stay in the tile
+        k_j = trace.load("k", k5[..., j0:j1, :])  # (..., Bc, d)
+        v_j = trace.load("v", v5[..., j0:j1, :])  # (..., Bc, dv)
+        dk_j = np.zeros(lead + (j1 - j0, d), dt)  # dK_j, dV_j stay in the tile
         dv_j = np.zeros(lead + (j1 - j0, dv_dim), dt)
-        for ib in plan.queries(jb):                                    # query blocks above the diagonal see none of K_j
+        for ib in plan.queries(jb):  # query blocks above the diagonal see none of K_j
             i0, i1 = ib * Br, min(ib * Br + Br, N)
-            q_i, do_i = trace.load("q", q5[..., i0:i1, :]), trace.load("do", do5[..., i0:i1, :])  # (..., Br, d), (..., Br, dv)
-            lse_i, D_i = trace.load("lse", lse5[..., i0:i1]), trace.load("D", D[..., i0:i1])      # (..., Br)
-            s = tile_scores(scale * (q_i @ np.swapaxes(k_j, -1, -2)), plan, i0, i1, j0, j1, ib, jb)  # S_ij: (..., Br, Bc)
-            p = np.exp(s - lse_i[..., None])                           # P_ij = exp(S_ij - lse_i), recomputed
-            dv_j += np.swapaxes(p, -1, -2) @ do_i                      # dV_j += P_ijᵀ dO_i
-            dp = do_i @ np.swapaxes(v_j, -1, -2)                       # dP_ij = dO_i V_jᵀ: (..., Br, Bc)
-            ds = p * (dp - D_i[..., None])                             # dS_ij = P_ij ∘ (dP_ij − D_i)
+            q_i, do_i = (
+                trace.load("q", q5[..., i0:i1, :]),
+                trace.load("do", do5[..., i0:i1, :]),
+            )  # (..., Br, d), (..., Br, dv)
+            lse_i, D_i = (
+                trace.load("lse", lse5[..., i0:i1]),
+                trace.load("D", D[..., i0:i1]),
+            )  # (..., Br)
+            s = tile_scores(
+                scale * (q_i @ np.swapaxes(k_j, -1, -2)), plan, i0, i1, j0, j1, ib, jb
+            )  # S_ij: (..., Br, Bc)
+            p = np.exp(s - lse_i[..., None])  # P_ij = exp(S_ij - lse_i), recomputed
+            dv_j += np.swapaxes(p, -1, -2) @ do_i  # dV_j += P_ijᵀ dO_i
+            dp = do_i @ np.swapaxes(v_j, -1, -2)  # dP_ij = dO_i V_jᵀ: (..., Br, Bc)
+            ds = p * (dp - D_i[..., None])  # dS_ij = P_ij ∘ (dP_ij − D_i)
             dq_i = trace.load("dq", dq5[..., i0:i1, :])
-            trace.store("dq", dq5[..., i0:i1, :], dq_i + scale * (ds @ k_j))  # dQ_i += dS_ij K_j · scale
-            dk_j += scale * (np.swapaxes(ds, -1, -2) @ q_i)            # dK_j += dS_ijᵀ Q_i · scale
+            trace.store(
+                "dq", dq5[..., i0:i1, :], dq_i + scale * (ds @ k_j)
+            )  # dQ_i += dS_ij K_j · scale
+            dk_j += scale * (
+                np.swapaxes(ds, -1, -2) @ q_i
+            )  # dK_j += dS_ijᵀ Q_i · scale
             trace.ops("exp", p.size)
             trace.ops("mul", 2 * p.size)
-        trace.store("dk", dk5[..., j0:j1, :], dk_j.sum(axis=-3, keepdims=True) if grouped else dk_j)  # summed over the group
-        trace.store("dv", dv5[..., j0:j1, :], dv_j.sum(axis=-3, keepdims=True) if grouped else dv_j)
-    return dq5.reshape(q.shape).astype(out), dk5.reshape(k.shape).astype(out), dv5.reshape(v.shape).astype(out)
+        trace.store(
+            "dk",
+            dk5[..., j0:j1, :],
+            dk_j.sum(axis=-3, keepdims=True) if grouped else dk_j,
+        )  # summed over the group
+        trace.store(
+            "dv",
+            dv5[..., j0:j1, :],
+            dv_j.sum(axis=-3, keepdims=True) if grouped else dv_j,
+        )
+    return (
+        dq5.reshape(q.shape).astype(out),
+        dk5.reshape(k.shape).astype(out),
+        dv5.reshape(v.shape).astype(out),
+    )
 
 
 class NumpyFlashAttention(torch.autograd.Function):
@@ -166,9 +225,11 @@ class NumpyFlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal=False, block_q=16, block_k=16):
         qn, kn, vn = (t.detach().cpu().numpy() for t in (q, k, v))
-        o, lse = flash_attention_numpy(qn, kn, vn, block_q=block_q, block_k=block_k, causal=causal)
-        o_t = torch.from_numpy(np.ascontiguousarray(o)).to(q.dtype)       # (..., N, dv)
-        lse_t = torch.from_numpy(np.ascontiguousarray(lse))                # (..., N)
+        o, lse = flash_attention_numpy(
+            qn, kn, vn, block_q=block_q, block_k=block_k, causal=causal
+        )
+        o_t = torch.from_numpy(np.ascontiguousarray(o)).to(q.dtype)  # (..., N, dv)
+        lse_t = torch.from_numpy(np.ascontiguousarray(lse))  # (..., N)
         ctx.save_for_backward(q, k, v, o_t, lse_t)
         ctx.opts = (check_causal(causal), block_q, block_k)
         return o_t
@@ -180,8 +241,14 @@ class NumpyFlashAttention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         causal, block_q, block_k = ctx.opts
         dq, dk, dv = flash_attention_backward_numpy(
-            *(t.detach().cpu().numpy() for t in (q, k, v, o, lse, do)), block_q=block_q, block_k=block_k, causal=causal)
-        grads = (torch.from_numpy(np.ascontiguousarray(g)).to(q.dtype) for g in (dq, dk, dv))
+            *(t.detach().cpu().numpy() for t in (q, k, v, o, lse, do)),
+            block_q=block_q,
+            block_k=block_k,
+            causal=causal,
+        )
+        grads = (
+            torch.from_numpy(np.ascontiguousarray(g)).to(q.dtype) for g in (dq, dk, dv)
+        )
         return (*grads, None, None, None)
 
 
@@ -195,7 +262,11 @@ def saved_tensor_bytes(fn, *args, **kwargs) -> dict:
     """
     seen: dict = {}
     shapes: list = []
-    inputs = {t.untyped_storage().data_ptr() for t in list(args) + list(kwargs.values()) if isinstance(t, torch.Tensor)}
+    inputs = {
+        t.untyped_storage().data_ptr()
+        for t in list(args) + list(kwargs.values())
+        if isinstance(t, torch.Tensor)
+    }
 
     def pack(t):
         key = t.untyped_storage().data_ptr()
@@ -208,12 +279,24 @@ def saved_tensor_bytes(fn, *args, **kwargs) -> dict:
         output = fn(*args, **kwargs)
     total = sum(seen.values())
     input_bytes = sum(b for key, b in seen.items() if key in inputs)
-    return {"bytes": total, "input_bytes": input_bytes, "extra_bytes": total - input_bytes,
-            "shapes": shapes, "output": output}
+    return {
+        "bytes": total,
+        "input_bytes": input_bytes,
+        "extra_bytes": total - input_bytes,
+        "shapes": shapes,
+        "output": output,
+    }
 
 
-def training_memory(Ns, d: int = 64, *, heads: int = 1, causal: bool = False, dtype=torch.float32,
-                    seed: int = 0) -> list[dict]:
+def training_memory(
+    Ns,
+    d: int = 64,
+    *,
+    heads: int = 1,
+    causal: bool = False,
+    dtype=torch.float32,
+    seed: int = 0,
+) -> list[dict]:
     """Bytes autograd keeps between forward and backward, standard attention against `lab.FlashAttention`, for each N.
 
     Standard keeps P ($N^2$ per head, plus its inputs); FlashAttention keeps $q, k, v, o$ and $lse$
@@ -228,17 +311,36 @@ def training_memory(Ns, d: int = 64, *, heads: int = 1, causal: bool = False, dt
         N = int(N)
         if N < 1:
             raise ValueError(f"every N in Ns must be >= 1, got {N}")
-        q, k, v = (torch.randn(1, heads, N, d, generator=g, dtype=dtype).requires_grad_() for _ in range(3))
+        q, k, v = (
+            torch.randn(1, heads, N, d, generator=g, dtype=dtype).requires_grad_()
+            for _ in range(3)
+        )
         std = saved_tensor_bytes(standard_attention_torch, q, k, v, causal=causal)
         fla = saved_tensor_bytes(FlashAttention.apply, q, k, v, causal)
         itemsize = torch.finfo(dtype).bits // 8
-        rows.append(dict(N=N, standard=std["bytes"], flash=fla["bytes"], p_bytes=heads * N * N * itemsize,
-                         flash_shapes=fla["shapes"], standard_shapes=std["shapes"]))
+        rows.append(
+            dict(
+                N=N,
+                standard=std["bytes"],
+                flash=fla["bytes"],
+                p_bytes=heads * N * N * itemsize,
+                flash_shapes=fla["shapes"],
+                standard_shapes=std["shapes"],
+            )
+        )
     return rows
 
 
-def backward_flops(N: int, M: int | None = None, d: int = 64, *, batch: int = 1, heads: int = 1,
-                    causal: bool = False, dv: int | None = None) -> dict:
+def backward_flops(
+    N: int,
+    M: int | None = None,
+    d: int = 64,
+    *,
+    batch: int = 1,
+    heads: int = 1,
+    causal: bool = False,
+    dv: int | None = None,
+) -> dict:
     """Matmul FLOPs of attention: forward $2NMd + 2NMd_v$ ($QK^\\top$, $PV$), backward 5 matmuls, $2.5\\times$ for $d_v = d$.
 
     Backward: $dV = P^\\top dO$, $dP = dO V^\\top$ and the recomputed $S = QK^\\top$ (each $2NMd$), then $dQ$
@@ -251,11 +353,13 @@ def backward_flops(N: int, M: int | None = None, d: int = 64, *, batch: int = 1,
     frac = 0.5 if causal else 1.0
     per = batch * heads * N * M * frac
     fwd = per * (2 * d + 2 * dv)
-    bwd = per * (2 * d + 2 * dv + 2 * dv + 2 * d + 2 * d)              # S, dV, dP, dQ, dK
+    bwd = per * (2 * d + 2 * dv + 2 * dv + 2 * d + 2 * d)  # S, dV, dP, dQ, dK
     return {"forward": fwd, "backward": bwd, "ratio": bwd / fwd}
 
 
-def time_forward_backward(attn, q, k, v, *, causal: bool = False, rounds: int = 3, min_run_time: float = 0.05) -> dict:
+def time_forward_backward(
+    attn, q, k, v, *, causal: bool = False, rounds: int = 3, min_run_time: float = 0.05
+) -> dict:
     """Median seconds of `attn(q, k, v, causal=causal)` forward, and of forward + backward, timed in alternating rounds (`lab.measure.time_interleaved`).
 
     Returns `{"forward", "forward_backward", "backward", "ratio"}` (backward = difference; ratio = backward / forward).
@@ -275,8 +379,12 @@ def time_forward_backward(attn, q, k, v, *, causal: bool = False, rounds: int = 
     def fwd_bwd():
         torch.autograd.grad(attn(*leaves, causal=causal), leaves, do)
 
-    t = time_interleaved({"forward": fwd, "forward_backward": fwd_bwd}, device=str(q.device), rounds=rounds,
-                         min_run_time=min_run_time)
+    t = time_interleaved(
+        {"forward": fwd, "forward_backward": fwd_bwd},
+        device=str(q.device),
+        rounds=rounds,
+        min_run_time=min_run_time,
+    )
     t["backward"] = max(t["forward_backward"] - t["forward"], 0.0)
     t["ratio"] = t["backward"] / t["forward"] if t["forward"] > 0 else math.nan
     return t

@@ -26,15 +26,21 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from typing import NamedTuple
-
-from ._checks import as_float_array, check_block, check_finite, check_float_tensors, check_qkv_shapes, check_scale
 from .hardware import CHIPS, ridge_point
 from .merge import chunk_bounds, merge_outputs
+from .validate import (
+    as_float_array,
+    check_block,
+    check_finite,
+    check_float_tensors,
+    check_qkv_shapes,
+    check_scale,
+)
 
 __all__ = [
     "MODEL_CONFIGS",
@@ -60,12 +66,22 @@ _FALCON = "tiiuae/falcon-7b config.json; Almazrouei et al. 2023, arXiv 2311.1686
 
 # Published configurations: layers, query heads Hq, K/V heads Hkv, head dim d, and where each is stated.
 MODEL_CONFIGS = {
-    "Llama 2 7B": dict(layers=32, q_heads=32, kv_heads=32, head_dim=128, source=_LLAMA2),
-    "Llama 2 70B": dict(layers=80, q_heads=64, kv_heads=8, head_dim=128, source=_LLAMA2),
-    "Mistral 7B": dict(layers=32, q_heads=32, kv_heads=8, head_dim=128, source=_MISTRAL),
+    "Llama 2 7B": dict(
+        layers=32, q_heads=32, kv_heads=32, head_dim=128, source=_LLAMA2
+    ),
+    "Llama 2 70B": dict(
+        layers=80, q_heads=64, kv_heads=8, head_dim=128, source=_LLAMA2
+    ),
+    "Mistral 7B": dict(
+        layers=32, q_heads=32, kv_heads=8, head_dim=128, source=_MISTRAL
+    ),
     "Llama 3 8B": dict(layers=32, q_heads=32, kv_heads=8, head_dim=128, source=_LLAMA3),
-    "Llama 3 70B": dict(layers=80, q_heads=64, kv_heads=8, head_dim=128, source=_LLAMA3),
-    "Llama 3 405B": dict(layers=126, q_heads=128, kv_heads=8, head_dim=128, source=_LLAMA3),
+    "Llama 3 70B": dict(
+        layers=80, q_heads=64, kv_heads=8, head_dim=128, source=_LLAMA3
+    ),
+    "Llama 3 405B": dict(
+        layers=126, q_heads=128, kv_heads=8, head_dim=128, source=_LLAMA3
+    ),
     "Falcon-7B": dict(layers=32, q_heads=71, kv_heads=1, head_dim=64, source=_FALCON),
 }
 
@@ -79,26 +95,38 @@ PROCESSORS = CHIPS["H100"]["sms"]
 H100_RIDGE = ridge_point("H100")
 
 
-_positive_int = check_block                                    # the same check: an integer >= 1, named
+_positive_int = check_block  # the same check: an integer >= 1, named
 
 
 def attention_layout(q_heads: int, kv_heads: int) -> str:
-    """"MHA" when $H_{kv} = H_q$, "MQA" when $H_{kv} = 1 < H_q$, "GQA" otherwise; requires $H_q \\bmod H_{kv} = 0$.
+    """ "MHA" when $H_{kv} = H_q$, "MQA" when $H_{kv} = 1 < H_q$, "GQA" otherwise; requires $H_q \\bmod H_{kv} = 0$.
 
     Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
-    q_heads, kv_heads = _positive_int(q_heads, "q_heads"), _positive_int(kv_heads, "kv_heads")
+    q_heads, kv_heads = (
+        _positive_int(q_heads, "q_heads"),
+        _positive_int(kv_heads, "kv_heads"),
+    )
     if q_heads % kv_heads:
-        raise ValueError(f"q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads})")
+        raise ValueError(
+            f"q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads})"
+        )
     return "MHA" if kv_heads == q_heads else "MQA" if kv_heads == 1 else "GQA"
 
 
-def kv_cache_bytes_per_token(layers: int, kv_heads: int, head_dim: int, itemsize: int = 2) -> int:
+def kv_cache_bytes_per_token(
+    layers: int, kv_heads: int, head_dim: int, itemsize: int = 2
+) -> int:
     """Bytes of K and V cached per token: $2 \\cdot \\text{layers} \\cdot H_{kv} \\cdot d \\cdot$ itemsize.
 
     Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
-    for name, x in (("layers", layers), ("kv_heads", kv_heads), ("head_dim", head_dim), ("itemsize", itemsize)):
+    for name, x in (
+        ("layers", layers),
+        ("kv_heads", kv_heads),
+        ("head_dim", head_dim),
+        ("itemsize", itemsize),
+    ):
         _positive_int(x, name)
     return 2 * int(layers) * int(kv_heads) * int(head_dim) * int(itemsize)
 
@@ -111,12 +139,26 @@ def kv_cache_table(itemsize: int = 2, tokens: int = 8192, configs=None) -> list[
     _positive_int(tokens, "tokens")
     rows = []
     for name, c in (MODEL_CONFIGS if configs is None else configs).items():
-        per_token = kv_cache_bytes_per_token(c["layers"], c["kv_heads"], c["head_dim"], itemsize)
-        mha = kv_cache_bytes_per_token(c["layers"], c["q_heads"], c["head_dim"], itemsize)
-        rows.append(dict(model=name, layout=attention_layout(c["q_heads"], c["kv_heads"]),
-                         q_heads=c["q_heads"], kv_heads=c["kv_heads"], group=c["q_heads"] // c["kv_heads"],
-                         bytes_per_token=per_token, mha_bytes_per_token=mha, saving=mha / per_token,
-                         cache_bytes=per_token * tokens, source=c["source"]))
+        per_token = kv_cache_bytes_per_token(
+            c["layers"], c["kv_heads"], c["head_dim"], itemsize
+        )
+        mha = kv_cache_bytes_per_token(
+            c["layers"], c["q_heads"], c["head_dim"], itemsize
+        )
+        rows.append(
+            dict(
+                model=name,
+                layout=attention_layout(c["q_heads"], c["kv_heads"]),
+                q_heads=c["q_heads"],
+                kv_heads=c["kv_heads"],
+                group=c["q_heads"] // c["kv_heads"],
+                bytes_per_token=per_token,
+                mha_bytes_per_token=mha,
+                saving=mha / per_token,
+                cache_bytes=per_token * tokens,
+                source=c["source"],
+            )
+        )
     return rows
 
 
@@ -139,8 +181,17 @@ def decode_intensity(group, head_dim: int = 128, M: int = 4096, itemsize: int = 
     return float(out) if out.ndim == 0 else out
 
 
-def decode_schedule(M: int, *, batch: int = 1, heads: int = 8, splits: int = 1, N: int = 1,
-                    block_q: int = 128, block_k: int = 128, processors: int = PROCESSORS) -> dict:
+def decode_schedule(
+    M: int,
+    *,
+    batch: int = 1,
+    heads: int = 8,
+    splits: int = 1,
+    N: int = 1,
+    block_q: int = 128,
+    block_k: int = 128,
+    processors: int = PROCESSORS,
+) -> dict:
     """How many processors a decoding step keeps busy: work items $= B \\cdot H \\cdot \\lceil N / B_r \\rceil \\cdot$ splits, busy $= \\min(\\text{items}, P)$.
 
     `heads` counts the heads that each get their own work item (the K/V heads when a kernel packs a
@@ -150,8 +201,16 @@ def decode_schedule(M: int, *, batch: int = 1, heads: int = 8, splits: int = 1, 
     schedule) and `speedup` their ratio.
     Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
-    for name, x in (("M", M), ("batch", batch), ("heads", heads), ("splits", splits), ("N", N),
-                    ("block_q", block_q), ("block_k", block_k), ("processors", processors)):
+    for name, x in (
+        ("M", M),
+        ("batch", batch),
+        ("heads", heads),
+        ("splits", splits),
+        ("N", N),
+        ("block_q", block_q),
+        ("block_k", block_k),
+        ("processors", processors),
+    ):
         _positive_int(x, name)
     items = batch * heads * math.ceil(N / block_q) * splits
     busy = min(items, processors)
@@ -160,15 +219,25 @@ def decode_schedule(M: int, *, batch: int = 1, heads: int = 8, splits: int = 1, 
     steps = waves * math.ceil(key_blocks / splits) + (1 if splits > 1 else 0)
     fa2_items = batch * heads * math.ceil(N / block_q)
     fa2_steps = math.ceil(fa2_items / processors) * key_blocks
-    return dict(M=M, splits=splits, items=items, busy=busy, busy_fraction=busy / processors, waves=waves,
-                steps=steps, fa2_steps=fa2_steps, speedup=fa2_steps / steps, processors=processors)
+    return dict(
+        M=M,
+        splits=splits,
+        items=items,
+        busy=busy,
+        busy_fraction=busy / processors,
+        waves=waves,
+        steps=steps,
+        fa2_steps=fa2_steps,
+        speedup=fa2_steps / steps,
+        processors=processors,
+    )
 
 
 def _chunk_part(q, k_c, v_c, scale):
     """(o_c, lse_c) of one chunk of keys, torch, all query rows of a K/V head at once."""
-    s = (q @ k_c.transpose(-1, -2)) * scale                   # (B, Hkv, G·N, Mc)
-    lse_c = torch.logsumexp(s, dim=-1)                        # (B, Hkv, G·N)
-    o_c = torch.softmax(s, dim=-1) @ v_c                      # (B, Hkv, G·N, dv)
+    s = (q @ k_c.transpose(-1, -2)) * scale  # (B, Hkv, G·N, Mc)
+    lse_c = torch.logsumexp(s, dim=-1)  # (B, Hkv, G·N)
+    o_c = torch.softmax(s, dim=-1) @ v_c  # (B, Hkv, G·N, dv)
     return o_c, lse_c
 
 
@@ -187,25 +256,50 @@ def decode_torch(q, k, v, *, splits: int = 1, workers: int = 1, scale=None):
     scale = check_scale(scale, q.shape[-1])
     B, Hq, N, d = q.shape
     Hkv, M = k.shape[1], k.shape[2]
-    qg = q.reshape(B, Hkv, group * N, d)                      # (B, Hkv, G·N, d): a group's rows together
+    qg = q.reshape(B, Hkv, group * N, d)  # (B, Hkv, G·N, d): a group's rows together
     bounds = [(j0, j1) for j0, j1 in chunk_bounds(M, splits) if j1 > j0]
     if not bounds:
         raise ValueError("k must hold at least one key")
     if workers == 1:
-        parts = [_chunk_part(qg, k[:, :, j0:j1], v[:, :, j0:j1], scale) for j0, j1 in bounds]
+        parts = [
+            _chunk_part(qg, k[:, :, j0:j1], v[:, :, j0:j1], scale) for j0, j1 in bounds
+        ]
     else:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            parts = list(pool.map(lambda b: _chunk_part(qg, k[:, :, b[0]:b[1]], v[:, :, b[0]:b[1]], scale), bounds))
+            parts = list(
+                pool.map(
+                    lambda b: _chunk_part(
+                        qg, k[:, :, b[0] : b[1]], v[:, :, b[0] : b[1]], scale
+                    ),
+                    bounds,
+                )
+            )
     if len(parts) == 1:
         o, lse = parts[0]
     else:
-        o, lse = merge_outputs([p[0].cpu().numpy() for p in parts], [p[1].cpu().numpy() for p in parts])
-        o, lse = torch.from_numpy(o).to(q.device), torch.from_numpy(lse).to(q.device)  # the merge reads splits rows only
+        o, lse = merge_outputs(
+            [p[0].cpu().numpy() for p in parts], [p[1].cpu().numpy() for p in parts]
+        )
+        o, lse = (
+            torch.from_numpy(o).to(q.device),
+            torch.from_numpy(lse).to(q.device),
+        )  # the merge reads splits rows only
     return o.reshape(B, Hq, N, v.shape[-1]).to(q.dtype), lse.reshape(B, Hq, N)
 
 
-def time_decoding(M: int, *, runs=((1, 1), (2, 2)), batch: int = 1, q_heads: int = 8, kv_heads: int = 8,
-                  d: int = 64, dtype=torch.float32, rounds: int = 3, min_run_time: float = 0.1, seed: int = 0) -> list[dict]:
+def time_decoding(
+    M: int,
+    *,
+    runs=((1, 1), (2, 2)),
+    batch: int = 1,
+    q_heads: int = 8,
+    kv_heads: int = 8,
+    d: int = 64,
+    dtype=torch.float32,
+    rounds: int = 3,
+    min_run_time: float = 0.1,
+    seed: int = 0,
+) -> list[dict]:
     """Median seconds of one decoding step (`decode_torch`) for each `(splits, workers)` in `runs`, torch intra-op threads set to 1, timed in alternating rounds (`lab.measure.time_interleaved`).
 
     Returns one dict per run: splits, workers, seconds, and the K/V bytes read per second.
@@ -213,25 +307,41 @@ def time_decoding(M: int, *, runs=((1, 1), (2, 2)), batch: int = 1, q_heads: int
     """
     from .measure import time_interleaved
 
-    for name, x in (("M", M), ("batch", batch), ("q_heads", q_heads), ("kv_heads", kv_heads), ("d", d)):
+    for name, x in (
+        ("M", M),
+        ("batch", batch),
+        ("q_heads", q_heads),
+        ("kv_heads", kv_heads),
+        ("d", d),
+    ):
         _positive_int(x, name)
     if q_heads % kv_heads:
-        raise ValueError(f"q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads})")
+        raise ValueError(
+            f"q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads})"
+        )
     if min_run_time <= 0:
         raise ValueError(f"min_run_time must be > 0, got {min_run_time}")
     g = torch.Generator().manual_seed(seed)
-    q = torch.randn(batch, q_heads, 1, d, generator=g, dtype=dtype)   # (B, Hq, 1, d)
+    q = torch.randn(batch, q_heads, 1, d, generator=g, dtype=dtype)  # (B, Hq, 1, d)
     k = torch.randn(batch, kv_heads, M, d, generator=g, dtype=dtype)  # (B, Hkv, M, d)
     v = torch.randn(batch, kv_heads, M, d, generator=g, dtype=dtype)  # (B, Hkv, M, d)
     kv_bytes = k.nbytes + v.nbytes
-    fns = {(s, w): (lambda s=s, w=w: decode_torch(q, k, v, splits=s, workers=w)) for s, w in runs}
+    fns = {
+        (s, w): (lambda s=s, w=w: decode_torch(q, k, v, splits=s, workers=w))
+        for s, w in runs
+    }
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)                                  # parallelism comes from the workers only
+    torch.set_num_threads(1)  # parallelism comes from the workers only
     try:
         t = time_interleaved(fns, rounds=rounds, min_run_time=min_run_time)
     finally:
         torch.set_num_threads(threads)
-    return [dict(splits=s, workers=w, seconds=t[(s, w)], gb_per_s=kv_bytes / t[(s, w)] / 1e9) for s, w in runs]
+    return [
+        dict(
+            splits=s, workers=w, seconds=t[(s, w)], gb_per_s=kv_bytes / t[(s, w)] / 1e9
+        )
+        for s, w in runs
+    ]
 
 
 # ------------------------------------------------------------------------------------ paged K/V cache
@@ -253,18 +363,27 @@ def _sequences(x, name):
     if isinstance(x, np.ndarray) or torch.is_tensor(x):
         x = as_float_array(np.asarray(x), name)
         if x.ndim != 4:
-            raise ValueError(f"{name} must be (B, Hkv, M, d) or a list of (Hkv, M_b, d) arrays, got shape {x.shape}")
+            raise ValueError(
+                f"{name} must be (B, Hkv, M, d) or a list of (Hkv, M_b, d) arrays, got shape {x.shape}"
+            )
         return list(x)
     seqs = [as_float_array(a, f"{name}[{b}]") for b, a in enumerate(x)]
     if not seqs:
         raise ValueError(f"{name} must hold at least one sequence")
     for b, a in enumerate(seqs):
-        if a.ndim != 3 or a.shape[:1] + a.shape[2:] != seqs[0].shape[:1] + seqs[0].shape[2:]:
-            raise ValueError(f"{name}[{b}] must be (Hkv, M_b, d) like {name}[0] {seqs[0].shape}, got {a.shape}")
+        if (
+            a.ndim != 3
+            or a.shape[:1] + a.shape[2:] != seqs[0].shape[:1] + seqs[0].shape[2:]
+        ):
+            raise ValueError(
+                f"{name}[{b}] must be (Hkv, M_b, d) like {name}[0] {seqs[0].shape}, got {a.shape}"
+            )
     return seqs
 
 
-def paged_kv(k, v, page_size: int, seed: int = 0, *, spare_pages: int = 0) -> PagedCache:
+def paged_kv(
+    k, v, page_size: int, seed: int = 0, *, spare_pages: int = 0
+) -> PagedCache:
     """Store each sequence's K and V in pages of `page_size` tokens, scattered over a shared pool; return a `PagedCache`.
 
     `k`, `v`: lists of per-sequence arrays `(Hkv, M_b, d)` and `(Hkv, M_b, dv)` (lengths may differ), or 4-D arrays
@@ -274,55 +393,75 @@ def paged_kv(k, v, page_size: int, seed: int = 0, *, spare_pages: int = 0) -> Pa
     Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
     page_size = check_block(page_size, "page_size")
-    if isinstance(spare_pages, bool) or not isinstance(spare_pages, (int, np.integer)) or spare_pages < 0:
+    if (
+        isinstance(spare_pages, bool)
+        or not isinstance(spare_pages, (int, np.integer))
+        or spare_pages < 0
+    ):
         raise ValueError(f"spare_pages must be an integer >= 0, got {spare_pages!r}")
     ks, vs = _sequences(k, "k"), _sequences(v, "v")
     if len(ks) != len(vs) or any(a.shape[:2] != b.shape[:2] for a, b in zip(ks, vs)):
-        raise ValueError(f"k and v must hold the same sequences, got {[a.shape for a in ks]} and {[b.shape for b in vs]}")
+        raise ValueError(
+            f"k and v must hold the same sequences, got {[a.shape for a in ks]} and {[b.shape for b in vs]}"
+        )
     for b, a in enumerate(ks):
         check_finite(a, f"k[{b}]")
         if a.shape[1] < 1:
-            raise ValueError(f"k[{b}] must hold at least one token, got shape {a.shape}")
+            raise ValueError(
+                f"k[{b}] must hold at least one token, got shape {a.shape}"
+            )
     Hkv, d, dv = ks[0].shape[0], ks[0].shape[2], vs[0].shape[2]
     lengths = np.array([a.shape[1] for a in ks], np.int64)
-    blocks = -(-lengths // page_size)                                      # pages per sequence
+    blocks = -(-lengths // page_size)  # pages per sequence
     P = int(blocks.sum()) + spare_pages
     rng = np.random.default_rng(seed)
     dtype = np.result_type(*ks, *vs)
-    pages_k = rng.standard_normal((P, Hkv, page_size, d)).astype(dtype)    # stale contents everywhere at first
+    pages_k = rng.standard_normal((P, Hkv, page_size, d)).astype(
+        dtype
+    )  # stale contents everywhere at first
     pages_v = rng.standard_normal((P, Hkv, page_size, dv)).astype(dtype)
-    free = rng.permutation(P)                                              # the allocator's order of free pages
+    free = rng.permutation(P)  # the allocator's order of free pages
     table = np.full((len(ks), int(blocks.max())), -1, np.int64)
     nxt = 0
     for b, (kb, vb) in enumerate(zip(ks, vs)):
-        for i in range(blocks[b]):                                         # logical block i of sequence b
+        for i in range(blocks[b]):  # logical block i of sequence b
             page = int(free[nxt])
             nxt += 1
             table[b, i] = page
             t0, t1 = i * page_size, min((i + 1) * page_size, lengths[b])
-            pages_k[page, :, :t1 - t0] = kb[:, t0:t1]                      # (Hkv, ≤ page_size, d)
-            pages_v[page, :, :t1 - t0] = vb[:, t0:t1]
+            pages_k[page, :, : t1 - t0] = kb[:, t0:t1]  # (Hkv, ≤ page_size, d)
+            pages_v[page, :, : t1 - t0] = vb[:, t0:t1]
     return PagedCache(pages_k, pages_v, table, lengths, page_size)
 
 
 def _check_table(pages, block_table, lengths):
     pages = as_float_array(pages, "pages")
     if pages.ndim != 4:
-        raise ValueError(f"pages must be (P, Hkv, page_size, d), got shape {pages.shape}")
+        raise ValueError(
+            f"pages must be (P, Hkv, page_size, d), got shape {pages.shape}"
+        )
     table = np.asarray(block_table)
     if not np.issubdtype(table.dtype, np.integer) or table.ndim != 2:
-        raise ValueError(f"block_table must be a 2-D integer array (B, T), got {table.dtype} {table.shape}")
+        raise ValueError(
+            f"block_table must be a 2-D integer array (B, T), got {table.dtype} {table.shape}"
+        )
     lengths = np.asarray(lengths)
     if not np.issubdtype(lengths.dtype, np.integer) or lengths.shape != table.shape[:1]:
-        raise ValueError(f"lengths must be integers of shape ({table.shape[0]},), got {lengths.dtype} {lengths.shape}")
+        raise ValueError(
+            f"lengths must be integers of shape ({table.shape[0]},), got {lengths.dtype} {lengths.shape}"
+        )
     size = pages.shape[2]
     for b, L in enumerate(lengths):
         n = -(-int(L) // size)
         if L < 1 or n > table.shape[1]:
-            raise ValueError(f"lengths[{b}] = {L} needs {n} blocks of {size}; block_table has {table.shape[1]} per row")
+            raise ValueError(
+                f"lengths[{b}] = {L} needs {n} blocks of {size}; block_table has {table.shape[1]} per row"
+            )
         row = table[b, :n]
         if (row < 0).any() or (row >= pages.shape[0]).any():
-            raise ValueError(f"block_table[{b}, :{n}] = {row.tolist()} must index the {pages.shape[0]} pages")
+            raise ValueError(
+                f"block_table[{b}, :{n}] = {row.tolist()} must index the {pages.shape[0]} pages"
+            )
     return pages, table, lengths
 
 
@@ -332,9 +471,13 @@ def gather_pages(pages, block_row, length: int) -> np.ndarray:
     Logical block i is physical page `block_row[i]`; the last block holds `length - (n - 1) * page_size` tokens.
     Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
-    pages, table, lengths = _check_table(pages, np.asarray(block_row)[None], np.array([length]))
-    size, n = pages.shape[2], -(-int(length) // pages.shape[2])
-    return np.concatenate([pages[table[0, i]] for i in range(n)], axis=1)[:, :length]   # (Hkv, length, d)
+    pages, table, lengths = _check_table(
+        pages, np.asarray(block_row)[None], np.array([length])
+    )
+    n = -(-int(length) // pages.shape[2])
+    return np.concatenate([pages[table[0, i]] for i in range(n)], axis=1)[
+        :, :length
+    ]  # (Hkv, length, d)
 
 
 def decode_paged(q, pages_k, pages_v, block_table, lengths, *, scale=None):
@@ -351,26 +494,35 @@ def decode_paged(q, pages_k, pages_v, block_table, lengths, *, scale=None):
     pages_k, table, lengths = _check_table(pages_k, block_table, lengths)
     pages_v = as_float_array(pages_v, "pages_v")
     if pages_v.ndim != 4 or pages_v.shape[:3] != pages_k.shape[:3]:
-        raise ValueError(f"pages_v must be (P, Hkv, page_size, dv) like pages_k {pages_k.shape}, got {pages_v.shape}")
+        raise ValueError(
+            f"pages_v must be (P, Hkv, page_size, dv) like pages_k {pages_k.shape}, got {pages_v.shape}"
+        )
     if q.ndim != 4 or q.shape[0] != table.shape[0] or q.shape[-1] != pages_k.shape[-1]:
-        raise ValueError(f"q must be (B, Hq, N, d) with B = {table.shape[0]}, d = {pages_k.shape[-1]}, got {q.shape}")
+        raise ValueError(
+            f"q must be (B, Hq, N, d) with B = {table.shape[0]}, d = {pages_k.shape[-1]}, got {q.shape}"
+        )
     B, Hq, N, d = q.shape
     Hkv, S, dv = pages_k.shape[1], pages_k.shape[2], pages_v.shape[3]
     if Hq % Hkv:
-        raise ValueError(f"the query heads of q ({Hq}) must be a multiple of the K/V heads of the pages ({Hkv})")
+        raise ValueError(
+            f"the query heads of q ({Hq}) must be a multiple of the K/V heads of the pages ({Hkv})"
+        )
     G, scale = Hq // Hkv, check_scale(scale, d)
     dt = np.result_type(q, pages_k, pages_v, np.float32)
     o, lse = np.zeros((B, Hq, N, dv), dt), np.zeros((B, Hq, N), dt)
     for b in range(B):
-        qg = q[b].reshape(Hkv, G * N, d).astype(dt)                            # a group's query rows together
+        qg = q[b].reshape(Hkv, G * N, d).astype(dt)  # a group's query rows together
         m = np.full((Hkv, G * N), -np.inf, dt)
         l = np.zeros((Hkv, G * N), dt)
         acc = np.zeros((Hkv, G * N, dv), dt)
-        for i in range(-(-int(lengths[b]) // S)):                              # logical blocks of sequence b
-            page = table[b, i]                                                 # its physical page
-            valid = min(S, int(lengths[b]) - i * S)                            # the last page may be partial
-            k_i, v_i = pages_k[page, :, :valid], pages_v[page, :, :valid]      # (Hkv, valid, d), (Hkv, valid, dv)
-            s = scale * qg @ np.swapaxes(k_i, -1, -2)                          # (Hkv, G·N, valid)
+        for i in range(-(-int(lengths[b]) // S)):  # logical blocks of sequence b
+            page = table[b, i]  # its physical page
+            valid = min(S, int(lengths[b]) - i * S)  # the last page may be partial
+            k_i, v_i = (
+                pages_k[page, :, :valid],
+                pages_v[page, :, :valid],
+            )  # (Hkv, valid, d), (Hkv, valid, dv)
+            s = scale * qg @ np.swapaxes(k_i, -1, -2)  # (Hkv, G·N, valid)
             m_new = np.maximum(m, s.max(axis=-1))
             alpha = np.exp(m - m_new)
             p = np.exp(s - m_new[..., None])

@@ -17,8 +17,18 @@ import numpy as np
 __all__ = ["check", "diagnose", "describe_case"]
 
 
-def check(fn, reference, cases, *, name: str | None = None, rtol: float = 1e-6, atol: float = 1e-8,
-          names=None, hint=None, properties=()) -> None:
+def check(
+    fn,
+    reference,
+    cases,
+    *,
+    name: str | None = None,
+    rtol: float = 1e-6,
+    atol: float = 1e-8,
+    names=None,
+    hint=None,
+    properties=(),
+) -> None:
     """Call `fn(*case)` and `reference(*case)` for every case; print one line when all agree, a diagnosis when not.
 
     `cases`: a list of argument tuples. Results agree when `np.allclose(got, want, rtol, atol)` holds
@@ -31,15 +41,21 @@ def check(fn, reference, cases, *, name: str | None = None, rtol: float = 1e-6, 
         try:
             got = fn(*case)
         except NotImplementedError:
-            print(f"{name}: not implemented yet (fill in the stub above, then run this cell again)")
+            print(
+                f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
+            )
             return
         except Exception as exc:  # a learner's bug: report it, do not stop the notebook
-            print(f"{name}: ✗ case {i} {describe_case(case)} raised {type(exc).__name__}: {exc}")
+            print(
+                f"{name}: ✗ case {i} {describe_case(case)} raised {type(exc).__name__}: {exc}"
+            )
             return
         want = reference(*case)
         problem = diagnose(got, want, names=names, rtol=rtol, atol=atol)
         if problem is None:
-            problem = next((p for p in (prop(fn, case, got) for prop in properties) if p), None)
+            problem = next(
+                (p for p in (prop(fn, case, got) for prop in properties) if p), None
+            )
         if problem is not None:
             print(f"{name}: ✗ case {i} {describe_case(case)}: {problem}")
             text = hint(case, got, want) if callable(hint) else hint
@@ -56,7 +72,12 @@ def describe_case(case, small: int = 8) -> str:
 
 def _describe(a, small: int) -> str:
     if isinstance(a, tuple) and hasattr(a, "_fields"):
-        return type(a).__name__ + "(" + ", ".join(f"{f}={_describe(x, small)}" for f, x in zip(a._fields, a)) + ")"
+        return (
+            type(a).__name__
+            + "("
+            + ", ".join(f"{f}={_describe(x, small)}" for f, x in zip(a._fields, a))
+            + ")"
+        )
     if isinstance(a, (tuple, list)) and not all(np.isscalar(x) for x in a):
         return "[" + ", ".join(_describe(x, small) for x in a) + "]"
     if callable(a):
@@ -71,7 +92,9 @@ def _describe(a, small: int) -> str:
     return f"array {arr.shape} {arr.dtype}"
 
 
-def diagnose(got, want, *, names=None, rtol: float = 1e-6, atol: float = 1e-8) -> str | None:
+def diagnose(
+    got, want, *, names=None, rtol: float = 1e-6, atol: float = 1e-8
+) -> str | None:
     """None when `got` agrees with `want` (tuples element by element); else what differs, in words.
 
     Names the differing tuple element (`names`), a type, length or shape mismatch, NaN or inf where the
@@ -87,7 +110,11 @@ def diagnose(got, want, *, names=None, rtol: float = 1e-6, atol: float = 1e-8) -
         for k, (g, w) in enumerate(zip(got, want)):
             problem = diagnose(g, w, rtol=rtol, atol=atol)
             if problem is not None:
-                which = f"{names[k]} (element {k})" if names and k < len(names) else f"element {k} of the tuple"
+                which = (
+                    f"{names[k]} (element {k})"
+                    if names and k < len(names)
+                    else f"element {k} of the tuple"
+                )
                 return f"{which}: {problem}"
         return None
     try:
@@ -108,10 +135,16 @@ def diagnose(got, want, *, names=None, rtol: float = 1e-6, atol: float = 1e-8) -
             at = tuple(int(x) for x in np.argwhere(lost)[0])
             return f"{_at(at)}the reference has {w[at]:g}, yours {g[at]:.6g}"
     both = np.isfinite(g) & np.isfinite(w)
-    alike = (np.isnan(g) & np.isnan(w)) | (np.isinf(g) & (g == w))          # NaN against NaN, inf against the same inf
+    alike = (np.isnan(g) & np.isnan(w)) | (
+        np.isinf(g) & (g == w)
+    )  # NaN against NaN, inf against the same inf
     with np.errstate(invalid="ignore"):
-        err = np.where(both, np.abs(g - w), np.where(alike, 0.0, np.inf))  # an inf of the wrong sign is the worst
-    excess = err - (atol + rtol * np.abs(np.where(both, w, 0.0)))          # np.allclose: |g - w| <= atol + rtol |w|
+        err = np.where(
+            both, np.abs(g - w), np.where(alike, 0.0, np.inf)
+        )  # an inf of the wrong sign is the worst
+    excess = err - (
+        atol + rtol * np.abs(np.where(both, w, 0.0))
+    )  # np.allclose: |g - w| <= atol + rtol |w|
     if not (excess > 0).any():
         return None
     at = np.unravel_index(int(np.argmax(excess)), g.shape) if g.ndim else ()
@@ -121,14 +154,20 @@ def diagnose(got, want, *, names=None, rtol: float = 1e-6, atol: float = 1e-8) -
         return f"{_at(at)}expected {_num(w[at])}, got {_num(g[at])}; {outside}"
     with np.errstate(divide="ignore", over="ignore"):
         rel = err[both] / np.maximum(np.abs(w[both]), np.finfo(float).tiny)
-    return (f"{_at(at)}expected {_num(w[at])}, got {_num(g[at])}; largest |error| {err.max():.2e}, "
-            f"largest relative error {rel.max():.2e}; {outside}")
+    return (
+        f"{_at(at)}expected {_num(w[at])}, got {_num(g[at])}; largest |error| {err.max():.2e}, "
+        f"largest relative error {rel.max():.2e}; {outside}"
+    )
 
 
 def _num(x) -> str:
     """A value as a learner compares it: whole numbers exactly (34619400), others to 6 significant digits."""
     x = float(x)
-    return f"{int(x)}" if np.isfinite(x) and x.is_integer() and abs(x) < 1e15 else f"{x:.6g}"
+    return (
+        f"{int(x)}"
+        if np.isfinite(x) and x.is_integer() and abs(x) < 1e15
+        else f"{x:.6g}"
+    )
 
 
 def _at(index: tuple) -> str:

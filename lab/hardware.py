@@ -20,64 +20,111 @@ notebooks/08_hardware_runs.ipynb, notebooks/10_decoding_and_gqa.ipynb
 
 from __future__ import annotations
 
-from ._checks import check_choice
+from .validate import check_choice
 
-__all__ = ["CHIPS", "SOURCES", "chip", "exp_rate", "ridge_point", "hardware_table",
-           "estimated_bytes", "loop_overhead"]
+__all__ = [
+    "CHIPS",
+    "SOURCES",
+    "chip",
+    "exp_rate",
+    "ridge_point",
+    "hardware_table",
+    "estimated_bytes",
+    "loop_overhead",
+]
 
 KiB = 1024
 
-_A100_WP = "NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020), Table 1 / SM section"
-_H100_WP = "NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022), H100 SXM5 column"
-_H100_DS = "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column (dense, without sparsity)"
-_CUDA_CC = "CUDA C++ Programming Guide, \"Compute Capabilities\", technical specifications table"
-_CUDA_TP = "CUDA C++ Programming Guide, \"Arithmetic Instructions\" throughput table (special functions)"
+_A100_WP = (
+    "NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020), Table 1 / SM section"
+)
+_H100_WP = (
+    "NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022), H100 SXM5 column"
+)
+_H100_DS = (
+    "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column (dense, without sparsity)"
+)
+_CUDA_CC = (
+    'CUDA C++ Programming Guide, "Compute Capabilities", technical specifications table'
+)
+_CUDA_TP = 'CUDA C++ Programming Guide, "Arithmetic Instructions" throughput table (special functions)'
 _FA1 = "FlashAttention (Dao et al. 2022, arXiv 2205.14135), §2.1"
 _FA2 = "FlashAttention-2 (Dao 2023, arXiv 2307.08691), §3.1"
 
 CHIPS = {
     "A100": {
-        "sms": 108, "clock_hz": 1.41e9, "sfu_per_sm": 16,
-        "matmul_flops": 312e12, "nonmatmul_flops": 19.5e12,
-        "hbm_bytes_per_s": 1.555e12, "sram_bytes_per_s": 19e12,
-        "registers_per_sm": 256 * KiB, "l1_shared_per_sm": 192 * KiB,
-        "shared_per_sm": 164 * KiB, "shared_per_block": 163 * KiB,
-        "registers_per_thread": 255, "warp_size": 32,
+        "sms": 108,
+        "clock_hz": 1.41e9,
+        "sfu_per_sm": 16,
+        "matmul_flops": 312e12,
+        "nonmatmul_flops": 19.5e12,
+        "hbm_bytes_per_s": 1.555e12,
+        "sram_bytes_per_s": 19e12,
+        "registers_per_sm": 256 * KiB,
+        "l1_shared_per_sm": 192 * KiB,
+        "shared_per_sm": 164 * KiB,
+        "shared_per_block": 163 * KiB,
+        "registers_per_thread": 255,
+        "warp_size": 32,
     },
     "H100": {
-        "sms": 132, "clock_hz": 1.83e9, "sfu_per_sm": 16,
-        "matmul_flops": 989e12, "nonmatmul_flops": 67e12,
-        "hbm_bytes_per_s": 3.35e12, "sram_bytes_per_s": None,
-        "registers_per_sm": 256 * KiB, "l1_shared_per_sm": 256 * KiB,
-        "shared_per_sm": 228 * KiB, "shared_per_block": 227 * KiB,
-        "registers_per_thread": 255, "warp_size": 32,
+        "sms": 132,
+        "clock_hz": 1.83e9,
+        "sfu_per_sm": 16,
+        "matmul_flops": 989e12,
+        "nonmatmul_flops": 67e12,
+        "hbm_bytes_per_s": 3.35e12,
+        "sram_bytes_per_s": None,
+        "registers_per_sm": 256 * KiB,
+        "l1_shared_per_sm": 256 * KiB,
+        "shared_per_sm": 228 * KiB,
+        "shared_per_block": 227 * KiB,
+        "registers_per_thread": 255,
+        "warp_size": 32,
     },
 }
 
 SOURCES = {
     "A100": {
-        "sms": _A100_WP, "clock_hz": _A100_WP + " (boost clock)", "sfu_per_sm": _CUDA_TP + ", compute capability 8.0",
+        "sms": _A100_WP,
+        "clock_hz": _A100_WP + " (boost clock)",
+        "sfu_per_sm": _CUDA_TP + ", compute capability 8.0",
         "matmul_flops": _FA2 + " and " + _A100_WP + " (FP16/BF16 tensor cores, dense)",
         "nonmatmul_flops": _FA2 + " (FP32)",
-        "hbm_bytes_per_s": _A100_WP + " (A100 40GB; 2.0 TB/s for the 80GB SXM part); " + _FA1 + " gives 1.5-2.0 TB/s",
-        "sram_bytes_per_s": _FA1 + " (\"estimated around 19 TB/s\")",
+        "hbm_bytes_per_s": _A100_WP
+        + " (A100 40GB; 2.0 TB/s for the 80GB SXM part); "
+        + _FA1
+        + " gives 1.5-2.0 TB/s",
+        "sram_bytes_per_s": _FA1 + ' ("estimated around 19 TB/s")',
         "registers_per_sm": _A100_WP + " (65,536 32-bit registers)",
-        "l1_shared_per_sm": _A100_WP, "shared_per_sm": _CUDA_CC + ", compute capability 8.0",
+        "l1_shared_per_sm": _A100_WP,
+        "shared_per_sm": _CUDA_CC + ", compute capability 8.0",
         "shared_per_block": _CUDA_CC + ", compute capability 8.0",
-        "registers_per_thread": _CUDA_CC + ", compute capability 8.0 (maximum 32-bit registers per thread)",
+        "registers_per_thread": _CUDA_CC
+        + ", compute capability 8.0 (maximum 32-bit registers per thread)",
         "warp_size": _CUDA_CC + ", compute capability 8.0",
     },
     "H100": {
-        "sms": _H100_WP, "clock_hz": "the tensor-core clock behind the datasheet's 989 TFLOP/s dense FP16: " + _H100_DS + " ÷ (132 SMs"
-                    " × 4,096 FLOP per SM per clock, " + _H100_WP + ") = 1.83 GHz; FlashAttention-3 (Shah et al. 2024,"
-                    " arXiv 2407.08608), §3.1, quotes the 3.9 T exp/s it gives. The FP32 figure runs at a higher"
-                    " clock: 67 TFLOP/s = 132 × 128 FP32 units × 2 × 1.98 GHz",
+        "sms": _H100_WP,
+        "clock_hz": "the tensor-core clock behind the datasheet's 989 TFLOP/s dense FP16: "
+        + _H100_DS
+        + " ÷ (132 SMs"
+        " × 4,096 FLOP per SM per clock, "
+        + _H100_WP
+        + ") = 1.83 GHz; FlashAttention-3 (Shah et al. 2024,"
+        " arXiv 2407.08608), §3.1, quotes the 3.9 T exp/s it gives. The FP32 figure runs at a higher"
+        " clock: 67 TFLOP/s = 132 × 128 FP32 units × 2 × 1.98 GHz",
         "sfu_per_sm": _CUDA_TP + ", compute capability 9.0",
-        "matmul_flops": _H100_DS + " (FP16/BF16 tensor cores)", "nonmatmul_flops": _H100_DS + " (FP32)",
-        "hbm_bytes_per_s": _H100_DS + " (HBM3)", "sram_bytes_per_s": "not published",
-        "registers_per_sm": _H100_WP + " (65,536 32-bit registers)", "l1_shared_per_sm": _H100_WP,
-        "shared_per_sm": _CUDA_CC + ", compute capability 9.0", "shared_per_block": _CUDA_CC + ", compute capability 9.0",
-        "registers_per_thread": _CUDA_CC + ", compute capability 9.0 (maximum 32-bit registers per thread)",
+        "matmul_flops": _H100_DS + " (FP16/BF16 tensor cores)",
+        "nonmatmul_flops": _H100_DS + " (FP32)",
+        "hbm_bytes_per_s": _H100_DS + " (HBM3)",
+        "sram_bytes_per_s": "not published",
+        "registers_per_sm": _H100_WP + " (65,536 32-bit registers)",
+        "l1_shared_per_sm": _H100_WP,
+        "shared_per_sm": _CUDA_CC + ", compute capability 9.0",
+        "shared_per_block": _CUDA_CC + ", compute capability 9.0",
+        "registers_per_thread": _CUDA_CC
+        + ", compute capability 9.0 (maximum 32-bit registers per thread)",
         "warp_size": _CUDA_CC + ", compute capability 9.0",
     },
 }
@@ -105,27 +152,54 @@ def ridge_point(name: str) -> float:
     return CHIPS[name]["matmul_flops"] / CHIPS[name]["hbm_bytes_per_s"]
 
 
-def hardware_table(fields=("matmul_flops", "nonmatmul_flops", "exp_per_s", "hbm_bytes_per_s", "sram_bytes_per_s",
-                           "registers_per_sm", "shared_per_sm")) -> str:
+def hardware_table(
+    fields=(
+        "matmul_flops",
+        "nonmatmul_flops",
+        "exp_per_s",
+        "hbm_bytes_per_s",
+        "sram_bytes_per_s",
+        "registers_per_sm",
+        "shared_per_sm",
+    ),
+) -> str:
     """The table as aligned text, one row per figure, one column per chip, then each figure's source."""
-    scale = {"flops": (1e12, "TFLOP/s"), "exp_per_s": (1e12, "T exp/s"), "bytes_per_s": (1e12, "TB/s"),
-             "per_sm": (KiB, "KiB"), "per_block": (KiB, "KiB"), "clock_hz": (1e9, "GHz")}
+    scale = {
+        "flops": (1e12, "TFLOP/s"),
+        "exp_per_s": (1e12, "T exp/s"),
+        "bytes_per_s": (1e12, "TB/s"),
+        "per_sm": (KiB, "KiB"),
+        "per_block": (KiB, "KiB"),
+        "clock_hz": (1e9, "GHz"),
+    }
     rows = []
     for f in fields:
-        div, unit = next(((d, u) for key, (d, u) in scale.items() if f.endswith(key)), (1, ""))
+        div, unit = next(
+            ((d, u) for key, (d, u) in scale.items() if f.endswith(key)), (1, "")
+        )
         cells = []
         for name in CHIPS:
             x = chip(name)[f]
             cells.append("—" if x is None else f"{x / div:,.4g} {unit}".strip())
         rows.append((f, *cells))
-    w = [max(len(r[i]) for r in rows + [("figure", *CHIPS)]) for i in range(len(CHIPS) + 1)]
+    w = [
+        max(len(r[i]) for r in rows + [("figure", *CHIPS)])
+        for i in range(len(CHIPS) + 1)
+    ]
     lines = ["  ".join(c.ljust(w[i]) for i, c in enumerate(("figure", *CHIPS)))]
     lines += ["  ".join(c.ljust(w[i]) for i, c in enumerate(r)) for r in rows]
     lines.append("sources:")
     for f in fields:
         for name in CHIPS:
-            src = SOURCES[name].get(f, "computed: " + ("SMs × units per SM × clock" if f == "exp_per_s"
-                                                      else "matmul FLOP/s ÷ HBM bytes/s"))
+            src = SOURCES[name].get(
+                f,
+                "computed: "
+                + (
+                    "SMs × units per SM × clock"
+                    if f == "exp_per_s"
+                    else "matmul FLOP/s ÷ HBM bytes/s"
+                ),
+            )
             lines.append(f"  {name} {f}: {src}")
     return "\n".join(lines)
 
@@ -135,7 +209,9 @@ def hardware_table(fields=("matmul_flops", "nonmatmul_flops", "exp_per_s", "hbm_
 # draws them). Taught in: notebooks/08_hardware_runs.ipynb
 
 
-def estimated_bytes(kernel: str, B: int, H: int, N: int, d: int, itemsize: int = 4, block_q: int = 256) -> float:
+def estimated_bytes(
+    kernel: str, B: int, H: int, N: int, d: int, itemsize: int = 4, block_q: int = 256
+) -> float:
     """Bytes each kernel moves through memory, estimated: naive $\\approx s(4BHNd + 4BHN^2)$ (S written, read, P written, read);
     the tiled loops add $2BHNd + 2BHNd\\,N/B_r$ (Q read and O written once, K and V once per query block) to their passes
     over each tile: the numpy loop eight ($8BHN^2$: the matmul writes the tile, the row max reads it, the subtraction and
@@ -156,21 +232,43 @@ def estimated_bytes(kernel: str, B: int, H: int, N: int, d: int, itemsize: int =
     return itemsize * bh * (2 * nd + kv)
 
 
-def loop_overhead(N: int, block: int, *, d: int = 64, heads: int = 8, ops_per_step: int = 9, us_per_op: float = 10.0,
-                  flops_per_s: float = 155e9) -> dict:
+def loop_overhead(
+    N: int,
+    block: int,
+    *,
+    d: int = 64,
+    heads: int = 8,
+    ops_per_step: int = 9,
+    us_per_op: float = 10.0,
+    flops_per_s: float = 155e9,
+) -> dict:
     """Cost model of a Python-level tile loop: steps $= \\lceil N/B_r \\rceil \\lceil N/B_c \\rceil$ (here $B_r = B_c$ = block),
     overhead = steps · ops_per_step · us_per_op, matmul time = $4 \\cdot heads \\cdot N^2 d$ / flops_per_s.
 
     The default 155 GFLOP/s is a round figure between the fp32 matmul ceilings recorded on the course's 2-core
     AMD EPYC (94 GFLOP/s on one torch thread, 195 on two; torch 2.13.0 CPU build, lab/data/runs). Taught in: notebooks/08_hardware_runs.ipynb
     """
-    for name, x in (("N", N), ("block", block), ("d", d), ("heads", heads), ("ops_per_step", ops_per_step)):
+    for name, x in (
+        ("N", N),
+        ("block", block),
+        ("d", d),
+        ("heads", heads),
+        ("ops_per_step", ops_per_step),
+    ):
         if int(x) != x or x < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {x!r}")
     if not us_per_op > 0 or not flops_per_s > 0:
         raise ValueError("us_per_op and flops_per_s must be positive")
-    steps = (-(-N // block)) ** 2                                   # ceil(N / block) squared
+    steps = (-(-N // block)) ** 2  # ceil(N / block) squared
     overhead_s = steps * ops_per_step * us_per_op * 1e-6
-    matmul_s = 4.0 * heads * N * N * d / flops_per_s               # F = 4·B·H·N²·d at B = 1, as lab.attention_flops
-    return {"N": int(N), "block": int(block), "steps": int(steps), "overhead_ms": overhead_s * 1e3,
-            "matmul_ms": matmul_s * 1e3, "overhead_fraction": overhead_s / (overhead_s + matmul_s)}
+    matmul_s = (
+        4.0 * heads * N * N * d / flops_per_s
+    )  # F = 4·B·H·N²·d at B = 1, as lab.attention_flops
+    return {
+        "N": int(N),
+        "block": int(block),
+        "steps": int(steps),
+        "overhead_ms": overhead_s * 1e3,
+        "matmul_ms": matmul_s * 1e3,
+        "overhead_fraction": overhead_s / (overhead_s + matmul_s),
+    }

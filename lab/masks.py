@@ -26,11 +26,22 @@ import numbers
 import numpy as np
 import torch
 
-from ._checks import check_block
 from .rules import causal_key_end
+from .validate import check_block
 
-__all__ = ["sliding_window", "document_mask", "and_masks", "alibi", "alibi_slopes", "softcap", "prefix_lm",
-           "dilated_window", "clipped_alibi", "block_mask", "BlockMask"]
+__all__ = [
+    "sliding_window",
+    "document_mask",
+    "and_masks",
+    "alibi",
+    "alibi_slopes",
+    "softcap",
+    "prefix_lm",
+    "dilated_window",
+    "clipped_alibi",
+    "block_mask",
+    "BlockMask",
+]
 
 KINDS = {0: "empty", 1: "partial", 2: "full"}
 
@@ -39,7 +50,12 @@ class _Mod:
     """A mod made by a builder: the function, the shapes it was built for, and (score mods) its derivative."""
 
     def __init__(self, fn, name: str, needs=(), derivative=None):
-        self.fn, self.name, self.needs, self.derivative = fn, name, tuple(needs), derivative
+        self.fn, self.name, self.needs, self.derivative = (
+            fn,
+            name,
+            tuple(needs),
+            derivative,
+        )
 
     def __call__(self, *args):
         return self.fn(*args)
@@ -81,7 +97,9 @@ def _ids(x, name: str) -> np.ndarray:
     """A 1-D integer numpy array from a list, array or tensor of document ids."""
     a = x.detach().cpu().numpy() if _is_torch(x) else np.asarray(x)
     if a.ndim != 1:
-        raise ValueError(f"{name} must be 1-D (one document id per position), got shape {a.shape}")
+        raise ValueError(
+            f"{name} must be 1-D (one document id per position), got shape {a.shape}"
+        )
     if a.dtype == bool or not np.issubdtype(a.dtype, np.integer):
         raise TypeError(f"{name} must hold integers, got dtype {a.dtype}")
     return a.astype(np.int64)
@@ -98,14 +116,18 @@ def sliding_window(left, right, N: int, M: int):
     off = M - N
 
     def mask_mod(b, h, i, j):
-        keep = (i >= 0) & (j >= 0)                                   # all True, broadcast to (.., n, m)
+        keep = (i >= 0) & (j >= 0)  # all True, broadcast to (.., n, m)
         if left is not None:
             keep = keep & (j >= i + (off - left))
         if right is not None:
             keep = keep & (j <= i + (off + right))
         return keep
 
-    return _Mod(mask_mod, f"sliding_window({left}, {right}, N={N}, M={M})", needs=(("N", N), ("M", M)))
+    return _Mod(
+        mask_mod,
+        f"sliding_window({left}, {right}, N={N}, M={M})",
+        needs=(("N", N), ("M", M)),
+    )
 
 
 def document_mask(q_doc, k_doc):
@@ -119,8 +141,11 @@ def document_mask(q_doc, k_doc):
     def mask_mod(b, h, i, j):
         return _table(q_doc, i)[i] == _table(k_doc, j)[j]
 
-    return _Mod(mask_mod, f"document_mask({len(q_doc)} query ids, {len(k_doc)} key ids)",
-                needs=(("N", len(q_doc), "q_doc"), ("M", len(k_doc), "k_doc")))
+    return _Mod(
+        mask_mod,
+        f"document_mask({len(q_doc)} query ids, {len(k_doc)} key ids)",
+        needs=(("N", len(q_doc), "q_doc"), ("M", len(k_doc), "k_doc")),
+    )
 
 
 def and_masks(*mask_mods):
@@ -130,7 +155,9 @@ def and_masks(*mask_mods):
     """
     for n, mod in enumerate(mask_mods):
         if not callable(mod):
-            raise TypeError(f"mask_mods[{n}] must be callable, got {type(mod).__name__}")
+            raise TypeError(
+                f"mask_mods[{n}] must be callable, got {type(mod).__name__}"
+            )
 
     def mask_mod(b, h, i, j):
         keep = (i >= 0) & (j >= 0)
@@ -139,7 +166,9 @@ def and_masks(*mask_mods):
         return keep
 
     needs = [need for mod in mask_mods for need in getattr(mod, "needs", ())]
-    return _Mod(mask_mod, "and_masks(" + ", ".join(map(repr, mask_mods)) + ")", needs=needs)
+    return _Mod(
+        mask_mod, "and_masks(" + ", ".join(map(repr, mask_mods)) + ")", needs=needs
+    )
 
 
 def alibi_slopes(H: int) -> np.ndarray:
@@ -164,10 +193,18 @@ def alibi(slopes, N: int, M: int):
     Taught in: notebooks/11_masks_and_score_mods.ipynb
     """
     if _is_torch(slopes) and slopes.requires_grad:
-        raise ValueError("alibi: slopes must not require grad (the kernels do not return gradients for them)")
+        raise ValueError(
+            "alibi: slopes must not require grad (the kernels do not return gradients for them)"
+        )
     slopes = slopes.detach().cpu().numpy() if _is_torch(slopes) else np.asarray(slopes)
-    if slopes.ndim != 1 or not np.issubdtype(slopes.dtype, np.number) or not np.isfinite(slopes).all():
-        raise ValueError(f"alibi: slopes must be a 1-D array of finite numbers, got {slopes!r}")
+    if (
+        slopes.ndim != 1
+        or not np.issubdtype(slopes.dtype, np.number)
+        or not np.isfinite(slopes).all()
+    ):
+        raise ValueError(
+            f"alibi: slopes must be a 1-D array of finite numbers, got {slopes!r}"
+        )
     slopes = slopes.astype(np.float64)
     N, M = _length(N, "N"), _length(M, "M")
     off = M - N
@@ -175,8 +212,12 @@ def alibi(slopes, N: int, M: int):
     def score_mod(s, b, h, i, j):
         return s - _table(slopes, s, s.dtype)[h] * abs(i + off - j)
 
-    return _Mod(score_mod, f"alibi({len(slopes)} slopes, N={N}, M={M})",
-                needs=(("H", len(slopes), "slopes"), ("N", N), ("M", M)), derivative=lambda s, b, h, i, j: None)
+    return _Mod(
+        score_mod,
+        f"alibi({len(slopes)} slopes, N={N}, M={M})",
+        needs=(("H", len(slopes), "slopes"), ("N", N), ("M", M)),
+        derivative=lambda s, b, h, i, j: None,
+    )
 
 
 def softcap(cap):
@@ -193,8 +234,11 @@ def softcap(cap):
     def tanh(x):
         return torch.tanh(x) if _is_torch(x) else np.tanh(x)
 
-    return _Mod(lambda s, b, h, i, j: cap * tanh(s / cap), f"softcap({cap:g})",
-                derivative=lambda s, b, h, i, j: 1 - tanh(s / cap) ** 2)
+    return _Mod(
+        lambda s, b, h, i, j: cap * tanh(s / cap),
+        f"softcap({cap:g})",
+        derivative=lambda s, b, h, i, j: 1 - tanh(s / cap) ** 2,
+    )
 
 
 def prefix_lm(prefix: int, N: int, M: int):
@@ -203,8 +247,11 @@ def prefix_lm(prefix: int, N: int, M: int):
     Taught in: notebooks/11_masks_and_score_mods.ipynb (its exercises)
     """
     prefix, N, M = _length(prefix, "prefix"), _length(N, "N"), _length(M, "M")
-    return _Mod(lambda b, h, i, j: (j < prefix) | (j <= i + (M - N)), f"prefix_lm({prefix}, N={N}, M={M})",
-                needs=(("N", N), ("M", M)))
+    return _Mod(
+        lambda b, h, i, j: (j < prefix) | (j <= i + (M - N)),
+        f"prefix_lm({prefix}, N={N}, M={M})",
+        needs=(("N", N), ("M", M)),
+    )
 
 
 def dilated_window(window: int, dilation: int, N: int, M: int):
@@ -213,12 +260,22 @@ def dilated_window(window: int, dilation: int, N: int, M: int):
     A causal window of `window` keys of which every `dilation`-th is kept. Taught in:
     notebooks/11_masks_and_score_mods.ipynb (its exercises)
     """
-    window, dilation, N, M = _length(window, "window"), _length(dilation, "dilation"), _length(N, "N"), _length(M, "M")
+    window, dilation, N, M = (
+        _length(window, "window"),
+        _length(dilation, "dilation"),
+        _length(N, "N"),
+        _length(M, "M"),
+    )
     if dilation < 1:
         raise ValueError(f"dilation must be >= 1, got {dilation}")
     off = M - N
-    return _Mod(lambda b, h, i, j: (j <= i + off) & (j > i + off - window) & ((i + off - j) % dilation == 0),
-                f"dilated_window({window}, {dilation}, N={N}, M={M})", needs=(("N", N), ("M", M)))
+    return _Mod(
+        lambda b, h, i, j: (
+            (j <= i + off) & (j > i + off - window) & ((i + off - j) % dilation == 0)
+        ),
+        f"dilated_window({window}, {dilation}, N={N}, M={M})",
+        needs=(("N", N), ("M", M)),
+    )
 
 
 def clipped_alibi(slopes, max_distance: int, N: int, M: int):
@@ -235,8 +292,12 @@ def clipped_alibi(slopes, max_distance: int, N: int, M: int):
         dist = torch.clamp(dist, max=D) if _is_torch(dist) else np.minimum(dist, D)
         return s - _table(slopes, s, s.dtype)[h] * dist
 
-    return _Mod(score_mod, f"clipped_alibi({len(slopes)} slopes, {D}, N={N}, M={M})", needs=base.needs,
-                derivative=base.derivative)
+    return _Mod(
+        score_mod,
+        f"clipped_alibi({len(slopes)} slopes, {D}, N={N}, M={M})",
+        needs=base.needs,
+        derivative=base.derivative,
+    )
 
 
 # ------------------------------------------------------------------------------------ checks and index arrays
@@ -245,11 +306,15 @@ def clipped_alibi(slopes, max_distance: int, N: int, M: int):
 def index_arrays(B: int, H: int, i0: int, i1: int, j0: int, j1: int, like=None):
     """`(b, h, i, j)` shaped (B,1,1,1), (1,H,1,1), (1,1,n,1), (1,1,1,m): numpy, or torch on `like`'s device."""
     if _is_torch(like):
-        ar = lambda *a: torch.arange(*a, device=like.device)   # noqa: E731
+        ar = lambda *a: torch.arange(*a, device=like.device)  # noqa: E731
     else:
         ar = np.arange
-    return (ar(B).reshape(B, 1, 1, 1), ar(H).reshape(1, H, 1, 1),
-            ar(i0, i1).reshape(1, 1, -1, 1), ar(j0, j1).reshape(1, 1, 1, -1))
+    return (
+        ar(B).reshape(B, 1, 1, 1),
+        ar(H).reshape(1, H, 1, 1),
+        ar(i0, i1).reshape(1, 1, -1, 1),
+        ar(j0, j1).reshape(1, 1, 1, -1),
+    )
 
 
 def _kept(mask_mod, causal: bool, N: int, M: int, idx):
@@ -262,7 +327,9 @@ def _kept(mask_mod, causal: bool, N: int, M: int, idx):
     return keep
 
 
-def check_mods(mask_mod, score_mod, q_shape, k_shape, like=None, grad: bool = False) -> None:
+def check_mods(
+    mask_mod, score_mod, q_shape, k_shape, like=None, grad: bool = False
+) -> None:
     """Raise a clear error for mods that cannot work on these shapes, before any work.
 
     Checks: 4-D inputs, callables, the shapes a builder was made for, and one probe tile: the mask is
@@ -272,7 +339,9 @@ def check_mods(mask_mod, score_mod, q_shape, k_shape, like=None, grad: bool = Fa
     if mask_mod is None and score_mod is None:
         return
     if len(q_shape) != 4 or len(k_shape) != 4:
-        raise ValueError(f"mask_mod and score_mod need 4-D q, k, v of shape (B, H, N, d), got q of rank {len(q_shape)}")
+        raise ValueError(
+            f"mask_mod and score_mod need 4-D q, k, v of shape (B, H, N, d), got q of rank {len(q_shape)}"
+        )
     dims = dict(B=q_shape[0], H=q_shape[1], N=q_shape[2], M=k_shape[2])
     for name, mod in (("mask_mod", mask_mod), ("score_mod", score_mod)):
         if mod is None:
@@ -281,8 +350,14 @@ def check_mods(mask_mod, score_mod, q_shape, k_shape, like=None, grad: bool = Fa
             raise TypeError(f"{name} must be callable, got {type(mod).__name__}")
         for axis, want, *label in getattr(mod, "needs", ()):
             if dims[axis] != want:
-                what = f": {label[0]} has length {want}" if label else f" is built for {axis} = {want}"
-                raise ValueError(f"{name} {mod!r}{what}, but the inputs have {axis} = {dims[axis]}")
+                what = (
+                    f": {label[0]} has length {want}"
+                    if label
+                    else f" is built for {axis} = {want}"
+                )
+                raise ValueError(
+                    f"{name} {mod!r}{what}, but the inputs have {axis} = {dims[axis]}"
+                )
     B, H, N, M = dims["B"], dims["H"], dims["N"], dims["M"]
     n, m = min(N, 3), min(M, 4)
     if n == 0 or m == 0:
@@ -298,36 +373,56 @@ def _probe_mask(mask_mod, idx, shape) -> None:
     keep = mask_mod(*idx)
     dtype = keep.dtype if _is_torch(keep) else np.asarray(keep).dtype
     if dtype not in (torch.bool, np.dtype(bool)):
-        raise TypeError(f"mask_mod must return booleans (True keeps the key), got {dtype}")
+        raise TypeError(
+            f"mask_mod must return booleans (True keeps the key), got {dtype}"
+        )
     try:
         ok = np.broadcast_shapes(tuple(np.shape(keep)), shape) == shape
     except ValueError:
         ok = False
     if not ok:
-        raise ValueError(f"mask_mod must return a shape that broadcasts to {shape}, got {tuple(np.shape(keep))}")
+        raise ValueError(
+            f"mask_mod must return a shape that broadcasts to {shape}, got {tuple(np.shape(keep))}"
+        )
 
 
 def _numpy(x) -> np.ndarray:
-    return x.detach().cpu().double().numpy() if _is_torch(x) else np.asarray(x, dtype=np.float64)
+    return (
+        x.detach().cpu().double().numpy()
+        if _is_torch(x)
+        else np.asarray(x, dtype=np.float64)
+    )
 
 
 def _probe_score(score_mod, idx, shape, like, grad: bool) -> None:
     if _is_torch(like):
         dt = torch.float64 if like.dtype == torch.float64 else torch.float32
-        s = torch.linspace(-3.0, 3.0, math.prod(shape), dtype=dt, device=like.device).reshape(shape)
+        s = torch.linspace(
+            -3.0, 3.0, math.prod(shape), dtype=dt, device=like.device
+        ).reshape(shape)
     else:
         s = np.linspace(-3.0, 3.0, math.prod(shape)).reshape(shape)
     with torch.enable_grad():
         out = score_mod(s, *idx)
     if tuple(np.shape(out)) != shape:
-        raise ValueError(f"score_mod must return an array of s's shape {shape}, got {tuple(np.shape(out))}")
-    if grad and getattr(out, "requires_grad", False) and getattr(score_mod, "derivative", None) is None:
-        raise ValueError("score_mod uses a tensor that requires grad (a learnable bias?): the kernel's backward "
-                         "returns gradients for q, k and v only; detach it or use attention_reference_torch")
+        raise ValueError(
+            f"score_mod must return an array of s's shape {shape}, got {tuple(np.shape(out))}"
+        )
+    if (
+        grad
+        and getattr(out, "requires_grad", False)
+        and getattr(score_mod, "derivative", None) is None
+    ):
+        raise ValueError(
+            "score_mod uses a tensor that requires grad (a learnable bias?): the kernel's backward "
+            "returns gradients for q, k and v only; detach it or use attention_reference_torch"
+        )
     part = score_mod(s[..., :1], *idx[:3], idx[3][..., :1])
     if not np.allclose(_numpy(part), _numpy(out)[..., :1], rtol=1e-5, atol=1e-6):
-        raise ValueError("score_mod must act elementwise: its value at (b, h, i, j) may depend on s[b, h, i, j] and "
-                         "the indices only (a reduction over a tile would change with the block size)")
+        raise ValueError(
+            "score_mod must act elementwise: its value at (b, h, i, j) may depend on s[b, h, i, j] and "
+            "the indices only (a reduction over a tile would change with the block size)"
+        )
 
 
 # ------------------------------------------------------------------------------------ tiles
@@ -342,7 +437,13 @@ class BlockMask:
     """
 
     def __init__(self, kind, mask_mod, block_q: int, block_k: int, causal: bool):
-        self.kind, self.mask_mod, self.block_q, self.block_k, self.causal = kind, mask_mod, block_q, block_k, causal
+        self.kind, self.mask_mod, self.block_q, self.block_k, self.causal = (
+            kind,
+            mask_mod,
+            block_q,
+            block_k,
+            causal,
+        )
         self.counts = {name: int((kind == k).sum()) for k, name in KINDS.items()}
         self.tiles = int((kind > 0).any(axis=(0, 1)).sum())
 
@@ -361,38 +462,61 @@ def _tile_kinds(mask_mod, B, H, N, M, Br, Bc, causal, like=None) -> np.ndarray:
     """`kind` (B, H, Tr, Tc) by evaluating the mask a few query blocks at a time and counting kept elements per tile."""
     Tr, Tc = -(-N // Br), -(-M // Bc)
     kind = np.zeros((B, H, Tr, Tc), np.int8)
-    widths = np.minimum(Bc, M - Bc * np.arange(Tc))                       # the last key block may be partial
-    rows = max(1, (2**20 // max(M, 1)) // Br) * Br                       # about a million mask elements per call
+    widths = np.minimum(Bc, M - Bc * np.arange(Tc))  # the last key block may be partial
+    rows = (
+        max(1, (2**20 // max(M, 1)) // Br) * Br
+    )  # about a million mask elements per call
     for r0 in range(0, N, rows):
         r1 = min(r0 + rows, N)
         keep = _kept(mask_mod, causal, N, M, index_arrays(B, H, r0, r1, 0, M, like))
         if keep is not None:
             keep = _broadcast(keep, (1, 1, r1 - r0, M))
         else:
-            kind[:, :, r0 // Br: -(-r1 // Br)] = 2
+            kind[:, :, r0 // Br : -(-r1 // Br)] = 2
             continue
         for i0 in range(r0, r1, Br):
             i1 = min(i0 + Br, N)
-            cols = keep[..., i0 - r0: i1 - r0, :].sum(-2)                   # kept per key column: (B', H', M)
+            cols = keep[..., i0 - r0 : i1 - r0, :].sum(
+                -2
+            )  # kept per key column: (B', H', M)
             cols = cols.cpu().numpy() if _is_torch(cols) else np.asarray(cols)
             cols = np.broadcast_to(cols, cols.shape[:-1] + (M,))
             padded = np.zeros(cols.shape[:-1] + (Tc * Bc,), np.int64)
             padded[..., :M] = cols
-            kept = padded.reshape(cols.shape[:-1] + (Tc, Bc)).sum(-1)     # kept per tile: (B', H', Tc)
+            kept = padded.reshape(cols.shape[:-1] + (Tc, Bc)).sum(
+                -1
+            )  # kept per tile: (B', H', Tc)
             row = np.where(kept == 0, 0, np.where(kept == (i1 - i0) * widths, 2, 1))
             kind[:, :, i0 // Br] = np.broadcast_to(row, (B, H, Tc))
     return kind
 
 
-def block_mask(mask_mod, B: int, H: int, N: int, M: int, block_q: int, block_k: int, causal: bool = False) -> BlockMask:
+def block_mask(
+    mask_mod,
+    B: int,
+    H: int,
+    N: int,
+    M: int,
+    block_q: int,
+    block_k: int,
+    causal: bool = False,
+) -> BlockMask:
     """Classify each (block_q × block_k) tile of `mask_mod & causal`: empty (0), partial (1) or full (2).
 
     `mask_mod=None` keeps everything (then only `causal` masks). Returns a `BlockMask`.
     Taught in: notebooks/11_masks_and_score_mods.ipynb
     """
-    B, H, N, M = (_length(x, name) for x, name in ((B, "B"), (H, "H"), (N, "N"), (M, "M")))
+    B, H, N, M = (
+        _length(x, name) for x, name in ((B, "B"), (H, "H"), (N, "N"), (M, "M"))
+    )
     Br, Bc = check_block(block_q, "block_q"), check_block(block_k, "block_k")
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     check_mods(mask_mod, None, (B, H, N, 1), (B, H, M, 1))
-    return BlockMask(_tile_kinds(mask_mod, B, H, N, M, Br, Bc, bool(causal)), mask_mod, Br, Bc, bool(causal))
+    return BlockMask(
+        _tile_kinds(mask_mod, B, H, N, M, Br, Bc, bool(causal)),
+        mask_mod,
+        Br,
+        Bc,
+        bool(causal),
+    )

@@ -22,11 +22,17 @@ import tracemalloc
 
 import numpy as np
 
-from ._checks import check_positive
 from .hardware import chip
+from .validate import check_positive
 
-__all__ = ["peak_bytes", "attention_bytes", "measure_peak_memory", "SOFTMAX_OPS_PER_ELEMENT", "attainable_flops",
-           "attention_traffic"]
+__all__ = [
+    "peak_bytes",
+    "attention_bytes",
+    "measure_peak_memory",
+    "SOFTMAX_OPS_PER_ELEMENT",
+    "attainable_flops",
+    "attention_traffic",
+]
 
 # Operations per element of the safe softmax of notebook 01, the exponential counted as one: the max (1 compare),
 # l = Σ e^(x - m) (subtract, exp, add) and y = e^(x - m) / l (subtract, exp, divide).
@@ -39,12 +45,21 @@ def attainable_flops(intensity, peak: float, bandwidth: float):
     Taught in: notebooks/00_the_memory_wall.ipynb
     """
     if peak <= 0 or bandwidth <= 0:
-        raise ValueError(f"peak and bandwidth must be > 0, got peak={peak}, bandwidth={bandwidth}")
+        raise ValueError(
+            f"peak and bandwidth must be > 0, got peak={peak}, bandwidth={bandwidth}"
+        )
     return np.minimum(peak, np.asarray(intensity, dtype=np.float64) * bandwidth)
 
 
-def attention_traffic(N: int, M: int | None = None, d: int = 64, dv: int | None = None, itemsize: int = 2,
-                      chip_name: str = "A100", softmax_accesses: int = 2) -> list[dict]:
+def attention_traffic(
+    N: int,
+    M: int | None = None,
+    d: int = 64,
+    dv: int | None = None,
+    itemsize: int = 2,
+    chip_name: str = "A100",
+    softmax_accesses: int = 2,
+) -> list[dict]:
     """Per piece of standard attention for one head: FLOPs, HBM bytes, intensity = FLOPs / bytes, and roofline time.
 
     Pieces (FlashAttention's Algorithm 0, one kernel each, every matrix read from and written to HBM):
@@ -60,32 +75,70 @@ def attention_traffic(N: int, M: int | None = None, d: int = 64, dv: int | None 
     """
     M = N if M is None else M
     dv = d if dv is None else dv
-    for name, x in (("N", N), ("M", M), ("d", d), ("dv", dv), ("itemsize", itemsize), ("softmax_accesses", softmax_accesses)):
+    for name, x in (
+        ("N", N),
+        ("M", M),
+        ("d", d),
+        ("dv", dv),
+        ("itemsize", itemsize),
+        ("softmax_accesses", softmax_accesses),
+    ):
         check_positive(x, name)
     c = chip(chip_name)
     bw = c["hbm_bytes_per_s"]
     nm = N * M
     pieces = [
         ("S = scale·QKᵀ", "matmul", 2 * nm * d, (N * d + M * d + nm) * itemsize),
-        ("P = softmax(S)", "non-matmul", SOFTMAX_OPS_PER_ELEMENT * nm, softmax_accesses * nm * itemsize),
+        (
+            "P = softmax(S)",
+            "non-matmul",
+            SOFTMAX_OPS_PER_ELEMENT * nm,
+            softmax_accesses * nm * itemsize,
+        ),
         ("O = PV", "matmul", 2 * nm * dv, (nm + M * dv + N * dv) * itemsize),
     ]
     total_flops = sum(p[2] for p in pieces)
     pieces.append(("standard, total", "mixed", total_flops, sum(p[3] for p in pieces)))
-    pieces.append(("fused: Q, K, V in, O out", "mixed", total_flops, (N * d + M * d + M * dv + N * dv) * itemsize))
+    pieces.append(
+        (
+            "fused: Q, K, V in, O out",
+            "mixed",
+            total_flops,
+            (N * d + M * d + M * dv + N * dv) * itemsize,
+        )
+    )
     rows = []
     for name, kind, flops, nbytes in pieces:
-        if name == "standard, total":                 # three kernels one after another: their times add
-            t_compute, t_memory = sum(r["t_compute"] for r in rows), sum(r["t_memory"] for r in rows)
+        if (
+            name == "standard, total"
+        ):  # three kernels one after another: their times add
+            t_compute, t_memory = (
+                sum(r["t_compute"] for r in rows),
+                sum(r["t_memory"] for r in rows),
+            )
             time = sum(r["time"] for r in rows)
         else:
-            t_compute = (sum(r["t_compute"] for r in rows[:3]) if kind == "mixed"
-                         else flops / c["matmul_flops" if kind == "matmul" else "nonmatmul_flops"])
+            t_compute = (
+                sum(r["t_compute"] for r in rows[:3])
+                if kind == "mixed"
+                else flops
+                / c["matmul_flops" if kind == "matmul" else "nonmatmul_flops"]
+            )
             t_memory = nbytes / bw
             time = max(t_compute, t_memory)
-        rows.append({"piece": name, "kind": kind, "flops": int(flops), "bytes": int(nbytes),
-                     "intensity": flops / nbytes, "t_compute": t_compute, "t_memory": t_memory,
-                     "time": time, "bound": "memory" if t_memory > t_compute else "compute"})
+        rows.append(
+            {
+                "piece": name,
+                "kind": kind,
+                "flops": int(flops),
+                "bytes": int(nbytes),
+                "intensity": flops / nbytes,
+                "t_compute": t_compute,
+                "t_memory": t_memory,
+                "time": time,
+                "bound": "memory" if t_memory > t_compute else "compute",
+            }
+        )
     return rows
 
 
@@ -108,26 +161,44 @@ def peak_bytes(fn, *args, **kwargs) -> tuple[int, object]:
     return peak - start, result
 
 
-def attention_bytes(N: int, M: int | None = None, itemsize: int = 4, heads: int = 1) -> int:
+def attention_bytes(
+    N: int, M: int | None = None, itemsize: int = 4, heads: int = 1
+) -> int:
     """Bytes of the score and probability matrices of standard attention: $2 \\cdot N \\cdot M \\cdot$ itemsize per head."""
     M = N if M is None else M
     if N < 0 or M < 0 or itemsize < 1 or heads < 1:
-        raise ValueError(f"N, M must be >= 0 and itemsize, heads >= 1, got N={N}, M={M}, itemsize={itemsize}, heads={heads}")
+        raise ValueError(
+            f"N, M must be >= 0 and itemsize, heads >= 1, got N={N}, M={M}, itemsize={itemsize}, heads={heads}"
+        )
     return 2 * N * M * itemsize * heads
 
 
-def measure_peak_memory(N: int, d: int = 64, block_q: int = 256, block_k: int = 256, seed: int = 0) -> dict:
+def measure_peak_memory(
+    N: int, d: int = 64, block_q: int = 256, block_k: int = 256, seed: int = 0
+) -> dict:
     """Peak bytes above the inputs of `attention_naive` and `flash_attention_numpy` on float32 inputs (N, d), measured once each.
 
     Uses `lab.peak_bytes` (tracemalloc). The naive version holds S and P: about $2N^2 \\cdot 4$ bytes,
     2 GiB at N = 16384. Returns `naive`, `flash` and the largest output difference `max_diff`.
     Taught in: notebooks/05_tiling.ipynb
     """
-    from .attention import attention_naive, flash_attention_numpy   # the kernels import this module's siblings
+    from .attention import (
+        attention_naive,
+        flash_attention_numpy,
+    )  # the kernels import this module's siblings
 
     N, d = check_positive(N, "N"), check_positive(d, "d")
     rng = np.random.default_rng(seed)
-    q, k, v = (rng.standard_normal((N, d), dtype=np.float32) for _ in range(3))   # (N, d) each
+    q, k, v = (
+        rng.standard_normal((N, d), dtype=np.float32) for _ in range(3)
+    )  # (N, d) each
     naive, o_naive = peak_bytes(attention_naive, q, k, v)
-    flash, (o_flash, _) = peak_bytes(flash_attention_numpy, q, k, v, block_q=block_q, block_k=block_k)
-    return {"N": N, "naive": naive, "flash": flash, "max_diff": float(np.abs(o_naive - o_flash).max())}
+    flash, (o_flash, _) = peak_bytes(
+        flash_attention_numpy, q, k, v, block_q=block_q, block_k=block_k
+    )
+    return {
+        "N": N,
+        "naive": naive,
+        "flash": flash,
+        "max_diff": float(np.abs(o_naive - o_flash).max()),
+    }

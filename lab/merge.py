@@ -24,13 +24,30 @@ from __future__ import annotations
 import numpy as np
 
 from . import trace
-from ._checks import acc_dtype, as_float_array, check_choice, check_qkv, check_scale, group_view, ungroup_view
 from .one_pass import SlowRows
 from .rules import causal_mask, safe_exp_shift
 from .states import SoftmaxState, finalize, merge_states, partial_state
+from .validate import (
+    acc_dtype,
+    as_float_array,
+    check_choice,
+    check_qkv,
+    group_view,
+    ungroup_view,
+)
 
-__all__ = ["ORDERS", "chunk_bounds", "random_chunk_bounds", "merge_plan", "reduce_states", "chunk_state", "split_states",
-           "merge_output_pair", "merge_outputs", "flash_decoding"]
+__all__ = [
+    "ORDERS",
+    "chunk_bounds",
+    "random_chunk_bounds",
+    "merge_plan",
+    "reduce_states",
+    "chunk_state",
+    "split_states",
+    "merge_output_pair",
+    "merge_outputs",
+    "flash_decoding",
+]
 
 ORDERS = ("sequential", "shuffled", "tree")
 
@@ -55,7 +72,9 @@ def chunk_bounds(M: int, splits: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:]))
 
 
-def merge_plan(n: int, order: str = "sequential", *, seed: int = 0) -> list[tuple[int, int]]:
+def merge_plan(
+    n: int, order: str = "sequential", *, seed: int = 0
+) -> list[tuple[int, int]]:
     """The merges of `n` parts, as pairs of slot indices `(a, b)`: slot a becomes merge(a, b) and slot b is used up.
 
     `sequential`: ((0 ⊕ 1) ⊕ 2) ⊕ ...; `shuffled`: the same on a random permutation (seeded);
@@ -70,11 +89,17 @@ def merge_plan(n: int, order: str = "sequential", *, seed: int = 0) -> list[tupl
             plan += [(live[i], live[i + 1]) for i in range(0, len(live) - 1, 2)]
             live = live[::2]
         return plan
-    perm = list(range(n)) if order == "sequential" else [int(i) for i in np.random.default_rng(seed).permutation(n)]
+    perm = (
+        list(range(n))
+        if order == "sequential"
+        else [int(i) for i in np.random.default_rng(seed).permutation(n)]
+    )
     return [(perm[0], b) for b in perm[1:]]
 
 
-def reduce_states(parts, order: str = "sequential", *, seed: int = 0, merge=merge_states):
+def reduce_states(
+    parts, order: str = "sequential", *, seed: int = 0, merge=merge_states
+):
     """Fold `parts` with the binary `merge` (default `merge_states`) following `merge_plan(len(parts), order)`.
 
     $\\bigoplus_c s_c$ in the chosen order; any order gives the same result up to rounding because
@@ -92,7 +117,16 @@ def reduce_states(parts, order: str = "sequential", *, seed: int = 0, merge=merg
     return slots[0] if first is None else slots[first]
 
 
-def chunk_state(q, k_c, v_c, *, start: int = 0, total: int | None = None, causal: bool = False, scale=None) -> SoftmaxState:
+def chunk_state(
+    q,
+    k_c,
+    v_c,
+    *,
+    start: int = 0,
+    total: int | None = None,
+    causal: bool = False,
+    scale=None,
+) -> SoftmaxState:
     """The partial state of every query against one key chunk `k_c (..., Mc, d)`, `v_c (..., Mc, dv)` holding keys `start..start+Mc-1` of `total`.
 
     $S = \\mathrm{scale}\\,Q K_c^\\top$ (masked with the global key index when causal), then
@@ -104,18 +138,33 @@ def chunk_state(q, k_c, v_c, *, start: int = 0, total: int | None = None, causal
     Mc, N = k_c.shape[-2], q.shape[-2]
     total = start + Mc if total is None else int(total)
     if start < 0 or start + Mc > total:
-        raise ValueError(f"the chunk [start, start + Mc) = [{start}, {start + Mc}) must lie inside 0..total={total}")
+        raise ValueError(
+            f"the chunk [start, start + Mc) = [{start}, {start + Mc}) must lie inside 0..total={total}"
+        )
     dt = acc_dtype(q, k_c, v_c)
-    q5, k5, v5 = group_view(q.astype(dt) * dt.type(scale), k_c.astype(dt, copy=False), v_c.astype(dt, copy=False), group)
-    s = q5 @ np.swapaxes(k5, -1, -2)                          # (..., Hkv, G, N, Mc)
+    q5, k5, v5 = group_view(
+        q.astype(dt) * dt.type(scale),
+        k_c.astype(dt, copy=False),
+        v_c.astype(dt, copy=False),
+        group,
+    )
+    s = q5 @ np.swapaxes(k5, -1, -2)  # (..., Hkv, G, N, Mc)
     if causal:
-        s = np.where(causal_mask(N, total, cols=np.arange(start, start + Mc)), s, -np.inf)
+        s = np.where(
+            causal_mask(N, total, cols=np.arange(start, start + Mc)), s, -np.inf
+        )
     m, l, acc = partial_state(s, v5)
     dv = v_c.shape[-1]
-    return SoftmaxState(ungroup_view(m, q.shape, ()), ungroup_view(l, q.shape, ()), ungroup_view(acc, q.shape, (dv,)))
+    return SoftmaxState(
+        ungroup_view(m, q.shape, ()),
+        ungroup_view(l, q.shape, ()),
+        ungroup_view(acc, q.shape, (dv,)),
+    )
 
 
-def split_states(q, k, v, *, splits: int, causal: bool = False, scale=None, bounds=None) -> list[SoftmaxState]:
+def split_states(
+    q, k, v, *, splits: int, causal: bool = False, scale=None, bounds=None
+) -> list[SoftmaxState]:
     """One `chunk_state` per chunk of `chunk_bounds(M, splits)` (or of `bounds`, contiguous chunks covering 0..M), each computed on its own.
 
     K and V are sliced through `SlowRows`, so `lab.trace` counts the rows each chunk was handed.
@@ -130,12 +179,32 @@ def split_states(q, k, v, *, splits: int, causal: bool = False, scale=None, boun
     else:
         bounds = [(int(a), int(b)) for a, b in bounds]
         edges = [a for a, _ in bounds] + [bounds[-1][1]] if bounds else []
-        if len(bounds) != splits or edges[0] != 0 or edges[-1] != M or any(
-                b != a2 for (_, b), (a2, _) in zip(bounds, bounds[1:])) or any(b < a for a, b in bounds):
-            raise ValueError(f"bounds must be {splits} contiguous chunks (j0, j1) covering 0..M={M}, got {bounds}")
-    K, V = SlowRows(k, "k"), SlowRows(v, "v")                 # counts the rows each chunk is handed, into lab.trace
-    return [chunk_state(q, K.load(j0, j1), V.load(j0, j1), start=j0, total=M, causal=causal, scale=scale)
-            for j0, j1 in bounds]
+        if (
+            len(bounds) != splits
+            or edges[0] != 0
+            or edges[-1] != M
+            or any(b != a2 for (_, b), (a2, _) in zip(bounds, bounds[1:]))
+            or any(b < a for a, b in bounds)
+        ):
+            raise ValueError(
+                f"bounds must be {splits} contiguous chunks (j0, j1) covering 0..M={M}, got {bounds}"
+            )
+    K, V = (
+        SlowRows(k, "k"),
+        SlowRows(v, "v"),
+    )  # counts the rows each chunk is handed, into lab.trace
+    return [
+        chunk_state(
+            q,
+            K.load(j0, j1),
+            V.load(j0, j1),
+            start=j0,
+            total=M,
+            causal=causal,
+            scale=scale,
+        )
+        for j0, j1 in bounds
+    ]
 
 
 def _checked_parts(o_parts, lse_parts):
@@ -144,14 +213,22 @@ def _checked_parts(o_parts, lse_parts):
     if not o:
         raise ValueError("o_parts must hold at least one part")
     if len(o) != len(lse):
-        raise ValueError(f"o_parts and lse_parts must have the same number of parts, got {len(o)} and {len(lse)}")
+        raise ValueError(
+            f"o_parts and lse_parts must have the same number of parts, got {len(o)} and {len(lse)}"
+        )
     for oc, lc in zip(o, lse):
         if oc.shape != o[0].shape or lc.shape != lse[0].shape:
-            raise ValueError(f"all parts must share shapes, got o {oc.shape} vs {o[0].shape}, lse {lc.shape} vs {lse[0].shape}")
+            raise ValueError(
+                f"all parts must share shapes, got o {oc.shape} vs {o[0].shape}, lse {lc.shape} vs {lse[0].shape}"
+            )
         if oc.ndim < 1 or oc.shape[:-1] != lc.shape:
-            raise ValueError(f"each o part must be (..., N, dv) with its lse part (..., N), got {oc.shape} and {lc.shape}")
+            raise ValueError(
+                f"each o part must be (..., N, dv) with its lse part (..., N), got {oc.shape} and {lc.shape}"
+            )
         if np.isnan(lc).any() or np.isposinf(lc).any():
-            raise ValueError("lse_parts must not hold NaN or +inf (-inf marks an empty part)")
+            raise ValueError(
+                "lse_parts must not hold NaN or +inf (-inf marks an empty part)"
+            )
         if not np.isfinite(oc).all():
             raise ValueError("o_parts must be finite")
     return o, lse
@@ -175,20 +252,36 @@ def merge_outputs(o_parts, lse_parts):
     """
     o, lse = _checked_parts(o_parts, lse_parts)
     dt = acc_dtype(*o, *lse)
-    o = np.stack(o).astype(dt, copy=False)                    # (C, ..., N, dv)
-    lse = np.stack(lse).astype(dt, copy=False)                # (C, ..., N)
-    m = lse.max(axis=0)                                       # (..., N)
+    o = np.stack(o).astype(dt, copy=False)  # (C, ..., N, dv)
+    lse = np.stack(lse).astype(dt, copy=False)  # (C, ..., N)
+    m = lse.max(axis=0)  # (..., N)
     m_use = safe_exp_shift(m)
-    w = np.exp(lse - m_use)                                   # (C, ..., N) weights e^{lse_c - m}
-    total = w.sum(axis=0)                                     # (..., N)
+    w = np.exp(lse - m_use)  # (C, ..., N) weights e^{lse_c - m}
+    total = w.sum(axis=0)  # (..., N)
     seen = total > 0
-    lse_out = np.where(seen, m_use + np.log(total, out=np.zeros_like(total), where=seen), -np.inf)
-    o_out = np.divide((w[..., None] * o).sum(axis=0), total[..., None],
-                      out=np.zeros(o.shape[1:], dt), where=seen[..., None])
+    lse_out = np.where(
+        seen, m_use + np.log(total, out=np.zeros_like(total), where=seen), -np.inf
+    )
+    o_out = np.divide(
+        (w[..., None] * o).sum(axis=0),
+        total[..., None],
+        out=np.zeros(o.shape[1:], dt),
+        where=seen[..., None],
+    )
     return o_out, lse_out
 
 
-def flash_decoding(q, k, v, *, splits: int, causal: bool = False, scale=None, order: str = "sequential", seed: int = 0):
+def flash_decoding(
+    q,
+    k,
+    v,
+    *,
+    splits: int,
+    causal: bool = False,
+    scale=None,
+    order: str = "sequential",
+    seed: int = 0,
+):
     """Split the keys into `splits` chunks, compute each chunk's $(o_c, lse_c)$ independently, merge them; returns `(o, lse)`.
 
     Per chunk: $o_c = acc_c / l_c$, $lse_c = m_c + \\log l_c$ (`finalize`); then `merge_output_pair`
@@ -199,7 +292,10 @@ def flash_decoding(q, k, v, *, splits: int, causal: bool = False, scale=None, or
     splits = _check_splits(splits)
     check_choice(order, ORDERS, "order")
     q, k, v, _, scale = check_qkv(q, k, v, scale, causal)
-    parts = [finalize(st) for st in split_states(q, k, v, splits=splits, causal=causal, scale=scale)]
+    parts = [
+        finalize(st)
+        for st in split_states(q, k, v, splits=splits, causal=causal, scale=scale)
+    ]
     for o_c, lse_c in parts:
         trace.write("o_parts", trace.nbytes(o_c))
         trace.write("lse_parts", trace.nbytes(lse_c))
@@ -215,6 +311,14 @@ def random_chunk_bounds(M: int, splits: int, *, seed: int = 0) -> list[tuple[int
     splits = _check_splits(splits)
     if isinstance(M, bool) or not isinstance(M, (int, np.integer)) or M < splits:
         raise ValueError(f"M must be an integer >= splits={splits}, got {M!r}")
-    cuts = np.sort(np.random.default_rng(seed).choice(np.arange(1, M), size=splits - 1, replace=False)) if splits > 1 else []
+    cuts = (
+        np.sort(
+            np.random.default_rng(seed).choice(
+                np.arange(1, M), size=splits - 1, replace=False
+            )
+        )
+        if splits > 1
+        else []
+    )
     edges = [0, *(int(c) for c in cuts), int(M)]
     return list(zip(edges[:-1], edges[1:]))

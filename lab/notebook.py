@@ -6,42 +6,52 @@ Taught in: every notebook's setup cell.
 from __future__ import annotations
 
 import random
+import sys
 
 import numpy as np
 
-__all__ = ["setup_notebook", "SEED", "measured", "report", "format_table", "MEASURED_OPEN", "MEASURED_CLOSE"]
+__all__ = [
+    "setup_notebook",
+    "SEED",
+    "measured",
+    "report",
+    "format_table",
+    "MEASURED_OPEN",
+    "MEASURED_CLOSE",
+]
 
 SEED = 0
 
 
 def setup_notebook(seed: int = SEED) -> np.random.Generator:
-    """Seed Python, numpy and torch; short print options; figures legible on a projector.
+    """Seed Python, numpy and torch (if the notebook imported it); short print options; figures legible on a projector.
 
     Returns a seeded `numpy.random.Generator` for the notebook's own draws.
     """
     random.seed(seed)
     np.random.seed(seed)
-    try:
-        import torch
-    except ImportError:  # torch is a dependency, but the numpy notebooks do not need it
-        pass
-    else:
+    torch = sys.modules.get(
+        "torch"
+    )  # seeded when the notebook uses it; never imported here
+    if torch is not None:
         torch.manual_seed(seed)
     np.set_printoptions(precision=4, suppress=True, linewidth=100)
     import matplotlib.pyplot as plt
 
     _inline_figures()
-    plt.rcParams.update({
-        "figure.figsize": (8, 4.5),
-        "figure.dpi": 100,
-        "font.size": 12,
-        "axes.titlesize": 13,
-        "axes.grid": True,
-        "grid.alpha": 0.3,
-        "axes.spines.top": False,
-        "axes.spines.right": False,
-        "savefig.bbox": "tight",
-    })
+    plt.rcParams.update(
+        {
+            "figure.figsize": (8, 4.5),
+            "figure.dpi": 100,
+            "font.size": 12,
+            "axes.titlesize": 13,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "savefig.bbox": "tight",
+        }
+    )
     return np.random.default_rng(seed)
 
 
@@ -87,7 +97,9 @@ def measured(value, fmt: str = ".1e", unit: str = "") -> str:
     return f"{MEASURED_OPEN}{text}{MEASURED_CLOSE}"
 
 
-def report(name: str, value, bound=None, *, op: str = "<", fmt: str = ".1e", unit: str = "") -> bool | None:
+def report(
+    name: str, value, bound=None, *, op: str = "<", fmt: str = ".1e", unit: str = ""
+) -> bool | None:
     """Print `name = ‹value›  (op bound: verdict)` and return the verdict (None without a bound).
 
     The value varies by machine and is masked; the verdict `value op bound` is what strict nbval compares,
@@ -118,7 +130,9 @@ def format_table(rows: list[dict], floats: str = ".1e", measured=()) -> str:
     measured = {measured} if isinstance(measured, str) else set(measured)
     unknown = measured - set(cols)
     if unknown:
-        raise ValueError(f"measured names columns the rows do not have: {sorted(unknown)}")
+        raise ValueError(
+            f"measured names columns the rows do not have: {sorted(unknown)}"
+        )
 
     def cell(x, masked=False):
         if masked:
@@ -128,16 +142,32 @@ def format_table(rows: list[dict], floats: str = ".1e", measured=()) -> str:
         if isinstance(x, (int, np.integer)):
             return f"{int(x):,}"
         if isinstance(x, (float, np.floating)):
-            return f"{float(x):g}" if float(x).is_integer() and abs(x) < 1e6 else format(float(x), floats)
+            return (
+                f"{float(x):g}"
+                if float(x).is_integer() and abs(x) < 1e6
+                else format(float(x), floats)
+            )
         return str(x)
 
     cells = [[cell(r[c], c in measured) for c in cols] for r in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths)))]
+    lines = [
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cols, widths))
+        )
+    ]
     lines.append("  ".join("-" * w for w in widths))
     for r in cells:
-        lines.append("  ".join(x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in enumerate(zip(r, widths))))
+        lines.append(
+            "  ".join(
+                x.ljust(w) if i == 0 else x.rjust(w)
+                for i, (x, w) in enumerate(zip(r, widths))
+            )
+        )
     return "\n".join(lines)
 
 
-_measured_value = measured   # format_table's argument `measured` names columns; this is the function
+_measured_value = (
+    measured  # format_table's argument `measured` names columns; this is the function
+)

@@ -29,14 +29,32 @@ from typing import NamedTuple
 import numpy as np
 
 from . import trace
-from ._checks import (acc_dtype, as_float_array, check_block, check_finite, check_positive, check_qkv, check_scale,
-                      group_view, ungroup_view)
 from .kernels import causal_mask
-from .states import SoftmaxState, empty_state, finalize, merge_states, partial_state
 from .rules import safe_exp_shift
+from .states import SoftmaxState, empty_state, finalize, merge_states, partial_state
+from .validate import (
+    acc_dtype,
+    as_float_array,
+    check_block,
+    check_finite,
+    check_positive,
+    check_qkv,
+    check_scale,
+    group_view,
+    ungroup_view,
+)
 
-__all__ = ["SlowRows", "RowRun", "ROW_METHODS", "attention_row_three_pass", "attention_row_two_pass",
-           "attention_row_one_pass", "compare_row_methods", "one_pass_attention", "one_pass_buffers"]
+__all__ = [
+    "SlowRows",
+    "RowRun",
+    "ROW_METHODS",
+    "attention_row_three_pass",
+    "attention_row_two_pass",
+    "attention_row_one_pass",
+    "compare_row_methods",
+    "one_pass_attention",
+    "one_pass_buffers",
+]
 
 
 class SlowRows:
@@ -53,7 +71,7 @@ class SlowRows:
         self._axis = 0 if a.ndim == 1 else a.ndim - 2
         n = a.shape[self._axis]
         self.loads = np.zeros(n, np.int64)
-        self._stores = None                                   # made by the first store: K and V are never written
+        self._stores = None  # made by the first store: K and V are never written
 
     @property
     def stores(self) -> np.ndarray:
@@ -71,7 +89,11 @@ class SlowRows:
         return float(self.loads.sum()) / max(len(self.loads), 1)
 
     def _rows(self, j0: int, j1: int):
-        return (slice(j0, j1),) if self._axis == 0 else (Ellipsis, slice(j0, j1), slice(None))
+        return (
+            (slice(j0, j1),)
+            if self._axis == 0
+            else (Ellipsis, slice(j0, j1), slice(None))
+        )
 
     def load(self, j0: int, j1: int) -> np.ndarray:
         """Rows j0..j1-1 (a view), counted once each."""
@@ -128,11 +150,15 @@ def _row_inputs(q, k, v, scale):
     if q.ndim != 1:
         raise ValueError(f"q must be one query row of shape (d,), got shape {q.shape}")
     if k.ndim != 2 or v.ndim != 2:
-        raise ValueError(f"k must be (M, d) and v (M, dv), got shapes {k.shape} and {v.shape}")
+        raise ValueError(
+            f"k must be (M, d) and v (M, dv), got shapes {k.shape} and {v.shape}"
+        )
     if k.shape[1] != q.shape[0]:
         raise ValueError(f"q and k must share d, got q {q.shape} and k {k.shape}")
     if k.shape[0] != v.shape[0]:
-        raise ValueError(f"k and v must have the same number of keys M, got {k.shape[0]} and {v.shape[0]}")
+        raise ValueError(
+            f"k and v must have the same number of keys M, got {k.shape[0]} and {v.shape[0]}"
+        )
     if q.shape[0] < 1 or v.shape[1] < 1:
         raise ValueError("q, k and v need a last dim of at least 1")
     for name, a in (("q", q), ("k", k), ("v", v)):
@@ -150,12 +176,32 @@ class _Held:
         self.peak = max(self.peak, sum(trace.nbytes(np.asarray(a)) for a in arrays))
 
 
-def _finish(acc, l, m, dt, out_dtype, K: SlowRows, V: SlowRows, held, steps, S: SlowRows | None = None) -> RowRun:
+def _finish(
+    acc,
+    l,
+    m,
+    dt,
+    out_dtype,
+    K: SlowRows,
+    V: SlowRows,
+    held,
+    steps,
+    S: SlowRows | None = None,
+) -> RowRun:
     o, lse = finalize(SoftmaxState(np.asarray(m, dt), np.asarray(l, dt), acc))
     s_bytes = 0 if S is None else np.dtype(dt).itemsize
     s_writes = 0 if S is None else int(S.stores.sum()) * s_bytes
     s_reads = 0 if S is None else int(S.loads.sum()) * s_bytes
-    return RowRun(o.astype(out_dtype, copy=False), float(lse), K.passes, V.passes, held.peak, s_writes, s_reads, steps)
+    return RowRun(
+        o.astype(out_dtype, copy=False),
+        float(lse),
+        K.passes,
+        V.passes,
+        held.peak,
+        s_writes,
+        s_reads,
+        steps,
+    )
 
 
 def attention_row_three_pass(q, k, v, *, scale=None) -> RowRun:
@@ -168,17 +214,21 @@ def attention_row_three_pass(q, k, v, *, scale=None) -> RowRun:
     q, k, v, scale, dt = _row_inputs(q, k, v, scale)
     held = _Held()
     M = k.shape[0]
-    K, V, S = _slow(k_in, "k"), _slow(v_in, "v"), SlowRows(np.empty(M, dt), "s")   # S: the score row, in slow memory
-    q_s = q.astype(dt) * dt.type(scale)                       # (d,)
+    K, V, S = (
+        _slow(k_in, "k"),
+        _slow(v_in, "v"),
+        SlowRows(np.empty(M, dt), "s"),
+    )  # S: the score row, in slow memory
+    q_s = q.astype(dt) * dt.type(scale)  # (d,)
     trace.read("q", trace.nbytes(q))
     S.store(0, M, K.load(0, M).astype(dt, copy=False) @ q_s)  # write s (M,)
     trace.ops("mul", M * q.size)
-    s = S.load(0, M)                                          # pass 1: the max
+    s = S.load(0, M)  # pass 1: the max
     m = s.max() if M else dt.type(-np.inf)
     m_use = safe_exp_shift(m)
-    l = _exp(S.load(0, M) - m_use).sum(dtype=dt)              # pass 2: the normalizer
-    p = _exp(S.load(0, M) - m_use)                            # pass 3: the weights (M,), times V
-    acc = p @ V.load(0, M).astype(dt, copy=False)             # (dv,)
+    l = _exp(S.load(0, M) - m_use).sum(dtype=dt)  # pass 2: the normalizer
+    p = _exp(S.load(0, M) - m_use)  # pass 3: the weights (M,), times V
+    acc = p @ V.load(0, M).astype(dt, copy=False)  # (dv,)
     held.now(s, p, acc)
     return _finish(acc, l, m, dt, np.result_type(q, k, v), K, V, held, [], S)
 
@@ -199,22 +249,33 @@ def attention_row_two_pass(q, k, v, *, block_k: int = 256, scale=None) -> RowRun
     k_in, v_in = k, v
     q, k, v, scale, dt = _row_inputs(q, k, v, scale)
     held = _Held()
-    K, V = _slow(k_in, "k"), _slow(v_in, "v")              # given as SlowRows: the caller reads the counts
-    q_s = q.astype(dt) * dt.type(scale)                       # (d,)
+    K, V = (
+        _slow(k_in, "k"),
+        _slow(v_in, "v"),
+    )  # given as SlowRows: the caller reads the counts
+    q_s = q.astype(dt) * dt.type(scale)  # (d,)
     steps = []
     trace.read("q", trace.nbytes(q))
     m, l = dt.type(-np.inf), dt.type(0.0)
-    for b, (j0, j1) in enumerate(_blocks(k.shape[0], Bc)):   # pass 1: (m, l) only
-        s_b = K.load(j0, j1).astype(dt, copy=False) @ q_s     # (Bc,)
+    for b, (j0, j1) in enumerate(_blocks(k.shape[0], Bc)):  # pass 1: (m, l) only
+        s_b = K.load(j0, j1).astype(dt, copy=False) @ q_s  # (Bc,)
         m_new = max(m, s_b.max())
-        alpha = _exp(m - m_new)                               # α = e^{m - m'}
+        alpha = _exp(m - m_new)  # α = e^{m - m'}
         l = alpha * l + _exp(s_b - m_new).sum(dtype=dt)
-        steps.append({"block": b, "block_max": float(s_b.max()), "m": float(m_new), "alpha": float(alpha), "l": float(l)})
+        steps.append(
+            {
+                "block": b,
+                "block_max": float(s_b.max()),
+                "m": float(m_new),
+                "alpha": float(alpha),
+                "l": float(l),
+            }
+        )
         m = m_new
         held.now(s_b, m, l)
-    acc = np.zeros(v.shape[1], dt)                            # (dv,)
-    for j0, j1 in _blocks(k.shape[0], Bc):                     # pass 2: K again, and V
-        s_b = K.load(j0, j1).astype(dt, copy=False) @ q_s     # (Bc,) recomputed
+    acc = np.zeros(v.shape[1], dt)  # (dv,)
+    for j0, j1 in _blocks(k.shape[0], Bc):  # pass 2: K again, and V
+        s_b = K.load(j0, j1).astype(dt, copy=False) @ q_s  # (Bc,) recomputed
         s_b -= m
         acc += _exp(s_b, out=s_b) @ V.load(j0, j1).astype(dt, copy=False)
         held.now(s_b, m, l, acc)
@@ -232,23 +293,34 @@ def attention_row_one_pass(q, k, v, *, block_k: int = 256, scale=None) -> RowRun
     k_in, v_in = k, v
     q, k, v, scale, dt = _row_inputs(q, k, v, scale)
     held = _Held()
-    K, V = _slow(k_in, "k"), _slow(v_in, "v")              # given as SlowRows: the caller reads the counts
-    q_s = q.astype(dt) * dt.type(scale)                       # (d,)
+    K, V = (
+        _slow(k_in, "k"),
+        _slow(v_in, "v"),
+    )  # given as SlowRows: the caller reads the counts
+    q_s = q.astype(dt) * dt.type(scale)  # (d,)
     steps = []
     trace.read("q", trace.nbytes(q))
     m, l = dt.type(-np.inf), dt.type(0.0)
-    acc = np.zeros(v.shape[1], dt)                            # (dv,)
+    acc = np.zeros(v.shape[1], dt)  # (dv,)
     for b, (j0, j1) in enumerate(_blocks(k.shape[0], Bc)):
-        k_b, v_b = K.load(j0, j1), V.load(j0, j1)             # the same rows of K and V, once each
-        s_b = k_b.astype(dt, copy=False) @ q_s                # (Bc,)
+        k_b, v_b = K.load(j0, j1), V.load(j0, j1)  # the same rows of K and V, once each
+        s_b = k_b.astype(dt, copy=False) @ q_s  # (Bc,)
         block_max = s_b.max()
-        m_new = max(m, block_max)                             # m'
-        alpha = _exp(m - m_new)                               # α = e^{m - m'}
+        m_new = max(m, block_max)  # m'
+        alpha = _exp(m - m_new)  # α = e^{m - m'}
         s_b -= m_new
-        p_b = _exp(s_b, out=s_b)                              # (Bc,) e^{s_b - m'}, in place of s_b
-        l = alpha * l + p_b.sum(dtype=dt)                     # l'
+        p_b = _exp(s_b, out=s_b)  # (Bc,) e^{s_b - m'}, in place of s_b
+        l = alpha * l + p_b.sum(dtype=dt)  # l'
         acc = alpha * acc + p_b @ v_b.astype(dt, copy=False)  # acc' (dv,)
-        steps.append({"block": b, "block_max": float(block_max), "m": float(m_new), "alpha": float(alpha), "l": float(l)})
+        steps.append(
+            {
+                "block": b,
+                "block_max": float(block_max),
+                "m": float(m_new),
+                "alpha": float(alpha),
+                "l": float(l),
+            }
+        )
         m = m_new
         held.now(p_b, m, l, acc)
     return _finish(acc, l, m, dt, np.result_type(q, k, v), K, V, held, steps)
@@ -278,30 +350,36 @@ def compare_row_methods(q, k, v, *, block_k: int = 256, scale=None) -> list[dict
         kw = {} if fn is attention_row_three_pass else {"block_k": block_k}
         with trace.record() as rec:
             run = fn(q, k, v, scale=scale, **kw)
-        rows.append({
-            "method": name,
-            "passes over K": run.passes_k,
-            "passes over V": run.passes_v,
-            "s written (B)": run.s_writes,
-            "s read (B)": run.s_reads,
-            "held (B)": run.held_bytes,
-            "exponentials": rec.op_counts["exp"],
-            "max |o - ref|": float(np.abs(run.o - ref[0]).max()) if run.o.size else 0.0,
-        })
+        rows.append(
+            {
+                "method": name,
+                "passes over K": run.passes_k,
+                "passes over V": run.passes_v,
+                "s written (B)": run.s_writes,
+                "s read (B)": run.s_reads,
+                "held (B)": run.held_bytes,
+                "exponentials": rec.op_counts["exp"],
+                "max |o - ref|": float(np.abs(run.o - ref[0]).max())
+                if run.o.size
+                else 0.0,
+            }
+        )
     return rows
 
 
-def _block_state(q5, K: SlowRows, V: SlowRows, j0: int, j1: int, dt, causal: bool, N: int, M: int) -> SoftmaxState:
+def _block_state(
+    q5, K: SlowRows, V: SlowRows, j0: int, j1: int, dt, causal: bool, N: int, M: int
+) -> SoftmaxState:
     """The state b of keys j0..j1-1 for every query: $S_b = (\\mathrm{scale}\\,Q) K_b^\\top$, masked, then `partial_state`.
 
     S_b and P_b live only inside this call: what leaves it is the block's (m, l, acc).
     """
-    k_b = K.load(j0, j1).astype(dt, copy=False)               # (..., Bc, d)
-    v_b = V.load(j0, j1).astype(dt, copy=False)               # (..., Bc, dv)
-    s_b = q5 @ np.swapaxes(k_b, -1, -2)                       # (..., N, Bc) S_b
+    k_b = K.load(j0, j1).astype(dt, copy=False)  # (..., Bc, d)
+    v_b = V.load(j0, j1).astype(dt, copy=False)  # (..., Bc, dv)
+    s_b = q5 @ np.swapaxes(k_b, -1, -2)  # (..., N, Bc) S_b
     if causal:
         s_b = np.where(causal_mask(N, M, cols=np.arange(j0, j1)), s_b, -np.inf)
-    return partial_state(s_b, v_b)                            # m_b, l_b (..., N); acc_b (..., N, dv)
+    return partial_state(s_b, v_b)  # m_b, l_b (..., N); acc_b (..., N, dv)
 
 
 def one_pass_attention(q, k, v, *, block_k: int = 64, causal: bool = False, scale=None):
@@ -316,22 +394,34 @@ def one_pass_attention(q, k, v, *, block_k: int = 64, causal: bool = False, scal
     Bc = check_block(block_k, "block_k")
     q, k, v, group, scale = check_qkv(q, k, v, scale, causal)
     dt = acc_dtype(q, k, v)
-    q_s = np.multiply(q, dt.type(scale), dtype=dt)            # (..., N, d) the scaled copy of q, made once
+    q_s = np.multiply(
+        q, dt.type(scale), dtype=dt
+    )  # (..., N, d) the scaled copy of q, made once
     q5, k5, v5 = group_view(q_s, k, v, group)
     K, V = SlowRows(k5, "k"), SlowRows(v5, "v")
     N, M, dv = q.shape[-2], k.shape[-2], v.shape[-1]
     lead = np.broadcast_shapes(q5.shape[:-2], k5.shape[:-2])
-    state = empty_state(lead + (N,), dv, dt)                  # a: m, l (..., N); acc (..., N, dv)
+    state = empty_state(lead + (N,), dv, dt)  # a: m, l (..., N); acc (..., N, dv)
     for j0, j1 in _blocks(M, Bc):
         state = merge_states(state, _block_state(q5, K, V, j0, j1, dt, causal, N, M))
     o, lse = finalize(state)
     trace.write("o", trace.nbytes(o))
     trace.write("lse", trace.nbytes(lse))
-    return ungroup_view(o, q.shape, (dv,)).astype(np.result_type(q, k, v), copy=False), ungroup_view(lse, q.shape, ())
+    return ungroup_view(o, q.shape, (dv,)).astype(
+        np.result_type(q, k, v), copy=False
+    ), ungroup_view(lse, q.shape, ())
 
 
-def one_pass_buffers(N: int, M: int, d: int, dv: int | None = None, *, block_k: int = 64, causal: bool = False,
-                     itemsize: int = 8) -> dict:
+def one_pass_buffers(
+    N: int,
+    M: int,
+    d: int,
+    dv: int | None = None,
+    *,
+    block_k: int = 64,
+    causal: bool = False,
+    itemsize: int = 8,
+) -> dict:
     """What `one_pass_attention` holds at each of its peaks, one head, from the shapes: an analytic count in bytes.
 
     Held throughout: the scaled copy of q (N·d), the running state a (2N + N·dv), and a load count per row
@@ -346,18 +436,36 @@ def one_pass_buffers(N: int, M: int, d: int, dv: int | None = None, *, block_k: 
     """
     N, M, d = check_positive(N, "N"), check_positive(M, "M"), check_positive(d, "d")
     dv = d if dv is None else check_positive(dv, "dv")
-    Bc, e = min(check_block(block_k, "block_k"), M), check_positive(itemsize, "itemsize")
+    Bc, e = (
+        min(check_block(block_k, "block_k"), M),
+        check_positive(itemsize, "itemsize"),
+    )
     state_b = ("state b: m_b, l_b (N each), acc_b (N × dv)", (2 * N + N * dv) * e)
     parts = {
-        "held": [("q · scale (N × d)", N * d * e), ("state a: m, l (N each), acc (N × dv)", (2 * N + N * dv) * e),
-                 ("SlowRows' load counts of K, V (M int64 each)", 2 * M * 8)],
+        "held": [
+            ("q · scale (N × d)", N * d * e),
+            ("state a: m, l (N each), acc (N × dv)", (2 * N + N * dv) * e),
+            ("SlowRows' load counts of K, V (M int64 each)", 2 * M * 8),
+        ],
         "block": [("S_b and P_b (N × Bc each)", 2 * N * Bc * e), state_b],
-        "merge": [state_b, ("m, α_a, α_b, l (N each)", 4 * N * e),
-                  ("acc and one α_b·acc_b product (N × dv each)", 2 * N * dv * e)],
-        "mask": [("S_b before and after the mask (N × Bc each)", 2 * N * Bc * e),
-                 ("the causal mask (N × Bc booleans)", N * Bc)] if causal else [],
+        "merge": [
+            state_b,
+            ("m, α_a, α_b, l (N each)", 4 * N * e),
+            ("acc and one α_b·acc_b product (N × dv each)", 2 * N * dv * e),
+        ],
+        "mask": [
+            ("S_b before and after the mask (N × Bc each)", 2 * N * Bc * e),
+            ("the causal mask (N × Bc booleans)", N * Bc),
+        ]
+        if causal
+        else [],
     }
     phases = ("block", "merge", "mask") if causal else ("block", "merge")
     sizes = {phase: sum(b for _, b in parts["held"] + parts[phase]) for phase in phases}
     peak_phase = max(sizes, key=sizes.get)
-    return {**parts, "bytes": sizes, "peak": sizes[peak_phase], "peak_phase": peak_phase}
+    return {
+        **parts,
+        "bytes": sizes,
+        "peak": sizes[peak_phase],
+        "peak_phase": peak_phase,
+    }

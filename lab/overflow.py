@@ -22,13 +22,30 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ._checks import check_choice
 from .softmax import softmax_naive, softmax_safe
+from .validate import check_choice
 
-__all__ = ["SOFTMAX_DTYPES", "GAPS", "WORKS_EPS", "exp_limits", "works_tolerance", "first_exp_overflow", "score_row",
-           "softmax_error", "softmax_broken", "naive_vs_safe", "first_broken_score", "overflow_table"]
+__all__ = [
+    "SOFTMAX_DTYPES",
+    "GAPS",
+    "WORKS_EPS",
+    "exp_limits",
+    "works_tolerance",
+    "first_exp_overflow",
+    "score_row",
+    "softmax_error",
+    "softmax_broken",
+    "naive_vs_safe",
+    "first_broken_score",
+    "overflow_table",
+]
 
-SOFTMAX_DTYPES = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp32": np.float32, "fp64": np.float64}
+SOFTMAX_DTYPES = {
+    "fp16": np.float16,
+    "bf16": ml_dtypes.bfloat16,
+    "fp32": np.float32,
+    "fp64": np.float64,
+}
 
 # The row every experiment here uses: the largest score s, then s - 1, s - 2, s - 3.
 GAPS = (0.0, 1.0, 2.0, 3.0)
@@ -45,7 +62,9 @@ def _dtype(dtype):
         return SOFTMAX_DTYPES[check_choice(dtype, SOFTMAX_DTYPES, "dtype")]
     dt = np.dtype(dtype)
     if dt not in {np.dtype(v) for v in SOFTMAX_DTYPES.values()}:
-        raise ValueError(f"dtype must be one of {list(SOFTMAX_DTYPES)} (or their numpy dtypes), got {dtype!r}")
+        raise ValueError(
+            f"dtype must be one of {list(SOFTMAX_DTYPES)} (or their numpy dtypes), got {dtype!r}"
+        )
     return dt.type
 
 
@@ -62,11 +81,16 @@ def exp_limits(dtype: str) -> dict:
     Taught in: notebooks/01_three_pass_softmax.ipynb
     """
     fi = _finfo(dtype)
-    return {"dtype": dtype, "max": float(fi.max), "log_max": float(np.log(float(fi.max))),
-            "eps": float(fi.eps),
-            "smallest_normal": float(fi.smallest_normal), "log_normal": float(np.log(float(fi.smallest_normal))),
-            "smallest_subnormal": float(fi.smallest_subnormal),
-            "log_smallest": float(np.log(float(fi.smallest_subnormal)))}
+    return {
+        "dtype": dtype,
+        "max": float(fi.max),
+        "log_max": float(np.log(float(fi.max))),
+        "eps": float(fi.eps),
+        "smallest_normal": float(fi.smallest_normal),
+        "log_normal": float(np.log(float(fi.smallest_normal))),
+        "smallest_subnormal": float(fi.smallest_subnormal),
+        "log_smallest": float(np.log(float(fi.smallest_subnormal))),
+    }
 
 
 def works_tolerance(dtype) -> float:
@@ -82,9 +106,9 @@ def first_exp_overflow(dtype: str, limit: int = 2000) -> int:
 
     Taught in: notebooks/01_three_pass_softmax.ipynb
     """
-    s = np.arange(0, limit + 1)                                      # (limit + 1,)
+    s = np.arange(0, limit + 1)  # (limit + 1,)
     with np.errstate(over="ignore"):
-        e = np.exp(s.astype(_dtype(dtype)))                          # (limit + 1,) in dtype
+        e = np.exp(s.astype(_dtype(dtype)))  # (limit + 1,) in dtype
     hit = np.flatnonzero(np.isinf(e.astype(np.float64)))
     if hit.size == 0:
         raise ValueError(f"exp did not overflow in {dtype} for s <= limit={limit}")
@@ -101,8 +125,10 @@ def score_row(s, dtype: str = "fp64", gaps=GAPS) -> np.ndarray:
         raise ValueError("s must be finite")
     gaps = np.asarray(gaps, dtype=np.float64)
     if gaps.ndim != 1 or gaps.size == 0 or (gaps < 0).any() or gaps.min() != 0:
-        raise ValueError("gaps must be a non-empty 1-D sequence of values >= 0 that contains 0")
-    return (s[..., None] - gaps).astype(_dtype(dtype))               # (..., n)
+        raise ValueError(
+            "gaps must be a non-empty 1-D sequence of values >= 0 that contains 0"
+        )
+    return (s[..., None] - gaps).astype(_dtype(dtype))  # (..., n)
 
 
 def softmax_error(p, ref) -> np.ndarray:
@@ -112,13 +138,19 @@ def softmax_error(p, ref) -> np.ndarray:
     when $p_i = 0$ and as infinitely wrong otherwise; a NaN or inf in `p` makes the row's error inf.
     Taught in: notebooks/01_three_pass_softmax.ipynb
     """
-    p = np.asarray(p).astype(np.float64)                             # (..., n)
-    ref = np.asarray(ref, dtype=np.float64)                          # (..., n)
+    p = np.asarray(p).astype(np.float64)  # (..., n)
+    ref = np.asarray(ref, dtype=np.float64)  # (..., n)
     if p.shape != ref.shape:
-        raise ValueError(f"p and ref must have the same shape, got {p.shape} and {ref.shape}")
+        raise ValueError(
+            f"p and ref must have the same shape, got {p.shape} and {ref.shape}"
+        )
     pos = ref > 0
     with np.errstate(invalid="ignore", divide="ignore"):
-        err = np.where(pos, np.abs(p - ref) / np.where(pos, ref, 1.0), np.where(p == 0, 0.0, np.inf))
+        err = np.where(
+            pos,
+            np.abs(p - ref) / np.where(pos, ref, 1.0),
+            np.where(p == 0, 0.0, np.inf),
+        )
     err = np.where(np.isfinite(p), err, np.inf)
     return err.max(axis=-1)
 
@@ -147,19 +179,31 @@ def naive_vs_safe(s: float, dtypes=tuple(SOFTMAX_DTYPES), gaps=GAPS) -> dict:
     """
     out = {}
     for name in dtypes:
-        x = score_row(s, name, gaps)                                 # (n,) in the dtype
-        ref = _reference(x)                                          # (n,) float64
+        x = score_row(s, name, gaps)  # (n,) in the dtype
+        ref = _reference(x)  # (n,) float64
         naive = softmax_naive(x).astype(np.float64)
         safe = softmax_safe(x).astype(np.float64)
-        naive_err, safe_err = float(softmax_error(naive, ref)), float(softmax_error(safe, ref))
+        naive_err, safe_err = (
+            float(softmax_error(naive, ref)),
+            float(softmax_error(safe, ref)),
+        )
         tol = works_tolerance(name)
-        out[name] = {"naive": naive, "safe": safe, "ref": ref, "tol": tol,
-                     "naive_err": naive_err, "safe_err": safe_err,
-                     "naive_broken": not naive_err <= tol, "safe_broken": not safe_err <= tol}
+        out[name] = {
+            "naive": naive,
+            "safe": safe,
+            "ref": ref,
+            "tol": tol,
+            "naive_err": naive_err,
+            "safe_err": safe_err,
+            "naive_broken": not naive_err <= tol,
+            "safe_broken": not safe_err <= tol,
+        }
     return out
 
 
-def first_broken_score(dtype: str, gaps=GAPS, direction: int = +1, limit: int = 2000) -> int:
+def first_broken_score(
+    dtype: str, gaps=GAPS, direction: int = +1, limit: int = 2000
+) -> int:
     """The first integer largest score s (counting up from 0, or down when `direction=-1`) where the naive softmax breaks.
 
     Broken: an entry off by more than `works_tolerance(dtype)` relative to the float64 softmax of the same stored row
@@ -167,11 +211,13 @@ def first_broken_score(dtype: str, gaps=GAPS, direction: int = +1, limit: int = 
     """
     if direction not in (1, -1):
         raise ValueError(f"direction must be +1 or -1, got {direction!r}")
-    s = direction * np.arange(0, limit + 1)                          # (limit + 1,)
-    x = score_row(s, dtype, gaps)                                    # (limit + 1, n) in the dtype
+    s = direction * np.arange(0, limit + 1)  # (limit + 1,)
+    x = score_row(s, dtype, gaps)  # (limit + 1, n) in the dtype
     hit = np.flatnonzero(softmax_broken(softmax_naive(x), _reference(x), dtype))
     if hit.size == 0:
-        raise ValueError(f"the naive softmax did not break in {dtype} for |s| <= limit={limit}")
+        raise ValueError(
+            f"the naive softmax did not break in {dtype} for |s| <= limit={limit}"
+        )
     return int(s[hit[0]])
 
 

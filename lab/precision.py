@@ -13,7 +13,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ._checks import as_float_array, check_choice
+from .validate import as_float_array, check_choice
 
 __all__ = ["round_to", "truncate_tf32", "FORMATS", "format_info"]
 
@@ -30,11 +30,13 @@ _DTYPES = {
 def _round_tf32(x: np.ndarray) -> np.ndarray:
     """fp32 with an 11-bit significand: quantum $2^{e-10}$ for $x \\in [2^e, 2^{e+1})$, $2^{-136}$ below $2^{-126}$."""
     x64 = x.astype(np.float64)
-    _, e = np.frexp(x64)                                # x = f·2^e, f in [0.5, 1)
-    quantum_exp = np.maximum(e - 1, -126) - 10          # e - 1 is the exponent of the leading bit
+    _, e = np.frexp(x64)  # x = f·2^e, f in [0.5, 1)
+    quantum_exp = (
+        np.maximum(e - 1, -126) - 10
+    )  # e - 1 is the exponent of the leading bit
     rounded = np.ldexp(np.rint(np.ldexp(x64, -quantum_exp)), quantum_exp)
     with np.errstate(over="ignore"):
-        return rounded.astype(np.float32)               # past fp32's max: ±inf, as TF32 overflows
+        return rounded.astype(np.float32)  # past fp32's max: ±inf, as TF32 overflows
 
 
 def round_to(x, fmt: str) -> np.ndarray:
@@ -48,7 +50,9 @@ def round_to(x, fmt: str) -> np.ndarray:
     """
     check_choice(fmt, FORMATS, "fmt")
     with np.errstate(over="ignore"):
-        a = as_float_array(x, "x").astype(np.float32)   # a copy: the input is never touched
+        a = as_float_array(x, "x").astype(
+            np.float32
+        )  # a copy: the input is never touched
     if fmt == "fp32":
         return a
     if fmt == "tf32":
@@ -65,8 +69,12 @@ def truncate_tf32(x) -> np.ndarray:
     Taught in: notebooks/07_precision_in_attention.ipynb
     """
     with np.errstate(over="ignore"):
-        a = as_float_array(x, "x").astype(np.float32)   # a copy: the input is never touched
-    bits = a.view(np.uint32) & np.uint32(0xFFFFE000)    # sign, 8 exponent bits, the top 10 mantissa bits
+        a = as_float_array(x, "x").astype(
+            np.float32
+        )  # a copy: the input is never touched
+    bits = a.view(np.uint32) & np.uint32(
+        0xFFFFE000
+    )  # sign, 8 exponent bits, the top 10 mantissa bits
     return np.where(np.isnan(a), a, bits.view(np.float32))
 
 
@@ -79,8 +87,22 @@ def format_info(fmt: str) -> dict:
     """
     check_choice(fmt, FORMATS, "fmt")
     if fmt == "tf32":
-        return {"max": float((2 - 2.0**-10) * 2.0**127), "tiny": 2.0**-126, "smallest_subnormal": 2.0**-136,
-                "eps": 2.0**-10, "mantissa_bits": 10, "exponent_bits": 8, "bits": 19}
+        return {
+            "max": float((2 - 2.0**-10) * 2.0**127),
+            "tiny": 2.0**-126,
+            "smallest_subnormal": 2.0**-136,
+            "eps": 2.0**-10,
+            "mantissa_bits": 10,
+            "exponent_bits": 8,
+            "bits": 19,
+        }
     fi = np.finfo(np.float32) if fmt == "fp32" else ml_dtypes.finfo(_DTYPES[fmt])
-    return {"max": float(fi.max), "tiny": float(fi.tiny), "smallest_subnormal": float(fi.smallest_subnormal),
-            "eps": float(fi.eps), "mantissa_bits": int(fi.nmant), "exponent_bits": int(fi.nexp), "bits": int(fi.bits)}
+    return {
+        "max": float(fi.max),
+        "tiny": float(fi.tiny),
+        "smallest_subnormal": float(fi.smallest_subnormal),
+        "eps": float(fi.eps),
+        "mantissa_bits": int(fi.nmant),
+        "exponent_bits": int(fi.nexp),
+        "bits": int(fi.bits),
+    }

@@ -19,15 +19,26 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ._checks import as_float_array, check_block, check_choice, check_finite
 from .attention import attention_reference, flash_attention_numpy
-from .precision import FORMATS, format_info, round_to, truncate_tf32
+from .precision import FORMATS, round_to, truncate_tf32
+from .validate import as_float_array, check_block, check_choice, check_finite
 
 __all__ = [
-    "gaussian_qkv", "relative_error", "p_rounding_error", "p_error_grid", "p_underflow",
-    "low_precision_sum", "overflow_threshold", "softmax_in_format",
-    "outlier_qkv", "attention_standard_lowp", "attention_tiled_lowp", "rmse", "matmul_error",
-    "compare_inputs", "FA3_TABLE3_RMSE",
+    "gaussian_qkv",
+    "relative_error",
+    "p_rounding_error",
+    "p_error_grid",
+    "p_underflow",
+    "low_precision_sum",
+    "overflow_threshold",
+    "softmax_in_format",
+    "outlier_qkv",
+    "attention_standard_lowp",
+    "attention_tiled_lowp",
+    "rmse",
+    "matmul_error",
+    "compare_inputs",
+    "FA3_TABLE3_RMSE",
 ]
 
 # FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608), §4.3, Table 3: RMSE against an FP64 reference
@@ -39,8 +50,13 @@ FA3_TABLE3_RMSE = {
     ("tiled", "fp8_e4m3"): 9.1e-3,
 }
 
-_STORAGE = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16,
-            "fp8_e4m3": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2}
+_STORAGE = {
+    "fp32": np.float32,
+    "bf16": ml_dtypes.bfloat16,
+    "fp16": np.float16,
+    "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+    "fp8_e5m2": ml_dtypes.float8_e5m2,
+}
 
 
 def _check_fmt(fmt, name="fmt"):
@@ -54,7 +70,9 @@ def _check_positive(x, name):
     return x
 
 
-def gaussian_qkv(N: int, d: int = 64, spread: float = 1.0, rows: int = 8, seed: int = 0):
+def gaussian_qkv(
+    N: int, d: int = 64, spread: float = 1.0, rows: int = 8, seed: int = 0
+):
     """`rows` queries and `N` keys/values, float32, whose scores $s = q k^\\top/\\sqrt{d}$ have standard deviation `spread`.
 
     $q \\sim \\mathcal N(0, \\mathrm{spread}^2)$, $k, v \\sim \\mathcal N(0, 1)$; returns `q (rows, d), k (N, d), v (N, d)`.
@@ -63,9 +81,9 @@ def gaussian_qkv(N: int, d: int = 64, spread: float = 1.0, rows: int = 8, seed: 
     N, d, rows = check_block(N, "N"), check_block(d, "d"), check_block(rows, "rows")
     spread = _check_positive(spread, "spread")
     rng = np.random.default_rng(seed)
-    q = (rng.standard_normal((rows, d)) * spread).astype(np.float32)   # (rows, d)
-    k = rng.standard_normal((N, d)).astype(np.float32)                 # (N, d)
-    v = rng.standard_normal((N, d)).astype(np.float32)                 # (N, d)
+    q = (rng.standard_normal((rows, d)) * spread).astype(np.float32)  # (rows, d)
+    k = rng.standard_normal((N, d)).astype(np.float32)  # (N, d)
+    v = rng.standard_normal((N, d)).astype(np.float32)  # (N, d)
     return q, k, v
 
 
@@ -74,7 +92,9 @@ def _pair(o, ref) -> tuple[np.ndarray, np.ndarray]:
     o = as_float_array(o, "o").astype(np.float64)
     ref = as_float_array(ref, "ref").astype(np.float64)
     if o.shape != ref.shape:
-        raise ValueError(f"o and ref must have the same shape, got {o.shape} and {ref.shape}")
+        raise ValueError(
+            f"o and ref must have the same shape, got {o.shape} and {ref.shape}"
+        )
     return o, ref
 
 
@@ -85,7 +105,11 @@ def relative_error(o, ref) -> float:
     """
     o, ref = _pair(o, ref)
     den = np.linalg.norm(ref)
-    return float(np.linalg.norm(o - ref) / den) if den > 0 else float(np.linalg.norm(o - ref))
+    return (
+        float(np.linalg.norm(o - ref) / den)
+        if den > 0
+        else float(np.linalg.norm(o - ref))
+    )
 
 
 def rmse(o, ref) -> float:
@@ -105,15 +129,30 @@ def p_rounding_error(q, k, v, fmt: str, *, block_k: int = 128, ref=None) -> floa
     Taught in: notebooks/07_precision.ipynb
     """
     _check_fmt(fmt)
-    q, k, v = (as_float_array(a, n).astype(np.float32) for a, n in ((q, "q"), (k, "k"), (v, "v")))
+    q, k, v = (
+        as_float_array(a, n).astype(np.float32)
+        for a, n in ((q, "q"), (k, "k"), (v, "v"))
+    )
     if ref is None:
-        ref = attention_reference(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64))[0]
-    o, _ = flash_attention_numpy(q, k, v, block_q=max(1, q.shape[-2]), block_k=block_k, p_format=fmt)
+        ref = attention_reference(
+            q.astype(np.float64), k.astype(np.float64), v.astype(np.float64)
+        )[0]
+    o, _ = flash_attention_numpy(
+        q, k, v, block_q=max(1, q.shape[-2]), block_k=block_k, p_format=fmt
+    )
     return relative_error(o, ref)
 
 
-def p_error_grid(Ns, spreads, formats=("fp32", "bf16", "fp16", "fp8_e4m3"), *, d: int = 64, rows: int = 8,
-                 block_k: int = 128, seed: int = 0) -> dict:
+def p_error_grid(
+    Ns,
+    spreads,
+    formats=("fp32", "bf16", "fp16", "fp8_e4m3"),
+    *,
+    d: int = 64,
+    rows: int = 8,
+    block_k: int = 128,
+    seed: int = 0,
+) -> dict:
     """Relative error of `p_rounding_error` for every format, spread and N: `{fmt: array (len(spreads), len(Ns))}`.
 
     The keys of the largest N are drawn once per spread and the first N of them are used for each N.
@@ -129,9 +168,13 @@ def p_error_grid(Ns, spreads, formats=("fp32", "bf16", "fp16", "fp8_e4m3"), *, d
     for a, spread in enumerate(spreads):
         q, k, v = gaussian_qkv(max(Ns), d, spread, rows, seed)
         for b, N in enumerate(Ns):
-            ref = attention_reference(q.astype(np.float64), k[:N].astype(np.float64), v[:N].astype(np.float64))[0]
+            ref = attention_reference(
+                q.astype(np.float64), k[:N].astype(np.float64), v[:N].astype(np.float64)
+            )[0]
             for f in formats:
-                grid[f][a, b] = p_rounding_error(q, k[:N], v[:N], f, block_k=block_k, ref=ref)
+                grid[f][a, b] = p_rounding_error(
+                    q, k[:N], v[:N], f, block_k=block_k, ref=ref
+                )
     return grid
 
 
@@ -148,21 +191,29 @@ def p_underflow(q, k, fmt: str, *, block_k: int = 128) -> dict:
     q = as_float_array(q, "q").astype(np.float32)
     k = as_float_array(k, "k").astype(np.float32)
     if q.ndim != 2 or k.ndim != 2 or q.shape[1] != k.shape[1]:
-        raise ValueError(f"q and k must be (N, d) and (M, d), got {q.shape} and {k.shape}")
+        raise ValueError(
+            f"q and k must be (N, d) and (M, d), got {q.shape} and {k.shape}"
+        )
     check_finite(q, "q")
     check_finite(k, "k")
-    s = (q / np.float32(np.sqrt(q.shape[1]))) @ k.T                   # S: (N, M)
-    m = np.full(q.shape[0], -np.inf, np.float32)                         # running max, (N,)
+    s = (q / np.float32(np.sqrt(q.shape[1]))) @ k.T  # S: (N, M)
+    m = np.full(q.shape[0], -np.inf, np.float32)  # running max, (N,)
     tiles = []
     for j0 in range(0, k.shape[0], Bc):
-        s_j = s[:, j0:j0 + Bc]                                           # S_ij: (N, Bc)
+        s_j = s[:, j0 : j0 + Bc]  # S_ij: (N, Bc)
         m = np.maximum(m, s_j.max(axis=1))
-        tiles.append(np.exp(s_j - m[:, None]))                          # P_ij = exp(S_ij - m_running)
-    p = np.concatenate(tiles, axis=1)                                    # P as formed per tile: (N, M)
-    weight = np.exp(s - s.max(axis=1, keepdims=True))                    # its final softmax weight, unnormalized
+        tiles.append(np.exp(s_j - m[:, None]))  # P_ij = exp(S_ij - m_running)
+    p = np.concatenate(tiles, axis=1)  # P as formed per tile: (N, M)
+    weight = np.exp(
+        s - s.max(axis=1, keepdims=True)
+    )  # its final softmax weight, unnormalized
     zero = (round_to(p, fmt) == 0) & (p > 0)
-    return {"p": p.ravel(), "flushed": float(zero.mean()),
-            "mass_lost": float((weight * zero).sum() / weight.sum()), "fmt": fmt}
+    return {
+        "p": p.ravel(),
+        "flushed": float(zero.mean()),
+        "mass_lost": float((weight * zero).sum() / weight.sum()),
+        "fmt": fmt,
+    }
 
 
 def low_precision_sum(p, fmt: str, block: int = 1) -> np.ndarray:
@@ -178,12 +229,14 @@ def low_precision_sum(p, fmt: str, block: int = 1) -> np.ndarray:
     p = as_float_array(p, "p")
     if p.ndim != 1:
         raise ValueError(f"p must be one-dimensional, got shape {p.shape}")
-    x = round_to(p, fmt)                                                 # (N,)
+    x = round_to(p, fmt)  # (N,)
     nb = -(-x.size // B)
     xb = np.zeros(nb * B, np.float32)
-    xb[:x.size] = x
-    xb = xb.reshape(nb, B)                                               # (blocks, block)
-    part = _accumulate(xb, fmt, axis=1)[:, -1] if B > 1 else xb[:, 0]    # each block's sum, in fmt
+    xb[: x.size] = x
+    xb = xb.reshape(nb, B)  # (blocks, block)
+    part = (
+        _accumulate(xb, fmt, axis=1)[:, -1] if B > 1 else xb[:, 0]
+    )  # each block's sum, in fmt
     return _accumulate(part, fmt, axis=0).astype(np.float64)
 
 
@@ -208,7 +261,7 @@ def overflow_threshold(fmt: str) -> float:
     Taught in: notebooks/07_precision.ipynb
     """
     _check_fmt(fmt)
-    lo, hi = 0.0, 100.0                                                  # exp(0) fits every format; exp(100) none
+    lo, hi = 0.0, 100.0  # exp(0) fits every format; exp(100) none
     for _ in range(60):
         mid = 0.5 * (lo + hi)
         with np.errstate(over="ignore"):
@@ -226,14 +279,24 @@ def softmax_in_format(s, fmt: str, *, subtract_max: bool = True) -> np.ndarray:
     """
     _check_fmt(fmt)
     s = as_float_array(s, "s").astype(np.float32)
-    m = s.max(axis=-1, keepdims=True) if subtract_max else np.zeros(s.shape[:-1] + (1,), np.float32)
+    m = (
+        s.max(axis=-1, keepdims=True)
+        if subtract_max
+        else np.zeros(s.shape[:-1] + (1,), np.float32)
+    )
     with np.errstate(over="ignore", invalid="ignore"):
-        e = round_to(np.exp(s - m), fmt)                                  # (..., M)
+        e = round_to(np.exp(s - m), fmt)  # (..., M)
         return e / e.sum(axis=-1, keepdims=True)
 
 
-def outlier_qkv(shape=(4, 512, 64), *, p: float = 0.001, outlier_std: float = 10.0, seed: int = 0,
-                storage: str | None = "fp16"):
+def outlier_qkv(
+    shape=(4, 512, 64),
+    *,
+    p: float = 0.001,
+    outlier_std: float = 10.0,
+    seed: int = 0,
+    storage: str | None = "fp16",
+):
     """Q, K, V with entries $\\mathcal N(0,1) + \\mathcal N(0, \\sigma^2)\\cdot\\mathrm{Bernoulli}(p)$, as in FlashAttention-3 §4.3.
 
     Returns three arrays of `shape` (H, N, d): float32 rounded to `storage` (fp16 by default, the model's storage
@@ -251,8 +314,12 @@ def outlier_qkv(shape=(4, 512, 64), *, p: float = 0.001, outlier_std: float = 10
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(3):
-        x = rng.standard_normal(shape) + rng.standard_normal(shape) * outlier_std * (rng.random(shape) < p)
-        out.append(x if storage is None else round_to(x.astype(np.float32), storage))   # (H, N, d)
+        x = rng.standard_normal(shape) + rng.standard_normal(shape) * outlier_std * (
+            rng.random(shape) < p
+        )
+        out.append(
+            x if storage is None else round_to(x.astype(np.float32), storage)
+        )  # (H, N, d)
     return tuple(out)
 
 
@@ -260,8 +327,14 @@ def _low_inputs(q, k, v, fmt):
     q, k, v = (as_float_array(a, n) for a, n in ((q, "q"), (k, "k"), (v, "v")))
     for a, n in ((q, "q"), (k, "k"), (v, "v")):
         check_finite(a, n)
-    if q.shape[-1] != k.shape[-1] or k.shape[:-1] != v.shape[:-1] or q.shape[:-2] != k.shape[:-2]:
-        raise ValueError(f"q, k, v must be (..., N, d), (..., M, d), (..., M, dv), got {q.shape}, {k.shape}, {v.shape}")
+    if (
+        q.shape[-1] != k.shape[-1]
+        or k.shape[:-1] != v.shape[:-1]
+        or q.shape[:-2] != k.shape[:-2]
+    ):
+        raise ValueError(
+            f"q, k, v must be (..., N, d), (..., M, d), (..., M, dv), got {q.shape}, {k.shape}, {v.shape}"
+        )
     return tuple(round_to(a, fmt) for a in (q, k, v))
 
 
@@ -274,21 +347,27 @@ def attention_standard_lowp(q, k, v, fmt: str = "fp16") -> np.ndarray:
     """
     _check_fmt(fmt)
     q, k, v = _low_inputs(q, k, v, fmt)
-    s = round_to((q @ np.swapaxes(k, -1, -2)) / np.float32(np.sqrt(q.shape[-1])), "fp16")  # S: (..., N, M)
+    s = round_to(
+        (q @ np.swapaxes(k, -1, -2)) / np.float32(np.sqrt(q.shape[-1])), "fp16"
+    )  # S: (..., N, M)
     p = np.exp(s - s.max(axis=-1, keepdims=True))
-    p = round_to(p / p.sum(axis=-1, keepdims=True), "fp16")             # P: (..., N, M)
-    return round_to(round_to(p, fmt) @ v, "fp16")                        # (..., N, dv)
+    p = round_to(p / p.sum(axis=-1, keepdims=True), "fp16")  # P: (..., N, M)
+    return round_to(round_to(p, fmt) @ v, "fp16")  # (..., N, dv)
 
 
-def attention_tiled_lowp(q, k, v, fmt: str = "fp16", *, block_q: int = 64, block_k: int = 64) -> np.ndarray:
+def attention_tiled_lowp(
+    q, k, v, fmt: str = "fp16", *, block_q: int = 64, block_k: int = 64
+) -> np.ndarray:
     """The tiled kernel with Q, K, V and each $P_{ij}$ rounded to `fmt`, $S_{ij}$, m, l, acc in FP32, and $O$ stored in FP16.
 
     Taught in: notebooks/07_precision_in_attention.ipynb
     """
     _check_fmt(fmt)
     q, k, v = _low_inputs(q, k, v, fmt)
-    o, _ = flash_attention_numpy(q, k, v, block_q=block_q, block_k=block_k, p_format=fmt)
-    return round_to(o, "fp16")                                           # (..., N, dv)
+    o, _ = flash_attention_numpy(
+        q, k, v, block_q=block_q, block_k=block_k, p_format=fmt
+    )
+    return round_to(o, "fp16")  # (..., N, dv)
 
 
 def matmul_error(a, b, fmt: str = "tf32", *, truncate: bool = False) -> float:
@@ -303,7 +382,9 @@ def matmul_error(a, b, fmt: str = "tf32", *, truncate: bool = False) -> float:
     a = as_float_array(a, "a")
     b = as_float_array(b, "b")
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"a and b must be (N, K) and (K, M), got {a.shape} and {b.shape}")
+        raise ValueError(
+            f"a and b must be (N, K) and (K, M), got {a.shape} and {b.shape}"
+        )
     ref = a.astype(np.float64) @ b.astype(np.float64)
     if truncate:
         if fmt != "tf32":
@@ -312,7 +393,9 @@ def matmul_error(a, b, fmt: str = "tf32", *, truncate: bool = False) -> float:
     return relative_error(round_to(a, fmt) @ round_to(b, fmt), ref)
 
 
-def compare_inputs(inputs: dict, formats=("bf16", "fp16", "fp8_e4m3"), *, block: int = 64) -> dict:
+def compare_inputs(
+    inputs: dict, formats=("bf16", "fp16", "fp8_e4m3"), *, block: int = 64
+) -> dict:
     """Experiments 1 and 4 on several input sets: `{name: {"p": {fmt: rel. error}, "rmse": {(alg, fmt): RMSE}, "spread", "rms_ref"}}`.
 
     `inputs` maps a name to `(q, k, v)` of shapes `(..., N, d)`, `(..., M, d)`, `(..., M, dv)`; "p" rounds
@@ -326,14 +409,26 @@ def compare_inputs(inputs: dict, formats=("bf16", "fp16", "fp8_e4m3"), *, block:
     B = check_block(block, "block")
     out = {}
     for name, (q, k, v) in inputs.items():
-        q, k, v = (as_float_array(a, n).astype(np.float32) for a, n in ((q, "q"), (k, "k"), (v, "v")))
-        ref, _ = attention_reference(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64))
-        s = (q.astype(np.float64) @ np.swapaxes(k, -1, -2)) / np.sqrt(q.shape[-1])   # (..., N, M)
+        q, k, v = (
+            as_float_array(a, n).astype(np.float32)
+            for a, n in ((q, "q"), (k, "k"), (v, "v"))
+        )
+        ref, _ = attention_reference(
+            q.astype(np.float64), k.astype(np.float64), v.astype(np.float64)
+        )
+        s = (q.astype(np.float64) @ np.swapaxes(k, -1, -2)) / np.sqrt(
+            q.shape[-1]
+        )  # (..., N, M)
         out[name] = {
             "p": {f: p_rounding_error(q, k, v, f, block_k=B, ref=ref) for f in formats},
-            "rmse": {(alg, f): rmse(fn(q, k, v, f), ref)
-                     for f in ("fp16", "fp8_e4m3")
-                     for alg, fn in (("standard", attention_standard_lowp), ("tiled", attention_tiled_lowp))},
+            "rmse": {
+                (alg, f): rmse(fn(q, k, v, f), ref)
+                for f in ("fp16", "fp8_e4m3")
+                for alg, fn in (
+                    ("standard", attention_standard_lowp),
+                    ("tiled", attention_tiled_lowp),
+                )
+            },
             "spread": float(s.std()),
             "rms_ref": rmse(ref, np.zeros_like(ref)),
         }

@@ -14,8 +14,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ._checks import as_float_array, check_axis, check_block
 from .rules import safe_exp_shift
+from .validate import as_float_array, check_axis, check_block
 
 __all__ = ["softmax_naive", "softmax_safe", "softmax_online", "online_normalizer"]
 
@@ -34,7 +34,9 @@ def _rows(x, axis: int) -> tuple[np.ndarray, int]:
     """Checked float array and normalized axis."""
     a = _float_array(x, "x")
     if np.isnan(a).any() or np.isposinf(a).any():
-        raise ValueError("x must not hold NaN or +inf (-inf, a masked entry, is allowed)")
+        raise ValueError(
+            "x must not hold NaN or +inf (-inf, a masked entry, is allowed)"
+        )
     return a, check_axis(a, axis)
 
 
@@ -64,10 +66,10 @@ def softmax_safe(x, axis: int = -1) -> np.ndarray:
     """
     a, axis = _rows(x, axis)
     w = a.astype(_work_dtype(a), copy=False)
-    m = w.max(axis=axis, keepdims=True)                      # pass 1: the max
-    m = safe_exp_shift(m)                                    # all-masked rows: exp(-inf - 0) = 0
+    m = w.max(axis=axis, keepdims=True)  # pass 1: the max
+    m = safe_exp_shift(m)  # all-masked rows: exp(-inf - 0) = 0
     e = np.exp(w - m)
-    l = e.sum(axis=axis, keepdims=True)                      # pass 2: the normalizer
+    l = e.sum(axis=axis, keepdims=True)  # pass 2: the normalizer
     out = np.divide(e, l, out=np.zeros_like(e), where=l > 0)  # pass 3: normalize
     return out.astype(a.dtype, copy=False)
 
@@ -85,10 +87,10 @@ def online_normalizer(x, block: int, axis: int = -1) -> tuple[np.ndarray, np.nda
     m = np.full(w.shape[:-1], -np.inf, dtype=w.dtype)
     l = np.zeros(w.shape[:-1], dtype=w.dtype)
     for j0 in range(0, w.shape[-1], block):
-        x_b = w[..., j0:j0 + block]
+        x_b = w[..., j0 : j0 + block]
         m_new = np.maximum(m, x_b.max(axis=-1))
-        m_use = safe_exp_shift(m_new)                        # nothing seen yet: keep l = 0
-        alpha = np.exp(m - m_use)                            # α = e^(m − m′)
+        m_use = safe_exp_shift(m_new)  # nothing seen yet: keep l = 0
+        alpha = np.exp(m - m_use)  # α = e^(m − m′)
         l = l * alpha + np.exp(x_b - m_use[..., None]).sum(axis=-1)
         m = m_new
     return m, l

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array, check_block
 from .rules import safe_exp_shift
 from .softmax import online_normalizer, softmax_online, softmax_safe
+from .validate import as_float_array, check_block
 
 __all__ = ["online_trace", "trace_table", "demo_scores", "online_vs_safe"]
 
@@ -24,7 +24,9 @@ def _row(x) -> np.ndarray:
     if a.ndim != 1 or a.shape[0] == 0:
         raise ValueError(f"x must be a non-empty 1-D row, got shape {a.shape}")
     if np.isnan(a).any() or np.isposinf(a).any():
-        raise ValueError("x must not hold NaN or +inf (-inf, a masked entry, is allowed)")
+        raise ValueError(
+            "x must not hold NaN or +inf (-inf, a masked entry, is allowed)"
+        )
     return a.astype(np.result_type(a.dtype, np.float32))
 
 
@@ -40,17 +42,40 @@ def online_trace(x, block: int) -> dict:
     block = check_block(block, "block")
     n = a.shape[0]
     starts = np.arange(0, n, block)
-    cols = {k: [] for k in ("block", "start", "stop", "block_max", "m", "l", "m_new", "alpha", "l_new", "l_direct")}
+    cols = {
+        k: []
+        for k in (
+            "block",
+            "start",
+            "stop",
+            "block_max",
+            "m",
+            "l",
+            "m_new",
+            "alpha",
+            "l_new",
+            "l_direct",
+        )
+    }
     m, l = -np.inf, 0.0
     for b, j0 in enumerate(starts):
-        x_b = a[j0:j0 + block]                               # (≤ block,)
+        x_b = a[j0 : j0 + block]  # (≤ block,)
         m_new = max(m, float(x_b.max()))
-        m_use = safe_exp_shift(m_new)                        # nothing seen yet: l stays 0
-        alpha = float(np.exp(m - m_use))                     # α = e^(m − m′); 0 on the first block
+        m_use = safe_exp_shift(m_new)  # nothing seen yet: l stays 0
+        alpha = float(np.exp(m - m_use))  # α = e^(m − m′); 0 on the first block
         l_new = l * alpha + float(np.exp(x_b - m_use).sum())
-        for k, v in (("block", b), ("start", j0), ("stop", min(j0 + block, n)), ("block_max", float(x_b.max())),
-                     ("m", m), ("l", l), ("m_new", m_new), ("alpha", alpha), ("l_new", l_new),
-                     ("l_direct", float(np.exp(a[:j0 + block] - m_use).sum()))):
+        for k, v in (
+            ("block", b),
+            ("start", j0),
+            ("stop", min(j0 + block, n)),
+            ("block_max", float(x_b.max())),
+            ("m", m),
+            ("l", l),
+            ("m_new", m_new),
+            ("alpha", alpha),
+            ("l_new", l_new),
+            ("l_direct", float(np.exp(a[: j0 + block] - m_use).sum())),
+        ):
             cols[k].append(v)
         m, l = m_new, l_new
     out = {k: np.array(v) for k, v in cols.items()}
@@ -71,14 +96,18 @@ def trace_table(trace: dict, max_rows: int = 8) -> str:
     nb = len(trace["block"])
     for i in range(min(nb, max_rows)):
         rng = f"{trace['start'][i]}–{trace['stop'][i] - 1}"
-        lines.append(f"{trace['block'][i]:>5}  {rng:>9}  {trace['block_max'][i]:>9.3f}  {trace['m'][i]:>9.3f}  "
-                     f"{trace['m_new'][i]:>9.3f}  {trace['alpha'][i]:>14.4f}  {trace['l_new'][i]:>10.4f}")
+        lines.append(
+            f"{trace['block'][i]:>5}  {rng:>9}  {trace['block_max'][i]:>9.3f}  {trace['m'][i]:>9.3f}  "
+            f"{trace['m_new'][i]:>9.3f}  {trace['alpha'][i]:>14.4f}  {trace['l_new'][i]:>10.4f}"
+        )
     if nb > max_rows:
         lines.append(f"... {nb - max_rows} more blocks")
     return "\n".join(lines)
 
 
-def demo_scores(n: int = 64, shift: float = 0.0, scale: float = 1.0, seed: int = 0) -> np.ndarray:
+def demo_scores(
+    n: int = 64, shift: float = 0.0, scale: float = 1.0, seed: int = 0
+) -> np.ndarray:
     """The slider's row: $x = \\text{shift} + \\text{scale}\\cdot z$ with $z$ seeded standard normal (float64, shape (n,)).
 
     Taught in: notebooks/02_online_softmax.ipynb
@@ -86,7 +115,9 @@ def demo_scores(n: int = 64, shift: float = 0.0, scale: float = 1.0, seed: int =
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
     if not (np.isfinite(shift) and np.isfinite(scale)) or scale <= 0:
-        raise ValueError(f"shift must be finite and scale finite and > 0, got shift={shift}, scale={scale}")
+        raise ValueError(
+            f"shift must be finite and scale finite and > 0, got shift={shift}, scale={scale}"
+        )
     z = np.random.default_rng(seed).standard_normal(int(n))  # (n,)
     return shift + scale * z
 
@@ -103,5 +134,11 @@ def online_vs_safe(x, block: int) -> dict:
     m, l = online_normalizer(a, block)
     m_safe = float(a.max())
     l_safe = float(np.exp(a - m_safe).sum()) if np.isfinite(m_safe) else 0.0
-    return {"max_abs_diff": float(np.abs(p_online - p_safe).max()), "m": float(m), "l": float(l),
-            "m_safe": m_safe, "l_safe": l_safe, "p": p_online}
+    return {
+        "max_abs_diff": float(np.abs(p_online - p_safe).max()),
+        "m": float(m),
+        "l": float(l),
+        "m_safe": m_safe,
+        "l_safe": l_safe,
+        "p": p_online,
+    }

@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._checks import as_float_array
 from .rules import safe_exp_shift
+from .validate import as_float_array
 
 __all__ = ["SoftmaxState", "empty_state", "partial_state", "merge_states", "finalize"]
 
@@ -31,10 +31,14 @@ class SoftmaxState(NamedTuple):
 def empty_state(shape, dv: int, dtype=np.float64) -> SoftmaxState:
     """The identity of `merge_states`: $m = -\\infty$, $l = 0$, $acc = 0$ for rows of `shape`."""
     shape = tuple(np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape
-    return SoftmaxState(np.full(shape, -np.inf, dtype), np.zeros(shape, dtype), np.zeros(shape + (dv,), dtype))
+    return SoftmaxState(
+        np.full(shape, -np.inf, dtype),
+        np.zeros(shape, dtype),
+        np.zeros(shape + (dv,), dtype),
+    )
 
 
-_use = safe_exp_shift   # the max to subtract: 0 where no key was seen (m = -inf), so exp(-inf - 0) = 0
+_use = safe_exp_shift  # the max to subtract: 0 where no key was seen (m = -inf), so exp(-inf - 0) = 0
 
 
 def partial_state(s, v) -> SoftmaxState:
@@ -46,9 +50,13 @@ def partial_state(s, v) -> SoftmaxState:
     s = as_float_array(s, "s")
     v = as_float_array(v, "v")
     if s.ndim < 2 or v.ndim < 2:
-        raise ValueError(f"s must be (..., N, Mb) and v (..., Mb, dv), got ranks {s.ndim} and {v.ndim}")
+        raise ValueError(
+            f"s must be (..., N, Mb) and v (..., Mb, dv), got ranks {s.ndim} and {v.ndim}"
+        )
     if s.shape[-1] != v.shape[-2]:
-        raise ValueError(f"s has {s.shape[-1]} keys on its last axis but v has {v.shape[-2]} rows")
+        raise ValueError(
+            f"s has {s.shape[-1]} keys on its last axis but v has {v.shape[-2]} rows"
+        )
     if np.isnan(s).any() or np.isposinf(s).any():
         raise ValueError("s must not hold NaN or +inf (-inf marks a masked key)")
     if not np.isfinite(v).all():
@@ -59,8 +67,8 @@ def partial_state(s, v) -> SoftmaxState:
         m = np.full(s.shape[:-1], -np.inf, dt)
     else:
         m = s.max(axis=-1)
-    p = s - _use(m)[..., None]                                # (..., N, Mb) a new array: s stays as it was
-    np.exp(p, out=p)                                          # P = e^{S - m}, in place of the shifted scores
+    p = s - _use(m)[..., None]  # (..., N, Mb) a new array: s stays as it was
+    np.exp(p, out=p)  # P = e^{S - m}, in place of the shifted scores
     return SoftmaxState(m, p.sum(axis=-1), p @ v.astype(dt, copy=False))
 
 
@@ -78,18 +86,22 @@ def merge_states(a: SoftmaxState, b: SoftmaxState) -> SoftmaxState:
     m_b, l_b, acc_b = (np.asarray(t) for t in b)
     for name, (m_, l_, acc_) in (("a", (m_a, l_a, acc_a)), ("b", (m_b, l_b, acc_b))):
         if l_.shape != m_.shape or acc_.ndim < 1 or acc_.shape[:-1] != m_.shape:
-            raise ValueError(f"{name} must have m, l shaped (..., N) and acc (..., N, dv), "
-                             f"got {m_.shape}, {l_.shape}, {acc_.shape}")
+            raise ValueError(
+                f"{name} must have m, l shaped (..., N) and acc (..., N, dv), "
+                f"got {m_.shape}, {l_.shape}, {acc_.shape}"
+            )
     if m_a.shape != m_b.shape or acc_a.shape != acc_b.shape:
-        raise ValueError(f"a and b must have the same shapes, got m {m_a.shape} vs {m_b.shape}, acc {acc_a.shape} vs {acc_b.shape}")
-    m = np.maximum(m_a, m_b)                                  # (..., N)
-    alpha_a = np.exp(m_a - _use(m))                           # (..., N) e^{m_a - m}: 0 where a saw no key
+        raise ValueError(
+            f"a and b must have the same shapes, got m {m_a.shape} vs {m_b.shape}, acc {acc_a.shape} vs {acc_b.shape}"
+        )
+    m = np.maximum(m_a, m_b)  # (..., N)
+    alpha_a = np.exp(m_a - _use(m))  # (..., N) e^{m_a - m}: 0 where a saw no key
     alpha_b = np.exp(m_b - _use(m))
     l = alpha_a * l_a + alpha_b * l_b
     dt = np.result_type(alpha_a, acc_a, alpha_b, acc_b)
     # alpha[..., None] * acc, written with einsum: the same products, without the 64 KiB buffer numpy's
     # broadcasting multiply allocates; the second product is added in place, so one (..., N, dv) temporary.
-    acc = np.einsum("...,...d->...d", alpha_a, acc_a, dtype=dt)         # (..., N, dv)
+    acc = np.einsum("...,...d->...d", alpha_a, acc_a, dtype=dt)  # (..., N, dv)
     acc += np.einsum("...,...d->...d", alpha_b, acc_b, dtype=dt)
     return SoftmaxState(m, l, acc)
 

@@ -29,27 +29,53 @@ from pathlib import Path
 
 import numpy as np
 
-from ._checks import check_block, check_causal, check_choice, check_positive
 from .hardware import CHIPS, exp_rate
 from .rules import causal_key_end
 from .trace import Recorder
+from .validate import check_block, check_causal, check_choice, check_positive
 
 __all__ = [
-    "SRAM_BYTES", "HARDWARE", "cpu_l2_bytes", "sram_sizes", "fa_block_sizes", "step_footprint",
-    "onchip_footprint", "onchip_fits", "warp_split_exchange", "tile_grid", "tile_counts", "causal_tiles_formula",
-    "standard_traffic", "flash_counts", "flash_traffic_bytes", "theorem2_bytes", "flop_split", "gpu_time_share", "flash_peak_bytes",
+    "SRAM_BYTES",
+    "HARDWARE",
+    "cpu_l2_bytes",
+    "sram_sizes",
+    "fa_block_sizes",
+    "step_footprint",
+    "onchip_footprint",
+    "onchip_fits",
+    "warp_split_exchange",
+    "tile_grid",
+    "tile_counts",
+    "causal_tiles_formula",
+    "standard_traffic",
+    "flash_counts",
+    "flash_traffic_bytes",
+    "theorem2_bytes",
+    "flop_split",
+    "gpu_time_share",
+    "flash_peak_bytes",
 ]
 
 # Shared memory per streaming multiprocessor (SM), from `lab.hardware` (CUDA C++ Programming Guide, "Compute
 # Capabilities": 228 KiB at compute capability 9.0, the H100; 164 KiB at 8.0, the A100, whose 192 KiB of L1 and
 # shared memory together are not all available as shared memory). Keys name the chip and the size.
-SRAM_BYTES = {f"{name} SM ({CHIPS[name]['shared_per_sm'] // 1024} KiB shared)": CHIPS[name]["shared_per_sm"]
-              for name in ("H100", "A100")}
+SRAM_BYTES = {
+    f"{name} SM ({CHIPS[name]['shared_per_sm'] // 1024} KiB shared)": CHIPS[name][
+        "shared_per_sm"
+    ]
+    for name in ("H100", "A100")
+}
 
 # Peak rates per chip in operations per second, from `lab.hardware`: dense FP16/BF16 matmul, FP32 non-matmul,
 # and exponentials on the special-function units (SMs × 16 × clock).
-HARDWARE = {name: {"matmul": c["matmul_flops"], "nonmatmul": c["nonmatmul_flops"], "exp": exp_rate(name)}
-            for name, c in CHIPS.items()}
+HARDWARE = {
+    name: {
+        "matmul": c["matmul_flops"],
+        "nonmatmul": c["nonmatmul_flops"],
+        "exp": exp_rate(name),
+    }
+    for name, c in CHIPS.items()
+}
 
 _CPU_L2_FALLBACK = 1024 * 1024
 
@@ -98,8 +124,14 @@ def fa_block_sizes(sram_bytes: int, d: int, itemsize: int = 2) -> tuple[int, int
     return min(Bc, d), Bc
 
 
-def step_footprint(d: int, block_q: int, block_k: int, dv: int | None = None, itemsize: int = 2,
-                   acc_itemsize: int = 4) -> dict[str, int]:
+def step_footprint(
+    d: int,
+    block_q: int,
+    block_k: int,
+    dv: int | None = None,
+    itemsize: int = 2,
+    acc_itemsize: int = 4,
+) -> dict[str, int]:
     """Bytes on chip during one tile step, all in one memory (the paper's single-SRAM model, a CPU's L2): $Q_i, K_j, V_j, P_{ij}$ in the input dtype, $S_{ij}, m, l, acc$ in the accumulator's.
 
     $B_r d + B_c d + B_c d_v + B_r B_c$ elements of `itemsize`, $B_r B_c + 2 B_r + B_r d_v$ of
@@ -110,18 +142,33 @@ def step_footprint(d: int, block_q: int, block_k: int, dv: int | None = None, it
     d = check_positive(d, "d")
     dv = d if dv is None else check_positive(dv, "dv")
     Br, Bc = check_block(block_q, "block_q"), check_block(block_k, "block_k")
-    itemsize, acc_itemsize = check_positive(itemsize, "itemsize"), check_positive(acc_itemsize, "acc_itemsize")
+    itemsize, acc_itemsize = (
+        check_positive(itemsize, "itemsize"),
+        check_positive(acc_itemsize, "acc_itemsize"),
+    )
     parts = {
-        "Q_i": Br * d * itemsize, "K_j": Bc * d * itemsize, "V_j": Bc * dv * itemsize,
-        "S_ij": Br * Bc * acc_itemsize, "P_ij": Br * Bc * itemsize,
-        "m": Br * acc_itemsize, "l": Br * acc_itemsize, "acc": Br * dv * acc_itemsize,
+        "Q_i": Br * d * itemsize,
+        "K_j": Bc * d * itemsize,
+        "V_j": Bc * dv * itemsize,
+        "S_ij": Br * Bc * acc_itemsize,
+        "P_ij": Br * Bc * itemsize,
+        "m": Br * acc_itemsize,
+        "l": Br * acc_itemsize,
+        "acc": Br * dv * acc_itemsize,
     }
     parts["total"] = sum(parts.values())
     return parts
 
 
-def onchip_footprint(d: int, block_q: int, block_k: int, dv: int | None = None, itemsize: int = 2,
-                     acc_itemsize: int = 4, kv_stages: int = 1) -> dict:
+def onchip_footprint(
+    d: int,
+    block_q: int,
+    block_k: int,
+    dv: int | None = None,
+    itemsize: int = 2,
+    acc_itemsize: int = 4,
+    kv_stages: int = 1,
+) -> dict:
     """Bytes one thread block keeps on chip, split by where a GPU kernel keeps them: registers and shared memory.
 
     Registers: $S_{ij}$ ($B_r B_c$, `acc_itemsize`), $P_{ij}$ ($B_r B_c$, `itemsize`, the operand of the
@@ -134,16 +181,38 @@ def onchip_footprint(d: int, block_q: int, block_k: int, dv: int | None = None, 
     d = check_positive(d, "d")
     dv = d if dv is None else check_positive(dv, "dv")
     Br, Bc = check_block(block_q, "block_q"), check_block(block_k, "block_k")
-    isz, asz = check_positive(itemsize, "itemsize"), check_positive(acc_itemsize, "acc_itemsize")
+    isz, asz = (
+        check_positive(itemsize, "itemsize"),
+        check_positive(acc_itemsize, "acc_itemsize"),
+    )
     stages = check_positive(kv_stages, "kv_stages")
-    registers = {"S_ij": Br * Bc * asz, "P_ij": Br * Bc * isz, "m": Br * asz, "l": Br * asz, "acc": Br * dv * asz}
-    shared = {"Q_i": Br * d * isz, "K_j": stages * Bc * d * isz, "V_j": stages * Bc * dv * isz}
+    registers = {
+        "S_ij": Br * Bc * asz,
+        "P_ij": Br * Bc * isz,
+        "m": Br * asz,
+        "l": Br * asz,
+        "acc": Br * dv * asz,
+    }
+    shared = {
+        "Q_i": Br * d * isz,
+        "K_j": stages * Bc * d * isz,
+        "V_j": stages * Bc * dv * isz,
+    }
     registers["total"], shared["total"] = sum(registers.values()), sum(shared.values())
     return {"registers": registers, "shared": shared}
 
 
-def onchip_fits(chip: str, d: int, block_q: int, block_k: int, dv: int | None = None, itemsize: int = 2,
-                acc_itemsize: int = 4, kv_stages: int = 1, warps: int = 4) -> dict:
+def onchip_fits(
+    chip: str,
+    d: int,
+    block_q: int,
+    block_k: int,
+    dv: int | None = None,
+    itemsize: int = 2,
+    acc_itemsize: int = 4,
+    kv_stages: int = 1,
+    warps: int = 4,
+) -> dict:
     """Whether one thread block of `warps` warps fits `chip`: registers within its budget, shared memory within one block's limit.
 
     Budgets from `lab.hardware`: registers min(`registers_per_sm`, 32w · 255 · 4 B)
@@ -157,15 +226,32 @@ def onchip_fits(chip: str, d: int, block_q: int, block_k: int, dv: int | None = 
     w = check_positive(warps, "warps")
     foot = onchip_footprint(d, block_q, block_k, dv, itemsize, acc_itemsize, kv_stages)
     c = CHIPS[chip]
-    reg_budget = min(c["registers_per_sm"], w * c["warp_size"] * c["registers_per_thread"] * 4)
+    reg_budget = min(
+        c["registers_per_sm"], w * c["warp_size"] * c["registers_per_thread"] * 4
+    )
     regs, shared = foot["registers"]["total"], foot["shared"]["total"]
     ok_r, ok_s = regs <= reg_budget, shared <= c["shared_per_block"]
-    return {**foot, "chip": chip, "warps": w, "register_budget": reg_budget, "shared_budget": c["shared_per_block"],
-            "shared_per_sm": c["shared_per_sm"], "fits_registers": ok_r, "fits_shared": ok_s, "fits": ok_r and ok_s}
+    return {
+        **foot,
+        "chip": chip,
+        "warps": w,
+        "register_budget": reg_budget,
+        "shared_budget": c["shared_per_block"],
+        "shared_per_sm": c["shared_per_sm"],
+        "fits_registers": ok_r,
+        "fits_shared": ok_s,
+        "fits": ok_r and ok_s,
+    }
 
 
-def warp_split_exchange(block_q: int, block_k: int, dv: int, warps: int = 4, split: str = "Q",
-                        acc_itemsize: int = 4) -> dict:
+def warp_split_exchange(
+    block_q: int,
+    block_k: int,
+    dv: int,
+    warps: int = 4,
+    split: str = "Q",
+    acc_itemsize: int = 4,
+) -> dict:
     """Shared-memory bytes the warps of one thread block exchange per tile step to combine their results.
 
     `split="K"` (FlashAttention's partition, "split-K"): the warps share $Q_i$ and each takes $B_c/w$ keys of
@@ -181,8 +267,14 @@ def warp_split_exchange(block_q: int, block_k: int, dv: int, warps: int = 4, spl
     check_choice(split, ("K", "Q"), "split")
     asz = check_positive(acc_itemsize, "acc_itemsize")
     exchanged = w * Br * (dv + 2) * asz if split == "K" else 0
-    return {"split": split, "warps": w, "written": exchanged, "read": exchanged,
-            "per_warp_rows": Br if split == "K" else -(-Br // w), "per_warp_keys": -(-Bc // w) if split == "K" else Bc}
+    return {
+        "split": split,
+        "warps": w,
+        "written": exchanged,
+        "read": exchanged,
+        "per_warp_rows": Br if split == "K" else -(-Br // w),
+        "per_warp_keys": -(-Bc // w) if split == "K" else Bc,
+    }
 
 
 def _checked_shape(N, M, block_q, block_k):
@@ -195,13 +287,17 @@ def _row_blocks(N: int, M: int, Br: int, Bc: int, causal: bool):
     i0 = np.arange(0, N, Br)
     i1 = np.minimum(i0 + Br, N)
     rows = i1 - i0
-    visible = causal_key_end(i1 - 1, N, M) if causal else np.full(i0.shape, M)   # keys the block's last row sees
-    n = -(-visible // Bc)                                     # ceil(visible / Bc)
+    visible = (
+        causal_key_end(i1 - 1, N, M) if causal else np.full(i0.shape, M)
+    )  # keys the block's last row sees
+    n = -(-visible // Bc)  # ceil(visible / Bc)
     keys = np.minimum(n * Bc, M)
     return rows.astype(np.int64), n.astype(np.int64), keys.astype(np.int64)
 
 
-def tile_grid(N: int, M: int, block_q: int, block_k: int, causal: bool = False) -> np.ndarray:
+def tile_grid(
+    N: int, M: int, block_q: int, block_k: int, causal: bool = False
+) -> np.ndarray:
     """Boolean (Tr, Tc) grid: `True` where the kernel computes tile (i, j), i.e. $j B_c < \\min(M, (i+1)B_r + M - N)$ under a causal mask.
 
     A tile is skipped exactly when every (row, key) pair in it is masked.
@@ -213,7 +309,9 @@ def tile_grid(N: int, M: int, block_q: int, block_k: int, causal: bool = False) 
     return np.arange(Tc)[None, :] < n[:, None]
 
 
-def tile_counts(N: int, M: int, block_q: int, block_k: int, causal: bool = False) -> dict:
+def tile_counts(
+    N: int, M: int, block_q: int, block_k: int, causal: bool = False
+) -> dict:
     """$T_r = \\lceil N/B_r \\rceil$, $T_c = \\lceil M/B_c \\rceil$, and the tiles computed: $\\sum_i \\lceil \\mathrm{clip}(\\min((i+1)B_r, N) + M - N, 0, M) / B_c \\rceil$ under a causal mask.
 
     Returns `Tr`, `Tc`, `total` = Tr·Tc, `computed`, `skipped`, and `fraction` = computed / total.
@@ -224,8 +322,14 @@ def tile_counts(N: int, M: int, block_q: int, block_k: int, causal: bool = False
     Tr, Tc = -(-N // Br), -(-M // Bc)
     computed = int(n.sum())
     total = Tr * Tc
-    return {"Tr": Tr, "Tc": Tc, "total": total, "computed": computed, "skipped": total - computed,
-            "fraction": computed / total if total else 0.0}
+    return {
+        "Tr": Tr,
+        "Tc": Tc,
+        "total": total,
+        "computed": computed,
+        "skipped": total - computed,
+        "fraction": computed / total if total else 0.0,
+    }
 
 
 def causal_tiles_formula(N: int, block: int) -> int:
@@ -239,8 +343,14 @@ def causal_tiles_formula(N: int, block: int) -> int:
     return T * (T + 1) // 2
 
 
-def standard_traffic(N: int, M: int | None = None, d: int = 64, dv: int | None = None, itemsize: int = 2,
-                     heads: int = 1) -> Recorder:
+def standard_traffic(
+    N: int,
+    M: int | None = None,
+    d: int = 64,
+    dv: int | None = None,
+    itemsize: int = 2,
+    heads: int = 1,
+) -> Recorder:
     """HBM traffic of standard attention (the paper's Algorithm 0): reads $Nd + Md + 2NM + Md_v$, writes $2NM + Nd_v$ elements.
 
     S = QKᵀ is written, read back for P = softmax(S), P is written and read back for O = PV.
@@ -253,15 +363,35 @@ def standard_traffic(N: int, M: int | None = None, d: int = 64, dv: int | None =
     dv = d if dv is None else check_positive(dv, "dv")
     b = check_positive(itemsize, "itemsize") * check_positive(heads, "heads")
     rec = Recorder()
-    rec.read_by.update({"q": N * d * b, "k": M * d * b, "s": N * M * b, "p": N * M * b, "v": M * dv * b})
+    rec.read_by.update(
+        {
+            "q": N * d * b,
+            "k": M * d * b,
+            "s": N * M * b,
+            "p": N * M * b,
+            "v": M * dv * b,
+        }
+    )
     rec.write_by.update({"s": N * M * b, "p": N * M * b, "o": N * dv * b})
     rec.reads, rec.writes = sum(rec.read_by.values()), sum(rec.write_by.values())
     return rec
 
 
-def flash_counts(N: int, M: int, d: int, dv: int | None = None, *, block_q: int = 64, block_k: int = 64,
-                 causal: bool = False, variant: str = "fa2", itemsize: int = 4, acc_itemsize: int | None = None,
-                 heads: int = 1, kv_heads: int | None = None) -> Recorder:
+def flash_counts(
+    N: int,
+    M: int,
+    d: int,
+    dv: int | None = None,
+    *,
+    block_q: int = 64,
+    block_k: int = 64,
+    causal: bool = False,
+    variant: str = "fa2",
+    itemsize: int = 4,
+    acc_itemsize: int | None = None,
+    heads: int = 1,
+    kv_heads: int | None = None,
+) -> Recorder:
     """Bytes read and written per array and exp/mul/div counts of `flash_attention_numpy`, predicted tile by tile.
 
     With $r_i$ rows in query block i, $n_i$ key blocks it visits and $K_i = \\min(n_i B_c, M)$ keys:
@@ -278,41 +408,93 @@ def flash_counts(N: int, M: int, d: int, dv: int | None = None, *, block_q: int 
     d = check_positive(d, "d")
     dv = d if dv is None else check_positive(dv, "dv")
     isz = check_positive(itemsize, "itemsize")
-    ssz = max(isz, 4) if acc_itemsize is None else check_positive(acc_itemsize, "acc_itemsize")
+    ssz = (
+        max(isz, 4)
+        if acc_itemsize is None
+        else check_positive(acc_itemsize, "acc_itemsize")
+    )
     H = check_positive(heads, "heads")
     Hk = H if kv_heads is None else check_positive(kv_heads, "kv_heads")
     r, n, K = _row_blocks(N, M, Br, Bc, check_causal(causal))
-    tiles_rows = int((r * n).sum())                           # Σ_i r_i n_i: query rows summed over computed tiles
-    keys = int(K.sum())                                       # Σ_i K_i: keys loaded, summed over query blocks
-    score_entries = int((r * K).sum())                        # Σ_i r_i K_i: entries of S computed
+    tiles_rows = int(
+        (r * n).sum()
+    )  # Σ_i r_i n_i: query rows summed over computed tiles
+    keys = int(K.sum())  # Σ_i K_i: keys loaded, summed over query blocks
+    score_entries = int((r * K).sum())  # Σ_i r_i K_i: entries of S computed
     rec = Recorder()
     if variant == "fa2":
-        rec.read_by.update({"q": H * N * d * isz, "k": Hk * keys * d * isz, "v": Hk * keys * dv * isz})
+        rec.read_by.update(
+            {"q": H * N * d * isz, "k": Hk * keys * d * isz, "v": Hk * keys * dv * isz}
+        )
         rec.write_by.update({"o": H * N * dv * isz, "lse": H * N * ssz})
-        rec.op_counts.update({"exp": H * (score_entries + tiles_rows), "mul": H * tiles_rows * (dv + 1),
-                              "div": H * N * dv})
+        rec.op_counts.update(
+            {
+                "exp": H * (score_entries + tiles_rows),
+                "mul": H * tiles_rows * (dv + 1),
+                "div": H * N * dv,
+            }
+        )
     else:
-        rec.read_by.update({"k": Hk * M * d * isz, "v": Hk * M * dv * isz, "q": H * tiles_rows * d * isz,
-                            "o": H * tiles_rows * dv * isz, "l": H * tiles_rows * ssz, "m": H * tiles_rows * ssz})
-        rec.write_by.update({"o": H * (N + tiles_rows) * dv * isz, "l": H * (N + tiles_rows) * ssz,
-                             "m": H * (N + tiles_rows) * ssz})
-        rec.op_counts.update({"exp": H * (score_entries + 2 * tiles_rows), "mul": H * tiles_rows * (2 * dv + 3),
-                              "div": H * tiles_rows * dv})
-    rec.read_by, rec.write_by, rec.op_counts = (+rec.read_by, +rec.write_by, +rec.op_counts)  # drop zeros
+        rec.read_by.update(
+            {
+                "k": Hk * M * d * isz,
+                "v": Hk * M * dv * isz,
+                "q": H * tiles_rows * d * isz,
+                "o": H * tiles_rows * dv * isz,
+                "l": H * tiles_rows * ssz,
+                "m": H * tiles_rows * ssz,
+            }
+        )
+        rec.write_by.update(
+            {
+                "o": H * (N + tiles_rows) * dv * isz,
+                "l": H * (N + tiles_rows) * ssz,
+                "m": H * (N + tiles_rows) * ssz,
+            }
+        )
+        rec.op_counts.update(
+            {
+                "exp": H * (score_entries + 2 * tiles_rows),
+                "mul": H * tiles_rows * (2 * dv + 3),
+                "div": H * tiles_rows * dv,
+            }
+        )
+    rec.read_by, rec.write_by, rec.op_counts = (
+        +rec.read_by,
+        +rec.write_by,
+        +rec.op_counts,
+    )  # drop zeros
     rec.reads, rec.writes = sum(rec.read_by.values()), sum(rec.write_by.values())
     return rec
 
 
-def flash_traffic_bytes(N: int, M: int | None = None, d: int = 64, *, block_q: int = 64, block_k: int = 64,
-                        causal: bool = False, variant: str = "fa2", itemsize: int = 2) -> int:
+def flash_traffic_bytes(
+    N: int,
+    M: int | None = None,
+    d: int = 64,
+    *,
+    block_q: int = 64,
+    block_k: int = 64,
+    causal: bool = False,
+    variant: str = "fa2",
+    itemsize: int = 2,
+) -> int:
     """Total HBM bytes (reads + writes) of the tiled kernel for one head: `flash_counts(...).total`.
 
     Non-causal fa2: $(Nd + T_r M (d + d_v) + N d_v)$·itemsize + N·lse, i.e. Θ(N²d/B_r).
     Taught in: notebooks/05_tiling.ipynb
     """
     M = N if M is None else M
-    return flash_counts(N, M, d, block_q=block_q, block_k=block_k, causal=causal, variant=variant,
-                        itemsize=itemsize).total
+    return flash_counts(
+        N,
+        M,
+        d,
+        block_q=block_q,
+        block_k=block_k,
+        causal=causal,
+        variant=variant,
+        itemsize=itemsize,
+    ).total
 
 
 def theorem2_bytes(N: int, d: int, sram_bytes: int, itemsize: int = 2) -> float:
@@ -322,12 +504,23 @@ def theorem2_bytes(N: int, d: int, sram_bytes: int, itemsize: int = 2) -> float:
     Taught in: notebooks/05_tiling.ipynb
     """
     N, d = check_positive(N, "N", 0), check_positive(d, "d")
-    M_sram = check_positive(sram_bytes, "sram_bytes") / check_positive(itemsize, "itemsize")
+    M_sram = check_positive(sram_bytes, "sram_bytes") / check_positive(
+        itemsize, "itemsize"
+    )
     return N * N * d * d / M_sram * itemsize
 
 
-def flop_split(N: int, M: int | None = None, d: int = 64, dv: int | None = None, *, block_q: int = 64,
-               block_k: int = 64, causal: bool = False, variant: str = "fa2") -> dict:
+def flop_split(
+    N: int,
+    M: int | None = None,
+    d: int = 64,
+    dv: int | None = None,
+    *,
+    block_q: int = 64,
+    block_k: int = 64,
+    causal: bool = False,
+    variant: str = "fa2",
+) -> dict:
     """Matmul FLOPs $2 \\cdot S_{entries} (d + d_v)$ and non-matmul FLOPs $3 \\cdot S_{entries}$ + exp + mul + div, one head.
 
     S_entries is the number of scores computed ($NM$ without a mask); each costs a max, a subtraction
@@ -336,18 +529,29 @@ def flop_split(N: int, M: int | None = None, d: int = 64, dv: int | None = None,
     Taught in: notebooks/06_flashattention2.ipynb
     """
     M = N if M is None else M
-    rec = flash_counts(N, M, d, dv, block_q=block_q, block_k=block_k, causal=causal, variant=variant)
+    rec = flash_counts(
+        N, M, d, dv, block_q=block_q, block_k=block_k, causal=causal, variant=variant
+    )
     dv = d if dv is None else dv
     r, _, K = _row_blocks(N, M, block_q, block_k, check_causal(causal))
     entries = int((r * K).sum())
     ops = Counter(rec.op_counts)
     nonmatmul = 3 * entries + ops["exp"] + ops["mul"] + ops["div"]
-    return {"matmul": 2 * entries * (d + dv), "nonmatmul": nonmatmul, "softmax": 4 * entries,
-            "rescale": nonmatmul - 4 * entries, "entries": entries, "exp": ops["exp"], "mul": ops["mul"],
-            "div": ops["div"]}
+    return {
+        "matmul": 2 * entries * (d + dv),
+        "nonmatmul": nonmatmul,
+        "softmax": 4 * entries,
+        "rescale": nonmatmul - 4 * entries,
+        "entries": entries,
+        "exp": ops["exp"],
+        "mul": ops["mul"],
+        "div": ops["div"],
+    }
 
 
-def gpu_time_share(matmul_flops: float, nonmatmul_flops: float, chip: str = "A100", exp: float = 0) -> dict:
+def gpu_time_share(
+    matmul_flops: float, nonmatmul_flops: float, chip: str = "A100", exp: float = 0
+) -> dict:
     """Time at peak rates: $t_{mm} = F_{mm}/R_{mm}$, $t_{non} = (F_{non} - E)/R_{non} + E/R_{exp}$; share outside matmuls $t_{non}/(t_{mm} + t_{non})$.
 
     `exp` = E of the `nonmatmul_flops` are exponentials, charged at the special-function rate
@@ -358,19 +562,34 @@ def gpu_time_share(matmul_flops: float, nonmatmul_flops: float, chip: str = "A10
     """
     check_choice(chip, tuple(HARDWARE), "chip")
     if matmul_flops < 0 or nonmatmul_flops < 0 or exp < 0:
-        raise ValueError(f"FLOP counts must be >= 0, got {matmul_flops}, {nonmatmul_flops}, exp={exp}")
+        raise ValueError(
+            f"FLOP counts must be >= 0, got {matmul_flops}, {nonmatmul_flops}, exp={exp}"
+        )
     if exp > nonmatmul_flops:
-        raise ValueError(f"exp ({exp}) counts among the non-matmul FLOPs ({nonmatmul_flops}): it cannot exceed them")
+        raise ValueError(
+            f"exp ({exp}) counts among the non-matmul FLOPs ({nonmatmul_flops}): it cannot exceed them"
+        )
     rates = HARDWARE[chip]
     t_mm, t_exp = matmul_flops / rates["matmul"], exp / rates["exp"]
     t_non = (nonmatmul_flops - exp) / rates["nonmatmul"] + t_exp
     total = t_mm + t_non
-    return {"t_matmul": t_mm, "t_exp": t_exp, "t_nonmatmul": t_non, "share": t_non / total if total else 0.0,
-            "ratio": rates["matmul"] / rates["nonmatmul"]}
+    return {
+        "t_matmul": t_mm,
+        "t_exp": t_exp,
+        "t_nonmatmul": t_non,
+        "share": t_non / total if total else 0.0,
+        "ratio": rates["matmul"] / rates["nonmatmul"],
+    }
 
 
-def flash_peak_bytes(N: int, d: int = 64, dv: int | None = None, block_q: int = 64, block_k: int = 64,
-                     itemsize: int = 4) -> int:
+def flash_peak_bytes(
+    N: int,
+    d: int = 64,
+    dv: int | None = None,
+    block_q: int = 64,
+    block_k: int = 64,
+    itemsize: int = 4,
+) -> int:
     """Memory the tiled kernel holds beyond its inputs: $o$ and $lse$ ($N d_v + N$ elements) plus one tile step.
 
     Linear in N: the step's buffers (`step_footprint`, everything in `itemsize` here, as the numpy
@@ -379,5 +598,7 @@ def flash_peak_bytes(N: int, d: int = 64, dv: int | None = None, block_q: int = 
     """
     N, d = check_positive(N, "N", 0), check_positive(d, "d")
     dv = d if dv is None else check_positive(dv, "dv")
-    step = step_footprint(d, block_q, block_k, dv, itemsize=itemsize, acc_itemsize=itemsize)
+    step = step_footprint(
+        d, block_q, block_k, dv, itemsize=itemsize, acc_itemsize=itemsize
+    )
     return N * (dv + 1) * itemsize + step["total"] - step["P_ij"]

@@ -25,30 +25,44 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._checks import check_block, check_causal, check_choice, check_qkv_tensors, check_scale
 from ._tiles import TilePlan, score_mod_grad
 from .kernels.rung1_naive import standard_attention_torch
 from .kernels.rung4_torch_fa2 import layout, tiled_forward, torch_default_blocks
 from .kernels.rung5_torch_lazy import lazy_step
 from .masks import check_mods, index_arrays
+from .validate import (
+    check_block,
+    check_causal,
+    check_choice,
+    check_qkv_tensors,
+    check_scale,
+)
 
-__all__ = ["flash_attention_torch", "flash_attention_torch_forward", "flash_attention_torch_backward",
-           "attention_torch_naive", "FlashAttention"]
+__all__ = [
+    "flash_attention_torch",
+    "flash_attention_torch_forward",
+    "flash_attention_torch_backward",
+    "attention_torch_naive",
+    "FlashAttention",
+]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
-VARIANTS = ("fa2", "lazy")                                            # the forward's rungs, textbook first
-DEFAULT_VARIANT = "fa2"                                               # the faster on a 2-core AMD EPYC
+VARIANTS = ("fa2", "lazy")  # the forward's rungs, textbook first
+DEFAULT_VARIANT = "fa2"  # the faster on a 2-core AMD EPYC
 
 
 def _blocks(q, k, block_q, block_k, group, blocks=None):
     N, M = q.shape[-2], k.shape[-2]
-    if blocks is not None:                                            # a precomputed block mask fixes the tile sizes
+    if blocks is not None:  # a precomputed block mask fixes the tile sizes
         block_q = getattr(blocks, "block_q", None) if block_q is None else block_q
         block_k = getattr(blocks, "block_k", None) if block_k is None else block_k
-    rows = max(1, math.prod(q.shape[:-2]))                            # batch × query heads sharing a tile
+    rows = max(1, math.prod(q.shape[:-2]))  # batch × query heads sharing a tile
     Br, Bc = torch_default_blocks(q.device, max(N, 1), max(M, 1), rows=rows)
-    return (Br if block_q is None else check_block(block_q, "block_q"), Bc if block_k is None else check_block(block_k, "block_k"))
+    return (
+        Br if block_q is None else check_block(block_q, "block_q"),
+        Bc if block_k is None else check_block(block_k, "block_k"),
+    )
 
 
 def _check_common(q, k, v, block_q, block_k, scale, blocks=None, stats=None):
@@ -63,20 +77,38 @@ def _plan(q, k, Br, Bc, causal, mask_mod, score_mod, blocks, grad=False) -> Tile
     """Check the mods (before any work) and plan the tiles: which to compute, which need mask work."""
     check_mods(mask_mod, score_mod, tuple(q.shape), tuple(k.shape), like=q, grad=grad)
     if blocks is not None and q.dim() != 4:
-        raise ValueError(f"block_mask needs 4-D q, k, v of shape (B, H, N, d), got q of rank {q.dim()}")
+        raise ValueError(
+            f"block_mask needs 4-D q, k, v of shape (B, H, N, d), got q of rank {q.dim()}"
+        )
     N, M = q.shape[-2], k.shape[-2]
     shape = (q.shape[0], q.shape[1], N, M) if q.dim() == 4 else (1, 1, N, M)
     return TilePlan(shape, Br, Bc, causal, mask_mod, score_mod, blocks, like=q)
 
 
 def _variant(variant):
-    return DEFAULT_VARIANT if variant is None else check_choice(variant, VARIANTS, "variant")
+    return (
+        DEFAULT_VARIANT
+        if variant is None
+        else check_choice(variant, VARIANTS, "variant")
+    )
 
 
 @torch.no_grad()
-def flash_attention_torch_forward(q, k, v, *, causal: bool = False, scale=None, block_q=None, block_k=None,
-                                  stats: dict | None = None, mask_mod=None, score_mod=None, block_mask=None,
-                                  variant=None):
+def flash_attention_torch_forward(
+    q,
+    k,
+    v,
+    *,
+    causal: bool = False,
+    scale=None,
+    block_q=None,
+    block_k=None,
+    stats: dict | None = None,
+    mask_mod=None,
+    score_mod=None,
+    block_mask=None,
+    variant=None,
+):
     """Tiled FlashAttention-2 forward; returns `(o, lse)` with $o = \\mathrm{softmax}(\\mathrm{scale}\\,QK^\\top)V$ and $lse = m + \\log l$.
 
     For each query block $Q_i$ ($B_r$ rows, all heads at once) the state $m, l, acc$ starts at (the lowest
@@ -94,17 +126,41 @@ def flash_attention_torch_forward(q, k, v, *, causal: bool = False, scale=None, 
     Taught in: notebooks/08_hardware_runs.ipynb, notebooks/11_masks_and_score_mods.ipynb
     """
     variant = _variant(variant)
-    _, Br, Bc, scale = _check_common(q, k, v, block_q, block_k, scale, block_mask, stats)
+    _, Br, Bc, scale = _check_common(
+        q, k, v, block_q, block_k, scale, block_mask, stats
+    )
     plan = _plan(q, k, Br, Bc, check_causal(causal), mask_mod, score_mod, block_mask)
-    o, lse, count = tiled_forward(q, k, v, plan, scale, later_step=lazy_step if variant == "lazy" else None, stats=stats)
+    o, lse, count = tiled_forward(
+        q,
+        k,
+        v,
+        plan,
+        scale,
+        later_step=lazy_step if variant == "lazy" else None,
+        stats=stats,
+    )
     if stats is not None:
         stats.update(count)
     return o, lse
 
 
 @torch.no_grad()
-def flash_attention_torch_backward(q, k, v, o, lse, do, *, causal: bool = False, scale=None,
-                                   block_q=None, block_k=None, mask_mod=None, score_mod=None, block_mask=None):
+def flash_attention_torch_backward(
+    q,
+    k,
+    v,
+    o,
+    lse,
+    do,
+    *,
+    causal: bool = False,
+    scale=None,
+    block_q=None,
+    block_k=None,
+    mask_mod=None,
+    score_mod=None,
+    block_mask=None,
+):
     """FlashAttention-2 backward from the saved `lse`; returns `(dq, dk, dv)` in the input dtype.
 
     $D = \\mathrm{rowsum}(dO \\circ O)$; per tile $P_{ij} = e^{\\mathrm{scale}\\,Q_iK_j^\\top - lse_i}$,
@@ -118,50 +174,78 @@ def flash_attention_torch_backward(q, k, v, o, lse, do, *, causal: bool = False,
     """
     group, Br, Bc, scale = _check_common(q, k, v, block_q, block_k, scale, block_mask)
     if o.shape != q.shape[:-1] + v.shape[-1:] or do.shape != o.shape:
-        raise ValueError(f"o and do must have shape {tuple(q.shape[:-1] + v.shape[-1:])}, got {tuple(o.shape)} and {tuple(do.shape)}")
+        raise ValueError(
+            f"o and do must have shape {tuple(q.shape[:-1] + v.shape[-1:])}, got {tuple(o.shape)} and {tuple(do.shape)}"
+        )
     if lse.shape != q.shape[:-1]:
-        raise ValueError(f"lse must have shape {tuple(q.shape[:-1])}, got {tuple(lse.shape)}")
+        raise ValueError(
+            f"lse must have shape {tuple(q.shape[:-1])}, got {tuple(lse.shape)}"
+        )
     causal = check_causal(causal)
     plan = _plan(q, k, Br, Bc, causal, mask_mod, score_mod, block_mask)
     N, M, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     q4, k3, v3, dt = layout(q, k, v, group)
     Z, G = q4.shape[0], group
-    do4 = do.reshape(Z, G, N, dv).to(dt)                                      # (Z, G, N, dv)
-    D = (do4 * o.reshape(Z, G, N, dv).to(dt)).sum(dim=-1)                     # D = rowsum(dO ∘ O): (Z, G, N)
+    do4 = do.reshape(Z, G, N, dv).to(dt)  # (Z, G, N, dv)
+    D = (do4 * o.reshape(Z, G, N, dv).to(dt)).sum(
+        dim=-1
+    )  # D = rowsum(dO ∘ O): (Z, G, N)
     lse_use = lse.reshape(Z, G, N).to(dt)
-    lse_use = lse_use.masked_fill(lse_use == -math.inf, math.inf)             # rows with no key: P = 0
-    dq = torch.zeros((Z, G, N, d), dtype=dt, device=q.device)                 # (Z, G, N, d)
-    dk = torch.zeros((Z, M, d), dtype=dt, device=q.device)                    # (Z, M, d)
-    dv_ = torch.zeros((Z, M, dv), dtype=dt, device=q.device)                  # (Z, M, dv)
+    lse_use = lse_use.masked_fill(
+        lse_use == -math.inf, math.inf
+    )  # rows with no key: P = 0
+    dq = torch.zeros((Z, G, N, d), dtype=dt, device=q.device)  # (Z, G, N, d)
+    dk = torch.zeros((Z, M, d), dtype=dt, device=q.device)  # (Z, M, d)
+    dv_ = torch.zeros((Z, M, dv), dtype=dt, device=q.device)  # (Z, M, dv)
     for jb, j0 in enumerate(range(0, M, Bc)):
         j1 = min(j0 + Bc, M)
         w = j1 - j0
-        k_j, v_j = k3[:, j0:j1], v3[:, j0:j1]                                 # (Z, Bc, d), (Z, Bc, dv)
-        dk_j, dv_j = dk[:, j0:j1], dv_[:, j0:j1]                              # views, accumulated in place
-        for ib in plan.queries(jb):                                           # query blocks with a kept element here
+        k_j, v_j = k3[:, j0:j1], v3[:, j0:j1]  # (Z, Bc, d), (Z, Bc, dv)
+        dk_j, dv_j = dk[:, j0:j1], dv_[:, j0:j1]  # views, accumulated in place
+        for ib in plan.queries(jb):  # query blocks with a kept element here
             i0, i1 = ib * Br, min(ib * Br + Br, N)
             n = i1 - i0
-            q_i = q4[:, :, i0:i1].to(dt).reshape(Z, G * n, d)                 # (Z, G·Br, d)
-            do_i = do4[:, :, i0:i1].reshape(Z, G * n, dv)                     # (Z, G·Br, dv)
-            s = torch.bmm(q_i, k_j.transpose(1, 2)).mul_(scale)               # S_ij: (Z, G·Br, Bc)
-            raw = s.clone() if plan.score_mod is not None else None           # score_mod's derivative needs S_ij
+            q_i = q4[:, :, i0:i1].to(dt).reshape(Z, G * n, d)  # (Z, G·Br, d)
+            do_i = do4[:, :, i0:i1].reshape(Z, G * n, dv)  # (Z, G·Br, dv)
+            s = torch.bmm(q_i, k_j.transpose(1, 2)).mul_(scale)  # S_ij: (Z, G·Br, Bc)
+            raw = (
+                s.clone() if plan.score_mod is not None else None
+            )  # score_mod's derivative needs S_ij
             keep = None
             if not plan.untouched(ib, jb):
                 view = s.view(plan.B, plan.H, n, w) if plan.mods else s.view(Z, G, n, w)
-                keep = plan.apply(view, i0, i1, j0, j1, ib, jb)              # S'_ij: score_mod, then the mask
-            p = s.sub_(lse_use[:, :, i0:i1].reshape(Z, G * n, 1)).exp_()       # P_ij = exp(S'_ij - lse_i)
-            dv_j.baddbmm_(p.transpose(1, 2), do_i)                            # dV_j += P_ijᵀ dO_i
-            dp = torch.bmm(do_i, v_j.transpose(1, 2))                         # dP_ij: (Z, G·Br, Bc)
-            ds = dp.sub_(D[:, :, i0:i1].reshape(Z, G * n, 1)).mul_(p)         # dS'_ij = P_ij ∘ (dP_ij - D_i)
-            if raw is not None:                                               # dS_ij = dS'_ij ∘ ∂s'/∂s
+                keep = plan.apply(
+                    view, i0, i1, j0, j1, ib, jb
+                )  # S'_ij: score_mod, then the mask
+            p = s.sub_(
+                lse_use[:, :, i0:i1].reshape(Z, G * n, 1)
+            ).exp_()  # P_ij = exp(S'_ij - lse_i)
+            dv_j.baddbmm_(p.transpose(1, 2), do_i)  # dV_j += P_ijᵀ dO_i
+            dp = torch.bmm(do_i, v_j.transpose(1, 2))  # dP_ij: (Z, G·Br, Bc)
+            ds = dp.sub_(D[:, :, i0:i1].reshape(Z, G * n, 1)).mul_(
+                p
+            )  # dS'_ij = P_ij ∘ (dP_ij - D_i)
+            if raw is not None:  # dS_ij = dS'_ij ∘ ∂s'/∂s
                 shape4 = (plan.B, plan.H, n, w)
                 idx = index_arrays(plan.B, plan.H, i0, i1, j0, j1, q)
-                g = score_mod_grad(plan.score_mod, raw.view(shape4), ds.view(shape4), idx)
-                ds = (g if keep is None else g.masked_fill(~keep, 0.0)).reshape(Z, G * n, w)
-            dq[:, :, i0:i1] += torch.bmm(ds, k_j).view(Z, G, n, d) * scale    # dQ_i += scale dS_ij K_j
-            dk_j.baddbmm_(ds.transpose(1, 2), q_i, alpha=scale)               # dK_j += scale dS_ijᵀ Q_i
-            del s, p, dp, ds                                                  # free the tiles before the next ones
-    return (dq.reshape(q.shape).to(q.dtype), dk.reshape(k.shape).to(k.dtype), dv_.reshape(v.shape).to(v.dtype))
+                g = score_mod_grad(
+                    plan.score_mod, raw.view(shape4), ds.view(shape4), idx
+                )
+                ds = (g if keep is None else g.masked_fill(~keep, 0.0)).reshape(
+                    Z, G * n, w
+                )
+            dq[:, :, i0:i1] += (
+                torch.bmm(ds, k_j).view(Z, G, n, d) * scale
+            )  # dQ_i += scale dS_ij K_j
+            dk_j.baddbmm_(
+                ds.transpose(1, 2), q_i, alpha=scale
+            )  # dK_j += scale dS_ijᵀ Q_i
+            del s, p, dp, ds  # free the tiles before the next ones
+    return (
+        dq.reshape(q.shape).to(q.dtype),
+        dk.reshape(k.shape).to(k.dtype),
+        dv_.reshape(v.shape).to(v.dtype),
+    )
 
 
 class FlashAttention(torch.autograd.Function):
@@ -175,17 +259,52 @@ class FlashAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, causal=False, scale=None, block_q=None, block_k=None, mask_mod=None, score_mod=None,
-                stats=None, block_mask=None, variant=None, return_lse=False):
+    def forward(
+        ctx,
+        q,
+        k,
+        v,
+        causal=False,
+        scale=None,
+        block_q=None,
+        block_k=None,
+        mask_mod=None,
+        score_mod=None,
+        stats=None,
+        block_mask=None,
+        variant=None,
+        return_lse=False,
+    ):
         variant = _variant(variant)
-        _, Br, Bc, _ = _check_common(q, k, v, block_q, block_k, scale, block_mask, stats)
+        _, Br, Bc, _ = _check_common(
+            q, k, v, block_q, block_k, scale, block_mask, stats
+        )
         causal = check_causal(causal)
         blocks = _plan(q, k, Br, Bc, causal, mask_mod, score_mod, block_mask).blocks
-        o, lse = flash_attention_torch_forward(q, k, v, causal=causal, scale=scale, block_q=Br, block_k=Bc, stats=stats,
-                                               mask_mod=mask_mod, score_mod=score_mod, block_mask=blocks, variant=variant)
+        o, lse = flash_attention_torch_forward(
+            q,
+            k,
+            v,
+            causal=causal,
+            scale=scale,
+            block_q=Br,
+            block_k=Bc,
+            stats=stats,
+            mask_mod=mask_mod,
+            score_mod=score_mod,
+            block_mask=blocks,
+            variant=variant,
+        )
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.settings = dict(causal=causal, scale=scale, block_q=Br, block_k=Bc, mask_mod=mask_mod, score_mod=score_mod,
-                            block_mask=blocks)
+        ctx.settings = dict(
+            causal=causal,
+            scale=scale,
+            block_q=Br,
+            block_k=Bc,
+            mask_mod=mask_mod,
+            score_mod=score_mod,
+            block_mask=blocks,
+        )
         if not return_lse:
             return o
         ctx.mark_non_differentiable(lse)
@@ -197,13 +316,28 @@ class FlashAttention(torch.autograd.Function):
         """The gradients once (none through lse); a second derivative raises (the kernel's backward is not itself
         differentiable)."""
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = flash_attention_torch_backward(q, k, v, o, lse, do.contiguous(), **ctx.settings)
+        dq, dk, dv = flash_attention_torch_backward(
+            q, k, v, o, lse, do.contiguous(), **ctx.settings
+        )
         return (dq, dk, dv) + (None,) * 10
 
 
-def flash_attention_torch(q, k, v, *, block_q=None, block_k=None, causal: bool = False, scale=None,
-                          return_lse: bool = False, mask_mod=None, score_mod=None, stats: dict | None = None,
-                          block_mask=None, variant=None):
+def flash_attention_torch(
+    q,
+    k,
+    v,
+    *,
+    block_q=None,
+    block_k=None,
+    causal: bool = False,
+    scale=None,
+    return_lse: bool = False,
+    mask_mod=None,
+    score_mod=None,
+    stats: dict | None = None,
+    block_mask=None,
+    variant=None,
+):
     """$o = \\mathrm{softmax}(\\mathrm{scale}\\,QK^\\top)V$ by the tiled kernel, differentiable through `FlashAttention`.
 
     Torch tensors on any device; `None` block sizes mean `torch_default_blocks` for the device.
@@ -213,16 +347,41 @@ def flash_attention_torch(q, k, v, *, block_q=None, block_k=None, causal: bool =
     receives the forward's counts, and `variant` picks its rung, "fa2" or "lazy" (`None`: "fa2").
     Taught in: notebooks/08_hardware_runs.ipynb, notebooks/11_masks_and_score_mods.ipynb
     """
-    variant = _variant(variant)                                              # errors before any work
+    variant = _variant(variant)  # errors before any work
     _check_common(q, k, v, block_q, block_k, scale, block_mask, stats)
     check_causal(causal)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     check_mods(mask_mod, score_mod, tuple(q.shape), tuple(k.shape), like=q, grad=grad)
     if return_lse and not grad:
-        return flash_attention_torch_forward(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k, stats=stats,
-                                             mask_mod=mask_mod, score_mod=score_mod, block_mask=block_mask, variant=variant)
-    return FlashAttention.apply(q, k, v, causal, scale, block_q, block_k, mask_mod, score_mod, stats, block_mask, variant,
-                                return_lse)
+        return flash_attention_torch_forward(
+            q,
+            k,
+            v,
+            causal=causal,
+            scale=scale,
+            block_q=block_q,
+            block_k=block_k,
+            stats=stats,
+            mask_mod=mask_mod,
+            score_mod=score_mod,
+            block_mask=block_mask,
+            variant=variant,
+        )
+    return FlashAttention.apply(
+        q,
+        k,
+        v,
+        causal,
+        scale,
+        block_q,
+        block_k,
+        mask_mod,
+        score_mod,
+        stats,
+        block_mask,
+        variant,
+        return_lse,
+    )
 
 
 def attention_torch_naive(q, k, v, *, causal: bool = False, scale=None):

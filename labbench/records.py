@@ -29,12 +29,23 @@ def record_path(machine: dict, settings: dict, runs_dir: str) -> str:
     stamp = (machine.get("date") or "undated").replace(":", "").replace("-", "")[:13]
     mode = settings.get("mode", "sweep")
     suffix = "" if mode == "sweep" else f"_{_slug(mode)}"
-    return os.path.join(runs_dir, f"{stamp}_{'gpu' if gpu else 'cpu'}_{_slug(gpu or machine.get('cpu') or 'machine')}{suffix}.json")
+    return os.path.join(
+        runs_dir,
+        f"{stamp}_{'gpu' if gpu else 'cpu'}_{_slug(gpu or machine.get('cpu') or 'machine')}{suffix}.json",
+    )
 
 
-def record_run(rows, *, settings: dict, machine: dict | None = None, ceilings: dict | None = None,
-               label: str | None = None, path: str | None = None, extra: dict | None = None,
-               runs_dir: str | None = None) -> str:
+def record_run(
+    rows,
+    *,
+    settings: dict,
+    machine: dict | None = None,
+    ceilings: dict | None = None,
+    label: str | None = None,
+    path: str | None = None,
+    extra: dict | None = None,
+    runs_dir: str | None = None,
+) -> str:
     """Write one run as JSON (schema in lab/data/README.md) to `path` or `record_path(...)` in `runs_dir`; return the path written.
 
     `runs_dir` defaults to `lab.user_runs_dir()`, outside the repository; `machine` to
@@ -42,11 +53,22 @@ def record_run(rows, *, settings: dict, machine: dict | None = None, ceilings: d
     """
     machine = describe_machine() if machine is None else machine
     gpu = (machine.get("gpu") or {}).get("name")
-    label = label or (f"{gpu} (GPU)" if gpu else
-                      f"{machine.get('cpu')} ({machine.get('cores')} CPU cores, {machine.get('torch_threads')} torch "
-                      f"thread{'' if machine.get('torch_threads') == 1 else 's'})")
-    record = {"schema": 1, "kind": "measured", "label": label, "date": machine.get("date"), "machine": machine,
-              "settings": settings, "ceilings": ceilings, "results": list(rows)}
+    label = label or (
+        f"{gpu} (GPU)"
+        if gpu
+        else f"{machine.get('cpu')} ({machine.get('cores')} CPU cores, {machine.get('torch_threads')} torch "
+        f"thread{'' if machine.get('torch_threads') == 1 else 's'})"
+    )
+    record = {
+        "schema": 1,
+        "kind": "measured",
+        "label": label,
+        "date": machine.get("date"),
+        "machine": machine,
+        "settings": settings,
+        "ceilings": ceilings,
+        "results": list(rows),
+    }
     record.update(extra or {})
     if path is None:
         runs_dir = user_runs_dir() if runs_dir is None else runs_dir

@@ -24,17 +24,19 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 @dataclass
 class Exercise:
     number: int
-    spec: str              # the markdown cells between the previous exercise and this stub
+    spec: str  # the markdown cells between the previous exercise and this stub
     stub: str
     solution: str
     check: str
-    setup: list            # the notebook's setup code (imports, lab.setup_notebook()), in order
-    before: list           # the exercise section's code before this stub: earlier solutions and checks
+    setup: list  # the notebook's setup code (imports, lab.setup_notebook()), in order
+    before: list  # the exercise section's code before this stub: earlier solutions and checks
 
 
 def _runnable(source: str) -> str:
     """Drop IPython-only lines (magics, shell escapes) so plain exec runs the cell."""
-    return "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    return "\n".join(
+        line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))
+    )
 
 
 def exercises(name: str) -> list[Exercise]:
@@ -50,21 +52,52 @@ def exercises(name: str) -> list[Exercise]:
     i = 0
     while i < len(cells):
         c = cells[i]
-        if c.cell_type == "markdown" and any(line.strip() == "## Exercises" for line in c.source.splitlines()):
+        if c.cell_type == "markdown" and any(
+            line.strip() == "## Exercises" for line in c.source.splitlines()
+        ):
             started = True
         if started and c.cell_type == "markdown":
             spec.append(c.source)
-        is_stub = "raise NotImplementedError" in c.source and "solution" not in c.metadata.get("tags", [])
+        is_stub = (
+            "raise NotImplementedError" in c.source
+            and "solution" not in c.metadata.get("tags", [])
+        )
         if started and c.cell_type == "code" and not is_stub:
             before.append(_runnable(c.source))
         if started and c.cell_type == "code" and is_stub:
-            sol = next(j for j in range(i + 1, len(cells)) if "solution" in cells[j].metadata.get("tags", []))
-            chk = next(j for j in range(sol + 1, len(cells)) if cells[j].cell_type == "code"
-                       and "solution" not in cells[j].metadata.get("tags", []))
-            number = int((re.search(r"[Ee]xercise (\d+)", c.source) or re.search(r"(\d+)", str(len(out) + 1))).group(1))
-            out.append(Exercise(number, "\n".join(spec), c.source, _runnable(cells[sol].source),
-                                _runnable(cells[chk].source), setup, list(before)))
-            before += [_runnable(cells[j].source) for j in range(i + 1, chk + 1) if cells[j].cell_type == "code"]
+            sol = next(
+                j
+                for j in range(i + 1, len(cells))
+                if "solution" in cells[j].metadata.get("tags", [])
+            )
+            chk = next(
+                j
+                for j in range(sol + 1, len(cells))
+                if cells[j].cell_type == "code"
+                and "solution" not in cells[j].metadata.get("tags", [])
+            )
+            number = int(
+                (
+                    re.search(r"[Ee]xercise (\d+)", c.source)
+                    or re.search(r"(\d+)", str(len(out) + 1))
+                ).group(1)
+            )
+            out.append(
+                Exercise(
+                    number,
+                    "\n".join(spec),
+                    c.source,
+                    _runnable(cells[sol].source),
+                    _runnable(cells[chk].source),
+                    setup,
+                    list(before),
+                )
+            )
+            before += [
+                _runnable(cells[j].source)
+                for j in range(i + 1, chk + 1)
+                if cells[j].cell_type == "code"
+            ]
             spec, i = [], chk
         i += 1
     return out
@@ -83,6 +116,14 @@ def run_check(ex: Exercise, solution: str, extra: dict | None = None) -> str:
         exec(compile(solution, "<solution>", "exec"), ns)
         exec(compile(ex.check, "<check>", "exec"), ns)
     return out.getvalue()
+
+
+def replace_code(source: str, old: str, new: str, count: int = 1) -> str:
+    """`source` with `old` replaced by `new` (`count` times, 0 for all), whitespace matched loosely:
+    the formatter may space or break a line differently from how a test quotes it."""
+    pattern = r"\s*".join(re.escape(ch) for ch in old if not ch.isspace())
+    assert re.search(pattern, source), f"the worked solution no longer contains {old!r}"
+    return re.sub(pattern, lambda _: new, source, count=count)
 
 
 def source(text: str) -> str:

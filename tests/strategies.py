@@ -13,7 +13,9 @@ seeds = st.integers(min_value=0, max_value=2**32 - 1)
 
 
 @st.composite
-def attention_inputs(draw, dtype=np.float64, max_len: int = 40, gqa: bool = True, spread=None):
+def attention_inputs(
+    draw, dtype=np.float64, max_len: int = 40, gqa: bool = True, spread=None
+):
     """(q, k, v) of shapes (B, Hq, N, d), (B, Hkv, M, d), (B, Hkv, M, dv), Hq a multiple of Hkv."""
     rng = np.random.default_rng(draw(seeds))
     B = draw(st.integers(1, 2))

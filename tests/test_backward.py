@@ -7,24 +7,36 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import attention_inputs, blocks, seeds
 
 import lab
-from lab.backward import (NumpyFlashAttention, attention_backward, backward_flops, backward_delta,
-                          flash_attention_backward_numpy, saved_tensor_bytes, standard_attention_torch,
-                          time_forward_backward)
-from strategies import attention_inputs, blocks, seeds
+from lab.backward import (
+    NumpyFlashAttention,
+    attention_backward,
+    backward_delta,
+    backward_flops,
+    flash_attention_backward_numpy,
+    saved_tensor_bytes,
+    standard_attention_torch,
+    time_forward_backward,
+)
 
 
 def autograd_reference(q, k, v, do, causal):
     """dQ, dK, dV by torch autograd through softmax(QKᵀ)V in float64."""
-    tq, tk, tv = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (q, k, v))
+    tq, tk, tv = (
+        torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (q, k, v)
+    )
     o = standard_attention_torch(tq, tk, tv, causal=causal)
     o.backward(torch.tensor(do, dtype=torch.float64))
     return o.detach().numpy(), [t.grad.numpy() for t in (tq, tk, tv)]
 
 
 def grads_close(got, want, tol=1e-9):
-    return all(g.shape == w.shape and np.allclose(g, w, rtol=tol, atol=tol) for g, w in zip(got, want))
+    return all(
+        g.shape == w.shape and np.allclose(g, w, rtol=tol, atol=tol)
+        for g, w in zip(got, want)
+    )
 
 
 @settings(max_examples=40, deadline=None)
@@ -35,7 +47,9 @@ def test_tiled_backward_matches_autograd(qkv, Br, Bc, causal, seed):
     o_ref, want = autograd_reference(q, k, v, do, causal)
     o, lse = lab.flash_attention_numpy(q, k, v, block_q=Br, block_k=Bc, causal=causal)
     assert np.allclose(o, o_ref, atol=1e-12)
-    got = flash_attention_backward_numpy(q, k, v, o, lse, do, block_q=Br, block_k=Bc, causal=causal)
+    got = flash_attention_backward_numpy(
+        q, k, v, o, lse, do, block_q=Br, block_k=Bc, causal=causal
+    )
     assert grads_close(got, want)
 
 
@@ -50,12 +64,14 @@ def test_standard_backward_matches_autograd(qkv, causal, seed):
 
 def test_gqa_sums_dk_dv_over_the_group():
     rng = np.random.default_rng(1)
-    q = rng.standard_normal((1, 4, 9, 8))                 # Hq = 4
-    k = rng.standard_normal((1, 2, 11, 8))                # Hkv = 2, G = 2
+    q = rng.standard_normal((1, 4, 9, 8))  # Hq = 4
+    k = rng.standard_normal((1, 2, 11, 8))  # Hkv = 2, G = 2
     v = rng.standard_normal((1, 2, 11, 5))
     do = rng.standard_normal((1, 4, 9, 5))
     o, lse = lab.attention_reference(q, k, v)
-    dq, dk, dv = flash_attention_backward_numpy(q, k, v, o, lse, do, block_q=4, block_k=3)
+    dq, dk, dv = flash_attention_backward_numpy(
+        q, k, v, o, lse, do, block_q=4, block_k=3
+    )
     # the same problem with K/V repeated per query head (multi-head): dK, dV summed over the group
     k4, v4 = np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)
     dq4, dk4, dv4 = attention_backward(q, k4, v4, do)
@@ -67,20 +83,30 @@ def test_gqa_sums_dk_dv_over_the_group():
 
 def test_causal_rows_without_keys_get_zero_gradient():
     rng = np.random.default_rng(2)
-    q, k, v = rng.standard_normal((7, 4)), rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    q, k, v = (
+        rng.standard_normal((7, 4)),
+        rng.standard_normal((3, 4)),
+        rng.standard_normal((3, 4)),
+    )
     do = rng.standard_normal((7, 4))
     o, lse = lab.attention_reference(q, k, v, causal=True)
     assert np.isneginf(lse[:4]).all()
-    dq, dk, dv = flash_attention_backward_numpy(q, k, v, o, lse, do, causal=True, block_q=2, block_k=2)
+    dq, dk, dv = flash_attention_backward_numpy(
+        q, k, v, o, lse, do, causal=True, block_q=2, block_k=2
+    )
     assert np.all(np.isfinite(dq)) and np.all(dq[:4] == 0)
     assert grads_close((dq, dk, dv), autograd_reference(q, k, v, do, True)[1])
 
 
 def test_float32_inputs_stay_float32_and_close():
     rng = np.random.default_rng(3)
-    q, k, v, do = (rng.standard_normal((2, 33, 16)).astype(np.float32) for _ in range(4))
+    q, k, v, do = (
+        rng.standard_normal((2, 33, 16)).astype(np.float32) for _ in range(4)
+    )
     o, lse = lab.flash_attention_numpy(q, k, v, causal=True)
-    got = flash_attention_backward_numpy(q, k, v, o, lse, do, causal=True, block_q=8, block_k=16)
+    got = flash_attention_backward_numpy(
+        q, k, v, o, lse, do, causal=True, block_q=8, block_k=16
+    )
     assert all(g.dtype == np.float32 for g in got)
     _, want = autograd_reference(q, k, v, do, True)
     assert grads_close(got, want, tol=1e-4)
@@ -92,7 +118,9 @@ def test_inputs_not_modified():
     do = rng.standard_normal((5, 4))
     o, lse = lab.attention_reference(*arrays, causal=True)
     copies = [a.copy() for a in arrays + [do, o, lse]]
-    flash_attention_backward_numpy(*arrays, o, lse, do, causal=True, block_q=2, block_k=3)
+    flash_attention_backward_numpy(
+        *arrays, o, lse, do, causal=True, block_q=2, block_k=3
+    )
     attention_backward(*arrays, do, causal=True)
     assert all(np.array_equal(a, c) for a, c in zip(arrays + [do, o, lse], copies))
 
@@ -114,8 +142,8 @@ def test_trace_counts_no_n_by_m_array():
     with lab.trace.record() as rec:
         flash_attention_backward_numpy(q, k, v, o, lse, do, block_q=16, block_k=16)
     assert rec.write_by["dk"] == k.nbytes and rec.write_by["dv"] == v.nbytes
-    assert rec.read_by["k"] == k.nbytes                   # each K_j read once (outer loop)
-    assert rec.read_by["q"] == 4 * q.nbytes               # Q read once per key block
+    assert rec.read_by["k"] == k.nbytes  # each K_j read once (outer loop)
+    assert rec.read_by["q"] == 4 * q.nbytes  # Q read once per key block
     assert rec.op_counts["exp"] == 64 * 64
 
 
@@ -135,7 +163,12 @@ def test_errors():
     with pytest.raises(ValueError, match="do"):
         attention_backward(q, q, q, np.full((4, 8), np.nan))
     with pytest.raises(ValueError, match="multiple"):
-        attention_backward(np.zeros((1, 3, 4, 8)), np.zeros((1, 2, 4, 8)), np.zeros((1, 2, 4, 8)), np.zeros((1, 3, 4, 8)))
+        attention_backward(
+            np.zeros((1, 3, 4, 8)),
+            np.zeros((1, 2, 4, 8)),
+            np.zeros((1, 2, 4, 8)),
+            np.zeros((1, 3, 4, 8)),
+        )
     with pytest.raises(ValueError, match="o and do"):
         backward_delta(np.zeros((2, 3)), np.zeros((3, 3)))
     with pytest.raises(TypeError, match="q"):
@@ -143,7 +176,11 @@ def test_errors():
     with pytest.raises(ValueError, match="N"):
         backward_flops(0)
     with pytest.raises(ValueError, match="min_run_time"):
-        time_forward_backward(standard_attention_torch, *(torch.zeros(4, 4) for _ in range(3)), min_run_time=0)
+        time_forward_backward(
+            standard_attention_torch,
+            *(torch.zeros(4, 4) for _ in range(3)),
+            min_run_time=0,
+        )
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -152,13 +189,20 @@ def test_gradcheck_numpy_flash_attention(causal):
     q = torch.randn(1, 2, 5, 3, generator=g, dtype=torch.float64, requires_grad=True)
     k = torch.randn(1, 1, 6, 3, generator=g, dtype=torch.float64, requires_grad=True)
     v = torch.randn(1, 1, 6, 2, generator=g, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda a, b, c: NumpyFlashAttention.apply(a, b, c, causal, 2, 4), (q, k, v))
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: NumpyFlashAttention.apply(a, b, c, causal, 2, 4), (q, k, v)
+    )
 
 
 def test_gradcheck_standard_attention_torch():
     g = torch.Generator().manual_seed(1)
-    q, k, v = (torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
-    assert torch.autograd.gradcheck(lambda a, b, c: standard_attention_torch(a, b, c, causal=True), (q, k, v))
+    q, k, v = (
+        torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64, requires_grad=True)
+        for _ in range(3)
+    )
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: standard_attention_torch(a, b, c, causal=True), (q, k, v)
+    )
 
 
 def test_saved_tensor_bytes_sees_the_n_by_n_matrix():
@@ -170,7 +214,7 @@ def test_saved_tensor_bytes_sees_the_n_by_n_matrix():
     assert r["bytes"] == r["input_bytes"] + r["extra_bytes"]
     r2 = saved_tensor_bytes(NumpyFlashAttention.apply, q, k, v, False, 16, 16)
     assert all(N * N > int(np.prod(s)) for s in r2["shapes"])
-    assert r2["extra_bytes"] == N * d * 4 + N * 4          # o and lse, float32
+    assert r2["extra_bytes"] == N * d * 4 + N * 4  # o and lse, float32
     assert torch.allclose(r2["output"], r["output"], atol=1e-5)
 
 
@@ -179,12 +223,16 @@ def test_backward_flops():
     assert f["forward"] == 4 * 128 * 128 * 64
     assert f["ratio"] == 2.5
     assert backward_flops(128, d=64, causal=True)["backward"] == f["backward"] / 2
-    assert backward_flops(8, 16, 4, batch=2, heads=3)["forward"] == 2 * 3 * 8 * 16 * 4 * 4
+    assert (
+        backward_flops(8, 16, 4, batch=2, heads=3)["forward"] == 2 * 3 * 8 * 16 * 4 * 4
+    )
 
 
 def test_time_forward_backward_returns_positive_times():
     q, k, v = (torch.randn(1, 1, 32, 8) for _ in range(3))
-    t = time_forward_backward(standard_attention_torch, q, k, v, rounds=1, min_run_time=0.01)
+    t = time_forward_backward(
+        standard_attention_torch, q, k, v, rounds=1, min_run_time=0.01
+    )
     assert t["forward"] > 0 and t["forward_backward"] > 0
     assert set(t) == {"forward", "forward_backward", "backward", "ratio"}
 
@@ -194,7 +242,9 @@ def test_training_memory_standard_grows_as_n_squared():
     assert [r["N"] for r in rows] == [64, 128]
     for r in rows:
         assert r["standard"] > r["p_bytes"] > r["flash"]
-        assert r["flash"] == (4 * r["N"] * 8 + r["N"]) * 4     # q, k, v, o and lse, float32
+        assert (
+            r["flash"] == (4 * r["N"] * 8 + r["N"]) * 4
+        )  # q, k, v, o and lse, float32
     assert rows[1]["p_bytes"] == 4 * rows[0]["p_bytes"]
     with pytest.raises(ValueError, match="Ns"):
         lab.training_memory([0])
@@ -203,12 +253,18 @@ def test_training_memory_standard_grows_as_n_squared():
 def test_figures_return_their_numbers():
     import matplotlib.pyplot as plt
 
-    from lab.figures.backward import draw_backward_tiles, draw_backward_time, draw_training_memory
+    from lab.figures.backward import (
+        draw_backward_tiles,
+        draw_backward_time,
+        draw_training_memory,
+    )
 
     r = draw_backward_tiles(N=64, block_q=16, block_k=32, causal=True)
     assert (r["tiles"], r["visited"], r["masked"]) == (8, 6, 4)
     assert r["max_err"] < 1e-10 and r["p_bytes"] == 64 * 64 * 4
-    assert draw_backward_tiles(N=64, block_q=16, block_k=32, causal=False)["visited"] == 8
+    assert (
+        draw_backward_tiles(N=64, block_q=16, block_k=32, causal=False)["visited"] == 8
+    )
     m = draw_training_memory(lab.training_memory([32, 64], d=8))
     assert m["N"] == [32, 64] and m["ratio_last"] > 1
     t = draw_backward_time({"a": {"ratio": 2.0}, "b": {"ratio": 3.0}})
@@ -220,7 +276,10 @@ def test_backward_tiles_slider_updates_result():
     w = lab.widgets.backward_tiles()
     controls = {c.description: c for c in w.children[:-1]}
     assert w.result["N"] == 256 and w.result["causal"]
-    assert "max |tiled − standard| = ‹" in w.summary_html.value and "(&lt; 1e-10: True)" in w.summary_html.value
+    assert (
+        "max |tiled − standard| = ‹" in w.summary_html.value
+        and "(&lt; 1e-10: True)" in w.summary_html.value
+    )
     controls["N"].value = 128
     assert w.result["N"] == 128 and w.result["tiles"] == 4
     controls["Br"].value = 16

@@ -9,8 +9,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lab
-from lab.decoding import (MODEL_CONFIGS, attention_layout, decode_intensity, decode_schedule, decode_torch,
-                     kv_cache_bytes_per_token, kv_cache_table, time_decoding)
+from lab.decoding import (
+    MODEL_CONFIGS,
+    attention_layout,
+    decode_intensity,
+    decode_schedule,
+    decode_torch,
+    kv_cache_bytes_per_token,
+    kv_cache_table,
+    time_decoding,
+)
 
 
 def test_model_configs_have_sources_and_divide():
@@ -26,9 +34,18 @@ def test_kv_cache_bytes_known_values():
     rows = {r["model"]: r for r in kv_cache_table()}
     assert rows["Llama 2 7B"]["layout"] == "MHA" and rows["Llama 2 7B"]["saving"] == 1
     assert rows["Llama 2 70B"]["layout"] == "GQA" and rows["Llama 2 70B"]["saving"] == 8
-    assert rows["Falcon-7B"]["layout"] == "MQA" and rows["Falcon-7B"]["bytes_per_token"] == 2 * 32 * 64 * 2
-    assert rows["Mistral 7B"]["cache_bytes"] == rows["Mistral 7B"]["bytes_per_token"] * 8192
-    assert kv_cache_table(itemsize=1)[0]["bytes_per_token"] * 2 == kv_cache_table()[0]["bytes_per_token"]
+    assert (
+        rows["Falcon-7B"]["layout"] == "MQA"
+        and rows["Falcon-7B"]["bytes_per_token"] == 2 * 32 * 64 * 2
+    )
+    assert (
+        rows["Mistral 7B"]["cache_bytes"]
+        == rows["Mistral 7B"]["bytes_per_token"] * 8192
+    )
+    assert (
+        kv_cache_table(itemsize=1)[0]["bytes_per_token"] * 2
+        == kv_cache_table()[0]["bytes_per_token"]
+    )
 
 
 def test_attention_layout():
@@ -40,12 +57,19 @@ def test_attention_layout():
         attention_layout(6, 4)
 
 
-@given(st.integers(1, 128), st.sampled_from([64, 128]), st.integers(1, 2**16), st.sampled_from([1, 2, 4]))
+@given(
+    st.integers(1, 128),
+    st.sampled_from([64, 128]),
+    st.integers(1, 2**16),
+    st.sampled_from([1, 2, 4]),
+)
 def test_decode_intensity_grows_with_group(G, d, M, itemsize):
     a, b = decode_intensity(G, d, M, itemsize), decode_intensity(G + 1, d, M, itemsize)
     assert b > a
-    assert a <= 2 * G / itemsize                           # never above the q/o-free bound
-    assert np.isclose(decode_intensity(G, d, 2**30, itemsize), 2 * G / itemsize, rtol=1e-6)
+    assert a <= 2 * G / itemsize  # never above the q/o-free bound
+    assert np.isclose(
+        decode_intensity(G, d, 2**30, itemsize), 2 * G / itemsize, rtol=1e-6
+    )
 
 
 def test_decode_intensity_array_and_errors():
@@ -81,7 +105,13 @@ def test_decode_schedule_one_query_leaves_processors_idle():
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(1, 3), st.integers(1, 60), st.integers(1, 9), st.integers(1, 3), st.integers(0, 2**31))
+@given(
+    st.integers(1, 3),
+    st.integers(1, 60),
+    st.integers(1, 9),
+    st.integers(1, 3),
+    st.integers(0, 2**31),
+)
 def test_decode_torch_matches_reference(G, M, splits, workers, seed):
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(1, 2 * G, 1, 8, generator=g, dtype=torch.float64)
@@ -90,11 +120,17 @@ def test_decode_torch_matches_reference(G, M, splits, workers, seed):
     o, lse = decode_torch(q, k, v, splits=splits, workers=workers)
     o_ref, lse_ref = lab.attention_reference(q.numpy(), k.numpy(), v.numpy())
     assert o.shape == q.shape[:-1] + (5,) and lse.shape == q.shape[:-1]
-    assert np.allclose(o.numpy(), o_ref, atol=1e-12) and np.allclose(lse.numpy(), lse_ref, atol=1e-12)
+    assert np.allclose(o.numpy(), o_ref, atol=1e-12) and np.allclose(
+        lse.numpy(), lse_ref, atol=1e-12
+    )
 
 
 def test_decode_torch_errors_and_no_input_change():
-    q, k, v = torch.randn(1, 4, 1, 8), torch.randn(1, 2, 16, 8), torch.randn(1, 2, 16, 8)
+    q, k, v = (
+        torch.randn(1, 4, 1, 8),
+        torch.randn(1, 2, 16, 8),
+        torch.randn(1, 2, 16, 8),
+    )
     copies = [t.clone() for t in (q, k, v)]
     decode_torch(q, k, v, splits=3, workers=2)
     assert all(torch.equal(a, b) for a, b in zip((q, k, v), copies))
@@ -123,7 +159,12 @@ def test_time_decoding_shape_of_result():
 def test_decoding_figures_return_their_numbers():
     import matplotlib.pyplot as plt
 
-    from lab.figures.decoding import draw_decode_schedule, draw_decode_timings, draw_gqa_intensity, draw_kv_cache
+    from lab.figures.decoding import (
+        draw_decode_schedule,
+        draw_decode_timings,
+        draw_gqa_intensity,
+        draw_kv_cache,
+    )
 
     kv = draw_kv_cache()
     assert kv["Llama 2 7B"] == 512 * 1024 and len(kv) == len(MODEL_CONFIGS)
@@ -164,19 +205,29 @@ def test_gqa_group_slider_updates_result():
 
 def _sequences(lengths, Hkv=2, d=8, dv=4, seed=0):
     rng = np.random.default_rng(seed)
-    return ([rng.standard_normal((Hkv, L, d)) for L in lengths], [rng.standard_normal((Hkv, L, dv)) for L in lengths])
+    return (
+        [rng.standard_normal((Hkv, L, d)) for L in lengths],
+        [rng.standard_normal((Hkv, L, dv)) for L in lengths],
+    )
 
 
 def test_paged_kv_table_and_pages():
     lengths = [45, 16, 1, 33]
     k, v = _sequences(lengths)
     c = lab.paged_kv(k, v, page_size=16, seed=3, spare_pages=2)
-    assert c.block_table.shape == (4, 3) and c.pages_k.shape == (3 + 1 + 1 + 3 + 2, 2, 16, 8)
+    assert c.block_table.shape == (4, 3) and c.pages_k.shape == (
+        3 + 1 + 1 + 3 + 2,
+        2,
+        16,
+        8,
+    )
     assert c.lengths.tolist() == lengths and c.page_size == 16
     used = c.block_table[c.block_table >= 0]
-    assert len(set(used.tolist())) == used.size == 8                       # every page owned by one block
+    assert len(set(used.tolist())) == used.size == 8  # every page owned by one block
     assert (c.block_table[1, 1:] == -1).all() and (c.block_table[2, 1:] == -1).all()
-    assert not (np.diff(c.block_table[0]) == 1).all()                      # scattered, not laid out in order
+    assert not (
+        np.diff(c.block_table[0]) == 1
+    ).all()  # scattered, not laid out in order
     for b, L in enumerate(lengths):
         for name, pages, x in (("k", c.pages_k, k), ("v", c.pages_v, v)):
             got = lab.gather_pages(pages, c.block_table[b], L)
@@ -185,10 +236,10 @@ def test_paged_kv_table_and_pages():
 
 @pytest.mark.parametrize("page_size", [1, 5, 16, 64])
 def test_decode_paged_equals_contiguous_decoding(page_size):
-    lengths = [45, 16, 1, 33]                                              # partial last pages, one-token sequence
+    lengths = [45, 16, 1, 33]  # partial last pages, one-token sequence
     k, v = _sequences(lengths, Hkv=2)
     rng = np.random.default_rng(1)
-    q = rng.standard_normal((4, 6, 2, 8))                                  # (B, Hq, N, d): 3 query heads per K/V head
+    q = rng.standard_normal((4, 6, 2, 8))  # (B, Hq, N, d): 3 query heads per K/V head
     c = lab.paged_kv(k, v, page_size=page_size, seed=2, spare_pages=3)
     o, lse = lab.decode_paged(q, c.pages_k, c.pages_v, c.block_table, c.lengths)
     assert o.shape == (4, 6, 2, 4) and lse.shape == (4, 6, 2)
@@ -202,7 +253,7 @@ def test_decode_paged_reads_no_stale_slot_and_keeps_dtype():
     k, v = _sequences([7], Hkv=1)
     c = lab.paged_kv(k, v, page_size=4)
     pk = c.pages_k.copy()
-    pk[c.block_table[0, 1], :, 3:] = 1e6                                   # the unused slot of the last page
+    pk[c.block_table[0, 1], :, 3:] = 1e6  # the unused slot of the last page
     q = np.random.default_rng(0).standard_normal((1, 1, 1, 8))
     a = lab.decode_paged(q, c.pages_k, c.pages_v, c.block_table, c.lengths)[0]
     b = lab.decode_paged(q, pk, c.pages_v, c.block_table, c.lengths)[0]
@@ -210,9 +261,13 @@ def test_decode_paged_reads_no_stale_slot_and_keeps_dtype():
     k32 = [x.astype(np.float32) for x in k]
     v32 = [x.astype(np.float32) for x in v]
     c32 = lab.paged_kv(k32, v32, page_size=4)
-    o32, _ = lab.decode_paged(q.astype(np.float32), c32.pages_k, c32.pages_v, c32.block_table, c32.lengths)
+    o32, _ = lab.decode_paged(
+        q.astype(np.float32), c32.pages_k, c32.pages_v, c32.block_table, c32.lengths
+    )
     assert o32.dtype == np.float32
-    np.testing.assert_allclose(o32[0], lab.attention_reference(q[0], k[0], v[0])[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        o32[0], lab.attention_reference(q[0], k[0], v[0])[0], rtol=1e-5, atol=1e-6
+    )
 
 
 def test_paged_errors():
@@ -230,9 +285,13 @@ def test_paged_errors():
     with pytest.raises(ValueError, match="index"):
         lab.decode_paged(q, c.pages_k, c.pages_v, bad, c.lengths)
     with pytest.raises(ValueError, match="multiple"):
-        lab.decode_paged(np.zeros((2, 3, 1, 8)), c.pages_k, c.pages_v, c.block_table, c.lengths)
+        lab.decode_paged(
+            np.zeros((2, 3, 1, 8)), c.pages_k, c.pages_v, c.block_table, c.lengths
+        )
     with pytest.raises(ValueError, match="integer"):
-        lab.decode_paged(q, c.pages_k, c.pages_v, c.block_table.astype(float), c.lengths)
+        lab.decode_paged(
+            q, c.pages_k, c.pages_v, c.block_table.astype(float), c.lengths
+        )
 
 
 def test_hardware_figures_come_from_the_table():

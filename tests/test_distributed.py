@@ -12,12 +12,15 @@ import lab
 
 def test_sequence_parallel_matches_reference_and_each_rank_holds_a_slice():
     rng = np.random.default_rng(0)
-    q = rng.standard_normal((1, 4, 5, 8))                     # (B, Hq, N, d)
-    k = rng.standard_normal((1, 2, 37, 8))                    # (B, Hkv, M, d): GQA, 2 query heads per kv head
-    v = rng.standard_normal((1, 2, 37, 3))                    # (B, Hkv, M, dv)
+    q = rng.standard_normal((1, 4, 5, 8))  # (B, Hq, N, d)
+    k = rng.standard_normal(
+        (1, 2, 37, 8)
+    )  # (B, Hkv, M, d): GQA, 2 query heads per kv head
+    v = rng.standard_normal((1, 2, 37, 3))  # (B, Hkv, M, dv)
     o_ref, lse_ref = lab.attention_reference(q, k, v, causal=True)
-    o, lse, ranks = lab.sequence_parallel_attention(q, k, v, world_size=2, causal=True, order="shuffled",
-                                                    return_ranks=True)
+    o, lse, ranks = lab.sequence_parallel_attention(
+        q, k, v, world_size=2, causal=True, order="shuffled", return_ranks=True
+    )
     np.testing.assert_allclose(o, o_ref, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(lse, lse_ref, rtol=1e-12, atol=1e-12)
     assert [r["rank"] for r in ranks] == [0, 1]
@@ -88,7 +91,7 @@ def test_workers_are_stopped_after_the_timeout(monkeypatch):
     import torch.multiprocessing as mp
 
     ctx = _FailingContext()
-    ctx.join = lambda timeout=None: False                     # never finishes
+    ctx.join = lambda timeout=None: False  # never finishes
     monkeypatch.setattr(mp, "start_processes", lambda *a, **kw: ctx)
     q, k, v = np.zeros((2, 4)), np.zeros((6, 4)), np.zeros((6, 3))
     with pytest.raises(TimeoutError, match="still running"):

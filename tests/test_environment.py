@@ -18,7 +18,7 @@ CONDA_NAMES = {"torch": "pytorch"}
 def _split(req: str) -> tuple[str, str]:
     req = req.split(";")[0].strip()
     name = re.match(r"[A-Za-z0-9_.\-]+", req).group(0)
-    return name.lower().replace("-", "_"), req[len(name):].replace(" ", "")
+    return name.lower().replace("-", "_"), req[len(name) :].replace(" ", "")
 
 
 def test_every_dependency_is_in_environment_yml_with_the_same_versions():
@@ -29,16 +29,21 @@ def test_every_dependency_is_in_environment_yml_with_the_same_versions():
         if isinstance(dep, str):
             name, spec = _split(dep)
             conda[name] = spec
-    pip = dict(_split(r) for r in project["dependencies"] + project["optional-dependencies"]["test"])
+    pip = dict(
+        _split(r)
+        for r in project["dependencies"] + project["optional-dependencies"]["test"]
+    )
     for name, spec in pip.items():
-        if name == "triton":                 # Linux-only: comes from PyPI through `pip: -e .[test]`
+        if name == "triton":  # Linux-only: comes from PyPI through `pip: -e .[test]`
             continue
         cname = CONDA_NAMES.get(name, name)
         assert cname in conda, f"{name} missing from environment.yml"
         if name == "torch":
             assert spec == "==2.13.0" and conda[cname].startswith("=2.13.0=cpu")
         else:
-            assert conda[cname] == spec, f"{name}: pyproject {spec!r} vs environment.yml {conda[cname]!r}"
+            assert conda[cname] == spec, (
+                f"{name}: pyproject {spec!r} vs environment.yml {conda[cname]!r}"
+            )
     pip_section = next(d for d in env["dependencies"] if isinstance(d, dict))["pip"]
     assert any(line.startswith("-e .[test]") for line in pip_section)
 
@@ -53,7 +58,11 @@ def test_torch_is_pinned_to_the_cpu_wheel_version():
 def test_binder_environment_matches_except_the_editable_install():
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     binder = yaml.safe_load((ROOT / "binder" / "environment.yml").read_text())
-    assert [d for d in env["dependencies"] if isinstance(d, str)] == [d for d in binder["dependencies"] if isinstance(d, str)]
+    assert [d for d in env["dependencies"] if isinstance(d, str)] == [
+        d for d in binder["dependencies"] if isinstance(d, str)
+    ]
     pip = next(d for d in binder["dependencies"] if isinstance(d, dict))["pip"]
-    assert not any(line.startswith("-e") for line in pip)    # repo2docker builds before the repository is copied
+    assert not any(
+        line.startswith("-e") for line in pip
+    )  # repo2docker builds before the repository is copied
     assert "pip install --no-deps -e ." in (ROOT / "binder" / "postBuild").read_text()

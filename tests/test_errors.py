@@ -6,7 +6,11 @@ import pytest
 import lab
 
 rng = np.random.default_rng(0)
-Q, K, V = rng.standard_normal((2, 4, 8)), rng.standard_normal((2, 5, 8)), rng.standard_normal((2, 5, 3))
+Q, K, V = (
+    rng.standard_normal((2, 4, 8)),
+    rng.standard_normal((2, 5, 8)),
+    rng.standard_normal((2, 5, 3)),
+)
 KERNELS = [
     lambda *a, **kw: lab.attention_reference(*a, **kw),
     lambda *a, **kw: lab.attention_naive(*a, **kw),
@@ -16,14 +20,20 @@ KERNELS = [
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
-@pytest.mark.parametrize("args, match", [
-    ((Q, K[..., :7], V), "q and k must share the last dim"),
-    ((Q, K, V[:, :4]), "k and v must agree"),
-    ((Q[0], K, V), "same rank"),
-    ((np.ones(3), np.ones(3), np.ones(3)), "q must have shape"),
-    ((Q[None].repeat(3, 1), K[None].repeat(2, 1), V[None].repeat(2, 1)), "multiple of the key/value heads"),
-    ((Q[None], K[None].repeat(2, 0), V[None].repeat(2, 0)), "batch dims"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((Q, K[..., :7], V), "q and k must share the last dim"),
+        ((Q, K, V[:, :4]), "k and v must agree"),
+        ((Q[0], K, V), "same rank"),
+        ((np.ones(3), np.ones(3), np.ones(3)), "q must have shape"),
+        (
+            (Q[None].repeat(3, 1), K[None].repeat(2, 1), V[None].repeat(2, 1)),
+            "multiple of the key/value heads",
+        ),
+        ((Q[None], K[None].repeat(2, 0), V[None].repeat(2, 0)), "batch dims"),
+    ],
+)
 def test_shape_errors(kernel, args, match):
     with pytest.raises(ValueError, match=match):
         kernel(*args)
@@ -87,7 +97,9 @@ def test_softmax_and_state_errors():
 
 def test_merge_states_checks_b_as_it_checks_a():
     a = lab.partial_state(np.ones((2, 3)), np.ones((3, 2)))
-    bad_l = lab.SoftmaxState(a.m, np.ones((1,)), a.acc)          # would broadcast into a wrong l
+    bad_l = lab.SoftmaxState(
+        a.m, np.ones((1,)), a.acc
+    )  # would broadcast into a wrong l
     for args, name in (((a, bad_l), "b"), ((bad_l, a), "a")):
         with pytest.raises(ValueError, match=f"^{name} must have m, l shaped"):
             lab.merge_states(*args)
@@ -100,10 +112,16 @@ CAUSAL_TAKERS = KERNELS + [
     lambda *a, **kw: lab.one_pass_attention(*a, **kw),
     lambda *a, **kw: lab.attention_backward(*a, a[0], **kw),
     lambda *a, **kw: lab.flash_decoding(*a, splits=2, **kw),
-    lambda *a, **kw: lab.flash_attention_torch(*(__import__("torch").from_numpy(x) for x in a), **kw),
-    lambda *a, **kw: lab.FlashAttention.apply(*(__import__("torch").from_numpy(x) for x in a), kw["causal"]),
+    lambda *a, **kw: lab.flash_attention_torch(
+        *(__import__("torch").from_numpy(x) for x in a), **kw
+    ),
+    lambda *a, **kw: lab.FlashAttention.apply(
+        *(__import__("torch").from_numpy(x) for x in a), kw["causal"]
+    ),
     lambda *a, **kw: lab.tile_counts(4, 5, 2, 2, **kw),
-    lambda *a, **kw: lab.standard_attention_torch(*(__import__("torch").from_numpy(x) for x in a), **kw),
+    lambda *a, **kw: lab.standard_attention_torch(
+        *(__import__("torch").from_numpy(x) for x in a), **kw
+    ),
 ]
 
 
@@ -123,9 +141,14 @@ def test_double_backward_raises_instead_of_returning_wrong_gradients():
     import torch
 
     q, k, v = (torch.tensor(x, requires_grad=True) for x in (Q, K, V))
-    g = torch.ones(2, 4, 3, dtype=torch.float64, requires_grad=True)          # a gradient that itself needs grad
-    for fn in (lambda: lab.FlashAttention.apply(q, k, v, False), lambda: lab.NumpyFlashAttention.apply(q, k, v)):
-        dq, = torch.autograd.grad(fn(), q, grad_outputs=g, create_graph=True)
+    g = torch.ones(
+        2, 4, 3, dtype=torch.float64, requires_grad=True
+    )  # a gradient that itself needs grad
+    for fn in (
+        lambda: lab.FlashAttention.apply(q, k, v, False),
+        lambda: lab.NumpyFlashAttention.apply(q, k, v),
+    ):
+        (dq,) = torch.autograd.grad(fn(), q, grad_outputs=g, create_graph=True)
         with pytest.raises(RuntimeError, match="differentiate twice"):
             dq.sum().backward()
 
@@ -133,17 +156,32 @@ def test_double_backward_raises_instead_of_returning_wrong_gradients():
 def test_torch_inputs_have_one_check():
     import torch
 
-    from lab._checks import check_qkv_tensors
+    from lab.validate import check_qkv_tensors
 
     q = torch.from_numpy(Q)
-    for args, error, match in [((Q, q, q), TypeError, "q must be a torch.Tensor"),
-                               ((q.long(), q.long(), q.long()), TypeError, "q must have a floating dtype, got torch.int64"),
-                               ((q, q.float(), q), TypeError, "share one dtype"),
-                               ((q, q[..., :3], q), ValueError, "q and k must share the last dim")]:
+    for args, error, match in [
+        ((Q, q, q), TypeError, "q must be a torch.Tensor"),
+        (
+            (q.long(), q.long(), q.long()),
+            TypeError,
+            "q must have a floating dtype, got torch.int64",
+        ),
+        ((q, q.float(), q), TypeError, "share one dtype"),
+        ((q, q[..., :3], q), ValueError, "q and k must share the last dim"),
+    ]:
         with pytest.raises(error, match=match):
             check_qkv_tensors(*args)
         with pytest.raises(error, match=match):
             lab.standard_attention_torch(*args)
-    with pytest.raises(TypeError, match=r"k must have a floating dtype \(float16, float32\) for the kernel, got torch.float64"):
-        check_qkv_tensors(q.half(), q, q, dtypes=(torch.float16, torch.float32), kernel="for the kernel")
+    with pytest.raises(
+        TypeError,
+        match=r"k must have a floating dtype \(float16, float32\) for the kernel, got torch.float64",
+    ):
+        check_qkv_tensors(
+            q.half(),
+            q,
+            q,
+            dtypes=(torch.float16, torch.float32),
+            kernel="for the kernel",
+        )
     assert check_qkv_tensors(q[None].repeat(1, 2, 1, 1), q[None], q[None]) == 2

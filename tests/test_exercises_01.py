@@ -1,16 +1,19 @@
 """Notebook 01's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the checks of lab/checks/softmax.py used there behave when called directly."""
 
-
 import numpy as np
 import pytest
-
 from exercise_support import assert_fails, exercises, run_check, source
+
 from lab.checks import softmax as checks
 
 NAME = "01_three_pass_softmax"
 EX = {ex.number: ex for ex in exercises(NAME)}
-PASSED = {1: "first_overflow: ✓ passed 4 cases\n", 2: "safe_softmax: ✓ passed 5 cases\n", 3: "log_sum_exp: ✓ passed 4 cases\n"}
+PASSED = {
+    1: "first_overflow: ✓ passed 4 cases\n",
+    2: "safe_softmax: ✓ passed 5 cases\n",
+    3: "log_sum_exp: ✓ passed 4 cases\n",
+}
 
 
 def _src(text: str) -> str:
@@ -37,9 +40,13 @@ def test_stub_reports_not_implemented(number):
 
 def test_the_build_spec_states_properties_not_the_code():
     spec, solution = EX[2].spec, EX[2].solution
-    assert "(build)" in spec and "row of only $-\\infty$" in spec and "stays as it was" in spec
+    assert (
+        "(build)" in spec
+        and "row of only $-\\infty$" in spec
+        and "stays as it was" in spec
+    )
     code = [line.split("#")[0].strip() for line in solution.splitlines()[2:]]
-    assert not any(line and line in spec for line in code)
+    assert not any(len(line) > 4 and line in spec for line in code)  # not `)`
 
 
 _FINFO = """
@@ -50,98 +57,200 @@ _FINFO = """
             """
 
 PLANTED = {
-    1: [("rounded down", _FINFO + """
+    1: [
+        (
+            "rounded down",
+            _FINFO
+            + """
             def first_overflow(name):
                 return int(np.floor(np.log(_max(name))))
-            """, ["case 0 ('fp16')", "expected 12, got 11", "the next one"]),
-        ("log2", _FINFO + """
+            """,
+            ["case 0 ('fp16')", "expected 12, got 11", "the next one"],
+        ),
+        (
+            "log2",
+            _FINFO
+            + """
             def first_overflow(name):
                 return int(np.ceil(np.log2(_max(name))))
-            """, ["got 16", "log2(max)"]),
-        ("numpy finfo for bf16", """
-            def first_overflow(name):
-                return int(np.ceil(np.log(float(np.finfo(lab.SOFTMAX_DTYPES[name]).max))))
-            """, ["case 1 ('bf16') raised ValueError", "ml_dtypes.finfo does"]),
-        ("calls the scan", """
+            """,
+            ["got 16", "log2(max)"],
+        ),
+        (
+            "calls the scan",
+            """
             def first_overflow(name):
                 return lab.first_exp_overflow(name)
-            """, ["calls lab.first_exp_overflow"])],
-    2: [("no max subtracted", """
+            """,
+            ["calls lab.first_exp_overflow"],
+        ),
+    ],
+    2: [
+        (
+            "no max subtracted",
+            """
             def safe_softmax(s):
                 e = np.exp(s)
                 return e / e.sum(axis=-1, keepdims=True)
-            """, ["case 1", "NaN in yours", "subtract each row's max first"]),
-        ("one max for the whole array", """
+            """,
+            ["case 1", "NaN in yours", "subtract each row's max first"],
+        ),
+        (
+            "one max for the whole array",
+            """
             def safe_softmax(s):
                 e = np.exp(s - s.max())
                 return e / e.sum(axis=-1, keepdims=True)
-            """, ["case 1", "NaN in yours at index [1, 0]", "max of the whole array"]),
-        ("max without keepdims", """
+            """,
+            ["case 1", "NaN in yours at index [1, 0]", "max of the whole array"],
+        ),
+        (
+            "max without keepdims",
+            """
             def safe_softmax(s):
                 e = np.exp(s - s.max(axis=-1))
                 return e / e.sum(axis=-1, keepdims=True)
-            """, ["case 0", "raised ValueError", "keepdims=True"]),
-        ("fully masked row gives NaN", """
+            """,
+            ["case 0", "raised ValueError", "keepdims=True"],
+        ),
+        (
+            "fully masked row gives NaN",
+            """
             def safe_softmax(s):
                 e = np.exp(s - s.max(axis=-1, keepdims=True))
                 return e / e.sum(axis=-1, keepdims=True)
-            """, ["case 3", "NaN in yours at index [0, 0]", "a row of only -inf", "shift it by 0"]),
-        ("softmax down the columns", """
+            """,
+            [
+                "case 3",
+                "NaN in yours at index [0, 0]",
+                "a row of only -inf",
+                "shift it by 0",
+            ],
+        ),
+        (
+            "softmax down the columns",
+            """
             def safe_softmax(s):
                 e = np.exp(s - s.max(axis=0, keepdims=True))
                 return e / e.sum(axis=0, keepdims=True)
-            """, ["case 0", "each column sums to 1"]),
-        ("changes s in place", """
+            """,
+            ["case 0", "each column sums to 1"],
+        ),
+        (
+            "changes s in place",
+            """
             def safe_softmax(s):
                 m = s.max(axis=-1, keepdims=True)
                 s -= np.where(np.isneginf(m), 0.0, m)
                 e = np.exp(s)
                 l = e.sum(axis=-1, keepdims=True)
                 return np.divide(e, l, out=np.zeros_like(e), where=l > 0)
-            """, ["case 0", "changes its input in place"]),
-        ("a masked row made uniform", """
+            """,
+            ["case 0", "changes its input in place"],
+        ),
+        (
+            "a masked row made uniform",
+            """
             def safe_softmax(s):
                 s = np.nan_to_num(s)                     # -inf becomes the most negative float
                 e = np.exp(s - s.max(axis=-1, keepdims=True))
                 return e / e.sum(axis=-1, keepdims=True)
-            """, ["case 3", "expected 0, got 0.333333", "came out uniform"]),
-        ("the NaN made, then hidden", """
+            """,
+            ["case 3", "expected 0, got 0.333333", "came out uniform"],
+        ),
+        (
+            "the NaN made, then hidden",
+            """
             def safe_softmax(s):
                 e = np.exp(s - s.max(axis=-1, keepdims=True))
                 return np.nan_to_num(e / e.sum(axis=-1, keepdims=True))
-            """, ["case 3", "makes a NaN", "hides it", "where=l > 0"]),
-        ("calls lab", """
+            """,
+            ["case 3", "makes a NaN", "hides it", "where=l > 0"],
+        ),
+        (
+            "calls lab",
+            """
             def safe_softmax(s):
                 return lab.softmax_safe(s)
-            """, ["calls lab.softmax_safe"])],
-    3: [("as written", """
+            """,
+            ["calls lab.softmax_safe"],
+        ),
+    ],
+    3: [
+        (
+            "as written",
+            """
             def log_sum_exp(s):
                 return np.log(np.exp(s).sum(axis=-1))
-            """, ["case 1", "inf in yours", "take each row's max out first"]),
-        ("m not added back", """
+            """,
+            ["case 1", "inf in yours", "take each row's max out first"],
+        ),
+        (
+            "m not added back",
+            """
             def log_sum_exp(s):
                 m = s.max(axis=-1, keepdims=True)
                 m = np.where(np.isneginf(m), 0.0, m)
                 return np.log(np.exp(s - m).sum(axis=-1))
-            """, ["case 0", "expected 5.00034, got 0.000335406", "add m back"]),
-        ("fully masked row gives NaN", """
+            """,
+            ["case 0", "expected 5.00034, got 0.000335406", "add m back"],
+        ),
+        (
+            "fully masked row gives NaN",
+            """
             def log_sum_exp(s):
                 m = s.max(axis=-1, keepdims=True)
                 return m[:, 0] + np.log(np.exp(s - m).sum(axis=-1))
-            """, ["case 2", "NaN in yours at index [0]", "log 0 = -inf"]),
-        ("keeps the row axis", """
+            """,
+            ["case 2", "NaN in yours at index [0]", "log 0 = -inf"],
+        ),
+        (
+            "keeps the row axis",
+            """
             def log_sum_exp(s):
                 m = s.max(axis=-1, keepdims=True)
                 m = np.where(np.isneginf(m), 0.0, m)
                 return m + np.log(np.exp(s - m).sum(axis=-1, keepdims=True))
-            """, ["shape: yours is (3, 1), expected (3,)", "drop keepdims"])],
+            """,
+            ["shape: yours is (3, 1), expected (3,)", "drop keepdims"],
+        ),
+    ],
 }
 
 
-@pytest.mark.parametrize("number, source, says", [(n, s, says) for n, cases in PLANTED.items() for _, s, says in cases],
-                         ids=[f"{n}-{name}" for n, cases in PLANTED.items() for name, _, _ in cases])
+@pytest.mark.parametrize(
+    "number, source, says",
+    [(n, s, says) for n, cases in PLANTED.items() for _, s, says in cases],
+    ids=[f"{n}-{name}" for n, cases in PLANTED.items() for name, _, _ in cases],
+)
 def test_planted_mistake_is_diagnosed(number, source, says):
     _fails(number, source, *says)
+
+
+def _numpy_knows_bf16() -> bool:
+    """Whether the installed numpy's `finfo` describes ml_dtypes' bf16 (newer releases of the two do)."""
+    import ml_dtypes
+
+    try:
+        return float(np.finfo(ml_dtypes.bfloat16).max) == float(
+            ml_dtypes.finfo(ml_dtypes.bfloat16).max
+        )
+    except ValueError:
+        return False
+
+
+def test_numpy_finfo_for_bf16_follows_the_installed_numpy():
+    """np.finfo for every format is right where numpy knows bf16 and a diagnosed mistake where it does not:
+    the check follows what the library does, on every version the course's ranges admit."""
+    text = """
+        def first_overflow(name):
+            return int(np.ceil(np.log(float(np.finfo(lab.SOFTMAX_DTYPES[name]).max))))
+        """
+    if _numpy_knows_bf16():
+        out = run_check(EX[1], source(text))
+        assert "✓" in out and "✗" not in out, out
+    else:
+        _fails(1, text, "case 1 ('bf16') raised ValueError", "ml_dtypes.finfo does")
 
 
 # ------------------------------------------------------------------------------------ the checks, called directly
@@ -154,9 +263,12 @@ def test_safe_softmax_check_passes_lab_shaped_answers_and_names_a_lambda(capsys)
         e = np.exp(s - m)
         l = e.sum(axis=-1, keepdims=True)
         return np.divide(e, l, out=np.zeros_like(e), where=l > 0)
+
     checks.check_safe_softmax(ok)
     checks.check_log_sum_exp(lambda s: np.log(np.exp(s).sum(axis=-1)))
-    checks.check_first_overflow(lambda name: {"fp16": 12, "bf16": 89, "fp32": 89, "fp64": 710}[name])
+    checks.check_first_overflow(
+        lambda name: {"fp16": 12, "bf16": 89, "fp32": 89, "fp64": 710}[name]
+    )
     out = capsys.readouterr().out
     assert out.startswith("ok: ✓ passed 5 cases\nlog_sum_exp: ✗ case 1")
     assert out.endswith("first_overflow: ✓ passed 4 cases\n")

@@ -2,19 +2,21 @@
 with its diagnosis (the online pass's check reads through lab.CountingArray and measures what is held), and the
 checks of lab/checks/softmax.py used there behave when called directly."""
 
-
 import nbformat
 import numpy as np
 import pytest
-
 from exercise_support import ROOT, assert_fails, exercises, run_check, source
+
 from lab.checks import softmax as checks
 
 NAME = "02_online_softmax"
 EX = {ex.number: ex for ex in exercises(NAME)}
-PASSED = {1: "online_step: ✓ passed 7 cases\n",
-          2: "online_pass: ✓ passed 8 cases; each score read once; no row-sized array held\n",
-          3: "merge_ml: ✓ passed 6 cases\n", 4: "count_rescales: ✓ passed 6 cases\n"}
+PASSED = {
+    1: "online_step: ✓ passed 7 cases\n",
+    2: "online_pass: ✓ passed 8 cases; each score read once; no row-sized array held\n",
+    3: "merge_ml: ✓ passed 6 cases\n",
+    4: "count_rescales: ✓ passed 6 cases\n",
+}
 
 
 def _src(text: str) -> str:
@@ -29,11 +31,19 @@ def test_the_notebook_has_four_checked_exercises_and_an_answer_cell_for_the_open
     assert sorted(EX) == [1, 2, 3, 4]
     cells = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4).cells
     q = next(i for i, c in enumerate(cells) if c.source.startswith("### Exercise 4"))
-    after = cells[q + 1:]
-    assert any(c.cell_type == "markdown" and c.source.startswith("Your answer:") and "solution" not in c.metadata.get("tags", [])
-               for c in after)
-    assert any(c.cell_type == "markdown" and "solution" in c.metadata.get("tags", []) and "Exercise 4, worked answer" in c.source
-               for c in after)
+    after = cells[q + 1 :]
+    assert any(
+        c.cell_type == "markdown"
+        and c.source.startswith("Your answer:")
+        and "solution" not in c.metadata.get("tags", [])
+        for c in after
+    )
+    assert any(
+        c.cell_type == "markdown"
+        and "solution" in c.metadata.get("tags", [])
+        and "Exercise 4, worked answer" in c.source
+        for c in after
+    )
 
 
 @pytest.mark.parametrize("number", [1, 2, 3, 4])
@@ -48,7 +58,12 @@ def test_stub_reports_not_implemented(number):
 
 def test_the_online_step_spec_gives_the_invariant_not_the_update():
     spec = EX[1].spec
-    assert "e^{x_j - m}" in spec and "alpha" not in spec and "m_{old}" not in spec and "e^{m - m'}" not in spec
+    assert (
+        "e^{x_j - m}" in spec
+        and "alpha" not in spec
+        and "m_{old}" not in spec
+        and "e^{m - m'}" not in spec
+    )
 
 
 _LOOP = """
@@ -65,120 +80,235 @@ _NAN_STEP = """
             """
 
 PLANTED = {
-    1: [("a block of only -inf gives NaN", _NAN_STEP.replace("nan_step", "online_step"),
-         ["case 3 (-inf, 0.0, [-inf, -inf])", "l (element 1): NaN in yours", "a block of only -inf"]),
-        ("old l not rescaled", """
+    1: [
+        (
+            "a block of only -inf gives NaN",
+            _NAN_STEP.replace("nan_step", "online_step"),
+            [
+                "case 3 (-inf, 0.0, [-inf, -inf])",
+                "l (element 1): NaN in yours",
+                "a block of only -inf",
+            ],
+        ),
+        (
+            "old l not rescaled",
+            """
             def online_step(m, l, x_block):
                 m_new = max(m, float(np.max(x_block)))
                 if m_new == -np.inf:
                     return m, l
                 return m_new, float(l + np.exp(x_block - m_new).sum())
-            """, ["case 2", "l (element 1): expected 1.50569, got 2.50321", "not rescaled"]),
-        ("rescaled the wrong way", """
+            """,
+            ["case 2", "l (element 1): expected 1.50569, got 2.50321", "not rescaled"],
+        ),
+        (
+            "rescaled the wrong way",
+            """
             def online_step(m, l, x_block):
                 m_new = max(m, float(np.max(x_block)))
                 if m_new == -np.inf:
                     return m, l
                 return m_new, float(np.exp(m_new - m) * l + np.exp(x_block - m_new).sum())
-            """, ["case 0", "l (element 1)", "wrong way"]),
-        ("new terms against the old m", """
+            """,
+            ["case 0", "l (element 1)", "wrong way"],
+        ),
+        (
+            "new terms against the old m",
+            """
             def online_step(m, l, x_block):
                 m_new = max(m, float(np.max(x_block)))
                 if m_new == -np.inf:
                     return m, l
                 return m_new, float(np.exp(m - m_new) * l + np.exp(x_block - m).sum())
-            """, ["l (element 1)", "relative to the old m"]),
-        ("m of the block only", """
+            """,
+            ["l (element 1)", "relative to the old m"],
+        ),
+        (
+            "m of the block only",
+            """
             def online_step(m, l, x_block):
                 m_new = float(np.max(x_block))
                 if m_new == -np.inf:
                     return m, l
                 return m_new, float(np.exp(m - m_new) * l + np.exp(x_block - m_new).sum())
-            """, ["case 1", "m (element 0): expected 3, got 1", "the old m included"]),
-        ("returns a list", """
+            """,
+            ["case 1", "m (element 0): expected 3, got 1", "the old m included"],
+        ),
+        (
+            "returns a list",
+            """
             def online_step(m, l, x_block):
                 m_new = max(m, float(np.max(x_block)))
                 if m_new == -np.inf:
                     return [m, l]
                 return [m_new, float(np.exp(m - m_new) * l + np.exp(x_block - m_new).sum())]
-            """, ["returned list, expected a tuple of 2 (m, l)"])],
-    2: [("m starts at 0", _LOOP.format(start="0.0", stop="len(x)", step="online_step"),
-         ["case 2", "m (element 0): expected -998.696, got 0", "m started at 0"]),
-        ("the last block dropped", _LOOP.format(start="-np.inf", stop="len(x) // block * block", step="online_step"),
-         ["case 0", "m (element 0)", "the last, shorter block was left out"]),
-        ("a step that makes NaN on a block of only -inf", _NAN_STEP + _LOOP.format(start="-np.inf", stop="len(x)", step="nan_step"),
-         ["case 3", "l (element 1): NaN in yours", "a block of only -inf"]),
-        ("max first, then the sum: two passes", """
+            """,
+            ["returned list, expected a tuple of 2 (m, l)"],
+        ),
+    ],
+    2: [
+        (
+            "m starts at 0",
+            _LOOP.format(start="0.0", stop="len(x)", step="online_step"),
+            ["case 2", "m (element 0): expected -998.696, got 0", "m started at 0"],
+        ),
+        (
+            "the last block dropped",
+            _LOOP.format(
+                start="-np.inf", stop="len(x) // block * block", step="online_step"
+            ),
+            ["case 0", "m (element 0)", "the last, shorter block was left out"],
+        ),
+        (
+            "a step that makes NaN on a block of only -inf",
+            _NAN_STEP + _LOOP.format(start="-np.inf", stop="len(x)", step="nan_step"),
+            ["case 3", "l (element 1): NaN in yours", "a block of only -inf"],
+        ),
+        (
+            "max first, then the sum: two passes",
+            """
             def online_pass(x, block):
                 blocks = range(0, len(x), block)
                 m = max(float(np.max(x[j0:j0 + block])) for j0 in blocks)
                 if m == -np.inf:
                     return m, 0.0
                 return m, sum(float(np.exp(x[j0:j0 + block] - m).sum()) for j0 in blocks)
-            """, ["case 0", "x[0] was read 2 times (10 of 10 scores read more than once)", "block by block"]),
-        ("numpy on the whole row", """
+            """,
+            [
+                "case 0",
+                "x[0] was read 2 times (10 of 10 scores read more than once)",
+                "block by block",
+            ],
+        ),
+        (
+            "numpy on the whole row",
+            """
             def online_pass(x, block):
                 m = np.max(x)
                 return m, np.exp(x - m).sum()
-            """, ["x[0] was read 2 times"]),
-        ("the row copied out once", """
+            """,
+            ["x[0] was read 2 times"],
+        ),
+        (
+            "the row copied out once",
+            """
             def online_pass(x, block):
                 row = np.array([x[j] for j in range(len(x))])
                 m = row.max()
                 if m == -np.inf:
                     return m, 0.0
                 return m, float(np.exp(row - m).sum())
-            """, ["on a row of 20000 scores in blocks of 50, it held", "the row itself is 160,000 bytes", "keep only (m, l)"]),
-        ("score by score", """
+            """,
+            [
+                "on a row of 20000 scores in blocks of 50, it held",
+                "the row itself is 160,000 bytes",
+                "keep only (m, l)",
+            ],
+        ),
+        (
+            "score by score",
+            """
             def online_pass(x, block):
                 m, l = -np.inf, 0.0
                 for j in range(len(x)):
                     m, l = online_step(m, l, np.array([x[j]]))
                 return m, l
-            """, ["case 0", "x was read in 10 loads; 4 scores at a time, it takes 3", "not score by score"]),
-        ("the blocks kept in a list", """
+            """,
+            [
+                "case 0",
+                "x was read in 10 loads; 4 scores at a time, it takes 3",
+                "not score by score",
+            ],
+        ),
+        (
+            "the blocks kept in a list",
+            """
             def online_pass(x, block):
                 blocks = [x[j0:j0 + block] for j0 in range(0, len(x), block)]
                 m, l = -np.inf, 0.0
                 for b in blocks:
                     m, l = online_step(m, l, b)
                 return m, l
-            """, ["it held", "bytes at once"]),
-        ("x.shape", """
+            """,
+            ["it held", "bytes at once"],
+        ),
+        (
+            "x.shape",
+            """
             def online_pass(x, block):
                 m, l = -np.inf, 0.0
                 for j0 in range(0, x.shape[0], block):
                     m, l = online_step(m, l, x[j0:j0 + block])
                 return m, l
-            """, ["raised AttributeError", "x is a counting array"])],
-    3: [("sums added as they are", """
+            """,
+            ["raised AttributeError", "x is a counting array"],
+        ),
+    ],
+    3: [
+        (
+            "sums added as they are",
+            """
             def merge_ml(m_a, l_a, m_b, l_b):
                 return max(m_a, m_b), l_a + l_b
-            """, ["case 0", "l (element 1): expected 4.36778, got 5.09479", "l_b was added as it is"]),
-        ("two empty halves give NaN", """
+            """,
+            [
+                "case 0",
+                "l (element 1): expected 4.36778, got 5.09479",
+                "l_b was added as it is",
+            ],
+        ),
+        (
+            "two empty halves give NaN",
+            """
             def merge_ml(m_a, l_a, m_b, l_b):
                 m = max(m_a, m_b)
                 return m, float(np.exp(m_a - m) * l_a + np.exp(m_b - m) * l_b)
-            """, ["case 5 (-inf, 0.0, -inf, 0.0)", "NaN in yours", "the merge of nothing is (-inf, 0)"]),
-        ("rescaled the wrong way", """
+            """,
+            [
+                "case 5 (-inf, 0.0, -inf, 0.0)",
+                "NaN in yours",
+                "the merge of nothing is (-inf, 0)",
+            ],
+        ),
+        (
+            "rescaled the wrong way",
+            """
             def merge_ml(m_a, l_a, m_b, l_b):
                 m = max(m_a, m_b)
                 if m == -np.inf:
                     return m, 0.0
                 return m, float(np.exp(m - m_a) * l_a + np.exp(m - m_b) * l_b)
-            """, ["case 0", "wrong way"]),
-        ("only l_b rescaled", """
+            """,
+            ["case 0", "wrong way"],
+        ),
+        (
+            "only l_b rescaled",
+            """
             def merge_ml(m_a, l_a, m_b, l_b):
                 m = max(m_a, m_b)
                 if m == -np.inf:
                     return m, 0.0
                 return m, float(l_a + np.exp(m_b - m) * l_b)
-            """, ["case 1", "l_a was added as it is, but here m_a < m"]),
-        ("half b taken as one score", """
+            """,
+            ["case 1", "l_a was added as it is, but here m_a < m"],
+        ),
+        (
+            "half b taken as one score",
+            """
             def merge_ml(m_a, l_a, m_b, l_b):
                 return online_step(m_a, l_a, np.array([m_b]))
-            """, ["case 0", "l (element 1): expected 4.36778, got 2.86833", "it stands for l_b of them"])],
-    4: [("the first block counted", """
+            """,
+            [
+                "case 0",
+                "l (element 1): expected 4.36778, got 2.86833",
+                "it stands for l_b of them",
+            ],
+        ),
+    ],
+    4: [
+        (
+            "the first block counted",
+            """
             def count_rescales(x, block):
                 m, count = -np.inf, 0
                 for j0 in range(0, len(x), block):
@@ -186,8 +316,12 @@ PLANTED = {
                     if top > m:
                         count, m = count + 1, top
                 return count
-            """, ["case 0", "expected 2, got 3", "counts the first block"]),
-        ("ties counted", """
+            """,
+            ["case 0", "expected 2, got 3", "counts the first block"],
+        ),
+        (
+            "ties counted",
+            """
             def count_rescales(x, block):
                 m, count = float(np.max(x[:block])), 0
                 for j0 in range(block, len(x), block):
@@ -195,8 +329,16 @@ PLANTED = {
                     if top >= m:
                         count, m = count + 1, top
                 return count
-            """, ["case 3 ([1., 1., 1., 1., 1., 1.], 2)", "expected 0, got 2", "α = e^0 = 1"]),
-        ("compared with the previous block", """
+            """,
+            [
+                "case 3 ([1., 1., 1., 1., 1., 1.], 2)",
+                "expected 0, got 2",
+                "α = e^0 = 1",
+            ],
+        ),
+        (
+            "compared with the previous block",
+            """
             def count_rescales(x, block):
                 prev, count = float(np.max(x[:block])), 0
                 for j0 in range(block, len(x), block):
@@ -204,8 +346,12 @@ PLANTED = {
                     count += top > prev
                     prev = top
                 return count
-            """, ["case 4", "previous block's max"]),
-        ("the last block dropped", """
+            """,
+            ["case 4", "previous block's max"],
+        ),
+        (
+            "the last block dropped",
+            """
             def count_rescales(x, block):
                 m, count = float(np.max(x[:block])), 0
                 for j0 in range(block, len(x) // block * block, block):
@@ -213,16 +359,26 @@ PLANTED = {
                     if top > m:
                         count, m = count + 1, top
                 return count
-            """, ["case 1", "expected 3, got 2", "last, shorter block"]),
-        ("counted by lab's trace", """
+            """,
+            ["case 1", "expected 3, got 2", "last, shorter block"],
+        ),
+        (
+            "counted by lab's trace",
+            """
             def count_rescales(x, block):
                 return int((lab.online_trace(x, block)["alpha"][1:] < 1).sum())
-            """, ["calls lab.online_trace"])],
+            """,
+            ["calls lab.online_trace"],
+        ),
+    ],
 }
 
 
-@pytest.mark.parametrize("number, source, says", [(n, s, says) for n, cases in PLANTED.items() for _, s, says in cases],
-                         ids=[f"{n}-{name}" for n, cases in PLANTED.items() for name, _, _ in cases])
+@pytest.mark.parametrize(
+    "number, source, says",
+    [(n, s, says) for n, cases in PLANTED.items() for _, s, says in cases],
+    ids=[f"{n}-{name}" for n, cases in PLANTED.items() for name, _, _ in cases],
+)
 def test_planted_mistake_is_diagnosed(number, source, says):
     _fails(number, source, *says)
 
@@ -233,16 +389,20 @@ def test_planted_mistake_is_diagnosed(number, source, says):
 def _reference_pass(x, block):
     m, l = -np.inf, 0.0
     for j0 in range(0, len(x), block):
-        m, l = checks._step(m, l, x[j0:j0 + block])
+        m, l = checks._step(m, l, x[j0 : j0 + block])
     return m, l
 
 
 def test_online_pass_check_reads_through_a_counting_array_and_names_a_lambda(capsys):
     checks.check_online_pass(lambda x, b: _reference_pass(x, b))
     seen = []
-    checks.check_online_pass(lambda x, b: seen.append(type(x).__name__) or _reference_pass(x, b))
+    checks.check_online_pass(
+        lambda x, b: seen.append(type(x).__name__) or _reference_pass(x, b)
+    )
     out = capsys.readouterr().out
-    assert out.startswith("online_pass: ✓ passed 8 cases;") and set(seen) == {"CountingArray"}
+    assert out.startswith("online_pass: ✓ passed 8 cases;") and set(seen) == {
+        "CountingArray"
+    }
 
 
 def test_online_pass_check_reports_a_store_into_x_and_a_score_never_read(capsys):
@@ -250,8 +410,11 @@ def test_online_pass_check_reports_a_store_into_x_and_a_score_never_read(capsys)
         result = _reference_pass(x, block)
         x[0] = 0.0
         return result
+
     checks.check_online_pass(writes)
-    checks.check_online_pass(lambda x, b: _reference_pass(x.peek(), b))        # peek() reads without counting
+    checks.check_online_pass(
+        lambda x, b: _reference_pass(x.peek(), b)
+    )  # peek() reads without counting
     out = capsys.readouterr().out.splitlines()
     assert out[0].endswith("it writes into x; the row is input only")
     assert out[1].endswith("x[0] was never read (10 of 10 scores)")
@@ -259,8 +422,15 @@ def test_online_pass_check_reports_a_store_into_x_and_a_score_never_read(capsys)
 
 def test_online_pass_memory_bound_leaves_room_for_the_streaming_answer():
     import lab
-    held, _ = lab.peak_bytes(_reference_pass, lab.CountingArray(np.random.default_rng(0).standard_normal(20_000)), 50)
-    assert held < 20_000 * 8 // 16                      # under half the check's bound of a quarter of the row (tracemalloc counts a few interpreter buffers too)
+
+    held, _ = lab.peak_bytes(
+        _reference_pass,
+        lab.CountingArray(np.random.default_rng(0).standard_normal(20_000)),
+        50,
+    )
+    assert (
+        held < 20_000 * 8 // 16
+    )  # under half the check's bound of a quarter of the row (tracemalloc counts a few interpreter buffers too)
 
 
 def test_step_and_pass_references_follow_the_definition():
@@ -270,4 +440,7 @@ def test_step_and_pass_references_follow_the_definition():
         m, l = checks._pass(x, block)
         assert m == x.max() and np.isclose(l, np.exp(x - x.max()).sum(), rtol=1e-13)
     assert checks._pass(np.full(4, -np.inf), 2) == (-np.inf, 0.0)
-    assert checks._rescales(np.arange(10.0), 3) == 3 and checks._rescales(np.arange(10.0), 3, tail=False) == 2
+    assert (
+        checks._rescales(np.arange(10.0), 3) == 3
+        and checks._rescales(np.arange(10.0), 3, tail=False) == 2
+    )

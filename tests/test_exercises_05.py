@@ -1,22 +1,24 @@
 """Notebook 05's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the instrument and checks of lab/checks/tiling.py behave."""
 
-
 import nbformat
 import numpy as np
 import pytest
+from exercise_support import ROOT, assert_fails, exercises, run_check, source
 
 import lab
-from exercise_support import ROOT, assert_fails, exercises, run_check, source
 from lab.checks import tiling
 from lab.checks.tiling import BlockLoadArray
 
 NAME = "05_tiling"
 EX = {ex.number: ex for ex in exercises(NAME)}
-PASSED = {1: "causal_tiles: ✓ passed 7 cases\n", 2: "fa2_bytes: ✓ passed 6 cases\n",
-          3: "widest_key_block: ✓ passed 6 cases\n",
-          4: "flash_forward: ✓ passed 10 cases; K and V loaded once per query block, at most Bc rows at a time, masked "
-             "tiles skipped; no N × M array held\n"}
+PASSED = {
+    1: "causal_tiles: ✓ passed 7 cases\n",
+    2: "fa2_bytes: ✓ passed 6 cases\n",
+    3: "widest_key_block: ✓ passed 6 cases\n",
+    4: "flash_forward: ✓ passed 10 cases; K and V loaded once per query block, at most Bc rows at a time, masked "
+    "tiles skipped; no N × M array held\n",
+}
 
 
 def _src(text: str) -> str:
@@ -36,11 +38,27 @@ def test_the_notebook_has_four_checked_exercises_and_two_open_questions():
     assert sorted(EX) == [1, 2, 3, 4]
     cells = _cells()
     for number, needle in ((5, "both budgets stop"), (6, "identity")):
-        q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith(f"### Exercise {number}"))
-        nxt = next((i for i, (_, s, _) in enumerate(cells) if i > q and s.startswith("### Exercise")), len(cells))
-        part = cells[q + 1:nxt]
-        assert any("Your answer:" in s and "solution" not in tags for t, s, tags in part)
-        assert any("solution" in tags and "A worked answer" in s and needle in s for t, s, tags in part)
+        q = next(
+            i
+            for i, (_, s, _) in enumerate(cells)
+            if s.startswith(f"### Exercise {number}")
+        )
+        nxt = next(
+            (
+                i
+                for i, (_, s, _) in enumerate(cells)
+                if i > q and s.startswith("### Exercise")
+            ),
+            len(cells),
+        )
+        part = cells[q + 1 : nxt]
+        assert any(
+            "Your answer:" in s and "solution" not in tags for t, s, tags in part
+        )
+        assert any(
+            "solution" in tags and "A worked answer" in s and needle in s
+            for t, s, tags in part
+        )
         assert any(t == "code" and "solution" in tags for t, s, tags in part)
 
 
@@ -57,7 +75,13 @@ def test_stub_reports_not_implemented(number):
 def test_the_specs_give_no_formula_to_copy():
     """The warm-ups are derived: no spec names the reference function or prints the answer's formula."""
     for ex in EX.values():
-        for banned in ("Reference:", "lab.tile_counts", "lab.flash_counts(", "lab.fa_block_sizes", "step_footprint"):
+        for banned in (
+            "Reference:",
+            "lab.tile_counts",
+            "lab.flash_counts(",
+            "lab.fa_block_sizes",
+            "step_footprint",
+        ):
             assert banned not in ex.spec, (ex.number, banned)
 
 
@@ -83,32 +107,78 @@ def causal_tiles(N, M, Br, Bc):
                 masked += j1 - 1 > {corner}
     return {ret}
 """
-TILES_OK = {"rows": "N", "cols": "M", "j1": "min(j0 + Bc, M)", "seen": "i1 - 1 + M - N", "corner": "i0 + M - N",
-            "ret": "computed, masked"}
+TILES_OK = {
+    "rows": "N",
+    "cols": "M",
+    "j1": "min(j0 + Bc, M)",
+    "seen": "i1 - 1 + M - N",
+    "corner": "i0 + M - N",
+    "ret": "computed, masked",
+}
 
 WRONG_1 = {
-    "top-left alignment": ({"seen": "i1 - 1", "corner": "i0"}, ["case 2 (N = 1000, M = 700, Br = 128, Bc = 48)", "computed (element 0)",
-                                                              "aligned top-left", "j > i + (M - N)"]),
-    "partial blocks dropped": ({"rows": "N - N % Br", "cols": "M - M % Bc"}, ["case 1 (N = 200, M = 200, Br = 64, Bc = 32)",
-                                                                          "whole blocks only"]),
-    "one key too far": ({"seen": "i1 + M - N"}, ["expected 136, got 151", "one key too far"]),
-    "one key too few (strict <)": ({"seen": "i1 - 2 + M - N"}, ["one key too few", "compare with <=, not <"]),
-    "the closed form for square blocks": ("""
+    "top-left alignment": (
+        {"seen": "i1 - 1", "corner": "i0"},
+        [
+            "case 2 (N = 1000, M = 700, Br = 128, Bc = 48)",
+            "computed (element 0)",
+            "aligned top-left",
+            "j > i + (M - N)",
+        ],
+    ),
+    "partial blocks dropped": (
+        {"rows": "N - N % Br", "cols": "M - M % Bc"},
+        ["case 1 (N = 200, M = 200, Br = 64, Bc = 32)", "whole blocks only"],
+    ),
+    "one key too far": (
+        {"seen": "i1 + M - N"},
+        ["expected 136, got 151", "one key too far"],
+    ),
+    "one key too few (strict <)": (
+        {"seen": "i1 - 2 + M - N"},
+        ["one key too few", "compare with <=, not <"],
+    ),
+    "the closed form for square blocks": (
+        """
 def causal_tiles(N, M, Br, Bc):
     T = -(-N // Br)
     return T * (T + 1) // 2, T
-""", ["case 1 (N = 200, M = 200, Br = 64, Bc = 32)", "T(T+1)/2 holds for N = M and square blocks only"]),
-    "masked from the wrong corner": ({"corner": "i1 - 1 + M - N"}, ["masked (element 1)", "wrong corner"]),
-    "last key block not clipped to M": ({"j1": "j0 + Bc"}, ["case 4 (N = 7, M = 7, Br = 3, Bc = 5)", "masked (element 1)",
-                                                           "ends at M = 7", "j1 = min(j0 + Bc, M)"]),
-    "one number": ({"ret": "computed"}, ["returned int, expected a tuple of 2 (computed, masked)"]),
+""",
+        [
+            "case 1 (N = 200, M = 200, Br = 64, Bc = 32)",
+            "T(T+1)/2 holds for N = M and square blocks only",
+        ],
+    ),
+    "masked from the wrong corner": (
+        {"corner": "i1 - 1 + M - N"},
+        ["masked (element 1)", "wrong corner"],
+    ),
+    "last key block not clipped to M": (
+        {"j1": "j0 + Bc"},
+        [
+            "case 4 (N = 7, M = 7, Br = 3, Bc = 5)",
+            "masked (element 1)",
+            "ends at M = 7",
+            "j1 = min(j0 + Bc, M)",
+        ],
+    ),
+    "one number": (
+        {"ret": "computed"},
+        ["returned int, expected a tuple of 2 (computed, masked)"],
+    ),
 }
 
 
 @pytest.mark.parametrize("mistake", WRONG_1)
 def test_exercise_1_mistakes(mistake):
     changes, says = WRONG_1[mistake]
-    _fails(1, changes if isinstance(changes, str) else TILES.format(**{**TILES_OK, **changes}), *says)
+    _fails(
+        1,
+        changes
+        if isinstance(changes, str)
+        else TILES.format(**{**TILES_OK, **changes}),
+        *says,
+    )
 
 
 # ------------------------------------------------------------------------------------ exercise 2
@@ -121,34 +191,65 @@ def fa2_bytes(N, d, Br, Bc, itemsize, causal):
         keys += {keys}
     return (N * d + 2 * {kv} * d + N * d) * itemsize + N * {lse}
 """
-BYTES_OK = {"causal": "causal", "keys": "min(-(-seen // Bc) * Bc, N)", "kv": "keys", "lse": "max(itemsize, 4)"}
+BYTES_OK = {
+    "causal": "causal",
+    "keys": "min(-(-seen // Bc) * Bc, N)",
+    "kv": "keys",
+    "lse": "max(itemsize, 4)",
+}
 
 WRONG_2 = {
-    "no causal skipping": ({"causal": "False"}, ["case 1 (N = 1000, d = 64, Br = 64, Bc = 48, itemsize = 2, causal = True)",
-                                                 "without causal skipping"]),
-    "only the visible keys of each query block": ({"keys": "seen"}, ["case 1", "fa2 loads whole key blocks",
-                                                                     "not the visible keys"]),
-    "only the keys each query sees": ("""
+    "no causal skipping": (
+        {"causal": "False"},
+        [
+            "case 1 (N = 1000, d = 64, Br = 64, Bc = 48, itemsize = 2, causal = True)",
+            "without causal skipping",
+        ],
+    ),
+    "only the visible keys of each query block": (
+        {"keys": "seen"},
+        ["case 1", "fa2 loads whole key blocks", "not the visible keys"],
+    ),
+    "only the keys each query sees": (
+        """
 def fa2_bytes(N, d, Br, Bc, itemsize, causal):
     keys = N * (N + 1) // 2 if causal else N * -(-N // Br)
     return (2 * N * d + 2 * keys * d) * itemsize + N * max(itemsize, 4)
-""", ["case 1", "fa2 loads whole key blocks"]),
-    "half the non-causal bytes": ("""
+""",
+        ["case 1", "fa2 loads whole key blocks"],
+    ),
+    "half the non-causal bytes": (
+        """
 def fa2_bytes(N, d, Br, Bc, itemsize, causal):
     total = (2 * N * d + 2 * N * -(-N // Br) * d) * itemsize + N * max(itemsize, 4)
     return total // 2 if causal else total
-""", ["case 1", "half the non-causal count", "the diagonal ones too"]),
-    "half the non-causal K and V traffic": ("""
+""",
+        ["case 1", "half the non-causal count", "the diagonal ones too"],
+    ),
+    "half the non-causal K and V traffic": (
+        """
 def fa2_bytes(N, d, Br, Bc, itemsize, causal):
     kv = 2 * N * -(-N // Br) * d * itemsize
     return 2 * N * d * itemsize + (kv // 2 if causal else kv) + N * max(itemsize, 4)
-""", ["case 1", "half the non-causal count"]),
-    "partial key block counted whole": ({"keys": "-(-seen // Bc) * Bc"}, ["case 1", "fewer than Bc keys"]),
-    "lse at itemsize": ({"lse": "itemsize"}, ["case 0 (N = 4096, d = 64, Br = 128, Bc = 128, itemsize = 2, causal = False)",
-                                      "accumulator's dtype"]),
+""",
+        ["case 1", "half the non-causal count"],
+    ),
+    "partial key block counted whole": (
+        {"keys": "-(-seen // Bc) * Bc"},
+        ["case 1", "fewer than Bc keys"],
+    ),
+    "lse at itemsize": (
+        {"lse": "itemsize"},
+        [
+            "case 0 (N = 4096, d = 64, Br = 128, Bc = 128, itemsize = 2, causal = False)",
+            "accumulator's dtype",
+        ],
+    ),
     "lse left out": ({"lse": "0"}, ["one lse value per query row"]),
-    "o left out": (BYTES.format(**BYTES_OK).replace(" + N * d) * itemsize", ") * itemsize"),
-                   ["case 0", "N × d values are missing", "o is written once"]),
+    "o left out": (
+        BYTES.format(**BYTES_OK).replace(" + N * d) * itemsize", ") * itemsize"),
+        ["case 0", "N × d values are missing", "o is written once"],
+    ),
     "K and V read once in all": ({"kv": "N"}, ["once per query block"]),
 }
 
@@ -156,7 +257,13 @@ def fa2_bytes(N, d, Br, Bc, itemsize, causal):
 @pytest.mark.parametrize("mistake", WRONG_2)
 def test_exercise_2_mistakes(mistake):
     changes, says = WRONG_2[mistake]
-    _fails(2, changes if isinstance(changes, str) else BYTES.format(**{**BYTES_OK, **changes}), *says)
+    _fails(
+        2,
+        changes
+        if isinstance(changes, str)
+        else BYTES.format(**{**BYTES_OK, **changes}),
+        *says,
+    )
 
 
 # ------------------------------------------------------------------------------------ exercise 3
@@ -167,28 +274,61 @@ def widest_key_block(sram_bytes, d, Br, itemsize):
     per_key = 2 * d * itemsize + {tile}
     return max(0, {div})
 """
-WIDEST_OK = {"state": "(2 * Br + Br * d) * 4", "tile": "Br * itemsize + Br * 4", "div": "(sram_bytes - fixed) // per_key"}
+WIDEST_OK = {
+    "state": "(2 * Br + Br * d) * 4",
+    "tile": "Br * itemsize + Br * 4",
+    "div": "(sram_bytes - fixed) // per_key",
+}
 
 WRONG_3 = {
-    "rounded up": ({"div": "-(-(sram_bytes - fixed) // per_key)"}, ["expected 104, got 105", "more than the 233,472"]),
-    "S_ij left out": ({"tile": "Br * itemsize"}, ["expected 268, got 446", "leave a buffer out"]),
-    "P_ij in float32": ({"tile": "Br * 4 + Br * 4"}, ["expected 268, got 223", "Bc = 224 still fits"]),
+    "rounded up": (
+        {"div": "-(-(sram_bytes - fixed) // per_key)"},
+        ["expected 104, got 105", "more than the 233,472"],
+    ),
+    "S_ij left out": (
+        {"tile": "Br * itemsize"},
+        ["expected 268, got 446", "leave a buffer out"],
+    ),
+    "P_ij in float32": (
+        {"tile": "Br * 4 + Br * 4"},
+        ["expected 268, got 223", "Bc = 224 still fits"],
+    ),
     "state left out": ({"state": "0"}, ["got 294", "the state m, l, acc"]),
-    "a float": ({"div": "(sram_bytes - fixed) / per_key"}, ["case 0", "a float", "whole number of keys"]),
-    "a whole float": ({"div": "float((sram_bytes - fixed) // per_key)"},
-                      ["case 0 (sram_bytes = 196608, d = 64, Br = 64, itemsize = 2)", "returned 268.0, a float",
-                       "round down (//)"]),
-    "negative when nothing fits": (WIDEST.format(**WIDEST_OK).replace("max(0, (sram_bytes - fixed) // per_key)",
-                                                                      "(sram_bytes - fixed) // per_key"),
-                                   ["case 5 (sram_bytes = 4096, d = 64, Br = 64, itemsize = 2)", "expected 0, got -",
-                                    "no negative sizes: return 0 when even Bc = 1 does not fit"]),
+    "a float": (
+        {"div": "(sram_bytes - fixed) / per_key"},
+        ["case 0", "a float", "whole number of keys"],
+    ),
+    "a whole float": (
+        {"div": "float((sram_bytes - fixed) // per_key)"},
+        [
+            "case 0 (sram_bytes = 196608, d = 64, Br = 64, itemsize = 2)",
+            "returned 268.0, a float",
+            "round down (//)",
+        ],
+    ),
+    "negative when nothing fits": (
+        WIDEST.format(**WIDEST_OK).replace(
+            "max(0, (sram_bytes - fixed) // per_key)", "(sram_bytes - fixed) // per_key"
+        ),
+        [
+            "case 5 (sram_bytes = 4096, d = 64, Br = 64, itemsize = 2)",
+            "expected 0, got -",
+            "no negative sizes: return 0 when even Bc = 1 does not fit",
+        ],
+    ),
 }
 
 
 @pytest.mark.parametrize("mistake", WRONG_3)
 def test_exercise_3_mistakes(mistake):
     changes, says = WRONG_3[mistake]
-    _fails(3, changes if isinstance(changes, str) else WIDEST.format(**{**WIDEST_OK, **changes}), *says)
+    _fails(
+        3,
+        changes
+        if isinstance(changes, str)
+        else WIDEST.format(**{**WIDEST_OK, **changes}),
+        *says,
+    )
 
 
 # ------------------------------------------------------------------------------------ exercise 4
@@ -217,27 +357,39 @@ def flash_forward(q, k, v, Br, Bc, causal=False):
         {finish}
     return o, lse
 """
-FINISH = ("seen = l > 0\n        o[i0:i1] = acc / np.where(seen, l, 1.0)[:, None]\n"
-          "        lse[i0:i1] = np.where(seen, {lse}, -np.inf)")
-FWD_OK = {"rows": "range(0, N, Br)", "scale": "np.sqrt(d)", "m0": "-np.inf", "last": "min(M, i1 + M - N) if causal else M",
-          "keys": "range(0, last, Bc)", "off": "M - N", "m_use": "np.where(np.isneginf(m_new), 0.0, m_new)",
-          "finish": FINISH.format(lse="m + np.log(np.where(seen, l, 1.0))")}
+FINISH = (
+    "seen = l > 0\n        o[i0:i1] = acc / np.where(seen, l, 1.0)[:, None]\n"
+    "        lse[i0:i1] = np.where(seen, {lse}, -np.inf)"
+)
+FWD_OK = {
+    "rows": "range(0, N, Br)",
+    "scale": "np.sqrt(d)",
+    "m0": "-np.inf",
+    "last": "min(M, i1 + M - N) if causal else M",
+    "keys": "range(0, last, Bc)",
+    "off": "M - N",
+    "m_use": "np.where(np.isneginf(m_new), 0.0, m_new)",
+    "finish": FINISH.format(lse="m + np.log(np.where(seen, l, 1.0))"),
+}
 
 
 def _fwd(**changes) -> str:
     return FWD.format(**{**FWD_OK, **changes})
 
 
-TWO_PASS = _fwd(keys="""range(0, last, Bc):
+TWO_PASS = _fwd(
+    keys="""range(0, last, Bc):
             j1 = min(j0 + Bc, M)
             t = q_i @ k[j0:j1].T
             if causal:
                 t = np.where(np.arange(j0, j1)[None, :] <= np.arange(i0, i1)[:, None] + M - N, t, -np.inf)
             m = np.maximum(m, t.max(axis=1))
-        for j0 in range(0, last, Bc)""")
+        for j0 in range(0, last, Bc)"""
+)
 
 WRONG_4 = {
-    "non-streaming softmax(q kᵀ) v": ("""
+    "non-streaming softmax(q kᵀ) v": (
+        """
 def flash_forward(q, k, v, Br, Bc, causal=False):
     N, M = len(q), len(k)
     s = q @ k.T / np.sqrt(q.shape[1])
@@ -249,45 +401,106 @@ def flash_forward(q, k, v, Br, Bc, causal=False):
     l = p.sum(axis=1, keepdims=True)
     o = np.where(l > 0, p @ v / np.where(l > 0, l, 1.0), 0.0)
     return o, np.where(l[:, 0] > 0, m[:, 0] + np.log(np.where(l[:, 0] > 0, l[:, 0], 1.0)), -np.inf)
-""", ["case 0 (Br, Bc divide N, M;", "K was loaded whole, all 64 rows at once (k.T)", "k[j0:j1]"]),
-    "returns lab.attention_reference": ("""
+""",
+        [
+            "case 0 (Br, Bc divide N, M;",
+            "K was loaded whole, all 64 rows at once (k.T)",
+            "k[j0:j1]",
+        ],
+    ),
+    "returns lab.attention_reference": (
+        """
 def flash_forward(q, k, v, Br, Bc, causal=False):
     return lab.attention_reference(q, k, v, causal=causal)
-""", ["K was loaded whole", "np.asarray(k)"]),
-    "returns lab.flash_attention_numpy": ("""
+""",
+        ["K was loaded whole", "np.asarray(k)"],
+    ),
+    "returns lab.flash_attention_numpy": (
+        """
 def flash_forward(q, k, v, Br, Bc, causal=False):
     o, lse = lab.flash_attention_numpy(q, k, v, block_q=Br, block_k=Bc, causal=causal)
     return o, lse.astype(float)
-""", ["K was loaded whole"]),
-    "running max started at 0": (_fwd(m0="0.0"), ["case 7 (every score near -1100;", "o (element 0)",
-                                                  "start m at -inf (not 0)"]),
-    "top-left causal alignment": (_fwd(off="0", last="min(M, i1) if causal else M"),
-                                  ["case 3 (causal, N < M;", "aligned top-left", "j > i + (M - N)"]),
-    "dropped query tail": (_fwd(rows="range(0, N - N % Br, Br)"),
-                           ["case 1 (partial last blocks, dv != d;", "expected 0.31215, got 0",
-                            "the last 2 queries (rows 48 to 49) form a partial query block"]),
-    "dropped query tail, short output": (_fwd(finish="o[i0:i1] = acc / l[:, None]\n        lse[i0:i1] = m + np.log(l)")
-                                         .replace("np.zeros((N, v.shape[1])), np.full(N, -np.inf)",
-                                                  "np.zeros((N - N % Br, v.shape[1])), np.zeros(N - N % Br)")
-                                         .replace("range(0, N, Br)", "range(0, N - N % Br, Br)"),
-                                         ["shape: yours is (48, 4), expected (50, 4)", "yours has no rows for it"]),
-    "dropped key tail": (_fwd(keys="range(0, last - Bc + 1, Bc)"), ["case 1", "the last key block is partial (6 keys)"]),
-    "NaN on a row with no key": (_fwd(m_use="m_new", finish="o[i0:i1] = acc / l[:, None]\n        lse[i0:i1] = m + np.log(l)"),
-                                 ["case 4 (causal, N > M: queries 0-6 see no key;", "NaN in yours", "o = 0 and lse = -inf"]),
-    "lse off by the max": (_fwd(finish=FINISH.format(lse="np.log(np.where(seen, l, 1.0))")),
-                           ["lse (element 1)", "your lse is log l", "lse = m + log l"]),
+""",
+        ["K was loaded whole"],
+    ),
+    "running max started at 0": (
+        _fwd(m0="0.0"),
+        ["case 7 (every score near -1100;", "o (element 0)", "start m at -inf (not 0)"],
+    ),
+    "top-left causal alignment": (
+        _fwd(off="0", last="min(M, i1) if causal else M"),
+        ["case 3 (causal, N < M;", "aligned top-left", "j > i + (M - N)"],
+    ),
+    "dropped query tail": (
+        _fwd(rows="range(0, N - N % Br, Br)"),
+        [
+            "case 1 (partial last blocks, dv != d;",
+            "expected 0.31215, got 0",
+            "the last 2 queries (rows 48 to 49) form a partial query block",
+        ],
+    ),
+    "dropped query tail, short output": (
+        _fwd(finish="o[i0:i1] = acc / l[:, None]\n        lse[i0:i1] = m + np.log(l)")
+        .replace(
+            "np.zeros((N, v.shape[1])), np.full(N, -np.inf)",
+            "np.zeros((N - N % Br, v.shape[1])), np.zeros(N - N % Br)",
+        )
+        .replace("range(0, N, Br)", "range(0, N - N % Br, Br)"),
+        ["shape: yours is (48, 4), expected (50, 4)", "yours has no rows for it"],
+    ),
+    "dropped key tail": (
+        _fwd(keys="range(0, last - Bc + 1, Bc)"),
+        ["case 1", "the last key block is partial (6 keys)"],
+    ),
+    "NaN on a row with no key": (
+        _fwd(
+            m_use="m_new",
+            finish="o[i0:i1] = acc / l[:, None]\n        lse[i0:i1] = m + np.log(l)",
+        ),
+        [
+            "case 4 (causal, N > M: queries 0-6 see no key;",
+            "NaN in yours",
+            "o = 0 and lse = -inf",
+        ],
+    ),
+    "lse off by the max": (
+        _fwd(finish=FINISH.format(lse="np.log(np.where(seen, l, 1.0))")),
+        ["lse (element 1)", "your lse is log l", "lse = m + log l"],
+    ),
     "scores not scaled": (_fwd(scale="1.0"), ["not scaled"]),
-    "keepdims slip: s - m without [:, None]": (_fwd().replace("np.exp(s - m_use[:, None])", "np.exp(s - m_use)"),
-                                               ["case 0 (Br, Bc divide N, M; N = 64, M = 64, d = 8, dv = 8, Br = 16, Bc = 32",
-                                                "raised ValueError", "broadcast", "s - m_new[:, None]"]),
-    "one query row per block (Br ignored)": (_fwd(rows="range(0, N)").replace("i1 = min(i0 + Br, N)", "i1 = i0 + 1"),
-                                             ["case 0", "K was loaded once per query row: row 0 of k 64 times",
-                                              "Br = 16 rows, q[i0:i0 + Br]"]),
-    "mask not applied": (_fwd(off="M", last="M"), ["case 2 (causal, N = M, partial blocks;", "without the mask"]),
-    "two passes over K per query block": (TWO_PASS, ["K was read 2 times per query block", "row 0 of k was loaded 8 times"]),
-    "a strip of K in one load": (_fwd(keys="range(0, last, Bc)", last="M").replace(
-        "s = q_i @ k[j0:j1].T", "s = q_i @ k[0:M][j0:j1].T"), ["64 rows of k were loaded in one access (k[0:64])"]),
-    "Algorithm 1's order (key blocks outside)": ("""
+    "keepdims slip: s - m without [:, None]": (
+        _fwd().replace("np.exp(s - m_use[:, None])", "np.exp(s - m_use)"),
+        [
+            "case 0 (Br, Bc divide N, M; N = 64, M = 64, d = 8, dv = 8, Br = 16, Bc = 32",
+            "raised ValueError",
+            "broadcast",
+            "s - m_new[:, None]",
+        ],
+    ),
+    "one query row per block (Br ignored)": (
+        _fwd(rows="range(0, N)").replace("i1 = min(i0 + Br, N)", "i1 = i0 + 1"),
+        [
+            "case 0",
+            "K was loaded once per query row: row 0 of k 64 times",
+            "Br = 16 rows, q[i0:i0 + Br]",
+        ],
+    ),
+    "mask not applied": (
+        _fwd(off="M", last="M"),
+        ["case 2 (causal, N = M, partial blocks;", "without the mask"],
+    ),
+    "two passes over K per query block": (
+        TWO_PASS,
+        ["K was read 2 times per query block", "row 0 of k was loaded 8 times"],
+    ),
+    "a strip of K in one load": (
+        _fwd(keys="range(0, last, Bc)", last="M").replace(
+            "s = q_i @ k[j0:j1].T", "s = q_i @ k[0:M][j0:j1].T"
+        ),
+        ["64 rows of k were loaded in one access (k[0:64])"],
+    ),
+    "Algorithm 1's order (key blocks outside)": (
+        """
 def flash_forward(q, k, v, Br, Bc, causal=False):
     N, M = len(q), len(k)
     m, l, acc = np.full(N, -np.inf), np.zeros(N), np.zeros((N, v.shape[1]))
@@ -306,8 +519,14 @@ def flash_forward(q, k, v, Br, Bc, causal=False):
             m[i0:i1] = m_new
     seen = l > 0
     return acc / np.where(seen, l, 1.0)[:, None], np.where(seen, m + np.log(np.where(seen, l, 1.0)), -np.inf)
-""", ["row 0 of k was loaded 1 time(s), but 4 query blocks see it", "query blocks outside"]),
-    "all N × M scores stored": ("""
+""",
+        [
+            "row 0 of k was loaded 1 time(s), but 4 query blocks see it",
+            "query blocks outside",
+        ],
+    ),
+    "all N × M scores stored": (
+        """
 def flash_forward(q, k, v, Br, Bc, causal=False):
     N, M = len(q), len(k)
     S = np.full((N, M), -np.inf)
@@ -328,8 +547,15 @@ def flash_forward(q, k, v, Br, Bc, causal=False):
         o[i0:i1] = np.where(l[:, None] > 0, p @ np.concatenate(vs) / np.where(l > 0, l, 1.0)[:, None], 0.0)
         lse[i0:i1] = np.where(l > 0, mu + np.log(np.where(l > 0, l, 1.0)), -np.inf)
     return o, lse
-""", ["case 9 (large;", "as much as an N × M array of float64 (128 × 4096", "one Br × Bc tile"]),
-    "a Br × M strip of scores per query block": ("""
+""",
+        [
+            "case 9 (large;",
+            "as much as an N × M array of float64 (128 × 4096",
+            "one Br × Bc tile",
+        ],
+    ),
+    "a Br × M strip of scores per query block": (
+        """
 def flash_forward(q, k, v, Br, Bc, causal=False):
     N, M = len(q), len(k)
     o, lse = np.zeros((N, v.shape[1])), np.full(N, -np.inf)
@@ -346,7 +572,9 @@ def flash_forward(q, k, v, Br, Bc, causal=False):
         o[i0:i1] = np.where(l[:, None] > 0, pv / np.where(l > 0, l, 1.0)[:, None], 0.0)
         lse[i0:i1] = np.where(l > 0, mu + np.log(np.where(l > 0, l, 1.0)), -np.inf)
     return o, lse
-""", ["case 9 (large;", "Br × M strip(s) of float64 (16 × 4096 = 512 KiB)"]),
+""",
+        ["case 9 (large;", "Br × M strip(s) of float64 (16 × 4096 = 512 KiB)"],
+    ),
 }
 
 
@@ -362,14 +590,27 @@ def test_exercise_4_template_is_the_worked_solution():
 
 def test_exercise_4_accepts_a_kernel_that_loads_masked_tiles_and_reads_row_by_row():
     no_skip = _fwd(last="M")
-    assert "masked tiles loaded too" in run_check(EX[4], no_skip) and "✓" in run_check(EX[4], no_skip)
-    by_rows = _fwd().replace("s = q_i @ k[j0:j1].T", "s = q_i @ np.stack([k[j] for j in range(j0, j1)]).T")
+    assert "masked tiles loaded too" in run_check(EX[4], no_skip) and "✓" in run_check(
+        EX[4], no_skip
+    )
+    by_rows = _fwd().replace(
+        "s = q_i @ k[j0:j1].T", "s = q_i @ np.stack([k[j] for j in range(j0, j1)]).T"
+    )
     assert run_check(EX[4], by_rows) == PASSED[4]
 
 
 def test_exercise_4_reports_a_crash_on_the_counting_arrays():
-    out = run_check(EX[4], _fwd().replace("s = q_i @ k[j0:j1].T", "s = q_i @ k[j0:j1].T + 0 * len(k.__array_interface__)"))
-    assert "with k and v that count the rows you load raised" in out and "index k and v by blocks of rows" in out
+    out = run_check(
+        EX[4],
+        _fwd().replace(
+            "s = q_i @ k[j0:j1].T",
+            "s = q_i @ k[j0:j1].T + 0 * len(k.__array_interface__)",
+        ),
+    )
+    assert (
+        "with k and v that count the rows you load raised" in out
+        and "index k and v by blocks of rows" in out
+    )
 
 
 # ------------------------------------------------------------------------------------ lab/checks/tiling.py
@@ -380,33 +621,66 @@ def _brute_kinds(N, M, Br, Bc):
     computed = masked = 0
     for i0 in range(0, N, Br):
         for j0 in range(0, M, Bc):
-            t = vis[i0:i0 + Br, j0:j0 + Bc]
+            t = vis[i0 : i0 + Br, j0 : j0 + Bc]
             computed += bool(t.any())
             masked += bool(t.any() and not t.all())
     return computed, masked
 
 
-@pytest.mark.parametrize("N, M, Br, Bc", [(7, 7, 3, 5), (12, 5, 4, 2), (5, 12, 2, 4), (33, 70, 8, 16), (64, 64, 64, 64),
-                                          (40, 13, 64, 1)])
+@pytest.mark.parametrize(
+    "N, M, Br, Bc",
+    [
+        (7, 7, 3, 5),
+        (12, 5, 4, 2),
+        (5, 12, 2, 4),
+        (33, 70, 8, 16),
+        (64, 64, 64, 64),
+        (40, 13, 64, 1),
+    ],
+)
 def test_tile_kinds_match_the_mask_and_the_kernel(N, M, Br, Bc):
     assert tiling._tile_kinds(N, M, Br, Bc) == _brute_kinds(N, M, Br, Bc)
-    assert tiling._tile_kinds(N, M, Br, Bc)[0] == lab.tile_counts(N, M, Br, Bc, causal=True)["computed"]
+    assert (
+        tiling._tile_kinds(N, M, Br, Bc)[0]
+        == lab.tile_counts(N, M, Br, Bc, causal=True)["computed"]
+    )
 
 
-@pytest.mark.parametrize("case", [(4096, 64, 128, 128, 2, False), (1000, 64, 64, 48, 2, True), (333, 16, 50, 64, 8, True),
-                                  (5, 3, 7, 2, 2, True), (100, 8, 9, 7, 4, True)])
+@pytest.mark.parametrize(
+    "case",
+    [
+        (4096, 64, 128, 128, 2, False),
+        (1000, 64, 64, 48, 2, True),
+        (333, 16, 50, 64, 8, True),
+        (5, 3, 7, 2, 2, True),
+        (100, 8, 9, 7, 4, True),
+    ],
+)
 def test_fa2_bytes_match_the_instrumented_kernel(case):
     N, d, Br, Bc, isz, causal = case
-    x = np.random.default_rng(0).standard_normal((3, N, d)).astype({2: np.float16, 4: np.float32, 8: np.float64}[isz])
+    x = (
+        np.random.default_rng(0)
+        .standard_normal((3, N, d))
+        .astype({2: np.float16, 4: np.float32, 8: np.float64}[isz])
+    )
     with lab.trace.record() as rec:
-        lab.flash_attention_numpy(x[0], x[1], x[2], block_q=Br, block_k=Bc, causal=causal)
+        lab.flash_attention_numpy(
+            x[0], x[1], x[2], block_q=Br, block_k=Bc, causal=causal
+        )
     assert tiling._fa2_bytes(*case) == rec.total
 
 
-@pytest.mark.parametrize("case", [(192 * 1024, 64, 64, 2), (4096, 64, 64, 2), (100_000, 48, 16, 4), (3000, 4, 4, 2)])
+@pytest.mark.parametrize(
+    "case",
+    [(192 * 1024, 64, 64, 2), (4096, 64, 64, 2), (100_000, 48, 16, 4), (3000, 4, 4, 2)],
+)
 def test_widest_is_the_largest_block_that_fits(case):
     sram, d, Br, isz = case
-    fits = [Bc for Bc in range(1, 2000) if lab.step_footprint(d, Br, Bc, itemsize=isz)["total"] <= sram]
+    fits = [
+        Bc
+        for Bc in range(1, 2000)
+        if lab.step_footprint(d, Br, Bc, itemsize=isz)["total"] <= sram
+    ]
     assert tiling._widest(*case) == (fits[-1] if fits else 0)
 
 
@@ -414,13 +688,34 @@ def test_block_load_array_counts_rows_and_whole_uses():
     a = BlockLoadArray(np.arange(12.0).reshape(6, 2), "k")
     assert a.shape == (6, 2) and len(a) == 6 and a.ndim == 2 and a.loads.sum() == 0
     assert np.array_equal(a[1:3], [[2, 3], [4, 5]]) and a[4, 1] == 9
-    assert a.loads.tolist() == [0, 1, 1, 0, 1, 0] and a.largest == 2 and a.largest_at == "k[1:3]" and a.whole is None
-    assert [r.tolist() for r in a][0] == [0, 1] and a.loads.tolist() == [1, 2, 2, 1, 2, 1]
-    assert np.array_equal(a.T, np.arange(12.0).reshape(6, 2).T) and a.whole == "k.T" and a.loads.tolist() == [2, 3, 3, 2, 3, 2]
+    assert (
+        a.loads.tolist() == [0, 1, 1, 0, 1, 0]
+        and a.largest == 2
+        and a.largest_at == "k[1:3]"
+        and a.whole is None
+    )
+    assert [r.tolist() for r in a][0] == [0, 1] and a.loads.tolist() == [
+        1,
+        2,
+        2,
+        1,
+        2,
+        1,
+    ]
+    assert (
+        np.array_equal(a.T, np.arange(12.0).reshape(6, 2).T)
+        and a.whole == "k.T"
+        and a.loads.tolist() == [2, 3, 3, 2, 3, 2]
+    )
     b = BlockLoadArray(np.ones((3, 2)), "v")
-    assert np.array_equal(np.ones((1, 3)) @ b, [[3.0, 3.0]]) and b.whole.startswith("np.asarray(v)")
+    assert np.array_equal(np.ones((1, 3)) @ b, [[3.0, 3.0]]) and b.whole.startswith(
+        "np.asarray(v)"
+    )
     c = BlockLoadArray(np.ones((3, 2)), "k")
-    assert np.array_equal(c * 2, 2 * np.ones((3, 2))) and c.whole == "k whole in an expression"
+    assert (
+        np.array_equal(c * 2, 2 * np.ones((3, 2)))
+        and c.whole == "k whole in an expression"
+    )
     d = BlockLoadArray(np.ones((5, 2)), "k")
     d[np.array([0, 4])]
     assert d.loads.tolist() == [1, 0, 0, 0, 1] and d.largest_at == "k[[...]]"
@@ -433,12 +728,28 @@ def test_loads_problem_names_each_violation():
             a[sl]
         return a
 
-    N, Br, Bc = 8, 4, 4                                        # Tr = 2 query blocks
+    N, Br, Bc = 8, 4, 4  # Tr = 2 query blocks
     once = [slice(0, 4), slice(4, 8)] * 2
     assert tiling._loads_problem(loaded(once), N, Br, Bc, False) is None
-    assert "read 2 times per query block" in tiling._loads_problem(loaded(once * 2), N, Br, Bc, False)
-    assert "in one access (k[0:8])" in tiling._loads_problem(loaded([slice(0, 8)] * 2), N, Br, Bc, False)
-    assert "but 2 query blocks see it" in tiling._loads_problem(loaded(once[:2]), N, Br, Bc, False)
-    causal = [slice(0, 4), slice(0, 4), slice(4, 8)]           # block 0 sees keys 0-3 only (N = M)
+    assert "read 2 times per query block" in tiling._loads_problem(
+        loaded(once * 2), N, Br, Bc, False
+    )
+    assert "in one access (k[0:8])" in tiling._loads_problem(
+        loaded([slice(0, 8)] * 2), N, Br, Bc, False
+    )
+    assert "but 2 query blocks see it" in tiling._loads_problem(
+        loaded(once[:2]), N, Br, Bc, False
+    )
+    causal = [
+        slice(0, 4),
+        slice(0, 4),
+        slice(4, 8),
+    ]  # block 0 sees keys 0-3 only (N = M)
     assert tiling._loads_problem(loaded(causal), N, Br, Bc, True) is None
-    assert tiling._rows_needed(12, 5, 4, True).tolist() == [2, 1, 1, 1, 1]          # row 7 sees key 0, row 11 keys 0-4
+    assert tiling._rows_needed(12, 5, 4, True).tolist() == [
+        2,
+        1,
+        1,
+        1,
+        1,
+    ]  # row 7 sees key 0, row 11 keys 0-4

@@ -1,21 +1,22 @@
 """Notebook 06's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the instrument and checks of lab/checks/fa2.py behave."""
 
-
 import numpy as np
 import pytest
+from exercise_support import assert_fails, exercises, run_check, source
 
 import lab
-from exercise_support import ROOT, assert_fails, exercises, run_check, source
 from lab.checks import fa2 as checks
 from lab.checks.fa2 import Watched
 
 NAME = "06_flashattention2"
 EX = {ex.number: ex for ex in exercises(NAME)}
-PASSED = {1: "affordable_nonmatmul: ✓ passed 4 cases\n",
-          2: "causal_fa2_ops: ✓ passed 5 cases\n",
-          3: "fa1_block: ✓ passed 5 cases; O was normalized after every key block, as FA1 writes it\n",
-          4: "fa2_block: ✓ passed 5 cases; acc was normalized once, after the last key block, as FA2 writes it\n"}
+PASSED = {
+    1: "affordable_nonmatmul: ✓ passed 4 cases\n",
+    2: "causal_fa2_ops: ✓ passed 5 cases\n",
+    3: "fa1_block: ✓ passed 5 cases; O was normalized after every key block, as FA1 writes it\n",
+    4: "fa2_block: ✓ passed 5 cases; acc was normalized once, after the last key block, as FA2 writes it\n",
+}
 
 
 def _src(text: str) -> str:
@@ -45,7 +46,12 @@ def test_the_exercise_section_needs_only_the_setup():
     ns = {}
     for src in EX[1].setup + EX[1].before[:1]:
         exec(compile(src, "<setup>", "exec"), ns)
-    assert {"check_affordable_nonmatmul", "check_causal_fa2_ops", "check_fa1_block", "check_fa2_block"} <= set(ns)
+    assert {
+        "check_affordable_nonmatmul",
+        "check_causal_fa2_ops",
+        "check_fa1_block",
+        "check_fa2_block",
+    } <= set(ns)
     assert not {"q", "k", "v", "split", "whole"} & set(ns)
 
 
@@ -55,17 +61,34 @@ def test_the_exercise_section_needs_only_the_setup():
 _A100 = "R_mm, R_non, R_exp = 312e12, 19.5e12, lab.exp_rate('A100')\n    odds = share / (1 - share)\n    "
 
 
-@pytest.mark.parametrize("body, says", [
-    ("return odds * 4 * d * R_non / R_mm", "no exponential charged"),
-    ("return odds * 4 * d * R_non / R_mm - 1", "exponential charged as one FP32 FLOP"),
-    ("return share * 4 * d * R_non / R_mm - R_non / R_exp", "share · 4d · R_non/R_mm"),
-    ("return odds * 4 * d * R_mm / R_non - R_non / R_exp", "rates upside down"),
-    ("return odds * 2 * d * R_non / R_mm - R_non / R_exp", "2d matmul FLOPs per score"),
-    ("return (odds * 4 * d / R_mm - 1 / R_exp) * R_mm", "solve share = t_non"),
-])
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        ("return odds * 4 * d * R_non / R_mm", "no exponential charged"),
+        (
+            "return odds * 4 * d * R_non / R_mm - 1",
+            "exponential charged as one FP32 FLOP",
+        ),
+        (
+            "return share * 4 * d * R_non / R_mm - R_non / R_exp",
+            "share · 4d · R_non/R_mm",
+        ),
+        ("return odds * 4 * d * R_mm / R_non - R_non / R_exp", "rates upside down"),
+        (
+            "return odds * 2 * d * R_non / R_mm - R_non / R_exp",
+            "2d matmul FLOPs per score",
+        ),
+        ("return (odds * 4 * d / R_mm - 1 / R_exp) * R_mm", "solve share = t_non"),
+    ],
+)
 def test_affordable_nonmatmul_mistakes(body, says):
-    _fails(1, f"import lab\ndef affordable_nonmatmul(d, share):\n    {_A100}{body}\n", "case 0 (128, 0.3)",
-           "expected 5.71094", says)
+    _fails(
+        1,
+        f"import lab\ndef affordable_nonmatmul(d, share):\n    {_A100}{body}\n",
+        "case 0 (128, 0.3)",
+        "expected 5.71094",
+        says,
+    )
 
 
 def test_affordable_reference_is_the_closed_form_and_inverts_the_time_model():
@@ -74,9 +97,13 @@ def test_affordable_reference_is_the_closed_form_and_inverts_the_time_model():
         closed = (share / (1 - share) * 4 * d / 312e12 - 1 / exp) * 19.5e12
         f = checks._affordable_reference(d, share)
         assert f == pytest.approx(closed, rel=1e-12)
-        if f > 0:                                           # the model gives back the share it was solved for
-            assert lab.gpu_time_share(4 * d, f + 1, "A100", exp=1)["share"] == pytest.approx(share, rel=1e-12)
-    assert checks._affordable_reference(64, 0.1) < 0        # at d = 64 the exponential alone takes more than 10%
+        if f > 0:  # the model gives back the share it was solved for
+            assert lab.gpu_time_share(4 * d, f + 1, "A100", exp=1)[
+                "share"
+            ] == pytest.approx(share, rel=1e-12)
+    assert (
+        checks._affordable_reference(64, 0.1) < 0
+    )  # at d = 64 the exponential alone takes more than 10%
 
 
 # ------------------------------------------------------------------------------------ exercise 2
@@ -90,14 +117,29 @@ def causal_fa2_ops(N, d, B):
 """
 
 
-@pytest.mark.parametrize("expr, says", [
-    ("N * T * (d + 1) + N * d", "without the mask"),
-    ("sum(r * i for i, r in enumerate(rows)) * (d + 1) + N * d", "diagonal tiles left out"),
-    ("sum(r * (i + 1) for i, r in enumerate(rows)) * (d + 1)", "without the final division"),
-    ("sum(r * (i + 1) for i, r in enumerate(rows)) * (2 * d + 1) + N * d", "that is FA1"),
-    ("B * T * (T + 1) // 2 * (d + 1) + N * d", "counted with B rows"),
-    ("B * (N // B) * (N // B + 1) // 2 * (d + 1) + N * d", "shorter query block left out"),
-])
+@pytest.mark.parametrize(
+    "expr, says",
+    [
+        ("N * T * (d + 1) + N * d", "without the mask"),
+        (
+            "sum(r * i for i, r in enumerate(rows)) * (d + 1) + N * d",
+            "diagonal tiles left out",
+        ),
+        (
+            "sum(r * (i + 1) for i, r in enumerate(rows)) * (d + 1)",
+            "without the final division",
+        ),
+        (
+            "sum(r * (i + 1) for i, r in enumerate(rows)) * (2 * d + 1) + N * d",
+            "that is FA1",
+        ),
+        ("B * T * (T + 1) // 2 * (d + 1) + N * d", "counted with B rows"),
+        (
+            "B * (N // B) * (N // B + 1) // 2 * (d + 1) + N * d",
+            "shorter query block left out",
+        ),
+    ],
+)
 def test_causal_fa2_ops_mistakes(expr, says):
     _fails(2, CAUSAL.format(expr=expr), says)
 
@@ -125,7 +167,9 @@ def fa1_block(q_i, k, v, Bc):
         m, l = m_new, {l_next}
     return O, m, l
 """
-FA1_OK = dict(m0="np.full(Br, -np.inf)", stop="len(k)", old="(alpha * l)[:, None]", l_next="l_new")
+FA1_OK = dict(
+    m0="np.full(Br, -np.inf)", stop="len(k)", old="(alpha * l)[:, None]", l_next="l_new"
+)
 
 
 def _fa1(**change):
@@ -138,7 +182,9 @@ def test_fa1_in_fa2_style_exponents_passes():
 
 
 def test_fa1_submitted_in_fa2_form_is_refused():
-    _fails(3, """
+    _fails(
+        3,
+        """
         def fa1_block(q_i, k, v, Bc):
             Br, d = q_i.shape
             m, l, acc = np.full(Br, -np.inf), np.zeros(Br), np.zeros((Br, v.shape[1]))
@@ -151,15 +197,31 @@ def test_fa1_submitted_in_fa2_form_is_refused():
                 acc = alpha[:, None] * acc + p @ v[j0:j0 + Bc]
                 m = m_new
             return acc / l[:, None], m, l
-        """, "after key block 0 (keys 0..31)", "that is FA2's form", "FA1 rescales O and divides it by l at every key block")
+        """,
+        "after key block 0 (keys 0..31)",
+        "that is FA2's form",
+        "FA1 rescales O and divides it by l at every key block",
+    )
 
 
 def test_fa1_running_max_from_zero_gives_nan_on_very_negative_scores():
-    _fails(3, _fa1(m0="np.zeros(Br)"), "case 2 (very negative scores", "NaN", "m must start at -inf")
+    _fails(
+        3,
+        _fa1(m0="np.zeros(Br)"),
+        "case 2 (very negative scores",
+        "NaN",
+        "m must start at -inf",
+    )
 
 
 def test_fa1_dropped_last_key_block():
-    _fails(3, _fa1(stop="len(k) - len(k) % Bc"), "case 0", "first 96 keys only", "range(0, M, Bc)")
+    _fails(
+        3,
+        _fa1(stop="len(k) - len(k) % Bc"),
+        "case 0",
+        "first 96 keys only",
+        "range(0, M, Bc)",
+    )
 
 
 def test_fa1_without_l_old():
@@ -167,25 +229,43 @@ def test_fa1_without_l_old():
 
 
 def test_fa1_returns_the_last_tiles_sum_as_l():
-    out = _fails(3, _fa1().replace("return O, m, l", "return O, m, p.sum(axis=1)"), "l (element 2)")
+    out = _fails(
+        3,
+        _fa1().replace("return O, m, l", "return O, m, p.sum(axis=1)"),
+        "l (element 2)",
+    )
     assert "rescaled by α = e^(m - m′)" in out
 
 
 def test_fa1_without_the_scale_is_named():
     """Scores without 1/√d: o is the output with scale 1, and the hint says so (not the rescaling hint)."""
-    out = _fails(3, _fa1().replace(" / np.sqrt(d)", ""), "case 0", "o (element 0)", "output with scale 1",
-                 "1/√d is missing")
+    out = _fails(
+        3,
+        _fa1().replace(" / np.sqrt(d)", ""),
+        "case 0",
+        "o (element 0)",
+        "output with scale 1",
+        "1/√d is missing",
+    )
     assert "rescaled" not in out and "l_old" not in out
 
 
 def test_fa1_returning_lse_for_l_is_named():
-    out = _fails(3, _fa1().replace("return O, m, l", "return O, m, m + np.log(l)"), "l (element 2)",
-                 "your l is lse = m + log l", "return l itself")
+    out = _fails(
+        3,
+        _fa1().replace("return O, m, l", "return O, m, m + np.log(l)"),
+        "l (element 2)",
+        "your l is lse = m + log l",
+        "return l itself",
+    )
     assert "rescaled by α = e^(m - m′)" not in out
 
 
 def test_fa1_converted_inputs_cannot_be_watched():
-    src = _fa1().replace("    Br, d = q_i.shape\n", "    q_i, k, v = np.asarray(q_i), np.asarray(k), np.asarray(v)\n    Br, d = q_i.shape\n")
+    src = _fa1().replace(
+        "    Br, d = q_i.shape\n",
+        "    q_i, k, v = np.asarray(q_i), np.asarray(k), np.asarray(v)\n    Br, d = q_i.shape\n",
+    )
     _fails(3, src, "could not watch your loop")
 
 
@@ -207,7 +287,12 @@ def fa2_block(q_i, k, v, Bc):
         m = m_new
     return {ret}
 """
-FA2_OK = dict(m0="np.full(Br, -np.inf)", stop="len(k)", rescale="alpha[:, None] * ", ret="acc / l[:, None], m + np.log(l)")
+FA2_OK = dict(
+    m0="np.full(Br, -np.inf)",
+    stop="len(k)",
+    rescale="alpha[:, None] * ",
+    ret="acc / l[:, None], m + np.log(l)",
+)
 
 
 def _fa2(**change):
@@ -216,28 +301,47 @@ def _fa2(**change):
 
 def test_fa2_with_in_place_updates_and_a_reciprocal_passes():
     src = _fa2(rescale="", ret="acc * (1 / l)[:, None], m + np.log(l)").replace(
-        "        acc = acc + p @ v[j0:j0 + Bc]\n", "        acc *= alpha[:, None]\n        acc += p @ v[j0:j0 + Bc]\n")
+        "        acc = acc + p @ v[j0:j0 + Bc]\n",
+        "        acc *= alpha[:, None]\n        acc += p @ v[j0:j0 + Bc]\n",
+    )
     assert "acc *= alpha" in src
     assert run_check(EX[4], _src(src)) == PASSED[4]
 
 
 def test_fa2_submitted_in_fa1_form_is_refused():
-    src = _fa1().replace("def fa1_block", "def fa1_inner").replace("return O, m, l", "return O, m + np.log(l)")
-    out = _fails(4, src + "\n\nfa2_block = fa1_inner\n", "that is FA1's form", "divides once, after the last key block")
+    src = (
+        _fa1()
+        .replace("def fa1_block", "def fa1_inner")
+        .replace("return O, m, l", "return O, m + np.log(l)")
+    )
+    out = _fails(
+        4,
+        src + "\n\nfa2_block = fa1_inner\n",
+        "that is FA1's form",
+        "divides once, after the last key block",
+    )
     assert "after key block 0 (keys 0..31)" in out
 
 
 def test_fa2_normalizing_a_copy_every_step_is_refused():
-    src = _fa2().replace("        m = m_new\n", "        m = m_new\n        o = acc / l[:, None]\n")
+    src = _fa2().replace(
+        "        m = m_new\n", "        m = m_new\n        o = acc / l[:, None]\n"
+    )
     _fails(4, src, "already held acc / l")
 
 
 def test_fa2_returns_fa1_statistics():
-    _fails(4, _fa2(ret="acc / l[:, None], m, l"), "returned a tuple of 3, expected a tuple of 2 (o, lse)")
+    _fails(
+        4,
+        _fa2(ret="acc / l[:, None], m, l"),
+        "returned a tuple of 3, expected a tuple of 2 (o, lse)",
+    )
 
 
 def test_fa2_lse_without_m():
-    _fails(4, _fa2(ret="acc / l[:, None], np.log(l)"), "lse (element 1)", "lse = m + log l")
+    _fails(
+        4, _fa2(ret="acc / l[:, None], np.log(l)"), "lse (element 1)", "lse = m + log l"
+    )
 
 
 def test_fa2_without_alpha():
@@ -245,13 +349,25 @@ def test_fa2_without_alpha():
 
 
 def test_fa2_without_the_scale_is_named():
-    out = _fails(4, _fa2().replace(" / np.sqrt(d)", ""), "case 0", "o (element 0)", "output with scale 1",
-                 "1/√d is missing")
+    out = _fails(
+        4,
+        _fa2().replace(" / np.sqrt(d)", ""),
+        "case 0",
+        "o (element 0)",
+        "output with scale 1",
+        "1/√d is missing",
+    )
     assert "rescaled by α" not in out
 
 
 def test_fa2_running_max_from_zero():
-    _fails(4, _fa2(m0="np.zeros(Br)"), "very negative scores", "NaN", "m must start at -inf")
+    _fails(
+        4,
+        _fa2(m0="np.zeros(Br)"),
+        "very negative scores",
+        "NaN",
+        "m must start at -inf",
+    )
 
 
 def test_fa2_dropped_last_key_block():
@@ -260,14 +376,20 @@ def test_fa2_dropped_last_key_block():
 
 def test_fa2_returning_the_reference_is_refused():
     """Calling the reference on converted inputs gives the right numbers but no loop to watch."""
-    _fails(4, "def fa2_block(q_i, k, v, Bc):\n    return lab.attention_reference(np.asarray(q_i), np.asarray(k), np.asarray(v))\n",
-           "could not watch your loop")
+    _fails(
+        4,
+        "def fa2_block(q_i, k, v, Bc):\n    return lab.attention_reference(np.asarray(q_i), np.asarray(k), np.asarray(v))\n",
+        "could not watch your loop",
+    )
 
 
 def test_fa2_kernel_call_is_refused():
     """The course's own kernel normalizes at the end too, but it converts its inputs: nothing to watch."""
-    _fails(4, "def fa2_block(q_i, k, v, Bc):\n    return lab.flash_attention_numpy(q_i, k, v, block_q=len(q_i), block_k=Bc)\n",
-           "could not watch your loop")
+    _fails(
+        4,
+        "def fa2_block(q_i, k, v, Bc):\n    return lab.flash_attention_numpy(q_i, k, v, block_q=len(q_i), block_k=Bc)\n",
+        "could not watch your loop",
+    )
 
 
 # ------------------------------------------------------------------------------------ the instrument
@@ -277,20 +399,26 @@ def test_watched_records_results_and_stays_watched():
     log = []
     v = checks._watched(np.arange(12.0).reshape(4, 3), log)
     p = np.ones((2, 4))
-    acc = p @ v[0:4]                                            # a plain array @ a watched slice
+    acc = p @ v[0:4]  # a plain array @ a watched slice
     assert isinstance(acc, Watched) and log[-1][0] == "matmul"
     out = np.zeros((2, 3))
-    out += acc                                                  # in place into a plain array: recorded
+    out += acc  # in place into a plain array: recorded
     assert log[-1][0] == "add" and np.array_equal(log[-1][1], out)
-    assert isinstance(np.concatenate([acc, acc]), Watched)      # numpy functions keep it watched
+    assert isinstance(
+        np.concatenate([acc, acc]), Watched
+    )  # numpy functions keep it watched
     n = len(log)
-    float(acc.sum())                                            # reductions are not recorded
+    float(acc.sum())  # reductions are not recorded
     assert len(log) == n
-    assert type(np.asarray(acc)) is np.ndarray                  # np.asarray drops the watch (the check says so)
+    assert (
+        type(np.asarray(acc)) is np.ndarray
+    )  # np.asarray drops the watch (the check says so)
 
 
 def test_prefix_outputs_end_at_the_reference():
     label, q_i, k, v, Bc, _ = checks._block_cases()[0]
     prefixes = checks._prefix_outputs(q_i, k, v, Bc)
     assert len(prefixes) == 4
-    assert np.allclose(prefixes[-1][0], lab.attention_reference(q_i, k, v)[0], rtol=1e-12, atol=1e-14)
+    assert np.allclose(
+        prefixes[-1][0], lab.attention_reference(q_i, k, v)[0], rtol=1e-12, atol=1e-14
+    )

@@ -4,14 +4,13 @@ diagnosis, the open question has an answer, and the helpers of lab/checks/hardwa
 import contextlib
 import io
 import itertools
-import re
 
 import nbformat
 import pytest
+from exercise_support import ROOT, exercises, replace_code, run_check
 
 import lab
 import lab.checks.hardware as ct
-from exercise_support import ROOT, exercises, run_check
 
 NAME = "08_hardware_runs"
 EX = {ex.number: ex for ex in exercises(NAME)}
@@ -23,8 +22,7 @@ def planted(ex, *edits):
     """The worked solution with each (old, new) replacement made; every `old` must be in it."""
     src = ex.solution
     for old, new in edits:
-        assert old in src, old
-        src = src.replace(old, new)
+        src = replace_code(src, old, new, count=0)
     return src
 
 
@@ -52,31 +50,71 @@ def test_stub_reports_not_implemented(number):
 
 # ---------------------------------------------------------------------------------------- exercise 1
 
-@pytest.mark.parametrize("edits, diagnosis", [
-    ([("/ (2 if causal else 1)", "")], "twice the expected: a causal forward computes half the scores"),
-    ([("4 * B", "2 * B")], "half the expected"),
-    ([("(ms * 1e-3)", "ms")], "1/1000 of the expected: ms is in milliseconds; convert ms to seconds (ms·10⁻³) before"),
-    ([("/ 1e12", "/ 1e9")], "1000× the expected"),
-    ([("N * N * d / (2 if causal else 1)", "d * (N * (N + 1) / 2 if causal else N * N)")], "counts the kept scores exactly"),
-], ids=["no causal halving", "one matmul", "ms as seconds", "GFLOP/s", "exact causal count"])
+
+@pytest.mark.parametrize(
+    "edits, diagnosis",
+    [
+        (
+            [("/ (2 if causal else 1)", "")],
+            "twice the expected: a causal forward computes half the scores",
+        ),
+        ([("4 * B", "2 * B")], "half the expected"),
+        (
+            [("(ms * 1e-3)", "ms")],
+            "1/1000 of the expected: ms is in milliseconds; convert ms to seconds (ms·10⁻³) before",
+        ),
+        ([("/ 1e12", "/ 1e9")], "1000× the expected"),
+        (
+            [
+                (
+                    "N * N * d / (2 if causal else 1)",
+                    "d * (N * (N + 1) / 2 if causal else N * N)",
+                )
+            ],
+            "counts the kept scores exactly",
+        ),
+    ],
+    ids=[
+        "no causal halving",
+        "one matmul",
+        "ms as seconds",
+        "GFLOP/s",
+        "exact causal count",
+    ],
+)
 def test_tflops_mistakes(edits, diagnosis):
     assert_fails(run_check(EX[1], planted(EX[1], *edits)), diagnosis)
 
 
 # ---------------------------------------------------------------------------------------- exercise 2
 
-@pytest.mark.parametrize("source, diagnosis", [
-    ("def attainable(intensity, peak, bandwidth):\n    return np.maximum(peak, np.asarray(intensity) * bandwidth)\n",
-     "the larger of the two ceilings"),
-    ("def attainable(intensity, peak, bandwidth):\n    return np.asarray(intensity) * bandwidth\n",
-     "capped at the peak"),
-    ("def attainable(intensity, peak, bandwidth):\n    return min(peak, np.asarray(intensity) * bandwidth)\n",
-     "np.minimum works element by element"),
-    ("def attainable(intensity, peak, bandwidth):\n    return np.minimum(peak, intensity * bandwidth)\n",
-     "np.asarray(intensity)"),
-    ("def attainable(intensity, peak, bandwidth):\n    return np.minimum(peak, np.asarray(intensity) / bandwidth)\n",
-     "FLOP/s = I·bandwidth"),
-], ids=["max", "no roof", "python min", "list input", "divided"])
+
+@pytest.mark.parametrize(
+    "source, diagnosis",
+    [
+        (
+            "def attainable(intensity, peak, bandwidth):\n    return np.maximum(peak, np.asarray(intensity) * bandwidth)\n",
+            "the larger of the two ceilings",
+        ),
+        (
+            "def attainable(intensity, peak, bandwidth):\n    return np.asarray(intensity) * bandwidth\n",
+            "capped at the peak",
+        ),
+        (
+            "def attainable(intensity, peak, bandwidth):\n    return min(peak, np.asarray(intensity) * bandwidth)\n",
+            "np.minimum works element by element",
+        ),
+        (
+            "def attainable(intensity, peak, bandwidth):\n    return np.minimum(peak, intensity * bandwidth)\n",
+            "np.asarray(intensity)",
+        ),
+        (
+            "def attainable(intensity, peak, bandwidth):\n    return np.minimum(peak, np.asarray(intensity) / bandwidth)\n",
+            "FLOP/s = I·bandwidth",
+        ),
+    ],
+    ids=["max", "no roof", "python min", "list input", "divided"],
+)
 def test_roofline_mistakes(source, diagnosis):
     assert_fails(run_check(EX[2], source), diagnosis)
 
@@ -88,25 +126,55 @@ def test_roofline_spec_asks_for_no_loop_the_check_cannot_see():
     loop = "def attainable(intensity, peak, bandwidth):\n    return {}([min(peak, i * bandwidth) for i in intensity])\n"
     out = run_check(EX[2], loop.format("np.array"))
     assert out == "attainable: ✓ passed 3 cases\n", out
-    assert_fails(run_check(EX[2], loop.format("")), "case 0", "returned a list, expected an array")
+    assert_fails(
+        run_check(EX[2], loop.format("")),
+        "case 0",
+        "returned a list, expected an array",
+    )
 
 
 # ---------------------------------------------------------------------------------------- exercise 3
 
-@pytest.mark.parametrize("edits, diagnosis", [
-    ([("last_row + 1 + M - N", "last_row + 1")], "aligned top-left"),
-    ([("last_row + 1 + M - N", "i0 + 1 + M - N")], "decided by each block's first row"),
-    ([("range(0, N, Br)", "range(0, N - Br + 1, Br)")], "without the short last query block"),
-    ([("-(-visible // Bc)", "visible // Bc")], "only partly visible"),
-    ([("max(0, min(M, last_row + 1 + M - N))", "min(M, last_row + 1 + M - N)")], "see no key"),
-    ([("M if not causal else", "M if True else")], "without causal skipping"),
-    ([("visible = M if not causal", "visible = N if not causal")], "the count for N keys"),   # square attention assumed
-], ids=["top-left", "first row", "dropped row tail", "dropped key tail", "negative", "no skipping", "N keys"])
+
+@pytest.mark.parametrize(
+    "edits, diagnosis",
+    [
+        ([("last_row + 1 + M - N", "last_row + 1")], "aligned top-left"),
+        (
+            [("last_row + 1 + M - N", "i0 + 1 + M - N")],
+            "decided by each block's first row",
+        ),
+        (
+            [("range(0, N, Br)", "range(0, N - Br + 1, Br)")],
+            "without the short last query block",
+        ),
+        ([("-(-visible // Bc)", "visible // Bc")], "only partly visible"),
+        (
+            [("max(0, min(M, last_row + 1 + M - N))", "min(M, last_row + 1 + M - N)")],
+            "see no key",
+        ),
+        ([("M if not causal else", "M if True else")], "without causal skipping"),
+        (
+            [("visible = (M if not causal", "visible = (N if not causal")],
+            "the count for N keys",
+        ),  # square attention assumed
+    ],
+    ids=[
+        "top-left",
+        "first row",
+        "dropped row tail",
+        "dropped key tail",
+        "negative",
+        "no skipping",
+        "N keys",
+    ],
+)
 def test_tile_steps_mistakes(edits, diagnosis):
     assert_fails(run_check(EX[3], planted(EX[3], *edits)), diagnosis)
 
 
 # ---------------------------------------------------------------------------------------- exercise 4 (open)
+
 
 def _cells():
     return nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4).cells
@@ -114,47 +182,116 @@ def _cells():
 
 def test_open_question_has_a_place_to_answer_and_a_worked_answer():
     cells = _cells()
-    at = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith("**4. "))
-    after = cells[at + 1:at + 3]
-    assert "Your answer:" in after[0].source and "solution" not in after[0].metadata.get("tags", [])
-    assert "solution" in after[1].metadata.get("tags", []) and "d = 128" in after[1].source
+    at = next(
+        i
+        for i, c in enumerate(cells)
+        if c.cell_type == "markdown" and c.source.startswith("**4. ")
+    )
+    after = cells[at + 1 : at + 3]
+    assert "Your answer:" in after[0].source and "solution" not in after[
+        0
+    ].metadata.get("tags", [])
+    assert (
+        "solution" in after[1].metadata.get("tags", []) and "d = 128" in after[1].source
+    )
 
 
 # ---------------------------------------------------------------------------------------- all specs
 
+
 def test_specs_give_no_reference_code():
     for ex in EX.values():
-        assert "Reference:" not in ex.spec and "np.minimum" not in ex.spec and "sum(1 for" not in ex.spec
+        assert (
+            "Reference:" not in ex.spec
+            and "np.minimum" not in ex.spec
+            and "sum(1 for" not in ex.spec
+        )
 
 
 # ---------------------------------------------------------------------------------------- exercise 5
 
 KERNEL_MISTAKES = [
-    ([("mask=col_ok[:, None], other=0.0)", ")")],
-     ("N and M not multiples", "reads K and V past row M - 1 = 36", "stores NaN")),
-    ([("mask=col_ok[:, None], other=0.0)           # K_j", ")  # K_j")],               # tl.where hides the NaN read
-     ("N and M not multiples", "o is right, but", "reads K past row M - 1 = 36", "hides the values, not the read")),
-    ([('        s = tl.where(col_ok[None, :], s, float("-inf"))', "")],
-     ("N and M not multiples", "11 slots past M counted as keys of score 0", "a score of -inf (tl.where)")),
-    ([('m = tl.full([Br], float("-inf"), tl.float32)', "m = tl.zeros([Br], tl.float32)")],
-     ("very negative scores", "NaN in yours", "start m at float('-inf')")),
-    ([("acc = acc * alpha[:, None] + tl.dot(p, v)", "acc = acc + tl.dot(p, v)")],
-     ("several key blocks", "alpha = exp(m - m_new)")),
-    ([("p = tl.exp(s - m_new[:, None])", "p = tl.exp(s)")], ("very large scores", "overflows float32")),
+    (
+        [("mask=col_ok[:, None], other=0.0, )", ")")],
+        ("N and M not multiples", "reads K and V past row M - 1 = 36", "stores NaN"),
+    ),
+    (
+        [
+            ("mask=col_ok[:, None], other=0.0, )  # K_j", ")  # K_j")
+        ],  # tl.where hides the NaN read
+        (
+            "N and M not multiples",
+            "o is right, but",
+            "reads K past row M - 1 = 36",
+            "hides the values, not the read",
+        ),
+    ),
+    (
+        [('        s = tl.where(col_ok[None, :], s, float("-inf"))', "")],
+        (
+            "N and M not multiples",
+            "11 slots past M counted as keys of score 0",
+            "a score of -inf (tl.where)",
+        ),
+    ),
+    (
+        [
+            (
+                'm = tl.full([Br], float("-inf"), tl.float32)',
+                "m = tl.zeros([Br], tl.float32)",
+            )
+        ],
+        ("very negative scores", "NaN in yours", "start m at float('-inf')"),
+    ),
+    (
+        [("acc = acc * alpha[:, None] + tl.dot(p, v)", "acc = acc + tl.dot(p, v)")],
+        ("several key blocks", "alpha = exp(m - m_new)"),
+    ),
+    (
+        [("p = tl.exp(s - m_new[:, None])", "p = tl.exp(s)")],
+        ("very large scores", "overflows float32"),
+    ),
     ([(") * scale", ")")], ("one key block", "yours is attention with scale 1")),
     ([("        m = m_new\n", "")], ("several key blocks", "last key block alone")),
-    ([("range(0, M, Bc)", "range(0, M, Br)")], ("Br = 32 query rows", "differ in size")),
-    ([("tl.max(s, axis=1)", "tl.max(s, axis=0)")], ("raised ValueError", "m, l run over axis=1")),
-    ([("m_new = tl.maximum(m, tl.max(s, axis=1))", "m_new = tl.max(s, axis=1)")],     # the block's max, not the running one
-     ("a key block near +200, then blocks near -200", "the running max", "e^400 overflows")),
+    (
+        [("range(0, M, Bc)", "range(0, M, Br)")],
+        ("Br = 32 query rows", "differ in size"),
+    ),
+    (
+        [("tl.max(s, axis=1)", "tl.max(s, axis=0)")],
+        ("raised ValueError", "m, l run over axis=1"),
+    ),
+    (
+        [
+            ("m_new = tl.maximum(m, tl.max(s, axis=1))", "m_new = tl.max(s, axis=1)")
+        ],  # the block's max, not the running one
+        (
+            "a key block near +200, then blocks near -200",
+            "the running max",
+            "e^400 overflows",
+        ),
+    ),
 ]
 
 
 @needs_triton
-@pytest.mark.parametrize("edits, diagnosis", KERNEL_MISTAKES,
-                         ids=["no load mask", "no mask on K, where hides it", "no -inf for padded keys", "m starts at 0", "no rescale of acc",
-                              "no max subtracted", "no scale", "m never updated", "steps by Br", "max over queries",
-                              "block max"])
+@pytest.mark.parametrize(
+    "edits, diagnosis",
+    KERNEL_MISTAKES,
+    ids=[
+        "no load mask",
+        "no mask on K, where hides it",
+        "no -inf for padded keys",
+        "m starts at 0",
+        "no rescale of acc",
+        "no max subtracted",
+        "no scale",
+        "m never updated",
+        "steps by Br",
+        "max over queries",
+        "block max",
+    ],
+)
 def test_kernel_mistakes(edits, diagnosis):
     assert_fails(run_check(EX[5], planted(EX[5], *edits)), *diagnosis)
 
@@ -173,17 +310,24 @@ def _say(fn, *args):
 
 
 def test_without_triton_the_check_skips_with_a_sentence(monkeypatch):
-    monkeypatch.setattr(ct, "triton_status", lambda: (False, "Triton is not importable here (no module)."))
+    monkeypatch.setattr(
+        ct,
+        "triton_status",
+        lambda: (False, "Triton is not importable here (no module)."),
+    )
     monkeypatch.setattr(ct, "_standin_needed", lambda: True)
     triton, tl = ct.triton_or_standins()
     assert getattr(triton, "standin", False) and tl.constexpr is int
     ns = {"triton": triton, "tl": tl}
     exec(EX[5].solution, ns)
     out = _say(ct.check_triton_attention, ns["attention_kernel"])
-    assert out == "attention_kernel: skipped: Triton is not importable here (no module).\n"
+    assert (
+        out == "attention_kernel: skipped: Triton is not importable here (no module).\n"
+    )
 
     def stub(Q):
         raise NotImplementedError
+
     out = _say(ct.check_triton_attention, triton.jit(stub))
     assert "not implemented yet" in out and "skipped" in out and "✗" not in out
 
@@ -192,37 +336,64 @@ def test_without_triton_the_check_skips_with_a_sentence(monkeypatch):
 def test_launch_runs_the_worked_kernel_on_strided_views():
     import numpy as np
     import torch
+
     triton, tl = ct.triton_or_standins()
     ns = {"triton": triton, "tl": tl}
     exec(EX[5].solution, ns)
     q, k, v = ct._case_inputs(2, 20, 37, 0, seed=1)
-    assert not k.is_contiguous() and torch.isnan(k.as_strided((2, 37 + ct._PAD, 16), k.stride())[:, 37:]).all()
-    o = ct.launch_attention_kernel(ns["attention_kernel"], q, k, v, block_q=16, block_k=16)
+    assert (
+        not k.is_contiguous()
+        and torch.isnan(k.as_strided((2, 37 + ct._PAD, 16), k.stride())[:, 37:]).all()
+    )
+    o = ct.launch_attention_kernel(
+        ns["attention_kernel"], q, k, v, block_q=16, block_k=16
+    )
     want, _ = lab.attention_reference(*(t.double().numpy() for t in (q, k, v)))
     assert o.shape == (2, 20, 16) and np.abs(o.double().numpy() - want).max() < 1e-5
-    older = ct.launch_attention_kernel(ns["attention_kernel"], q, k, v, block_m=16, block_n=16)   # the older names
+    older = ct.launch_attention_kernel(
+        ns["attention_kernel"], q, k, v, block_m=16, block_n=16
+    )  # the older names
     assert torch.equal(o, older)
 
 
 # ---------------------------------------------------------------------------------------- helpers
 
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_tile_count_knobs_default_to_the_reference(causal):
-    for N, M, Br, Bc in itertools.product([1, 5, 16, 17, 40], [1, 7, 16, 33], [1, 4, 16], [1, 3, 16]):
-        assert ct._tiles(N, M, Br, Bc, causal) == ct._tiles_reference(N, M, Br, Bc, causal), (N, M, Br, Bc)
+    for N, M, Br, Bc in itertools.product(
+        [1, 5, 16, 17, 40], [1, 7, 16, 33], [1, 4, 16], [1, 3, 16]
+    ):
+        assert ct._tiles(N, M, Br, Bc, causal) == ct._tiles_reference(
+            N, M, Br, Bc, causal
+        ), (N, M, Br, Bc)
 
 
 def test_tile_reference_counts_tiles_with_a_visible_score():
     import numpy as np
+
     for N, M, Br, Bc in itertools.product([3, 8, 13], [2, 8, 11], [2, 4], [3, 4]):
         seen = np.arange(M)[None, :] <= np.arange(N)[:, None] + (M - N)
-        tiles = sum(seen[i:i + Br, j:j + Bc].any() for i in range(0, N, Br) for j in range(0, M, Bc))
+        tiles = sum(
+            seen[i : i + Br, j : j + Bc].any()
+            for i in range(0, N, Br)
+            for j in range(0, M, Bc)
+        )
         assert ct._tiles_reference(N, M, Br, Bc, True) == tiles
 
 
 def test_error_hints_are_added_to_the_message():
     def broken(intensity, peak, bandwidth):
-        raise ValueError("The truth value of an array with more than one element is ambiguous")
+        raise ValueError(
+            "The truth value of an array with more than one element is ambiguous"
+        )
+
     out = _say(ct.check_roofline, broken)
     assert "✗" in out and "np.minimum works element by element" in out
-    assert _say(ct.check_roofline, lambda i, p, b: (_ for _ in ()).throw(NotImplementedError)).count("not implemented") == 1
+    assert (
+        _say(
+            ct.check_roofline,
+            lambda i, p, b: (_ for _ in ()).throw(NotImplementedError),
+        ).count("not implemented")
+        == 1
+    )

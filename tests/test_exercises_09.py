@@ -5,26 +5,32 @@ loudly when that line is no longer there), or a short function written for the m
 for lab/checks/backward.py.
 """
 
+import ast
 import sys
 import tracemalloc
 
 import nbformat
 import numpy as np
 import pytest
+from exercise_support import ROOT, exercises, replace_code, run_check
 
 import lab
-from exercise_support import ROOT, exercises, run_check
-from lab.checks.backward import (BACKWARD_MISTAKES, arrays_formed, backward_with_mistake, check_delta, check_p_tile,
-                                 check_standard_backward, check_tiled_backward)
+from lab.checks.backward import (
+    BACKWARD_MISTAKES,
+    arrays_formed,
+    backward_with_mistake,
+    check_delta,
+    check_p_tile,
+    check_standard_backward,
+    check_tiled_backward,
+)
 
 EX = {ex.number: ex for ex in exercises("09_backward")}
 
 
 def _planted(number: int, old: str, new: str) -> str:
     """The worked solution of exercise `number` with `old` replaced by `new`."""
-    source = EX[number].solution
-    assert old in source, f"exercise {number}'s worked solution no longer contains {old!r}"
-    return source.replace(old, new, 1)
+    return replace_code(EX[number].solution, old, new)
 
 
 def test_the_notebook_has_four_code_exercises():
@@ -46,78 +52,236 @@ def test_stub_reports_not_implemented(number):
 def test_a_causal_case_puts_rows_with_and_without_keys_in_one_query_block():
     """A kernel that skips the tiles no row of the block sees meets a row with no key (lse = -inf) only when
     N - M is not a multiple of Br: the check cell must hold such a case, or exp(S - lse) = NaN passes."""
-    cases = eval(next(l for l in EX[4].check.splitlines() if l.startswith("cases = ")).split("=", 1)[1])
+    assign = next(
+        node
+        for node in ast.parse(EX[4].check).body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "cases"
+    )
+    cases = eval(ast.unparse(assign.value))
     assert any(c[6] and c[0] > c[1] and (c[0] - c[1]) % c[4] for c in cases), cases
 
 
 def test_the_tiled_spec_allows_per_row_vectors():
     spec = " ".join(EX[4].spec.split())
-    assert "per-row vectors such as $D$" in spec and "an array spanning all queries" not in spec
+    assert (
+        "per-row vectors such as $D$" in spec
+        and "an array spanning all queries" not in spec
+    )
 
 
 def test_the_open_question_has_an_answer_and_a_cell_to_work_in():
     nb = nbformat.read(ROOT / "notebooks" / "09_backward.ipynb", as_version=4)
     at = next(i for i, c in enumerate(nb.cells) if "Exercise 5 (question)" in c.source)
-    after = nb.cells[at + 1:]
+    after = nb.cells[at + 1 :]
     assert after[0].cell_type == "markdown" and "Your answer:" in after[0].source
     assert not after[0].metadata.get("tags")
-    assert any("solution" in c.metadata.get("tags", []) and "atomic" in c.source for c in after)
+    assert any(
+        "solution" in c.metadata.get("tags", []) and "atomic" in c.source for c in after
+    )
 
 
 PLANTED = [
     # Exercise 1: D
-    (1, "keepdims", ("(o * do).sum(axis=-1)", "(o * do).sum(axis=-1, keepdims=True)"), ["shape: yours is (5, 1)", "keepdims"]),
-    (1, "rowsum(dO)", ("(o * do).sum(axis=-1)", "do.sum(axis=-1)"), ["at index", "that is rowsum(dO)"]),
-    (1, "the wrong axis", ("(o * do).sum(axis=-1)", "(o * do).sum(axis=-2)"), ["shape: yours is (3,)", "axis -2"]),
-    (1, "everything summed", ("(o * do).sum(axis=-1)", "(o * do).sum()"), ["shape: yours is ()"]),
+    (
+        1,
+        "keepdims",
+        ("(o * do).sum(axis=-1)", "(o * do).sum(axis=-1, keepdims=True)"),
+        ["shape: yours is (5, 1)", "keepdims"],
+    ),
+    (
+        1,
+        "rowsum(dO)",
+        ("(o * do).sum(axis=-1)", "do.sum(axis=-1)"),
+        ["at index", "that is rowsum(dO)"],
+    ),
+    (
+        1,
+        "the wrong axis",
+        ("(o * do).sum(axis=-1)", "(o * do).sum(axis=-2)"),
+        ["shape: yours is (3,)", "axis -2"],
+    ),
+    (
+        1,
+        "everything summed",
+        ("(o * do).sum(axis=-1)", "(o * do).sum()"),
+        ["shape: yours is ()"],
+    ),
     # Exercise 2: the standard backward
-    (2, "no scale in dq", ("return scale * ds @ k,", "return ds @ k,"), ["dq (element 0)", "√d times too large"]),
-    (2, "D = rowsum(dO)", ("(dp - (p * dp).sum(axis=-1, keepdims=True))", "(dp - do.sum(axis=-1, keepdims=True))"),
-     ["dq (element 0)", "D computed as rowsum(dO)"]),
-    (2, "P without l", ("p /= p.sum(axis=-1, keepdims=True)", "pass"), ["dq (element 0)", "not divided by l"]),
-    (2, "causal top-left", ("+ M - N, s, -np.inf)", ", s, -np.inf)"), ["case 2", "top-left"]),
+    (
+        2,
+        "no scale in dq",
+        ("return scale * ds @ k,", "return ds @ k,"),
+        ["dq (element 0)", "√d times too large"],
+    ),
+    (
+        2,
+        "D = rowsum(dO)",
+        (
+            "(dp - (p * dp).sum(axis=-1, keepdims=True))",
+            "(dp - do.sum(axis=-1, keepdims=True))",
+        ),
+        ["dq (element 0)", "D computed as rowsum(dO)"],
+    ),
+    (
+        2,
+        "P without l",
+        ("p /= p.sum(axis=-1, keepdims=True)", "pass"),
+        ["dq (element 0)", "not divided by l"],
+    ),
+    (
+        2,
+        "causal top-left",
+        ("+ M - N, s, -np.inf)", ", s, -np.inf)"),
+        ["case 2", "top-left"],
+    ),
     (2, "sign of dS", ("ds = p * (dp - ", "ds = -p * (dp - "), ["wrong sign"]),
-    (2, "dv without transpose", ("dv = p.T @ do", "dv = p @ do"), ["raised ValueError", "shape", "transpose"]),
+    (
+        2,
+        "dv without transpose",
+        ("dv = p.T @ do", "dv = p @ do"),
+        ["raised ValueError", "shape", "transpose"],
+    ),
     # Exercise 3: one tile of P
-    (3, "tile max", ("- lse_i[:, None])", "- (q_i @ k_j.T / np.sqrt(q_i.shape[-1])).max(axis=-1, keepdims=True))"),
-     ["case 0", "tile's own max"]),
-    (3, "overflow", ("np.exp(q_i @ k_j.T / np.sqrt(q_i.shape[-1]) - lse_i[:, None])",
-                     "np.exp(q_i @ k_j.T / np.sqrt(q_i.shape[-1])) / np.exp(lse_i[:, None])"),
-     ["case 4", "queries ×300", "NaN", "overflows"]),
-    (3, "lse along the columns", ("lse_i[:, None]", "lse_i"), ["raised ValueError", "shape", "[:, None]"]),
+    (
+        3,
+        "tile max",
+        (
+            "- lse_i[:, None])",
+            "- (q_i @ k_j.T / np.sqrt(q_i.shape[-1])).max(axis=-1, keepdims=True))",
+        ),
+        ["case 0", "tile's own max"],
+    ),
+    (
+        3,
+        "overflow",
+        (
+            "np.exp(q_i @ k_j.T / np.sqrt(q_i.shape[-1]) - lse_i[:, None])",
+            "np.exp(q_i @ k_j.T / np.sqrt(q_i.shape[-1])) / np.exp(lse_i[:, None])",
+        ),
+        ["case 4", "queries ×300", "NaN", "overflows"],
+    ),
+    (
+        3,
+        "lse along the columns",
+        ("lse_i[:, None]", "lse_i"),
+        ["raised ValueError", "shape", "[:, None]"],
+    ),
     (3, "no scale", (" / np.sqrt(q_i.shape[-1])", ""), ["scale is missing"]),
     # Exercise 4: the tiled backward
-    (4, "D = rowsum(dO)", ("D = delta(o, do)", "D = do.sum(axis=-1)"), ["dq (element 0)", "D computed as rowsum(dO)"]),
-    (4, "D from the tile", ("ds = p * (dp - D[i0:i0 + Br, None])", "ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))"),
-     ["D_i taken as rowsum(P_ij ∘ dP_ij) over the current tile only"]),
-    (4, "no scale in dq", ("dq[i0:i0 + Br] += scale * ds @ k_j", "dq[i0:i0 + Br] += ds @ k_j"),
-     ["dq (element 0)", "√d times too large"]),
-    (4, "no scale in dk", ("dk[j0:j0 + Bc] += scale * ds.T @ q_i", "dk[j0:j0 + Bc] += ds.T @ q_i"),
-     ["dk (element 1)", "√d times too large"]),
-    (4, "P = exp(S - m)", ("p = np.exp(s - lse_safe[i0:i0 + Br, None])", "p = np.exp(s - s.max(axis=-1, keepdims=True))"),
-     ["case 0", "tile's own max"]),
-    (4, "softmax of the tile", ("p = np.exp(s - lse_safe[i0:i0 + Br, None])",
-                                "p = np.exp(s - s.max(axis=-1, keepdims=True)); p = p / p.sum(axis=-1, keepdims=True)"),
-     ["case 0", "dq and dv wrong", "so P is wrong", "not a softmax of the tile"]),
-    (4, "dv without transpose", ("dv[j0:j0 + Bc] += p.T @ do_i", "dv[j0:j0 + Bc] += p @ do_i"),
-     ["case 0", "dv (element 2)", "missing transpose"]),
-    (4, "dk without transpose", ("scale * ds.T @ q_i", "scale * ds @ q_i"), ["dk (element 1)", "missing transpose"]),
-    (4, "causal top-left", ("s = np.where(j <= i + M - N, s, -np.inf)", "s = np.where(j <= i, s, -np.inf)"),
-     ["case 2", "top-left"]),
-    (4, "last query block dropped", ("for i0 in range(0, N, Br):", "for i0 in range(0, N - Br + 1, Br):"),
-     ["case 1", "Br = 8 does not divide N = 47", "rows 40..46"]),
-    (4, "last key block dropped", ("for j0 in range(0, M, Bc):", "for j0 in range(0, M // Bc * Bc, Bc):"),
-     ["case 1", "Bc = 16 does not divide M = 61"]),
-    (4, "dq assigned", ("dq[i0:i0 + Br] += scale", "dq[i0:i0 + Br] = scale"), ["accumulated"]),
-    (4, "NaN on rows with no key", ("p = np.exp(s - lse_safe[i0:i0 + Br, None])", "p = np.exp(s - lse[i0:i0 + Br, None])"),
-     ["case 3", "NaN in yours", "see no key"]),
-    (4, "keepdims twice", ("D = delta(o, do)", "D = (o * do).sum(axis=-1, keepdims=True)"), ["raised ValueError", "shape"]),
-    (4, "a list", ("return dq, dk, dv", "return [dq, dk, dv]"), ["returned list", "tuple"]),
+    (
+        4,
+        "D = rowsum(dO)",
+        ("D = delta(o, do)", "D = do.sum(axis=-1)"),
+        ["dq (element 0)", "D computed as rowsum(dO)"],
+    ),
+    (
+        4,
+        "D from the tile",
+        (
+            "ds = p * (dp - D[i0:i0 + Br, None])",
+            "ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))",
+        ),
+        ["D_i taken as rowsum(P_ij ∘ dP_ij) over the current tile only"],
+    ),
+    (
+        4,
+        "no scale in dq",
+        ("dq[i0:i0 + Br] += scale * ds @ k_j", "dq[i0:i0 + Br] += ds @ k_j"),
+        ["dq (element 0)", "√d times too large"],
+    ),
+    (
+        4,
+        "no scale in dk",
+        ("dk[j0:j0 + Bc] += scale * ds.T @ q_i", "dk[j0:j0 + Bc] += ds.T @ q_i"),
+        ["dk (element 1)", "√d times too large"],
+    ),
+    (
+        4,
+        "P = exp(S - m)",
+        (
+            "p = np.exp(s - lse_safe[i0:i0 + Br, None])",
+            "p = np.exp(s - s.max(axis=-1, keepdims=True))",
+        ),
+        ["case 0", "tile's own max"],
+    ),
+    (
+        4,
+        "softmax of the tile",
+        (
+            "p = np.exp(s - lse_safe[i0:i0 + Br, None])",
+            "p = np.exp(s - s.max(axis=-1, keepdims=True)); p = p / p.sum(axis=-1, keepdims=True)",
+        ),
+        ["case 0", "dq and dv wrong", "so P is wrong", "not a softmax of the tile"],
+    ),
+    (
+        4,
+        "dv without transpose",
+        ("dv[j0:j0 + Bc] += p.T @ do_i", "dv[j0:j0 + Bc] += p @ do_i"),
+        ["case 0", "dv (element 2)", "missing transpose"],
+    ),
+    (
+        4,
+        "dk without transpose",
+        ("scale * ds.T @ q_i", "scale * ds @ q_i"),
+        ["dk (element 1)", "missing transpose"],
+    ),
+    (
+        4,
+        "causal top-left",
+        (
+            "s = np.where(j <= i + M - N, s, -np.inf)",
+            "s = np.where(j <= i, s, -np.inf)",
+        ),
+        ["case 2", "top-left"],
+    ),
+    (
+        4,
+        "last query block dropped",
+        ("for i0 in range(0, N, Br):", "for i0 in range(0, N - Br + 1, Br):"),
+        ["case 1", "Br = 8 does not divide N = 47", "rows 40..46"],
+    ),
+    (
+        4,
+        "last key block dropped",
+        ("for j0 in range(0, M, Bc):", "for j0 in range(0, M // Bc * Bc, Bc):"),
+        ["case 1", "Bc = 16 does not divide M = 61"],
+    ),
+    (
+        4,
+        "dq assigned",
+        ("dq[i0:i0 + Br] += scale", "dq[i0:i0 + Br] = scale"),
+        ["accumulated"],
+    ),
+    (
+        4,
+        "NaN on rows with no key",
+        (
+            "p = np.exp(s - lse_safe[i0:i0 + Br, None])",
+            "p = np.exp(s - lse[i0:i0 + Br, None])",
+        ),
+        ["case 3", "NaN in yours", "see no key"],
+    ),
+    (
+        4,
+        "keepdims twice",
+        ("D = delta(o, do)", "D = (o * do).sum(axis=-1, keepdims=True)"),
+        ["raised ValueError", "shape"],
+    ),
+    (
+        4,
+        "a list",
+        ("return dq, dk, dv", "return [dq, dk, dv]"),
+        ["returned list", "tuple"],
+    ),
 ]
 
 
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")                  # a planted NaN warns, as it would for a learner
-@pytest.mark.parametrize("number, label, change, expected", PLANTED, ids=[f"{p[0]}-{p[1]}" for p in PLANTED])
+@pytest.mark.filterwarnings(
+    "ignore::RuntimeWarning"
+)  # a planted NaN warns, as it would for a learner
+@pytest.mark.parametrize(
+    "number, label, change, expected", PLANTED, ids=[f"{p[0]}-{p[1]}" for p in PLANTED]
+)
 def test_planted_mistake_is_diagnosed(number, label, change, expected):
     out = run_check(EX[number], _planted(number, *change))
     assert "✗" in out and "✓" not in out, out
@@ -126,7 +290,7 @@ def test_planted_mistake_is_diagnosed(number, label, change, expected):
 
 
 # Planted solutions that are not one-line changes: what the property checks must catch.
-FULL_S = '''
+FULL_S = """
 def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
     N, M, d = q.shape[0], k.shape[0], q.shape[1]
     s = q @ k.T / np.sqrt(d)                                    # all of S at once
@@ -135,8 +299,8 @@ def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
     p = np.exp(s - np.where(np.isneginf(lse), np.inf, lse)[:, None])
     ds = p * (do @ v.T - delta(o, do)[:, None])
     return ds @ k / np.sqrt(d), ds.T @ q / np.sqrt(d), p.T @ do
-'''
-STRIP = '''
+"""
+STRIP = """
 def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
     N, M, d = q.shape[0], k.shape[0], q.shape[1]
     dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
@@ -152,23 +316,23 @@ def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
         dk += ds.T @ q_i / np.sqrt(d)
         dv += p.T @ do_i
     return dq, dk, dv
-'''
-FULL_MASK = '''
+"""
+FULL_MASK = """
 _tiled = tiled_backward                                         # the worked solution, defined just before
 def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
     N, M = q.shape[0], k.shape[0]
     visible = np.arange(M)[None, :] <= np.arange(N)[:, None] + M - N     # a full N × M mask, made from scratch
     return _tiled(q, k, v, o, lse, do, Br, Bc, causal)
-'''
-CALLS_LAB = '''
+"""
+CALLS_LAB = """
 def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
     return lab.flash_attention_backward_numpy(q, k, v, o, lse, do, block_q=Br, block_k=Bc, causal=causal)
-'''
-CALLS_REFERENCE = '''
+"""
+CALLS_REFERENCE = """
 def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
     return lab.attention_backward(q, k, v, do, causal=causal)
-'''
-SKIPS_EMPTY_TILES_NAN = '''
+"""
+SKIPS_EMPTY_TILES_NAN = """
 def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
     N, M, d = q.shape[0], k.shape[0], q.shape[1]
     D = delta(o, do)
@@ -188,26 +352,68 @@ def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
             dq[i0:i0 + Br] += ds @ k[j0:j0 + Bc] / np.sqrt(d)
             dk[j0:j0 + Bc] += ds.T @ q_i / np.sqrt(d)
     return dq, dk, dv
-'''
-AUTOGRAD = '''
+"""
+AUTOGRAD = """
 import torch
 def my_backward(q, k, v, do, causal=False):
     t = [torch.tensor(a, requires_grad=True) for a in (q, k, v)]
     lab.standard_attention_torch(*t, causal=causal).backward(torch.tensor(do))
     return tuple(x.grad.numpy() for x in t)
-'''
+"""
 
 
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")                  # the planted NaN warns, as it would for a learner
-@pytest.mark.parametrize("number, source, expected", [
-    (4, FULL_S, ["the values agree on 4 cases", "shape (1024, 1536) = (N, M)", "all N × M"]),
-    (4, STRIP, ["the values agree on 4 cases", "shape (32, 1536) = (Br, M)", "a block of rows against all M keys"]),
-    (4, EX[4].solution + FULL_MASK, ["the values agree on 4 cases", "MiB was allocated", "an N × M array (S, P or a mask) was formed"]),
-    (4, CALLS_LAB, ["case 0", "calls lab.flash_attention_backward_numpy"]),
-    (4, CALLS_REFERENCE, ["case 0", "calls lab.attention_backward"]),
-    (2, AUTOGRAD, ["case 0", "calls torch autograd"]),
-    (4, SKIPS_EMPTY_TILES_NAN, ["case 3 (N=50, M=40", "NaN in yours", "first N − M = 10 queries see no key"]),
-], ids=["full-S", "row-strip", "full-mask", "calls-lab-tiled", "calls-lab-standard", "autograd", "skips-empty-tiles-nan"])
+@pytest.mark.filterwarnings(
+    "ignore::RuntimeWarning"
+)  # the planted NaN warns, as it would for a learner
+@pytest.mark.parametrize(
+    "number, source, expected",
+    [
+        (
+            4,
+            FULL_S,
+            ["the values agree on 4 cases", "shape (1024, 1536) = (N, M)", "all N × M"],
+        ),
+        (
+            4,
+            STRIP,
+            [
+                "the values agree on 4 cases",
+                "shape (32, 1536) = (Br, M)",
+                "a block of rows against all M keys",
+            ],
+        ),
+        (
+            4,
+            EX[4].solution + FULL_MASK,
+            [
+                "the values agree on 4 cases",
+                "MiB was allocated",
+                "an N × M array (S, P or a mask) was formed",
+            ],
+        ),
+        (4, CALLS_LAB, ["case 0", "calls lab.flash_attention_backward_numpy"]),
+        (4, CALLS_REFERENCE, ["case 0", "calls lab.attention_backward"]),
+        (2, AUTOGRAD, ["case 0", "calls torch autograd"]),
+        (
+            4,
+            SKIPS_EMPTY_TILES_NAN,
+            [
+                "case 3 (N=50, M=40",
+                "NaN in yours",
+                "first N − M = 10 queries see no key",
+            ],
+        ),
+    ],
+    ids=[
+        "full-S",
+        "row-strip",
+        "full-mask",
+        "calls-lab-tiled",
+        "calls-lab-standard",
+        "autograd",
+        "skips-empty-tiles-nan",
+    ],
+)
 def test_planted_property_violation_is_diagnosed(number, source, expected):
     out = run_check(EX[number], source)
     assert "✗" in out and "✓" not in out, out
@@ -220,13 +426,25 @@ def test_planted_property_violation_is_diagnosed(number, source, expected):
 
 def _problem(N, M, d, dv, causal, seed=0):
     rng = np.random.default_rng(seed)
-    q, k, v, do = rng.standard_normal((N, d)), rng.standard_normal((M, d)), rng.standard_normal((M, dv)), rng.standard_normal((N, dv))
+    q, k, v, do = (
+        rng.standard_normal((N, d)),
+        rng.standard_normal((M, d)),
+        rng.standard_normal((M, dv)),
+        rng.standard_normal((N, dv)),
+    )
     o, lse = lab.attention_reference(q, k, v, causal=causal)
     return q, k, v, o, lse, do
 
 
-@pytest.mark.parametrize("N, M, Br, Bc, causal", [(16, 16, 4, 4, False), (13, 29, 4, 8, False), (11, 23, 5, 7, True),
-                                                  (23, 11, 5, 3, True)])
+@pytest.mark.parametrize(
+    "N, M, Br, Bc, causal",
+    [
+        (16, 16, 4, 4, False),
+        (13, 29, 4, 8, False),
+        (11, 23, 5, 7, True),
+        (23, 11, 5, 3, True),
+    ],
+)
 def test_backward_with_no_mistake_is_the_backward(N, M, Br, Bc, causal):
     q, k, v, o, lse, do = _problem(N, M, 4, 3, causal)
     got = backward_with_mistake(q, k, v, o, lse, do, Br, Bc, causal)
@@ -236,7 +454,7 @@ def test_backward_with_no_mistake_is_the_backward(N, M, Br, Bc, causal):
 
 @pytest.mark.parametrize("mistake", list(BACKWARD_MISTAKES))
 def test_each_mistake_changes_the_gradients(mistake):
-    square = "transpose" in mistake                                    # P dO runs only on a square tile
+    square = "transpose" in mistake  # P dO runs only on a square tile
     N, M, Br, Bc, causal = (16, 16, 4, 4, False) if square else (13, 21, 4, 8, True)
     q, k, v, o, lse, do = _problem(N, M, 4, 4, causal)
     got = backward_with_mistake(q, k, v, o, lse, do, Br, Bc, causal, mistake)
@@ -264,17 +482,29 @@ def test_arrays_formed_sees_products_and_allocations():
 
 
 def test_checks_leave_no_profiler_behind(capsys):
-    check_standard_backward(lambda q, k, v, do, causal=False: lab.attention_backward(q, k, v, do, causal=causal),
-                            [(4, 5, 2, 2)], name="b")
+    check_standard_backward(
+        lambda q, k, v, do, causal=False: lab.attention_backward(
+            q, k, v, do, causal=causal
+        ),
+        [(4, 5, 2, 2)],
+        name="b",
+    )
     assert "calls lab.attention_backward" in capsys.readouterr().out
     assert sys.getprofile() is None
 
 
 def test_check_delta_and_p_tile_pass_right_answers(capsys):
     rng = np.random.default_rng(0)
-    check_delta(lab.backward_delta, [(rng.standard_normal((4, 3)), rng.standard_normal((4, 3)))], name="delta")
-    check_p_tile(lambda q_i, k_j, lse_i: np.exp(q_i @ k_j.T / np.sqrt(8) - lse_i[:, None]), [(0, 8, 0, 16, 1), (0, 16, 16, 48, 300)],
-                 name="p_tile")
+    check_delta(
+        lab.backward_delta,
+        [(rng.standard_normal((4, 3)), rng.standard_normal((4, 3)))],
+        name="delta",
+    )
+    check_p_tile(
+        lambda q_i, k_j, lse_i: np.exp(q_i @ k_j.T / np.sqrt(8) - lse_i[:, None]),
+        [(0, 8, 0, 16, 1), (0, 16, 16, 48, 300)],
+        name="p_tile",
+    )
     out = capsys.readouterr().out
     assert out == "delta: ✓ passed 1 cases\np_tile: ✓ passed 2 cases\n"
 
@@ -284,6 +514,10 @@ def test_check_tiled_backward_reports_a_crash_on_watched_arrays(capsys):
         if type(q) is not np.ndarray:
             raise TypeError("plain arrays only")
         return backward_with_mistake(q, k, v, o, lse, do, Br, Bc, causal)
+
     check_tiled_backward(fussy, [(8, 12, 4, 4, 4, 4, True)], name="t")
     out = capsys.readouterr().out
-    assert "the values agree on 1 cases" in out and "raised TypeError on watched arrays" in out
+    assert (
+        "the values agree on 1 cases" in out
+        and "raised TypeError on watched arrays" in out
+    )

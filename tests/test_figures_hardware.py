@@ -9,24 +9,37 @@ import lab
 def test_cost_models_live_in_lab_hardware_and_are_importable_from_the_figures():
     import lab.figures.hardware as figs
     import lab.hardware as hw
+
     for name in ("estimated_bytes", "loop_overhead"):
         assert name in hw.__all__ and name not in figs.__all__
         assert getattr(lab, name) is getattr(hw, name) is getattr(figs, name)
 
 
 def test_estimated_bytes_orders_the_kernels():
-    naive, loop, fused = (lab.estimated_bytes(k, 1, 8, 4096, 64) for k in ("torch naive", "lab torch flash", "sdpa flash"))
+    naive, loop, fused = (
+        lab.estimated_bytes(k, 1, 8, 4096, 64)
+        for k in ("torch naive", "lab torch flash", "sdpa flash")
+    )
     assert fused < naive and fused < loop
     assert naive == 4 * 8 * (4 * 4096 * 64 + 4 * 4096**2)
-    assert loop - lab.estimated_bytes("numpy flash", 1, 8, 4096, 64) == 2 * 4 * 8 * 4096**2   # torch's × log2 e: a read, a write
-    assert lab.estimated_bytes("sdpa flash", 1, 8, 4096, 64, block_q=128) > fused      # K, V read once per query block
+    assert (
+        loop - lab.estimated_bytes("numpy flash", 1, 8, 4096, 64) == 2 * 4 * 8 * 4096**2
+    )  # torch's × log2 e: a read, a write
+    assert (
+        lab.estimated_bytes("sdpa flash", 1, 8, 4096, 64, block_q=128) > fused
+    )  # K, V read once per query block
 
 
 def test_loop_overhead_model():
     r = lab.loop_overhead(2048, 64, heads=1, ops_per_step=10, us_per_op=33.3)
     assert r["steps"] == 1024 and r["overhead_ms"] == pytest.approx(341, rel=0.01)
-    assert r["matmul_ms"] == pytest.approx(lab.attention_flops(1, 1, 2048, 64) / 155e9 * 1e3)
-    assert lab.loop_overhead(4096, 256)["overhead_fraction"] < lab.loop_overhead(4096, 16)["overhead_fraction"]
+    assert r["matmul_ms"] == pytest.approx(
+        lab.attention_flops(1, 1, 2048, 64) / 155e9 * 1e3
+    )
+    assert (
+        lab.loop_overhead(4096, 256)["overhead_fraction"]
+        < lab.loop_overhead(4096, 16)["overhead_fraction"]
+    )
     assert lab.loop_overhead(100, 64)["steps"] == 4
     with pytest.raises(ValueError, match="block"):
         lab.loop_overhead(100, 0)
@@ -40,11 +53,14 @@ def test_draw_loop_overhead_labels_the_block_in_the_course_symbols():
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     plt.close("all")
     assert here == lab.loop_overhead(1024, 64)
-    assert ax.get_xlabel() == "block size Br = Bc" and any(t.startswith("Br = Bc = 64:") for t in labels)
+    assert ax.get_xlabel() == "block size Br = Bc" and any(
+        t.startswith("Br = Bc = 64:") for t in labels
+    )
 
 
 def test_loop_overhead_slider_updates_its_result():
     import lab.widgets
+
     w = lab.widgets.loop_overhead_explorer()
     assert w.result["block"] == 256 and w.result["steps"] == 16**2
     controls = {c.description: c for c in w.children[:-1]}

@@ -13,24 +13,42 @@ def test_every_figure_names_its_source():
 
 
 def test_exponential_rate_is_units_times_sms_times_clock():
-    assert lab.exp_rate("A100") == pytest.approx(108 * 16 * 1.41e9)        # about 2.4e12 per second
-    assert lab.exp_rate("H100") == pytest.approx(132 * 16 * 1.83e9)        # about 3.9e12 per second
+    assert lab.exp_rate("A100") == pytest.approx(
+        108 * 16 * 1.41e9
+    )  # about 2.4e12 per second
+    assert lab.exp_rate("H100") == pytest.approx(
+        132 * 16 * 1.83e9
+    )  # about 3.9e12 per second
     # on the A100 the exponential is eight times dearer than an FP32 operation
-    assert lab.chip("A100")["nonmatmul_flops"] / lab.exp_rate("A100") == pytest.approx(8.0, rel=0.01)
+    assert lab.chip("A100")["nonmatmul_flops"] / lab.exp_rate("A100") == pytest.approx(
+        8.0, rel=0.01
+    )
 
 
 def test_clocks_match_the_published_rates():
     # the clock in the table is the tensor cores': 4,096 dense FP16 FLOP per SM per clock on the H100, 2,048 on the A100
-    assert 132 * 4096 * CHIPS["H100"]["clock_hz"] == pytest.approx(CHIPS["H100"]["matmul_flops"], rel=0.01)
-    assert 108 * 2048 * CHIPS["A100"]["clock_hz"] == pytest.approx(CHIPS["A100"]["matmul_flops"], rel=0.01)
+    assert 132 * 4096 * CHIPS["H100"]["clock_hz"] == pytest.approx(
+        CHIPS["H100"]["matmul_flops"], rel=0.01
+    )
+    assert 108 * 2048 * CHIPS["A100"]["clock_hz"] == pytest.approx(
+        CHIPS["A100"]["matmul_flops"], rel=0.01
+    )
     # the H100's FP32 figure is at a higher clock: 128 FP32 units per SM, one FMA (2 FLOP) each per clock, at 1.98 GHz
-    assert 132 * 128 * 2 * 1.98e9 == pytest.approx(CHIPS["H100"]["nonmatmul_flops"], rel=0.01)
-    assert "989" in SOURCES["H100"]["clock_hz"] and "FP32/FP64" not in SOURCES["H100"]["clock_hz"]
+    assert 132 * 128 * 2 * 1.98e9 == pytest.approx(
+        CHIPS["H100"]["nonmatmul_flops"], rel=0.01
+    )
+    assert (
+        "989" in SOURCES["H100"]["clock_hz"]
+        and "FP32/FP64" not in SOURCES["H100"]["clock_hz"]
+    )
 
 
 def test_per_thread_register_cap_and_warp_size():
     for name in CHIPS:
-        assert CHIPS[name]["registers_per_thread"] == 255 and CHIPS[name]["warp_size"] == 32
+        assert (
+            CHIPS[name]["registers_per_thread"] == 255
+            and CHIPS[name]["warp_size"] == 32
+        )
         assert "Compute Capabilities" in SOURCES[name]["registers_per_thread"]
 
 
@@ -43,7 +61,12 @@ def test_ridge_point_and_on_chip_sizes():
 
 def test_table_prints_every_chip_and_source():
     text = lab.hardware_table()
-    assert "A100" in text and "H100" in text and "164 KiB" in text and "arXiv 2205.14135" in text
+    assert (
+        "A100" in text
+        and "H100" in text
+        and "164 KiB" in text
+        and "arXiv 2205.14135" in text
+    )
 
 
 def test_unknown_chip_is_named():

@@ -28,25 +28,42 @@ def _free_port() -> int:
 def test_make_lab_serves_jupyterlab():
     port, token = _free_port(), secrets.token_hex(16)
     env = dict(os.environ, JUPYTER_TOKEN=token)
-    proc = subprocess.Popen(["make", "-s", "lab", "BROWSER=no", f"PORT={port}"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        ["make", "-s", "lab", "BROWSER=no", f"PORT={port}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         status, deadline = None, time.monotonic() + 90
         while status is None and time.monotonic() < deadline and proc.poll() is None:
-            request = urllib.request.Request(f"http://127.0.0.1:{port}/api/status",
-                                             headers={"Authorization": f"token {token}"})
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/api/status",
+                headers={"Authorization": f"token {token}"},
+            )
             try:
                 with urllib.request.urlopen(request, timeout=2) as response:
                     status = json.load(response)
             except OSError:
                 time.sleep(0.5)
-        assert status is not None, proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "no answer"
+        assert status is not None, (
+            proc.stderr.read().decode()[-2000:]
+            if proc.poll() is not None
+            else "no answer"
+        )
         assert "started" in status and status["kernels"] == 0
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/contents",
-                                         headers={"Authorization": f"token {token}"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/contents",
+            headers={"Authorization": f"token {token}"},
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             names = {item["name"] for item in json.load(response)["content"]}
-        assert {"notebooks", "lab"} <= names              # exercises/ sits beside notebooks/ once made
+        assert {
+            "notebooks",
+            "lab",
+        } <= names  # exercises/ sits beside notebooks/ once made
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:

@@ -16,7 +16,10 @@ import lab.measure
 def test_attention_flops():
     assert lab.attention_flops(1, 8, 4096, 64) == 4 * 8 * 4096**2 * 64
     assert lab.attention_flops(2, 1, 10, 16, M=30) == 4 * 2 * 10 * 30 * 16
-    assert lab.attention_flops(1, 1, 128, 64, causal=True) == lab.attention_flops(1, 1, 128, 64) / 2
+    assert (
+        lab.attention_flops(1, 1, 128, 64, causal=True)
+        == lab.attention_flops(1, 1, 128, 64) / 2
+    )
     with pytest.raises(ValueError, match="N"):
         lab.attention_flops(1, 1, -1, 64)
 
@@ -32,7 +35,9 @@ def test_every_available_kernel_matches_the_reference(kernel):
     o = fn(q, k, v, True)
     o = np.asarray(o) if kind == "numpy" else o.numpy()
     qn, kn, vn = lab.make_inputs("numpy reference", 1, 2, 33, 16, seed=1)
-    np.testing.assert_allclose(o, lab.attention_reference(qn, kn, vn, causal=True)[0], atol=1e-5)
+    np.testing.assert_allclose(
+        o, lab.attention_reference(qn, kn, vn, causal=True)[0], atol=1e-5
+    )
 
 
 def test_make_inputs_kinds_and_errors():
@@ -41,7 +46,9 @@ def test_make_inputs_kinds_and_errors():
     qn, _, _ = lab.make_inputs("numpy flash", 2, 3, 5, 4, dtype="bfloat16", seed=0)
     assert isinstance(qn, np.ndarray) and qn.dtype == np.float32
     np.testing.assert_array_equal(qn, q.float().numpy())
-    assert not torch.equal(q, lab.make_inputs("lab torch flash", 2, 3, 5, 4, dtype="bfloat16", seed=1)[0])
+    assert not torch.equal(
+        q, lab.make_inputs("lab torch flash", 2, 3, 5, 4, dtype="bfloat16", seed=1)[0]
+    )
     with pytest.raises(ValueError, match="kernel"):
         lab.make_inputs("nope", 1, 1, 1, 1)
     with pytest.raises(ValueError, match="dtype"):
@@ -62,21 +69,31 @@ def test_time_call_and_interleaved_return_positive_medians():
     calls = []
     t = lab.time_call(lambda: calls.append(1), min_run_time=0.01)
     assert t > 0 and len(calls) > 1
-    times = lab.time_interleaved({"a": lambda: sum(range(100)), "b": lambda: sum(range(10000))}, rounds=3, min_run_time=0.01)
-    assert set(times) == {"a", "b"} and times["b"] > times["a"] > 0     # 100× the work; never a time threshold
+    times = lab.time_interleaved(
+        {"a": lambda: sum(range(100)), "b": lambda: sum(range(10000))},
+        rounds=3,
+        min_run_time=0.01,
+    )
+    assert (
+        set(times) == {"a", "b"} and times["b"] > times["a"] > 0
+    )  # 100× the work; never a time threshold
     with pytest.raises(ValueError, match="rounds"):
         lab.time_interleaved({"a": lambda: None}, rounds=0)
 
 
 def test_peak_memory_in_a_child_sees_torch_allocations():
     N = 2048
-    got = lab.peak_memory([dict(kernel="torch naive", B=1, H=1, N=N, d=16),
-                           dict(kernel="lab torch flash", B=1, H=1, N=N, d=16)])
+    got = lab.peak_memory(
+        [
+            dict(kernel="torch naive", B=1, H=1, N=N, d=16),
+            dict(kernel="lab torch flash", B=1, H=1, N=N, d=16),
+        ]
+    )
     if got[0] is None:
         pytest.skip("no /proc/self/status on this system")
     naive, flash = got
-    sp = 2 * N * N * 4                       # S and P of standard attention in float32
-    assert 0.9 * sp < naive < 3 * sp         # torch naive holds at least S and P at its peak
+    sp = 2 * N * N * 4  # S and P of standard attention in float32
+    assert 0.9 * sp < naive < 3 * sp  # torch naive holds at least S and P at its peak
     assert flash < naive / 4
     assert lab.peak_memory([]) == []
     with pytest.raises(ValueError, match="kernel"):
@@ -87,27 +104,59 @@ def test_the_probe_is_a_module_run_on_its_own():
     """`python -m lab.measure.probe` is what `peak_memory` starts on a CPU: a JSON list of bytes, one per case."""
     if not os.path.exists("/proc/self/status"):
         pytest.skip("no /proc/self/status on this system")
-    cases = [dict(kernel="torch naive", B=1, H=1, N=1024, d=16), dict(kernel="lab torch flash", B=1, H=1, N=1024, d=16)]
+    cases = [
+        dict(kernel="torch naive", B=1, H=1, N=1024, d=16),
+        dict(kernel="lab torch flash", B=1, H=1, N=1024, d=16),
+    ]
     env = dict(os.environ, **lab.measure.memory.PROBE_ENV)
-    run = subprocess.run([sys.executable, "-m", "lab.measure.probe", json.dumps(cases), "--threads", "1"],
-                         capture_output=True, text=True, env=env, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lab.measure.probe",
+            json.dumps(cases),
+            "--threads",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-1500:]
     naive, flash = json.loads(run.stdout.strip().splitlines()[-1])
-    assert naive >= 2 * 1024 * 1024 * 4 * 0.9 and flash < naive      # S and P of 1024 × 1024 in float32, at least
-    assert "RuntimeWarning" not in run.stderr                          # not imported before it runs as __main__
+    assert (
+        naive >= 2 * 1024 * 1024 * 4 * 0.9 and flash < naive
+    )  # S and P of 1024 × 1024 in float32, at least
+    assert "RuntimeWarning" not in run.stderr  # not imported before it runs as __main__
 
 
 def test_lab_exports_every_measure_name():
     """`lab.measure` is a package of modules; its public names are the same objects at the top level."""
     for name in lab.measure.__all__:
         assert getattr(lab, name) is getattr(lab.measure, name)
-    assert lab.memory.__name__ == "lab.memory"                         # not shadowed by lab.measure.memory
-    assert {"load_runs", "user_runs_dir", "RUNS_DIR", "measure_ceilings", "KERNELS"} <= set(lab.measure.__all__)
+    assert lab.memory.__name__ == "lab.memory"  # not shadowed by lab.measure.memory
+    assert {
+        "load_runs",
+        "user_runs_dir",
+        "RUNS_DIR",
+        "measure_ceilings",
+        "KERNELS",
+    } <= set(lab.measure.__all__)
 
 
 def test_describe_machine_has_the_fields_a_record_needs():
     m = lab.describe_machine()
-    for key in ("cpu", "cores", "torch_threads", "blas", "gpu", "versions", "date", "os"):
+    for key in (
+        "cpu",
+        "cores",
+        "torch_threads",
+        "blas",
+        "gpu",
+        "versions",
+        "date",
+        "os",
+    ):
         assert key in m
     assert m["versions"]["torch"] == torch.__version__ and m["cores"] >= 1
     assert (m["gpu"] is None) == (not torch.cuda.is_available())
@@ -123,7 +172,9 @@ def test_measure_ceilings_small():
 
 
 def test_measure_ceilings_keeps_the_fastest_repeat(monkeypatch):
-    times = iter([3.0, 1.0, 2.0, 4.0, 2.0, 8.0])                   # matmul's three, then the copy's three
+    times = iter(
+        [3.0, 1.0, 2.0, 4.0, 2.0, 8.0]
+    )  # matmul's three, then the copy's three
     monkeypatch.setattr(lab.measure.machine, "time_call", lambda fn, **kw: next(times))
     c = lab.measure_ceilings("cpu", n=4, mbytes=1, repeats=3)
     assert c["matmul_fp32_flops"] == 2.0 * 4**3 / 1.0
@@ -132,26 +183,57 @@ def test_measure_ceilings_keeps_the_fastest_repeat(monkeypatch):
 
 # --- figures and the slider of notebook 08 -------------------------------------------------------
 
-ROWS = [
-    {"kernel": "torch naive", "dtype": "float32", "B": 1, "H": 2, "N": n, "d": 64, "causal": False, "ms": 0.01 * n,
-     "tflops": lab.attention_flops(1, 2, n, 64) / (1e-5 * n) / 1e12, "peak_mb": 8e-6 * n * n, "skipped": None}
-    for n in (256, 512)
-] + [
-    {"kernel": "lab torch flash", "dtype": "float32", "B": 1, "H": 2, "N": n, "d": 64, "causal": False, "ms": 0.005 * n,
-     "tflops": lab.attention_flops(1, 2, n, 64) / (5e-6 * n) / 1e12, "peak_mb": 1e-3 * n, "skipped": None}
-    for n in (256, 512)
-] + [{"kernel": "triton", "device": "cpu", "skipped": "interpreter"}]
+ROWS = (
+    [
+        {
+            "kernel": "torch naive",
+            "dtype": "float32",
+            "B": 1,
+            "H": 2,
+            "N": n,
+            "d": 64,
+            "causal": False,
+            "ms": 0.01 * n,
+            "tflops": lab.attention_flops(1, 2, n, 64) / (1e-5 * n) / 1e12,
+            "peak_mb": 8e-6 * n * n,
+            "skipped": None,
+        }
+        for n in (256, 512)
+    ]
+    + [
+        {
+            "kernel": "lab torch flash",
+            "dtype": "float32",
+            "B": 1,
+            "H": 2,
+            "N": n,
+            "d": 64,
+            "causal": False,
+            "ms": 0.005 * n,
+            "tflops": lab.attention_flops(1, 2, n, 64) / (5e-6 * n) / 1e12,
+            "peak_mb": 1e-3 * n,
+            "skipped": None,
+        }
+        for n in (256, 512)
+    ]
+    + [{"kernel": "triton", "device": "cpu", "skipped": "interpreter"}]
+)
 
 
 def test_draw_sweep_returns_each_kernels_points():
     import matplotlib.pyplot as plt
 
     from lab.figures.hardware import draw_sweep
+
     for what in ("ms", "tflops", "peak_mb"):
         got = draw_sweep(ROWS, what=what)
-        assert set(got) == {"torch naive", "lab torch flash"} and [n for n, _ in got["torch naive"]] == [256, 512]
+        assert set(got) == {"torch naive", "lab torch flash"} and [
+            n for n, _ in got["torch naive"]
+        ] == [256, 512]
         plt.close("all")
-    assert draw_sweep(ROWS, what="peak_mb")["torch naive"][1][1] == pytest.approx(8e-6 * 512**2)
+    assert draw_sweep(ROWS, what="peak_mb")["torch naive"][1][1] == pytest.approx(
+        8e-6 * 512**2
+    )
     plt.close("all")
     with pytest.raises(ValueError, match="what"):
         draw_sweep(ROWS, what="speed")
@@ -161,6 +243,7 @@ def test_draw_roofline_places_points_under_the_roof():
     import matplotlib.pyplot as plt
 
     from lab.figures.hardware import draw_roofline
+
     ceilings = {"matmul_fp32_flops": 1e11, "bandwidth_bytes_per_s": 1e10}
     got = draw_roofline(ceilings, ROWS)
     plt.close("all")
@@ -174,8 +257,14 @@ def test_draw_recorded_memory_uses_runs_with_both_kernels():
     import matplotlib.pyplot as plt
 
     from lab.figures.hardware import draw_recorded_memory
-    runs = [{"label": "here", "results": [dict(r, N=4096) for r in ROWS]}, {"label": "empty", "results": []}]
+
+    runs = [
+        {"label": "here", "results": [dict(r, N=4096) for r in ROWS]},
+        {"label": "empty", "results": []},
+    ]
     got = draw_recorded_memory(runs)
     plt.close("all")
-    assert list(got) == ["here"] and got["here"]["standard"] == pytest.approx(8e-6 * 512**2 / 2)
+    assert list(got) == ["here"] and got["here"]["standard"] == pytest.approx(
+        8e-6 * 512**2 / 2
+    )
     assert got["here"]["tiled"] < got["here"]["standard"]

@@ -18,16 +18,27 @@ def _close_figures():
 
 
 def test_attainable_flops_is_the_lower_roof():
-    np.testing.assert_allclose(lab.attainable_flops([1.0, 10.0, 1000.0], 100.0, 10.0), [10.0, 100.0, 100.0])
-    assert lab.attainable_flops(lab.ridge_point("A100"), lab.chip("A100")["matmul_flops"],
-                                lab.chip("A100")["hbm_bytes_per_s"]) == pytest.approx(lab.chip("A100")["matmul_flops"])
+    np.testing.assert_allclose(
+        lab.attainable_flops([1.0, 10.0, 1000.0], 100.0, 10.0), [10.0, 100.0, 100.0]
+    )
+    assert lab.attainable_flops(
+        lab.ridge_point("A100"),
+        lab.chip("A100")["matmul_flops"],
+        lab.chip("A100")["hbm_bytes_per_s"],
+    ) == pytest.approx(lab.chip("A100")["matmul_flops"])
     with pytest.raises(ValueError, match="bandwidth"):
         lab.attainable_flops(1.0, 1.0, 0.0)
 
 
-@pytest.mark.parametrize("N, M, d, dv, itemsize", [(4096, 4096, 64, 64, 2), (1000, 3000, 128, 32, 4), (17, 5, 8, 3, 8)])
+@pytest.mark.parametrize(
+    "N, M, d, dv, itemsize",
+    [(4096, 4096, 64, 64, 2), (1000, 3000, 128, 32, 4), (17, 5, 8, 3, 8)],
+)
 def test_attention_traffic_counts(N, M, d, dv, itemsize):
-    rows = {r["piece"]: r for r in lab.attention_traffic(N, M, d=d, dv=dv, itemsize=itemsize)}
+    rows = {
+        r["piece"]: r
+        for r in lab.attention_traffic(N, M, d=d, dv=dv, itemsize=itemsize)
+    }
     s, p, o = rows["S = scale·QKᵀ"], rows["P = softmax(S)"], rows["O = PV"]
     std, fused = rows["standard, total"], rows["fused: Q, K, V in, O out"]
     assert s["flops"] == 2 * N * M * d and o["flops"] == 2 * N * M * dv
@@ -47,19 +58,35 @@ def test_attention_traffic_counts(N, M, d, dv, itemsize):
 @pytest.mark.parametrize("chip_name", list(lab.CHIPS))
 @pytest.mark.parametrize("d", [64, 128])
 def test_standard_attention_is_memory_bound_and_the_fused_kernel_is_not(chip_name, d):
-    rows = {r["piece"]: r for r in lab.attention_traffic(4096, d=d, chip_name=chip_name)}
+    rows = {
+        r["piece"]: r for r in lab.attention_traffic(4096, d=d, chip_name=chip_name)
+    }
     ridge = lab.ridge_point(chip_name)
-    assert rows["P = softmax(S)"]["bound"] == "memory" and rows["P = softmax(S)"]["intensity"] < ridge / 50
-    assert rows["S = scale·QKᵀ"]["bound"] == "memory" and rows["S = scale·QKᵀ"]["intensity"] < ridge
+    assert (
+        rows["P = softmax(S)"]["bound"] == "memory"
+        and rows["P = softmax(S)"]["intensity"] < ridge / 50
+    )
+    assert (
+        rows["S = scale·QKᵀ"]["bound"] == "memory"
+        and rows["S = scale·QKᵀ"]["intensity"] < ridge
+    )
     assert rows["standard, total"]["bound"] == "memory"
     assert rows["fused: Q, K, V in, O out"]["bound"] == "compute"
-    assert rows["fused: Q, K, V in, O out"]["time"] < rows["standard, total"]["time"] / 2
+    assert (
+        rows["fused: Q, K, V in, O out"]["time"] < rows["standard, total"]["time"] / 2
+    )
 
 
 def test_more_passes_over_s_cost_time_in_proportion():
-    two = {r["piece"]: r for r in lab.attention_traffic(4096, softmax_accesses=2)}["P = softmax(S)"]
-    four = {r["piece"]: r for r in lab.attention_traffic(4096, softmax_accesses=4)}["P = softmax(S)"]
-    assert four["flops"] == two["flops"] and four["time"] == pytest.approx(2 * two["time"])
+    two = {r["piece"]: r for r in lab.attention_traffic(4096, softmax_accesses=2)}[
+        "P = softmax(S)"
+    ]
+    four = {r["piece"]: r for r in lab.attention_traffic(4096, softmax_accesses=4)}[
+        "P = softmax(S)"
+    ]
+    assert four["flops"] == two["flops"] and four["time"] == pytest.approx(
+        2 * two["time"]
+    )
 
 
 def test_attention_traffic_errors():
@@ -82,27 +109,40 @@ def test_roofline_figure_and_slider():
     accesses.value = 4
     assert w.result["softmax_accesses"] == 4
     chip_name.value = "H100"
-    assert w.result["chip"] == "H100" and "H100" in w.summary_html.value and "ridge" in w.summary_html.value
+    assert (
+        w.result["chip"] == "H100"
+        and "H100" in w.summary_html.value
+        and "ridge" in w.summary_html.value
+    )
 
 
 def _sources(name: str) -> list[str]:
     import json
     import pathlib
-    path = pathlib.Path(__file__).resolve().parent.parent / "notebooks" / f"{name}.ipynb"
+
+    path = (
+        pathlib.Path(__file__).resolve().parent.parent / "notebooks" / f"{name}.ipynb"
+    )
     return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
 
 
 def test_notebook_00_states_bandwidth_and_the_roofline_before_any_capacity_figure():
     cells = _sources("00_the_memory_wall")
-    first = lambda *marks: next(i for i, c in enumerate(cells) if any(m in c for m in marks))
+    first = lambda *marks: next(
+        i for i, c in enumerate(cells) if any(m in c for m in marks)
+    )
     bandwidth = first("lab.chip(")
     roofline = first("draw_attention_roofline")
     capacity = first("attention_bytes(", "peak_bytes(", "GiB")
     assert bandwidth < roofline < capacity
-    assert "sram_bytes_per_s" in cells[bandwidth] and "hbm_bytes_per_s" in cells[bandwidth]
+    assert (
+        "sram_bytes_per_s" in cells[bandwidth] and "hbm_bytes_per_s" in cells[bandwidth]
+    )
 
 
-@pytest.mark.parametrize("name", ["00_the_memory_wall", "01_three_pass_softmax", "02_online_softmax"])
+@pytest.mark.parametrize(
+    "name", ["00_the_memory_wall", "01_three_pass_softmax", "02_online_softmax"]
+)
 def test_notebooks_00_to_02_use_one_set_of_symbols(name):
     text = "\n".join(_sources(name))
     for old in ("m_{old}", "m_{new}", "m_old", "l_{old}", "l_old"):

@@ -43,11 +43,15 @@ def _assert_same(a, b):
 
 # ---- lab.states: the merge is a monoid -------------------------------------------------------------
 
+
 @settings(max_examples=60, deadline=None)
 @given(states(3))
 def test_merge_is_associative(sts):
     a, b, c = sts
-    _assert_same(lab.merge_states(lab.merge_states(a, b), c), lab.merge_states(a, lab.merge_states(b, c)))
+    _assert_same(
+        lab.merge_states(lab.merge_states(a, b), c),
+        lab.merge_states(a, lab.merge_states(b, c)),
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -90,7 +94,11 @@ def test_finalize_of_empty_rows_gives_zero_and_minus_inf_without_warnings():
         with np.errstate(all="raise"):
             o, lse = lab.finalize(e)
             masked = lab.finalize(lab.partial_state(s, np.ones((2, 4))))
-            merged = lab.finalize(lab.merge_states(lab.partial_state(s, np.ones((2, 4))), lab.empty_state((2,), 4)))
+            merged = lab.finalize(
+                lab.merge_states(
+                    lab.partial_state(s, np.ones((2, 4))), lab.empty_state((2,), 4)
+                )
+            )
     assert np.all(o == 0) and np.all(np.isneginf(lse)) and o.shape == (2, 3, 4)
     assert np.all(masked[0][0] == 0) and np.isneginf(masked[1][0])
     assert masked[1][1] == pytest.approx(0.5) and np.allclose(masked[0][1], 1.0)
@@ -98,6 +106,7 @@ def test_finalize_of_empty_rows_gives_zero_and_minus_inf_without_warnings():
 
 
 # ---- chunks and merge plans -----------------------------------------------------------------------------
+
 
 @settings(max_examples=50, deadline=None)
 @given(st.integers(0, 200), st.integers(1, 40))
@@ -114,7 +123,12 @@ def test_chunk_bounds_cover_the_keys_evenly(M, splits):
 def test_random_chunk_bounds_are_nonempty_and_cover(M, splits, seed):
     splits = min(splits, M)
     b = lab.random_chunk_bounds(M, splits, seed=seed)
-    assert len(b) == splits and b[0][0] == 0 and b[-1][1] == M and all(j1 > j0 for j0, j1 in b)
+    assert (
+        len(b) == splits
+        and b[0][0] == 0
+        and b[-1][1] == M
+        and all(j1 > j0 for j0, j1 in b)
+    )
     assert all(x1 == y0 for (_, x1), (y0, _) in zip(b, b[1:]))
 
 
@@ -124,7 +138,9 @@ def test_merge_plan_uses_every_part_once(n, order, seed):
     plan = lab.merge_plan(n, order, seed=seed)
     assert len(plan) == n - 1
     consumed = [b for _, b in plan]
-    assert len(set(consumed)) == n - 1 and all(a not in consumed[:i + 1] for i, (a, _) in enumerate(plan))
+    assert len(set(consumed)) == n - 1 and all(
+        a not in consumed[: i + 1] for i, (a, _) in enumerate(plan)
+    )
     _, ys = merge_depths(n, order, seed=seed)
     assert max(ys) == (math.ceil(math.log2(n)) if order == "tree" else n - 1)
 
@@ -144,6 +160,7 @@ def test_chunk_and_plan_errors():
 
 # ---- the (o, lse) form ------------------------------------------------------------------------------------
 
+
 @settings(max_examples=40, deadline=None)
 @given(states(4))
 def test_merge_outputs_equals_the_merge_of_states(sts):
@@ -152,7 +169,9 @@ def test_merge_outputs_equals_the_merge_of_states(sts):
     o_ref, lse_ref = lab.finalize(lab.reduce_states(sts))
     np.testing.assert_allclose(o, o_ref, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(lse, lse_ref, rtol=1e-12, atol=1e-12)
-    o2, lse2 = lab.merge_outputs(np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts]))
+    o2, lse2 = lab.merge_outputs(
+        np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts])
+    )
     np.testing.assert_array_equal(o2, o)
     np.testing.assert_array_equal(lse2, lse)
 
@@ -180,8 +199,11 @@ def test_merge_outputs_identity_empty_rows_and_errors():
 
 # ---- flash-decoding ---------------------------------------------------------------------------------------
 
+
 @settings(max_examples=40, deadline=None)
-@given(attention_inputs(), st.integers(1, 50), st.sampled_from(lab.ORDERS), st.booleans())
+@given(
+    attention_inputs(), st.integers(1, 50), st.sampled_from(lab.ORDERS), st.booleans()
+)
 def test_flash_decoding_matches_reference(qkv, splits, order, causal):
     q, k, v = qkv
     o_ref, lse_ref = lab.attention_reference(q, k, v, causal=causal)
@@ -192,9 +214,9 @@ def test_flash_decoding_matches_reference(qkv, splits, order, causal):
 
 def test_flash_decoding_one_token_gqa_float32():
     rng = np.random.default_rng(0)
-    q = rng.standard_normal((2, 8, 1, 16)).astype(np.float32)        # (B, Hq, N=1, d)
-    k = rng.standard_normal((2, 2, 1000, 16)).astype(np.float32)     # (B, Hkv, M, d)
-    v = rng.standard_normal((2, 2, 1000, 8)).astype(np.float32)      # (B, Hkv, M, dv)
+    q = rng.standard_normal((2, 8, 1, 16)).astype(np.float32)  # (B, Hq, N=1, d)
+    k = rng.standard_normal((2, 2, 1000, 16)).astype(np.float32)  # (B, Hkv, M, d)
+    v = rng.standard_normal((2, 2, 1000, 8)).astype(np.float32)  # (B, Hkv, M, dv)
     copies = [a.copy() for a in (q, k, v)]
     o_ref, lse_ref = lab.attention_reference(q, k, v)
     o, lse = lab.flash_decoding(q, k, v, splits=7)
@@ -207,7 +229,11 @@ def test_flash_decoding_one_token_gqa_float32():
 
 def test_flash_decoding_and_split_states_errors():
     rng = np.random.default_rng(0)
-    q, k, v = rng.standard_normal((1, 4)), rng.standard_normal((9, 4)), rng.standard_normal((9, 3))
+    q, k, v = (
+        rng.standard_normal((1, 4)),
+        rng.standard_normal((9, 4)),
+        rng.standard_normal((9, 3)),
+    )
     with pytest.raises(ValueError, match="splits"):
         lab.flash_decoding(q, k, v, splits=0)
     with pytest.raises(ValueError, match="order"):
@@ -226,6 +252,7 @@ def test_flash_decoding_and_split_states_errors():
 
 # ---- figure and slider -----------------------------------------------------------------------------------
 
+
 def test_draw_merge_orders_returns_its_numbers():
     r = draw_merge_orders(splits=5, order="sequential", M=500)
     assert r["depth"] == 4 and r["weight_sum"] == pytest.approx(1.0)
@@ -234,7 +261,9 @@ def test_draw_merge_orders_returns_its_numbers():
 
 def test_merge_order_explorer_reacts_to_its_sliders():
     with warnings.catch_warnings():
-        warnings.simplefilter("error")             # a warning would print to stderr under the slider
+        warnings.simplefilter(
+            "error"
+        )  # a warning would print to stderr under the slider
         w = merge_order_explorer()
     splits, order = w.children[:2]
     assert w.result["splits"] == 8 and w.result["depth"] == 3
@@ -245,14 +274,22 @@ def test_merge_order_explorer_reacts_to_its_sliders():
     order.value = "tree"
     assert w.result["depth"] == 5
     assert max(w.result["errors"].values()) < 1e-12
-    assert "tree ‹" in w.summary_html.value and "(all &lt; 1e-12: True)" in w.summary_html.value   # errors masked
+    assert (
+        "tree ‹" in w.summary_html.value
+        and "(all &lt; 1e-12: True)" in w.summary_html.value
+    )  # errors masked
     splits.value = 1
-    assert w.result["depth"] == 0 and "1 chunk: nothing to merge, depth 0;" in w.summary_html.value
+    assert (
+        w.result["depth"] == 0
+        and "1 chunk: nothing to merge, depth 0;" in w.summary_html.value
+    )
 
 
 def test_flash_decoding_reads_each_key_value_row_once_per_group_whatever_the_splits():
     rng = np.random.default_rng(0)
-    q = rng.standard_normal((1, 8, 1, 16)).astype(np.float32)     # 8 query heads on 2 key/value heads
+    q = rng.standard_normal((1, 8, 1, 16)).astype(
+        np.float32
+    )  # 8 query heads on 2 key/value heads
     k, v = (rng.standard_normal((1, 2, 100, 16)).astype(np.float32) for _ in range(2))
     for splits in (1, 7, 100, 130):
         with lab.trace.record() as rec:

@@ -16,7 +16,11 @@ from lab.figures.one_pass import draw_holdings, draw_one_pass, row_inputs
 from lab.widgets import one_pass_explorer
 from tests.strategies import attention_inputs, blocks, dims, seeds
 
-ROW_FNS = [lab.attention_row_three_pass, lab.attention_row_two_pass, lab.attention_row_one_pass]
+ROW_FNS = [
+    lab.attention_row_three_pass,
+    lab.attention_row_two_pass,
+    lab.attention_row_one_pass,
+]
 
 
 def _kw(fn, block):
@@ -28,7 +32,11 @@ def rows(draw, max_len: int = 60):
     rng = np.random.default_rng(draw(seeds))
     M, d, dv = draw(st.integers(1, max_len)), draw(dims), draw(dims)
     spread = draw(st.sampled_from([0.5, 1.0, 5.0]))
-    return rng.standard_normal(d) * spread, rng.standard_normal((M, d)) * spread, rng.standard_normal((M, dv))
+    return (
+        rng.standard_normal(d) * spread,
+        rng.standard_normal((M, d)) * spread,
+        rng.standard_normal((M, dv)),
+    )
 
 
 @settings(max_examples=40, deadline=None)
@@ -61,8 +69,13 @@ def test_passes_and_score_row_traffic_are_counted(qkv, block):
 
 def test_held_bytes_grow_with_M_only_for_the_stored_row():
     small, large = row_inputs(256, 16, seed=1), row_inputs(4096, 16, seed=1)
-    held = {fn.__name__: [fn(*x, **_kw(fn, 64)).held_bytes for x in (small, large)] for fn in ROW_FNS}
-    assert held["attention_row_three_pass"][1] > 10 * held["attention_row_three_pass"][0]
+    held = {
+        fn.__name__: [fn(*x, **_kw(fn, 64)).held_bytes for x in (small, large)]
+        for fn in ROW_FNS
+    }
+    assert (
+        held["attention_row_three_pass"][1] > 10 * held["attention_row_three_pass"][0]
+    )
     assert held["attention_row_one_pass"][0] == held["attention_row_one_pass"][1]
     assert held["attention_row_two_pass"][0] == held["attention_row_two_pass"][1]
     # the one-pass state: one block of scores, m, l and acc (float64)
@@ -75,7 +88,7 @@ def test_steps_follow_the_alpha_rule():
     s = k @ q / np.sqrt(32)
     m_prev = -np.inf
     for b, step in enumerate(run.steps):
-        assert step["block_max"] == pytest.approx(s[b * 100:(b + 1) * 100].max())
+        assert step["block_max"] == pytest.approx(s[b * 100 : (b + 1) * 100].max())
         assert step["m"] == pytest.approx(max(m_prev, step["block_max"]))
         assert step["alpha"] == pytest.approx(np.exp(m_prev - step["m"]))
         m_prev = step["m"]
@@ -134,8 +147,10 @@ def test_compare_row_methods_and_format_table():
     assert len(text.splitlines()) == 2 + len(table)
     assert lab.format_table([]) == ""
     masked = lab.format_table(table, measured=["max |o - ref|"]).splitlines()
-    assert all(line.endswith("›") and "‹" in line for line in masked[2:])     # zeros too: ‹0.0e+00›
-    assert len({len(line) for line in masked}) == 1                            # the same width on every machine
+    assert all(
+        line.endswith("›") and "‹" in line for line in masked[2:]
+    )  # zeros too: ‹0.0e+00›
+    assert len({len(line) for line in masked}) == 1  # the same width on every machine
     with pytest.raises(ValueError, match="measured"):
         lab.format_table(table, measured=["no such column"])
 
@@ -152,14 +167,25 @@ def test_one_pass_attention_matches_reference(qkv, block, causal):
 
 def test_one_pass_attention_empty_causal_rows_and_errors():
     rng = np.random.default_rng(0)
-    q, k, v = rng.standard_normal((1, 6, 4)), rng.standard_normal((1, 3, 4)), rng.standard_normal((1, 3, 2))
+    q, k, v = (
+        rng.standard_normal((1, 6, 4)),
+        rng.standard_normal((1, 3, 4)),
+        rng.standard_normal((1, 3, 2)),
+    )
     o, lse = lab.one_pass_attention(q, k, v, block_k=2, causal=True)
-    assert np.all(o[0, :3] == 0) and np.all(np.isneginf(lse[0, :3])) and np.isfinite(lse[0, 3:]).all()
+    assert (
+        np.all(o[0, :3] == 0)
+        and np.all(np.isneginf(lse[0, :3]))
+        and np.isfinite(lse[0, 3:]).all()
+    )
     with pytest.raises(ValueError, match="block_k"):
         lab.one_pass_attention(q, k, v, block_k=-1)
     with pytest.raises(ValueError, match="multiple"):
-        lab.one_pass_attention(rng.standard_normal((1, 3, 6, 4)), rng.standard_normal((1, 2, 3, 4)),
-                               rng.standard_normal((1, 2, 3, 2)))
+        lab.one_pass_attention(
+            rng.standard_normal((1, 3, 6, 4)),
+            rng.standard_normal((1, 2, 3, 4)),
+            rng.standard_normal((1, 2, 3, 2)),
+        )
 
 
 def test_draw_one_pass_returns_its_numbers():
@@ -170,7 +196,9 @@ def test_draw_one_pass_returns_its_numbers():
 
 def test_one_pass_explorer_reacts_to_its_sliders():
     with warnings.catch_warnings():
-        warnings.simplefilter("error")             # a warning would print to stderr under the slider
+        warnings.simplefilter(
+            "error"
+        )  # a warning would print to stderr under the slider
         w = one_pass_explorer()
     M, block = w.children[:2]
     assert w.result["M"] == 4096 and w.result["blocks"] == 16
@@ -179,8 +207,14 @@ def test_one_pass_explorer_reacts_to_its_sliders():
     M.value = 256
     assert w.result["M"] == 256 and w.result["blocks"] == 1
     assert w.result["max_err"] < 1e-12
-    assert "M = 256" in w.summary_html.value and "1 block, 0 rescalings;" in w.summary_html.value
-    assert "methods = ‹" in w.summary_html.value and "(&lt; 1e-12: True)" in w.summary_html.value
+    assert (
+        "M = 256" in w.summary_html.value
+        and "1 block, 0 rescalings;" in w.summary_html.value
+    )
+    assert (
+        "methods = ‹" in w.summary_html.value
+        and "(&lt; 1e-12: True)" in w.summary_html.value
+    )
 
 
 def test_draw_holdings_counts_what_each_method_holds():
@@ -191,15 +225,17 @@ def test_draw_holdings_counts_what_each_method_holds():
 
 
 def test_slow_rows_counts_the_rows_of_every_slice_and_reports_them_to_trace():
-    a = np.arange(24.0).reshape(2, 6, 2)                   # rows along axis -2
+    a = np.arange(24.0).reshape(2, 6, 2)  # rows along axis -2
     rows = lab.SlowRows(a, "k")
     with trace.record() as rec:
         block = rows.load(1, 4)
         rows.load(3, 6)
-    assert block.shape == (2, 3, 2) and np.shares_memory(block, a)   # a view: no copy held
+    assert block.shape == (2, 3, 2) and np.shares_memory(
+        block, a
+    )  # a view: no copy held
     assert rows.loads.tolist() == [0, 1, 1, 2, 1, 1] and rows.passes == 1.0
     assert rec.read_by["k"] == (3 + 3) * 2 * 2 * 8
-    s = lab.SlowRows(np.zeros(5), "s")                      # a 1-D row: rows along axis 0
+    s = lab.SlowRows(np.zeros(5), "s")  # a 1-D row: rows along axis 0
     with trace.record() as rec:
         s.store(0, 5, np.arange(5.0))
         s.load(0, 5)
@@ -220,10 +256,14 @@ def test_the_row_methods_count_what_they_slice_not_what_they_declare(monkeypatch
 
     monkeypatch.setattr(lab.SlowRows, "load", spy)
     run = lab.attention_row_two_pass(q, k, v, block_k=16)
-    assert run.passes_k == sum(j1 - j0 for name, j0, j1 in loads if name == "k") / 64 == 2
+    assert (
+        run.passes_k == sum(j1 - j0 for name, j0, j1 in loads if name == "k") / 64 == 2
+    )
     loads.clear()
     lab.one_pass_attention(q[None], k, v, block_k=16)
-    assert sorted(loads) == sorted([(n, j0, j0 + 16) for n in "kv" for j0 in range(0, 64, 16)])
+    assert sorted(loads) == sorted(
+        [(n, j0, j0 + 16) for n in "kv" for j0 in range(0, 64, 16)]
+    )
 
 
 def test_exp_calls_are_counted_where_np_exp_runs():
@@ -232,18 +272,30 @@ def test_exp_calls_are_counted_where_np_exp_runs():
     assert [r["exponentials"] for r in rows] == [2 * 100, 2 * 100 + 4, 100 + 4]
 
 
-@pytest.mark.parametrize("N, M, d, causal", [(512, 512, 64, False), (512, 2048, 32, False), (1024, 1024, 32, True)])
+@pytest.mark.parametrize(
+    "N, M, d, causal",
+    [(512, 512, 64, False), (512, 2048, 32, False), (1024, 1024, 32, True)],
+)
 def test_one_pass_buffers_counts_what_one_pass_attention_holds(N, M, d, causal):
     rng = np.random.default_rng(0)
-    q, k, v = rng.standard_normal((N, d)), rng.standard_normal((M, d)), rng.standard_normal((M, d))
-    lab.one_pass_attention(q, k, v, block_k=16)            # first calls warm numpy's caches
+    q, k, v = (
+        rng.standard_normal((N, d)),
+        rng.standard_normal((M, d)),
+        rng.standard_normal((M, d)),
+    )
+    lab.one_pass_attention(q, k, v, block_k=16)  # first calls warm numpy's caches
     for block in (16, 64, 256, M):
-        held, _ = lab.peak_bytes(lab.one_pass_attention, q, k, v, block_k=block, causal=causal)
+        held, _ = lab.peak_bytes(
+            lab.one_pass_attention, q, k, v, block_k=block, causal=causal
+        )
         count = lab.one_pass_buffers(N, M, d, block_k=block, causal=causal)
         assert 0.99 < held / count["peak"] < 1.05, (block, held, count)
     small, large = (lab.one_pass_buffers(N, M, d, block_k=b) for b in (8, 512))
     assert small["peak_phase"] == "merge" and large["peak_phase"] == "block"
-    assert large["bytes"]["block"] - small["bytes"]["block"] == 2 * N * (min(512, M) - 8) * 8
+    assert (
+        large["bytes"]["block"] - small["bytes"]["block"]
+        == 2 * N * (min(512, M) - 8) * 8
+    )
 
 
 def test_one_pass_buffers_checks_its_arguments():
@@ -251,13 +303,21 @@ def test_one_pass_buffers_checks_its_arguments():
         lab.one_pass_buffers(8, 8, 4, block_k=0)
     with pytest.raises(TypeError, match="N"):
         lab.one_pass_buffers(8.0, 8, 4)
-    assert lab.one_pass_buffers(4, 3, 2, block_k=100)["block"][0][1] == 2 * 4 * 3 * 8   # Bc capped at M
+    assert (
+        lab.one_pass_buffers(4, 3, 2, block_k=100)["block"][0][1] == 2 * 4 * 3 * 8
+    )  # Bc capped at M
 
 
 def test_row_methods_take_slow_rows_and_the_caller_reads_the_counts():
     q, k, v = row_inputs(100, 8, seed=0)
-    for fn, want_k in ((lab.attention_row_three_pass, 1), (lab.attention_row_two_pass, 2), (lab.attention_row_one_pass, 1)):
+    for fn, want_k in (
+        (lab.attention_row_three_pass, 1),
+        (lab.attention_row_two_pass, 2),
+        (lab.attention_row_one_pass, 1),
+    ):
         K, V = lab.SlowRows(k, "k"), lab.SlowRows(v, "v")
         run = fn(q, K, V, **_kw(fn, 32))
         assert K.loads.tolist() == [want_k] * 100 and V.loads.tolist() == [1] * 100
-        assert run.passes_k == want_k and np.allclose(run.o, fn(q, k, v, **_kw(fn, 32)).o)
+        assert run.passes_k == want_k and np.allclose(
+            run.o, fn(q, k, v, **_kw(fn, 32)).o
+        )

@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import seeds
 
 import lab
 from lab.figures import precision as figs
 from lab.widgets import accumulation_explorer, p_format_explorer
-
-from strategies import seeds
 
 
 @pytest.fixture(autouse=True)
@@ -25,6 +24,7 @@ def _close_figures():
 
 
 # -- inputs and error measures ------------------------------------------------------------------
+
 
 def test_gaussian_qkv_shapes_and_spread():
     q, k, v = lab.gaussian_qkv(4096, 64, spread=5.0, rows=16, seed=1)
@@ -36,8 +36,15 @@ def test_gaussian_qkv_shapes_and_spread():
     assert all(np.array_equal(a, b) for a, b in zip((q, k, v), again))
 
 
-@pytest.mark.parametrize("kwargs, err", [({"N": 0}, ValueError), ({"spread": 0.0}, ValueError),
-                                         ({"spread": np.inf}, ValueError), ({"rows": 1.5}, TypeError)])
+@pytest.mark.parametrize(
+    "kwargs, err",
+    [
+        ({"N": 0}, ValueError),
+        ({"spread": 0.0}, ValueError),
+        ({"spread": np.inf}, ValueError),
+        ({"rows": 1.5}, TypeError),
+    ],
+)
 def test_gaussian_qkv_errors(kwargs, err):
     args = {"N": 8, "d": 4, "spread": 1.0, "rows": 2} | kwargs
     with pytest.raises(err):
@@ -47,7 +54,9 @@ def test_gaussian_qkv_errors(kwargs, err):
 def test_relative_error_and_rmse():
     ref = np.array([3.0, 4.0])
     assert lab.relative_error(ref + np.array([0.3, 0.4]), ref) == pytest.approx(0.1)
-    assert lab.rmse(np.array([1.0, 3.0]), np.array([0.0, 0.0])) == pytest.approx(np.sqrt(5.0))
+    assert lab.rmse(np.array([1.0, 3.0]), np.array([0.0, 0.0])) == pytest.approx(
+        np.sqrt(5.0)
+    )
     assert lab.relative_error(np.zeros(2), np.zeros(2)) == 0.0
     with pytest.raises(ValueError, match="shape"):
         lab.relative_error(np.zeros(2), np.zeros(3))
@@ -59,10 +68,14 @@ def test_relative_error_and_rmse():
 
 # -- experiment 1 ---------------------------------------------------------------------------------
 
+
 def test_p_rounding_error_orders_the_formats():
     q, k, v = lab.gaussian_qkv(1024, 32, 1.0, 4, seed=3)
     before = [a.copy() for a in (q, k, v)]
-    err = {f: lab.p_rounding_error(q, k, v, f, block_k=64) for f in ("fp32", "fp16", "bf16", "fp8_e4m3")}
+    err = {
+        f: lab.p_rounding_error(q, k, v, f, block_k=64)
+        for f in ("fp32", "fp16", "bf16", "fp8_e4m3")
+    }
     assert err["fp32"] < 1e-5 < err["fp16"] < err["bf16"] < err["fp8_e4m3"] < 0.1
     assert all(np.array_equal(a, b) for a, b in zip((q, k, v), before))
     with pytest.raises(ValueError, match="fmt"):
@@ -71,10 +84,14 @@ def test_p_rounding_error_orders_the_formats():
 
 def test_p_error_grid_matches_single_runs():
     Ns, spreads = [64, 256], [1.0, 10.0]
-    grid = lab.p_error_grid(Ns, spreads, ("fp32", "bf16"), d=16, rows=2, block_k=32, seed=4)
+    grid = lab.p_error_grid(
+        Ns, spreads, ("fp32", "bf16"), d=16, rows=2, block_k=32, seed=4
+    )
     assert set(grid) == {"fp32", "bf16"} and grid["bf16"].shape == (2, 2)
     q, k, v = lab.gaussian_qkv(256, 16, 10.0, 2, seed=4)
-    assert grid["bf16"][1, 0] == pytest.approx(lab.p_rounding_error(q, k[:64], v[:64], "bf16", block_k=32))
+    assert grid["bf16"][1, 0] == pytest.approx(
+        lab.p_rounding_error(q, k[:64], v[:64], "bf16", block_k=32)
+    )
     assert (grid["bf16"] > grid["fp32"]).all()
     with pytest.raises(ValueError, match="formats"):
         lab.p_error_grid(Ns, spreads, ("fp64",))
@@ -87,7 +104,9 @@ def test_p_underflow_counts_flushed_entries():
     fp8 = lab.p_underflow(q, k, "fp8_e4m3", block_k=64)
     bf16 = lab.p_underflow(q, k, "bf16", block_k=64)
     assert fp8["p"].shape == (4 * 2048,) and fp8["p"].max() <= 1.0
-    assert fp8["flushed"] > 0.5 > bf16["flushed"] and bf16["mass_lost"] < 1e-30   # bf16 keeps fp32's range
+    assert (
+        fp8["flushed"] > 0.5 > bf16["flushed"] and bf16["mass_lost"] < 1e-30
+    )  # bf16 keeps fp32's range
     assert 0 < fp8["mass_lost"] < 0.5
     with pytest.raises(ValueError, match="q and k"):
         lab.p_underflow(q, k[:, :8], "fp16")
@@ -95,9 +114,12 @@ def test_p_underflow_counts_flushed_entries():
 
 # -- experiment 2 ---------------------------------------------------------------------------------
 
+
 def test_low_precision_sum_stagnates_and_blocks_help():
     ones = np.ones(1024, np.float32)
-    assert lab.low_precision_sum(ones, "bf16")[-1] == 256.0       # 256 + 1 rounds back to 256 (8 significant bits)
+    assert (
+        lab.low_precision_sum(ones, "bf16")[-1] == 256.0
+    )  # 256 + 1 rounds back to 256 (8 significant bits)
     assert lab.low_precision_sum(ones, "fp16")[-1] == 1024.0
     assert lab.low_precision_sum(np.ones(4096), "fp16")[-1] == 2048.0
     assert lab.low_precision_sum(ones, "bf16", block=64)[-1] == 1024.0
@@ -114,7 +136,11 @@ def _loop_sum(p, fmt):
 
 
 @settings(max_examples=25, deadline=None)
-@given(seeds, st.sampled_from(["fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]), st.integers(1, 300))
+@given(
+    seeds,
+    st.sampled_from(["fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]),
+    st.integers(1, 300),
+)
 def test_low_precision_sum_rounds_every_addition(seed, fmt, n):
     p = np.random.default_rng(seed).random(n).astype(np.float32)
     np.testing.assert_array_equal(lab.low_precision_sum(p, fmt), _loop_sum(p, fmt))
@@ -132,6 +158,7 @@ def test_low_precision_sum_errors_and_input_untouched():
 
 
 # -- experiment 3 ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("fmt", lab.FORMATS)
 def test_overflow_threshold_is_where_exp_stops_fitting(fmt):
@@ -158,11 +185,12 @@ def test_softmax_in_format_breaks_without_the_max():
 
 # -- experiment 4 ---------------------------------------------------------------------------------
 
+
 def test_outlier_qkv():
     q, k, v = lab.outlier_qkv((2, 200, 16), p=0.05, outlier_std=10.0, seed=7)
     assert q.shape == k.shape == v.shape == (2, 200, 16) and q.dtype == np.float32
-    np.testing.assert_array_equal(lab.round_to(q, "fp16"), q)      # stored as fp16 values
-    assert (np.abs(q) > 5).mean() > 0.01                           # outliers present
+    np.testing.assert_array_equal(lab.round_to(q, "fp16"), q)  # stored as fp16 values
+    assert (np.abs(q) > 5).mean() > 0.01  # outliers present
     calm = lab.outlier_qkv((2, 200, 16), p=0.0, seed=7)[0]
     assert (np.abs(calm) > 5).mean() == 0
     with pytest.raises(ValueError, match="p"):
@@ -174,16 +202,25 @@ def test_outlier_qkv():
 def test_tiled_beats_standard_on_outliers():
     q, k, v = lab.outlier_qkv((2, 256, 32), seed=8)
     before = [a.copy() for a in (q, k, v)]
-    ref = lab.attention_reference(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64))[0]
-    e = {(alg, f): lab.rmse(fn(q, k, v, f), ref)
-         for f in ("fp16", "fp8_e4m3")
-         for alg, fn in (("standard", lab.attention_standard_lowp), ("tiled", lab.attention_tiled_lowp))}
+    ref = lab.attention_reference(
+        q.astype(np.float64), k.astype(np.float64), v.astype(np.float64)
+    )[0]
+    e = {
+        (alg, f): lab.rmse(fn(q, k, v, f), ref)
+        for f in ("fp16", "fp8_e4m3")
+        for alg, fn in (
+            ("standard", lab.attention_standard_lowp),
+            ("tiled", lab.attention_tiled_lowp),
+        )
+    }
     assert e[("tiled", "fp16")] < e[("standard", "fp16")] < 1e-3
     assert e[("tiled", "fp8_e4m3")] < e[("standard", "fp8_e4m3")] < 0.1
     assert e[("standard", "fp16")] < e[("tiled", "fp8_e4m3")]
     assert all(np.array_equal(a, b) for a, b in zip((q, k, v), before))
     # in FP32 the tiled kernel is exact up to the FP16 output
-    assert lab.rmse(lab.attention_tiled_lowp(q, k, v, "fp32"), ref) < 1e-3 * lab.rmse(ref, 0 * ref)
+    assert lab.rmse(lab.attention_tiled_lowp(q, k, v, "fp32"), ref) < 1e-3 * lab.rmse(
+        ref, 0 * ref
+    )
 
 
 def test_lowp_attention_errors():
@@ -203,6 +240,7 @@ def test_fa3_table_is_quoted():
 
 # -- experiment 5 ---------------------------------------------------------------------------------
 
+
 def test_matmul_error_by_format():
     rng = np.random.default_rng(9)
     a = rng.standard_normal((32, 256)).astype(np.float32)
@@ -215,14 +253,18 @@ def test_matmul_error_by_format():
 
 # -- experiment 6: the data file --------------------------------------------------------------------
 
+
 def test_load_activations_checks_the_file(tmp_path):
     acts = lab.load_activations()
     assert acts.q.shape == acts.k.shape == acts.v.shape == (2, 12, 444, 32)
     assert acts.q.dtype == np.float32 and np.isfinite(acts.q).all()
     assert acts.meta["model"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert "Apache-2.0" in acts.meta["model_licence"]
-    assert lab.file_sha256(lab.ACTIVATIONS_PATH) == hashlib.sha256(lab.ACTIVATIONS_PATH.read_bytes()).hexdigest()
-    acts.q[...] = 0                                                # the caller's copy, not the file's
+    assert (
+        lab.file_sha256(lab.ACTIVATIONS_PATH)
+        == hashlib.sha256(lab.ACTIVATIONS_PATH.read_bytes()).hexdigest()
+    )
+    acts.q[...] = 0  # the caller's copy, not the file's
     assert np.abs(lab.load_activations().q).max() > 0
     bad = tmp_path / "changed.npz"
     shutil.copy(lab.ACTIVATIONS_PATH, bad)
@@ -254,6 +296,7 @@ def test_compare_inputs_on_a_slice_of_the_real_inputs():
 
 # -- figures and sliders ------------------------------------------------------------------------------
 
+
 def test_figures_return_their_numbers():
     grid = lab.p_error_grid([64, 128], [1.0, 4.0], ("fp32", "fp16"), d=16, rows=2)
     r = figs.draw_p_error_heatmaps(grid, [64, 128], [1.0, 4.0])
@@ -266,7 +309,9 @@ def test_figures_return_their_numbers():
     assert 0 < r["rel_error"] < 1e-3
     r = figs.draw_matmul_error(Ks=(16, 64), formats=("fp32", "tf32"), n=8)
     assert r["errors"]["tf32"][0] > r["errors"]["fp32"][0]
-    res = lab.compare_inputs({"g": lab.gaussian_qkv(64, 16, 1.0, 64, seed=1)}, ("fp16",))
+    res = lab.compare_inputs(
+        {"g": lab.gaussian_qkv(64, 16, 1.0, 64, seed=1)}, ("fp16",)
+    )
     r = figs.draw_real_vs_gaussian(res)
     assert r["g"]["p"]["fp16"] == res["g"]["p"]["fp16"]
 
@@ -275,7 +320,9 @@ def test_p_format_explorer_slider():
     w = p_format_explorer(N=512)
     w.update()
     first = w.result
-    assert first["fmt"] == "fp8_e4m3" and first["N"] == 512 and first["rel_error"] > 1e-3
+    assert (
+        first["fmt"] == "fp8_e4m3" and first["N"] == 512 and first["rel_error"] > 1e-3
+    )
     fmt, N, spread, block = w.children[:-1]
     fmt.value = "fp16"
     assert w.result["fmt"] == "fp16" and w.result["rel_error"] < first["rel_error"]
@@ -286,20 +333,28 @@ def test_p_format_explorer_slider():
     N.value = 1024
     assert w.result["N"] == 1024
     assert "FP16" in w.summary_html.value and len(w.image.value) > 1000
-    assert "relative error of o ‹" in w.summary_html.value          # machine-dependent numbers are masked
+    assert (
+        "relative error of o ‹" in w.summary_html.value
+    )  # machine-dependent numbers are masked
 
 
 def test_accumulation_explorer_slider():
     w = accumulation_explorer(N=1024)
     w.update()
     fmt, N, block = w.children[:-1]
-    assert w.result["N"] == 1024 and w.result["fmt"] == "bf16" and list(w.result["seq"]) == ["fp32", "bf16", "fp16"]
+    assert (
+        w.result["N"] == 1024
+        and w.result["fmt"] == "bf16"
+        and list(w.result["seq"]) == ["fp32", "bf16", "fp16"]
+    )
     block.value = 1
     assert w.result["blocked"]["bf16"] == w.result["seq"]["bf16"]
     fmt.value = "fp16"
     assert w.result["fmt"] == "fp16" and list(w.result["seq"]) == ["fp32", "fp16"]
     N.value = 4096
-    assert w.result["N"] == 4096 and w.result["seq"]["fp16"] > 0.1   # 2048 + 1 rounds back in FP16
+    assert (
+        w.result["N"] == 4096 and w.result["seq"]["fp16"] > 0.1
+    )  # 2048 + 1 rounds back in FP16
     assert "FP16" in w.summary_html.value and "(FP32: ‹" in w.summary_html.value
 
 
@@ -319,7 +374,10 @@ def test_matmul_error_truncated_tf32_is_larger_than_rounded():
     g = np.random.default_rng(0)
     a = g.standard_normal((32, 256)).astype(np.float32)
     b = g.standard_normal((256, 32)).astype(np.float32)
-    rounded, cut = lab.matmul_error(a, b, "tf32"), lab.matmul_error(a, b, "tf32", truncate=True)
+    rounded, cut = (
+        lab.matmul_error(a, b, "tf32"),
+        lab.matmul_error(a, b, "tf32", truncate=True),
+    )
     assert 1.5 * rounded < cut < 5 * rounded
     with pytest.raises(ValueError, match="TF32 only"):
         lab.matmul_error(a, b, "fp16", truncate=True)

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import blocks, seeds
 
 import lab
 from lab.figures.softmax import draw_access_counts, draw_online_trace, draw_overflow
-from strategies import blocks, seeds
 
 
 @pytest.fixture(autouse=True)
@@ -22,15 +22,26 @@ def _close_figures():
 
 # --- overflow ---------------------------------------------------------------------------------------
 
+
 def test_exp_limits_come_from_finfo():
     assert lab.exp_limits("fp16")["max"] == 65504.0
     assert lab.exp_limits("fp16")["log_max"] == pytest.approx(np.log(65504.0))
-    assert lab.exp_limits("bf16")["max"] == float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    assert lab.exp_limits("bf16")["max"] == float(
+        ml_dtypes.finfo(ml_dtypes.bfloat16).max
+    )
     assert lab.exp_limits("fp64")["log_max"] == pytest.approx(709.782712893384)
-    assert lab.exp_limits("fp32")["log_smallest"] == pytest.approx(np.log(float(np.finfo(np.float32).smallest_subnormal)))
-    assert lab.exp_limits("fp16")["smallest_normal"] == float(np.finfo(np.float16).smallest_normal) == 2.0**-14
+    assert lab.exp_limits("fp32")["log_smallest"] == pytest.approx(
+        np.log(float(np.finfo(np.float32).smallest_subnormal))
+    )
+    assert (
+        lab.exp_limits("fp16")["smallest_normal"]
+        == float(np.finfo(np.float16).smallest_normal)
+        == 2.0**-14
+    )
     assert lab.exp_limits("bf16")["eps"] == 2.0**-7
-    assert lab.works_tolerance("fp32") == lab.WORKS_EPS * float(np.finfo(np.float32).eps)
+    assert lab.works_tolerance("fp32") == lab.WORKS_EPS * float(
+        np.finfo(np.float32).eps
+    )
     assert lab.works_tolerance(np.float16) == lab.works_tolerance("fp16")
 
 
@@ -38,7 +49,7 @@ def test_exp_limits_come_from_finfo():
 def test_first_exp_overflow_is_just_past_log_max(dtype):
     s = lab.first_exp_overflow(dtype)
     t = lab.exp_limits(dtype)["log_max"]
-    assert s - 1 < t + 0.01 and s > t - 0.01                     # the first integer at or past log(max)
+    assert s - 1 < t + 0.01 and s > t - 0.01  # the first integer at or past log(max)
     dt = lab.SOFTMAX_DTYPES[dtype]
     with np.errstate(over="ignore"):
         assert np.isinf(np.exp(np.array([s], dtype=dt)).astype(np.float64)).all()
@@ -55,7 +66,10 @@ def test_known_break_points():
     assert lab.first_broken_score("fp16", direction=-1) < 0
 
 
-@pytest.mark.parametrize("dtype, s", [("fp16", -17), ("fp32", -103), ("fp16", -12), ("bf16", -88), ("fp64", -709)])
+@pytest.mark.parametrize(
+    "dtype, s",
+    [("fp16", -17), ("fp32", -103), ("fp16", -12), ("bf16", -88), ("fp64", -709)],
+)
 def test_finite_rows_summing_to_one_can_still_be_broken(dtype, s):
     """At s = -17 in fp16 (and -103 in fp32) the naive softmax is [1, 0, 0, 0]: finite, sums to 1, and 0.36 off."""
     r = lab.naive_vs_safe(float(s), dtypes=(dtype,))[dtype]
@@ -79,7 +93,13 @@ def test_lower_edge_is_near_the_smallest_normal_not_the_smallest_subnormal(dtype
 def test_naive_breaks_exactly_at_first_broken_score(dtype):
     up = lab.first_broken_score(dtype)
     down = lab.first_broken_score(dtype, direction=-1)
-    for s, broken in ((up - 1, False), (up, True), (down + 1, False), (down, True), (0, False)):
+    for s, broken in (
+        (up - 1, False),
+        (up, True),
+        (down + 1, False),
+        (down, True),
+        (0, False),
+    ):
         r = lab.naive_vs_safe(float(s), dtypes=(dtype,))[dtype]
         assert r["naive_broken"] is broken, (dtype, s)
         assert r["safe_broken"] is False
@@ -88,9 +108,16 @@ def test_naive_breaks_exactly_at_first_broken_score(dtype):
 def test_overflow_table_rows():
     rows = lab.overflow_table()
     assert [r["dtype"] for r in rows] == ["fp16", "bf16", "fp32", "fp64"]
-    assert [(r["naive_breaks_below"], r["naive_breaks_above"]) for r in rows] == [(-12, 11), (-88, 89), (-88, 89), (-709, 710)]
+    assert [(r["naive_breaks_below"], r["naive_breaks_above"]) for r in rows] == [
+        (-12, 11),
+        (-88, 89),
+        (-88, 89),
+        (-709, 710),
+    ]
     for r in rows:
-        assert r["naive_breaks_below"] < 0 < r["naive_breaks_above"] <= r["first_exp_inf"]
+        assert (
+            r["naive_breaks_below"] < 0 < r["naive_breaks_above"] <= r["first_exp_inf"]
+        )
         assert r["tol"] == lab.works_tolerance(r["dtype"])
 
 
@@ -99,9 +126,9 @@ def _narrow_sums(e: np.ndarray, dt) -> list[np.ndarray]:
     sums = []
     for order in (range(e.shape[-1]), range(e.shape[-1] - 1, -1, -1)):
         order = list(order)
-        acc = e[..., order[0]:order[0] + 1]
+        acc = e[..., order[0] : order[0] + 1]
         for j in order[1:]:
-            acc = (acc + e[..., j:j + 1]).astype(dt)
+            acc = (acc + e[..., j : j + 1]).astype(dt)
         sums.append(acc)
     sums.append(e.astype(np.float64).sum(axis=-1, keepdims=True).astype(dt))
     return sums
@@ -118,16 +145,20 @@ def test_overflow_verdicts_cannot_flip_on_another_cpu(dtype):
     """
     dt = lab.SOFTMAX_DTYPES[dtype]
     s = np.arange(-1000, 1001)
-    x = lab.score_row(s, dtype)                                      # (2001, 4) in the dtype
+    x = lab.score_row(s, dtype)  # (2001, 4) in the dtype
     ref = lab.softmax_safe(x.astype(np.float64))
     want = lab.softmax_broken(lab.softmax_naive(x), ref, dtype)
     first_inf = lab.first_exp_overflow(dtype)
     ulp = float(np.finfo(np.float64 if dtype == "fp64" else np.float32).eps)
     for rel in (-4 * ulp, 4 * ulp):
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            e = (np.exp(x.astype(np.float64)) * (1 + rel)).astype(dt)    # exp off by 4 ulps, rounded to the dtype
+            e = (np.exp(x.astype(np.float64)) * (1 + rel)).astype(
+                dt
+            )  # exp off by 4 ulps, rounded to the dtype
             e_s = (np.exp(s.astype(np.float64)) * (1 + rel)).astype(dt)
-            assert int(s[np.flatnonzero(np.isinf(e_s.astype(np.float64)))[0]]) == first_inf, rel
+            assert (
+                int(s[np.flatnonzero(np.isinf(e_s.astype(np.float64)))[0]]) == first_inf
+            ), rel
             for total in _narrow_sums(e, dt):
                 p = (e / total).astype(dt)
                 got = lab.softmax_broken(p, ref, dtype)
@@ -138,7 +169,7 @@ def test_overflow_verdicts_cannot_flip_on_another_cpu(dtype):
 @given(s=st.integers(-1000, 1000))
 def test_safe_softmax_never_breaks(s):
     res = lab.naive_vs_safe(float(s))
-    for name, r in res.items():
+    for r in res.values():
         assert not r["safe_broken"]
         assert np.isfinite(r["safe"]).all()
     assert res["fp64"]["safe_err"] == 0.0
@@ -161,6 +192,7 @@ def test_score_row_and_overflow_errors():
 
 # --- counted accesses ---------------------------------------------------------------------------------
 
+
 @settings(max_examples=30, deadline=None)
 @given(seed=seeds, n=st.integers(1, 60), block=blocks)
 def test_counted_softmaxes_are_right_and_count_3_4_3(seed, n, block):
@@ -172,7 +204,11 @@ def test_counted_softmaxes_are_right_and_count_3_4_3(seed, n, block):
         np.testing.assert_allclose(c.y, lab.softmax_safe(x), rtol=1e-12, atol=1e-15)
         assert c.per_element == per
         assert c.uniform
-        assert (c.x_stores == 0).all() and (c.y_stores == 1).all() and (c.y_loads == 0).all()
+        assert (
+            (c.x_stores == 0).all()
+            and (c.y_stores == 1).all()
+            and (c.y_loads == 0).all()
+        )
         assert (c.x_loads == per - 1).all()
     np.testing.assert_array_equal(x, before)
 
@@ -185,7 +221,7 @@ def test_counting_array_counts_each_element():
     np.testing.assert_array_equal(a.loads, [0, 1, 1, 1, 0])
     np.testing.assert_array_equal(a.stores, [0, 0, 0, 1, 0])
     assert a.peek()[3] == 7.0
-    np.testing.assert_array_equal(a.loads, [0, 1, 1, 1, 0])      # peek does not count
+    np.testing.assert_array_equal(a.loads, [0, 1, 1, 1, 0])  # peek does not count
     with pytest.raises(TypeError, match="x"):
         a[[1, 2]]
     with pytest.raises(ValueError, match="1-D"):
@@ -214,18 +250,32 @@ def test_count_accesses_errors():
 
 # --- online trace -------------------------------------------------------------------------------------
 
+
 @settings(max_examples=40, deadline=None)
-@given(seed=seeds, n=st.integers(1, 60), block=blocks, scale=st.sampled_from([0.5, 3.0, 50.0]))
+@given(
+    seed=seeds,
+    n=st.integers(1, 60),
+    block=blocks,
+    scale=st.sampled_from([0.5, 3.0, 50.0]),
+)
 def test_trace_matches_online_normalizer_and_is_exact(seed, n, block, scale):
     x = lab.demo_scores(n, shift=2.0, scale=scale, seed=seed % 1000)
     tr = lab.online_trace(x, block)
     nb = -(-n // block)
     assert len(tr["block"]) == nb and tr["stop"][-1] == n and tr["start"][0] == 0
     m, l = lab.online_normalizer(x, block)
-    assert tr["m_new"][-1] == m and tr["l_new"][-1] == pytest.approx(float(l), rel=1e-12)
-    np.testing.assert_allclose(tr["l_new"], tr["l_direct"], rtol=1e-12)  # e^(x − m′) = e^(x − m)·α
-    assert tr["m"][0] == -np.inf and tr["l"][0] == 0.0 and tr["alpha"][0] == 0.0   # the empty state before block 0
-    np.testing.assert_array_equal(tr["m"][1:], tr["m_new"][:-1])        # each update starts where the last ended
+    assert tr["m_new"][-1] == m and tr["l_new"][-1] == pytest.approx(
+        float(l), rel=1e-12
+    )
+    np.testing.assert_allclose(
+        tr["l_new"], tr["l_direct"], rtol=1e-12
+    )  # e^(x − m′) = e^(x − m)·α
+    assert (
+        tr["m"][0] == -np.inf and tr["l"][0] == 0.0 and tr["alpha"][0] == 0.0
+    )  # the empty state before block 0
+    np.testing.assert_array_equal(
+        tr["m"][1:], tr["m_new"][:-1]
+    )  # each update starts where the last ended
     np.testing.assert_array_equal(tr["l"][1:], tr["l_new"][:-1])
     assert ((tr["alpha"] > 0) & (tr["alpha"] <= 1))[1:].all()
     np.testing.assert_allclose(tr["alpha"][1:], np.exp(tr["m"][1:] - tr["m_new"][1:]))
@@ -239,7 +289,9 @@ def test_trace_table_text():
     lines = text.splitlines()
     assert len(lines) == 2 + 3
     assert "α" in lines[0] and "5.000" in lines[-1]
-    assert "more blocks" in lab.trace_table(lab.online_trace(np.zeros(10), 1), max_rows=3)
+    assert "more blocks" in lab.trace_table(
+        lab.online_trace(np.zeros(10), 1), max_rows=3
+    )
     with pytest.raises(ValueError, match="max_rows"):
         lab.trace_table(tr, max_rows=0)
 
@@ -263,9 +315,13 @@ def test_demo_scores_and_online_vs_safe():
 
 # --- figures ------------------------------------------------------------------------------------------
 
+
 def test_figures_return_their_numbers():
     r = draw_overflow(100)
-    assert r["results"]["fp16"]["naive_broken"] and not r["results"]["fp64"]["naive_broken"]
+    assert (
+        r["results"]["fp16"]["naive_broken"]
+        and not r["results"]["fp64"]["naive_broken"]
+    )
     assert r["breaks"]["fp16"] == {"above": 11, "below": -12}
     r = draw_access_counts(n=64, block=4)
     assert r["per_element"] == {"naive": 3.0, "safe": 4.0, "online": 3.0}
@@ -275,6 +331,7 @@ def test_figures_return_their_numbers():
 
 # --- sliders ------------------------------------------------------------------------------------------
 
+
 def test_overflow_slider_follows_the_largest_score():
     w = lab.widgets.softmax_overflow()
     (s,) = w.children[:-1]
@@ -282,11 +339,18 @@ def test_overflow_slider_follows_the_largest_score():
     s.value = 50
     assert w.result["s"] == 50.0
     res = w.result["results"]
-    assert res["fp16"]["naive_broken"] and not res["fp32"]["naive_broken"] and not res["bf16"]["naive_broken"]
+    assert (
+        res["fp16"]["naive_broken"]
+        and not res["fp32"]["naive_broken"]
+        and not res["bf16"]["naive_broken"]
+    )
     s.value = 5
     assert not any(r["naive_broken"] for r in w.result["results"].values())
     s.value = -120
-    assert w.result["results"]["fp32"]["naive_broken"] and not w.result["results"]["fp64"]["naive_broken"]
+    assert (
+        w.result["results"]["fp32"]["naive_broken"]
+        and not w.result["results"]["fp64"]["naive_broken"]
+    )
     assert "fp16" in w.summary_html.value
 
 
@@ -299,22 +363,69 @@ def test_trace_slider_changes_the_trace_not_the_result():
     assert len(w.result["trace"]["block"]) == 13 and w.result["max_abs_diff"] < 1e-12
     assert w.result["m"] == m0 and w.result["l"] == pytest.approx(l0, rel=1e-12)
     shift.value = 500.0
-    assert w.result["m"] == pytest.approx(m0 + 500.0) and w.result["l"] == pytest.approx(l0, rel=1e-9)
+    assert w.result["m"] == pytest.approx(m0 + 500.0) and w.result[
+        "l"
+    ] == pytest.approx(l0, rel=1e-9)
     assert w.result["max_abs_diff"] < 1e-12
     scale.value = 10.0
     assert w.result["scale"] == 10.0 and w.result["max_abs_diff"] < 1e-12
-    assert w.result["l"] < l0                                           # a sharper row: one score dominates
-    assert "max |online − safe| = ‹" in w.summary_html.value                # masked: it varies by machine
+    assert w.result["l"] < l0  # a sharper row: one score dominates
+    assert (
+        "max |online − safe| = ‹" in w.summary_html.value
+    )  # masked: it varies by machine
     assert "(&lt; 1e-12: True)" in w.summary_html.value
 
 
 def test_softmax_error_and_broken_rows():
-    ref = np.array([[0.5, 0.5], [0.5, 0.5], [0.5, 0.5], [0.25, 0.75], [0.3, 0.7], [0.0, 1.0], [0.0, 1.0]])
-    p = np.array([[0.5, 0.5], [np.nan, 0.0], [0.0, 0.0], [0.25, np.inf], [0.3 * (1 + 1e-5), 0.7], [0.0, 1.0], [1e-9, 1.0]])
+    ref = np.array(
+        [
+            [0.5, 0.5],
+            [0.5, 0.5],
+            [0.5, 0.5],
+            [0.25, 0.75],
+            [0.3, 0.7],
+            [0.0, 1.0],
+            [0.0, 1.0],
+        ]
+    )
+    p = np.array(
+        [
+            [0.5, 0.5],
+            [np.nan, 0.0],
+            [0.0, 0.0],
+            [0.25, np.inf],
+            [0.3 * (1 + 1e-5), 0.7],
+            [0.0, 1.0],
+            [1e-9, 1.0],
+        ]
+    )
     err = lab.softmax_error(p, ref)
-    assert err[0] == 0 and np.isinf(err[[1, 3]]).all() and err[2] == 1 and err[4] == pytest.approx(1e-5) and err[5] == 0 and np.isinf(err[6])
-    assert lab.softmax_broken(p, ref, "fp64").tolist() == [False, True, True, True, True, False, True]
-    assert lab.softmax_broken(p, ref, "fp16").tolist() == [False, True, True, True, False, False, True]
+    assert (
+        err[0] == 0
+        and np.isinf(err[[1, 3]]).all()
+        and err[2] == 1
+        and err[4] == pytest.approx(1e-5)
+        and err[5] == 0
+        and np.isinf(err[6])
+    )
+    assert lab.softmax_broken(p, ref, "fp64").tolist() == [
+        False,
+        True,
+        True,
+        True,
+        True,
+        False,
+        True,
+    ]
+    assert lab.softmax_broken(p, ref, "fp16").tolist() == [
+        False,
+        True,
+        True,
+        True,
+        False,
+        False,
+        True,
+    ]
     bf = np.array([0.25, 0.75], dtype=ml_dtypes.bfloat16)
     assert lab.softmax_broken(bf, np.array([0.25, 0.75])).shape == ()
     with pytest.raises(ValueError, match="same shape"):

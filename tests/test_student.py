@@ -21,12 +21,16 @@ def _tags(nb):
 
 def test_copies_drop_solutions_and_outputs(tmp_path):
     status = student.write_copies(ROOT / "notebooks", tmp_path, log=lambda *_: None)
-    assert set(status) == {p.name for p in NOTEBOOKS} and set(status.values()) == {"written"}
+    assert set(status) == {p.name for p in NOTEBOOKS} and set(status.values()) == {
+        "written"
+    }
     for p in NOTEBOOKS:
         copy = nbformat.read(tmp_path / p.name, as_version=4)
         original = nbformat.read(p, as_version=4)
         assert "solution" not in _tags(copy)
-        assert len(copy.cells) == len(original.cells) - _tags(original).count("solution")
+        assert len(copy.cells) == len(original.cells) - _tags(original).count(
+            "solution"
+        )
         assert all(not c.outputs for c in copy.cells if c.cell_type == "code")
 
 
@@ -35,13 +39,19 @@ def test_changed_copies_are_never_overwritten(tmp_path):
     student.write_copies(ROOT / "notebooks", tmp_path, log=messages.append)
     name = NOTEBOOKS[0].name
     mine = tmp_path / name
-    mine.write_text(mine.read_text().replace("NotImplementedError", "NotImplementedError  # my attempt", 1))
+    mine.write_text(
+        mine.read_text().replace(
+            "NotImplementedError", "NotImplementedError  # my attempt", 1
+        )
+    )
     kept = mine.read_text()
     status = student.write_copies(ROOT / "notebooks", tmp_path, log=messages.append)
     assert status[name] == "skipped" and mine.read_text() == kept
     assert any("skipped" in m and "fresh copy" in m for m in messages)
     assert all(s == "unchanged" for n, s in status.items() if n != name)
-    status = student.write_copies(ROOT / "notebooks", tmp_path, force={name}, log=messages.append)
+    status = student.write_copies(
+        ROOT / "notebooks", tmp_path, force={name}, log=messages.append
+    )
     assert status[name] == "written" and mine.read_text() != kept
     assert json.loads((tmp_path / student.MANIFEST).read_text())[name]
 
@@ -49,7 +59,9 @@ def test_changed_copies_are_never_overwritten(tmp_path):
 def _exercises_start(nb) -> int:
     """Index of the markdown cell that opens the notebook's `## Exercises` section."""
     for i, c in enumerate(nb.cells):
-        if c.cell_type == "markdown" and any(line.strip() == "## Exercises" for line in c.source.splitlines()):
+        if c.cell_type == "markdown" and any(
+            line.strip() == "## Exercises" for line in c.source.splitlines()
+        ):
             return i
     raise AssertionError("no '## Exercises' heading")
 
@@ -75,12 +87,32 @@ def test_student_copy_runs_and_reports_unsolved_stubs(path):
     original = nbformat.read(path, as_version=4)
     nb = student.student_copy(original)
     start = _exercises_start(nb)
-    assert [c.source for c in nb.cells[:start]] == [c.source for c in original.cells[:start]], \
+    assert [c.source for c in nb.cells[:start]] == [
+        c.source for c in original.cells[:start]
+    ], (
         "a solution cell before the exercises: the copy would differ from what nbval runs"
-    stubs = sum("raise NotImplementedError" in c.source for c in nb.cells[start:] if c.cell_type == "code")
+    )
+    stubs = sum(
+        "raise NotImplementedError" in c.source
+        for c in nb.cells[start:]
+        if c.cell_type == "code"
+    )
     nb.cells = _setup_cells(nb) + nb.cells[start:]
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    NotebookClient(
+        nb,
+        timeout=600,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(ROOT / "notebooks")}},
+    ).execute()
+    errors = [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.output_type == "error"
+    ]
     assert not errors, errors[0].get("ename") if errors else ""
-    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    text = "".join(
+        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
+    )
     assert stubs >= 1 and text.count("not implemented yet") >= min(stubs, 2)

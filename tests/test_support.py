@@ -8,6 +8,7 @@ import lab
 
 def test_setup_notebook_seeds_everything():
     import torch
+
     rng = lab.setup_notebook()
     a, t = rng.standard_normal(3), torch.rand(2)
     rng2 = lab.setup_notebook()
@@ -43,7 +44,10 @@ def test_check_reports_pass_fail_and_not_implemented(capsys):
     lab.check(stub, np.exp, [(np.ones(2),)])
     assert "not implemented yet" in capsys.readouterr().out
     lab.check(np.sin, np.exp, [(np.ones(2),)])
-    assert "✗ case 0 ([1., 1.]): at index [0] expected 2.71828, got 0.841471" in capsys.readouterr().out
+    assert (
+        "✗ case 0 ([1., 1.]): at index [0] expected 2.71828, got 0.841471"
+        in capsys.readouterr().out
+    )
     lab.check(lambda x: 1 / 0, np.exp, [(1.0,)])
     assert "ZeroDivisionError" in capsys.readouterr().out
     lab.check(lambda x: (x, x), lambda x: (x, x), [(1.0,)])
@@ -70,16 +74,20 @@ def test_measured_values_are_masked_and_verdicts_compared(capsys):
     assert lab.report("max |o - ref|", 3.6e-8, 1e-6) is True
     first, second = capsys.readouterr().out.splitlines()
     assert first == "max |o - ref| = ‹3.1e-08›  (< 1e-06: True)"
-    assert first != second and _sanitize(first) == _sanitize(second)          # another CPU's rounding: same text
+    assert first != second and _sanitize(first) == _sanitize(
+        second
+    )  # another CPU's rounding: same text
     lab.report("max |o - ref|", 2e-6, 1e-6)
     failed = capsys.readouterr().out
-    assert _sanitize(failed) != _sanitize(first)                               # a verdict that flips: caught
+    assert _sanitize(failed) != _sanitize(first)  # a verdict that flips: caught
     assert lab.report("speedup", 3.0, 2, op=">=", fmt=".2f", unit="x") is True
     assert capsys.readouterr().out == "speedup = ‹3.00 x›  (>= 2: True)\n"
     assert lab.report("nan", float("nan"), 1.0) is False
     assert lab.report("time", 12.5, fmt=".1f", unit="ms") is None
     assert "time = ‹12.5 ms›" in capsys.readouterr().out
-    assert _sanitize(f"t {lab.measured(1.5, '>7.1f')} |") == _sanitize(f"t {lab.measured(123.25, '>7.1f')} |")
+    assert _sanitize(f"t {lab.measured(1.5, '>7.1f')} |") == _sanitize(
+        f"t {lab.measured(123.25, '>7.1f')} |"
+    )
     with pytest.raises(ValueError, match="op"):
         lab.report("x", 1.0, 2.0, op="==")
 
@@ -87,34 +95,76 @@ def test_measured_values_are_masked_and_verdicts_compared(capsys):
 def test_check_diagnoses_what_is_wrong_and_where(capsys):
     ref = lambda x: (x * 2, x.sum(axis=-1))
     x = np.arange(12.0).reshape(3, 4)
-    lab.check(lambda x: (x * 2, x.sum(axis=-1, keepdims=True)), ref, [(x,)], names=("o", "lse"))
+    lab.check(
+        lambda x: (x * 2, x.sum(axis=-1, keepdims=True)),
+        ref,
+        [(x,)],
+        names=("o", "lse"),
+    )
     out = capsys.readouterr().out
-    assert "✗ case 0 (array (3, 4) float64)" in out and "lse (element 1): shape: yours is (3, 1), expected (3,)" in out
-    lab.check(lambda x: (x * 2 + (x == 5), x.sum(axis=-1)), ref, [(x,)], names=("o", "lse"))
+    assert (
+        "✗ case 0 (array (3, 4) float64)" in out
+        and "lse (element 1): shape: yours is (3, 1), expected (3,)" in out
+    )
+    lab.check(
+        lambda x: (x * 2 + (x == 5), x.sum(axis=-1)), ref, [(x,)], names=("o", "lse")
+    )
     out = capsys.readouterr().out
-    assert "o (element 0): at index [1, 1] expected 10, got 11" in out and "largest |error| 1.00e+00" in out
+    assert (
+        "o (element 0): at index [1, 1] expected 10, got 11" in out
+        and "largest |error| 1.00e+00" in out
+    )
     assert "1 of 12 values outside" in out
     with np.errstate(invalid="ignore"):
-        lab.check(lambda x: (x * 2 / (x != 0), x.sum(axis=-1)), ref, [(np.ones(2),), (x,)], names=("o", "lse"))
-    assert "✗ case 1" in (out := capsys.readouterr().out) and "NaN in yours at index [0, 0]" in out
-    lab.check(lambda x: x * 2, ref, [(x,)], names=("o", "lse"), hint=lambda case, got, want: "return both o and lse")
+        lab.check(
+            lambda x: (x * 2 / (x != 0), x.sum(axis=-1)),
+            ref,
+            [(np.ones(2),), (x,)],
+            names=("o", "lse"),
+        )
+    assert (
+        "✗ case 1" in (out := capsys.readouterr().out)
+        and "NaN in yours at index [0, 0]" in out
+    )
+    lab.check(
+        lambda x: x * 2,
+        ref,
+        [(x,)],
+        names=("o", "lse"),
+        hint=lambda case, got, want: "return both o and lse",
+    )
     out = capsys.readouterr().out
-    assert "returned ndarray, expected a tuple of 2 (o, lse)" in out and "  hint: return both o and lse" in out
+    assert (
+        "returned ndarray, expected a tuple of 2 (o, lse)" in out
+        and "  hint: return both o and lse" in out
+    )
     lab.check(lambda x: -np.inf * x, lambda x: np.inf * x, [(np.ones(2),)])
     assert "expected inf, got -inf" in capsys.readouterr().out
     lab.check(ref, ref, [(x,), (np.ones(1),)], names=("o", "lse"))
-    assert capsys.readouterr().out == "<lambda>: ✓ passed 2 cases\n"                    # a pass is one line
+    assert (
+        capsys.readouterr().out == "<lambda>: ✓ passed 2 cases\n"
+    )  # a pass is one line
 
 
 def test_check_runs_property_checks_after_the_values_agree(capsys):
     reads = []
+
     def once(fn, case, got):
-        return None if len(reads) <= 1 else f"x was read {len(reads)} times; one pass reads it once"
+        return (
+            None
+            if len(reads) <= 1
+            else f"x was read {len(reads)} times; one pass reads it once"
+        )
+
     def twice(x):
         reads.extend([1, 1])
         return x + 1
+
     lab.check(twice, lambda x: x + 1, [(np.ones(3),)], properties=[once])
-    assert "✗ case 0 ([1., 1., 1.]): x was read 2 times; one pass reads it once" in capsys.readouterr().out
+    assert (
+        "✗ case 0 ([1., 1., 1.]): x was read 2 times; one pass reads it once"
+        in capsys.readouterr().out
+    )
     reads.clear()
     lab.check(lambda x: x + 1, lambda x: x + 1, [(np.ones(3),)], properties=[once])
     assert "✓ passed 1 cases" in capsys.readouterr().out

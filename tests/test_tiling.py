@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import attention_inputs, blocks
 
 import lab
 from lab.figures import tiling as fig
-from strategies import attention_inputs, blocks
 
 variants = st.sampled_from(["fa1", "fa2"])
 
@@ -28,15 +28,34 @@ def _heads(q, k):
 
 
 @settings(max_examples=120, deadline=None)
-@given(attention_inputs(dtype=np.float64), blocks, blocks, st.booleans(), variants,
-       st.sampled_from([np.float16, np.float32, np.float64]))
+@given(
+    attention_inputs(dtype=np.float64),
+    blocks,
+    blocks,
+    st.booleans(),
+    variants,
+    st.sampled_from([np.float16, np.float32, np.float64]),
+)
 def test_instrumented_counts_equal_the_formula(qkv, Br, Bc, causal, variant, dtype):
     q, k, v = (a.astype(dtype) for a in qkv)
     with lab.trace.record() as rec:
-        lab.flash_attention_numpy(q, k, v, block_q=Br, block_k=Bc, causal=causal, variant=variant)
+        lab.flash_attention_numpy(
+            q, k, v, block_q=Br, block_k=Bc, causal=causal, variant=variant
+        )
     H, Hk = _heads(q, k)
-    want = lab.flash_counts(q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1], block_q=Br, block_k=Bc,
-                            causal=causal, variant=variant, itemsize=np.dtype(dtype).itemsize, heads=H, kv_heads=Hk)
+    want = lab.flash_counts(
+        q.shape[-2],
+        k.shape[-2],
+        q.shape[-1],
+        v.shape[-1],
+        block_q=Br,
+        block_k=Bc,
+        causal=causal,
+        variant=variant,
+        itemsize=np.dtype(dtype).itemsize,
+        heads=H,
+        kv_heads=Hk,
+    )
     assert rec.read_by == want.read_by
     assert rec.write_by == want.write_by
     assert rec.op_counts == want.op_counts
@@ -51,8 +70,10 @@ def test_counts_for_a_worked_shape():
     assert rec.write_by == {"o": 160, "lse": 40}
     assert rec.op_counts == {"exp": 10 * 10 + 10 * 4, "mul": 10 * 4 * 5, "div": 40}
     fa1 = lab.flash_counts(10, 10, 4, block_q=4, block_k=3, variant="fa1", itemsize=4)
-    assert fa1.read_by["k"] == 160 and fa1.read_by["q"] == 4 * 160          # Q re-read once per key block
-    assert fa1.write_by["o"] == (1 + 4) * 160                                 # zero-init, then once per key block
+    assert (
+        fa1.read_by["k"] == 160 and fa1.read_by["q"] == 4 * 160
+    )  # Q re-read once per key block
+    assert fa1.write_by["o"] == (1 + 4) * 160  # zero-init, then once per key block
     assert fa1.op_counts["div"] == 4 * 40
 
 
@@ -61,7 +82,9 @@ def test_instrumented_counts_ignore_p_format_and_scale():
     q, k, v = (rng.standard_normal((33, 8)).astype(np.float32) for _ in range(3))
     want = lab.flash_counts(33, 33, 8, block_q=16, block_k=7, causal=True, itemsize=4)
     with lab.trace.record() as rec:
-        lab.flash_attention_numpy(q, k, v, block_q=16, block_k=7, causal=True, p_format="bf16", scale=0.3)
+        lab.flash_attention_numpy(
+            q, k, v, block_q=16, block_k=7, causal=True, p_format="bf16", scale=0.3
+        )
     assert rec == want
 
 
@@ -73,9 +96,14 @@ def test_tile_grid_skips_exactly_the_fully_masked_tiles(N, M, Br, Bc, causal):
     visible = lab.causal_mask(N, M) if causal else np.ones((N, M), bool)
     for i in range(grid.shape[0]):
         for j in range(grid.shape[1]):
-            assert grid[i, j] == visible[i * Br:(i + 1) * Br, j * Bc:(j + 1) * Bc].any()
+            assert (
+                grid[i, j]
+                == visible[i * Br : (i + 1) * Br, j * Bc : (j + 1) * Bc].any()
+            )
     counts = lab.tile_counts(N, M, Br, Bc, causal)
-    assert counts["computed"] == grid.sum() and counts["skipped"] == grid.size - grid.sum()
+    assert (
+        counts["computed"] == grid.sum() and counts["skipped"] == grid.size - grid.sum()
+    )
     assert counts["total"] == counts["Tr"] * counts["Tc"]
 
 
@@ -89,15 +117,26 @@ def test_causal_tile_formula_for_square_blocks(N, B):
 
 
 def test_causal_fraction_tends_to_one_half():
-    fractions = [lab.tile_counts(n, n, 64, 64, True)["fraction"] for n in (256, 4096, 65536)]
+    fractions = [
+        lab.tile_counts(n, n, 64, 64, True)["fraction"] for n in (256, 4096, 65536)
+    ]
     assert fractions[0] > fractions[1] > fractions[2] > 0.5
     assert fractions[2] < 0.505
 
 
 def test_fa_block_sizes_follow_algorithm_1():
-    assert lab.fa_block_sizes(192 * 1024, 64, 2) == (64, 384)          # A100: M = 98304 elements
-    assert lab.fa_block_sizes(228 * 1024, 128, 2) == (128, 228)        # H100: ceil(116736 / 512)
-    assert lab.fa_block_sizes(1000, 4, 4) == (4, 16)                   # ceil(250 / 16) = 16, Br = min(16, d)
+    assert lab.fa_block_sizes(192 * 1024, 64, 2) == (
+        64,
+        384,
+    )  # A100: M = 98304 elements
+    assert lab.fa_block_sizes(228 * 1024, 128, 2) == (
+        128,
+        228,
+    )  # H100: ceil(116736 / 512)
+    assert lab.fa_block_sizes(1000, 4, 4) == (
+        4,
+        16,
+    )  # ceil(250 / 16) = 16, Br = min(16, d)
     assert lab.fa_block_sizes(64, 64, 4) == (1, 1)
     with pytest.raises(ValueError, match="sram_bytes"):
         lab.fa_block_sizes(0, 64)
@@ -121,7 +160,9 @@ def test_standard_traffic_is_algorithm_0():
     assert rec.read_by == {"q": 1600, "k": 1600, "s": 20000, "p": 20000, "v": 1600}
     assert rec.write_by == {"s": 20000, "p": 20000, "o": 1600}
     assert rec.total == 4 * 100 * 100 * 2 + 4 * 100 * 8 * 2
-    assert lab.standard_traffic(100, 50, d=8, dv=4, heads=3).read_by["v"] == 3 * 50 * 4 * 2
+    assert (
+        lab.standard_traffic(100, 50, d=8, dv=4, heads=3).read_by["v"] == 3 * 50 * 4 * 2
+    )
 
 
 def test_theorem_2_order_against_sram_size():
@@ -130,15 +171,24 @@ def test_theorem_2_order_against_sram_size():
     ratios = []
     for kib in (16, 32, 64, 128, 256):
         Br, Bc = lab.fa_block_sizes(kib * 1024, d, 2)
-        traffic = lab.flash_counts(N, N, d, block_q=Br, block_k=Bc, variant="fa1", itemsize=2).total
+        traffic = lab.flash_counts(
+            N, N, d, block_q=Br, block_k=Bc, variant="fa1", itemsize=2
+        ).total
         ratios.append(traffic / lab.theorem2_bytes(N, d, kib * 1024, 2))
     assert max(ratios) / min(ratios) < 1.6
-    assert lab.flash_traffic_bytes(N, d=d, block_q=64, block_k=384, variant="fa1") < lab.standard_traffic(N, d=d).total / 5
+    assert (
+        lab.flash_traffic_bytes(N, d=d, block_q=64, block_k=384, variant="fa1")
+        < lab.standard_traffic(N, d=d).total / 5
+    )
 
 
 def test_flash_traffic_bytes_is_the_recorder_total():
-    assert lab.flash_traffic_bytes(300, d=16, block_q=32, block_k=48, causal=True) == lab.flash_counts(
-        300, 300, 16, block_q=32, block_k=48, causal=True, itemsize=2).total
+    assert (
+        lab.flash_traffic_bytes(300, d=16, block_q=32, block_k=48, causal=True)
+        == lab.flash_counts(
+            300, 300, 16, block_q=32, block_k=48, causal=True, itemsize=2
+        ).total
+    )
 
 
 def test_flop_split_of_the_seed_demo():
@@ -151,23 +201,37 @@ def test_flop_split_of_the_seed_demo():
     assert fa1["mul"] == N * Tc * (2 * d + 3) and fa2["mul"] == N * Tc * (d + 1)
     assert fa2["nonmatmul"] < fa1["nonmatmul"]
     assert fa1["softmax"] == fa2["softmax"] == 4 * N * N
-    share1 = lab.gpu_time_share(fa1["matmul"], fa1["nonmatmul"], exp=fa1["exp"])["share"]
-    share2 = lab.gpu_time_share(fa2["matmul"], fa2["nonmatmul"], exp=fa2["exp"])["share"]
+    share1 = lab.gpu_time_share(fa1["matmul"], fa1["nonmatmul"], exp=fa1["exp"])[
+        "share"
+    ]
+    share2 = lab.gpu_time_share(fa2["matmul"], fa2["nonmatmul"], exp=fa2["exp"])[
+        "share"
+    ]
     assert 0.25 < share2 < share1 < 0.35
     a100 = lab.gpu_time_share(fa2["matmul"], fa2["nonmatmul"], "A100", exp=fa2["exp"])
     fp32_only = lab.gpu_time_share(fa2["matmul"], fa2["nonmatmul"], "A100")
-    assert a100["t_exp"] > fp32_only["t_nonmatmul"]          # the exponentials alone outweigh the FP32-only estimate
+    assert (
+        a100["t_exp"] > fp32_only["t_nonmatmul"]
+    )  # the exponentials alone outweigh the FP32-only estimate
 
 
 def test_gpu_time_share():
     r = lab.gpu_time_share(312e12, 19.5e12, "A100")
-    assert r["t_matmul"] == pytest.approx(1.0) and r["t_nonmatmul"] == pytest.approx(1.0)
+    assert r["t_matmul"] == pytest.approx(1.0) and r["t_nonmatmul"] == pytest.approx(
+        1.0
+    )
     assert r["share"] == pytest.approx(0.5) and r["ratio"] == pytest.approx(16.0)
     assert lab.gpu_time_share(0, 0)["share"] == 0.0
     e = lab.gpu_time_share(0, 10, "A100", exp=4)
     assert e["t_exp"] == pytest.approx(4 / lab.exp_rate("A100"))
-    assert e["t_nonmatmul"] == pytest.approx(6 / 19.5e12 + 4 / lab.exp_rate("A100")) and e["share"] == 1.0
-    assert lab.HARDWARE["H100"]["exp"] == lab.exp_rate("H100") and lab.HARDWARE["A100"]["matmul"] == 312e12
+    assert (
+        e["t_nonmatmul"] == pytest.approx(6 / 19.5e12 + 4 / lab.exp_rate("A100"))
+        and e["share"] == 1.0
+    )
+    assert (
+        lab.HARDWARE["H100"]["exp"] == lab.exp_rate("H100")
+        and lab.HARDWARE["A100"]["matmul"] == 312e12
+    )
     with pytest.raises(ValueError, match="exp"):
         lab.gpu_time_share(1, 1, exp=2)
     with pytest.raises(ValueError, match="chip"):
@@ -190,8 +254,13 @@ def test_cpu_l2_bytes_reads_sysfs_and_falls_back(tmp_path):
 
 def test_sram_sizes():
     sizes = lab.sram_sizes(cpu_l2=512 * 1024)
-    assert sizes["H100 SM (228 KiB shared)"] == 228 * 1024 and sizes["A100 SM (164 KiB shared)"] == 164 * 1024
-    assert set(lab.SRAM_BYTES.values()) == {lab.chip(c)["shared_per_sm"] for c in ("A100", "H100")}
+    assert (
+        sizes["H100 SM (228 KiB shared)"] == 228 * 1024
+        and sizes["A100 SM (164 KiB shared)"] == 164 * 1024
+    )
+    assert set(lab.SRAM_BYTES.values()) == {
+        lab.chip(c)["shared_per_sm"] for c in ("A100", "H100")
+    }
     assert sizes["CPU core L2 (512 KiB)"] == 512 * 1024
     with pytest.raises(ValueError, match="cpu_l2"):
         lab.sram_sizes(cpu_l2=0)
@@ -199,11 +268,16 @@ def test_sram_sizes():
 
 def test_peak_memory_is_quadratic_for_naive_and_linear_for_flash():
     small, big = lab.measure_peak_memory(256, d=16), lab.measure_peak_memory(1024, d=16)
-    assert small["naive"] >= lab.attention_bytes(256) and big["naive"] >= lab.attention_bytes(1024)
+    assert small["naive"] >= lab.attention_bytes(256) and big[
+        "naive"
+    ] >= lab.attention_bytes(1024)
     assert big["naive"] / small["naive"] > 12
     assert big["flash"] < big["naive"] / 4 and big["max_diff"] < 1e-5
-    assert lab.flash_peak_bytes(2048, 16, block_q=256, block_k=256) - lab.flash_peak_bytes(1024, 16, block_q=256,
-                                                                                          block_k=256) == 1024 * 17 * 4
+    assert (
+        lab.flash_peak_bytes(2048, 16, block_q=256, block_k=256)
+        - lab.flash_peak_bytes(1024, 16, block_q=256, block_k=256)
+        == 1024 * 17 * 4
+    )
 
 
 def test_bad_arguments_are_named():
@@ -223,46 +297,86 @@ def test_loop_order_and_tile_grid_figure():
     order = fig.loop_order(200, 200, 64, 32, True, "fa2")
     assert order[:3] == [(0, 0), (0, 1), (1, 0)]
     assert fig.loop_order(200, 200, 64, 32, True, "fa1")[:3] == [(0, 0), (1, 0), (2, 0)]
-    r = fig.draw_tile_grid(200, block_q=64, block_k=32, causal=True, step=6)            # steps count from 1
+    r = fig.draw_tile_grid(
+        200, block_q=64, block_k=32, causal=True, step=6
+    )  # steps count from 1
     assert (r["Tr"], r["Tc"], r["computed"], r["steps"]) == (4, 7, 19, 19)
-    assert r["step"] == 6 and r["tile"] == order[5] and r["partial_rows"] == 8 and r["partial_cols"] == 8
+    assert (
+        r["step"] == 6
+        and r["tile"] == order[5]
+        and r["partial_rows"] == 8
+        and r["partial_cols"] == 8
+    )
     assert r["rows"] == (64, 128) and r["keys"] == (96, 128)
-    assert fig.draw_tile_grid(200, step=10_000)["step"] == fig.draw_tile_grid(200)["steps"]
-    assert fig.draw_tile_grid(200, step=0)["tile"] == fig.draw_tile_grid(200)["tile"] == (0, 0)
+    assert (
+        fig.draw_tile_grid(200, step=10_000)["step"] == fig.draw_tile_grid(200)["steps"]
+    )
+    assert (
+        fig.draw_tile_grid(200, step=0)["tile"]
+        == fig.draw_tile_grid(200)["tile"]
+        == (0, 0)
+    )
 
 
 def test_other_figures_return_their_numbers():
     r = fig.draw_footprint(128, 128, 64, itemsize=2)
-    assert r["registers"] == lab.onchip_footprint(128, 128, 64)["registers"] and r["fits"] == {"A100": True, "H100": True}
-    assert r["warps"] == 4 and r["register_budget"] == 128 * 255 * 4                 # 4 warps: 127.5 KiB of registers
-    assert fig.draw_footprint(128, 128, 128, itemsize=2)["fits"] == {"A100": False, "H100": False}
-    assert fig.draw_footprint(128, 128, 128, itemsize=2, warps=8)["fits"] == {"A100": True, "H100": True}
+    assert r["registers"] == lab.onchip_footprint(128, 128, 64)["registers"] and r[
+        "fits"
+    ] == {"A100": True, "H100": True}
+    assert (
+        r["warps"] == 4 and r["register_budget"] == 128 * 255 * 4
+    )  # 4 warps: 127.5 KiB of registers
+    assert fig.draw_footprint(128, 128, 128, itemsize=2)["fits"] == {
+        "A100": False,
+        "H100": False,
+    }
+    assert fig.draw_footprint(128, 128, 128, itemsize=2, warps=8)["fits"] == {
+        "A100": True,
+        "H100": True,
+    }
     assert r["total"] == r["registers"]["total"] + r["shared"]["total"]
-    assert fig.draw_footprint(128, 256, 256, itemsize=4)["fits"] == {"A100": False, "H100": False}
+    assert fig.draw_footprint(128, 256, 256, itemsize=4)["fits"] == {
+        "A100": False,
+        "H100": False,
+    }
     # shared memory alone decides at d = 256, 128 × 64 with two stages and 8 warps: 192 KiB fits the H100 (227), not the A100 (163)
     r = fig.draw_footprint(256, 128, 64, itemsize=2, kv_stages=2, warps=8)
-    assert r["shared"]["total"] == 192 * 1024 and r["fits"] == {"A100": False, "H100": True}
+    assert r["shared"]["total"] == 192 * 1024 and r["fits"] == {
+        "A100": False,
+        "H100": True,
+    }
     h = fig.draw_hbm_traffic(2048, 64, 64, 64, itemsize=2)
-    assert h["standard"] == lab.standard_traffic(2048, d=64).total and h["paper_blocks"] == (64, 328)          # Algorithm 1 for 164 KiB
+    assert h["standard"] == lab.standard_traffic(2048, d=64).total and h[
+        "paper_blocks"
+    ] == (64, 328)  # Algorithm 1 for 164 KiB
     assert h["fa1_paper_blocks"] < h["fa1"] < h["standard"]
     ops = lab.figures.fa2.draw_op_counts(512, 64, 64, 64)
-    assert lab.figures.tiling.draw_op_counts is lab.figures.fa2.draw_op_counts          # the old name still works
+    assert (
+        lab.figures.tiling.draw_op_counts is lab.figures.fa2.draw_op_counts
+    )  # the old name still works
     assert ops["share"]["fa2"] < ops["share"]["fa1"]
     split = lab.figures.fa2.draw_work_split(512, 64, 64, workers=4)
     assert split["thread_blocks_per_head"] == {"fa1": 1, "fa2": 8}
     assert split["writers_per_output_block"] == {"fa1": 1, "fa2": 1}
     warp = lab.figures.fa2.draw_warp_split(64, 64, 64, warps=4)
     assert warp["K"]["written"] == 4 * 64 * 66 * 4 and warp["Q"]["written"] == 0
-    peak = fig.draw_peak_memory([1024, 2048], [8e6, 32e6], [1e6, 1.2e6], [8e6, 32e6], [1e6, 1.2e6])
+    peak = fig.draw_peak_memory(
+        [1024, 2048], [8e6, 32e6], [1e6, 1.2e6], [8e6, 32e6], [1e6, 1.2e6]
+    )
     assert peak["ratio"] == pytest.approx([8.0, 32e6 / 1.2e6])
 
 
 def test_tile_walk_slider():
     w = lab.widgets.tile_walk()
     controls = {c.description: c for c in w.children[:-1]}
-    assert w.result["computed"] == 19 and (controls["step"].min, controls["step"].max) == (1, 19)   # 1-based
+    assert w.result["computed"] == 19 and (
+        controls["step"].min,
+        controls["step"].max,
+    ) == (1, 19)  # 1-based
     controls["N = M"].value = 64
-    assert w.result["N"] == 64 and w.result["computed"] == 2 and controls["step"].max == 2   # one row block
+    assert (
+        w.result["N"] == 64 and w.result["computed"] == 2 and controls["step"].max == 2
+    )  # one row block
     controls["Bc"].value = 8
     controls["causal"].value = False
     assert w.result["computed"] == 8 and controls["step"].max == 8
@@ -278,11 +392,17 @@ def test_block_footprint_slider():
     assert w.result["fits"] == {"A100": True, "H100": True}
     controls["Br"].value = 512
     controls["inputs"].value = "float32"
-    assert w.result["registers"] == lab.onchip_footprint(128, 512, 64, itemsize=4)["registers"]
+    assert (
+        w.result["registers"]
+        == lab.onchip_footprint(128, 512, 64, itemsize=4)["registers"]
+    )
     assert w.result["fits"] == {"A100": False, "H100": False}
     controls["Br"].value = 128
     controls["K/V stages"].value = 2
-    assert w.result["shared"] == lab.onchip_footprint(128, 128, 64, itemsize=4, kv_stages=2)["shared"]
+    assert (
+        w.result["shared"]
+        == lab.onchip_footprint(128, 128, 64, itemsize=4, kv_stages=2)["shared"]
+    )
     controls["inputs"].value = "float16"
     controls["Bc"].value = 128
     assert not w.result["fits"]["A100"] and w.result["register_budget"] == 127.5 * 1024
@@ -300,14 +420,30 @@ def test_io_traffic_slider_agrees_with_instrumented_runs():
     controls["inputs"].value = "float16"
     assert w.result["equal"] and w.result["measured"] != before
     assert w.result["causal"]
-    full, causal = (lab.flash_counts(256, 256, 64, block_q=16, block_k=128, itemsize=2, causal=c).total for c in (False, True))
-    assert w.result["fa2"] == w.result["formula"] == causal < full     # the drawn traffic skips the masked tiles
+    full, causal = (
+        lab.flash_counts(
+            256, 256, 64, block_q=16, block_k=128, itemsize=2, causal=c
+        ).total
+        for c in (False, True)
+    )
+    assert (
+        w.result["fa2"] == w.result["formula"] == causal < full
+    )  # the drawn traffic skips the masked tiles
 
 
 def test_io_traffic_slider_starts_where_the_notebook_says():
     w = lab.widgets.io_traffic()
-    assert w.kwargs == {"N": 1024, "d": 64, "block_q": 128, "block_k": 128, "dtype": "float16", "causal": False}
-    assert w.result["fa2"] == fig.draw_hbm_traffic(1024, 64, 128, 128, itemsize=2)["fa2"]
+    assert w.kwargs == {
+        "N": 1024,
+        "d": 64,
+        "block_q": 128,
+        "block_k": 128,
+        "dtype": "float16",
+        "causal": False,
+    }
+    assert (
+        w.result["fa2"] == fig.draw_hbm_traffic(1024, 64, 128, 128, itemsize=2)["fa2"]
+    )
 
 
 def test_fa_variants_slider_agrees_with_instrumented_runs():
@@ -322,19 +458,39 @@ def test_fa_variants_slider_agrees_with_instrumented_runs():
 
 def test_onchip_model_separates_registers_from_shared_memory():
     foot = lab.onchip_footprint(128, 128, 64, kv_stages=2)
-    assert foot["registers"] == {"S_ij": 128 * 64 * 4, "P_ij": 128 * 64 * 2, "m": 512, "l": 512, "acc": 128 * 128 * 4,
-                                 "total": 128 * 64 * 6 + 1024 + 128 * 128 * 4}
-    assert foot["shared"] == {"Q_i": 128 * 128 * 2, "K_j": 2 * 64 * 128 * 2, "V_j": 2 * 64 * 128 * 2,
-                              "total": 128 * 128 * 2 + 4 * 64 * 128 * 2}
+    assert foot["registers"] == {
+        "S_ij": 128 * 64 * 4,
+        "P_ij": 128 * 64 * 2,
+        "m": 512,
+        "l": 512,
+        "acc": 128 * 128 * 4,
+        "total": 128 * 64 * 6 + 1024 + 128 * 128 * 4,
+    }
+    assert foot["shared"] == {
+        "Q_i": 128 * 128 * 2,
+        "K_j": 2 * 64 * 128 * 2,
+        "V_j": 2 * 64 * 128 * 2,
+        "total": 128 * 128 * 2 + 4 * 64 * 128 * 2,
+    }
     fits = lab.onchip_fits("A100", 128, 128, 128, kv_stages=2, warps=8)
     assert fits["shared_budget"] == lab.chip("A100")["shared_per_block"] == 163 * 1024
-    assert fits["register_budget"] == 8 * 32 * 255 * 4 and fits["shared_per_sm"] == 164 * 1024    # 255 KiB
+    assert (
+        fits["register_budget"] == 8 * 32 * 255 * 4
+        and fits["shared_per_sm"] == 164 * 1024
+    )  # 255 KiB
     # the register budget is min(256 KiB per SM, threads × 255 registers × 4 B)
-    assert lab.onchip_fits("A100", 64, 64, 64)["register_budget"] == 4 * 32 * 255 * 4            # 127.5 KiB, the default 4 warps
-    assert lab.onchip_fits("A100", 64, 64, 64, warps=16)["register_budget"] == 256 * 1024        # the SM's register file
+    assert (
+        lab.onchip_fits("A100", 64, 64, 64)["register_budget"] == 4 * 32 * 255 * 4
+    )  # 127.5 KiB, the default 4 warps
+    assert (
+        lab.onchip_fits("A100", 64, 64, 64, warps=16)["register_budget"] == 256 * 1024
+    )  # the SM's register file
     # FlashAttention-2's tile at d = 128 (128 × 64, 4 warps) fits; 128 × 128 needs 8 warps; twice the rows does not (registers)
     assert lab.onchip_fits("A100", 128, 128, 64, kv_stages=2)["fits"]
-    assert not lab.onchip_fits("A100", 128, 128, 128, kv_stages=2)["fits_registers"] and fits["fits"]
+    assert (
+        not lab.onchip_fits("A100", 128, 128, 128, kv_stages=2)["fits_registers"]
+        and fits["fits"]
+    )
     big = lab.onchip_fits("A100", 128, 256, 128, warps=8)
     assert not big["fits_registers"] and big["fits_shared"]
     with pytest.raises(ValueError, match="warps"):
@@ -347,15 +503,28 @@ def test_onchip_model_separates_registers_from_shared_memory():
 
 def test_warp_split_exchange():
     k = lab.warp_split_exchange(128, 64, 128, warps=4, split="K")
-    assert k["written"] == k["read"] == 4 * 128 * 130 * 4 and (k["per_warp_rows"], k["per_warp_keys"]) == (128, 16)
+    assert k["written"] == k["read"] == 4 * 128 * 130 * 4 and (
+        k["per_warp_rows"],
+        k["per_warp_keys"],
+    ) == (128, 16)
     q = lab.warp_split_exchange(128, 64, 128, warps=4, split="Q")
-    assert q["written"] == q["read"] == 0 and (q["per_warp_rows"], q["per_warp_keys"]) == (32, 64)
+    assert q["written"] == q["read"] == 0 and (
+        q["per_warp_rows"],
+        q["per_warp_keys"],
+    ) == (32, 64)
     with pytest.raises(ValueError, match="split"):
         lab.warp_split_exchange(64, 64, 64, split="V")
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(1, 20), st.integers(1, 20), st.integers(1, 6), st.integers(1, 6), st.booleans(), st.data())
+@given(
+    st.integers(1, 20),
+    st.integers(1, 20),
+    st.integers(1, 6),
+    st.integers(1, 6),
+    st.booleans(),
+    st.data(),
+)
 def test_tile_fill_state_is_the_online_state(N, M, Br, Bc, causal, data):
     Tr, Tc = math.ceil(N / Br), math.ceil(M / Bc)
     i, j = data.draw(st.integers(0, Tr - 1)), data.draw(st.integers(0, Tc - 1))
@@ -379,14 +548,22 @@ def test_tile_fill_figure_and_slider():
     assert r["tile"] == (1, 2) and r["rows"] == (4, 8) and r["keys"] == (8, 12)
     assert not np.isnan(r["m"][:8]).any() and np.isnan(r["m"][8:]).all()
     last = fig.tile_fill_state(12, 16, 4, 4, i=2, j=3)
-    assert np.allclose(last["m"] + np.log(last["l"]), np.log(np.exp(last["S"]).sum(axis=1)))
+    assert np.allclose(
+        last["m"] + np.log(last["l"]), np.log(np.exp(last["S"]).sum(axis=1))
+    )
     w = lab.widgets.tile_fill()
     controls = {c.description: c for c in w.children[:-1]}
-    assert w.result["tile"] == (1, 2) and controls["i (query block)"].max == 2 and controls["j (key block)"].max == 3
+    assert (
+        w.result["tile"] == (1, 2)
+        and controls["i (query block)"].max == 2
+        and controls["j (key block)"].max == 3
+    )
     controls["Bc"].value = 3
     assert controls["j (key block)"].max == 5
     controls["j (key block)"].value = 5
     controls["causal"].value = True
-    assert w.result["tile"] == (1, 5) and not w.result["computed"]              # above the causal boundary: skipped
+    assert (
+        w.result["tile"] == (1, 5) and not w.result["computed"]
+    )  # above the causal boundary: skipped
     controls["i (query block)"].value = 2
     assert w.result["computed"] and w.result["keys"] == (15, 16)

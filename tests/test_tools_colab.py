@@ -19,7 +19,9 @@ NOTEBOOKS = colab.notebook_paths()
 
 def small_notebook(*sources):
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("# Title")] + [nbformat.v4.new_code_cell(s) for s in sources]
+    nb.cells = [nbformat.v4.new_markdown_cell("# Title")] + [
+        nbformat.v4.new_code_cell(s) for s in sources
+    ]
     return nb
 
 
@@ -28,12 +30,15 @@ def test_repository_url_is_one_setting_in_pyproject():
     assert URL in (ROOT / "pyproject.toml").read_text()
 
 
-@pytest.mark.parametrize("text", [
-    '[project]\nname = "x"\n',
-    '[project.urls]\nRepository = "http://github.com/a/b"\n',
-    '[project.urls]\nRepository = "https://gitlab.com/a/b"\n',
-    '[project.urls]\nRepository = "https://github.com/a"\n',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[project]\nname = "x"\n',
+        '[project.urls]\nRepository = "http://github.com/a/b"\n',
+        '[project.urls]\nRepository = "https://gitlab.com/a/b"\n',
+        '[project.urls]\nRepository = "https://github.com/a"\n',
+    ],
+)
 def test_repository_url_rejects_missing_or_malformed(tmp_path, text):
     (tmp_path / "pyproject.toml").write_text(text)
     with pytest.raises(ValueError, match="Repository"):
@@ -57,10 +62,25 @@ def test_cell_on_colab_runs_pip_install(monkeypatch):
 
     calls = []
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
-    monkeypatch.setattr(subprocess, "run", lambda args, check: calls.append((args, check)))
+    monkeypatch.setattr(
+        subprocess, "run", lambda args, check: calls.append((args, check))
+    )
     exec(compile(colab.cell_source(URL, "pkg"), "<colab cell>", "exec"), {})
-    assert calls == [([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", f"pkg @ git+{URL}.git"], True),
-                     ([sys.executable, "-m", "pip", "install", "--quiet", "ml_dtypes"], True)]
+    assert calls == [
+        (
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                f"pkg @ git+{URL}.git",
+            ],
+            True,
+        ),
+        ([sys.executable, "-m", "pip", "install", "--quiet", "ml_dtypes"], True),
+    ]
 
 
 def test_insert_then_refresh_is_idempotent_and_leaves_the_input_alone():
@@ -83,16 +103,24 @@ def test_refresh_replaces_a_stale_or_misplaced_cell():
 
 
 def test_links_are_built_from_the_address():
-    assert colab.colab_link("https://github.com/o/r", "notebooks/00_a.ipynb") == \
-        "https://colab.research.google.com/github/o/r/blob/main/notebooks/00_a.ipynb"
-    assert colab.binder_link("https://github.com/o/r").startswith("https://mybinder.org/v2/gh/o/r/main?")
+    assert (
+        colab.colab_link("https://github.com/o/r", "notebooks/00_a.ipynb")
+        == "https://colab.research.google.com/github/o/r/blob/main/notebooks/00_a.ipynb"
+    )
+    assert colab.binder_link("https://github.com/o/r").startswith(
+        "https://mybinder.org/v2/gh/o/r/main?"
+    )
     text = colab.docs_text("https://github.com/o/r", ["notebooks/00_a.ipynb"])
-    assert "github/o/r/blob/main/notebooks/00_a.ipynb" in text and "binder/environment.yml" in text
+    assert (
+        "github/o/r/blob/main/notebooks/00_a.ipynb" in text
+        and "binder/environment.yml" in text
+    )
 
 
 def test_main_writes_then_check_passes(tmp_path):
     (tmp_path / "pyproject.toml").write_text(
-        '[project]\nname = "pkg"\n[project.urls]\nRepository = "https://github.com/o/r"\n')
+        '[project]\nname = "pkg"\n[project.urls]\nRepository = "https://github.com/o/r"\n'
+    )
     (tmp_path / "notebooks").mkdir()
     nbformat.write(small_notebook("x = 1"), tmp_path / "notebooks" / "00_a.ipynb")
     assert colab.main(["--check", "--root", str(tmp_path)]) == 1
@@ -107,9 +135,12 @@ def test_main_writes_then_check_passes(tmp_path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_every_notebook_starts_with_the_colab_cell(path):
     nb = nbformat.read(path, as_version=4)
-    assert colab.first_cell_ok(nb, URL, colab.package_name()), \
+    assert colab.first_cell_ok(nb, URL, colab.package_name()), (
         f"{path.name}: run `.venv/bin/python tools/colab.py` to insert or refresh its Colab cell"
+    )
 
 
 def test_readme_section_is_current():
-    assert colab.main(["--check"]) == 0, "run `.venv/bin/python tools/colab.py` to refresh README.md"
+    assert colab.main(["--check"]) == 0, (
+        "run `.venv/bin/python tools/colab.py` to refresh README.md"
+    )

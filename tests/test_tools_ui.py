@@ -21,15 +21,22 @@ import ui_check  # noqa: E402
 
 def notebook_with(*outputs, path: Path) -> Path:
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("# T"), nbformat.v4.new_code_cell("x = 1"),
-                nbformat.v4.new_code_cell("w", outputs=list(outputs)), nbformat.v4.new_code_cell("   ")]
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# T"),
+        nbformat.v4.new_code_cell("x = 1"),
+        nbformat.v4.new_code_cell("w", outputs=list(outputs)),
+        nbformat.v4.new_code_cell("   "),
+    ]
     nbformat.write(nb, path)
     return path
 
 
 def widget_output(plain: str):
-    return nbformat.v4.new_output("execute_result", data={ui_check.WIDGET_MIME: {"model_id": "m"}, "text/plain": plain},
-                                  execution_count=1)
+    return nbformat.v4.new_output(
+        "execute_result",
+        data={ui_check.WIDGET_MIME: {"model_id": "m"}, "text/plain": plain},
+        execution_count=1,
+    )
 
 
 def test_report_counts_and_closing_line(capsys):
@@ -45,80 +52,155 @@ def test_free_port_is_bindable_on_loopback():
         s.bind(("127.0.0.1", port))
 
 
-@pytest.mark.parametrize("url, ok", [
-    ("http://127.0.0.1:8888/lab", True), ("http://localhost/x", True), ("http://[::1]:80/", True),
-    ("http://127.3.2.1/", True), ("data:image/png;base64,AAAA", True), ("blob:http://127.0.0.1/abc", True),
-    ("https://cdn.jsdelivr.net/npm/katex", False), ("http://10.0.0.1/", False), ("http://192.168.1.2/", False),
-    ("https://example.org/127.0.0.1", False),
-])
+@pytest.mark.parametrize(
+    "url, ok",
+    [
+        ("http://127.0.0.1:8888/lab", True),
+        ("http://localhost/x", True),
+        ("http://[::1]:80/", True),
+        ("http://127.3.2.1/", True),
+        ("data:image/png;base64,AAAA", True),
+        ("blob:http://127.0.0.1/abc", True),
+        ("https://cdn.jsdelivr.net/npm/katex", False),
+        ("http://10.0.0.1/", False),
+        ("http://192.168.1.2/", False),
+        ("https://example.org/127.0.0.1", False),
+    ],
+)
 def test_is_loopback(url, ok):
     assert ui_check.is_loopback(url) is ok
 
 
 def test_slider_notebooks_picks_only_interactive_outputs_with_sliders(tmp_path):
-    slider = notebook_with(widget_output("FigureSliders(children=(IntSlider(value=3),))"), path=tmp_path / "00_a.ipynb")
-    bar = notebook_with(widget_output("HBox(children=(FloatProgress(value=1.0),))"), path=tmp_path / "01_b.ipynb")
-    plain = notebook_with(nbformat.v4.new_output("stream", text="Slider(\n"), path=tmp_path / "02_c.ipynb")
+    slider = notebook_with(
+        widget_output("FigureSliders(children=(IntSlider(value=3),))"),
+        path=tmp_path / "00_a.ipynb",
+    )
+    bar = notebook_with(
+        widget_output("HBox(children=(FloatProgress(value=1.0),))"),
+        path=tmp_path / "01_b.ipynb",
+    )
+    plain = notebook_with(
+        nbformat.v4.new_output("stream", text="Slider(\n"), path=tmp_path / "02_c.ipynb"
+    )
     assert ui_check.slider_notebooks([slider, bar, plain]) == [slider]
-    cut = notebook_with(widget_output("FigureSliders(children=(ToggleButtons(description='format', index=2, options=…"),
-                        path=tmp_path / "03_d.ipynb")                   # the repr cut before any "Slider("
+    cut = notebook_with(
+        widget_output(
+            "FigureSliders(children=(ToggleButtons(description='format', index=2, options=…"
+        ),
+        path=tmp_path / "03_d.ipynb",
+    )  # the repr cut before any "Slider("
     assert ui_check.slider_notebooks([cut]) == [cut]
     assert ui_check.code_cell_count(slider) == 2  # the blank cell never runs
 
 
 def test_without_outputs_clears_a_copy():
-    nb = json.loads(nbformat.writes(nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("1", outputs=[nbformat.v4.new_output("stream", text="x")], execution_count=4)])))
+    nb = json.loads(
+        nbformat.writes(
+            nbformat.v4.new_notebook(
+                cells=[
+                    nbformat.v4.new_code_cell(
+                        "1",
+                        outputs=[nbformat.v4.new_output("stream", text="x")],
+                        execution_count=4,
+                    )
+                ]
+            )
+        )
+    )
     nb["metadata"]["widgets"] = {"state": {}}
     clean = ui_check.without_outputs(nb)
-    assert clean["cells"][0]["outputs"] == [] and clean["cells"][0]["execution_count"] is None
+    assert (
+        clean["cells"][0]["outputs"] == []
+        and clean["cells"][0]["execution_count"] is None
+    )
     assert "widgets" not in clean["metadata"]
-    assert nb["cells"][0]["execution_count"] == 4 and "widgets" in nb["metadata"]  # input untouched
+    assert (
+        nb["cells"][0]["execution_count"] == 4 and "widgets" in nb["metadata"]
+    )  # input untouched
 
 
 def test_lab_command_and_env(tmp_path):
     cmd = ui_check.lab_command(Path("/v"), tmp_path, 4321, "tok")
     assert cmd[:2] == ["/v/bin/jupyter", "lab"] and "--no-browser" in cmd
-    assert {"--ServerApp.ip=127.0.0.1", "--ServerApp.port=4321", "--IdentityProvider.token=tok",
-            "--ServerApp.port_retries=0", f"--ServerApp.root_dir={tmp_path}"} <= set(cmd)
+    assert {
+        "--ServerApp.ip=127.0.0.1",
+        "--ServerApp.port=4321",
+        "--IdentityProvider.token=tok",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.root_dir={tmp_path}",
+    } <= set(cmd)
     base = {"MPLBACKEND": "Agg", "PATH": "/bin"}
     env = ui_check.lab_env(tmp_path, base)
-    assert "MPLBACKEND" not in env and env["PATH"] == "/bin" and base["MPLBACKEND"] == "Agg"
+    assert (
+        "MPLBACKEND" not in env
+        and env["PATH"] == "/bin"
+        and base["MPLBACKEND"] == "Agg"
+    )
     assert env["JUPYTERLAB_SETTINGS_DIR"] == str(tmp_path / "settings")
-    assert all(env[k].startswith(str(tmp_path)) for k in ("JUPYTER_CONFIG_DIR", "JUPYTER_RUNTIME_DIR",
-                                                           "JUPYTERLAB_WORKSPACES_DIR"))
+    assert all(
+        env[k].startswith(str(tmp_path))
+        for k in (
+            "JUPYTER_CONFIG_DIR",
+            "JUPYTER_RUNTIME_DIR",
+            "JUPYTERLAB_WORKSPACES_DIR",
+        )
+    )
 
 
 def test_lab_settings_keep_every_cell_in_the_dom(tmp_path):
     ui_check.write_lab_settings(tmp_path)
-    tracker = json.loads((tmp_path / "@jupyterlab/notebook-extension/tracker.jupyterlab-settings").read_text())
+    tracker = json.loads(
+        (
+            tmp_path / "@jupyterlab/notebook-extension/tracker.jupyterlab-settings"
+        ).read_text()
+    )
     assert tracker["windowingMode"] == "none"
 
 
-@pytest.mark.parametrize("href, want", [
-    ("00_a.html", ("http://127.0.0.1:9/00_a.html", "")),
-    ("00_a.html#sec", ("http://127.0.0.1:9/00_a.html", "sec")),
-    ("#top", ("http://127.0.0.1:9/index.html", "top")),
-    ("img/x.png", ("http://127.0.0.1:9/img/x.png", "")),
-    ("https://github.com/o/r", None),
-    ("http://127.0.0.1:10/x.html", None),
-])
+@pytest.mark.parametrize(
+    "href, want",
+    [
+        ("00_a.html", ("http://127.0.0.1:9/00_a.html", "")),
+        ("00_a.html#sec", ("http://127.0.0.1:9/00_a.html", "sec")),
+        ("#top", ("http://127.0.0.1:9/index.html", "top")),
+        ("img/x.png", ("http://127.0.0.1:9/img/x.png", "")),
+        ("https://github.com/o/r", None),
+        ("http://127.0.0.1:10/x.html", None),
+    ],
+)
 def test_site_link_target(href, want):
-    assert ui_check.site_link_target(href, "http://127.0.0.1:9/", "http://127.0.0.1:9/index.html") == want
+    assert (
+        ui_check.site_link_target(
+            href, "http://127.0.0.1:9/", "http://127.0.0.1:9/index.html"
+        )
+        == want
+    )
 
 
-@pytest.mark.parametrize("text, found", [
-    ("the sum $$ x $$ here", True), (r"\begin{align} a \end{align}", True), (r"see \(x\)", True),
-    (r"ratio \frac{a}{b}", True), (r"inline $\alpha + 1$ left", True),
-    ("costs $5 and $6 each", False), ("plain prose, 2 · N · M bytes", False),
-])
+@pytest.mark.parametrize(
+    "text, found",
+    [
+        ("the sum $$ x $$ here", True),
+        (r"\begin{align} a \end{align}", True),
+        (r"see \(x\)", True),
+        (r"ratio \frac{a}{b}", True),
+        (r"inline $\alpha + 1$ left", True),
+        ("costs $5 and $6 each", False),
+        ("plain prose, 2 · N · M bytes", False),
+    ],
+)
 def test_raw_tex(text, found):
     assert bool(ui_check.raw_tex(text)) is found
 
 
 def test_stop_process_group_ends_the_children_too():
-    proc = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        ["sh", "-c", "sleep 60 & echo $!; wait"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     child = int(proc.stdout.readline())
     ui_check.stop_process_group(proc, grace=5)
     assert proc.poll() is not None
@@ -170,8 +252,13 @@ def fake_venv(tmp_path):
 def test_jupyterlab_waits_for_status_and_stops_even_on_error(tmp_path, fake_venv):
     seen = {}
     with pytest.raises(KeyError):
-        with ui_check.jupyterlab(tmp_path, tmp_path / "scratch", tmp_path / "log.txt", venv=fake_venv,
-                                 timeout=30) as (base, token):
+        with ui_check.jupyterlab(
+            tmp_path,
+            tmp_path / "scratch",
+            tmp_path / "log.txt",
+            venv=fake_venv,
+            timeout=30,
+        ) as (base, token):
             seen["status"] = ui_check.http_json(base + "/api/status", token)
             raise KeyError("a failing check")
     assert seen["status"] == {"ok": True} and len(token) >= 32
@@ -183,5 +270,11 @@ def test_jupyterlab_reports_a_server_that_exits(tmp_path, fake_venv, monkeypatch
     real = ui_check.lab_command
     monkeypatch.setattr(ui_check, "lab_command", lambda *a: real(*a) + ["--fail=1"])
     with pytest.raises(RuntimeError, match="exited with 3"):
-        with ui_check.jupyterlab(tmp_path, tmp_path / "scratch", tmp_path / "log.txt", venv=fake_venv, timeout=30):
+        with ui_check.jupyterlab(
+            tmp_path,
+            tmp_path / "scratch",
+            tmp_path / "log.txt",
+            venv=fake_venv,
+            timeout=30,
+        ):
             pass

@@ -38,12 +38,24 @@ ROOT = Path(__file__).resolve().parent.parent
 KATEX = ROOT / ".venv" / "katex" / "node_modules" / "katex"
 COURSE = "FlashAttention from first principles"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
-SLIDER_NOTE = ("Live slider: it runs in JupyterLab or Colab, not on a static page. "
-               "The figure above is the same drawing at the slider's default settings.")
+SLIDER_NOTE = (
+    "Live slider: it runs in JupyterLab or Colab, not on a static page. "
+    "The figure above is the same drawing at the slider's default settings."
+)
 NOTEBOOK_LINK = re.compile(r"^(?:\./)?notebooks/(\d\d_[\w-]+)\.ipynb$")
 
-__all__ = ["Page", "MathRenderer", "render_math", "notebook_pages", "notebook_title", "opening_question",
-           "readme_table", "rewrite_links", "render_outputs", "build"]
+__all__ = [
+    "Page",
+    "MathRenderer",
+    "render_math",
+    "notebook_pages",
+    "notebook_title",
+    "opening_question",
+    "readme_table",
+    "rewrite_links",
+    "render_outputs",
+    "build",
+]
 
 
 # ---------------------------------------------------------------- math
@@ -92,11 +104,17 @@ def render_math(keys, katex: Path = KATEX) -> dict:
         return {}
     if not (Path(katex) / "package.json").exists():
         raise FileNotFoundError(f"KaTeX not found at {katex}: run `make setup-ui`")
-    proc = subprocess.run(["node", str(Path(__file__).with_name("katex_render.js")), str(katex)],
-                          input=json.dumps([{"tex": t, "display": d} for t, d in keys]),
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        ["node", str(Path(__file__).with_name("katex_render.js")), str(katex)],
+        input=json.dumps([{"tex": t, "display": d} for t, d in keys]),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     results = json.loads(proc.stdout)
-    errors = [f"  {tex!r}: {r['error']}" for (tex, _), r in zip(keys, results) if "error" in r]
+    errors = [
+        f"  {tex!r}: {r['error']}" for (tex, _), r in zip(keys, results) if "error" in r
+    ]
     if errors:
         raise ValueError("KaTeX cannot typeset:\n" + "\n".join(errors))
     return {key: r["html"] for key, r in zip(keys, results)}
@@ -165,7 +183,9 @@ def readme_table(readme: str) -> str | None:
             while j < len(lines) and lines[j].lstrip().startswith("|"):
                 j += 1
             block = lines[i:j]
-            if len(block) >= 3 and re.search(r"\]\((?:\./)?notebooks/\d\d_[\w-]+\.ipynb\)", "\n".join(block)):
+            if len(block) >= 3 and re.search(
+                r"\]\((?:\./)?notebooks/\d\d_[\w-]+\.ipynb\)", "\n".join(block)
+            ):
                 return "\n".join(block)
             i = j
         else:
@@ -187,8 +207,12 @@ def rewrite_links(body: str, pages: set[str], repo_url: str) -> str:
             return f'<a{attrs} href="{page}"' if page in pages else f"<a{attrs}"
         if re.match(r"^([a-z][a-z0-9+.-]*:|#|/)", href, re.I):
             return m.group(0)
-        target = re.sub(r"^(\./|\.\./)+", "", href)                 # notebooks link ../REFERENCES.md: the root's
-        return f'<a{attrs} href="{html.escape(repo_url)}/blob/main/{html.escape(target)}"'
+        target = re.sub(
+            r"^(\./|\.\./)+", "", href
+        )  # notebooks link ../REFERENCES.md: the root's
+        return (
+            f'<a{attrs} href="{html.escape(repo_url)}/blob/main/{html.escape(target)}"'
+        )
 
     return re.sub(r'<a\b([^>]*?)\shref="([^"]*)"', fix, body)
 
@@ -199,7 +223,9 @@ def table_from_notebooks(pages: list[Page]) -> str:
     for page in pages:
         number = page.path.stem[:2]
         question = opening_question(page.nb).replace("|", "\\|")
-        rows.append(f"| {number} | [{page.title}](notebooks/{page.path.name}) | {question} |")
+        rows.append(
+            f"| {number} | [{page.title}](notebooks/{page.path.name}) | {question} |"
+        )
     return "\n".join(rows)
 
 
@@ -213,12 +239,19 @@ def render_outputs(outputs, stem: str, cell_index: int, images: dict) -> str:
         kind = out.get("output_type")
         if kind == "stream":
             cls = "stderr" if out.get("name") == "stderr" else "stdout"
-            parts.append(f'<pre class="output {cls}">{html.escape(strip_ansi(out.get("text", "")))}</pre>')
+            parts.append(
+                f'<pre class="output {cls}">{html.escape(strip_ansi(out.get("text", "")))}</pre>'
+            )
         elif kind == "error":
-            text = strip_ansi("\n".join(out.get("traceback", [])) or f"{out.get('ename')}: {out.get('evalue')}")
+            text = strip_ansi(
+                "\n".join(out.get("traceback", []))
+                or f"{out.get('ename')}: {out.get('evalue')}"
+            )
             parts.append(f'<pre class="output error">{html.escape(text)}</pre>')
         elif kind in ("display_data", "execute_result"):
-            parts.append(render_data(out.get("data", {}), f"{stem}_{cell_index:02d}_{k}", images))
+            parts.append(
+                render_data(out.get("data", {}), f"{stem}_{cell_index:02d}_{k}", images)
+            )
     return "\n".join(p for p in parts if p)
 
 
@@ -228,7 +261,11 @@ def render_data(data: dict, name: str, images: dict) -> str:
     if WIDGET_MIME in data:
         if "Slider(" in plain or plain.startswith(("interactive(", "FigureSliders(")):
             return f'<p class="widget-note">{html.escape(SLIDER_NOTE, quote=False)}</p>'
-        return f'<pre class="output">{html.escape(strip_ansi(plain))}</pre>' if plain else ""
+        return (
+            f'<pre class="output">{html.escape(strip_ansi(plain))}</pre>'
+            if plain
+            else ""
+        )
     if "image/png" in data:
         images[name + ".png"] = base64.b64decode(data["image/png"])
         return f'<img class="figure" src="img/{name}.png" alt="figure {name}">'
@@ -286,11 +323,22 @@ table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: .
 """
 
 
-def layout(title: str, body: str, prev: Page | None = None, next_: Page | None = None) -> str:
+def layout(
+    title: str, body: str, prev: Page | None = None, next_: Page | None = None
+) -> str:
     """A full HTML page: header and footer with contents / previous / next links around `body`."""
+
     def nav():
-        left = f'<a rel="prev" href="{prev.file}">← {html.escape(prev.title)}</a>' if prev else "<span></span>"
-        right = f'<a rel="next" href="{next_.file}">{html.escape(next_.title)} →</a>' if next_ else "<span></span>"
+        left = (
+            f'<a rel="prev" href="{prev.file}">← {html.escape(prev.title)}</a>'
+            if prev
+            else "<span></span>"
+        )
+        right = (
+            f'<a rel="next" href="{next_.file}">{html.escape(next_.title)} →</a>'
+            if next_
+            else "<span></span>"
+        )
         return f'{left}<a href="index.html">Contents</a>{right}'
 
     return f"""<!DOCTYPE html>
@@ -314,12 +362,19 @@ def layout(title: str, body: str, prev: Page | None = None, next_: Page | None =
 """
 
 
-def build(out: Path, notebooks_dir: Path = ROOT / "notebooks", readme: Path = ROOT / "README.md",
-          katex: Path = KATEX, repo_url: str | None = None) -> dict:
+def build(
+    out: Path,
+    notebooks_dir: Path = ROOT / "notebooks",
+    readme: Path = ROOT / "README.md",
+    katex: Path = KATEX,
+    repo_url: str | None = None,
+) -> dict:
     """Write the site into `out` (emptied first); return its manifest {"pages": [...]}."""
     repo_url = repo_url or colab.repository_url()
     pages = notebook_pages(notebooks_dir)
-    readme_text = Path(readme).read_text(encoding="utf-8") if Path(readme).exists() else ""
+    readme_text = (
+        Path(readme).read_text(encoding="utf-8") if Path(readme).exists() else ""
+    )
     table = readme_table(readme_text) or table_from_notebooks(pages)
 
     # Pass 1: collect every formula; typeset them all in one KaTeX run; pass 2: render.
@@ -333,20 +388,33 @@ def build(out: Path, notebooks_dir: Path = ROOT / "notebooks", readme: Path = RO
     if out.exists():
         shutil.rmtree(out)
     (out / "img").mkdir(parents=True)
-    shutil.copytree(Path(katex) / "dist", out / "_static" / "katex",
-                    ignore=shutil.ignore_patterns("*.js", "*.mjs", "contrib", "*.md", "katex.css", "katex-swap*"))
+    shutil.copytree(
+        Path(katex) / "dist",
+        out / "_static" / "katex",
+        ignore=shutil.ignore_patterns(
+            "*.js", "*.mjs", "contrib", "*.md", "katex.css", "katex-swap*"
+        ),
+    )
     (out / "_static" / "site.css").write_text(CSS, encoding="utf-8")
-    (out / "_static" / "pygments.css").write_text(HtmlFormatter(cssclass="highlight").get_style_defs(".highlight"),
-                                                  encoding="utf-8")
+    (out / "_static" / "pygments.css").write_text(
+        HtmlFormatter(cssclass="highlight").get_style_defs(".highlight"),
+        encoding="utf-8",
+    )
     files = {p.file for p in pages}
     manifest = {"pages": []}
 
     table_html, table_math = markdown(table, math)
-    index = (f"<h1>{html.escape(COURSE)}</h1>\n<p>Each notebook as committed, with its printed results and "
-             "figures; run them in JupyterLab to move the sliders.</p>\n"
-             + rewrite_links(table_html, files, repo_url))
-    (out / "index.html").write_text(layout(COURSE, index, None, pages[0] if pages else None), encoding="utf-8")
-    manifest["pages"].append({"file": "index.html", "title": COURSE, "math": len(table_math)})
+    index = (
+        f"<h1>{html.escape(COURSE)}</h1>\n<p>Each notebook as committed, with its printed results and "
+        "figures; run them in JupyterLab to move the sliders.</p>\n"
+        + rewrite_links(table_html, files, repo_url)
+    )
+    (out / "index.html").write_text(
+        layout(COURSE, index, None, pages[0] if pages else None), encoding="utf-8"
+    )
+    manifest["pages"].append(
+        {"file": "index.html", "title": COURSE, "math": len(table_math)}
+    )
 
     for i, page in enumerate(pages):
         images: dict = {}
@@ -355,19 +423,39 @@ def build(out: Path, notebooks_dir: Path = ROOT / "notebooks", readme: Path = RO
             (out / "img" / name).write_bytes(data)
         prev = pages[i - 1] if i > 0 else None
         next_ = pages[i + 1] if i + 1 < len(pages) else None
-        (out / page.file).write_text(layout(f"{page.title} · {COURSE}", body, prev, next_), encoding="utf-8")
-        manifest["pages"].append({"file": page.file, "title": page.title, "math": len(page.math),
-                                  "images": len(images)})
+        (out / page.file).write_text(
+            layout(f"{page.title} · {COURSE}", body, prev, next_), encoding="utf-8"
+        )
+        manifest["pages"].append(
+            {
+                "file": page.file,
+                "title": page.title,
+                "math": len(page.math),
+                "images": len(images),
+            }
+        )
     (out / "_site.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return manifest
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "site")
-    parser.add_argument("--notebooks", type=Path, default=ROOT / "notebooks", help="folder of NN_*.ipynb")
+    parser.add_argument(
+        "--notebooks",
+        type=Path,
+        default=ROOT / "notebooks",
+        help="folder of NN_*.ipynb",
+    )
     parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
-    parser.add_argument("--katex", type=Path, default=KATEX, help="the npm package folder node_modules/katex")
+    parser.add_argument(
+        "--katex",
+        type=Path,
+        default=KATEX,
+        help="the npm package folder node_modules/katex",
+    )
     args = parser.parse_args(argv)
     manifest = build(args.out, args.notebooks, args.readme, args.katex)
     n_math = sum(p["math"] for p in manifest["pages"])

@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-import tomllib
 from pathlib import Path
 from urllib.parse import urlparse
 
 import nbformat
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 CELL_ID = "colab-setup"
@@ -33,8 +33,14 @@ def repository_url(pyproject: Path = ROOT / "pyproject.toml") -> str:
     except KeyError:
         raise ValueError(f"{pyproject}: no Repository under [project.urls]") from None
     parsed = urlparse(url)
-    if parsed.scheme != "https" or parsed.netloc != "github.com" or len(parsed.path.strip("/").split("/")) != 2:
-        raise ValueError(f"Repository must read https://github.com/OWNER/NAME, got {url!r}")
+    if (
+        parsed.scheme != "https"
+        or parsed.netloc != "github.com"
+        or len(parsed.path.strip("/").split("/")) != 2
+    ):
+        raise ValueError(
+            f"Repository must read https://github.com/OWNER/NAME, got {url!r}"
+        )
     return url.rstrip("/").removesuffix(".git")
 
 
@@ -45,31 +51,39 @@ def package_name(pyproject: Path = ROOT / "pyproject.toml") -> str:
 
 def cell_source(url: str, package: str = "flash-attention-lab") -> str:
     """The source of the Colab cell: on Colab, pip-install the course from `url`; elsewhere, nothing."""
-    return "\n".join([
-        "# NBVAL_SKIP",
-        "# On Colab only: install the course's `lab` package from its repository. Elsewhere this cell does nothing.",
-        "import sys",
-        "",
-        'if "google.colab" in sys.modules:',
-        "    import subprocess",
-        "",
-        "    # Colab already has numpy, torch, triton, matplotlib, ipywidgets and tqdm: keep its own builds.",
-        '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",',
-        f'                    "{package} @ git+{url}.git"], check=True)',
-        '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "ml_dtypes"], check=True)',
-    ])
+    return "\n".join(
+        [
+            "# NBVAL_SKIP",
+            "# On Colab only: install the course's `lab` package from its repository.",
+            "# Elsewhere this cell does nothing.",
+            "import sys",
+            "",
+            'if "google.colab" in sys.modules:',
+            "    import subprocess",
+            "",
+            "    # Colab has numpy, torch, triton, matplotlib, ipywidgets, tqdm: keep its builds.",
+            f'    course = "{package} @ git+{url}.git"',
+            '    pip = [sys.executable, "-m", "pip", "install", "--quiet"]',
+            '    subprocess.run([*pip, "--no-deps", course], check=True)',
+            '    subprocess.run([*pip, "ml_dtypes"], check=True)',
+        ]
+    )
 
 
 def colab_cell(url: str, package: str = "flash-attention-lab") -> nbformat.NotebookNode:
     """The Colab cell as an nbformat code cell, tagged so nbval skips it and this tool can find it."""
-    cell = nbformat.v4.new_code_cell(cell_source(url, package), metadata={"tags": list(TAGS)})
+    cell = nbformat.v4.new_code_cell(
+        cell_source(url, package), metadata={"tags": list(TAGS)}
+    )
     cell["id"] = CELL_ID
     return cell
 
 
 def is_colab_cell(cell) -> bool:
     """Whether `cell` is a Colab cell this tool wrote (by its tag or its id)."""
-    return CELL_ID in cell.get("metadata", {}).get("tags", []) or cell.get("id") == CELL_ID
+    return (
+        CELL_ID in cell.get("metadata", {}).get("tags", []) or cell.get("id") == CELL_ID
+    )
 
 
 def with_colab_cell(nb, url: str, package: str = "flash-attention-lab"):
@@ -79,8 +93,11 @@ def with_colab_cell(nb, url: str, package: str = "flash-attention-lab"):
     if (nb.nbformat, nb.nbformat_minor) < (4, 5):  # cell ids came with nbformat 4.5
         del cell["id"]
     old = [c for c in nb.cells if is_colab_cell(c)]
-    if old and old[0].source == cell.source:                   # a metadata refresh: keep its run
-        cell.execution_count, cell.outputs = old[0].get("execution_count"), old[0].get("outputs", [])
+    if old and old[0].source == cell.source:  # a metadata refresh: keep its run
+        cell.execution_count, cell.outputs = (
+            old[0].get("execution_count"),
+            old[0].get("outputs", []),
+        )
     nb.cells = [cell] + [c for c in nb.cells if not is_colab_cell(c)]
     return nb
 
@@ -90,9 +107,12 @@ def first_cell_ok(nb, url: str, package: str = "flash-attention-lab") -> bool:
     if not nb.cells:
         return False
     want, first = colab_cell(url, package), nb.cells[0]
-    return (first.cell_type == "code" and first.source == want.source
-            and first.get("metadata", {}).get("tags", []) == want.metadata["tags"]
-            and sum(is_colab_cell(c) for c in nb.cells) == 1)
+    return (
+        first.cell_type == "code"
+        and first.source == want.source
+        and first.get("metadata", {}).get("tags", []) == want.metadata["tags"]
+        and sum(is_colab_cell(c) for c in nb.cells) == 1
+    )
 
 
 def colab_link(url: str, notebook: str, branch: str = BRANCH) -> str:
@@ -104,10 +124,15 @@ def colab_link(url: str, notebook: str, branch: str = BRANCH) -> str:
 def binder_link(url: str, branch: str = BRANCH) -> str:
     """mybinder.org address that builds the repository (from environment.yml) and opens JupyterLab on notebooks/."""
     owner_name = urlparse(url).path.strip("/")
-    return f"https://mybinder.org/v2/gh/{owner_name}/{branch}?urlpath=lab/tree/notebooks"
+    return (
+        f"https://mybinder.org/v2/gh/{owner_name}/{branch}?urlpath=lab/tree/notebooks"
+    )
 
 
-START, END = "<!-- colab-binder:start (written by tools/colab.py) -->", "<!-- colab-binder:end -->"
+START, END = (
+    "<!-- colab-binder:start (written by tools/colab.py) -->",
+    "<!-- colab-binder:end -->",
+)
 
 
 def docs_text(url: str, notebooks: list[str], branch: str = BRANCH) -> str:
@@ -125,7 +150,9 @@ def docs_text(url: str, notebooks: list[str], branch: str = BRANCH) -> str:
         lines += ["| notebook | open |", "| --- | --- |"]
         badge = "https://colab.research.google.com/assets/colab-badge.svg"
         for nb in notebooks:
-            lines.append(f"| `{Path(nb).name}` | [![Open in Colab]({badge})]({colab_link(url, nb, branch)}) |")
+            lines.append(
+                f"| `{Path(nb).name}` | [![Open in Colab]({badge})]({colab_link(url, nb, branch)}) |"
+            )
         lines.append("")
     lines += [
         "**Binder.** [![Binder](https://mybinder.org/badge_logo.svg)]"
@@ -143,11 +170,25 @@ def notebook_paths(root: Path = ROOT) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if anything is out of date")
-    parser.add_argument("--root", type=Path, default=ROOT, help="the repository root (default: this checkout)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing; exit 1 if anything is out of date",
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=ROOT,
+        help="the repository root (default: this checkout)",
+    )
     args = parser.parse_args(argv)
-    url, package = repository_url(args.root / "pyproject.toml"), package_name(args.root / "pyproject.toml")
+    url, package = (
+        repository_url(args.root / "pyproject.toml"),
+        package_name(args.root / "pyproject.toml"),
+    )
     stale = []
     for path in notebook_paths(args.root):
         nb = nbformat.read(path, as_version=4)
@@ -157,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.check:
             nbformat.write(with_colab_cell(nb, url, package), path)
     readme = args.root / "README.md"
-    text = docs_text(url, [p.relative_to(args.root).as_posix() for p in notebook_paths(args.root)])
+    text = docs_text(
+        url, [p.relative_to(args.root).as_posix() for p in notebook_paths(args.root)]
+    )
     current = readme.read_text(encoding="utf-8") if readme.exists() else ""
     if START not in current or END not in current:
         current = current.rstrip("\n") + f"\n\n{START}\n{END}\n"

@@ -32,7 +32,11 @@ def verdicts(nb) -> list[tuple[str, str]]:
         if cell.cell_type != "code":
             continue
         for o in cell.get("outputs", []):
-            for line in o.get("text", "").splitlines() if o.get("output_type") == "stream" else []:
+            for line in (
+                o.get("text", "").splitlines()
+                if o.get("output_type") == "stream"
+                else []
+            ):
                 m = VERDICT.match(line)
                 if m:
                     out.append((m["name"], MARKS[m["verdict"]]))
@@ -42,8 +46,13 @@ def verdicts(nb) -> list[tuple[str, str]]:
 def run(path: pathlib.Path, timeout: int = 600) -> list[tuple[str, str]]:
     """Execute one learner's notebook (errors allowed) in the course's notebooks/ folder; return its verdicts."""
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        allow_errors=True,
+        resources={"metadata": {"path": str(ROOT / "notebooks")}},
+    ).execute()
     return verdicts(nb)
 
 
@@ -52,8 +61,11 @@ def learners(folder: pathlib.Path) -> dict[str, list[pathlib.Path]]:
     own = sorted(folder.glob("[0-9][0-9]_*.ipynb"))
     if own:
         return {folder.name: own}
-    return {d.name: sorted(d.glob("[0-9][0-9]_*.ipynb")) for d in sorted(folder.iterdir())
-            if d.is_dir() and any(d.glob("[0-9][0-9]_*.ipynb"))}
+    return {
+        d.name: sorted(d.glob("[0-9][0-9]_*.ipynb"))
+        for d in sorted(folder.iterdir())
+        if d.is_dir() and any(d.glob("[0-9][0-9]_*.ipynb"))
+    }
 
 
 def table(results: dict[tuple[str, str], list[tuple[str, str]]]) -> str:
@@ -61,19 +73,46 @@ def table(results: dict[tuple[str, str], list[tuple[str, str]]]) -> str:
     rows = []
     for (who, nb), vs in results.items():
         done = sum(mark == "✓" for _, mark in vs)
-        rows.append((who, nb, f"{done}/{len(vs)}", "  ".join(f"{mark} {name}" for name, mark in vs)))
-    widths = [max(len(r[k]) for r in rows + [("learner", "notebook", "passed", "")]) for k in range(3)]
-    head = ("learner", "notebook", "passed", "exercises (✓ passed, ✗ wrong, · not done)")
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3] for r in [head] + rows)
+        rows.append(
+            (
+                who,
+                nb,
+                f"{done}/{len(vs)}",
+                "  ".join(f"{mark} {name}" for name, mark in vs),
+            )
+        )
+    widths = [
+        max(len(r[k]) for r in rows + [("learner", "notebook", "passed", "")])
+        for k in range(3)
+    ]
+    head = (
+        "learner",
+        "notebook",
+        "passed",
+        "exercises (✓ passed, ✗ wrong, · not done)",
+    )
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3]
+        for r in [head] + rows
+    )
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder", type=pathlib.Path, nargs="?", default=ROOT / "exercises")
-    parser.add_argument("--only", nargs="*", default=None, help="notebook names or prefixes (e.g. 03 05)")
+    parser.add_argument(
+        "folder", type=pathlib.Path, nargs="?", default=ROOT / "exercises"
+    )
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        default=None,
+        help="notebook names or prefixes (e.g. 03 05)",
+    )
     args = parser.parse_args(argv)
     if not args.folder.is_dir():
-        print(f"folder: {args.folder} is not a folder of copies (make one with `make student`)")
+        print(
+            f"folder: {args.folder} is not a folder of copies (make one with `make student`)"
+        )
         return 2
     found = learners(args.folder)
     if not found:

@@ -45,7 +45,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     times = slider_times(args.repeat)
     for name, t in sorted(times.items(), key=lambda kv: kv[1]):
-        print(f"{name:>24}: {t * 1e3:6.0f} ms  {'(< 200 ms)' if t < 0.2 else '(over 200 ms)'}")
+        print(
+            f"{name:>24}: {t * 1e3:6.0f} ms  {'(< 200 ms)' if t < 0.2 else '(over 200 ms)'}"
+        )
 
 
 if __name__ == "__main__":

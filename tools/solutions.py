@@ -36,17 +36,26 @@ def hide(cell) -> None:
             if not title or title.lower() == "solution":
                 title = "Worked solution"
             body = rest if first.startswith("#") else cell.source
-            cell.source = f"{TITLE}{title} (double-click or 'show code' to open)\n{body}"
-    elif cell.cell_type == "markdown" and not cell.source.lstrip().startswith("<details>"):
+            cell.source = (
+                f"{TITLE}{title} (double-click or 'show code' to open)\n{body}"
+            )
+    elif cell.cell_type == "markdown" and not cell.source.lstrip().startswith(
+        "<details>"
+    ):
         cell.source = f"{DETAILS}{cell.source.strip()}\n\n</details>"
 
 
 def is_hidden(cell) -> bool:
     """Whether a solution cell is already hidden as `hide` leaves it."""
     if cell.cell_type == "code":
-        return (cell.metadata.get("jupyter", {}).get("source_hidden") is True and cell.metadata.get("cellView") == "form"
-                and cell.source.startswith(TITLE))
-    return cell.source.lstrip().startswith("<details>") and cell.source.rstrip().endswith("</details>")
+        return (
+            cell.metadata.get("jupyter", {}).get("source_hidden") is True
+            and cell.metadata.get("cellView") == "form"
+            and cell.source.startswith(TITLE)
+        )
+    return cell.source.lstrip().startswith(
+        "<details>"
+    ) and cell.source.rstrip().endswith("</details>")
 
 
 def main(argv=None) -> int:

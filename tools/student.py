@@ -24,7 +24,9 @@ MANIFEST = ".written.json"
 def student_copy(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """The notebook without its `solution` cells, every output and execution count cleared."""
     copy = nbformat.from_dict(json.loads(json.dumps(nb)))
-    copy.cells = [c for c in copy.cells if "solution" not in c.get("metadata", {}).get("tags", [])]
+    copy.cells = [
+        c for c in copy.cells if "solution" not in c.get("metadata", {}).get("tags", [])
+    ]
     for cell in copy.cells:
         if cell.cell_type == "code":
             cell.outputs = []
@@ -37,7 +39,9 @@ def _digest(path: pathlib.Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def write_copies(src: pathlib.Path, out: pathlib.Path, force=(), log=print) -> dict[str, str]:
+def write_copies(
+    src: pathlib.Path, out: pathlib.Path, force=(), log=print
+) -> dict[str, str]:
     """Write a learner copy of every `src/*.ipynb` into `out`; return {name: "written" | "unchanged" | "skipped"}."""
     out.mkdir(parents=True, exist_ok=True)
     manifest_path = out / MANIFEST
@@ -45,12 +49,16 @@ def write_copies(src: pathlib.Path, out: pathlib.Path, force=(), log=print) -> d
     status = {}
     for nb_path in sorted(src.glob("*.ipynb")):
         target = out / nb_path.name
-        text = nbformat.writes(student_copy(nbformat.read(nb_path, as_version=4))) + "\n"
+        text = (
+            nbformat.writes(student_copy(nbformat.read(nb_path, as_version=4))) + "\n"
+        )
         if target.exists() and nb_path.name not in force:
             current = _digest(target)
             if current != written.get(nb_path.name):
-                log(f"skipped {target}: you have changed it. To get a fresh copy, rename or delete it "
-                    f"and run `make student` again (or `make student FORCE={nb_path.name}`).")
+                log(
+                    f"skipped {target}: you have changed it. To get a fresh copy, rename or delete it "
+                    f"and run `make student` again (or `make student FORCE={nb_path.name}`)."
+                )
                 status[nb_path.name] = "skipped"
                 continue
             if target.read_text() == text:
@@ -68,11 +76,21 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", type=pathlib.Path, default=ROOT / "notebooks")
     parser.add_argument("--out", type=pathlib.Path, default=ROOT / "exercises")
-    parser.add_argument("--force", nargs="*", default=[], help="notebook names to overwrite even if changed")
+    parser.add_argument(
+        "--force",
+        nargs="*",
+        default=[],
+        help="notebook names to overwrite even if changed",
+    )
     args = parser.parse_args(argv)
     status = write_copies(args.src, args.out, force=set(args.force))
-    counts = {k: sum(v == k for v in status.values()) for k in ("written", "unchanged", "skipped")}
-    print(f"{args.out}: {counts['written']} written, {counts['unchanged']} unchanged, {counts['skipped']} skipped")
+    counts = {
+        k: sum(v == k for v in status.values())
+        for k in ("written", "unchanged", "skipped")
+    }
+    print(
+        f"{args.out}: {counts['written']} written, {counts['unchanged']} unchanged, {counts['skipped']} skipped"
+    )
     return 0
 
 

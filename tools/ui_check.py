@@ -43,19 +43,43 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 CHROMIUM = Path("/usr/bin/chromium")
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 # JupyterLab settings for a test run: every cell in the DOM, no news or update prompts, no autosave.
 LAB_SETTINGS = {
-    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none",
-                                                                   "autoStartDefaultKernel": True},
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
-                                                                        "checkForUpdates": False},
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {
+        "windowingMode": "none",
+        "autoStartDefaultKernel": True,
+    },
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    },
     "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
 }
 
-__all__ = ["Report", "free_port", "is_loopback", "slider_notebooks", "lab_command", "lab_env", "stop_process_group",
-           "jupyterlab", "serve", "site_link_target", "raw_tex", "main"]
+__all__ = [
+    "Report",
+    "free_port",
+    "is_loopback",
+    "slider_notebooks",
+    "lab_command",
+    "lab_env",
+    "stop_process_group",
+    "jupyterlab",
+    "serve",
+    "site_link_target",
+    "raw_tex",
+    "main",
+]
 
 
 # ---------------------------------------------------------------- pure functions
@@ -69,7 +93,10 @@ class Report:
 
     def check(self, name: str, ok: bool, detail: str = "") -> bool:
         (self.passed if ok else self.failed).append((name, detail))
-        print(f"  {'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
+        print(
+            f"  {'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}",
+            flush=True,
+        )
         return ok
 
     def summary(self) -> str:
@@ -103,7 +130,9 @@ def slider_notebooks(paths) -> list[Path]:
                 plain = "".join(data.get("text/plain", ""))
                 # the repr is cut at 100 characters, so a long first control can hide "Slider(": the class
                 # name of lab's slider widgets tells it too
-                if WIDGET_MIME in data and ("Slider(" in plain or plain.startswith("FigureSliders(")):
+                if WIDGET_MIME in data and (
+                    "Slider(" in plain or plain.startswith("FigureSliders(")
+                ):
                     found.append(Path(path))
                     break
             else:
@@ -115,7 +144,11 @@ def slider_notebooks(paths) -> list[Path]:
 def code_cell_count(path: Path) -> int:
     """How many code cells of the notebook have source (each gets an execution count when run)."""
     nb = json.loads(Path(path).read_text(encoding="utf-8"))
-    return sum(1 for c in nb.get("cells", []) if c.get("cell_type") == "code" and "".join(c.get("source", "")).strip())
+    return sum(
+        1
+        for c in nb.get("cells", [])
+        if c.get("cell_type") == "code" and "".join(c.get("source", "")).strip()
+    )
 
 
 def without_outputs(nb: dict) -> dict:
@@ -130,18 +163,31 @@ def without_outputs(nb: dict) -> dict:
 
 def lab_command(venv: Path, root_dir: Path, port: int, token: str) -> list[str]:
     """The JupyterLab command line: loopback only, this port and token, no browser, as root in CI too."""
-    return [str(venv / "bin" / "jupyter"), "lab", "--no-browser", "--allow-root",
-            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root_dir}",
-            "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    return [
+        str(venv / "bin" / "jupyter"),
+        "lab",
+        "--no-browser",
+        "--allow-root",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root_dir}",
+        "--LabApp.news_url=",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ]
 
 
 def lab_env(scratch: Path, base: dict | None = None) -> dict:
     """Environment for the server: its own config, data, runtime, settings and workspace folders."""
     env = dict(os.environ if base is None else base)
-    for name, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_RUNTIME_DIR", "runtime"),
-                      ("JUPYTERLAB_SETTINGS_DIR", "settings"), ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
-                      ("IPYTHONDIR", "ipython")):
+    for name, sub in (
+        ("JUPYTER_CONFIG_DIR", "config"),
+        ("JUPYTER_RUNTIME_DIR", "runtime"),
+        ("JUPYTERLAB_SETTINGS_DIR", "settings"),
+        ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
+        ("IPYTHONDIR", "ipython"),
+    ):
         env[name] = str(scratch / sub)
     env.pop("MPLBACKEND", None)  # the kernel picks the inline backend, as for a learner
     env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
@@ -189,39 +235,64 @@ def stop_process_group(proc: subprocess.Popen, grace: float = 15.0) -> None:
 
 
 def http_json(url: str, token: str, method: str = "GET", timeout: float = 5.0):
-    req = urllib.request.Request(url, method=method, headers={"Authorization": f"token {token}"})
+    req = urllib.request.Request(
+        url, method=method, headers={"Authorization": f"token {token}"}
+    )
     with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (loopback only)
         body = resp.read()
         return json.loads(body) if body else None
 
 
 @contextlib.contextmanager
-def jupyterlab(root_dir: Path, scratch: Path, log_path: Path, venv: Path = VENV, timeout: float = 180.0):
+def jupyterlab(
+    root_dir: Path,
+    scratch: Path,
+    log_path: Path,
+    venv: Path = VENV,
+    timeout: float = 180.0,
+):
     """Run JupyterLab over `root_dir` on 127.0.0.1; yield (base URL, token); stop it whatever happens."""
     port, token = free_port(), secrets.token_hex(24)
     write_lab_settings(scratch / "settings")
     base = f"http://127.0.0.1:{port}"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(lab_command(venv, root_dir, port, token), env=lab_env(scratch), cwd=root_dir,
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            lab_command(venv, root_dir, port, token),
+            env=lab_env(scratch),
+            cwd=root_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             deadline = time.monotonic() + timeout
             while True:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"JupyterLab exited with {proc.returncode}; see {log_path}")
+                    raise RuntimeError(
+                        f"JupyterLab exited with {proc.returncode}; see {log_path}"
+                    )
                 try:
                     http_json(f"{base}/api/status", token, timeout=2)
                     break
                 except OSError:
                     if time.monotonic() > deadline:
-                        raise TimeoutError(f"JupyterLab did not answer /api/status in {timeout:.0f} s") from None
+                        raise TimeoutError(
+                            f"JupyterLab did not answer /api/status in {timeout:.0f} s"
+                        ) from None
                     time.sleep(0.5)
             yield base, token
         finally:
-            with contextlib.suppress(Exception):  # let the server stop its kernels first
+            with contextlib.suppress(
+                Exception
+            ):  # let the server stop its kernels first
                 for kernel in http_json(f"{base}/api/kernels", token):
-                    http_json(f"{base}/api/kernels/{kernel['id']}", token, method="DELETE", timeout=10)
+                    http_json(
+                        f"{base}/api/kernels/{kernel['id']}",
+                        token,
+                        method="DELETE",
+                        timeout=10,
+                    )
             stop_process_group(proc)
 
 
@@ -253,8 +324,13 @@ def browser(profile: Path, blocked: list):
         raise FileNotFoundError(f"{CHROMIUM} is missing: apt-get install chromium")
     with sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
-            str(profile), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": 1280, "height": 900}, service_workers="block")
+            str(profile),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1280, "height": 900},
+            service_workers="block",
+        )
 
         def gate(route):
             if is_loopback(route.request.url):
@@ -325,18 +401,39 @@ def wait_for(predicate, timeout: float, interval: float = 0.25):
     return None
 
 
-def run_notebook(page, base: str, token: str, name: str, n_code: int, report: Report, shots: Path,
-                 timeout: float) -> bool:
+def run_notebook(
+    page,
+    base: str,
+    token: str,
+    name: str,
+    n_code: int,
+    report: Report,
+    shots: Path,
+    timeout: float,
+) -> bool:
     """Open notebook `name`, run all cells, wait until every cell ran; check no error is shown."""
     stem = Path(name).stem
-    page.goto(f"{base}/lab/tree/{name}?token={token}&reset", wait_until="domcontentloaded")
+    page.goto(
+        f"{base}/lab/tree/{name}?token={token}&reset", wait_until="domcontentloaded"
+    )
 
     def kernel_ready():
         s = page.evaluate(JS_STATE)
         if s and s["dialog"] and "Select Kernel" in s["dialog"]:
-            page.locator(".jp-Dialog .jp-mod-accept").click()  # the notebook's own kernel, python3
+            page.locator(
+                ".jp-Dialog .jp-mod-accept"
+            ).click()  # the notebook's own kernel, python3
             return None
-        return s if (s and s["status"] == "idle" and s["kernel"] and "No Kernel" not in s["kernel"]) else None
+        return (
+            s
+            if (
+                s
+                and s["status"] == "idle"
+                and s["kernel"]
+                and "No Kernel" not in s["kernel"]
+            )
+            else None
+        )
 
     ready = wait_for(kernel_ready, 120)
     if not report.check(f"{stem}: opens with an idle kernel", bool(ready)):
@@ -347,24 +444,46 @@ def run_notebook(page, base: str, token: str, name: str, n_code: int, report: Re
 
     def finished():
         s = page.evaluate(JS_STATE)
-        done = [p for p in s["prompts"] if re.fullmatch(r"\[\d+\]:", p) or p == "collapsed"]
-        return s if (s["status"] == "idle" and not any("*" in p for p in s["prompts"]) and len(done) >= n_code) else None
+        done = [
+            p for p in s["prompts"] if re.fullmatch(r"\[\d+\]:", p) or p == "collapsed"
+        ]
+        return (
+            s
+            if (
+                s["status"] == "idle"
+                and not any("*" in p for p in s["prompts"])
+                and len(done) >= n_code
+            )
+            else None
+        )
 
     start = time.monotonic()
     state = wait_for(lambda: finished() and (time.sleep(1.0) or finished()), timeout)
     if not state and page.evaluate(JS_STATE)["dialog"]:
         print(f"  dialog: {page.evaluate(JS_STATE)['dialog']!r}")
     page.screenshot(path=str(shots / f"{stem}_run_all.png"))
-    if not report.check(f"{stem}: runs all {n_code} code cells", bool(state),
-                        f"{time.monotonic() - start:.1f} s" if state else f"not done after {timeout:.0f} s"):
+    if not report.check(
+        f"{stem}: runs all {n_code} code cells",
+        bool(state),
+        f"{time.monotonic() - start:.1f} s"
+        if state
+        else f"not done after {timeout:.0f} s",
+    ):
         return False
-    report.check(f"{stem}: no cell shows an error", not state["errors"],
-                 f"{len(state['errors'])} error outputs" + (f": {state['errors'][:3]}" if state["errors"] else ""))
+    report.check(
+        f"{stem}: no cell shows an error",
+        not state["errors"],
+        f"{len(state['errors'])} error outputs"
+        + (f": {state['errors'][:3]}" if state["errors"] else ""),
+    )
     # widgets render after their cell ran: give them a moment, then look for error placeholders
     wait_for(lambda: page.evaluate(JS_STATE)["interacts"] > 0, 30)
     state = page.evaluate(JS_STATE)
-    report.check(f"{stem}: no 'Error displaying widget'", state["widgetErrors"] == 0,
-                 f"{state['widgetErrors']} widgets failed")
+    report.check(
+        f"{stem}: no 'Error displaying widget'",
+        state["widgetErrors"] == 0,
+        f"{state['widgetErrors']} widgets failed",
+    )
     return True
 
 
@@ -380,7 +499,11 @@ def move_sliders(page, stem: str, report: Report, shots: Path) -> None:
         drawn = wait_for(lambda: widget.evaluate(JS_SIGNATURE)["drawn"], 60)
         report.check(f"{stem}: widget {w} draws its figure", bool(drawn))
         handles = widget.locator(".noUi-handle")
-        if not report.check(f"{stem}: widget {w} has sliders", handles.count() > 0, f"{handles.count()} sliders"):
+        if not report.check(
+            f"{stem}: widget {w} has sliders",
+            handles.count() > 0,
+            f"{handles.count()} sliders",
+        ):
             continue
         widget.screenshot(path=str(shots / f"{stem}_widget{w}_start.png"))
         for s in range(handles.count()):
@@ -388,54 +511,113 @@ def move_sliders(page, stem: str, report: Report, shots: Path) -> None:
 
             def moved():
                 sig = widget.evaluate(JS_SIGNATURE)
-                return sig["drawn"] and (sig["text"], sig["images"]) != (before["text"], before["images"]) and sig
+                return (
+                    sig["drawn"]
+                    and (sig["text"], sig["images"])
+                    != (before["text"], before["images"])
+                    and sig
+                )
 
             changed = None
-            for key in ("ArrowRight", "ArrowLeft", "ArrowLeft"):  # at the right end, the left one moves
+            for key in (
+                "ArrowRight",
+                "ArrowLeft",
+                "ArrowLeft",
+            ):  # at the right end, the left one moves
                 handles.nth(s).focus()
                 page.keyboard.press(key)
                 changed = wait_for(moved, 15)
                 if changed:
                     break
             # let the redraw settle before the next slider
-            wait_for(lambda: (a := widget.evaluate(JS_SIGNATURE)) == (time.sleep(0.4) or widget.evaluate(JS_SIGNATURE))
-                     and a, 10)
+            wait_for(
+                lambda: (
+                    (a := widget.evaluate(JS_SIGNATURE))
+                    == (time.sleep(0.4) or widget.evaluate(JS_SIGNATURE))
+                    and a
+                ),
+                10,
+            )
             errors = widget.evaluate("""(el) => [...el.querySelectorAll('[data-mime-type*="stderr"], [data-mime-type*="error"]')]
                 .filter(e => /Traceback|Error/.test(e.innerText)).length""")
-            label = widget.locator(".widget-slider").nth(s).locator(".widget-label").first
+            label = (
+                widget.locator(".widget-slider").nth(s).locator(".widget-label").first
+            )
             desc = label.inner_text().strip() if label.count() else str(s)
             widget.screenshot(path=str(shots / f"{stem}_widget{w}_slider{s}.png"))
             what = []
             if changed:
-                what = [k for k, x in (("summary", changed["text"] != before["text"]),
-                                       ("figure", changed["images"] != before["images"])) if x]
-            report.check(f"{stem}: widget {w} slider '{desc}' changes the output with the keyboard",
-                         bool(changed) and errors == 0, f"{' and '.join(what)} changed" if changed else "output unchanged")
+                what = [
+                    k
+                    for k, x in (
+                        ("summary", changed["text"] != before["text"]),
+                        ("figure", changed["images"] != before["images"]),
+                    )
+                    if x
+                ]
+            report.check(
+                f"{stem}: widget {w} slider '{desc}' changes the output with the keyboard",
+                bool(changed) and errors == 0,
+                f"{' and '.join(what)} changed" if changed else "output unchanged",
+            )
 
 
-def check_lab(context, notebooks: list[Path], report: Report, shots: Path, scratch: Path, timeout: float) -> None:
+def check_lab(
+    context,
+    notebooks: list[Path],
+    report: Report,
+    shots: Path,
+    scratch: Path,
+    timeout: float,
+) -> None:
     """Copy `notebooks` into a scratch folder, start JupyterLab over it, and check each one."""
     root = scratch / "notebooks"
     root.mkdir(parents=True)
-    for nb in notebooks:  # outputs cleared, so every prompt and output the checks see is from this run
-        (root / nb.name).write_text(json.dumps(without_outputs(json.loads(nb.read_text(encoding="utf-8")))),
-                                    encoding="utf-8")
+    for nb in (
+        notebooks
+    ):  # outputs cleared, so every prompt and output the checks see is from this run
+        (root / nb.name).write_text(
+            json.dumps(without_outputs(json.loads(nb.read_text(encoding="utf-8")))),
+            encoding="utf-8",
+        )
     with jupyterlab(root, scratch, shots / "jupyterlab.log") as (base, token):
-        report.check("JupyterLab answers /api/status on 127.0.0.1", True, base.replace(token, "…"))
+        report.check(
+            "JupyterLab answers /api/status on 127.0.0.1",
+            True,
+            base.replace(token, "…"),
+        )
         for nb in notebooks:
             page = context.new_page()
             try:
-                if run_notebook(page, base, token, nb.name, code_cell_count(nb), report, shots, timeout):
+                if run_notebook(
+                    page,
+                    base,
+                    token,
+                    nb.name,
+                    code_cell_count(nb),
+                    report,
+                    shots,
+                    timeout,
+                ):
                     move_sliders(page, nb.stem, report, shots)
-            except Exception as exc:  # a broken page fails its notebook, not the whole run
-                report.check(f"{nb.stem}: browser session", False, f"{type(exc).__name__}: {exc}")
+            except (
+                Exception
+            ) as exc:  # a broken page fails its notebook, not the whole run
+                report.check(
+                    f"{nb.stem}: browser session", False, f"{type(exc).__name__}: {exc}"
+                )
                 with contextlib.suppress(Exception):
                     page.screenshot(path=str(shots / f"{nb.stem}_failure.png"))
             finally:
                 page.close()
                 with contextlib.suppress(Exception):
                     for session in http_json(f"{base}/api/sessions", token):
-                        http_json(f"{base}/api/sessions/{session['id']}", token, method="DELETE", timeout=10)
+                        http_json(
+                            f"{base}/api/sessions/{session['id']}",
+                            token,
+                            method="DELETE",
+                            timeout=10,
+                        )
 
 
 # ---------------------------------------------------------------- site checks
@@ -464,7 +646,10 @@ def check_site(context, site: Path, report: Report, shots: Path) -> None:
     with serve(site) as base:
         page = context.new_page()
         bad_responses = []
-        page.on("response", lambda r: r.status >= 400 and bad_responses.append(f"{r.status} {r.url}"))
+        page.on(
+            "response",
+            lambda r: r.status >= 400 and bad_responses.append(f"{r.status} {r.url}"),
+        )
         ids_of, queue, seen = {}, [base + "index.html"], set()
         links_to_check = []
         while queue:
@@ -472,25 +657,52 @@ def check_site(context, site: Path, report: Report, shots: Path) -> None:
             if url in seen:
                 continue
             seen.add(url)
-            name = url[len(base):] or "index.html"
+            name = url[len(base) :] or "index.html"
             response = page.goto(url, wait_until="load")
             ok = response is not None and response.ok
-            if not report.check(f"site {name}: loads", ok, f"HTTP {response.status if response else '—'}"):
+            if not report.check(
+                f"site {name}: loads",
+                ok,
+                f"HTTP {response.status if response else '—'}",
+            ):
                 continue
             page.evaluate("document.fonts.ready.then(() => true)")
             info = page.evaluate(JS_PAGE)
             ids_of[url] = set(info["ids"])
-            page.screenshot(path=str(shots / f"site_{Path(name).stem}.png"), full_page=False)
+            page.screenshot(
+                path=str(shots / f"site_{Path(name).stem}.png"), full_page=False
+            )
             want = expected.get(name, {}).get("math", 0)
             leftover = raw_tex(info["prose"])
-            report.check(f"site {name}: math typeset", info["katex"] >= want and info["katexErrors"] == 0
-                         and not leftover and (want == 0 or "KaTeX" in info["katexFont"]),
-                         f"{info['katex']} formulas of {want}" + (f"; raw TeX: {leftover[:3]}" if leftover else "")
-                         + (f"; {info['katexErrors']} KaTeX errors" if info["katexErrors"] else "")
-                         + ("; KaTeX stylesheet not applied" if want and "KaTeX" not in info["katexFont"] else ""))
-            report.check(f"site {name}: images load", not info["brokenImages"],
-                         f"{info['images']} images" + (f"; broken: {info['brokenImages'][:3]}" if info["brokenImages"]
-                                                       else ""))
+            report.check(
+                f"site {name}: math typeset",
+                info["katex"] >= want
+                and info["katexErrors"] == 0
+                and not leftover
+                and (want == 0 or "KaTeX" in info["katexFont"]),
+                f"{info['katex']} formulas of {want}"
+                + (f"; raw TeX: {leftover[:3]}" if leftover else "")
+                + (
+                    f"; {info['katexErrors']} KaTeX errors"
+                    if info["katexErrors"]
+                    else ""
+                )
+                + (
+                    "; KaTeX stylesheet not applied"
+                    if want and "KaTeX" not in info["katexFont"]
+                    else ""
+                ),
+            )
+            report.check(
+                f"site {name}: images load",
+                not info["brokenImages"],
+                f"{info['images']} images"
+                + (
+                    f"; broken: {info['brokenImages'][:3]}"
+                    if info["brokenImages"]
+                    else ""
+                ),
+            )
             for href in info["links"]:
                 target = site_link_target(href, base, url)
                 if target is None:
@@ -500,17 +712,29 @@ def check_site(context, site: Path, report: Report, shots: Path) -> None:
                     queue.append(target[0])
         broken = []
         for name, href, target, fragment in links_to_check:
-            if target not in ids_of:  # a file that is not a page (image, download): it must exist
-                path = site / target[len(base):]
+            if (
+                target not in ids_of
+            ):  # a file that is not a page (image, download): it must exist
+                path = site / target[len(base) :]
                 if not path.is_file():
                     broken.append(f"{name} -> {href}")
             elif fragment and fragment not in ids_of[target]:
                 broken.append(f"{name} -> {href} (no #{fragment})")
-        report.check("site: every internal link resolves", not broken,
-                     f"{len(links_to_check)} links" + (f"; broken: {broken[:5]}" if broken else ""))
-        missing = sorted(set(expected) - {u[len(base):] or "index.html" for u in seen})
-        report.check("site: every page is reachable from the index", not missing, ", ".join(missing))
-        report.check("site: no failed request", not bad_responses, "; ".join(bad_responses[:5]))
+        report.check(
+            "site: every internal link resolves",
+            not broken,
+            f"{len(links_to_check)} links"
+            + (f"; broken: {broken[:5]}" if broken else ""),
+        )
+        missing = sorted(set(expected) - {u[len(base) :] or "index.html" for u in seen})
+        report.check(
+            "site: every page is reachable from the index",
+            not missing,
+            ", ".join(missing),
+        )
+        report.check(
+            "site: no failed request", not bad_responses, "; ".join(bad_responses[:5])
+        )
         page.close()
 
 
@@ -518,23 +742,49 @@ def check_site(context, site: Path, report: Report, shots: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("notebooks", nargs="*", type=Path, help="default: notebooks/NN_*.ipynb with a slider")
-    parser.add_argument("--site", type=Path, default=ROOT / "build" / "site", help="the built site (make site)")
-    parser.add_argument("--shots", type=Path, default=ROOT / "build" / "ui", help="where screenshots go")
-    parser.add_argument("--no-lab", action="store_true", help="skip the JupyterLab checks")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "notebooks",
+        nargs="*",
+        type=Path,
+        help="default: notebooks/NN_*.ipynb with a slider",
+    )
+    parser.add_argument(
+        "--site",
+        type=Path,
+        default=ROOT / "build" / "site",
+        help="the built site (make site)",
+    )
+    parser.add_argument(
+        "--shots", type=Path, default=ROOT / "build" / "ui", help="where screenshots go"
+    )
+    parser.add_argument(
+        "--no-lab", action="store_true", help="skip the JupyterLab checks"
+    )
     parser.add_argument("--no-site", action="store_true", help="skip the site checks")
-    parser.add_argument("--timeout", type=float, default=240.0, help="seconds for one notebook to run all cells")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=240.0,
+        help="seconds for one notebook to run all cells",
+    )
     args = parser.parse_args(argv)
 
-    candidates = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    candidates = args.notebooks or sorted(
+        (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")
+    )
     notebooks = slider_notebooks(candidates)
     if args.shots.exists():
         shutil.rmtree(args.shots)
     args.shots.mkdir(parents=True)
     report, blocked = Report(), []
-    print(f"ui: {len(notebooks)} of {len(candidates)} notebooks have sliders: "
-          f"{', '.join(p.name for p in notebooks) or '-'}", flush=True)
+    print(
+        f"ui: {len(notebooks)} of {len(candidates)} notebooks have sliders: "
+        f"{', '.join(p.name for p in notebooks) or '-'}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="ui-check-") as tmp:
         scratch = Path(tmp)
         try:
@@ -542,10 +792,21 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.no_site:
                     check_site(context, args.site, report, args.shots)
                 if not args.no_lab and notebooks:
-                    check_lab(context, notebooks, report, args.shots, scratch / "lab", args.timeout)
+                    check_lab(
+                        context,
+                        notebooks,
+                        report,
+                        args.shots,
+                        scratch / "lab",
+                        args.timeout,
+                    )
         except Exception as exc:
             report.check("browser run", False, f"{type(exc).__name__}: {exc}")
-    report.check("nothing but loopback was requested", not blocked, "; ".join(sorted(set(blocked))[:5]))
+    report.check(
+        "nothing but loopback was requested",
+        not blocked,
+        "; ".join(sorted(set(blocked))[:5]),
+    )
     print(f"screenshots: {args.shots}")
     print(report.summary())
     return 1 if report.failed else 0

@@ -7,3 +7,7 @@ block sizes that do not divide N), and hints for the classic mistakes.
 
 Taught in: the exercises at the end of each notebook.
 """
+
+from .._lazy import submodules_on_first_use
+
+__getattr__ = submodules_on_first_use(__name__)

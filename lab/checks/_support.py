@@ -15,10 +15,16 @@ import numpy as np
 
 from ..exercises import diagnose
 
+
 def _same(got, wrong, case=None) -> bool:
     """True when `got` equals `wrong(*case)` (or `wrong` itself, without a case) to rounding, NaN matching NaN."""
     try:
-        return diagnose(got, wrong if case is None else wrong(*case), rtol=1e-9, atol=1e-12) is None
+        return (
+            diagnose(
+                got, wrong if case is None else wrong(*case), rtol=1e-9, atol=1e-12
+            )
+            is None
+        )
     except Exception:
         return False
 
@@ -26,9 +32,15 @@ def _same(got, wrong, case=None) -> bool:
 def _hint(mistakes, default: str):
     """A `lab.check` hint: the text of the first mistake `(wrong, text)` whose `wrong(*case)` equals yours, else `default`;
     None when the values agree (a property failed and says why itself)."""
+
     def hint(case, got, want):
         with np.errstate(all="ignore"):
-            return None if _same(got, want) else next((t for w, t in mistakes if _same(got, w, case)), default)
+            return (
+                None
+                if _same(got, want)
+                else next((t for w, t in mistakes if _same(got, w, case)), default)
+            )
+
     return hint
 
 
@@ -39,6 +51,7 @@ def _copies(case) -> list:
 def _guarded(fn, default: str, notes=None):
     """`fn` on copies of the case (so an in-place change cannot reach the reference), named `default` if a lambda; a
     ValueError whose message holds a key of `notes` gets that note appended."""
+
     def run(*case):
         try:
             return fn(*_copies(case))
@@ -47,6 +60,7 @@ def _guarded(fn, default: str, notes=None):
             if note is None:
                 raise
             raise ValueError(f"{exc} ({note})") from None
+
     name = getattr(fn, "__name__", "<")
     run.__name__, run.raw = (default if name.startswith("<") else name), fn
     return run
@@ -55,14 +69,18 @@ def _guarded(fn, default: str, notes=None):
 def _own_work(*names):
     """Property: `fn` leaves its input arrays as they were and runs none of `lab.<names>`, lab's own version, by any
     route (`lab.x`, `lab.module.x`, a name imported earlier): a profile hook watches for their code while `fn` runs."""
+
     def prop(fn, case, got):
         lab, args, called = importlib.import_module("lab"), _copies(case), []
-        codes = {getattr(inspect.unwrap(getattr(lab, n)), "__code__", None): n for n in names}
+        codes = {
+            getattr(inspect.unwrap(getattr(lab, n)), "__code__", None): n for n in names
+        }
         before = sys.getprofile()
 
         def watch(frame, event, arg):
             if event == "call" and frame.f_code in codes:
                 called.append(codes[frame.f_code])
+
         sys.setprofile(watch)
         try:
             getattr(fn, "raw", fn)(*args)
@@ -70,9 +88,13 @@ def _own_work(*names):
             sys.setprofile(before)
         if called:
             return f"it calls lab.{called[0]}, which does what this exercise asks you to write: use numpy instead"
-        if any(isinstance(a, np.ndarray) and not np.array_equal(a, b, equal_nan=True) for a, b in zip(args, case)):
+        if any(
+            isinstance(a, np.ndarray) and not np.array_equal(a, b, equal_nan=True)
+            for a, b in zip(args, case)
+        ):
             return "it changes its input in place (e.g. `s -= m`): compute into a new array and leave the caller's scores alone"
         return None
+
     return prop
 
 
@@ -88,6 +110,7 @@ def watch_course(names):
         def wrapper(*args, **kwargs):
             called.append(n)
             return f(*args, **kwargs)
+
         return wrapper
 
     for n, f in saved.items():

@@ -12,9 +12,11 @@ import numpy as np
 
 __all__ = ["FLOAT32", "sharpen"]
 
-FLOAT32 = ("yours agrees with the reference to about 7 significant digits, float32's precision, not float64's "
-           "(rtol 1e-9): accumulate in float64 (np.zeros(n) is float64; an array made with dtype=np.float32, or "
-           "computed from float32 arrays, is not)")
+FLOAT32 = (
+    "yours agrees with the reference to about 7 significant digits, float32's precision, not float64's "
+    "(rtol 1e-9): accumulate in float64 (np.zeros(n) is float64; an array made with dtype=np.float32, or "
+    "computed from float32 arrays, is not)"
+)
 
 
 _DIFF = re.compile(r"(at index \[([\d, ]*)\] )?expected (\S+), got (\S+);")
@@ -25,7 +27,14 @@ def sharpen(problem: str | None, got, want, names, rtol: float = 1e-9) -> str | 
     expected 0 (there it is meaningless: the absolute error says it)."""
     if not problem:
         return problem
-    k = next((i for i, n in enumerate(names or ()) if problem.startswith(f"{n} (element {i})")), None)
+    k = next(
+        (
+            i
+            for i, n in enumerate(names or ())
+            if problem.startswith(f"{n} (element {i})")
+        ),
+        None,
+    )
     try:
         g = np.asarray(got if k is None else got[k], dtype=float)
         w = np.asarray(want if k is None else want[k], dtype=float)
@@ -38,12 +47,20 @@ def sharpen(problem: str | None, got, want, names, rtol: float = 1e-9) -> str | 
         at = tuple(int(x) for x in found.group(2).split(",")) if found.group(2) else ()
         gv, wv = float(g[at]), float(w[at])
         digits = next((n for n in range(7, 18) if f"{wv:#.{n}g}" != f"{gv:#.{n}g}"), 17)
-        problem = problem.replace(found.group(0), f"{found.group(1) or ''}expected {wv:#.{digits}g}, got {gv:#.{digits}g};")
+        problem = problem.replace(
+            found.group(0),
+            f"{found.group(1) or ''}expected {wv:#.{digits}g}, got {gv:#.{digits}g};",
+        )
     with np.errstate(all="ignore"):
         ok = np.isfinite(g) & np.isfinite(w)
         if "largest relative error" in problem and (ok & (w == 0) & (g != 0)).any():
             nonzero = ok & (w != 0)
             rel = (np.abs(g - w)[nonzero] / np.abs(w[nonzero])).max(initial=0.0)
-            problem = re.sub(r", largest relative error [^;\s]+", f", largest relative error {rel:.2e} where the expected "
-                             "value is not 0" if rel > rtol else "", problem)
+            problem = re.sub(
+                r", largest relative error [^;\s]+",
+                f", largest relative error {rel:.2e} where the expected value is not 0"
+                if rel > rtol
+                else "",
+                problem,
+            )
     return problem

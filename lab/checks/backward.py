@@ -21,38 +21,52 @@ import numpy as np
 import torch
 
 from ..attention import attention_reference, causal_mask
-from ..backward import NumpyFlashAttention, attention_backward, backward_delta, flash_attention_backward_numpy
+from ..backward import (
+    NumpyFlashAttention,
+    attention_backward,
+    backward_delta,
+    flash_attention_backward_numpy,
+)
 from ..exercises import check, diagnose
 
-__all__ = ["check_delta", "check_p_tile", "check_standard_backward", "check_tiled_backward", "backward_with_mistake",
-           "BACKWARD_MISTAKES", "arrays_formed"]
+__all__ = [
+    "check_delta",
+    "check_p_tile",
+    "check_standard_backward",
+    "check_tiled_backward",
+    "backward_with_mistake",
+    "BACKWARD_MISTAKES",
+    "arrays_formed",
+]
 
 RTOL, ATOL = 1e-7, 1e-10
 NAMES = ("dq", "dk", "dv")
 
 BACKWARD_MISTAKES = {
     "D = rowsum(dO)": "D computed as rowsum(dO): D_i = Σ_j P_ij dP_ij, which section 2 turns into a sum over row i "
-                      "of dO ∘ O, not of dO alone",
+    "of dO ∘ O, not of dO alone",
     "D from one tile": "D_i taken as rowsum(P_ij ∘ dP_ij) over the current tile only: D_i sums over all keys of the row; "
-                       "rowsum(dO ∘ O) gives it before the loop, without P",
+    "rowsum(dO ∘ O) gives it before the loop, without P",
     "P = exp(S - tile max)": "P recomputed as exp(S − m) with m the tile's own max and no l: lse_i = m_i + log l_i holds "
-                             "the row's final max and sum, so P_ij = exp(S_ij − lse_i) needs nothing else",
+    "the row's final max and sum, so P_ij = exp(S_ij − lse_i) needs nothing else",
     "P = exp(S - row max)": "P = exp(S − m) with the row max m but not divided by l, the row's sum of exp(S − m); "
-                            "in the tiled backward, subtracting lse_i = m_i + log l_i does both",
+    "in the tiled backward, subtracting lse_i = m_i + log l_i does both",
     "dv without transpose": "dv: a missing transpose, P dO in place of Pᵀ dO (it runs only because the tile is square)",
     "dk without transpose": "dk: a missing transpose, dS Q in place of dSᵀ Q (it runs only because the tile is square)",
     "causal top-left": "the causal mask is aligned top-left (key j ≤ i); it is aligned bottom-right, j ≤ i + M − N, "
-                       "so that the last query sees every key when N ≠ M",
+    "so that the last query sees every key when N ≠ M",
     "last query block dropped": "the last query block was never visited: Br = {Br} does not divide N = {N}, so "
-                                "rows {N_tail}..{N_last} form a shorter block",
+    "rows {N_tail}..{N_last} form a shorter block",
     "last key block dropped": "the last key block was never visited: Bc = {Bc} does not divide M = {M}, so "
-                              "keys {M_tail}..{M_last} form a shorter block",
+    "keys {M_tail}..{M_last} form a shorter block",
     "dq assigned": "dq_i is assigned (=) in each tile, not accumulated (+=): every key block adds its part to dq_i",
     "dk, dv assigned": "dk_j and dv_j are assigned (=) in each tile, not accumulated (+=): every query block adds its part",
 }
 
 
-def backward_with_mistake(q, k, v, o, lse, do, Br: int, Bc: int, causal: bool = False, mistake=None):
+def backward_with_mistake(
+    q, k, v, o, lse, do, Br: int, Bc: int, causal: bool = False, mistake=None
+):
     """One head's tiled backward, $P_{ij} = e^{S_{ij} - lse_i}$, $D = \\mathrm{rowsum}(dO \\circ O)$, with `mistake` (a key of `BACKWARD_MISTAKES`) planted.
 
     `mistake` may be a tuple of keys; `None` is the correct loop (key blocks outside). Returns `(dq, dk, dv)`; a
@@ -61,43 +75,74 @@ def backward_with_mistake(q, k, v, o, lse, do, Br: int, Bc: int, causal: bool = 
     """
     planted = {mistake} if isinstance(mistake, str) else set(mistake or ())
     if not planted <= set(BACKWARD_MISTAKES):
-        raise ValueError(f"mistake must be None or one of {sorted(BACKWARD_MISTAKES)} (or a tuple of them), got {mistake!r}")
+        raise ValueError(
+            f"mistake must be None or one of {sorted(BACKWARD_MISTAKES)} (or a tuple of them), got {mistake!r}"
+        )
     N, M, d = q.shape[0], k.shape[0], q.shape[1]
     scale = 1.0 / np.sqrt(d)
-    D = do.sum(axis=-1) if "D = rowsum(dO)" in planted else (do * o).sum(axis=-1)      # (N,)
-    lse_safe = np.where(np.isneginf(lse), np.inf, lse)                                # no key: P = 0
+    D = (
+        do.sum(axis=-1) if "D = rowsum(dO)" in planted else (do * o).sum(axis=-1)
+    )  # (N,)
+    lse_safe = np.where(np.isneginf(lse), np.inf, lse)  # no key: P = 0
     offset = 0 if "causal top-left" in planted else M - N
-    dq, dk, dv = np.zeros_like(q, dtype=float), np.zeros_like(k, dtype=float), np.zeros_like(v, dtype=float)
+    dq, dk, dv = (
+        np.zeros_like(q, dtype=float),
+        np.zeros_like(k, dtype=float),
+        np.zeros_like(v, dtype=float),
+    )
     N_end = N - N % Br if "last query block dropped" in planted else N
     M_end = M - M % Bc if "last key block dropped" in planted else M
     with np.errstate(invalid="ignore", over="ignore"):
         if "P = exp(S - row max)" in planted:
-            s_all = scale * (q @ k.T)                                                 # (N, M): a check may
-            if causal:                                                                # form it, a kernel not
+            s_all = scale * (q @ k.T)  # (N, M): a check may
+            if causal:  # form it, a kernel not
                 s_all = np.where(causal_mask(N, M), s_all, -np.inf)
             row_max = np.nan_to_num(s_all.max(axis=-1), neginf=0.0)
         for j0 in range(0, M_end, Bc):
             j1 = min(j0 + Bc, M)
             for i0 in range(0, N_end, Br):
                 i1 = min(i0 + Br, N)
-                s = scale * (q[i0:i1] @ k[j0:j1].T)                                   # S_ij: (Br, Bc)
+                s = scale * (q[i0:i1] @ k[j0:j1].T)  # S_ij: (Br, Bc)
                 if causal:
-                    s = np.where(np.arange(j0, j1)[None, :] <= np.arange(i0, i1)[:, None] + offset, s, -np.inf)
+                    s = np.where(
+                        np.arange(j0, j1)[None, :]
+                        <= np.arange(i0, i1)[:, None] + offset,
+                        s,
+                        -np.inf,
+                    )
                 if "P = exp(S - tile max)" in planted:
-                    p = np.exp(s - np.nan_to_num(s.max(axis=-1, keepdims=True), neginf=0.0))
+                    p = np.exp(
+                        s - np.nan_to_num(s.max(axis=-1, keepdims=True), neginf=0.0)
+                    )
                 elif "P = exp(S - row max)" in planted:
                     p = np.exp(s - row_max[i0:i1, None])
                 else:
-                    p = np.exp(s - lse_safe[i0:i1, None])                             # P_ij from lse
-                dp = do[i0:i1] @ v[j0:j1].T                                           # dP_ij: (Br, Bc)
-                D_i = (p * dp).sum(axis=-1) if "D from one tile" in planted else D[i0:i1]
-                ds = p * (dp - D_i[:, None])                                          # dS_ij
-                dv_part = p @ do[i0:i1] if "dv without transpose" in planted else p.T @ do[i0:i1]
-                dk_part = scale * (ds @ q[i0:i1] if "dk without transpose" in planted else ds.T @ q[i0:i1])
+                    p = np.exp(s - lse_safe[i0:i1, None])  # P_ij from lse
+                dp = do[i0:i1] @ v[j0:j1].T  # dP_ij: (Br, Bc)
+                D_i = (
+                    (p * dp).sum(axis=-1) if "D from one tile" in planted else D[i0:i1]
+                )
+                ds = p * (dp - D_i[:, None])  # dS_ij
+                dv_part = (
+                    p @ do[i0:i1]
+                    if "dv without transpose" in planted
+                    else p.T @ do[i0:i1]
+                )
+                dk_part = scale * (
+                    ds @ q[i0:i1]
+                    if "dk without transpose" in planted
+                    else ds.T @ q[i0:i1]
+                )
                 dq_part = scale * (ds @ k[j0:j1])
-                keep_q, keep_kv = ("dq assigned" not in planted), ("dk, dv assigned" not in planted)   # += or =
+                keep_q, keep_kv = (
+                    ("dq assigned" not in planted),
+                    ("dk, dv assigned" not in planted),
+                )  # += or =
                 dq[i0:i1] = dq_part + keep_q * dq[i0:i1]
-                dk[j0:j1], dv[j0:j1] = dk_part + keep_kv * dk[j0:j1], dv_part + keep_kv * dv[j0:j1]
+                dk[j0:j1], dv[j0:j1] = (
+                    dk_part + keep_kv * dk[j0:j1],
+                    dv_part + keep_kv * dv[j0:j1],
+                )
     return dq, dk, dv
 
 
@@ -111,7 +156,9 @@ class _Watched(np.ndarray):
     above = 0
 
     def __array_finalize__(self, obj):
-        if self.size > _Watched.above:                  # only the large ones: the log itself takes memory
+        if (
+            self.size > _Watched.above
+        ):  # only the large ones: the log itself takes memory
             _Watched.log.append(self.shape)
 
 
@@ -123,7 +170,9 @@ def arrays_formed(fn, *args, above: int = 0):
     `tracemalloc` (numpy reports its allocations to it), which also sees arrays made from scratch
     (`np.zeros((N, M))`). Taught in: notebooks/09_backward.ipynb
     """
-    args = [a.astype(float).view(_Watched) if isinstance(a, np.ndarray) else a for a in args]
+    args = [
+        a.astype(float).view(_Watched) if isinstance(a, np.ndarray) else a for a in args
+    ]
     if started := not tracemalloc.is_tracing():
         tracemalloc.start()
     tracemalloc.reset_peak()
@@ -141,21 +190,36 @@ def arrays_formed(fn, *args, above: int = 0):
 def _formed_violation(fn, N, M, d, dv, Br, Bc, causal) -> str | None:
     """None when the tiled backward keeps to tiles on a large case; else what it formed, in words."""
     q, k, v, do, o, lse = _problem(N, M, d, dv, causal, seed=7)
-    limit = max(N, M) * max(d, dv)                                       # the largest input or output
+    limit = max(N, M) * max(d, dv)  # the largest input or output
     shapes, peak = arrays_formed(fn, q, k, v, o, lse, do, Br, Bc, causal, above=limit)
     sizes = {"N": N, "M": M, "Br": Br, "Bc": Bc, "d": d, "dv": dv}
-    label = lambda shape: "(" + ", ".join(next((k for k, x in sizes.items() if x == n), str(n)) for n in shape) + ")"
+    label = lambda shape: (
+        "("
+        + ", ".join(
+            next((k for k, x in sizes.items() if x == n), str(n)) for n in shape
+        )
+        + ")"
+    )
     big = [s for s in shapes if len(s) >= 2 and max(s) >= min(N, M)]
     if big:
         s = max(big, key=lambda s: int(np.prod(s)))
-        what = ("all N × M scores or probabilities at once" if N in s and M in s else
-                "a block of rows against all M keys" if M in s else "a block of keys against all N queries")
-        return (f"an array of shape {s} = {label(s)} was formed ({what}), with N = {N}, M = {M}, Br = {Br}, Bc = {Bc}; "
-                f"the tiled backward holds one (Br, Bc) tile of S, P, dP and dS at a time")
+        what = (
+            "all N × M scores or probabilities at once"
+            if N in s and M in s
+            else "a block of rows against all M keys"
+            if M in s
+            else "a block of keys against all N queries"
+        )
+        return (
+            f"an array of shape {s} = {label(s)} was formed ({what}), with N = {N}, M = {M}, Br = {Br}, Bc = {Bc}; "
+            f"the tiled backward holds one (Br, Bc) tile of S, P, dP and dS at a time"
+        )
     if peak > N * M // 2:
-        return (f"{peak / 2**20:.1f} MiB was allocated during the call, where an N × M array takes {N * M / 2**20:.1f} MiB "
-                f"as bool and {8 * N * M / 2**20:.0f} MiB as float64, and a tiled backward needs well under "
-                f"{N * M / 2**21:.2f} MiB: an N × M array (S, P or a mask) was formed; form them a tile at a time")
+        return (
+            f"{peak / 2**20:.1f} MiB was allocated during the call, where an N × M array takes {N * M / 2**20:.1f} MiB "
+            f"as bool and {8 * N * M / 2**20:.0f} MiB as float64, and a tiled backward needs well under "
+            f"{N * M / 2**21:.2f} MiB: an N × M array (S, P or a mask) was formed; form them a tile at a time"
+        )
     return None
 
 
@@ -164,24 +228,33 @@ def _formed_violation(fn, N, M, d, dv, Br, Bc, causal) -> str | None:
 
 def _problem(N, M, d, dv, causal, seed):
     rng = np.random.default_rng(seed)
-    q, k = rng.standard_normal((N, d)), rng.standard_normal((M, d))                    # (N, d), (M, d)
-    v, do = rng.standard_normal((M, dv)), rng.standard_normal((N, dv))                 # (M, dv), (N, dv)
-    o, lse = attention_reference(q, k, v, causal=causal)                                # (N, dv), (N,)
+    q, k = rng.standard_normal((N, d)), rng.standard_normal((M, d))  # (N, d), (M, d)
+    v, do = (
+        rng.standard_normal((M, dv)),
+        rng.standard_normal((N, dv)),
+    )  # (M, dv), (N, dv)
+    o, lse = attention_reference(q, k, v, causal=causal)  # (N, dv), (N,)
     return q, k, v, do, o, lse
 
 
 def _close(a, b) -> bool:
     try:
-        return np.shape(a) == np.shape(b) and bool(np.allclose(a, b, rtol=RTOL, atol=ATOL))
-    except (TypeError, ValueError):                     # a ragged or non-numeric answer
+        return np.shape(a) == np.shape(b) and bool(
+            np.allclose(a, b, rtol=RTOL, atol=ATOL)
+        )
+    except (TypeError, ValueError):  # a ragged or non-numeric answer
         return False
 
 
 def _run(name, fn, args, shown, hint_error):
     """`fn(*args)`, watched for calls of lab's backward or torch autograd; prints and returns None when it failed."""
-    codes = {attention_backward.__code__: "lab.attention_backward", torch.autograd.grad.__code__: "torch.autograd.grad",
-             flash_attention_backward_numpy.__code__: "lab.flash_attention_backward_numpy",
-             NumpyFlashAttention.forward.__code__: "lab.NumpyFlashAttention", torch.autograd.backward.__code__: "torch autograd"}
+    codes = {
+        attention_backward.__code__: "lab.attention_backward",
+        torch.autograd.grad.__code__: "torch.autograd.grad",
+        flash_attention_backward_numpy.__code__: "lab.flash_attention_backward_numpy",
+        NumpyFlashAttention.forward.__code__: "lab.NumpyFlashAttention",
+        torch.autograd.backward.__code__: "torch autograd",
+    }
     seen = set()
 
     def profile(frame, event, arg):
@@ -193,7 +266,9 @@ def _run(name, fn, args, shown, hint_error):
     try:
         out = fn(*args)
     except NotImplementedError:
-        print(f"{name}: not implemented yet (fill in the stub above, then run this cell again)")
+        print(
+            f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
+        )
         return None
     except Exception as exc:  # a learner's bug: report it, do not stop the notebook
         print(f"{name}: ✗ case {shown} raised {type(exc).__name__}: {exc}")
@@ -202,8 +277,10 @@ def _run(name, fn, args, shown, hint_error):
     finally:
         sys.setprofile(old)
     if seen:
-        print(f"{name}: ✗ case {shown} calls {', '.join(sorted(seen))}: the check compares with lab's backward, "
-              f"so calling a backward proves nothing; write the gradients yourself")
+        print(
+            f"{name}: ✗ case {shown} calls {', '.join(sorted(seen))}: the check compares with lab's backward, "
+            f"so calling a backward proves nothing; write the gradients yourself"
+        )
         return None
     if out is None:
         print(f"{name}: ✗ case {shown}: returned None (a missing `return`?)")
@@ -212,12 +289,18 @@ def _run(name, fn, args, shown, hint_error):
 
 def _error_hint(text: str) -> str:
     if "mismatch in its core dimension" in text or "not aligned" in text:
-        return ("shape: a matrix product's inner sizes differ, a missing or extra transpose: S_ij = Q_i K_jᵀ is (Br, Bc), "
-                "dV_j += P_ijᵀ dO_i is (Bc, dv), dK_j += dS_ijᵀ Q_i is (Bc, d)")
+        return (
+            "shape: a matrix product's inner sizes differ, a missing or extra transpose: S_ij = Q_i K_jᵀ is (Br, Bc), "
+            "dV_j += P_ijᵀ dO_i is (Bc, dv), dK_j += dS_ijᵀ Q_i is (Bc, d)"
+        )
     if "broadcast" in text:
-        return ("shape: a per-row vector (lse_i or D_i, shape (Br,)) met a (Br, Bc) tile: give it an axis, [:, None], once "
-                "(a sum with keepdims=True already has it; a second [:, None] makes it (Br, 1, 1))")
-    return "run your function on the case above by hand and print the shapes of the tiles"
+        return (
+            "shape: a per-row vector (lse_i or D_i, shape (Br,)) met a (Br, Bc) tile: give it an axis, [:, None], once "
+            "(a sum with keepdims=True already has it; a second [:, None] makes it (Br, 1, 1))"
+        )
+    return (
+        "run your function on the case above by hand and print the shapes of the tiles"
+    )
 
 
 def _backward_hint(got, want, case, variants) -> str:
@@ -225,47 +308,85 @@ def _backward_hint(got, want, case, variants) -> str:
     if isinstance(got, tuple) and len(got) == 3:
         for mistake, alt in variants:
             if all(_close(g, a) for g, a in zip(got, alt)):
-                first = mistake if isinstance(mistake, str) else mistake[0]    # D from P follows a wrong P
-                return "yours matches a classic mistake: " + BACKWARD_MISTAKES[first].format(**case)
+                first = (
+                    mistake if isinstance(mistake, str) else mistake[0]
+                )  # D from P follows a wrong P
+                return "yours matches a classic mistake: " + BACKWARD_MISTAKES[
+                    first
+                ].format(**case)
         for g, w, name in zip(got, want, NAMES):
             if _close(g, w):
                 continue
             if np.isnan(np.asarray(g, dtype=float)).any():
                 if causal and N > M:
-                    return (f"NaN: with causal and N > M the first N − M = {N - M} queries see no key; the forward gave them "
-                            "lse = −inf, and exp(−inf − (−inf)) is NaN. Give those rows P = 0 (their gradients are 0)")
+                    return (
+                        f"NaN: with causal and N > M the first N − M = {N - M} queries see no key; the forward gave them "
+                        "lse = −inf, and exp(−inf − (−inf)) is NaN. Give those rows P = 0 (their gradients are 0)"
+                    )
                 return "NaN: an inf − inf or a 0/0 (a row of S all −inf?); P = exp(S − lse) needs no max and no division"
             if np.shape(g) != np.shape(w):
                 return "shape: dq has q's shape (N, d), dk k's (M, d), dv v's (M, dv) (a keepdims=True or a transpose?)"
-            for factor, text in ((np.sqrt(d), "√d times too large: S = scale·QKᵀ with scale = 1/√d, so the chain rule "
-                                              f"multiplies {name} by the scale"), (1 / np.sqrt(d), "√d times too small: "
-                                              "the scale 1/√d is applied twice"), (-1.0, "of the wrong sign: dS = P ∘ (dP − D)")):
+            for factor, text in (
+                (
+                    np.sqrt(d),
+                    "√d times too large: S = scale·QKᵀ with scale = 1/√d, so the chain rule "
+                    f"multiplies {name} by the scale",
+                ),
+                (1 / np.sqrt(d), "√d times too small: the scale 1/√d is applied twice"),
+                (-1.0, "of the wrong sign: dS = P ∘ (dP − D)"),
+            ):
                 if _close(g, factor * np.asarray(w)):
                     return f"{name} is {text}"
             if causal and N != M:
-                return (f"{name} differs on a causal case with N ≠ M: is the mask aligned bottom-right (key j ≤ i + M − N)? "
-                        "Are the last, shorter blocks visited?")
-            if name == "dv" or not _close(got[2], want[2]):                 # dv = Pᵀ dO: a wrong dv means a wrong P
-                return (f"{name}{' and dv' * (name != 'dv')} wrong, and dv depends only on P and dO, so P is wrong: check P = "
-                        "exp(S − lse) (the forward's lse, one per query row; not a softmax of the tile) and the transpose, Pᵀ dO")
+                return (
+                    f"{name} differs on a causal case with N ≠ M: is the mask aligned bottom-right (key j ≤ i + M − N)? "
+                    "Are the last, shorter blocks visited?"
+                )
+            if name == "dv" or not _close(
+                got[2], want[2]
+            ):  # dv = Pᵀ dO: a wrong dv means a wrong P
+                return (
+                    f"{name}{' and dv' * (name != 'dv')} wrong, and dv depends only on P and dO, so P is wrong: check P = "
+                    "exp(S − lse) (the forward's lse, one per query row; not a softmax of the tile) and the transpose, Pᵀ dO"
+                )
             return f"{name} is wrong and dv right, so P is right: check dP = dO Vᵀ, D (one per query row), the transposes, the scale"
     return "return the tuple (dq, dk, dv), in that order"
 
 
-_DENSE = ["D = rowsum(dO)", ("P = exp(S - row max)", "D from one tile"), ("causal top-left", "D from one tile"),
-          "dv without transpose", "dk without transpose"]
+_DENSE = [
+    "D = rowsum(dO)",
+    ("P = exp(S - row max)", "D from one tile"),
+    ("causal top-left", "D from one tile"),
+    "dv without transpose",
+    "dk without transpose",
+]
 
 
 def _variants(q, k, v, o, lse, do, case, tiled, want) -> list:
     """(mistake, gradients) for each planted mistake that changes the answer; a dense P is normalized under its own mask."""
     out = []
-    for mistake in [*BACKWARD_MISTAKES, *((m, "D from one tile") for m in BACKWARD_MISTAKES if m[0] == "P")] if tiled else _DENSE:
+    for mistake in (
+        [
+            *BACKWARD_MISTAKES,
+            *((m, "D from one tile") for m in BACKWARD_MISTAKES if m[0] == "P"),
+        ]
+        if tiled
+        else _DENSE
+    ):
         lse_m = lse
-        if not tiled and "causal top-left" in mistake:                     # softmax over keys j <= i
-            s = np.where(np.arange(len(k)) <= np.arange(len(q))[:, None], q @ k.T / np.sqrt(q.shape[1]), -np.inf)
-            lse_m = np.log(np.exp(s - s.max(axis=-1, keepdims=True)).sum(axis=-1)) + s.max(axis=-1)
+        if not tiled and "causal top-left" in mistake:  # softmax over keys j <= i
+            s = np.where(
+                np.arange(len(k)) <= np.arange(len(q))[:, None],
+                q @ k.T / np.sqrt(q.shape[1]),
+                -np.inf,
+            )
+            lse_m = np.log(
+                np.exp(s - s.max(axis=-1, keepdims=True)).sum(axis=-1)
+            ) + s.max(axis=-1)
         try:
-            alt = backward_with_mistake(q, k, v, o, lse_m, do, case["Br"], case["Bc"], case["causal"], mistake)
+            alt = backward_with_mistake(
+                q, k, v, o, lse_m, do, case["Br"], case["Bc"], case["causal"], mistake
+            )
         except ValueError:
             continue
         if not all(_close(a, w) for a, w in zip(alt, want)):
@@ -277,13 +398,38 @@ def _backward_cases(name, fn, cases, tiled) -> bool:
     """Compare `fn` with lab.attention_backward on each case; print a diagnosis and return False at the first failure."""
     for n, c in enumerate(cases):
         N, M, d, dv = c[:4]
-        Br, Bc, causal = (c[4], c[5], bool(c[6]) if len(c) > 6 else False) if tiled else (N, M, bool(c[4]) if len(c) > 4 else False)
-        case = dict(N=N, M=M, d=d, dv=dv, Br=Br, Bc=Bc, causal=causal, N_tail=N - N % Br, N_last=N - 1,
-                    M_tail=M - M % Bc, M_last=M - 1)
-        shown = f"{n} (N={N}, M={M}, d={d}, dv={dv}" + (f", Br={Br}, Bc={Bc}" if tiled else "") + f", causal={causal})"
+        Br, Bc, causal = (
+            (c[4], c[5], bool(c[6]) if len(c) > 6 else False)
+            if tiled
+            else (N, M, bool(c[4]) if len(c) > 4 else False)
+        )
+        case = dict(
+            N=N,
+            M=M,
+            d=d,
+            dv=dv,
+            Br=Br,
+            Bc=Bc,
+            causal=causal,
+            N_tail=N - N % Br,
+            N_last=N - 1,
+            M_tail=M - M % Bc,
+            M_last=M - 1,
+        )
+        shown = (
+            f"{n} (N={N}, M={M}, d={d}, dv={dv}"
+            + (f", Br={Br}, Bc={Bc}" if tiled else "")
+            + f", causal={causal})"
+        )
         q, k, v, do, o, lse = _problem(N, M, d, dv, causal, seed=n)
         args = (q, k, v, o, lse, do, Br, Bc, causal) if tiled else (q, k, v, do, causal)
-        got = _run(name, fn, [a.copy() if isinstance(a, np.ndarray) else a for a in args], shown, _error_hint)
+        got = _run(
+            name,
+            fn,
+            [a.copy() if isinstance(a, np.ndarray) else a for a in args],
+            shown,
+            _error_hint,
+        )
         if got is None:
             return False
         want = attention_backward(q, k, v, do, causal=causal)
@@ -291,7 +437,9 @@ def _backward_cases(name, fn, cases, tiled) -> bool:
         if problem is None:
             continue
         print(f"{name}: ✗ case {shown}: {problem}")
-        print(f"  hint: {_backward_hint(got, want, case, _variants(q, k, v, o, lse, do, case, tiled, want))}")
+        print(
+            f"  hint: {_backward_hint(got, want, case, _variants(q, k, v, o, lse, do, case, tiled, want))}"
+        )
         return False
     return True
 
@@ -307,7 +455,9 @@ def check_standard_backward(fn, cases, *, name: str | None = None) -> None:
         print(f"{name}: ✓ passed {len(cases)} cases (dq, dk, dv)")
 
 
-def check_tiled_backward(fn, cases, *, large=(1024, 1536, 2, 3, 32, 64, True), name: str | None = None) -> None:
+def check_tiled_backward(
+    fn, cases, *, large=(1024, 1536, 2, 3, 32, 64, True), name: str | None = None
+) -> None:
     """Check `fn(q, k, v, o, lse, do, Br, Bc, causal)` against `lab.attention_backward`, then that it keeps to tiles; print one verdict.
 
     `cases`: tuples `(N, M, d, dv, Br, Bc, causal)`. After the values agree, `large` (same form) is run
@@ -322,10 +472,14 @@ def check_tiled_backward(fn, cases, *, large=(1024, 1536, 2, 3, 32, 64, True), n
     except Exception as exc:  # the values agreed, so this is the watched run itself
         problem = f"raised {type(exc).__name__} on watched arrays: {exc}"
     if problem:
-        print(f"{name}: ✗ the values agree on {len(cases)} cases, but on N = {large[0]}, M = {large[1]}: {problem}")
+        print(
+            f"{name}: ✗ the values agree on {len(cases)} cases, but on N = {large[0]}, M = {large[1]}: {problem}"
+        )
         return
-    print(f"{name}: ✓ passed {len(cases)} cases (dq, dk, dv); on N = {large[0]}, M = {large[1]} it formed no array "
-          f"beyond a tile and the (N, ·), (M, ·) inputs and outputs")
+    print(
+        f"{name}: ✓ passed {len(cases)} cases (dq, dk, dv); on N = {large[0]}, M = {large[1]} it formed no array "
+        f"beyond a tile and the (N, ·), (M, ·) inputs and outputs"
+    )
 
 
 # ------------------------------------------------------------------------------------ D and one tile of P
@@ -349,7 +503,15 @@ def check_delta(fn, cases, *, name: str | None = None) -> None:
 
     A keepdims slip or a sum over the wrong axis is a "shape"; rowsum(dO) is named. Taught in: notebooks/09_backward.ipynb
     """
-    check(fn, backward_delta, cases, name=name or getattr(fn, "__name__", None), rtol=RTOL, atol=ATOL, hint=_delta_hint)
+    check(
+        fn,
+        backward_delta,
+        cases,
+        name=name or getattr(fn, "__name__", None),
+        rtol=RTOL,
+        atol=ATOL,
+        hint=_delta_hint,
+    )
 
 
 def _p_tile_hint(got, s, lse, i0, i1, j0, j1) -> str:
@@ -357,15 +519,33 @@ def _p_tile_hint(got, s, lse, i0, i1, j0, j1) -> str:
     if g.shape != tile.shape:
         return f"shape: the tile is (Br, Bc) = ({i1 - i0}, {j1 - j0}): Q_i K_jᵀ, with lse_i[:, None] subtracted from each row"
     if not np.isfinite(g).all():
-        return (f"inf or NaN with scores up to {tile.max():.0f}: e^S overflows past S ≈ 709 before lse can be divided "
-                "out; subtract lse_i inside the exponent, where S − lse ≤ 0")
+        return (
+            f"inf or NaN with scores up to {tile.max():.0f}: e^S overflows past S ≈ 709 before lse can be divided "
+            "out; subtract lse_i inside the exponent, where S − lse ≤ 0"
+        )
     m = tile.max(axis=-1, keepdims=True)
-    known = [(np.exp(tile - m), "exp(S − m) with m the tile's own max: lse_i = m_i + log l_i already holds the max and the sum "
-                                "of the whole row"), (np.exp(tile - m) / np.exp(tile - m).sum(axis=-1, keepdims=True), "each "
-              "row of your tile sums to 1: that is the softmax of this tile alone; P's rows sum to 1 over all keys"),
-             (np.exp(tile * np.sqrt(8) - lse[i0:i1, None]), "the scale is missing: S_ij = Q_i K_jᵀ / √d, as in the forward"),
-             (np.exp(tile - lse[i0:i1, None].T) if tile.shape[0] == tile.shape[1] else None,
-              "lse_i is subtracted along the columns: it is one number per query row, lse_i[:, None]")]
+    known = [
+        (
+            np.exp(tile - m),
+            "exp(S − m) with m the tile's own max: lse_i = m_i + log l_i already holds the max and the sum "
+            "of the whole row",
+        ),
+        (
+            np.exp(tile - m) / np.exp(tile - m).sum(axis=-1, keepdims=True),
+            "each "
+            "row of your tile sums to 1: that is the softmax of this tile alone; P's rows sum to 1 over all keys",
+        ),
+        (
+            np.exp(tile * np.sqrt(8) - lse[i0:i1, None]),
+            "the scale is missing: S_ij = Q_i K_jᵀ / √d, as in the forward",
+        ),
+        (
+            np.exp(tile - lse[i0:i1, None].T)
+            if tile.shape[0] == tile.shape[1]
+            else None,
+            "lse_i is subtracted along the columns: it is one number per query row, lse_i[:, None]",
+        ),
+    ]
     for alt, text in known:
         if alt is not None and _close(g, alt):
             return text
@@ -381,15 +561,34 @@ def check_p_tile(fn, cases, *, name: str | None = None) -> None:
     """
     name = name or getattr(fn, "__name__", "your p_tile")
     rng = np.random.default_rng(0)
-    q, k, v = rng.standard_normal((32, 8)), rng.standard_normal((48, 8)), rng.standard_normal((48, 8))
+    q, k, v = (
+        rng.standard_normal((32, 8)),
+        rng.standard_normal((48, 8)),
+        rng.standard_normal((48, 8)),
+    )
     for n, (i0, i1, j0, j1, spread) in enumerate(cases):
         qs = q * spread
-        s, (_, lse) = qs @ k.T / np.sqrt(8), attention_reference(qs, k, v)                 # S: (32, 48), lse: (32,)
+        s, (_, lse) = (
+            qs @ k.T / np.sqrt(8),
+            attention_reference(qs, k, v),
+        )  # S: (32, 48), lse: (32,)
         want = np.exp(s - s.max(axis=-1, keepdims=True))
-        want = (want / want.sum(axis=-1, keepdims=True))[i0:i1, j0:j1]                    # the block of the softmax
-        shown = f"{n} (rows {i0}:{i1}, keys {j0}:{j1}" + (f", queries ×{spread}" if spread != 1 else "") + ")"
+        want = (want / want.sum(axis=-1, keepdims=True))[
+            i0:i1, j0:j1
+        ]  # the block of the softmax
+        shown = (
+            f"{n} (rows {i0}:{i1}, keys {j0}:{j1}"
+            + (f", queries ×{spread}" if spread != 1 else "")
+            + ")"
+        )
         with np.errstate(over="ignore", invalid="ignore"):
-            got = _run(name, fn, (qs[i0:i1].copy(), k[j0:j1].copy(), lse[i0:i1].copy()), shown, _error_hint)
+            got = _run(
+                name,
+                fn,
+                (qs[i0:i1].copy(), k[j0:j1].copy(), lse[i0:i1].copy()),
+                shown,
+                _error_hint,
+            )
             if got is None:
                 return
             problem = diagnose(got, want, rtol=RTOL, atol=ATOL)

@@ -20,28 +20,51 @@ import math
 import numpy as np
 
 from ..attention import attention_reference
-from ..merge import merge_outputs
-from ..exercises import check, diagnose
 from ..decoding import decode_schedule, kv_cache_bytes_per_token
+from ..exercises import check, diagnose
 from ..memory import peak_bytes
+from ..merge import merge_outputs
 from ._support import watch_course
 from .paged import check_gather_pages
 
-__all__ = ["check_cache_per_token", "check_step_intensity", "check_min_splits", "check_split_decode",
-           "check_gather_pages"]
+__all__ = [
+    "check_cache_per_token",
+    "check_step_intensity",
+    "check_min_splits",
+    "check_split_decode",
+    "check_gather_pages",
+]
 
 RTOL, ATOL = 1e-9, 1e-12
 _FAILED = object()
-_COURSE = ("attention_reference", "attention_naive", "one_pass_attention", "flash_attention_numpy", "flash_attention_torch",
-           "flash_decoding", "decode_torch", "chunk_state", "split_states", "chunk_bounds", "partial_state", "finalize",
-           "merge_states", "reduce_states", "merge_outputs", "merge_output_pair")
+_COURSE = (
+    "attention_reference",
+    "attention_naive",
+    "one_pass_attention",
+    "flash_attention_numpy",
+    "flash_attention_torch",
+    "flash_decoding",
+    "decode_torch",
+    "chunk_state",
+    "split_states",
+    "chunk_bounds",
+    "partial_state",
+    "finalize",
+    "merge_states",
+    "reduce_states",
+    "merge_outputs",
+    "merge_output_pair",
+)
 _OVERFLOW = "float64 stops at e^709.8"
-_EMPTY = ("a chunk with no keys holds no mass: its o_c = 0 and lse_c = -inf (log 0), weight 0 in the merge; the max "
-          "of nothing is an error and 0/0 is NaN")
+_EMPTY = (
+    "a chunk with no keys holds no mass: its o_c = 0 and lse_c = -inf (log 0), weight 0 in the merge; the max "
+    "of nothing is an error and 0/0 is NaN"
+)
 
 
 def _hint_from(variants, default):
     """A `lab.check` hint: the text of the first known mistake `f(*case)` that equals the learner's answer."""
+
     def hint(case, got, want):
         for f, text in variants:
             try:
@@ -50,6 +73,7 @@ def _hint_from(variants, default):
             except (TypeError, ValueError, ZeroDivisionError, OverflowError):
                 return default
         return default
+
     return hint
 
 
@@ -62,17 +86,46 @@ def check_cache_per_token(fn, *, name: str | None = None) -> None:
     Reference: `lab.kv_cache_bytes_per_token` (the query heads play no part). Hints for the query heads counted, V
     forgotten, one layer only, bits or elements instead of bytes. Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
-    cases = [(32, 32, 32, 128, 2), (80, 64, 8, 128, 2), (32, 71, 1, 64, 2), (126, 128, 8, 128, 4), (32, 32, 8, 128, 1)]
-    hint = _hint_from([
-        (lambda L, Hq, Hkv, d, i: 2 * L * Hq * d * i, "you counted the query heads; the cache keeps K and V, which exist "
-                                                      "only for the K/V heads (a step computes its queries fresh)"),
-        (lambda L, Hq, Hkv, d, i: L * Hkv * d * i, "that is K alone: the cache keeps V as well"),
-        (lambda L, Hq, Hkv, d, i: 2 * Hkv * d * i, "that is one layer: every layer keeps its own K and V"),
-        (lambda L, Hq, Hkv, d, i: 16 * L * Hkv * d * i, "that is bits: itemsize counts bytes"),
-        (lambda L, Hq, Hkv, d, i: 2 * L * Hkv * d, "that counts elements: multiply by the bytes of each")],
-        "count what one token adds to the cache: which tensors, of which heads, in how many layers, at what size")
-    check(fn, lambda L, Hq, Hkv, d, i: kv_cache_bytes_per_token(L, Hkv, d, i), cases, name=name or "cache_per_token",
-          hint=hint)
+    cases = [
+        (32, 32, 32, 128, 2),
+        (80, 64, 8, 128, 2),
+        (32, 71, 1, 64, 2),
+        (126, 128, 8, 128, 4),
+        (32, 32, 8, 128, 1),
+    ]
+    hint = _hint_from(
+        [
+            (
+                lambda L, Hq, Hkv, d, i: 2 * L * Hq * d * i,
+                "you counted the query heads; the cache keeps K and V, which exist "
+                "only for the K/V heads (a step computes its queries fresh)",
+            ),
+            (
+                lambda L, Hq, Hkv, d, i: L * Hkv * d * i,
+                "that is K alone: the cache keeps V as well",
+            ),
+            (
+                lambda L, Hq, Hkv, d, i: 2 * Hkv * d * i,
+                "that is one layer: every layer keeps its own K and V",
+            ),
+            (
+                lambda L, Hq, Hkv, d, i: 16 * L * Hkv * d * i,
+                "that is bits: itemsize counts bytes",
+            ),
+            (
+                lambda L, Hq, Hkv, d, i: 2 * L * Hkv * d,
+                "that counts elements: multiply by the bytes of each",
+            ),
+        ],
+        "count what one token adds to the cache: which tensors, of which heads, in how many layers, at what size",
+    )
+    check(
+        fn,
+        lambda L, Hq, Hkv, d, i: kv_cache_bytes_per_token(L, Hkv, d, i),
+        cases,
+        name=name or "cache_per_token",
+        hint=hint,
+    )
 
 
 def _intensity(G, d, M, kv, qo):
@@ -86,25 +139,55 @@ def check_step_intensity(fn, *, name: str | None = None) -> None:
     itemsize for all, K/V read per query head, q and o left out, a multiply-add counted as one FLOP.
     Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
-    cases = [(1, 128, 4096, 2, 2), (8, 128, 4096, 1, 2), (4, 64, 100, 1, 2), (71, 64, 2048, 1, 2), (16, 128, 8, 2, 4)]
-    hint = _hint_from([
-        (lambda G, d, M, kv, qo: 4 * G * M * d / ((2 * M * d + 2 * G * d) * kv), "every byte at kv_itemsize: q and o "
-         "are at qo_itemsize, only K and V are stored at kv_itemsize"),
-        (lambda G, d, M, kv, qo: 4 * G * M * d / ((2 * M * d + 2 * G * d) * qo), "every byte at qo_itemsize: K and V "
-         "are stored at kv_itemsize"),
-        (lambda G, d, M, kv, qo: 4 * G * M * d / (2 * G * M * d * kv + 2 * G * d * qo), "K and V read once per query "
-         "head: the G heads of a group share one read of K and V, which is what grouping buys"),
-        (lambda G, d, M, kv, qo: 4 * G * M * d / (2 * M * d * kv), "q and o are missing: each query head reads its q "
-         "and writes its o"),
-        (lambda G, d, M, kv, qo: _intensity(G, d, M, kv, qo) / 2, "half the FLOPs: QK^T and PV are each a multiply and "
-         "an add per element, 2Md FLOPs per query head")],
-        "FLOPs: QK^T and PV for the G query heads; bytes: K and V once for the group, q read and o written per query head")
+    cases = [
+        (1, 128, 4096, 2, 2),
+        (8, 128, 4096, 1, 2),
+        (4, 64, 100, 1, 2),
+        (71, 64, 2048, 1, 2),
+        (16, 128, 8, 2, 4),
+    ]
+    hint = _hint_from(
+        [
+            (
+                lambda G, d, M, kv, qo: 4 * G * M * d / ((2 * M * d + 2 * G * d) * kv),
+                "every byte at kv_itemsize: q and o "
+                "are at qo_itemsize, only K and V are stored at kv_itemsize",
+            ),
+            (
+                lambda G, d, M, kv, qo: 4 * G * M * d / ((2 * M * d + 2 * G * d) * qo),
+                "every byte at qo_itemsize: K and V are stored at kv_itemsize",
+            ),
+            (
+                lambda G, d, M, kv, qo: (
+                    4 * G * M * d / (2 * G * M * d * kv + 2 * G * d * qo)
+                ),
+                "K and V read once per query "
+                "head: the G heads of a group share one read of K and V, which is what grouping buys",
+            ),
+            (
+                lambda G, d, M, kv, qo: 4 * G * M * d / (2 * M * d * kv),
+                "q and o are missing: each query head reads its q and writes its o",
+            ),
+            (
+                lambda G, d, M, kv, qo: _intensity(G, d, M, kv, qo) / 2,
+                "half the FLOPs: QK^T and PV are each a multiply and "
+                "an add per element, 2Md FLOPs per query head",
+            ),
+        ],
+        "FLOPs: QK^T and PV for the G query heads; bytes: K and V once for the group, q read and o written per query head",
+    )
     check(fn, _intensity, cases, name=name or "intensity", hint=hint)
 
 
 def _fills(batch, heads, processors):
-    return next(s for s in range(1, processors + 1)
-                if decode_schedule(4096, batch=batch, heads=heads, splits=s, processors=processors)["busy"] == processors)
+    return next(
+        s
+        for s in range(1, processors + 1)
+        if decode_schedule(
+            4096, batch=batch, heads=heads, splits=s, processors=processors
+        )["busy"]
+        == processors
+    )
 
 
 def check_min_splits(fn, *, name: str | None = None) -> None:
@@ -114,12 +197,27 @@ def check_min_splits(fn, *, name: str | None = None) -> None:
     $B H$ divides $P$. Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
     cases = [(1, 8, 132), (4, 8, 132), (1, 1, 108), (2, 2, 132), (16, 32, 132)]
-    hint = _hint_from([
-        (lambda B, H, P: P // (B * H), "rounded down: the last processors get no work item; round up"),
-        (lambda B, H, P: P / (B * H), "splits come whole: round up to the next whole number"),
-        (lambda B, H, P: -(-P // H), "each sequence of the batch brings its own work items: B·H per split"),
-        (lambda B, H, P: P // (B * H) + 1, "one too many when B·H divides P exactly")],
-        "each split gives B·H work items; find the fewest splits with at least one item per processor")
+    hint = _hint_from(
+        [
+            (
+                lambda B, H, P: P // (B * H),
+                "rounded down: the last processors get no work item; round up",
+            ),
+            (
+                lambda B, H, P: P / (B * H),
+                "splits come whole: round up to the next whole number",
+            ),
+            (
+                lambda B, H, P: -(-P // H),
+                "each sequence of the batch brings its own work items: B·H per split",
+            ),
+            (
+                lambda B, H, P: P // (B * H) + 1,
+                "one too many when B·H divides P exactly",
+            ),
+        ],
+        "each split gives B·H work items; find the fewest splits with at least one item per processor",
+    )
     check(fn, _fills, cases, name=name or "min_splits", hint=hint)
 
 
@@ -158,10 +256,15 @@ def _attempt(name, fn, args, where, hint=None):
             tb = tb.tb_next
         stub = tb.tb_frame.f_code.co_name
         still = f" ({stub} still raises NotImplementedError)" if stub != name else ""
-        print(f"{name}: not implemented yet{still} (fill in the stub above, then run this cell again)")
+        print(
+            f"{name}: not implemented yet{still} (fill in the stub above, then run this cell again)"
+        )
         return _FAILED
     except Exception as exc:  # a learner's bug: report it, do not stop the notebook
-        print(f"{name}: ✗ case {where} raised {type(exc).__name__}: {exc}" + (f"\n  hint: {hint}" if hint else ""))
+        print(
+            f"{name}: ✗ case {where} raised {type(exc).__name__}: {exc}"
+            + (f"\n  hint: {hint}" if hint else "")
+        )
         return _FAILED
     if out is None:
         print(f"{name}: ✗ case {where}: returned None (a missing `return`?)")
@@ -179,7 +282,9 @@ def _close(got, k, want) -> bool:
         g, w = np.asarray(got[k], dtype=float), np.asarray(want, dtype=float)
     except (TypeError, ValueError, IndexError, KeyError):
         return False
-    return g.shape == w.shape and bool(np.allclose(g, w, rtol=1e-7, atol=1e-10, equal_nan=True))
+    return g.shape == w.shape and bool(
+        np.allclose(g, w, rtol=1e-7, atol=1e-10, equal_nan=True)
+    )
 
 
 def _bad(got, problem) -> bool:
@@ -187,25 +292,37 @@ def _bad(got, problem) -> bool:
 
 
 def _qkv(rng, Hq, Hkv, N, M, d=8, dv=4, scale=1.0):
-    return (rng.standard_normal((Hq, N, d)) * scale, rng.standard_normal((Hkv, M, d)) * scale,
-            rng.standard_normal((Hkv, M, dv)))
+    return (
+        rng.standard_normal((Hq, N, d)) * scale,
+        rng.standard_normal((Hkv, M, d)) * scale,
+        rng.standard_normal((Hkv, M, dv)),
+    )
 
 
 def _chunk_cases():
     rng = np.random.default_rng(100)
-    return [("one query, 2 query heads per K/V head", *_qkv(rng, 4, 2, 1, 5)), ("3 heads, 2 queries", *_qkv(rng, 3, 3, 2, 4)),
-            ("6 query heads on 1 K/V head, 3 queries", *_qkv(rng, 6, 1, 3, 7)),
-            ("an empty chunk: no keys", *_qkv(rng, 4, 2, 1, 0)), ("1 key", *_qkv(rng, 4, 2, 2, 1)),
-            ("scores in the thousands", *_qkv(rng, 4, 2, 1, 6, scale=30.0))]
+    return [
+        ("one query, 2 query heads per K/V head", *_qkv(rng, 4, 2, 1, 5)),
+        ("3 heads, 2 queries", *_qkv(rng, 3, 3, 2, 4)),
+        ("6 query heads on 1 K/V head, 3 queries", *_qkv(rng, 6, 1, 3, 7)),
+        ("an empty chunk: no keys", *_qkv(rng, 4, 2, 1, 0)),
+        ("1 key", *_qkv(rng, 4, 2, 2, 1)),
+        ("scores in the thousands", *_qkv(rng, 4, 2, 1, 6, scale=30.0)),
+    ]
 
 
 def _split_cases():
     rng = np.random.default_rng(101)
-    return [("", *_qkv(rng, 4, 2, 1, 48), 4), ("4 splits do not divide 50 keys", *_qkv(rng, 4, 2, 1, 50), 4),
-            ("more splits than keys: 3 keys in 5 splits", *_qkv(rng, 4, 2, 1, 3), 5), ("one split", *_qkv(rng, 2, 1, 2, 20), 1),
-            ("8 query heads on 2 K/V heads, 3 queries", *_qkv(rng, 8, 2, 3, 37), 3),
-            ("scores in the thousands", *_qkv(rng, 4, 2, 1, 30, scale=30.0), 3), ("one key per split", *_qkv(rng, 6, 3, 1, 9), 9),
-            ("32 query heads on 2 K/V heads", *_qkv(rng, 32, 2, 1, 2048, d=32, dv=32), 2)]
+    return [
+        ("", *_qkv(rng, 4, 2, 1, 48), 4),
+        ("4 splits do not divide 50 keys", *_qkv(rng, 4, 2, 1, 50), 4),
+        ("more splits than keys: 3 keys in 5 splits", *_qkv(rng, 4, 2, 1, 3), 5),
+        ("one split", *_qkv(rng, 2, 1, 2, 20), 1),
+        ("8 query heads on 2 K/V heads, 3 queries", *_qkv(rng, 8, 2, 3, 37), 3),
+        ("scores in the thousands", *_qkv(rng, 4, 2, 1, 30, scale=30.0), 3),
+        ("one key per split", *_qkv(rng, 6, 3, 1, 9), 9),
+        ("32 query heads on 2 K/V heads", *_qkv(rng, 32, 2, 1, 2048, d=32, dv=32), 2),
+    ]
 
 
 def _shapes(q, k, v, c="") -> str:
@@ -217,56 +334,100 @@ def _chunk_hint(label, q, k, v, got, problem):
     if _bad(got, problem) and k.shape[1] == 0:
         return _EMPTY
     if _bad(got, problem) and "thousands" in label:
-        return (f"e^s overflows for scores in the thousands ({_OVERFLOW}): subtract each row's largest score before "
-                "exponentiating, and add it back into lse_c")
+        return (
+            f"e^s overflows for scores in the thousands ({_OVERFLOW}): subtract each row's largest score before "
+            "exponentiating, and add it back into lse_c"
+        )
     if k.shape[1] == 0:
         return _EMPTY
     if "shape" in problem:
         return "o_c is (Hq, N, dv) and lse_c (Hq, N): a row per query head (not per K/V head) and per query"
-    mod = np.arange(Hq) % Hkv                                               # query head h on K/V head h % Hkv
-    if Hkv > 1 and Hq > Hkv and any(_close(got, j, attention_reference(q, k[mod], v[mod])[j]) for j in (0, 1)):
-        return (f"query head 1 read K/V head 1: with G = {Hq // Hkv} query heads per K/V head, query head h reads K/V head "
-                f"h // G (heads 0..{Hq // Hkv - 1} share K/V head 0), not h % Hkv")
+    mod = np.arange(Hq) % Hkv  # query head h on K/V head h % Hkv
+    if (
+        Hkv > 1
+        and Hq > Hkv
+        and any(
+            _close(got, j, attention_reference(q, k[mod], v[mod])[j]) for j in (0, 1)
+        )
+    ):
+        return (
+            f"query head 1 read K/V head 1: with G = {Hq // Hkv} query heads per K/V head, query head h reads K/V head "
+            f"h // G (heads 0..{Hq // Hkv - 1} share K/V head 0), not h % Hkv"
+        )
     if any(_close(got, j, attention_reference(q, k, v, scale=1.0)[j]) for j in (0, 1)):
         return "the scores are q·k / √d: the scale 1/√d is missing"
-    s = q @ np.swapaxes(np.repeat(k, Hq // Hkv, axis=0), -1, -2) / np.sqrt(q.shape[-1])     # (Hq, N, Mc), small here
-    if problem.startswith("lse_c ") and _close(got, 1, attention_reference(q, k, v)[1] - s.max(axis=-1)):
+    s = (
+        q @ np.swapaxes(np.repeat(k, Hq // Hkv, axis=0), -1, -2) / np.sqrt(q.shape[-1])
+    )  # (Hq, N, Mc), small here
+    if problem.startswith("lse_c ") and _close(
+        got, 1, attention_reference(q, k, v)[1] - s.max(axis=-1)
+    ):
         return "lse_c is missing the max you subtracted: it is the log of the sum of e^s, not of e^(s - m)"
-    return ("o_c is the attention output of each query head over this chunk's keys alone" if problem.startswith("o_c ")
-            else "lse_c is the log of the sum of e^s over the chunk's keys, s = q·k / √d")
+    return (
+        "o_c is the attention output of each query head over this chunk's keys alone"
+        if problem.startswith("o_c ")
+        else "lse_c is the log of the sum of e^s over the chunk's keys, s = q·k / √d"
+    )
 
 
 def _coverage(k, calls, splits):
     """What the recorded decode_chunk calls say about the chunks: (problem, hint) in words, or None."""
     Hkv, M, d = k.shape
     if not calls:
-        return ("split_decode never called decode_chunk", "each chunk is its own work item: get its (o_c, lse_c) from "
-                "decode_chunk, then merge; never take the softmax over all M keys at once")
+        return (
+            "split_decode never called decode_chunk",
+            "each chunk is its own work item: get its (o_c, lse_c) from "
+            "decode_chunk, then merge; never take the softmax over all M keys at once",
+        )
     index, seen = {k[:, j].tobytes(): j for j in range(M)}, np.zeros(M, int)
     for args, _ in calls:
         k_c = np.asarray(args[1], dtype=float) if len(args) > 1 else np.zeros(0)
         if k_c.ndim != 3 or k_c.shape[0] != Hkv or k_c.shape[2] != d:
-            more = (" (K repeated for the query heads: decode_chunk reads K/V head h // G itself, no copy needed)"
-                    if k_c.ndim == 3 and k_c.shape[0] > Hkv else "")
-            return (f"decode_chunk received k_c of shape {k_c.shape}; a chunk of the cache is (Hkv, Mc, d) = ({Hkv}, Mc, {d})"
-                    + more, "pass k[:, j0:j1] and v[:, j0:j1]: a chunk of the keys of every K/V head")
+            more = (
+                " (K repeated for the query heads: decode_chunk reads K/V head h // G itself, no copy needed)"
+                if k_c.ndim == 3 and k_c.shape[0] > Hkv
+                else ""
+            )
+            return (
+                f"decode_chunk received k_c of shape {k_c.shape}; a chunk of the cache is (Hkv, Mc, d) = ({Hkv}, Mc, {d})"
+                + more,
+                "pass k[:, j0:j1] and v[:, j0:j1]: a chunk of the keys of every K/V head",
+            )
         js = [index.get(k_c[:, i].tobytes(), -1) for i in range(k_c.shape[1])]
         if -1 in js:
-            return "decode_chunk received a key that is not in the cache", "pass the cache's keys as they are"
+            return (
+                "decode_chunk received a key that is not in the cache",
+                "pass the cache's keys as they are",
+            )
         if js and js != list(range(js[0], js[0] + len(js))):
-            return f"decode_chunk received keys {js[:6]}..., not a contiguous run", "each chunk is a contiguous run of keys"
+            return (
+                f"decode_chunk received keys {js[:6]}..., not a contiguous run",
+                "each chunk is a contiguous run of keys",
+            )
         np.add.at(seen, js, 1)
     if (seen == 0).any():
         lost = np.flatnonzero(seen == 0)
         span = f"key {lost[0]}" if len(lost) == 1 else f"keys {lost[0]}..{lost[-1]}"
-        tail = f"{M} keys are not a multiple of {splits}: the last chunk takes the keys left over" if lost[-1] == M - 1 else ""
-        return f"{span} never reached decode_chunk", tail or "every key belongs to one chunk"
+        tail = (
+            f"{M} keys are not a multiple of {splits}: the last chunk takes the keys left over"
+            if lost[-1] == M - 1
+            else ""
+        )
+        return (
+            f"{span} never reached decode_chunk",
+            tail or "every key belongs to one chunk",
+        )
     if (seen > 1).any():
         j = int(np.flatnonzero(seen > 1)[0])
-        return f"key {j} reached decode_chunk {seen[j]} times", "each key belongs to exactly one chunk: chunks do not overlap"
+        return (
+            f"key {j} reached decode_chunk {seen[j]} times",
+            "each key belongs to exactly one chunk: chunks do not overlap",
+        )
     if len(calls) != splits:
-        return (f"decode_chunk was called {len(calls)} time{'s' * (len(calls) != 1)} for splits = {splits}",
-                "call it once per chunk, splits times; a chunk with no keys (splits > M) is still a work item, of weight 0")
+        return (
+            f"decode_chunk was called {len(calls)} time{'s' * (len(calls) != 1)} for splits = {splits}",
+            "call it once per chunk, splits times; a chunk with no keys (splits > M) is still a work item, of weight 0",
+        )
     return None
 
 
@@ -274,25 +435,51 @@ def _merge_hint(label, calls, got, problem):
     parts = [out for _, out in calls if isinstance(out, tuple) and len(out) == 2]
     if not parts:
         return None
-    O, L = np.stack([np.asarray(p[0], float) for p in parts]), np.stack([np.asarray(p[1], float) for p in parts])
+    O, L = (
+        np.stack([np.asarray(p[0], float) for p in parts]),
+        np.stack([np.asarray(p[1], float) for p in parts]),
+    )
     if _bad(got, problem) and "thousands" in label:
-        return (f"e^lse_c overflows for lse_c in the thousands ({_OVERFLOW}): subtract the largest lse_c before "
-                "exponentiating, and add it back to lse")
+        return (
+            f"e^lse_c overflows for lse_c in the thousands ({_OVERFLOW}): subtract the largest lse_c before "
+            "exponentiating, and add it back to lse"
+        )
     if _bad(got, problem) and np.isneginf(L).any():
         return "an empty chunk (lse_c = -inf, o_c = 0) must weigh exactly 0; -inf - (-inf) and 0 · inf are NaN"
     with np.errstate(all="ignore"):
         m = L.max(axis=0)
         w = np.exp(L - m)
-        known = [(0, O.mean(axis=0), "your o is the plain average of the chunks' o_c: each counts by its share "
-                  "e^(lse_c - lse) of the total mass, not equally"),
-                 (0, (w[..., None] * O).sum(axis=0), "your o is not renormalized: divide by the sum of the weights"),
-                 (1, m, "your lse is the largest lse_c; the merged lse is the log of the chunks' total mass"),
-                 (1, np.log(w.sum(axis=0)), "your lse is missing the max you subtracted: add it back"),
-                 (1, L.sum(axis=0), "lse values are logs: masses add, their logs do not"),
-                 (1, L.mean(axis=0), "lse values are logs: masses add, their logs do not")]
+        known = [
+            (
+                0,
+                O.mean(axis=0),
+                "your o is the plain average of the chunks' o_c: each counts by its share "
+                "e^(lse_c - lse) of the total mass, not equally",
+            ),
+            (
+                0,
+                (w[..., None] * O).sum(axis=0),
+                "your o is not renormalized: divide by the sum of the weights",
+            ),
+            (
+                1,
+                m,
+                "your lse is the largest lse_c; the merged lse is the log of the chunks' total mass",
+            ),
+            (
+                1,
+                np.log(w.sum(axis=0)),
+                "your lse is missing the max you subtracted: add it back",
+            ),
+            (1, L.sum(axis=0), "lse values are logs: masses add, their logs do not"),
+            (1, L.mean(axis=0), "lse values are logs: masses add, their logs do not"),
+        ]
     k = 0 if problem.startswith("o ") else 1 if problem.startswith("lse ") else None
     text = next((t for j, cand, t in known if j == k and _close(got, j, cand)), None)
-    return text or "decode_chunk passes on its own and every key reached it once: look at the merge"
+    return (
+        text
+        or "decode_chunk passes on its own and every key reached it once: look at the merge"
+    )
 
 
 class _Watched(np.ndarray):
@@ -311,7 +498,9 @@ def _memory(fn, q, k, v, splits):
     _Watched.log, _Watched.above = [], k.size
     try:
         with np.errstate(all="ignore"):
-            peak, _ = peak_bytes(fn, *(a.view(_Watched) for a in (q, k, v)), splits)     # tracemalloc sees numpy's buffers
+            peak, _ = peak_bytes(
+                fn, *(a.view(_Watched) for a in (q, k, v)), splits
+            )  # tracemalloc sees numpy's buffers
         return peak, list(_Watched.log)
     finally:
         _Watched.log, _Watched.above = [], 0
@@ -334,27 +523,72 @@ def check_split_decode(split_decode, decode_chunk, *, name: str | None = None) -
     sub = getattr(decode_chunk, "__name__", "decode_chunk")
     for i, (label, q, k_c, v_c) in enumerate(_chunk_cases()):
         where = f"{i} ({_shapes(q, k_c, v_c, '_c')}, {label})"
-        res = _attempt(sub, decode_chunk, (q, k_c, v_c), where, _EMPTY if k_c.shape[1] == 0 else None)
+        res = _attempt(
+            sub,
+            decode_chunk,
+            (q, k_c, v_c),
+            where,
+            _EMPTY if k_c.shape[1] == 0 else None,
+        )
         if res is _FAILED:
             return
-        problem = diagnose(res[0], attention_reference(q, k_c, v_c), names=("o_c", "lse_c"), rtol=RTOL, atol=ATOL)
+        problem = diagnose(
+            res[0],
+            attention_reference(q, k_c, v_c),
+            names=("o_c", "lse_c"),
+            rtol=RTOL,
+            atol=ATOL,
+        )
         if problem is not None:
-            return _fail(sub, where, problem, _chunk_hint(label, q, k_c, v_c, res[0], problem))
+            return _fail(
+                sub, where, problem, _chunk_hint(label, q, k_c, v_c, res[0], problem)
+            )
         if res[1]:
-            return _fail(sub, where, f"{sub} called lab.{res[1][0]}, the course's own answer", "the exercise is to write it")
+            return _fail(
+                sub,
+                where,
+                f"{sub} called lab.{res[1][0]}, the course's own answer",
+                "the exercise is to write it",
+            )
     cases = _split_cases()
     for i, (label, q, k, v, splits) in enumerate(cases):
-        where = f"{i} ({_shapes(q, k, v)}, splits={splits}{', ' + label if label else ''})"
+        where = (
+            f"{i} ({_shapes(q, k, v)}, splits={splits}{', ' + label if label else ''})"
+        )
         with _spy_chunks(split_decode, decode_chunk) as calls:
-            res = _attempt(name, split_decode, (q, k, v, splits), where, _EMPTY if splits > k.shape[1] else None)
+            res = _attempt(
+                name,
+                split_decode,
+                (q, k, v, splits),
+                where,
+                _EMPTY if splits > k.shape[1] else None,
+            )
         if res is _FAILED:
             return
         cover = _coverage(k, calls, splits)
-        problem = diagnose(res[0], attention_reference(q, k, v), names=("o", "lse"), rtol=RTOL, atol=ATOL)
+        problem = diagnose(
+            res[0],
+            attention_reference(q, k, v),
+            names=("o", "lse"),
+            rtol=RTOL,
+            atol=ATOL,
+        )
         if problem is not None:
-            return _fail(name, where, problem, f"{cover[0]}; {cover[1]}" if cover else _merge_hint(label, calls, res[0], problem))
+            return _fail(
+                name,
+                where,
+                problem,
+                f"{cover[0]}; {cover[1]}"
+                if cover
+                else _merge_hint(label, calls, res[0], problem),
+            )
         if res[1]:
-            return _fail(name, where, f"{name} called lab.{res[1][0]}, the course's own answer", "the exercise is to write it")
+            return _fail(
+                name,
+                where,
+                f"{name} called lab.{res[1][0]}, the course's own answer",
+                "the exercise is to write it",
+            )
         if cover is not None:
             return _fail(name, where, f"the values agree, but {cover[0]}", cover[1])
         with _spy_chunks(split_decode, decode_chunk, change=_perturb) as changed:
@@ -362,20 +596,44 @@ def check_split_decode(split_decode, decode_chunk, *, name: str | None = None) -
         if res is _FAILED:
             return
         parts = [out for _, out in changed]
-        if parts and diagnose(res[0], merge_outputs([p[0] for p in parts], [p[1] for p in parts]), names=("o", "lse"),
-                              rtol=RTOL, atol=ATOL) is not None:
-            return _fail(name, where, "the values agree, but with decode_chunk's partials changed on purpose your answer "
-                         "is not their merge", "merge the (o_c, lse_c) that decode_chunk returns; do not recompute the "
-                         "scores of all M keys")
+        if (
+            parts
+            and diagnose(
+                res[0],
+                merge_outputs([p[0] for p in parts], [p[1] for p in parts]),
+                names=("o", "lse"),
+                rtol=RTOL,
+                atol=ATOL,
+            )
+            is not None
+        ):
+            return _fail(
+                name,
+                where,
+                "the values agree, but with decode_chunk's partials changed on purpose your answer "
+                "is not their merge",
+                "merge the (o_c, lse_c) that decode_chunk returns; do not recompute the "
+                "scores of all M keys",
+            )
         if i == len(cases) - 1:
             peak, shapes = _memory(split_decode, q, k, v, splits)
             if peak > 2 * (k.nbytes + v.nbytes):
-                G, formed = q.shape[0] // k.shape[0], max(shapes, key=np.prod, default=None)
-                return _fail(name, where, f"the values agree, but your code held {peak / 2**20:.1f} MiB at once; K and V "
-                             f"are {(k.nbytes + v.nbytes) / 2**20:.1f} MiB, K repeated for all {q.shape[0]} query heads would "
-                             f"be {G * k.nbytes / 2**20:.1f} MiB" + (f"; it formed an array of shape {formed}" if formed else ""),
-                             f"the G = {G} query heads of a group share their K/V head: view q as (Hkv, G, N, d) against "
-                             "k_c (Hkv, Mc, d) instead of repeating K and V")
-    print(f"{name}: ✓ passed {len(cases)} cases (splits not dividing M, more splits than keys, 1 to 16 query heads per "
-          "K/V head, scores in the thousands); each key reached decode_chunk once, the answer follows the merged "
-          "partials, and K/V were not repeated for the query heads")
+                G, formed = (
+                    q.shape[0] // k.shape[0],
+                    max(shapes, key=np.prod, default=None),
+                )
+                return _fail(
+                    name,
+                    where,
+                    f"the values agree, but your code held {peak / 2**20:.1f} MiB at once; K and V "
+                    f"are {(k.nbytes + v.nbytes) / 2**20:.1f} MiB, K repeated for all {q.shape[0]} query heads would "
+                    f"be {G * k.nbytes / 2**20:.1f} MiB"
+                    + (f"; it formed an array of shape {formed}" if formed else ""),
+                    f"the G = {G} query heads of a group share their K/V head: view q as (Hkv, G, N, d) against "
+                    "k_c (Hkv, Mc, d) instead of repeating K and V",
+                )
+    print(
+        f"{name}: ✓ passed {len(cases)} cases (splits not dividing M, more splits than keys, 1 to 16 query heads per "
+        "K/V head, scores in the thousands); each key reached decode_chunk once, the answer follows the merged "
+        "partials, and K/V were not repeated for the query heads"
+    )

@@ -26,7 +26,13 @@ from ..attention import attention_reference
 from ..exercises import check, diagnose
 from ..tiling import HARDWARE, flash_counts, gpu_time_share
 
-__all__ = ["check_affordable_nonmatmul", "check_causal_fa2_ops", "Watched", "check_fa1_block", "check_fa2_block"]
+__all__ = [
+    "check_affordable_nonmatmul",
+    "check_causal_fa2_ops",
+    "Watched",
+    "check_fa1_block",
+    "check_fa2_block",
+]
 
 _NOT_YET = "{}: not implemented yet (fill in the stub above, then run this cell again)"
 
@@ -37,30 +43,61 @@ _NOT_YET = "{}: not implemented yet (fill in the stub above, then run this cell 
 def _affordable_reference(d: int, share: float) -> float:
     """$f = (\\frac{share}{1 - share} t_{mm} - t_{exp}) R_{non}$, the per-score times from `gpu_time_share(4d, 1, exp=1)`."""
     t = gpu_time_share(4 * d, 1, "A100", exp=1)
-    return (share / (1 - share) * t["t_matmul"] - t["t_exp"]) * HARDWARE["A100"]["nonmatmul"]
+    return (share / (1 - share) * t["t_matmul"] - t["t_exp"]) * HARDWARE["A100"][
+        "nonmatmul"
+    ]
 
 
 def _affordable_hint(case, got, want):
     d, share = case
     r = HARDWARE["A100"]
-    mm, exp = r["nonmatmul"] / r["matmul"], r["nonmatmul"] / r["exp"]     # 1/16 and about 8: R_non/R_mm, R_non/R_exp
+    mm, exp = (
+        r["nonmatmul"] / r["matmul"],
+        r["nonmatmul"] / r["exp"],
+    )  # 1/16 and about 8: R_non/R_mm, R_non/R_exp
     odds = share / (1 - share)
-    slips = [(odds * 4 * d * mm, "the FP32 FLOPs with no exponential charged: each score's exponential runs on the "
-                                 "special-function units, at lab.exp_rate('A100'), about 8 times slower than FP32"),
-             (odds * 4 * d * mm - 1, "the exponential charged as one FP32 FLOP: it runs at lab.exp_rate('A100'), "
-                                     "which is R_non / R_exp ≈ 8 FP32 FLOPs' time"),
-             (share * 4 * d * mm - exp, "share · 4d · R_non/R_mm: the share is t_non over the total time, so "
-                                        "t_non = share/(1 - share) · t_mm"),
-             (odds * 4 * d / mm - exp, "the rates upside down: a non-matmul FLOP is 16 times dearer, so fewer fit"),
-             (odds * 2 * d * mm - exp, "2d matmul FLOPs per score: two matmuls (QK^T and PV), 2d FLOPs each"),
-             (odds * d * mm - exp, "d matmul FLOPs per score: two matmuls (QK^T and PV), 2d FLOPs each")]
+    slips = [
+        (
+            odds * 4 * d * mm,
+            "the FP32 FLOPs with no exponential charged: each score's exponential runs on the "
+            "special-function units, at lab.exp_rate('A100'), about 8 times slower than FP32",
+        ),
+        (
+            odds * 4 * d * mm - 1,
+            "the exponential charged as one FP32 FLOP: it runs at lab.exp_rate('A100'), "
+            "which is R_non / R_exp ≈ 8 FP32 FLOPs' time",
+        ),
+        (
+            share * 4 * d * mm - exp,
+            "share · 4d · R_non/R_mm: the share is t_non over the total time, so "
+            "t_non = share/(1 - share) · t_mm",
+        ),
+        (
+            odds * 4 * d / mm - exp,
+            "the rates upside down: a non-matmul FLOP is 16 times dearer, so fewer fit",
+        ),
+        (
+            odds * 2 * d * mm - exp,
+            "2d matmul FLOPs per score: two matmuls (QK^T and PV), 2d FLOPs each",
+        ),
+        (
+            odds * d * mm - exp,
+            "d matmul FLOPs per score: two matmuls (QK^T and PV), 2d FLOPs each",
+        ),
+    ]
     try:
         g = float(got)
     except (TypeError, ValueError):
         return None
-    return next((f"yours is {what}" for value, what in slips if np.isclose(g, value, rtol=1e-6)),
-                "solve share = t_non / (t_mm + t_non) for the FP32 FLOPs, with t_mm = 4d / R_mm and "
-                "t_non = f / R_non + 1 / R_exp per score")
+    return next(
+        (
+            f"yours is {what}"
+            for value, what in slips
+            if np.isclose(g, value, rtol=1e-6)
+        ),
+        "solve share = t_non / (t_mm + t_non) for the FP32 FLOPs, with t_mm = 4d / R_mm and "
+        "t_non = f / R_non + 1 / R_exp per score",
+    )
 
 
 def check_affordable_nonmatmul(fn, *, name: str | None = None) -> None:
@@ -69,35 +106,64 @@ def check_affordable_nonmatmul(fn, *, name: str | None = None) -> None:
     Taught in: notebooks/06_flashattention2.ipynb
     """
     cases = [(128, 0.3), (256, 0.5), (64, 0.1), (512, 0.25)]
-    check(fn, _affordable_reference, cases, name=name or getattr(fn, "__name__", None), rtol=1e-6, atol=0,
-          hint=_affordable_hint)
+    check(
+        fn,
+        _affordable_reference,
+        cases,
+        name=name or getattr(fn, "__name__", None),
+        rtol=1e-6,
+        atol=0,
+        hint=_affordable_hint,
+    )
 
 
 # ------------------------------------------------------------------------------------ Exercise 2
 
 
 def _causal_reference(N: int, d: int, B: int) -> int:
-    ops = flash_counts(N, N, d, block_q=B, block_k=B, causal=True, variant="fa2").op_counts
+    ops = flash_counts(
+        N, N, d, block_q=B, block_k=B, causal=True, variant="fa2"
+    ).op_counts
     return ops["mul"] + ops["div"]
 
 
 def _causal_hint(case, got, want):
     N, d, B = case
     T = -(-N // B)
-    rows = np.minimum(np.arange(1, T + 1) * B, N) - np.arange(T) * B        # r_i
-    visits = np.arange(1, T + 1)                                            # n_i = i + 1
-    slips = [(N * T * (d + 1) + N * d, "the count without the mask: query block i computes key blocks 0..i only"),
-             (int((rows * (visits - 1)).sum()) * (d + 1) + N * d, "the diagonal tiles left out: they hold the keys "
-                                                                  "j <= i and are computed (partly masked)"),
-             (int((rows * visits).sum()) * (d + 1), "without the final division acc / l, N d_v of them"),
-             (int((rows * visits).sum()) * (2 * d + 1) + N * d, "d_v divides per row and tile: that is FA1; FA2 "
-                                                               "divides once per row, at the end"),
-             (B * T * (T + 1) // 2 * (d + 1) + N * d, "every query block counted with B rows: the last one holds "
-                                                      "N - (T - 1) B"),
-             (B * (N // B) * (N // B + 1) // 2 * (d + 1) + N * d, "the last, shorter query block left out: there are "
-                                                                  "ceil(N / B) of them")]
-    return next((f"yours is {what}" for value, what in slips if got == value != want),
-                "per tile of r rows FA2 does r·d_v + r multiplies (α·acc, α·l); per row block r·d_v divides")
+    rows = np.minimum(np.arange(1, T + 1) * B, N) - np.arange(T) * B  # r_i
+    visits = np.arange(1, T + 1)  # n_i = i + 1
+    slips = [
+        (
+            N * T * (d + 1) + N * d,
+            "the count without the mask: query block i computes key blocks 0..i only",
+        ),
+        (
+            int((rows * (visits - 1)).sum()) * (d + 1) + N * d,
+            "the diagonal tiles left out: they hold the keys "
+            "j <= i and are computed (partly masked)",
+        ),
+        (
+            int((rows * visits).sum()) * (d + 1),
+            "without the final division acc / l, N d_v of them",
+        ),
+        (
+            int((rows * visits).sum()) * (2 * d + 1) + N * d,
+            "d_v divides per row and tile: that is FA1; FA2 "
+            "divides once per row, at the end",
+        ),
+        (
+            B * T * (T + 1) // 2 * (d + 1) + N * d,
+            "every query block counted with B rows: the last one holds N - (T - 1) B",
+        ),
+        (
+            B * (N // B) * (N // B + 1) // 2 * (d + 1) + N * d,
+            "the last, shorter query block left out: there are ceil(N / B) of them",
+        ),
+    ]
+    return next(
+        (f"yours is {what}" for value, what in slips if got == value != want),
+        "per tile of r rows FA2 does r·d_v + r multiplies (α·acc, α·l); per row block r·d_v divides",
+    )
 
 
 def check_causal_fa2_ops(fn, *, name: str | None = None) -> None:
@@ -105,8 +171,22 @@ def check_causal_fa2_ops(fn, *, name: str | None = None) -> None:
 
     Taught in: notebooks/06_flashattention2.ipynb
     """
-    cases = [(1024, 64, 64), (1000, 64, 64), (7, 3, 2), (4096, 128, 128), (100, 16, 128)]
-    check(fn, _causal_reference, cases, name=name or getattr(fn, "__name__", None), rtol=0, atol=0, hint=_causal_hint)
+    cases = [
+        (1024, 64, 64),
+        (1000, 64, 64),
+        (7, 3, 2),
+        (4096, 128, 128),
+        (100, 16, 128),
+    ]
+    check(
+        fn,
+        _causal_reference,
+        cases,
+        name=name or getattr(fn, "__name__", None),
+        rtol=0,
+        atol=0,
+        hint=_causal_hint,
+    )
 
 
 # ------------------------------------------------------------------------------------ Exercises 3 and 4
@@ -123,7 +203,11 @@ class Watched(np.ndarray):
     def _wrap(self, result):
         if isinstance(result, tuple):
             return tuple(self._wrap(r) for r in result)
-        if isinstance(result, np.ndarray) and not isinstance(result, Watched) and result.dtype.kind == "f":
+        if (
+            isinstance(result, np.ndarray)
+            and not isinstance(result, Watched)
+            and result.dtype.kind == "f"
+        ):
             result = result.view(Watched)
             result.log = self.log
         return result
@@ -131,12 +215,14 @@ class Watched(np.ndarray):
     def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
         plain = [x.view(np.ndarray) if isinstance(x, Watched) else x for x in inputs]
         if out is not None:
-            kwargs["out"] = tuple(o.view(np.ndarray) if isinstance(o, Watched) else o for o in out)
+            kwargs["out"] = tuple(
+                o.view(np.ndarray) if isinstance(o, Watched) else o for o in out
+            )
         result = getattr(ufunc, method)(*plain, **kwargs)
         if out is not None:
             result = out[0] if len(out) == 1 else out
         if method == "__call__" and self.log is not None:
-            for r in (result if isinstance(result, tuple) else (result,)):
+            for r in result if isinstance(result, tuple) else (result,):
                 if isinstance(r, np.ndarray):
                     self.log.append((ufunc.__name__, np.array(r, dtype=float)))
         return result if out is not None else self._wrap(result)
@@ -146,8 +232,13 @@ class Watched(np.ndarray):
             if isinstance(x, Watched):
                 return x.view(np.ndarray)
             return type(x)(plain(y) for y in x) if isinstance(x, (list, tuple)) else x
-        result = self._wrap(func(*plain(args), **{k: plain(v) for k, v in kwargs.items()}))
-        if isinstance(result, np.ndarray) and self.log is not None:               # np.einsum, np.dot, np.where, ...
+
+        result = self._wrap(
+            func(*plain(args), **{k: plain(v) for k, v in kwargs.items()})
+        )
+        if (
+            isinstance(result, np.ndarray) and self.log is not None
+        ):  # np.einsum, np.dot, np.where, ...
             self.log.append((func.__name__, np.array(result, dtype=float)))
         return result
 
@@ -163,21 +254,44 @@ def _block_cases():
     rng = np.random.default_rng(6)
 
     def qkv(Br, M, shift_q=0.0, shift_k=0.0, scale=1.0):
-        return (scale * rng.standard_normal((Br, 16)) + shift_q, scale * rng.standard_normal((M, 16)) + shift_k,
-                rng.standard_normal((M, 12)))
-    return [("Br = 8, M = 100 keys, Bc = 32: the last key block holds 4", *qkv(8, 100), 32,
-             None),
-            ("Br = 5, M = 56 keys, Bc = 7: 8 full key blocks", *qkv(5, 56, scale=2.0), 7, None),
-            ("very negative scores, about -900", *qkv(4, 40, 15.0, -15.0, 0.3), 16,
-             "m must start at -inf: from m = 0, e^(s - m) underflows to 0 for every key and l = 0"),
-            ("very large scores, about +900", *qkv(4, 40, 15.0, 15.0, 0.3), 16,
-             "every exponent is s - m with m the running max, so e^(s - m) <= 1"),
-            ("Bc = 64 > M = 50: one key block", *qkv(3, 50), 64, None)]
+        return (
+            scale * rng.standard_normal((Br, 16)) + shift_q,
+            scale * rng.standard_normal((M, 16)) + shift_k,
+            rng.standard_normal((M, 12)),
+        )
+
+    return [
+        (
+            "Br = 8, M = 100 keys, Bc = 32: the last key block holds 4",
+            *qkv(8, 100),
+            32,
+            None,
+        ),
+        (
+            "Br = 5, M = 56 keys, Bc = 7: 8 full key blocks",
+            *qkv(5, 56, scale=2.0),
+            7,
+            None,
+        ),
+        (
+            "very negative scores, about -900",
+            *qkv(4, 40, 15.0, -15.0, 0.3),
+            16,
+            "m must start at -inf: from m = 0, e^(s - m) underflows to 0 for every key and l = 0",
+        ),
+        (
+            "very large scores, about +900",
+            *qkv(4, 40, 15.0, 15.0, 0.3),
+            16,
+            "every exponent is s - m with m the running max, so e^(s - m) <= 1",
+        ),
+        ("Bc = 64 > M = 50: one key block", *qkv(3, 50), 64, None),
+    ]
 
 
 def _prefix_outputs(q_i, k, v, Bc):
     """For each key block j: (the normalized output over keys 0..j1-1, its l relative to its own max)."""
-    s = q_i @ k.T / np.sqrt(q_i.shape[1])                                     # (Br, M)
+    s = q_i @ k.T / np.sqrt(q_i.shape[1])  # (Br, M)
     out = []
     for j1 in [min(j0 + Bc, len(k)) for j0 in range(0, len(k), Bc)]:
         m = s[:, :j1].max(axis=1, keepdims=True)
@@ -189,8 +303,11 @@ def _prefix_outputs(q_i, k, v, Bc):
 def _normalized_after(log, q_i, k, v, Bc) -> list:
     """The key blocks j after which some (Br, d_v) array of the loop equals the normalized output over keys 0..j1-1."""
     shots = [a for _, a in log if a.shape == (len(q_i), v.shape[1])]
-    return [j for j, (o_j, _) in enumerate(_prefix_outputs(q_i, k, v, Bc))
-            if any(np.allclose(a, o_j, rtol=1e-8, atol=1e-12) for a in shots)]
+    return [
+        j
+        for j, (o_j, _) in enumerate(_prefix_outputs(q_i, k, v, Bc))
+        if any(np.allclose(a, o_j, rtol=1e-8, atol=1e-12) for a in shots)
+    ]
 
 
 def _hint(problem: str, variant: str, got, want, q_i, k, v, Bc, case_hint):
@@ -200,25 +317,48 @@ def _hint(problem: str, variant: str, got, want, q_i, k, v, Bc, case_hint):
     M, d = k.shape
     if isinstance(got, tuple) and got and np.shape(got[0]) == (len(q_i), v.shape[1]):
         with np.errstate(all="ignore"):
-            if np.allclose(got[0], attention_reference(q_i, k, v, scale=1.0)[0], rtol=1e-9, atol=1e-12):
-                return (f"your o is the output with scale 1: the 1/√d is missing; S = q_i k^T / sqrt(d), here "
-                        f"d = {d}, in every key block")
+            if np.allclose(
+                got[0],
+                attention_reference(q_i, k, v, scale=1.0)[0],
+                rtol=1e-9,
+                atol=1e-12,
+            ):
+                return (
+                    f"your o is the output with scale 1: the 1/√d is missing; S = q_i k^T / sqrt(d), here "
+                    f"d = {d}, in every key block"
+                )
         cut = M - M % Bc
-        if M % Bc and np.allclose(got[0], attention_reference(q_i, k[:cut], v[:cut])[0], rtol=1e-9, atol=1e-12):
+        if M % Bc and np.allclose(
+            got[0], attention_reference(q_i, k[:cut], v[:cut])[0], rtol=1e-9, atol=1e-12
+        ):
             return f"your o is the output over the first {cut} keys only: range(0, M, Bc) visits the short last block"
-    if variant == "fa1" and problem.startswith("l (element 2)") and len(got) == 3 and np.shape(got[2]) == want[2].shape:
+    if (
+        variant == "fa1"
+        and problem.startswith("l (element 2)")
+        and len(got) == 3
+        and np.shape(got[2]) == want[2].shape
+    ):
         if np.allclose(got[2], want[1] + np.log(want[2]), rtol=1e-9, atol=1e-12):
-            return ("your l is lse = m + log l, FA2's statistic; FA1 saves m and l = Σ_j e^(s_j - m) separately: "
-                    "return l itself")
+            return (
+                "your l is lse = m + log l, FA2's statistic; FA1 saves m and l = Σ_j e^(s_j - m) separately: "
+                "return l itself"
+            )
     if case_hint and ("NaN" in problem or "inf" in problem):
         return case_hint
-    hints = {"m (element 1)": "m is the row max of all the scores S = q_i k^T / sqrt(d), over every key block",
-             "l (element 2)": ("l sums e^(s - m) over every key block, rescaled by α = e^(m - m′) whenever m "
-                               "grows; return it against the final m"),
-             "lse (element 1)": "lse = m + log l, with the final m and l (log l alone is relative to m)",
-             "o (element 0)": ("when m grows, O and l are rescaled by α = e^(m - m′); FA1 also multiplies O by "
-                               "l_old before dividing by l_new" if variant == "fa1" else
-                               "when m grows, acc and l are rescaled by α = e^(m - m′); o = acc / l at the end")}
+    hints = {
+        "m (element 1)": "m is the row max of all the scores S = q_i k^T / sqrt(d), over every key block",
+        "l (element 2)": (
+            "l sums e^(s - m) over every key block, rescaled by α = e^(m - m′) whenever m "
+            "grows; return it against the final m"
+        ),
+        "lse (element 1)": "lse = m + log l, with the final m and l (log l alone is relative to m)",
+        "o (element 0)": (
+            "when m grows, O and l are rescaled by α = e^(m - m′); FA1 also multiplies O by "
+            "l_old before dividing by l_new"
+            if variant == "fa1"
+            else "when m grows, acc and l are rescaled by α = e^(m - m′); o = acc / l at the end"
+        ),
+    }
     return next((h for key, h in hints.items() if problem.startswith(key)), case_hint)
 
 
@@ -240,12 +380,19 @@ def _check_block(fn, variant: str, name: str | None) -> None:
         if isinstance(got, Watched):
             got = got.view(np.ndarray)
         if isinstance(got, tuple):
-            got = tuple(np.asarray(g).view(np.ndarray) if isinstance(g, np.ndarray) else g for g in got)
+            got = tuple(
+                np.asarray(g).view(np.ndarray) if isinstance(g, np.ndarray) else g
+                for g in got
+            )
         o, lse = attention_reference(q_i, k, v)
         m = (q_i @ k.T / np.sqrt(q_i.shape[1])).max(axis=1)
         want = (o, m, np.exp(lse - m)) if variant == "fa1" else (o, lse)
         problem = diagnose(got, want, names=names, rtol=1e-9, atol=1e-12)
-        hint = None if problem is None else _hint(problem, variant, got, want, q_i, k, v, Bc, case_hint)
+        hint = (
+            None
+            if problem is None
+            else _hint(problem, variant, got, want, q_i, k, v, Bc, case_hint)
+        )
         if problem is None:
             problem = _property(variant, log, q_i, k, v, Bc)
         if problem is not None:
@@ -254,16 +401,22 @@ def _check_block(fn, variant: str, name: str | None) -> None:
                 print(f"  hint: {hint}")
             return
     if variant == "fa1":
-        print(f"{name}: ✓ passed {len(cases)} cases; O was normalized after every key block, as FA1 writes it")
+        print(
+            f"{name}: ✓ passed {len(cases)} cases; O was normalized after every key block, as FA1 writes it"
+        )
     else:
-        print(f"{name}: ✓ passed {len(cases)} cases; acc was normalized once, after the last key block, as FA2 writes it")
+        print(
+            f"{name}: ✓ passed {len(cases)} cases; acc was normalized once, after the last key block, as FA2 writes it"
+        )
 
 
 def _property(variant, log, q_i, k, v, Bc):
     """None, or what the loop did against the form it should have (normalized after every key block / only the last)."""
     if not log:
-        return ("the check could not watch your loop: q_i, k and v were converted (np.asarray / np.array?); "
-                "use them as given")
+        return (
+            "the check could not watch your loop: q_i, k and v were converted (np.asarray / np.array?); "
+            "use them as given"
+        )
     prefixes = _prefix_outputs(q_i, k, v, Bc)
     done = _normalized_after(log, q_i, k, v, Bc)
     T = len(prefixes)
@@ -271,16 +424,24 @@ def _property(variant, log, q_i, k, v, Bc):
         missing = [j for j in range(T) if j not in done]
         if missing:
             j = missing[0]
-            form = " (that is FA2's form: acc normalized only at the end)" if done == [T - 1] else ""
-            return (f"after key block {j} (keys {j * Bc}..{min((j + 1) * Bc, len(k)) - 1}) none of your arrays held O "
-                    f"normalized over the keys so far{form}; FA1 rescales O and divides it by l at every key block")
+            form = (
+                " (that is FA2's form: acc normalized only at the end)"
+                if done == [T - 1]
+                else ""
+            )
+            return (
+                f"after key block {j} (keys {j * Bc}..{min((j + 1) * Bc, len(k)) - 1}) none of your arrays held O "
+                f"normalized over the keys so far{form}; FA1 rescales O and divides it by l at every key block"
+            )
         return None
     early = [j for j in done if j < T - 1 and abs(prefixes[j][1].max() - 1) > 1e-6]
     if early:
         j = early[0]
-        return (f"after key block {j} (keys {j * Bc}..{min((j + 1) * Bc, len(k)) - 1}) your loop already held acc / l, "
-                f"the normalized output over the keys so far: that is FA1's form, {T} divisions of the (Br, d_v) block "
-                "per query block; FA2 leaves acc unnormalized and divides once, after the last key block")
+        return (
+            f"after key block {j} (keys {j * Bc}..{min((j + 1) * Bc, len(k)) - 1}) your loop already held acc / l, "
+            f"the normalized output over the keys so far: that is FA1's form, {T} divisions of the (Br, d_v) block "
+            "per query block; FA2 leaves acc unnormalized and divides once, after the last key block"
+        )
     return None
 
 

@@ -32,17 +32,24 @@ import torch
 
 from ..attention import attention_reference
 from ..exercises import check, diagnose
-from ..measure import attention_flops
 from ..kernels.rung6_triton import triton_status
+from ..measure import attention_flops
 
-__all__ = ["check_attention_tflops", "check_roofline", "check_causal_tile_steps", "check_triton_attention",
-           "launch_attention_kernel", "triton_or_standins"]
+__all__ = [
+    "check_attention_tflops",
+    "check_roofline",
+    "check_causal_tile_steps",
+    "check_triton_attention",
+    "launch_attention_kernel",
+    "triton_or_standins",
+]
 
 _TODO = "not implemented yet (fill in the stub above, then run this cell again)"
 
 
 def _explained(fn, hints):
     """`fn` whose errors carry a hint: `hints` maps a piece of an error message to the sentence added to it."""
+
     def wrapped(*args):
         try:
             return fn(*args)
@@ -53,6 +60,7 @@ def _explained(fn, hints):
             if extra is None:
                 raise
             raise type(exc)(f"{exc} ({extra})") from None
+
     wrapped.__name__ = getattr(fn, "__name__", "your function")
     return wrapped
 
@@ -73,13 +81,29 @@ def _tflops_hint(case, got, want):
     except (TypeError, ValueError, ZeroDivisionError):
         return None
     causal = case[4]
-    for r, text in ((2.0, "twice the expected: a causal forward computes half the scores, so F is halved"
-                          if causal else "twice the expected: F = 4BHN²d counts both matmuls, QKᵀ and PV, once each"),
-                    (0.5, "half the expected: F counts both matmuls, 2Nd FLOPs per score in QKᵀ and as many in PV"
-                          + ("" if causal else "; only a causal forward is halved")),
-                    (1e3, "1000× the expected: ms is in milliseconds, so the time in seconds is ms·10⁻³"),
-                    (1e-3, "1/1000 of the expected: ms is in milliseconds; convert ms to seconds (ms·10⁻³) before dividing"),
-                    (1e6, "10⁶× the expected: a TFLOP is 10¹² FLOP"), (1e-6, "10⁻⁶× the expected: a TFLOP is 10¹² FLOP")):
+    for r, text in (
+        (
+            2.0,
+            "twice the expected: a causal forward computes half the scores, so F is halved"
+            if causal
+            else "twice the expected: F = 4BHN²d counts both matmuls, QKᵀ and PV, once each",
+        ),
+        (
+            0.5,
+            "half the expected: F counts both matmuls, 2Nd FLOPs per score in QKᵀ and as many in PV"
+            + ("" if causal else "; only a causal forward is halved"),
+        ),
+        (
+            1e3,
+            "1000× the expected: ms is in milliseconds, so the time in seconds is ms·10⁻³",
+        ),
+        (
+            1e-3,
+            "1/1000 of the expected: ms is in milliseconds; convert ms to seconds (ms·10⁻³) before dividing",
+        ),
+        (1e6, "10⁶× the expected: a TFLOP is 10¹² FLOP"),
+        (1e-6, "10⁻⁶× the expected: a TFLOP is 10¹² FLOP"),
+    ):
         if math.isclose(ratio, r, rel_tol=1e-6):
             return f"yours is {text}"
     if causal and math.isclose(ratio, (case[2] + 1) / case[2], rel_tol=1e-9):
@@ -92,7 +116,12 @@ def check_attention_tflops(fn) -> None:
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
-    cases = [(1, 8, 4096, 64, False, 300.0), (2, 16, 1024, 128, True, 1.5), (1, 1, 17, 16, False, 0.01), (4, 32, 8192, 128, True, 41.0)]
+    cases = [
+        (1, 8, 4096, 64, False, 300.0),
+        (2, 16, 1024, 128, True, 1.5),
+        (1, 1, 17, 16, False, 0.01),
+        (4, 32, 8192, 128, True, 41.0),
+    ]
     check(fn, _tflops, cases, rtol=1e-9, atol=0, hint=_tflops_hint)
 
 
@@ -103,14 +132,24 @@ def _roof(intensity, peak, bandwidth):
 
 def _roof_hint(case, got, want):
     intensity, peak, bandwidth = np.asarray(case[0], dtype=float), case[1], case[2]
-    known = [(np.maximum(peak, intensity * bandwidth), "the larger of the two ceilings; a kernel reaches the lower one: the roof is a minimum"),
-             (intensity * bandwidth, "I·bandwidth everywhere; past the ridge point the rate is capped at the peak"),
-             (np.minimum(peak, intensity / bandwidth),
-              "min(peak, I / bandwidth); I is FLOP per byte and the bandwidth bytes per second, so FLOP/s = I·bandwidth")]
+    known = [
+        (
+            np.maximum(peak, intensity * bandwidth),
+            "the larger of the two ceilings; a kernel reaches the lower one: the roof is a minimum",
+        ),
+        (
+            intensity * bandwidth,
+            "I·bandwidth everywhere; past the ridge point the rate is capped at the peak",
+        ),
+        (
+            np.minimum(peak, intensity / bandwidth),
+            "min(peak, I / bandwidth); I is FLOP per byte and the bandwidth bytes per second, so FLOP/s = I·bandwidth",
+        ),
+    ]
     for value, text in known:
         if _near(got, value):
             return f"yours is {text}"
-    if not _near(got, want):                                    # right numbers, wrong type: the property says so
+    if not _near(got, want):  # right numbers, wrong type: the property says so
         return "one rate per intensity: the lower of the peak and intensity × bandwidth, as section 1 draws the roof"
     return None
 
@@ -120,25 +159,51 @@ def check_roofline(fn) -> None:
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
-    cases = [(np.array([0.5, 10.0, 1000.0]), 1.6e11, 1.0e10), (np.array([8.0, 63.0, 295.0, 1e4]), 9.89e14, 3.35e12),
-             ([1.0, 16.0, 64.0], 2.0e11, 2.0e10)]
-    fn = _explained(fn, {"truth value": "Python's min and max compare single numbers; np.minimum works element by element",
-                         "sequence": "intensity may come as a list: np.asarray(intensity) makes it an array"})
-    is_array = lambda f, case, got: (None if isinstance(got, np.ndarray) else f"returned a {type(got).__name__}, expected an "
-                                     "array: np.asarray(...) of your rates, or numpy's element-wise functions")
+    cases = [
+        (np.array([0.5, 10.0, 1000.0]), 1.6e11, 1.0e10),
+        (np.array([8.0, 63.0, 295.0, 1e4]), 9.89e14, 3.35e12),
+        ([1.0, 16.0, 64.0], 2.0e11, 2.0e10),
+    ]
+    fn = _explained(
+        fn,
+        {
+            "truth value": "Python's min and max compare single numbers; np.minimum works element by element",
+            "sequence": "intensity may come as a list: np.asarray(intensity) makes it an array",
+        },
+    )
+    is_array = lambda f, case, got: (
+        None
+        if isinstance(got, np.ndarray)
+        else f"returned a {type(got).__name__}, expected an "
+        "array: np.asarray(...) of your rates, or numpy's element-wise functions"
+    )
     check(fn, _roof, cases, rtol=1e-9, atol=0, hint=_roof_hint, properties=(is_array,))
 
 
 # ------------------------------------------------------------------------------- exercise 3: tile steps
-def _tiles(N, M, Br, Bc, causal, *, offset=None, row="last", rows_up=True, keys_up=True, clamp=True):
+def _tiles(
+    N,
+    M,
+    Br,
+    Bc,
+    causal,
+    *,
+    offset=None,
+    row="last",
+    rows_up=True,
+    keys_up=True,
+    clamp=True,
+):
     """Tiles visited, with the knobs of the classic mistakes: `offset` the alignment (M - N is right), `row` the
     block row that decides, `rows_up`/`keys_up` False drop a short last query block / a partly visible key
     block, `clamp` False lets a block whose rows see no key subtract tiles."""
     offset = M - N if offset is None else offset
-    steps = 0                                                   # the tiles visited, summed over query blocks
+    steps = 0  # the tiles visited, summed over query blocks
     for i in range(-(-N // Br) if rows_up else N // Br):
         first, last = i * Br, min((i + 1) * Br, N) - 1
-        seen = M if not causal else (last if row == "last" else first) + 1 + offset   # keys 0 .. seen-1 visible
+        seen = (
+            M if not causal else (last if row == "last" else first) + 1 + offset
+        )  # keys 0 .. seen-1 visible
         seen = max(0, min(M, seen)) if clamp else min(M, seen)
         steps += -(-seen // Bc) if keys_up else seen // Bc
     return steps
@@ -146,26 +211,53 @@ def _tiles(N, M, Br, Bc, causal, *, offset=None, row="last", rows_up=True, keys_
 
 def _tiles_reference(N, M, Br, Bc, causal):
     """Every (i, j) tile, kept when some row i of the block sees some key j of it: j0 <= last row + (M - N)."""
-    return sum(1 for i0 in range(0, N, Br) for j0 in range(0, M, Bc)
-               if not causal or j0 <= min(i0 + Br, N) - 1 + M - N)
+    return sum(
+        1
+        for i0 in range(0, N, Br)
+        for j0 in range(0, M, Bc)
+        if not causal or j0 <= min(i0 + Br, N) - 1 + M - N
+    )
 
 
 def _tiles_hint(case, got, want):
     N, M, Br, Bc, causal = case
-    known = [(_tiles(N, M, Br, Bc, causal, offset=0), "the count of a causal mask aligned top-left (key j visible when "
-                                                      "j <= i); here query i sees keys up to i + (M - N)"),
-             (_tiles(N, M, Br, Bc, causal, row="first"), "the count decided by each block's first row; the block's "
-                                                         "last row sees the most keys, and a tile is visited if any row needs it"),
-             (_tiles(N, M, Br, Bc, causal, rows_up=False), "the count without the short last query block: N // Br "
-                                                           "drops the last N % Br rows; round up"),
-             (_tiles(N, M, Br, Bc, causal, keys_up=False), "the count without the key blocks that are only partly "
-                                                           "visible: a tile is visited if any of its keys is; round up"),
-             (_tiles(N, M, Br, Bc, causal, rows_up=False, keys_up=False), "the count without the short blocks: "
-                                                                            "round N / Br and the visible keys / Bc up"),
-             (_tiles(N, M, Br, Bc, causal, clamp=False), "a count in which blocks whose rows see no key subtract tiles: "
-                                                        "with N > M the first N - M rows see none, and visit nothing"),
-             (_tiles(N, M, Br, Bc, False), "the count without causal skipping"),
-             (_tiles(N, N, Br, Bc, causal), "the count for N keys: the key blocks are M's, ⌈M / Bc⌉ of them")]
+    known = [
+        (
+            _tiles(N, M, Br, Bc, causal, offset=0),
+            "the count of a causal mask aligned top-left (key j visible when "
+            "j <= i); here query i sees keys up to i + (M - N)",
+        ),
+        (
+            _tiles(N, M, Br, Bc, causal, row="first"),
+            "the count decided by each block's first row; the block's "
+            "last row sees the most keys, and a tile is visited if any row needs it",
+        ),
+        (
+            _tiles(N, M, Br, Bc, causal, rows_up=False),
+            "the count without the short last query block: N // Br "
+            "drops the last N % Br rows; round up",
+        ),
+        (
+            _tiles(N, M, Br, Bc, causal, keys_up=False),
+            "the count without the key blocks that are only partly "
+            "visible: a tile is visited if any of its keys is; round up",
+        ),
+        (
+            _tiles(N, M, Br, Bc, causal, rows_up=False, keys_up=False),
+            "the count without the short blocks: "
+            "round N / Br and the visible keys / Bc up",
+        ),
+        (
+            _tiles(N, M, Br, Bc, causal, clamp=False),
+            "a count in which blocks whose rows see no key subtract tiles: "
+            "with N > M the first N - M rows see none, and visit nothing",
+        ),
+        (_tiles(N, M, Br, Bc, False), "the count without causal skipping"),
+        (
+            _tiles(N, N, Br, Bc, causal),
+            "the count for N keys: the key blocks are M's, ⌈M / Bc⌉ of them",
+        ),
+    ]
     for value, text in known:
         if got == value and value != want:
             return f"yours is {text}"
@@ -177,8 +269,16 @@ def check_causal_tile_steps(fn) -> None:
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
-    cases = [(4096, 4096, 256, 512, False), (4096, 4096, 256, 512, True), (300, 333, 64, 48, False), (300, 333, 64, 48, True),
-             (64, 512, 16, 32, False), (64, 512, 16, 32, True), (100, 20, 16, 8, True), (17, 17, 1, 1, True)]
+    cases = [
+        (4096, 4096, 256, 512, False),
+        (4096, 4096, 256, 512, True),
+        (300, 333, 64, 48, False),
+        (300, 333, 64, 48, True),
+        (64, 512, 16, 32, False),
+        (64, 512, 16, 32, True),
+        (100, 20, 16, 8, True),
+        (17, 17, 1, 1, True),
+    ]
     check(fn, _tiles_reference, cases, rtol=0, atol=0, hint=_tiles_hint)
 
 
@@ -192,11 +292,16 @@ def triton_or_standins():
     if usable or not _standin_needed():
         import triton
         import triton.language as tl
+
         return triton, tl
+
     def jit(fn=None, **_):
         return fn if fn is not None else (lambda f: f)
-    return (types.SimpleNamespace(jit=jit, cdiv=lambda a, b: -(-a // b), standin=True),
-            types.SimpleNamespace(constexpr=int, standin=True))
+
+    return (
+        types.SimpleNamespace(jit=jit, cdiv=lambda a, b: -(-a // b), standin=True),
+        types.SimpleNamespace(constexpr=int, standin=True),
+    )
 
 
 def _standin_needed() -> bool:
@@ -207,7 +312,9 @@ def _standin_needed() -> bool:
     return False
 
 
-def launch_attention_kernel(kernel, q, k, v, *, block_q: int = 16, block_k: int = 16, block_m=None, block_n=None):
+def launch_attention_kernel(
+    kernel, q, k, v, *, block_q: int = 16, block_k: int = 16, block_m=None, block_n=None
+):
     """`o` from `kernel[grid](Q, K, V, O, scale, N, M, strides..., Br, Bc, d)`: one program per (query block, head).
 
     q (H, N, d), k and v (H, M, d), float32, each row contiguous; `block_q` is Br, `block_k` is Bc (`block_m`,
@@ -220,36 +327,109 @@ def launch_attention_kernel(kernel, q, k, v, *, block_q: int = 16, block_k: int 
     Bc = block_k if block_n is None else block_n
     H, N, d = q.shape
     M = k.shape[1]
-    o = torch.empty((H, N, d), dtype=torch.float32, device=q.device)          # (H, N, d)
-    grid = (triton.cdiv(N, Br), H)                                            # Tr query blocks × H heads
-    kernel[grid](q, k, v, o, 1.0 / math.sqrt(d), N, M,
-                 q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), o.stride(0), o.stride(1),
-                 Br=Br, Bc=Bc, d=d)
+    o = torch.empty((H, N, d), dtype=torch.float32, device=q.device)  # (H, N, d)
+    grid = (triton.cdiv(N, Br), H)  # Tr query blocks × H heads
+    kernel[grid](
+        q,
+        k,
+        v,
+        o,
+        1.0 / math.sqrt(d),
+        N,
+        M,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        o.stride(0),
+        o.stride(1),
+        Br=Br,
+        Bc=Bc,
+        d=d,
+    )
     return o
 
 
-_D, _PAD = 16, 64      # head dimension; rows of NaN after K and V (more than a key block)
+_D, _PAD = 16, 64  # head dimension; rows of NaN after K and V (more than a key block)
 
 _CASES = [  # name, H, N, M, Br, Bc, score bias, hint when this case is the first to fail
-    ("one key block", 1, 16, 16, 16, 16, 0,
-     "with a single key block nothing is rescaled yet: check S = scale · q Kᵀ (tl.trans(k) inside tl.dot), "
-     "p = exp(S - m_new), and that tl.max and tl.sum run along the keys, axis=1"),
-    ("very large scores (all near +200)", 1, 16, 16, 16, 16, 200,
-     "every score here is near +200, and exp overflows float32 past about 88.7: exponentiate S - m_new, never S"),
-    ("several key blocks", 2, 32, 64, 16, 16, 0,
-     "one key block was right: what carries over between blocks is wrong. When the running max moves, l and acc must "
-     "shrink by alpha = exp(m - m_new) before the new block's sums are added, and then m = m_new"),
-    ("N and M not multiples of the blocks", 1, 20, 37, 16, 16, 0,
-     "the last key block has slots past M: load K and V there with a mask and other=0.0, and give those slots a score "
-     "of -inf (tl.where) before the max and the exp; a zero-filled key still scores 0 and adds e^(0 - m) to l"),
-    ("Br = 32 query rows, Bc = 16 keys", 2, 40, 24, 32, 16, 0,
-     "the query block and the key block differ in size here: step over the keys by Bc, key offsets tl.arange(0, Bc)"),
-    ("very negative scores (all near -200)", 1, 16, 48, 16, 16, -200,
-     "every score here is near -200. A running max that starts at 0 stays 0 (max(0, -200) = 0), exp(S - 0) "
-     "underflows to 0, so l = 0 and o = 0/0: start m at float('-inf')"),
-    ("a key block near +200, then blocks near -200", 1, 16, 48, 16, 16, (200, -200),
-     "m must be the running max, m_new = tl.maximum(m, tl.max(s, axis=1)): a block's own max lowers m after a high "
-     "block, and alpha = exp(m - m_new) = e^400 overflows"),
+    (
+        "one key block",
+        1,
+        16,
+        16,
+        16,
+        16,
+        0,
+        "with a single key block nothing is rescaled yet: check S = scale · q Kᵀ (tl.trans(k) inside tl.dot), "
+        "p = exp(S - m_new), and that tl.max and tl.sum run along the keys, axis=1",
+    ),
+    (
+        "very large scores (all near +200)",
+        1,
+        16,
+        16,
+        16,
+        16,
+        200,
+        "every score here is near +200, and exp overflows float32 past about 88.7: exponentiate S - m_new, never S",
+    ),
+    (
+        "several key blocks",
+        2,
+        32,
+        64,
+        16,
+        16,
+        0,
+        "one key block was right: what carries over between blocks is wrong. When the running max moves, l and acc must "
+        "shrink by alpha = exp(m - m_new) before the new block's sums are added, and then m = m_new",
+    ),
+    (
+        "N and M not multiples of the blocks",
+        1,
+        20,
+        37,
+        16,
+        16,
+        0,
+        "the last key block has slots past M: load K and V there with a mask and other=0.0, and give those slots a score "
+        "of -inf (tl.where) before the max and the exp; a zero-filled key still scores 0 and adds e^(0 - m) to l",
+    ),
+    (
+        "Br = 32 query rows, Bc = 16 keys",
+        2,
+        40,
+        24,
+        32,
+        16,
+        0,
+        "the query block and the key block differ in size here: step over the keys by Bc, key offsets tl.arange(0, Bc)",
+    ),
+    (
+        "very negative scores (all near -200)",
+        1,
+        16,
+        48,
+        16,
+        16,
+        -200,
+        "every score here is near -200. A running max that starts at 0 stays 0 (max(0, -200) = 0), exp(S - 0) "
+        "underflows to 0, so l = 0 and o = 0/0: start m at float('-inf')",
+    ),
+    (
+        "a key block near +200, then blocks near -200",
+        1,
+        16,
+        48,
+        16,
+        16,
+        (200, -200),
+        "m must be the running max, m_new = tl.maximum(m, tl.max(s, axis=1)): a block's own max lowers m after a high "
+        "block, and alpha = exp(m - m_new) = e^400 overflows",
+    ),
 ]
 
 
@@ -257,18 +437,33 @@ def _case_inputs(H, N, M, bias, seed, device="cpu", Bc=16):
     """q (H, N, d) and views k, v (H, M, d) into buffers whose rows M .. M+_PAD-1 hold NaN; `bias` (or a pair: the first
     key block's, the other blocks') shifts every score by about that much."""
     g = torch.Generator().manual_seed(seed)
-    q, k, v = torch.randn(H, N, _D, generator=g), torch.randn(H, M, _D, generator=g), torch.randn(H, M, _D, generator=g)
-    if bias:                                                    # scale · (40 · ±20) = ±200 in every score
+    q, k, v = (
+        torch.randn(H, N, _D, generator=g),
+        torch.randn(H, M, _D, generator=g),
+        torch.randn(H, M, _D, generator=g),
+    )
+    if bias:  # scale · (40 · ±20) = ±200 in every score
         first, rest = bias if isinstance(bias, tuple) else (bias, bias)
-        q[..., 0], k[:, :Bc, 0], k[:, Bc:, 0] = 40.0, 20.0 * np.sign(first), 20.0 * np.sign(rest)
-    kb, vb = torch.full((H, M + _PAD, _D), math.nan), torch.full((H, M + _PAD, _D), math.nan)
+        q[..., 0], k[:, :Bc, 0], k[:, Bc:, 0] = (
+            40.0,
+            20.0 * np.sign(first),
+            20.0 * np.sign(rest),
+        )
+    kb, vb = (
+        torch.full((H, M + _PAD, _D), math.nan),
+        torch.full((H, M + _PAD, _D), math.nan),
+    )
     kb[:, :M], vb[:, :M] = k, v
     return q.to(device), kb.to(device)[:, :M], vb.to(device)[:, :M]
 
 
 def _unwrap(exc):
     """The learner's own error inside Triton's InterpreterError (which keeps it as __cause__)."""
-    return exc.__cause__ if type(exc).__name__ == "InterpreterError" and exc.__cause__ is not None else exc
+    return (
+        exc.__cause__
+        if type(exc).__name__ == "InterpreterError" and exc.__cause__ is not None
+        else exc
+    )
 
 
 def _is_stub(kernel) -> bool:
@@ -277,7 +472,11 @@ def _is_stub(kernel) -> bool:
     if "NotImplementedError" in getattr(getattr(fn, "__code__", None), "co_names", ()):
         return True
     try:
-        src = kernel.src if isinstance(getattr(kernel, "src", None), str) else inspect.getsource(fn)
+        src = (
+            kernel.src
+            if isinstance(getattr(kernel, "src", None), str)
+            else inspect.getsource(fn)
+        )
     except (OSError, TypeError):
         return False
     return "raise NotImplementedError" in src
@@ -310,26 +509,47 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
     if _is_stub(kernel):
         print(f"{name}: {_TODO}")
         return
-    compiled = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    compiled = (
+        torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    )
     device = "cuda" if compiled else "cpu"
-    tol = 1e-2 if compiled else 1e-4                           # a compiled fp32 tl.dot rounds its inputs to TF32
+    tol = 1e-2 if compiled else 1e-4  # a compiled fp32 tl.dot rounds its inputs to TF32
     for i, (label, H, N, M, Br, Bc, bias, hint) in enumerate(_CASES):
         shown = f"case {i} ({label}: H = {H}, N = {N}, M = {M}, Br = {Br}, Bc = {Bc}, d = {_D})"
         q, k, v = _case_inputs(H, N, M, bias, seed=i, device=device, Bc=Bc)
+
         def run(k_, v_, q=q, Br=Br, Bc=Bc):
-            with np.errstate(all="ignore"), warnings.catch_warnings():    # the interpreter's numpy on NaN and inf
+            with (
+                np.errstate(all="ignore"),
+                warnings.catch_warnings(),
+            ):  # the interpreter's numpy on NaN and inf
                 warnings.simplefilter("ignore")
-                return launch_attention_kernel(kernel, q, k_, v_, block_q=Br, block_k=Bc).double().cpu().numpy()
+                return (
+                    launch_attention_kernel(kernel, q, k_, v_, block_q=Br, block_k=Bc)
+                    .double()
+                    .cpu()
+                    .numpy()
+                )
+
         try:
             got, read = _run_watched(run, k, v, M)
         except Exception as exc:
             inner = _unwrap(exc)
-            if isinstance(inner, NotImplementedError) or "NotImplementedError" in str(exc):
+            if isinstance(inner, NotImplementedError) or "NotImplementedError" in str(
+                exc
+            ):
                 print(f"{name}: {_TODO}")
                 return
             text = str(inner).strip().splitlines()[-1] if str(inner).strip() else ""
             print(f"{name}: ✗ {shown} raised {type(inner).__name__}: {text}")
-            extra = next((h for key, h in _ERROR_HINTS.items() if key in f"{type(inner).__name__} {inner}"), None)
+            extra = next(
+                (
+                    h
+                    for key, h in _ERROR_HINTS.items()
+                    if key in f"{type(inner).__name__} {inner}"
+                ),
+                None,
+            )
             if extra:
                 print(f"  hint: {extra}")
             return
@@ -338,16 +558,27 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
         problem = diagnose(got, want, rtol=tol, atol=tol)
         if problem is None and not read:
             continue
-        print(f"{name}: ✗ {shown}: " + (f"o[head, query, feature]: {problem}" if problem else "o is right, but"))
-        where = (f"it reads {' and '.join(read)} past row M - 1 = {M - 1}, where this check stores NaN (on a GPU: "
-                 "another tensor's data, or a crash; a tl.where after the load hides the values, not the read). Load "
-                 "with mask=(key rows < M)[:, None] and other=0.0") if read else _what_it_matches(got, want, args, N, M, Bc, tol)
+        print(
+            f"{name}: ✗ {shown}: "
+            + (f"o[head, query, feature]: {problem}" if problem else "o is right, but")
+        )
+        where = (
+            (
+                f"it reads {' and '.join(read)} past row M - 1 = {M - 1}, where this check stores NaN (on a GPU: "
+                "another tensor's data, or a crash; a tl.where after the load hides the values, not the read). Load "
+                "with mask=(key rows < M)[:, None] and other=0.0"
+            )
+            if read
+            else _what_it_matches(got, want, args, N, M, Bc, tol)
+        )
         if where:
             print(f"  {where}")
         print(f"  hint: {hint}")
         return
-    print(f"{name}: ✓ passed {len(_CASES)} cases (one and several key blocks, N and M that no block divides, "
-          "unequal blocks, scores near +200 and -200, a high key block before low ones)")
+    print(
+        f"{name}: ✓ passed {len(_CASES)} cases (one and several key blocks, N and M that no block divides, "
+        "unequal blocks, scores near +200 and -200, a high key block before low ones)"
+    )
 
 
 def _run_watched(run, k, v, M):
@@ -355,17 +586,32 @@ def _run_watched(run, k, v, M):
     that tl.where hides afterwards is still seen; compiled, no load is seen ([])."""
     try:
         from triton.runtime.interpreter import InterpreterBuilder
+
         original = InterpreterBuilder.create_masked_load
     except (ImportError, AttributeError):
         return run(k, v), []
-    spans = [(name, t.data_ptr() + (h * t.stride(0) + M * t.stride(1)) * t.element_size(), _PAD * t.stride(1) * t.element_size())
-             for name, t in (("K", k), ("V", v)) for h in range(t.shape[0])]          # the rows after each head's M keys
+    spans = [
+        (
+            name,
+            t.data_ptr() + (h * t.stride(0) + M * t.stride(1)) * t.element_size(),
+            _PAD * t.stride(1) * t.element_size(),
+        )
+        for name, t in (("K", k), ("V", v))
+        for h in range(t.shape[0])
+    ]  # the rows after each head's M keys
     seen = set()
 
     def load(self, ptrs, mask, *args, **kwargs):
-        addr = np.asarray(ptrs.data, np.uint64)[np.broadcast_to(np.asarray(mask.data, bool), np.shape(ptrs.data))]
-        seen.update(name for name, lo, size in spans if ((addr >= np.uint64(lo)) & (addr < np.uint64(lo + size))).any())
+        addr = np.asarray(ptrs.data, np.uint64)[
+            np.broadcast_to(np.asarray(mask.data, bool), np.shape(ptrs.data))
+        ]
+        seen.update(
+            name
+            for name, lo, size in spans
+            if ((addr >= np.uint64(lo)) & (addr < np.uint64(lo + size))).any()
+        )
         return original(self, ptrs, mask, *args, **kwargs)
+
     InterpreterBuilder.create_masked_load = load
     try:
         return run(k, v), sorted(seen)
@@ -378,19 +624,39 @@ def _what_it_matches(got, want, args, N, M, Bc, tol):
     q, k, v = args
     d = q.shape[-1]
     last = (max(0, (M - 1) // Bc * Bc), M)
-    first, rest = (k[:, :Bc], v[:, :Bc]), (k[:, last[0]:], v[:, last[0]:])
-    known = [((lambda: attention_reference(q, k, v, scale=1.0)[0]),
-              f"yours is attention with scale 1: multiply S = q Kᵀ by scale = 1/√d = {1 / math.sqrt(d):g}"),
-             ((lambda: attention_reference(q, *first)[0]), "yours is attention over the first key block alone: loop over "
-                                                           "every key block, 0 to M"),
-             ((lambda: attention_reference(q, *rest)[0]), "yours is attention over the last key block alone: each step "
-                                                          "forgets the blocks before it")]
+    first, rest = (k[:, :Bc], v[:, :Bc]), (k[:, last[0] :], v[:, last[0] :])
+    known = [
+        (
+            (lambda: attention_reference(q, k, v, scale=1.0)[0]),
+            f"yours is attention with scale 1: multiply S = q Kᵀ by scale = 1/√d = {1 / math.sqrt(d):g}",
+        ),
+        (
+            (lambda: attention_reference(q, *first)[0]),
+            "yours is attention over the first key block alone: loop over "
+            "every key block, 0 to M",
+        ),
+        (
+            (lambda: attention_reference(q, *rest)[0]),
+            "yours is attention over the last key block alone: each step "
+            "forgets the blocks before it",
+        ),
+    ]
     padded = -(-M // Bc) * Bc
-    if padded > M:                                              # the slots past M taken as keys of zeros, score 0
+    if padded > M:  # the slots past M taken as keys of zeros, score 0
         zeros = np.zeros(k.shape[:-2] + (padded - M, d))
-        known.append(((lambda: attention_reference(q, np.concatenate([k, zeros], -2), np.concatenate([v, zeros], -2))[0]),
-                      f"yours is attention with the {padded - M} slots past M counted as keys of score 0: give them a "
-                      "score of -inf (tl.where) before the max and the exp"))
+        known.append(
+            (
+                (
+                    lambda: attention_reference(
+                        q,
+                        np.concatenate([k, zeros], -2),
+                        np.concatenate([v, zeros], -2),
+                    )[0]
+                ),
+                f"yours is attention with the {padded - M} slots past M counted as keys of score 0: give them a "
+                "score of -inf (tl.where) before the max and the exp",
+            )
+        )
     for value, text in known:
         if M > Bc or "scale" in text or "slots" in text:
             if diagnose(got, value(), rtol=tol, atol=tol) is None:

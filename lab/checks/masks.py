@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from ..attention import attention_reference, flash_attention_numpy
-from ..mask_checks import window_tile_counts
+from ..mask_experiments import window_tile_counts
 from ..masks import KINDS, block_mask, index_arrays
 
 __all__ = ["check_window_tiles", "check_mask_mod", "check_score_mod"]
@@ -25,7 +25,10 @@ _ARRAY_HINT = " (on arrays, use & | ~ instead of and / or / not, and no `if`)"
 
 def _show(case) -> str:
     """A case as the learner would type it: numpy arrays as `np.array([...])`."""
-    parts = [f"np.array({a.tolist()})" if isinstance(a, np.ndarray) else repr(a) for a in case]
+    parts = [
+        f"np.array({a.tolist()})" if isinstance(a, np.ndarray) else repr(a)
+        for a in case
+    ]
     return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
 
@@ -37,14 +40,18 @@ def _attempt(name, fn, case, n, *args, hint=_ARRAY_HINT):
     try:
         out = fn(*(args or case))
     except NotImplementedError:
-        print(f"{name}: not implemented yet (fill in the stub above, then run this cell again)")
+        print(
+            f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
+        )
         return _FAILED
     except Exception as exc:  # a learner's bug: report it, do not stop the notebook
         text = str(exc)
         extra = hint if "truth value" in text else ""
         if "scalar index" in text:
             extra = " (index a numpy array with the index array h: np.asarray(slopes)[h], not a list)"
-        print(f"{name}: ✗ case {n} {_show(case)} raised {type(exc).__name__}: {exc}{extra}")
+        print(
+            f"{name}: ✗ case {n} {_show(case)} raised {type(exc).__name__}: {exc}{extra}"
+        )
         return _FAILED
     if out is None:
         print(f"{name}: ✗ case {n} {_show(case)}: returned None (a missing `return`?)")
@@ -71,12 +78,20 @@ def _kernel_problem(build, spec, kind, case, heads, what, seed=0) -> str | None:
     with the spec's, or None: refused, or max |o - ref| ≥ 1e-9. `what` names what already agreed ("masks", "scores")."""
     N, M = case[-2:]
     rng = np.random.default_rng(seed)
-    q, k, v = rng.standard_normal((1, heads, N, 8)), rng.standard_normal((1, heads, M, 8)), rng.standard_normal((1, heads, M, 8))
+    q, k, v = (
+        rng.standard_normal((1, heads, N, 8)),
+        rng.standard_normal((1, heads, M, 8)),
+        rng.standard_normal((1, heads, M, 8)),
+    )
     try:
-        o, _ = flash_attention_numpy(q, k, v, block_q=16, block_k=16, **{kind: build(*case)})
+        o, _ = flash_attention_numpy(
+            q, k, v, block_q=16, block_k=16, **{kind: build(*case)}
+        )
     except (ValueError, TypeError) as exc:
         return f"the {what} agree, but flash_attention_numpy refused yours: {exc}"
-    err = float(np.abs(o - attention_reference(q, k, v, **{kind: spec(*case)})[0]).max())
+    err = float(
+        np.abs(o - attention_reference(q, k, v, **{kind: spec(*case)})[0]).max()
+    )
     if not err < 1e-9:
         return f"the {what} agree, but flash_attention_numpy with yours differs from the reference (max |o - ref| = {err:.1e})"
     return None
@@ -95,27 +110,52 @@ def check_window_tiles(build, cases, *, name: str | None = None) -> None:
     of causal attention or of full attention. Taught in: notebooks/11_masks_and_score_mods.ipynb
     """
     name = name or getattr(build, "__name__", "<lambda>")
-    name = "window_tiles" if name.startswith("<") else name                # a lambda: the exercise's own name
+    name = (
+        "window_tiles" if name.startswith("<") else name
+    )  # a lambda: the exercise's own name
     for n, case in enumerate(cases):
         N, W, Br, Bc = case
         shown = f"{name}(N={N}, W={W}, Br={Br}, Bc={Bc})"
-        got = _attempt(name, build, case, n, hint=" (a count needs plain integers: no arrays here)")
+        got = _attempt(
+            name, build, case, n, hint=" (a count needs plain integers: no arrays here)"
+        )
         if got is _FAILED:
             return
-        if isinstance(got, (bool, np.bool_)) or not isinstance(got, (int, float, np.integer, np.floating)):
-            print(f"{name}: ✗ case {n} {shown}: returned {type(got).__name__} {got!r}, not a number of tiles")
+        if isinstance(got, (bool, np.bool_)) or not isinstance(
+            got, (int, float, np.integer, np.floating)
+        ):
+            print(
+                f"{name}: ✗ case {n} {shown}: returned {type(got).__name__} {got!r}, not a number of tiles"
+            )
             return
         want = _window_computed(N, W, Br, Bc)
         if got == want:
             continue
-        known = [(_window_computed(N, W + 1, Br, Bc), "the count for a window of W + 1 keys: a causal window of W keys "
-                                                      "starts at key i - (W - 1), not i - W")]
+        known = [
+            (
+                _window_computed(N, W + 1, Br, Bc),
+                "the count for a window of W + 1 keys: a causal window of W keys "
+                "starts at key i - (W - 1), not i - W",
+            )
+        ]
         if W > 1:
-            known.append((_window_computed(N, W - 1, Br, Bc), "the count for a window of W - 1 keys: the W keys include "
-                                                              "the query's own, so the window starts at key i - (W - 1)"))
-        known += [(window_tile_counts(N, N, None, 0, Br, Bc)["computed"], "causal attention's count, as if the window "
-                                                                          "reached back to key 0"),
-                  (window_tile_counts(N, N, None, None, Br, Bc)["computed"], "full attention's count")]
+            known.append(
+                (
+                    _window_computed(N, W - 1, Br, Bc),
+                    "the count for a window of W - 1 keys: the W keys include "
+                    "the query's own, so the window starts at key i - (W - 1)",
+                )
+            )
+        known += [
+            (
+                window_tile_counts(N, N, None, 0, Br, Bc)["computed"],
+                "causal attention's count, as if the window reached back to key 0",
+            ),
+            (
+                window_tile_counts(N, N, None, None, Br, Bc)["computed"],
+                "full attention's count",
+            ),
+        ]
         hint = next((f"; that is {text}" for count, text in known if got == count), "")
         yours = str(int(got)) if float(got).is_integer() else repr(float(got))
         diff = f" ({got - want:+g} tiles)" if math.isfinite(got) else ""
@@ -124,7 +164,9 @@ def check_window_tiles(build, cases, *, name: str | None = None) -> None:
     print(f"{name}: ✓ passed {len(cases)} cases")
 
 
-def check_mask_mod(build, spec, cases, *, heads: int = 2, block: int = 16, name: str | None = None) -> None:
+def check_mask_mod(
+    build, spec, cases, *, heads: int = 2, block: int = 16, name: str | None = None
+) -> None:
     """Check `build(*case)` against `spec(*case)` (each returns a mask_mod; a case ends with N, M); print one verdict.
 
     Reports what is wrong and where: an error (with a hint for `and`/`or` on arrays), a non-boolean or
@@ -141,14 +183,18 @@ def check_mask_mod(build, spec, cases, *, heads: int = 2, block: int = 16, name:
         if got is _FAILED:
             return
         if np.asarray(got).dtype != bool:
-            print(f"{name}: ✗ case {n} {_show(case)}: the mask is {np.asarray(got).dtype}, not bool: build it from comparisons "
-                  "(<=, ==) joined by & | ~")
+            print(
+                f"{name}: ✗ case {n} {_show(case)}: the mask is {np.asarray(got).dtype}, not bool: build it from comparisons "
+                "(<=, ==) joined by & | ~"
+            )
             return
         want = np.broadcast_to(spec(*case)(*idx), (1, heads, N, M))
         try:
             got = np.broadcast_to(got, (1, heads, N, M))
         except ValueError:
-            print(f"{name}: ✗ case {n} {_show(case)}: the mask has shape {np.shape(got)}, which does not broadcast to (1, {heads}, {N}, {M})")
+            print(
+                f"{name}: ✗ case {n} {_show(case)}: the mask has shape {np.shape(got)}, which does not broadcast to (1, {heads}, {N}, {M})"
+            )
             return
         wrong = got != want
         if wrong.any():
@@ -160,26 +206,38 @@ def check_mask_mod(build, spec, cases, *, heads: int = 2, block: int = 16, name:
             tiles = ""
             if len(bad):
                 t = tuple(int(x) for x in bad[0])
-                tiles = (f"; {len(bad)} of {kg.size} tiles ({block}×{block}) misclassified, first (query block {t[2]}, key block "
-                         f"{t[3]}): yours {KINDS[int(kg[t])]}, the spec's {KINDS[int(kw[t])]}")
-            print(f"{name}: ✗ case {n} {_show(case)}: at {_where(pos)} yours {'keeps' if got[tuple(pos)] else 'drops'} the key, the spec "
-                  f"{'keeps' if want[tuple(pos)] else 'drops'} it; {extra} kept that should be dropped, {missing} dropped that "
-                  f"should be kept{tiles}")
+                tiles = (
+                    f"; {len(bad)} of {kg.size} tiles ({block}×{block}) misclassified, first (query block {t[2]}, key block "
+                    f"{t[3]}): yours {KINDS[int(kg[t])]}, the spec's {KINDS[int(kw[t])]}"
+                )
+            print(
+                f"{name}: ✗ case {n} {_show(case)}: at {_where(pos)} yours {'keeps' if got[tuple(pos)] else 'drops'} the key, the spec "
+                f"{'keeps' if want[tuple(pos)] else 'drops'} it; {extra} kept that should be dropped, {missing} dropped that "
+                f"should be kept{tiles}"
+            )
             return
     problem = _kernel_problem(build, spec, "mask_mod", cases[-1], heads, "masks")
     if problem:
         print(f"{name}: ✗ {problem}")
         return
-    counts = block_mask(build(*cases[-1]), 1, heads, *cases[-1][-2:], block, block).counts
-    print(f"{name}: ✓ passed {len(cases)} cases; last case's {block}×{block} tiles: {counts['empty']} empty, "
-          f"{counts['partial']} partial, {counts['full']} full, as the spec's; the kernel matches the reference")
+    counts = block_mask(
+        build(*cases[-1]), 1, heads, *cases[-1][-2:], block, block
+    ).counts
+    print(
+        f"{name}: ✓ passed {len(cases)} cases; last case's {block}×{block} tiles: {counts['empty']} empty, "
+        f"{counts['partial']} partial, {counts['full']} full, as the spec's; the kernel matches the reference"
+    )
 
 
-_SCORE_HINT = (" (on arrays, use np.minimum / np.maximum instead of the built-in min / max, and np.where "
-               "instead of `if`)")
+_SCORE_HINT = (
+    " (on arrays, use np.minimum / np.maximum instead of the built-in min / max, and np.where "
+    "instead of `if`)"
+)
 
 
-def check_score_mod(build, spec, cases, *, heads: int = 2, name: str | None = None, rtol: float = 1e-9) -> None:
+def check_score_mod(
+    build, spec, cases, *, heads: int = 2, name: str | None = None, rtol: float = 1e-9
+) -> None:
     """Check `build(*case)` against `spec(*case)` (each returns a score_mod; a case ends with N, M); print one verdict.
 
     Reports an error, a changed shape, a score changed in place, or the largest difference and where it
@@ -194,25 +252,37 @@ def check_score_mod(build, spec, cases, *, heads: int = 2, name: str | None = No
         s = 3.0 * rng.standard_normal((1, heads, N, M))
         before = s.copy()
         mod = _attempt(name, build, case, n, hint=_SCORE_HINT)
-        got = _FAILED if mod is _FAILED else _attempt(name, mod, case, n, s, *idx, hint=_SCORE_HINT)
+        got = (
+            _FAILED
+            if mod is _FAILED
+            else _attempt(name, mod, case, n, s, *idx, hint=_SCORE_HINT)
+        )
         if got is _FAILED:
             return
         if np.shape(got) != s.shape:
-            print(f"{name}: ✗ case {n} {_show(case)}: returned shape {np.shape(got)}, not s's shape {s.shape}")
+            print(
+                f"{name}: ✗ case {n} {_show(case)}: returned shape {np.shape(got)}, not s's shape {s.shape}"
+            )
             return
         if not np.array_equal(s, before):
-            print(f"{name}: ✗ case {n} {_show(case)}: changed s in place; return a new array instead")
+            print(
+                f"{name}: ✗ case {n} {_show(case)}: changed s in place; return a new array instead"
+            )
             return
         want = spec(*case)(before, *idx)
         err = np.abs(np.asarray(got, dtype=float) - want)
         if not (err <= rtol * (1 + np.abs(want))).all():
             pos = np.unravel_index(np.argmax(err), err.shape)
             yours, spec_s = _pair(float(np.asarray(got)[pos]), float(want[pos]))
-            print(f"{name}: ✗ case {n} {_show(case)}: largest difference {err[pos]:.3g} at {_where(pos)} "
-                  f"(yours {yours}, the spec's {spec_s}, from s = {before[pos]:.4g})")
+            print(
+                f"{name}: ✗ case {n} {_show(case)}: largest difference {err[pos]:.3g} at {_where(pos)} "
+                f"(yours {yours}, the spec's {spec_s}, from s = {before[pos]:.4g})"
+            )
             return
     problem = _kernel_problem(build, spec, "score_mod", cases[-1], heads, "scores")
     if problem:
         print(f"{name}: ✗ {problem}")
         return
-    print(f"{name}: ✓ passed {len(cases)} cases; the kernel with it matches the reference")
+    print(
+        f"{name}: ✓ passed {len(cases)} cases; the kernel with it matches the reference"
+    )

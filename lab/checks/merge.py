@@ -23,8 +23,8 @@ import traceback
 import numpy as np
 
 from ..attention import attention_reference
-from ..merge import merge_outputs, random_chunk_bounds
 from ..exercises import diagnose
+from ..merge import merge_outputs, random_chunk_bounds
 from ..states import partial_state
 from ._support import watch_course
 from ._values import FLOAT32, sharpen
@@ -33,21 +33,42 @@ __all__ = ["check_state_merge", "check_merge_partials", "check_chunked_attention
 
 RTOL, ATOL = 1e-9, 1e-12
 _FAILED = object()
-_COURSE = ("attention_reference", "attention_naive", "one_pass_attention", "flash_attention_numpy", "flash_decoding",
-           "attention_row_one_pass", "chunk_state", "split_states", "partial_state", "finalize", "merge_states",
-           "reduce_states", "merge_outputs", "merge_output_pair")
+_COURSE = (
+    "attention_reference",
+    "attention_naive",
+    "one_pass_attention",
+    "flash_attention_numpy",
+    "flash_decoding",
+    "attention_row_one_pass",
+    "chunk_state",
+    "split_states",
+    "partial_state",
+    "finalize",
+    "merge_states",
+    "reduce_states",
+    "merge_outputs",
+    "merge_output_pair",
+)
 _OVERFLOW = "float64 stops at e^709.8, and e^-1000 is 0"
-_BROADCAST = ("a factor per row, alpha of shape (N,), times acc of shape (N, dv) needs alpha[:, None]: numpy lines up "
-              "shapes from the right, so (N,) meets the dv axis")
+_BROADCAST = (
+    "a factor per row, alpha of shape (N,), times acc of shape (N, dv) needs alpha[:, None]: numpy lines up "
+    "shapes from the right, so (N,) meets the dv axis"
+)
 
 
 @contextlib.contextmanager
 def _spy_globals(fn, targets):
     """Record the calls of `targets` made through `fn`'s global names: {id(target): [args, ...]}."""
     g = getattr(fn, "__globals__", {})
-    calls, saved = {id(t): [] for t in targets}, {n: v for n, v in g.items() if any(v is t for t in targets)}
+    calls, saved = (
+        {id(t): [] for t in targets},
+        {n: v for n, v in g.items() if any(v is t for t in targets)},
+    )
     for n, f in saved.items():
-        g[n] = lambda *args, _f=f, **kwargs: (calls[id(_f)].append(args), _f(*args, **kwargs))[1]
+        g[n] = lambda *args, _f=f, **kwargs: (
+            calls[id(_f)].append(args),
+            _f(*args, **kwargs),
+        )[1]
     try:
         yield calls
     finally:
@@ -61,11 +82,22 @@ def _attempt(name, fn, args, where):
             out = fn(*args)
     except NotImplementedError as exc:
         stub = traceback.extract_tb(exc.__traceback__)[-1].name
-        still = f" ({stub}, from an earlier exercise, still raises NotImplementedError)" if stub not in (name, "<lambda>") else ""
-        print(f"{name}: not implemented yet{still} (fill in the stub above, then run this cell again)")
+        still = (
+            f" ({stub}, from an earlier exercise, still raises NotImplementedError)"
+            if stub not in (name, "<lambda>")
+            else ""
+        )
+        print(
+            f"{name}: not implemented yet{still} (fill in the stub above, then run this cell again)"
+        )
         return _FAILED
     except Exception as exc:  # a learner's bug: report it, do not stop the notebook
-        _fail(name, where, f"raised {type(exc).__name__}: {exc}", _BROADCAST if "could not be broadcast" in str(exc) else None)
+        _fail(
+            name,
+            where,
+            f"raised {type(exc).__name__}: {exc}",
+            _BROADCAST if "could not be broadcast" in str(exc) else None,
+        )
         return _FAILED
     if out is None:
         return _fail(name, where, "returned None (a missing `return`?)") or _FAILED
@@ -74,15 +106,26 @@ def _attempt(name, fn, args, where):
 
 def _judge(name, where, got, used, want, names, hint, before=(), after=()) -> bool:
     """Print the first thing wrong (values, then inputs changed, then a call to the course's answer); True if none."""
-    problem = sharpen(diagnose(got, want, names=names, rtol=RTOL, atol=ATOL), got, want, names)
+    problem = sharpen(
+        diagnose(got, want, names=names, rtol=RTOL, atol=ATOL), got, want, names
+    )
     changed = not all(np.array_equal(b, np.asarray(a)) for b, a in zip(before, after))
     if problem is not None:
         _fail(name, where, problem, hint(got, problem))
     elif changed:
-        _fail(name, where, "the inputs were changed in place; what the function is given must stay as it was",
-              "compute new arrays: x = x * w makes a new one, x *= w overwrites the caller's")
+        _fail(
+            name,
+            where,
+            "the inputs were changed in place; what the function is given must stay as it was",
+            "compute new arrays: x = x * w makes a new one, x *= w overwrites the caller's",
+        )
     elif used:
-        _fail(name, where, f"{name} called lab.{used[0]}, the course's own answer", "the exercise is to write it yourself")
+        _fail(
+            name,
+            where,
+            f"{name} called lab.{used[0]}, the course's own answer",
+            "the exercise is to write it yourself",
+        )
     return problem is None and not changed and not used
 
 
@@ -97,7 +140,9 @@ def _close(got, k, want, rtol=1e-7) -> bool:
     except (TypeError, ValueError, IndexError, KeyError):
         return False
     w = np.asarray(want, dtype=float)
-    return g.shape == w.shape and bool(np.allclose(g, w, rtol=rtol, atol=1e-10, equal_nan=True))
+    return g.shape == w.shape and bool(
+        np.allclose(g, w, rtol=rtol, atol=1e-10, equal_nan=True)
+    )
 
 
 def _bad_rows(got, problem) -> list:
@@ -107,28 +152,58 @@ def _bad_rows(got, problem) -> list:
     k = int(problem.split("(element ")[1][0]) if "(element " in problem else 0
     a = np.asarray(got[k], dtype=float)
     bad = np.isnan(a) | np.isposinf(a)
-    return [int(r) for r in np.flatnonzero(bad.reshape(a.shape[0], -1).any(axis=1))] if a.ndim else []
+    return (
+        [int(r) for r in np.flatnonzero(bad.reshape(a.shape[0], -1).any(axis=1))]
+        if a.ndim
+        else []
+    )
 
 
 # ------------------------------------------------------------------------------------ exercise 1: two states
 
 
 def _state_cases():
-    rng, no, up = np.random.default_rng(40), -np.inf, np.array([1000.0, 1000, -1000, -1000])      # rows 0-1 up
+    rng, no, up = (
+        np.random.default_rng(40),
+        -np.inf,
+        np.array([1000.0, 1000, -1000, -1000]),
+    )  # rows 0-1 up
     out = []
     for label, na, nb, off_a, off_b in (
-            ("3 keys | 7 keys", 3, 7, 0, 0), ("1 key | 12 keys", 1, 12, 0, 0),
-            ("rows 0-1 saw no key in a, rows 2-3 none in b", 5, 6, [no, no, 0, 0], [0, 0, no, no]),
-            ("row 3 saw no key in either", 4, 4, [0, 0, 0, no], [0, 0, 0, no]), ("no key anywhere", 2, 3, no, no),
-            ("maxes near +1000 (rows 0-1) and -1000 (rows 2-3)", 5, 5, up, up),
-            ("m_a, m_b 2000 apart: a near -1000, b near +1000 (rows 0-1), the reverse (rows 2-3)", 4, 6, -up, up)):
+        ("3 keys | 7 keys", 3, 7, 0, 0),
+        ("1 key | 12 keys", 1, 12, 0, 0),
+        (
+            "rows 0-1 saw no key in a, rows 2-3 none in b",
+            5,
+            6,
+            [no, no, 0, 0],
+            [0, 0, no, no],
+        ),
+        ("row 3 saw no key in either", 4, 4, [0, 0, 0, no], [0, 0, 0, no]),
+        ("no key anywhere", 2, 3, no, no),
+        ("maxes near +1000 (rows 0-1) and -1000 (rows 2-3)", 5, 5, up, up),
+        (
+            "m_a, m_b 2000 apart: a near -1000, b near +1000 (rows 0-1), the reverse (rows 2-3)",
+            4,
+            6,
+            -up,
+            up,
+        ),
+    ):
         sa, sb = (rng.standard_normal((4, n)) * 10 for n in (na, nb))
         for s in (sa, sb):
             s[rng.random(s.shape) < 0.2] = -np.inf
-        sa, sb = sa + np.reshape(off_a, (-1, 1)), sb + np.reshape(off_b, (-1, 1))        # a row offset -inf: no key
+        sa, sb = (
+            sa + np.reshape(off_a, (-1, 1)),
+            sb + np.reshape(off_b, (-1, 1)),
+        )  # a row offset -inf: no key
         va, vb = rng.standard_normal((na, 3)), rng.standard_normal((nb, 3))
-        want = tuple(partial_state(np.concatenate([sa, sb], axis=1), np.concatenate([va, vb])))
-        out.append((label, tuple(partial_state(sa, va)), tuple(partial_state(sb, vb)), want))
+        want = tuple(
+            partial_state(np.concatenate([sa, sb], axis=1), np.concatenate([va, vb]))
+        )
+        out.append(
+            (label, tuple(partial_state(sa, va)), tuple(partial_state(sb, vb)), want)
+        )
     return out
 
 
@@ -136,11 +211,15 @@ def _state_hint(label, a, b, got, want, problem):
     both = np.isneginf(a[0]) & np.isneginf(b[0])
     rows = [r for r in _bad_rows(got, problem) if r < len(both) and both[r]]
     if rows:
-        return (f"row {rows[0]} saw no key in either state (m_a = m_b = -inf), so m_a - m there is -inf - (-inf) = NaN; "
-                "such a row must stay the empty state m = -inf, l = 0, acc = 0")
+        return (
+            f"row {rows[0]} saw no key in either state (m_a = m_b = -inf), so m_a - m there is -inf - (-inf) = NaN; "
+            "such a row must stay the empty state m = -inf, l = 0, acc = 0"
+        )
     if _bad_rows(got, problem) and "apart" in label:
-        return ("rescale both against the larger m = max(m_a, m_b), not against m_a or m_b: with the two 2000 apart, "
-                "e^(m_b - m_a) overflows to inf and inf · e^(m_a - m) = inf · 0 is NaN")
+        return (
+            "rescale both against the larger m = max(m_a, m_b), not against m_a or m_b: with the two 2000 apart, "
+            "e^(m_b - m_a) overflows to inf and inf · e^(m_a - m) = inf · 0 is NaN"
+        )
     if _bad_rows(got, problem) and "1000" in label:
         return f"e^m alone overflows or vanishes at m near ±1000 ({_OVERFLOW}): only differences such as m_a - m may go into exp"
     if all(_close(got, k, want[k], rtol=1e-5) for k in range(3)):
@@ -165,11 +244,21 @@ def check_state_merge(fn, *, name: str | None = None) -> None:
     for i, (label, a, b, want) in enumerate(cases):
         before = [x.copy() for x in a + b]
         res = _attempt(name, fn, (a, b), f"{i} ({label})")
-        if res is _FAILED or not _judge(name, f"{i} ({label})", *res, want, ("m", "l", "acc"),
-                                        lambda got, p: _state_hint(label, a, b, got, want, p), before, a + b):
+        if res is _FAILED or not _judge(
+            name,
+            f"{i} ({label})",
+            *res,
+            want,
+            ("m", "l", "acc"),
+            lambda got, p: _state_hint(label, a, b, got, want, p),
+            before,
+            a + b,
+        ):
             return
-    print(f"{name}: ✓ passed {len(cases)} cases (rows one or both slices never saw, maxes near ±1000, 2000 apart in one "
-          "row); a and b unchanged")
+    print(
+        f"{name}: ✓ passed {len(cases)} cases (rows one or both slices never saw, maxes near ±1000, 2000 apart in one "
+        "row); a and b unchanged"
+    )
 
 
 # ------------------------------------------------------------------------------------ exercise 2: (o, lse) parts
@@ -177,7 +266,10 @@ def check_state_merge(fn, *, name: str | None = None) -> None:
 
 def _synthetic(rng, C, shift=0.0):
     """C parts of 4 rows, lse_c near `shift` (per part and row, broadcast to (C, 4)); -inf there: empty, o_c = 0."""
-    parts = [(rng.standard_normal((4, 5)), s + 3.0 * rng.standard_normal(4)) for s in np.broadcast_to(shift, (C, 4))]
+    parts = [
+        (rng.standard_normal((4, 5)), s + 3.0 * rng.standard_normal(4))
+        for s in np.broadcast_to(shift, (C, 4))
+    ]
     for o, lse in parts:
         o[np.isneginf(lse)] = 0.0
     return parts
@@ -185,49 +277,114 @@ def _synthetic(rng, C, shift=0.0):
 
 def _merge_cases():
     rng, no = np.random.default_rng(41), -np.inf
-    q, k, v = rng.standard_normal((3, 8)), rng.standard_normal((60, 8)) * 1.5, rng.standard_normal((60, 4))
-    real = {C: [attention_reference(q, k[j0:j1], v[j0:j1]) for j0, j1 in random_chunk_bounds(60, C, seed=C)] for C in (2, 7)}
-    cases = [("2 parts, real chunks of one attention", real[2]), ("1 part", _synthetic(rng, 1)),
-             ("7 parts of uneven sizes", real[7]), ("4 parts, lse near +1000", _synthetic(rng, 4, 1000.0)),
-             ("4 parts, lse near -1000", _synthetic(rng, 4, -1000.0)),
-             ("5 parts, the last one empty: lse_c = -inf, o_c = 0", _synthetic(rng, 5, [[0], [0], [0], [0], [no]])),
-             ("3 parts, row 2 empty in every part", _synthetic(rng, 3, [0, 0, no, 0])),
-             ("4 parts, lse near +1000 and -1000 in one row; part 0 empty on row 3",   # rows: -+++, +---, ----, ∅+++
-              _synthetic(rng, 4, 1000.0 * np.array([[-1, 1, -1, no], [1, -1, -1, 1], [1, -1, -1, 1], [1, -1, -1, 1]])))]
+    q, k, v = (
+        rng.standard_normal((3, 8)),
+        rng.standard_normal((60, 8)) * 1.5,
+        rng.standard_normal((60, 4)),
+    )
+    real = {
+        C: [
+            attention_reference(q, k[j0:j1], v[j0:j1])
+            for j0, j1 in random_chunk_bounds(60, C, seed=C)
+        ]
+        for C in (2, 7)
+    }
+    cases = [
+        ("2 parts, real chunks of one attention", real[2]),
+        ("1 part", _synthetic(rng, 1)),
+        ("7 parts of uneven sizes", real[7]),
+        ("4 parts, lse near +1000", _synthetic(rng, 4, 1000.0)),
+        ("4 parts, lse near -1000", _synthetic(rng, 4, -1000.0)),
+        (
+            "5 parts, the last one empty: lse_c = -inf, o_c = 0",
+            _synthetic(rng, 5, [[0], [0], [0], [0], [no]]),
+        ),
+        ("3 parts, row 2 empty in every part", _synthetic(rng, 3, [0, 0, no, 0])),
+        (
+            "4 parts, lse near +1000 and -1000 in one row; part 0 empty on row 3",  # rows: -+++, +---, ----, ∅+++
+            _synthetic(
+                rng,
+                4,
+                1000.0
+                * np.array(
+                    [[-1, 1, -1, no], [1, -1, -1, 1], [1, -1, -1, 1], [1, -1, -1, 1]]
+                ),
+            ),
+        ),
+    ]
     one_shot = attention_reference(q, k, v)
-    return [(label, parts, one_shot if label.startswith(("2 parts", "7 parts")) else
-             merge_outputs([p[0] for p in parts], [p[1] for p in parts])) for label, parts in cases]
+    return [
+        (
+            label,
+            parts,
+            one_shot
+            if label.startswith(("2 parts", "7 parts"))
+            else merge_outputs([p[0] for p in parts], [p[1] for p in parts]),
+        )
+        for label, parts in cases
+    ]
 
 
 def _merge_hint(label, parts, got, problem):
-    O, L = np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts])       # (C, N, dv), (C, N)
+    O, L = (
+        np.stack([p[0] for p in parts]),
+        np.stack([p[1] for p in parts]),
+    )  # (C, N, dv), (C, N)
     rows = _bad_rows(got, problem)
     if any(np.isneginf(L[:, r]).all() for r in rows):
         return "a row empty in every part has max lse_c = -inf, and -inf - (-inf) is NaN; such a row must come out o = 0, lse = -inf"
-    if "in one row" in label:                               # what passed every other case fails on the mix alone
-        return ("subtract the row's largest lse_c (the larger m), not any one part's nor their mean: parts of one row "
-                "lie 2000 apart, so e^(lse_c - shift) overflows (or all vanish) for any other shift")
+    if "in one row" in label:  # what passed every other case fails on the mix alone
+        return (
+            "subtract the row's largest lse_c (the larger m), not any one part's nor their mean: parts of one row "
+            "lie 2000 apart, so e^(lse_c - shift) overflows (or all vanish) for any other shift"
+        )
     if rows and "1000" in label:
-        return (f"e^{{lse_c}} is inf near lse = +1000 and 0 near -1000 ({_OVERFLOW}), and inf/inf or 0/0 is NaN: "
-                "subtract the row's largest lse_c before exponentiating")
+        return (
+            f"e^{{lse_c}} is inf near lse = +1000 and 0 near -1000 ({_OVERFLOW}), and inf/inf or 0/0 is NaN: "
+            "subtract the row's largest lse_c before exponentiating"
+        )
     if rows and np.isneginf(L).any():
         return "an empty part (lse_c = -inf, o_c = 0) must weigh exactly 0; subtracting its -inf from anything gives NaN"
     with np.errstate(all="ignore"):
         m = L.max(axis=0)
-        w = np.exp(L - np.where(np.isneginf(m), 0.0, m))                            # (C, N)
-        known = [(0, O.mean(axis=0), "your o is the plain average of the o_c: each chunk counts by its share of the total "
-                  "mass e^{lse_c}, not equally"),
-                 (0, (w[..., None] * O).sum(axis=0), "your o is not renormalized: the weights e^{lse_c - m} do not sum to 1"),
-                 (0, (np.exp(L)[..., None] * O).sum(axis=0), "your o is not renormalized: divide by the sum of the weights"),
-                 (1, m, "your lse is the largest lse_c; the merged lse is the log of the total mass of all chunks, above "
-                  "each part's when two parts hold mass"),
-                 (1, np.log(w.sum(axis=0)), "your lse is missing the max you subtracted: add it back"),
-                 (1, L.sum(axis=0), "lse values are logs: masses add, their logs do not"),
-                 (1, L.mean(axis=0), "lse values are logs: masses add, their logs do not")]
+        w = np.exp(L - np.where(np.isneginf(m), 0.0, m))  # (C, N)
+        known = [
+            (
+                0,
+                O.mean(axis=0),
+                "your o is the plain average of the o_c: each chunk counts by its share of the total "
+                "mass e^{lse_c}, not equally",
+            ),
+            (
+                0,
+                (w[..., None] * O).sum(axis=0),
+                "your o is not renormalized: the weights e^{lse_c - m} do not sum to 1",
+            ),
+            (
+                0,
+                (np.exp(L)[..., None] * O).sum(axis=0),
+                "your o is not renormalized: divide by the sum of the weights",
+            ),
+            (
+                1,
+                m,
+                "your lse is the largest lse_c; the merged lse is the log of the total mass of all chunks, above "
+                "each part's when two parts hold mass",
+            ),
+            (
+                1,
+                np.log(w.sum(axis=0)),
+                "your lse is missing the max you subtracted: add it back",
+            ),
+            (1, L.sum(axis=0), "lse values are logs: masses add, their logs do not"),
+            (1, L.mean(axis=0), "lse values are logs: masses add, their logs do not"),
+        ]
     k = 0 if problem.startswith("o ") else 1 if problem.startswith("lse ") else None
     text = next((t for j, cand, t in known if j == k and _close(got, k, cand)), None)
-    return text or {0: "o is the average of the o_c, each weighted by its chunk's share e^{lse_c} of the total mass",
-                    1: "lse is the log of the chunks' total mass"}.get(k, "return the tuple (o, lse)")
+    return text or {
+        0: "o is the average of the o_c, each weighted by its chunk's share e^{lse_c} of the total mass",
+        1: "lse is the log of the chunks' total mass",
+    }.get(k, "return the tuple (o, lse)")
 
 
 def check_merge_partials(fn, *, name: str | None = None) -> None:
@@ -240,38 +397,68 @@ def check_merge_partials(fn, *, name: str | None = None) -> None:
     name = name or getattr(fn, "__name__", "merge_partials")
     cases, shuffle = _merge_cases(), np.random.default_rng(7)
     for i, (label, parts, want) in enumerate(cases):
-        orders = [("", parts)] + ([(", parts in reversed order", parts[::-1]),
-                                   (", parts shuffled", [parts[j] for j in shuffle.permutation(len(parts))])]
-                                  if len(parts) > 1 else [])
+        orders = [("", parts)] + (
+            [
+                (", parts in reversed order", parts[::-1]),
+                (
+                    ", parts shuffled",
+                    [parts[j] for j in shuffle.permutation(len(parts))],
+                ),
+            ]
+            if len(parts) > 1
+            else []
+        )
         for how, given in orders:
             before, where = [x.copy() for p in given for x in p], f"{i} ({label}{how})"
             res = _attempt(name, fn, ([tuple(p) for p in given],), where)
-            if res is _FAILED or not _judge(name, where, *res, want, ("o", "lse"),
-                                            lambda got, p: _merge_hint(label, given, got, p),
-                                            before, [x for p in given for x in p]):
+            if res is _FAILED or not _judge(
+                name,
+                where,
+                *res,
+                want,
+                ("o", "lse"),
+                lambda got, p: _merge_hint(label, given, got, p),
+                before,
+                [x for p in given for x in p],
+            ):
                 return
-    print(f"{name}: ✓ passed {len(cases)} cases (1 to 7 parts, lse near ±1000, 2000 apart in one row, empty parts and "
-          "rows), each also reversed and shuffled; the parts unchanged")
+    print(
+        f"{name}: ✓ passed {len(cases)} cases (1 to 7 parts, lse near ±1000, 2000 apart in one row, empty parts and "
+        "rows), each also reversed and shuffled; the parts unchanged"
+    )
 
 
 # ------------------------------------------------------------------------------------ exercise 3: chunked attention
 
 
 def _qkv(rng, N, M, scale=1.0):
-    return rng.standard_normal((N, 8)) * scale, rng.standard_normal((M, 8)) * scale, rng.standard_normal((M, 4))
+    return (
+        rng.standard_normal((N, 8)) * scale,
+        rng.standard_normal((M, 8)) * scale,
+        rng.standard_normal((M, 4)),
+    )
 
 
 def _chunk_cases():
     rng = np.random.default_rng(42)
-    return [("5 keys", *_qkv(rng, 3, 5)), ("1 key", *_qkv(rng, 3, 1)), ("one query, 16 keys", *_qkv(rng, 1, 16)),
-            ("scores in the thousands", *_qkv(rng, 3, 6, scale=30.0))]
+    return [
+        ("5 keys", *_qkv(rng, 3, 5)),
+        ("1 key", *_qkv(rng, 3, 1)),
+        ("one query, 16 keys", *_qkv(rng, 1, 16)),
+        ("scores in the thousands", *_qkv(rng, 3, 6, scale=30.0)),
+    ]
 
 
 def _attention_cases():
     rng = np.random.default_rng(43)
-    return [("", *_qkv(rng, 3, 48), 16), ("50 keys in chunks of 16: the last chunk has 2", *_qkv(rng, 3, 50), 16),
-            ("chunks of 1 key", *_qkv(rng, 2, 9), 1), ("one chunk larger than M", *_qkv(rng, 2, 20), 64),
-            ("one query", *_qkv(rng, 1, 37), 5), ("scores in the thousands", *_qkv(rng, 3, 30, scale=30.0), 7)]
+    return [
+        ("", *_qkv(rng, 3, 48), 16),
+        ("50 keys in chunks of 16: the last chunk has 2", *_qkv(rng, 3, 50), 16),
+        ("chunks of 1 key", *_qkv(rng, 2, 9), 1),
+        ("one chunk larger than M", *_qkv(rng, 2, 20), 64),
+        ("one query", *_qkv(rng, 1, 37), 5),
+        ("scores in the thousands", *_qkv(rng, 3, 30, scale=30.0), 7),
+    ]
 
 
 _shapes = lambda q, k, v: f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"  # noqa: E731
@@ -279,8 +466,10 @@ _shapes = lambda q, k, v: f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.s
 
 def _chunk_hint(label, q, k_c, v_c, got, problem):
     if _bad_rows(got, problem) and "thousands" in label:
-        return (f"e^s overflows for scores in the thousands ({_OVERFLOW}): subtract the row's largest score before "
-                "exponentiating, and count it back into lse_c")
+        return (
+            f"e^s overflows for scores in the thousands ({_OVERFLOW}): subtract the row's largest score before "
+            "exponentiating, and count it back into lse_c"
+        )
     s = q @ k_c.T / np.sqrt(q.shape[-1])
     p = np.exp(s - s.max(axis=1, keepdims=True))
     unscaled = attention_reference(q, k_c, v_c, scale=1.0)
@@ -290,8 +479,11 @@ def _chunk_hint(label, q, k_c, v_c, got, problem):
         return "lse_c is missing the max you subtracted: it is the log of the sum of e^s, not of e^(s - m)"
     if problem.startswith("o_c ") and _close(got, 0, p @ v_c):
         return "o_c is not normalized: divide by the sum of the weights"
-    return ("o_c is the attention output of the queries over this chunk's keys alone" if problem.startswith("o_c ")
-            else "lse_c is the log of the sum of e^s over the chunk's keys, s = q·k / √d")
+    return (
+        "o_c is the attention output of the queries over this chunk's keys alone"
+        if problem.startswith("o_c ")
+        else "lse_c is the log of the sum of e^s over the chunk's keys, s = q·k / √d"
+    )
 
 
 _WHOLE = "flash-decoding never takes a softmax over all M keys at once: each chunk is computed on its own keys"
@@ -302,28 +494,50 @@ def _coverage(k, calls, chunk):
     M = k.shape[0]
     if not calls:
         return "chunk_output was never called", _WHOLE + ", by chunk_output"
-    sizes = [np.shape(args[1])[0] if len(args) > 1 and np.ndim(args[1]) == 2 else -1 for args in calls]
+    sizes = [
+        np.shape(args[1])[0] if len(args) > 1 and np.ndim(args[1]) == 2 else -1
+        for args in calls
+    ]
     if max(sizes) > chunk:
-        return (f"chunk_output received {max(sizes)} keys in one call; a chunk holds at most chunk = {chunk}",
-                _WHOLE if max(sizes) == M else "k[j0:j0 + chunk] holds `chunk` keys already (a slice stops before its end)"
-                if max(sizes) == chunk + 1 else "cut the keys, in order, into chunks of at most `chunk` keys")
+        return (
+            f"chunk_output received {max(sizes)} keys in one call; a chunk holds at most chunk = {chunk}",
+            _WHOLE
+            if max(sizes) == M
+            else "k[j0:j0 + chunk] holds `chunk` keys already (a slice stops before its end)"
+            if max(sizes) == chunk + 1
+            else "cut the keys, in order, into chunks of at most `chunk` keys",
+        )
     index, seen = {row.tobytes(): j for j, row in enumerate(k)}, np.zeros(M, int)
     for args in calls:
         for row in np.asarray(args[1], dtype=float):
             seen[index.get(row.tobytes(), M - 1)] += row.tobytes() in index
     if (seen == 0).any() and seen.any():
         lost = np.flatnonzero(seen == 0)
-        span = (f"key {lost[0]}" if len(lost) == 1 else f"keys {lost[0]}..{lost[-1]}" if np.ptp(lost) == len(lost) - 1
-                else f"{len(lost)} keys, the first {lost[0]},")
+        span = (
+            f"key {lost[0]}"
+            if len(lost) == 1
+            else f"keys {lost[0]}..{lost[-1]}"
+            if np.ptp(lost) == len(lost) - 1
+            else f"{len(lost)} keys, the first {lost[0]},"
+        )
         tail = lost[-1] == M - 1 and M % chunk
-        return f"{span} never reached chunk_output", (f"{M} keys are not a multiple of {chunk}: the last chunk is shorter "
-                                                      "and still counts" if tail else "every key belongs to one chunk")
+        return f"{span} never reached chunk_output", (
+            f"{M} keys are not a multiple of {chunk}: the last chunk is shorter "
+            "and still counts"
+            if tail
+            else "every key belongs to one chunk"
+        )
     if (seen > 1).any():
         j = int(np.flatnonzero(seen > 1)[0])
-        return f"key {j} reached chunk_output {seen[j]} times", "each key belongs to exactly one chunk: chunks do not overlap"
+        return (
+            f"key {j} reached chunk_output {seen[j]} times",
+            "each key belongs to exactly one chunk: chunks do not overlap",
+        )
     if len(calls) != -(-M // chunk):
-        return (f"chunk_output was called {len(calls)} times; {M} keys in chunks of {chunk} make {-(-M // chunk)} chunks",
-                "cut the keys, in order, into chunks of exactly `chunk` keys; only the last may be shorter")
+        return (
+            f"chunk_output was called {len(calls)} times; {M} keys in chunks of {chunk} make {-(-M // chunk)} chunks",
+            "cut the keys, in order, into chunks of exactly `chunk` keys; only the last may be shorter",
+        )
     return None
 
 
@@ -335,7 +549,9 @@ def _passes(check, fn) -> bool:
     return "✓" in out.getvalue()
 
 
-def check_chunked_attention(fn, chunk_output, merge_partials, *, name: str | None = None) -> None:
+def check_chunked_attention(
+    fn, chunk_output, merge_partials, *, name: str | None = None
+) -> None:
     """Check `chunk_output(q, k_c, v_c)` on single chunks, then `fn(q, k, v, chunk)` -> `attention_reference(q, k, v)`; print one verdict.
 
     The calls `fn` makes to `chunk_output` and `merge_partials` are recorded: every key must reach
@@ -348,30 +564,67 @@ def check_chunked_attention(fn, chunk_output, merge_partials, *, name: str | Non
     for i, (label, q, k_c, v_c) in enumerate(_chunk_cases()):
         where = f"{i} ({_shapes(q, k_c, v_c)}, {label})"
         res = _attempt(sub, chunk_output, (q, k_c, v_c), where)
-        if res is _FAILED or not _judge(sub, where, *res, attention_reference(q, k_c, v_c), ("o_c", "lse_c"),
-                                        lambda got, p: _chunk_hint(label, q, k_c, v_c, got, p)):
+        if res is _FAILED or not _judge(
+            sub,
+            where,
+            *res,
+            attention_reference(q, k_c, v_c),
+            ("o_c", "lse_c"),
+            lambda got, p: _chunk_hint(label, q, k_c, v_c, got, p),
+        ):
             return
     cases = _attention_cases()
     for i, (label, q, k, v, chunk) in enumerate(cases):
-        where = f"{i} ({_shapes(q, k, v)}, chunk={chunk}{', ' + label if label else ''})"
+        where = (
+            f"{i} ({_shapes(q, k, v)}, chunk={chunk}{', ' + label if label else ''})"
+        )
         with _spy_globals(fn, (chunk_output, merge_partials)) as calls:
             res = _attempt(name, fn, (q, k, v, chunk), where)
         if res is _FAILED:
             return
         cover = _coverage(k, calls[id(chunk_output)], chunk)
-        problem = sharpen(diagnose(res[0], want := attention_reference(q, k, v), names=("o", "lse"), rtol=RTOL, atol=ATOL),
-                          res[0], want, ("o", "lse"))
+        problem = sharpen(
+            diagnose(
+                res[0],
+                want := attention_reference(q, k, v),
+                names=("o", "lse"),
+                rtol=RTOL,
+                atol=ATOL,
+            ),
+            res[0],
+            want,
+            ("o", "lse"),
+        )
         if problem is not None:
-            return _fail(name, where, problem, f"{cover[0]}; {cover[1]}" if cover else
-                         "chunk_output passes on its own and every key reached it once: look at the merge"
-                         if _passes(check_merge_partials, merge_partials) else
-                         "your merge_partials does not pass exercise 2's check yet: fix it first")
+            return _fail(
+                name,
+                where,
+                problem,
+                f"{cover[0]}; {cover[1]}"
+                if cover
+                else "chunk_output passes on its own and every key reached it once: look at the merge"
+                if _passes(check_merge_partials, merge_partials)
+                else "your merge_partials does not pass exercise 2's check yet: fix it first",
+            )
         if cover is not None:
             return _fail(name, where, f"the values agree, but {cover[0]}", cover[1])
         if not calls[id(merge_partials)]:
-            return _fail(name, where, "the values agree, but the chunks' results never went through merge_partials",
-                         "this exercise builds on exercise 2: merge the chunks with your merge_partials")
-        if not _judge(name, where, *res, attention_reference(q, k, v), ("o", "lse"), lambda got, p: None):
+            return _fail(
+                name,
+                where,
+                "the values agree, but the chunks' results never went through merge_partials",
+                "this exercise builds on exercise 2: merge the chunks with your merge_partials",
+            )
+        if not _judge(
+            name,
+            where,
+            *res,
+            attention_reference(q, k, v),
+            ("o", "lse"),
+            lambda got, p: None,
+        ):
             return
-    print(f"{name}: ✓ passed {len(cases)} cases (chunk not dividing M, chunk 1, chunk > M, scores in the thousands); "
-          "every key reached chunk_output once, and merge_partials merged the chunks")
+    print(
+        f"{name}: ✓ passed {len(cases)} cases (chunk not dividing M, chunk 1, chunk > M, scores in the thousands); "
+        "every key reached chunk_output once, and merge_partials merged the chunks"
+    )

@@ -43,7 +43,9 @@ class CountingRows(CountingArray):
     """
 
     def __init__(self, values, name: str = "K"):
-        a = np.array(values, dtype=np.float64)              # a copy: the caller's array is never touched
+        a = np.array(
+            values, dtype=np.float64
+        )  # a copy: the caller's array is never touched
         if a.ndim != 2:
             raise ValueError(f"{name} must be 2-D (M, d), got shape {a.shape}")
         self.name, self._data = name, a
@@ -59,20 +61,28 @@ class CountingRows(CountingArray):
     def __getitem__(self, key):
         first = key[0] if isinstance(key, tuple) else key
         if not isinstance(first, (slice, int, np.integer)) or isinstance(first, bool):
-            raise TypeError(f"{self.name} takes a row index or a slice of rows (e.g. {self.name}[j0:j1]), got {key!r}")
+            raise TypeError(
+                f"{self.name} takes a row index or a slice of rows (e.g. {self.name}[j0:j1]), got {key!r}"
+            )
         M = self._data.shape[0]
         if isinstance(first, slice):
-            rows = range(*first.indices(M))                 # no array of length M: the count must not cost memory
+            rows = range(
+                *first.indices(M)
+            )  # no array of length M: the count must not cost memory
         elif -M <= first < M:
             rows = range(first % M, first % M + 1)
         else:
             raise IndexError(f"row {first} of {self.name} is past its end (M = {M})")
         self.loads[first] += 1
         self.sizes.append(len(rows))
-        return np.array(self._data[key])                    # a copy of the block: it now lives in fast memory
+        return np.array(
+            self._data[key]
+        )  # a copy of the block: it now lives in fast memory
 
     def __setitem__(self, key, value):
-        raise TypeError(f"{self.name} is read-only here: keep your results in your own arrays")
+        raise TypeError(
+            f"{self.name} is read-only here: keep your results in your own arrays"
+        )
 
     def _load_whole(self) -> np.ndarray:
         self.loads += 1
@@ -92,12 +102,12 @@ class CountingRows(CountingArray):
 
 class _Case(NamedTuple):
     label: str
-    q: np.ndarray            # (d,) for one query, (N, d) for all
-    k: np.ndarray            # (M, d)
-    v: np.ndarray            # (M, dv)
+    q: np.ndarray  # (d,) for one query, (N, d) for all
+    k: np.ndarray  # (M, d)
+    v: np.ndarray  # (M, dv)
     Bc: int
     causal: bool = False
-    kind: str = ""           # "negative", "positive", "masked", "memory"
+    kind: str = ""  # "negative", "positive", "masked", "memory"
 
 
 def _scores_near(rng, level: float, M: int, d: int, dv: int, N: int | None):
@@ -117,9 +127,21 @@ def _row_cases() -> list[_Case]:
         _Case("M = 50, Bc = 7", r(8), r((50, 8)), r((50, 3)), 7),
         _Case("Bc = 1", r(4), r((9, 4)), r((9, 2)), 1),
         _Case("one block, Bc = 64 > M = 33", r(4), r((33, 4)), r((33, 2)), 64),
-        _Case("every score near +1000", *_scores_near(rng, 1000.0, 20, 4, 2, None), 6, kind="positive"),
-        _Case("every score near -1000", *_scores_near(rng, -1010.0, 20, 4, 2, None), 6, kind="negative"),
-        _Case("M = 16384, Bc = 32", r(2), r((16384, 2)), r((16384, 2)), 32, kind="memory"),
+        _Case(
+            "every score near +1000",
+            *_scores_near(rng, 1000.0, 20, 4, 2, None),
+            6,
+            kind="positive",
+        ),
+        _Case(
+            "every score near -1000",
+            *_scores_near(rng, -1010.0, 20, 4, 2, None),
+            6,
+            kind="negative",
+        ),
+        _Case(
+            "M = 16384, Bc = 32", r(2), r((16384, 2)), r((16384, 2)), 32, kind="memory"
+        ),
     ]
 
 
@@ -130,11 +152,39 @@ def _rows_cases() -> list[_Case]:
         _Case("N = 5, M = 40, Bc = 8", r((5, 8)), r((40, 8)), r((40, 4)), 8),
         _Case("N = 13, M = 50, Bc = 7", r((13, 8)), r((50, 8)), r((50, 4)), 7),
         _Case("causal, N = M = 6, Bc = 4", r((6, 4)), r((6, 4)), r((6, 3)), 4, True),
-        _Case("causal, N = 4 < M = 11, Bc = 3", r((4, 4)), r((11, 4)), r((11, 3)), 3, True),
-        _Case("causal, N = 7 > M = 3, Bc = 2: queries 0-3 see no key", r((7, 4)), r((3, 4)), r((3, 2)), 2, True, "masked"),
-        _Case("every score near +1000", *_scores_near(rng, 1000.0, 20, 4, 2, 3), 6, kind="positive"),
-        _Case("every score near -1000", *_scores_near(rng, -1010.0, 20, 4, 2, 3), 6, kind="negative"),
-        _Case("causal, N = 64, M = 16384, Bc = 32", r((64, 4)), r((16384, 4)), r((16384, 4)), 32, True, "memory"),
+        _Case(
+            "causal, N = 4 < M = 11, Bc = 3", r((4, 4)), r((11, 4)), r((11, 3)), 3, True
+        ),
+        _Case(
+            "causal, N = 7 > M = 3, Bc = 2: queries 0-3 see no key",
+            r((7, 4)),
+            r((3, 4)),
+            r((3, 2)),
+            2,
+            True,
+            "masked",
+        ),
+        _Case(
+            "every score near +1000",
+            *_scores_near(rng, 1000.0, 20, 4, 2, 3),
+            6,
+            kind="positive",
+        ),
+        _Case(
+            "every score near -1000",
+            *_scores_near(rng, -1010.0, 20, 4, 2, 3),
+            6,
+            kind="negative",
+        ),
+        _Case(
+            "causal, N = 64, M = 16384, Bc = 32",
+            r((64, 4)),
+            r((16384, 4)),
+            r((16384, 4)),
+            32,
+            True,
+            "memory",
+        ),
     ]
 
 
@@ -152,7 +202,9 @@ def _dense(q, k, v, keep=None, scale=None, divide=True):
         l = p.sum(axis=-1)
         if not divide:
             return p @ v, None
-        o = np.where(l[..., None] > 0, (p @ v) / np.where(l > 0, l, 1.0)[..., None], 0.0)
+        o = np.where(
+            l[..., None] > 0, (p @ v) / np.where(l > 0, l, 1.0)[..., None], 0.0
+        )
         return o, np.where(l > 0, m0 + np.log(np.where(l > 0, l, 1.0)), -np.inf)
 
 
@@ -162,9 +214,9 @@ def _unrescaled(q, k, v, Bc):
     l, acc = np.zeros(q.shape[0]), np.zeros((q.shape[0], v.shape[1]))
     with np.errstate(all="ignore"):
         for j0 in range(0, k.shape[0], Bc):
-            m = np.maximum(m, s[:, j0:j0 + Bc].max(axis=1))
-            p = np.exp(s[:, j0:j0 + Bc] - m[:, None])
-            l, acc = l + p.sum(axis=1), acc + p @ v[j0:j0 + Bc]
+            m = np.maximum(m, s[:, j0 : j0 + Bc].max(axis=1))
+            p = np.exp(s[:, j0 : j0 + Bc] - m[:, None])
+            l, acc = l + p.sum(axis=1), acc + p @ v[j0 : j0 + Bc]
         return acc / l[:, None]
 
 
@@ -181,13 +233,17 @@ def _pass_problem(mem: CountingRows, Bc: int) -> str | None:
     """How a run's loads of one array break the one-pass rule (a whole or oversized load, a row read twice), or None."""
     M = mem.shape[0]
     if mem.whole:
-        return (f"{mem.name} was used whole (all M = {M} rows in one load, as {mem.name} @ q, {mem.name}.T, "
-                f"np.asarray({mem.name}) or a lab function on it do), so an array of length M was held; one pass "
-                f"loads blocks of at most Bc = {Bc} rows")
+        return (
+            f"{mem.name} was used whole (all M = {M} rows in one load, as {mem.name} @ q, {mem.name}.T, "
+            f"np.asarray({mem.name}) or a lab function on it do), so an array of length M was held; one pass "
+            f"loads blocks of at most Bc = {Bc} rows"
+        )
     big = max(mem.sizes, default=0)
     if big > Bc:
-        return (f"{mem.name} was loaded {big} rows at once; one pass loads blocks of at most Bc = {Bc} rows, "
-                f"so that nothing of length M is held")
+        return (
+            f"{mem.name} was loaded {big} rows at once; one pass loads blocks of at most Bc = {Bc} rows, "
+            f"so that nothing of length M is held"
+        )
     n = int(mem.loads.max(initial=0))
     if n > 1:
         again = np.flatnonzero(mem.loads == n)
@@ -204,16 +260,21 @@ def _order_problem(mem: CountingRows, Bc: int) -> str | None:
         return f"{_span(unread)} of {mem.name} (of {M}) never read"
     want = -(-M // Bc)
     if len(mem.sizes) != want:
-        return (f"{mem.name} was loaded in {len(mem.sizes)} pieces; in blocks of Bc = {Bc} rows that is {want} loads "
-                f"(the last one shorter when Bc does not divide M = {M})")
+        return (
+            f"{mem.name} was loaded in {len(mem.sizes)} pieces; in blocks of Bc = {Bc} rows that is {want} loads "
+            f"(the last one shorter when Bc does not divide M = {M})"
+        )
     return None
 
 
 def _show(case: _Case) -> str:
     (M, d), dv = case.k.shape, case.v.shape[1]
     q = "q" if case.q.ndim == 1 else "Q"
-    return (f"case ({case.label}; {q} {case.q.shape}, K ({M}, {d}), V ({M}, {dv}), Bc = {case.Bc}"
-            + (", causal" if case.causal else "") + ")")
+    return (
+        f"case ({case.label}; {q} {case.q.shape}, K ({M}, {d}), V ({M}, {dv}), Bc = {case.Bc}"
+        + (", causal" if case.causal else "")
+        + ")"
+    )
 
 
 def _hint(case: _Case, got, want, K: CountingRows, V: CountingRows) -> str:
@@ -221,8 +282,10 @@ def _hint(case: _Case, got, want, K: CountingRows, V: CountingRows) -> str:
     k = "k" if case.q.ndim == 1 else "K"
     unread = np.flatnonzero(K.loads == 0)
     if len(unread):
-        return (f"{_span(unread)} of K never read: with M = {K.shape[0]} and Bc = {case.Bc} the last block is shorter "
-                f"than Bc (range(0, M, Bc) reaches it; {k}[j0:j0 + Bc] stops at M by itself)")
+        return (
+            f"{_span(unread)} of K never read: with M = {K.shape[0]} and Bc = {case.Bc} the last block is shorter "
+            f"than Bc (range(0, M, Bc) reaches it; {k}[j0:j0 + Bc] stops at M by itself)"
+        )
     lse_shape = f"of shape {np.shape(want[1])}" if np.ndim(want[1]) else "one number"
     shapes = f"o of shape {np.shape(want[0])} and lse {lse_shape}"
     try:
@@ -233,11 +296,15 @@ def _hint(case: _Case, got, want, K: CountingRows, V: CountingRows) -> str:
         return f"return a tuple (o, lse): {shapes}"
     if o.shape != np.shape(want[0]) or lse.shape != np.shape(want[1]):
         return f"return {shapes}"
-    if np.allclose(o, want[0], rtol=1e-5, atol=1e-7) and np.allclose(lse, want[1], rtol=1e-5, atol=1e-7):
+    if np.allclose(o, want[0], rtol=1e-5, atol=1e-7) and np.allclose(
+        lse, want[1], rtol=1e-5, atol=1e-7
+    ):
         return FLOAT32
     if case.kind == "negative":
-        return ("every score is near -1000: a running max started at 0 stays above them all, so each e^(s - m) "
-                "underflows to 0 and l = 0; start from nothing seen: m = -inf, l = 0, acc = 0")
+        return (
+            "every score is near -1000: a running max started at 0 stays above them all, so each e^(s - m) "
+            "underflows to 0 and l = 0; start from nothing seen: m = -inf, l = 0, acc = 0"
+        )
     if case.kind == "positive":
         return "scores near +1000: e^s overflows; exponentiate scores minus the running max, never the scores"
     args = (np.atleast_2d(case.q), case.k, case.v)
@@ -247,44 +314,81 @@ def _hint(case: _Case, got, want, K: CountingRows, V: CountingRows) -> str:
     if case.kind == "masked":
         empty = np.isneginf(np.atleast_1d(want[1]))
         unmasked = _dense(*args)[0][empty]
-        if np.isfinite(o2[empty]).all() and (np.allclose(o2[empty], case.v.mean(axis=0), rtol=1e-5)   # -1e9 + s keeps
-                                             or np.allclose(o2[empty], unmasked, rtol=1e-5)):         # s to 1e-7 only
-            return (f"mask with -inf, not a finite number such as -1e9: queries 0-{int(empty.sum()) - 1} see no key, and "
-                    "with a finite value the masked scores still get weights (the largest e^0 = 1), so a query that "
-                    "sees no key averages the masked values instead of getting o = 0 and lse = -inf")
+        if np.isfinite(o2[empty]).all() and (
+            np.allclose(o2[empty], case.v.mean(axis=0), rtol=1e-5)  # -1e9 + s keeps
+            or np.allclose(o2[empty], unmasked, rtol=1e-5)
+        ):  # s to 1e-7 only
+            return (
+                f"mask with -inf, not a finite number such as -1e9: queries 0-{int(empty.sum()) - 1} see no key, and "
+                "with a finite value the masked scores still get weights (the largest e^0 = 1), so a query that "
+                "sees no key averages the masked values instead of getting o = 0 and lse = -inf"
+            )
         if np.allclose(o, want[0], **_TOL):
-            return (f"o is right, lse is not: queries 0-{int(empty.sum()) - 1} see no key, and the log of their empty "
-                    "sum is lse = -inf")
-        return (f"queries 0-{int(empty.sum()) - 1} see no key: they get o = 0 and lse = -inf (the log of an empty sum), "
-                "and no NaN: while a row's max is still -inf, e^(m - m') is e^(-inf + inf) = NaN and acc / l is 0 / 0, "
-                "so shift by 0 while the max is -inf and divide only where l > 0")
+            return (
+                f"o is right, lse is not: queries 0-{int(empty.sum()) - 1} see no key, and the log of their empty "
+                "sum is lse = -inf"
+            )
+        return (
+            f"queries 0-{int(empty.sum()) - 1} see no key: they get o = 0 and lse = -inf (the log of an empty sum), "
+            "and no NaN: while a row's max is still -inf, e^(m - m') is e^(-inf + inf) = NaN and acc / l is 0 / 0, "
+            "so shift by 0 while the max is -inf and divide only where l > 0"
+        )
     if np.allclose(o, want[0], **_TOL):
-        return ("o is right, lse is not: lse is the log of the whole normalizer, the sum over all j of e^(s_j), "
-                "while l is measured against the max m")
+        return (
+            "o is right, lse is not: lse is the log of the whole normalizer, the sum over all j of e^(s_j), "
+            "while l is measured against the max m"
+        )
     keep = (j <= i + M - N) if case.causal else None
     rule = f"s_j = k_j . q / sqrt(d), the scale 1/sqrt(d) = {1 / math.sqrt(d):.4g} for d = {d} (the length of q)"
-    alternatives = [((_dense(*args, keep=keep, scale=c)[0]), f"yours {how}: the scores are {rule}")
-                    for c, how in ((1.0, "leaves the scores unscaled"), (1.0 / d, "scales the scores by 1/d"),
-                                   (math.sqrt(d), "multiplies the scores by sqrt(d)"))]
-    alternatives.append((_dense(*args, keep=keep, divide=False)[0],
-                         "yours is acc, not acc / l: o = acc / l, one division by the normalizer after the last block"))
+    alternatives = [
+        ((_dense(*args, keep=keep, scale=c)[0]), f"yours {how}: the scores are {rule}")
+        for c, how in (
+            (1.0, "leaves the scores unscaled"),
+            (1.0 / d, "scales the scores by 1/d"),
+            (math.sqrt(d), "multiplies the scores by sqrt(d)"),
+        )
+    ]
+    alternatives.append(
+        (
+            _dense(*args, keep=keep, divide=False)[0],
+            "yours is acc, not acc / l: o = acc / l, one division by the normalizer after the last block",
+        )
+    )
     if case.causal:
-        alternatives += [(_dense(*args, keep=j < i + M - N)[0], "yours hides the diagonal key j = i + M - N: it is "
-                          "visible, keep j <= i + M - N (with N = M, j <= i: a query sees its own key)"),
-                         (_dense(*args, keep=j <= i)[0], "yours keeps keys j <= i (the mask's top-left corner); with "
-                          "N != M query i sees keys j <= i + M - N, so the last query sees every key"),
-                         (_dense(*args)[0], "yours ignores the mask: with causal=True query i sees keys j <= i + M - N")]
+        alternatives += [
+            (
+                _dense(*args, keep=j < i + M - N)[0],
+                "yours hides the diagonal key j = i + M - N: it is "
+                "visible, keep j <= i + M - N (with N = M, j <= i: a query sees its own key)",
+            ),
+            (
+                _dense(*args, keep=j <= i)[0],
+                "yours keeps keys j <= i (the mask's top-left corner); with "
+                "N != M query i sees keys j <= i + M - N, so the last query sees every key",
+            ),
+            (
+                _dense(*args)[0],
+                "yours ignores the mask: with causal=True query i sees keys j <= i + M - N",
+            ),
+        ]
     else:
-        alternatives.append((_unrescaled(*args, case.Bc), "when a block raises the max from m to m', what l and acc "
-                             "summed against m must be multiplied by e^(m - m') before the block's terms are added"))
+        alternatives.append(
+            (
+                _unrescaled(*args, case.Bc),
+                "when a block raises the max from m to m', what l and acc "
+                "summed against m must be multiplied by e^(m - m') before the block's terms are added",
+            )
+        )
     for o_alt, text in alternatives:
         if np.allclose(o2, o_alt, **_TOL):
             return text
     if not (np.isfinite(o).all() and np.isfinite(lse[np.isfinite(want[1])]).all()):
         return "a NaN or inf: look for e^(-inf + inf), 0 / 0 or an overflowing exponential in the first block"
-    return ("go back to what the state means: after each block m is the largest score seen, l and acc the sums of "
-            "e^(s_j - m) and e^(s_j - m) v_j over the keys seen; when m grows to m', both are multiplied by "
-            "e^(m - m'); at the end o = acc / l and lse = m + log l")
+    return (
+        "go back to what the state means: after each block m is the largest score seen, l and acc the sums of "
+        "e^(s_j - m) and e^(s_j - m) v_j over the keys seen; when m grows to m', both are multiplied by "
+        "e^(m - m'); at the end o = acc / l and lse = m + log l"
+    )
 
 
 def _call(fn, case: _Case, K, V, masks: bool):
@@ -306,36 +410,55 @@ def _run(fn, case: _Case, masks: bool):
         return K, V, exc
 
 
-def _check(fn, cases, reference, limit, held_what, name: str, passed: str, masks: bool) -> None:
-    for n, case in enumerate(cases):
+def _check(
+    fn, cases, reference, limit, held_what, name: str, passed: str, masks: bool
+) -> None:
+    for case in cases:
         try:
             K, V, got = _run(fn, case, masks)
         except NotImplementedError:
-            print(f"{name}: not implemented yet (fill in the stub above, then run this cell again)")
+            print(
+                f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
+            )
             return
         if isinstance(got, Exception):
             note = ""
             if "CountingRows" in str(got) or "read-only" in str(got):
-                note = (" (K and V arrive as CountingRows: load a block with K[j0:j1], a numpy array; K.shape and "
-                        "len(K) read nothing)")
+                note = (
+                    " (K and V arrive as CountingRows: load a block with K[j0:j1], a numpy array; K.shape and "
+                    "len(K) read nothing)"
+                )
             print(f"{name}: ✗ {_show(case)} raised {type(got).__name__}: {got}{note}")
             return
         want = reference(case)
         problem = _pass_problem(K, case.Bc) or _pass_problem(V, case.Bc)
         hint = None
         if problem is None:
-            problem = sharpen(diagnose(got, want, names=("o", "lse"), **_TOL), got, want, ("o", "lse"))
+            problem = sharpen(
+                diagnose(got, want, names=("o", "lse"), **_TOL), got, want, ("o", "lse")
+            )
             hint = problem and _hint(case, got, want, K, V)
         if problem is None:
             problem = _order_problem(K, case.Bc) or _order_problem(V, case.Bc)
         if problem is None and case.kind == "memory":
-            held, _ = peak_bytes(_call, fn, case, CountingRows(case.k, "K"), CountingRows(case.v, "V"), masks)
+            held, _ = peak_bytes(
+                _call,
+                fn,
+                case,
+                CountingRows(case.k, "K"),
+                CountingRows(case.v, "V"),
+                masks,
+            )
             cap = limit(case)
             if held > cap:
-                problem = (f"held {held:,} bytes at once, more than half the size of {held_what(case)}; one pass holds one "
-                           f"block and the state (m, l, acc), whatever M is")
-                hint = ("nothing as long as M may outlive its block: no list of blocks or scores, no mask or bias "
-                        "for all M keys built up front; fold each block into (m, l, acc), then drop it")
+                problem = (
+                    f"held {held:,} bytes at once, more than half the size of {held_what(case)}; one pass holds one "
+                    f"block and the state (m, l, acc), whatever M is"
+                )
+                hint = (
+                    "nothing as long as M may outlive its block: no list of blocks or scores, no mask or bias "
+                    "for all M keys built up front; fold each block into (m, l, acc), then drop it"
+                )
         if problem is not None:
             print(f"{name}: ✗ {_show(case)}: {problem}")
             if hint:
@@ -345,7 +468,7 @@ def _check(fn, cases, reference, limit, held_what, name: str, passed: str, masks
 
 
 def _row_reference(case: _Case):
-    o, lse = attention_reference(case.q[None, :], case.k, case.v)   # (1, dv), (1,)
+    o, lse = attention_reference(case.q[None, :], case.k, case.v)  # (1, dv), (1,)
     return o[0], float(lse[0])
 
 
@@ -356,10 +479,16 @@ def check_one_pass_row(fn, *, name: str | None = None) -> None:
     K and V is read exactly once in ceil(M / Bc) loads of at most Bc rows, and at M = 16384 the run holds less
     than half of an array of length M. Taught in: notebooks/03_one_pass_attention.ipynb
     """
-    _check(fn, _row_cases(), _row_reference, lambda c: 4 * c.k.shape[0],
-           lambda c: f"an array of length M = {c.k.shape[0]} ({8 * c.k.shape[0]:,} bytes)",
-           name or getattr(fn, "__name__", "your function"),
-           "K and V read once each, in blocks of Bc; nothing of length M held", masks=False)
+    _check(
+        fn,
+        _row_cases(),
+        _row_reference,
+        lambda c: 4 * c.k.shape[0],
+        lambda c: f"an array of length M = {c.k.shape[0]} ({8 * c.k.shape[0]:,} bytes)",
+        name or getattr(fn, "__name__", "your function"),
+        "K and V read once each, in blocks of Bc; nothing of length M held",
+        masks=False,
+    )
 
 
 def _rows_reference(case: _Case):
@@ -374,11 +503,18 @@ def check_one_pass_rows(fn, *, name: str | None = None) -> None:
     V is read exactly once in ceil(M / Bc) loads, and at N = 64, M = 16384 the run holds less than N·M/2 bytes, half
     of an N × M boolean mask. Taught in: notebooks/03_one_pass_attention.ipynb
     """
+
     def held_what(c: _Case) -> str:
         N, M = c.q.shape[0], c.k.shape[0]
         return f"an N × M array of booleans, a mask ({N} × {M} = {N * M:,} bytes; the scores in float64 take 8 times that)"
 
-    _check(fn, _rows_cases(), _rows_reference, lambda c: c.q.shape[0] * c.k.shape[0] // 2, held_what,
-           name or getattr(fn, "__name__", "your function"),
-           "K and V read once each for all queries, in blocks of Bc; no NaN on rows without a key; never N × M held",
-           masks=True)
+    _check(
+        fn,
+        _rows_cases(),
+        _rows_reference,
+        lambda c: c.q.shape[0] * c.k.shape[0] // 2,
+        held_what,
+        name or getattr(fn, "__name__", "your function"),
+        "K and V read once each for all queries, in blocks of Bc; no NaN on rows without a key; never N × M held",
+        masks=True,
+    )

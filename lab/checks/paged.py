@@ -25,26 +25,33 @@ RTOL, ATOL = 1e-9, 1e-12
 
 def _paged_cases():
     """(pages, block_row, length) of four sequences sharing one pool of scattered pages of 8 tokens (2 K/V heads, d = 4)."""
-    rng, lengths = np.random.default_rng(10), [21, 16, 1, 40]   # partial last page, a full one, one token, five pages
+    rng, lengths = (
+        np.random.default_rng(10),
+        [21, 16, 1, 40],
+    )  # partial last page, a full one, one token, five pages
     k = [rng.standard_normal((2, L, 4)) for L in lengths]
     c = paged_kv(k, k, page_size=8, seed=4, spare_pages=3)
     return c, k, [(c.pages_k, c.block_table[b], L) for b, L in enumerate(lengths)]
 
 
 def _gather_hint(case, got, want):
-    (pages, row, length), shape = case, np.shape(got)
+    (pages, _, length), shape = case, np.shape(got)
     S, n = pages.shape[2], -(-length // pages.shape[2])
     if len(shape) == 3 and shape[:1] == want.shape[:1] and shape[1] != length:
-        if shape[1] == n * S:                          # every slot of the last page kept
-            return (f"you kept every slot of the last page: it holds {length - (n - 1) * S} of its {S} slots; the rest "
-                    "is stale data of an earlier sequence. Cut the result at `length`")
+        if shape[1] == n * S:  # every slot of the last page kept
+            return (
+                f"you kept every slot of the last page: it holds {length - (n - 1) * S} of its {S} slots; the rest "
+                "is stale data of an earlier sequence. Cut the result at `length`"
+            )
         if shape[1] == (length // S) * S:
             return f"you read {length // S} blocks: a last page only partly full is still a block; use ⌈length / page_size⌉"
         return f"the sequence has {length} tokens in ⌈{length} / {S}⌉ = {n} blocks"
     logical = np.concatenate([pages[i] for i in range(n)], axis=1)[:, :length]
     if shape == logical.shape and np.allclose(got, logical):
-        return ("you read page i for logical block i: the block table maps logical block i to physical page "
-                "block_row[i], and the pages of a sequence lie anywhere in the pool")
+        return (
+            "you read page i for logical block i: the block table maps logical block i to physical page "
+            "block_row[i], and the pages of a sequence lie anywhere in the pool"
+        )
     return "logical block i of the sequence is physical page block_row[i]; keys j of block i are slots j - i·page_size"
 
 
@@ -56,16 +63,30 @@ def check_gather_pages(fn, *, name: str | None = None) -> None:
     page dropped, the stale slots of the last page kept, logical instead of physical page numbers.
     Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
-    name, (c, k, cases) = name or getattr(fn, "__name__", "gather_pages"), _paged_cases()
+    name, (_, k, cases) = (
+        name or getattr(fn, "__name__", "gather_pages"),
+        _paged_cases(),
+    )
     with contextlib.redirect_stdout(io.StringIO()) as out:
         check(fn, gather_pages, cases, name=name, rtol=0, atol=0, hint=_gather_hint)
     if "✓" not in out.getvalue():
         return print(out.getvalue(), end="")
-    q = np.random.default_rng(11).standard_normal((6, 1, 4))          # 6 query heads on 2 K/V heads, one new token
+    q = np.random.default_rng(11).standard_normal(
+        (6, 1, 4)
+    )  # 6 query heads on 2 K/V heads, one new token
     for b, (pages, row, length) in enumerate(cases):
         keys = fn(pages, row, length)
-        if not np.allclose(attention_reference(q, keys, keys)[0], attention_reference(q, k[b], k[b])[0], RTOL, ATOL):
-            return print(f"{name}: ✗ sequence {b}: decoding through your gather differs from contiguous decoding\n"
-                         "  hint: the keys must come back in the order of their positions in the sequence")
-    print(f"{name}: ✓ passed {len(cases)} sequences on scattered pages (partial, full and one-token last pages), "
-          "and decoding through it equals contiguous decoding")
+        if not np.allclose(
+            attention_reference(q, keys, keys)[0],
+            attention_reference(q, k[b], k[b])[0],
+            RTOL,
+            ATOL,
+        ):
+            return print(
+                f"{name}: ✗ sequence {b}: decoding through your gather differs from contiguous decoding\n"
+                "  hint: the keys must come back in the order of their positions in the sequence"
+            )
+    print(
+        f"{name}: ✓ passed {len(cases)} sequences on scattered pages (partial, full and one-token last pages), "
+        "and decoding through it equals contiguous decoding"
+    )

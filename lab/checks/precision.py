@@ -24,8 +24,13 @@ from ..exercises import diagnose
 from ..precision import round_to
 from ..precision_experiments import low_precision_sum
 
-__all__ = ["format_grid", "round_by_grid", "check_blocked_sum", "check_round_nearest_even",
-           "check_rms_delta_uniform"]
+__all__ = [
+    "format_grid",
+    "round_by_grid",
+    "check_blocked_sum",
+    "check_round_nearest_even",
+    "check_rms_delta_uniform",
+]
 
 _NOT_YET = "{}: not implemented yet (fill in the stub above, then run this cell again)"
 
@@ -43,6 +48,7 @@ def _call(name, fn, args, label, forbidden):
         def spy(*a, _orig=original, _why=why, **kw):
             used.append(_why)
             return _orig(*a, **kw)
+
         setattr(module, attr, spy)
     try:
         with np.errstate(all="ignore"):
@@ -79,26 +85,48 @@ def _rounded_sum(values, fmt: str) -> float:
 def _blocked_variants(p, fmt: str, block: int) -> dict:
     """{mistake: (total, what it is)} for the classic wrong versions of the blocked sum that apply to this case."""
     x = round_to(p, fmt).astype(np.float64)
-    blocks = [x[b:b + block] for b in range(0, x.size, block)]
-    out = {"exact": (float(x.sum()), "the exact sum of the rounded p: every addition must be rounded to the format, "
-                                     "l = fl(l + p_j), not only the inputs"),
-           "once": (float(round_to(np.array([x.sum()]), fmt)[0]), "the exact sum rounded once at the end: round after "
-                                                                  "every addition, where the sum stalls")}
+    blocks = [x[b : b + block] for b in range(0, x.size, block)]
+    out = {
+        "exact": (
+            float(x.sum()),
+            "the exact sum of the rounded p: every addition must be rounded to the format, "
+            "l = fl(l + p_j), not only the inputs",
+        ),
+        "once": (
+            float(round_to(np.array([x.sum()]), fmt)[0]),
+            "the exact sum rounded once at the end: round after "
+            "every addition, where the sum stalls",
+        ),
+    }
     if block > 1:
-        out["sequential"] = (_rounded_sum(x, fmt), "the one-element-at-a-time sum: `block` was ignored; sum each run of "
-                                                   "`block` elements on its own first")
+        out["sequential"] = (
+            _rounded_sum(x, fmt),
+            "the one-element-at-a-time sum: `block` was ignored; sum each run of "
+            "`block` elements on its own first",
+        )
     if x.size % block:
         kept = x[: x.size - x.size % block]
-        out["tail"] = (float(low_precision_sum(kept, fmt, block)[-1]),
-                       f"the sum without the last, shorter block ({x.size} = {x.size // block} blocks of {block} and one "
-                       f"of {x.size % block}): range(0, len(p), block) visits it")
+        out["tail"] = (
+            float(low_precision_sum(kept, fmt, block)[-1]),
+            f"the sum without the last, shorter block ({x.size} = {x.size // block} blocks of {block} and one "
+            f"of {x.size % block}): range(0, len(p), block) visits it",
+        )
     raw = np.asarray(p, np.float64)
-    out["unrounded"] = (_rounded_sum([_rounded_sum(raw[i:i + block], fmt) for i in range(0, x.size, block)], fmt),
-                        "the sum of p as given: round p to the format first (lab.round_to(p, fmt)), then add")
-    out["inner exact"] = (_rounded_sum([b.sum() for b in blocks], fmt), "each block summed exactly: the additions "
-                                                                        "inside a block must be rounded too")
-    out["outer exact"] = (float(sum(_rounded_sum(b, fmt) for b in blocks)), "the block sums added exactly: the "
-                                                                            "additions to the total must be rounded too")
+    out["unrounded"] = (
+        _rounded_sum(
+            [_rounded_sum(raw[i : i + block], fmt) for i in range(0, x.size, block)],
+            fmt,
+        ),
+        "the sum of p as given: round p to the format first (lab.round_to(p, fmt)), then add",
+    )
+    out["inner exact"] = (
+        _rounded_sum([b.sum() for b in blocks], fmt),
+        "each block summed exactly: the additions inside a block must be rounded too",
+    )
+    out["outer exact"] = (
+        float(sum(_rounded_sum(b, fmt) for b in blocks)),
+        "the block sums added exactly: the additions to the total must be rounded too",
+    )
     return out
 
 
@@ -115,23 +143,42 @@ def _name_mistake(results, cases) -> str | None:
         for key, (total, _) in _blocked_variants(p, fmt, block).items():
             if total != want:
                 hit, seen = scores.get(key, (0, 0))
-                scores[key] = (hit + (got is not None and bool(np.isclose(got, total, rtol=1e-5, atol=0))), seen + 1)
+                scores[key] = (
+                    hit
+                    + (
+                        got is not None
+                        and bool(np.isclose(got, total, rtol=1e-5, atol=0))
+                    ),
+                    seen + 1,
+                )
     full = [(seen, key) for key, (hit, seen) in scores.items() if hit == seen]
     return max(full)[1] if full else None
 
 
 def _blocked_cases():
     rng = np.random.default_rng(11)
-    tie = 2.0**-8 + 2.0**-20                  # rounds to 2^-8 in bf16, half a step of 1: fl(1 + 2^-8) = 1 (ties to even)
-    return [("np.ones(600), 'bf16', block=1", (np.ones(600), "bf16", 1)),
-            ("600 random p in [0, 1), 'bf16', block=16", (rng.random(600), "bf16", 16)),
-            ("np.ones(100), 'bf16', block=16", (np.ones(100), "bf16", 16)),
-            ("p = [1, then 2^-8 + 2^-20 seven times] twice, 'bf16', block=8", (np.array(([1.0] + [tie] * 7) * 2), "bf16", 8)),
-            ("1000 random p in [0, 1), 'fp16', block=7", (rng.random(1000), "fp16", 7)),
-            ("p = [1, then 2^-11 + 2^-22 three times] three times, 'fp16', block=4",
-             (np.array(([1.0] + [2.0**-11 + 2.0**-22] * 3) * 3), "fp16", 4)),
-            ("4096 random p in [0, 1), 'bf16', block=64", (rng.random(4096), "bf16", 64)),
-            ("257 random p in [0, 1), 'fp8_e4m3', block=32", (rng.random(257), "fp8_e4m3", 32))]
+    tie = (
+        2.0**-8 + 2.0**-20
+    )  # rounds to 2^-8 in bf16, half a step of 1: fl(1 + 2^-8) = 1 (ties to even)
+    return [
+        ("np.ones(600), 'bf16', block=1", (np.ones(600), "bf16", 1)),
+        ("600 random p in [0, 1), 'bf16', block=16", (rng.random(600), "bf16", 16)),
+        ("np.ones(100), 'bf16', block=16", (np.ones(100), "bf16", 16)),
+        (
+            "p = [1, then 2^-8 + 2^-20 seven times] twice, 'bf16', block=8",
+            (np.array(([1.0] + [tie] * 7) * 2), "bf16", 8),
+        ),
+        ("1000 random p in [0, 1), 'fp16', block=7", (rng.random(1000), "fp16", 7)),
+        (
+            "p = [1, then 2^-11 + 2^-22 three times] three times, 'fp16', block=4",
+            (np.array(([1.0] + [2.0**-11 + 2.0**-22] * 3) * 3), "fp16", 4),
+        ),
+        ("4096 random p in [0, 1), 'bf16', block=64", (rng.random(4096), "bf16", 64)),
+        (
+            "257 random p in [0, 1), 'fp8_e4m3', block=32",
+            (rng.random(257), "fp8_e4m3", 32),
+        ),
+    ]
 
 
 def _as_total(got):
@@ -162,9 +209,20 @@ def check_blocked_sum(fn, *, name: str | None = None) -> None:
     import lab
 
     from .. import precision_experiments
+
     name = name or getattr(fn, "__name__", "your function")
-    forbidden = [(lab, "low_precision_sum", "lab.low_precision_sum, which computes the answer: write the loops yourself"),
-                 (precision_experiments, "low_precision_sum", "low_precision_sum, which computes the answer")]
+    forbidden = [
+        (
+            lab,
+            "low_precision_sum",
+            "lab.low_precision_sum, which computes the answer: write the loops yourself",
+        ),
+        (
+            precision_experiments,
+            "low_precision_sum",
+            "low_precision_sum, which computes the answer",
+        ),
+    ]
     cases = _blocked_cases()
     for i, (label, (p, fmt, block)) in enumerate(cases):
         ok, got = _call(name, fn, (p.copy(), fmt, block), f"{i} ({label})", forbidden)
@@ -176,12 +234,19 @@ def check_blocked_sum(fn, *, name: str | None = None) -> None:
             continue
         print(f"{name}: ✗ case {i} ({label}): {problem}")
         g = _as_total(got)
-        key = _name_mistake([_total(fn, q) for _, q in cases], cases) if g is not None else None
+        key = (
+            _name_mistake([_total(fn, q) for _, q in cases], cases)
+            if g is not None
+            else None
+        )
         variants = _blocked_variants(p, fmt, block)
         known = variants[key][1] if key in variants else None
-        print(f"  hint: yours is {known}" if known else
-              "  hint: round p first; sum each block one element at a time, rounding every addition; then add the "
-              "block sums to the total one at a time, rounding each addition")
+        print(
+            f"  hint: yours is {known}"
+            if known
+            else "  hint: round p first; sum each block one element at a time, rounding every addition; then add the "
+            "block sums to the total one at a time, rounding each addition"
+        )
         return
     print(f"{name}: ✓ passed {len(cases)} cases")
 
@@ -212,12 +277,16 @@ def round_by_grid(x, e: int, t: int) -> np.ndarray:
     x = np.asarray(x, np.float32).astype(np.float64)
     grid = format_grid(e, t)
     bias = 2 ** (e - 1) - 1
-    grid = np.append(grid, 2.0 ** (bias + 1))                             # the code after x_max: inf
+    grid = np.append(grid, 2.0 ** (bias + 1))  # the code after x_max: inf
     a = np.abs(x)
-    hi = np.clip(np.searchsorted(grid, np.where(np.isfinite(a), a, 0.0)), 1, grid.size - 1)
+    hi = np.clip(
+        np.searchsorted(grid, np.where(np.isfinite(a), a, 0.0)), 1, grid.size - 1
+    )
     lo = hi - 1
     below, above = a - grid[lo], grid[hi] - a
-    pick = np.where(below < above, lo, np.where(above < below, hi, np.where(lo % 2 == 0, lo, hi)))
+    pick = np.where(
+        below < above, lo, np.where(above < below, hi, np.where(lo % 2 == 0, lo, hi))
+    )
     y = np.where(a > grid[-1], np.inf, grid[pick])
     y = np.where(pick == grid.size - 1, np.inf, y)
     y = np.where(np.isinf(a), np.inf, y)
@@ -231,24 +300,89 @@ _LIBRARY = {(5, 10): "fp16", (8, 7): "bf16", (5, 2): "fp8_e5m2"}
 def _rounding_cases():
     rng = np.random.default_rng(7)
 
-    def spread(e, t, n):                       # both signs, from below the smallest subnormal to past x_max
+    def spread(e, t, n):  # both signs, from below the smallest subnormal to past x_max
         bias = 2 ** (e - 1) - 1
         mag = 2.0 ** rng.uniform(-bias - t - 2, bias + 2, n)
-        with np.errstate(over="ignore"):                                 # past float32's range: ±inf, a case too
+        with np.errstate(over="ignore"):  # past float32's range: ±inf, a case too
             return (mag * rng.choice([-1.0, 1.0], n)).astype(np.float32)
 
     s = 2.0**-24
-    return [("fp16 layout e=5, t=10: values in [1, 2)", (1 + rng.random(40)).astype(np.float32), 5, 10),
-            ("fp16: values in [1000, 5000), both signs", (rng.uniform(1000, 5000, 40) * rng.choice([-1, 1], 40)).astype(np.float32), 5, 10),
-            ("fp16: ties, exactly halfway between two neighbours",
-             np.array([1 + 2**-11, 1 + 3 * 2**-11, -(1 + 2**-11), 2049, 2051, -2051, 0.75 + 2**-12, 4097, 4102], np.float32), 5, 10),
-            ("fp16: below the smallest normal 2^-14 (subnormals)",
-             np.array([3 * s / 2, s / 2, 5 * s / 4, 1000.3 * s, 2.0**-15 + s / 2, 2.0**-14 - s / 4, s / 4, -7.5 * s], np.float32), 5, 10),
-            ("fp16: around the largest finite value 65504",
-             np.array([65504, 65519, 65520, 65535, 1e5, -65520, -65519, 0.0, -0.0, np.inf, -np.inf, np.nan], np.float32), 5, 10),
-            ("bf16 layout e=8, t=7: the whole range", spread(8, 7, 300), 8, 7),
-            ("fp8 e5m2 layout e=5, t=2: the whole range", spread(5, 2, 300), 5, 2),
-            ("a layout no library has, e=6, t=5: the whole range", spread(6, 5, 300), 6, 5)]
+    return [
+        (
+            "fp16 layout e=5, t=10: values in [1, 2)",
+            (1 + rng.random(40)).astype(np.float32),
+            5,
+            10,
+        ),
+        (
+            "fp16: values in [1000, 5000), both signs",
+            (rng.uniform(1000, 5000, 40) * rng.choice([-1, 1], 40)).astype(np.float32),
+            5,
+            10,
+        ),
+        (
+            "fp16: ties, exactly halfway between two neighbours",
+            np.array(
+                [
+                    1 + 2**-11,
+                    1 + 3 * 2**-11,
+                    -(1 + 2**-11),
+                    2049,
+                    2051,
+                    -2051,
+                    0.75 + 2**-12,
+                    4097,
+                    4102,
+                ],
+                np.float32,
+            ),
+            5,
+            10,
+        ),
+        (
+            "fp16: below the smallest normal 2^-14 (subnormals)",
+            np.array(
+                [
+                    3 * s / 2,
+                    s / 2,
+                    5 * s / 4,
+                    1000.3 * s,
+                    2.0**-15 + s / 2,
+                    2.0**-14 - s / 4,
+                    s / 4,
+                    -7.5 * s,
+                ],
+                np.float32,
+            ),
+            5,
+            10,
+        ),
+        (
+            "fp16: around the largest finite value 65504",
+            np.array(
+                [
+                    65504,
+                    65519,
+                    65520,
+                    65535,
+                    1e5,
+                    -65520,
+                    -65519,
+                    0.0,
+                    -0.0,
+                    np.inf,
+                    -np.inf,
+                    np.nan,
+                ],
+                np.float32,
+            ),
+            5,
+            10,
+        ),
+        ("bf16 layout e=8, t=7: the whole range", spread(8, 7, 300), 8, 7),
+        ("fp8 e5m2 layout e=5, t=2: the whole range", spread(5, 2, 300), 5, 2),
+        ("a layout no library has, e=6, t=5: the whole range", spread(6, 5, 300), 6, 5),
+    ]
 
 
 def _explain(x: float, want: float, got: float, e: int, t: int) -> str:
@@ -264,26 +398,36 @@ def _explain(x: float, want: float, got: float, e: int, t: int) -> str:
     if np.isnan(got):
         return "yours is NaN (log2 of 0? 0 · inf?): 0 rounds to 0"
     if a > xmax:
-        return (f"x is past the largest finite value x_max = {xmax:g}: up to x_max + half a step "
-                f"({xmax + 2.0 ** (bias - t - 1):g}) it rounds to ±x_max, from there on to ±inf")
+        return (
+            f"x is past the largest finite value x_max = {xmax:g}: up to x_max + half a step "
+            f"({xmax + 2.0 ** (bias - t - 1):g}) it rounds to ±x_max, from there on to ±inf"
+        )
     hi = int(np.searchsorted(grid, a))
     lo, up = float(grid[max(hi - 1, 0)]), float(grid[min(hi, grid.size - 1)])
     if got != 0 and np.sign(got) != np.sign(x):
         return "the sign is lost: round |x|, then give the result x's sign"
     if abs(got) not in set(grid.tolist()) and not np.isinf(got):
         if a < tiny:
-            return (f"yours is not a value of this format. x is below the smallest normal 2^{1 - bias}: there the exponent "
-                    f"stays {1 - bias} and the spacing 2^{1 - bias - t} (subnormals); x's neighbours are {lo!r} and {up!r}")
-        return (f"yours is not a value of this format (x's neighbours are {lo!r} and {up!r}): keep t = {t} mantissa bits "
-                f"after the leading 1")
+            return (
+                f"yours is not a value of this format. x is below the smallest normal 2^{1 - bias}: there the exponent "
+                f"stays {1 - bias} and the spacing 2^{1 - bias - t} (subnormals); x's neighbours are {lo!r} and {up!r}"
+            )
+        return (
+            f"yours is not a value of this format (x's neighbours are {lo!r} and {up!r}): keep t = {t} mantissa bits "
+            f"after the leading 1"
+        )
     if np.isinf(got):
         return f"x is below x_max = {xmax:g}; only values from x_max + half a step on overflow"
     if a - lo == up - a:
-        return (f"x is exactly halfway between {lo!r} and {up!r}: a tie goes to the neighbour whose last mantissa bit "
-                f"is 0 (even), here {abs(want)!r}")
+        return (
+            f"x is exactly halfway between {lo!r} and {up!r}: a tie goes to the neighbour whose last mantissa bit "
+            f"is 0 (even), here {abs(want)!r}"
+        )
     if a < tiny:
-        return (f"x is below the smallest normal 2^{1 - bias}: the subnormals keep the spacing 2^{1 - bias - t}, "
-                f"so x rounds to {want!r}")
+        return (
+            f"x is below the smallest normal 2^{1 - bias}: the subnormals keep the spacing 2^{1 - bias - t}, "
+            f"so x rounds to {want!r}"
+        )
     if abs(got) < a and abs(want) > a:
         return f"yours is x cut toward zero; {want!r} is nearer"
     return f"{want!r} is the nearer neighbour"
@@ -298,31 +442,46 @@ def check_round_nearest_even(fn, *, name: str | None = None) -> None:
     Taught in: notebooks/07_precision.ipynb
     """
     import lab
+
     name = name or getattr(fn, "__name__", "your function")
     why = "{}, which applies the tie rule for you: decide from the remainder with np.floor"
     forbidden = [(lab, "round_to", "lab.round_to, the function this exercise rebuilds")]
-    forbidden += [(np, f, why.format(f"np.{f}")) for f in ("rint", "round", "around") if hasattr(np, f)]
+    forbidden += [
+        (np, f, why.format(f"np.{f}"))
+        for f in ("rint", "round", "around")
+        if hasattr(np, f)
+    ]
     forbidden += [(builtins, "round", why.format("Python's round"))]
     cases = _rounding_cases()
     for i, (label, x, e, t) in enumerate(cases):
         ok, got = _call(name, fn, (x.copy(), e, t), f"{i} ({label})", forbidden)
         if not ok:
             return
-        want = round_to(x, _LIBRARY[(e, t)]) if (e, t) in _LIBRARY else round_by_grid(x, e, t)
+        want = (
+            round_to(x, _LIBRARY[(e, t)])
+            if (e, t) in _LIBRARY
+            else round_by_grid(x, e, t)
+        )
         g = np.asarray(got)
         if g.shape != want.shape:
-            print(f"{name}: ✗ case {i} ({label}): shape: yours is {g.shape}, expected {want.shape}")
+            print(
+                f"{name}: ✗ case {i} ({label}): shape: yours is {g.shape}, expected {want.shape}"
+            )
             return
         g = g.astype(np.float64)
         w = want.astype(np.float64)
         wrong = ~((g == w) | (np.isnan(g) & np.isnan(w)))
         if wrong.any():
             j = int(np.argmax(wrong))
-            print(f"{name}: ✗ case {i} ({label}): x = {float(x[j])!r}: expected {float(w[j])!r}, got {float(g[j])!r}; "
-                  f"{int(wrong.sum())} of {x.size} values wrong")
+            print(
+                f"{name}: ✗ case {i} ({label}): x = {float(x[j])!r}: expected {float(w[j])!r}, got {float(g[j])!r}; "
+                f"{int(wrong.sum())} of {x.size} values wrong"
+            )
             print(f"  hint: {_explain(float(x[j]), float(w[j]), float(g[j]), e, t)}")
             return
-    print(f"{name}: ✓ passed {len(cases)} cases, bit for bit (ties, subnormals, overflow, a layout no library has)")
+    print(
+        f"{name}: ✓ passed {len(cases)} cases, bit for bit (ties, subnormals, overflow, a layout no library has)"
+    )
 
 
 # ------------------------------------------------------------------------------------ Exercise 3: rms(δ)
@@ -334,12 +493,27 @@ def _rms_reference(t: int) -> float:
 
 
 _RMS_MISTAKES = [
-    (1 / np.sqrt(12), "the rms of the absolute error in steps, ε/√12; δ = error / x, so average 1/x² over [1, 2) too"),
-    (np.sqrt(3 / (8 * np.log(2)) / 12), "section 1's value for significands spread on a log scale (density "
-                                        "1/(x ln 2)); uniform on [1, 2) has density 1"),
-    (np.log(2) / np.sqrt(12), "the mean of 1/x squared; average 1/x² itself, then take the square root"),
-    (1 / np.sqrt(6), "an error uniform over a whole step either side; rounding to nearest is off by at most half a step"),
-    (1 / np.sqrt(96), "ε taken as half the step; ε = 2^-t is the whole step between 1 and the next number"),
+    (
+        1 / np.sqrt(12),
+        "the rms of the absolute error in steps, ε/√12; δ = error / x, so average 1/x² over [1, 2) too",
+    ),
+    (
+        np.sqrt(3 / (8 * np.log(2)) / 12),
+        "section 1's value for significands spread on a log scale (density "
+        "1/(x ln 2)); uniform on [1, 2) has density 1",
+    ),
+    (
+        np.log(2) / np.sqrt(12),
+        "the mean of 1/x squared; average 1/x² itself, then take the square root",
+    ),
+    (
+        1 / np.sqrt(6),
+        "an error uniform over a whole step either side; rounding to nearest is off by at most half a step",
+    ),
+    (
+        1 / np.sqrt(96),
+        "ε taken as half the step; ε = 2^-t is the whole step between 1 and the next number",
+    ),
 ]
 
 
@@ -363,8 +537,13 @@ def check_rms_delta_uniform(fn, *, name: str | None = None) -> None:
             ratio = float(got) * 2.0**t
         except (TypeError, ValueError):
             return
-        known = next((what for c, what in _RMS_MISTAKES if abs(ratio / c - 1) < 1e-3), None)
-        print(f"  hint: yours is {known}" if known else
-              "  hint: δ = (fl(x) - x) / x; the error is uniform over half a step either side and independent of x")
+        known = next(
+            (what for c, what in _RMS_MISTAKES if abs(ratio / c - 1) < 1e-3), None
+        )
+        print(
+            f"  hint: yours is {known}"
+            if known
+            else "  hint: δ = (fl(x) - x) / x; the error is uniform over half a step either side and independent of x"
+        )
         return
     print(f"{name}: ✓ passed {len(cases)} cases (t = 7, 10, 23; to 0.1%)")

@@ -28,18 +28,22 @@ def _block_cases() -> list:
     x[0, 1, 3], x[1, 9, 0] = 300.0, -40.0
     zeros = x.copy()
     zeros[0, 4:8] = 0.0
-    return [("blocks of 4 rows, the last one of 2", (x, 4)), ("a block of zeros", (zeros, 4)),
-            ("one row per block, values near 1e-3", (x * np.float32(1e-3), 1)), ("a block longer than N", (x, 16))]
+    return [
+        ("blocks of 4 rows, the last one of 2", (x, 4)),
+        ("a block of zeros", (zeros, 4)),
+        ("one row per block, values near 1e-3", (x * np.float32(1e-3), 1)),
+        ("a block longer than N", (x, 16)),
+    ]
 
 
 def _one_scale_per_block_for_all_heads(x, block) -> np.ndarray:
     """The answer whose `np.abs(tile).max()` has no axis: one scale per block of rows, shared by every head."""
     out = np.empty_like(x)
     for r0 in range(0, x.shape[-2], block):
-        tile = x[..., r0:r0 + block, :]
+        tile = x[..., r0 : r0 + block, :]
         amax = np.abs(tile).max()
         s = np.float32(448) / (amax if amax > 0 else np.float32(1))
-        out[..., r0:r0 + block, :] = round_to(tile * s, "fp8_e4m3") / s
+        out[..., r0 : r0 + block, :] = round_to(tile * s, "fp8_e4m3") / s
     return out
 
 
@@ -48,29 +52,61 @@ def _block_hint(x, block, got) -> str:
     got = np.asarray(got, np.float64)
     amax = np.abs(x)
     variants = [
-        (np.isnan(got).any() and not np.isnan(quantize_fp8(x, block)).any(),
-         "NaN where a block is all zeros: its max is 0, so 448 / max is inf; keep the scale finite there (any scale "
-         "leaves 0 at 0)"),
-        (block < x.shape[-2] and got.shape == x.shape and np.array_equal(got, quantize_fp8(x)),
-         "one scale for the whole matrix: each block of `block` rows of each head needs its own, 448 / max|x| over the "
-         "block"),
-        (block > 1 and got.shape == x.shape and np.array_equal(got, quantize_fp8(x, 1)),
-         "one scale per row: a block is `block` consecutive rows sharing one scale (the last block may be shorter)"),
-        (got.shape == x.shape and np.array_equal(got, quantize_fp8(x.reshape(-1, x.shape[-1])).reshape(x.shape)),
-         "one scale for all heads: each head's block gets its own scale, from that head's rows only"),
-        (x.ndim > 2 and got.shape == x.shape and np.array_equal(got, _one_scale_per_block_for_all_heads(x, block)),
-         "one scale per block shared by all heads: np.abs(tile).max() with no axis takes the maximum over every head; "
-         "take it over the block's rows and columns only, axis=(-1, -2) with keepdims=True"),
-        (got.shape == x.shape and x.shape[-2] % block > 0 and not got[..., x.shape[-2] // block * block:, :].any(),
-         "the last, shorter block is missing: range(0, N, block) visits it; a slice past N stops at N"),
-        (got.shape == x.shape and np.allclose(got, round_to(x, "fp8_e4m3"), rtol=0, atol=0),
-         "the cast without a scale: small values round to 0 and the largest past 448 are lost; scale, cast, unscale"),
-        (got.shape == x.shape and np.isclose(np.abs(got).max(), 448) and amax.max() < 448,
-         "the values are still scaled: divide by the scale after the cast"),
+        (
+            np.isnan(got).any() and not np.isnan(quantize_fp8(x, block)).any(),
+            "NaN where a block is all zeros: its max is 0, so 448 / max is inf; keep the scale finite there (any scale "
+            "leaves 0 at 0)",
+        ),
+        (
+            block < x.shape[-2]
+            and got.shape == x.shape
+            and np.array_equal(got, quantize_fp8(x)),
+            "one scale for the whole matrix: each block of `block` rows of each head needs its own, 448 / max|x| over the "
+            "block",
+        ),
+        (
+            block > 1
+            and got.shape == x.shape
+            and np.array_equal(got, quantize_fp8(x, 1)),
+            "one scale per row: a block is `block` consecutive rows sharing one scale (the last block may be shorter)",
+        ),
+        (
+            got.shape == x.shape
+            and np.array_equal(
+                got, quantize_fp8(x.reshape(-1, x.shape[-1])).reshape(x.shape)
+            ),
+            "one scale for all heads: each head's block gets its own scale, from that head's rows only",
+        ),
+        (
+            x.ndim > 2
+            and got.shape == x.shape
+            and np.array_equal(got, _one_scale_per_block_for_all_heads(x, block)),
+            "one scale per block shared by all heads: np.abs(tile).max() with no axis takes the maximum over every head; "
+            "take it over the block's rows and columns only, axis=(-1, -2) with keepdims=True",
+        ),
+        (
+            got.shape == x.shape
+            and x.shape[-2] % block > 0
+            and not got[..., x.shape[-2] // block * block :, :].any(),
+            "the last, shorter block is missing: range(0, N, block) visits it; a slice past N stops at N",
+        ),
+        (
+            got.shape == x.shape
+            and np.allclose(got, round_to(x, "fp8_e4m3"), rtol=0, atol=0),
+            "the cast without a scale: small values round to 0 and the largest past 448 are lost; scale, cast, unscale",
+        ),
+        (
+            got.shape == x.shape
+            and np.isclose(np.abs(got).max(), 448)
+            and amax.max() < 448,
+            "the values are still scaled: divide by the scale after the cast",
+        ),
     ]
-    return next((text for hit, text in variants if hit),
-                "per head and per block of `block` rows: s = 448 / max|x| over the block, then round_to(x * s, "
-                "'fp8_e4m3') / s")
+    return next(
+        (text for hit, text in variants if hit),
+        "per head and per block of `block` rows: s = 448 / max|x| over the block, then round_to(x * s, "
+        "'fp8_e4m3') / s",
+    )
 
 
 def check_quantize_blocks(fn, *, name: str | None = None) -> None:
@@ -81,9 +117,16 @@ def check_quantize_blocks(fn, *, name: str | None = None) -> None:
     import lab
 
     from .. import precision_fa3
+
     name = name or getattr(fn, "__name__", "your function")
-    forbidden = [(lab, "quantize_fp8", "lab.quantize_fp8, which computes the answer: scale, cast and unscale yourself"),
-                 (precision_fa3, "quantize_fp8", "quantize_fp8, which computes the answer")]
+    forbidden = [
+        (
+            lab,
+            "quantize_fp8",
+            "lab.quantize_fp8, which computes the answer: scale, cast and unscale yourself",
+        ),
+        (precision_fa3, "quantize_fp8", "quantize_fp8, which computes the answer"),
+    ]
     cases = _block_cases()
     for i, (label, (x, block)) in enumerate(cases):
         ok, got = _call(name, fn, (x.copy(), block), f"{i} ({label})", forbidden)
@@ -94,5 +137,7 @@ def check_quantize_blocks(fn, *, name: str | None = None) -> None:
             print(f"{name}: ✗ case {i} ({label}): {problem}")
             print(f"  hint: {_block_hint(x, block, got)}")
             return
-    print(f"{name}: ✓ passed {len(cases)} cases (a short last block, a block of zeros, one row per block, one block "
-          "for all rows; each head scaled on its own)")
+    print(
+        f"{name}: ✓ passed {len(cases)} cases (a short last block, a block of zeros, one row per block, one block "
+        "for all rows; each head scaled on its own)"
+    )

@@ -19,15 +19,21 @@ from numpy import inf
 from ..access_count import CountingArray
 from ..exercises import check, describe_case, diagnose
 from ..memory import peak_bytes
-from ..softmax_steps import demo_scores
 from ..overflow import exp_limits, first_exp_overflow
 from ..softmax import online_normalizer
+from ..softmax_steps import demo_scores
 
-__all__ = ["check_first_overflow", "check_safe_softmax",
-           "check_log_sum_exp", "check_online_step", "check_online_pass", "check_merge_ml", "check_count_rescales"]
+__all__ = [
+    "check_first_overflow",
+    "check_safe_softmax",
+    "check_log_sum_exp",
+    "check_online_step",
+    "check_online_pass",
+    "check_merge_ml",
+    "check_count_rescales",
+]
 
 from ._support import _copies, _guarded, _hint, _own_work
-
 
 # ------------------------------------------------------------------------------------ 01 three-pass softmax
 
@@ -36,21 +42,46 @@ def check_first_overflow(fn) -> None:
     """Check `fn(name)`, the smallest integer $s \\ge 0$ with $e^s = \\infty$ in format `name`, against a scan.
     Taught in: notebooks/01_three_pass_softmax.ipynb"""
     mistakes = [
-        (lambda n: math.floor(math.log(exp_limits(n)["max"])),
-         "e^s is still finite at yours: it is the last integer below log(max); the first overflow is the next one"),
-        (lambda n: math.ceil(math.log2(exp_limits(n)["max"])), "that is log2(max): e^s needs the natural log"),
-        (lambda n: math.ceil(math.log10(exp_limits(n)["max"])), "that is log10(max): e^s needs the natural log"),
+        (
+            lambda n: math.floor(math.log(exp_limits(n)["max"])),
+            "e^s is still finite at yours: it is the last integer below log(max); the first overflow is the next one",
+        ),
+        (
+            lambda n: math.ceil(math.log2(exp_limits(n)["max"])),
+            "that is log2(max): e^s needs the natural log",
+        ),
+        (
+            lambda n: math.ceil(math.log10(exp_limits(n)["max"])),
+            "that is log10(max): e^s needs the natural log",
+        ),
     ]
-    check(_guarded(fn, "first_overflow", {"not inexact": "numpy's finfo does not know bf16: ml_dtypes.finfo does"}),
-          first_exp_overflow, [("fp16",), ("bf16",), ("fp32",), ("fp64",)], rtol=0, atol=0,
-          hint=_hint(mistakes, "e^s overflows once it exceeds the format's largest finite value; bf16's comes from ml_dtypes.finfo"),
-          properties=[_own_work("first_exp_overflow", "exp_limits", "overflow_table")])
+    check(
+        _guarded(
+            fn,
+            "first_overflow",
+            {"not inexact": "numpy's finfo does not know bf16: ml_dtypes.finfo does"},
+        ),
+        first_exp_overflow,
+        [("fp16",), ("bf16",), ("fp32",), ("fp64",)],
+        rtol=0,
+        atol=0,
+        hint=_hint(
+            mistakes,
+            "e^s overflows once it exceeds the format's largest finite value; bf16's comes from ml_dtypes.finfo",
+        ),
+        properties=[_own_work("first_exp_overflow", "exp_limits", "overflow_table")],
+    )
 
 
 def _shift(s, how: str = "row", masked: str = "zero"):
     """e^(s - shift), each row's l and the shift (row max, max of all, column max, min, none); masked rows shifted by 0 or not."""
-    m = {"row": s.max(axis=-1, keepdims=True), "all": s.max(), "column": s.max(axis=0, keepdims=True),
-         "min": s.min(axis=-1, keepdims=True), "none": np.zeros((s.shape[0], 1))}[how]
+    m = {
+        "row": s.max(axis=-1, keepdims=True),
+        "all": s.max(),
+        "column": s.max(axis=0, keepdims=True),
+        "min": s.min(axis=-1, keepdims=True),
+        "none": np.zeros((s.shape[0], 1)),
+    }[how]
     m = np.where(np.isneginf(m), 0.0, m) if masked == "zero" else m
     e = np.exp(s - m)
     return e, e.sum(axis=-1, keepdims=True), m
@@ -58,12 +89,16 @@ def _shift(s, how: str = "row", masked: str = "zero"):
 
 def _softmax(s, how="row", masked="zero"):
     e, l, _ = _shift(s, how, masked)
-    return np.divide(e, l, out=np.zeros_like(e), where=l > 0) if masked == "zero" else e / l
+    return (
+        np.divide(e, l, out=np.zeros_like(e), where=l > 0)
+        if masked == "zero"
+        else e / l
+    )
 
 
 def _lse(s, how="row", masked="zero", add_m=True):
     _, l, m = _shift(s, how, masked)
-    with np.errstate(divide="ignore"):                         # log 0 = -inf for a row of only -inf
+    with np.errstate(divide="ignore"):  # log 0 = -inf for a row of only -inf
         return ((m if add_m else 0.0) + np.log(l))[:, 0]
 
 
@@ -80,9 +115,11 @@ def _no_hidden_nan(fn, case, got):
         with np.errstate(invalid="raise"):
             getattr(fn, "raw", fn)(*_copies(case))
     except FloatingPointError:
-        return ("the values are right, but on the way it makes a NaN (0/0 or -inf - (-inf)) and then hides it: avoid the "
-                "NaN instead of cleaning it up (shift a row of only -inf by 0; divide only where l > 0, "
-                "np.divide(e, l, out=..., where=l > 0))")
+        return (
+            "the values are right, but on the way it makes a NaN (0/0 or -inf - (-inf)) and then hides it: avoid the "
+            "NaN instead of cleaning it up (shift a row of only -inf by 0; divide only where l > 0, "
+            "np.divide(e, l, out=..., where=l > 0))"
+        )
     return None
 
 
@@ -96,44 +133,119 @@ def check_safe_softmax(fn) -> None:
     Cases: scores of ±1000, rows far apart, -inf entries, a row of only -inf (zeros, not NaN); the input stays unchanged.
     Taught in: notebooks/01_three_pass_softmax.ipynb"""
     rng = np.random.default_rng(2)
-    cases = [(rng.standard_normal((3, 5)),), (np.array([[1000.0, 999.0, -1000.0], [-1000.0, -1001.0, -1002.0]]),),
-             (np.array([[-inf, 0.0, 2.0], [3.0, -inf, -inf]]),), (np.array([[-inf, -inf, -inf], [1.0, 2.0, 3.0]]),),
-             (300 * rng.standard_normal((4, 300)),)]
-    mistakes = [
-        (lambda s: _softmax(s, masked="nan"), _MASKED.format("weigh, so its probabilities are 0")),
-        (lambda s: _softmax(s, "none", "nan"), "e^s overflowed (e^1000) or underflowed (e^-1000), giving inf/inf or 0/0: "
-                                               "subtract each row's max first, so every exponent is <= 0 and the max's is 0"),
-        (lambda s: _softmax(s, "all"), _GLOBAL), (lambda s: _softmax(s, "all", "nan"), _GLOBAL),
-        (lambda s: _softmax(s, "column", "nan"), "you subtracted each column's max (axis=0): each row needs its own (axis=-1)"),
-        (lambda s: _softmax(s.T).T, "each column sums to 1: normalize along each row (axis=-1)"),
-        (lambda s: _softmax(s, "min", "nan"), "you subtracted the min: the exponents must be <= 0, so subtract the max"),
-        (_uniform_masked, "a row of only -inf came out uniform, 1/M each, as if its scores were equal (a large finite number "
-                          "in place of -inf does that): a masked score has probability 0, so that row is all zeros"),
+    cases = [
+        (rng.standard_normal((3, 5)),),
+        (np.array([[1000.0, 999.0, -1000.0], [-1000.0, -1001.0, -1002.0]]),),
+        (np.array([[-inf, 0.0, 2.0], [3.0, -inf, -inf]]),),
+        (np.array([[-inf, -inf, -inf], [1.0, 2.0, 3.0]]),),
+        (300 * rng.standard_normal((4, 300)),),
     ]
-    check(_guarded(fn, "safe_softmax", {"broadcast": "keep the row axis: s.max(axis=-1, keepdims=True) is (N, 1)"}),
-          _softmax, cases, rtol=1e-9, atol=1e-12,
-          hint=_hint(mistakes, "three passes per row: its max m, then l = the sum of e^(s - m), then e^(s - m) / l"),
-          properties=[_own_work("softmax_safe", "softmax_naive", "softmax_online", "online_normalizer"), _no_hidden_nan])
+    mistakes = [
+        (
+            lambda s: _softmax(s, masked="nan"),
+            _MASKED.format("weigh, so its probabilities are 0"),
+        ),
+        (
+            lambda s: _softmax(s, "none", "nan"),
+            "e^s overflowed (e^1000) or underflowed (e^-1000), giving inf/inf or 0/0: "
+            "subtract each row's max first, so every exponent is <= 0 and the max's is 0",
+        ),
+        (lambda s: _softmax(s, "all"), _GLOBAL),
+        (lambda s: _softmax(s, "all", "nan"), _GLOBAL),
+        (
+            lambda s: _softmax(s, "column", "nan"),
+            "you subtracted each column's max (axis=0): each row needs its own (axis=-1)",
+        ),
+        (
+            lambda s: _softmax(s.T).T,
+            "each column sums to 1: normalize along each row (axis=-1)",
+        ),
+        (
+            lambda s: _softmax(s, "min", "nan"),
+            "you subtracted the min: the exponents must be <= 0, so subtract the max",
+        ),
+        (
+            _uniform_masked,
+            "a row of only -inf came out uniform, 1/M each, as if its scores were equal (a large finite number "
+            "in place of -inf does that): a masked score has probability 0, so that row is all zeros",
+        ),
+    ]
+    check(
+        _guarded(
+            fn,
+            "safe_softmax",
+            {"broadcast": "keep the row axis: s.max(axis=-1, keepdims=True) is (N, 1)"},
+        ),
+        _softmax,
+        cases,
+        rtol=1e-9,
+        atol=1e-12,
+        hint=_hint(
+            mistakes,
+            "three passes per row: its max m, then l = the sum of e^(s - m), then e^(s - m) / l",
+        ),
+        properties=[
+            _own_work(
+                "softmax_safe", "softmax_naive", "softmax_online", "online_normalizer"
+            ),
+            _no_hidden_nan,
+        ],
+    )
 
 
 def check_log_sum_exp(fn) -> None:
     """Check `fn(s)`, $\\log \\sum_j e^{s_{ij}}$ for each row of an (N, M) array, shape (N,): finite at ±1e4, -inf for a masked row.
     Taught in: notebooks/01_three_pass_softmax.ipynb"""
     rng = np.random.default_rng(3)
-    cases = [(np.array([[0.0, 0.0], [1.0, 2.0], [-3.0, 5.0]]),), (np.array([[1e4, 1e4 - 1, -1e4], [-1e4, -1e4, -1e4 - 1]]),),
-             (np.array([[-inf, -inf], [0.0, -inf]]),), (50 * rng.standard_normal((3, 100)),)]
-    mistakes = [
-        (lambda s: _lse(s, masked="nan"), _MASKED.format("sum, and its log-sum-exp is log 0 = -inf")),
-        (lambda s: _lse(s, "none", "nan"), "e^s overflowed to inf (or every term underflowed to 0, and log 0 = -inf): take "
-                                           "each row's max out first, as in your safe_softmax"),
-        (lambda s: _lse(s, add_m=False), "that is log l alone: l was summed relative to m, so add m back"),
-        (lambda s: _lse(s, "all"), "you subtracted the max of the whole array: each row needs its own"),
-        (lambda s: _lse(s)[:, None], "one number per row: shape (N,), not (N, 1) (drop keepdims at the end)"),
+    cases = [
+        (np.array([[0.0, 0.0], [1.0, 2.0], [-3.0, 5.0]]),),
+        (np.array([[1e4, 1e4 - 1, -1e4], [-1e4, -1e4, -1e4 - 1]]),),
+        (np.array([[-inf, -inf], [0.0, -inf]]),),
+        (50 * rng.standard_normal((3, 100)),),
     ]
-    check(_guarded(fn, "log_sum_exp", {"broadcast": "keep the row axis while subtracting: s.max(axis=-1, keepdims=True)"}),
-          _lse, cases, rtol=1e-12, atol=1e-12,
-          hint=_hint(mistakes, "log Σ e^s = m + log Σ e^(s - m) for any shift m: pick the one that cannot overflow"),
-          properties=[_own_work("online_normalizer", "softmax_safe", "attention_reference")])
+    mistakes = [
+        (
+            lambda s: _lse(s, masked="nan"),
+            _MASKED.format("sum, and its log-sum-exp is log 0 = -inf"),
+        ),
+        (
+            lambda s: _lse(s, "none", "nan"),
+            "e^s overflowed to inf (or every term underflowed to 0, and log 0 = -inf): take "
+            "each row's max out first, as in your safe_softmax",
+        ),
+        (
+            lambda s: _lse(s, add_m=False),
+            "that is log l alone: l was summed relative to m, so add m back",
+        ),
+        (
+            lambda s: _lse(s, "all"),
+            "you subtracted the max of the whole array: each row needs its own",
+        ),
+        (
+            lambda s: _lse(s)[:, None],
+            "one number per row: shape (N,), not (N, 1) (drop keepdims at the end)",
+        ),
+    ]
+    check(
+        _guarded(
+            fn,
+            "log_sum_exp",
+            {
+                "broadcast": "keep the row axis while subtracting: s.max(axis=-1, keepdims=True)"
+            },
+        ),
+        _lse,
+        cases,
+        rtol=1e-12,
+        atol=1e-12,
+        hint=_hint(
+            mistakes,
+            "log Σ e^s = m + log Σ e^(s - m) for any shift m: pick the one that cannot overflow",
+        ),
+        properties=[
+            _own_work("online_normalizer", "softmax_safe", "attention_reference")
+        ],
+    )
 
 
 # ------------------------------------------------------------------------------------ 02 online softmax
@@ -149,13 +261,28 @@ def _step(m, l, x_b, *, alpha=True, sign=1, terms="new", keep_m=True, skip_empty
 
 
 _STEP_MISTAKES = [  # (keyword arguments of _step, what went wrong)
-    ({"skip_empty": False}, "a block of only -inf seen from the empty state: m_new is -inf and e^(-inf - (-inf)) is NaN; "
-                            "such a block adds nothing, so keep (m, l)"),
-    ({"alpha": False}, "the old l was not rescaled: it is a sum relative to the old m; when m grows, each old term "
-                       "e^(x - m) must become e^(x - m_new)"),
-    ({"sign": -1}, "the rescaling points the wrong way: moving the old sum to a larger m must shrink it (a factor <= 1)"),
-    ({"terms": "old"}, "the new terms are relative to the old m: l must be a sum of e^(x - m) for the new m"),
-    ({"keep_m": False}, "m is the max of this block only: it must be the max of every score seen, the old m included"),
+    (
+        {"skip_empty": False},
+        "a block of only -inf seen from the empty state: m_new is -inf and e^(-inf - (-inf)) is NaN; "
+        "such a block adds nothing, so keep (m, l)",
+    ),
+    (
+        {"alpha": False},
+        "the old l was not rescaled: it is a sum relative to the old m; when m grows, each old term "
+        "e^(x - m) must become e^(x - m_new)",
+    ),
+    (
+        {"sign": -1},
+        "the rescaling points the wrong way: moving the old sum to a larger m must shrink it (a factor <= 1)",
+    ),
+    (
+        {"terms": "old"},
+        "the new terms are relative to the old m: l must be a sum of e^(x - m) for the new m",
+    ),
+    (
+        {"keep_m": False},
+        "m is the max of this block only: it must be the max of every score seen, the old m included",
+    ),
 ]
 
 
@@ -163,27 +290,55 @@ def check_online_step(fn) -> None:
     """Check `fn(m, l, x_block)`: the state $(m, l = \\sum e^{x_j - m})$ of the scores seen, with `x_block` added; cases from the
     empty state $(-\\infty, 0)$ and with blocks of only -inf. Taught in: notebooks/02_online_softmax.ipynb"""
     rng = np.random.default_rng(4)
-    cases = [(-inf, 0.0, np.array([1.0, 2.0])), (3.0, 2.5, np.array([1.0, 0.0])), (0.0, 1.0, np.array([5.0, 4.0, 6.0])),
-             (-inf, 0.0, np.array([-inf, -inf])), (2.0, 1.7, np.array([-inf, -inf])),
-             (-inf, 0.0, np.array([-1000.0, -1001.0])), (10.0, 4.0, 20 * rng.standard_normal(9))]
-    check(_guarded(fn, "online_step"), _step, cases, names=("m", "l"), rtol=1e-12, atol=1e-12,
-          hint=_hint([(lambda m, l, x, kw=kw: _step(m, l, x, **kw), t) for kw, t in _STEP_MISTAKES],
-                     "(m, l) must describe every score seen: m their max, l the sum of e^(x - m) over them"),
-          properties=[_own_work("merge_states", "partial_state", "online_normalizer")])
+    cases = [
+        (-inf, 0.0, np.array([1.0, 2.0])),
+        (3.0, 2.5, np.array([1.0, 0.0])),
+        (0.0, 1.0, np.array([5.0, 4.0, 6.0])),
+        (-inf, 0.0, np.array([-inf, -inf])),
+        (2.0, 1.7, np.array([-inf, -inf])),
+        (-inf, 0.0, np.array([-1000.0, -1001.0])),
+        (10.0, 4.0, 20 * rng.standard_normal(9)),
+    ]
+    check(
+        _guarded(fn, "online_step"),
+        _step,
+        cases,
+        names=("m", "l"),
+        rtol=1e-12,
+        atol=1e-12,
+        hint=_hint(
+            [
+                (lambda m, l, x, kw=kw: _step(m, l, x, **kw), t)
+                for kw, t in _STEP_MISTAKES
+            ],
+            "(m, l) must describe every score seen: m their max, l the sum of e^(x - m) over them",
+        ),
+        properties=[_own_work("merge_states", "partial_state", "online_normalizer")],
+    )
 
 
 def _pass(x, block, *, m0=-inf, tail=True, **step):
     """The online pass over a plain array, with a choice of classic mistakes (the start, the last block, the step's)."""
     m, l = m0, 0.0
     for j0 in range(0, len(x) if tail else len(x) // block * block, block):
-        m, l = _step(m, l, x[j0:j0 + block], **step)
+        m, l = _step(m, l, x[j0 : j0 + block], **step)
     return m, l
 
 
-_PASS_MISTAKES = [(lambda x, b: _pass(x, b, m0=0.0), "m started at 0: scores all below 0 never raise it, so m stays 0 and "
-                                                     "l sums e^(x - 0); the state of no scores is m = -inf, l = 0"),
-                  (lambda x, b: _pass(x, b, tail=False), "the last, shorter block was left out: range(0, len(x), block) reaches it")]
-_PASS_MISTAKES += [(lambda x, b, kw=kw: _pass(x, b, **kw), text) for kw, text in _STEP_MISTAKES]
+_PASS_MISTAKES = [
+    (
+        lambda x, b: _pass(x, b, m0=0.0),
+        "m started at 0: scores all below 0 never raise it, so m stays 0 and "
+        "l sums e^(x - 0); the state of no scores is m = -inf, l = 0",
+    ),
+    (
+        lambda x, b: _pass(x, b, tail=False),
+        "the last, shorter block was left out: range(0, len(x), block) reaches it",
+    ),
+]
+_PASS_MISTAKES += [
+    (lambda x, b, kw=kw: _pass(x, b, **kw), text) for kw, text in _STEP_MISTAKES
+]
 
 
 def _read_problem(row: CountingArray):
@@ -191,11 +346,21 @@ def _read_problem(row: CountingArray):
     twice, never = np.flatnonzero(row.loads > 1), np.flatnonzero(row.loads == 0)
     if twice.size:
         j = int(twice[0])
-        return (f"x[{j}] was read {int(row.loads[j])} times ({twice.size} of {len(row)} scores read more than once); one pass "
-                "reads each score once", "keep (m, l) up to date block by block instead of finding m first and summing after")
+        return (
+            f"x[{j}] was read {int(row.loads[j])} times ({twice.size} of {len(row)} scores read more than once); one pass "
+            "reads each score once",
+            "keep (m, l) up to date block by block instead of finding m first and summing after",
+        )
     if never.size:
-        return f"x[{int(never[0])}] was never read ({never.size} of {len(row)} scores)", None
-    return ("it writes into x; the row is input only", None) if row.stores.any() else (None, None)
+        return (
+            f"x[{int(never[0])}] was never read ({never.size} of {len(row)} scores)",
+            None,
+        )
+    return (
+        ("it writes into x; the row is input only", None)
+        if row.stores.any()
+        else (None, None)
+    )
 
 
 def check_online_pass(fn, *, long_n: int = 20_000, long_block: int = 50) -> None:
@@ -208,82 +373,149 @@ def check_online_pass(fn, *, long_n: int = 20_000, long_block: int = 50) -> None
     """
     rng = np.random.default_rng(5)
     z = demo_scores(24)
-    cases = [(rng.standard_normal(10), 4), (z, 6), (-1000.0 + z[:16], 5), (np.r_[np.full(3, -inf), rng.standard_normal(7)], 3),
-             (np.r_[rng.standard_normal(4), np.full(4, -inf), z[:3]], 4), (np.full(5, -inf), 2),
-             (1000.0 * rng.standard_normal(7), 100), (rng.standard_normal(1), 3)]
+    cases = [
+        (rng.standard_normal(10), 4),
+        (z, 6),
+        (-1000.0 + z[:16], 5),
+        (np.r_[np.full(3, -inf), rng.standard_normal(7)], 3),
+        (np.r_[rng.standard_normal(4), np.full(4, -inf), z[:3]], 4),
+        (np.full(5, -inf), 2),
+        (1000.0 * rng.standard_normal(7), 100),
+        (rng.standard_normal(1), 3),
+    ]
     name, piecewise = _guarded(fn, "online_pass").__name__, None
     for i, (x, block) in enumerate(cases):
         shown, row = f"case {i} {describe_case((x, block))}", CountingArray(x)
         try:
             got = fn(row, block)
         except NotImplementedError:
-            print(f"{name}: not implemented yet (fill in the stub above, then run this cell again)")
+            print(
+                f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
+            )
             return
         except Exception as exc:  # a learner's bug: report it, do not stop the notebook
-            extra = (" (x is a counting array: use len(x), x[j] and x[j0:j1], not x.shape or numpy on x itself)"
-                     if isinstance(exc, (AttributeError, TypeError)) else "")
+            extra = (
+                " (x is a counting array: use len(x), x[j] and x[j0:j1], not x.shape or numpy on x itself)"
+                if isinstance(exc, (AttributeError, TypeError))
+                else ""
+            )
             print(f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}{extra}")
             return
         want = _pass(x, block)
         problem = diagnose(got, want, names=("m", "l"), rtol=1e-10, atol=1e-12)
-        hint = _hint(_PASS_MISTAKES, "after each block, m must be the max of the scores read so far and l the sum of "
-                                     "e^(x - m) over them")((x, block), got, want)
+        hint = _hint(
+            _PASS_MISTAKES,
+            "after each block, m must be the max of the scores read so far and l the sum of "
+            "e^(x - m) over them",
+        )((x, block), got, want)
         if problem is None:
             problem, hint = _read_problem(row)
         if problem is not None:
-            print(f"{name}: ✗ {shown}: {problem}" + (f"\n  hint: {hint}" if hint else ""))
+            print(
+                f"{name}: ✗ {shown}: {problem}" + (f"\n  hint: {hint}" if hint else "")
+            )
             return
-        if piecewise is None and row.load_calls != -(-len(x) // block):   # reported after the memory test, which says more
-            piecewise = (f"{name}: ✗ {shown}: x was read in {row.load_calls} loads; {block} scores at a time, it takes "
-                         f"{-(-len(x) // block)}\n  hint: load one block per step, x[j0:j0 + block], not score by score")
+        if piecewise is None and row.load_calls != -(
+            -len(x) // block
+        ):  # reported after the memory test, which says more
+            piecewise = (
+                f"{name}: ✗ {shown}: x was read in {row.load_calls} loads; {block} scores at a time, it takes "
+                f"{-(-len(x) // block)}\n  hint: load one block per step, x[j0:j0 + block], not score by score"
+            )
     x = rng.standard_normal(long_n)
     held, _ = peak_bytes(fn, CountingArray(x), long_block)
     if held > x.nbytes // 4:
-        print(f"{name}: ✗ on a row of {long_n} scores in blocks of {long_block}, it held {held:,} bytes at once; the row "
-              f"itself is {x.nbytes:,} bytes and one block {long_block * 8} bytes\n"
-              "  hint: keep only (m, l) between blocks: no list or array of all the scores or of their exponentials")
+        print(
+            f"{name}: ✗ on a row of {long_n} scores in blocks of {long_block}, it held {held:,} bytes at once; the row "
+            f"itself is {x.nbytes:,} bytes and one block {long_block * 8} bytes\n"
+            "  hint: keep only (m, l) between blocks: no list or array of all the scores or of their exponentials"
+        )
         return
     if piecewise is not None:
         print(piecewise)
         return
-    print(f"{name}: ✓ passed {len(cases)} cases; each score read once; no row-sized array held")
+    print(
+        f"{name}: ✓ passed {len(cases)} cases; each score read once; no row-sized array held"
+    )
 
 
 def check_merge_ml(fn) -> None:
     """Check `fn(m_a, l_a, m_b, l_b)` -> the state of a whole row from its halves' states, against the row's own online pass;
     cases with halves of only -inf. Taught in: notebooks/02_online_softmax.ipynb"""
     rng = np.random.default_rng(6)
-    rows = [rng.standard_normal(10), np.r_[rng.standard_normal(5), 3 + rng.standard_normal(6)], 100 * rng.standard_normal(7),
-            -1000 + rng.standard_normal(12), np.r_[rng.standard_normal(4), np.full(4, -inf)], np.full(6, -inf)]
+    rows = [
+        rng.standard_normal(10),
+        np.r_[rng.standard_normal(5), 3 + rng.standard_normal(6)],
+        100 * rng.standard_normal(7),
+        -1000 + rng.standard_normal(12),
+        np.r_[rng.standard_normal(4), np.full(4, -inf)],
+        np.full(6, -inf),
+    ]
     table = {}
     for r in rows:
-        (m_a, l_a), (m_b, l_b) = online_normalizer(r[:len(r) // 2], 3), online_normalizer(r[len(r) // 2:], 3)
+        (m_a, l_a), (m_b, l_b) = (
+            online_normalizer(r[: len(r) // 2], 3),
+            online_normalizer(r[len(r) // 2 :], 3),
+        )
         table[(float(m_a), float(l_a), float(m_b), float(l_b))] = r
 
     def merged(m_a, l_a, m_b, l_b, a=True, b=True, sign=1, skip=True):
         m = max(m_a, m_b)
         if skip and m == -inf:
             return m, 0.0
-        return m, float((np.exp(sign * (m_a - m)) if a else 1) * l_a + (np.exp(sign * (m_b - m)) if b else 1) * l_b)
+        return m, float(
+            (np.exp(sign * (m_a - m)) if a else 1) * l_a
+            + (np.exp(sign * (m_b - m)) if b else 1) * l_b
+        )
+
     mistakes = [
-        (lambda *c: merged(*c, skip=False), "two halves of only -inf: e^(-inf - (-inf)) is NaN; the merge of nothing is (-inf, 0)"),
-        (lambda *c: merged(*c, a=False), "l_a was added as it is, but here m_a < m: l_a is a sum relative to m_a; bring it to m"),
-        (lambda *c: merged(*c, b=False), "l_b was added as it is, but here m_b < m: l_b is a sum relative to m_b; bring it to m"),
-        (lambda *c: merged(*c, sign=-1), "the rescaling points the wrong way: moving a sum to a larger m must shrink it"),
-        (lambda m_a, l_a, m_b, l_b: merged(m_a, l_a, m_b, 1.0), "half b counted as one score m_b: it stands for l_b of them"),
+        (
+            lambda *c: merged(*c, skip=False),
+            "two halves of only -inf: e^(-inf - (-inf)) is NaN; the merge of nothing is (-inf, 0)",
+        ),
+        (
+            lambda *c: merged(*c, a=False),
+            "l_a was added as it is, but here m_a < m: l_a is a sum relative to m_a; bring it to m",
+        ),
+        (
+            lambda *c: merged(*c, b=False),
+            "l_b was added as it is, but here m_b < m: l_b is a sum relative to m_b; bring it to m",
+        ),
+        (
+            lambda *c: merged(*c, sign=-1),
+            "the rescaling points the wrong way: moving a sum to a larger m must shrink it",
+        ),
+        (
+            lambda m_a, l_a, m_b, l_b: merged(m_a, l_a, m_b, 1.0),
+            "half b counted as one score m_b: it stands for l_b of them",
+        ),
     ]
-    check(_guarded(fn, "merge_ml"), lambda *c: tuple(float(v) for v in online_normalizer(table[c], 5)), list(table),
-          names=("m", "l"), rtol=1e-10, atol=1e-12,
-          hint=_hint(mistakes, "the merged state must describe both halves: m the max of all, l the sum of e^(x - m) over all"),
-          properties=[_own_work("merge_states", "online_normalizer")])
+    check(
+        _guarded(fn, "merge_ml"),
+        lambda *c: tuple(float(v) for v in online_normalizer(table[c], 5)),
+        list(table),
+        names=("m", "l"),
+        rtol=1e-10,
+        atol=1e-12,
+        hint=_hint(
+            mistakes,
+            "the merged state must describe both halves: m the max of all, l the sum of e^(x - m) over all",
+        ),
+        properties=[_own_work("merge_states", "online_normalizer")],
+    )
 
 
 def _rescales(x, block, *, first=False, ties=False, previous=False, tail=True):
     """Blocks after the first that raise the running max (α < 1), with a choice of classic mistakes."""
-    maxima = [float(np.max(x[j0:j0 + block])) for j0 in range(0, len(x) if tail else len(x) // block * block, block)]
+    maxima = [
+        float(np.max(x[j0 : j0 + block]))
+        for j0 in range(0, len(x) if tail else len(x) // block * block, block)
+    ]
     count, m = int(first), maxima[0]
     for prev, b in zip(maxima, maxima[1:]):
-        count += int(b >= (prev if previous else m) if ties else b > (prev if previous else m))
+        count += int(
+            b >= (prev if previous else m) if ties else b > (prev if previous else m)
+        )
         m = max(m, b)
     return count
 
@@ -291,15 +523,42 @@ def _rescales(x, block, *, first=False, ties=False, previous=False, tail=True):
 def check_count_rescales(fn) -> None:
     """Check `fn(x, block)`, the blocks after the first whose scores raise the running max ($\\alpha = e^{m - m'} < 1$).
     Taught in: notebooks/02_online_softmax.ipynb"""
-    cases = [(demo_scores(24), 6), (np.arange(10.0), 3), (np.arange(10.0)[::-1].copy(), 2), (np.ones(6), 2),
-             (np.array([5.0, 1.0, 3.0, 2.0, 4.0]), 1), (demo_scores(64), 8)]
-    mistakes = [
-        (lambda x, b: _rescales(x, b, first=True), "that counts the first block: it sets m from -inf, nothing is rescaled"),
-        (lambda x, b: _rescales(x, b, ties=True), "that counts a block whose max only equals m: α = e^0 = 1, no rescale"),
-        (lambda x, b: _rescales(x, b, previous=True), "that compares with the previous block's max: m is the max of "
-                                                      "everything read so far"),
-        (lambda x, b: _rescales(x, b, tail=False), "the last, shorter block was left out"),
+    cases = [
+        (demo_scores(24), 6),
+        (np.arange(10.0), 3),
+        (np.arange(10.0)[::-1].copy(), 2),
+        (np.ones(6), 2),
+        (np.array([5.0, 1.0, 3.0, 2.0, 4.0]), 1),
+        (demo_scores(64), 8),
     ]
-    check(_guarded(fn, "count_rescales"), _rescales, cases, rtol=0, atol=0,
-          properties=[_own_work("online_trace", "online_normalizer")],
-          hint=_hint(mistakes, "a rescale happens where a block's max is above every score read before it"))
+    mistakes = [
+        (
+            lambda x, b: _rescales(x, b, first=True),
+            "that counts the first block: it sets m from -inf, nothing is rescaled",
+        ),
+        (
+            lambda x, b: _rescales(x, b, ties=True),
+            "that counts a block whose max only equals m: α = e^0 = 1, no rescale",
+        ),
+        (
+            lambda x, b: _rescales(x, b, previous=True),
+            "that compares with the previous block's max: m is the max of "
+            "everything read so far",
+        ),
+        (
+            lambda x, b: _rescales(x, b, tail=False),
+            "the last, shorter block was left out",
+        ),
+    ]
+    check(
+        _guarded(fn, "count_rescales"),
+        _rescales,
+        cases,
+        rtol=0,
+        atol=0,
+        properties=[_own_work("online_trace", "online_normalizer")],
+        hint=_hint(
+            mistakes,
+            "a rescale happens where a block's max is above every score read before it",
+        ),
+    )

@@ -18,36 +18,62 @@ import numpy as np
 
 from ..attention import attention_reference, causal_mask
 from ..exercises import diagnose
-from ..tiling import flash_counts, step_footprint
 from ..memory import peak_bytes
+from ..tiling import flash_counts, step_footprint
 
-__all__ = ["check_causal_tile_counts", "check_fa2_hbm_bytes", "check_widest_key_block", "check_tiled_forward",
-           "BlockLoadArray"]
+__all__ = [
+    "check_causal_tile_counts",
+    "check_fa2_hbm_bytes",
+    "check_widest_key_block",
+    "check_tiled_forward",
+    "BlockLoadArray",
+]
 
 
 def _first(alternatives, got, default):
     """The text of the first (answer, text) whose answer equals `got`, else `default`."""
-    return next((text for answer, text in alternatives if diagnose(got, answer, rtol=0, atol=0) is None), default)
+    return next(
+        (
+            text
+            for answer, text in alternatives
+            if diagnose(got, answer, rtol=0, atol=0) is None
+        ),
+        default,
+    )
 
 
-def _check(fn, reference, cases, fields, hint, name=None, names=None, integer=False) -> None:
+def _check(
+    fn, reference, cases, fields, hint, name=None, names=None, integer=False
+) -> None:
     """Exact answers case by case, each shown with its parameters named (`integer`: an int is due): one line on a pass, else what failed."""
     name = name or getattr(fn, "__name__", "your function")
     for i, case in enumerate(cases):
-        shown = f"case {i} (" + ", ".join(f"{f} = {x}" for f, x in zip(fields.split(), case)) + ")"
+        shown = (
+            f"case {i} ("
+            + ", ".join(f"{f} = {x}" for f, x in zip(fields.split(), case))
+            + ")"
+        )
         ok, got = _attempt(name, fn, shown, case)
         if not ok:
             return
         problem = diagnose(got, want := reference(*case), names=names, rtol=0, atol=0)
-        if problem is None and integer and (isinstance(got, bool) or not isinstance(got, (int, np.integer))):
+        if (
+            problem is None
+            and integer
+            and (isinstance(got, bool) or not isinstance(got, (int, np.integer)))
+        ):
             problem = f"returned {got!r}, a {type(got).__name__}: the answer is a whole number, an int"
         if problem is not None:
-            return print(f"{name}: ✗ {shown}: {problem}\n  hint: {hint(case, got, want)}")
+            return print(
+                f"{name}: ✗ {shown}: {problem}\n  hint: {hint(case, got, want)}"
+            )
     print(f"{name}: ✓ passed {len(cases)} cases")
 
 
 # ------------------------------------------------------------------------------ exercise 1: causal tiles
-def _tile_kinds(N, M, Br, Bc, off=None, slack=0, whole=False, corner="first", clip=True):
+def _tile_kinds(
+    N, M, Br, Bc, off=None, slack=0, whole=False, corner="first", clip=True
+):
     """(computed, masked) tiles under the mask j <= i + off: computed when the block's last query sees its
     first key, masked when a computed tile's `corner` query misses its last key. Variants make the classic slips."""
     off = M - N if off is None else off
@@ -60,23 +86,49 @@ def _tile_kinds(N, M, Br, Bc, off=None, slack=0, whole=False, corner="first", cl
 
 
 def _tiles_hint(case, got, want):
-    alts = [(_tile_kinds(*case, off=0), "that is the count for a mask aligned top-left (key j hidden when "
-             "j > i); here key j is hidden from query i when j > i + (M - N)"),
-            (_tile_kinds(*case, whole=True), "that counts whole blocks only: the last query block and the last "
-             "key block may be partial, so there are ⌈N/Br⌉ × ⌈M/Bc⌉ tiles"),
-            (_tile_kinds(*case, slack=1), "one key too far: a tile is computed when its first key j0 is visible "
-             "to its last query, j0 <= (i1 - 1) + (M - N)"),
-            (_tile_kinds(*case, slack=-1), "one key too few: a tile whose first key is exactly the last one its last "
-             "query sees, j0 = (i1 - 1) + (M - N), is computed too: compare with <=, not <"),
-            (_tile_kinds(*case, clip=False), f"the last key block ends at M = {case[1]}: with j1 = j0 + Bc it seems "
-             "to hold keys past M, so a tile that needs no mask counts as masked; end it at j1 = min(j0 + Bc, M)"),
-            (_tile_kinds(*case, corner="last"), "the masked count looks at the wrong corner: a computed tile "
-             "needs the mask when its FIRST query cannot see its LAST key")]
-    tri = {T * (T + 1) // 2 for T in (-(-case[0] // case[2]), -(-case[1] // case[3]))}      # the closed form's counts
+    alts = [
+        (
+            _tile_kinds(*case, off=0),
+            "that is the count for a mask aligned top-left (key j hidden when "
+            "j > i); here key j is hidden from query i when j > i + (M - N)",
+        ),
+        (
+            _tile_kinds(*case, whole=True),
+            "that counts whole blocks only: the last query block and the last "
+            "key block may be partial, so there are ⌈N/Br⌉ × ⌈M/Bc⌉ tiles",
+        ),
+        (
+            _tile_kinds(*case, slack=1),
+            "one key too far: a tile is computed when its first key j0 is visible "
+            "to its last query, j0 <= (i1 - 1) + (M - N)",
+        ),
+        (
+            _tile_kinds(*case, slack=-1),
+            "one key too few: a tile whose first key is exactly the last one its last "
+            "query sees, j0 = (i1 - 1) + (M - N), is computed too: compare with <=, not <",
+        ),
+        (
+            _tile_kinds(*case, clip=False),
+            f"the last key block ends at M = {case[1]}: with j1 = j0 + Bc it seems "
+            "to hold keys past M, so a tile that needs no mask counts as masked; end it at j1 = min(j0 + Bc, M)",
+        ),
+        (
+            _tile_kinds(*case, corner="last"),
+            "the masked count looks at the wrong corner: a computed tile "
+            "needs the mask when its FIRST query cannot see its LAST key",
+        ),
+    ]
+    tri = {
+        T * (T + 1) // 2 for T in (-(-case[0] // case[2]), -(-case[1] // case[3]))
+    }  # the closed form's counts
     if np.ndim(got) == 1 and len(got) == 2 and got[0] != want[0] and got[0] in tri:
         return "T(T+1)/2 holds for N = M and square blocks only: count the key blocks each query block's last query sees"
-    return _first(alts, got, "a tile is computed when some query of it sees some key of it (look at one corner), "
-                             "and needs the mask when some query misses some key (the opposite corner)")
+    return _first(
+        alts,
+        got,
+        "a tile is computed when some query of it sees some key of it (look at one corner), "
+        "and needs the mask when some query misses some key (the opposite corner)",
+    )
 
 
 def check_causal_tile_counts(fn, *, name: str | None = None) -> None:
@@ -84,46 +136,114 @@ def check_causal_tile_counts(fn, *, name: str | None = None) -> None:
 
     Reference: tile (i0:i1, j0:j1) is computed iff $j_0 \\le i_1 - 1 + M - N$, masked iff also $j_1 - 1 > i_0 + M - N$.
     Taught in: notebooks/05_tiling.ipynb"""
-    cases = [(1024, 1024, 64, 64), (200, 200, 64, 32), (1000, 700, 128, 48), (300, 1000, 33, 100), (7, 7, 3, 5),
-             (5, 9, 64, 64), (4096, 4096, 16, 512)]
-    _check(fn, _tile_kinds, cases, "N M Br Bc", _tiles_hint, name, names=("computed", "masked"))
+    cases = [
+        (1024, 1024, 64, 64),
+        (200, 200, 64, 32),
+        (1000, 700, 128, 48),
+        (300, 1000, 33, 100),
+        (7, 7, 3, 5),
+        (5, 9, 64, 64),
+        (4096, 4096, 16, 512),
+    ]
+    _check(
+        fn,
+        _tile_kinds,
+        cases,
+        "N M Br Bc",
+        _tiles_hint,
+        name,
+        names=("computed", "masked"),
+    )
 
 
 # ------------------------------------------------------------------------------ exercise 2: fa2's bytes
-def _fa2_bytes(N, d, Br, Bc, itemsize, causal, *, skip=True, whole=False, lse=None, kv_once=False, visible=False):
+def _fa2_bytes(
+    N,
+    d,
+    Br,
+    Bc,
+    itemsize,
+    causal,
+    *,
+    skip=True,
+    whole=False,
+    lse=None,
+    kv_once=False,
+    visible=False,
+):
     """fa2's bytes for N = M, dv = d; the keyword variants make the classic slips."""
     keys = 0
     for i0 in range(0, N, Br):
-        last = min(i0 + Br, N) if causal and skip else N      # keys 0..last-1: what the block's queries see
+        last = (
+            min(i0 + Br, N) if causal and skip else N
+        )  # keys 0..last-1: what the block's queries see
         n = -(-last // Bc)
         keys += n * Bc if whole else last if visible else min(n * Bc, N)
     keys = N if kv_once else keys
-    return (2 * N * d + 2 * keys * d) * itemsize + N * (max(itemsize, 4) if lse is None else lse)
+    return (2 * N * d + 2 * keys * d) * itemsize + N * (
+        max(itemsize, 4) if lse is None else lse
+    )
 
 
 def _bytes_hint(case, got, want):
     N, d, Br, Bc, isz, causal = case
     full, kv = _fa2_bytes(*case, skip=False), 2 * N * d * isz * -(-N // Br)
-    half = ("half the non-causal count is the triangle's area, not what fa2 loads: a query block loads whole key "
-            "blocks, the diagonal ones too, and Q, o, lse move in full; add up the key blocks each query block loads")
-    seen = ("fa2 loads whole key blocks: query block i loads every key block up to the one holding its last visible "
-            "key, masked keys and all (only the last block, at N, may be short); count those, not the visible keys")
+    half = (
+        "half the non-causal count is the triangle's area, not what fa2 loads: a query block loads whole key "
+        "blocks, the diagonal ones too, and Q, o, lse move in full; add up the key blocks each query block loads"
+    )
+    seen = (
+        "fa2 loads whole key blocks: query block i loads every key block up to the one holding its last visible "
+        "key, masked keys and all (only the last block, at N, may be short); count those, not the visible keys"
+    )
     tri = (2 * N * d + N * (N + 1) * d) * isz + N * max(isz, 4)
-    alts = [(full, "that is the count without causal skipping: under the mask, query block "
-             "i loads only the key blocks its queries can see"),
-            *([(full / 2, half), (full - kv / 2, half), (_fa2_bytes(*case, visible=True), seen), (tri, seen)]
-              if causal else []),
-            (_fa2_bytes(*case, whole=True), "a partial last key block holds fewer than Bc keys: count the keys "
-             "loaded, not Bc per block"),
-            (_fa2_bytes(*case, lse=isz), "lse is saved in the accumulator's dtype: float32 (4 bytes) for fp16 and "
-             "float32 inputs, float64 for float64"),
-            (_fa2_bytes(*case, lse=0), "the output is o and lse: one lse value per query row is written too"),
-            (_fa2_bytes(*case) - N * d * isz, "N × d values are missing: Q is read once and o is written once, "
-             "N × d values at itemsize each"),
-            (_fa2_bytes(*case, kv_once=True), "fa2 reads K and V once per query block (it keeps no copy between "
-             "them), not once in all")]
-    return _first(alts, got, "add up what crosses between HBM and the chip: Q once, the K_j and V_j of every "
-                             "computed tile, o and lse once")
+    alts = [
+        (
+            full,
+            "that is the count without causal skipping: under the mask, query block "
+            "i loads only the key blocks its queries can see",
+        ),
+        *(
+            [
+                (full / 2, half),
+                (full - kv / 2, half),
+                (_fa2_bytes(*case, visible=True), seen),
+                (tri, seen),
+            ]
+            if causal
+            else []
+        ),
+        (
+            _fa2_bytes(*case, whole=True),
+            "a partial last key block holds fewer than Bc keys: count the keys "
+            "loaded, not Bc per block",
+        ),
+        (
+            _fa2_bytes(*case, lse=isz),
+            "lse is saved in the accumulator's dtype: float32 (4 bytes) for fp16 and "
+            "float32 inputs, float64 for float64",
+        ),
+        (
+            _fa2_bytes(*case, lse=0),
+            "the output is o and lse: one lse value per query row is written too",
+        ),
+        (
+            _fa2_bytes(*case) - N * d * isz,
+            "N × d values are missing: Q is read once and o is written once, "
+            "N × d values at itemsize each",
+        ),
+        (
+            _fa2_bytes(*case, kv_once=True),
+            "fa2 reads K and V once per query block (it keeps no copy between "
+            "them), not once in all",
+        ),
+    ]
+    return _first(
+        alts,
+        got,
+        "add up what crosses between HBM and the chip: Q once, the K_j and V_j of every "
+        "computed tile, o and lse once",
+    )
 
 
 def check_fa2_hbm_bytes(fn, *, name: str | None = None) -> None:
@@ -131,15 +251,32 @@ def check_fa2_hbm_bytes(fn, *, name: str | None = None) -> None:
 
     Reference: $\\big(2Nd + 2d\\sum_i K_i\\big)\\cdot\\text{itemsize} + N\\cdot\\max(\\text{itemsize}, 4)$, $K_i$ the keys block i loads.
     Taught in: notebooks/05_tiling.ipynb"""
-    cases = [(4096, 64, 128, 128, 2, False), (1000, 64, 64, 48, 2, True), (333, 16, 50, 64, 8, True),
-             (1000, 64, 128, 128, 4, True), (5, 3, 7, 2, 2, True), (4096, 128, 128, 64, 2, True)]
-    _check(fn, lambda N, d, Br, Bc, isz, causal: flash_counts(N, N, d, block_q=Br, block_k=Bc, causal=causal,
-                                                               itemsize=isz).total,
-           cases, "N d Br Bc itemsize causal", _bytes_hint, name)
+    cases = [
+        (4096, 64, 128, 128, 2, False),
+        (1000, 64, 64, 48, 2, True),
+        (333, 16, 50, 64, 8, True),
+        (1000, 64, 128, 128, 4, True),
+        (5, 3, 7, 2, 2, True),
+        (4096, 128, 128, 64, 2, True),
+    ]
+    _check(
+        fn,
+        lambda N, d, Br, Bc, isz, causal: (
+            flash_counts(
+                N, N, d, block_q=Br, block_k=Bc, causal=causal, itemsize=isz
+            ).total
+        ),
+        cases,
+        "N d Br Bc itemsize causal",
+        _bytes_hint,
+        name,
+    )
 
 
 # ------------------------------------------------------------------------------ exercise 3: widest key block
-_footprint = lambda d, Br, Bc, itemsize: step_footprint(d, Br, Bc, itemsize=itemsize)["total"]  # noqa: E731
+_footprint = lambda d, Br, Bc, itemsize: step_footprint(d, Br, Bc, itemsize=itemsize)[
+    "total"
+]  # noqa: E731
 
 
 def _widest(sram_bytes, d, Br, itemsize):
@@ -155,11 +292,15 @@ def _widest_hint(case, got, want):
     if got < 0:
         return "no negative sizes: return 0 when even Bc = 1 does not fit (max(0, ...))"
     if got >= 1 and _footprint(d, Br, got, isz) > sram:
-        return (f"a step with Bc = {got} takes {_footprint(d, Br, got, isz):,} bytes, more than the {sram:,} there "
-                "are: did you round up, or leave a buffer out (S_ij and the state m, l, acc are float32)?")
+        return (
+            f"a step with Bc = {got} takes {_footprint(d, Br, got, isz):,} bytes, more than the {sram:,} there "
+            "are: did you round up, or leave a buffer out (S_ij and the state m, l, acc are float32)?"
+        )
     if _footprint(d, Br, got + 1, isz) <= sram:
-        return (f"Bc = {got + 1} still fits ({_footprint(d, Br, got + 1, isz):,} of {sram:,} bytes): a buffer counted "
-                "twice or at the wrong size? P_ij is in the input dtype, S_ij in float32")
+        return (
+            f"Bc = {got + 1} still fits ({_footprint(d, Br, got + 1, isz):,} of {sram:,} bytes): a buffer counted "
+            "twice or at the wrong size? P_ij is in the input dtype, S_ij in float32"
+        )
     return "the largest Bc whose step fits; 0 when even Bc = 1 does not"
 
 
@@ -168,9 +309,17 @@ def check_widest_key_block(fn, *, name: str | None = None) -> None:
 
     Reference: the largest Bc with `lab.step_footprint(d, Br, Bc, itemsize=itemsize)["total"] <= sram_bytes`, 0 if none.
     Taught in: notebooks/05_tiling.ipynb"""
-    cases = [(192 * 1024, 64, 64, 2), (228 * 1024, 128, 128, 2), (2**20, 64, 128, 4), (64 * 1024, 128, 64, 2),
-             (100_000, 48, 16, 4), (4096, 64, 64, 2)]
-    _check(fn, _widest, cases, "sram_bytes d Br itemsize", _widest_hint, name, integer=True)
+    cases = [
+        (192 * 1024, 64, 64, 2),
+        (228 * 1024, 128, 128, 2),
+        (2**20, 64, 128, 4),
+        (64 * 1024, 128, 64, 2),
+        (100_000, 48, 16, 4),
+        (4096, 64, 64, 2),
+    ]
+    _check(
+        fn, _widest, cases, "sram_bytes d Br itemsize", _widest_hint, name, integer=True
+    )
 
 
 # ------------------------------------------------------------------------------ exercise 4: the tiled forward
@@ -182,10 +331,17 @@ class BlockLoadArray:
     Taught in: notebooks/05_tiling.ipynb"""
 
     def __init__(self, values, name: str):
-        self._data = np.array(values, dtype=np.float64)           # a copy: the case's array is never touched
+        self._data = np.array(
+            values, dtype=np.float64
+        )  # a copy: the case's array is never touched
         self.name, self.loads = name, np.zeros(self._data.shape[0], dtype=np.int64)
         self.largest, self.largest_at, self.whole = 0, None, None
-        self.shape, self.ndim, self.dtype, self.size = self._data.shape, self._data.ndim, self._data.dtype, self._data.size
+        self.shape, self.ndim, self.dtype, self.size = (
+            self._data.shape,
+            self._data.ndim,
+            self._data.dtype,
+            self._data.size,
+        )
 
     def __len__(self) -> int:
         return self._data.shape[0]
@@ -194,10 +350,15 @@ class BlockLoadArray:
         return (self[j] for j in range(len(self)))
 
     def __getitem__(self, key):
-        rows = np.atleast_1d(np.arange(len(self))[key[0] if isinstance(key, tuple) else key])
+        rows = np.atleast_1d(
+            np.arange(len(self))[key[0] if isinstance(key, tuple) else key]
+        )
         np.add.at(self.loads, rows, 1)
         if rows.size > self.largest:
-            self.largest, self.largest_at = int(rows.size), f"{self.name}[{_key_text(key)}]"
+            self.largest, self.largest_at = (
+                int(rows.size),
+                f"{self.name}[{_key_text(key)}]",
+            )
         return np.array(self._data[key])
 
     def _all(self, how: str) -> np.ndarray:
@@ -206,7 +367,9 @@ class BlockLoadArray:
         return self._data.copy()
 
     def __array__(self, dtype=None, copy=None):
-        a = self._all(f"np.asarray({self.name}), or {self.name} whole inside a numpy call")
+        a = self._all(
+            f"np.asarray({self.name}), or {self.name} whole inside a numpy call"
+        )
         return a if dtype is None else a.astype(dtype)
 
     def __getattr__(self, attr):
@@ -215,16 +378,40 @@ class BlockLoadArray:
         return getattr(self._all(f"{self.name}.{attr}"), attr)
 
 
-for _op in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "matmul", "rmatmul", "neg", "pow"):
-    setattr(BlockLoadArray, f"__{_op}__", lambda self, *other, _op=f"__{_op}__":
-            getattr(self._all(f"{self.name} whole in an expression"), _op)(*other))
+for _op in (
+    "add",
+    "radd",
+    "sub",
+    "rsub",
+    "mul",
+    "rmul",
+    "truediv",
+    "rtruediv",
+    "matmul",
+    "rmatmul",
+    "neg",
+    "pow",
+):
+    setattr(
+        BlockLoadArray,
+        f"__{_op}__",
+        lambda self, *other, _op=f"__{_op}__": getattr(
+            self._all(f"{self.name} whole in an expression"), _op
+        )(*other),
+    )
 
 
 def _key_text(key) -> str:
     """An index as typed: slices as start:stop, anything else by its repr."""
     parts = key if isinstance(key, tuple) else (key,)
-    return ", ".join(f"{'' if p.start is None else p.start}:{'' if p.stop is None else p.stop}" if isinstance(p, slice)
-                     else repr(p) if np.ndim(p) == 0 else "[...]" for p in parts)
+    return ", ".join(
+        f"{'' if p.start is None else p.start}:{'' if p.stop is None else p.stop}"
+        if isinstance(p, slice)
+        else repr(p)
+        if np.ndim(p) == 0
+        else "[...]"
+        for p in parts
+    )
 
 
 def _forward_cases():
@@ -232,17 +419,44 @@ def _forward_cases():
     rng = np.random.default_rng(5)
 
     def qkv(N, M, d=8, dv=8, spread=1.0):
-        return rng.standard_normal((N, d)) * spread, rng.standard_normal((M, d)) * spread, rng.standard_normal((M, dv))
-    low = (-20 + 0.3 * rng.standard_normal((10, 8)), 20 + 0.3 * rng.standard_normal((24, 8)), rng.standard_normal((24, 8)))
-    return [("Br, Bc divide N, M", (*qkv(64, 64), 16, 32, False)), ("partial last blocks, dv != d", (*qkv(50, 70, 8, 4), 16, 32, False)),
-            ("causal, N = M, partial blocks", (*qkv(37, 37), 8, 5, True)), ("causal, N < M", (*qkv(20, 45), 8, 16, True)),
-            ("causal, N > M: queries 0-6 see no key", (*qkv(12, 5), 4, 2, True)), ("blocks larger than N and M", (*qkv(5, 9), 64, 64, True)),
-            ("blocks of one row", (*qkv(6, 7), 1, 1, True)), ("every score near -1100", (*low, 4, 8, False)),
-            ("scores in the thousands", (*qkv(16, 40, spread=30.0), 8, 8, True)), ("large", (*qkv(128, 4096), 16, 64, False))]
+        return (
+            rng.standard_normal((N, d)) * spread,
+            rng.standard_normal((M, d)) * spread,
+            rng.standard_normal((M, dv)),
+        )
+
+    low = (
+        -20 + 0.3 * rng.standard_normal((10, 8)),
+        20 + 0.3 * rng.standard_normal((24, 8)),
+        rng.standard_normal((24, 8)),
+    )
+    return [
+        ("Br, Bc divide N, M", (*qkv(64, 64), 16, 32, False)),
+        ("partial last blocks, dv != d", (*qkv(50, 70, 8, 4), 16, 32, False)),
+        ("causal, N = M, partial blocks", (*qkv(37, 37), 8, 5, True)),
+        ("causal, N < M", (*qkv(20, 45), 8, 16, True)),
+        ("causal, N > M: queries 0-6 see no key", (*qkv(12, 5), 4, 2, True)),
+        ("blocks larger than N and M", (*qkv(5, 9), 64, 64, True)),
+        ("blocks of one row", (*qkv(6, 7), 1, 1, True)),
+        ("every score near -1100", (*low, 4, 8, False)),
+        ("scores in the thousands", (*qkv(16, 40, spread=30.0), 8, 8, True)),
+        ("large", (*qkv(128, 4096), 16, 64, False)),
+    ]
 
 
-_shown = lambda n, label, case: "case {} ({}; N = {}, M = {}, d = {}, dv = {}, Br = {}, Bc = {}, causal={})".format(  # noqa: E731
-    n, label, len(case[0]), len(case[1]), case[0].shape[1], case[2].shape[1], *case[3:])
+_shown = (
+    lambda n, label, case: (
+        "case {} ({}; N = {}, M = {}, d = {}, dv = {}, Br = {}, Bc = {}, causal={})".format(  # noqa: E731
+            n,
+            label,
+            len(case[0]),
+            len(case[1]),
+            case[0].shape[1],
+            case[2].shape[1],
+            *case[3:],
+        )
+    )
+)
 
 
 def _reference(q, k, v, visible=None, scale=None):
@@ -253,7 +467,9 @@ def _reference(q, k, v, visible=None, scale=None):
     p = np.exp(s - m[:, None])
     seen = p.sum(axis=1) > 0
     l1 = np.where(seen, p.sum(axis=1), 1.0)
-    return np.where(seen[:, None], (p @ v) / l1[:, None], 0.0), np.where(seen, m + np.log(l1), -np.inf)
+    return np.where(seen[:, None], (p @ v) / l1[:, None], 0.0), np.where(
+        seen, m + np.log(l1), -np.inf
+    )
 
 
 def _forward_hint(case, got, want) -> str:
@@ -265,50 +481,90 @@ def _forward_hint(case, got, want) -> str:
         return "return the pair (o, lse): o of shape (N, dv), lse of shape (N,)"
     if o.shape != want[0].shape or lse.shape != want[1].shape:
         if min(len(o), len(lse)) < N and N % Br:
-            return (f"the last query block is partial (rows {N - N % Br} to {N - 1}) and yours has no rows for it: "
-                    "loop over range(0, N, Br) and end each block at min(i0 + Br, N)")
+            return (
+                f"the last query block is partial (rows {N - N % Br} to {N - 1}) and yours has no rows for it: "
+                "loop over range(0, N, Br) and end each block at min(i0 + Br, N)"
+            )
         return "o has shape (N, dv) and lse shape (N,): one row per query"
     vis = causal_mask(N, M) if causal else np.ones((N, M), bool)
     s = np.where(vis, q @ k.T / np.sqrt(q.shape[1]), -np.inf)
     full = N - N % Br
-    if N % Br and np.allclose(o[:full], want[0][:full], rtol=1e-9, atol=1e-12, equal_nan=True):
-        return (f"the last {N % Br} queries (rows {full} to {N - 1}) form a partial query block, and yours gets "
-                "them wrong: loop over range(0, N, Br) and end each block at min(i0 + Br, N)")
-    bad = np.isnan(o).any(axis=1) | np.isnan(lse) | (np.isneginf(lse) & np.isfinite(want[1]))
+    if N % Br and np.allclose(
+        o[:full], want[0][:full], rtol=1e-9, atol=1e-12, equal_nan=True
+    ):
+        return (
+            f"the last {N % Br} queries (rows {full} to {N - 1}) form a partial query block, and yours gets "
+            "them wrong: loop over range(0, N, Br) and end each block at min(i0 + Br, N)"
+        )
+    bad = (
+        np.isnan(o).any(axis=1)
+        | np.isnan(lse)
+        | (np.isneginf(lse) & np.isfinite(want[1]))
+    )
     if (bad & np.isneginf(want[1])).any():
-        return ("a query that sees no key (causal, N > M) ends with m = -inf and l = 0: e^(m - m_new) and acc / l are "
-                "NaN there. Give it o = 0 and lse = -inf (divide only where l > 0; subtract 0, not -inf)")
+        return (
+            "a query that sees no key (causal, N > M) ends with m = -inf and l = 0: e^(m - m_new) and acc / l are "
+            "NaN there. Give it o = 0 and lse = -inf (divide only where l > 0; subtract 0, not -inf)"
+        )
     if (bad & (s.max(axis=1) < -700)).any():
-        return ("every score of this row is below -700, so e^s underflows to 0 unless the running max is subtracted: "
-                "start m at -inf (not 0), so that the first key block sets it")
+        return (
+            "every score of this row is below -700, so e^s underflows to 0 unless the running max is subtracted: "
+            "start m at -inf (not 0), so that the first key block sets it"
+        )
     if bad.any() and np.abs(s[np.isfinite(s)]).max() > 700:
         return "scores this large overflow e^s: subtract the running max m before exp, rescaling l and acc when it grows"
     alts = []
     if causal and N != M:
-        alts.append((_reference(q, k, v, np.arange(M)[None, :] <= np.arange(N)[:, None]), "that is causal attention aligned top-left (key j hidden when j > i); "
-                     "FlashAttention-2 aligns the mask bottom-right: key j is hidden from query i when j > i + (M - N)"))
+        alts.append(
+            (
+                _reference(q, k, v, np.arange(M)[None, :] <= np.arange(N)[:, None]),
+                "that is causal attention aligned top-left (key j hidden when j > i); "
+                "FlashAttention-2 aligns the mask bottom-right: key j is hidden from query i when j > i + (M - N)",
+            )
+        )
     if causal:
-        alts.append((_reference(q, k, v), "that is attention without the mask: with causal=True, key j is hidden from "
-                     "query i when j > i + (M - N)"))
-    alts.append((_reference(q, k, v, vis, scale=1.0), "the scores are not scaled: s = q kᵀ / √d"))
+        alts.append(
+            (
+                _reference(q, k, v),
+                "that is attention without the mask: with causal=True, key j is hidden from "
+                "query i when j > i + (M - N)",
+            )
+        )
+    alts.append(
+        (
+            _reference(q, k, v, vis, scale=1.0),
+            "the scores are not scaled: s = q kᵀ / √d",
+        )
+    )
     if M % Bc:
-        alts.append((_reference(q, k, v, vis & (np.arange(M) < M - M % Bc)), f"the last key block is partial "
-                     f"({M % Bc} keys) and yours left it out: loop over range(0, M, Bc), ending at min(j0 + Bc, M)"))
+        alts.append(
+            (
+                _reference(q, k, v, vis & (np.arange(M) < M - M % Bc)),
+                f"the last key block is partial "
+                f"({M % Bc} keys) and yours left it out: loop over range(0, M, Bc), ending at min(j0 + Bc, M)",
+            )
+        )
     for a, text in alts:
-        if np.allclose(o, a[0], rtol=1e-9, atol=1e-12) and np.allclose(lse, a[1], rtol=1e-9, atol=1e-12, equal_nan=True):
+        if np.allclose(o, a[0], rtol=1e-9, atol=1e-12) and np.allclose(
+            lse, a[1], rtol=1e-9, atol=1e-12, equal_nan=True
+        ):
             return text
     if np.allclose(o, want[0], rtol=1e-9, atol=1e-12):
         m = np.where(np.isneginf(want[1]), 0.0, s.max(axis=1))
         if np.allclose(lse, want[1] - m, rtol=1e-9, atol=1e-12):
             return "your lse is log l: l was summed as e^(s - m), so lse = m + log l"
         return "o is right and lse is not: lse = log Σ_j e^(s_ij) over the visible keys, m + log l with the final m and l"
-    return ("check one tile by hand: m starts at -inf, α = e^(m - m′) rescales both l and acc, P_ij = e^(S_ij - m′) "
-            "multiplies V_j, and o = acc / l comes once, at the end")
+    return (
+        "check one tile by hand: m starts at -inf, α = e^(m - m′) rescales both l and acc, P_ij = e^(S_ij - m′) "
+        "multiplies V_j, and o = acc / l comes once, at the end"
+    )
 
 
 def _rows_needed(N, M, Br, causal):
     """Per key row: how many query blocks have a query that sees it."""
-    last = np.minimum(np.arange(0, N, Br) + Br, N) - 1 + (M - N if causal else M)   # the last key each block sees
+    last = (
+        np.minimum(np.arange(0, N, Br) + Br, N) - 1 + (M - N if causal else M)
+    )  # the last key each block sees
     return (np.arange(M)[:, None] <= last[None, :]).sum(axis=1)
 
 
@@ -316,27 +572,37 @@ def _loads_problem(a: BlockLoadArray, N, Br, Bc, causal):
     """What the loads of K (or V) break, in words; None when each row was loaded once per query block that sees it."""
     Tr, big = -(-N // Br), a.name.upper()
     if a.whole:
-        return (f"{big} was loaded whole, all {len(a)} rows at once ({a.whole}); a tile kernel loads {big} one block of at "
-                f"most Bc = {Bc} rows at a time: {a.name}[j0:j1]")
+        return (
+            f"{big} was loaded whole, all {len(a)} rows at once ({a.whole}); a tile kernel loads {big} one block of at "
+            f"most Bc = {Bc} rows at a time: {a.name}[j0:j1]"
+        )
     if a.largest > Bc:
-        return (f"{a.largest} rows of {a.name} were loaded in one access ({a.largest_at}); a key block holds at most "
-                f"Bc = {Bc} rows")
+        return (
+            f"{a.largest} rows of {a.name} were loaded in one access ({a.largest_at}); a key block holds at most "
+            f"Bc = {Bc} rows"
+        )
     over = np.flatnonzero(a.loads > Tr)
     if over.size:
         j = int(over[0])
         if Br > 1 and a.loads[j] == N:
-            return (f"{big} was loaded once per query row: row {j} of {a.name} {N} times for N = {N} queries; a query "
-                    f"block of Br = {Br} rows, q[i0:i0 + Br], shares each load of {big}_j among its rows")
+            return (
+                f"{big} was loaded once per query row: row {j} of {a.name} {N} times for N = {N} queries; a query "
+                f"block of Br = {Br} rows, q[i0:i0 + Br], shares each load of {big}_j among its rows"
+            )
         per = f"{a.loads[j] // Tr} times" if a.loads[j] % Tr == 0 else "more than once"
-        return (f"{big} was read {per} per query block: row {j} of {a.name} was loaded {a.loads[j]} times for Tr = {Tr} "
-                f"query blocks; one pass loads each {big}_j once per query block and uses it for the max, l and acc alike")
+        return (
+            f"{big} was read {per} per query block: row {j} of {a.name} was loaded {a.loads[j]} times for Tr = {Tr} "
+            f"query blocks; one pass loads each {big}_j once per query block and uses it for the max, l and acc alike"
+        )
     need = _rows_needed(N, len(a), Br, causal)
     under = np.flatnonzero(a.loads < need)
     if under.size:
         j = int(under[0])
-        return (f"row {j} of {a.name} was loaded {a.loads[j]} time(s), but {need[j]} query blocks see it: FlashAttention-2 "
-                f"loops over the query blocks outside and loads K_j, V_j inside, again for every query block (a tile "
-                f"kernel keeps no copy of K or V between query blocks)")
+        return (
+            f"row {j} of {a.name} was loaded {a.loads[j]} time(s), but {need[j]} query blocks see it: FlashAttention-2 "
+            f"loops over the query blocks outside and loads K_j, V_j inside, again for every query block (a tile "
+            f"kernel keeps no copy of K or V between query blocks)"
+        )
     return None
 
 
@@ -345,12 +611,19 @@ def _attempt(name, fn, shown, args, what=""):
     try:
         return True, fn(*args)
     except NotImplementedError:
-        print(f"{name}: not implemented yet (fill in the stub above, then run this cell again)")
+        print(
+            f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
+        )
     except Exception as exc:  # a learner's bug: report it, do not stop the notebook
         print(f"{name}: ✗ {shown}{what} raised {type(exc).__name__}: {exc}")
-        hint = ("m, l and alpha hold one value per query row, shape (Br,): against a (Br, Bc) tile they need a new "
-                "axis, s - m_new[:, None], alpha[:, None] * acc" if "broadcast" in str(exc) else
-                "index k and v by blocks of rows only (k[j0:j1]) and compute on the tiles you get" if what else None)
+        hint = (
+            "m, l and alpha hold one value per query row, shape (Br,): against a (Br, Bc) tile they need a new "
+            "axis, s - m_new[:, None], alpha[:, None] * acc"
+            if "broadcast" in str(exc)
+            else "index k and v by blocks of rows only (k[j0:j1]) and compute on the tiles you get"
+            if what
+            else None
+        )
         if hint:
             print(f"  hint: {hint}")
     return False, None
@@ -369,32 +642,53 @@ def check_tiled_forward(fn, *, name: str | None = None) -> None:
         warnings.simplefilter("ignore")
         for n, (label, case) in enumerate(cases):
             want = attention_reference(case[0], case[1], case[2], causal=case[5])
-            ok, got = _attempt(name, fn, _shown(n, label, case), tuple(np.array(a) for a in case[:3]) + case[3:])
+            ok, got = _attempt(
+                name,
+                fn,
+                _shown(n, label, case),
+                tuple(np.array(a) for a in case[:3]) + case[3:],
+            )
             if not ok:
                 return
             problem = diagnose(got, want, names=("o", "lse"), rtol=1e-9, atol=1e-12)
             if problem is not None:
-                return print(f"{name}: ✗ {_shown(n, label, case)}: {problem}\n  hint: {_forward_hint(case, got, want)}")
+                return print(
+                    f"{name}: ✗ {_shown(n, label, case)}: {problem}\n  hint: {_forward_hint(case, got, want)}"
+                )
         skipped = False
         for n, (label, case) in enumerate(cases):
             q, k, v, Br, Bc, causal = case
             K, V = BlockLoadArray(k, "k"), BlockLoadArray(v, "v")
-            ok, _ = _attempt(name, fn, _shown(n, label, case), (np.array(q), K, V, Br, Bc, causal),
-                             " with k and v that count the rows you load")
+            ok, _ = _attempt(
+                name,
+                fn,
+                _shown(n, label, case),
+                (np.array(q), K, V, Br, Bc, causal),
+                " with k and v that count the rows you load",
+            )
             if not ok:
                 return
-            problem = _loads_problem(K, len(q), Br, Bc, causal) or _loads_problem(V, len(q), Br, Bc, causal)
+            problem = _loads_problem(K, len(q), Br, Bc, causal) or _loads_problem(
+                V, len(q), Br, Bc, causal
+            )
             if problem:
                 return print(f"{name}: ✗ {_shown(n, label, case)}: {problem}")
             skipped = skipped or bool((K.loads < -(-len(q) // Br)).any())
         peak, _ = peak_bytes(fn, *(np.array(a) for a in case[:3]), *case[3:])
     N, M, strip = len(q), len(k), Br * len(k) * 8
     if peak > strip / 2:
-        what = (f"as much as an N × M array of float64 ({N} × {M} = {N * M * 8 // 1024:,} KiB)" if peak >= 0.9 * N * M * 8
-                else f"as much as {max(1, round(peak / strip))} Br × M strip(s) of float64 ({Br} × {M} = {strip // 1024:,} KiB)")
-        return print(f"{name}: ✗ {_shown(n, label, case)}: held {peak / 1024:,.0f} KiB at once, {what}; a tiled kernel "
-                     f"holds one Br × Bc tile of scores at a time ({Br * Bc * 8 // 1024} KiB here) besides its output\n"
-                     "  hint: compute each tile's scores, use them for the running max, l and acc, and let them go")
-    print(f"{name}: ✓ passed {len(cases)} cases; K and V loaded once per query block, at most Bc rows at a time"
-          f"{', masked tiles skipped' if skipped else ' (masked tiles loaded too: allowed, section 2 skips them)'}; "
-          "no N × M array held")
+        what = (
+            f"as much as an N × M array of float64 ({N} × {M} = {N * M * 8 // 1024:,} KiB)"
+            if peak >= 0.9 * N * M * 8
+            else f"as much as {max(1, round(peak / strip))} Br × M strip(s) of float64 ({Br} × {M} = {strip // 1024:,} KiB)"
+        )
+        return print(
+            f"{name}: ✗ {_shown(n, label, case)}: held {peak / 1024:,.0f} KiB at once, {what}; a tiled kernel "
+            f"holds one Br × Bc tile of scores at a time ({Br * Bc * 8 // 1024} KiB here) besides its output\n"
+            "  hint: compute each tile's scores, use them for the running max, l and acc, and let them go"
+        )
+    print(
+        f"{name}: ✓ passed {len(cases)} cases; K and V loaded once per query block, at most Bc rows at a time"
+        f"{', masked tiles skipped' if skipped else ' (masked tiles loaded too: allowed, section 2 skips them)'}; "
+        "no N × M array held"
+    )

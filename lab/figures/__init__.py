@@ -2,3 +2,7 @@
 
 Taught in: every notebook with a figure.
 """
+
+from .._lazy import submodules_on_first_use
+
+__getattr__ = submodules_on_first_use(__name__)

@@ -14,7 +14,11 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter, NullLocator
 
 from ..attention import attention_reference
-from ..backward import attention_backward, backward_flops, flash_attention_backward_numpy
+from ..backward import (
+    attention_backward,
+    backward_flops,
+    flash_attention_backward_numpy,
+)
 from ..rules import causal_key_end
 
 __all__ = ["draw_backward_tiles", "draw_training_memory", "draw_backward_time"]
@@ -38,14 +42,21 @@ def _tile_grid(N, M, Br, Bc, causal):
             for j in range(nk):
                 j0, j1 = j * Bc, min((j + 1) * Bc, M)
                 if j0 >= causal_key_end(i1 - 1, N, M):
-                    grid[i, j] = 0                              # every key of the tile is in the future
+                    grid[i, j] = 0  # every key of the tile is in the future
                 elif j1 > causal_key_end(i0, N, M):
-                    grid[i, j] = 1                              # crosses the diagonal: mask inside
+                    grid[i, j] = 1  # crosses the diagonal: mask inside
     return grid
 
 
-def draw_backward_tiles(N: int = 256, block_q: int = 64, block_k: int = 64, causal: bool = True,
-                        d: int = 64, seed: int = 0, axes=None) -> dict:
+def draw_backward_tiles(
+    N: int = 256,
+    block_q: int = 64,
+    block_k: int = 64,
+    causal: bool = True,
+    d: int = 64,
+    seed: int = 0,
+    axes=None,
+) -> dict:
     """Left: the tiles of the backward (key blocks outer, query blocks inner), skipped ones blank; right: bytes kept for the backward, P against o + lse.
 
     Also runs `flash_attention_backward_numpy` at these settings and returns max |dQ, dK, dV − standard|.
@@ -53,44 +64,93 @@ def draw_backward_tiles(N: int = 256, block_q: int = 64, block_k: int = 64, caus
     rng = np.random.default_rng(seed)
     q, k, v, do = (rng.standard_normal((N, d)) for _ in range(4))  # (N, d) each
     o, lse = attention_reference(q, k, v, causal=causal)
-    got = flash_attention_backward_numpy(q, k, v, o, lse, do, block_q=block_q, block_k=block_k, causal=causal)
+    got = flash_attention_backward_numpy(
+        q, k, v, o, lse, do, block_q=block_q, block_k=block_k, causal=causal
+    )
     want = attention_backward(q, k, v, do, causal=causal)
     err = max(float(np.abs(g - w).max()) for g, w in zip(got, want))
     grid = _tile_grid(N, N, block_q, block_k, causal)
     if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(11, 4.8), gridspec_kw={"width_ratios": [1.1, 1]})
+        _, axes = plt.subplots(
+            1, 2, figsize=(11, 4.8), gridspec_kw={"width_ratios": [1.1, 1]}
+        )
     ax, bx = axes
     nq, nk = grid.shape
     colors = {0: "white", 1: "#f4a261", 2: "#2a9d8f"}
     for i in range(nq):
         for j in range(nk):
-            ax.add_patch(Rectangle((j * block_k, i * block_q), min(block_k, N - j * block_k),
-                                   min(block_q, N - i * block_q), facecolor=colors[grid[i, j]],
-                                   edgecolor="black", lw=0.6))
+            ax.add_patch(
+                Rectangle(
+                    (j * block_k, i * block_q),
+                    min(block_k, N - j * block_k),
+                    min(block_q, N - i * block_q),
+                    facecolor=colors[grid[i, j]],
+                    edgecolor="black",
+                    lw=0.6,
+                )
+            )
     if nk <= 8:
         for j in range(nk):
-            first = int(np.argmax(grid[:, j] > 0)) * block_q       # the inner loop starts at the first visited block
-            ax.annotate("", xy=((j + 0.5) * block_k, N * 0.98), xytext=((j + 0.5) * block_k, first + 0.02 * N),
-                        arrowprops=dict(arrowstyle="->", color="black", lw=1, alpha=0.5))
-    ax.set(xlim=(0, N), ylim=(N, 0), aspect="equal", xlabel="key index j  (outer loop: K_j, V_j, dK_j, dV_j)",
-           ylabel="query index i  (inner loop)", title=f"backward tiles: {int((grid > 0).sum())} of {grid.size} visited")
+            first = (
+                int(np.argmax(grid[:, j] > 0)) * block_q
+            )  # the inner loop starts at the first visited block
+            ax.annotate(
+                "",
+                xy=((j + 0.5) * block_k, N * 0.98),
+                xytext=((j + 0.5) * block_k, first + 0.02 * N),
+                arrowprops=dict(arrowstyle="->", color="black", lw=1, alpha=0.5),
+            )
+    ax.set(
+        xlim=(0, N),
+        ylim=(N, 0),
+        aspect="equal",
+        xlabel="key index j  (outer loop: K_j, V_j, dK_j, dV_j)",
+        ylabel="query index i  (inner loop)",
+        title=f"backward tiles: {int((grid > 0).sum())} of {grid.size} visited",
+    )
     ax.grid(False)
-    handles = [Rectangle((0, 0), 1, 1, facecolor=colors[c], edgecolor="black") for c in (2, 1, 0)]
-    ax.legend(handles, ["full tile", "masked inside", "skipped"], loc="lower left", fontsize=9, framealpha=0.9)
+    handles = [
+        Rectangle((0, 0), 1, 1, facecolor=colors[c], edgecolor="black")
+        for c in (2, 1, 0)
+    ]
+    ax.legend(
+        handles,
+        ["full tile", "masked inside", "skipped"],
+        loc="lower left",
+        fontsize=9,
+        framealpha=0.9,
+    )
     kept_p = N * N * 4
     kept_flash = (N * d + N) * 4
-    bx.bar(["P (standard)", "o + lse (flash)"], [kept_p / 1024, kept_flash / 1024], color=["#e76f51", "#2a9d8f"])
+    bx.bar(
+        ["P (standard)", "o + lse (flash)"],
+        [kept_p / 1024, kept_flash / 1024],
+        color=["#e76f51", "#2a9d8f"],
+    )
     bx.set_yscale("log")
     for x, b in enumerate((kept_p, kept_flash)):
         bx.text(x, b / 1024 * 1.15, f"{b / 1024:,.1f} KiB", ha="center", fontsize=11)
-    bx.set(ylabel="KiB kept beyond q, k, v (float32)", title=f"kept for the backward at N = {N}, d = {d}",
-           ylim=(min(kept_p, kept_flash) / 1024 / 3, max(kept_p, kept_flash) / 1024 * 6))
+    bx.set(
+        ylabel="KiB kept beyond q, k, v (float32)",
+        title=f"kept for the backward at N = {N}, d = {d}",
+        ylim=(min(kept_p, kept_flash) / 1024 / 3, max(kept_p, kept_flash) / 1024 * 6),
+    )
     _plain_log_axes(bx)
     ax.figure.subplots_adjust(left=0.08, right=0.98, bottom=0.13, top=0.92, wspace=0.3)
     flops = backward_flops(N, d=d, causal=causal)
-    return {"N": N, "block_q": block_q, "block_k": block_k, "causal": bool(causal), "tiles": int(grid.size),
-            "visited": int((grid > 0).sum()), "masked": int((grid == 1).sum()), "p_bytes": kept_p,
-            "flash_bytes": kept_flash, "max_err": err, "backward_flops": flops["backward"]}
+    return {
+        "N": N,
+        "block_q": block_q,
+        "block_k": block_k,
+        "causal": bool(causal),
+        "tiles": int(grid.size),
+        "visited": int((grid > 0).sum()),
+        "masked": int((grid == 1).sum()),
+        "p_bytes": kept_p,
+        "flash_bytes": kept_flash,
+        "max_err": err,
+        "backward_flops": flops["backward"],
+    }
 
 
 def draw_training_memory(rows, ax=None) -> dict:
@@ -101,15 +161,31 @@ def draw_training_memory(rows, ax=None) -> dict:
     std = np.array([r["standard"] for r in rows]) / 2**20
     fla = np.array([r["flash"] for r in rows]) / 2**20
     p = np.array([r["p_bytes"] for r in rows]) / 2**20
-    ax.loglog(Ns, std, "o-", base=2, color="#e76f51", label="standard attention (keeps P)")
-    ax.loglog(Ns, fla, "s-", base=2, color="#2a9d8f", label="lab.FlashAttention (keeps q, k, v, o, lse)")
+    ax.loglog(
+        Ns, std, "o-", base=2, color="#e76f51", label="standard attention (keeps P)"
+    )
+    ax.loglog(
+        Ns,
+        fla,
+        "s-",
+        base=2,
+        color="#2a9d8f",
+        label="lab.FlashAttention (keeps q, k, v, o, lse)",
+    )
     ax.loglog(Ns, p, ":", base=2, color="gray", label="P alone: N²·4 B")
-    ax.set(xlabel="sequence length N", ylabel="MiB saved for the backward",
-           title="What autograd keeps between forward and backward (d = 64, one head)")
+    ax.set(
+        xlabel="sequence length N",
+        ylabel="MiB saved for the backward",
+        title="What autograd keeps between forward and backward (d = 64, one head)",
+    )
     ax.legend(loc="upper left", fontsize=10)
     _plain_log_axes(ax)
-    return {"N": Ns.tolist(), "standard_mib": std.tolist(), "flash_mib": fla.tolist(),
-            "ratio_last": float(std[-1] / fla[-1])}
+    return {
+        "N": Ns.tolist(),
+        "standard_mib": std.tolist(),
+        "flash_mib": fla.tolist(),
+        "ratio_last": float(std[-1] / fla[-1]),
+    }
 
 
 def draw_backward_time(timings: dict, flop_ratios: dict | None = None, ax=None) -> dict:
@@ -122,15 +198,30 @@ def draw_backward_time(timings: dict, flop_ratios: dict | None = None, ax=None) 
         _, ax = plt.subplots(figsize=(7, 4))
     names = list(timings)
     ratios = [timings[n]["ratio"] for n in names]
-    flop = [(flop_ratios or {}).get(n, 2.0 if "standard" in n.lower() else 2.5) for n in names]
+    flop = [
+        (flop_ratios or {}).get(n, 2.0 if "standard" in n.lower() else 2.5)
+        for n in names
+    ]
     labels = [textwrap.fill(n, 16) for n in names]
     ax.bar(labels, ratios, color=["#e76f51", "#2a9d8f", "#264653"][: len(names)])
     for x, f in enumerate(flop):
-        ax.hlines(f, x - 0.45, x + 0.45, color="black", ls="--", label="FLOP ratio of each kernel" if x == 0 else None)
+        ax.hlines(
+            f,
+            x - 0.45,
+            x + 0.45,
+            color="black",
+            ls="--",
+            label="FLOP ratio of each kernel" if x == 0 else None,
+        )
         ax.text(x + 0.43, f, f"FLOPs {f:g}×", ha="right", va="bottom", fontsize=9)
     for x, r in enumerate(ratios):
         ax.text(x, r * 1.02, f"{r:.1f}×", ha="center", va="bottom", fontsize=11)
     ax.set_ylim(0, max(ratios + flop) * 1.3)
-    ax.set(ylabel="backward time / forward time", title="Measured on this machine's CPU (noisy)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=10, frameon=False)
+    ax.set(
+        ylabel="backward time / forward time",
+        title="Measured on this machine's CPU (noisy)",
+    )
+    ax.legend(
+        loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=10, frameon=False
+    )
     return {n: r for n, r in zip(names, ratios)}

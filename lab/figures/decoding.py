@@ -13,9 +13,22 @@ import numpy as np
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter, NullLocator
 
-from ..decoding import H100_RIDGE, PROCESSORS, decode_intensity, decode_schedule, kv_cache_bytes_per_token, kv_cache_table
+from ..decoding import (
+    H100_RIDGE,
+    PROCESSORS,
+    decode_intensity,
+    decode_schedule,
+    kv_cache_bytes_per_token,
+    kv_cache_table,
+)
 
-__all__ = ["draw_kv_cache", "draw_decode_schedule", "draw_gqa_intensity", "draw_decode_timings", "draw_block_table"]
+__all__ = [
+    "draw_kv_cache",
+    "draw_decode_schedule",
+    "draw_gqa_intensity",
+    "draw_decode_timings",
+    "draw_block_table",
+]
 
 _LAYOUT_COLORS = {"MHA": "#e76f51", "GQA": "#2a9d8f", "MQA": "#264653"}
 
@@ -36,32 +49,62 @@ def draw_kv_cache(itemsize: int = 2, tokens: int = 8192, ax=None) -> dict:
     names = [r["model"] for r in rows][::-1]
     rows_r = rows[::-1]
     y = np.arange(len(rows_r))
-    ax.barh(y, [r["mha_bytes_per_token"] / 1024 for r in rows_r], color="none", edgecolor="gray", ls="--",
-            label="if multi-head (Hkv = Hq)")
+    ax.barh(
+        y,
+        [r["mha_bytes_per_token"] / 1024 for r in rows_r],
+        color="none",
+        edgecolor="gray",
+        ls="--",
+        label="if multi-head (Hkv = Hq)",
+    )
     for layout in ("MHA", "GQA", "MQA"):
         idx = [i for i, r in enumerate(rows_r) if r["layout"] == layout]
-        ax.barh(y[idx], [rows_r[i]["bytes_per_token"] / 1024 for i in idx], color=_LAYOUT_COLORS[layout],
-                label=layout)
+        ax.barh(
+            y[idx],
+            [rows_r[i]["bytes_per_token"] / 1024 for i in idx],
+            color=_LAYOUT_COLORS[layout],
+            label=layout,
+        )
     for i, r in enumerate(rows_r):
-        ax.text(r["bytes_per_token"] / 1024 * 1.1, i, f"{r['bytes_per_token'] / 1024:,.0f} KiB  "
-                f"({r['q_heads']}q/{r['kv_heads']}kv)", va="center", fontsize=10)
+        ax.text(
+            r["bytes_per_token"] / 1024 * 1.1,
+            i,
+            f"{r['bytes_per_token'] / 1024:,.0f} KiB  "
+            f"({r['q_heads']}q/{r['kv_heads']}kv)",
+            va="center",
+            fontsize=10,
+        )
     ax.set_xscale("log")
     _plain_log_axes(ax)
     ax.set_yticks(y, names)
-    ax.set(xlabel=f"K/V cache per token, KiB ({itemsize}-byte elements, all layers)",
-           title="K/V cache per token of published configurations", xlim=(2, 2**15))
+    ax.set(
+        xlabel=f"K/V cache per token, KiB ({itemsize}-byte elements, all layers)",
+        title="K/V cache per token of published configurations",
+        xlim=(2, 2**15),
+    )
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
     ax.grid(axis="y", visible=False)
     return {r["model"]: r["bytes_per_token"] for r in rows}
 
 
-def draw_decode_schedule(M: int = 32768, splits: int = 8, *, batch: int = 1, heads: int = 8,
-                         processors: int = PROCESSORS, axes=None) -> dict:
+def draw_decode_schedule(
+    M: int = 32768,
+    splits: int = 8,
+    *,
+    batch: int = 1,
+    heads: int = 8,
+    processors: int = PROCESSORS,
+    axes=None,
+) -> dict:
     """Left: which of the processors one decoding step keeps busy with `splits` key chunks; right: modeled steps against splits."""
     fa2 = decode_schedule(M, batch=batch, heads=heads, splits=1, processors=processors)
-    fd = decode_schedule(M, batch=batch, heads=heads, splits=splits, processors=processors)
+    fd = decode_schedule(
+        M, batch=batch, heads=heads, splits=splits, processors=processors
+    )
     if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [1, 1.2]})
+        _, axes = plt.subplots(
+            1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [1, 1.2]}
+        )
     ax, bx = axes
     cols = 12
     rows = math.ceil(processors / cols)
@@ -70,23 +113,62 @@ def draw_decode_schedule(M: int = 32768, splits: int = 8, *, batch: int = 1, hea
         color = "#2a9d8f" if p < fd["busy"] else "#eeeeee"
         if p < fa2["busy"]:
             color = "#264653"
-        ax.add_patch(Rectangle((c, rows - 1 - r), 0.9, 0.9, facecolor=color, edgecolor="white"))
-    ax.set(xlim=(-0.1, cols), ylim=(-0.1, rows), aspect="equal", xticks=[], yticks=[],
-           title=f"{processors} processors, one decoding step")
+        ax.add_patch(
+            Rectangle((c, rows - 1 - r), 0.9, 0.9, facecolor=color, edgecolor="white")
+        )
+    ax.set(
+        xlim=(-0.1, cols),
+        ylim=(-0.1, rows),
+        aspect="equal",
+        xticks=[],
+        yticks=[],
+        title=f"{processors} processors, one decoding step",
+    )
     ax.grid(False)
     for side in ("left", "bottom"):
         ax.spines[side].set_visible(False)
-    handles = [Rectangle((0, 0), 1, 1, facecolor=c) for c in ("#264653", "#2a9d8f", "#eeeeee")]
-    ax.legend(handles, [f"busy with FA2 (splits = 1): {fa2['busy']}", f"also busy with splits = {splits}: {fd['busy'] - fa2['busy']} more ({fd['busy']} in all)",
-                        "idle"], loc="upper center", bbox_to_anchor=(0.5, -0.02), fontsize=9, ncol=1, frameon=False)
+    handles = [
+        Rectangle((0, 0), 1, 1, facecolor=c) for c in ("#264653", "#2a9d8f", "#eeeeee")
+    ]
+    ax.legend(
+        handles,
+        [
+            f"busy with FA2 (splits = 1): {fa2['busy']}",
+            f"also busy with splits = {splits}: {fd['busy'] - fa2['busy']} more ({fd['busy']} in all)",
+            "idle",
+        ],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.02),
+        fontsize=9,
+        ncol=1,
+        frameon=False,
+    )
     ss = [2**p for p in range(0, 9)]
-    steps = [decode_schedule(M, batch=batch, heads=heads, splits=s, processors=processors)["steps"] for s in ss]
+    steps = [
+        decode_schedule(M, batch=batch, heads=heads, splits=s, processors=processors)[
+            "steps"
+        ]
+        for s in ss
+    ]
     bx.loglog(ss, steps, "o-", base=2, color="#2a9d8f", label="flash-decoding (model)")
-    bx.axhline(fa2["steps"], color="#264653", ls="--", label=f"FA2: {fa2['steps']} steps")
-    bx.plot([splits], [fd["steps"]], "o", ms=13, mfc="none", mec="C3", mew=2,
-            label=f"splits = {splits}: {fd['steps']} steps ({fd['speedup']:.1f}× fewer)")
-    bx.set(xlabel="splits of the K/V cache", ylabel="steps (key blocks per processor)",
-           title=f"M = {M:,} keys, batch {batch}, {heads} heads")
+    bx.axhline(
+        fa2["steps"], color="#264653", ls="--", label=f"FA2: {fa2['steps']} steps"
+    )
+    bx.plot(
+        [splits],
+        [fd["steps"]],
+        "o",
+        ms=13,
+        mfc="none",
+        mec="C3",
+        mew=2,
+        label=f"splits = {splits}: {fd['steps']} steps ({fd['speedup']:.1f}× fewer)",
+    )
+    bx.set(
+        xlabel="splits of the K/V cache",
+        ylabel="steps (key blocks per processor)",
+        title=f"M = {M:,} keys, batch {batch}, {heads} heads",
+    )
     bx.set_ylim(min(steps) / 2, fa2["steps"] * 12)
     bx.legend(loc="upper right", fontsize=9)
     _plain_log_axes(bx)
@@ -94,33 +176,79 @@ def draw_decode_schedule(M: int = 32768, splits: int = 8, *, batch: int = 1, hea
     return {"fa2": fa2, "flash_decoding": fd}
 
 
-def draw_gqa_intensity(group: int = 4, M: int = 4096, *, q_heads: int = 32, layers: int = 32, head_dim: int = 128,
-                       itemsize: int = 2, axes=None) -> dict:
+def draw_gqa_intensity(
+    group: int = 4,
+    M: int = 4096,
+    *,
+    q_heads: int = 32,
+    layers: int = 32,
+    head_dim: int = 128,
+    itemsize: int = 2,
+    axes=None,
+) -> dict:
     """Left: FLOPs per byte of decoding against the group size G (with the H100's ridge); right: K/V cache per token for $H_{kv} = H_q / G$."""
     groups = [g for g in range(1, q_heads + 1) if q_heads % g == 0]
     if group not in groups:
         raise ValueError(f"group must divide q_heads = {q_heads}, got {group}")
     inten = decode_intensity(np.array(groups), head_dim, M, itemsize)
-    kib = [kv_cache_bytes_per_token(layers, q_heads // g, head_dim, itemsize) / 1024 for g in groups]
+    kib = [
+        kv_cache_bytes_per_token(layers, q_heads // g, head_dim, itemsize) / 1024
+        for g in groups
+    ]
     if axes is None:
         _, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     ax, bx = axes
-    ax.loglog(groups, inten, "o-", base=2, color="#2a9d8f", label="decoding, one K/V head's group")
-    ax.axhline(H100_RIDGE, color="gray", ls="--", label=f"H100 ridge: {H100_RIDGE:.0f} FLOP/B")
+    ax.loglog(
+        groups,
+        inten,
+        "o-",
+        base=2,
+        color="#2a9d8f",
+        label="decoding, one K/V head's group",
+    )
+    ax.axhline(
+        H100_RIDGE, color="gray", ls="--", label=f"H100 ridge: {H100_RIDGE:.0f} FLOP/B"
+    )
     here = decode_intensity(group, head_dim, M, itemsize)
-    ax.plot([group], [here], "o", ms=13, mfc="none", mec="C3", mew=2, label=f"G = {group}: {here:.1f} FLOP/B")
-    ax.set(xlabel="query heads per K/V head, G", ylabel="FLOPs per byte", ylim=(0.5, 5000),
-           title=f"Arithmetic intensity (M = {M:,}, d = {head_dim})")
+    ax.plot(
+        [group],
+        [here],
+        "o",
+        ms=13,
+        mfc="none",
+        mec="C3",
+        mew=2,
+        label=f"G = {group}: {here:.1f} FLOP/B",
+    )
+    ax.set(
+        xlabel="query heads per K/V head, G",
+        ylabel="FLOPs per byte",
+        ylim=(0.5, 5000),
+        title=f"Arithmetic intensity (M = {M:,}, d = {head_dim})",
+    )
     ax.legend(loc="lower right", fontsize=9)
-    bx.bar([str(g) for g in groups], kib, color=["C3" if g == group else "#2a9d8f" for g in groups])
+    bx.bar(
+        [str(g) for g in groups],
+        kib,
+        color=["C3" if g == group else "#2a9d8f" for g in groups],
+    )
     for i, b in enumerate(kib):
         bx.text(i, b * 1.02, f"{b:,.0f}", ha="center", fontsize=10)
-    bx.set(xlabel="G  (Hkv = Hq / G)", ylabel="KiB per token",
-           title=f"K/V cache per token, {layers} layers × {q_heads} query heads")
+    bx.set(
+        xlabel="G  (Hkv = Hq / G)",
+        ylabel="KiB per token",
+        title=f"K/V cache per token, {layers} layers × {q_heads} query heads",
+    )
     _plain_log_axes(ax)
     ax.figure.subplots_adjust(left=0.08, right=0.98, bottom=0.13, top=0.92, wspace=0.25)
-    return {"group": group, "kv_heads": q_heads // group, "intensity": here, "ridge": H100_RIDGE,
-            "kib_per_token": kib[groups.index(group)], "groups": groups}
+    return {
+        "group": group,
+        "kv_heads": q_heads // group,
+        "intensity": here,
+        "ridge": H100_RIDGE,
+        "kib_per_token": kib[groups.index(group)],
+        "groups": groups,
+    }
 
 
 def draw_decode_timings(runs, ax=None) -> dict:
@@ -132,7 +260,10 @@ def draw_decode_timings(runs, ax=None) -> dict:
     ax.bar(labels, ms, color="#2a9d8f")
     for i, t in enumerate(ms):
         ax.text(i, t * 1.02, f"{t:.1f} ms", ha="center", fontsize=11)
-    ax.set(ylabel="ms per decoding step", title="One decoding step on this machine's 2 cores (noisy)")
+    ax.set(
+        ylabel="ms per decoding step",
+        title="One decoding step on this machine's 2 cores (noisy)",
+    )
     return {lab: t for lab, t in zip(labels, ms)}
 
 
@@ -144,7 +275,12 @@ def draw_block_table(cache, axes=None) -> dict:
     B, T = table.shape
     P = cache.pages_k.shape[0]
     if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(11, 0.7 * B + 1.8), gridspec_kw={"width_ratios": [T + 1, max(P, T) + 1]})
+        _, axes = plt.subplots(
+            1,
+            2,
+            figsize=(11, 0.7 * B + 1.8),
+            gridspec_kw={"width_ratios": [T + 1, max(P, T) + 1]},
+        )
     ax, ax2 = axes
     colors = plt.cm.tab10(np.arange(B) % 10)
     owner = {}
@@ -154,27 +290,58 @@ def draw_block_table(cache, axes=None) -> dict:
             page = int(table[b, i])
             used = min(S, int(lengths[b]) - i * S) / S
             owner[page] = (b, i, used)
-            ax.add_patch(Rectangle((i, B - 1 - b), 1, 0.8, facecolor="white", edgecolor="black"))
-            ax.add_patch(Rectangle((i, B - 1 - b), used, 0.8, facecolor=colors[b], alpha=0.6))
-            ax.text(i + 0.5, B - 1 - b + 0.4, f"{page}", ha="center", va="center", fontsize=10)
+            ax.add_patch(
+                Rectangle((i, B - 1 - b), 1, 0.8, facecolor="white", edgecolor="black")
+            )
+            ax.add_patch(
+                Rectangle((i, B - 1 - b), used, 0.8, facecolor=colors[b], alpha=0.6)
+            )
+            ax.text(
+                i + 0.5,
+                B - 1 - b + 0.4,
+                f"{page}",
+                ha="center",
+                va="center",
+                fontsize=10,
+            )
     ax.set_xlim(0, T)
     ax.set_ylim(-0.2, B)
     ax.set_xticks(np.arange(T) + 0.5, [str(i) for i in range(T)])
-    ax.set_yticks(np.arange(B) + 0.4, [f"seq {b}: {lengths[b]} token{'s' if lengths[b] != 1 else ''}" for b in range(B)][::-1])
+    ax.set_yticks(
+        np.arange(B) + 0.4,
+        [
+            f"seq {b}: {lengths[b]} token{'s' if lengths[b] != 1 else ''}"
+            for b in range(B)
+        ][::-1],
+    )
     ax.set_xlabel("logical block i (the number: its physical page)")
     ax.set_title(f"block table, pages of {S} tokens")
     ax.grid(False)
     for page in range(P):
         b, i, used = owner.get(page, (None, None, 0.0))
-        ax2.add_patch(Rectangle((page, 0), 0.9, 0.8, facecolor="white", edgecolor="black"))
-        if b is not None:                                       # filled to the share of its slots in use, from the bottom
-            ax2.add_patch(Rectangle((page, 0), 0.9, 0.8 * used, facecolor=colors[b], alpha=0.6))
-        ax2.text(page + 0.45, 0.4, "free" if b is None else f"{b}·{i}", ha="center", va="center", fontsize=8, rotation=90)
+        ax2.add_patch(
+            Rectangle((page, 0), 0.9, 0.8, facecolor="white", edgecolor="black")
+        )
+        if b is not None:  # filled to the share of its slots in use, from the bottom
+            ax2.add_patch(
+                Rectangle((page, 0), 0.9, 0.8 * used, facecolor=colors[b], alpha=0.6)
+            )
+        ax2.text(
+            page + 0.45,
+            0.4,
+            "free" if b is None else f"{b}·{i}",
+            ha="center",
+            va="center",
+            fontsize=8,
+            rotation=90,
+        )
     ax2.set_xlim(0, P)
     ax2.set_ylim(-0.2, 1.2)
     ax2.set_yticks([])
     ax2.set_xticks(np.arange(P) + 0.45, [str(p) for p in range(P)], fontsize=8)
-    ax2.set_xlabel("physical page (label: sequence · logical block; coloured: the slots in use)")
+    ax2.set_xlabel(
+        "physical page (label: sequence · logical block; coloured: the slots in use)"
+    )
     ax2.set_title("the pool of pages")
     ax2.grid(False)
     for a in (ax, ax2):
@@ -182,5 +349,10 @@ def draw_block_table(cache, axes=None) -> dict:
             a.spines[side].set_visible(False)
     plt.tight_layout()
     slots = int((-(-lengths // S)).sum()) * S
-    return {"pages": P, "used_pages": len(owner), "slots": slots, "tokens": int(lengths.sum()),
-            "unused_slots": slots - int(lengths.sum())}
+    return {
+        "pages": P,
+        "used_pages": len(owner),
+        "slots": slots,
+        "tokens": int(lengths.sum()),
+        "unused_slots": slots - int(lengths.sum()),
+    }

@@ -18,8 +18,15 @@ from .tiling import loop_order
 __all__ = ["draw_op_counts", "draw_work_split", "draw_warp_split"]
 
 
-def draw_op_counts(N: int = 1024, d: int = 64, block_q: int = 64, block_k: int = 64, causal: bool = False,
-                   chip: str = "A100", ax=None) -> dict:
+def draw_op_counts(
+    N: int = 1024,
+    d: int = 64,
+    block_q: int = 64,
+    block_k: int = 64,
+    causal: bool = False,
+    chip: str = "A100",
+    ax=None,
+) -> dict:
     """Exps, multiplies and divides of fa1 and fa2 (left) and the time at `chip`'s peak rates (right): matmuls,
     exponentials at the special-function rate, the rest at the FP32 rate (`lab.gpu_time_share`).
 
@@ -28,7 +35,12 @@ def draw_op_counts(N: int = 1024, d: int = 64, block_q: int = 64, block_k: int =
     if ax is None:
         _, ax = plt.subplots(1, 2, figsize=(12, 4.5))
     left, right = ax
-    split = {v: flop_split(N, N, d, block_q=block_q, block_k=block_k, causal=causal, variant=v) for v in ("fa1", "fa2")}
+    split = {
+        v: flop_split(
+            N, N, d, block_q=block_q, block_k=block_k, causal=causal, variant=v
+        )
+        for v in ("fa1", "fa2")
+    }
     kinds = ["exp", "mul", "div"]
     x = np.arange(len(kinds))
     for n, v in enumerate(("fa1", "fa2")):
@@ -36,26 +48,61 @@ def draw_op_counts(N: int = 1024, d: int = 64, block_q: int = 64, block_k: int =
         bars = left.bar(x + (n - 0.5) * 0.38, vals, 0.38, color=f"C{n + 1}", label=v)
         left.bar_label(bars, fmt="%.2f", fontsize=9)
     left.set_xticks(x, kinds)
-    left.set(ylabel="millions of operations", title=f"N = {N}, d = {d}, Br = {block_q}, Bc = {block_k}")
+    left.set(
+        ylabel="millions of operations",
+        title=f"N = {N}, d = {d}, Br = {block_q}, Bc = {block_k}",
+    )
     left.legend()
-    share = {v: gpu_time_share(split[v]["matmul"], split[v]["nonmatmul"], chip, exp=split[v]["exp"])
-             for v in ("fa1", "fa2")}
+    share = {
+        v: gpu_time_share(
+            split[v]["matmul"], split[v]["nonmatmul"], chip, exp=split[v]["exp"]
+        )
+        for v in ("fa1", "fa2")
+    }
     for n, v in enumerate(("fa1", "fa2")):
         t_mm, t_exp = share[v]["t_matmul"] * 1e6, share[v]["t_exp"] * 1e6
         t_rest = share[v]["t_nonmatmul"] * 1e6 - t_exp
         right.barh([n], [t_mm], color="C7", label="matmul" if n == 0 else None)
         right.barh([n], [t_exp], left=t_mm, color="C3", label="exp" if n == 0 else None)
-        right.barh([n], [t_rest], left=t_mm + t_exp, color="C9", label="the rest (FP32)" if n == 0 else None)
-        right.text(t_mm + t_exp + t_rest, n, f"  {share[v]['share']:.0%} outside matmuls", va="center", fontsize=10)
+        right.barh(
+            [n],
+            [t_rest],
+            left=t_mm + t_exp,
+            color="C9",
+            label="the rest (FP32)" if n == 0 else None,
+        )
+        right.text(
+            t_mm + t_exp + t_rest,
+            n,
+            f"  {share[v]['share']:.0%} outside matmuls",
+            va="center",
+            fontsize=10,
+        )
     right.set_yticks([0, 1], ["fa1", "fa2"])
-    right.set_xlim(0, max(s["t_matmul"] + s["t_nonmatmul"] for s in share.values()) * 1e6 * 1.6)
-    right.set(xlabel="µs at peak rates (one head)", title=f"{chip}: time at peak rates, by kind of work")
-    right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=10, frameon=False)
-    return {"split": split, "share": {v: share[v]["share"] for v in share},
-            "t_exp": {v: share[v]["t_exp"] for v in share}}
+    right.set_xlim(
+        0, max(s["t_matmul"] + s["t_nonmatmul"] for s in share.values()) * 1e6 * 1.6
+    )
+    right.set(
+        xlabel="µs at peak rates (one head)",
+        title=f"{chip}: time at peak rates, by kind of work",
+    )
+    right.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.14),
+        ncol=3,
+        fontsize=10,
+        frameon=False,
+    )
+    return {
+        "split": split,
+        "share": {v: share[v]["share"] for v in share},
+        "t_exp": {v: share[v]["t_exp"] for v in share},
+    }
 
 
-def draw_work_split(N: int = 512, block_q: int = 64, block_k: int = 64, workers: int = 4, ax=None) -> dict:
+def draw_work_split(
+    N: int = 512, block_q: int = 64, block_k: int = 64, workers: int = 4, ax=None
+) -> dict:
     """How one head's tiles are shared among thread blocks: FlashAttention runs one thread block per (batch, head)
     that walks every tile of the head itself (left: the order it visits them, key blocks outer); FlashAttention-2
     also gives each query block its own thread block (right: colour = which of `workers` SMs runs it).
@@ -67,16 +114,37 @@ def draw_work_split(N: int = 512, block_q: int = 64, block_k: int = 64, workers:
         _, ax = plt.subplots(1, 2, figsize=(12, 5.4))
     Tr, Tc = -(-N // block_q), -(-N // block_k)
     colors = plt.get_cmap("tab10")
-    order = {c: n for n, c in enumerate(loop_order(N, N, block_q, block_k, False, "fa1"))}
+    order = {
+        c: n for n, c in enumerate(loop_order(N, N, block_q, block_k, False, "fa1"))
+    }
     for a, variant in zip(ax, ("fa1", "fa2")):
         for i in range(Tr):
             for j in range(Tc):
                 w = 0 if variant == "fa1" else i % workers
-                a.add_patch(Rectangle((j, i), 1, 1, facecolor=colors(w), alpha=0.75, edgecolor="white"))
+                a.add_patch(
+                    Rectangle(
+                        (j, i), 1, 1, facecolor=colors(w), alpha=0.75, edgecolor="white"
+                    )
+                )
                 if variant == "fa1" and Tr * Tc <= 100:
-                    a.text(j + 0.5, i + 0.5, order[(i, j)] + 1, ha="center", va="center", fontsize=9, color="white")
-            a.add_patch(Rectangle((Tc + 0.4, i), 1, 1, facecolor=colors(0 if variant == "fa1" else i % workers),
-                                  edgecolor="k"))
+                    a.text(
+                        j + 0.5,
+                        i + 0.5,
+                        order[(i, j)] + 1,
+                        ha="center",
+                        va="center",
+                        fontsize=9,
+                        color="white",
+                    )
+            a.add_patch(
+                Rectangle(
+                    (Tc + 0.4, i),
+                    1,
+                    1,
+                    facecolor=colors(0 if variant == "fa1" else i % workers),
+                    edgecolor="k",
+                )
+            )
         a.text(Tc + 0.9, -0.35, "O", ha="center", fontsize=12, weight="bold")
         a.set_xlim(0, Tc + 1.6)
         a.set_ylim(Tr, -0.8)
@@ -85,15 +153,24 @@ def draw_work_split(N: int = 512, block_q: int = 64, block_k: int = 64, workers:
         a.set_xticks([])
         a.set_yticks([])
         a.set(xlabel="key blocks j", ylabel="query blocks i")
-        a.set_title("FlashAttention: 1 thread block per head\nwalks all its tiles, key blocks outer (numbers: order)"
-                    if variant == "fa1" else
-                    f"FlashAttention-2: 1 thread block per query block\n{Tr} per head, colour = one of {workers} SMs",
-                    fontsize=11)
-    return {"Tr": Tr, "Tc": Tc, "workers": workers, "thread_blocks_per_head": {"fa1": 1, "fa2": Tr},
-            "writers_per_output_block": {"fa1": 1, "fa2": 1}}
+        a.set_title(
+            "FlashAttention: 1 thread block per head\nwalks all its tiles, key blocks outer (numbers: order)"
+            if variant == "fa1"
+            else f"FlashAttention-2: 1 thread block per query block\n{Tr} per head, colour = one of {workers} SMs",
+            fontsize=11,
+        )
+    return {
+        "Tr": Tr,
+        "Tc": Tc,
+        "workers": workers,
+        "thread_blocks_per_head": {"fa1": 1, "fa2": Tr},
+        "writers_per_output_block": {"fa1": 1, "fa2": 1},
+    }
 
 
-def draw_warp_split(block_q: int = 64, block_k: int = 64, dv: int = 64, warps: int = 4, ax=None) -> dict:
+def draw_warp_split(
+    block_q: int = 64, block_k: int = 64, dv: int = 64, warps: int = 4, ax=None
+) -> dict:
     """Inside one thread block: which warp computes which part of a tile S_ij and of the output block, when the
     warps split K_j, V_j (FlashAttention, "split-K", left) or Q_i (FlashAttention-2, "split-Q", right).
 
@@ -106,29 +183,88 @@ def draw_warp_split(block_q: int = 64, block_k: int = 64, dv: int = 64, warps: i
     colors = plt.get_cmap("tab10")
     Br, Bc, w = block_q, block_k, warps
     out = {s: warp_split_exchange(Br, Bc, dv, warps=w, split=s) for s in ("K", "Q")}
-    gap, ow = 0.15 * Bc, 0.6 * Bc                               # space, then the output block's width
+    gap, ow = 0.15 * Bc, 0.6 * Bc  # space, then the output block's width
     for a, split in zip(ax, ("K", "Q")):
         for n in range(w):
             if split == "K":
                 k0, k1 = n * Bc / w, (n + 1) * Bc / w
-                a.add_patch(Rectangle((k0, 0), k1 - k0, Br, facecolor=colors(n), alpha=0.8, edgecolor="white"))
+                a.add_patch(
+                    Rectangle(
+                        (k0, 0),
+                        k1 - k0,
+                        Br,
+                        facecolor=colors(n),
+                        alpha=0.8,
+                        edgecolor="white",
+                    )
+                )
                 off = n * 0.06 * Br
-                a.add_patch(Rectangle((Bc + gap + off, off), ow, Br, facecolor=colors(n), alpha=0.8, edgecolor="k"))
+                a.add_patch(
+                    Rectangle(
+                        (Bc + gap + off, off),
+                        ow,
+                        Br,
+                        facecolor=colors(n),
+                        alpha=0.8,
+                        edgecolor="k",
+                    )
+                )
             else:
                 r0, r1 = n * Br / w, (n + 1) * Br / w
-                a.add_patch(Rectangle((0, r0), Bc, r1 - r0, facecolor=colors(n), alpha=0.8, edgecolor="white"))
-                a.add_patch(Rectangle((Bc + gap, r0), ow, r1 - r0, facecolor=colors(n), alpha=0.8, edgecolor="k"))
-        a.text(Bc / 2, -0.04 * Br, f"S_ij ({Br} × {Bc})", ha="center", va="bottom", fontsize=11)
-        a.text(Bc + gap + ow / 2, -0.04 * Br, f"acc ({Br} × {dv})", ha="center", va="bottom", fontsize=11)
-        a.set_xlim(-0.02 * Bc, Bc + gap + ow + (w * 0.06 * Br if split == "K" else 0) + 0.05 * Bc)
+                a.add_patch(
+                    Rectangle(
+                        (0, r0),
+                        Bc,
+                        r1 - r0,
+                        facecolor=colors(n),
+                        alpha=0.8,
+                        edgecolor="white",
+                    )
+                )
+                a.add_patch(
+                    Rectangle(
+                        (Bc + gap, r0),
+                        ow,
+                        r1 - r0,
+                        facecolor=colors(n),
+                        alpha=0.8,
+                        edgecolor="k",
+                    )
+                )
+        a.text(
+            Bc / 2,
+            -0.04 * Br,
+            f"S_ij ({Br} × {Bc})",
+            ha="center",
+            va="bottom",
+            fontsize=11,
+        )
+        a.text(
+            Bc + gap + ow / 2,
+            -0.04 * Br,
+            f"acc ({Br} × {dv})",
+            ha="center",
+            va="bottom",
+            fontsize=11,
+        )
+        a.set_xlim(
+            -0.02 * Bc,
+            Bc + gap + ow + (w * 0.06 * Br if split == "K" else 0) + 0.05 * Bc,
+        )
         a.set_ylim(Br * (1.02 + (w * 0.06 if split == "K" else 0)), -0.15 * Br)
         a.set_aspect("equal")
         a.grid(False)
         a.axis("off")
         e = out[split]
-        a.set_title(("FlashAttention, split-K" if split == "K" else "FlashAttention-2, split-Q")
-                    + f"\neach warp: {e['per_warp_keys']} keys × {e['per_warp_rows']} rows\n"
-                    + (f"{w} partial outputs summed in shared memory\n({e['written'] / 1024:,.1f} KiB written, "
-                       f"{e['read'] / 1024:,.1f} KiB read per tile)" if split == "K"
-                       else "each warp owns its output rows\n(nothing exchanged)"), fontsize=11)
+        a.set_title(
+            ("FlashAttention, split-K" if split == "K" else "FlashAttention-2, split-Q")
+            + f"\neach warp: {e['per_warp_keys']} keys × {e['per_warp_rows']} rows\n"
+            + (
+                f"{w} partial outputs summed in shared memory\n({e['written'] / 1024:,.1f} KiB written, "
+                f"{e['read'] / 1024:,.1f} KiB read per tile)"
+                if split == "K"
+                else "each warp owns its output rows\n(nothing exchanged)"
+            ),
+            fontsize=11,
+        )
     return {"K": out["K"], "Q": out["Q"]}

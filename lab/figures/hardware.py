@@ -16,7 +16,13 @@ from matplotlib.ticker import FuncFormatter, NullLocator
 from ..hardware import estimated_bytes, loop_overhead  # noqa: F401  (cost models; importable from here too)
 from ..measure import attention_flops
 
-__all__ = ["draw_sweep", "draw_roofline", "draw_recorded_memory", "draw_loop_overhead", "KERNEL_STYLE"]
+__all__ = [
+    "draw_sweep",
+    "draw_roofline",
+    "draw_recorded_memory",
+    "draw_loop_overhead",
+    "KERNEL_STYLE",
+]
 
 KERNEL_STYLE = {
     "numpy reference": ("C7", "s", ":"),
@@ -46,7 +52,11 @@ def draw_sweep(rows, *, what: str = "ms", ax=None) -> dict:
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
-    labels = {"ms": "time per call (ms)", "tflops": "TFLOP/s (4·B·H·N²·d / time)", "peak_mb": "peak MiB above the inputs"}
+    labels = {
+        "ms": "time per call (ms)",
+        "tflops": "TFLOP/s (4·B·H·N²·d / time)",
+        "peak_mb": "peak MiB above the inputs",
+    }
     if what not in labels:
         raise ValueError(f"what must be one of {sorted(labels)}, got {what!r}")
     if ax is None:
@@ -84,26 +94,59 @@ def draw_roofline(ceilings: dict, rows, *, N: int | None = None, ax=None) -> dic
     for r in done:
         if r["N"] != N:
             continue
-        itemsize = 8 if r["kernel"] == "numpy reference" else {"float64": 8, "float32": 4}.get(r["dtype"], 2)
+        itemsize = (
+            8
+            if r["kernel"] == "numpy reference"
+            else {"float64": 8, "float32": 4}.get(r["dtype"], 2)
+        )
         flops = attention_flops(r["B"], r["H"], r["N"], r["d"], causal=r["causal"])
-        intensity = flops / estimated_bytes(r["kernel"], r["B"], r["H"], r["N"], r["d"], itemsize)
+        intensity = flops / estimated_bytes(
+            r["kernel"], r["B"], r["H"], r["N"], r["d"], itemsize
+        )
         pts[r["kernel"]] = (intensity, r["tflops"] * 1e12)
     xs = np.logspace(-1, 4, 200)
     ax.loglog(xs, np.minimum(peak, xs * bw) / 1e9, color="k", lw=2)
     ridge = peak / bw
     ax.axvline(ridge, color="gray", lw=0.8, ls=":")
-    ax.text(xs[0] * 1.3, peak / 1e9 * 1.12, f"matmul {peak / 1e9:.0f} GFLOP/s", fontsize=10)
-    ax.text(xs[0] * 1.3, xs[0] * bw / 1e9 * 3.0, f"bandwidth {bw / 1e9:.1f} GB/s", fontsize=10)
+    ax.text(
+        xs[0] * 1.3, peak / 1e9 * 1.12, f"matmul {peak / 1e9:.0f} GFLOP/s", fontsize=10
+    )
+    ax.text(
+        xs[0] * 1.3,
+        xs[0] * bw / 1e9 * 3.0,
+        f"bandwidth {bw / 1e9:.1f} GB/s",
+        fontsize=10,
+    )
     for kernel, (x, y) in pts.items():
         color, marker, _ = KERNEL_STYLE.get(kernel, ("k", "o", "-"))
-        ax.plot([x], [y / 1e9], marker=marker, color=color, ms=10, ls="none", label=kernel)
-    ax.set(xlabel="arithmetic intensity (FLOP per byte moved, estimated)", ylabel="GFLOP/s",
-           title=f"Roofline of this machine (measured ceilings), kernels at N = {N:,}")
-    ax.set_ylim(bottom=min([0.1] + [y / 1e9 / 3 for _, y in pts.values()]), top=peak / 1e9 * 3)
-    ax.text(ridge * 1.15, ax.get_ylim()[0] * 2, f"ridge {ridge:.0f} FLOP/B", color="gray", fontsize=10)
+        ax.plot(
+            [x], [y / 1e9], marker=marker, color=color, ms=10, ls="none", label=kernel
+        )
+    ax.set(
+        xlabel="arithmetic intensity (FLOP per byte moved, estimated)",
+        ylabel="GFLOP/s",
+        title=f"Roofline of this machine (measured ceilings), kernels at N = {N:,}",
+    )
+    ax.set_ylim(
+        bottom=min([0.1] + [y / 1e9 / 3 for _, y in pts.values()]), top=peak / 1e9 * 3
+    )
+    ax.text(
+        ridge * 1.15,
+        ax.get_ylim()[0] * 2,
+        f"ridge {ridge:.0f} FLOP/B",
+        color="gray",
+        fontsize=10,
+    )
     ax.legend(fontsize=9, loc="lower right")
     above = [kernel for kernel, (x, y) in pts.items() if y > min(peak, x * bw)]
-    return {"peak_flops": peak, "bandwidth": bw, "ridge": ridge, "points": pts, "N": N, "above": above}
+    return {
+        "peak_flops": peak,
+        "bandwidth": bw,
+        "ridge": ridge,
+        "points": pts,
+        "N": N,
+        "above": above,
+    }
 
 
 def draw_recorded_memory(runs, *, N: int = 4096, ax=None) -> dict:
@@ -118,7 +161,7 @@ def draw_recorded_memory(runs, *, N: int = 4096, ax=None) -> dict:
     for run in runs:
         name = run["label"]
         if all_labels.count(name) > 1 and run.get("date"):
-            name = f"{name}, {run['date'][:16].replace('T', ' ')}"   # same machine, several runs
+            name = f"{name}, {run['date'][:16].replace('T', ' ')}"  # same machine, several runs
         vals = {}
         for r in run.get("results", []):
             if r.get("skipped") or r.get("N") != N or r.get("peak_mb") is None:
@@ -135,19 +178,40 @@ def draw_recorded_memory(runs, *, N: int = 4096, ax=None) -> dict:
     x = np.arange(len(labels))
     for i, (group, color) in enumerate((("standard", "C3"), ("tiled", "C0"))):
         ys = [bars[k][group] for k in labels]
-        ax.bar(x + (i - 0.5) * 0.38, ys, 0.38, color=color, label=f"{group} attention" if group == "standard" else "tiled (flash) kernel")
+        ax.bar(
+            x + (i - 0.5) * 0.38,
+            ys,
+            0.38,
+            color=color,
+            label=f"{group} attention"
+            if group == "standard"
+            else "tiled (flash) kernel",
+        )
         for xi, y in zip(x, ys):
-            ax.text(xi + (i - 0.5) * 0.38, y * 1.15, f"{y:,.1f}", ha="center", fontsize=10)
+            ax.text(
+                xi + (i - 0.5) * 0.38, y * 1.15, f"{y:,.1f}", ha="center", fontsize=10
+            )
     ax.set_yscale("log")
     top = max([v for b in bars.values() for v in b.values()] + [1.0])
     ax.set_ylim(top=top * 20)
     ax.set_xticks(x, [textwrap.fill(k, 30) for k in labels], fontsize=9)
-    ax.set(ylabel="peak MiB per head", title=f"Peak memory at N = {N:,}, d = 64, recorded runs")
+    ax.set(
+        ylabel="peak MiB per head",
+        title=f"Peak memory at N = {N:,}, d = 64, recorded runs",
+    )
     ax.legend(fontsize=10, loc="upper right")
     return bars
 
 
-def draw_loop_overhead(N: int = 4096, us_per_op: float = 10.0, *, block: int = 256, d: int = 64, heads: int = 8, ax=None) -> dict:
+def draw_loop_overhead(
+    N: int = 4096,
+    us_per_op: float = 10.0,
+    *,
+    block: int = 256,
+    d: int = 64,
+    heads: int = 8,
+    ax=None,
+) -> dict:
     """Python overhead and matmul time of the tile loop against the block size Br = Bc, log-log; marks `block`; returns
     `lab.loop_overhead` at it.
 
@@ -156,16 +220,44 @@ def draw_loop_overhead(N: int = 4096, us_per_op: float = 10.0, *, block: int = 2
     if ax is None:
         _, ax = plt.subplots()
     blocks = [2**p for p in range(4, 13) if 2**p <= max(N, 16)]
-    over = [loop_overhead(N, b, d=d, heads=heads, us_per_op=us_per_op)["overhead_ms"] for b in blocks]
+    over = [
+        loop_overhead(N, b, d=d, heads=heads, us_per_op=us_per_op)["overhead_ms"]
+        for b in blocks
+    ]
     here = loop_overhead(N, block, d=d, heads=heads, us_per_op=us_per_op)
-    ax.plot(blocks, over, "o-", color="C3", label=f"Python overhead ({us_per_op:g} µs per op, 9 ops per tile)")
+    ax.plot(
+        blocks,
+        over,
+        "o-",
+        color="C3",
+        label=f"Python overhead ({us_per_op:g} µs per op, 9 ops per tile)",
+    )
     _plain_log2_x(ax)
     ax.set_yscale("log")
-    ax.xaxis.set_minor_locator(NullLocator())                  # no minor ticks: quicker to render in the slider
+    ax.xaxis.set_minor_locator(
+        NullLocator()
+    )  # no minor ticks: quicker to render in the slider
     ax.yaxis.set_minor_locator(NullLocator())
-    ax.axhline(here["matmul_ms"], color="C0", ls="--", label=f"matmul work at 155 GFLOP/s: {here['matmul_ms']:,.0f} ms")
-    ax.plot([block], [here["overhead_ms"]], "o", ms=14, mfc="none", mec="k", mew=2,
-            label=f"Br = Bc = {block}: {here['steps']:,} tile steps, {here['overhead_ms']:,.1f} ms")
-    ax.set(xlabel="block size Br = Bc", ylabel="ms per forward", title=f"A Python tile loop at N = {N:,}, H = {heads}, d = {d}")
+    ax.axhline(
+        here["matmul_ms"],
+        color="C0",
+        ls="--",
+        label=f"matmul work at 155 GFLOP/s: {here['matmul_ms']:,.0f} ms",
+    )
+    ax.plot(
+        [block],
+        [here["overhead_ms"]],
+        "o",
+        ms=14,
+        mfc="none",
+        mec="k",
+        mew=2,
+        label=f"Br = Bc = {block}: {here['steps']:,} tile steps, {here['overhead_ms']:,.1f} ms",
+    )
+    ax.set(
+        xlabel="block size Br = Bc",
+        ylabel="ms per forward",
+        title=f"A Python tile loop at N = {N:,}, H = {heads}, d = {d}",
+    )
     ax.legend(fontsize=9, loc="upper right")
     return here

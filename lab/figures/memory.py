@@ -13,35 +13,75 @@ from ..memory import attainable_flops, attention_traffic
 
 __all__ = ["draw_attention_roofline"]
 
-_PIECE_STYLE = {"S = scale·QKᵀ": ("C0", "o"), "P = softmax(S)": ("C3", "s"), "O = PV": ("C1", "D"),
-                "standard, total": ("C4", "v"), "fused: Q, K, V in, O out": ("C2", "*")}
+_PIECE_STYLE = {
+    "S = scale·QKᵀ": ("C0", "o"),
+    "P = softmax(S)": ("C3", "s"),
+    "O = PV": ("C1", "D"),
+    "standard, total": ("C4", "v"),
+    "fused: Q, K, V in, O out": ("C2", "*"),
+}
 
 
-def draw_attention_roofline(chip_name: str = "A100", d: int = 64, N: int = 4096, itemsize: int = 2,
-                            softmax_accesses: int = 2, axes=None) -> dict:
+def draw_attention_roofline(
+    chip_name: str = "A100",
+    d: int = 64,
+    N: int = 4096,
+    itemsize: int = 2,
+    softmax_accesses: int = 2,
+    axes=None,
+) -> dict:
     """Left: the roofline of `chip_name` (matmul and non-matmul peaks, HBM and, where published, SRAM bandwidth) with
     each piece of standard attention at its intensity. Right: each piece's roofline time, memory against compute.
 
     Returns the rows of `attention_traffic` and the chip's figures. Taught in: notebooks/00_the_memory_wall.ipynb
     """
     c = chip(chip_name)
-    rows = attention_traffic(N, d=d, itemsize=itemsize, chip_name=chip_name, softmax_accesses=softmax_accesses)
+    rows = attention_traffic(
+        N,
+        d=d,
+        itemsize=itemsize,
+        chip_name=chip_name,
+        softmax_accesses=softmax_accesses,
+    )
     if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(15, 7), gridspec_kw={"width_ratios": [1.2, 1]}, layout="constrained")
+        _, axes = plt.subplots(
+            1,
+            2,
+            figsize=(15, 7),
+            gridspec_kw={"width_ratios": [1.2, 1]},
+            layout="constrained",
+        )
     ax, ax_t = axes
     xs = np.logspace(-1, 4, 300)
     hbm, sram = c["hbm_bytes_per_s"], c["sram_bytes_per_s"]
-    ax.loglog(xs, attainable_flops(xs, c["matmul_flops"], hbm) / 1e12, color="k", lw=2.5,
-              label=f"matmul roof: {c['matmul_flops'] / 1e12:g} TFLOP/s, HBM {hbm / 1e12:g} TB/s")
-    ax.loglog(xs, attainable_flops(xs, c["nonmatmul_flops"], hbm) / 1e12, color="k", lw=1.8, ls="--",
-              label=f"non-matmul (FP32) roof: {c['nonmatmul_flops'] / 1e12:g} TFLOP/s")
+    ax.loglog(
+        xs,
+        attainable_flops(xs, c["matmul_flops"], hbm) / 1e12,
+        color="k",
+        lw=2.5,
+        label=f"matmul roof: {c['matmul_flops'] / 1e12:g} TFLOP/s, HBM {hbm / 1e12:g} TB/s",
+    )
+    ax.loglog(
+        xs,
+        attainable_flops(xs, c["nonmatmul_flops"], hbm) / 1e12,
+        color="k",
+        lw=1.8,
+        ls="--",
+        label=f"non-matmul (FP32) roof: {c['nonmatmul_flops'] / 1e12:g} TFLOP/s",
+    )
     if sram:
-        ax.loglog(xs, attainable_flops(xs, c["matmul_flops"], sram) / 1e12, color="C2", lw=1.5, ls=":",
-                  label=f"if the operands were in SRAM: {sram / 1e12:g} TB/s")
+        ax.loglog(
+            xs,
+            attainable_flops(xs, c["matmul_flops"], sram) / 1e12,
+            color="C2",
+            lw=1.5,
+            ls=":",
+            label=f"if the operands were in SRAM: {sram / 1e12:g} TB/s",
+        )
     ridge = c["ridge_flops_per_byte"]
     ax.axvline(ridge, color="gray", lw=1, ls=":")
     ax.text(ridge * 1.15, 0.15, f"ridge\n{ridge:.0f} FLOP/B", color="gray", fontsize=12)
-    labels = {}                                               # pieces at the same intensity share one label
+    labels = {}  # pieces at the same intensity share one label
     for r in rows[:3] + rows[4:]:
         labels.setdefault(round(r["intensity"], 9), []).append(r)
     for group in labels.values():
@@ -49,33 +89,104 @@ def draw_attention_roofline(chip_name: str = "A100", d: int = 64, N: int = 4096,
         color, marker = _PIECE_STYLE[r["piece"]]
         peak = c["nonmatmul_flops"] if r["kind"] == "non-matmul" else c["matmul_flops"]
         y = float(attainable_flops(r["intensity"], peak, hbm)) / 1e12
-        ax.plot([r["intensity"]], [y], marker=marker, color=color, ms=16 if marker == "*" else 12, ls="none")
+        ax.plot(
+            [r["intensity"]],
+            [y],
+            marker=marker,
+            color=color,
+            ms=16 if marker == "*" else 12,
+            ls="none",
+        )
         i = r["intensity"]
-        text = " and ".join(g["piece"] for g in group) + f"\n{i:,.0f} FLOP/B" if i >= 10 else r["piece"] + f"\n{i:.2f} FLOP/B"
+        text = (
+            " and ".join(g["piece"] for g in group) + f"\n{i:,.0f} FLOP/B"
+            if i >= 10
+            else r["piece"] + f"\n{i:.2f} FLOP/B"
+        )
         fused, matmul = r["kind"] == "mixed", r["kind"] == "matmul"
         # the matmuls' label sits above the SRAM roof's flat part, with a leader line, and the softmax's below its roof,
         # so that no roof crosses a label
-        xytext, ha, va = (((0, 14), "center", "bottom") if fused else ((-12, 48), "right", "bottom") if matmul
-                          else ((14, -6), "left", "top"))
-        ax.annotate(text, (i, y), textcoords="offset points", xytext=xytext, ha=ha, va=va, fontsize=12, color=color,
-                    arrowprops=dict(arrowstyle="-", color=color, lw=0.8, shrinkB=8) if matmul else None)
+        xytext, ha, va = (
+            ((0, 14), "center", "bottom")
+            if fused
+            else ((-12, 48), "right", "bottom")
+            if matmul
+            else ((14, -6), "left", "top")
+        )
+        ax.annotate(
+            text,
+            (i, y),
+            textcoords="offset points",
+            xytext=xytext,
+            ha=ha,
+            va=va,
+            fontsize=12,
+            color=color,
+            arrowprops=dict(arrowstyle="-", color=color, lw=0.8, shrinkB=8)
+            if matmul
+            else None,
+        )
     ax.set_ylim(0.1, c["matmul_flops"] / 1e12 * 30)
-    ax.set(xlabel="arithmetic intensity (FLOP per byte of HBM traffic)", ylabel="attainable TFLOP/s",
-           title=f"{chip_name}: standard attention's pieces, d = {d}, N = M = {N:,}")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=11, ncol=1, frameon=False)
+    ax.set(
+        xlabel="arithmetic intensity (FLOP per byte of HBM traffic)",
+        ylabel="attainable TFLOP/s",
+        title=f"{chip_name}: standard attention's pieces, d = {d}, N = M = {N:,}",
+    )
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.13),
+        fontsize=11,
+        ncol=1,
+        frameon=False,
+    )
     names = [r["piece"] for r in rows]
     yy = np.arange(len(rows))[::-1]
-    ax_t.barh(yy + 0.2, [r["t_memory"] * 1e6 for r in rows], 0.4, color="C0", label="bytes / HBM bandwidth")
-    ax_t.barh(yy - 0.2, [r["t_compute"] * 1e6 for r in rows], 0.4, color="C1", label="FLOPs / peak")
+    ax_t.barh(
+        yy + 0.2,
+        [r["t_memory"] * 1e6 for r in rows],
+        0.4,
+        color="C0",
+        label="bytes / HBM bandwidth",
+    )
+    ax_t.barh(
+        yy - 0.2,
+        [r["t_compute"] * 1e6 for r in rows],
+        0.4,
+        color="C1",
+        label="FLOPs / peak",
+    )
     for yv, r in zip(yy, rows):
-        ax_t.text(r["time"] * 1e6 * 1.03, yv, f"{r['time'] * 1e6:.1f} µs, {r['bound']}", va="center", fontsize=12)
+        ax_t.text(
+            r["time"] * 1e6 * 1.03,
+            yv,
+            f"{r['time'] * 1e6:.1f} µs, {r['bound']}",
+            va="center",
+            fontsize=12,
+        )
     ax_t.set_yticks(yy, names, fontsize=12)
     ax_t.set_xlim(0, max(r["time"] for r in rows) * 1e6 * 1.6)
-    ax_t.set(xlabel="µs per head (the larger bar is the time)",
-             title=f"Time per piece ({np.dtype({2: 'float16', 4: 'float32'}.get(itemsize, 'float64')).name}, "
-                   f"softmax {softmax_accesses} accesses/element)")
-    ax_t.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=11, ncol=2, frameon=False)
+    ax_t.set(
+        xlabel="µs per head (the larger bar is the time)",
+        title=f"Time per piece ({np.dtype({2: 'float16', 4: 'float32'}.get(itemsize, 'float64')).name}, "
+        f"softmax {softmax_accesses} accesses/element)",
+    )
+    ax_t.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.13),
+        fontsize=11,
+        ncol=2,
+        frameon=False,
+    )
     ax_t.grid(axis="y", visible=False)
-    return {"chip": chip_name, "d": d, "N": N, "itemsize": itemsize, "softmax_accesses": softmax_accesses,
-            "rows": rows, "ridge": ridge, "hbm": hbm, "sram": sram,
-            "speedup": rows[3]["time"] / rows[4]["time"]}
+    return {
+        "chip": chip_name,
+        "d": d,
+        "N": N,
+        "itemsize": itemsize,
+        "softmax_accesses": softmax_accesses,
+        "rows": rows,
+        "ridge": ridge,
+        "hbm": hbm,
+        "sram": sram,
+        "speedup": rows[3]["time"] / rows[4]["time"],
+    }

@@ -27,13 +27,15 @@ def merge_depths(n: int, order: str, *, seed: int = 0) -> tuple[list, list[int]]
     return segs, ys
 
 
-def draw_merge_orders(splits: int = 8, order: str = "tree", M: int = 3000, seed: int = 1, axes=None) -> dict:
+def draw_merge_orders(
+    splits: int = 8, order: str = "tree", M: int = 3000, seed: int = 1, axes=None
+) -> dict:
     """Top: one query's scores cut at random into `splits` chunks, each chunk's weight $e^{lse_c - lse}$; bottom: the merge tree of `order`."""
     rng = np.random.default_rng(seed)
     d = 32
-    q = rng.standard_normal((1, d))                           # (N=1, d)
-    k = rng.standard_normal((M, d)) * 1.5                     # (M, d)
-    v = rng.standard_normal((M, d))                           # (M, dv)
+    q = rng.standard_normal((1, d))  # (N=1, d)
+    k = rng.standard_normal((M, d)) * 1.5  # (M, d)
+    v = rng.standard_normal((M, d))  # (M, dv)
     bounds = random_chunk_bounds(M, splits, seed=seed)
     states = split_states(q, k, v, splits=splits, bounds=bounds)
     o_ref, lse_ref = attention_reference(q, k, v)
@@ -44,28 +46,53 @@ def draw_merge_orders(splits: int = 8, order: str = "tree", M: int = 3000, seed:
     lse_c = np.array([float(finalize(st)[1][0]) for st in states])
     w = np.exp(lse_c - lse_ref[0])
     if axes is None:
-        fig, axes = plt.subplots(2, 1, figsize=(11, 6.2), gridspec_kw={"height_ratios": [1, 1.1]}, layout="tight")
+        fig, axes = plt.subplots(
+            2,
+            1,
+            figsize=(11, 6.2),
+            gridspec_kw={"height_ratios": [1, 1.1]},
+            layout="tight",
+        )
     ax, bx = axes
     s = (k @ q[0]) / np.sqrt(d)
     ax.plot(s, ".", ms=1.5, color="0.55")
     for c, (j0, j1) in enumerate(bounds):
         ax.axvspan(j0, j1, color=f"C{c % 10}", alpha=0.12)
         if j1 - j0 >= M / 30:
-            ax.text((j0 + j1) / 2, s.max() * 1.08, f"{w[c]:.2f}", ha="center", fontsize=9)
+            ax.text(
+                (j0 + j1) / 2, s.max() * 1.08, f"{w[c]:.2f}", ha="center", fontsize=9
+            )
     ax.set_ylim(s.min() * 1.1, s.max() * 1.3)
-    ax.set(xlabel="key index j", ylabel="score s_j",
-           title=(f"{splits} random chunks" if splits > 1 else "1 chunk") +
-           f"; numbers: each chunk's weight exp(lse_c − lse) (sum {w.sum():.3f})")
+    ax.set(
+        xlabel="key index j",
+        ylabel="score s_j",
+        title=(f"{splits} random chunks" if splits > 1 else "1 chunk")
+        + f"; numbers: each chunk's weight exp(lse_c − lse) (sum {w.sum():.3f})",
+    )
     segs, ys = merge_depths(splits, order, seed=seed)
-    bx.add_collection(LineCollection([[(x0, y0), (x1, y1)] for x0, y0, x1, y1 in segs], colors="C3", linewidths=2))
+    bx.add_collection(
+        LineCollection(
+            [[(x0, y0), (x1, y1)] for x0, y0, x1, y1 in segs], colors="C3", linewidths=2
+        )
+    )
     bx.plot(range(splits), [0] * splits, "o", color="C0", ms=9)
     depth = max(ys) if splits > 1 else 0
     every = 1 if splits <= 16 else 2
     bx.set_xticks(range(0, splits, every), [f"c{c}" for c in range(0, splits, every)])
     bx.set_xlim(-0.5, splits - 0.5)
     bx.set_yticks(range(depth + 1))
-    bx.set(xlabel="chunk", ylabel="merge depth",
-           title=f"order: {order}, depth {depth}; max |o - o_one-shot| = {errs[order]:.1e}")
+    bx.set(
+        xlabel="chunk",
+        ylabel="merge depth",
+        title=f"order: {order}, depth {depth}; max |o - o_one-shot| = {errs[order]:.1e}",
+    )
     bx.set_ylim(-0.5, depth + 0.5)
-    return {"splits": int(splits), "order": order, "depth": int(depth), "errors": errs, "max_err": errs[order],
-            "weights": w, "weight_sum": float(w.sum())}
+    return {
+        "splits": int(splits),
+        "order": order,
+        "depth": int(depth),
+        "errors": errs,
+        "max_err": errs[order],
+        "weights": w,
+        "weight_sum": float(w.sum()),
+    }

@@ -24,9 +24,13 @@ def row_inputs(M: int = 4096, d: int = 64, dv: int | None = None, seed: int = 0)
 @functools.lru_cache(maxsize=8)
 def _row_inputs(M: int, d: int, dv: int, seed: int):
     rng = np.random.default_rng(seed)
-    out = rng.standard_normal(d), rng.standard_normal((M, d)), rng.standard_normal((M, dv))
+    out = (
+        rng.standard_normal(d),
+        rng.standard_normal((M, d)),
+        rng.standard_normal((M, dv)),
+    )
     for a in out:
-        a.setflags(write=False)                                # shared between calls: nobody may change them
+        a.setflags(write=False)  # shared between calls: nobody may change them
     return out
 
 
@@ -35,68 +39,137 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def draw_one_pass(M: int = 4096, block_k: int = 256, d: int = 64, seed: int = 0, axes=None) -> dict:
+def draw_one_pass(
+    M: int = 4096, block_k: int = 256, d: int = 64, seed: int = 0, axes=None
+) -> dict:
     """Left: the one-pass state per key block (block max, running m, the blocks where m grew and their alpha); right: bytes each row method reads, writes and holds."""
     q, k, v = row_inputs(M, d, seed=seed)
     rows = compare_row_methods(q, k, v, block_k=block_k)
     steps = attention_row_one_pass(q, k, v, block_k=block_k).steps
     if axes is None:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1.25, 1]}, layout="tight")
+        fig, axes = plt.subplots(
+            1,
+            2,
+            figsize=(11, 4.2),
+            gridspec_kw={"width_ratios": [1.25, 1]},
+            layout="tight",
+        )
     ax, bx = axes
     b = np.array([s["block"] for s in steps])
     alphas = np.array([s["alpha"] for s in steps])
-    ax.plot(b, [s["block_max"] for s in steps], "o", color="C0", ms=5, label="block max of s_b")
-    ax.step(b, [s["m"] for s in steps], where="post", color="C3", lw=2, label="running m")
+    ax.plot(
+        b,
+        [s["block_max"] for s in steps],
+        "o",
+        color="C0",
+        ms=5,
+        label="block max of s_b",
+    )
+    ax.step(
+        b, [s["m"] for s in steps], where="post", color="C3", lw=2, label="running m"
+    )
     grew = [i for i in range(1, len(steps)) if alphas[i] < 1]
-    ax.plot(b[grew], [steps[i]["m"] for i in grew], "^", color="C2", ms=9, label="m grew: acc, l times α < 1")
-    shown, gap = [], len(steps) / 8                          # labels at least 1/8 of the axis apart: none overlap
+    ax.plot(
+        b[grew],
+        [steps[i]["m"] for i in grew],
+        "^",
+        color="C2",
+        ms=9,
+        label="m grew: acc, l times α < 1",
+    )
+    shown, gap = (
+        [],
+        len(steps) / 8,
+    )  # labels at least 1/8 of the axis apart: none overlap
     for i in grew:
         if len(shown) == 6 or (shown and b[i] - b[shown[-1]] < gap):
             continue
         shown.append(i)
-        ax.annotate(f"α={alphas[i]:.2f}", (b[i], steps[i]["m"]), textcoords="offset points", xytext=(4, 6),
-                    fontsize=10, color="C2")
+        ax.annotate(
+            f"α={alphas[i]:.2f}",
+            (b[i], steps[i]["m"]),
+            textcoords="offset points",
+            xytext=(4, 6),
+            fontsize=10,
+            color="C2",
+        )
     lo, hi = ax.get_ylim()
     ax.set_ylim(lo, hi + 0.45 * (hi - lo))
-    ax.set(xlabel=f"key block b (Bc = {block_k}, {_count(len(steps), 'block')})", ylabel="score")
+    ax.set(
+        xlabel=f"key block b (Bc = {block_k}, {_count(len(steps), 'block')})",
+        ylabel="score",
+    )
     ax.legend(loc="upper left", fontsize=10)
-    ax.set_title(f"one pass over M = {M:,} keys: m grew at {_count(len(grew), 'block')}")
+    ax.set_title(
+        f"one pass over M = {M:,} keys: m grew at {_count(len(grew), 'block')}"
+    )
     names = list(ROW_METHODS)
     short = ["three-pass", "two-pass", "one-pass"]
     kb = k.nbytes
-    kv_read = np.array([(r["passes over K"] * kb + r["passes over V"] * v.nbytes) / 2**20 for r in rows])
+    kv_read = np.array(
+        [
+            (r["passes over K"] * kb + r["passes over V"] * v.nbytes) / 2**20
+            for r in rows
+        ]
+    )
     s_io = np.array([(r["s written (B)"] + r["s read (B)"]) / 2**20 for r in rows])
     x = np.arange(len(names))
     bx.bar(x, kv_read, color="C0", label="K, V read")
     bx.bar(x, s_io, bottom=kv_read, color="C1", label="score row s written + read")
     for i, r in enumerate(rows):
-        bx.text(i, kv_read[i] + s_io[i], f"holds {r['held (B)'] / 1024:.1f} KiB", ha="center", va="bottom", fontsize=10)
+        bx.text(
+            i,
+            kv_read[i] + s_io[i],
+            f"holds {r['held (B)'] / 1024:.1f} KiB",
+            ha="center",
+            va="bottom",
+            fontsize=10,
+        )
     bx.set_xticks(x, short)
     bx.grid(False)
     bx.set_ylim(0, 1.5 * float((kv_read + s_io).max()))
     bx.set(ylabel="MiB moved (float64)", title="memory traffic of one query row")
     bx.legend(loc="upper left", fontsize=10)
     for a in (ax, bx):
-        a.yaxis.set_major_locator(MaxNLocator(5))               # fewer labels to lay out: a cheaper slider frame
-    return {"M": int(M), "block_k": int(block_k), "blocks": len(steps), "rescalings": len(grew),
-            "rows": rows, "max_err": max(r["max |o - ref|"] for r in rows)}
+        a.yaxis.set_major_locator(
+            MaxNLocator(5)
+        )  # fewer labels to lay out: a cheaper slider frame
+    return {
+        "M": int(M),
+        "block_k": int(block_k),
+        "blocks": len(steps),
+        "rescalings": len(grew),
+        "rows": rows,
+        "max_err": max(r["max |o - ref|"] for r in rows),
+    }
 
 
-def draw_holdings(Ms=(256, 1024, 4096, 16384), block_k: int = 256, d: int = 64, seed: int = 0, ax=None) -> dict:
+def draw_holdings(
+    Ms=(256, 1024, 4096, 16384), block_k: int = 256, d: int = 64, seed: int = 0, ax=None
+) -> dict:
     """Peak bytes each row method holds against the number of keys M, log-log: its declared sum of the working arrays alive, taken in a run."""
     held = {name: [] for name in ROW_METHODS}
     for M in Ms:
         q, k, v = row_inputs(int(M), d, seed=seed)
         for name, fn in ROW_METHODS.items():
-            kw = {} if fn is ROW_METHODS["three-pass (store s)"] else {"block_k": block_k}
+            kw = (
+                {}
+                if fn is ROW_METHODS["three-pass (store s)"]
+                else {"block_k": block_k}
+            )
             held[name].append(fn(q, k, v, **kw).held_bytes)
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4.2), layout="tight")
-    for (name, b), (style, ms, fill) in zip(held.items(), (("o-", 7, "C0"), ("s--", 12, "none"), ("^-", 7, "C2"))):
+    for (name, b), (style, ms, fill) in zip(
+        held.items(), (("o-", 7, "C0"), ("s--", 12, "none"), ("^-", 7, "C2"))
+    ):
         ax.plot(Ms, np.array(b) / 1024, style, label=name, ms=ms, mfc=fill, mew=1.5)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set(xlabel="number of keys M", ylabel="KiB held at the peak",
-           title=f"what one query row holds (float64, d = {d}, Bc = {block_k})")
+    ax.set(
+        xlabel="number of keys M",
+        ylabel="KiB held at the peak",
+        title=f"what one query row holds (float64, d = {d}, Bc = {block_k})",
+    )
     ax.legend(fontsize=10)
     return {"Ms": [int(M) for M in Ms], "held": held}

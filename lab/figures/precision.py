@@ -11,64 +11,133 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..precision import format_info, round_to
-from ..precision_experiments import (FA3_TABLE3_RMSE, gaussian_qkv, low_precision_sum, matmul_error, p_rounding_error,
-                                     p_underflow)
+from ..precision_experiments import (
+    FA3_TABLE3_RMSE,
+    gaussian_qkv,
+    low_precision_sum,
+    matmul_error,
+    p_rounding_error,
+    p_underflow,
+)
 
-__all__ = ["draw_p_error_heatmaps", "draw_accumulation", "draw_outliers", "draw_p_explorer",
-           "draw_matmul_error", "draw_real_vs_gaussian", "FORMAT_LABELS"]
+__all__ = [
+    "draw_p_error_heatmaps",
+    "draw_accumulation",
+    "draw_outliers",
+    "draw_p_explorer",
+    "draw_matmul_error",
+    "draw_real_vs_gaussian",
+    "FORMAT_LABELS",
+]
 
-FORMAT_LABELS = {"fp32": "FP32", "tf32": "TF32", "bf16": "BF16", "fp16": "FP16", "fp8_e4m3": "FP8 e4m3",
-                 "fp8_e5m2": "FP8 e5m2"}
+FORMAT_LABELS = {
+    "fp32": "FP32",
+    "tf32": "TF32",
+    "bf16": "BF16",
+    "fp16": "FP16",
+    "fp8_e4m3": "FP8 e4m3",
+    "fp8_e5m2": "FP8 e5m2",
+}
 
 
 def draw_p_error_heatmaps(grid: dict, Ns, spreads) -> dict:
     """One heatmap per format of $\\log_{10}$ relative error (from `p_error_grid`) over M (keys; the keyword is `Ns`) and the score spread."""
     fmts = list(grid)
-    fig, axes = plt.subplots(1, len(fmts), figsize=(4.2 * len(fmts), 4.4), sharey=True, constrained_layout=True)
+    fig, axes = plt.subplots(
+        1,
+        len(fmts),
+        figsize=(4.2 * len(fmts), 4.4),
+        sharey=True,
+        constrained_layout=True,
+    )
     axes = np.atleast_1d(axes)
     logs = {f: np.log10(np.maximum(grid[f], 1e-12)) for f in fmts}
     lo = min(float(v.min()) for v in logs.values())
     hi = max(float(v.max()) for v in logs.values())
     for ax, f in zip(axes, fmts):
-        im = ax.imshow(logs[f], origin="lower", aspect="auto", cmap="viridis", vmin=lo, vmax=hi)
+        im = ax.imshow(
+            logs[f], origin="lower", aspect="auto", cmap="viridis", vmin=lo, vmax=hi
+        )
         for (a, b), val in np.ndenumerate(logs[f]):
-            ax.text(b, a, f"{val:.1f}", ha="center", va="center", fontsize=8,
-                    color="white" if val < (lo + hi) / 2 else "black")
-        ax.set_xticks(range(len(Ns)), [f"{n // 1024}K" if n >= 1024 else str(n) for n in Ns], fontsize=9)
+            ax.text(
+                b,
+                a,
+                f"{val:.1f}",
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white" if val < (lo + hi) / 2 else "black",
+            )
+        ax.set_xticks(
+            range(len(Ns)),
+            [f"{n // 1024}K" if n >= 1024 else str(n) for n in Ns],
+            fontsize=9,
+        )
         ax.set_yticks(range(len(spreads)), [f"{s:g}" for s in spreads])
         ax.set(title=FORMAT_LABELS[f], xlabel="M (keys)")
         ax.grid(False)
     axes[0].set_ylabel("std of the scores")
     fig.colorbar(im, ax=axes, label="log10 relative error of o", shrink=0.9)
-    fig.suptitle("P rounded before P·V, m, l, acc in FP32: error against float64", fontsize=13)
-    return {"median": {f: float(np.median(grid[f])) for f in fmts}, "max": {f: float(grid[f].max()) for f in fmts}}
+    fig.suptitle(
+        "P rounded before P·V, m, l, acc in FP32: error against float64", fontsize=13
+    )
+    return {
+        "median": {f: float(np.median(grid[f])) for f in fmts},
+        "max": {f: float(grid[f].max()) for f in fmts},
+    }
 
 
-def draw_accumulation(N: int = 16384, block: int = 64, formats=("fp32", "bf16", "fp16"), *, spread: float = 1.0,
-                      seed: int = 0, ax=None) -> dict:
+def draw_accumulation(
+    N: int = 16384,
+    block: int = 64,
+    formats=("fp32", "bf16", "fp16"),
+    *,
+    spread: float = 1.0,
+    seed: int = 0,
+    ax=None,
+) -> dict:
     """Relative error of the running $l = \\sum_j p_j$ summed in each format, one element at a time (solid) and by blocks (dashed)."""
     rng = np.random.default_rng(seed)
     s = rng.standard_normal(N) * spread
-    p = np.exp(s - s.max())                                              # P entries in (0, 1], (N,)
+    p = np.exp(s - s.max())  # P entries in (0, 1], (N,)
     if ax is None:
         _, ax = plt.subplots(figsize=(8.5, 4.8))
     out = {"N": int(N), "block": int(block), "seq": {}, "blocked": {}, "stall": {}}
     for i, f in enumerate(formats):
-        exact = np.cumsum(round_to(p, f).astype(np.float64))             # the same rounded p_j, summed exactly
+        exact = np.cumsum(
+            round_to(p, f).astype(np.float64)
+        )  # the same rounded p_j, summed exactly
         seq = low_precision_sum(p, f, 1)
         blk = low_precision_sum(p, f, block)
         err = np.abs(seq - exact) / exact
         nb = np.minimum(np.arange(1, blk.size + 1) * block, N)
         errb = np.abs(blk - exact[nb - 1]) / exact[nb - 1]
-        show = np.unique(np.geomspace(1, N, 400).astype(int)) - 1      # ~400 points, log-spaced, for drawing only
+        show = (
+            np.unique(np.geomspace(1, N, 400).astype(int)) - 1
+        )  # ~400 points, log-spaced, for drawing only
         showb = np.unique(np.geomspace(1, nb.size, 400).astype(int)) - 1
-        ax.loglog(show + 1, np.maximum(err[show], 1e-9), color=f"C{i}", lw=1.8, label=f"{FORMAT_LABELS[f]}, one at a time")
-        ax.loglog(nb[showb], np.maximum(errb[showb], 1e-9), color=f"C{i}", lw=1.8, ls="--",
-                  label=f"{FORMAT_LABELS[f]}, blocks of Bc = {block}")
+        ax.loglog(
+            show + 1,
+            np.maximum(err[show], 1e-9),
+            color=f"C{i}",
+            lw=1.8,
+            label=f"{FORMAT_LABELS[f]}, one at a time",
+        )
+        ax.loglog(
+            nb[showb],
+            np.maximum(errb[showb], 1e-9),
+            color=f"C{i}",
+            lw=1.8,
+            ls="--",
+            label=f"{FORMAT_LABELS[f]}, blocks of Bc = {block}",
+        )
         out["seq"][f], out["blocked"][f] = float(err[-1]), float(errb[-1])
         out["stall"][f] = float(seq[-1])
-    ax.set(xlabel="elements summed so far (n)", ylabel="relative error of l (floor 1e-9)",
-           title=f"Summing l = Σ p_j in low precision (M = {N:,} keys, p_j in (0, 1])")
+    ax.set(
+        xlabel="elements summed so far (n)",
+        ylabel="relative error of l (floor 1e-9)",
+        title=f"Summing l = Σ p_j in low precision (M = {N:,} keys, p_j in (0, 1])",
+    )
     ax.legend(fontsize=9, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.17))
     ax.set_ylim(1e-9, 3)
     return out
@@ -76,27 +145,49 @@ def draw_accumulation(N: int = 16384, block: int = 64, formats=("fp32", "bf16", 
 
 def draw_outliers(measured: dict, paper: dict = FA3_TABLE3_RMSE, ax=None) -> dict:
     """RMSE of standard and tiled attention in FP16 and FP8, measured here (`{(alg, fmt): rmse}`) beside FlashAttention-3's Table 3."""
-    keys = [("standard", "fp16"), ("tiled", "fp16"), ("standard", "fp8_e4m3"), ("tiled", "fp8_e4m3")]
+    keys = [
+        ("standard", "fp16"),
+        ("tiled", "fp16"),
+        ("standard", "fp8_e4m3"),
+        ("tiled", "fp8_e4m3"),
+    ]
     if ax is None:
         _, ax = plt.subplots(figsize=(8.5, 4.8))
     x = np.arange(len(keys))
     here = [measured[k] for k in keys]
     theirs = [paper[k] for k in keys]
     ax.bar(x - 0.2, here, 0.4, label="measured here (numpy)", color="C0")
-    ax.bar(x + 0.2, theirs, 0.4, label="FlashAttention-3, Table 3 (H100): paper, different setup (see below)", color="C1")
+    ax.bar(
+        x + 0.2,
+        theirs,
+        0.4,
+        label="FlashAttention-3, Table 3 (H100): paper, different setup (see below)",
+        color="C1",
+    )
     for xi, a, b in zip(x, here, theirs):
         ax.text(xi - 0.2, a * 1.15, f"{a:.1e}", ha="center", fontsize=9)
         ax.text(xi + 0.2, b * 1.15, f"{b:.1e}", ha="center", fontsize=9)
     ax.set_yscale("log")
     ax.set_xticks(x, [f"{alg}\n{FORMAT_LABELS[f]}" for alg, f in keys])
-    ax.set(ylabel="RMSE against float64", title="Inputs with outliers: N(0,1) + N(0,100)·Bernoulli(0.001)")
+    ax.set(
+        ylabel="RMSE against float64",
+        title="Inputs with outliers: N(0,1) + N(0,100)·Bernoulli(0.001)",
+    )
     ax.set_ylim(min(here + theirs) / 3, max(here + theirs) * 4)
     ax.legend(fontsize=10, loc="upper left")
     return {"measured": dict(zip(keys, here)), "paper": dict(zip(keys, theirs))}
 
 
-def draw_p_explorer(fmt: str = "fp8_e4m3", N: int = 4096, spread: float = 4.0, block_k: int = 64, *, d: int = 64,
-                    rows: int = 8, seed: int = 0) -> dict:
+def draw_p_explorer(
+    fmt: str = "fp8_e4m3",
+    N: int = 4096,
+    spread: float = 4.0,
+    block_k: int = 64,
+    *,
+    d: int = 64,
+    rows: int = 8,
+    seed: int = 0,
+) -> dict:
     """Histogram of $\\log_2 P_{ij}$ as the tiles form them, against the format's subnormal and underflow limits; the error of $o$ in the title."""
     q, k, v = gaussian_qkv(N, d, spread, rows, seed)
     under = p_underflow(q, k, fmt, block_k=block_k)
@@ -104,22 +195,58 @@ def draw_p_explorer(fmt: str = "fp8_e4m3", N: int = 4096, spread: float = 4.0, b
     info = format_info(fmt)
     lp = np.log2(np.maximum(under["p"].astype(np.float64), 2.0**-160))
     fig, ax = plt.subplots(figsize=(8.5, 4.6))
-    ax.hist(lp, bins=np.linspace(-160, 1, 162), color="C0", alpha=0.85, histtype="stepfilled")
+    ax.hist(
+        lp,
+        bins=np.linspace(-160, 1, 162),
+        color="C0",
+        alpha=0.85,
+        histtype="stepfilled",
+    )
     sub, tiny = np.log2(info["smallest_subnormal"]), np.log2(info["tiny"])
-    ax.axvspan(-160, sub - 1, color="C3", alpha=0.15, zorder=0, label=f"rounds to 0 (≤ 2^{sub - 1:.0f}, ties to even)")
-    ax.axvspan(sub - 1, tiny, color="C1", alpha=0.2, zorder=0, label=f"subnormal: fewer bits (< 2^{tiny:.0f})")
+    ax.axvspan(
+        -160,
+        sub - 1,
+        color="C3",
+        alpha=0.15,
+        zorder=0,
+        label=f"rounds to 0 (≤ 2^{sub - 1:.0f}, ties to even)",
+    )
+    ax.axvspan(
+        sub - 1,
+        tiny,
+        color="C1",
+        alpha=0.2,
+        zorder=0,
+        label=f"subnormal: fewer bits (< 2^{tiny:.0f})",
+    )
     ax.set_yscale("log")
     ax.set_xlim(max(-160, min(sub - 12, float(lp.min()) - 2)), 1)
-    ax.set(xlabel="log2 P_ij  (P_ij = exp(S_ij − running max))", ylabel="entries",
-           title=f"{FORMAT_LABELS[fmt]}, M = {N:,} keys, std(s) = {spread:g}, Bc = {block_k}: "
-                 f"relative error {err:.1e}")
+    ax.set(
+        xlabel="log2 P_ij  (P_ij = exp(S_ij − running max))",
+        ylabel="entries",
+        title=f"{FORMAT_LABELS[fmt]}, M = {N:,} keys, std(s) = {spread:g}, Bc = {block_k}: "
+        f"relative error {err:.1e}",
+    )
     ax.legend(fontsize=10, loc="upper left")
-    return {"fmt": fmt, "N": int(N), "spread": float(spread), "block_k": int(block_k), "rel_error": err,
-            "flushed": under["flushed"], "mass_lost": under["mass_lost"]}
+    return {
+        "fmt": fmt,
+        "N": int(N),
+        "spread": float(spread),
+        "block_k": int(block_k),
+        "rel_error": err,
+        "flushed": under["flushed"],
+        "mass_lost": under["mass_lost"],
+    }
 
 
-def draw_matmul_error(Ks=(64, 256, 1024, 4096), formats=("fp32", "tf32", "bf16", "fp16"), *, n: int = 64,
-                      seed: int = 0, ax=None) -> dict:
+def draw_matmul_error(
+    Ks=(64, 256, 1024, 4096),
+    formats=("fp32", "tf32", "bf16", "fp16"),
+    *,
+    n: int = 64,
+    seed: int = 0,
+    ax=None,
+) -> dict:
     """Relative error of $A B$ with inputs rounded to each format and an FP32 accumulator, against the inner size K."""
     rng = np.random.default_rng(seed)
     if ax is None:
@@ -128,13 +255,23 @@ def draw_matmul_error(Ks=(64, 256, 1024, 4096), formats=("fp32", "tf32", "bf16",
     for i, f in enumerate(formats):
         errs = []
         for K in Ks:
-            a = rng.standard_normal((n, K)).astype(np.float32)           # (n, K)
-            b = rng.standard_normal((K, n)).astype(np.float32)           # (K, n)
+            a = rng.standard_normal((n, K)).astype(np.float32)  # (n, K)
+            b = rng.standard_normal((K, n)).astype(np.float32)  # (K, n)
             errs.append(matmul_error(a, b, f))
         out[f] = errs
-        style = {"ls": "--", "marker": "s", "ms": 11, "mfc": "none", "mew": 2} if f == "tf32" else {"marker": "o"}
-        ax.plot(Ks, errs, color=f"C{i}", label=FORMAT_LABELS[f] + (", rounded" if f == "tf32" else ""), **style)
-    if "tf32" in formats:                                                # the same products, inputs truncated
+        style = (
+            {"ls": "--", "marker": "s", "ms": 11, "mfc": "none", "mew": 2}
+            if f == "tf32"
+            else {"marker": "o"}
+        )
+        ax.plot(
+            Ks,
+            errs,
+            color=f"C{i}",
+            label=FORMAT_LABELS[f] + (", rounded" if f == "tf32" else ""),
+            **style,
+        )
+    if "tf32" in formats:  # the same products, inputs truncated
         rng = np.random.default_rng(seed)
         errs = []
         for K in Ks:
@@ -145,8 +282,11 @@ def draw_matmul_error(Ks=(64, 256, 1024, 4096), formats=("fp32", "tf32", "bf16",
         ax.plot(Ks, errs, color="C4", ls=":", marker="v", label="TF32, truncated")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set(xlabel="inner size K", ylabel="relative error of A·B",
-           title="Inputs rounded (or truncated) to a format, FP32 accumulation\n(TF32 rounded and FP16 coincide: both keep 10 mantissa bits)")
+    ax.set(
+        xlabel="inner size K",
+        ylabel="relative error of A·B",
+        title="Inputs rounded (or truncated) to a format, FP32 accumulation\n(TF32 rounded and FP16 coincide: both keep 10 mantissa bits)",
+    )
     ax.legend(fontsize=10)
     return {"Ks": list(Ks), "errors": out}
 
@@ -159,15 +299,38 @@ def draw_real_vs_gaussian(results: dict) -> dict:
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 4.6), constrained_layout=True)
     w = 0.8 / len(names)
     for i, name in enumerate(names):
-        a1.bar(np.arange(len(fmts)) + (i - (len(names) - 1) / 2) * w, [results[name]["p"][f] for f in fmts], w,
-               label=f"{name} (std s = {results[name]['spread']:.1f}, all heads pooled)", color=f"C{i}")
-        a2.bar(np.arange(len(keys)) + (i - (len(names) - 1) / 2) * w,
-               [results[name]["rmse"][k] / results[name]["rms_ref"] for k in keys], w, label=name, color=f"C{i}")
+        a1.bar(
+            np.arange(len(fmts)) + (i - (len(names) - 1) / 2) * w,
+            [results[name]["p"][f] for f in fmts],
+            w,
+            label=f"{name} (std s = {results[name]['spread']:.1f}, all heads pooled)",
+            color=f"C{i}",
+        )
+        a2.bar(
+            np.arange(len(keys)) + (i - (len(names) - 1) / 2) * w,
+            [results[name]["rmse"][k] / results[name]["rms_ref"] for k in keys],
+            w,
+            label=name,
+            color=f"C{i}",
+        )
     a1.set_xticks(range(len(fmts)), [FORMAT_LABELS[f] for f in fmts])
-    a1.set(yscale="log", ylabel="relative error of o", title="Experiment 1: P rounded, FP32 accumulation")
+    a1.set(
+        yscale="log",
+        ylabel="relative error of o",
+        title="Experiment 1: P rounded, FP32 accumulation",
+    )
     a2.set_xticks(range(len(keys)), [f"{alg}\n{FORMAT_LABELS[f]}" for alg, f in keys])
-    a2.set(yscale="log", ylabel="RMSE / RMS of o", title="Experiment 4: standard vs tiled, relative")
+    a2.set(
+        yscale="log",
+        ylabel="RMSE / RMS of o",
+        title="Experiment 4: standard vs tiled, relative",
+    )
     a1.legend(fontsize=9)
     a2.legend(fontsize=9)
-    return {name: {"p": dict(r["p"]), "rel_rmse": {k: r["rmse"][k] / r["rms_ref"] for k in keys}}
-            for name, r in results.items()}
+    return {
+        name: {
+            "p": dict(r["p"]),
+            "rel_rmse": {k: r["rmse"][k] / r["rms_ref"] for k in keys},
+        }
+        for name, r in results.items()
+    }

@@ -9,14 +9,27 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..access_count import count_accesses
+from ..overflow import (
+    GAPS,
+    SOFTMAX_DTYPES,
+    WORKS_EPS,
+    exp_limits,
+    first_broken_score,
+    naive_vs_safe,
+)
 from ..softmax_steps import demo_scores, online_trace, online_vs_safe
-from ..overflow import GAPS, SOFTMAX_DTYPES, WORKS_EPS, exp_limits, first_broken_score, naive_vs_safe
 
 __all__ = ["draw_overflow", "draw_access_counts", "draw_online_trace"]
 
 
 def _fmt_p(p: np.ndarray) -> str:
-    return "[" + ", ".join("nan" if np.isnan(v) else "inf" if np.isinf(v) else f"{v:.2f}" for v in p) + "]"
+    return (
+        "["
+        + ", ".join(
+            "nan" if np.isnan(v) else "inf" if np.isinf(v) else f"{v:.2f}" for v in p
+        )
+        + "]"
+    )
 
 
 def draw_overflow(s: float = 100.0, dtypes=tuple(SOFTMAX_DTYPES), ax=None) -> dict:
@@ -33,29 +46,48 @@ def draw_overflow(s: float = 100.0, dtypes=tuple(SOFTMAX_DTYPES), ax=None) -> di
     breaks = {}
     for i, name in enumerate(dtypes):
         y = len(dtypes) - 1 - i
-        above, below = first_broken_score(name, GAPS, +1), first_broken_score(name, GAPS, -1)
+        above, below = (
+            first_broken_score(name, GAPS, +1),
+            first_broken_score(name, GAPS, -1),
+        )
         breaks[name] = {"above": above, "below": below}
         ax.barh(y, above - below, left=below, height=0.55, color="C2", alpha=0.35)
         ax.barh(y, below - lo_lim, left=lo_lim, height=0.55, color="C3", alpha=0.25)
         ax.barh(y, hi_lim - above, left=above, height=0.55, color="C3", alpha=0.25)
         for edge in (below, above):
-            ax.text(edge, y + 0.33, f"{edge:+d}", ha="center", va="bottom", fontsize=11,
-                    bbox={"fc": "white", "ec": "none", "pad": 0.5})
+            ax.text(
+                edge,
+                y + 0.33,
+                f"{edge:+d}",
+                ha="center",
+                va="bottom",
+                fontsize=11,
+                bbox={"fc": "white", "ec": "none", "pad": 0.5},
+            )
         normal = exp_limits(name)["log_normal"]
         ax.plot([normal, normal], [y - 0.3, y + 0.3], color="k", lw=1.2, ls=":")
         r = res[name]
         for dy, kind in ((0.16, "naive"), (-0.16, "safe")):
             bad = r[f"{kind}_broken"]
-            ax.text(hi_lim * 1.25, y + dy, f"{kind:>5} {_fmt_p(r[kind])} {'✗' if bad else '✓'}", va="center",
-                    fontsize=11, color="C3" if bad else "black", family="monospace")
+            ax.text(
+                hi_lim * 1.25,
+                y + dy,
+                f"{kind:>5} {_fmt_p(r[kind])} {'✗' if bad else '✓'}",
+                va="center",
+                fontsize=11,
+                color="C3" if bad else "black",
+                family="monospace",
+            )
     ax.axvline(s, color="k", lw=2)
     ax.set_xscale("symlog", linthresh=10)
     ax.set_xlim(lo_lim, hi_lim)
     ax.set_ylim(-0.6, len(dtypes) - 0.2)
     ax.set_yticks(range(len(dtypes)), list(dtypes)[::-1])
     ax.grid(axis="y", visible=False)
-    ax.set(xlabel="largest score s (symlog axis); row x = (s, s−1, s−2, s−3); dotted: log(smallest normal)",
-           title=f"Naive softmax within {WORKS_EPS}·eps of float64 only in green (s = {s:g} marked); safe everywhere")
+    ax.set(
+        xlabel="largest score s (symlog axis); row x = (s, s−1, s−2, s−3); dotted: log(smallest normal)",
+        title=f"Naive softmax within {WORKS_EPS}·eps of float64 only in green (s = {s:g} marked); safe everywhere",
+    )
     return {"s": float(s), "results": res, "breaks": breaks}
 
 
@@ -75,15 +107,29 @@ def draw_access_counts(n: int = 256, block: int = 1, seed: int = 0, ax=None) -> 
     ax.bar(names, writes, bottom=reads, color="C1", label="stores per element")
     for i, tot in enumerate(reads + writes):
         ax.text(i, tot + 0.08, f"{tot:g}", ha="center", fontsize=13, weight="bold")
-    ax.set(ylabel="memory accesses per element", ylim=(0, 5),
-           title=f"Counted accesses, one row of n = {n} (block = {block})")
+    ax.set(
+        ylabel="memory accesses per element",
+        ylim=(0, 5),
+        title=f"Counted accesses, one row of n = {n} (block = {block})",
+    )
     ax.legend(loc="upper right", fontsize=10)
-    return {"n": n, "block": block, "per_element": {m: counts[m].per_element for m in names},
-            "reads": {m: counts[m].reads for m in names}, "writes": {m: counts[m].writes for m in names}}
+    return {
+        "n": n,
+        "block": block,
+        "per_element": {m: counts[m].per_element for m in names},
+        "reads": {m: counts[m].reads for m in names},
+        "writes": {m: counts[m].writes for m in names},
+    }
 
 
-def draw_online_trace(block: int = 8, shift: float = 0.0, scale: float = 1.0, n: int = 64, seed: int = 0,
-                      axes=None) -> dict:
+def draw_online_trace(
+    block: int = 8,
+    shift: float = 0.0,
+    scale: float = 1.0,
+    n: int = 64,
+    seed: int = 0,
+    axes=None,
+) -> dict:
     """The row's scores with the running max m′ after each block (top) and l′ after each block (bottom).
 
     Returns the trace, the final (m, l) and max |online − safe|.
@@ -93,7 +139,9 @@ def draw_online_trace(block: int = 8, shift: float = 0.0, scale: float = 1.0, n:
     tr = online_trace(x, block)
     cmp = online_vs_safe(x, block)
     if axes is None:
-        _, axes = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+        _, axes = plt.subplots(
+            2, 1, figsize=(10, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
+        )
     ax_m, ax_l = axes
     j = np.arange(n)
     for b, (a, z) in enumerate(zip(tr["start"], tr["stop"])):
@@ -101,24 +149,58 @@ def draw_online_trace(block: int = 8, shift: float = 0.0, scale: float = 1.0, n:
             ax_m.axvspan(a - 0.5, z - 0.5, color="gray", alpha=0.12, lw=0)
             ax_l.axvspan(a - 0.5, z - 0.5, color="gray", alpha=0.12, lw=0)
     ax_m.plot(j, x, "o", ms=4, color="C0", label="scores x_j")
-    ax_m.step(np.r_[tr["start"], n] - 0.5, np.r_[tr["m_new"], tr["m_new"][-1]], where="post", color="C3", lw=2.5,
-              label="running max m′ after each block")
+    ax_m.step(
+        np.r_[tr["start"], n] - 0.5,
+        np.r_[tr["m_new"], tr["m_new"][-1]],
+        where="post",
+        color="C3",
+        lw=2.5,
+        label="running max m′ after each block",
+    )
     grew = tr["alpha"] < 1
-    grew[0] = False                                            # the first block has nothing to rescale
-    ax_m.plot(tr["start"][grew] - 0.5, tr["m_new"][grew], "^", ms=9, color="C3",
-              label=f"m′ > m: l rescaled by α = e^(m − m′) < 1 ({int(grew.sum())}×)")
-    ax_m.set(ylabel="score", title=f"Online softmax, n = {n}, block = {block}: "
-             f"{len(tr['block'])} blocks; max |online − safe| = {cmp['max_abs_diff']:.1e}")
+    grew[0] = False  # the first block has nothing to rescale
+    ax_m.plot(
+        tr["start"][grew] - 0.5,
+        tr["m_new"][grew],
+        "^",
+        ms=9,
+        color="C3",
+        label=f"m′ > m: l rescaled by α = e^(m − m′) < 1 ({int(grew.sum())}×)",
+    )
+    ax_m.set(
+        ylabel="score",
+        title=f"Online softmax, n = {n}, block = {block}: "
+        f"{len(tr['block'])} blocks; max |online − safe| = {cmp['max_abs_diff']:.1e}",
+    )
     lo, hi = float(x.min()), float(x.max())
-    ax_m.set_ylim(lo - 0.45 * (hi - lo), hi + 0.1 * (hi - lo))          # room for the legend below the dots
+    ax_m.set_ylim(
+        lo - 0.45 * (hi - lo), hi + 0.1 * (hi - lo)
+    )  # room for the legend below the dots
     ax_m.legend(loc="lower center", ncol=3, fontsize=9)
     centers = (tr["start"] + tr["stop"] - 1) / 2
-    ax_l.bar(centers, tr["l_new"], width=(tr["stop"] - tr["start"]) * 0.8, color="C2", label="l′ after the block")
-    ax_l.plot(centers, tr["l_direct"], "k_", ms=12, mew=2, label="Σ exp(x_j − m′) recomputed")
+    ax_l.bar(
+        centers,
+        tr["l_new"],
+        width=(tr["stop"] - tr["start"]) * 0.8,
+        color="C2",
+        label="l′ after the block",
+    )
+    ax_l.plot(
+        centers, tr["l_direct"], "k_", ms=12, mew=2, label="Σ exp(x_j − m′) recomputed"
+    )
     if len(tr["block"]) <= 16:
         for c, a, lv in zip(centers[grew], tr["alpha"][grew], tr["l_new"][grew]):
             ax_l.text(c, lv, f"α={a:.2f}", ha="center", va="bottom", fontsize=9)
     ax_l.set(xlabel="index j of the score x_j (shaded: alternate blocks)", ylabel="l′")
     ax_l.legend(loc="upper left", fontsize=9)
-    return {"block": block, "shift": float(shift), "scale": float(scale), "n": n, "trace": tr,
-            "m": cmp["m"], "l": cmp["l"], "max_abs_diff": cmp["max_abs_diff"], "rescales": int(grew.sum())}
+    return {
+        "block": block,
+        "shift": float(shift),
+        "scale": float(scale),
+        "n": n,
+        "trace": tr,
+        "m": cmp["m"],
+        "l": cmp["l"],
+        "max_abs_diff": cmp["max_abs_diff"],
+        "rescales": int(grew.sum()),
+    }

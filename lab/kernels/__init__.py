@@ -20,7 +20,7 @@ The public entry of rungs 4 and 5, with their backward and autograd, is `lab/tor
 `lab/kernels/rung6_triton_backward.py`.
 
 (`block_q` is Br, `block_k` is Bc.) The rules every rung shares sit in `lab/rules.py`: which keys a query sees (`causal_key_end`, `causal_mask`) and the guard for a row that has seen no key
-(`safe_exp_shift`); the input checks in `lab/_checks.py`; the tile plan (which tiles to compute, which
+(`safe_exp_shift`); the input checks in `lab/validate.py`; the tile plan (which tiles to compute, which
 to mask) in `lab/_tiles.py`; the byte and op counting in `lab/trace.py` (`trace.load`, `trace.store`).
 The backward passes have their own ladder in `lab/backward.py` (notebook 09).
 
@@ -33,5 +33,12 @@ from .rung0_reference import attention_reference
 from .rung1_naive import attention_naive
 from .rung3_numpy_fa2 import VARIANTS, flash_attention_numpy
 
-__all__ = ["attention_reference", "attention_naive", "flash_attention_numpy", "VARIANTS",
-           "causal_key_end", "causal_mask", "safe_exp_shift"]
+__all__ = [
+    "attention_reference",
+    "attention_naive",
+    "flash_attention_numpy",
+    "VARIANTS",
+    "causal_key_end",
+    "causal_mask",
+    "safe_exp_shift",
+]

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import check_qkv, group_view, ungroup_view
 from ..masks import _kept, check_mods, index_arrays
-from ..states import SoftmaxState, finalize
 from ..rules import causal_mask, safe_exp_shift
+from ..states import SoftmaxState, finalize
+from ..validate import check_qkv, group_view, ungroup_view
 
 __all__ = ["attention_reference"]
 
 
-def attention_reference(q, k, v, *, causal: bool = False, scale=None, mask_mod=None, score_mod=None):
+def attention_reference(
+    q, k, v, *, causal: bool = False, scale=None, mask_mod=None, score_mod=None
+):
     """$S = \\mathrm{scale}\\,Q K^\\top$, $P = \\mathrm{softmax}(S)$, $O = P V$, in float64; returns `(o, lse)`.
 
     The oracle: materializes S and P (N×M each). `o` comes back in the input dtype, `lse` (natural log)
@@ -34,17 +36,21 @@ def attention_reference(q, k, v, *, causal: bool = False, scale=None, mask_mod=N
     q, k, v, group, scale = check_qkv(q, k, v, scale, causal)
     check_mods(mask_mod, score_mod, q.shape, k.shape)
     out_dtype = np.result_type(q.dtype, k.dtype, v.dtype)
-    q5, k5, v5 = group_view(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), group)
-    s = scale * (q5 @ np.swapaxes(k5, -1, -2))                  # S: (..., N, M)
+    q5, k5, v5 = group_view(
+        q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), group
+    )
+    s = scale * (q5 @ np.swapaxes(k5, -1, -2))  # S: (..., N, M)
     N, M = q.shape[-2], k.shape[-2]
     if mask_mod is not None or score_mod is not None:
         s = _modded(s, q.shape[:2], N, M, causal, mask_mod, score_mod)
     elif causal:
         s = np.where(causal_mask(N, M), s, -np.inf)
     m = s.max(axis=-1) if M > 0 else np.full(s.shape[:-1], -np.inf)
-    p = np.exp(s - safe_exp_shift(m)[..., None])               # P before the division: (..., N, M)
+    p = np.exp(s - safe_exp_shift(m)[..., None])  # P before the division: (..., N, M)
     o, lse = finalize(SoftmaxState(m, p.sum(axis=-1), p @ v5))
-    return ungroup_view(o, q.shape, (v.shape[-1],)).astype(out_dtype), ungroup_view(lse, q.shape, ())
+    return ungroup_view(o, q.shape, (v.shape[-1],)).astype(out_dtype), ungroup_view(
+        lse, q.shape, ()
+    )
 
 
 def _modded(s, BH, N, M, causal, mask_mod, score_mod):
@@ -54,7 +60,9 @@ def _modded(s, BH, N, M, causal, mask_mod, score_mod):
     if score_mod is not None:
         out = score_mod(s4, *idx)
         if np.shape(out) != s4.shape:
-            raise ValueError(f"score_mod must return an array of s's shape {s4.shape}, got {np.shape(out)}")
+            raise ValueError(
+                f"score_mod must return an array of s's shape {s4.shape}, got {np.shape(out)}"
+            )
         s4 = np.asarray(out, dtype=np.float64)
     keep = _kept(mask_mod, causal, N, M, idx)
     if keep is not None:

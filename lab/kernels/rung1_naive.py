@@ -20,8 +20,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._checks import check_causal, check_qkv, check_qkv_tensors, check_scale, group_view, ungroup_view
 from ..rules import causal_mask, safe_exp_shift
+from ..validate import (
+    check_causal,
+    check_qkv,
+    check_qkv_tensors,
+    check_scale,
+    group_view,
+    ungroup_view,
+)
 
 __all__ = ["attention_naive", "standard_attention_torch"]
 
@@ -36,12 +43,12 @@ def attention_naive(q, k, v, *, causal: bool = False, scale=None) -> np.ndarray:
     q, k, v, group, scale = check_qkv(q, k, v, scale, causal)
     dt = np.result_type(q.dtype, k.dtype, v.dtype)
     q5, k5, v5 = group_view(q, k, v, group)
-    s = (q5 * dt.type(scale)) @ np.swapaxes(k5, -1, -2)        # S: (..., N, M)
+    s = (q5 * dt.type(scale)) @ np.swapaxes(k5, -1, -2)  # S: (..., N, M)
     N, M = q.shape[-2], k.shape[-2]
     if causal:
         s[..., ~causal_mask(N, M)] = -np.inf
     m = s.max(axis=-1, keepdims=True) if M > 0 else np.zeros(s.shape[:-1] + (1,), dt)
-    p = s - safe_exp_shift(m)                                  # P: (..., N, M), the second N×M array
+    p = s - safe_exp_shift(m)  # P: (..., N, M), the second N×M array
     np.exp(p, out=p)
     l = p.sum(axis=-1, keepdims=True)
     np.divide(p, l, out=p, where=l > 0)
@@ -60,14 +67,14 @@ def standard_attention_torch(q, k, v, *, causal: bool = False, scale=None):
     group = check_qkv_tensors(q, k, v)
     scale = check_scale(scale, q.shape[-1])
     if group > 1:
-        k = k.repeat_interleave(group, dim=-3)                         # (..., Hq, M, d)
-        v = v.repeat_interleave(group, dim=-3)                         # (..., Hq, M, dv)
+        k = k.repeat_interleave(group, dim=-3)  # (..., Hq, M, d)
+        v = v.repeat_interleave(group, dim=-3)  # (..., Hq, M, dv)
     N, M = q.shape[-2], k.shape[-2]
-    s = (q * scale) @ k.transpose(-1, -2)                              # S: (..., N, M)
+    s = (q * scale) @ k.transpose(-1, -2)  # S: (..., N, M)
     if causal:
         visible = torch.from_numpy(causal_mask(N, M)).to(s.device)
         s = s.masked_fill(~visible, float("-inf"))
-    p = torch.softmax(s, dim=-1)                                       # P: (..., N, M), saved by autograd
+    p = torch.softmax(s, dim=-1)  # P: (..., N, M), saved by autograd
     if causal and N > M:
-        p = torch.nan_to_num(p, nan=0.0)                               # rows with no visible key: 0, not NaN
-    return p @ v                                                       # (..., N, dv)
+        p = torch.nan_to_num(p, nan=0.0)  # rows with no visible key: 0, not NaN
+    return p @ v  # (..., N, dv)

@@ -39,18 +39,18 @@ def lazy_step(scores, m, l, acc, v_j, count):
     $l \\leftarrow l + \\mathrm{rowsum} P_{ij}$ and $acc \\leftarrow acc + P_{ij}V_j$; no row max and no α unless a row sum
     outgrows $e^\\tau$ (`rescale_rows`) or the exponential overflows (then rung 4's `fa2_step`).
     `count` receives `"rescaled"` and `"recomputed"`."""
-    s = scores(m)                                                         # S_ij - m, m riding in the matmul
-    p_sum = s.exp_().sum(dim=-1)                                          # P_ij = exp(S_ij - m); rowsum P_ij
-    top = float(p_sum.amax())                                             # the largest row sum (a sync on a GPU)
-    if not math.isfinite(top):                                            # overflow, or a row's first key: exactly
+    s = scores(m)  # S_ij - m, m riding in the matmul
+    p_sum = s.exp_().sum(dim=-1)  # P_ij = exp(S_ij - m); rowsum P_ij
+    top = float(p_sum.amax())  # the largest row sum (a sync on a GPU)
+    if not math.isfinite(top):  # overflow, or a row's first key: exactly
         count["recomputed"] += 1
         fa2_step(scores, m, l, acc, v_j)
         return
-    if top > math.exp(LOG_BOUND):                                         # some rows outgrew e^τ: they move m
+    if top > math.exp(LOG_BOUND):  # some rows outgrew e^τ: they move m
         count["rescaled"] += 1
         p_sum = rescale_rows(s, p_sum, m, l, acc, math.exp(LOG_BOUND))
-    l.add_(p_sum)                                                         # l = l + rowsum P_ij
-    acc.baddbmm_(s, v_j)                                                  # acc = acc + P_ij V_j
+    l.add_(p_sum)  # l = l + rowsum P_ij
+    acc.baddbmm_(s, v_j)  # acc = acc + P_ij V_j
 
 
 def rescale_rows(p, p_sum, m, l, acc, bound: float):
@@ -58,8 +58,10 @@ def rescale_rows(p, p_sum, m, l, acc, bound: float):
     acc are multiplied by $\\alpha = e^{m - m'}$ (other rows by 1), in place; returns $\\mathrm{rowsum}\\,p$ after.
     $\\alpha$ comes from the stored $m'$ (rounded by up to 5e-4 at $|m| = 10^4$ in float32), not $1/r$: the rounding
     then cancels in $o = acc / l$ instead of weighting the tiles before and after the move differently."""
-    m_new = torch.where(p_sum > bound, m + torch.log(p_sum), m)               # m' = m + log r, as stored
-    alpha = torch.exp(m - m_new)                                              # α = exp(m - m'), exact for that m'
+    m_new = torch.where(
+        p_sum > bound, m + torch.log(p_sum), m
+    )  # m' = m + log r, as stored
+    alpha = torch.exp(m - m_new)  # α = exp(m - m'), exact for that m'
     m.copy_(m_new)
     p.mul_(alpha.unsqueeze(-1))
     l.mul_(alpha)

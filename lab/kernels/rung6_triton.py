@@ -50,11 +50,22 @@ import types
 import numpy as np
 import torch
 
-from .._checks import check_causal, check_choice, check_positive, check_qkv_shapes, check_scale
 from ..notebook import measured
+from ..validate import (
+    check_causal,
+    check_choice,
+    check_positive,
+    check_qkv_shapes,
+    check_scale,
+)
 
-__all__ = ["flash_attention_triton", "triton_status", "TritonUnavailableError", "triton_tile_kinds",
-           "triton_kernel_source"]
+__all__ = [
+    "flash_attention_triton",
+    "triton_status",
+    "TritonUnavailableError",
+    "triton_tile_kinds",
+    "triton_kernel_source",
+]
 
 # Triton decides whether its library functions (tl.max, tl.sum, ...) and the kernels below are interpreted
 # or compiled when they are defined, so on a machine without CUDA the variable is set before anything
@@ -65,13 +76,19 @@ if "triton" not in sys.modules and not torch.cuda.is_available():
 try:
     import triton
     import triton.language as tl
-except Exception as exc:                     # no wheel for this platform, or a broken install: the kernels are
-    _IMPORT_ERROR = str(exc) or type(exc).__name__   # defined, never run, and triton_status() says why
+except (
+    Exception
+) as exc:  # no wheel for this platform, or a broken install: the kernels are
+    _IMPORT_ERROR = (
+        str(exc) or type(exc).__name__
+    )  # defined, never run, and triton_status() says why
     triton, tl = types.SimpleNamespace(jit=lambda fn: fn), None
 else:
     _IMPORT_ERROR = None
 
-_LOG2E = math.log2(math.e)                   # scale·log2(e) turns e^x into 2^(x·log2 e): exp becomes exp2
+_LOG2E = math.log2(
+    math.e
+)  # scale·log2(e) turns e^x into 2^(x·log2 e): exp becomes exp2
 _STATE: dict = {}
 
 
@@ -86,21 +103,36 @@ def _load():
     if "kernels" in _STATE:
         return _STATE["kernels"]
     try:
-        import triton as triton_module               # the import above, again: it fails here wherever it failed there
+        import triton as triton_module  # the import above, again: it fails here wherever it failed there
         from triton.runtime.interpreter import InterpretedFunction
+
         if _IMPORT_ERROR is not None:
             raise ImportError(_IMPORT_ERROR)
-    except ImportError as exc:                       # no wheel for this platform, or a broken install
-        _STATE["error"] = (f"Triton is not importable here ({exc}); it publishes wheels for Linux only, so the "
-                           "Triton kernel is skipped on this machine and the torch kernels stand in for it.")
+    except ImportError as exc:  # no wheel for this platform, or a broken install
+        _STATE["error"] = (
+            f"Triton is not importable here ({exc}); it publishes wheels for Linux only, so the "
+            "Triton kernel is skipped on this machine and the torch kernels stand in for it."
+        )
         raise TritonUnavailableError(_STATE["error"]) from exc
-    from .rung6_triton_backward import _attn_bwd_dkdv, _attn_bwd_dq   # it imports this module: imported here, not at the top
+    from .rung6_triton_backward import (
+        _attn_bwd_dkdv,
+        _attn_bwd_dq,
+    )  # it imports this module: imported here, not at the top
+
     backward = (_attn_bwd_dkdv, _attn_bwd_dq)
-    interpreted = isinstance(_attn_fwd, InterpretedFunction)    # TRITON_INTERPRET=1 when the kernels were defined
-    kernels = {"triton": triton_module, "interpreted": _attn_fwd if interpreted else None,
-               "interpreted_bwd": backward if interpreted else None}
+    interpreted = isinstance(
+        _attn_fwd, InterpretedFunction
+    )  # TRITON_INTERPRET=1 when the kernels were defined
+    kernels = {
+        "triton": triton_module,
+        "interpreted": _attn_fwd if interpreted else None,
+        "interpreted_bwd": backward if interpreted else None,
+    }
     if torch.cuda.is_available():
-        kernels["compiled"], kernels["compiled_bwd"] = _attn_fwd, backward   # interpreted too under TRITON_INTERPRET=1
+        kernels["compiled"], kernels["compiled_bwd"] = (
+            _attn_fwd,
+            backward,
+        )  # interpreted too under TRITON_INTERPRET=1
     _STATE["kernels"] = kernels
     return kernels
 
@@ -114,89 +146,212 @@ def triton_status() -> tuple[bool, str]:
         kernels = _load()
     except TritonUnavailableError as exc:
         return False, str(exc)
-    version = measured(kernels["triton"].__version__, "")                 # differs between machines: masked
+    version = measured(
+        kernels["triton"].__version__, ""
+    )  # differs between machines: masked
     if "compiled" in kernels and os.environ.get("TRITON_INTERPRET", "0") != "1":
-        return True, (f"Triton {version}: compiled for {measured(torch.cuda.get_device_name(0), '')}; CPU tensors need "
-                      "TRITON_INTERPRET=1 set before Python starts.")
+        return True, (
+            f"Triton {version}: compiled for {measured(torch.cuda.get_device_name(0), '')}; CPU tensors need "
+            "TRITON_INTERPRET=1 set before Python starts."
+        )
     if kernels["interpreted"] is None:
-        return False, ("Triton was imported before lab without TRITON_INTERPRET=1, so its interpreter is off in this "
-                       "process; restart with TRITON_INTERPRET=1 to step through the kernel on the CPU.")
-    return True, (f"Triton {version}: no CUDA device, so CPU tensors run through Triton's interpreter "
-                  "(numpy, one program at a time): correct on small shapes, never a timing.")
+        return False, (
+            "Triton was imported before lab without TRITON_INTERPRET=1, so its interpreter is off in this "
+            "process; restart with TRITON_INTERPRET=1 to step through the kernel on the CPU."
+        )
+    return True, (
+        f"Triton {version}: no CUDA device, so CPU tensors run through Triton's interpreter "
+        "(numpy, one program at a time): correct on small shapes, never a timing."
+    )
 
 
 # ------------------------------------------------------------------------------------------ the forward kernel
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, LSE, qk_scale, N, M, G, D, DV,
-              stride_qh, stride_qn, stride_kz, stride_kn, stride_vz, stride_vn, stride_oh, stride_on,
-              CAUSAL: tl.constexpr, Br: tl.constexpr, Bc: tl.constexpr,
-              BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr):
+def _attn_fwd(
+    Q,
+    K,
+    V,
+    O,
+    LSE,
+    qk_scale,
+    N,
+    M,
+    G,
+    D,
+    DV,
+    stride_qh,
+    stride_qn,
+    stride_kz,
+    stride_kn,
+    stride_vz,
+    stride_vn,
+    stride_oh,
+    stride_on,
+    CAUSAL: tl.constexpr,
+    Br: tl.constexpr,
+    Bc: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """One program: the Br query rows of block Q_i of one (batch, query head) against the key blocks they see."""
-    i = tl.program_id(0)                                          # which query block Q_i
-    bh = tl.program_id(1)                                         # which (batch, query head)
-    kv = bh // G                                                  # its (batch, kv head): G query heads share K, V
-    rows = i * Br + tl.arange(0, Br)                              # the query rows of Q_i: (Br,)
-    feats = tl.arange(0, BLOCK_D)                                 # the d features, padded to a power of two
-    feats_v = tl.arange(0, BLOCK_DV)                              # the dv features of v and o
-    row_ok = rows < N                                             # the last query block may run past N
-    q = tl.load(Q + bh * stride_qh + rows[:, None] * stride_qn + feats[None, :],
-                mask=row_ok[:, None] & (feats[None, :] < D), other=0.0)       # Q_i: (Br, BLOCK_D)
-    m = tl.full([Br], float("-inf"), tl.float32)                  # m, in log2 units: -inf before any key
-    l = tl.zeros([Br], tl.float32)                                # l
-    acc = tl.zeros([Br, BLOCK_DV], tl.float32)                    # acc: (Br, BLOCK_DV)
-    K_kv = K + kv * stride_kz                                     # this kv head's keys and values
+    i = tl.program_id(0)  # which query block Q_i
+    bh = tl.program_id(1)  # which (batch, query head)
+    kv = bh // G  # its (batch, kv head): G query heads share K, V
+    rows = i * Br + tl.arange(0, Br)  # the query rows of Q_i: (Br,)
+    feats = tl.arange(0, BLOCK_D)  # the d features, padded to a power of two
+    feats_v = tl.arange(0, BLOCK_DV)  # the dv features of v and o
+    row_ok = rows < N  # the last query block may run past N
+    q = tl.load(
+        Q + bh * stride_qh + rows[:, None] * stride_qn + feats[None, :],
+        mask=row_ok[:, None] & (feats[None, :] < D),
+        other=0.0,
+    )  # Q_i: (Br, BLOCK_D)
+    m = tl.full(
+        [Br], float("-inf"), tl.float32
+    )  # m, in log2 units: -inf before any key
+    l = tl.zeros([Br], tl.float32)  # l
+    acc = tl.zeros([Br, BLOCK_DV], tl.float32)  # acc: (Br, BLOCK_DV)
+    K_kv = K + kv * stride_kz  # this kv head's keys and values
     V_kv = V + kv * stride_vz
-    full = M // Bc * Bc                                           # key blocks before `full` need no mask
-    band = M                                                      # key blocks from `band` on are skipped
+    full = M // Bc * Bc  # key blocks before `full` need no mask
+    band = M  # key blocks from `band` on are skipped
     if CAUSAL:
-        full = tl.maximum(0, i * Br + 1 + M - N) // Bc * Bc       # keys up to the first row's last: seen by every row
-        band = tl.minimum(M, (i + 1) * Br + M - N)                # keys past the last row's last: seen by none
-    for j0 in range(0, full, Bc):                                 # every row sees every key: no mask
-        m, l, acc = _attn_fwd_step(q, m, l, acc, K_kv, V_kv, rows, j0, qk_scale, N, M, D, DV, stride_kn, stride_vn,
-                                   False, CAUSAL, Bc, BLOCK_D, BLOCK_DV, PRECISION)
-    for j0 in range(full, band, Bc):                              # the diagonal band, or the partial last block: masked
-        m, l, acc = _attn_fwd_step(q, m, l, acc, K_kv, V_kv, rows, j0, qk_scale, N, M, D, DV, stride_kn, stride_vn,
-                                   True, CAUSAL, Bc, BLOCK_D, BLOCK_DV, PRECISION)
-    seen = l > 0                                                  # False for a row that sees no key (causal, N > M)
+        full = (
+            tl.maximum(0, i * Br + 1 + M - N) // Bc * Bc
+        )  # keys up to the first row's last: seen by every row
+        band = tl.minimum(
+            M, (i + 1) * Br + M - N
+        )  # keys past the last row's last: seen by none
+    for j0 in range(0, full, Bc):  # every row sees every key: no mask
+        m, l, acc = _attn_fwd_step(
+            q,
+            m,
+            l,
+            acc,
+            K_kv,
+            V_kv,
+            rows,
+            j0,
+            qk_scale,
+            N,
+            M,
+            D,
+            DV,
+            stride_kn,
+            stride_vn,
+            False,
+            CAUSAL,
+            Bc,
+            BLOCK_D,
+            BLOCK_DV,
+            PRECISION,
+        )
+    for j0 in range(
+        full, band, Bc
+    ):  # the diagonal band, or the partial last block: masked
+        m, l, acc = _attn_fwd_step(
+            q,
+            m,
+            l,
+            acc,
+            K_kv,
+            V_kv,
+            rows,
+            j0,
+            qk_scale,
+            N,
+            M,
+            D,
+            DV,
+            stride_kn,
+            stride_vn,
+            True,
+            CAUSAL,
+            Bc,
+            BLOCK_D,
+            BLOCK_DV,
+            PRECISION,
+        )
+    seen = l > 0  # False for a row that sees no key (causal, N > M)
     l_safe = tl.where(seen, l, 1.0)
-    o = acc / l_safe[:, None]                                     # o = acc / l, the one division; 0 where no key is seen
-    lse = tl.where(seen, (m + tl.log2(l_safe)) * 0.6931471805599453, float("-inf"))   # lse = (m + log2 l)·ln 2
-    tl.store(O + bh * stride_oh + rows[:, None] * stride_on + feats_v[None, :], o.to(O.dtype.element_ty),
-             mask=row_ok[:, None] & (feats_v[None, :] < DV))
+    o = acc / l_safe[:, None]  # o = acc / l, the one division; 0 where no key is seen
+    lse = tl.where(
+        seen, (m + tl.log2(l_safe)) * 0.6931471805599453, float("-inf")
+    )  # lse = (m + log2 l)·ln 2
+    tl.store(
+        O + bh * stride_oh + rows[:, None] * stride_on + feats_v[None, :],
+        o.to(O.dtype.element_ty),
+        mask=row_ok[:, None] & (feats_v[None, :] < DV),
+    )
     tl.store(LSE + bh * N + rows, lse, mask=row_ok)
 
 
 @triton.jit
-def _attn_fwd_step(q, m, l, acc, K_kv, V_kv, rows, j0, qk_scale, N, M, D, DV, stride_kn, stride_vn,
-                   MASKED: tl.constexpr, CAUSAL: tl.constexpr, Bc: tl.constexpr,
-                   BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr):
+def _attn_fwd_step(
+    q,
+    m,
+    l,
+    acc,
+    K_kv,
+    V_kv,
+    rows,
+    j0,
+    qk_scale,
+    N,
+    M,
+    D,
+    DV,
+    stride_kn,
+    stride_vn,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    Bc: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """One key block K_j, V_j (keys j0 .. j0 + Bc - 1): (m, l, acc) -> (m', l', acc'), m in log2 units."""
-    cols = j0 + tl.arange(0, Bc)                                  # the keys of K_j: (Bc,)
+    cols = j0 + tl.arange(0, Bc)  # the keys of K_j: (Bc,)
     feats = tl.arange(0, BLOCK_D)
     feats_v = tl.arange(0, BLOCK_DV)
-    col_ok = cols < M                                             # the last key block may run past M
-    k = tl.load(K_kv + cols[None, :] * stride_kn + feats[:, None],
-                mask=col_ok[None, :] & (feats[:, None] < D), other=0.0)        # K_jᵀ: (BLOCK_D, Bc)
-    v = tl.load(V_kv + cols[:, None] * stride_vn + feats_v[None, :],
-                mask=col_ok[:, None] & (feats_v[None, :] < DV), other=0.0)     # V_j: (Bc, BLOCK_DV)
-    s = tl.dot(q, k, input_precision=PRECISION) * qk_scale        # S_ij·log2(e): (Br, Bc)
+    col_ok = cols < M  # the last key block may run past M
+    k = tl.load(
+        K_kv + cols[None, :] * stride_kn + feats[:, None],
+        mask=col_ok[None, :] & (feats[:, None] < D),
+        other=0.0,
+    )  # K_jᵀ: (BLOCK_D, Bc)
+    v = tl.load(
+        V_kv + cols[:, None] * stride_vn + feats_v[None, :],
+        mask=col_ok[:, None] & (feats_v[None, :] < DV),
+        other=0.0,
+    )  # V_j: (Bc, BLOCK_DV)
+    s = tl.dot(q, k, input_precision=PRECISION) * qk_scale  # S_ij·log2(e): (Br, Bc)
     if MASKED:
         visible = col_ok[None, :]
         if CAUSAL:
-            visible = visible & (cols[None, :] <= rows[:, None] + (M - N))    # key j visible to query i
+            visible = visible & (
+                cols[None, :] <= rows[:, None] + (M - N)
+            )  # key j visible to query i
         s = tl.where(visible, s, float("-inf"))
-    m_new = tl.maximum(m, tl.max(s, 1))                           # m' = max(m, rowmax S_ij)
-    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)          # a row with no key yet: 2^(-inf) = 0, not NaN
-    p = tl.exp2(s - m_use[:, None])                               # P_ij = exp(S_ij - m')
-    alpha = tl.exp2(m - m_use)                                    # α = exp(m - m')
-    l = l * alpha + tl.sum(p, 1)                                  # l' = α l + rowsum P_ij
-    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)   # acc' = α acc + P_ij V_j
+    m_new = tl.maximum(m, tl.max(s, 1))  # m' = max(m, rowmax S_ij)
+    m_use = tl.where(
+        m_new == float("-inf"), 0.0, m_new
+    )  # a row with no key yet: 2^(-inf) = 0, not NaN
+    p = tl.exp2(s - m_use[:, None])  # P_ij = exp(S_ij - m')
+    alpha = tl.exp2(m - m_use)  # α = exp(m - m')
+    l = l * alpha + tl.sum(p, 1)  # l' = α l + rowsum P_ij
+    acc = tl.dot(
+        p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION
+    )  # acc' = α acc + P_ij V_j
     return m_new, l, acc
 
 
-def triton_tile_kinds(N: int, M: int, Br: int, Bc: int, causal: bool = False) -> np.ndarray:
+def triton_tile_kinds(
+    N: int, M: int, Br: int, Bc: int, causal: bool = False
+) -> np.ndarray:
     """What the forward kernel does with each (query block i, key block j): 2 computes it unmasked, 1 masked, 0 skips it.
 
     The kernel's own bounds, per query block: key blocks before `full` are seen in full by every row, those
@@ -226,7 +381,13 @@ def triton_kernel_source(name: str = "forward") -> str:
     Taught in: notebooks/08_hardware_runs.ipynb
     """
     from .rung6_triton_backward import _attn_bwd_dkdv, _attn_bwd_dq
-    kernels = {"forward": _attn_fwd, "step": _attn_fwd_step, "dkdv": _attn_bwd_dkdv, "dq": _attn_bwd_dq}
+
+    kernels = {
+        "forward": _attn_fwd,
+        "step": _attn_fwd_step,
+        "dkdv": _attn_bwd_dkdv,
+        "dq": _attn_bwd_dq,
+    }
     check_choice(name, kernels, "name")
     return inspect.getsource(getattr(kernels[name], "fn", kernels[name])).rstrip("\n")
 
@@ -235,12 +396,25 @@ def _check_block(block, name):
     if isinstance(block, bool) or not isinstance(block, int):
         raise TypeError(f"{name} must be an integer power of two >= 16, got {block!r}")
     if block < 16 or block & (block - 1):
-        raise ValueError(f"{name} must be a power of two >= 16 (Triton's tl.arange and tl.dot need it), got {block}")
+        raise ValueError(
+            f"{name} must be a power of two >= 16 (Triton's tl.arange and tl.dot need it), got {block}"
+        )
     return block
 
 
-def flash_attention_triton(q, k, v, *, causal: bool = False, scale=None, block_q: int = 64, block_k: int = 64,
-                           return_lse: bool = False, num_warps=None, num_stages=None):
+def flash_attention_triton(
+    q,
+    k,
+    v,
+    *,
+    causal: bool = False,
+    scale=None,
+    block_q: int = 64,
+    block_k: int = 64,
+    return_lse: bool = False,
+    num_warps=None,
+    num_stages=None,
+):
     """Fused FlashAttention-2 forward $o = \\mathrm{softmax}(\\mathrm{scale}\\,QK^\\top)V$, one Triton program per (query block, batch·head).
 
     Per key block: $S = \\mathrm{scale}\\,Q_iK_j^\\top$, $m' = \\max(m, \\mathrm{rowmax} S)$, $P = e^{S - m'}$,
@@ -260,47 +434,91 @@ def flash_attention_triton(q, k, v, *, causal: bool = False, scale=None, block_q
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-            raise TypeError(f"{name} must be float16, bfloat16 or float32 for the Triton kernel, got {t.dtype}")
+            raise TypeError(
+                f"{name} must be float16, bfloat16 or float32 for the Triton kernel, got {t.dtype}"
+            )
     if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise TypeError(
+            f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
     if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+        raise ValueError(
+            f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}"
+        )
     group = check_qkv_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape))
     scale = check_scale(scale, q.shape[-1])
     Br, Bc = _check_block(block_q, "block_q"), _check_block(block_k, "block_k")
     if q.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"q must be a CPU tensor (interpreter) or a CUDA tensor (compiled), got {q.device}")
+        raise ValueError(
+            f"q must be a CPU tensor (interpreter) or a CUDA tensor (compiled), got {q.device}"
+        )
     kernels = _load()
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         from .rung6_triton_backward import TritonFlashAttention
+
         return TritonFlashAttention.apply(q, k, v, causal, scale, Br, Bc, return_lse)
     triton = kernels["triton"]
     N, M, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
-    Z = math.prod(k.shape[:-2])                                       # batch × kv heads
+    Z = math.prod(k.shape[:-2])  # batch × kv heads
     on_cpu = q.device.type == "cpu"
-    work = torch.float32 if (on_cpu and q.dtype == torch.bfloat16) else q.dtype   # the interpreter's bf16 dot is wrong
-    q3 = q.reshape(Z * group, N, d).to(work).contiguous()             # (Z·G, N, d)
-    k3 = k.reshape(Z, M, d).to(work).contiguous()                     # (Z, M, d)
-    v3 = v.reshape(Z, M, dv).to(work).contiguous()                    # (Z, M, dv)
+    work = (
+        torch.float32 if (on_cpu and q.dtype == torch.bfloat16) else q.dtype
+    )  # the interpreter's bf16 dot is wrong
+    q3 = q.reshape(Z * group, N, d).to(work).contiguous()  # (Z·G, N, d)
+    k3 = k.reshape(Z, M, d).to(work).contiguous()  # (Z, M, d)
+    v3 = v.reshape(Z, M, dv).to(work).contiguous()  # (Z, M, dv)
     o3 = torch.empty((Z * group, N, dv), dtype=work, device=q.device)  # (Z·G, N, dv)
     lse = torch.empty((Z * group, N), dtype=torch.float32, device=q.device)  # (Z·G, N)
     if N > 0 and Z * group > 0:
         kernel = kernels["interpreted"] if on_cpu else kernels.get("compiled")
         if kernel is None and on_cpu:
-            raise RuntimeError("Triton's interpreter is off in this process: triton was imported before lab without "
-                               "TRITON_INTERPRET=1 (or a CUDA device is present), and Triton fixes the mode at its first "
-                               "import. Start Python with TRITON_INTERPRET=1, or import lab before anything imports triton.")
+            raise RuntimeError(
+                "Triton's interpreter is off in this process: triton was imported before lab without "
+                "TRITON_INTERPRET=1 (or a CUDA device is present), and Triton fixes the mode at its first "
+                "import. Start Python with TRITON_INTERPRET=1, or import lab before anything imports triton."
+            )
         if kernel is None:
-            raise ValueError("a CUDA tensor was given but torch.cuda.is_available() was False when Triton was loaded")
-        extra = {} if on_cpu else {k_: v_ for k_, v_ in (("num_warps", num_warps), ("num_stages", num_stages)) if v_ is not None}
-        grid = (triton.cdiv(N, Br), Z * group)                        # Tr query blocks × (batch, query head)
+            raise ValueError(
+                "a CUDA tensor was given but torch.cuda.is_available() was False when Triton was loaded"
+            )
+        extra = (
+            {}
+            if on_cpu
+            else {
+                k_: v_
+                for k_, v_ in (("num_warps", num_warps), ("num_stages", num_stages))
+                if v_ is not None
+            }
+        )
+        grid = (triton.cdiv(N, Br), Z * group)  # Tr query blocks × (batch, query head)
         kernel[grid](
-            q3, k3, v3, o3, lse, scale * _LOG2E, N, M, group, d, dv,     # qk_scale = scale·log2(e)
-            q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1), v3.stride(0), v3.stride(1),
-            o3.stride(0), o3.stride(1),
-            CAUSAL=causal, Br=Br, Bc=Bc,
-            BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_DV=max(16, triton.next_power_of_2(dv)),
-            PRECISION="ieee" if work == torch.float32 else "tf32", **extra)
-    o = o3.to(q.dtype).reshape(q.shape[:-1] + (dv,))                  # (..., N, dv)
-    lse = lse.reshape(q.shape[:-1])                                   # (..., N)
+            q3,
+            k3,
+            v3,
+            o3,
+            lse,
+            scale * _LOG2E,
+            N,
+            M,
+            group,
+            d,
+            dv,  # qk_scale = scale·log2(e)
+            q3.stride(0),
+            q3.stride(1),
+            k3.stride(0),
+            k3.stride(1),
+            v3.stride(0),
+            v3.stride(1),
+            o3.stride(0),
+            o3.stride(1),
+            CAUSAL=causal,
+            Br=Br,
+            Bc=Bc,
+            BLOCK_D=max(16, triton.next_power_of_2(d)),
+            BLOCK_DV=max(16, triton.next_power_of_2(dv)),
+            PRECISION="ieee" if work == torch.float32 else "tf32",
+            **extra,
+        )
+    o = o3.to(q.dtype).reshape(q.shape[:-1] + (dv,))  # (..., N, dv)
+    lse = lse.reshape(q.shape[:-1])  # (..., N)
     return (o, lse) if return_lse else o

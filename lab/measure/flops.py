@@ -6,7 +6,9 @@ Taught in: notebooks/08_hardware_runs.ipynb
 from __future__ import annotations
 
 
-def attention_flops(B: int, H: int, N: int, d: int, *, M=None, causal: bool = False) -> float:
+def attention_flops(
+    B: int, H: int, N: int, d: int, *, M=None, causal: bool = False
+) -> float:
     """Matmul FLOPs of an attention forward: $4 \\cdot B \\cdot H \\cdot N \\cdot M \\cdot d$, halved for causal (FlashAttention-2 §4.1).
 
     Two products, S = Q·Kᵀ and O = P·V, of 2·N·M·d FLOPs each per head; the softmax is not counted.

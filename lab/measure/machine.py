@@ -35,13 +35,20 @@ def _cpu_model() -> str:
 def _blas() -> dict:
     """torch's BLAS, LAPACK, OpenMP and CPU capability (from `torch.__config__.show()`), threadpoolctl's pools when installed."""
     config = torch.__config__.show()
-    info = {key.lower(): m.group(1) for key in ("BLAS_INFO", "LAPACK_INFO", "USE_OPENMP", "USE_MKLDNN")
-            if (m := re.search(key + r"=([^,\s]+)", config))}
-    if (m := re.search(r"CPU capability usage: (\S+)", config)):
+    info = {
+        key.lower(): m.group(1)
+        for key in ("BLAS_INFO", "LAPACK_INFO", "USE_OPENMP", "USE_MKLDNN")
+        if (m := re.search(key + r"=([^,\s]+)", config))
+    }
+    if m := re.search(r"CPU capability usage: (\S+)", config):
         info["cpu_capability"] = m.group(1)
     try:
         from threadpoolctl import threadpool_info
-        info["threadpools"] = [{k: p.get(k) for k in ("internal_api", "num_threads", "version")} for p in threadpool_info()]
+
+        info["threadpools"] = [
+            {k: p.get(k) for k in ("internal_api", "num_threads", "version")}
+            for p in threadpool_info()
+        ]
     except ImportError:
         pass
     return info
@@ -64,18 +71,27 @@ def describe_machine() -> dict:
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
-    versions = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__}
+    versions = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+    }
     try:
         import triton
+
         versions["triton"] = triton.__version__
     except ImportError:
         versions["triton"] = None
     gpu = None
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        gpu = {"name": props.name, "memory_gb": round(props.total_memory / 1e9, 1),
-               "capability": f"{props.major}.{props.minor}", "sms": props.multi_processor_count,
-               "cuda": torch.version.cuda}
+        gpu = {
+            "name": props.name,
+            "memory_gb": round(props.total_memory / 1e9, 1),
+            "capability": f"{props.major}.{props.minor}",
+            "sms": props.multi_processor_count,
+            "cuda": torch.version.cuda,
+        }
     return {
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
@@ -84,14 +100,22 @@ def describe_machine() -> dict:
         "blas": _blas(),
         "gpu": gpu,
         "os": platform.platform(),
-        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "load_average": [round(x, 2) for x in os.getloadavg()]
+        if hasattr(os, "getloadavg")
+        else None,
         "versions": versions,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 
 
-def measure_ceilings(device: str = "cpu", *, n: int | None = None, mbytes: int | None = None, min_run_time: float = 0.3,
-                     repeats: int = 3) -> dict:
+def measure_ceilings(
+    device: str = "cpu",
+    *,
+    n: int | None = None,
+    mbytes: int | None = None,
+    min_run_time: float = 0.3,
+    repeats: int = 3,
+) -> dict:
     """Measured matmul FLOP/s ($2n^3$ per n×n product) and memory bandwidth (bytes read + written by a large copy, per second).
 
     CPU: fp32 n = 1024 and a 64 MB copy by default; CUDA: fp16 n = 8192 (and fp32) and a 1 GB copy.
@@ -109,14 +133,19 @@ def measure_ceilings(device: str = "cpu", *, n: int | None = None, mbytes: int |
         raise ValueError(f"n and mbytes must be >= 1, got n={n}, mbytes={mbytes}")
     if int(repeats) != repeats or repeats < 1:
         raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
-    best = lambda fn: min(time_call(fn, device=device, min_run_time=min_run_time) for _ in range(int(repeats)))
+    best = lambda fn: min(
+        time_call(fn, device=device, min_run_time=min_run_time)
+        for _ in range(int(repeats))
+    )
     out = {"device": dev.type, "n": n, "copy_mb": mbytes}
-    dtypes = [("fp32", torch.float32)] + ([("fp16", torch.float16), ("bf16", torch.bfloat16)] if cuda else [])
+    dtypes = [("fp32", torch.float32)] + (
+        [("fp16", torch.float16), ("bf16", torch.bfloat16)] if cuda else []
+    )
     for name, dt in dtypes:
         a = torch.randn(n, n, device=dev).to(dt)
         b = torch.randn(n, n, device=dev).to(dt)
         c = torch.empty(n, n, device=dev, dtype=dt)
-        t = best(lambda: torch.mm(a, b, out=c))
+        t = best(lambda a=a, b=b, c=c: torch.mm(a, b, out=c))
         out[f"matmul_{name}_flops"] = 2.0 * n**3 / t
         del a, b, c
     x = torch.empty(mbytes * 2**20 // 4, device=dev).normal_()
@@ -124,4 +153,3 @@ def measure_ceilings(device: str = "cpu", *, n: int | None = None, mbytes: int |
     t = best(lambda: y.copy_(x))
     out["bandwidth_bytes_per_s"] = 2.0 * x.numel() * 4 / t
     return out
-

@@ -51,7 +51,15 @@ def peak_memory(cases, *, device: str = "cpu") -> list:
 def _cuda_peak(case, device) -> int:
     """`max_memory_allocated` during one call minus `memory_allocated` before it, in bytes."""
     fn, _ = KERNELS[case["kernel"]]
-    q, k, v = make_inputs(case["kernel"], case["B"], case["H"], case["N"], case["d"], dtype=case["dtype"], device=device)
+    q, k, v = make_inputs(
+        case["kernel"],
+        case["B"],
+        case["H"],
+        case["N"],
+        case["d"],
+        dtype=case["dtype"],
+        device=device,
+    )
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
@@ -65,10 +73,26 @@ def _cuda_peak(case, device) -> int:
 def _run_probe(cases, threads: int) -> list:
     """The CPU cases measured in one child process `python -m lab.measure.probe`; its last output line is the JSON list."""
     env = dict(os.environ, **PROBE_ENV)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the folder holding `lab`
+    root = os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    )  # the folder holding `lab`
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    run = subprocess.run([sys.executable, "-m", PROBE_MODULE, json.dumps(cases), "--threads", str(threads)],
-                         capture_output=True, text=True, env=env, timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            PROBE_MODULE,
+            json.dumps(cases),
+            "--threads",
+            str(threads),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     if run.returncode != 0:
-        raise RuntimeError(f"the memory probe ({PROBE_MODULE}) failed: {run.stderr[-1500:]}")
+        raise RuntimeError(
+            f"the memory probe ({PROBE_MODULE}) failed: {run.stderr[-1500:]}"
+        )
     return json.loads(run.stdout.strip().splitlines()[-1])

@@ -47,14 +47,24 @@ def probe(cases) -> list:
     from .kernels import KERNELS, make_inputs
 
     x = torch.randn(64, 64)
-    (torch.softmax(x @ x, -1) @ x).sum()          # warm the thread pool and BLAS before any baseline
+    (
+        torch.softmax(x @ x, -1) @ x
+    ).sum()  # warm the thread pool and BLAS before any baseline
     out = []
     for case in cases:
         fn, _ = KERNELS[case["kernel"]]
-        q, k, v = make_inputs(case["kernel"], case["B"], case["H"], case["N"], case["d"],
-                              dtype=case.get("dtype", "float32"))
+        q, k, v = make_inputs(
+            case["kernel"],
+            case["B"],
+            case["H"],
+            case["N"],
+            case["d"],
+            dtype=case.get("dtype", "float32"),
+        )
         causal = case.get("causal", False)
-        fn(q, k, v, causal)                       # warm-up call: one-time buffers of the BLAS are not the kernel's
+        fn(
+            q, k, v, causal
+        )  # warm-up call: one-time buffers of the BLAS are not the kernel's
         fresh = _reset_peak()
         base = _status("VmRSS")
         o = fn(q, k, v, causal)
@@ -66,9 +76,18 @@ def probe(cases) -> list:
 
 def main(argv=None) -> int:
     """Command line: the cases as a JSON list, torch's thread count; prints the peaks as a JSON list."""
-    parser = argparse.ArgumentParser(prog="python -m lab.measure.probe", description=__doc__.split("\n\n")[0])
-    parser.add_argument("cases", help='JSON list of {"kernel", "B", "H", "N", "d", "dtype", "causal"}')
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser = argparse.ArgumentParser(
+        prog="python -m lab.measure.probe", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "cases", help='JSON list of {"kernel", "B", "H", "N", "d", "dtype", "causal"}'
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's choice)",
+    )
     args = parser.parse_args(argv)
     import torch
 

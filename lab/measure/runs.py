@@ -25,7 +25,8 @@ def user_runs_dir() -> str:
     Taught in: notebooks/08_hardware_runs.ipynb
     """
     return os.environ.get("FLASH_COURSE_RUNS") or os.path.join(
-        platformdirs.user_data_dir("flash-attention-course", appauthor=False), "runs")
+        platformdirs.user_data_dir("flash-attention-course", appauthor=False), "runs"
+    )
 
 
 def load_runs(runs_dir: str | None = None) -> list:

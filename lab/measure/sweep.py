@@ -20,9 +20,23 @@ from .timing import time_interleaved
 NUMPY_MAX_N = 1024
 
 
-def run_sweep(Ns, *, d=(64,), dtypes=("float32",), causal=(False,), B: int = 1, H: int = 8, kernels=None,
-              device: str = "cpu", rounds: int = 3, min_run_time: float = 0.1, memory: bool = True,
-              max_n: dict | None = None, progress: bool = True, threads: int | None = None) -> list:
+def run_sweep(
+    Ns,
+    *,
+    d=(64,),
+    dtypes=("float32",),
+    causal=(False,),
+    B: int = 1,
+    H: int = 8,
+    kernels=None,
+    device: str = "cpu",
+    rounds: int = 3,
+    min_run_time: float = 0.1,
+    memory: bool = True,
+    max_n: dict | None = None,
+    progress: bool = True,
+    threads: int | None = None,
+) -> list:
     """Time (interleaved per setting) and peak memory of each kernel at each (N, d, dtype, causal); one dict per row.
 
     Row: kernel, device, dtype, B, H, N, d, causal, ms, tflops ($4BHN^2d$, halved for causal, per
@@ -33,24 +47,68 @@ def run_sweep(Ns, *, d=(64,), dtypes=("float32",), causal=(False,), B: int = 1, 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
     if threads is None:
-        return _run_sweep(Ns, d, dtypes, causal, B, H, kernels, device, rounds, min_run_time, memory, max_n, progress)
+        return _run_sweep(
+            Ns,
+            d,
+            dtypes,
+            causal,
+            B,
+            H,
+            kernels,
+            device,
+            rounds,
+            min_run_time,
+            memory,
+            max_n,
+            progress,
+        )
     if int(threads) < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     before = torch.get_num_threads()
     torch.set_num_threads(int(threads))
     try:
-        return _run_sweep(Ns, d, dtypes, causal, B, H, kernels, device, rounds, min_run_time, memory, max_n, progress)
+        return _run_sweep(
+            Ns,
+            d,
+            dtypes,
+            causal,
+            B,
+            H,
+            kernels,
+            device,
+            rounds,
+            min_run_time,
+            memory,
+            max_n,
+            progress,
+        )
     finally:
         torch.set_num_threads(before)
 
 
-def _run_sweep(Ns, d, dtypes, causal, B, H, kernels, device, rounds, min_run_time, memory, max_n, progress):
+def _run_sweep(
+    Ns,
+    d,
+    dtypes,
+    causal,
+    B,
+    H,
+    kernels,
+    device,
+    rounds,
+    min_run_time,
+    memory,
+    max_n,
+    progress,
+):
     from tqdm.auto import tqdm
 
     kernels = list(KERNELS) if kernels is None else list(kernels)
     for kname in kernels:
         if kname not in KERNELS:
-            raise ValueError(f"kernels must be names from lab.KERNELS ({sorted(KERNELS)}), got {kname!r}")
+            raise ValueError(
+                f"kernels must be names from lab.KERNELS ({sorted(KERNELS)}), got {kname!r}"
+            )
     Ns = [int(n) for n in Ns]
     if not Ns or min(Ns) < 1:
         raise ValueError(f"Ns must be a non-empty list of lengths >= 1, got {Ns}")
@@ -60,39 +118,71 @@ def _run_sweep(Ns, d, dtypes, causal, B, H, kernels, device, rounds, min_run_tim
     limits.update(max_n or {})
     settings = [(n, dd, dt, c) for dt in dtypes for dd in d for c in causal for n in Ns]
     rows, skipped = [], {}
-    bar = tqdm(total=len(settings) * len(kernels), desc="bench", disable=not progress, leave=False)
+    bar = tqdm(
+        total=len(settings) * len(kernels),
+        desc="bench",
+        disable=not progress,
+        leave=False,
+    )
     for N, dd, dt, c in settings:
         fns = {}
         for kname in kernels:
             ok, why = kernel_available(kname, device, dt)
             if ok and N > limits.get(kname, N):
-                ok, why = False, f"skipped above N = {limits[kname]} (too slow or too large here)"
+                ok, why = (
+                    False,
+                    f"skipped above N = {limits[kname]} (too slow or too large here)",
+                )
             if not ok:
                 skipped.setdefault(kname, why)
                 bar.update(1)
                 continue
             fn = KERNELS[kname][0]
             q, k, v = make_inputs(kname, B, H, N, dd, dtype=dt, device=device)
-            fns[kname] = (lambda fn=fn, q=q, k=k, v=v: fn(q, k, v, c))
+            fns[kname] = lambda fn=fn, q=q, k=k, v=v: fn(q, k, v, c)
         bar.set_postfix_str(f"N={N} d={dd} {dt}{' causal' if c else ''}")
-        times = time_interleaved(fns, device=device, rounds=rounds, min_run_time=min_run_time) if fns else {}
+        times = (
+            time_interleaved(
+                fns, device=device, rounds=rounds, min_run_time=min_run_time
+            )
+            if fns
+            else {}
+        )
         bar.update(len(fns))
         flops = attention_flops(B, H, N, dd, causal=c)
         for kname, t in times.items():
-            rows.append({"kernel": kname, "device": torch.device(device).type, "dtype": dt, "B": B, "H": H,
-                         "N": N, "d": dd, "causal": c, "ms": t * 1e3, "tflops": flops / t / 1e12, "peak_mb": None,
-                         "threads": torch.get_num_threads()})
+            rows.append(
+                {
+                    "kernel": kname,
+                    "device": torch.device(device).type,
+                    "dtype": dt,
+                    "B": B,
+                    "H": H,
+                    "N": N,
+                    "d": dd,
+                    "causal": c,
+                    "ms": t * 1e3,
+                    "tflops": flops / t / 1e12,
+                    "peak_mb": None,
+                    "threads": torch.get_num_threads(),
+                }
+            )
         fns.clear()
     bar.close()
     if memory and rows:
-        cases = [{k: r[k] for k in ("kernel", "B", "H", "N", "d", "dtype", "causal")} for r in rows]
+        cases = [
+            {k: r[k] for k in ("kernel", "B", "H", "N", "d", "dtype", "causal")}
+            for r in rows
+        ]
         for r, b in zip(rows, peak_memory(cases, device=device)):
             r["peak_mb"] = None if b is None else b / 2**20
     _add_ratios(rows)
     for r in rows:
         r["skipped"] = None
     for kname, why in skipped.items():
-        rows.append({"kernel": kname, "device": torch.device(device).type, "skipped": why})
+        rows.append(
+            {"kernel": kname, "device": torch.device(device).type, "skipped": why}
+        )
     return rows
 
 
@@ -100,7 +190,12 @@ def _add_ratios(rows):
     """vs_sdpa = SDPA's time / this kernel's time at the same setting (throughput ratio)."""
     key = lambda r: (r["dtype"], r["N"], r["d"], r["causal"])  # noqa: E731
     base = {}
-    for pref in ("sdpa math", "sdpa efficient", "sdpa cudnn", "sdpa flash"):   # the last one present wins
+    for pref in (
+        "sdpa math",
+        "sdpa efficient",
+        "sdpa cudnn",
+        "sdpa flash",
+    ):  # the last one present wins
         for r in rows:
             if r["kernel"] == pref:
                 base[key(r)] = r["ms"]
@@ -120,8 +215,10 @@ def results_table(rows) -> str:
             continue
         mb = "-" if r.get("peak_mb") is None else f"{r['peak_mb']:.1f}"
         ratio = "-" if r.get("vs_sdpa") is None else f"{r['vs_sdpa']:.2f}x"
-        lines.append(f"{r['kernel']:<16} {r['dtype']:<8} {r['N']:>6} {r['d']:>4} {str(r['causal']):>6} "
-                     f"{r['ms']:>10.2f} {r['tflops']:>8.4f} {mb:>9} {ratio:>8}")
+        lines.append(
+            f"{r['kernel']:<16} {r['dtype']:<8} {r['N']:>6} {r['d']:>4} {str(r['causal']):>6} "
+            f"{r['ms']:>10.2f} {r['tflops']:>8.4f} {mb:>9} {ratio:>8}"
+        )
     for r in rows:
         if r.get("skipped"):
             lines.append(f"  {r['kernel']}: {r['skipped']}")

@@ -20,7 +20,9 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def time_call(fn, *, device: str = "cpu", min_run_time: float = 0.2, warmup: bool = True) -> float:
+def time_call(
+    fn, *, device: str = "cpu", min_run_time: float = 0.2, warmup: bool = True
+) -> float:
     """Median seconds of one `fn()`: `torch.utils.benchmark` on the CPU, `triton.testing.do_bench` (or CUDA events) on a GPU.
 
     Taught in: notebooks/08_hardware_runs.ipynb
@@ -30,12 +32,22 @@ def time_call(fn, *, device: str = "cpu", min_run_time: float = 0.2, warmup: boo
             from triton.testing import do_bench
         except ImportError:
             return _cuda_events(fn, min_run_time)
-        return do_bench(fn, warmup=25, rep=max(1, int(min_run_time * 1000)), return_mode="median") / 1e3
+        return (
+            do_bench(
+                fn,
+                warmup=25,
+                rep=max(1, int(min_run_time * 1000)),
+                return_mode="median",
+            )
+            / 1e3
+        )
     from torch.utils import benchmark
 
     if warmup:
-        fn()                                               # warm-up: first-call allocations, lazy inits
-    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+        fn()  # warm-up: first-call allocations, lazy inits
+    timer = benchmark.Timer(
+        stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads()
+    )
     return timer.blocked_autorange(min_run_time=min_run_time).median
 
 
@@ -46,7 +58,10 @@ def _cuda_events(fn, min_run_time):
     times = []
     budget = 0.0
     while budget < min_run_time or len(times) < 5:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start, end = (
+            torch.cuda.Event(enable_timing=True),
+            torch.cuda.Event(enable_timing=True),
+        )
         start.record()
         fn()
         end.record()
@@ -56,7 +71,9 @@ def _cuda_events(fn, min_run_time):
     return float(np.median(times))
 
 
-def time_interleaved(fns: dict, *, device: str = "cpu", rounds: int = 5, min_run_time: float = 0.1) -> dict:
+def time_interleaved(
+    fns: dict, *, device: str = "cpu", rounds: int = 5, min_run_time: float = 0.1
+) -> dict:
     """Median seconds per call of each `fns[name]()`, measured in alternating rounds so that noise hits them all alike.
 
     Each round times every candidate once (`time_call` with `min_run_time`); the result per name is
@@ -66,9 +83,11 @@ def time_interleaved(fns: dict, *, device: str = "cpu", rounds: int = 5, min_run
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     samples = {name: [] for name in fns}
     for fn in fns.values():
-        fn()                                               # warm every candidate once, outside the rounds
+        fn()  # warm every candidate once, outside the rounds
     _sync(device)
     for _ in range(rounds):
         for name, fn in fns.items():
-            samples[name].append(time_call(fn, device=device, min_run_time=min_run_time, warmup=False))
+            samples[name].append(
+                time_call(fn, device=device, min_run_time=min_run_time, warmup=False)
+            )
     return {name: float(np.median(s)) for name, s in samples.items()}

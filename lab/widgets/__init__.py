@@ -20,18 +20,46 @@ import io
 import ipywidgets
 import matplotlib.pyplot as plt
 
-__all__ = ["FigureSliders", "interactive_figure", "accumulation_explorer", "backward_tiles", "block_footprint", "decode_splits", "fa_variants", "gqa_group", "io_traffic", "loop_overhead_explorer", "mask_tiles", "merge_order_explorer", "one_pass_explorer", "online_softmax_trace", "p_format_explorer", "roofline_explorer", "softmax_overflow", "tile_fill", "tile_walk"]
+__all__ = [
+    "FigureSliders",
+    "interactive_figure",
+    "accumulation_explorer",
+    "backward_tiles",
+    "block_footprint",
+    "decode_splits",
+    "fa_variants",
+    "gqa_group",
+    "io_traffic",
+    "loop_overhead_explorer",
+    "mask_tiles",
+    "merge_order_explorer",
+    "one_pass_explorer",
+    "online_softmax_trace",
+    "p_format_explorer",
+    "roofline_explorer",
+    "softmax_overflow",
+    "tile_fill",
+    "tile_walk",
+]
 
 
 class FigureSliders(ipywidgets.interactive):
     """`interactive` whose output is a summary line and a PNG figure held in widgets, not printed output."""
 
     def __init__(self, draw, summary=None, **controls):
-        self.summary_html = ipywidgets.HTML(layout=ipywidgets.Layout(min_height="1.5em"))
-        self.image = ipywidgets.Image(format="png", layout=ipywidgets.Layout(max_width="100%"))
+        self.summary_html = ipywidgets.HTML(
+            layout=ipywidgets.Layout(min_height="1.5em")
+        )
+        self.image = ipywidgets.Image(
+            format="png", layout=ipywidgets.Layout(max_width="100%")
+        )
         self._draw, self._summary = draw, summary
-        super().__init__(self._render, {"auto_display": False}, clear_output=False, **controls)
-        self.children = self.children[:-1] + (ipywidgets.VBox([self.summary_html, self.image]),)
+        super().__init__(
+            self._render, {"auto_display": False}, clear_output=False, **controls
+        )
+        self.children = self.children[:-1] + (
+            ipywidgets.VBox([self.summary_html, self.image]),
+        )
         self.layout = ipywidgets.Layout(width="100%")
 
     def _render(self, **values):
@@ -47,9 +75,10 @@ class FigureSliders(ipywidgets.interactive):
             plt.close(n)
         self.image.value = buf.getvalue()
         if self._summary is not None:
-            self.summary_html.value = f"<code>{html.escape(self._summary(result))}</code>"
+            self.summary_html.value = (
+                f"<code>{html.escape(self._summary(result))}</code>"
+            )
         return result
-
 
     def _lay_out(self, fig) -> None:
         """Tight layout on the first drawing; later drawings of the same axes reuse its margins (a slider
@@ -58,16 +87,32 @@ class FigureSliders(ipywidgets.interactive):
         if getattr(self, "_margins", (None, None))[0] != key:
             fig.tight_layout()
             p = fig.subplotpars
-            self._margins = (key, dict(left=p.left, right=p.right, bottom=p.bottom, top=p.top,
-                                       wspace=p.wspace, hspace=p.hspace))
+            self._margins = (
+                key,
+                dict(
+                    left=p.left,
+                    right=p.right,
+                    bottom=p.bottom,
+                    top=p.top,
+                    wspace=p.wspace,
+                    hspace=p.hspace,
+                ),
+            )
         else:
             fig.subplots_adjust(**self._margins[1])
 
 
 def _block_sliders(options, block_q, block_k, **extra) -> dict:
     """The Br and Bc sliders of every tiling widget, as controls `block_q` (Br) and `block_k` (Bc) over the same `options`."""
-    return {name: ipywidgets.SelectionSlider(options=options, value=value, description=label, **extra)
-            for name, value, label in (("block_q", block_q, "Br"), ("block_k", block_k, "Bc"))}
+    return {
+        name: ipywidgets.SelectionSlider(
+            options=options, value=value, description=label, **extra
+        )
+        for name, value, label in (
+            ("block_q", block_q, "Br"),
+            ("block_k", block_k, "Bc"),
+        )
+    }
 
 
 def interactive_figure(draw, *, summary=None, **controls) -> FigureSliders:
@@ -78,14 +123,14 @@ def interactive_figure(draw, *, summary=None, **controls) -> FigureSliders:
     return FigureSliders(draw, summary, **controls)
 
 
-from .memory import roofline_explorer  # noqa: E402  (builders below use interactive_figure)
 from .backward import backward_tiles  # noqa: E402
 from .decoding import decode_splits, gqa_group  # noqa: E402
+from .fa2 import fa_variants  # noqa: E402
 from .hardware import loop_overhead_explorer  # noqa: E402
 from .masks import mask_tiles  # noqa: E402
+from .memory import roofline_explorer  # noqa: E402  (builders below use interactive_figure)
 from .merge import merge_order_explorer  # noqa: E402
 from .one_pass import one_pass_explorer  # noqa: E402
 from .precision import accumulation_explorer, p_format_explorer  # noqa: E402
 from .softmax import online_softmax_trace, softmax_overflow  # noqa: E402
-from .fa2 import fa_variants  # noqa: E402
 from .tiling import block_footprint, io_traffic, tile_fill, tile_walk  # noqa: E402

@@ -15,13 +15,17 @@ __all__ = ["backward_tiles"]
 
 
 def _summary(r: dict) -> str:
-    return (f"N = {r['N']}, Br = {r['block_q']}, Bc = {r['block_k']}, causal = {r['causal']}: "
-            f"{r['visited']} of {r['tiles']} tiles visited ({r['masked']} masked inside); "
-            f"P would take {r['p_bytes'] / 1024:,.0f} KiB, o + lse {r['flash_bytes'] / 1024:,.1f} KiB; "
-            f"max |tiled − standard| = {measured(r['max_err'])}  (< 1e-10: {r['max_err'] < 1e-10})")
+    return (
+        f"N = {r['N']}, Br = {r['block_q']}, Bc = {r['block_k']}, causal = {r['causal']}: "
+        f"{r['visited']} of {r['tiles']} tiles visited ({r['masked']} masked inside); "
+        f"P would take {r['p_bytes'] / 1024:,.0f} KiB, o + lse {r['flash_bytes'] / 1024:,.1f} KiB; "
+        f"max |tiled − standard| = {measured(r['max_err'])}  (< 1e-10: {r['max_err'] < 1e-10})"
+    )
 
 
-def backward_tiles(N: int = 256, block_q: int = 64, block_k: int = 64, causal: bool = True) -> ipywidgets.interactive:
+def backward_tiles(
+    N: int = 256, block_q: int = 64, block_k: int = 64, causal: bool = True
+) -> ipywidgets.interactive:
     """Sliders over N, Br, Bc and causal; `.result` holds the tile counts, the bytes kept and the tiled backward's error.
 
     Taught in: notebooks/09_backward.ipynb
@@ -30,8 +34,12 @@ def backward_tiles(N: int = 256, block_q: int = 64, block_k: int = 64, causal: b
     return interactive_figure(
         draw_backward_tiles,
         summary=_summary,
-        N=ipywidgets.SelectionSlider(options=[64, 128, 192, 256, 384, 512], value=N, description="N",
-                                     continuous_update=False),
+        N=ipywidgets.SelectionSlider(
+            options=[64, 128, 192, 256, 384, 512],
+            value=N,
+            description="N",
+            continuous_update=False,
+        ),
         **_block_sliders(sizes, block_q, block_k, continuous_update=False),
         causal=ipywidgets.Checkbox(value=causal, description="causal"),
     )

@@ -15,8 +15,10 @@ __all__ = ["decode_splits", "gqa_group"]
 
 def _splits_summary(r: dict) -> str:
     fa2, fd = r["fa2"], r["flash_decoding"]
-    return (f"M = {fd['M']:,}, splits = {fd['splits']}: {fd['busy']} of {fd['processors']} processors busy "
-            f"(FA2: {fa2['busy']}); {fd['steps']} steps against {fa2['steps']}, {fd['speedup']:.1f}× fewer")
+    return (
+        f"M = {fd['M']:,}, splits = {fd['splits']}: {fd['busy']} of {fd['processors']} processors busy "
+        f"(FA2: {fa2['busy']}); {fd['steps']} steps against {fa2['steps']}, {fd['speedup']:.1f}× fewer"
+    )
 
 
 def decode_splits(M: int = 32768, splits: int = 8) -> ipywidgets.interactive:
@@ -27,16 +29,26 @@ def decode_splits(M: int = 32768, splits: int = 8) -> ipywidgets.interactive:
     return interactive_figure(
         draw_decode_schedule,
         summary=_splits_summary,
-        M=ipywidgets.SelectionSlider(options=[2**p for p in range(10, 20)], value=M, description="cache M",
-                                     continuous_update=False),
-        splits=ipywidgets.SelectionSlider(options=[2**p for p in range(0, 9)], value=splits, description="splits",
-                                          continuous_update=False),
+        M=ipywidgets.SelectionSlider(
+            options=[2**p for p in range(10, 20)],
+            value=M,
+            description="cache M",
+            continuous_update=False,
+        ),
+        splits=ipywidgets.SelectionSlider(
+            options=[2**p for p in range(0, 9)],
+            value=splits,
+            description="splits",
+            continuous_update=False,
+        ),
     )
 
 
 def _group_summary(r: dict) -> str:
-    return (f"G = {r['group']} query heads per K/V head ({r['kv_heads']} K/V heads): "
-            f"{r['intensity']:.1f} FLOP/B (H100 ridge {r['ridge']:.0f}); {r['kib_per_token']:,.0f} KiB per token")
+    return (
+        f"G = {r['group']} query heads per K/V head ({r['kv_heads']} K/V heads): "
+        f"{r['intensity']:.1f} FLOP/B (H100 ridge {r['ridge']:.0f}); {r['kib_per_token']:,.0f} KiB per token"
+    )
 
 
 def gqa_group(group: int = 4, M: int = 4096) -> ipywidgets.interactive:
@@ -47,8 +59,16 @@ def gqa_group(group: int = 4, M: int = 4096) -> ipywidgets.interactive:
     return interactive_figure(
         draw_gqa_intensity,
         summary=_group_summary,
-        group=ipywidgets.SelectionSlider(options=[1, 2, 4, 8, 16, 32], value=group, description="G",
-                                         continuous_update=False),
-        M=ipywidgets.SelectionSlider(options=[2**p for p in range(8, 18)], value=M, description="cache M",
-                                     continuous_update=False),
+        group=ipywidgets.SelectionSlider(
+            options=[1, 2, 4, 8, 16, 32],
+            value=group,
+            description="G",
+            continuous_update=False,
+        ),
+        M=ipywidgets.SelectionSlider(
+            options=[2**p for p in range(8, 18)],
+            value=M,
+            description="cache M",
+            continuous_update=False,
+        ),
     )

@@ -17,8 +17,14 @@ from .tiling import _instrumented, _instrumented_sliders
 __all__ = ["fa_variants"]
 
 
-def fa_variants(N: int = 512, d: int = 64, block_q: int = 64, block_k: int = 64, variant: str = "fa2",
-                causal: bool = False) -> ipywidgets.interactive:
+def fa_variants(
+    N: int = 512,
+    d: int = 64,
+    block_q: int = 64,
+    block_k: int = 64,
+    variant: str = "fa2",
+    causal: bool = False,
+) -> ipywidgets.interactive:
     """Sliders over N, d, Br, Bc, the variant and causal; `.result` holds op counts (formula and instrumented) and A100 time shares (exponentials at the special-function rate).
 
     Taught in: notebooks/06_flashattention2.ipynb
@@ -27,16 +33,25 @@ def fa_variants(N: int = 512, d: int = 64, block_q: int = 64, block_k: int = 64,
     def draw(N, d, block_q, block_k, variant, causal):
         result = draw_op_counts(N, d, block_q, block_k, causal)
         rec, formula = _instrumented(N, d, block_q, block_k, causal, variant, "float32")
-        return {**result, "variant": variant, "measured": dict(rec.op_counts), "formula": dict(formula.op_counts),
-                "equal": rec == formula}
+        return {
+            **result,
+            "variant": variant,
+            "measured": dict(rec.op_counts),
+            "formula": dict(formula.op_counts),
+            "equal": rec == formula,
+        }
 
     return interactive_figure(
         draw,
-        summary=lambda r: (f"{r['variant']}: instrumented exp/mul/div = "
-                           + "/".join(f"{r['measured'].get(k, 0):,}" for k in ("exp", "mul", "div"))
-                           + f", equal to the formula: {r['equal']}; A100 time outside matmuls: "
-                           f"fa1 {r['share']['fa1']:.0%}, fa2 {r['share']['fa2']:.0%}"),
+        summary=lambda r: (
+            f"{r['variant']}: instrumented exp/mul/div = "
+            + "/".join(f"{r['measured'].get(k, 0):,}" for k in ("exp", "mul", "div"))
+            + f", equal to the formula: {r['equal']}; A100 time outside matmuls: "
+            f"fa1 {r['share']['fa1']:.0%}, fa2 {r['share']['fa2']:.0%}"
+        ),
         **_instrumented_sliders(N, d, block_q, block_k),
-        variant=ipywidgets.ToggleButtons(options=["fa1", "fa2"], value=variant, description="variant"),
+        variant=ipywidgets.ToggleButtons(
+            options=["fa1", "fa2"], value=variant, description="variant"
+        ),
         causal=ipywidgets.Checkbox(value=causal, description="causal"),
     )

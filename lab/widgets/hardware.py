@@ -8,16 +8,28 @@ from ..figures.hardware import draw_loop_overhead
 from . import interactive_figure
 
 
-def loop_overhead_explorer(N: int = 4096, block: int = 256, us_per_op: float = 10.0) -> ipywidgets.interactive:
+def loop_overhead_explorer(
+    N: int = 4096, block: int = 256, us_per_op: float = 10.0
+) -> ipywidgets.interactive:
     """Sliders over N, the block size Br = Bc and µs per op; `.result` holds `lab.loop_overhead` at those settings.
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
     return interactive_figure(
         lambda N, block, us_per_op: draw_loop_overhead(N, us_per_op, block=block),
-        summary=lambda r: (f"N = {r['N']:,}, Br = Bc = {r['block']}: {r['steps']:,} tile steps, Python overhead "
-                           f"{r['overhead_ms']:,.1f} ms = {100 * r['overhead_fraction']:.1f}% of the forward"),
-        N=ipywidgets.SelectionSlider(options=[2**p for p in range(10, 15)], value=N, description="N"),
-        block=ipywidgets.SelectionSlider(options=[2**p for p in range(4, 13)], value=block, description="Br = Bc"),
-        us_per_op=ipywidgets.SelectionSlider(options=[1.0, 3.0, 10.0, 30.0, 100.0], value=us_per_op, description="µs per op"),
+        summary=lambda r: (
+            f"N = {r['N']:,}, Br = Bc = {r['block']}: {r['steps']:,} tile steps, Python overhead "
+            f"{r['overhead_ms']:,.1f} ms = {100 * r['overhead_fraction']:.1f}% of the forward"
+        ),
+        N=ipywidgets.SelectionSlider(
+            options=[2**p for p in range(10, 15)], value=N, description="N"
+        ),
+        block=ipywidgets.SelectionSlider(
+            options=[2**p for p in range(4, 13)], value=block, description="Br = Bc"
+        ),
+        us_per_op=ipywidgets.SelectionSlider(
+            options=[1.0, 3.0, 10.0, 30.0, 100.0],
+            value=us_per_op,
+            description="µs per op",
+        ),
     )

@@ -17,12 +17,16 @@ __all__ = ["roofline_explorer"]
 def _roofline_summary(r: dict) -> str:
     rows = {row["piece"]: row for row in r["rows"]}
     soft = rows["P = softmax(S)"]
-    return (f"{r['chip']}, d = {r['d']}: softmax {soft['intensity']:.2f} FLOP/B against a ridge of {r['ridge']:.0f}; "
-            f"standard {rows['standard, total']['time'] * 1e6:.1f} µs per head ({soft['time'] / rows['standard, total']['time']:.0%} "
-            f"of it the softmax), fused {rows['fused: Q, K, V in, O out']['time'] * 1e6:.1f} µs: {r['speedup']:.1f}× less")
+    return (
+        f"{r['chip']}, d = {r['d']}: softmax {soft['intensity']:.2f} FLOP/B against a ridge of {r['ridge']:.0f}; "
+        f"standard {rows['standard, total']['time'] * 1e6:.1f} µs per head ({soft['time'] / rows['standard, total']['time']:.0%} "
+        f"of it the softmax), fused {rows['fused: Q, K, V in, O out']['time'] * 1e6:.1f} µs: {r['speedup']:.1f}× less"
+    )
 
 
-def roofline_explorer(chip_name: str = "A100", d: int = 64, softmax_accesses: int = 2) -> ipywidgets.interactive:
+def roofline_explorer(
+    chip_name: str = "A100", d: int = 64, softmax_accesses: int = 2
+) -> ipywidgets.interactive:
     """A chip, the head dimension d and the softmax's accesses per element; the roofline and the time of each piece redraw.
 
     `.result` holds `draw_attention_roofline`'s rows. Taught in: notebooks/00_the_memory_wall.ipynb
@@ -30,8 +34,18 @@ def roofline_explorer(chip_name: str = "A100", d: int = 64, softmax_accesses: in
     return interactive_figure(
         draw_attention_roofline,
         summary=_roofline_summary,
-        chip_name=ipywidgets.ToggleButtons(options=list(CHIPS), value=chip_name, description="chip"),
-        d=ipywidgets.SelectionSlider(options=[32, 64, 128, 256], value=d, description="d", continuous_update=False),
-        softmax_accesses=ipywidgets.ToggleButtons(options=[("2 (read S, write P)", 2), ("4 (three passes, 01)", 4)],
-                                                  value=softmax_accesses, description="softmax"),
+        chip_name=ipywidgets.ToggleButtons(
+            options=list(CHIPS), value=chip_name, description="chip"
+        ),
+        d=ipywidgets.SelectionSlider(
+            options=[32, 64, 128, 256],
+            value=d,
+            description="d",
+            continuous_update=False,
+        ),
+        softmax_accesses=ipywidgets.ToggleButtons(
+            options=[("2 (read S, write P)", 2), ("4 (three passes, 01)", 4)],
+            value=softmax_accesses,
+            description="softmax",
+        ),
     )

@@ -15,9 +15,15 @@ def one_pass_explorer(M: int = 4096, block_k: int = 256) -> ipywidgets.interacti
     """Sliders over the sequence length M and the key block size Bc; `.result` holds the traffic table and the errors."""
     return interactive_figure(
         draw_one_pass,
-        summary=lambda r: (f"M = {r['M']:,}, Bc = {r['block_k']}: {_count(r['blocks'], 'block')}, "
-                           f"{_count(r['rescalings'], 'rescaling')}; "
-                           f"largest |o - ref| of the three methods = {measured(r['max_err'])}  (< 1e-12: {r['max_err'] < 1e-12})"),
-        M=ipywidgets.SelectionSlider(options=[2**p for p in range(8, 15)], value=M, description="M"),
-        block_k=ipywidgets.SelectionSlider(options=[2**p for p in range(4, 11)], value=block_k, description="Bc"),
+        summary=lambda r: (
+            f"M = {r['M']:,}, Bc = {r['block_k']}: {_count(r['blocks'], 'block')}, "
+            f"{_count(r['rescalings'], 'rescaling')}; "
+            f"largest |o - ref| of the three methods = {measured(r['max_err'])}  (< 1e-12: {r['max_err'] < 1e-12})"
+        ),
+        M=ipywidgets.SelectionSlider(
+            options=[2**p for p in range(8, 15)], value=M, description="M"
+        ),
+        block_k=ipywidgets.SelectionSlider(
+            options=[2**p for p in range(4, 11)], value=block_k, description="Bc"
+        ),
     )

@@ -18,12 +18,16 @@ _SUM_FORMATS = ["tf32", "bf16", "fp16", "fp8_e4m3"]
 
 
 def _p_summary(r: dict) -> str:
-    return (f"{FORMAT_LABELS[r['fmt']]}, M = {r['N']:,} keys, std(s) = {r['spread']:g}, Bc = {r['block_k']}: "
-            f"relative error of o {measured(r['rel_error'])}; {measured(100 * r['flushed'], '.1f')}% of the P entries "
-            f"round to 0, holding {measured(100 * r['mass_lost'], '.2g')}% of the softmax mass")
+    return (
+        f"{FORMAT_LABELS[r['fmt']]}, M = {r['N']:,} keys, std(s) = {r['spread']:g}, Bc = {r['block_k']}: "
+        f"relative error of o {measured(r['rel_error'])}; {measured(100 * r['flushed'], '.1f')}% of the P entries "
+        f"round to 0, holding {measured(100 * r['mass_lost'], '.2g')}% of the softmax mass"
+    )
 
 
-def p_format_explorer(fmt: str = "fp8_e4m3", N: int = 4096, spread: float = 4.0, block_k: int = 64) -> ipywidgets.interactive:
+def p_format_explorer(
+    fmt: str = "fp8_e4m3", N: int = 4096, spread: float = 4.0, block_k: int = 64
+) -> ipywidgets.interactive:
     """Sliders over format, M (keys; keyword `N`), score spread and Bc (`block_k`); `.result` holds the error of o and the share of P flushed to 0.
 
     Taught in: notebooks/07_precision.ipynb
@@ -31,28 +35,50 @@ def p_format_explorer(fmt: str = "fp8_e4m3", N: int = 4096, spread: float = 4.0,
     return interactive_figure(
         draw_p_explorer,
         summary=_p_summary,
-        fmt=ipywidgets.ToggleButtons(options=[(FORMAT_LABELS[f], f) for f in _P_FORMATS], value=fmt, description="format"),
-        N=ipywidgets.SelectionSlider(options=[2**p for p in range(8, 15)], value=N, description="M (keys)",
-                                     continuous_update=False),
-        spread=ipywidgets.SelectionSlider(options=[1.0, 2.0, 4.0, 8.0, 16.0, 30.0], value=spread,
-                                          description="std(s)", continuous_update=False),
-        block_k=ipywidgets.SelectionSlider(options=[16, 32, 64, 128, 256], value=block_k, description="Bc (block_k)",
-                                           continuous_update=False),
+        fmt=ipywidgets.ToggleButtons(
+            options=[(FORMAT_LABELS[f], f) for f in _P_FORMATS],
+            value=fmt,
+            description="format",
+        ),
+        N=ipywidgets.SelectionSlider(
+            options=[2**p for p in range(8, 15)],
+            value=N,
+            description="M (keys)",
+            continuous_update=False,
+        ),
+        spread=ipywidgets.SelectionSlider(
+            options=[1.0, 2.0, 4.0, 8.0, 16.0, 30.0],
+            value=spread,
+            description="std(s)",
+            continuous_update=False,
+        ),
+        block_k=ipywidgets.SelectionSlider(
+            options=[16, 32, 64, 128, 256],
+            value=block_k,
+            description="Bc (block_k)",
+            continuous_update=False,
+        ),
     )
 
 
 def _sum_draw(fmt: str, N: int, block: int) -> dict:
-    result = draw_accumulation(N, block, formats=tuple(dict.fromkeys(("fp32", fmt, "fp16"))))
+    result = draw_accumulation(
+        N, block, formats=tuple(dict.fromkeys(("fp32", fmt, "fp16")))
+    )
     return {**result, "fmt": fmt}
 
 
 def _sum_summary(r: dict) -> str:
     fmt = r["fmt"]
-    return (f"{FORMAT_LABELS[fmt]}, M = {r['N']:,} keys: one at a time, l is off by {measured(100 * r['seq'][fmt], '.2g')}%; "
-            f"in blocks of Bc = {r['block']}, by {measured(100 * r['blocked'][fmt], '.2g')}% (FP32: {measured(r['seq']['fp32'])})")
+    return (
+        f"{FORMAT_LABELS[fmt]}, M = {r['N']:,} keys: one at a time, l is off by {measured(100 * r['seq'][fmt], '.2g')}%; "
+        f"in blocks of Bc = {r['block']}, by {measured(100 * r['blocked'][fmt], '.2g')}% (FP32: {measured(r['seq']['fp32'])})"
+    )
 
 
-def accumulation_explorer(fmt: str = "bf16", N: int = 16384, block: int = 64) -> ipywidgets.interactive:
+def accumulation_explorer(
+    fmt: str = "bf16", N: int = 16384, block: int = 64
+) -> ipywidgets.interactive:
     """Sliders over the format of the sum, M (keys; keyword `N`) and Bc (keyword `block`); `.result` holds the final relative errors of l.
 
     Taught in: notebooks/07_precision.ipynb
@@ -60,9 +86,21 @@ def accumulation_explorer(fmt: str = "bf16", N: int = 16384, block: int = 64) ->
     return interactive_figure(
         _sum_draw,
         summary=_sum_summary,
-        fmt=ipywidgets.ToggleButtons(options=[(FORMAT_LABELS[f], f) for f in _SUM_FORMATS], value=fmt, description="format"),
-        N=ipywidgets.SelectionSlider(options=[2**p for p in range(8, 15)], value=N, description="M (keys)",
-                                     continuous_update=False),
-        block=ipywidgets.SelectionSlider(options=[1, 4, 16, 64, 256, 1024], value=block, description="Bc (block)",
-                                         continuous_update=False),
+        fmt=ipywidgets.ToggleButtons(
+            options=[(FORMAT_LABELS[f], f) for f in _SUM_FORMATS],
+            value=fmt,
+            description="format",
+        ),
+        N=ipywidgets.SelectionSlider(
+            options=[2**p for p in range(8, 15)],
+            value=N,
+            description="M (keys)",
+            continuous_update=False,
+        ),
+        block=ipywidgets.SelectionSlider(
+            options=[1, 4, 16, 64, 256, 1024],
+            value=block,
+            description="Bc (block)",
+            continuous_update=False,
+        ),
     )

@@ -14,7 +14,12 @@ import numpy as np
 
 from .. import trace
 from ..attention import flash_attention_numpy
-from ..figures.tiling import draw_footprint, draw_hbm_traffic, draw_tile_fill, draw_tile_grid
+from ..figures.tiling import (
+    draw_footprint,
+    draw_hbm_traffic,
+    draw_tile_fill,
+    draw_tile_grid,
+)
 from ..tiling import flash_counts, tile_counts
 from . import _block_sliders, interactive_figure
 
@@ -25,24 +30,51 @@ _BLOCKS = [8, 16, 32, 64, 128, 256]
 
 def _instrumented_sliders(N, d, block_q, block_k) -> dict:
     """N, d, Br and Bc for the sliders that run the instrumented numpy kernel (`io_traffic`, `fa_variants`)."""
-    return dict(N=ipywidgets.SelectionSlider(options=[128, 256, 512, 1024, 2048], value=N, description="N = M"),
-                d=ipywidgets.SelectionSlider(options=[16, 32, 64, 128], value=d, description="d"),
-                **_block_sliders(_BLOCKS[1:], block_q, block_k))
+    return dict(
+        N=ipywidgets.SelectionSlider(
+            options=[128, 256, 512, 1024, 2048], value=N, description="N = M"
+        ),
+        d=ipywidgets.SelectionSlider(
+            options=[16, 32, 64, 128], value=d, description="d"
+        ),
+        **_block_sliders(_BLOCKS[1:], block_q, block_k),
+    )
 
 
-def _instrumented(N: int, d: int, block_q: int, block_k: int, causal: bool, variant: str, dtype: str):
+def _instrumented(
+    N: int, d: int, block_q: int, block_k: int, causal: bool, variant: str, dtype: str
+):
     """Counts of one instrumented run of `flash_attention_numpy` on seeded (N, d) inputs, and the formula's."""
     rng = np.random.default_rng(0)
-    q, k, v = (rng.standard_normal((N, d)).astype(dtype) for _ in range(3))    # (N, d) each
+    q, k, v = (
+        rng.standard_normal((N, d)).astype(dtype) for _ in range(3)
+    )  # (N, d) each
     with trace.record() as rec:
-        flash_attention_numpy(q, k, v, block_q=block_q, block_k=block_k, causal=causal, variant=variant)
-    formula = flash_counts(N, N, d, block_q=block_q, block_k=block_k, causal=causal, variant=variant,
-                           itemsize=np.dtype(dtype).itemsize)
+        flash_attention_numpy(
+            q, k, v, block_q=block_q, block_k=block_k, causal=causal, variant=variant
+        )
+    formula = flash_counts(
+        N,
+        N,
+        d,
+        block_q=block_q,
+        block_k=block_k,
+        causal=causal,
+        variant=variant,
+        itemsize=np.dtype(dtype).itemsize,
+    )
     return rec, formula
 
 
-def tile_fill(N: int = 12, M: int = 16, block_q: int = 4, block_k: int = 4, i: int = 1, j: int = 2,
-              causal: bool = False) -> ipywidgets.interactive:
+def tile_fill(
+    N: int = 12,
+    M: int = 16,
+    block_q: int = 4,
+    block_k: int = 4,
+    i: int = 1,
+    j: int = 2,
+    causal: bool = False,
+) -> ipywidgets.interactive:
     """Sliders over the step (query block i, key block j), Br, Bc and causal; `.result` holds each row's (m, l) after that tile.
 
     The i and j sliders' ranges follow Tr and Tc. N and M are fixed when the slider is built.
@@ -50,7 +82,9 @@ def tile_fill(N: int = 12, M: int = 16, block_q: int = 4, block_k: int = 4, i: i
     """
     blocks = [2, 3, 4, 6, 8]
     controls = dict(
-        i=ipywidgets.IntSlider(value=i, min=0, max=10_000, description="i (query block)"),
+        i=ipywidgets.IntSlider(
+            value=i, min=0, max=10_000, description="i (query block)"
+        ),
         j=ipywidgets.IntSlider(value=j, min=0, max=10_000, description="j (key block)"),
         **_block_sliders(blocks, block_q, block_k),
         causal=ipywidgets.Checkbox(value=causal, description="causal"),
@@ -67,16 +101,26 @@ def tile_fill(N: int = 12, M: int = 16, block_q: int = 4, block_k: int = 4, i: i
     for name in ("block_q", "block_k"):
         controls[name].observe(resize, names="value")
     return interactive_figure(
-        lambda i, j, block_q, block_k, causal: draw_tile_fill(N, M, block_q, block_k, i, j, causal),
-        summary=lambda r: (f"tile ({r['tile'][0]}, {r['tile'][1]}) of {r['Tr']} × {r['Tc']}: rows "
-                           f"{r['rows'][0]}-{r['rows'][1] - 1} against keys {r['keys'][0]}-{r['keys'][1] - 1}"
-                           + ("" if r["computed"] else " (skipped: fully masked)")),
+        lambda i, j, block_q, block_k, causal: draw_tile_fill(
+            N, M, block_q, block_k, i, j, causal
+        ),
+        summary=lambda r: (
+            f"tile ({r['tile'][0]}, {r['tile'][1]}) of {r['Tr']} × {r['Tc']}: rows "
+            f"{r['rows'][0]}-{r['rows'][1] - 1} against keys {r['keys'][0]}-{r['keys'][1] - 1}"
+            + ("" if r["computed"] else " (skipped: fully masked)")
+        ),
         **controls,
     )
 
 
-def tile_walk(N: int = 200, block_q: int = 64, block_k: int = 32, causal: bool = True, step: int = 1,
-              variant: str = "fa2") -> ipywidgets.interactive:
+def tile_walk(
+    N: int = 200,
+    block_q: int = 64,
+    block_k: int = 32,
+    causal: bool = True,
+    step: int = 1,
+    variant: str = "fa2",
+) -> ipywidgets.interactive:
     """Sliders over N, Br, Bc, causal, loop order and the step; `.result` holds the tile counts and the tile on chip.
 
     The step slider counts from 1 (the first tile) to the number of computed tiles, and its range follows it.
@@ -86,13 +130,17 @@ def tile_walk(N: int = 200, block_q: int = 64, block_k: int = 32, causal: bool =
         N=ipywidgets.IntSlider(value=N, min=16, max=512, step=8, description="N = M"),
         **_block_sliders(_BLOCKS, block_q, block_k),
         causal=ipywidgets.Checkbox(value=causal, description="causal"),
-        variant=ipywidgets.ToggleButtons(options=["fa2", "fa1"], value=variant, description="loop"),
+        variant=ipywidgets.ToggleButtons(
+            options=["fa2", "fa1"], value=variant, description="loop"
+        ),
         step=ipywidgets.IntSlider(value=step, min=1, max=10_000, description="step"),
     )
 
     def resize(_=None):
         c = {name: w.value for name, w in controls.items()}
-        computed = tile_counts(c["N"], c["N"], c["block_q"], c["block_k"], c["causal"])["computed"]
+        computed = tile_counts(c["N"], c["N"], c["block_q"], c["block_k"], c["causal"])[
+            "computed"
+        ]
         controls["step"].max = max(computed, 1)
 
     resize()
@@ -100,15 +148,23 @@ def tile_walk(N: int = 200, block_q: int = 64, block_k: int = 32, causal: bool =
         controls[name].observe(resize, names="value")
     return interactive_figure(
         draw_tile_grid,
-        summary=lambda r: (f"{r['Tr']} × {r['Tc']} tiles, {r['computed']} computed, {r['skipped']} skipped "
-                           f"({r['fraction']:.0%} computed); last tile {r['partial_rows'] or r['Br']} × "
-                           f"{r['partial_cols'] or r['Bc']}; step {r['step']} of {r['steps']}: tile {r['tile']}"),
+        summary=lambda r: (
+            f"{r['Tr']} × {r['Tc']} tiles, {r['computed']} computed, {r['skipped']} skipped "
+            f"({r['fraction']:.0%} computed); last tile {r['partial_rows'] or r['Br']} × "
+            f"{r['partial_cols'] or r['Bc']}; step {r['step']} of {r['steps']}: tile {r['tile']}"
+        ),
         **controls,
     )
 
 
-def block_footprint(d: int = 128, block_q: int = 128, block_k: int = 64, dtype: str = "float16",
-                    kv_stages: int = 1, warps: int = 4) -> ipywidgets.interactive:
+def block_footprint(
+    d: int = 128,
+    block_q: int = 128,
+    block_k: int = 64,
+    dtype: str = "float16",
+    kv_stages: int = 1,
+    warps: int = 4,
+) -> ipywidgets.interactive:
     """Sliders over d, Br, Bc, the input dtype, the K/V stages and the warps; `.result` holds one step's registers and shared memory and which chips hold it.
 
     Taught in: notebooks/05_tiling.ipynb
@@ -116,24 +172,50 @@ def block_footprint(d: int = 128, block_q: int = 128, block_k: int = 64, dtype: 
     options = [16, 32, 64, 128, 256, 512]
 
     def draw(d, block_q, block_k, dtype, kv_stages, warps):
-        return draw_footprint(d, block_q, block_k, itemsize=np.dtype(dtype).itemsize, kv_stages=kv_stages,
-                              blocks=tuple(options), warps=warps)
+        return draw_footprint(
+            d,
+            block_q,
+            block_k,
+            itemsize=np.dtype(dtype).itemsize,
+            kv_stages=kv_stages,
+            blocks=tuple(options),
+            warps=warps,
+        )
 
     return interactive_figure(
         draw,
-        summary=lambda r: (f"registers {r['registers']['total'] / 1024:,.1f} of {r['register_budget'] / 1024:g} KiB, shared memory "
-                           f"{r['shared']['total'] / 1024:,.1f} KiB; fits "
-                           + (", ".join(name for name, ok in r["fits"].items() if ok) or "neither chip")),
-        d=ipywidgets.SelectionSlider(options=[32, 64, 128, 256], value=d, description="d"),
+        summary=lambda r: (
+            f"registers {r['registers']['total'] / 1024:,.1f} of {r['register_budget'] / 1024:g} KiB, shared memory "
+            f"{r['shared']['total'] / 1024:,.1f} KiB; fits "
+            + (
+                ", ".join(name for name, ok in r["fits"].items() if ok)
+                or "neither chip"
+            )
+        ),
+        d=ipywidgets.SelectionSlider(
+            options=[32, 64, 128, 256], value=d, description="d"
+        ),
         **_block_sliders(options, block_q, block_k),
-        dtype=ipywidgets.ToggleButtons(options=["float16", "float32"], value=dtype, description="inputs"),
-        kv_stages=ipywidgets.ToggleButtons(options=[1, 2], value=kv_stages, description="K/V stages"),
-        warps=ipywidgets.ToggleButtons(options=[4, 8], value=warps, description="warps"),
+        dtype=ipywidgets.ToggleButtons(
+            options=["float16", "float32"], value=dtype, description="inputs"
+        ),
+        kv_stages=ipywidgets.ToggleButtons(
+            options=[1, 2], value=kv_stages, description="K/V stages"
+        ),
+        warps=ipywidgets.ToggleButtons(
+            options=[4, 8], value=warps, description="warps"
+        ),
     )
 
 
-def io_traffic(N: int = 1024, d: int = 64, block_q: int = 128, block_k: int = 128, dtype: str = "float16",
-               causal: bool = False) -> ipywidgets.interactive:
+def io_traffic(
+    N: int = 1024,
+    d: int = 64,
+    block_q: int = 128,
+    block_k: int = 128,
+    dtype: str = "float16",
+    causal: bool = False,
+) -> ipywidgets.interactive:
     """Sliders over N, d, Br, Bc, dtype, causal; `.result` holds the formula's HBM bytes and an instrumented run's.
 
     With causal the figure's tiled curves and the instrumented run skip the masked tiles.
@@ -141,17 +223,28 @@ def io_traffic(N: int = 1024, d: int = 64, block_q: int = 128, block_k: int = 12
     """
 
     def draw(N, d, block_q, block_k, dtype, causal):
-        result = draw_hbm_traffic(N, d, block_q, block_k, itemsize=np.dtype(dtype).itemsize, causal=causal)
+        result = draw_hbm_traffic(
+            N, d, block_q, block_k, itemsize=np.dtype(dtype).itemsize, causal=causal
+        )
         rec, formula = _instrumented(N, d, block_q, block_k, causal, "fa2", dtype)
-        return {**result, "measured": rec.total, "formula": formula.total, "equal": rec == formula}
+        return {
+            **result,
+            "measured": rec.total,
+            "formula": formula.total,
+            "equal": rec == formula,
+        }
 
     return interactive_figure(
         draw,
-        summary=lambda r: (f"N = {r['N']}{', causal' if r['causal'] else ''}: standard {r['standard'] / 1e6:,.2f} MB, "
-                           f"fa2 {r['fa2'] / 1e6:,.2f} MB "
-                           f"({r['ratio_fa2']:.1f}× less); instrumented fa2 run {r['measured']:,} B, formula "
-                           f"{r['formula']:,} B, equal: {r['equal']}"),
+        summary=lambda r: (
+            f"N = {r['N']}{', causal' if r['causal'] else ''}: standard {r['standard'] / 1e6:,.2f} MB, "
+            f"fa2 {r['fa2'] / 1e6:,.2f} MB "
+            f"({r['ratio_fa2']:.1f}× less); instrumented fa2 run {r['measured']:,} B, formula "
+            f"{r['formula']:,} B, equal: {r['equal']}"
+        ),
         **_instrumented_sliders(N, d, block_q, block_k),
-        dtype=ipywidgets.ToggleButtons(options=["float16", "float32"], value=dtype, description="inputs"),
+        dtype=ipywidgets.ToggleButtons(
+            options=["float16", "float32"], value=dtype, description="inputs"
+        ),
         causal=ipywidgets.Checkbox(value=causal, description="causal"),
     )

@@ -19,16 +19,33 @@ import warnings
 import numpy as np
 import torch
 
-from ._checks import check_block, check_float_tensors, check_qkv_shapes, check_scale
 from .attention import attention_reference
-from .masks import _kept, _length, _window_side, block_mask, check_mods, index_arrays, sliding_window, softcap
+from .masks import (
+    _kept,
+    _length,
+    _window_side,
+    block_mask,
+    check_mods,
+    index_arrays,
+    sliding_window,
+    softcap,
+)
 from .precision import round_to
+from .validate import check_block, check_float_tensors, check_qkv_shapes, check_scale
 
-__all__ = ["attention_reference_torch", "flex_reference", "window_tile_counts", "softcap_fixed_reference_error",
-           "softcap_fixed_reference_detail", "time_window_attention"]
+__all__ = [
+    "attention_reference_torch",
+    "flex_reference",
+    "window_tile_counts",
+    "softcap_fixed_reference_error",
+    "softcap_fixed_reference_detail",
+    "time_window_attention",
+]
 
 
-def attention_reference_torch(q, k, v, *, causal: bool = False, scale=None, mask_mod=None, score_mod=None):
+def attention_reference_torch(
+    q, k, v, *, causal: bool = False, scale=None, mask_mod=None, score_mod=None
+):
     """The reference's torch twin, differentiable by autograd: $o = \\mathrm{softmax}(\\mathrm{mask}(\\mathrm{score\\_mod}(\\mathrm{scale}\\,QK^\\top)))V$; returns `(o, lse)`.
 
     Computes in the input dtype (use float64 for checks); grouped K/V heads are repeated to the query
@@ -42,9 +59,14 @@ def attention_reference_torch(q, k, v, *, causal: bool = False, scale=None, mask
     if group > 1:
         k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
     N, M = q.shape[-2], k.shape[-2]
-    s = (q @ k.transpose(-1, -2)) * scale                                    # S: (..., N, M)
+    s = (q @ k.transpose(-1, -2)) * scale  # S: (..., N, M)
     if mask_mod is None and score_mod is None:
-        idx = (None, None, torch.arange(N, device=q.device)[:, None], torch.arange(M, device=q.device)[None, :])
+        idx = (
+            None,
+            None,
+            torch.arange(N, device=q.device)[:, None],
+            torch.arange(M, device=q.device)[None, :],
+        )
     else:
         idx = index_arrays(q.shape[0], q.shape[1], 0, N, 0, M, like=q)
     if score_mod is not None:
@@ -52,25 +74,39 @@ def attention_reference_torch(q, k, v, *, causal: bool = False, scale=None, mask
     keep = _kept(mask_mod, causal, N, M, idx)
     if keep is not None:
         s = s.masked_fill(~keep, -math.inf)
-    m = s.amax(dim=-1, keepdim=True).detach() if M > 0 else s.new_zeros(s.shape[:-1] + (1,))
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))              # rows with no key: any shift
-    p = torch.exp(s - m)                                                     # (..., N, M)
+    m = (
+        s.amax(dim=-1, keepdim=True).detach()
+        if M > 0
+        else s.new_zeros(s.shape[:-1] + (1,))
+    )
+    m = torch.where(
+        torch.isfinite(m), m, torch.zeros_like(m)
+    )  # rows with no key: any shift
+    p = torch.exp(s - m)  # (..., N, M)
     l = p.sum(dim=-1, keepdim=True)
     seen = l > 0
-    l_safe = torch.where(seen, l, torch.ones_like(l))                        # no log(0) even in the unused branch
+    l_safe = torch.where(
+        seen, l, torch.ones_like(l)
+    )  # no log(0) even in the unused branch
     o = (p @ v) / l_safe
     lse = torch.where(seen, m + torch.log(l_safe), torch.full_like(l, -math.inf))
     return o, lse.squeeze(-1)
 
 
-def flex_reference(q, k, v, *, causal: bool = False, scale=None, mask_mod=None, score_mod=None):
+def flex_reference(
+    q, k, v, *, causal: bool = False, scale=None, mask_mod=None, score_mod=None
+):
     """PyTorch's `flex_attention` on the same mods, eagerly (no compile); returns `(o, lse)`, lse in natural log.
 
     The mask (mask_mod and causal) becomes a FlexAttention block mask on q's device; grouped heads use
     `enable_gqa`. A second, independent oracle for the course's kernels.
     Taught in: notebooks/11_masks_and_score_mods.ipynb
     """
-    from torch.nn.attention.flex_attention import AuxRequest, create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import (
+        AuxRequest,
+        create_block_mask,
+        flex_attention,
+    )
 
     check_float_tensors(q=q, k=k, v=v)
     group = check_qkv_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape))
@@ -78,13 +114,23 @@ def flex_reference(q, k, v, *, causal: bool = False, scale=None, mask_mod=None, 
     B, H, N, M = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     blocks = None
     if mask_mod is not None or causal:
+
         def keep(b, h, i, j):
             return _kept(mask_mod, causal, N, M, (b, h, i, j))
+
         blocks = create_block_mask(keep, B, H, N, M, device=q.device)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*without torch.compile.*")
-        o, aux = flex_attention(q, k, v, score_mod=score_mod, block_mask=blocks, scale=scale, enable_gqa=group > 1,
-                                return_aux=AuxRequest(lse=True))
+        o, aux = flex_attention(
+            q,
+            k,
+            v,
+            score_mod=score_mod,
+            block_mask=blocks,
+            scale=scale,
+            enable_gqa=group > 1,
+            return_aux=AuxRequest(lse=True),
+        )
     return o, aux.lse
 
 
@@ -103,15 +149,31 @@ def window_tile_counts(N: int, M: int, left, right, block_q: int, block_k: int) 
     i1 = np.minimum(i0 + Br, N)
     j0 = np.arange(0, M, Bc)[None, :]
     j1 = np.minimum(j0 + Bc, M)
-    lo, hi = (N + M if left is None else left), (N + M if right is None else right)   # None: past every index
+    lo, hi = (
+        (N + M if left is None else left),
+        (N + M if right is None else right),
+    )  # None: past every index
     some = (j1 - 1 >= i0 + off - lo) & (j0 <= i1 - 1 + off + hi)
     full = (j0 >= i1 - 1 + off - lo) & (j1 - 1 <= i0 + off + hi)
-    return {"empty": int(some.size - some.sum()), "partial": int((some & ~full).sum()), "full": int(full.sum()),
-            "computed": int(some.sum()), "tiles": int(some.size)}
+    return {
+        "empty": int(some.size - some.sum()),
+        "partial": int((some & ~full).sum()),
+        "full": int(full.sum()),
+        "computed": int(some.sum()),
+        "tiles": int(some.size),
+    }
 
 
-def softcap_fixed_reference_detail(cap: float, fmt: str = "fp32", *, fixed: bool = True, N: int = 256, d: int = 64,
-                                   spread: float = 3.0, seed: int = 0) -> dict:
+def softcap_fixed_reference_detail(
+    cap: float,
+    fmt: str = "fp32",
+    *,
+    fixed: bool = True,
+    N: int = 256,
+    d: int = 64,
+    spread: float = 3.0,
+    seed: int = 0,
+) -> dict:
     """Soft-capped attention whose $P = e^{s' - m}$ is rounded to `fmt`, against the float64 reference: the error and why.
 
     `fixed=True` takes the constant $m = \\mathrm{cap}$ (no running max: $s' < \\mathrm{cap}$ always, so $P \\le 1$);
@@ -129,21 +191,35 @@ def softcap_fixed_reference_detail(cap: float, fmt: str = "fp32", *, fixed: bool
     q *= spread
     mod = softcap(cap)
     ref, _ = attention_reference(q, k, v, score_mod=mod)
-    s = mod((q[0, 0] @ k[0, 0].T / np.sqrt(d)).astype(np.float32), 0, 0, 0, 0).astype(np.float32)   # S': (N, N)
+    s = mod((q[0, 0] @ k[0, 0].T / np.sqrt(d)).astype(np.float32), 0, 0, 0, 0).astype(
+        np.float32
+    )  # S': (N, N)
     m = np.float32(cap) if fixed else s.max(axis=-1, keepdims=True)
     with np.errstate(under="ignore"):
-        p = np.exp(s - m)                                                    # float32, every entry <= 1
+        p = np.exp(s - m)  # float32, every entry <= 1
     l = p.sum(axis=-1, keepdims=True)
     p_fmt = round_to(p, fmt).astype(np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
         o = (p_fmt @ v[0, 0].astype(np.float32)) / l
     err = np.abs(o - ref[0, 0]).max()
-    return {"err": float(err) if np.isfinite(err) else float("inf"), "below_cap": float(cap - s.max(axis=-1).min()),
-            "rows_p_zero": int((p_fmt == 0).all(axis=-1).sum()), "rows_l_zero": int((l == 0).sum())}
+    return {
+        "err": float(err) if np.isfinite(err) else float("inf"),
+        "below_cap": float(cap - s.max(axis=-1).min()),
+        "rows_p_zero": int((p_fmt == 0).all(axis=-1).sum()),
+        "rows_l_zero": int((l == 0).sum()),
+    }
 
 
-def softcap_fixed_reference_error(cap: float, fmt: str = "fp32", *, fixed: bool = True, N: int = 256, d: int = 64,
-                                  spread: float = 3.0, seed: int = 0) -> float:
+def softcap_fixed_reference_error(
+    cap: float,
+    fmt: str = "fp32",
+    *,
+    fixed: bool = True,
+    N: int = 256,
+    d: int = 64,
+    spread: float = 3.0,
+    seed: int = 0,
+) -> float:
     """max |o - ref| of soft-capped attention whose $P = e^{s' - m}$ is rounded to `fmt`, against the float64 reference.
 
     `fixed=True` takes the constant $m = \\mathrm{cap}$, `fixed=False` the row max (see
@@ -153,14 +229,25 @@ def softcap_fixed_reference_error(cap: float, fmt: str = "fp32", *, fixed: bool 
     subnormal, $e^{-103.3}$, is out of reach (half of it rounds to 0).
     Taught in: notebooks/11_masks_and_score_mods.ipynb
     """
-    return softcap_fixed_reference_detail(cap, fmt, fixed=fixed, N=N, d=d, spread=spread, seed=seed)["err"]
+    return softcap_fixed_reference_detail(
+        cap, fmt, fixed=fixed, N=N, d=d, spread=spread, seed=seed
+    )["err"]
 
 
 # ------------------------------------------------------------------------------------ timing
 
 
-def time_window_attention(N: int = 8192, window: int = 256, *, heads: int = 1, d: int = 64, block: int = 256,
-                          rounds: int = 2, threads: int | None = None, seed: int = 0) -> dict:
+def time_window_attention(
+    N: int = 8192,
+    window: int = 256,
+    *,
+    heads: int = 1,
+    d: int = 64,
+    block: int = 256,
+    rounds: int = 2,
+    threads: int | None = None,
+    seed: int = 0,
+) -> dict:
     """Seconds per call of a causal sliding window of `window` keys by the torch kernel, against full attention and SDPA.
 
     Candidates (float32, batch 1): the torch kernel with the window (its block mask built once, outside the
@@ -174,7 +261,9 @@ def time_window_attention(N: int = 8192, window: int = 256, *, heads: int = 1, d
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     if threads is not None and _length(threads, "threads") < 1:
-        raise ValueError(f"threads must be >= 1 (None: leave torch's setting), got {threads}")
+        raise ValueError(
+            f"threads must be >= 1 (None: leave torch's setting), got {threads}"
+        )
     before = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(int(threads))
@@ -190,21 +279,29 @@ def _time_window(N, window, heads, d, block, rounds, seed) -> dict:
     from .torch_kernels import flash_attention_torch
 
     g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(1, heads, N, d, generator=g) for _ in range(3))   # (1, H, N, d)
+    q, k, v = (
+        torch.randn(1, heads, N, d, generator=g) for _ in range(3)
+    )  # (1, H, N, d)
     mod = sliding_window(window - 1, 0, N, N)
     blocks = block_mask(mod, 1, heads, N, N, block, block)
     i, j = torch.arange(N)[:, None], torch.arange(N)[None, :]
-    allowed = (j <= i) & (j >= i - (window - 1))                             # (N, N) bool, for SDPA
+    allowed = (j <= i) & (j >= i - (window - 1))  # (N, N) bool, for SDPA
     sdpa = torch.nn.functional.scaled_dot_product_attention
     stats = {"window": {}, "full": {}}
     fns = {
-        "kernel, window": lambda: flash_attention_torch(q, k, v, mask_mod=mod, block_mask=blocks, stats=stats["window"]),
-        "kernel, full": lambda: flash_attention_torch(q, k, v, block_q=block, block_k=block, stats=stats["full"]),
+        "kernel, window": lambda: flash_attention_torch(
+            q, k, v, mask_mod=mod, block_mask=blocks, stats=stats["window"]
+        ),
+        "kernel, full": lambda: flash_attention_torch(
+            q, k, v, block_q=block, block_k=block, stats=stats["full"]
+        ),
         "SDPA, boolean window mask": lambda: sdpa(q, k, v, attn_mask=allowed),
         "SDPA, full": lambda: sdpa(q, k, v),
     }
     with torch.no_grad():
-        err = float((fns["kernel, window"]() - fns["SDPA, boolean window mask"]()).abs().max())   # also their warm-up
+        err = float(
+            (fns["kernel, window"]() - fns["SDPA, boolean window mask"]()).abs().max()
+        )  # also their warm-up
         fns["kernel, full"]()
         fns["SDPA, full"]()
         times = {name: [] for name in fns}
@@ -213,7 +310,15 @@ def _time_window(N, window, heads, d, block, rounds, seed) -> dict:
                 start = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - start)
-    return {"seconds": {name: min(ts) for name, ts in times.items()},
-            "tiles": {"window": stats["window"]["tiles"], "full": stats["full"]["tiles"]}, "counts": blocks.counts,
-            "max_err": err, "N": N, "window": window, "block": block, "heads": heads, "d": d,
-            "threads": torch.get_num_threads()}
+    return {
+        "seconds": {name: min(ts) for name, ts in times.items()},
+        "tiles": {"window": stats["window"]["tiles"], "full": stats["full"]["tiles"]},
+        "counts": blocks.counts,
+        "max_err": err,
+        "N": N,
+        "window": window,
+        "block": block,
+        "heads": heads,
+        "d": d,
+        "threads": torch.get_num_threads(),
+    }

@@ -61,22 +61,34 @@ def check_qkv_shapes(q_shape, k_shape, v_shape) -> int:
     """
     for name, shape in (("q", q_shape), ("k", k_shape), ("v", v_shape)):
         if len(shape) < 2:
-            raise ValueError(f"{name} must have shape (..., length, dim), got rank {len(shape)}")
+            raise ValueError(
+                f"{name} must have shape (..., length, dim), got rank {len(shape)}"
+            )
     if not (len(q_shape) == len(k_shape) == len(v_shape)):
-        raise ValueError(f"q, k and v must have the same rank, got {len(q_shape)}, {len(k_shape)}, {len(v_shape)}")
+        raise ValueError(
+            f"q, k and v must have the same rank, got {len(q_shape)}, {len(k_shape)}, {len(v_shape)}"
+        )
     if q_shape[-1] != k_shape[-1]:
-        raise ValueError(f"q and k must share the last dim d, got q {tuple(q_shape)} and k {tuple(k_shape)}")
+        raise ValueError(
+            f"q and k must share the last dim d, got q {tuple(q_shape)} and k {tuple(k_shape)}"
+        )
     if k_shape[:-1] != v_shape[:-1]:
-        raise ValueError(f"k and v must agree on all dims but the last, got k {tuple(k_shape)} and v {tuple(v_shape)}")
+        raise ValueError(
+            f"k and v must agree on all dims but the last, got k {tuple(k_shape)} and v {tuple(v_shape)}"
+        )
     if q_shape[-1] < 1 or v_shape[-1] < 1:
         raise ValueError("q, k and v need a last dim of at least 1")
     if len(q_shape) == 2:
         return 1
     if q_shape[:-3] != k_shape[:-3]:
-        raise ValueError(f"q and k must share their batch dims, got q {tuple(q_shape)} and k {tuple(k_shape)}")
+        raise ValueError(
+            f"q and k must share their batch dims, got q {tuple(q_shape)} and k {tuple(k_shape)}"
+        )
     hq, hkv = q_shape[-3], k_shape[-3]
     if hkv == 0 or hq % hkv != 0:
-        raise ValueError(f"the query heads of q (axis -3: {hq}) must be a multiple of the key/value heads of k ({hkv})")
+        raise ValueError(
+            f"the query heads of q (axis -3: {hq}) must be a multiple of the key/value heads of k ({hkv})"
+        )
     return hq // hkv
 
 
@@ -117,12 +129,24 @@ def check_qkv_tensors(q, k, v, dtypes=None, kernel: str = "") -> int:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if not t.is_floating_point() or (dtypes is not None and t.dtype not in dtypes):
-            allowed = "" if dtypes is None else " (" + ", ".join(str(d).removeprefix("torch.") for d in dtypes) + ")"
-            raise TypeError(f"{name} must have a floating dtype{allowed}{' ' + kernel if kernel else ''}, got {t.dtype}")
+            allowed = (
+                ""
+                if dtypes is None
+                else " ("
+                + ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+                + ")"
+            )
+            raise TypeError(
+                f"{name} must have a floating dtype{allowed}{' ' + kernel if kernel else ''}, got {t.dtype}"
+            )
     if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise TypeError(
+            f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
     if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+        raise ValueError(
+            f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}"
+        )
     return check_qkv_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape))
 
 
@@ -164,17 +188,23 @@ def check_grads(q, k, v, do, o=None, lse=None):
     if o.shape != want_o:
         raise ValueError(f"o must have shape {want_o}, got {o.shape}")
     if lse.shape != tuple(q.shape[:-1]):
-        raise ValueError(f"lse must have shape {tuple(q.shape[:-1])} (one per query row), got {lse.shape}")
+        raise ValueError(
+            f"lse must have shape {tuple(q.shape[:-1])} (one per query row), got {lse.shape}"
+        )
     check_finite(o, "o")
     if np.isnan(lse).any() or np.isposinf(lse).any():
-        raise ValueError("lse must not hold NaN or +inf (-inf marks a row with no visible key)")
+        raise ValueError(
+            "lse must not hold NaN or +inf (-inf marks a row with no visible key)"
+        )
     return do, o, lse
 
 
 def check_same_shape(a: np.ndarray, b: np.ndarray, names: str) -> None:
     """Raise ValueError unless `a` and `b` have one shape; `names` is how the message calls them ("o and do")."""
     if a.shape != b.shape:
-        raise ValueError(f"{names} must have the same shape, got {a.shape} and {b.shape}")
+        raise ValueError(
+            f"{names} must have the same shape, got {a.shape} and {b.shape}"
+        )
 
 
 def check_sizes(**sizes) -> None:
@@ -193,7 +223,9 @@ def check_stats(stats) -> None:
 def check_block_mask_rank(block_mask, q: np.ndarray) -> None:
     """A precomputed `block_mask` needs 4-D inputs (B, H, N, d), as the mods do."""
     if block_mask is not None and q.ndim != 4:
-        raise ValueError(f"block_mask needs 4-D q, k, v of shape (B, H, N, d), got q of rank {q.ndim}")
+        raise ValueError(
+            f"block_mask needs 4-D q, k, v of shape (B, H, N, d), got q of rank {q.ndim}"
+        )
 
 
 def group_view(q, k, v, group: int):

@@ -14,7 +14,7 @@ BROWSER ?= yes
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg
 
-.PHONY: setup lab test lint format test-lib test-notebooks test-portability test-installed execute student grade clean
+.PHONY: setup lock lab test lint format test-lib test-notebooks test-portability test-installed execute student grade clean
 
 setup: $(STAMP)
 
@@ -30,12 +30,32 @@ endif
 endif
 TORCH_INDEX ?=
 
-# Re-installs only when pyproject.toml changes; the venv itself is created once. pip shows its progress.
-$(STAMP): pyproject.toml
+# The versions `make test` passed with, one lock file per platform and Python (locks/README.md): `make setup`
+# installs exactly those. Where no lock matches (another OS, another Python), it says so and installs from
+# pyproject.toml's ranges, an untested combination; `make lock` makes one.
+PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+LOCK := locks/$(shell uname -s | tr A-Z a-z)-$(shell uname -m)-py$(PY_VERSION).txt
+CONSTRAINTS = $(if $(wildcard $(LOCK)),-c $(LOCK),)
+
+# Re-installs only when pyproject.toml or the lock changes; the venv itself is created once. torch comes
+# alone from its index (its dependencies, like everything else, from PyPI under the lock).
+$(STAMP): pyproject.toml $(wildcard $(LOCK))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --progress-bar on torch==$(TORCH_VERSION) --index-url $(TORCH_INDEX),)
-	$(BIN)/python -m pip install --progress-bar on -e '.[test]'
+	@$(if $(CONSTRAINTS),echo "== versions from $(LOCK)",echo "== no $(LOCK): installing from pyproject.toml's ranges (untested here; make lock)")
+	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --progress-bar on --no-deps torch==$(TORCH_VERSION) --index-url $(TORCH_INDEX),)
+	$(BIN)/python -m pip install --progress-bar on $(CONSTRAINTS) -e '.[test]'
 	touch $(STAMP)
+
+# How versions move: resolve the newest versions pyproject.toml allows into $(LOCK), install them, run the
+# tests. Commit the lock only if `make test` passed.
+lock: setup
+	$(BIN)/python -m pip install --quiet pip-tools
+	$(BIN)/pip-compile --quiet --upgrade --extra test --extra ui --strip-extras --no-emit-index-url \
+		--no-emit-find-links --no-emit-trusted-host --output-file $(LOCK) pyproject.toml
+	$(BIN)/python tools/lock.py $(LOCK)
+	$(BIN)/python -m pip install --progress-bar on -c $(LOCK) -e '.[test]'
+	touch $(STAMP)
+	$(MAKE) test
 
 # JupyterLab on the repository: the course in notebooks/, your copies in exercises/ (`make student`).
 # It opens on exercises/ when you have made your copies, on notebooks/ otherwise.
@@ -102,7 +122,7 @@ student: setup
 grade: setup
 	$(BIN)/python tools/grade.py $(or $(DIR),exercises)
 
-# Removes what the build made; never notebooks/, lab/data/ or exercises/ (a learner's work).
+# Removes what the build made; never notebooks/, data/ or exercises/ (a learner's work).
 clean:
 	rm -rf $(VENV) build .pytest_cache .hypothesis *.egg-info
 	find lab labbench tests -name __pycache__ -type d -prune -exec rm -rf {} +
@@ -116,18 +136,24 @@ UI_STAMP := $(VENV)/.installed-ui
 KATEX_VERSION := 0.19.1
 KATEX := $(VENV)/katex/node_modules/katex
 
-.PHONY: setup-ui site test-ui
+.PHONY: setup-ui site test-ui check-chromium
 
 setup-ui: $(UI_STAMP)
 
 # The ui extra (Playwright for Python, mistune, Pygments) and KaTeX from npm, installed into .venv.
 $(UI_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[test,ui]'
+	$(BIN)/python -m pip install --quiet $(CONSTRAINTS) -e '.[test,ui]'
 	npm install --no-audit --no-fund --silent --prefix $(VENV)/katex katex@$(KATEX_VERSION)
 	touch $(UI_STAMP)
 
 site: setup-ui
 	$(BIN)/python tools/build_site.py --out build/site --katex $(KATEX)
 
-test-ui: site
+# Checked before anything is built: the browser check drives Debian's Chromium and downloads none.
+CHROMIUM := /usr/bin/chromium
+check-chromium:
+	@test -x $(CHROMIUM) || { echo "make test-ui needs Chromium at $(CHROMIUM), which is missing."; \
+		echo "On Debian or Ubuntu: sudo apt-get install chromium   (make site alone does not need it)"; exit 1; }
+
+test-ui: check-chromium site
 	$(BIN)/python tools/ui_check.py --site build/site

@@ -12,9 +12,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 
-from .masks import BlockMask, _is_torch, _kept, _tile_kinds, index_arrays
+from .masks import BlockMask, _is_torch, _kept, _tile_kinds, _torch, index_arrays
 from .rules import causal_key_end
 
 
@@ -96,12 +95,12 @@ class TilePlan:
             i = (
                 np.arange(i0, i1)[:, None]
                 if not _is_torch(s)
-                else torch.arange(i0, i1, device=s.device)[:, None]
+                else _torch().arange(i0, i1, device=s.device)[:, None]
             )
             j = (
                 np.arange(j0, j1)[None, :]
                 if not _is_torch(s)
-                else torch.arange(j0, j1, device=s.device)[None, :]
+                else _torch().arange(j0, j1, device=s.device)[None, :]
             )
             idx = (None, None, i, j)
         else:
@@ -117,7 +116,7 @@ class TilePlan:
             return None
         keep = _kept(self.mask_mod, self.causal, self.N, self.M, idx)
         if _is_torch(s):
-            keep = torch.as_tensor(keep, device=s.device)
+            keep = _torch().as_tensor(keep, device=s.device)
             s.masked_fill_(~keep, -math.inf)
         else:
             keep = np.asarray(keep)
@@ -158,6 +157,8 @@ def score_mod_grad(score_mod, s, ds, idx):
     if derivative is not None:
         g = derivative(s, *idx)
         return ds if g is None else ds * g
+    import torch  # autograd through the mod: the torch kernels' backward
+
     with torch.enable_grad():
         x = s.detach().requires_grad_(True)
         y = score_mod(x, *idx)

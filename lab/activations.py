@@ -1,7 +1,7 @@
-"""Real attention inputs: Q, K, V of a pretrained transformer, shipped in lab/data/ and checked against a recorded sha256.
+"""Real attention inputs: Q, K, V of a pretrained transformer, shipped in data/ and checked against a recorded sha256.
 
 The file is written once by `tools/export_activations.py` (sentence-transformers/all-MiniLM-L6-v2,
-layers 0 and 5, 12 heads of dimension 32, one passage of 444 tokens); lab/data/README.md gives its
+layers 0 and 5, 12 heads of dimension 32, one passage of 444 tokens); data/README.md gives its
 provenance, licence and the command that regenerates it. It is package data, read through
 importlib.resources, so an installed course (Colab) has it too.
 
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+
+from ._data import data_path
 
 __all__ = [
     "Activations",
@@ -26,7 +27,7 @@ __all__ = [
     "file_sha256",
 ]
 
-ACTIVATIONS_PATH = Path(str(resources.files("lab") / "data" / "minilm_qkv.npz"))
+ACTIVATIONS_PATH = data_path("minilm_qkv.npz")
 ACTIVATIONS_SHA256 = "966d9652b150accc820fc60feb40ad91715fe4c8b52430849cca9b0964e85f05"
 
 
@@ -63,14 +64,14 @@ def load_activations(
     path = Path(ACTIVATIONS_PATH if path is None else path)
     if not path.is_file():
         raise FileNotFoundError(
-            f"path: no activations file at {path} (regenerate it: see lab/data/README.md)"
+            f"path: no activations file at {path} (regenerate it: see data/README.md)"
         )
     if sha256 is not None:
         got = file_sha256(path)
         if got != sha256:
             raise ValueError(
                 f"path: sha256 of {path.name} is {got}, expected {sha256}; "
-                "the file changed: regenerate it (lab/data/README.md) or update the recorded checksum"
+                "the file changed: regenerate it (data/README.md) or update the recorded checksum"
             )
     with np.load(path, allow_pickle=False) as z:
         missing = {"q", "k", "v", "meta"} - set(z.files)

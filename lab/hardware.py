@@ -246,7 +246,7 @@ def loop_overhead(
     overhead = steps · ops_per_step · us_per_op, matmul time = $4 \\cdot heads \\cdot N^2 d$ / flops_per_s.
 
     The default 155 GFLOP/s is a round figure between the fp32 matmul ceilings recorded on the course's 2-core
-    AMD EPYC (94 GFLOP/s on one torch thread, 195 on two; torch 2.13.0 CPU build, lab/data/runs). Taught in: notebooks/08_hardware_runs.ipynb
+    AMD EPYC (94 GFLOP/s on one torch thread, 195 on two; torch 2.13.0 CPU build, data/runs). Taught in: notebooks/08_hardware_runs.ipynb
     """
     for name, x in (
         ("N", N),

@@ -20,11 +20,12 @@ Taught in: notebooks/11_masks_and_score_mods.ipynb
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
+import sys
 
 import numpy as np
-import torch
 
 from .rules import causal_key_end
 from .validate import check_block
@@ -65,13 +66,22 @@ class _Mod:
 
 
 def _is_torch(x) -> bool:
-    return isinstance(x, torch.Tensor)
+    """Whether x is a torch tensor; torch is never imported for numpy inputs."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _torch():
+    """torch, for a mod given torch tensors (it is loaded already: a tensor reached the mod)."""
+    import torch
+
+    return torch
 
 
 def _table(values: np.ndarray, like, dtype=None):
     """`values` as an array of `like`'s kind: numpy as it is, or a torch tensor on `like`'s device."""
     if _is_torch(like):
-        return torch.as_tensor(values, dtype=dtype, device=like.device)
+        return _torch().as_tensor(values, dtype=dtype, device=like.device)
     return values if dtype is None else values.astype(dtype)
 
 
@@ -232,7 +242,7 @@ def softcap(cap):
     cap = float(cap)
 
     def tanh(x):
-        return torch.tanh(x) if _is_torch(x) else np.tanh(x)
+        return _torch().tanh(x) if _is_torch(x) else np.tanh(x)
 
     return _Mod(
         lambda s, b, h, i, j: cap * tanh(s / cap),
@@ -289,7 +299,7 @@ def clipped_alibi(slopes, max_distance: int, N: int, M: int):
 
     def score_mod(s, b, h, i, j):
         dist = abs(i + off - j)
-        dist = torch.clamp(dist, max=D) if _is_torch(dist) else np.minimum(dist, D)
+        dist = _torch().clamp(dist, max=D) if _is_torch(dist) else np.minimum(dist, D)
         return s - _table(slopes, s, s.dtype)[h] * dist
 
     return _Mod(
@@ -306,7 +316,7 @@ def clipped_alibi(slopes, max_distance: int, N: int, M: int):
 def index_arrays(B: int, H: int, i0: int, i1: int, j0: int, j1: int, like=None):
     """`(b, h, i, j)` shaped (B,1,1,1), (1,H,1,1), (1,1,n,1), (1,1,1,m): numpy, or torch on `like`'s device."""
     if _is_torch(like):
-        ar = lambda *a: torch.arange(*a, device=like.device)  # noqa: E731
+        ar = lambda *a: _torch().arange(*a, device=like.device)  # noqa: E731
     else:
         ar = np.arange
     return (
@@ -371,8 +381,12 @@ def check_mods(
 
 def _probe_mask(mask_mod, idx, shape) -> None:
     keep = mask_mod(*idx)
-    dtype = keep.dtype if _is_torch(keep) else np.asarray(keep).dtype
-    if dtype not in (torch.bool, np.dtype(bool)):
+    if _is_torch(keep):
+        dtype, boolean = keep.dtype, keep.dtype == _torch().bool
+    else:
+        dtype = np.asarray(keep).dtype
+        boolean = dtype == np.dtype(bool)
+    if not boolean:
         raise TypeError(
             f"mask_mod must return booleans (True keeps the key), got {dtype}"
         )
@@ -396,13 +410,18 @@ def _numpy(x) -> np.ndarray:
 
 def _probe_score(score_mod, idx, shape, like, grad: bool) -> None:
     if _is_torch(like):
+        torch = _torch()
         dt = torch.float64 if like.dtype == torch.float64 else torch.float32
         s = torch.linspace(
             -3.0, 3.0, math.prod(shape), dtype=dt, device=like.device
         ).reshape(shape)
     else:
         s = np.linspace(-3.0, 3.0, math.prod(shape)).reshape(shape)
-    with torch.enable_grad():
+    # a learnable bias shows as requires_grad only with grad on (torch loaded: a mod may use it)
+    grad_on = (
+        _torch().enable_grad() if "torch" in sys.modules else contextlib.nullcontext()
+    )
+    with grad_on:
         out = score_mod(s, *idx)
     if tuple(np.shape(out)) != shape:
         raise ValueError(
@@ -454,6 +473,7 @@ class BlockMask:
 def _broadcast(keep, shape):
     """`keep` broadcast up to at least `shape` (a mask that ignores b and h stays (1, 1, n, m))."""
     if _is_torch(keep):
+        torch = _torch()
         return torch.broadcast_to(keep, torch.broadcast_shapes(keep.shape, shape))
     return np.broadcast_to(keep, np.broadcast_shapes(np.shape(keep), shape))
 

@@ -6,9 +6,9 @@
   python -m lab.bench --gpu-sweep           # on a machine with an NVIDIA GPU: fp16/bf16, d 64/128, N 1K-16K
 
 Every run prints a table (ms, TFLOP/s = 4·B·H·N²·d per second, halved for causal; peak MiB above
-the inputs; throughput relative to SDPA) and writes a JSON record (schema in lab/data/README.md) into
+the inputs; throughput relative to SDPA) and writes a JSON record (schema in data/README.md) into
 your own runs folder, `lab.user_runs_dir()`, outside the repository, unless `--no-record`;
-`--record-dir lab/data/runs` adds it to the runs the course ships. Kernels are timed interleaved, round by round, so a busy
+`--record-dir data/runs` adds it to the runs the course ships. Kernels are timed interleaved, round by round, so a busy
 machine slows them alike. The claims are printed as measured ratios, never asserted. Triton's
 interpreter is never timed (it is for stepping through a kernel, not a performance).
 
@@ -88,7 +88,7 @@ def _parser():
         "--record-dir",
         default=None,
         help="folder for the JSON record (default: your own runs folder, lab.user_runs_dir(), outside the "
-        "repository; lab/data/runs to add a run to the ones the course ships)",
+        "repository; data/runs to add a run to the ones the course ships)",
     )
     p.add_argument(
         "--out", default=None, help="path of the JSON record (overrides --record-dir)"

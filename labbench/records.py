@@ -1,8 +1,8 @@
 """The JSON record of a benchmark run: what was measured, on which machine, with which settings.
 
-Schema (version 1) in lab/data/README.md; `lab.load_runs` reads records back. A run goes to
+Schema (version 1) in data/README.md; `lab.load_runs` reads records back. A run goes to
 `<runs_dir>/<UTC date>_<cpu|gpu>_<machine>[_<mode>].json`, `runs_dir` defaulting to
-`lab.user_runs_dir()`, outside the repository: only `--record-dir lab/data/runs` adds a run to the
+`lab.user_runs_dir()`, outside the repository: only `--record-dir data/runs` adds a run to the
 ones the course ships.
 
 Used by: `python -m lab.bench` (labbench/cli.py); read in notebooks/08_hardware_runs.ipynb.
@@ -46,7 +46,7 @@ def record_run(
     extra: dict | None = None,
     runs_dir: str | None = None,
 ) -> str:
-    """Write one run as JSON (schema in lab/data/README.md) to `path` or `record_path(...)` in `runs_dir`; return the path written.
+    """Write one run as JSON (schema in data/README.md) to `path` or `record_path(...)` in `runs_dir`; return the path written.
 
     `runs_dir` defaults to `lab.user_runs_dir()`, outside the repository; `machine` to
     `lab.describe_machine()`; `label` to the GPU's name, else the CPU with its cores and torch threads.

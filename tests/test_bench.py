@@ -130,9 +130,7 @@ def test_verify_prints_the_reported_figures(tmp_path, capsys, monkeypatch):
 
 def test_load_runs_reads_the_committed_records():
     runs = lab.load_runs()
-    assert runs, (
-        "lab/data/runs holds at least the reported 910B3 figures and one CPU run"
-    )
+    assert runs, "data/runs holds at least the reported 910B3 figures and one CPU run"
     kinds = {r["kind"] for r in runs}
     assert {"measured", "reported"} <= kinds
     ascend = [r for r in runs if r["kind"] == "reported"][0]

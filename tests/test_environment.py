@@ -1,4 +1,4 @@
-"""environment.yml (conda) stays in step with pyproject.toml (pip)."""
+"""environment.yml (conda) stays in step with pyproject.toml (pip) and the lock (locks/)."""
 
 import pathlib
 import re
@@ -21,7 +21,13 @@ def _split(req: str) -> tuple[str, str]:
     return name.lower().replace("-", "_"), req[len(name) :].replace(" ", "")
 
 
-def test_every_dependency_is_in_environment_yml_with_the_same_versions():
+def _locked() -> dict[str, str]:
+    text = (ROOT / "locks" / "linux-x86_64-py3.11.txt").read_text()
+    pins = re.findall(r"^([A-Za-z0-9_.\-]+)==([^\s;]+)", text, re.MULTILINE)
+    return {n.lower().replace("-", "_"): v for n, v in pins}
+
+
+def test_every_dependency_is_in_environment_yml_at_the_locked_version():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     conda = {}
@@ -29,20 +35,21 @@ def test_every_dependency_is_in_environment_yml_with_the_same_versions():
         if isinstance(dep, str):
             name, spec = _split(dep)
             conda[name] = spec
-    pip = dict(
-        _split(r)
+    locked = _locked()
+    names = [
+        _split(r)[0]
         for r in project["dependencies"] + project["optional-dependencies"]["test"]
-    )
-    for name, spec in pip.items():
+    ]
+    for name in names:
         if name == "triton":  # Linux-only: comes from PyPI through `pip: -e .[test]`
             continue
         cname = CONDA_NAMES.get(name, name)
         assert cname in conda, f"{name} missing from environment.yml"
         if name == "torch":
-            assert spec == "==2.13.0" and conda[cname].startswith("=2.13.0=cpu")
+            assert locked[name] == "2.13.0" and conda[cname].startswith("=2.13.0=cpu")
         else:
-            assert conda[cname] == spec, (
-                f"{name}: pyproject {spec!r} vs environment.yml {conda[cname]!r}"
+            assert conda[cname] == f"=={locked[name]}", (
+                f"{name}: locked {locked[name]!r} vs environment.yml {conda[cname]!r}"
             )
     pip_section = next(d for d in env["dependencies"] if isinstance(d, dict))["pip"]
     assert any(line.startswith("-e .[test]") for line in pip_section)
@@ -65,4 +72,5 @@ def test_binder_environment_matches_except_the_editable_install():
     assert not any(
         line.startswith("-e") for line in pip
     )  # repo2docker builds before the repository is copied
+    assert pip == [f"triton=={_locked()['triton']}"]
     assert "pip install --no-deps -e ." in (ROOT / "binder" / "postBuild").read_text()

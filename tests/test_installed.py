@@ -53,7 +53,8 @@ def installed(tmp_path_factory):
 
 def test_the_wheel_carries_the_data_the_notebooks_read(installed):
     site, names = installed
-    assert "lab/data/minilm_qkv.npz" in names
+    # data/ of the repository is the package lab.data in the wheel
+    assert "lab/data/minilm_qkv.npz" in names and "lab/data/README.md" in names
     assert (
         sum(n.startswith("lab/data/runs/") and n.endswith(".json") for n in names) >= 2
     )

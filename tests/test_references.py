@@ -20,7 +20,7 @@ SOURCES = sorted(
         *ROOT.glob("tools/*.sh"),
         ROOT / "README.md",
         ROOT / "REFERENCES.md",
-        ROOT / "lab/data/README.md",
+        ROOT / "data/README.md",
         ROOT / "Makefile",
     ]
 )

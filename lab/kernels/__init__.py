@@ -3,7 +3,7 @@
 Each rung's module opens with what it changes against the rung below and what that buys, measured:
 rungs 1-3's memory and traffic by `lab.peak_bytes` and `lab.trace.record()` (`tests/test_kernels.py`
 measures every such figure again), rungs 4-5's speed and memory by `python -m lab.bench` (benchmarks,
-recorded in `lab/data/runs`, never tests). Read them in order; each is tested against rung 0.
+recorded in `data/runs`, never tests). Read them in order; each is tested against rung 0.
 
 | rung | module | function | what changes | notebook |
 | --- | --- | --- | --- | --- |

@@ -18,7 +18,6 @@ Taught in: notebooks/00_the_memory_wall.ipynb, notebooks/08_hardware_runs.ipynb,
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from ..rules import causal_mask, safe_exp_shift
 from ..validate import (
@@ -63,6 +62,8 @@ def standard_attention_torch(q, k, v, *, causal: bool = False, scale=None):
     The torch twin of `attention_naive`: under `torch.no_grad()` it is the naive rung on any device
     (`lab.attention_torch_naive`). Taught in: notebooks/08_hardware_runs.ipynb, notebooks/09_backward.ipynb
     """
+    import torch  # here, so that the numpy rungs never load it
+
     causal = check_causal(causal)
     group = check_qkv_tensors(q, k, v)
     scale = check_scale(scale, q.shape[-1])

@@ -12,7 +12,7 @@ What it buys, and what it costs: its exponents reach τ, where exp2's premultipl
 by about τ float32 units, so it keeps torch's exp (2.6× slower than exp2 on a 2-core AMD EPYC), and the passes it
 saves (about 4% of a tile's time) do not pay for that: it takes 1.06-1.12× rung 4's time (measured on that CPU,
 B = 1, H = 8, N = 4096, d = 64, float32, the rungs timed interleaved). An earlier version of this rung (with $-m$
-carried into the matmul as an extra column of K) is what the 2-core Xeon runs in `lab/data/runs` measured: 0.94×
+carried into the matmul as an extra column of K) is what the 2-core Xeon runs in `data/runs` measured: 0.94×
 SDPA's throughput on two threads, 0.85× on one. On a GPU, where the exponential and the rescale cost what they
 save here in other units, the trade is the one FlashAttention-4 makes.
 

@@ -9,7 +9,7 @@ once. Causal: key blocks every row of the block sees run unmasked, the diagonal 
 it are skipped (`triton_tile_kinds`).
 
 What it buys: no traffic of N×M size at all, the point of notebook 05, on the chip where it matters. Its speed
-is a GPU measurement, `python -m lab.bench --gpu-sweep` (a record in `lab/data/runs` needs a machine with an
+is a GPU measurement, `python -m lab.bench --gpu-sweep` (a record in `data/runs` needs a machine with an
 NVIDIA GPU; none is recorded yet). On a CPU it runs through Triton's interpreter, for stepping through the
 kernel, never for a timing.
 The backward is two more kernels in `lab/kernels/rung6_triton_backward.py` (`flash_attention_triton_backward`,

@@ -2,7 +2,7 @@
 
 "standard" is softmax(QKᵀ)V in the same dtype on the same device; the float64 oracle
 (`attention_reference`) gives a second error, `vs_fp64`. The shapes are those of a reported run on an
-Ascend 910B3, whose figures are kept here to print beside ours (`lab/data/runs/ascend-910b3_reported.json`
+Ascend 910B3, whose figures are kept here to print beside ours (`data/runs/ascend-910b3_reported.json`
 holds the whole record).
 
 Taught in: notebooks/08_hardware_runs.ipynb

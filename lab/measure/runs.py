@@ -1,9 +1,9 @@
-"""The recorded runs: the ones the course ships (lab/data/runs) and the folder of this machine's own, read back.
+"""The recorded runs: the ones the course ships (data/runs) and the folder of this machine's own, read back.
 
 The committed runs ship inside the package (read through importlib.resources), so an installed course
 has them too. A learner's own runs go to a per-user folder, never into the package or the repository:
 `python -m lab.bench` writes there (its writer is `labbench.records`, beside the package) unless told
-`--record-dir`. The schema of a record is in lab/data/README.md.
+`--record-dir`. The schema of a record is in data/README.md.
 
 Taught in: notebooks/08_hardware_runs.ipynb
 """
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-from importlib import resources
 
 import platformdirs
 
-RUNS_DIR = str(resources.files("lab") / "data" / "runs")
+from .._data import data_path
+
+RUNS_DIR = str(data_path("runs"))
 
 
 def user_runs_dir() -> str:

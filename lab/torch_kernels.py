@@ -1,8 +1,8 @@
 """Attention in torch, on any device: the public entry of the torch rungs (4 and 5 of `lab/kernels/`), their backward, and autograd.
 
   * `flash_attention_torch_forward(..., variant=)` : the checks, the tile plan, then rung 4's loops
-    (`lab/kernels/rung4_torch_fa2.py`) with its step on every tile (`variant="fa2"`, the default, the faster
-    on a 2-core AMD EPYC) or rung 5's lazy step after a query block's first tile (`variant="lazy"`,
+    (`lab/kernels/rung4_torch_fa2.py`) with its step on every tile (`variant="fa2"`, the default on every device:
+    the textbook rung; `DEFAULT_VARIANT` says what was measured) or rung 5's lazy step after a query block's first tile (`variant="lazy"`,
     `lab/kernels/rung5_torch_lazy.py`). Returns `(o, lse)`.
   * `flash_attention_torch_backward` : FlashAttention-2's backward (Dao 2023, Algorithm 2): D = rowsum(dO ∘ O)
     once, then for each tile the scores are recomputed from q, k and the saved lse (P = exp(S - lse)),
@@ -49,7 +49,10 @@ __all__ = [
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 VARIANTS = ("fa2", "lazy")  # the forward's rungs, textbook first
-DEFAULT_VARIANT = "fa2"  # the faster on a 2-core AMD EPYC
+# variant=None is "fa2" on every device: the textbook rung. Neither rung is the faster everywhere (B = 1,
+# H = 8, N = 4096, d = 64, float32, two threads): "lazy" took 1.06-1.12x "fa2"'s time on a 2-core AMD EPYC
+# and 0.87x (286 against 330 ms) on a 2-core Intel Xeon with AVX-512, whose exp is relatively faster.
+DEFAULT_VARIANT = "fa2"
 
 
 def _blocks(q, k, block_q, block_k, group, blocks=None):
@@ -114,7 +117,7 @@ def flash_attention_torch_forward(
     For each query block $Q_i$ ($B_r$ rows, all heads at once) the state $m, l, acc$ starts at (the lowest
     float, 0, 0), each computed key block $K_j, V_j$ ($B_c$ rows) updates it by one step, and finally
     $o = acc / l$ (0 where l = 0), $lse = m + \\log l$ ($-\\infty$ where l = 0). `variant="fa2"` (`None`, the
-    default: the faster on a 2-core AMD EPYC): Algorithm 1's step on every tile. `variant="lazy"`: that step
+    default on every device; `DEFAULT_VARIANT`): Algorithm 1's step on every tile. `variant="lazy"`: that step
     on a query block's first tile, then the lazy step, which moves m only for rows whose tile sum $r$ exceeds
     $e^\\tau$ (τ = `LOG_BOUND`), to $m + \\log r$; a tile whose exponential overflows, or in which a row meets
     its first key, is recomputed with Algorithm 1's step (rung 4's `fa2_step`, rung 5's `lazy_step`, in
@@ -344,7 +347,8 @@ def flash_attention_torch(
     `return_lse=True` returns `(o, lse)` (lse is not differentiable). No input is changed.
     `score_mod(s, b, h, i, j)` and `mask_mod(b, h, i, j)` (4-D inputs; `h` the query head) act on each tile
     before the softmax, empty tiles are skipped (`block_mask`: a precomputed `lab.block_mask`), `stats`
-    receives the forward's counts, and `variant` picks its rung, "fa2" or "lazy" (`None`: "fa2").
+    receives the forward's counts, and `variant` picks its rung, "fa2" or "lazy"; `None` is "fa2" on every device (the textbook rung:
+    neither is the faster on every CPU, see `DEFAULT_VARIANT`).
     Taught in: notebooks/08_hardware_runs.ipynb, notebooks/11_masks_and_score_mods.ipynb
     """
     variant = _variant(variant)  # errors before any work

@@ -1,12 +1,9 @@
 """Rung 0, the oracle: attention in float64 with the whole score matrix in memory.
 
-What it is: the definition, $S = \\mathrm{scale}\\,Q K^\\top$, $P = \\mathrm{softmax}(S)$, $O = P V$, computed in
-float64 whatever the input dtype, with masks and score mods applied to the full S. Every other rung is
-tested against it. What it costs: S, the shifted scores and P are N×M float64 arrays (8 bytes each,
-against 4 for float32 inputs). Measured by `lab.peak_bytes` (tracemalloc) on one float32 head,
-N = M = 1024, d = 64: 26.7 MB above the inputs, of which 25.2 MB are three N×M float64 arrays alive
-at once (S, S − m and P) and the rest float64 copies of q, k, v (`tests/test_kernels.py` measures it
-again).
+The definition, $S = \mathrm{scale}\,Q K^\top$, $P = \mathrm{softmax}(S)$, $O = P V$, in float64 whatever
+the input dtype, masks and score mods applied to the full S; every other rung is tested against it.
+What it costs: 26.7 MB above the inputs on one float32 head, N = M = 1024, d = 64 (`lab.peak_bytes`),
+25.2 MB of it three N×M float64 arrays alive at once (S, S − m, P); tests/test_kernels.py measures it.
 
 Taught in: notebooks/00_the_memory_wall.ipynb, notebooks/11_masks_and_score_mods.ipynb
 """

@@ -1,16 +1,11 @@
-"""Rung 1, standard attention: softmax(scale·Q Kᵀ) V in the input's own dtype, the way most code writes it.
+"""Rung 1, standard attention: softmax(scale·Q Kᵀ) V in the input's own dtype, as most code writes it.
 
-Changes against rung 0: the input dtype instead of float64, and P is computed from S into one second
-array, exponentiated and divided in place, so exactly two N×M arrays are alive at the peak: the scores
-S and the probabilities P, $2 \\cdot N \\cdot M \\cdot$ itemsize bytes per head (`lab.attention_bytes`). What it buys:
-a third of rung 0's memory for float32 inputs. Measured by `lab.peak_bytes` (tracemalloc) on one
-float32 head, N = M = 1024, d = 64: 8.66 MB above the inputs (rung 0: 26.7 MB), of which 8.39 MB are
-S and P by the formula (`tests/test_kernels.py` measures it again). What it still costs: memory that grows as N·M,
-the memory wall of notebook 00.
-
-`standard_attention_torch` is the same rung in torch, on any device: the one standard attention of the
-torch side (autograd keeps its P for notebook 09's backward; under `torch.no_grad()` it is the naive
-baseline every torch rung is measured against).
+Changes against rung 0: the input dtype instead of float64, and P made from S in one second array, so
+two N×M arrays are alive at the peak, $2 \cdot N \cdot M \cdot$ itemsize bytes per head (`lab.attention_bytes`).
+What it buys: a third of rung 0's memory: 8.66 MB above the inputs against 26.7 MB (one float32 head,
+N = M = 1024, d = 64; 8.39 MB of it S and P by the formula); tests/test_kernels.py measures it. Its memory
+still grows as N·M: the memory wall of notebook 00. `standard_attention_torch` is this rung in torch, the
+baseline every torch rung is measured against.
 
 Taught in: notebooks/00_the_memory_wall.ipynb, notebooks/08_hardware_runs.ipynb, notebooks/09_backward.ipynb
 """

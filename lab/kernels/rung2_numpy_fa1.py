@@ -1,22 +1,12 @@
 """Rung 2, FlashAttention (Dao et al. 2022, Algorithm 1) in numpy: tiles, and no N×M array.
 
-Changes against rung 1: K, V are cut into blocks K_j, V_j of Bc keys (the outer loop) and Q into blocks
-Q_i of Br rows (the inner loop; `block_q` is Br, `block_k` is Bc). Each tile's scores S_ij (Br×Bc) give
-a tile max m̃, P̃ = e^{S_ij − m̃} and its row sum l̃; the tile is merged into the running O_i, l_i, m_i,
-which live in the full arrays ("HBM"): each step loads them, rescales O_i by l_i e^{m_i − m′} and
-divides by l′ again, and stores them back. Tiles the causal mask (or a mask_mod) hides entirely are
-skipped; a key block no query sees is never loaded.
-
-What it buys: memory that no longer grows as N·M. Measured by `lab.peak_bytes` (tracemalloc) on one
-float32 head, N = M = 1024, d = 64, Br = Bc = 64: 0.39 MB above the inputs, against rung 1's 8.66 MB
-(the gap grows as N). What it costs: traffic and work outside the matmuls. O, l and m go to HBM and
-back once per key block, and O is divided by l at every step; counted by `lab.trace.record()` on the
-same head: 13.6 MB moved (4.6 MB of it written) and 3.19 M multiplies and divides, against rung 3's
-8.92 MB (0.27 MB written) and 1.13 M (`tests/test_kernels.py` counts them again; `lab.flash_counts`
-is the formula).
-
-The shared pieces of rungs 2 and 3: `tile_scores` (S_ij with score_mod and mask applied, only where the
-tile plan says the tile needs it) and `lowered` (P_ij rounded before the second matmul, notebook 07).
+Changes against rung 1: key blocks K_j, V_j of Bc keys in the outer loop, query blocks Q_i of Br rows in
+the inner one; each tile's S_ij is merged into O_i, l_i, m_i, which go to HBM and back at every step
+(O_i rescaled and divided by l′ each time); tiles a mask hides entirely are skipped.
+What it buys: memory that no longer grows as N·M, 0.39 MB above the inputs against rung 1's 8.66 MB (one
+float32 head, N = M = 1024, d = 64, Br = Bc = 64). What it costs: 13.6 MB moved (4.6 MB of it written)
+and 3.19 M multiplies and divides, against rung 3's 8.92 MB (0.27 MB written) and 1.13 M
+(`lab.trace.record()`; `lab.flash_counts` is the formula; tests/test_kernels.py counts them again).
 
 Taught in: notebooks/05_tiling.ipynb, notebooks/06_flashattention2.ipynb
 """

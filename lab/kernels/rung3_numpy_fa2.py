@@ -1,19 +1,12 @@
 """Rung 3, FlashAttention-2 (Dao 2023, Algorithm 1) in numpy: the loops swapped, the state kept in the tile.
 
-Changes against rung 2: query blocks Q_i in the outer loop, K_j, V_j streamed in the inner one. The
-state (m, l, acc) of a query block stays on chip for its whole row of tiles: each step rescales it by
-α = e^{m − m′} and adds P_ij V_j, with no division; one division acc / l at the end, and only
-lse = m + log l is written beside o (what the backward needs, notebook 09).
-
-What it buys: traffic and work outside the matmuls. O, l, m no longer go to HBM and back once per
-key block, and the division by l happens once per row; counted by `lab.trace.record()` on one float32
-head, N = M = 1024, d = 64, Br = Bc = 64: 8.92 MB moved (0.27 MB of it written) against rung 2's
-13.6 MB (4.6 MB written), and 1.13 M multiplies and divides against rung 2's 3.19 M
-(`tests/test_kernels.py` counts them again; `lab.flash_counts` is the formula). Memory stays about
-rung 2's: 0.37 MB above the inputs by `lab.peak_bytes` on the same head.
-
-`flash_attention_numpy(..., variant=)` is the public entry of rungs 2 and 3: the checks, the tile plan
-and the grouped-query view are shared; `variant` picks the kernel, "fa1" (rung 2) or "fa2" (rung 3).
+Changes against rung 2: query blocks outside, key blocks inside; the state (m, l, acc) of a query block
+stays on chip for its row of tiles, rescaled by α = e^{m − m′} at each step, divided by l once at the
+end, and lse = m + log l written beside o (for the backward, notebook 09).
+What it buys: 8.92 MB moved (0.27 MB of it written) against rung 2's 13.6 MB (4.6 MB written), and 1.13 M
+multiplies and divides against rung 2's 3.19 M, at about rung 2's memory, 0.37 MB (one float32 head,
+N = M = 1024, d = 64, Br = Bc = 64; tests/test_kernels.py counts them again). `flash_attention_numpy`'s
+`variant` picks rung 2 ("fa1") or this one ("fa2").
 
 Taught in: notebooks/05_tiling.ipynb, notebooks/06_flashattention2.ipynb, notebooks/07_precision.ipynb,
 notebooks/11_masks_and_score_mods.ipynb

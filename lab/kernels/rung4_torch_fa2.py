@@ -1,24 +1,10 @@
 """Rung 4, FlashAttention-2 (Dao 2023, arXiv 2307.08691, Algorithm 1) as torch ops, on any device.
 
-Changes against rung 3: the same loops and the same step, written with torch ops on a torch device, and
-each op works on a whole tile of every (batch × head) row at once: $B_r$ query rows of all heads against
-$B_c$ keys, in one buffer reused for every tile (`torch_default_blocks` sizes it). Per tile: two batched
-matmuls, a row max, a subtraction, an exponential, a row sum; the exponential as $2^{x \\log_2 e}$
-(`exp2`, as FlashAttention-2's own kernels do), taken after the subtraction so that $x = S_{ij} - m'$
-stays exact.
-
-What it buys (`python -m lab.bench` on a 2-core AMD EPYC, torch 2.13 CPU, the runs recorded in `data/runs`;
-benchmarks, never tests): an extra peak of 4.6 MB against the naive rung's 514 MB at H = 1, N = 8192, d = 64
-(1/112); at B = 1, H = 8, N = 4096, d = 64, float32, 0.86× the throughput of torch's fused C++ SDPA kernel and
-2.2× the naive rung's on two threads, 0.81× and 2.0× on one (the records' `targets`, the three timed
-interleaved; the same runs' sweep rows give 0.87× and 0.84× SDPA). The two matmuls alone take about as long
-as SDPA's whole call: each op streams its tile through the cache, where a fused kernel (SDPA's, rung 6's)
-keeps the tile in registers between them. Against the naive rung the machine decides: on that EPYC SDPA
-itself was only 2.4-2.5× faster than naive, against 3.6-3.7× on a 2-core Xeon whose matmuls ran 1.7×
-faster while naive took about the same time (`data/runs`, notebook 08 section 6).
-
-A Python loop can be fast: with blocks of hundreds of rows each op takes about a millisecond, against
-microseconds of Python per op.
+Changes against rung 3: the same loops and step as torch ops, each on a whole tile of every (batch × head)
+row at once, in one reused buffer (`torch_default_blocks` sizes it); the exponential as exp2 after the
+subtraction, as FlashAttention-2's kernels take it.
+What it buys: no N×M array on any torch device, and speed near torch's fused SDPA on a CPU. The recorded
+`python -m lab.bench` runs in data/runs give the figures per machine (notebook 08 section 6 compares them).
 
 Taught in: notebooks/08_hardware_runs.ipynb
 """

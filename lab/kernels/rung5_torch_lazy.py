@@ -1,20 +1,11 @@
-"""Rung 5, lazy rescaling (FlashAttention-4's conditional rescaling) as torch ops: m is a reference, not the running max.
+"""Rung 5, lazy rescaling (a variant of FlashAttention-4's conditional rescaling) as torch ops.
 
 Changes against rung 4: after a query block's first tile, m is a reference that moves only for rows whose
-tile sum $r = \\mathrm{rowsum}\\,e^{S_{ij} - m}$ outgrows $e^\\tau$ (τ = `LOG_BOUND`), and then to $m + \\log r$.
-It rides in the first matmul (`baddbmm` adds $-m$ as its input), so a tile skips the row max, the subtraction
-and α; a tile whose exponential overflows, or in which a row meets its first key, is recomputed with rung 4's
-step. The reference is rounded where a score would not be: α is computed from the stored $m'$, so that rounding
-cancels in $o = acc / l$ (`tests/test_torch_kernels.py` holds both rungs to flash-attn's accuracy rule: scores
-near $-10^4$, then near $+10^4$, error at most twice plain float32 softmax's).
-
-What it buys, and what it costs: its exponents reach τ, where exp2's premultiplication by $\\log_2 e$ would round
-by about τ float32 units, so it keeps torch's exp (2.6× slower than exp2 on a 2-core AMD EPYC), and the passes it
-saves (about 4% of a tile's time) do not pay for that: it takes 1.06-1.12× rung 4's time (measured on that CPU,
-B = 1, H = 8, N = 4096, d = 64, float32, the rungs timed interleaved). An earlier version of this rung (with $-m$
-carried into the matmul as an extra column of K) is what the 2-core Xeon runs in `data/runs` measured: 0.94×
-SDPA's throughput on two threads, 0.85× on one. On a GPU, where the exponential and the rescale cost what they
-save here in other units, the trade is the one FlashAttention-4 makes.
+tile sum outgrows $e^\tau$ (τ = `LOG_BOUND`); riding in the first matmul, it saves the row max, the
+subtraction and α of most tiles; a tile that would overflow is recomputed with rung 4's step.
+What it buys: fewer passes per tile, paid for with torch's exp in place of exp2 (its exponents reach τ,
+where exp2's premultiplication would round). Which rung is faster depends on the CPU: 1.06-1.12× rung
+4's time on a 2-core AMD EPYC, 0.87× on a 2-core Intel Xeon (B = 1, H = 8, N = 4096, d = 64, float32).
 
 Taught in: notebooks/06_flashattention2.ipynb (FA3/FA4), notebooks/08_hardware_runs.ipynb
 """

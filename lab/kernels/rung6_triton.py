@@ -1,43 +1,41 @@
-"""Rung 6, FlashAttention-2's forward as one Triton kernel: compiled on a CUDA tensor, interpreted on a CPU tensor.
+"""Rung 6, FlashAttention-2's forward as one Triton kernel: compiled on a CUDA tensor, interpreted on a CPU.
 
-Changes against rung 4, whose textbook step it fuses: the loop over key blocks runs inside one kernel, `_attn_fwd`. One program per
-(query block, batch·head) keeps Q_i, m, l and acc in registers while it streams K_j, V_j; `_attn_fwd_step`
-is one key block's update, rung 4's `fa2_step`. No tile of scores ever leaves the chip: rung 4 sends each
-Br×Bc tile through memory once per op (the matmul writes it; the row max reads it; the subtraction, the
-multiplication by log2 e and exp2 read and write it; the row sum and the second matmul read it); here only Q_i once and K_j, V_j once per query block are read, and o and lse written
-once. Causal: key blocks every row of the block sees run unmasked, the diagonal band masked, the blocks after
-it are skipped (`triton_tile_kinds`).
+Changes against rung 4, whose step it fuses: the loop over key blocks runs inside one kernel, `_attn_fwd`,
+one program per (query block, batch·head) keeping Q_i, m, l and acc in registers while it streams K_j, V_j
+(`_attn_fwd_step` is rung 4's `fa2_step`); no tile of scores leaves the chip.
+What it buys: no traffic of N×M size at all, on the chip where that matters; its speed is a GPU
+measurement (`python -m lab.bench --gpu-sweep`, recorded in data/runs). The backward is
+`lab/kernels/rung6_triton_backward.py`.
 
-What it buys: no traffic of N×M size at all, the point of notebook 05, on the chip where it matters. Its speed
-is a GPU measurement, `python -m lab.bench --gpu-sweep` (a record in `data/runs` needs a machine with an
-NVIDIA GPU; none is recorded yet). On a CPU it runs through Triton's interpreter, for stepping through the
-kernel, never for a timing.
-The backward is two more kernels in `lab/kernels/rung6_triton_backward.py` (`flash_attention_triton_backward`,
-`TritonFlashAttention`), each recomputing P = exp(S - lse) tile by tile.
-
-Names, as in the rest of the course: a program owns the Br query rows `rows` of block Q_i and streams key
-blocks K_j, V_j of Bc keys `cols`; N counts queries, M keys (the public keyword arguments `block_q` and
-`block_k` are Br and Bc). The running state is (m, l, acc) with m in log2 units (see `_attn_fwd`).
-
-How Triton runs here. On a CUDA tensor the kernel is compiled (`@triton.jit`) with fixed block sizes
-(no autotuning). On a CPU tensor it runs through Triton's interpreter, which executes the same kernel
-body one program at a time with numpy: correct on small shapes, 0.1-1 GFLOP/s, never a timing. Triton
-decides between the two when a kernel is decorated, from `TRITON_INTERPRET`, and fixes its own library
-functions (tl.max, tl.sum) at its first import; so when no CUDA device is present and Triton has not
-been imported yet, this module sets `TRITON_INTERPRET=1` (an existing value is kept) before it imports
-Triton. If triton was imported earlier without it, a CPU call raises a clear RuntimeError saying so.
-The interpreter's bfloat16 `tl.dot` comes out wrong without an error in the Triton versions seen so
-far, so a bfloat16 CPU call is computed by the interpreter in float32 and rounded to bfloat16 at the
-end: correct, and said so in its docstring. Nothing here queries the device or autotunes unless
-`torch.cuda.is_available()`. Where Triton is not installed (it publishes wheels for Linux only), the
-package still imports, `flash_attention_triton` raises `TritonUnavailableError` (an `ImportError`)
-saying why, and `triton_status()` gives the sentence notebooks and tests print when they skip.
-
-Shapes: q (..., Hq, N, d), k (..., Hkv, M, d), v (..., Hkv, M, dv), Hq % Hkv == 0; causal masks key
-j for query i when j > i + (M - N). Accumulates in float32; `o` in the input dtype, `lse` float32.
-
-Taught in: notebooks/08_hardware_runs.ipynb
+Taught in: notebooks/08_hardware_runs.ipynb, notebooks/09_backward.ipynb
 """
+
+# Names, as in the rest of the course: a program owns the Br query rows `rows` of
+# block Q_i and streams key blocks K_j, V_j of Bc keys `cols`; N counts queries, M
+# keys (the public keyword arguments `block_q` and `block_k` are Br and Bc). The
+# running state is (m, l, acc) with m in log2 units (see `_attn_fwd`).
+#
+# How Triton runs here. On a CUDA tensor the kernel is compiled (`@triton.jit`) with
+# fixed block sizes (no autotuning). On a CPU tensor it runs through Triton's
+# interpreter, which executes the same kernel body one program at a time with numpy:
+# correct on small shapes, 0.1-1 GFLOP/s, never a timing. Triton decides between the
+# two when a kernel is decorated, from `TRITON_INTERPRET`, and fixes its own library
+# functions (tl.max, tl.sum) at its first import; so when no CUDA device is present
+# and Triton has not been imported yet, this module sets `TRITON_INTERPRET=1` (an
+# existing value is kept) before it imports Triton. If triton was imported earlier
+# without it, a CPU call raises a clear RuntimeError saying so. The interpreter's
+# bfloat16 `tl.dot` comes out wrong without an error in the Triton versions seen so
+# far, so a bfloat16 CPU call is computed by the interpreter in float32 and rounded to
+# bfloat16 at the end: correct, and said so in its docstring. Nothing here queries the
+# device or autotunes unless `torch.cuda.is_available()`. Where Triton is not
+# installed (it publishes wheels for Linux only), the package still imports,
+# `flash_attention_triton` raises `TritonUnavailableError` (an `ImportError`) saying
+# why, and `triton_status()` gives the sentence notebooks and tests print when they
+# skip.
+#
+# Shapes: q (..., Hq, N, d), k (..., Hkv, M, d), v (..., Hkv, M, dv), Hq % Hkv == 0;
+# causal masks key j for query i when j > i + (M - N). Accumulates in float32; `o` in
+# the input dtype, `lse` float32.
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Rung 0, the oracle: attention in float64 with the whole score matrix in memory.
 
-The definition, $S = \mathrm{scale}\,Q K^\top$, $P = \mathrm{softmax}(S)$, $O = P V$, in float64 whatever
+The definition, $S = \\mathrm{scale}\\,Q K^\\top$, $P = \\mathrm{softmax}(S)$, $O = P V$, in float64 whatever
 the input dtype, masks and score mods applied to the full S; every other rung is tested against it.
 What it costs: 26.7 MB above the inputs on one float32 head, N = M = 1024, d = 64 (`lab.peak_bytes`),
 25.2 MB of it three N×M float64 arrays alive at once (S, S − m, P); tests/test_kernels.py measures it.

@@ -1,7 +1,7 @@
 """Rung 1, standard attention: softmax(scale·Q Kᵀ) V in the input's own dtype, as most code writes it.
 
 Changes against rung 0: the input dtype instead of float64, and P made from S in one second array, so
-two N×M arrays are alive at the peak, $2 \cdot N \cdot M \cdot$ itemsize bytes per head (`lab.attention_bytes`).
+two N×M arrays are alive at the peak, $2 \\cdot N \\cdot M \\cdot$ itemsize bytes per head (`lab.attention_bytes`).
 What it buys: a third of rung 0's memory: 8.66 MB above the inputs against 26.7 MB (one float32 head,
 N = M = 1024, d = 64; 8.39 MB of it S and P by the formula); tests/test_kernels.py measures it. Its memory
 still grows as N·M: the memory wall of notebook 00. `standard_attention_torch` is this rung in torch, the

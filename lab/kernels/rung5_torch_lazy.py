@@ -1,7 +1,7 @@
 """Rung 5, lazy rescaling (a variant of FlashAttention-4's conditional rescaling) as torch ops.
 
 Changes against rung 4: after a query block's first tile, m is a reference that moves only for rows whose
-tile sum outgrows $e^\tau$ (τ = `LOG_BOUND`); riding in the first matmul, it saves the row max, the
+tile sum outgrows $e^\\tau$ (τ = `LOG_BOUND`); riding in the first matmul, it saves the row max, the
 subtraction and α of most tiles; a tile that would overflow is recomputed with rung 4's step.
 What it buys: fewer passes per tile, paid for with torch's exp in place of exp2 (its exponents reach τ,
 where exp2's premultiplication would round). Which rung is faster depends on the CPU: 1.06-1.12× rung

@@ -272,3 +272,31 @@ def test_make_grade_passes_only():
 def test_the_tools_say_to_use_the_venvs_python(name):
     doc = (ROOT / "tools" / f"{name}.py").read_text().split('"""')[1]
     assert ".venv/bin/python tools/" in doc
+
+
+def test_an_old_copy_is_graded_by_exercise_number(tmp_path):
+    """A copy made before the headings named their kind (`### Exercise 1: ...`, `**1. ...**`) still grades."""
+    course = grade.Course(ROOT / "notebooks" / f"{NB}.ipynb")
+    nb = _blank()
+    for c in nb.cells:
+        c.source = re.sub(
+            r"^### Exercise (\d+) \([\w-]+\):",
+            r"### Exercise \1:",
+            c.source,
+            flags=re.M,
+        )
+        c.execution_count = 1 if c.cell_type == "code" else None
+    assert [e.number for e in grade.exercises(nb, loose=True)] == [1, 2, 3]
+    verdicts = grade.judge(
+        course, nb
+    )  # executed, but nothing printed: found, and no verdict
+    assert all("no verdict" in v.why for v in verdicts.values())
+
+
+def test_an_unreadable_copy_is_one_line_and_the_class_goes_on(tmp_path):
+    (tmp_path / f"{NB}.ipynb").write_text("{ not json")
+    g = grade.run(
+        tmp_path / f"{NB}.ipynb", grade.Course(ROOT / "notebooks" / f"{NB}.ipynb")
+    )
+    assert g.note.startswith("unreadable") and "\n" not in g.note
+    assert {v.mark for v in g.verdicts.values()} == {"✗"}

@@ -50,6 +50,9 @@ KINDS = ("warm-up", "build", "question")
 HEADING = re.compile(
     r"^### Exercise (?P<number>\d+) \((?P<kind>[\w-]+)\): (?P<title>.+?)\s*$"
 )
+# a learner's copy made from an earlier version of the course may head an exercise `### Exercise N: title`
+# or `**N. Title.**`: its cells are still found by number
+LOOSE = re.compile(r"^#{2,4} Exercise (?P<number>\d+)\b|^\*\*(?P<bold>\d+)\. ")
 VERDICT = re.compile(r"^(?P<name>[\w<>.]+): (?P<verdict>✓|✗|not implemented yet)")
 MARKS = {"✓": "✓", "✗": "✗", "not implemented yet": "·"}
 LEGEND = "✓ passed, ✗ wrong or did not run, · not done, ✎ question answered (read it in the report)"
@@ -84,14 +87,21 @@ class Graded:
     seconds: float = 0.0
 
 
-def exercises(nb) -> list[Exercise]:
-    """The notebook's exercises in order, each with the cells from its heading to the next heading."""
+def exercises(nb, loose: bool = False) -> list[Exercise]:
+    """The notebook's exercises in order, each with the cells from its heading to the next heading.
+
+    `loose`: also find the headings of an earlier version of the course (a learner's old copy), kind "?"."""
     out, current = [], None
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
             for line in cell.source.splitlines():
                 m = HEADING.match(line)
-                if m:
+                old = LOOSE.match(line) if loose and not m else None
+                if old:
+                    number = int(old["number"] or old["bold"])
+                    current = Exercise(number, "?", line.strip("#* "))
+                    out.append(current)
+                elif m:
                     if m["kind"] not in KINDS:
                         raise ValueError(
                             f"exercise {m['number']}: kind {m['kind']!r} is none of {', '.join(KINDS)}"
@@ -173,7 +183,7 @@ def _error_line(o) -> str:
 
 def judge(course: Course, nb, stopped: str = "") -> dict[int, Verdict]:
     """The verdict of every exercise of the course in an executed copy `nb` (`stopped`: why the run ended early)."""
-    mine = {e.number: e for e in exercises(nb)}
+    mine = {e.number: e for e in exercises(nb, loose=True)}
     out = {}
     for ex in course.exercises:
         if ex.number not in mine:

@@ -16,8 +16,9 @@ on with the next. A check counts only from the course's own check cell, unchange
 the worked solutions (a copy of notebooks/, not of exercises/) is refused, every exercise ✗, with the reason.
 A copy whose cells are exactly the blank learner copy's is not run: every exercise is ·.
 
-Written into --out (default: <folder>/grades/): <learner>.md, every verdict with its diagnosis or answer,
-and summary.md and summary.csv for the class. The summary is printed too.
+Written into --out (default: <folder>/grades/): a report per learner, <folder>/grades/<learner>.md, every
+verdict with its diagnosis or answer; and the class's <folder>/grades/summary.md (the tables, also printed)
+and <folder>/grades/summary.csv (a row per learner, notebook and exercise).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ HEADING = re.compile(
 LOOSE = re.compile(r"^#{2,4} Exercise (?P<number>\d+)\b|^\*\*(?P<bold>\d+)\. ")
 VERDICT = re.compile(r"^(?P<name>[\w<>.]+): (?P<verdict>✓|✗|not implemented yet)")
 MARKS = {"✓": "✓", "✗": "✗", "not implemented yet": "·"}
+SUMMARY = "summary"  # the class's table: <folder>/grades/summary.md and .csv
 LEGEND = "✓ passed, ✗ wrong or did not run, · not done, ✎ question answered (read it in the report)"
 
 
@@ -369,7 +371,7 @@ def report(who: str, results: dict[tuple[str, str], Graded]) -> str:
 
 
 def write_csv(path: pathlib.Path, results: dict[tuple[str, str], Graded]) -> None:
-    """summary.csv: a row per learner, notebook and exercise."""
+    """The class's CSV: a row per learner, notebook and exercise."""
     with path.open("w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["learner", "notebook", "exercise", "title", "kind", "mark", "why"])
@@ -454,14 +456,14 @@ def main(argv=None) -> int:
     out = args.out or args.folder / "grades"
     out.mkdir(parents=True, exist_ok=True)
     table = summary(results)
-    (out / "summary.md").write_text(table + "\n", encoding="utf-8")
-    write_csv(out / "summary.csv", results)
+    (out / f"{SUMMARY}.md").write_text(table + "\n", encoding="utf-8")
+    write_csv(out / f"{SUMMARY}.csv", results)
     for who in dict.fromkeys(w for w, _ in results):
         (out / f"{who}.md").write_text(report(who, results) + "\n", encoding="utf-8")
     print(table)
     print(
         f"{len(results)} notebook(s) of {len(dict.fromkeys(w for w, _ in results))} learner(s) graded in "
-        f"{time.perf_counter() - start:.0f} s; reports in {out}/ (summary.md, summary.csv, one <learner>.md each)"
+        f"{time.perf_counter() - start:.0f} s; reports in {out}/ ({SUMMARY}.md and .csv, and one per learner)"
     )
     return 0
 

@@ -180,10 +180,10 @@ def docs_text(
         "solutions are not in the notebook you run (in a copy that holds them, the hidden solution cell would",
         "redefine your function before its check, and the grader refuses such a copy). The worked solutions",
         "are one link away, in the course's notebook on GitHub with its outputs. The first cell installs the",
-        f"course's `lab` package, release `{tag}`, from [the repository]({url}) and shows pip's output (about",
-        "a minute; it does nothing anywhere else, and the tests skip it). Save your copy to your Drive",
-        '("File > Save a copy in Drive") to keep your work. Every slider has a static figure just above it,',
-        "drawn at the slider's default settings, in the course's notebook.",
+        f"course's `lab` package, release `{tag}`, from [the repository]({url}) and shows pip's output (it",
+        'does nothing anywhere else, and the tests skip it). Save your copy to your Drive ("File > Save a',
+        "copy in Drive\") to keep your work. Your copy draws its figures when you run it; in the course's",
+        "notebook every slider has a static figure just above it, drawn at the slider's default settings.",
         "",
     ]
     if notebooks:

@@ -114,13 +114,15 @@ execute: setup
 	done
 
 # Learner copies without the solution cells, in exercises/ (a copy you have changed is never overwritten).
+# The committed copies in learner/ (what the Colab and Binder links open): tools/student.py --publish.
 student: setup
 	$(BIN)/python tools/student.py $(if $(FORCE),--force $(FORCE),)
 
 # Run learners' copies and tabulate each exercise's verdict: exercises/ (yours), or DIR=class/ with one
-# sub-folder of copies per learner (INSTRUCTORS.md).
+# sub-folder of copies per learner; ONLY="03 05" grades those notebooks only. Reports in DIR/grades/
+# (INSTRUCTORS.md).
 grade: setup
-	$(BIN)/python tools/grade.py $(or $(DIR),exercises)
+	$(BIN)/python tools/grade.py $(or $(DIR),exercises) $(if $(ONLY),--only $(ONLY),)
 
 # Removes what the build made; never notebooks/, data/ or exercises/ (a learner's work).
 clean:

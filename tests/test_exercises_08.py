@@ -185,7 +185,7 @@ def test_open_question_has_a_place_to_answer_and_a_worked_answer():
     at = next(
         i
         for i, c in enumerate(cells)
-        if c.cell_type == "markdown" and c.source.startswith("**4. ")
+        if c.cell_type == "markdown" and c.source.startswith("### Exercise 4 ")
     )
     after = cells[at + 1 : at + 3]
     assert "Your answer:" in after[0].source and "solution" not in after[

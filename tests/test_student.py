@@ -116,3 +116,61 @@ def test_student_copy_runs_and_reports_unsolved_stubs(path):
         o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
     )
     assert stubs >= 1 and text.count("not implemented yet") >= min(stubs, 2)
+
+
+# ------------------------------------------------------------------ learner/: the copies Colab and Binder open
+
+
+def test_committed_learner_copies_are_in_step_with_the_notebooks():
+    stale = student.publish(check=True)
+    assert not stale, (
+        f"learner/ is out of step with notebooks/ ({', '.join(stale)}): run "
+        "`.venv/bin/python tools/student.py --publish` and commit learner/"
+    )
+
+
+def test_publish_writes_removes_and_then_finds_nothing_to_do(tmp_path):
+    out = tmp_path / "learner"
+    out.mkdir()
+    (out / "99_gone.ipynb").write_text("{}")
+    stale = student.publish(ROOT / "notebooks", out)
+    assert set(stale) == {p.name for p in NOTEBOOKS} | {"99_gone.ipynb"}
+    assert not (out / "99_gone.ipynb").exists()
+    assert student.publish(ROOT / "notebooks", out, check=True) == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_learner_copy_is_a_valid_notebook_without_solutions(path):
+    copy = nbformat.read(ROOT / "learner" / path.name, as_version=4)
+    nbformat.validate(copy)
+    assert "solution" not in _tags(copy)
+    assert "@title" not in "".join(c.source for c in copy.cells)
+    assert all(not c.outputs for c in copy.cells if c.cell_type == "code")
+    assert (
+        copy.metadata.kernelspec
+        == nbformat.read(path, as_version=4).metadata.kernelspec
+    )
+
+
+# ------------------------------------------------ opening a notebook in JupyterLab leaves git status clean
+
+
+def _installed_kernelspec():
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    return KernelSpecManager().get_kernel_spec("python3")
+
+
+@pytest.mark.parametrize(
+    "path",
+    NOTEBOOKS + sorted((ROOT / "learner").glob("*.ipynb")),
+    ids=lambda p: f"{p.parent.name}/{p.stem}",
+)
+def test_kernelspec_is_what_jupyterlab_writes(path):
+    """JupyterLab rewrites the kernelspec to the running kernel's on save; committed as that, autosave changes nothing."""
+    spec = _installed_kernelspec()
+    assert nbformat.read(path, as_version=4).metadata.kernelspec == {
+        "display_name": spec.display_name,
+        "language": spec.language,
+        "name": "python3",  # what nbval and tools/grade.py start
+    }

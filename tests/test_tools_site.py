@@ -232,3 +232,94 @@ def test_build_writes_pages_navigation_and_no_network_reference(tmp_path):
         (out / "_static/katex/fonts").glob("*.woff2")
     )
     assert (out / "img/00_a_02_1.png").exists()
+
+
+# ---------------------------------------------------- anchors, solution titles, code and formulas that fit
+
+
+def test_headings_get_anchors_the_prose_can_cite():
+    used = set()
+    html, _ = build_site.markdown(
+        "## 3. What one step keeps\n\n### Exercise 2 (build): the loop\n\n## Exercises",
+        used=used,
+    )
+    assert '<h2 id="section-3">' in html and 'href="#section-3"' in html
+    assert '<h3 id="exercise-2">' in html and '<h2 id="exercises">' in html
+    again, _ = build_site.markdown("## Exercises", used=used)  # unique within a page
+    assert '<h2 id="exercises-2">' in again
+
+
+def test_every_section_of_every_notebook_has_its_anchor():
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        used = set()
+        body = "".join(
+            build_site.markdown(c.source, None, used)[0]
+            for c in nb.cells
+            if c.cell_type == "markdown"
+        )
+        numbered = {
+            m.group(1)
+            for c in nb.cells
+            if c.cell_type == "markdown"
+            for m in re.finditer(r"^## (\d+)\. ", c.source, re.M)
+        }
+        assert numbered, path.name
+        for n in numbered:
+            assert f'id="section-{n}"' in body, (path.name, n)
+        assert len(re.findall(r'\bid="([^"]+)"', body)) == len(
+            set(re.findall(r'\bid="([^"]+)"', body))
+        )
+
+
+def test_solution_summary_drops_the_colab_hint():
+    title, code = build_site.solution_title(
+        "# @title Exercise 1: a worked solution (double-click or 'show code' to open)\ndef f():\n    return 1"
+    )
+    assert title == "Exercise 1: a worked solution" and code == "def f():\n    return 1"
+    assert build_site.solution_title("x = 1") == ("Worked solution", "x = 1")
+
+
+def test_no_page_says_double_click(tmp_path):
+    nb = nbformat.read(ROOT / "notebooks" / "01_three_pass_softmax.ipynb", as_version=4)
+    page = build_site.Page(tmp_path / "01_x.ipynb", nb, "t", "01_x.html")
+    build_site.render_cells(page, None, {})
+    math = {key: "" for key in page.math}
+    body = build_site.render_cells(page, math, {})
+    assert "double-click" not in body and "show code" not in body
+    assert body.count('<details class="solution">') == sum(
+        "solution" in c.metadata.get("tags", []) and c.cell_type == "code"
+        for c in nb.cells
+    )
+
+
+def test_long_code_and_output_lines_wrap():
+    css = build_site.CSS
+    rule = re.search(r"\.highlight pre, pre\.output \{([^}]*)\}", css)
+    assert rule and "white-space: pre-wrap" in rule.group(1)
+    assert "overflow-wrap: anywhere" in rule.group(1)
+
+
+def test_a_wide_display_formula_is_set_in_pieces_that_wrap():
+    tex = (
+        "T_r = \\lceil N / B_r \\rceil, \\qquad T_c = \\lceil M / B_c \\rceil, \\qquad\n"
+        "Q_i = Q[iB_r : \\min((i+1)B_r, N)], \\quad K_j,\\, V_j = K, V[jB_c : \\min((j+1)B_c, M)]."
+    )
+    assert build_site.math_parts(tex) == [
+        "T_r = \\lceil N / B_r \\rceil,",
+        "T_c = \\lceil M / B_c \\rceil,",
+        "Q_i = Q[iB_r : \\min((i+1)B_r, N)],",
+        "K_j,\\, V_j = K, V[jB_c : \\min((j+1)B_c, M)].",
+    ]
+    # no cut inside braces, brackets, parentheses or an environment
+    assert build_site.math_parts("\\text{a \\quad b} + (x \\quad y)") == [
+        "\\text{a \\quad b} + (x \\quad y)"
+    ]
+    assert len(build_site.math_parts("\\begin{cases} a \\quad b \\end{cases}")) == 1
+    _, seen = build_site.markdown(f"$${tex}$$")
+    assert seen == [(p, True) for p in build_site.math_parts(tex)]
+    html, _ = build_site.markdown(f"$${tex}$$", dict.fromkeys(seen, "F"))
+    assert html.count('<span class="math-part">F</span>') == 4
+    assert "flex-wrap: wrap" in re.search(
+        r"\.math-parts \{([^}]*)\}", build_site.CSS
+    ).group(1)

@@ -61,15 +61,75 @@ __all__ = [
 # ---------------------------------------------------------------- math
 
 
+def math_parts(tex: str) -> list[str]:
+    """A display formula cut at its top-level `\\qquad` and `\\quad` (outside braces, brackets, parentheses
+    and environments): the pieces a narrow column stacks and a wide one sets side by side."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(tex):
+        if tex.startswith(("\\begin{", "\\left"), i):
+            depth += 1
+        elif tex.startswith(("\\end{", "\\right"), i):
+            depth -= 1
+        elif tex[i] == "\\":
+            m = re.match(r"\\(qquad|quad)(?![a-zA-Z])", tex[i:])
+            if m and depth == 0:
+                parts.append(tex[start:i])
+                start = i + m.end()
+            i += m.end() if m else 2  # a command's backslash, or an escaped character
+            continue
+        elif tex[i] in "{([":
+            depth += 1
+        elif tex[i] in "})]":
+            depth -= 1
+        i += 1
+    parts.append(tex[start:])
+    parts = [p.strip() for p in parts if p.strip()]
+    return parts if parts else [tex.strip()]
+
+
+def slug(text: str) -> str:
+    """An anchor from a heading's text: lower case, letters and digits joined by hyphens."""
+    text = re.sub(r"\$[^$]*\$", lambda m: re.sub(r"\\[a-zA-Z]+", " ", m.group(0)), text)
+    return "-".join(re.findall(r"[a-z0-9]+", text.lower())) or "section"
+
+
+def heading_id(text: str) -> str:
+    """The anchor of a heading: `section-N` for "N. Title" (the prose cites "section N"), `exercise-N`
+    for "Exercise N (kind): title", else the heading's slug."""
+    m = re.match(r"\s*(\d+)\.\s", text)
+    if m:
+        return f"section-{m.group(1)}"
+    m = re.match(r"\s*Exercise (\d+)\b", text)
+    if m:
+        return f"exercise-{m.group(1)}"
+    return slug(text)
+
+
+def markdown_headings(source: str) -> list[str]:
+    """The text of every ATX heading (`#`, `##`, ...) of a markdown source, in order, code fences skipped."""
+    out, fence = [], False
+    for line in source.splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fence = not fence
+        elif not fence:
+            m = re.match(r"^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
+            if m:
+                out.append(m.group(1))
+    return out
+
+
 class MathRenderer(IPythonRenderer):
     """nbconvert's markdown renderer with math typeset from `self.math`: {(tex, display): html}.
 
     With `math=None` it only collects the formulas it meets into `self.seen` (the first of two passes).
+    Headings get an id (`heading_id`, unique within `used`, one page's ids) and a link to themselves; a
+    display formula is set as its pieces (`math_parts`), which wrap when the column is narrow.
     """
 
-    def __init__(self, math: dict | None = None, **kwargs):
+    def __init__(self, math: dict | None = None, headings=(), used=None, **kwargs):
         super().__init__(escape=False, exclude_anchor_links=True, **kwargs)
         self.math, self.seen = math, []
+        self.headings, self.used = list(headings), used if used is not None else set()
 
     def _math(self, tex: str, display: bool) -> str:
         key = (tex.strip(), display)
@@ -78,8 +138,25 @@ class MathRenderer(IPythonRenderer):
             return ""
         return self.math[key]
 
+    def heading(self, text: str, level: int, **attrs) -> str:
+        raw = self.headings.pop(0) if self.headings else re.sub(r"<[^>]+>", "", text)
+        anchor, n = heading_id(raw), 2
+        while anchor in self.used:
+            anchor, n = f"{heading_id(raw)}-{n}", n + 1
+        self.used.add(anchor)
+        return (
+            f'<h{level} id="{anchor}">{text}<a class="anchor" href="#{anchor}" '
+            f'aria-label="link to this heading">¶</a></h{level}>\n'
+        )
+
     def block_math(self, body: str) -> str:
-        return self._math(body, True)
+        parts = math_parts(body)
+        if len(parts) == 1:
+            return self._math(body, True)
+        pieces = "".join(
+            f'<span class="math-part">{self._math(p, True)}</span>' for p in parts
+        )
+        return f'<span class="math-parts">{pieces}</span>'
 
     def latex_environment(self, name: str, body: str) -> str:
         return self._math(f"\\begin{{{name}}}{body}\\end{{{name}}}", True)
@@ -88,9 +165,10 @@ class MathRenderer(IPythonRenderer):
         return self._math(body, False)
 
 
-def markdown(source: str, math: dict | None = None) -> tuple[str, list]:
-    """HTML of a markdown cell and the formulas it holds (as (tex, display) keys)."""
-    renderer = MathRenderer(math)
+def markdown(source: str, math: dict | None = None, used=None) -> tuple[str, list]:
+    """HTML of a markdown cell and the formulas it holds (as (tex, display) keys); `used`: the page's
+    heading ids so far."""
+    renderer = MathRenderer(math, markdown_headings(source), used)
     return MarkdownWithMath(renderer=renderer).render(source), renderer.seen
 
 
@@ -279,23 +357,42 @@ def render_data(data: dict, name: str, images: dict) -> str:
     return ""
 
 
+def solution_title(source: str) -> tuple[str, str]:
+    """(summary, code) of a hidden solution cell: its Colab `# @title` line becomes the summary, without the
+    "(double-click or 'show code' to open)" that only Colab and JupyterLab need; the code loses that line."""
+    first, _, rest = source.partition("\n")
+    if not first.startswith("# @title "):
+        return "Worked solution", source
+    title = re.sub(
+        r"\s*\((?:double-click|click)[^)]*\)\s*$", "", first[len("# @title ") :]
+    )
+    return (title.strip() or "Worked solution"), rest
+
+
 def render_cells(page: Page, math: dict | None, images: dict) -> str:
     """The body of a notebook's page (with `math=None`: only collect its formulas into page.math)."""
-    parts, page.math = [], []
+    parts, page.math, used = [], [], set()
     formatter = HtmlFormatter(cssclass="highlight")
     for i, cell in enumerate(page.nb.cells):
         if colab.is_colab_cell(cell):
             continue
         if cell.cell_type == "markdown":
-            body, seen = markdown(cell.source, math)
+            body, seen = markdown(cell.source, math, used)
             page.math += seen
             parts.append(f'<div class="cell markdown">{body}</div>')
         elif cell.cell_type == "code":
-            code = highlight(cell.source, PythonLexer(), formatter)
+            solution = "solution" in cell.get("metadata", {}).get("tags", [])
+            title, source = (
+                solution_title(cell.source) if solution else ("", cell.source)
+            )
+            code = highlight(source, PythonLexer(), formatter)
             outputs = render_outputs(cell.get("outputs", []), page.path.stem, i, images)
             block = f'<div class="cell code">{code}{outputs}</div>'
-            if "solution" in cell.get("metadata", {}).get("tags", []):
-                block = f'<details class="solution"><summary>Worked solution</summary>{block}</details>'
+            if solution:
+                block = (
+                    f'<details class="solution"><summary>{html.escape(title)}</summary>'
+                    f"{block}</details>"
+                )
             parts.append(block)
     return "\n".join(parts)
 
@@ -312,7 +409,14 @@ a { color: #0b5cad; } a:not([href]) { color: inherit; }
 pre, code { font: 14px/1.45 ui-monospace, monospace; }
 .cell.code { margin: 1rem 0; }
 .highlight { background: #f6f8fa; border-left: 3px solid #9ab; padding: .1rem .8rem; overflow-x: auto; }
+.highlight pre, pre.output { white-space: pre-wrap; overflow-wrap: anywhere; }
 pre.output { margin: .3rem 0 0; padding: .2rem .8rem; overflow-x: auto; }
+.output.html { overflow-x: auto; }
+h1 .anchor, h2 .anchor, h3 .anchor, h4 .anchor { margin-left: .4rem; color: #9ab; text-decoration: none;
+  visibility: hidden; } :is(h1, h2, h3, h4):hover .anchor { visibility: visible; }
+:target { scroll-margin-top: 1rem; }
+.math-parts { display: flex; flex-wrap: wrap; align-items: baseline; column-gap: 2.5em; margin: 1em 0; }
+.math-parts .katex-display { margin: .3em 0; }
 pre.output.stderr { background: #fff4e5; } pre.output.error { background: #fdecea; }
 img.figure { max-width: 100%; display: block; margin: .5rem 0; }
 .widget-note { border: 1px dashed #9ab; padding: .4rem .8rem; color: #345; font-size: 15px; }

@@ -88,13 +88,15 @@ def test_the_cell_names_a_release_that_exists():
         pytest.skip("not a git checkout: no tags to look up")
     import subprocess
 
-    found = subprocess.run(
-        ["git", "-C", str(ROOT), "tag", "--list", tag],
+    tags = subprocess.run(
+        ["git", "-C", str(ROOT), "tag", "--list"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout.split()
-    assert found == [tag], (
+    if not tags:
+        pytest.skip("this clone carries no tags (cloned without them)")
+    assert tag in tags, (
         f"no git tag {tag} for version {version} in pyproject.toml: tag the release "
         f"(`git tag {tag} && git push origin {tag}`) or change the version"
     )

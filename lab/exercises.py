@@ -12,6 +12,11 @@ Taught in: the exercises at the end of every notebook.
 
 from __future__ import annotations
 
+import linecache
+import pathlib
+import sysconfig
+import traceback
+
 import numpy as np
 
 __all__ = ["check", "diagnose", "describe_case"]
@@ -47,7 +52,7 @@ def check(
             return
         except Exception as exc:  # a learner's bug: report it, do not stop the notebook
             print(
-                f"{name}: ✗ case {i} {describe_case(case)} raised {type(exc).__name__}: {exc}"
+                f"{name}: ✗ case {i} {describe_case(case)} raised {type(exc).__name__}: {exc}{raised_at(exc)}"
             )
             return
         want = reference(*case)
@@ -63,6 +68,31 @@ def check(
                 print(f"  hint: {text}")
             return
     print(f"{name}: ✓ passed {len(cases)} cases")
+
+
+_NOT_YOURS = tuple(
+    str(pathlib.Path(p).resolve())
+    for p in (
+        pathlib.Path(__file__).parent,
+        sysconfig.get_paths()["stdlib"],
+        sysconfig.get_paths()["purelib"],
+        sysconfig.get_paths()["platlib"],
+    )
+)
+
+
+def raised_at(exc: BaseException) -> str:
+    """Where in the learner's code `exc` was raised: " (line 3 of your code: `return e / s`)", the innermost frame
+    outside lab, numpy and Python's own library; "" when there is none (lab raised it, given bad input)."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        name = frame.filename
+        if not name.startswith("<") and str(pathlib.Path(name).resolve()).startswith(
+            _NOT_YOURS
+        ):
+            continue
+        text = (frame.line or linecache.getline(name, frame.lineno)).strip()
+        return f" (line {frame.lineno} of your code" + (f": `{text}`)" if text else ")")
+    return ""
 
 
 def describe_case(case, small: int = 8) -> str:

@@ -1,6 +1,8 @@
 """Notebook 00's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the checks of lab/checks/memory.py used there behave when called directly."""
 
+import functools
+import subprocess
 import sys
 
 import nbformat
@@ -210,6 +212,39 @@ PLANTED = {
             """,
             ["calls lab.attention_reference"],
         ),
+        (
+            "lab's answer through a closure",
+            """
+            def _make():
+                answer = lab.attention.attention_reference
+                return lambda q, k, v: answer(q, k, v)[0]
+            my_attention = _make()
+            """,
+            ["calls lab.attention_reference", "write it yourself"],
+        ),
+        (
+            "torch's SDPA",
+            """
+            import torch
+            def my_attention(q, k, v):
+                t = [torch.from_numpy(x)[None] for x in (q, k, v)]
+                return torch.nn.functional.scaled_dot_product_attention(*t)[0].numpy()
+            """,
+            [
+                "calls torch.nn.functional.scaled_dot_product_attention",
+                "this exercise asks for numpy",
+            ],
+        ),
+        (
+            "torch's softmax",
+            """
+            import torch
+            def my_attention(q, k, v):
+                s = torch.from_numpy(q @ k.T / np.sqrt(q.shape[-1]))
+                return torch.softmax(s, dim=-1).numpy() @ v
+            """,
+            ["calls torch.softmax", "asks for numpy"],
+        ),
     ],
     3: [
         (
@@ -380,3 +415,129 @@ def test_hint_names_the_matching_mistake_and_stays_quiet_when_values_agree():
 
 def test_the_checks_module_exports_check_names_only():
     assert all(n.startswith("check_") for n in checks.__all__)
+
+
+# ------------------------------------------------------------------------- the guard every check uses, directly
+
+
+def _honest_softmax(s):
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+_S = (np.random.default_rng(0).standard_normal((3, 5)),)
+
+
+def _alias(s):
+    from lab.softmax import softmax_safe as mine
+
+    return mine(s)
+
+
+def _module_path(s):
+    import lab.softmax
+
+    return lab.softmax.softmax_safe(s)
+
+
+def _closure():
+    f = lab.softmax_safe
+    return lambda s: f(s)
+
+
+def _torch(name):
+    import torch
+
+    def use(s):
+        t = torch.from_numpy(s)
+        if name == "softmax":
+            return torch.softmax(t, -1).numpy()
+        if name == "method":
+            return t.softmax(-1).numpy()
+        if name == "logsumexp":
+            return np.exp(s - torch.logsumexp(t, -1, keepdim=True).numpy())
+        q = t[None]
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q)[0].numpy()
+
+    return use
+
+
+@pytest.mark.parametrize(
+    "cheat, says",
+    [
+        (_alias, "calls lab.softmax_safe"),
+        (_module_path, "calls lab.softmax_safe"),
+        (_closure(), "calls lab.softmax_safe"),
+        (functools.partial(lab.softmax_safe), "calls lab.softmax_safe"),
+        (_torch("softmax"), "calls torch.softmax:"),
+        (_torch("method"), "calls torch.Tensor.softmax"),
+        (_torch("logsumexp"), "calls torch.logsumexp:"),
+        (_torch("sdpa"), "calls torch.nn.functional.scaled_dot_product_attention:"),
+    ],
+    ids=["alias", "module", "closure", "partial", "softmax", "method", "lse", "sdpa"],
+)
+def test_the_guard_refuses_lab_s_answer_by_any_route_and_torch_in_a_numpy_exercise(
+    cheat, says
+):
+    prop = support._own_work("softmax_safe", numpy_only=True)
+    said = prop(cheat, _S, None)
+    assert said is not None and says in said, said
+    assert ("lab's own answer" in said) == says.startswith("calls lab.")
+    assert "use numpy instead" not in said
+    assert prop(_honest_softmax, _S, None) is None
+
+
+def test_the_guard_allows_torch_where_numpy_is_not_asked_and_names_a_replaced_profiler():
+    assert support._own_work("softmax_safe")(_torch("softmax"), _S, None) is None
+
+    def unhooks(s):
+        sys.setprofile(None)
+        return lab.softmax_safe(s)
+
+    said = support._own_work("softmax_safe")(unhooks, _S, None)
+    assert "sys.setprofile" in said
+
+
+def test_the_guard_of_a_numpy_exercise_never_imports_torch():
+    code = (
+        "import sys, numpy as np; from lab.checks import _support as s; "
+        "p = s._own_work('softmax_safe', numpy_only=True); "
+        "print(p(lambda x: np.exp(x) / np.exp(x).sum(), (np.ones(3),), None), 'torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["None", "False"], out.stderr
+
+
+def test_the_guard_finds_a_module_s_own_answer_and_a_class_s_methods():
+    codes = support._course_code(["tiling.flash_counts", "CountingArray"])
+    assert "lab.tiling.flash_counts" in codes.values()
+    assert "lab.CountingArray" in codes.values()
+
+
+def test_watch_course_records_lab_s_answers_by_code_whatever_name_reaches_them():
+    from lab.attention import attention_reference as hidden
+
+    q = np.ones((2, 4))
+    with support.watch_course(["attention_reference", "softmax_safe"]) as used:
+        hidden(q, q, q)
+        _closure()(q)
+    assert used == ["attention_reference", "softmax_safe"]
+    with support.watch_course(["attention_reference"]) as used:
+        _honest_softmax(q)
+    assert used == [] and lab.attention_reference is hidden
+
+
+def test_a_learner_s_exception_is_shown_with_the_line_of_their_code_that_raised_it():
+    out = run_check(
+        EX[2],
+        source(
+            """
+            def my_attention(q, k, v):
+                s = q @ k.T / np.sqrt(q.shape[-1])
+                return s @ v.T
+            """
+        ),
+    )
+    assert "raised ValueError" in out and "(line 3 of your code)" in out, out

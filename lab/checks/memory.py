@@ -147,6 +147,7 @@ def check_standard_attention(fn) -> None:
                 "softmax_safe",
                 "softmax_naive",
                 "softmax_online",
+                numpy_only=True,
             )
         ],
     )

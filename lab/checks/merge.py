@@ -23,7 +23,7 @@ import traceback
 import numpy as np
 
 from ..attention import attention_reference
-from ..exercises import diagnose
+from ..exercises import diagnose, raised_at
 from ..merge import merge_outputs, random_chunk_bounds
 from ..states import partial_state
 from ._support import watch_course
@@ -95,7 +95,7 @@ def _attempt(name, fn, args, where):
         _fail(
             name,
             where,
-            f"raised {type(exc).__name__}: {exc}",
+            f"raised {type(exc).__name__}: {exc}{raised_at(exc)}",
             _BROADCAST if "could not be broadcast" in str(exc) else None,
         )
         return _FAILED

@@ -17,7 +17,7 @@ import numpy as np
 from numpy import inf
 
 from ..access_count import CountingArray
-from ..exercises import check, describe_case, diagnose
+from ..exercises import check, describe_case, diagnose, raised_at
 from ..memory import peak_bytes
 from ..overflow import exp_limits, first_exp_overflow
 from ..softmax import online_normalizer
@@ -399,7 +399,9 @@ def check_online_pass(fn, *, long_n: int = 20_000, long_block: int = 50) -> None
                 if isinstance(exc, (AttributeError, TypeError))
                 else ""
             )
-            print(f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}{extra}")
+            print(
+                f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}{raised_at(exc)}{extra}"
+            )
             return
         want = _pass(x, block)
         problem = diagnose(got, want, names=("m", "l"), rtol=1e-10, atol=1e-12)

@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 
 from ..attention import attention_reference, causal_mask
-from ..exercises import diagnose
+from ..exercises import diagnose, raised_at
 from ..memory import peak_bytes
 from ..tiling import flash_counts, step_footprint
 
@@ -615,7 +615,9 @@ def _attempt(name, fn, shown, args, what=""):
             f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
         )
     except Exception as exc:  # a learner's bug: report it, do not stop the notebook
-        print(f"{name}: ✗ {shown}{what} raised {type(exc).__name__}: {exc}")
+        print(
+            f"{name}: ✗ {shown}{what} raised {type(exc).__name__}: {exc}{raised_at(exc)}"
+        )
         hint = (
             "m, l and alpha hold one value per query row, shape (Br,): against a (Br, Bc) tile they need a new "
             "axis, s - m_new[:, None], alpha[:, None] * acc"

@@ -24,7 +24,8 @@ from ..decoding import decode_schedule, kv_cache_bytes_per_token
 from ..exercises import check, diagnose
 from ..memory import peak_bytes
 from ..merge import merge_outputs
-from ._support import watch_course
+from ._fresh import fresh_rng, said_with_seed
+from ._support import _own_work, _refusal, _watching
 from .paged import check_gather_pages
 
 __all__ = [
@@ -66,6 +67,11 @@ def _hint_from(variants, default):
     """A `lab.check` hint: the text of the first known mistake `f(*case)` that equals the learner's answer."""
 
     def hint(case, got, want):
+        try:
+            if math.isclose(float(got), float(want), rel_tol=1e-9):
+                return None  # right, and refused for another reason, which says it all
+        except (TypeError, ValueError, OverflowError):
+            pass
         for f, text in variants:
             try:
                 if math.isclose(float(got), float(f(*case)), rel_tol=1e-9):
@@ -80,12 +86,17 @@ def _hint_from(variants, default):
 # ------------------------------------------------------------------------------------ warm-ups
 
 
-def check_cache_per_token(fn, *, name: str | None = None) -> None:
+def check_cache_per_token(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
     """Check `fn(layers, q_heads, kv_heads, head_dim, itemsize)` -> bytes of K and V cached per token; print one verdict.
 
     Reference: `lab.kv_cache_bytes_per_token` (the query heads play no part). Hints for the query heads counted, V
-    forgotten, one layer only, bits or elements instead of bytes. Taught in: notebooks/10_decoding_and_gqa.ipynb
+    forgotten, one layer only, bits or elements instead of bytes. Five fixed cases and four drawn afresh on each run
+    (`seed` draws the same again); running `lab.kv_cache_bytes_per_token` (by any name) is refused.
+    Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
+    rng, seed = fresh_rng(seed)
     cases = [
         (32, 32, 32, 128, 2),
         (80, 64, 8, 128, 2),
@@ -93,6 +104,17 @@ def check_cache_per_token(fn, *, name: str | None = None) -> None:
         (126, 128, 8, 128, 4),
         (32, 32, 8, 128, 1),
     ]
+    for _ in range(4):  # grouped heads drawn for this run: Hkv divides Hq
+        kv = int(rng.choice([1, 2, 4, 8, 16]))
+        cases.append(
+            (
+                int(rng.integers(1, 129)),
+                kv * int(rng.integers(1, 9)),
+                kv,
+                int(rng.choice([32, 64, 80, 96, 128, 256])),
+                int(rng.choice([1, 2, 4])),
+            )
+        )
     hint = _hint_from(
         [
             (
@@ -119,13 +141,15 @@ def check_cache_per_token(fn, *, name: str | None = None) -> None:
         ],
         "count what one token adds to the cache: which tensors, of which heads, in how many layers, at what size",
     )
-    check(
-        fn,
-        lambda L, Hq, Hkv, d, i: kv_cache_bytes_per_token(L, Hkv, d, i),
-        cases,
-        name=name or "cache_per_token",
-        hint=hint,
-    )
+    with said_with_seed("check_cache_per_token", seed):
+        check(
+            fn,
+            lambda L, Hq, Hkv, d, i: kv_cache_bytes_per_token(L, Hkv, d, i),
+            cases,
+            name=name or "cache_per_token",
+            hint=hint,
+            properties=(_own_work("kv_cache_bytes_per_token", "kv_cache_table"),),
+        )
 
 
 def _intensity(G, d, M, kv, qo):
@@ -176,7 +200,14 @@ def check_step_intensity(fn, *, name: str | None = None) -> None:
         ],
         "FLOPs: QK^T and PV for the G query heads; bytes: K and V once for the group, q read and o written per query head",
     )
-    check(fn, _intensity, cases, name=name or "intensity", hint=hint)
+    check(
+        fn,
+        _intensity,
+        cases,
+        name=name or "intensity",
+        hint=hint,
+        properties=(_own_work("decode_intensity"),),
+    )
 
 
 def _fills(batch, heads, processors):
@@ -248,7 +279,7 @@ def _spy_chunks(fn, target, change=None):
 def _attempt(name, fn, args, where, hint=None):
     """`fn(*args)` with the course's answers watched: (result, lab names called), or `_FAILED` after saying why (and `hint`)."""
     try:
-        with np.errstate(all="ignore"), watch_course(_COURSE) as used:
+        with np.errstate(all="ignore"), _watching(_COURSE, numpy_only=True) as used:
             out = fn(*args)
     except NotImplementedError as exc:
         tb = exc.__traceback__
@@ -516,7 +547,8 @@ def check_split_decode(split_decode, decode_chunk, *, name: str | None = None) -
     """Check `decode_chunk(q, k_c, v_c)` on single chunks, then `split_decode(q, k, v, splits)` -> `attention_reference(q, k, v)`; print one verdict.
 
     Recorded calls to `decode_chunk`: `splits` of them, contiguous chunks of all Hkv heads, each key exactly once. The
-    result must follow the partials (a run with them changed), no course answer may be called, and with G = 16 the
+    result must follow the partials (a run with them changed), no course answer and no torch op may run (the exercise
+    is numpy's: SDPA inside decode_chunk proves nothing), and with G = 16 the
     peak memory must stay below a copy of K repeated for the query heads. Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
     name = name or getattr(split_decode, "__name__", "split_decode")
@@ -532,6 +564,8 @@ def check_split_decode(split_decode, decode_chunk, *, name: str | None = None) -
         )
         if res is _FAILED:
             return
+        if res[1]:
+            return _fail(sub, where, _refusal(res[1]))
         problem = diagnose(
             res[0],
             attention_reference(q, k_c, v_c),
@@ -542,13 +576,6 @@ def check_split_decode(split_decode, decode_chunk, *, name: str | None = None) -
         if problem is not None:
             return _fail(
                 sub, where, problem, _chunk_hint(label, q, k_c, v_c, res[0], problem)
-            )
-        if res[1]:
-            return _fail(
-                sub,
-                where,
-                f"{sub} called lab.{res[1][0]}, the course's own answer",
-                "the exercise is to write it",
             )
     cases = _split_cases()
     for i, (label, q, k, v, splits) in enumerate(cases):
@@ -565,6 +592,8 @@ def check_split_decode(split_decode, decode_chunk, *, name: str | None = None) -
             )
         if res is _FAILED:
             return
+        if res[1]:
+            return _fail(name, where, _refusal(res[1]))
         cover = _coverage(k, calls, splits)
         problem = diagnose(
             res[0],
@@ -581,13 +610,6 @@ def check_split_decode(split_decode, decode_chunk, *, name: str | None = None) -
                 f"{cover[0]}; {cover[1]}"
                 if cover
                 else _merge_hint(label, calls, res[0], problem),
-            )
-        if res[1]:
-            return _fail(
-                name,
-                where,
-                f"{name} called lab.{res[1][0]}, the course's own answer",
-                "the exercise is to write it",
             )
         if cover is not None:
             return _fail(name, where, f"the values agree, but {cover[0]}", cover[1])

@@ -724,7 +724,7 @@ def _notebook_cells(tag=None, prefix=None) -> list:
 
 def _notebook_solutions() -> dict:
     """The worked solutions of notebook 11 (its cells tagged `solution`), executed: name -> function."""
-    namespace = {"np": np, "lab": lab}
+    namespace = {"np": np, "lab": lab, "torch": torch}
     for source in _notebook_cells(tag="solution"):
         exec(compile(source, "<solution cell>", "exec"), namespace)
     return namespace
@@ -747,7 +747,7 @@ def _run_check(k: int, fn, capsys) -> str:
     (source,) = CHECK_CELLS[k]
     exec(
         compile(source, f"<exercise {k} check>", "exec"),
-        {"np": np, "lab": lab, EXERCISE_NAMES[k]: fn},
+        {"np": np, "lab": lab, "torch": torch, EXERCISE_NAMES[k]: fn},
     )
     return capsys.readouterr().out
 
@@ -1003,9 +1003,9 @@ def test_score_check_catches_planted_errors(name, capsys):
 
 
 def test_score_check_prints_the_digits_that_differ(capsys):
-    spec = lab.clipped_alibi
+    spec, mine = lab.clipped_alibi, SOLUTIONS["clipped_alibi"]
     near = lambda sl, D, N, M: (
-        lambda s, b, h, i, j: spec(sl, D, N, M)(s, b, h, i, j) * (1 + 1e-7)
+        lambda s, b, h, i, j: mine(sl, D, N, M)(s, b, h, i, j) * (1 + 1e-7)
     )  # noqa: E731
     lab.check_score_mod(near, spec, [(np.array([0.5, 0.25]), 4, 12, 12)])
     out = capsys.readouterr().out

@@ -11,6 +11,7 @@ Taught in: notebooks/01_three_pass_softmax.ipynb, notebooks/02_online_softmax.ip
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -19,7 +20,7 @@ from numpy import inf
 from ..access_count import CountingArray
 from ..exercises import check, describe_case, diagnose, raised_at
 from ..memory import peak_bytes
-from ..overflow import exp_limits, first_exp_overflow
+from ..overflow import SOFTMAX_DTYPES, exp_limits, first_exp_overflow
 from ..softmax import online_normalizer
 from ..softmax_steps import demo_scores
 
@@ -33,44 +34,84 @@ __all__ = [
     "check_count_rescales",
 ]
 
-from ._support import _copies, _guarded, _hint, _own_work
+from ._support import _copies, _fresh, _guarded, _hint, _own_work
 
 # ------------------------------------------------------------------------------------ 01 three-pass softmax
 
 
-def check_first_overflow(fn) -> None:
-    """Check `fn(name)`, the smallest integer $s \\ge 0$ with $e^s = \\infty$ in format `name`, against a scan.
+@contextlib.contextmanager
+def _fresh_names(rng, count: int = 2):
+    """Add `count` fresh names to `lab.SOFTMAX_DTYPES` for the block (each another name of one of its formats), so that
+    no table of the four answers passes: yields {fresh name: the format's own name}."""
+    own = list(SOFTMAX_DTYPES)
+    names = {
+        f"format_{int(rng.integers(100, 1000))}{chr(97 + i)}": n
+        for i, n in enumerate(rng.choice(own, count, replace=False))
+    }
+    SOFTMAX_DTYPES.update({a: SOFTMAX_DTYPES[n] for a, n in names.items()})
+    try:
+        yield names
+    finally:
+        for a in names:
+            SOFTMAX_DTYPES.pop(a, None)
+
+
+def check_first_overflow(fn, *, seed: int | None = None) -> None:
+    """Check `fn(name)`, the smallest integer $s \\ge 0$ with $e^s = \\infty$ in format `name`, against a scan: the four
+    names, then two fresh names added to `lab.SOFTMAX_DTYPES` for the run (`seed` draws the same again).
     Taught in: notebooks/01_three_pass_softmax.ipynb"""
-    mistakes = [
-        (
-            lambda n: math.floor(math.log(exp_limits(n)["max"])),
-            "e^s is still finite at yours: it is the last integer below log(max); the first overflow is the next one",
-        ),
-        (
-            lambda n: math.ceil(math.log2(exp_limits(n)["max"])),
-            "that is log2(max): e^s needs the natural log",
-        ),
-        (
-            lambda n: math.ceil(math.log10(exp_limits(n)["max"])),
-            "that is log10(max): e^s needs the natural log",
-        ),
-    ]
-    check(
-        _guarded(
+    rng, seed = _fresh(seed)
+    with _fresh_names(rng) as fresh:
+        own = lambda n: fresh.get(n, n)  # noqa: E731
+        mistakes = [
+            (
+                lambda n: math.floor(math.log(exp_limits(own(n))["max"])),
+                "e^s is still finite at yours: it is the last integer below log(max); the first overflow is the next one",
+            ),
+            (
+                lambda n: math.ceil(math.log2(exp_limits(own(n))["max"])),
+                "that is log2(max): e^s needs the natural log",
+            ),
+            (
+                lambda n: math.ceil(math.log10(exp_limits(own(n))["max"])),
+                "that is log10(max): e^s needs the natural log",
+            ),
+        ]
+        guarded = _guarded(
             fn,
             "first_overflow",
             {"not inexact": "numpy's finfo does not know bf16: ml_dtypes.finfo does"},
-        ),
-        first_exp_overflow,
-        [("fp16",), ("bf16",), ("fp32",), ("fp64",)],
-        rtol=0,
-        atol=0,
-        hint=_hint(
+        )
+
+        hint = _hint(
             mistakes,
             "e^s overflows once it exceeds the format's largest finite value; bf16's comes from ml_dtypes.finfo",
-        ),
-        properties=[_own_work("first_exp_overflow", "exp_limits", "overflow_table")],
-    )
+        )
+
+        def named(n):
+            try:
+                return guarded(n)
+            except KeyError:
+                if n in fresh:
+                    raise KeyError(
+                        f"{n!r}: the check adds names like this one to lab.SOFTMAX_DTYPES for the run, so that no "
+                        "table of the four answers passes; look the dtype up in lab.SOFTMAX_DTYPES[name]"
+                    ) from None
+                raise
+
+        named.__name__, named.raw = "first_overflow", getattr(guarded, "raw", fn)
+        check(
+            named,
+            lambda n: first_exp_overflow(own(n)),
+            [("fp16",), ("bf16",), ("fp32",), ("fp64",)] + [(a,) for a in fresh],
+            rtol=0,
+            atol=0,
+            seed=seed,
+            hint=hint,
+            properties=[
+                _own_work("first_exp_overflow", "exp_limits", "overflow_table")
+            ],
+        )
 
 
 def _shift(s, how: str = "row", masked: str = "zero"):
@@ -127,19 +168,32 @@ _MASKED = "a row of only -inf (fully masked): its max is -inf and -inf - (-inf) 
 _GLOBAL = "you subtracted the max of the whole array: a row far below it underflows to 0/0; each row needs its own max"
 
 
-def check_safe_softmax(fn) -> None:
+def _fresh_scores(rng) -> list:
+    """Fresh cases of each fixed kind: plain scores, scores in the thousands far apart by row, some -inf, a masked row."""
+    N, M = (int(x) for x in rng.integers(2, 9, 2))
+    far = 1000.0 * rng.standard_normal((N, M))
+    far[: N // 2] -= 3000.0
+    some = rng.standard_normal((N, M))
+    some[rng.random((N, M)) < 0.3] = -inf
+    some[int(rng.integers(N)), :] = -inf
+    return [(rng.standard_normal((N, M)),), (far,), (some,)]
+
+
+def check_safe_softmax(fn, *, seed: int | None = None) -> None:
     """Check `fn(s)`, the softmax of each row of an (N, M) array, $e^{s_{ij} - m_i} / \\sum_j e^{s_{ij} - m_i}$ ($m_i = \\max_j s_{ij}$).
 
-    Cases: scores of ±1000, rows far apart, -inf entries, a row of only -inf (zeros, not NaN); the input stays unchanged.
+    Cases: scores of ±1000, rows far apart, -inf entries, a row of only -inf (zeros, not NaN), fixed and drawn afresh
+    each run (`seed` draws the same again); the input stays unchanged; numpy only.
     Taught in: notebooks/01_three_pass_softmax.ipynb"""
     rng = np.random.default_rng(2)
+    fresh, seed = _fresh(seed)
     cases = [
         (rng.standard_normal((3, 5)),),
         (np.array([[1000.0, 999.0, -1000.0], [-1000.0, -1001.0, -1002.0]]),),
         (np.array([[-inf, 0.0, 2.0], [3.0, -inf, -inf]]),),
         (np.array([[-inf, -inf, -inf], [1.0, 2.0, 3.0]]),),
         (300 * rng.standard_normal((4, 300)),),
-    ]
+    ] + _fresh_scores(fresh)
     mistakes = [
         (
             lambda s: _softmax(s, masked="nan"),
@@ -170,39 +224,49 @@ def check_safe_softmax(fn) -> None:
             "in place of -inf does that): a masked score has probability 0, so that row is all zeros",
         ),
     ]
+    guarded = _guarded(
+        fn,
+        "safe_softmax",
+        {"broadcast": "keep the row axis: s.max(axis=-1, keepdims=True) is (N, 1)"},
+    )
     check(
-        _guarded(
-            fn,
-            "safe_softmax",
-            {"broadcast": "keep the row axis: s.max(axis=-1, keepdims=True) is (N, 1)"},
-        ),
+        guarded,
         _softmax,
         cases,
         rtol=1e-9,
         atol=1e-12,
+        seed=seed,
         hint=_hint(
             mistakes,
             "three passes per row: its max m, then l = the sum of e^(s - m), then e^(s - m) / l",
+            fn=guarded,
+            cases=cases,
         ),
         properties=[
             _own_work(
-                "softmax_safe", "softmax_naive", "softmax_online", "online_normalizer"
+                "softmax_safe",
+                "softmax_naive",
+                "softmax_online",
+                "online_normalizer",
+                numpy_only=True,
             ),
             _no_hidden_nan,
         ],
     )
 
 
-def check_log_sum_exp(fn) -> None:
-    """Check `fn(s)`, $\\log \\sum_j e^{s_{ij}}$ for each row of an (N, M) array, shape (N,): finite at ±1e4, -inf for a masked row.
+def check_log_sum_exp(fn, *, seed: int | None = None) -> None:
+    """Check `fn(s)`, $\\log \\sum_j e^{s_{ij}}$ for each row of an (N, M) array, shape (N,): finite at ±1e4, -inf for a masked row;
+    fixed cases and fresh ones each run (`seed` draws the same again); numpy only.
     Taught in: notebooks/01_three_pass_softmax.ipynb"""
     rng = np.random.default_rng(3)
+    fresh, seed = _fresh(seed)
     cases = [
         (np.array([[0.0, 0.0], [1.0, 2.0], [-3.0, 5.0]]),),
         (np.array([[1e4, 1e4 - 1, -1e4], [-1e4, -1e4, -1e4 - 1]]),),
         (np.array([[-inf, -inf], [0.0, -inf]]),),
         (50 * rng.standard_normal((3, 100)),),
-    ]
+    ] + [(10 * c[0],) for c in _fresh_scores(fresh)]
     mistakes = [
         (
             lambda s: _lse(s, masked="nan"),
@@ -226,24 +290,34 @@ def check_log_sum_exp(fn) -> None:
             "one number per row: shape (N,), not (N, 1) (drop keepdims at the end)",
         ),
     ]
+    guarded = _guarded(
+        fn,
+        "log_sum_exp",
+        {
+            "broadcast": "keep the row axis while subtracting: s.max(axis=-1, keepdims=True)"
+        },
+    )
     check(
-        _guarded(
-            fn,
-            "log_sum_exp",
-            {
-                "broadcast": "keep the row axis while subtracting: s.max(axis=-1, keepdims=True)"
-            },
-        ),
+        guarded,
         _lse,
         cases,
         rtol=1e-12,
         atol=1e-12,
+        seed=seed,
         hint=_hint(
             mistakes,
             "log Σ e^s = m + log Σ e^(s - m) for any shift m: pick the one that cannot overflow",
+            fn=guarded,
+            cases=cases,
         ),
         properties=[
-            _own_work("online_normalizer", "softmax_safe", "attention_reference")
+            _own_work(
+                "online_normalizer",
+                "softmax_safe",
+                "attention_reference",
+                numpy_only=True,
+                forbid=(np.logaddexp,),
+            )
         ],
     )
 

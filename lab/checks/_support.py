@@ -96,10 +96,26 @@ def _guarded(fn, default: str, notes=None):
 _OTHER_LIBRARIES = ("torch", "jax", "jaxlib", "cupy", "tensorflow", "scipy", "mlx")
 
 
+def _check_helpers() -> dict:
+    """The code of the functions written at the top level of each loaded `lab.checks` module (their references and
+    planted mistakes are answers too), except this module's and the instruments handed to a learner (classes)."""
+    codes = {}
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("lab.checks.") or name.endswith(
+            ("._support", "._values")
+        ):
+            continue
+        for attr, f in vars(module).items():
+            if inspect.isfunction(f) and f.__module__ == name:
+                codes[f.__code__] = f"{name}.{attr}"
+    return codes
+
+
 def _course_code(names) -> dict:
     """The code objects of lab's answers `names` ("attention_bytes", or "tiling.flash_counts" for a module's own), each
-    mapped to the name it is shown by: a function's code, a class's methods' code, through any decorator."""
-    lab, codes = importlib.import_module("lab"), {}
+    mapped to the name it is shown by: a function's code, a class's methods' code, through any decorator; and the
+    checks' own references (`_check_helpers`)."""
+    lab, codes = importlib.import_module("lab"), _check_helpers()
     for n in names:
         module, _, attr = n.rpartition(".")
         home = importlib.import_module(f"lab.{module}") if module else lab
@@ -132,7 +148,8 @@ def _c_name(fn) -> str | None:
 @contextlib.contextmanager
 def _watching(names=(), *, numpy_only: bool = False, forbid=()):
     """Record, in order, what runs inside the block that a learner's answer must not call: the code of lab's answers
-    `names` (by any route: `lab.x`, `lab.module.x`, an alias, a closure) as "lab.x", and with `numpy_only` any
+    `names` (by any route: `lab.x`, `lab.module.x`, an alias, a closure) as "lab.x" (and the checks' own reference
+    functions, e.g. "lab.checks.softmax._softmax"; wrap only the learner's call in the block), and with `numpy_only` any
     function of torch, jax, cupy, tensorflow or scipy (a profile hook sees Python and C calls; torch's
     TorchFunctionMode sees its ops) as e.g. "torch.softmax". Every call still runs. "sys.setprofile" is recorded
     when the block's code replaced the hook. `forbid`: numpy functions that do the exercise's whole work (e.g.

@@ -445,8 +445,22 @@ def test_planted_mistake_is_diagnosed(number, source, says):
 def _reference_pass(x, block):
     m, l = -np.inf, 0.0
     for j0 in range(0, len(x), block):
-        m, l = checks._step(m, l, x[j0 : j0 + block])
+        b = np.asarray(x[j0 : j0 + block])
+        m_new = max(m, float(b.max()))
+        if m_new > -np.inf:
+            m, l = m_new, l * np.exp(m - m_new) + float(np.exp(b - m_new).sum())
     return m, l
+
+
+def test_the_check_s_own_reference_is_refused_as_lab_s_answer(capsys):
+    def uses_the_check(x, block):
+        m, l = -np.inf, 0.0
+        for j0 in range(0, len(x), block):
+            m, l = checks._step(m, l, x[j0 : j0 + block])
+        return m, l
+
+    checks.check_online_pass(uses_the_check)
+    assert "calls lab.checks.softmax._step" in capsys.readouterr().out
 
 
 def test_online_pass_check_reads_through_a_counting_array_and_names_a_lambda(capsys):

@@ -523,22 +523,27 @@ def _hint(case: _Case, got, want, K: CountingRows, V: CountingRows) -> str:
     )
 
 
-def _call(fn, case: _Case, K, V, masks: bool):
-    """`fn(q, K, V, Bc)`, with `causal=` when the exercise takes a mask; warnings silenced, the verdict says what is wrong."""
-    kw = {"causal": case.causal} if masks else {}
+def _call(fn, case: _Case, K, V, masks: bool, called=None):
+    """`fn(q, K, V, Bc)`, with `causal=` when the exercise takes a mask; warnings silenced, the verdict says what is wrong.
+    With a list `called`, what the call ran of lab's answers or of torch is added to it (`_watching`)."""
+    kw, q = ({"causal": case.causal} if masks else {}), case.q.copy()
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        return fn(case.q.copy(), K, V, case.Bc, **kw)
+        if called is None:
+            return fn(q, K, V, case.Bc, **kw)
+        with _watching(_COURSE, numpy_only=True) as seen:
+            try:
+                return fn(q, K, V, case.Bc, **kw)
+            finally:
+                called.extend(seen)
 
 
 def _run(fn, case: _Case, masks: bool):
     """The learner's answer on fresh CountingRows for K and V: (K, V, result, lab's answers or torch called), or
     (K, V, exception, ...)."""
-    K, V = CountingRows(case.k, "K"), CountingRows(case.v, "V")
+    K, V, called = CountingRows(case.k, "K"), CountingRows(case.v, "V"), []
     try:
-        with _watching(_COURSE, numpy_only=True) as called:
-            got = _call(fn, case, K, V, masks)
-        return K, V, got, called
+        return K, V, _call(fn, case, K, V, masks, called), called
     except NotImplementedError:
         raise
     except Exception as exc:  # a learner's bug: reported, the notebook goes on

@@ -98,15 +98,19 @@ _OTHER_LIBRARIES = ("torch", "jax", "jaxlib", "cupy", "tensorflow", "scipy", "ml
 
 def _check_helpers() -> dict:
     """The code of the functions written at the top level of each loaded `lab.checks` module (their references and
-    planted mistakes are answers too), except this module's and the instruments handed to a learner (classes)."""
+    planted mistakes are answers too), except this module's, the instruments handed to a learner (classes) and the
+    functions those call, named in the module's `_INSTRUMENT_HELPERS`."""
     codes = {}
     for name, module in list(sys.modules.items()):
         if not name.startswith("lab.checks.") or name.endswith(
             ("._support", "._values")
         ):
             continue
+        tools = getattr(
+            module, "_INSTRUMENT_HELPERS", ()
+        )  # what a counting array calls
         for attr, f in vars(module).items():
-            if inspect.isfunction(f) and f.__module__ == name:
+            if inspect.isfunction(f) and f.__module__ == name and attr not in tools:
                 codes[f.__code__] = f"{name}.{attr}"
     return codes
 

@@ -501,6 +501,13 @@ def _closure():
     return lambda s: f(s)
 
 
+def _in_a_thread(s):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lab.softmax_safe, s).result()
+
+
 def _torch(name):
     import torch
 
@@ -525,12 +532,23 @@ def _torch(name):
         (_module_path, "calls lab.softmax_safe"),
         (_closure(), "calls lab.softmax_safe"),
         (functools.partial(lab.softmax_safe), "calls lab.softmax_safe"),
+        (_in_a_thread, "calls lab.softmax_safe"),
         (_torch("softmax"), "calls torch.softmax:"),
         (_torch("method"), "calls torch.Tensor.softmax"),
         (_torch("logsumexp"), "calls torch.logsumexp:"),
         (_torch("sdpa"), "calls torch.nn.functional.scaled_dot_product_attention:"),
     ],
-    ids=["alias", "module", "closure", "partial", "softmax", "method", "lse", "sdpa"],
+    ids=[
+        "alias",
+        "module",
+        "closure",
+        "partial",
+        "thread",
+        "softmax",
+        "method",
+        "lse",
+        "sdpa",
+    ],
 )
 def test_the_guard_refuses_lab_s_answer_by_any_route_and_torch_in_a_numpy_exercise(
     cheat, says

@@ -9,6 +9,7 @@ import contextlib
 import importlib
 import inspect
 import sys
+import threading
 
 import numpy as np
 
@@ -194,14 +195,16 @@ def _watching(names=(), *, numpy_only: bool = False, forbid=()):
                     return func(*args, **(kwargs or {}))
 
             stack.enter_context(_Ops())
-        before = sys.getprofile()
+        before, threads_before = sys.getprofile(), threading.getprofile()
         sys.setprofile(watch)
+        threading.setprofile(watch)  # a thread started inside is watched too
         try:
             yield seen
         finally:
             if sys.getprofile() is not watch:
                 note("sys.setprofile")
             sys.setprofile(before)
+            threading.setprofile(threads_before)
 
 
 # Moving data in and out says little; the message names what computed.

@@ -33,13 +33,15 @@ def check(
     names=None,
     hint=None,
     properties=(),
+    seed: int | None = None,
 ) -> None:
     """Call `fn(*case)` and `reference(*case)` for every case; print one line when all agree, a diagnosis when not.
 
     `cases`: a list of argument tuples. Results agree when `np.allclose(got, want, rtol, atol)` holds
     (tuples element by element, named by `names`, e.g. `("o", "lse")`). `properties`: callables
     `prop(fn, case, got) -> None | str`, each returning a violation in words (run on every case after the
-    values agree). `hint`: a string, or `hint(case, got, want) -> None | str`, printed under a failure.
+    values agree). `hint`: a string, or `hint(case, got, want) -> None | str`, printed under a failure. `seed`: the
+    seed the cases were drawn with, named under a failure so that the same cases can be asked again.
     """
     name = name or getattr(fn, "__name__", "your function")
     for i, case in enumerate(cases):
@@ -54,6 +56,7 @@ def check(
             print(
                 f"{name}: ✗ case {i} {describe_case(case)} raised {type(exc).__name__}: {exc}{raised_at(exc)}"
             )
+            print(seed_note(seed), end="")
             return
         want = reference(*case)
         problem = diagnose(got, want, names=names, rtol=rtol, atol=atol)
@@ -66,8 +69,16 @@ def check(
             text = hint(case, got, want) if callable(hint) else hint
             if text:
                 print(f"  hint: {text}")
+            print(seed_note(seed), end="")
             return
     print(f"{name}: ✓ passed {len(cases)} cases")
+
+
+def seed_note(seed: int | None) -> str:
+    """The line under a failure that names the seed of the run's fresh cases ("" without one)."""
+    if seed is None:
+        return ""
+    return f"  (the cases were drawn with seed={seed}: pass seed={seed} to the check to ask the same ones again)\n"
 
 
 _NOT_YOURS = tuple(
@@ -182,11 +193,15 @@ def diagnose(
     outside = f"{int((excess > 0).sum())} of {g.size} values outside the tolerance (rtol {rtol:g}, atol {atol:g})"
     if not np.isfinite(err[at]):
         return f"{_at(at)}expected {_num(w[at])}, got {_num(g[at])}; {outside}"
-    with np.errstate(divide="ignore", over="ignore"):
-        rel = err[both] / np.maximum(np.abs(w[both]), np.finfo(float).tiny)
+    nonzero = both & (w != 0)  # a relative error against 0 means nothing
+    rel = (
+        f"largest relative error {(err[nonzero] / np.abs(w[nonzero])).max():.2e}; "
+        if nonzero.any()
+        else ""
+    )
     return (
         f"{_at(at)}expected {_num(w[at])}, got {_num(g[at])}; largest |error| {err.max():.2e}, "
-        f"largest relative error {rel.max():.2e}; {outside}"
+        f"{rel}{outside}"
     )
 
 

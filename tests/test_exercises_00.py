@@ -17,10 +17,10 @@ from lab.checks import memory as checks
 NAME = "00_the_memory_wall"
 EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
-    1: "score_bytes: ✓ passed 4 cases\n",
-    2: "my_attention: ✓ passed 3 cases\n",
-    3: "largest_n: ✓ passed 6 cases\n",
-    4: "hbm_bytes: ✓ passed 3 cases\n",
+    1: "score_bytes: ✓ passed 7 cases\n",
+    2: "my_attention: ✓ passed 5 cases\n",
+    3: "largest_n: ✓ passed 9 cases\n",
+    4: "hbm_bytes: ✓ passed 6 cases\n",
 }
 
 
@@ -152,6 +152,33 @@ PLANTED = {
             """,
             ["calls lab.attention_bytes"],
         ),
+        (
+            "itemsize fixed at 2 bytes",
+            """
+            def score_bytes(B, H, N, M, itemsize):
+                return 2 * B * H * N * M * 2
+            """,
+            ["case 0 (3, 4, 5, 7, 8)", "2 bytes per number whatever the format"],
+        ),
+        (
+            "a table of the fixed cases",
+            """
+            def score_bytes(B, H, N, M, itemsize):
+                table = {(3, 4, 5, 7, 8): 6720, (1, 1, 4096, 4096, 4): 134217728,
+                         (8, 32, 2048, 2048, 2): 4294967296, (4, 16, 1000, 3000, 2): 768000000}
+                return table.get((B, H, N, M, itemsize), 0)
+            """,
+            ["case 4", "expected", "got 0", "drawn with seed="],
+        ),
+        (
+            "lab's answer by alias, from its module",
+            """
+            from lab.memory import attention_bytes as count
+            def score_bytes(B, H, N, M, itemsize):
+                return count(N, M, itemsize, heads=B * H)
+            """,
+            ["calls lab.attention_bytes", "write it yourself"],
+        ),
     ],
     2: [
         (
@@ -245,6 +272,26 @@ PLANTED = {
             """,
             ["calls torch.softmax", "asks for numpy"],
         ),
+        (
+            "float32 inside",
+            """
+            def my_attention(q, k, v):
+                q, k, v = (x.astype(np.float32) for x in (q, k, v))
+                s = q @ k.T / np.sqrt(q.shape[-1])
+                p = np.exp(s - s.max(axis=-1, keepdims=True))
+                return (p / p.sum(axis=-1, keepdims=True) @ v).astype(np.float64)
+            """,
+            ["case 0", "the digits are float32's"],
+        ),
+        (
+            "a raise in the learner's own line",
+            """
+            def my_attention(q, k, v):
+                s = q @ k.T / np.sqrt(q.shape[-1])
+                return s @ v.T
+            """,
+            ["raised ValueError", "(line 3 of your code)", "drawn with seed="],
+        ),
     ],
     3: [
         (
@@ -296,6 +343,15 @@ PLANTED = {
                 return float(math.isqrt(gib * 2**30 // (2 * itemsize)))
             """,
             ["case 0 (80, 4)", "103621.0, a float", "return an integer"],
+        ),
+        (
+            "a table of the fixed cases",
+            """
+            def largest_n(gib, itemsize):
+                return {(80, 4): 103621, (80, 2): 146542, (16, 2): 65536, (141, 2): 194549,
+                        (1, 8): 8192, (24, 1): 113511}[gib, itemsize]
+            """,
+            ["case 6", "raised KeyError"],
         ),
     ],
     4: [
@@ -368,8 +424,8 @@ def test_checks_print_one_line_on_pass_and_a_hint_on_failure(capsys):
     checks.check_score_bytes(lambda B, H, N, M, s: B * H * N * M * s)
     out = capsys.readouterr().out.splitlines()
     assert (
-        out[0] == "score_bytes: ✓ passed 4 cases"
-        and out[1] == "largest_n: ✓ passed 6 cases"
+        out[0] == "score_bytes: ✓ passed 7 cases"
+        and out[1] == "largest_n: ✓ passed 9 cases"
     )  # a lambda: the exercise's name
     assert out[2].startswith("score_bytes: ✗ case 0") and out[3].startswith(
         "  hint: that is S alone"
@@ -445,6 +501,13 @@ def _closure():
     return lambda s: f(s)
 
 
+def _in_a_thread(s):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lab.softmax_safe, s).result()
+
+
 def _torch(name):
     import torch
 
@@ -469,12 +532,23 @@ def _torch(name):
         (_module_path, "calls lab.softmax_safe"),
         (_closure(), "calls lab.softmax_safe"),
         (functools.partial(lab.softmax_safe), "calls lab.softmax_safe"),
+        (_in_a_thread, "calls lab.softmax_safe"),
         (_torch("softmax"), "calls torch.softmax:"),
         (_torch("method"), "calls torch.Tensor.softmax"),
         (_torch("logsumexp"), "calls torch.logsumexp:"),
         (_torch("sdpa"), "calls torch.nn.functional.scaled_dot_product_attention:"),
     ],
-    ids=["alias", "module", "closure", "partial", "softmax", "method", "lse", "sdpa"],
+    ids=[
+        "alias",
+        "module",
+        "closure",
+        "partial",
+        "thread",
+        "softmax",
+        "method",
+        "lse",
+        "sdpa",
+    ],
 )
 def test_the_guard_refuses_lab_s_answer_by_any_route_and_torch_in_a_numpy_exercise(
     cheat, says
@@ -541,3 +615,23 @@ def test_a_learner_s_exception_is_shown_with_the_line_of_their_code_that_raised_
         ),
     )
     assert "raised ValueError" in out and "(line 3 of your code)" in out, out
+
+
+def test_fresh_cases_differ_between_runs_and_a_seed_draws_them_again(capsys):
+    asked = []
+
+    def spy(B, H, N, M, itemsize):
+        asked.append((B, H, N, M, itemsize))
+        return 0
+
+    for seed in (11, 11, 12):
+        checks.check_score_bytes(
+            lambda *a: spy(*a) or 2 * a[0] * a[1] * a[2] * a[3] * a[4], seed=seed
+        )
+    asked = asked[::2]  # each case runs twice: its value, then the guard
+    runs = [asked[i : i + 7] for i in range(0, len(asked), 7)]
+    assert (
+        runs[0] == runs[1] and runs[0][4:] != runs[2][4:] and runs[0][:4] == runs[2][:4]
+    )
+    checks.check_largest_n(lambda g, s: 0, seed=5)
+    assert "seed=5" in capsys.readouterr().out

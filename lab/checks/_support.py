@@ -9,6 +9,7 @@ import contextlib
 import importlib
 import inspect
 import sys
+import threading
 
 import numpy as np
 
@@ -28,19 +29,46 @@ def _same(got, wrong, case=None) -> bool:
         return False
 
 
-def _hint(mistakes, default: str):
+def _hint(mistakes, default: str, *, fn=None, cases=(), close=None):
     """A `lab.check` hint: the text of the first mistake `(wrong, text)` whose `wrong(*case)` equals yours, else `default`;
-    None when the values agree (a property failed and says why itself)."""
+    None when the values agree (a property failed and says why itself).
+
+    With `fn` and `cases`, a mistake that matches on the failing case by coincidence gives way to one that matches
+    `fn` on every case (`fn` is run again, only under a failure). `close`: `(text, rtol)`, said when no mistake
+    matches and yours agrees with the reference to `rtol` (a precision lost, not a formula wrong)."""
+
+    def everywhere(w):
+        for c in cases:
+            try:
+                with np.errstate(all="ignore"):
+                    if not _same(fn(*c), w, c):
+                        return False
+            except Exception:
+                return False
+        return True
 
     def hint(case, got, want):
         with np.errstate(all="ignore"):
-            return (
-                None
-                if _same(got, want)
-                else next((t for w, t in mistakes if _same(got, w, case)), default)
-            )
+            if _same(got, want):
+                return None
+            found = [t for w, t in mistakes if _same(got, w, case)]
+            if len(found) > 1 and fn is not None:
+                found = [
+                    t for w, t in mistakes if t in found and everywhere(w)
+                ] or found
+            if found:
+                return found[0]
+            if close and diagnose(got, want, rtol=close[1], atol=close[1]) is None:
+                return close[0]
+            return default
 
     return hint
+
+
+def _fresh(seed: int | None = None):
+    """`(rng, seed)`: the generator a check draws its fresh cases from, and its seed (a new one each run unless given)."""
+    seed = int(np.random.SeedSequence().entropy % 1_000_000) if seed is None else seed
+    return np.random.default_rng(seed), seed
 
 
 def _copies(case) -> list:
@@ -69,10 +97,30 @@ def _guarded(fn, default: str, notes=None):
 _OTHER_LIBRARIES = ("torch", "jax", "jaxlib", "cupy", "tensorflow", "scipy", "mlx")
 
 
+def _check_helpers() -> dict:
+    """The code of the functions written at the top level of each loaded `lab.checks` module (their references and
+    planted mistakes are answers too), except this module's, the instruments handed to a learner (classes) and the
+    functions those call, named in the module's `_INSTRUMENT_HELPERS`."""
+    codes = {}
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("lab.checks.") or name.endswith(
+            ("._support", "._values")
+        ):
+            continue
+        tools = getattr(
+            module, "_INSTRUMENT_HELPERS", ()
+        )  # what a counting array calls
+        for attr, f in vars(module).items():
+            if inspect.isfunction(f) and f.__module__ == name and attr not in tools:
+                codes[f.__code__] = f"{name}.{attr}"
+    return codes
+
+
 def _course_code(names) -> dict:
     """The code objects of lab's answers `names` ("attention_bytes", or "tiling.flash_counts" for a module's own), each
-    mapped to the name it is shown by: a function's code, a class's methods' code, through any decorator."""
-    lab, codes = importlib.import_module("lab"), {}
+    mapped to the name it is shown by: a function's code, a class's methods' code, through any decorator; and the
+    checks' own references (`_check_helpers`)."""
+    lab, codes = importlib.import_module("lab"), _check_helpers()
     for n in names:
         module, _, attr = n.rpartition(".")
         home = importlib.import_module(f"lab.{module}") if module else lab
@@ -103,13 +151,16 @@ def _c_name(fn) -> str | None:
 
 
 @contextlib.contextmanager
-def _watching(names=(), *, numpy_only: bool = False):
+def _watching(names=(), *, numpy_only: bool = False, forbid=()):
     """Record, in order, what runs inside the block that a learner's answer must not call: the code of lab's answers
-    `names` (by any route: `lab.x`, `lab.module.x`, an alias, a closure) as "lab.x", and with `numpy_only` any
+    `names` (by any route: `lab.x`, `lab.module.x`, an alias, a closure) as "lab.x" (and the checks' own reference
+    functions, e.g. "lab.checks.softmax._softmax"; wrap only the learner's call in the block), and with `numpy_only` any
     function of torch, jax, cupy, tensorflow or scipy (a profile hook sees Python and C calls; torch's
     TorchFunctionMode sees its ops) as e.g. "torch.softmax". Every call still runs. "sys.setprofile" is recorded
-    when the block's code replaced the hook."""
+    when the block's code replaced the hook. `forbid`: numpy functions that do the exercise's whole work (e.g.
+    np.logaddexp), recorded as "numpy.logaddexp.reduce" (a ufunc's methods included)."""
     codes, seen = _course_code(names), []
+    banned = {id(f): f"numpy.{f.__name__}" for f in forbid}
 
     def note(what):
         if what not in seen:
@@ -121,8 +172,13 @@ def _watching(names=(), *, numpy_only: bool = False):
                 note(codes[frame.f_code])
             elif numpy_only and _library(frame.f_globals.get("__name__")):
                 note(f"{frame.f_globals['__name__']}.{frame.f_code.co_name}")
-        elif event == "c_call" and numpy_only:
-            what = _c_name(arg)
+        elif event == "c_call" and (numpy_only or banned):
+            owner = banned.get(id(arg)) or banned.get(
+                id(getattr(arg, "__self__", None))
+            )
+            if owner:
+                note(owner if id(arg) in banned else f"{owner}.{arg.__name__}")
+            what = _c_name(arg) if numpy_only else None
             if what:
                 note(what)
 
@@ -139,14 +195,16 @@ def _watching(names=(), *, numpy_only: bool = False):
                     return func(*args, **(kwargs or {}))
 
             stack.enter_context(_Ops())
-        before = sys.getprofile()
+        before, threads_before = sys.getprofile(), threading.getprofile()
         sys.setprofile(watch)
+        threading.setprofile(watch)  # a thread started inside is watched too
         try:
             yield seen
         finally:
             if sys.getprofile() is not watch:
                 note("sys.setprofile")
             sys.setprofile(before)
+            threading.setprofile(threads_before)
 
 
 # Moving data in and out says little; the message names what computed.
@@ -176,7 +234,7 @@ _CONVERSIONS |= {
 
 def _shown(seen: list) -> str:
     """At most three of the calls `_watching` recorded, the computing ones first, once each: "torch.softmax"."""
-    lab = [w for w in seen if w.startswith("lab.") or w == "sys.setprofile"]
+    lab = [w for w in seen if w.startswith(("lab.", "numpy.")) or w == "sys.setprofile"]
     if lab:
         return lab[0]
     ops, last = [], set()
@@ -199,6 +257,11 @@ def _refusal(seen) -> str:
     what = _shown([seen] if isinstance(seen, str) else seen)
     if what == "sys.setprofile":
         return "it replaces the profiler (sys.setprofile) that this check watches with, so the check cannot vouch for it"
+    if what.startswith("numpy."):
+        return (
+            f"it calls {what}, which does the whole of what this exercise asks you to write: write the "
+            "steps yourself"
+        )
     if what.startswith("lab."):
         return (
             f"it calls {what}, lab's own answer to this exercise (by whatever name reaches it): a check of lab's "
@@ -210,13 +273,14 @@ def _refusal(seen) -> str:
     )
 
 
-def _own_work(*names, numpy_only: bool = False):
+def _own_work(*names, numpy_only: bool = False, forbid=()):
     """Property: `fn` leaves its input arrays as they were, runs none of lab's answers `names` by any route (see
-    `_watching`), and with `numpy_only` calls no other array library (torch, jax, cupy, tensorflow, scipy)."""
+    `_watching`), with `numpy_only` calls no other array library (torch, jax, cupy, tensorflow, scipy), and calls none
+    of the numpy functions `forbid`."""
 
     def prop(fn, case, got):
         args = _copies(case)
-        with _watching(names, numpy_only=numpy_only) as called:
+        with _watching(names, numpy_only=numpy_only, forbid=forbid) as called:
             getattr(fn, "raw", fn)(*args)
         if called:
             return _refusal(called)

@@ -7,7 +7,7 @@ from exercise_support import assert_fails, exercises, run_check, source
 
 import lab
 from lab.checks import fa2 as checks
-from lab.checks._fresh import fresh_rng
+from lab.checks._support import _fresh
 from lab.checks.fa2 import Watched
 
 NAME = "06_flashattention2"
@@ -567,7 +567,7 @@ def test_fresh_cases_are_drawn_again_from_the_seed(capsys):
     )
     cases = set()
     for seed in (1, 2):
-        rng, _ = fresh_rng(seed)
+        rng, _ = _fresh(seed)
         cases.add(int(rng.integers(2, 3000)))
     assert len(cases) == 2
     checks.check_causal_fa2_ops(ok, seed=5)

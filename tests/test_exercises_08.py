@@ -179,7 +179,7 @@ def test_a_table_of_the_fixed_cases_fails_on_a_drawn_one():
     out = _say(ct.check_attention_tflops, lambda *a: 1.0)
     assert "seed" in out and out == _say(
         lambda f: ct.check_attention_tflops(
-            f, seed=int(out.split("seed=")[1].split(")")[0])
+            f, seed=int(out.split("seed=")[1].split(":")[0])
         ),
         lambda *a: 1.0,
     )

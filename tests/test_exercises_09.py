@@ -570,10 +570,15 @@ def test_tiled_backward_dropping_both_short_blocks_names_both():
 
 
 def test_check_tiled_backward_reports_a_crash_on_watched_arrays(capsys):
+    ns = {"np": np, "delta": lambda o, do: (o * do).sum(axis=-1)}
+    exec(
+        compile(EX[4].solution, "<solution>", "exec"), ns
+    )  # the worked loop: lab's own is refused
+
     def fussy(q, k, v, o, lse, do, Br, Bc, causal=False):
         if type(q) is not np.ndarray:
             raise TypeError("plain arrays only")
-        return backward_with_mistake(q, k, v, o, lse, do, Br, Bc, causal)
+        return ns["tiled_backward"](q, k, v, o, lse, do, Br, Bc, causal)
 
     check_tiled_backward(fussy, [(8, 12, 4, 4, 4, 4, True)], name="t")
     out = capsys.readouterr().out

@@ -24,8 +24,7 @@ from ..decoding import decode_schedule, kv_cache_bytes_per_token
 from ..exercises import check, diagnose
 from ..memory import peak_bytes
 from ..merge import merge_outputs
-from ._fresh import fresh_rng, said_with_seed
-from ._support import _own_work, _refusal, _watching
+from ._support import _fresh, _own_work, _refusal, _watching
 from .paged import check_gather_pages
 
 __all__ = [
@@ -38,6 +37,9 @@ __all__ = [
 
 RTOL, ATOL = 1e-9, 1e-12
 _FAILED = object()
+_INSTRUMENT_HELPERS = (
+    "_perturb",
+)  # run inside the learner's split_decode, between its calls of decode_chunk
 _COURSE = (
     "attention_reference",
     "attention_naive",
@@ -96,7 +98,7 @@ def check_cache_per_token(
     (`seed` draws the same again); running `lab.kv_cache_bytes_per_token` (by any name) is refused.
     Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
-    rng, seed = fresh_rng(seed)
+    rng, seed = _fresh(seed)
     cases = [
         (32, 32, 32, 128, 2),
         (80, 64, 8, 128, 2),
@@ -141,15 +143,15 @@ def check_cache_per_token(
         ],
         "count what one token adds to the cache: which tensors, of which heads, in how many layers, at what size",
     )
-    with said_with_seed("check_cache_per_token", seed):
-        check(
-            fn,
-            lambda L, Hq, Hkv, d, i: kv_cache_bytes_per_token(L, Hkv, d, i),
-            cases,
-            name=name or "cache_per_token",
-            hint=hint,
-            properties=(_own_work("kv_cache_bytes_per_token", "kv_cache_table"),),
-        )
+    check(
+        fn,
+        lambda L, Hq, Hkv, d, i: kv_cache_bytes_per_token(L, Hkv, d, i),
+        cases,
+        name=name or "cache_per_token",
+        hint=hint,
+        properties=(_own_work("kv_cache_bytes_per_token", "kv_cache_table"),),
+        seed=seed,
+    )
 
 
 def _intensity(G, d, M, kv, qo):

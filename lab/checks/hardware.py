@@ -37,8 +37,7 @@ from ..attention import attention_reference
 from ..exercises import check, diagnose
 from ..kernels.rung6_triton import triton_status
 from ..measure import attention_flops
-from ._fresh import fresh_rng, said_with_seed
-from ._support import _own_work
+from ._support import _fresh, _own_work
 
 __all__ = [
     "check_attention_tflops",
@@ -124,7 +123,7 @@ def check_attention_tflops(fn, *, seed: int | None = None) -> None:
     Four fixed cases and four drawn afresh on each run (`seed` draws the same again); running
     `lab.attention_flops` (by any name) is refused. Taught in: notebooks/08_hardware_runs.ipynb
     """
-    rng, seed = fresh_rng(seed)
+    rng, seed = _fresh(seed)
     cases = [
         (1, 8, 4096, 64, False, 300.0),
         (2, 16, 1024, 128, True, 1.5),
@@ -141,16 +140,16 @@ def check_attention_tflops(fn, *, seed: int | None = None) -> None:
         )
         for c in (False, True, False, True)
     ]
-    with said_with_seed("check_attention_tflops", seed):
-        check(
-            fn,
-            _tflops,
-            cases,
-            rtol=1e-9,
-            atol=0,
-            hint=_tflops_hint,
-            properties=(_own_work("attention_flops"),),
-        )
+    check(
+        fn,
+        _tflops,
+        cases,
+        rtol=1e-9,
+        atol=0,
+        hint=_tflops_hint,
+        properties=(_own_work("attention_flops"),),
+        seed=seed,
+    )
 
 
 # ------------------------------------------------------------------------------- exercise 2: the roof
@@ -192,7 +191,7 @@ def check_roofline(fn, *, seed: int | None = None) -> None:
     Three fixed cases and two drawn afresh on each run (`seed` draws the same again); running
     `lab.attainable_flops` (by any name) is refused. Taught in: notebooks/08_hardware_runs.ipynb
     """
-    rng, seed = fresh_rng(seed)
+    rng, seed = _fresh(seed)
     cases = [
         (np.array([0.5, 10.0, 1000.0]), 1.6e11, 1.0e10),
         (np.array([8.0, 63.0, 295.0, 1e4]), 9.89e14, 3.35e12),
@@ -218,16 +217,16 @@ def check_roofline(fn, *, seed: int | None = None) -> None:
         else f"returned a {type(got).__name__}, expected an "
         "array: np.asarray(...) of your rates, or numpy's element-wise functions"
     )
-    with said_with_seed("check_roofline", seed):
-        check(
-            fn,
-            _roof,
-            cases,
-            rtol=1e-9,
-            atol=0,
-            hint=_roof_hint,
-            properties=(_own_work("attainable_flops"), is_array),
-        )
+    check(
+        fn,
+        _roof,
+        cases,
+        rtol=1e-9,
+        atol=0,
+        hint=_roof_hint,
+        properties=(_own_work("attainable_flops"), is_array),
+        seed=seed,
+    )
 
 
 # ------------------------------------------------------------------------------- exercise 3: tile steps
@@ -322,7 +321,7 @@ def check_causal_tile_steps(fn, *, seed: int | None = None) -> None:
     Eight fixed cases and four drawn afresh on each run (`seed` draws the same again); running
     `lab.tile_counts`, `lab.tile_grid` or `lab.flash_counts` (by any name) is refused. Taught in: notebooks/08_hardware_runs.ipynb
     """
-    rng, seed = fresh_rng(seed)
+    rng, seed = _fresh(seed)
     cases = [
         (4096, 4096, 256, 512, False),
         (4096, 4096, 256, 512, True),
@@ -342,16 +341,16 @@ def check_causal_tile_steps(fn, *, seed: int | None = None) -> None:
         )
         for c in (True, True, False, True)
     ]
-    with said_with_seed("check_causal_tile_steps", seed):
-        check(
-            fn,
-            _tiles_reference,
-            cases,
-            rtol=0,
-            atol=0,
-            hint=_tiles_hint,
-            properties=(_own_work("tile_counts", "tile_grid", "flash_counts"),),
-        )
+    check(
+        fn,
+        _tiles_reference,
+        cases,
+        rtol=0,
+        atol=0,
+        hint=_tiles_hint,
+        properties=(_own_work("tile_counts", "tile_grid", "flash_counts"),),
+        seed=seed,
+    )
 
 
 # ------------------------------------------------------------------------------- exercise 5: a Triton kernel

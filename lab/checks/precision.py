@@ -20,11 +20,10 @@ import builtins
 
 import numpy as np
 
-from ..exercises import diagnose
+from ..exercises import diagnose, seed_note
 from ..precision import round_to
 from ..precision_experiments import low_precision_sum
-from ._fresh import fresh_rng, said_with_seed
-from ._support import _refusal, _watching
+from ._support import _fresh, _refusal, _watching
 
 __all__ = [
     "format_grid",
@@ -522,37 +521,39 @@ def check_rms_delta_uniform(
     three answers passes. Taught in: notebooks/07_precision.ipynb
     """
     name = name or getattr(fn, "__name__", "your function")
-    rng, seed = fresh_rng(seed)
+    rng, seed = _fresh(seed)
     drawn = sorted(int(t) for t in rng.choice(np.arange(2, 53), 3, replace=False))
     cases = (7, 10, 23, *drawn)
-    with said_with_seed("check_rms_delta_uniform", seed):
-        for i, t in enumerate(cases):
-            ok, got = _call(name, fn, (t,), f"{i} (t = {t})", [])
-            if not ok:
-                return
-            want = _rms_reference(t)
-            problem = diagnose(got, want, rtol=1e-3, atol=0)
-            if problem is None:
-                continue
-            print(f"{name}: ✗ case {i} (t = {t}): {problem}")
-            try:
-                ratio = float(got) * 2.0**t
-            except (TypeError, ValueError):
-                return
-            known = next(
-                (what for c, what in _RMS_MISTAKES if abs(ratio / c - 1) < 1e-3), None
-            )
-            print(
-                f"  hint: yours is {known}"
-                if known
-                else "  hint: δ = (fl(x) - x) / x; the error is uniform over half a step either side and independent of x"
-                + (
-                    "; t is the number of mantissa bits, ε = 2^-t, whatever its value"
-                    if i >= 3
-                    else ""
-                )
-            )
+    for i, t in enumerate(cases):
+        ok, got = _call(name, fn, (t,), f"{i} (t = {t})", [])
+        if not ok:
+            print(seed_note(seed if i >= 3 else None), end="")  # a drawn case: its seed
             return
-        print(
-            f"{name}: ✓ passed {len(cases)} cases (t = 7, 10, 23 and {len(drawn)} drawn for this run; to 0.1%)"
+        want = _rms_reference(t)
+        problem = diagnose(got, want, rtol=1e-3, atol=0)
+        if problem is None:
+            continue
+        print(f"{name}: ✗ case {i} (t = {t}): {problem}")
+        try:
+            ratio = float(got) * 2.0**t
+        except (TypeError, ValueError):
+            print(seed_note(seed), end="")
+            return
+        known = next(
+            (what for c, what in _RMS_MISTAKES if abs(ratio / c - 1) < 1e-3), None
         )
+        print(
+            f"  hint: yours is {known}"
+            if known
+            else "  hint: δ = (fl(x) - x) / x; the error is uniform over half a step either side and independent of x"
+            + (
+                "; t is the number of mantissa bits, ε = 2^-t, whatever its value"
+                if i >= 3
+                else ""
+            )
+        )
+        print(seed_note(seed), end="")
+        return
+    print(
+        f"{name}: ✓ passed {len(cases)} cases (t = 7, 10, 23 and {len(drawn)} drawn for this run; to 0.1%)"
+    )

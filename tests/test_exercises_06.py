@@ -466,6 +466,37 @@ def test_fa1_recomputing_every_earlier_tile_is_refused():
     )
 
 
+def test_recomputing_earlier_tiles_with_powers_of_e_is_counted_too():
+    _fails(
+        4,
+        """
+        def fa2_block(q_i, k, v, Bc):
+            Br, d = q_i.shape
+            m = np.full(Br, -np.inf)
+            for j0 in range(0, len(k), Bc):
+                m = np.maximum(m, (q_i @ k[j0:j0 + Bc].T / np.sqrt(d)).max(axis=1))
+            l, acc = np.zeros(Br), np.zeros((Br, v.shape[1]))
+            for j0 in range(0, len(k), Bc):  # a second pass over K: every tile again, as np.e ** (s - m)
+                for t0 in range(0, j0 + 1, Bc):
+                    p = np.e ** (q_i @ k[t0:t0 + Bc].T / np.sqrt(d) - m[:, None])
+                    if t0 == j0:
+                        l, acc = l + p.sum(axis=1), acc + p @ v[t0:t0 + Bc]
+            return acc / l[:, None], m + np.log(l)
+        """,
+        "exponentials where one per score",
+    )
+
+
+def test_a_failure_names_the_seed_that_draws_its_values_again(capsys):
+    wrong = lambda q_i, k, v, Bc: (q_i[:, :12] * 0, q_i[:, 0] * 0)  # noqa: E731
+    checks.check_fa2_block(wrong, seed=17)
+    first = capsys.readouterr().out
+    checks.check_fa2_block(wrong, seed=17)
+    assert capsys.readouterr().out == first and "seed=17" in first
+    a, b = checks._block_cases(1), checks._block_cases(2)
+    assert not np.array_equal(a[0][1], b[0][1]) and a[0][0] == b[0][0]
+
+
 def test_block_max_in_place_of_the_running_max_overflows_on_a_high_block_first():
     """FA2's lse is right with a block's own max until a high block comes before low ones: α = e^800."""
     _fails(

@@ -28,7 +28,8 @@ from ..backward import (
     flash_attention_backward_numpy,
 )
 from ..exercises import check, diagnose
-from ._support import _own_work, _refusal, _watching
+from ._seeded import noting_seed
+from ._support import _fresh, _own_work, _refusal, _watching
 
 __all__ = [
     "check_delta",
@@ -438,9 +439,9 @@ def _variants(q, k, v, o, lse, do, case, tiled, want) -> list:
     return out
 
 
-def _backward_cases(name, fn, cases, tiled, large_scores=()) -> bool:
+def _backward_cases(name, fn, cases, tiled, large_scores=(), seed=0) -> bool:
     """Compare `fn` with lab.attention_backward on each case, then on each of `large_scores` (same form) with every
-    score near +800; print a diagnosis and return False at the first failure."""
+    score near +800, case n's arrays drawn from `seed + n`; print a diagnosis and return False at the first failure."""
     cases = [(c, 0.0) for c in cases] + [(c, 800.0) for c in large_scores]
     for n, (c, score) in enumerate(cases):
         N, M, d, dv = c[:4]
@@ -470,7 +471,7 @@ def _backward_cases(name, fn, cases, tiled, large_scores=()) -> bool:
             + (f", scores near +{score:.0f}" if score else "")
             + ")"
         )
-        q, k, v, do, o, lse = _problem(N, M, d, dv, causal, seed=n, score=score)
+        q, k, v, do, o, lse = _problem(N, M, d, dv, causal, seed=seed + n, score=score)
         args = (q, k, v, o, lse, do, Br, Bc, causal) if tiled else (q, k, v, do, causal)
         got = _run(
             name,
@@ -494,32 +495,49 @@ def _backward_cases(name, fn, cases, tiled, large_scores=()) -> bool:
     return True
 
 
-def check_standard_backward(fn, cases, *, name: str | None = None) -> None:
+def check_standard_backward(
+    fn, cases, *, name: str | None = None, seed: int | None = None
+) -> None:
     """Check `fn(q, k, v, do, causal)` (one head, keeps P) against `lab.attention_backward`; print one verdict.
 
-    `cases`: tuples `(N, M, d, dv[, causal])`; the arrays are random (seeded by the case's position); one more case
+    `cases`: tuples `(N, M, d, dv[, causal])`; the arrays are drawn afresh on each run (`seed` draws the same
+    again); one more case
     has every score near +800, where e^S without the row max overflows. A failure names dq, dk or dv, the worst
     element and the mistake it matches. Taught in: notebooks/09_backward.ipynb
     """
     name = name or getattr(fn, "__name__", "your backward")
-    if _backward_cases(name, fn, cases, tiled=False, large_scores=[(6, 10, 8, 4)]):
+    _, seed = _fresh(seed)
+    with noting_seed(seed):
+        passed = _backward_cases(
+            name, fn, cases, tiled=False, large_scores=[(6, 10, 8, 4)], seed=seed
+        )
+    if passed:
         print(
             f"{name}: ✓ passed {len(cases) + 1} cases (dq, dk, dv; the last with every score near +800)"
         )
 
 
 def check_tiled_backward(
-    fn, cases, *, large=(1024, 1536, 2, 3, 32, 64, True), name: str | None = None
+    fn,
+    cases,
+    *,
+    large=(1024, 1536, 2, 3, 32, 64, True),
+    name: str | None = None,
+    seed: int | None = None,
 ) -> None:
     """Check `fn(q, k, v, o, lse, do, Br, Bc, causal)` against `lab.attention_backward`, then that it keeps to tiles; print one verdict.
 
-    `cases`: tuples `(N, M, d, dv, Br, Bc, causal)`. After the values agree, `large` (same form) is run
+    `cases`: tuples `(N, M, d, dv, Br, Bc, causal)`, their arrays drawn afresh on each run (`seed` draws the same
+    again). After the values agree, `large` (same form) is run
     on watched arrays (`arrays_formed`): forming an N×M array, or a block of rows against all M keys, fails,
     and so does calling lab's backward or any torch op (tracemalloc does not see torch's memory; the exercise is
     numpy's). Taught in: notebooks/09_backward.ipynb
     """
     name = name or getattr(fn, "__name__", "your backward")
-    if not _backward_cases(name, fn, cases, tiled=True):
+    _, seed = _fresh(seed)
+    with noting_seed(seed):
+        passed = _backward_cases(name, fn, cases, tiled=True, seed=seed)
+    if not passed:
         return
     try:
         problem = _formed_violation(fn, *large)
@@ -612,15 +630,23 @@ def _p_tile_hint(got, s, lse, i0, i1, j0, j1) -> str:
     return "the block must equal the same block of softmax(Q Kᵀ/√d) over all keys, from lse_i alone"
 
 
-def check_p_tile(fn, cases, *, name: str | None = None) -> None:
+def check_p_tile(
+    fn, cases, *, name: str | None = None, seed: int | None = None
+) -> None:
     """Check `fn(q_i, k_j, lse_i)` against the same block of the full softmax (N = 32, M = 48, d = 8); print one verdict.
 
     `cases`: tuples `(i0, i1, j0, j1, spread)`: rows i0:i1 and keys j0:j1 of a problem whose queries are
     multiplied by `spread` (300 makes e^S overflow). Names a tile max used for lse, a tile normalized on its
-    own, an overflow and lse subtracted along the wrong axis. Taught in: notebooks/09_backward.ipynb
+    own, an overflow and lse subtracted along the wrong axis. The arrays are drawn afresh on each run (`seed` draws
+    the same again). Taught in: notebooks/09_backward.ipynb
     """
     name = name or getattr(fn, "__name__", "your p_tile")
-    rng = np.random.default_rng(0)
+    rng, seed = _fresh(seed)
+    with noting_seed(seed):
+        _p_tile_cases(name, fn, cases, rng)
+
+
+def _p_tile_cases(name, fn, cases, rng) -> None:
     q, k, v = (
         rng.standard_normal((32, 8)),
         rng.standard_normal((48, 8)),

@@ -24,6 +24,7 @@ from ..decoding import decode_schedule, kv_cache_bytes_per_token
 from ..exercises import check, diagnose
 from ..memory import peak_bytes
 from ..merge import merge_outputs
+from ._seeded import noting_seed
 from ._support import _fresh, _own_work, _refusal, _watching
 from .paged import check_gather_pages
 
@@ -332,8 +333,8 @@ def _qkv(rng, Hq, Hkv, N, M, d=8, dv=4, scale=1.0):
     )
 
 
-def _chunk_cases():
-    rng = np.random.default_rng(100)
+def _chunk_cases(seed: int = 100):
+    rng = np.random.default_rng(seed)
     return [
         ("one query, 2 query heads per K/V head", *_qkv(rng, 4, 2, 1, 5)),
         ("3 heads, 2 queries", *_qkv(rng, 3, 3, 2, 4)),
@@ -344,8 +345,8 @@ def _chunk_cases():
     ]
 
 
-def _split_cases():
-    rng = np.random.default_rng(101)
+def _split_cases(seed: int = 101):
+    rng = np.random.default_rng(seed)
     return [
         ("", *_qkv(rng, 4, 2, 1, 48), 4),
         ("4 splits do not divide 50 keys", *_qkv(rng, 4, 2, 1, 50), 4),
@@ -545,17 +546,26 @@ def _perturb(c, out):
     return o + (c + 1) * np.isfinite(lse)[..., None], lse + (c + 1) / 4
 
 
-def check_split_decode(split_decode, decode_chunk, *, name: str | None = None) -> None:
+def check_split_decode(
+    split_decode, decode_chunk, *, name: str | None = None, seed: int | None = None
+) -> None:
     """Check `decode_chunk(q, k_c, v_c)` on single chunks, then `split_decode(q, k, v, splits)` -> `attention_reference(q, k, v)`; print one verdict.
 
     Recorded calls to `decode_chunk`: `splits` of them, contiguous chunks of all Hkv heads, each key exactly once. The
     result must follow the partials (a run with them changed), no course answer and no torch op may run (the exercise
     is numpy's: SDPA inside decode_chunk proves nothing), and with G = 16 the
-    peak memory must stay below a copy of K repeated for the query heads. Taught in: notebooks/10_decoding_and_gqa.ipynb
+    peak memory must stay below a copy of K repeated for the query heads. The cases' kinds are fixed, their values
+    drawn afresh on each run (`seed` draws the same again). Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
+    _, seed = _fresh(seed)
+    with noting_seed(seed):
+        _split_decode_cases(split_decode, decode_chunk, name, seed)
+
+
+def _split_decode_cases(split_decode, decode_chunk, name, seed) -> None:
     name = name or getattr(split_decode, "__name__", "split_decode")
     sub = getattr(decode_chunk, "__name__", "decode_chunk")
-    for i, (label, q, k_c, v_c) in enumerate(_chunk_cases()):
+    for i, (label, q, k_c, v_c) in enumerate(_chunk_cases(seed)):
         where = f"{i} ({_shapes(q, k_c, v_c, '_c')}, {label})"
         res = _attempt(
             sub,
@@ -579,7 +589,7 @@ def check_split_decode(split_decode, decode_chunk, *, name: str | None = None) -
             return _fail(
                 sub, where, problem, _chunk_hint(label, q, k_c, v_c, res[0], problem)
             )
-    cases = _split_cases()
+    cases = _split_cases(seed + 1)
     for i, (label, q, k, v, splits) in enumerate(cases):
         where = (
             f"{i} ({_shapes(q, k, v)}, splits={splits}{', ' + label if label else ''})"

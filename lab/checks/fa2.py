@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..attention import attention_reference
-from ..exercises import check, diagnose
+from ..exercises import check, diagnose, seed_note
 from ..tiling import HARDWARE, flash_counts, gpu_time_share
 from ._support import _fresh, _own_work
 
@@ -246,9 +246,12 @@ class Watched(np.ndarray):
         if out is not None:
             result = out[0] if len(out) == 1 else out
         if method == "__call__" and self.log is not None:
+            what = ufunc.__name__
+            if ufunc is np.power and np.ndim(plain[0]) == 0:
+                what = "exp"  # a number to an array's power, e.g. np.e ** s: an exponential all the same
             for r in result if isinstance(result, tuple) else (result,):
                 if isinstance(r, np.ndarray):
-                    self.log.append((ufunc.__name__, np.array(r, dtype=float)))
+                    self.log.append((what, np.array(r, dtype=float)))
         return result if out is not None else self._wrap(result)
 
     def __array_function__(self, func, types, args, kwargs):
@@ -273,9 +276,10 @@ def _watched(a: np.ndarray, log: list) -> Watched:
     return w
 
 
-def _block_cases():
-    """(label, q_i, k, v, Bc, hint for this case): d = 16, d_v = 12, so no other array has the (Br, d_v) shape of O."""
-    rng = np.random.default_rng(6)
+def _block_cases(seed: int = 6):
+    """(label, q_i, k, v, Bc, hint for this case): d = 16, d_v = 12, so no other array has the (Br, d_v) shape of O.
+    The kinds are fixed, the values drawn from `seed` (a fresh one each run of a check)."""
+    rng = np.random.default_rng(seed)
 
     def qkv(Br, M, shift_q=0.0, shift_k=0.0, scale=1.0):
         return (
@@ -431,10 +435,11 @@ def _hint(problem: str, variant: str, got, want, q_i, k, v, Bc, case_hint, log=(
     return next((h for key, h in hints.items() if problem.startswith(key)), case_hint)
 
 
-def _check_block(fn, variant: str, name: str | None) -> None:
+def _check_block(fn, variant: str, name: str | None, seed: int | None) -> None:
     name = name or getattr(fn, "__name__", "your function")
     names = ("o", "m", "l") if variant == "fa1" else ("o", "lse")
-    cases = _block_cases()
+    _, seed = _fresh(seed)
+    cases = _block_cases(seed)
     for i, (label, q_i, k, v, Bc, case_hint) in enumerate(cases):
         log: list = []
         try:
@@ -445,6 +450,7 @@ def _check_block(fn, variant: str, name: str | None) -> None:
             return
         except Exception as exc:  # a learner's bug: report it, do not stop the notebook
             print(f"{name}: ✗ case {i} ({label}) raised {type(exc).__name__}: {exc}")
+            print(seed_note(seed), end="")
             return
         if isinstance(got, Watched):
             got = got.view(np.ndarray)
@@ -470,6 +476,7 @@ def _check_block(fn, variant: str, name: str | None) -> None:
             print(f"{name}: ✗ case {i} ({label}): {problem}")
             if hint:
                 print(f"  hint: {hint}")
+            print(seed_note(seed), end="")
             return
     if variant == "fa1":
         print(
@@ -567,17 +574,19 @@ def _property(variant, log, q_i, k, v, Bc):
     return None
 
 
-def check_fa1_block(fn, *, name: str | None = None) -> None:
+def check_fa1_block(fn, *, name: str | None = None, seed: int | None = None) -> None:
     """Check `fn(q_i, k, v, Bc) -> (o, m, l)` in FA1's form: values against the reference, O normalized after every key block.
 
+    The cases' kinds are fixed, their values drawn afresh on each run (`seed` draws the same again).
     Taught in: notebooks/06_flashattention2.ipynb
     """
-    _check_block(fn, "fa1", name)
+    _check_block(fn, "fa1", name, seed)
 
 
-def check_fa2_block(fn, *, name: str | None = None) -> None:
+def check_fa2_block(fn, *, name: str | None = None, seed: int | None = None) -> None:
     """Check `fn(q_i, k, v, Bc) -> (o, lse)` in FA2's form: values against the reference, acc normalized only after the last key block.
 
+    The cases' kinds are fixed, their values drawn afresh on each run (`seed` draws the same again).
     Taught in: notebooks/06_flashattention2.ipynb
     """
-    _check_block(fn, "fa2", name)
+    _check_block(fn, "fa2", name, seed)

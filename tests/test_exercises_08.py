@@ -414,6 +414,31 @@ def test_kernel_loading_every_key_at_once_is_refused():
 
 
 @needs_triton
+def test_kernel_with_a_pass_for_the_max_and_one_for_the_sums_is_refused():
+    """Right values, Bc rows a load, but K read twice: a first loop for the row max, a second for l and acc."""
+    src = planted(
+        EX[5],
+        (
+            "for j0 in range(0, M, Bc):",
+            "for j0 in range(0, M, Bc):  # pass 1: the max\n"
+            "        cols = j0 + tl.arange(0, Bc)\n"
+            "        col_ok = cols < M\n"
+            "        k = tl.load(K + h * stride_kh + cols[:, None] * stride_kn + feats[None, :], "
+            "mask=col_ok[:, None], other=0.0)\n"
+            "        s = tl.where(col_ok[None, :], tl.dot(q, tl.trans(k)) * scale, float('-inf'))\n"
+            "        m = tl.maximum(m, tl.max(s, axis=1))\n"
+            "    for j0 in range(0, M, Bc):  # pass 2: the sums",
+        ),
+    )
+    out = run_check(EX[5], src)
+    assert_fails(
+        out,
+        "case 0 (one key block",
+        "o is right, but each program read K 2 times over",
+    )
+
+
+@needs_triton
 def test_kernel_without_jit_is_told_to_keep_it():
     out = run_check(EX[5], EX[5].solution.replace("@triton.jit\n", ""))
     assert_fails(out, "keep @triton.jit")

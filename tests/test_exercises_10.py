@@ -559,7 +559,9 @@ WRONG_5 = {
             n = -(-length // pages.shape[2])
             return np.concatenate([pages[i] for i in range(n)], axis=1)[:, :length]
         """,
-        ["you read page i for logical block i"],  # the pages are drawn afresh: any sequence may show it
+        [
+            "you read page i for logical block i"
+        ],  # the pages are drawn afresh: any sequence may show it
     ),
     "the length mask ignored": (
         """

@@ -138,6 +138,34 @@ def test_mods_built_by_lab_are_refused(number, text, says):
     _refused(number, text, "case 0", says)
 
 
+def test_a_table_of_the_fixed_window_cases_fails_on_a_drawn_one():
+    import lab
+
+    table = {
+        c: lab.window_tile_counts(c[0], c[0], c[1] - 1, 0, c[2], c[3])["computed"]
+        for c in [
+            (256, 64, 32, 32),
+            (1000, 100, 64, 48),
+            (8192, 256, 256, 256),
+            (77, 1, 8, 13),
+            (300, 1000, 64, 64),
+            (256, 33, 32, 32),
+            (100, 17, 16, 16),
+            (256, 65, 32, 32),
+            (256, 34, 32, 32),
+            (240, 49, 16, 48),
+            (240, 50, 16, 48),
+        ]
+    }
+    out = run_check(
+        EX[1],
+        "TABLE = "
+        + repr(table)
+        + "\nwindow_tiles = lambda N, W, Br, Bc: TABLE.get((N, W, Br, Bc), 0)\n",
+    )
+    assert "✗ case 11" in out and "seed=" in out, out
+
+
 def test_a_numpy_only_score_mod_is_told_how_to_run_in_torch():
     """The form the worked answer had before: right on numpy arrays, a TypeError on torch tensors."""
     out = _refused(

@@ -955,7 +955,7 @@ def test_window_tiles_check_needs_the_block_edge_cases(capsys):
         (300, 1000, 64, 64),
     ]
     for shift in (1, -1):
-        lab.check_window_tiles(_tiles_shifted(shift), cases)
+        lab.check_window_tiles(_tiles_shifted(shift), cases, fresh=0)
         assert "✓" in capsys.readouterr().out
     assert (
         "(256, 33, 32, 32)" in CHECK_CELLS[1][0]
@@ -964,7 +964,7 @@ def test_window_tiles_check_needs_the_block_edge_cases(capsys):
 
 
 def test_window_tiles_check_names_the_wider_window_on_a_key_block_edge(capsys):
-    lab.check_window_tiles(_tiles_shifted(1), [(256, 33, 32, 32)])
+    lab.check_window_tiles(_tiles_shifted(1), [(256, 33, 32, 32)], fresh=0)
     out = capsys.readouterr().out
     assert out.strip() == (
         "window_tiles: ✗ case 0 window_tiles(N=256, W=33, Br=32, Bc=32): yours 21, expected 15 "

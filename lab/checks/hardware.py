@@ -13,7 +13,8 @@ loop, and the key-block loop of a Triton FlashAttention-2 forward kernel.
   on one and several key blocks, N and M that no block divides (NaN stored after K and V, every load watched by the
   interpreter: a read past M fails even when tl.where hides it), unequal blocks, scores near -200 (a running max
   that starts at 0) and +200 (no max subtracted), a high key block before low ones (a block's own max in place of
-  the running one). Every load of K and V must read at most Bc rows (the loop steps over key blocks), and lab's own
+  the running one). Every load of K and V must read at most Bc rows (the loop steps over key blocks), each program
+  read each key row once (one pass, not a pass for the max and another for the sums), and lab's own
   kernel code (`_attn_fwd_step`) may not run inside the learner's. Through Triton's interpreter on CPU tensors;
   compiled on CUDA, where only the NaN shows.
 - `launch_attention_kernel`, `triton_or_standins` : the host side of that kernel, and the modules to write it.

@@ -21,7 +21,8 @@ from ..attention import attention_reference, flash_attention_numpy
 from ..mask_experiments import flex_reference, window_tile_counts
 from ..masks import KINDS, block_mask, index_arrays
 from ..torch_kernels import flash_attention_torch
-from ._support import _refusal
+from ._seeded import noting_seed
+from ._support import _fresh, _refusal
 
 __all__ = ["check_window_tiles", "check_mask_mod", "check_score_mod"]
 
@@ -206,18 +207,35 @@ def _window_computed(N: int, W: int, Br: int, Bc: int) -> int:
     return window_tile_counts(N, N, W - 1, 0, Br, Bc)["computed"]
 
 
-def check_window_tiles(build, cases, *, name: str | None = None) -> None:
+def check_window_tiles(
+    build, cases, *, name: str | None = None, fresh: int = 4, seed: int | None = None
+) -> None:
     """Check `build(N, W, Br, Bc)`, the tiles computed for a causal window of W keys, against the reference; print one verdict.
 
     The reference is `window_tile_counts(N, N, W - 1, 0, Br, Bc)["computed"]`. For a wrong count it says the
     case's arguments, yours and the expected count, and whether yours is the count of a window one key
     wider or narrower (the classic off-by-one: a causal window of W keys reaches back to key i - (W - 1)),
-    of causal attention or of full attention. Taught in: notebooks/11_masks_and_score_mods.ipynb
+    of causal attention or of full attention. After `cases`, `fresh` cases drawn afresh on each run (`seed` draws
+    the same again), so no table of the fixed ones passes; running lab's count or `lab.block_mask` is refused.
+    Taught in: notebooks/11_masks_and_score_mods.ipynb
     """
     name = name or getattr(build, "__name__", "<lambda>")
     name = (
         "window_tiles" if name.startswith("<") else name
     )  # a lambda: the exercise's own name
+    rng, seed = _fresh(seed)
+    drawn = []
+    for _ in range(fresh):
+        Bc = int(rng.choice([16, 32, 48, 64]))
+        W = int(rng.integers(1, 12)) * Bc + int(rng.choice([-1, 0, 1, 2]))
+        drawn.append(
+            (int(rng.integers(1, 4000)), max(W, 1), int(rng.choice([16, 32, 64])), Bc)
+        )
+    with noting_seed(seed if fresh else None):
+        _window_cases(build, list(cases) + drawn, name)
+
+
+def _window_cases(build, cases, name) -> None:
     for n, case in enumerate(cases):
         N, W, Br, Bc = case
         shown = f"{name}(N={N}, W={W}, Br={Br}, Bc={Bc})"

@@ -7,12 +7,15 @@ mask, and one query block written in FA1's form and in FA2's.
   `lab.gpu_time_share` (exponentials at the special-function rate `lab.exp_rate("A100")`); negative when the
   exponential alone takes more than `share`.
 - `check_causal_fa2_ops`       : FA2's multiplies plus divides, causal, $N = M$, $B_r = B_c = B$, against
-  `lab.flash_counts`; names the classic miscounts (every tile, the diagonal left out, full last block).
+  `lab.flash_counts` (which the answer may not run); names the classic miscounts (every tile, the diagonal left
+  out, full last block). Both warm-ups add cases drawn afresh on each run to their fixed ones.
 - `check_fa1_block`, `check_fa2_block` : one query block against the float64 reference, $(o, m, l)$ and
-  $(o, lse)$, on a short last key block and on very large and very negative scores. Their inputs are
-  watched (`Watched`): every array computed from them is recorded, so the checks see whether the loop held
+  $(o, lse)$, on a short last key block, on very large and very negative scores and on a key block near +400
+  before blocks near -400 (a block's own max in place of the running one overflows α). Their inputs are
+  watched (`Watched`): every array computed from them is recorded, so the checks see that every score array is
+  a tile of at most Bc keys, that each score is exponentiated once, and whether the loop held
   the normalized output $\\mathrm{softmax}(S_{:, :j})V_{:j}$ after each key block, as FA1 does, or only after
-  the last, as FA2 does. Hints name a missing $1/\\sqrt d$ (o equals the output with scale 1) and, in FA1's
+  the last, as FA2 does; lab's attention, by any name, is refused. Hints name a missing $1/\\sqrt d$ (o equals the output with scale 1) and, in FA1's
   form, $lse = m + \\log l$ returned in place of $l$.
 
 Taught in: notebooks/06_flashattention2.ipynb

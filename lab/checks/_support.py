@@ -9,6 +9,7 @@ import contextlib
 import importlib
 import inspect
 import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -133,6 +134,38 @@ def _course_code(names) -> dict:
     return codes
 
 
+def _body(code) -> tuple:
+    """What a function's code does, whatever its name or file: its bytecode, the names, constants and locals it uses."""
+    return (code.co_code, code.co_names, code.co_varnames, repr(code.co_consts))
+
+
+def _copies_of(codes: dict) -> dict:
+    """`_body` of each answer in `codes` (not the checks' helpers), as lab compiled it and as its source compiles
+    afresh in a learner's cell (without lab's `from __future__`): a pasted or exec'd copy is the same answer."""
+    out = {}
+    for code, shown in codes.items():
+        if shown.startswith("lab.checks."):
+            continue
+        out[_body(code)] = shown
+        try:
+            fresh = compile(
+                textwrap.dedent(inspect.getsource(code)),
+                "<copy>",
+                "exec",
+                dont_inherit=True,
+            )
+        except (OSError, TypeError, SyntaxError):
+            continue
+        out.update(
+            {
+                _body(c): shown
+                for c in fresh.co_consts
+                if getattr(c, "co_name", None) == code.co_name
+            }
+        )
+    return out
+
+
 def _library(name: str | None) -> bool:
     return bool(name) and name.split(".")[0] in _OTHER_LIBRARIES
 
@@ -153,7 +186,7 @@ def _c_name(fn) -> str | None:
 @contextlib.contextmanager
 def _watching(names=(), *, numpy_only: bool = False, forbid=()):
     """Record, in order, what runs inside the block that a learner's answer must not call: the code of lab's answers
-    `names` (by any route: `lab.x`, `lab.module.x`, an alias, a closure) as "lab.x" (and the checks' own reference
+    `names` (by any route: `lab.x`, `lab.module.x`, an alias, a closure, its source run again) as "lab.x" (and the checks' own reference
     functions, e.g. "lab.checks.softmax._softmax"; wrap only the learner's call in the block), and with `numpy_only` any
     function of torch, jax, cupy, tensorflow or scipy (a profile hook sees Python and C calls; torch's
     TorchFunctionMode sees its ops) as e.g. "torch.softmax". Every call still runs. "sys.setprofile" is recorded
@@ -161,6 +194,8 @@ def _watching(names=(), *, numpy_only: bool = False, forbid=()):
     np.logaddexp), recorded as "numpy.logaddexp.reduce" (a ufunc's methods included)."""
     codes, seen = _course_code(names), []
     banned = {id(f): f"numpy.{f.__name__}" for f in forbid}
+    copies = _copies_of(codes)  # lab's source compiled again (exec, a pasted copy)
+    known = {}  # code object -> what it is (a name, or None), decided at its first call
 
     def note(what):
         if what not in seen:
@@ -168,8 +203,11 @@ def _watching(names=(), *, numpy_only: bool = False, forbid=()):
 
     def watch(frame, event, arg):
         if event == "call":
-            if frame.f_code in codes:
-                note(codes[frame.f_code])
+            code = frame.f_code
+            if code not in known:
+                known[code] = codes.get(code) or copies.get(_body(code))
+            if known[code]:
+                note(known[code])
             elif numpy_only and _library(frame.f_globals.get("__name__")):
                 note(f"{frame.f_globals['__name__']}.{frame.f_code.co_name}")
         elif event == "c_call" and (numpy_only or banned):

@@ -1,6 +1,8 @@
 """Notebook 06's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the instrument and checks of lab/checks/fa2.py behave."""
 
+import re
+
 import numpy as np
 import pytest
 from exercise_support import assert_fails, exercises, run_check, source
@@ -581,7 +583,7 @@ def test_a_table_of_the_fixed_cases_fails_on_the_fresh_ones():
         "def causal_fa2_ops(N, d, B):\n    return TABLE.get((N, d, B), 0)\n",
         extra={"TABLE": table},
     )
-    assert "✗ case 5" in out and "seed" in out, out
+    assert re.search(r"✗ case [5-8] ", out) and "seed" in out, out
 
 
 def test_fresh_cases_are_drawn_again_from_the_seed(capsys):

@@ -2,6 +2,7 @@
 with its diagnosis, and the checks of lab/checks/decoding.py and lab/checks/paged.py behave (one fixed line on a
 pass, nothing left patched)."""
 
+import re
 import textwrap
 
 import numpy as np
@@ -635,7 +636,8 @@ def test_cache_per_token_by_labs_own_answer_or_a_table_is_refused():
         "    return TABLE[layers, q_heads, kv_heads, head_dim, itemsize]\n",
         extra={"TABLE": table},
     )
-    assert "✗ case 5" in out and "raised KeyError" in out and "seed" in out, out
+    assert re.search(r"✗ case [5-8] ", out), out
+    assert "raised KeyError" in out and "seed" in out, out
 
 
 def test_cache_per_token_fresh_cases_repeat_with_the_seed(capsys):

@@ -4,6 +4,7 @@ tests/test_masks.py)."""
 
 import contextlib
 import io
+import re
 import sys
 import types
 
@@ -163,7 +164,7 @@ def test_a_table_of_the_fixed_window_cases_fails_on_a_drawn_one():
         + repr(table)
         + "\nwindow_tiles = lambda N, W, Br, Bc: TABLE.get((N, W, Br, Bc), 0)\n",
     )
-    assert "✗ case 11" in out and "seed=" in out, out
+    assert re.search(r"✗ case 1[1-4] ", out) and "seed=" in out, out
 
 
 def test_a_numpy_only_score_mod_is_told_how_to_run_in_torch():

@@ -522,7 +522,10 @@ def check_rms_delta_uniform(
     """
     name = name or getattr(fn, "__name__", "your function")
     rng, seed = _fresh(seed)
-    drawn = sorted(int(t) for t in rng.choice(np.arange(2, 53), 3, replace=False))
+    pool = np.setdiff1d(
+        np.arange(2, 53), (7, 10, 23)
+    )  # t of every layout up to float64's, none of the fixed
+    drawn = sorted(int(t) for t in rng.choice(pool, 3, replace=False))
     cases = (7, 10, 23, *drawn)
     for i, t in enumerate(cases):
         ok, got = _call(name, fn, (t,), f"{i} (t = {t})", [])

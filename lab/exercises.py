@@ -12,6 +12,11 @@ Taught in: the exercises at the end of every notebook.
 
 from __future__ import annotations
 
+import linecache
+import pathlib
+import sysconfig
+import traceback
+
 import numpy as np
 
 __all__ = ["check", "diagnose", "describe_case"]
@@ -28,13 +33,15 @@ def check(
     names=None,
     hint=None,
     properties=(),
+    seed: int | None = None,
 ) -> None:
     """Call `fn(*case)` and `reference(*case)` for every case; print one line when all agree, a diagnosis when not.
 
     `cases`: a list of argument tuples. Results agree when `np.allclose(got, want, rtol, atol)` holds
     (tuples element by element, named by `names`, e.g. `("o", "lse")`). `properties`: callables
     `prop(fn, case, got) -> None | str`, each returning a violation in words (run on every case after the
-    values agree). `hint`: a string, or `hint(case, got, want) -> None | str`, printed under a failure.
+    values agree). `hint`: a string, or `hint(case, got, want) -> None | str`, printed under a failure. `seed`: the
+    seed the cases were drawn with, named under a failure so that the same cases can be asked again.
     """
     name = name or getattr(fn, "__name__", "your function")
     for i, case in enumerate(cases):
@@ -47,8 +54,9 @@ def check(
             return
         except Exception as exc:  # a learner's bug: report it, do not stop the notebook
             print(
-                f"{name}: ✗ case {i} {describe_case(case)} raised {type(exc).__name__}: {exc}"
+                f"{name}: ✗ case {i} {describe_case(case)} raised {type(exc).__name__}: {exc}{raised_at(exc)}"
             )
+            print(seed_note(seed), end="")
             return
         want = reference(*case)
         problem = diagnose(got, want, names=names, rtol=rtol, atol=atol)
@@ -61,8 +69,41 @@ def check(
             text = hint(case, got, want) if callable(hint) else hint
             if text:
                 print(f"  hint: {text}")
+            print(seed_note(seed), end="")
             return
     print(f"{name}: ✓ passed {len(cases)} cases")
+
+
+def seed_note(seed: int | None) -> str:
+    """The line under a failure that names the seed of the run's fresh cases ("" without one)."""
+    if seed is None:
+        return ""
+    return f"  (the cases were drawn with seed={seed}: pass seed={seed} to the check to ask the same ones again)\n"
+
+
+_NOT_YOURS = tuple(
+    str(pathlib.Path(p).resolve())
+    for p in (
+        pathlib.Path(__file__).parent,
+        sysconfig.get_paths()["stdlib"],
+        sysconfig.get_paths()["purelib"],
+        sysconfig.get_paths()["platlib"],
+    )
+)
+
+
+def raised_at(exc: BaseException) -> str:
+    """Where in the learner's code `exc` was raised: " (line 3 of your code: `return e / s`)", the innermost frame
+    outside lab, numpy and Python's own library; "" when there is none (lab raised it, given bad input)."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        name = frame.filename
+        if not name.startswith("<") and str(pathlib.Path(name).resolve()).startswith(
+            _NOT_YOURS
+        ):
+            continue
+        text = (frame.line or linecache.getline(name, frame.lineno)).strip()
+        return f" (line {frame.lineno} of your code" + (f": `{text}`)" if text else ")")
+    return ""
 
 
 def describe_case(case, small: int = 8) -> str:
@@ -152,11 +193,15 @@ def diagnose(
     outside = f"{int((excess > 0).sum())} of {g.size} values outside the tolerance (rtol {rtol:g}, atol {atol:g})"
     if not np.isfinite(err[at]):
         return f"{_at(at)}expected {_num(w[at])}, got {_num(g[at])}; {outside}"
-    with np.errstate(divide="ignore", over="ignore"):
-        rel = err[both] / np.maximum(np.abs(w[both]), np.finfo(float).tiny)
+    nonzero = both & (w != 0)  # a relative error against 0 means nothing
+    rel = (
+        f"largest relative error {(err[nonzero] / np.abs(w[nonzero])).max():.2e}; "
+        if nonzero.any()
+        else ""
+    )
     return (
         f"{_at(at)}expected {_num(w[at])}, got {_num(g[at])}; largest |error| {err.max():.2e}, "
-        f"largest relative error {rel.max():.2e}; {outside}"
+        f"{rel}{outside}"
     )
 
 

@@ -1,6 +1,8 @@
 """Notebook 00's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the checks of lab/checks/memory.py used there behave when called directly."""
 
+import functools
+import subprocess
 import sys
 
 import nbformat
@@ -15,10 +17,10 @@ from lab.checks import memory as checks
 NAME = "00_the_memory_wall"
 EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
-    1: "score_bytes: ✓ passed 4 cases\n",
-    2: "my_attention: ✓ passed 3 cases\n",
-    3: "largest_n: ✓ passed 6 cases\n",
-    4: "hbm_bytes: ✓ passed 3 cases\n",
+    1: "score_bytes: ✓ passed 7 cases\n",
+    2: "my_attention: ✓ passed 5 cases\n",
+    3: "largest_n: ✓ passed 9 cases\n",
+    4: "hbm_bytes: ✓ passed 6 cases\n",
 }
 
 
@@ -150,6 +152,33 @@ PLANTED = {
             """,
             ["calls lab.attention_bytes"],
         ),
+        (
+            "itemsize fixed at 2 bytes",
+            """
+            def score_bytes(B, H, N, M, itemsize):
+                return 2 * B * H * N * M * 2
+            """,
+            ["case 0 (3, 4, 5, 7, 8)", "2 bytes per number whatever the format"],
+        ),
+        (
+            "a table of the fixed cases",
+            """
+            def score_bytes(B, H, N, M, itemsize):
+                table = {(3, 4, 5, 7, 8): 6720, (1, 1, 4096, 4096, 4): 134217728,
+                         (8, 32, 2048, 2048, 2): 4294967296, (4, 16, 1000, 3000, 2): 768000000}
+                return table.get((B, H, N, M, itemsize), 0)
+            """,
+            ["case 4", "expected", "got 0", "drawn with seed="],
+        ),
+        (
+            "lab's answer by alias, from its module",
+            """
+            from lab.memory import attention_bytes as count
+            def score_bytes(B, H, N, M, itemsize):
+                return count(N, M, itemsize, heads=B * H)
+            """,
+            ["calls lab.attention_bytes", "write it yourself"],
+        ),
     ],
     2: [
         (
@@ -210,6 +239,59 @@ PLANTED = {
             """,
             ["calls lab.attention_reference"],
         ),
+        (
+            "lab's answer through a closure",
+            """
+            def _make():
+                answer = lab.attention.attention_reference
+                return lambda q, k, v: answer(q, k, v)[0]
+            my_attention = _make()
+            """,
+            ["calls lab.attention_reference", "write it yourself"],
+        ),
+        (
+            "torch's SDPA",
+            """
+            import torch
+            def my_attention(q, k, v):
+                t = [torch.from_numpy(x)[None] for x in (q, k, v)]
+                return torch.nn.functional.scaled_dot_product_attention(*t)[0].numpy()
+            """,
+            [
+                "calls torch.nn.functional.scaled_dot_product_attention",
+                "this exercise asks for numpy",
+            ],
+        ),
+        (
+            "torch's softmax",
+            """
+            import torch
+            def my_attention(q, k, v):
+                s = torch.from_numpy(q @ k.T / np.sqrt(q.shape[-1]))
+                return torch.softmax(s, dim=-1).numpy() @ v
+            """,
+            ["calls torch.softmax", "asks for numpy"],
+        ),
+        (
+            "float32 inside",
+            """
+            def my_attention(q, k, v):
+                q, k, v = (x.astype(np.float32) for x in (q, k, v))
+                s = q @ k.T / np.sqrt(q.shape[-1])
+                p = np.exp(s - s.max(axis=-1, keepdims=True))
+                return (p / p.sum(axis=-1, keepdims=True) @ v).astype(np.float64)
+            """,
+            ["case 0", "the digits are float32's"],
+        ),
+        (
+            "a raise in the learner's own line",
+            """
+            def my_attention(q, k, v):
+                s = q @ k.T / np.sqrt(q.shape[-1])
+                return s @ v.T
+            """,
+            ["raised ValueError", "(line 3 of your code)", "drawn with seed="],
+        ),
     ],
     3: [
         (
@@ -261,6 +343,15 @@ PLANTED = {
                 return float(math.isqrt(gib * 2**30 // (2 * itemsize)))
             """,
             ["case 0 (80, 4)", "103621.0, a float", "return an integer"],
+        ),
+        (
+            "a table of the fixed cases",
+            """
+            def largest_n(gib, itemsize):
+                return {(80, 4): 103621, (80, 2): 146542, (16, 2): 65536, (141, 2): 194549,
+                        (1, 8): 8192, (24, 1): 113511}[gib, itemsize]
+            """,
+            ["case 6", "raised KeyError"],
         ),
     ],
     4: [
@@ -333,8 +424,8 @@ def test_checks_print_one_line_on_pass_and_a_hint_on_failure(capsys):
     checks.check_score_bytes(lambda B, H, N, M, s: B * H * N * M * s)
     out = capsys.readouterr().out.splitlines()
     assert (
-        out[0] == "score_bytes: ✓ passed 4 cases"
-        and out[1] == "largest_n: ✓ passed 6 cases"
+        out[0] == "score_bytes: ✓ passed 7 cases"
+        and out[1] == "largest_n: ✓ passed 9 cases"
     )  # a lambda: the exercise's name
     assert out[2].startswith("score_bytes: ✗ case 0") and out[3].startswith(
         "  hint: that is S alone"
@@ -380,3 +471,179 @@ def test_hint_names_the_matching_mistake_and_stays_quiet_when_values_agree():
 
 def test_the_checks_module_exports_check_names_only():
     assert all(n.startswith("check_") for n in checks.__all__)
+
+
+# ------------------------------------------------------------------------- the guard every check uses, directly
+
+
+def _honest_softmax(s):
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+_S = (np.random.default_rng(0).standard_normal((3, 5)),)
+
+
+def _alias(s):
+    from lab.softmax import softmax_safe as mine
+
+    return mine(s)
+
+
+def _module_path(s):
+    import lab.softmax
+
+    return lab.softmax.softmax_safe(s)
+
+
+def _closure():
+    f = lab.softmax_safe
+    return lambda s: f(s)
+
+
+def _source_copy():
+    import inspect
+
+    import lab.softmax
+
+    ns = dict(vars(lab.softmax))
+    exec(inspect.getsource(lab.softmax.softmax_safe), ns)  # lab's text, compiled afresh
+    return ns["softmax_safe"]
+
+
+def _in_a_thread(s):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lab.softmax_safe, s).result()
+
+
+def _torch(name):
+    import torch
+
+    def use(s):
+        t = torch.from_numpy(s)
+        if name == "softmax":
+            return torch.softmax(t, -1).numpy()
+        if name == "method":
+            return t.softmax(-1).numpy()
+        if name == "logsumexp":
+            return np.exp(s - torch.logsumexp(t, -1, keepdim=True).numpy())
+        q = t[None]
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q)[0].numpy()
+
+    return use
+
+
+@pytest.mark.parametrize(
+    "cheat, says",
+    [
+        (_alias, "calls lab.softmax_safe"),
+        (_module_path, "calls lab.softmax_safe"),
+        (_closure(), "calls lab.softmax_safe"),
+        (functools.partial(lab.softmax_safe), "calls lab.softmax_safe"),
+        (_in_a_thread, "calls lab.softmax_safe"),
+        (_source_copy(), "calls lab.softmax_safe"),
+        (_torch("softmax"), "calls torch.softmax:"),
+        (_torch("method"), "calls torch.Tensor.softmax"),
+        (_torch("logsumexp"), "calls torch.logsumexp:"),
+        (_torch("sdpa"), "calls torch.nn.functional.scaled_dot_product_attention:"),
+    ],
+    ids=[
+        "alias",
+        "module",
+        "closure",
+        "partial",
+        "thread",
+        "source copy",
+        "softmax",
+        "method",
+        "lse",
+        "sdpa",
+    ],
+)
+def test_the_guard_refuses_lab_s_answer_by_any_route_and_torch_in_a_numpy_exercise(
+    cheat, says
+):
+    prop = support._own_work("softmax_safe", numpy_only=True)
+    said = prop(cheat, _S, None)
+    assert said is not None and says in said, said
+    assert ("lab's own answer" in said) == says.startswith("calls lab.")
+    assert "use numpy instead" not in said
+    assert prop(_honest_softmax, _S, None) is None
+
+
+def test_the_guard_allows_torch_where_numpy_is_not_asked_and_names_a_replaced_profiler():
+    assert support._own_work("softmax_safe")(_torch("softmax"), _S, None) is None
+
+    def unhooks(s):
+        sys.setprofile(None)
+        return lab.softmax_safe(s)
+
+    said = support._own_work("softmax_safe")(unhooks, _S, None)
+    assert "sys.setprofile" in said
+
+
+def test_the_guard_of_a_numpy_exercise_never_imports_torch():
+    code = (
+        "import sys, numpy as np; from lab.checks import _support as s; "
+        "p = s._own_work('softmax_safe', numpy_only=True); "
+        "print(p(lambda x: np.exp(x) / np.exp(x).sum(), (np.ones(3),), None), 'torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["None", "False"], out.stderr
+
+
+def test_the_guard_finds_a_module_s_own_answer_and_a_class_s_methods():
+    codes = support._course_code(["tiling.flash_counts", "CountingArray"])
+    assert "lab.tiling.flash_counts" in codes.values()
+    assert "lab.CountingArray" in codes.values()
+
+
+def test_watch_course_records_lab_s_answers_by_code_whatever_name_reaches_them():
+    from lab.attention import attention_reference as hidden
+
+    q = np.ones((2, 4))
+    with support.watch_course(["attention_reference", "softmax_safe"]) as used:
+        hidden(q, q, q)
+        _closure()(q)
+    assert used == ["attention_reference", "softmax_safe"]
+    with support.watch_course(["attention_reference"]) as used:
+        _honest_softmax(q)
+    assert used == [] and lab.attention_reference is hidden
+
+
+def test_a_learner_s_exception_is_shown_with_the_line_of_their_code_that_raised_it():
+    out = run_check(
+        EX[2],
+        source(
+            """
+            def my_attention(q, k, v):
+                s = q @ k.T / np.sqrt(q.shape[-1])
+                return s @ v.T
+            """
+        ),
+    )
+    assert "raised ValueError" in out and "(line 3 of your code)" in out, out
+
+
+def test_fresh_cases_differ_between_runs_and_a_seed_draws_them_again(capsys):
+    asked = []
+
+    def spy(B, H, N, M, itemsize):
+        asked.append((B, H, N, M, itemsize))
+        return 0
+
+    for seed in (11, 11, 12):
+        checks.check_score_bytes(
+            lambda *a: spy(*a) or 2 * a[0] * a[1] * a[2] * a[3] * a[4], seed=seed
+        )
+    asked = asked[::2]  # each case runs twice: its value, then the guard
+    runs = [asked[i : i + 7] for i in range(0, len(asked), 7)]
+    assert (
+        runs[0] == runs[1] and runs[0][4:] != runs[2][4:] and runs[0][:4] == runs[2][:4]
+    )
+    checks.check_largest_n(lambda g, s: 0, seed=5)
+    assert "seed=5" in capsys.readouterr().out

@@ -5,14 +5,15 @@ import numpy as np
 import pytest
 from exercise_support import assert_fails, exercises, run_check, source
 
+import lab
 from lab.checks import softmax as checks
 
 NAME = "01_three_pass_softmax"
 EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
-    1: "first_overflow: ✓ passed 4 cases\n",
-    2: "safe_softmax: ✓ passed 5 cases\n",
-    3: "log_sum_exp: ✓ passed 4 cases\n",
+    1: "first_overflow: ✓ passed 6 cases\n",
+    2: "safe_softmax: ✓ passed 8 cases\n",
+    3: "log_sum_exp: ✓ passed 7 cases\n",
 }
 
 
@@ -83,6 +84,37 @@ PLANTED = {
                 return lab.first_exp_overflow(name)
             """,
             ["calls lab.first_exp_overflow"],
+        ),
+        (
+            "a table of the four answers",
+            """
+            def first_overflow(name):
+                return {"fp16": 12, "bf16": 89, "fp32": 89, "fp64": 710}[name]
+            """,
+            [
+                "case 4 ('format_",
+                "raised KeyError",
+                "no table of the four answers passes",
+            ],
+        ),
+        (
+            "its own table of dtypes",
+            """
+            import ml_dtypes
+            def first_overflow(name):
+                dtype = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp32": np.float32, "fp64": np.float64}[name]
+                return int(np.ceil(np.log(float(ml_dtypes.finfo(dtype).max))))
+            """,
+            ["case 4", "lab.SOFTMAX_DTYPES[name]"],
+        ),
+        (
+            "the scan, by its module and another name",
+            """
+            from lab.overflow import first_exp_overflow as scan
+            def first_overflow(name):
+                return scan(name)
+            """,
+            ["calls lab.first_exp_overflow", "write it yourself"],
         ),
     ],
     2: [
@@ -175,6 +207,34 @@ PLANTED = {
             """,
             ["calls lab.softmax_safe"],
         ),
+        (
+            "torch's softmax",
+            """
+            import torch
+            def safe_softmax(s):
+                return torch.softmax(torch.from_numpy(s), dim=-1).nan_to_num(0.0).numpy()
+            """,
+            ["calls torch.softmax", "asks for numpy"],
+        ),
+        (
+            "a Tensor method",
+            """
+            import torch
+            def safe_softmax(s):
+                return torch.tensor(s).softmax(-1).nan_to_num(0.0).numpy()
+            """,
+            ["calls torch.Tensor.softmax", "asks for numpy"],
+        ),
+        (
+            "a shift of 0 hides a NaN: np.nan_to_num",
+            """
+            def safe_softmax(s):
+                m = s.max(axis=-1, keepdims=True)
+                e = np.exp(s - m)
+                return np.nan_to_num(e / e.sum(axis=-1, keepdims=True))
+            """,
+            ["makes a NaN", "hides it"],
+        ),
     ],
     3: [
         (
@@ -213,6 +273,23 @@ PLANTED = {
                 return m + np.log(np.exp(s - m).sum(axis=-1, keepdims=True))
             """,
             ["shape: yours is (3, 1), expected (3,)", "drop keepdims"],
+        ),
+        (
+            "torch's logsumexp",
+            """
+            import torch
+            def log_sum_exp(s):
+                return torch.logsumexp(torch.from_numpy(s), dim=-1).numpy()
+            """,
+            ["calls torch.logsumexp", "asks for numpy"],
+        ),
+        (
+            "numpy's logaddexp.reduce",
+            """
+            def log_sum_exp(s):
+                return np.logaddexp.reduce(s, axis=-1)
+            """,
+            ["calls numpy.logaddexp.reduce", "write the steps yourself"],
         ),
     ],
 }
@@ -270,8 +347,9 @@ def test_safe_softmax_check_passes_lab_shaped_answers_and_names_a_lambda(capsys)
         lambda name: {"fp16": 12, "bf16": 89, "fp32": 89, "fp64": 710}[name]
     )
     out = capsys.readouterr().out
-    assert out.startswith("ok: ✓ passed 5 cases\nlog_sum_exp: ✗ case 1")
-    assert out.endswith("first_overflow: ✓ passed 4 cases\n")
+    assert out.startswith("ok: ✓ passed 8 cases\nlog_sum_exp: ✗ case 1")
+    assert "first_overflow: ✗ case 4 ('format_" in out and "✓ passed 6" not in out
+    assert list(lab.SOFTMAX_DTYPES) == ["fp16", "bf16", "fp32", "fp64"]
 
 
 def test_checks_never_print_numpy_warnings_of_their_own_references(recwarn):

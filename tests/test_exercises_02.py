@@ -12,10 +12,10 @@ from lab.checks import softmax as checks
 NAME = "02_online_softmax"
 EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
-    1: "online_step: ✓ passed 7 cases\n",
-    2: "online_pass: ✓ passed 8 cases; each score read once; no row-sized array held\n",
-    3: "merge_ml: ✓ passed 6 cases\n",
-    4: "count_rescales: ✓ passed 6 cases\n",
+    1: "online_step: ✓ passed 11 cases\n",
+    2: "online_pass: ✓ passed 11 cases; each score read once; no row-sized array held\n",
+    3: "merge_ml: ✓ passed 9 cases\n",
+    4: "count_rescales: ✓ passed 9 cases\n",
 }
 
 
@@ -145,6 +145,18 @@ PLANTED = {
             """,
             ["returned list, expected a tuple of 2 (m, l)"],
         ),
+        (
+            "the new terms folded in by np.logaddexp",
+            """
+            def online_step(m, l, x_block):
+                m_new = max(m, float(np.max(x_block)))
+                if m_new == -np.inf:
+                    return m, l
+                lse = np.logaddexp.reduce(np.r_[m + np.log(l) if l > 0 else -np.inf, x_block])
+                return m_new, float(np.exp(lse - m_new))
+            """,
+            ["calls numpy.logaddexp.reduce", "write the steps yourself"],
+        ),
     ],
     2: [
         (
@@ -242,6 +254,30 @@ PLANTED = {
                 return m, l
             """,
             ["raised AttributeError", "x is a counting array"],
+        ),
+        (
+            "lab's online_normalizer on each block",
+            """
+            def online_pass(x, block):
+                m, l = -np.inf, 0.0
+                for j0 in range(0, len(x), block):
+                    m_b, l_b = lab.online_normalizer(np.asarray(x[j0:j0 + block]), block)
+                    m_new = max(m, float(m_b))
+                    if m_new > -np.inf:
+                        m, l = m_new, l * np.exp(m - m_new) + float(l_b) * np.exp(float(m_b) - m_new)
+                return m, l
+            """,
+            ["case 0", "calls lab.online_normalizer", "write it yourself"],
+        ),
+        (
+            "lab's whole pass under another name",
+            """
+            from lab.softmax import online_normalizer as normalize
+            def online_pass(x, block):
+                m, l = normalize(x.peek(), block)
+                return float(m), float(l)
+            """,
+            ["case 0", "calls lab.online_normalizer"],
         ),
     ],
     3: [
@@ -370,6 +406,26 @@ PLANTED = {
             """,
             ["calls lab.online_trace"],
         ),
+        (
+            "block ignored: score by score",
+            """
+            def count_rescales(x, block):
+                m, count = float(x[0]), 0
+                for top in x[1:]:
+                    if top > m:
+                        count, m = count + 1, float(top)
+                return count
+            """,
+            ["case 0", "counts score by score", "once per block"],
+        ),
+        (
+            "a table of the fixed cases",
+            """
+            def count_rescales(x, block):
+                return {(24, 6): 2, (10, 3): 3, (10, 2): 0, (6, 2): 0, (5, 1): 0, (64, 8): 3}.get((len(x), block), 0)
+            """,
+            ["expected", "drawn with seed="],
+        ),
     ],
 }
 
@@ -389,8 +445,22 @@ def test_planted_mistake_is_diagnosed(number, source, says):
 def _reference_pass(x, block):
     m, l = -np.inf, 0.0
     for j0 in range(0, len(x), block):
-        m, l = checks._step(m, l, x[j0 : j0 + block])
+        b = np.asarray(x[j0 : j0 + block])
+        m_new = max(m, float(b.max()))
+        if m_new > -np.inf:
+            m, l = m_new, l * np.exp(m - m_new) + float(np.exp(b - m_new).sum())
     return m, l
+
+
+def test_the_check_s_own_reference_is_refused_as_lab_s_answer(capsys):
+    def uses_the_check(x, block):
+        m, l = -np.inf, 0.0
+        for j0 in range(0, len(x), block):
+            m, l = checks._step(m, l, x[j0 : j0 + block])
+        return m, l
+
+    checks.check_online_pass(uses_the_check)
+    assert "calls lab.checks.softmax._step" in capsys.readouterr().out
 
 
 def test_online_pass_check_reads_through_a_counting_array_and_names_a_lambda(capsys):
@@ -400,7 +470,7 @@ def test_online_pass_check_reads_through_a_counting_array_and_names_a_lambda(cap
         lambda x, b: seen.append(type(x).__name__) or _reference_pass(x, b)
     )
     out = capsys.readouterr().out
-    assert out.startswith("online_pass: ✓ passed 8 cases;") and set(seen) == {
+    assert out.startswith("online_pass: ✓ passed 11 cases;") and set(seen) == {
         "CountingArray"
     }
 
@@ -415,7 +485,7 @@ def test_online_pass_check_reports_a_store_into_x_and_a_score_never_read(capsys)
     checks.check_online_pass(
         lambda x, b: _reference_pass(x.peek(), b)
     )  # peek() reads without counting
-    out = capsys.readouterr().out.splitlines()
+    out = [line for line in capsys.readouterr().out.splitlines() if "✗" in line]
     assert out[0].endswith("it writes into x; the row is input only")
     assert out[1].endswith("x[0] was never read (10 of 10 scores)")
 
@@ -444,3 +514,20 @@ def test_step_and_pass_references_follow_the_definition():
         checks._rescales(np.arange(10.0), 3) == 3
         and checks._rescales(np.arange(10.0), 3, tail=False) == 2
     )
+
+
+def test_a_count_against_zero_reports_no_relative_error():
+    out = _fails(
+        4,
+        """
+        def count_rescales(x, block):
+            m, count = float(np.max(x[:block])), 0
+            for j0 in range(block, len(x), block):
+                top = float(np.max(x[j0:j0 + block]))
+                if top >= m:
+                    count, m = count + 1, top
+            return count
+        """,
+        "expected 0, got 2",
+    )
+    assert "relative error" not in out and "e+307" not in out, out

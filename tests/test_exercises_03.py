@@ -15,8 +15,8 @@ from lab.checks.one_pass import CountingRows
 NAME = "03_one_pass_attention"
 EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
-    1: "one_pass_row: ✓ passed 7 cases; K and V read once each, in blocks of Bc; nothing of length M held\n",
-    2: "one_pass_rows: ✓ passed 8 cases; K and V read once each for all queries, in blocks of Bc; no NaN on rows "
+    1: "one_pass_row: ✓ passed 10 cases; K and V read once each, in blocks of Bc; nothing of length M held\n",
+    2: "one_pass_rows: ✓ passed 13 cases; K and V read once each for all queries, in blocks of Bc; no NaN on rows "
     "without a key; never N × M held\n",
 }
 
@@ -117,7 +117,7 @@ def one_pass_row(q, k, v, Bc):
     o, lse = lab.attention_reference(q[None, :], k, v)
     return o[0], lse[0]
 """,
-        ["K was used whole", "a lab function"],
+        ["case (M = 10, Bc = 4;", "calls lab.attention_reference", "write it yourself"],
     ),
     "returns lab.attention_row_one_pass": (
         """
@@ -125,7 +125,45 @@ def one_pass_row(q, k, v, Bc):
     run = lab.attention_row_one_pass(q, k, v, block_k=Bc)
     return run.o, run.lse
 """,
-        ["K was used whole"],
+        ["calls lab.attention_row_one_pass"],
+    ),
+    "the block's own max, not the running max": (
+        _row().replace("m_new = max(m, s.max())", "m_new = s.max()"),
+        [
+            "a block near +400 before 20 keys near -400",
+            "NaN in yours",
+            "m must be the running max",
+            "e^800 = inf",
+        ],
+    ),
+    "lab's one pass on each block, by its module path": (
+        """
+import lab.one_pass
+def one_pass_row(q, k, v, Bc):
+    m, l, acc = -np.inf, 0.0, np.zeros(v.shape[1])
+    for j0 in range(0, k.shape[0], Bc):
+        run = lab.one_pass.attention_row_one_pass(q, k[j0:j0 + Bc], v[j0:j0 + Bc], block_k=Bc)
+        m_b = run.lse
+        m_new = max(m, m_b)
+        l, acc, m = l * np.exp(m - m_new) + np.exp(m_b - m_new), acc * np.exp(m - m_new) + np.exp(m_b - m_new) * run.o, m_new
+    return acc / l, m + np.log(l)
+""",
+        ["calls lab.attention_row_one_pass", "write it yourself"],
+    ),
+    "torch on each block": (
+        """
+import torch
+def one_pass_row(q, k, v, Bc):
+    m, l, acc = -np.inf, 0.0, np.zeros(v.shape[1])
+    for j0 in range(0, k.shape[0], Bc):
+        s = torch.from_numpy(k[j0:j0 + Bc]) @ torch.from_numpy(q) / np.sqrt(q.shape[0])
+        m_new = max(m, float(s.max()))
+        p = torch.exp(s - m_new).numpy()
+        l, acc = np.exp(m - m_new) * l + p.sum(), np.exp(m - m_new) * acc + p @ v[j0:j0 + Bc]
+        m = m_new
+    return acc / l, m + np.log(l)
+""",
+        ["calls torch.", "asks for numpy"],
     ),
     "running max started at 0": (
         _row(m0="0.0"),
@@ -376,7 +414,24 @@ def one_pass_rows(Q, K, V, Bc, causal=False):
 def one_pass_rows(Q, K, V, Bc, causal=False):
     return lab.attention_reference(Q, K, V, causal=causal)
 """,
-        ["K was used whole (all M = 40 rows"],
+        ["case (N = 5, M = 40, Bc = 8;", "calls lab.attention_reference"],
+    ),
+    "the block's own max, not the running max": (
+        _rows().replace(
+            "m_new = np.maximum(m, S.max(axis=1))", "m_new = S.max(axis=1)"
+        ),
+        [
+            "a block near +400 before 20 keys near -400",
+            "m must be the running max",
+        ],
+    ),
+    "exercise 1's answer as lab's, aliased": (
+        """
+from lab.kernels import attention_reference as ref
+def one_pass_rows(Q, K, V, Bc, causal=False):
+    return ref(Q, K, V, causal=causal)
+""",
+        ["calls lab.attention_reference"],
     ),
     "a float N x M mask built up front": (
         _rows()
@@ -487,6 +542,23 @@ def test_a_function_raising_not_implemented_is_reported_as_such(capsys):
         "stub: not implemented yet (fill in the stub above, then run this cell again)\n"
         * 2
     )
+
+
+def test_the_fresh_cases_change_with_the_seed_and_plant_a_high_block_first():
+    rng = np.random.default_rng
+    a, b = checks._fresh_rows_cases(rng(1)), checks._fresh_rows_cases(rng(2))
+    assert [c.label for c in a] != [c.label for c in b] or not np.array_equal(
+        a[0].k, b[0].k
+    )
+    for cases in (
+        checks._fresh_row_cases(rng(3)),
+        a,
+        checks._row_cases(),
+        checks._rows_cases(),
+    ):
+        c = next(c for c in cases if c.kind == "high first")
+        s = np.atleast_2d(c.q) @ c.k.T / np.sqrt(c.k.shape[1])
+        assert (s[:, : c.Bc] > 390).all() and (s[:, c.Bc :] < -390).all()
 
 
 def test_the_cases_cover_the_classic_failures():

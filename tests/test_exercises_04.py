@@ -25,7 +25,7 @@ def _fails(number: int, source: str, *says: str) -> str:
     assert "✗" in out and "✓" not in out, out
     for s in says:
         assert s in out, f"{s!r} not in:\n{out}"
-    assert "  hint: " in out or "called lab." in out, out
+    assert "  hint: " in out or "calls lab." in out or "calls torch." in out, out
     return out
 
 
@@ -166,9 +166,27 @@ def test_exercise_1_float32_shows_the_digits_that_differ_and_no_rescaling_hint()
     assert want != got and "same rescaling" not in out, out
 
 
+def test_exercise_1_refuses_lab_s_merge_by_alias_and_torch():
+    out = run_check(
+        EX[1],
+        "from lab.states import merge_states as join\ndef my_merge(a, b):\n    return join(a, b)\n",
+    )
+    assert "✗" in out and "calls lab.merge_states" in out, out
+    torch_merge = """
+import torch
+def my_merge(a, b):
+    m = torch.maximum(torch.from_numpy(a[0]), torch.from_numpy(b[0])).numpy()
+    m0 = np.where(np.isneginf(m), 0.0, m)
+    wa, wb = np.exp(a[0] - m0), np.exp(b[0] - m0)
+    return m, wa * a[1] + wb * b[1], wa[:, None] * a[2] + wb[:, None] * b[2]
+"""
+    out = run_check(EX[1], torch_merge)
+    assert "✗" in out and "calls torch.maximum" in out and "asks for numpy" in out, out
+
+
 def test_exercise_1_refuses_the_course_merge():
     out = run_check(EX[1], "def my_merge(a, b):\n    return lab.merge_states(a, b)\n")
-    assert "✗" in out and "called lab.merge_states" in out, out
+    assert "✗" in out and "calls lab.merge_states" in out, out
 
 
 # ------------------------------------------------------------------------------------ exercise 2
@@ -315,7 +333,7 @@ def test_exercise_2_refuses_the_course_merge():
         "lab.reduce_states(parts, merge=lab.merge_output_pair)",
     ):
         out = run_check(EX[2], f"def merge_partials(parts):\n    return {call}\n")
-        assert "✗" in out and "called lab." in out, out
+        assert "✗" in out and "calls lab." in out and "write it yourself" in out, out
 
 
 # ------------------------------------------------------------------------------------ exercise 3
@@ -394,7 +412,7 @@ def chunk_output(q, k_c, v_c):
     "chunk: the course's reference": (
         "def chunk_output(q, k_c, v_c):\n    return lab.attention_reference(q, k_c, v_c)\n"
         + GOOD_LOOP,
-        ["called lab.attention_reference"],
+        ["calls lab.attention_reference"],
     ),
     "loop: the last short chunk dropped": (
         _loop("""
@@ -500,11 +518,11 @@ def test_passing_lines_are_fixed_text(capsys):
     )
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
-        "my_merge: ✓ passed 7 cases (rows one or both slices never saw, maxes near ±1000, 2000 apart in one row); a and b "
+        "my_merge: ✓ passed 9 cases (rows one or both slices never saw, maxes near ±1000, 2000 apart in one row); a and b "
         "unchanged",
-        "merge_partials: ✓ passed 8 cases (1 to 7 parts, lse near ±1000, 2000 apart in one row, empty parts and rows), each "
+        "merge_partials: ✓ passed 10 cases (1 to 7 parts, lse near ±1000, 2000 apart in one row, empty parts and rows), each "
         "also reversed and shuffled; the parts unchanged",
-        "chunked_attention: ✓ passed 6 cases (chunk not dividing M, chunk 1, chunk > M, scores in the thousands); every "
+        "chunked_attention: ✓ passed 8 cases (chunk not dividing M, chunk 1, chunk > M, scores in the thousands); every "
         "key reached chunk_output once, and merge_partials merged the chunks",
     ]
 

@@ -13,10 +13,10 @@ from lab.checks.tiling import BlockLoadArray
 NAME = "05_tiling"
 EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
-    1: "causal_tiles: ✓ passed 7 cases\n",
-    2: "fa2_bytes: ✓ passed 6 cases\n",
-    3: "widest_key_block: ✓ passed 6 cases\n",
-    4: "flash_forward: ✓ passed 10 cases; K and V loaded once per query block, at most Bc rows at a time, masked "
+    1: "causal_tiles: ✓ passed 10 cases\n",
+    2: "fa2_bytes: ✓ passed 9 cases\n",
+    3: "widest_key_block: ✓ passed 9 cases\n",
+    4: "flash_forward: ✓ passed 14 cases; K and V loaded once per query block, at most Bc rows at a time, masked "
     "tiles skipped; no N × M array held\n",
 }
 
@@ -199,6 +199,33 @@ BYTES_OK = {
 }
 
 WRONG_2 = {
+    "lab.tiling.flash_counts under another name": (
+        """
+from lab.tiling import flash_counts as fc
+def fa2_bytes(N, d, Br, Bc, itemsize, causal):
+    return fc(N, N, d, block_q=Br, block_k=Bc, causal=causal, itemsize=itemsize).total
+""",
+        ["case 0", "calls lab.flash_counts", "write it yourself"],
+    ),
+    "the check's own slips module, _fa2_bytes": (
+        """
+import lab.checks.tiling as t
+def fa2_bytes(N, d, Br, Bc, itemsize, causal):
+    return t._fa2_bytes(N, d, Br, Bc, itemsize, causal)
+""",
+        ["case 0", "calls lab.checks.tiling._fa2_bytes"],
+    ),
+    "a table of the fixed cases, filled by lab before the check": (
+        """
+_FIXED = [(4096, 64, 128, 128, 2, False), (1000, 64, 64, 48, 2, True), (333, 16, 50, 64, 8, True),
+          (1000, 64, 128, 128, 4, True), (5, 3, 7, 2, 2, True), (4096, 128, 128, 64, 2, True)]
+_TABLE = {c: lab.flash_counts(c[0], c[0], c[1], block_q=c[2], block_k=c[3], causal=c[5], itemsize=c[4]).total
+          for c in _FIXED}
+def fa2_bytes(N, d, Br, Bc, itemsize, causal):
+    return _TABLE.get((N, d, Br, Bc, itemsize, causal), 0)
+""",
+        ["case 6", "got 0", "drawn with seed="],
+    ),
     "no causal skipping": (
         {"causal": "False"},
         [
@@ -281,6 +308,16 @@ WIDEST_OK = {
 }
 
 WRONG_3 = {
+    "lab's step_footprint, tried key by key": (
+        """
+def widest_key_block(sram_bytes, d, Br, itemsize):
+    Bc = 0
+    while lab.step_footprint(d, Br, Bc + 1, itemsize=itemsize)["total"] <= sram_bytes:
+        Bc += 1
+    return Bc
+""",
+        ["case 0", "calls lab.step_footprint"],
+    ),
     "rounded up": (
         {"div": "-(-(sram_bytes - fixed) // per_key)"},
         ["expected 104, got 105", "more than the 233,472"],
@@ -413,7 +450,45 @@ def flash_forward(q, k, v, Br, Bc, causal=False):
 def flash_forward(q, k, v, Br, Bc, causal=False):
     return lab.attention_reference(q, k, v, causal=causal)
 """,
-        ["K was loaded whole", "np.asarray(k)"],
+        [
+            "case 0 (Br, Bc divide N, M;",
+            "calls lab.attention_reference",
+            "write it yourself",
+        ],
+    ),
+    "the key block's own max, not the running max": (
+        _fwd().replace("m_new = np.maximum(m, s.max(axis=1))", "m_new = s.max(axis=1)"),
+        [
+            "case 2 (a key block near +400 before 30 keys near -400;",
+            "NaN in yours",
+            "m must be the running max",
+        ],
+    ),
+    "torch's SDPA on each query block": (
+        """
+import torch
+def flash_forward(q, k, v, Br, Bc, causal=False):
+    o, lse = lab_free_attention(q, k, v, causal)
+    return o, lse
+
+def lab_free_attention(q, k, v, causal):
+    t = [torch.from_numpy(np.asarray(x)) for x in (q, k, v)]
+    o = torch.nn.functional.scaled_dot_product_attention(*t).numpy()
+    return o, np.zeros(len(q))
+""",
+        [
+            "case 0",
+            "calls torch.nn.functional.scaled_dot_product_attention",
+            "asks for numpy",
+        ],
+    ),
+    "the check's own reference": (
+        """
+from lab.checks.tiling import _reference
+def flash_forward(q, k, v, Br, Bc, causal=False):
+    return _reference(q, k, v, lab.causal_mask(len(q), len(k)) if causal else None)
+""",
+        ["case 0", "calls lab.checks.tiling._reference"],
     ),
     "returns lab.flash_attention_numpy": (
         """
@@ -421,15 +496,15 @@ def flash_forward(q, k, v, Br, Bc, causal=False):
     o, lse = lab.flash_attention_numpy(q, k, v, block_q=Br, block_k=Bc, causal=causal)
     return o, lse.astype(float)
 """,
-        ["K was loaded whole"],
+        ["calls lab.flash_attention_numpy"],
     ),
     "running max started at 0": (
         _fwd(m0="0.0"),
-        ["case 7 (every score near -1100;", "o (element 0)", "start m at -inf (not 0)"],
+        ["case 8 (every score near -1100;", "o (element 0)", "start m at -inf (not 0)"],
     ),
     "top-left causal alignment": (
         _fwd(off="0", last="min(M, i1) if causal else M"),
-        ["case 3 (causal, N < M;", "aligned top-left", "j > i + (M - N)"],
+        ["case 4 (causal, N < M;", "aligned top-left", "j > i + (M - N)"],
     ),
     "dropped query tail": (
         _fwd(rows="range(0, N - N % Br, Br)"),
@@ -458,7 +533,7 @@ def flash_forward(q, k, v, Br, Bc, causal=False):
             finish="o[i0:i1] = acc / l[:, None]\n        lse[i0:i1] = m + np.log(l)",
         ),
         [
-            "case 4 (causal, N > M: queries 0-6 see no key;",
+            "case 5 (causal, N > M: queries 0-6 see no key;",
             "NaN in yours",
             "o = 0 and lse = -inf",
         ],
@@ -487,7 +562,7 @@ def flash_forward(q, k, v, Br, Bc, causal=False):
     ),
     "mask not applied": (
         _fwd(off="M", last="M"),
-        ["case 2 (causal, N = M, partial blocks;", "without the mask"],
+        ["case 3 (causal, N = M, partial blocks;", "without the mask"],
     ),
     "two passes over K per query block": (
         TWO_PASS,
@@ -549,7 +624,7 @@ def flash_forward(q, k, v, Br, Bc, causal=False):
     return o, lse
 """,
         [
-            "case 9 (large;",
+            "case 13 (large;",
             "as much as an N × M array of float64 (128 × 4096",
             "one Br × Bc tile",
         ],
@@ -573,7 +648,7 @@ def flash_forward(q, k, v, Br, Bc, causal=False):
         lse[i0:i1] = np.where(l > 0, mu + np.log(np.where(l > 0, l, 1.0)), -np.inf)
     return o, lse
 """,
-        ["case 9 (large;", "Br × M strip(s) of float64 (16 × 4096 = 512 KiB)"],
+        ["case 13 (large;", "Br × M strip(s) of float64 (16 × 4096 = 512 KiB)"],
     ),
 }
 

@@ -1,21 +1,26 @@
 """Notebook 06's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the instrument and checks of lab/checks/fa2.py behave."""
 
+import re
+
 import numpy as np
 import pytest
 from exercise_support import assert_fails, exercises, run_check, source
 
 import lab
 from lab.checks import fa2 as checks
+from lab.checks._support import _fresh
 from lab.checks.fa2 import Watched
 
 NAME = "06_flashattention2"
 EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
-    1: "affordable_nonmatmul: ✓ passed 4 cases\n",
-    2: "causal_fa2_ops: ✓ passed 5 cases\n",
-    3: "fa1_block: ✓ passed 5 cases; O was normalized after every key block, as FA1 writes it\n",
-    4: "fa2_block: ✓ passed 5 cases; acc was normalized once, after the last key block, as FA2 writes it\n",
+    1: "affordable_nonmatmul: ✓ passed 8 cases\n",
+    2: "causal_fa2_ops: ✓ passed 9 cases\n",
+    3: "fa1_block: ✓ passed 6 cases; tiles of at most Bc keys, one exponential per score, and O normalized after "
+    "every key block, as FA1 writes it\n",
+    4: "fa2_block: ✓ passed 6 cases; tiles of at most Bc keys, one exponential per score, and acc normalized once, "
+    "after the last key block, as FA2 writes it\n",
 }
 
 
@@ -208,7 +213,7 @@ def test_fa1_running_max_from_zero_gives_nan_on_very_negative_scores():
     _fails(
         3,
         _fa1(m0="np.zeros(Br)"),
-        "case 2 (very negative scores",
+        "case 3 (very negative scores",
         "NaN",
         "m must start at -inf",
     )
@@ -375,21 +380,231 @@ def test_fa2_dropped_last_key_block():
 
 
 def test_fa2_returning_the_reference_is_refused():
-    """Calling the reference on converted inputs gives the right numbers but no loop to watch."""
+    """Calling the reference gives the right numbers: the guard names it."""
     _fails(
         4,
         "def fa2_block(q_i, k, v, Bc):\n    return lab.attention_reference(np.asarray(q_i), np.asarray(k), np.asarray(v))\n",
-        "could not watch your loop",
+        "calls lab.attention_reference",
     )
 
 
 def test_fa2_kernel_call_is_refused():
-    """The course's own kernel normalizes at the end too, but it converts its inputs: nothing to watch."""
+    """The course's own kernel normalizes at the end too: the guard names it."""
     _fails(
         4,
         "def fa2_block(q_i, k, v, Bc):\n    return lab.flash_attention_numpy(q_i, k, v, block_q=len(q_i), block_k=Bc)\n",
-        "could not watch your loop",
+        "calls lab.flash_attention_numpy",
     )
+
+
+def test_fa2_kernel_under_another_name_is_refused():
+    _fails(
+        4,
+        """
+        from lab.kernels.rung3_numpy_fa2 import flash_attention_numpy as kern
+        def fa2_block(q_i, k, v, Bc):
+            return kern(q_i, k, v, block_q=len(q_i), block_k=Bc)
+        """,
+        "calls lab.flash_attention_numpy",
+    )
+
+
+UNTILED = """
+def fa2_block(q_i, k, v, Bc):
+    s = q_i @ k.T / np.sqrt(q_i.shape[1])
+    m = s.max(axis=1)
+    p = np.exp(s - m[:, None])
+    l = p.sum(axis=1)
+    return p @ v / l[:, None], m + np.log(l)
+"""
+
+
+def test_fa2_plain_untiled_softmax_is_refused():
+    """Right values and one division at the end, but no tile: the scores of all M keys at once."""
+    _fails(
+        4, UNTILED, "case 0", "(8, 100) array, scores of 100 keys at once", "Bc = 32"
+    )
+
+
+def test_fa1_recomputing_the_prefix_softmax_at_every_block_is_refused():
+    _fails(
+        3,
+        """
+        def fa1_block(q_i, k, v, Bc):
+            d = q_i.shape[1]
+            for j0 in range(0, len(k), Bc):
+                s = q_i @ k[: j0 + Bc].T / np.sqrt(d)  # every key so far
+                m = s.max(axis=1)
+                p = np.exp(s - m[:, None])
+                l = p.sum(axis=1)
+                O = p @ v[: j0 + Bc] / l[:, None]
+            return O, m, l
+        """,
+        "case 0",
+        "scores of 64 keys at once",
+    )
+
+
+def test_fa1_recomputing_every_earlier_tile_is_refused():
+    """Tiles of Bc keys, but the earlier ones exponentiated again at each block: more than one exponential a score."""
+    _fails(
+        3,
+        """
+        def fa1_block(q_i, k, v, Bc):
+            Br, d = q_i.shape
+            m = np.full(Br, -np.inf)
+            for j0 in range(0, len(k), Bc):
+                m = np.maximum(m, (q_i @ k[j0:j0 + Bc].T / np.sqrt(d)).max(axis=1))
+                l, acc = np.zeros(Br), np.zeros((Br, v.shape[1]))
+                for t0 in range(0, j0 + 1, Bc):  # every tile so far, again
+                    p = np.exp(q_i @ k[t0:t0 + Bc].T / np.sqrt(d) - m[:, None])
+                    l, acc = l + p.sum(axis=1), acc + p @ v[t0:t0 + Bc]
+                O = acc / l[:, None]
+            return O, m, l
+        """,
+        "case 0",
+        "exponentials where one per score",
+        "computed again",
+    )
+
+
+def test_recomputing_earlier_tiles_with_powers_of_e_is_counted_too():
+    _fails(
+        4,
+        """
+        def fa2_block(q_i, k, v, Bc):
+            Br, d = q_i.shape
+            m = np.full(Br, -np.inf)
+            for j0 in range(0, len(k), Bc):
+                m = np.maximum(m, (q_i @ k[j0:j0 + Bc].T / np.sqrt(d)).max(axis=1))
+            l, acc = np.zeros(Br), np.zeros((Br, v.shape[1]))
+            for j0 in range(0, len(k), Bc):  # a second pass over K: every tile again, as np.e ** (s - m)
+                for t0 in range(0, j0 + 1, Bc):
+                    p = np.e ** (q_i @ k[t0:t0 + Bc].T / np.sqrt(d) - m[:, None])
+                    if t0 == j0:
+                        l, acc = l + p.sum(axis=1), acc + p @ v[t0:t0 + Bc]
+            return acc / l[:, None], m + np.log(l)
+        """,
+        "exponentials where one per score",
+    )
+
+
+def test_a_failure_names_the_seed_that_draws_its_values_again(capsys):
+    wrong = lambda q_i, k, v, Bc: (q_i[:, :12] * 0, q_i[:, 0] * 0)  # noqa: E731
+    checks.check_fa2_block(wrong, seed=17)
+    first = capsys.readouterr().out
+    checks.check_fa2_block(wrong, seed=17)
+    assert capsys.readouterr().out == first and "seed=17" in first
+    a, b = checks._block_cases(1), checks._block_cases(2)
+    assert not np.array_equal(a[0][1], b[0][1]) and a[0][0] == b[0][0]
+
+
+def test_block_max_in_place_of_the_running_max_overflows_on_a_high_block_first():
+    """FA2's lse is right with a block's own max until a high block comes before low ones: α = e^800."""
+    _fails(
+        4,
+        _fa2().replace("np.maximum(m, s.max(axis=1))", "s.max(axis=1)"),
+        "case 4 (a key block near +400, then blocks near -400)",
+        "NaN",
+        "m must be the running max",
+    )
+    _fails(  # FA1 returns m: the last block's max is wrong already
+        3,
+        _fa1().replace("np.maximum(m, s.max(axis=1))", "s.max(axis=1)"),
+        "case 0",
+        "m (element 1)",
+        "row max of all the scores",
+    )
+
+
+def test_raw_exponentials_with_m_from_minus_inf_are_told_about_the_overflow():
+    """exp(s) with no max subtracted (m tracked from -inf all the same): the hint names e^s, not the start of m."""
+    src = """
+    def fa1_block(q_i, k, v, Bc):
+        Br, d = q_i.shape
+        m, l, O = np.full(Br, -np.inf), np.zeros(Br), np.zeros((Br, v.shape[1]))
+        for j0 in range(0, len(k), Bc):
+            s = q_i @ k[j0:j0 + Bc].T / np.sqrt(d)
+            m = np.maximum(m, s.max(axis=1))
+            p = np.exp(s)
+            l_new = l + p.sum(axis=1)
+            O = (l[:, None] * O + p @ v[j0:j0 + Bc]) / l_new[:, None]
+            l = l_new
+        return O, m, l * np.exp(-m)
+    """
+    out = _fails(
+        3, src, "case 2 (very large scores", "e^s overflows", "exponentiate s - m"
+    )
+    assert "m must start at -inf" not in out
+
+
+def test_float16_accumulator_is_told_about_its_rounding():
+    src = _fa2().replace(
+        "acc = np.zeros((Br, v.shape[1]))",
+        "acc = np.zeros((Br, v.shape[1]), np.float16)",
+    )
+    src = src.replace(
+        "p @ v[j0:j0 + Bc]\n",
+        "(p @ v[j0:j0 + Bc])\n        acc = acc.astype(np.float16)\n",
+    )
+    assert "astype(np.float16)" in src
+    out = _fails(
+        4, src, "case 0", "o (element 0)", "float16", "keep O (acc), l and m in float64"
+    )
+    assert "rescaled by α" not in out
+
+
+def test_causal_fa2_ops_through_flash_counts_under_another_name_is_refused():
+    _fails(
+        2,
+        """
+        from lab.tiling import flash_counts as fc
+        def causal_fa2_ops(N, d, B):
+            ops = fc(N, N, d, block_q=B, block_k=B, causal=True, variant="fa2").op_counts
+            return ops["mul"] + ops["div"]
+        """,
+        "calls lab.flash_counts",
+    )
+
+
+def test_a_table_of_the_fixed_cases_fails_on_the_fresh_ones():
+    table = {
+        c: checks._causal_reference(*c)
+        for c in [
+            (1024, 64, 64),
+            (1000, 64, 64),
+            (7, 3, 2),
+            (4096, 128, 128),
+            (100, 16, 128),
+        ]
+    }
+    out = run_check(
+        EX[2],
+        "def causal_fa2_ops(N, d, B):\n    return TABLE.get((N, d, B), 0)\n",
+        extra={"TABLE": table},
+    )
+    assert re.search(r"✗ case [5-8] ", out) and "seed" in out, out
+
+
+def test_fresh_cases_are_drawn_again_from_the_seed(capsys):
+    wrong = lambda N, d, B: {(1024, 64, 64): 565_760 + 65_536}.get((N, d, B), 0)  # noqa: E731
+    checks.check_causal_fa2_ops(wrong, seed=11)
+    first = capsys.readouterr().out
+    checks.check_causal_fa2_ops(wrong, seed=11)
+    assert capsys.readouterr().out == first and "seed=11" in first
+    ok = lambda N, d, B: (  # noqa: E731
+        sum(
+            (min((i + 1) * B, N) - i * B) * (i + 1) * (d + 1) for i in range(-(-N // B))
+        )
+        + N * d
+    )
+    cases = set()
+    for seed in (1, 2):
+        rng, _ = _fresh(seed)
+        cases.add(int(rng.integers(2, 3000)))
+    assert len(cases) == 2
+    checks.check_causal_fa2_ops(ok, seed=5)
+    assert "✓ passed 9 cases" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------------------------ the instrument

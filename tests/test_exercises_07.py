@@ -22,7 +22,7 @@ EX2 = {ex.number: ex for ex in exercises(NAME2)}
 PASSED = {
     1: "blocked_sum: ✓ passed 8 cases\n",
     2: "round_nearest_even: ✓ passed 8 cases, bit for bit (ties, subnormals, overflow, a layout no library has)\n",
-    3: "rms_delta_uniform: ✓ passed 3 cases (t = 7, 10, 23; to 0.1%)\n",
+    3: "rms_delta_uniform: ✓ passed 6 cases (t = 7, 10, 23 and 3 drawn for this run; to 0.1%)\n",
 }
 PASSED2 = (
     "quantize_blocks: ✓ passed 4 cases (a short last block, a block of zeros, one row per block, one block for all "
@@ -221,6 +221,33 @@ def test_blocked_sum_may_not_call_the_library():
     )
 
 
+def test_blocked_sum_may_not_call_the_library_from_its_module():
+    _fails(
+        1,
+        """
+        from lab.precision_experiments import low_precision_sum as summed
+        def blocked_sum(p, fmt, block):
+            return float(summed(p, fmt, block)[-1])
+        """,
+        "calls lab.low_precision_sum",
+        "write it yourself",
+    )
+
+
+def test_blocked_sum_may_not_reach_the_library_through_a_closure():
+    _fails(
+        1,
+        """
+        import importlib
+        def _make():
+            f = getattr(importlib.import_module("lab.precision_experiments"), "low_precision_sum")
+            return lambda p, fmt, block: float(f(p, fmt, block)[-1])
+        blocked_sum = _make()
+        """,
+        "calls lab.low_precision_sum",
+    )
+
+
 def test_blocked_sum_returning_an_array():
     _fails(
         1,
@@ -329,7 +356,20 @@ def test_round_may_not_call_round_to():
     _fails(
         2,
         "def round_nearest_even(x, e, t):\n    return lab.round_to(x, {(5, 10): 'fp16', (8, 7): 'bf16'}.get((e, t), 'fp8_e5m2'))\n",
-        "calls lab.round_to, the function this exercise rebuilds",
+        "calls lab.round_to, lab's own answer",
+    )
+
+
+def test_round_may_not_call_round_to_under_another_name():
+    _fails(
+        2,
+        """
+        from lab.precision import round_to as cast
+        LAYOUT = {(5, 10): "fp16", (8, 7): "bf16"}
+        def round_nearest_even(x, e, t):
+            return cast(x, LAYOUT.get((e, t), "fp8_e5m2"))
+        """,
+        "calls lab.round_to",
     )
 
 
@@ -440,6 +480,28 @@ def test_rms_delta_mistakes(expr, says):
     _fails(3, f"def rms_delta_uniform(t):\n    return {expr}\n", "case 0 (t = 7)", says)
 
 
+def test_rms_table_of_the_fixed_cases_fails_on_the_drawn_ones():
+    """A table of the three fixed answers (or the value of one, hard-coded) passes no drawn t."""
+    table = "{7: 2.0**-7 / 24**0.5, 10: 2.0**-10 / 24**0.5, 23: 2.0**-23 / 24**0.5}"
+    out = _fails(
+        3,
+        f"def rms_delta_uniform(t):\n    return {table}.get(t, 0.0)\n",
+        "case 3",
+        "seed",
+    )
+    assert "expected" in out
+    _fails(3, "def rms_delta_uniform(t):\n    return 0.001594\n", "case 1 (t = 10)")
+
+
+def test_rms_drawn_cases_repeat_with_the_seed(capsys):
+    wrong = lambda t: {7: 2.0**-7 / 24**0.5}.get(t, 1.0)  # noqa: E731
+    checks.check_rms_delta_uniform(wrong, seed=3)
+    first = capsys.readouterr().out
+    checks.check_rms_delta_uniform(wrong, seed=3)
+    assert capsys.readouterr().out == first
+    assert "seed=3" in first and "case 1 (t = 10)" in first
+
+
 def test_rms_reference_agrees_with_a_measurement():
     """Round x uniform on [1, 2) to bf16 and fp16 with the library: the rms of δ is the first-order formula to 1%."""
     x = (1 + np.random.default_rng(0).random(400_000)).astype(np.float32)
@@ -520,6 +582,16 @@ def test_quantize_blocks_worked_solution_and_stub():
         ),
         (
             "def quantize_blocks(x, block):\n    return lab.quantize_fp8(x, block)\n",
+            ["calls lab.quantize_fp8"],
+        ),
+        (
+            "from lab.precision_fa3 import quantize_fp8 as q8\n"
+            "def quantize_blocks(x, block):\n    return q8(x, block)\n",
+            ["calls lab.quantize_fp8", "write it yourself"],
+        ),
+        (
+            "import lab.precision_fa3 as fa3\n"
+            "def quantize_blocks(x, block):\n    return np.asarray(fa3.quantize_fp8(x.copy(), block))\n",
             ["calls lab.quantize_fp8"],
         ),
     ],

@@ -4,6 +4,7 @@ diagnosis, the open question has an answer, and the helpers of lab/checks/hardwa
 import contextlib
 import io
 import itertools
+import re
 
 import nbformat
 import pytest
@@ -119,13 +120,80 @@ def test_roofline_mistakes(source, diagnosis):
     assert_fails(run_check(EX[2], source), diagnosis)
 
 
+@pytest.mark.parametrize(
+    "number, source, says",
+    [
+        (
+            1,
+            "from lab.measure.flops import attention_flops as af\n"
+            "def tflops(B, H, N, d, causal, ms):\n"
+            "    return af(B, H, N, d, causal=causal) / (ms * 1e-3) / 1e12\n",
+            "calls lab.attention_flops",
+        ),
+        (
+            1,
+            "import lab\nF = lab.attention_flops\n"
+            "def tflops(B, H, N, d, causal, ms):\n    return F(B, H, N, d, causal=causal) / ms / 1e9\n",
+            "calls lab.attention_flops",
+        ),
+        (
+            2,
+            "from lab.memory import attainable_flops as roof\n"
+            "def attainable(intensity, peak, bandwidth):\n"
+            "    return np.asarray(roof(np.asarray(intensity, dtype=float), peak, bandwidth))\n",
+            "calls lab.attainable_flops",
+        ),
+        (
+            3,
+            "import lab.tiling as t\n"
+            "def tile_steps(N, M, Br, Bc, causal):\n"
+            "    return t.tile_counts(N, M, Br, Bc, causal)['computed']\n",
+            "calls lab.tile_counts",
+        ),
+    ],
+)
+def test_labs_own_answer_under_another_name_is_refused(number, source, says):
+    out = run_check(EX[number], source)
+    assert_fails(out, says, "write it yourself")
+
+
+def test_a_table_of_the_fixed_cases_fails_on_a_drawn_one():
+    table = {
+        c: ct._tiles_reference(*c)
+        for c in [
+            (4096, 4096, 256, 512, False),
+            (4096, 4096, 256, 512, True),
+            (300, 333, 64, 48, False),
+            (300, 333, 64, 48, True),
+            (64, 512, 16, 32, False),
+            (64, 512, 16, 32, True),
+            (100, 20, 16, 8, True),
+            (17, 17, 1, 1, True),
+        ]
+    }
+    out = run_check(
+        EX[3],
+        "def tile_steps(N, M, Br, Bc, causal):\n    return TABLE.get((N, M, Br, Bc, causal), 0)\n",
+        extra={"TABLE": table},
+    )
+    assert_fails(out, "seed")
+    assert re.search(r"✗ case (8|9|10|11) ", out), out
+    out = _say(ct.check_attention_tflops, lambda *a: 1.0)
+    assert "seed" in out and out == _say(
+        lambda f: ct.check_attention_tflops(
+            f, seed=int(out.split("seed=")[1].split(":")[0])
+        ),
+        lambda *a: 1.0,
+    )
+
+
 def test_roofline_spec_asks_for_no_loop_the_check_cannot_see():
     """A loop is not forbidden (the check could not see it reliably): one over the intensities passes when it
     returns an array, as the spec asks, and a bare list is refused."""
     assert "Python loop" not in EX[2].spec
     loop = "def attainable(intensity, peak, bandwidth):\n    return {}([min(peak, i * bandwidth) for i in intensity])\n"
     out = run_check(EX[2], loop.format("np.array"))
-    assert out == "attainable: ✓ passed 3 cases\n", out
+    assert out == "attainable: ✓ passed 5 cases\n", out
     assert_fails(
         run_check(EX[2], loop.format("")),
         "case 0",
@@ -294,6 +362,82 @@ KERNEL_MISTAKES = [
 )
 def test_kernel_mistakes(edits, diagnosis):
     assert_fails(run_check(EX[5], planted(EX[5], *edits)), *diagnosis)
+
+
+@needs_triton
+def test_kernel_with_alpha_upside_down_is_told_about_the_first_rescale():
+    out = run_check(
+        EX[5],
+        planted(EX[5], ("alpha = tl.exp(m - m_new)", "alpha = tl.exp(m_new - m)")),
+    )
+    assert_fails(
+        out, "case 0 (one key block", "NaN already with one key block", "exp(m - m_new)"
+    )
+    assert "nothing is rescaled yet" not in out
+
+
+@needs_triton
+def test_kernel_calling_labs_step_is_refused():
+    """lab's own key-block step, called inside the learner's kernel: Triton's interpreter runs a copy of its code,
+    known by the file and name it came from."""
+    src = planted(
+        EX[5],
+        (
+            "for j0 in range(0, M, Bc):",
+            "for j0 in range(0, M, Bc):\n"
+            "        m, l, acc = lab_step(q, m, l, acc, K + h * stride_kh, V + h * stride_vh, rows, j0, "
+            "scale * 1.4426950408889634, N, M, d, d, stride_kn, stride_vn, True, False, Bc, d, d, 'ieee')\n"
+            "    for j0 in range(0, 0, Bc):",
+        ),
+    )
+    src = (
+        "from lab.kernels.rung6_triton import _attn_fwd_step as lab_step\n"
+        + src.replace("    o = acc / l[:, None]", "    o = acc / l[:, None]", 1)
+    )
+    out = run_check(EX[5], src)
+    assert_fails(out, "case 0", "runs lab's kernel code _attn_fwd_step")
+
+
+@needs_triton
+def test_kernel_loading_every_key_at_once_is_refused():
+    """One block of 128 slots, masked past M: right values on every case, but not a loop over key blocks."""
+    src = planted(
+        EX[5],
+        ("for j0 in range(0, M, Bc):", "for j0 in range(0, 1):"),
+        ("cols = j0 + tl.arange(0, Bc)", "cols = tl.arange(0, 128)"),
+    )
+    out = run_check(EX[5], src)
+    assert_fails(
+        out,
+        "case 2 (several key blocks",
+        "o is right, but one tl.load read 64 rows of K",
+        "Bc = 16",
+    )
+
+
+@needs_triton
+def test_kernel_with_a_pass_for_the_max_and_one_for_the_sums_is_refused():
+    """Right values, Bc rows a load, but K read twice: a first loop for the row max, a second for l and acc."""
+    src = planted(
+        EX[5],
+        (
+            "for j0 in range(0, M, Bc):",
+            "for j0 in range(0, M, Bc):  # pass 1: the max\n"
+            "        cols = j0 + tl.arange(0, Bc)\n"
+            "        col_ok = cols < M\n"
+            "        k = tl.load(K + h * stride_kh + cols[:, None] * stride_kn + feats[None, :], "
+            "mask=col_ok[:, None], other=0.0)\n"
+            "        s = tl.where(col_ok[None, :], tl.dot(q, tl.trans(k)) * scale, float('-inf'))\n"
+            "        m = tl.maximum(m, tl.max(s, axis=1))\n"
+            "    for j0 in range(0, M, Bc):  # pass 2: the sums",
+        ),
+    )
+    out = run_check(EX[5], src)
+    assert_fails(
+        out,
+        "case 0 (one key block",
+        "o is right, but each program read K 2 times over",
+    )
 
 
 @needs_triton

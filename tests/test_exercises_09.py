@@ -495,11 +495,8 @@ def test_checks_leave_no_profiler_behind(capsys):
 
 def test_check_delta_and_p_tile_pass_right_answers(capsys):
     rng = np.random.default_rng(0)
-    check_delta(
-        lab.backward_delta,
-        [(rng.standard_normal((4, 3)), rng.standard_normal((4, 3)))],
-        name="delta",
-    )
+    case = [(rng.standard_normal((4, 3)), rng.standard_normal((4, 3)))]
+    check_delta(lambda o, do: (o * do).sum(axis=-1), case, name="delta")
     check_p_tile(
         lambda q_i, k_j, lse_i: np.exp(q_i @ k_j.T / np.sqrt(8) - lse_i[:, None]),
         [(0, 8, 0, 16, 1), (0, 16, 16, 48, 300)],
@@ -507,13 +504,81 @@ def test_check_delta_and_p_tile_pass_right_answers(capsys):
     )
     out = capsys.readouterr().out
     assert out == "delta: ✓ passed 1 cases\np_tile: ✓ passed 2 cases\n"
+    check_delta(
+        lab.backward_delta, case, name="delta"
+    )  # lab's own answer, passed as the function itself
+    assert "calls lab.backward_delta" in capsys.readouterr().out
+
+
+UNTILED_TORCH = """
+import torch
+def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
+    q, k, v, do = (torch.from_numpy(a) for a in (q, k, v, do))
+    N, M = q.shape[0], k.shape[0]
+    s = q @ k.T / q.shape[1] ** 0.5
+    if causal:
+        s = s.masked_fill(torch.arange(M)[None, :] > torch.arange(N)[:, None] + M - N, float("-inf"))
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    dp = do @ v.T
+    ds = p * (dp - (p * dp).sum(-1, keepdim=True))
+    return (x.numpy() for x in (ds @ k / q.shape[1] ** 0.5, ds.T @ q / q.shape[1] ** 0.5, p.T @ do))
+"""
+
+
+def test_a_full_untiled_torch_backward_is_refused():
+    """tracemalloc sees no torch allocation: the numpy exercise refuses torch instead."""
+    out = run_check(EX[4], UNTILED_TORCH)
+    assert "✗ case 0" in out and "✓" not in out, out
+    assert "this exercise asks for numpy" in out and "torch." in out
+
+
+def test_delta_under_another_name_is_refused():
+    out = run_check(
+        EX[1],
+        "from lab.backward import backward_delta as rowdot\ndef delta(o, do):\n    return rowdot(o, do)\n",
+    )
+    assert "✗ case 0" in out and "calls lab.backward_delta" in out, out
+
+
+def test_standard_backward_without_the_row_max_fails_on_large_scores():
+    src = replace_code(
+        EX[2].solution,
+        "p = np.exp(s - s.max(axis=-1, keepdims=True))",
+        "p = np.exp(s)",
+    )
+    out = run_check(EX[2], src)
+    assert "✗ case 4" in out and "scores near +800" in out, out
+    assert "subtract each row's max before the exp" in out
+
+
+def test_tiled_backward_dropping_both_short_blocks_names_both():
+    src = replace_code(
+        EX[4].solution,
+        "for j0 in range(0, M, Bc):",
+        "for j0 in range(0, M - M % Bc, Bc):",
+    )
+    src = replace_code(
+        src, "for i0 in range(0, N, Br):", "for i0 in range(0, N - N % Br, Br):"
+    )
+    out = run_check(EX[4], src)
+    assert "✗ case 1" in out, out
+    assert (
+        "last query block was never visited" in out
+        and "last key block was never visited" in out
+    ), out
+    assert "P is wrong" not in out
 
 
 def test_check_tiled_backward_reports_a_crash_on_watched_arrays(capsys):
+    ns = {"np": np, "delta": lambda o, do: (o * do).sum(axis=-1)}
+    exec(
+        compile(EX[4].solution, "<solution>", "exec"), ns
+    )  # the worked loop: lab's own is refused
+
     def fussy(q, k, v, o, lse, do, Br, Bc, causal=False):
         if type(q) is not np.ndarray:
             raise TypeError("plain arrays only")
-        return backward_with_mistake(q, k, v, o, lse, do, Br, Bc, causal)
+        return ns["tiled_backward"](q, k, v, o, lse, do, Br, Bc, causal)
 
     check_tiled_backward(fussy, [(8, 12, 4, 4, 4, 4, True)], name="t")
     out = capsys.readouterr().out

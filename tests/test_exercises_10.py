@@ -2,6 +2,7 @@
 with its diagnosis, and the checks of lab/checks/decoding.py and lab/checks/paged.py behave (one fixed line on a
 pass, nothing left patched)."""
 
+import re
 import textwrap
 
 import numpy as np
@@ -25,7 +26,9 @@ def _fails(number: int, source: str, *says: str) -> str:
     assert "✗" in out and "✓" not in out, out
     for s in says:
         assert s in out, f"{s!r} not in:\n{out}"
-    assert "  hint: " in out, out
+    assert "  hint: " in out or "proves nothing" in out, (
+        out
+    )  # a refusal says why itself
     return out
 
 
@@ -290,7 +293,7 @@ WRONG_4 = {
         def split_decode(q, k, v, splits):
             return lab.flash_decoding(q, k, v, splits=splits)
     """),
-        ["called lab.flash_decoding"],
+        ["calls lab.flash_decoding"],
     ),
     "chunk: NaN in an empty chunk": (
         _chunk("""
@@ -386,7 +389,31 @@ WRONG_4 = {
     "chunk: the course's reference": (
         "def decode_chunk(q, k_c, v_c):\n    return lab.attention_reference(q, k_c, v_c)\n"
         + GOOD_SPLIT,
-        ["called lab.attention_reference"],
+        ["calls lab.attention_reference"],
+    ),
+    "chunk: torch's SDPA": (
+        _src("""
+        import torch
+        import torch.nn.functional as F
+        def decode_chunk(q, k_c, v_c):
+            Hq, N, d = q.shape
+            Hkv, Mc, dv = v_c.shape
+            if Mc == 0:
+                return np.zeros((Hq, N, dv)), np.full((Hq, N), -np.inf)
+            G = Hq // Hkv
+            t = lambda a: torch.from_numpy(np.repeat(a, G, axis=0))
+            o = F.scaled_dot_product_attention(torch.from_numpy(q), t(k_c), t(v_c)).numpy()
+            s = q @ np.swapaxes(np.repeat(k_c, G, axis=0), 1, 2) / np.sqrt(d)
+            m = s.max(axis=-1)
+            return o, m + np.log(np.exp(s - m[..., None]).sum(axis=-1))
+        """)
+        + GOOD_SPLIT,
+        ["case 0", "scaled_dot_product_attention", "asks for numpy"],
+    ),
+    "chunk: the reference reached through its module": (
+        "from lab.kernels.rung0_reference import attention_reference as ref\n"
+        "def decode_chunk(q, k_c, v_c):\n    return ref(q, k_c, v_c)\n" + GOOD_SPLIT,
+        ["calls lab.attention_reference"],
     ),
 }
 
@@ -428,7 +455,7 @@ def test_passing_lines_are_fixed_text(capsys):
     checks.check_min_splits(ns["min_splits"])
     checks.check_split_decode(ns["split_decode"], ns["decode_chunk"])
     assert capsys.readouterr().out.splitlines() == [
-        "cache_per_token: ✓ passed 5 cases",
+        "cache_per_token: ✓ passed 9 cases",
         "intensity: ✓ passed 5 cases",
         "min_splits: ✓ passed 5 cases",
         "split_decode: ✓ passed 8 cases (splits not dividing M, more splits than keys, 1 to 16 query heads per K/V head, "
@@ -533,7 +560,9 @@ WRONG_5 = {
             n = -(-length // pages.shape[2])
             return np.concatenate([pages[i] for i in range(n)], axis=1)[:, :length]
         """,
-        ["case 0", "you read page i for logical block i"],
+        [
+            "you read page i for logical block i"
+        ],  # the pages are drawn afresh: any sequence may show it
     ),
     "the length mask ignored": (
         """
@@ -571,6 +600,53 @@ def test_gather_pages_check_catches_a_wrong_order_that_keeps_the_values():
         """),
     )
     assert "✗" in out and "✓" not in out, out
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from lab.decoding import gather_pages as gp\ndef gather_pages(pages, block_row, length):\n"
+        "    return gp(pages, block_row, length)\n",
+        "import lab\ng = lab.gather_pages\ngather_pages = lambda pages, block_row, length: g(pages, block_row, length).copy()\n",
+    ],
+)
+def test_gather_pages_by_labs_own_answer_is_refused(source):
+    _fails(5, source, "case 0", "calls lab.gather_pages")
+
+
+def test_cache_per_token_by_labs_own_answer_or_a_table_is_refused():
+    _fails(
+        1,
+        "from lab.decoding import kv_cache_bytes_per_token as kv\n"
+        "def cache_per_token(layers, q_heads, kv_heads, head_dim, itemsize):\n"
+        "    return kv(layers, kv_heads, head_dim, itemsize)\n",
+        "case 0",
+        "calls lab.kv_cache_bytes_per_token",
+    )
+    table = {
+        (32, 32, 32, 128, 2): 524288,
+        (80, 64, 8, 128, 2): 327680,
+        (32, 71, 1, 64, 2): 8192,
+        (126, 128, 8, 128, 4): 1032192,
+        (32, 32, 8, 128, 1): 65536,
+    }
+    out = run_check(
+        EX[1],
+        "def cache_per_token(layers, q_heads, kv_heads, head_dim, itemsize):\n"
+        "    return TABLE[layers, q_heads, kv_heads, head_dim, itemsize]\n",
+        extra={"TABLE": table},
+    )
+    assert re.search(r"✗ case [5-8] ", out), out
+    assert "raised KeyError" in out and "seed" in out, out
+
+
+def test_cache_per_token_fresh_cases_repeat_with_the_seed(capsys):
+    known = {(32, 32, 32, 128, 2): 524288}
+    wrong = lambda *case: known.get(case, 0)  # noqa: E731
+    lab.checks.decoding.check_cache_per_token(wrong, seed=4)
+    first = capsys.readouterr().out
+    lab.checks.decoding.check_cache_per_token(wrong, seed=4)
+    assert capsys.readouterr().out == first and "case 1" in first and "seed=4" in first
 
 
 def test_gather_pages_spec_does_not_give_the_code():

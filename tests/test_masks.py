@@ -724,7 +724,7 @@ def _notebook_cells(tag=None, prefix=None) -> list:
 
 def _notebook_solutions() -> dict:
     """The worked solutions of notebook 11 (its cells tagged `solution`), executed: name -> function."""
-    namespace = {"np": np, "lab": lab}
+    namespace = {"np": np, "lab": lab, "torch": torch}
     for source in _notebook_cells(tag="solution"):
         exec(compile(source, "<solution cell>", "exec"), namespace)
     return namespace
@@ -747,7 +747,7 @@ def _run_check(k: int, fn, capsys) -> str:
     (source,) = CHECK_CELLS[k]
     exec(
         compile(source, f"<exercise {k} check>", "exec"),
-        {"np": np, "lab": lab, EXERCISE_NAMES[k]: fn},
+        {"np": np, "lab": lab, "torch": torch, EXERCISE_NAMES[k]: fn},
     )
     return capsys.readouterr().out
 
@@ -955,7 +955,7 @@ def test_window_tiles_check_needs_the_block_edge_cases(capsys):
         (300, 1000, 64, 64),
     ]
     for shift in (1, -1):
-        lab.check_window_tiles(_tiles_shifted(shift), cases)
+        lab.check_window_tiles(_tiles_shifted(shift), cases, fresh=0)
         assert "✓" in capsys.readouterr().out
     assert (
         "(256, 33, 32, 32)" in CHECK_CELLS[1][0]
@@ -964,7 +964,7 @@ def test_window_tiles_check_needs_the_block_edge_cases(capsys):
 
 
 def test_window_tiles_check_names_the_wider_window_on_a_key_block_edge(capsys):
-    lab.check_window_tiles(_tiles_shifted(1), [(256, 33, 32, 32)])
+    lab.check_window_tiles(_tiles_shifted(1), [(256, 33, 32, 32)], fresh=0)
     out = capsys.readouterr().out
     assert out.strip() == (
         "window_tiles: ✗ case 0 window_tiles(N=256, W=33, Br=32, Bc=32): yours 21, expected 15 "
@@ -1003,9 +1003,9 @@ def test_score_check_catches_planted_errors(name, capsys):
 
 
 def test_score_check_prints_the_digits_that_differ(capsys):
-    spec = lab.clipped_alibi
+    spec, mine = lab.clipped_alibi, SOLUTIONS["clipped_alibi"]
     near = lambda sl, D, N, M: (
-        lambda s, b, h, i, j: spec(sl, D, N, M)(s, b, h, i, j) * (1 + 1e-7)
+        lambda s, b, h, i, j: mine(sl, D, N, M)(s, b, h, i, j) * (1 + 1e-7)
     )  # noqa: E731
     lab.check_score_mod(near, spec, [(np.array([0.5, 0.25]), 4, 12, 12)])
     out = capsys.readouterr().out

@@ -6,10 +6,11 @@ Taught in: the exercises at the end of each notebook.
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
 import inspect
 import sys
+import textwrap
+import threading
 
 import numpy as np
 
@@ -29,19 +30,46 @@ def _same(got, wrong, case=None) -> bool:
         return False
 
 
-def _hint(mistakes, default: str):
+def _hint(mistakes, default: str, *, fn=None, cases=(), close=None):
     """A `lab.check` hint: the text of the first mistake `(wrong, text)` whose `wrong(*case)` equals yours, else `default`;
-    None when the values agree (a property failed and says why itself)."""
+    None when the values agree (a property failed and says why itself).
+
+    With `fn` and `cases`, a mistake that matches on the failing case by coincidence gives way to one that matches
+    `fn` on every case (`fn` is run again, only under a failure). `close`: `(text, rtol)`, said when no mistake
+    matches and yours agrees with the reference to `rtol` (a precision lost, not a formula wrong)."""
+
+    def everywhere(w):
+        for c in cases:
+            try:
+                with np.errstate(all="ignore"):
+                    if not _same(fn(*c), w, c):
+                        return False
+            except Exception:
+                return False
+        return True
 
     def hint(case, got, want):
         with np.errstate(all="ignore"):
-            return (
-                None
-                if _same(got, want)
-                else next((t for w, t in mistakes if _same(got, w, case)), default)
-            )
+            if _same(got, want):
+                return None
+            found = [t for w, t in mistakes if _same(got, w, case)]
+            if len(found) > 1 and fn is not None:
+                found = [
+                    t for w, t in mistakes if t in found and everywhere(w)
+                ] or found
+            if found:
+                return found[0]
+            if close and diagnose(got, want, rtol=close[1], atol=close[1]) is None:
+                return close[0]
+            return default
 
     return hint
+
+
+def _fresh(seed: int | None = None):
+    """`(rng, seed)`: the generator a check draws its fresh cases from, and its seed (a new one each run unless given)."""
+    seed = int(np.random.SeedSequence().entropy % 1_000_000) if seed is None else seed
+    return np.random.default_rng(seed), seed
 
 
 def _copies(case) -> list:
@@ -66,28 +94,234 @@ def _guarded(fn, default: str, notes=None):
     return run
 
 
-def _own_work(*names):
-    """Property: `fn` leaves its input arrays as they were and runs none of `lab.<names>`, lab's own version, by any
-    route (`lab.x`, `lab.module.x`, a name imported earlier): a profile hook watches for their code while `fn` runs."""
+# Array libraries other than numpy: while a numpy exercise runs, none of their code may run.
+_OTHER_LIBRARIES = ("torch", "jax", "jaxlib", "cupy", "tensorflow", "scipy", "mlx")
+
+
+def _check_helpers() -> dict:
+    """The code of the functions written at the top level of each loaded `lab.checks` module (their references and
+    planted mistakes are answers too), except this module's, the instruments handed to a learner (classes) and the
+    functions those call, named in the module's `_INSTRUMENT_HELPERS`."""
+    codes = {}
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("lab.checks.") or name.endswith(
+            ("._support", "._values")
+        ):
+            continue
+        tools = getattr(
+            module, "_INSTRUMENT_HELPERS", ()
+        )  # what a counting array calls
+        for attr, f in vars(module).items():
+            if inspect.isfunction(f) and f.__module__ == name and attr not in tools:
+                codes[f.__code__] = f"{name}.{attr}"
+    return codes
+
+
+def _course_code(names) -> dict:
+    """The code objects of lab's answers `names` ("attention_bytes", or "tiling.flash_counts" for a module's own), each
+    mapped to the name it is shown by: a function's code, a class's methods' code, through any decorator; and the
+    checks' own references (`_check_helpers`)."""
+    lab, codes = importlib.import_module("lab"), _check_helpers()
+    for n in names:
+        module, _, attr = n.rpartition(".")
+        home = importlib.import_module(f"lab.{module}") if module else lab
+        obj = getattr(home, attr, None)
+        members = vars(obj).values() if isinstance(obj, type) else [obj]
+        for f in members:
+            code = getattr(inspect.unwrap(f), "__code__", None) if callable(f) else None
+            if code is not None:
+                codes[code] = f"lab.{n}"
+    return codes
+
+
+def _body(code) -> tuple:
+    """What a function's code does, whatever its name or file: its bytecode, the names, constants and locals it uses."""
+    return (code.co_code, code.co_names, code.co_varnames, repr(code.co_consts))
+
+
+def _copies_of(codes: dict) -> dict:
+    """`_body` of each answer in `codes` (not the checks' helpers), as lab compiled it and as its source compiles
+    afresh in a learner's cell (without lab's `from __future__`): a pasted or exec'd copy is the same answer."""
+    out = {}
+    for code, shown in codes.items():
+        if shown.startswith("lab.checks."):
+            continue
+        out[_body(code)] = shown
+        try:
+            fresh = compile(
+                textwrap.dedent(inspect.getsource(code)),
+                "<copy>",
+                "exec",
+                dont_inherit=True,
+            )
+        except (OSError, TypeError, SyntaxError):
+            continue
+        out.update(
+            {
+                _body(c): shown
+                for c in fresh.co_consts
+                if getattr(c, "co_name", None) == code.co_name
+            }
+        )
+    return out
+
+
+def _library(name: str | None) -> bool:
+    return bool(name) and name.split(".")[0] in _OTHER_LIBRARIES
+
+
+def _c_name(fn) -> str | None:
+    """`torch.softmax`, `Tensor.softmax` or `torch.nn.functional.scaled_dot_product_attention` for a C function of
+    another array library; None for numpy's, Python's or anything else."""
+    module = getattr(fn, "__module__", None)
+    owner = type(getattr(fn, "__self__", None))
+    if _library(module):
+        module = module.replace("._C._nn", ".nn.functional").replace("._C", "")
+        return f"{module}.{getattr(fn, '__name__', '?')}"
+    if _library(owner.__module__):
+        return f"{owner.__module__.split('.')[0]}.{owner.__name__}.{getattr(fn, '__name__', '?')}"
+    return None
+
+
+@contextlib.contextmanager
+def _watching(names=(), *, numpy_only: bool = False, forbid=()):
+    """Record, in order, what runs inside the block that a learner's answer must not call: the code of lab's answers
+    `names` (by any route: `lab.x`, `lab.module.x`, an alias, a closure, its source run again) as "lab.x" (and the checks' own reference
+    functions, e.g. "lab.checks.softmax._softmax"; wrap only the learner's call in the block), and with `numpy_only` any
+    function of torch, jax, cupy, tensorflow or scipy (a profile hook sees Python and C calls; torch's
+    TorchFunctionMode sees its ops) as e.g. "torch.softmax". Every call still runs. "sys.setprofile" is recorded
+    when the block's code replaced the hook. `forbid`: numpy functions that do the exercise's whole work (e.g.
+    np.logaddexp), recorded as "numpy.logaddexp.reduce" (a ufunc's methods included)."""
+    codes, seen = _course_code(names), []
+    banned = {id(f): f"numpy.{f.__name__}" for f in forbid}
+    copies = _copies_of(codes)  # lab's source compiled again (exec, a pasted copy)
+    known = {}  # code object -> what it is (a name, or None), decided at its first call
+
+    def note(what):
+        if what not in seen:
+            seen.append(what)
+
+    def watch(frame, event, arg):
+        if event == "call":
+            code = frame.f_code
+            if code not in known:
+                known[code] = codes.get(code) or copies.get(_body(code))
+            if known[code]:
+                note(known[code])
+            elif numpy_only and _library(frame.f_globals.get("__name__")):
+                note(f"{frame.f_globals['__name__']}.{frame.f_code.co_name}")
+        elif event == "c_call" and (numpy_only or banned):
+            owner = banned.get(id(arg)) or banned.get(
+                id(getattr(arg, "__self__", None))
+            )
+            if owner:
+                note(owner if id(arg) in banned else f"{owner}.{arg.__name__}")
+            what = _c_name(arg) if numpy_only else None
+            if what:
+                note(what)
+
+    with contextlib.ExitStack() as stack:
+        if (
+            numpy_only and "torch" in sys.modules
+        ):  # never import torch for a numpy notebook
+            from torch.overrides import TorchFunctionMode
+
+            class _Ops(TorchFunctionMode):
+                def __torch_function__(self, func, types, args=(), kwargs=None):
+                    method = "Tensor." if hasattr(func, "__objclass__") else ""
+                    note(f"torch.{method}{getattr(func, '__name__', 'op')}")
+                    return func(*args, **(kwargs or {}))
+
+            stack.enter_context(_Ops())
+        before, threads_before = sys.getprofile(), threading.getprofile()
+        sys.setprofile(watch)
+        threading.setprofile(watch)  # a thread started inside is watched too
+        try:
+            yield seen
+        finally:
+            if sys.getprofile() is not watch:
+                note("sys.setprofile")
+            sys.setprofile(before)
+            threading.setprofile(threads_before)
+
+
+# Moving data in and out says little; the message names what computed.
+_CONVERSIONS = {
+    "from_numpy",
+    "tensor",
+    "as_tensor",
+    "asarray",
+    "array",
+    "numpy",
+    "item",
+    "tolist",
+    "cpu",
+    "to",
+}
+_CONVERSIONS |= {
+    "detach",
+    "float",
+    "double",
+    "clone",
+    "contiguous",
+    "__getitem__",
+    "__array__",
+    "__init__",
+}
+
+
+def _shown(seen: list) -> str:
+    """At most three of the calls `_watching` recorded, the computing ones first, once each: "torch.softmax"."""
+    lab = [w for w in seen if w.startswith(("lab.", "numpy.")) or w == "sys.setprofile"]
+    if lab:
+        return lab[0]
+    ops, last = [], set()
+    for w in seen:
+        parts = w.split(".")
+        if (
+            parts[-1] in _CONVERSIONS
+            or any(p.startswith("_") for p in parts[1:])
+            or "overrides" in parts
+        ):
+            continue
+        if parts[-1] not in last:
+            ops.append(w)
+            last.add(parts[-1])
+    return ", ".join((ops or seen[:1])[:3])
+
+
+def _refusal(seen) -> str:
+    """Why the calls recorded by `_watching` (a list, or one name) prove nothing about the learner's own work."""
+    what = _shown([seen] if isinstance(seen, str) else seen)
+    if what == "sys.setprofile":
+        return "it replaces the profiler (sys.setprofile) that this check watches with, so the check cannot vouch for it"
+    if what.startswith("numpy."):
+        return (
+            f"it calls {what}, which does the whole of what this exercise asks you to write: write the "
+            "steps yourself"
+        )
+    if what.startswith("lab."):
+        return (
+            f"it calls {what}, lab's own answer to this exercise (by whatever name reaches it): a check of lab's "
+            "code proves nothing about yours, so write it yourself"
+        )
+    return (
+        f"it calls {what}: this exercise asks for numpy, and {what.split('.')[0]}'s result proves nothing about "
+        "the code you were asked to write; use numpy arrays and functions only"
+    )
+
+
+def _own_work(*names, numpy_only: bool = False, forbid=()):
+    """Property: `fn` leaves its input arrays as they were, runs none of lab's answers `names` by any route (see
+    `_watching`), with `numpy_only` calls no other array library (torch, jax, cupy, tensorflow, scipy), and calls none
+    of the numpy functions `forbid`."""
 
     def prop(fn, case, got):
-        lab, args, called = importlib.import_module("lab"), _copies(case), []
-        codes = {
-            getattr(inspect.unwrap(getattr(lab, n)), "__code__", None): n for n in names
-        }
-        before = sys.getprofile()
-
-        def watch(frame, event, arg):
-            if event == "call" and frame.f_code in codes:
-                called.append(codes[frame.f_code])
-
-        sys.setprofile(watch)
-        try:
+        args = _copies(case)
+        with _watching(names, numpy_only=numpy_only, forbid=forbid) as called:
             getattr(fn, "raw", fn)(*args)
-        finally:
-            sys.setprofile(before)
         if called:
-            return f"it calls lab.{called[0]}, which does what this exercise asks you to write: use numpy instead"
+            return _refusal(called)
         if any(
             isinstance(a, np.ndarray) and not np.array_equal(a, b, equal_nan=True)
             for a, b in zip(args, case)
@@ -100,23 +334,9 @@ def _own_work(*names):
 
 @contextlib.contextmanager
 def watch_course(names):
-    """Record the calls made through `lab.<name>` for each of `names` (the course's own answers) inside the block;
-    each call still runs. A check reads the list afterwards to say which of lab's answers a learner called."""
-    lab = importlib.import_module("lab")
-    called, saved = [], {n: getattr(lab, n) for n in names if hasattr(lab, n)}
-
-    def spy(n, f):
-        @functools.wraps(f)
-        def wrapper(*args, **kwargs):
-            called.append(n)
-            return f(*args, **kwargs)
-
-        return wrapper
-
-    for n, f in saved.items():
-        setattr(lab, n, spy(n, f))
-    try:
+    """Record the names of lab's answers `names` whose code runs inside the block, by any route (`lab.x`, its module,
+    an alias, a closure); each call still runs. A check reads the list afterwards to say which it was."""
+    with _watching(names) as seen:
+        called = []
         yield called
-    finally:
-        for n, f in saved.items():
-            setattr(lab, n, f)
+    called.extend(w.removeprefix("lab.") for w in seen)

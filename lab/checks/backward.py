@@ -28,6 +28,8 @@ from ..backward import (
     flash_attention_backward_numpy,
 )
 from ..exercises import check, diagnose
+from ._seeded import noting_seed
+from ._support import _fresh, _own_work, _refusal, _watching
 
 __all__ = [
     "check_delta",
@@ -226,9 +228,12 @@ def _formed_violation(fn, N, M, d, dv, Br, Bc, causal) -> str | None:
 # ------------------------------------------------------------------------------------ the checks
 
 
-def _problem(N, M, d, dv, causal, seed):
+def _problem(N, M, d, dv, causal, seed, score=0.0):
+    """Random q, k, v, dO and the forward's o, lse; `score` > 0 shifts every score to about `score` (q₀ = k₀ = √(score √d))."""
     rng = np.random.default_rng(seed)
     q, k = rng.standard_normal((N, d)), rng.standard_normal((M, d))  # (N, d), (M, d)
+    if score:
+        q[:, 0] = k[:, 0] = np.sqrt(score * np.sqrt(d))
     v, do = (
         rng.standard_normal((M, dv)),
         rng.standard_normal((N, dv)),
@@ -246,8 +251,18 @@ def _close(a, b) -> bool:
         return False
 
 
-def _run(name, fn, args, shown, hint_error):
-    """`fn(*args)`, watched for calls of lab's backward or torch autograd; prints and returns None when it failed."""
+_LAB_BACKWARDS = (
+    "attention_backward",
+    "flash_attention_backward_numpy",
+    "NumpyFlashAttention",
+)
+
+
+def _run(name, fn, args, shown, hint_error, numpy_only=False):
+    """`fn(*args)`, watched for calls of lab's backward or torch autograd (with `numpy_only`, any torch op: the tiled
+    backward is numpy's, and tracemalloc does not see torch's memory); prints and returns None when it failed."""
+    if numpy_only:
+        return _run_numpy(name, fn, args, shown, hint_error)
     codes = {
         attention_backward.__code__: "lab.attention_backward",
         torch.autograd.grad.__code__: "torch.autograd.grad",
@@ -287,6 +302,28 @@ def _run(name, fn, args, shown, hint_error):
     return out
 
 
+def _run_numpy(name, fn, args, shown, hint_error):
+    """`_run` for a numpy exercise: lab's backwards refused by any route, and any op of torch (or another array library)."""
+    try:
+        with _watching(_LAB_BACKWARDS, numpy_only=True) as seen:
+            out = fn(*args)
+    except NotImplementedError:
+        print(
+            f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
+        )
+        return None
+    except Exception as exc:  # a learner's bug: report it, do not stop the notebook
+        print(f"{name}: ✗ case {shown} raised {type(exc).__name__}: {exc}")
+        print(f"  hint: {hint_error(str(exc))}")
+        return None
+    if seen:
+        print(f"{name}: ✗ case {shown}: {_refusal(seen)}")
+        return None
+    if out is None:
+        print(f"{name}: ✗ case {shown}: returned None (a missing `return`?)")
+    return out
+
+
 def _error_hint(text: str) -> str:
     if "mismatch in its core dimension" in text or "not aligned" in text:
         return (
@@ -308,16 +345,23 @@ def _backward_hint(got, want, case, variants) -> str:
     if isinstance(got, tuple) and len(got) == 3:
         for mistake, alt in variants:
             if all(_close(g, a) for g, a in zip(got, alt)):
-                first = (
-                    mistake if isinstance(mistake, str) else mistake[0]
-                )  # D from P follows a wrong P
-                return "yours matches a classic mistake: " + BACKWARD_MISTAKES[
-                    first
-                ].format(**case)
+                named = (
+                    [mistake]
+                    if isinstance(mistake, str)
+                    else [m for m in mistake if "dropped" in m] or [mistake[0]]
+                )  # D from P follows a wrong P; both short blocks dropped are both named
+                return "yours matches a classic mistake: " + "; and ".join(
+                    BACKWARD_MISTAKES[m].format(**case) for m in named
+                )
         for g, w, name in zip(got, want, NAMES):
             if _close(g, w):
                 continue
             if np.isnan(np.asarray(g, dtype=float)).any():
+                if case.get("score"):
+                    return (
+                        f"NaN on scores near +{case['score']:.0f}: e^S overflows float64 past S = 709.8, and inf / inf "
+                        "is NaN; subtract each row's max before the exp, P = exp(S − rowmax S) / rowsum"
+                    )
                 if causal and N > M:
                     return (
                         f"NaN: with causal and N > M the first N − M = {N - M} queries see no key; the forward gave them "
@@ -369,6 +413,7 @@ def _variants(q, k, v, o, lse, do, case, tiled, want) -> list:
         [
             *BACKWARD_MISTAKES,
             *((m, "D from one tile") for m in BACKWARD_MISTAKES if m[0] == "P"),
+            ("last query block dropped", "last key block dropped"),
         ]
         if tiled
         else _DENSE
@@ -394,9 +439,11 @@ def _variants(q, k, v, o, lse, do, case, tiled, want) -> list:
     return out
 
 
-def _backward_cases(name, fn, cases, tiled) -> bool:
-    """Compare `fn` with lab.attention_backward on each case; print a diagnosis and return False at the first failure."""
-    for n, c in enumerate(cases):
+def _backward_cases(name, fn, cases, tiled, large_scores=(), seed=0) -> bool:
+    """Compare `fn` with lab.attention_backward on each case, then on each of `large_scores` (same form) with every
+    score near +800, case n's arrays drawn from `seed + n`; print a diagnosis and return False at the first failure."""
+    cases = [(c, 0.0) for c in cases] + [(c, 800.0) for c in large_scores]
+    for n, (c, score) in enumerate(cases):
         N, M, d, dv = c[:4]
         Br, Bc, causal = (
             (c[4], c[5], bool(c[6]) if len(c) > 6 else False)
@@ -415,13 +462,16 @@ def _backward_cases(name, fn, cases, tiled) -> bool:
             N_last=N - 1,
             M_tail=M - M % Bc,
             M_last=M - 1,
+            score=score,
         )
         shown = (
             f"{n} (N={N}, M={M}, d={d}, dv={dv}"
             + (f", Br={Br}, Bc={Bc}" if tiled else "")
-            + f", causal={causal})"
+            + f", causal={causal}"
+            + (f", scores near +{score:.0f}" if score else "")
+            + ")"
         )
-        q, k, v, do, o, lse = _problem(N, M, d, dv, causal, seed=n)
+        q, k, v, do, o, lse = _problem(N, M, d, dv, causal, seed=seed + n, score=score)
         args = (q, k, v, o, lse, do, Br, Bc, causal) if tiled else (q, k, v, do, causal)
         got = _run(
             name,
@@ -429,6 +479,7 @@ def _backward_cases(name, fn, cases, tiled) -> bool:
             [a.copy() if isinstance(a, np.ndarray) else a for a in args],
             shown,
             _error_hint,
+            numpy_only=tiled,
         )
         if got is None:
             return False
@@ -444,28 +495,49 @@ def _backward_cases(name, fn, cases, tiled) -> bool:
     return True
 
 
-def check_standard_backward(fn, cases, *, name: str | None = None) -> None:
+def check_standard_backward(
+    fn, cases, *, name: str | None = None, seed: int | None = None
+) -> None:
     """Check `fn(q, k, v, do, causal)` (one head, keeps P) against `lab.attention_backward`; print one verdict.
 
-    `cases`: tuples `(N, M, d, dv[, causal])`; the arrays are random (seeded by the case's position). A
-    failure names dq, dk or dv, the worst element and the mistake it matches. Taught in: notebooks/09_backward.ipynb
+    `cases`: tuples `(N, M, d, dv[, causal])`; the arrays are drawn afresh on each run (`seed` draws the same
+    again); one more case
+    has every score near +800, where e^S without the row max overflows. A failure names dq, dk or dv, the worst
+    element and the mistake it matches. Taught in: notebooks/09_backward.ipynb
     """
     name = name or getattr(fn, "__name__", "your backward")
-    if _backward_cases(name, fn, cases, tiled=False):
-        print(f"{name}: ✓ passed {len(cases)} cases (dq, dk, dv)")
+    _, seed = _fresh(seed)
+    with noting_seed(seed):
+        passed = _backward_cases(
+            name, fn, cases, tiled=False, large_scores=[(6, 10, 8, 4)], seed=seed
+        )
+    if passed:
+        print(
+            f"{name}: ✓ passed {len(cases) + 1} cases (dq, dk, dv; the last with every score near +800)"
+        )
 
 
 def check_tiled_backward(
-    fn, cases, *, large=(1024, 1536, 2, 3, 32, 64, True), name: str | None = None
+    fn,
+    cases,
+    *,
+    large=(1024, 1536, 2, 3, 32, 64, True),
+    name: str | None = None,
+    seed: int | None = None,
 ) -> None:
     """Check `fn(q, k, v, o, lse, do, Br, Bc, causal)` against `lab.attention_backward`, then that it keeps to tiles; print one verdict.
 
-    `cases`: tuples `(N, M, d, dv, Br, Bc, causal)`. After the values agree, `large` (same form) is run
+    `cases`: tuples `(N, M, d, dv, Br, Bc, causal)`, their arrays drawn afresh on each run (`seed` draws the same
+    again). After the values agree, `large` (same form) is run
     on watched arrays (`arrays_formed`): forming an N×M array, or a block of rows against all M keys, fails,
-    and so does calling lab's backward or torch autograd. Taught in: notebooks/09_backward.ipynb
+    and so does calling lab's backward or any torch op (tracemalloc does not see torch's memory; the exercise is
+    numpy's). Taught in: notebooks/09_backward.ipynb
     """
     name = name or getattr(fn, "__name__", "your backward")
-    if not _backward_cases(name, fn, cases, tiled=True):
+    _, seed = _fresh(seed)
+    with noting_seed(seed):
+        passed = _backward_cases(name, fn, cases, tiled=True, seed=seed)
+    if not passed:
         return
     try:
         problem = _formed_violation(fn, *large)
@@ -485,8 +557,12 @@ def check_tiled_backward(
 # ------------------------------------------------------------------------------------ D and one tile of P
 
 
-def _delta_hint(case, got, want) -> str:
+def _delta_hint(case, got, want) -> str | None:
     (o, do), g = case, np.asarray(got, dtype=float)
+    if g.shape == want.shape and _close(
+        g, want
+    ):  # right, and refused for another reason
+        return None
     if g.shape == want.shape + (1,):
         return "shape: keepdims=True leaves an axis of 1; D is one number per query row, shape (..., N)"
     if g.shape == o.shape[:-2] + o.shape[-1:]:
@@ -501,7 +577,8 @@ def _delta_hint(case, got, want) -> str:
 def check_delta(fn, cases, *, name: str | None = None) -> None:
     """Check `fn(o, do)` against $D = \\mathrm{rowsum}(dO \\circ O)$ (`lab.backward_delta`); print one verdict.
 
-    A keepdims slip or a sum over the wrong axis is a "shape"; rowsum(dO) is named. Taught in: notebooks/09_backward.ipynb
+    A keepdims slip or a sum over the wrong axis is a "shape"; rowsum(dO) is named; running `lab.backward_delta` (by
+    any name) is refused. Taught in: notebooks/09_backward.ipynb
     """
     check(
         fn,
@@ -511,6 +588,7 @@ def check_delta(fn, cases, *, name: str | None = None) -> None:
         rtol=RTOL,
         atol=ATOL,
         hint=_delta_hint,
+        properties=(_own_work("backward_delta", numpy_only=True),),
     )
 
 
@@ -552,15 +630,23 @@ def _p_tile_hint(got, s, lse, i0, i1, j0, j1) -> str:
     return "the block must equal the same block of softmax(Q Kᵀ/√d) over all keys, from lse_i alone"
 
 
-def check_p_tile(fn, cases, *, name: str | None = None) -> None:
+def check_p_tile(
+    fn, cases, *, name: str | None = None, seed: int | None = None
+) -> None:
     """Check `fn(q_i, k_j, lse_i)` against the same block of the full softmax (N = 32, M = 48, d = 8); print one verdict.
 
     `cases`: tuples `(i0, i1, j0, j1, spread)`: rows i0:i1 and keys j0:j1 of a problem whose queries are
     multiplied by `spread` (300 makes e^S overflow). Names a tile max used for lse, a tile normalized on its
-    own, an overflow and lse subtracted along the wrong axis. Taught in: notebooks/09_backward.ipynb
+    own, an overflow and lse subtracted along the wrong axis. The arrays are drawn afresh on each run (`seed` draws
+    the same again). Taught in: notebooks/09_backward.ipynb
     """
     name = name or getattr(fn, "__name__", "your p_tile")
-    rng = np.random.default_rng(0)
+    rng, seed = _fresh(seed)
+    with noting_seed(seed):
+        _p_tile_cases(name, fn, cases, rng)
+
+
+def _p_tile_cases(name, fn, cases, rng) -> None:
     q, k, v = (
         rng.standard_normal((32, 8)),
         rng.standard_normal((48, 8)),

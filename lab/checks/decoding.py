@@ -24,7 +24,8 @@ from ..decoding import decode_schedule, kv_cache_bytes_per_token
 from ..exercises import check, diagnose
 from ..memory import peak_bytes
 from ..merge import merge_outputs
-from ._support import watch_course
+from ._seeded import noting_seed
+from ._support import _fresh, _own_work, _refusal, _watching
 from .paged import check_gather_pages
 
 __all__ = [
@@ -37,6 +38,9 @@ __all__ = [
 
 RTOL, ATOL = 1e-9, 1e-12
 _FAILED = object()
+_INSTRUMENT_HELPERS = (
+    "_perturb",
+)  # run inside the learner's split_decode, between its calls of decode_chunk
 _COURSE = (
     "attention_reference",
     "attention_naive",
@@ -66,6 +70,11 @@ def _hint_from(variants, default):
     """A `lab.check` hint: the text of the first known mistake `f(*case)` that equals the learner's answer."""
 
     def hint(case, got, want):
+        try:
+            if math.isclose(float(got), float(want), rel_tol=1e-9):
+                return None  # right, and refused for another reason, which says it all
+        except (TypeError, ValueError, OverflowError):
+            pass
         for f, text in variants:
             try:
                 if math.isclose(float(got), float(f(*case)), rel_tol=1e-9):
@@ -80,12 +89,17 @@ def _hint_from(variants, default):
 # ------------------------------------------------------------------------------------ warm-ups
 
 
-def check_cache_per_token(fn, *, name: str | None = None) -> None:
+def check_cache_per_token(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
     """Check `fn(layers, q_heads, kv_heads, head_dim, itemsize)` -> bytes of K and V cached per token; print one verdict.
 
     Reference: `lab.kv_cache_bytes_per_token` (the query heads play no part). Hints for the query heads counted, V
-    forgotten, one layer only, bits or elements instead of bytes. Taught in: notebooks/10_decoding_and_gqa.ipynb
+    forgotten, one layer only, bits or elements instead of bytes. Five fixed cases and four drawn afresh on each run
+    (`seed` draws the same again); running `lab.kv_cache_bytes_per_token` (by any name) is refused.
+    Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
+    rng, seed = _fresh(seed)
     cases = [
         (32, 32, 32, 128, 2),
         (80, 64, 8, 128, 2),
@@ -93,6 +107,17 @@ def check_cache_per_token(fn, *, name: str | None = None) -> None:
         (126, 128, 8, 128, 4),
         (32, 32, 8, 128, 1),
     ]
+    for _ in range(4):  # grouped heads drawn for this run: Hkv divides Hq
+        kv = int(rng.choice([1, 2, 4, 8, 16]))
+        cases.append(
+            (
+                int(rng.integers(1, 129)),
+                kv * int(rng.integers(1, 9)),
+                kv,
+                int(rng.choice([32, 64, 80, 96, 128, 256])),
+                int(rng.choice([1, 2, 4])),
+            )
+        )
     hint = _hint_from(
         [
             (
@@ -125,6 +150,8 @@ def check_cache_per_token(fn, *, name: str | None = None) -> None:
         cases,
         name=name or "cache_per_token",
         hint=hint,
+        properties=(_own_work("kv_cache_bytes_per_token", "kv_cache_table"),),
+        seed=seed,
     )
 
 
@@ -176,7 +203,14 @@ def check_step_intensity(fn, *, name: str | None = None) -> None:
         ],
         "FLOPs: QK^T and PV for the G query heads; bytes: K and V once for the group, q read and o written per query head",
     )
-    check(fn, _intensity, cases, name=name or "intensity", hint=hint)
+    check(
+        fn,
+        _intensity,
+        cases,
+        name=name or "intensity",
+        hint=hint,
+        properties=(_own_work("decode_intensity"),),
+    )
 
 
 def _fills(batch, heads, processors):
@@ -248,7 +282,7 @@ def _spy_chunks(fn, target, change=None):
 def _attempt(name, fn, args, where, hint=None):
     """`fn(*args)` with the course's answers watched: (result, lab names called), or `_FAILED` after saying why (and `hint`)."""
     try:
-        with np.errstate(all="ignore"), watch_course(_COURSE) as used:
+        with np.errstate(all="ignore"), _watching(_COURSE, numpy_only=True) as used:
             out = fn(*args)
     except NotImplementedError as exc:
         tb = exc.__traceback__
@@ -299,8 +333,8 @@ def _qkv(rng, Hq, Hkv, N, M, d=8, dv=4, scale=1.0):
     )
 
 
-def _chunk_cases():
-    rng = np.random.default_rng(100)
+def _chunk_cases(seed: int = 100):
+    rng = np.random.default_rng(seed)
     return [
         ("one query, 2 query heads per K/V head", *_qkv(rng, 4, 2, 1, 5)),
         ("3 heads, 2 queries", *_qkv(rng, 3, 3, 2, 4)),
@@ -311,8 +345,8 @@ def _chunk_cases():
     ]
 
 
-def _split_cases():
-    rng = np.random.default_rng(101)
+def _split_cases(seed: int = 101):
+    rng = np.random.default_rng(seed)
     return [
         ("", *_qkv(rng, 4, 2, 1, 48), 4),
         ("4 splits do not divide 50 keys", *_qkv(rng, 4, 2, 1, 50), 4),
@@ -512,16 +546,26 @@ def _perturb(c, out):
     return o + (c + 1) * np.isfinite(lse)[..., None], lse + (c + 1) / 4
 
 
-def check_split_decode(split_decode, decode_chunk, *, name: str | None = None) -> None:
+def check_split_decode(
+    split_decode, decode_chunk, *, name: str | None = None, seed: int | None = None
+) -> None:
     """Check `decode_chunk(q, k_c, v_c)` on single chunks, then `split_decode(q, k, v, splits)` -> `attention_reference(q, k, v)`; print one verdict.
 
     Recorded calls to `decode_chunk`: `splits` of them, contiguous chunks of all Hkv heads, each key exactly once. The
-    result must follow the partials (a run with them changed), no course answer may be called, and with G = 16 the
-    peak memory must stay below a copy of K repeated for the query heads. Taught in: notebooks/10_decoding_and_gqa.ipynb
+    result must follow the partials (a run with them changed), no course answer and no torch op may run (the exercise
+    is numpy's: SDPA inside decode_chunk proves nothing), and with G = 16 the
+    peak memory must stay below a copy of K repeated for the query heads. The cases' kinds are fixed, their values
+    drawn afresh on each run (`seed` draws the same again). Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
+    _, seed = _fresh(seed)
+    with noting_seed(seed):
+        _split_decode_cases(split_decode, decode_chunk, name, seed)
+
+
+def _split_decode_cases(split_decode, decode_chunk, name, seed) -> None:
     name = name or getattr(split_decode, "__name__", "split_decode")
     sub = getattr(decode_chunk, "__name__", "decode_chunk")
-    for i, (label, q, k_c, v_c) in enumerate(_chunk_cases()):
+    for i, (label, q, k_c, v_c) in enumerate(_chunk_cases(seed)):
         where = f"{i} ({_shapes(q, k_c, v_c, '_c')}, {label})"
         res = _attempt(
             sub,
@@ -532,6 +576,8 @@ def check_split_decode(split_decode, decode_chunk, *, name: str | None = None) -
         )
         if res is _FAILED:
             return
+        if res[1]:
+            return _fail(sub, where, _refusal(res[1]))
         problem = diagnose(
             res[0],
             attention_reference(q, k_c, v_c),
@@ -543,14 +589,7 @@ def check_split_decode(split_decode, decode_chunk, *, name: str | None = None) -
             return _fail(
                 sub, where, problem, _chunk_hint(label, q, k_c, v_c, res[0], problem)
             )
-        if res[1]:
-            return _fail(
-                sub,
-                where,
-                f"{sub} called lab.{res[1][0]}, the course's own answer",
-                "the exercise is to write it",
-            )
-    cases = _split_cases()
+    cases = _split_cases(seed + 1)
     for i, (label, q, k, v, splits) in enumerate(cases):
         where = (
             f"{i} ({_shapes(q, k, v)}, splits={splits}{', ' + label if label else ''})"
@@ -565,6 +604,8 @@ def check_split_decode(split_decode, decode_chunk, *, name: str | None = None) -
             )
         if res is _FAILED:
             return
+        if res[1]:
+            return _fail(name, where, _refusal(res[1]))
         cover = _coverage(k, calls, splits)
         problem = diagnose(
             res[0],
@@ -581,13 +622,6 @@ def check_split_decode(split_decode, decode_chunk, *, name: str | None = None) -
                 f"{cover[0]}; {cover[1]}"
                 if cover
                 else _merge_hint(label, calls, res[0], problem),
-            )
-        if res[1]:
-            return _fail(
-                name,
-                where,
-                f"{name} called lab.{res[1][0]}, the course's own answer",
-                "the exercise is to write it",
             )
         if cover is not None:
             return _fail(name, where, f"the values agree, but {cover[0]}", cover[1])

@@ -7,12 +7,15 @@ mask, and one query block written in FA1's form and in FA2's.
   `lab.gpu_time_share` (exponentials at the special-function rate `lab.exp_rate("A100")`); negative when the
   exponential alone takes more than `share`.
 - `check_causal_fa2_ops`       : FA2's multiplies plus divides, causal, $N = M$, $B_r = B_c = B$, against
-  `lab.flash_counts`; names the classic miscounts (every tile, the diagonal left out, full last block).
+  `lab.flash_counts` (which the answer may not run); names the classic miscounts (every tile, the diagonal left
+  out, full last block). Both warm-ups add cases drawn afresh on each run to their fixed ones.
 - `check_fa1_block`, `check_fa2_block` : one query block against the float64 reference, $(o, m, l)$ and
-  $(o, lse)$, on a short last key block and on very large and very negative scores. Their inputs are
-  watched (`Watched`): every array computed from them is recorded, so the checks see whether the loop held
+  $(o, lse)$, on a short last key block, on very large and very negative scores and on a key block near +400
+  before blocks near -400 (a block's own max in place of the running one overflows α). Their inputs are
+  watched (`Watched`): every array computed from them is recorded, so the checks see that every score array is
+  a tile of at most Bc keys, that each score is exponentiated once, and whether the loop held
   the normalized output $\\mathrm{softmax}(S_{:, :j})V_{:j}$ after each key block, as FA1 does, or only after
-  the last, as FA2 does. Hints name a missing $1/\\sqrt d$ (o equals the output with scale 1) and, in FA1's
+  the last, as FA2 does; lab's attention, by any name, is refused. Hints name a missing $1/\\sqrt d$ (o equals the output with scale 1) and, in FA1's
   form, $lse = m + \\log l$ returned in place of $l$.
 
 Taught in: notebooks/06_flashattention2.ipynb
@@ -23,8 +26,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..attention import attention_reference
-from ..exercises import check, diagnose
+from ..exercises import check, diagnose, seed_note
 from ..tiling import HARDWARE, flash_counts, gpu_time_share
+from ._support import _fresh, _own_work
 
 __all__ = [
     "check_affordable_nonmatmul",
@@ -100,12 +104,19 @@ def _affordable_hint(case, got, want):
     )
 
 
-def check_affordable_nonmatmul(fn, *, name: str | None = None) -> None:
+def check_affordable_nonmatmul(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
     """Check `fn(d, share)`: FP32 non-matmul FLOPs per score, besides its exponential, that take `share` of an A100's time.
 
+    Four fixed cases, then four drawn afresh on each run (`seed` draws the same again).
     Taught in: notebooks/06_flashattention2.ipynb
     """
-    cases = [(128, 0.3), (256, 0.5), (64, 0.1), (512, 0.25)]
+    rng, seed = _fresh(seed)
+    cases = [(128, 0.3), (256, 0.5), (64, 0.1), (512, 0.25)] + [
+        (int(16 * rng.integers(2, 33)), round(float(rng.uniform(0.05, 0.7)), 3))
+        for _ in range(4)
+    ]
     check(
         fn,
         _affordable_reference,
@@ -114,6 +125,7 @@ def check_affordable_nonmatmul(fn, *, name: str | None = None) -> None:
         rtol=1e-6,
         atol=0,
         hint=_affordable_hint,
+        seed=seed,
     )
 
 
@@ -128,6 +140,8 @@ def _causal_reference(N: int, d: int, B: int) -> int:
 
 
 def _causal_hint(case, got, want):
+    if got == want:  # right, and refused for another reason: that reason says it all
+        return None
     N, d, B = case
     T = -(-N // B)
     rows = np.minimum(np.arange(1, T + 1) * B, N) - np.arange(T) * B  # r_i
@@ -166,17 +180,28 @@ def _causal_hint(case, got, want):
     )
 
 
-def check_causal_fa2_ops(fn, *, name: str | None = None) -> None:
+def check_causal_fa2_ops(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
     """Check `fn(N, d, B)`: FA2's multiplies plus divides, one head, causal, N = M, Br = Bc = B, against `flash_counts`.
 
-    Taught in: notebooks/06_flashattention2.ipynb
+    Five fixed cases, then four drawn afresh on each run (`seed` draws the same again); an answer that runs
+    `lab.flash_counts` (by any name) is refused. Taught in: notebooks/06_flashattention2.ipynb
     """
+    rng, seed = _fresh(seed)
     cases = [
         (1024, 64, 64),
         (1000, 64, 64),
         (7, 3, 2),
         (4096, 128, 128),
         (100, 16, 128),
+    ] + [
+        (
+            int(rng.integers(2, 3000)),
+            int(rng.choice([16, 32, 64, 128])),
+            int(rng.choice([16, 32, 48, 64, 128])),
+        )
+        for _ in range(4)
     ]
     check(
         fn,
@@ -186,6 +211,8 @@ def check_causal_fa2_ops(fn, *, name: str | None = None) -> None:
         rtol=0,
         atol=0,
         hint=_causal_hint,
+        properties=(_own_work("flash_counts"),),
+        seed=seed,
     )
 
 
@@ -222,9 +249,12 @@ class Watched(np.ndarray):
         if out is not None:
             result = out[0] if len(out) == 1 else out
         if method == "__call__" and self.log is not None:
+            what = ufunc.__name__
+            if ufunc is np.power and np.ndim(plain[0]) == 0:
+                what = "exp"  # a number to an array's power, e.g. np.e ** s: an exponential all the same
             for r in result if isinstance(result, tuple) else (result,):
                 if isinstance(r, np.ndarray):
-                    self.log.append((ufunc.__name__, np.array(r, dtype=float)))
+                    self.log.append((what, np.array(r, dtype=float)))
         return result if out is not None else self._wrap(result)
 
     def __array_function__(self, func, types, args, kwargs):
@@ -249,9 +279,10 @@ def _watched(a: np.ndarray, log: list) -> Watched:
     return w
 
 
-def _block_cases():
-    """(label, q_i, k, v, Bc, hint for this case): d = 16, d_v = 12, so no other array has the (Br, d_v) shape of O."""
-    rng = np.random.default_rng(6)
+def _block_cases(seed: int = 6):
+    """(label, q_i, k, v, Bc, hint for this case): d = 16, d_v = 12, so no other array has the (Br, d_v) shape of O.
+    The kinds are fixed, the values drawn from `seed` (a fresh one each run of a check)."""
+    rng = np.random.default_rng(seed)
 
     def qkv(Br, M, shift_q=0.0, shift_k=0.0, scale=1.0):
         return (
@@ -260,6 +291,10 @@ def _block_cases():
             rng.standard_normal((M, 12)),
         )
 
+    q, k, v = qkv(
+        4, 48, scale=0.3
+    )  # scores (40 · ±40) / √16 = ±400: the first key block high, the rest low
+    q[:, 0], k[:16, 0], k[16:, 0] = 40.0, 40.0, -40.0
     return [
         (
             "Br = 8, M = 100 keys, Bc = 32: the last key block holds 4",
@@ -274,16 +309,26 @@ def _block_cases():
             None,
         ),
         (
+            "very large scores, about +900",
+            *qkv(4, 40, 15.0, 15.0, 0.3),
+            16,
+            "e^s overflows past s = 709.8 in float64: exponentiate s - m with m the running max, so every "
+            "e^(s - m) <= 1",
+        ),
+        (
             "very negative scores, about -900",
             *qkv(4, 40, 15.0, -15.0, 0.3),
             16,
             "m must start at -inf: from m = 0, e^(s - m) underflows to 0 for every key and l = 0",
         ),
         (
-            "very large scores, about +900",
-            *qkv(4, 40, 15.0, 15.0, 0.3),
+            "a key block near +400, then blocks near -400",
+            q,
+            k,
+            v,
             16,
-            "every exponent is s - m with m the running max, so e^(s - m) <= 1",
+            "m must be the running max, m_new = max(m, rowmax(S_ij)): a block's own max lowers m after the high "
+            "block, and the rescale e^(m - m_new) = e^800 overflows",
         ),
         ("Bc = 64 > M = 50: one key block", *qkv(3, 50), 64, None),
     ]
@@ -310,7 +355,30 @@ def _normalized_after(log, q_i, k, v, Bc) -> list:
     ]
 
 
-def _hint(problem: str, variant: str, got, want, q_i, k, v, Bc, case_hint):
+def _started_at_zero(log) -> bool:
+    """Whether the loop's first running max was max(0, rowmax S): an np.maximum whose result holds a 0 exactly."""
+    return any(
+        name == "maximum" and a.ndim == 1 and (a == 0).any() for name, a in log[:20]
+    )
+
+
+def _rounding_of(got, want) -> str | None:
+    """The hint for an o off by a float16 or float32 rounding (not by a wrong rescale, which is off by far more)."""
+    try:
+        o, w = np.asarray(got[0], dtype=float), want[0]
+        err = float(np.abs(o - w).max() / np.abs(w).max())
+    except (TypeError, ValueError, IndexError):
+        return None
+    if not 1e-8 < err < 1e-2:
+        return None
+    kind = "float16's (its step is 2^-10 ≈ 1e-3)" if err > 1e-5 else "float32's (1e-7)"
+    return (
+        f"your o is off by {err:.0e} of its size, a rounding like {kind}, not a wrong rescale: keep O (acc), l "
+        "and m in float64 (np.zeros((Br, dv)) is float64; dtype=np.float16 or .astype(np.float32) is not)"
+    )
+
+
+def _hint(problem: str, variant: str, got, want, q_i, k, v, Bc, case_hint, log=()):
     """The missing-scale hint when o is the output with scale 1, the dropped-tail hint when o is the output
     without the short last block, the lse-for-l hint, the case's own hint for NaN or inf, else a hint for the
     tuple element that differs."""
@@ -344,7 +412,15 @@ def _hint(problem: str, variant: str, got, want, q_i, k, v, Bc, case_hint):
                 "return l itself"
             )
     if case_hint and ("NaN" in problem or "inf" in problem):
+        if case_hint.startswith("m must start at -inf") and not _started_at_zero(log):
+            return (
+                "every e^(s - m) underflowed to 0 here (scores near -900), so l = 0 and o = 0/0: subtract the "
+                "running max m, which starts at -inf and becomes the first block's row max, before the exp"
+            )
         return case_hint
+    low = _rounding_of(got, want)
+    if low:
+        return low
     hints = {
         "m (element 1)": "m is the row max of all the scores S = q_i k^T / sqrt(d), over every key block",
         "l (element 2)": (
@@ -362,10 +438,11 @@ def _hint(problem: str, variant: str, got, want, q_i, k, v, Bc, case_hint):
     return next((h for key, h in hints.items() if problem.startswith(key)), case_hint)
 
 
-def _check_block(fn, variant: str, name: str | None) -> None:
+def _check_block(fn, variant: str, name: str | None, seed: int | None) -> None:
     name = name or getattr(fn, "__name__", "your function")
     names = ("o", "m", "l") if variant == "fa1" else ("o", "lse")
-    cases = _block_cases()
+    _, seed = _fresh(seed)
+    cases = _block_cases(seed)
     for i, (label, q_i, k, v, Bc, case_hint) in enumerate(cases):
         log: list = []
         try:
@@ -376,6 +453,7 @@ def _check_block(fn, variant: str, name: str | None) -> None:
             return
         except Exception as exc:  # a learner's bug: report it, do not stop the notebook
             print(f"{name}: ✗ case {i} ({label}) raised {type(exc).__name__}: {exc}")
+            print(seed_note(seed), end="")
             return
         if isinstance(got, Watched):
             got = got.view(np.ndarray)
@@ -391,32 +469,80 @@ def _check_block(fn, variant: str, name: str | None) -> None:
         hint = (
             None
             if problem is None
-            else _hint(problem, variant, got, want, q_i, k, v, Bc, case_hint)
+            else _hint(problem, variant, got, want, q_i, k, v, Bc, case_hint, log)
         )
         if problem is None:
-            problem = _property(variant, log, q_i, k, v, Bc)
+            problem = _own_work(*_COURSE)(fn, (q_i, k, v, Bc), got) or _property(
+                variant, log, q_i, k, v, Bc
+            )
         if problem is not None:
             print(f"{name}: ✗ case {i} ({label}): {problem}")
             if hint:
                 print(f"  hint: {hint}")
+            print(seed_note(seed), end="")
             return
     if variant == "fa1":
         print(
-            f"{name}: ✓ passed {len(cases)} cases; O was normalized after every key block, as FA1 writes it"
+            f"{name}: ✓ passed {len(cases)} cases; tiles of at most Bc keys, one exponential per score, and O "
+            "normalized after every key block, as FA1 writes it"
         )
     else:
         print(
-            f"{name}: ✓ passed {len(cases)} cases; acc was normalized once, after the last key block, as FA2 writes it"
+            f"{name}: ✓ passed {len(cases)} cases; tiles of at most Bc keys, one exponential per score, and acc "
+            "normalized once, after the last key block, as FA2 writes it"
         )
 
 
+_COURSE = (  # lab's attention, whole or tiled: calling one proves nothing about the loop
+    "attention_reference",
+    "attention_naive",
+    "one_pass_attention",
+    "flash_attention_numpy",
+    "flash_attention_torch",
+    "attention_row_one_pass",
+)
+_EXPS = ("exp", "exp2", "expm1")
+
+
+def _tiles(log, q_i, k, v, Bc) -> str | None:
+    """None when every score array was a tile of at most Bc keys and each score was exponentiated once; else what
+    the loop did instead. A score array is one with Br rows (or columns) against more than Bc keys."""
+    Br, (M, d), dv = len(q_i), k.shape, v.shape[1]
+    keys = lambda shape: shape[1] if shape[0] == Br else shape[0]  # noqa: E731
+    wide = [
+        a.shape
+        for _, a in log
+        if a.ndim == 2 and Br in a.shape and Bc < keys(a.shape) not in (d, dv)
+    ]
+    if wide:
+        n = keys(wide[0])
+        return (
+            f"your loop formed a {wide[0]} array, scores of {n} keys at once, where a tile holds at most Bc = {Bc}: "
+            f"compute S_ij = q_i K_jᵀ / √d for one key block K_j = k[j0:j0 + Bc] at a time (M = {M} here)"
+        )
+    T = -(-M // Bc)
+    taken = sum(a.size for name, a in log if name in _EXPS)
+    if taken > Br * M + 4 * Br * T:
+        return (
+            f"your loop took {taken} exponentials where one per score, Br·M = {Br * M}, and one rescale "
+            f"e^(m - m_new) per row and key block ({Br * T}) do: the probabilities of earlier key blocks were "
+            "computed again (a softmax over all the keys so far at every block?); each tile's e^(S_ij - m) is "
+            "computed once, and what came before is only rescaled"
+        )
+    return None
+
+
 def _property(variant, log, q_i, k, v, Bc):
-    """None, or what the loop did against the form it should have (normalized after every key block / only the last)."""
+    """None, or what the loop did against the form it should have (tiles of at most Bc keys, one exponential per
+    score, normalized after every key block / only the last)."""
     if not log:
         return (
             "the check could not watch your loop: q_i, k and v were converted (np.asarray / np.array?); "
             "use them as given"
         )
+    tiles = _tiles(log, q_i, k, v, Bc)
+    if tiles:
+        return tiles
     prefixes = _prefix_outputs(q_i, k, v, Bc)
     done = _normalized_after(log, q_i, k, v, Bc)
     T = len(prefixes)
@@ -434,7 +560,13 @@ def _property(variant, log, q_i, k, v, Bc):
                 f"normalized over the keys so far{form}; FA1 rescales O and divides it by l at every key block"
             )
         return None
-    early = [j for j in done if j < T - 1 and abs(prefixes[j][1].max() - 1) > 1e-6]
+    early = [
+        j
+        for j in done
+        if j < T - 1
+        and abs(prefixes[j][1].max() - 1) > 1e-6
+        and not np.allclose(prefixes[j][0], prefixes[-1][0], rtol=1e-8, atol=1e-12)
+    ]  # a prefix whose output is already the final one (later keys weigh e^-800) proves nothing
     if early:
         j = early[0]
         return (
@@ -445,17 +577,19 @@ def _property(variant, log, q_i, k, v, Bc):
     return None
 
 
-def check_fa1_block(fn, *, name: str | None = None) -> None:
+def check_fa1_block(fn, *, name: str | None = None, seed: int | None = None) -> None:
     """Check `fn(q_i, k, v, Bc) -> (o, m, l)` in FA1's form: values against the reference, O normalized after every key block.
 
+    The cases' kinds are fixed, their values drawn afresh on each run (`seed` draws the same again).
     Taught in: notebooks/06_flashattention2.ipynb
     """
-    _check_block(fn, "fa1", name)
+    _check_block(fn, "fa1", name, seed)
 
 
-def check_fa2_block(fn, *, name: str | None = None) -> None:
+def check_fa2_block(fn, *, name: str | None = None, seed: int | None = None) -> None:
     """Check `fn(q_i, k, v, Bc) -> (o, lse)` in FA2's form: values against the reference, acc normalized only after the last key block.
 
+    The cases' kinds are fixed, their values drawn afresh on each run (`seed` draws the same again).
     Taught in: notebooks/06_flashattention2.ipynb
     """
-    _check_block(fn, "fa2", name)
+    _check_block(fn, "fa2", name, seed)

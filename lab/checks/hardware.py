@@ -13,7 +13,10 @@ loop, and the key-block loop of a Triton FlashAttention-2 forward kernel.
   on one and several key blocks, N and M that no block divides (NaN stored after K and V, every load watched by the
   interpreter: a read past M fails even when tl.where hides it), unequal blocks, scores near -200 (a running max
   that starts at 0) and +200 (no max subtracted), a high key block before low ones (a block's own max in place of
-  the running one). Through Triton's interpreter on CPU tensors; compiled on CUDA, where only the NaN shows.
+  the running one). Every load of K and V must read at most Bc rows (the loop steps over key blocks), each program
+  read each key row once (one pass, not a pass for the max and another for the sums), and lab's own
+  kernel code (`_attn_fwd_step`) may not run inside the learner's. Through Triton's interpreter on CPU tensors;
+  compiled on CUDA, where only the NaN shows.
 - `launch_attention_kernel`, `triton_or_standins` : the host side of that kernel, and the modules to write it.
 
 Taught in: notebooks/08_hardware_runs.ipynb
@@ -24,6 +27,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
+import sys
 import types
 import warnings
 
@@ -34,6 +38,7 @@ from ..attention import attention_reference
 from ..exercises import check, diagnose
 from ..kernels.rung6_triton import triton_status
 from ..measure import attention_flops
+from ._support import _fresh, _own_work
 
 __all__ = [
     "check_attention_tflops",
@@ -76,6 +81,8 @@ def _tflops(B, H, N, d, causal, ms):
 
 
 def _tflops_hint(case, got, want):
+    if _near(got, want):  # right, and refused for another reason, which says it all
+        return None
     try:
         ratio = float(got) / want
     except (TypeError, ValueError, ZeroDivisionError):
@@ -111,18 +118,39 @@ def _tflops_hint(case, got, want):
     return "F = 4·B·H·N²·d FLOPs (section 2), halved when causal, divided by the time in seconds and by 10¹²"
 
 
-def check_attention_tflops(fn) -> None:
+def check_attention_tflops(fn, *, seed: int | None = None) -> None:
     """Check `fn(B, H, N, d, causal, ms)` = F / (ms·10⁻³) / 10¹² with F = 4BHN²d, halved when causal; print one verdict.
 
-    Taught in: notebooks/08_hardware_runs.ipynb
+    Four fixed cases and four drawn afresh on each run (`seed` draws the same again); running
+    `lab.attention_flops` (by any name) is refused. Taught in: notebooks/08_hardware_runs.ipynb
     """
+    rng, seed = _fresh(seed)
     cases = [
         (1, 8, 4096, 64, False, 300.0),
         (2, 16, 1024, 128, True, 1.5),
         (1, 1, 17, 16, False, 0.01),
         (4, 32, 8192, 128, True, 41.0),
+    ] + [
+        (
+            int(rng.integers(1, 9)),
+            int(rng.choice([1, 8, 12, 16, 32])),
+            int(rng.integers(16, 16384)),
+            int(rng.choice([32, 64, 80, 128])),
+            bool(c),
+            round(float(rng.uniform(0.05, 500.0)), 3),
+        )
+        for c in (False, True, False, True)
     ]
-    check(fn, _tflops, cases, rtol=1e-9, atol=0, hint=_tflops_hint)
+    check(
+        fn,
+        _tflops,
+        cases,
+        rtol=1e-9,
+        atol=0,
+        hint=_tflops_hint,
+        properties=(_own_work("attention_flops"),),
+        seed=seed,
+    )
 
 
 # ------------------------------------------------------------------------------- exercise 2: the roof
@@ -131,6 +159,10 @@ def _roof(intensity, peak, bandwidth):
 
 
 def _roof_hint(case, got, want):
+    if _near(
+        got, want
+    ):  # right (a list, or refused for another reason, which says it all)
+        return None
     intensity, peak, bandwidth = np.asarray(case[0], dtype=float), case[1], case[2]
     known = [
         (
@@ -154,15 +186,24 @@ def _roof_hint(case, got, want):
     return None
 
 
-def check_roofline(fn) -> None:
+def check_roofline(fn, *, seed: int | None = None) -> None:
     """Check `fn(intensity, peak, bandwidth)` = min(peak, I·bandwidth) per intensity (arrays and lists); print one verdict.
 
-    Taught in: notebooks/08_hardware_runs.ipynb
+    Three fixed cases and two drawn afresh on each run (`seed` draws the same again); running
+    `lab.attainable_flops` (by any name) is refused. Taught in: notebooks/08_hardware_runs.ipynb
     """
+    rng, seed = _fresh(seed)
     cases = [
         (np.array([0.5, 10.0, 1000.0]), 1.6e11, 1.0e10),
         (np.array([8.0, 63.0, 295.0, 1e4]), 9.89e14, 3.35e12),
         ([1.0, 16.0, 64.0], 2.0e11, 2.0e10),
+    ] + [
+        (
+            np.round(10 ** rng.uniform(-1, 4, int(rng.integers(2, 7))), 2),
+            float(f"{10 ** rng.uniform(11, 15):.3g}"),
+            float(f"{10 ** rng.uniform(10, 13):.3g}"),
+        )
+        for _ in range(2)
     ]
     fn = _explained(
         fn,
@@ -177,7 +218,16 @@ def check_roofline(fn) -> None:
         else f"returned a {type(got).__name__}, expected an "
         "array: np.asarray(...) of your rates, or numpy's element-wise functions"
     )
-    check(fn, _roof, cases, rtol=1e-9, atol=0, hint=_roof_hint, properties=(is_array,))
+    check(
+        fn,
+        _roof,
+        cases,
+        rtol=1e-9,
+        atol=0,
+        hint=_roof_hint,
+        properties=(_own_work("attainable_flops"), is_array),
+        seed=seed,
+    )
 
 
 # ------------------------------------------------------------------------------- exercise 3: tile steps
@@ -220,6 +270,8 @@ def _tiles_reference(N, M, Br, Bc, causal):
 
 
 def _tiles_hint(case, got, want):
+    if got == want:  # right, and refused for another reason, which says it all
+        return None
     N, M, Br, Bc, causal = case
     known = [
         (
@@ -264,11 +316,13 @@ def _tiles_hint(case, got, want):
     return "count, for each query block, the key blocks up to the last key its last row sees, at least none"
 
 
-def check_causal_tile_steps(fn) -> None:
+def check_causal_tile_steps(fn, *, seed: int | None = None) -> None:
     """Check `fn(N, M, Br, Bc, causal)`, the (i, j) tiles visited when key j is visible to query i iff j <= i + (M - N).
 
-    Taught in: notebooks/08_hardware_runs.ipynb
+    Eight fixed cases and four drawn afresh on each run (`seed` draws the same again); running
+    `lab.tile_counts`, `lab.tile_grid` or `lab.flash_counts` (by any name) is refused. Taught in: notebooks/08_hardware_runs.ipynb
     """
+    rng, seed = _fresh(seed)
     cases = [
         (4096, 4096, 256, 512, False),
         (4096, 4096, 256, 512, True),
@@ -278,8 +332,26 @@ def check_causal_tile_steps(fn) -> None:
         (64, 512, 16, 32, True),
         (100, 20, 16, 8, True),
         (17, 17, 1, 1, True),
+    ] + [
+        (
+            int(rng.integers(1, 2000)),
+            int(rng.integers(1, 2000)),
+            int(rng.choice([16, 32, 64, 128])),
+            int(rng.choice([16, 32, 48, 64])),
+            bool(c),
+        )
+        for c in (True, True, False, True)
     ]
-    check(fn, _tiles_reference, cases, rtol=0, atol=0, hint=_tiles_hint)
+    check(
+        fn,
+        _tiles_reference,
+        cases,
+        rtol=0,
+        atol=0,
+        hint=_tiles_hint,
+        properties=(_own_work("tile_counts", "tile_grid", "flash_counts"),),
+        seed=seed,
+    )
 
 
 # ------------------------------------------------------------------------------- exercise 5: a Triton kernel
@@ -532,7 +604,7 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
                 )
 
         try:
-            got, read = _run_watched(run, k, v, M)
+            got, read, widest, called = _run_watched(run, k, v, M)
         except Exception as exc:
             inner = _unwrap(exc)
             if isinstance(inner, NotImplementedError) or "NotImplementedError" in str(
@@ -553,9 +625,41 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
             if extra:
                 print(f"  hint: {extra}")
             return
+        if called:
+            print(
+                f"{name}: ✗ {shown}: it runs lab's kernel code {called[0]} (Triton runs it inside yours): the "
+                "check would be testing lab's loop, not yours; write the key-block step in your kernel"
+            )
+            return
         args = [t.double().cpu().numpy() for t in (q, k, v)]
         want, _ = attention_reference(*args)
         problem = diagnose(got, want, rtol=tol, atol=tol)
+        wide = next(
+            ((t, n) for t, n in widest.items() if " " not in t and n > Bc), None
+        )
+        again = next(
+            (
+                (t[0], widest[t] / (-(-N // Br) * H * M))
+                for t in ("K rows", "V rows")
+                if widest.get(t, 0) > -(-N // Br) * H * M
+            ),
+            None,
+        )
+        if problem is None and again:
+            print(
+                f"{name}: ✗ {shown}: o is right, but each program read {again[0]} {again[1]:.3g} times over, where "
+                f"one pass reads each key row once per query block: keep the running max, l and acc and rescale "
+                "them by alpha as m grows, instead of a first pass for the max and a second for the sums"
+            )
+            return
+        if problem is None and wide:
+            print(
+                f"{name}: ✗ {shown}: o is right, but one tl.load read {wide[1]} rows of {wide[0]}, where a key "
+                f"block holds Bc = {Bc}: step over the keys in blocks, for j0 in range(0, M, Bc), loading K_j and "
+                "V_j (Bc rows each) at every step; all M keys at once do not fit in a program's registers and "
+                "shared memory for long sequences"
+            )
+            return
         if problem is None and not read:
             continue
         print(
@@ -573,6 +677,12 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
         )
         if where:
             print(f"  {where}")
+        if i == 0 and problem and np.isnan(got).any():
+            hint = (
+                "NaN already with one key block: the first step rescales the empty state (acc = 0, l = 0) by "
+                "alpha, which must be exp(m - m_new) = exp(-inf) = 0 there; exp(m_new - m) is inf, and inf · 0 "
+                "is NaN. Check also p = exp(S - m_new) and the masked slots' -inf"
+            )
         print(f"  hint: {hint}")
         return
     print(
@@ -581,15 +691,34 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
     )
 
 
+def _lab_kernels() -> set:
+    """(file, name) of every `@triton.jit` function of lab's kernels: Triton's interpreter runs a copy of each one's code
+    (rewritten from its source), so the copy is known by where it came from, not by its code object."""
+    import importlib
+
+    out = set()
+    for module in ("rung6_triton", "rung6_triton_backward"):
+        try:
+            m = importlib.import_module(f"lab.kernels.{module}")
+        except Exception:  # Triton missing: nothing of lab's to call either
+            continue
+        for f in vars(m).values():
+            code = getattr(getattr(f, "fn", None), "__code__", None)
+            if code is not None and hasattr(f, "run"):
+                out.add((code.co_filename, code.co_name))
+    return out
+
+
 def _run_watched(run, k, v, M):
-    """`(run(k, v), which of K and V it loads past row M - 1)`: in Triton's interpreter every load is watched, so a read
-    that tl.where hides afterwards is still seen; compiled, no load is seen ([])."""
+    """`(run(k, v), which of K and V it loads past row M - 1, the most rows of K and of V one load reads, lab's
+    kernels it called)`: in Triton's interpreter every load is watched, so a read that tl.where hides afterwards is
+    still seen; compiled, no load is seen ([], {}, [])."""
     try:
         from triton.runtime.interpreter import InterpreterBuilder
 
         original = InterpreterBuilder.create_masked_load
     except (ImportError, AttributeError):
-        return run(k, v), []
+        return run(k, v), [], {}, []
     spans = [
         (
             name,
@@ -599,7 +728,16 @@ def _run_watched(run, k, v, M):
         for name, t in (("K", k), ("V", v))
         for h in range(t.shape[0])
     ]  # the rows after each head's M keys
-    seen = set()
+    heads = [
+        (
+            name,
+            t.data_ptr() + h * t.stride(0) * t.element_size(),
+            t.stride(1) * t.element_size(),
+        )
+        for name, t in (("K", k), ("V", v))
+        for h in range(t.shape[0])
+    ]  # each head's rows 0 .. M - 1
+    seen, widest, total = set(), {"K": 0, "V": 0}, {"K": 0, "V": 0}
 
     def load(self, ptrs, mask, *args, **kwargs):
         addr = np.asarray(ptrs.data, np.uint64)[
@@ -610,12 +748,33 @@ def _run_watched(run, k, v, M):
             for name, lo, size in spans
             if ((addr >= np.uint64(lo)) & (addr < np.uint64(lo + size))).any()
         )
+        for name, lo, row in heads:
+            inside = addr[(addr >= np.uint64(lo)) & (addr < np.uint64(lo + M * row))]
+            rows = len(np.unique((inside - np.uint64(lo)) // np.uint64(row)))
+            widest[name] = max(widest[name], rows)
+            total[name] += rows
         return original(self, ptrs, mask, *args, **kwargs)
 
+    ours, called = _lab_kernels(), []
+
+    def watch(frame, event, arg):
+        if event == "call":
+            where = (frame.f_code.co_filename, frame.f_code.co_name)
+            if where in ours and where[1] not in called:
+                called.append(where[1])
+
     InterpreterBuilder.create_masked_load = load
+    before = sys.getprofile()
+    sys.setprofile(watch)
     try:
-        return run(k, v), sorted(seen)
+        return (
+            run(k, v),
+            sorted(seen),
+            widest | {f"{n} rows": t for n, t in total.items()},
+            called,
+        )
     finally:
+        sys.setprofile(before)
         InterpreterBuilder.create_masked_load = original
 
 

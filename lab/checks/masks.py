@@ -7,13 +7,22 @@ Taught in: notebooks/11_masks_and_score_mods.ipynb
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import math
+import sys
+import types
+import warnings
 
 import numpy as np
+import torch
 
 from ..attention import attention_reference, flash_attention_numpy
-from ..mask_experiments import window_tile_counts
+from ..mask_experiments import flex_reference, window_tile_counts
 from ..masks import KINDS, block_mask, index_arrays
+from ..torch_kernels import flash_attention_torch
+from ._seeded import noting_seed
+from ._support import _fresh, _refusal
 
 __all__ = ["check_window_tiles", "check_mask_mod", "check_score_mod"]
 
@@ -32,13 +41,55 @@ def _show(case) -> str:
     return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
 
-def _attempt(name, fn, case, n, *args, hint=_ARRAY_HINT):
+def _codes(answers) -> dict:
+    """The code of each of lab's functions `answers` and of every function defined inside it (the mod a builder
+    returns), each mapped to "lab.<name>": a mod made by lab's builder, by any route (called, aliased, built
+    beforehand and kept), runs one of them."""
+    out = {}
+    for f in answers:
+        todo = [getattr(inspect.unwrap(f), "__code__", None)]
+        while todo:
+            code = todo.pop()
+            if code is not None and code not in out:
+                out[code] = f"lab.{f.__name__}"
+                todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return out
+
+
+@contextlib.contextmanager
+def _watching_codes(codes: dict):
+    """Record (once each) the names of `codes` whose code runs inside the block, by any route (a profile hook)."""
+    seen, before = [], sys.getprofile()
+
+    def watch(frame, event, arg):
+        if (
+            event == "call"
+            and frame.f_code in codes
+            and codes[frame.f_code] not in seen
+        ):
+            seen.append(codes[frame.f_code])
+
+    sys.setprofile(watch)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(before)
+
+
+def _attempt(name, fn, case, n, *args, hint=_ARRAY_HINT, lab_answer=()):
     """`fn(*args)` (`fn(*case)` without args), or `_FAILED` after printing why it could not run.
 
-    `hint` is added when the error is an array asked for a single truth value.
+    `hint` is added when the error is an array asked for a single truth value; with `lab_answer` (lab's functions that
+    answer the exercise) an answer that runs their code, or the code of a mod they build, is refused.
     """
     try:
-        out = fn(*(args or case))
+        with contextlib.ExitStack() as stack:
+            seen = (
+                stack.enter_context(_watching_codes(_codes(lab_answer)))
+                if lab_answer
+                else []
+            )
+            out = fn(*(args or case))
     except NotImplementedError:
         print(
             f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
@@ -52,6 +103,9 @@ def _attempt(name, fn, case, n, *args, hint=_ARRAY_HINT):
         print(
             f"{name}: ✗ case {n} {_show(case)} raised {type(exc).__name__}: {exc}{extra}"
         )
+        return _FAILED
+    if seen:
+        print(f"{name}: ✗ case {n} {_show(case)}: {_refusal(seen[0])}")
         return _FAILED
     if out is None:
         print(f"{name}: ✗ case {n} {_show(case)}: returned None (a missing `return`?)")
@@ -73,9 +127,32 @@ def _where(pos) -> str:
     return f"head {h}, query i = {i}, key j = {j}"
 
 
+_TORCH_MOD = (
+    "in lab.flash_attention_torch and flex_attention a mod gets torch tensors (s, b, h, i, j): use what numpy arrays "
+    "and tensors both have (operators, & | ~, abs(x), x.clip(max=D)), and make a table indexed by h a tensor of s's "
+    "kind first: torch.as_tensor(slopes, dtype=s.dtype, device=s.device) when isinstance(s, torch.Tensor)"
+)
+
+
+def _kernels_run() -> str:  # noqa: N802
+    return "the numpy and torch kernels" + (
+        " and flex_attention" if _flex_runs() else ""
+    )
+
+
+def _flex_runs() -> bool:
+    try:
+        from torch.nn.attention.flex_attention import flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _kernel_problem(build, spec, kind, case, heads, what, seed=0) -> str | None:
-    """Why flash_attention_numpy with the learner's mod (`build(*case)`, passed as `kind`) does not match the reference
-    with the spec's, or None: refused, or max |o - ref| ≥ 1e-9. `what` names what already agreed ("masks", "scores")."""
+    """Why a kernel with the learner's mod (`build(*case)`, passed as `kind`) does not match the reference with the
+    spec's, or None: `flash_attention_numpy` on numpy arrays, then `flash_attention_torch` and (where it runs)
+    PyTorch's `flex_attention` on torch tensors; refused, or max |o - ref| ≥ 1e-9. `what` names what already agreed
+    ("masks", "scores")."""
     N, M = case[-2:]
     rng = np.random.default_rng(seed)
     q, k, v = (
@@ -83,41 +160,92 @@ def _kernel_problem(build, spec, kind, case, heads, what, seed=0) -> str | None:
         rng.standard_normal((1, heads, M, 8)),
         rng.standard_normal((1, heads, M, 8)),
     )
-    try:
-        o, _ = flash_attention_numpy(
-            q, k, v, block_q=16, block_k=16, **{kind: build(*case)}
+    ref = attention_reference(q, k, v, **{kind: spec(*case)})[0]
+    t = [torch.from_numpy(a) for a in (q, k, v)]
+    kernels = [
+        (
+            "flash_attention_numpy",
+            lambda mod: flash_attention_numpy(
+                q, k, v, block_q=16, block_k=16, **{kind: mod}
+            )[0],
+        ),
+        (
+            "lab.flash_attention_torch",
+            lambda mod: flash_attention_torch(
+                *t, block_q=16, block_k=16, **{kind: mod}
+            )[0].numpy(),
+        ),
+    ]
+    if _flex_runs():
+        kernels.append(
+            ("flex_attention", lambda mod: flex_reference(*t, **{kind: mod})[0].numpy())
         )
-    except (ValueError, TypeError) as exc:
-        return f"the {what} agree, but flash_attention_numpy refused yours: {exc}"
-    err = float(
-        np.abs(o - attention_reference(q, k, v, **{kind: spec(*case)})[0]).max()
-    )
-    if not err < 1e-9:
-        return f"the {what} agree, but flash_attention_numpy with yours differs from the reference (max |o - ref| = {err:.1e})"
+    for label, kernel in kernels:
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                o = kernel(build(*case))
+        except Exception as exc:
+            if label == "flash_attention_numpy" and not isinstance(
+                exc, (ValueError, TypeError)
+            ):
+                raise
+            text = f"the {what} agree, but {label} refused yours: {type(exc).__name__}: {exc}"
+            return text if label == "flash_attention_numpy" else f"{text}; {_TORCH_MOD}"
+        err = float(np.abs(np.asarray(o, dtype=float) - ref).max())
+        if not err < 1e-9:
+            return f"the {what} agree, but {label} with yours differs from the reference (max |o - ref| = {err:.1e})"
     return None
+
+
+def _answer(spec) -> tuple:
+    """`(spec,)` when the spec is one of lab's builders (its answer to the exercise), else ()."""
+    return (spec,) if getattr(spec, "__module__", "").startswith("lab.") else ()
 
 
 def _window_computed(N: int, W: int, Br: int, Bc: int) -> int:
     return window_tile_counts(N, N, W - 1, 0, Br, Bc)["computed"]
 
 
-def check_window_tiles(build, cases, *, name: str | None = None) -> None:
+def check_window_tiles(
+    build, cases, *, name: str | None = None, fresh: int = 4, seed: int | None = None
+) -> None:
     """Check `build(N, W, Br, Bc)`, the tiles computed for a causal window of W keys, against the reference; print one verdict.
 
     The reference is `window_tile_counts(N, N, W - 1, 0, Br, Bc)["computed"]`. For a wrong count it says the
     case's arguments, yours and the expected count, and whether yours is the count of a window one key
     wider or narrower (the classic off-by-one: a causal window of W keys reaches back to key i - (W - 1)),
-    of causal attention or of full attention. Taught in: notebooks/11_masks_and_score_mods.ipynb
+    of causal attention or of full attention. After `cases`, `fresh` cases drawn afresh on each run (`seed` draws
+    the same again), so no table of the fixed ones passes; running lab's count or `lab.block_mask` is refused.
+    Taught in: notebooks/11_masks_and_score_mods.ipynb
     """
     name = name or getattr(build, "__name__", "<lambda>")
     name = (
         "window_tiles" if name.startswith("<") else name
     )  # a lambda: the exercise's own name
+    rng, seed = _fresh(seed)
+    drawn = []
+    for _ in range(fresh):
+        Bc = int(rng.choice([16, 32, 48, 64]))
+        W = int(rng.integers(1, 12)) * Bc + int(rng.choice([-1, 0, 1, 2]))
+        drawn.append(
+            (int(rng.integers(1, 4000)), max(W, 1), int(rng.choice([16, 32, 64])), Bc)
+        )
+    with noting_seed(seed if fresh else None):
+        _window_cases(build, list(cases) + drawn, name)
+
+
+def _window_cases(build, cases, name) -> None:
     for n, case in enumerate(cases):
         N, W, Br, Bc = case
         shown = f"{name}(N={N}, W={W}, Br={Br}, Bc={Bc})"
         got = _attempt(
-            name, build, case, n, hint=" (a count needs plain integers: no arrays here)"
+            name,
+            build,
+            case,
+            n,
+            hint=" (a count needs plain integers: no arrays here)",
+            lab_answer=(window_tile_counts, block_mask),
         )
         if got is _FAILED:
             return
@@ -178,8 +306,12 @@ def check_mask_mod(
     for n, case in enumerate(cases):
         N, M = case[-2], case[-1]
         idx = index_arrays(1, heads, 0, N, 0, M)
-        mod = _attempt(name, build, case, n)
-        got = _FAILED if mod is _FAILED else _attempt(name, mod, case, n, *idx)
+        mod = _attempt(name, build, case, n, lab_answer=_answer(spec))
+        got = (
+            _FAILED
+            if mod is _FAILED
+            else _attempt(name, mod, case, n, *idx, lab_answer=_answer(spec))
+        )
         if got is _FAILED:
             return
         if np.asarray(got).dtype != bool:
@@ -225,7 +357,7 @@ def check_mask_mod(
     ).counts
     print(
         f"{name}: ✓ passed {len(cases)} cases; last case's {block}×{block} tiles: {counts['empty']} empty, "
-        f"{counts['partial']} partial, {counts['full']} full, as the spec's; the kernel matches the reference"
+        f"{counts['partial']} partial, {counts['full']} full, as the spec's; {_kernels_run()} match the reference"
     )
 
 
@@ -251,11 +383,13 @@ def check_score_mod(
         idx = index_arrays(1, heads, 0, N, 0, M)
         s = 3.0 * rng.standard_normal((1, heads, N, M))
         before = s.copy()
-        mod = _attempt(name, build, case, n, hint=_SCORE_HINT)
+        mod = _attempt(name, build, case, n, hint=_SCORE_HINT, lab_answer=_answer(spec))
         got = (
             _FAILED
             if mod is _FAILED
-            else _attempt(name, mod, case, n, s, *idx, hint=_SCORE_HINT)
+            else _attempt(
+                name, mod, case, n, s, *idx, hint=_SCORE_HINT, lab_answer=_answer(spec)
+            )
         )
         if got is _FAILED:
             return
@@ -284,5 +418,5 @@ def check_score_mod(
         print(f"{name}: ✗ {problem}")
         return
     print(
-        f"{name}: ✓ passed {len(cases)} cases; the kernel with it matches the reference"
+        f"{name}: ✓ passed {len(cases)} cases; {_kernels_run()} with it match the reference"
     )

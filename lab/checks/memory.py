@@ -12,7 +12,7 @@ import numpy as np
 from ..attention import attention_reference
 from ..exercises import check
 from ..memory import attention_bytes, attention_traffic
-from ._support import _guarded, _hint, _own_work
+from ._support import _fresh, _guarded, _hint, _own_work
 
 __all__ = [
     "check_score_bytes",
@@ -22,9 +22,31 @@ __all__ = [
 ]
 
 
-def check_score_bytes(fn) -> None:
-    """Check `fn(B, H, N, M, itemsize)`, the bytes of S and P: $2 \\cdot B \\cdot H \\cdot N \\cdot M \\cdot \\text{itemsize}$.
+def check_score_bytes(fn, *, seed: int | None = None) -> None:
+    """Check `fn(B, H, N, M, itemsize)`, the bytes of S and P: $2 \\cdot B \\cdot H \\cdot N \\cdot M \\cdot \\text{itemsize}$;
+    four fixed cases and three drawn afresh each run (`seed` draws the same again).
     Taught in: notebooks/00_the_memory_wall.ipynb"""
+    rng, seed = _fresh(seed)
+    cases = [
+        (3, 4, 5, 7, 8),
+        (1, 1, 4096, 4096, 4),
+        (8, 32, 2048, 2048, 2),
+        (4, 16, 1000, 3000, 2),
+    ] + [
+        (
+            *(int(x) for x in rng.integers(2, 33, 2)),
+            *(int(x) for x in rng.integers(100, 9000, 2)),
+            int(rng.choice([1, 2, 4, 8])),
+        )
+        for _ in range(3)
+    ]
+    fixed = [
+        (
+            lambda B, H, N, M, s, k=k: 2 * B * H * N * M * k,
+            f"that is {k} bytes per number whatever the format: use the argument itemsize",
+        )
+        for k in (1, 2, 4, 8)
+    ]
     mistakes = [
         (
             lambda B, H, N, M, s: B * H * N * M * s,
@@ -54,22 +76,21 @@ def check_score_bytes(fn) -> None:
             lambda B, H, N, M, s: 2 * B * H * N * M,
             "that counts numbers, not bytes: each takes itemsize bytes",
         ),
-    ]
+    ] + fixed
+    guarded = _guarded(fn, "score_bytes")
     check(
-        _guarded(fn, "score_bytes"),
+        guarded,
         lambda B, H, N, M, s: attention_bytes(N, M, s, heads=B * H),
-        [
-            (3, 4, 5, 7, 8),
-            (1, 1, 4096, 4096, 4),
-            (8, 32, 2048, 2048, 2),
-            (4, 16, 1000, 3000, 2),
-        ],
+        cases,
         rtol=0,
         atol=0,
+        seed=seed,
         properties=[_own_work("attention_bytes")],
         hint=_hint(
             mistakes,
             "count the numbers in S and in P for one head, times the heads at once, times bytes per number",
+            fn=guarded,
+            cases=cases,
         ),
     )
 
@@ -83,10 +104,12 @@ def _attention(q, k, v, *, scale=None, shift="row", axis=-1):
     return e / e.sum(axis=axis, keepdims=True) @ v
 
 
-def check_standard_attention(fn) -> None:
-    """Check `fn(q, k, v)`, one head of standard attention: $O = \\mathrm{softmax}(QK^\\top/\\sqrt{d})\\,V$, row by row; cases
-    with N != M, d_v != d and scores in the thousands. Taught in: notebooks/00_the_memory_wall.ipynb"""
+def check_standard_attention(fn, *, seed: int | None = None) -> None:
+    """Check `fn(q, k, v)`, one head of standard attention: $O = \\mathrm{softmax}(QK^\\top/\\sqrt{d})\\,V$, row by row, in numpy;
+    cases with N != M, d_v != d and scores in the thousands, fixed and drawn afresh each run (`seed` draws the same
+    again). Taught in: notebooks/00_the_memory_wall.ipynb"""
     rng = np.random.default_rng(1)
+    fresh, seed = _fresh(seed)
     cases = [
         (
             rng.standard_normal((5, 8)),
@@ -104,6 +127,15 @@ def check_standard_attention(fn) -> None:
             rng.standard_normal((9, 2)),
         ),
     ]
+    for scale in (1.0, 40.0):
+        N, M, d, dv = (int(x) for x in fresh.integers(2, 12, 4))
+        cases.append(
+            (
+                scale * fresh.standard_normal((N, d)),
+                scale * fresh.standard_normal((M, d)),
+                fresh.standard_normal((M, dv)),
+            )
+        )
     mistakes = [
         (
             lambda q, k, v: _attention(q, k, v, shift="none"),
@@ -130,14 +162,24 @@ def check_standard_attention(fn) -> None:
             "each column of P sums to 1: softmax each query's row of scores (axis=-1)",
         ),
     ]
+    guarded = _guarded(fn, "my_attention")
     check(
-        _guarded(fn, "my_attention"),
+        guarded,
         lambda q, k, v: attention_reference(q, k, v)[0],
         cases,
         rtol=1e-9,
         atol=1e-12,
+        seed=seed,
         hint=_hint(
-            mistakes, "S = scale·QKᵀ is (N, M); softmax each row; O = PV is (N, d_v)"
+            mistakes,
+            "S = scale·QKᵀ is (N, M); softmax each row; O = PV is (N, d_v)",
+            fn=guarded,
+            cases=cases,
+            close=(
+                "the formula is right, but the digits are float32's (about 7): keep the float64 of q, k and v all "
+                "the way (no .astype(np.float32), no np.float32 buffers)",
+                1e-3,
+            ),
         ),
         properties=[
             _own_work(
@@ -147,14 +189,20 @@ def check_standard_attention(fn) -> None:
                 "softmax_safe",
                 "softmax_naive",
                 "softmax_online",
+                numpy_only=True,
             )
         ],
     )
 
 
-def check_largest_n(fn) -> None:
+def check_largest_n(fn, *, seed: int | None = None) -> None:
     """Check `fn(gib, itemsize)`, the largest N whose S and P fit in `gib` GiB:
-    $2 N^2 \\cdot \\text{itemsize} \\le \\text{gib} \\cdot 2^{30}$. Taught in: notebooks/00_the_memory_wall.ipynb"""
+    $2 N^2 \\cdot \\text{itemsize} \\le \\text{gib} \\cdot 2^{30}$; six fixed cases and three drawn afresh each run (`seed`
+    draws the same again). Taught in: notebooks/00_the_memory_wall.ipynb"""
+    rng, seed = _fresh(seed)
+    cases = [(80, 4), (80, 2), (16, 2), (141, 2), (1, 8), (24, 1)] + [
+        (int(rng.integers(2, 300)), int(rng.choice([1, 2, 4, 8]))) for _ in range(3)
+    ]
     mistakes = [
         (
             lambda g, s: math.isqrt(g * 2**30 // s),
@@ -186,23 +234,37 @@ def check_largest_n(fn) -> None:
             "the whole computation in integers)"
         )
 
+    guarded = _guarded(fn, "largest_n")
     check(
-        _guarded(fn, "largest_n"),
+        guarded,
         lambda g, s: math.isqrt(g * 2**30 // (2 * s)),
-        [(80, 4), (80, 2), (16, 2), (141, 2), (1, 8), (24, 1)],
+        cases,
         rtol=0,
         atol=0,
+        seed=seed,
         properties=[whole],
         hint=_hint(
             mistakes,
             "the largest N with 2·N²·itemsize <= gib·2³⁰ bytes: it fits, N + 1 does not",
+            fn=guarded,
+            cases=cases,
         ),
     )
 
 
-def check_hbm_bytes(fn) -> None:
+def check_hbm_bytes(fn, *, seed: int | None = None) -> None:
     """Check `fn(N, M, d, dv, itemsize)`, the HBM bytes `(s, p, o, fused)` of standard attention's three kernels and of a
-    fused kernel (`lab.attention_traffic`, softmax reading S once). Taught in: notebooks/00_the_memory_wall.ipynb"""
+    fused kernel (`lab.attention_traffic`, softmax reading S once); three fixed cases and three drawn afresh each run
+    (`seed` draws the same again). Taught in: notebooks/00_the_memory_wall.ipynb"""
+    rng, seed = _fresh(seed)
+    cases = [(4096, 4096, 64, 64, 2), (1000, 3000, 128, 32, 4), (7, 5, 3, 2, 8)] + [
+        (
+            *(int(x) for x in rng.integers(2, 5000, 2)),
+            *(int(x) for x in rng.choice([16, 32, 64, 80, 128], 2, replace=False)),
+            int(rng.choice([1, 2, 4, 8])),
+        )
+        for _ in range(3)
+    ]
 
     def want(N, M, d, dv, it):
         return tuple(
@@ -242,17 +304,21 @@ def check_hbm_bytes(fn) -> None:
             "V and O have d_v columns, not d",
         ),
     ]
+    guarded = _guarded(fn, "hbm_bytes")
     check(
-        _guarded(fn, "hbm_bytes"),
+        guarded,
         want,
-        [(4096, 4096, 64, 64, 2), (1000, 3000, 128, 32, 4), (7, 5, 3, 2, 8)],
+        cases,
         names=("s", "p", "o", "fused"),
         rtol=0,
         atol=0,
+        seed=seed,
         properties=[_own_work("attention_traffic")],
         hint=_hint(
             mistakes,
             "each kernel reads its inputs from HBM and writes its output; the fused kernel reads Q, K, "
             "V and writes O only",
+            fn=guarded,
+            cases=cases,
         ),
     )

@@ -23,10 +23,10 @@ import traceback
 import numpy as np
 
 from ..attention import attention_reference
-from ..exercises import diagnose
+from ..exercises import diagnose, raised_at, seed_note
 from ..merge import merge_outputs, random_chunk_bounds
 from ..states import partial_state
-from ._support import watch_course
+from ._support import _fresh, _refusal, _watching
 from ._values import FLOAT32, sharpen
 
 __all__ = ["check_state_merge", "check_merge_partials", "check_chunked_attention"]
@@ -78,7 +78,7 @@ def _spy_globals(fn, targets):
 def _attempt(name, fn, args, where):
     """`fn(*args)` with the course's answers watched: (result, lab names called), or `_FAILED` after saying why."""
     try:
-        with np.errstate(all="ignore"), watch_course(_COURSE) as used:
+        with np.errstate(all="ignore"), _watching(_COURSE, numpy_only=True) as used:
             out = fn(*args)
     except NotImplementedError as exc:
         stub = traceback.extract_tb(exc.__traceback__)[-1].name
@@ -95,7 +95,7 @@ def _attempt(name, fn, args, where):
         _fail(
             name,
             where,
-            f"raised {type(exc).__name__}: {exc}",
+            f"raised {type(exc).__name__}: {exc}{raised_at(exc)}",
             _BROADCAST if "could not be broadcast" in str(exc) else None,
         )
         return _FAILED
@@ -120,12 +120,7 @@ def _judge(name, where, got, used, want, names, hint, before=(), after=()) -> bo
             "compute new arrays: x = x * w makes a new one, x *= w overwrites the caller's",
         )
     elif used:
-        _fail(
-            name,
-            where,
-            f"{name} called lab.{used[0]}, the course's own answer",
-            "the exercise is to write it yourself",
-        )
+        _fail(name, where, _refusal(used))
     return problem is None and not changed and not used
 
 
@@ -162,14 +157,29 @@ def _bad_rows(got, problem) -> list:
 # ------------------------------------------------------------------------------------ exercise 1: two states
 
 
-def _state_cases():
+def _state_cases(fresh=None):
+    """The fixed cases, then (with a generator `fresh`) two of the same kinds drawn from it: sizes, and maxes apart."""
     rng, no, up = (
         np.random.default_rng(40),
         -np.inf,
         np.array([1000.0, 1000, -1000, -1000]),
     )  # rows 0-1 up
     out = []
-    for label, na, nb, off_a, off_b in (
+    drawn = []
+    if fresh is not None:
+        na, nb = (int(n) for n in fresh.integers(1, 12, 2))
+        apart = 1000.0 * fresh.choice([-1.0, 1.0], 4)
+        drawn = [
+            (f"fresh, {na} keys | {nb} keys", na, nb, 0, 0),
+            (
+                f"fresh, maxes 2000 apart by row ({apart[0]:+g} in a for row 0)",
+                nb,
+                na,
+                apart,
+                -apart,
+            ),
+        ]
+    specs = (
         ("3 keys | 7 keys", 3, 7, 0, 0),
         ("1 key | 12 keys", 1, 12, 0, 0),
         (
@@ -189,15 +199,18 @@ def _state_cases():
             -up,
             up,
         ),
-    ):
-        sa, sb = (rng.standard_normal((4, n)) * 10 for n in (na, nb))
+    )
+    for which, (label, na, nb, off_a, off_b) in [(rng, x) for x in specs] + [
+        (fresh, x) for x in drawn
+    ]:
+        sa, sb = (which.standard_normal((4, n)) * 10 for n in (na, nb))
         for s in (sa, sb):
-            s[rng.random(s.shape) < 0.2] = -np.inf
+            s[which.random(s.shape) < 0.2] = -np.inf
         sa, sb = (
             sa + np.reshape(off_a, (-1, 1)),
             sb + np.reshape(off_b, (-1, 1)),
         )  # a row offset -inf: no key
-        va, vb = rng.standard_normal((na, 3)), rng.standard_normal((nb, 3))
+        va, vb = which.standard_normal((na, 3)), which.standard_normal((nb, 3))
         want = tuple(
             partial_state(np.concatenate([sa, sb], axis=1), np.concatenate([va, vb]))
         )
@@ -233,14 +246,16 @@ def _state_hint(label, a, b, got, want, problem):
     return "the merged state is the one partial_state computes on both slices' keys at once"
 
 
-def check_state_merge(fn, *, name: str | None = None) -> None:
+def check_state_merge(fn, *, name: str | None = None, seed: int | None = None) -> None:
     """Check `fn(a, b)` -> the state (m, l, acc) over both slices' keys (`partial_state` on all of them); print one verdict.
 
     Cases: random slices with masked keys, rows one or both slices never saw, no key at all, maxes near ±1000;
-    a and b must stay unchanged. Taught in: notebooks/04_merge_order.ipynb
+    fixed and drawn afresh each run (`seed` draws the same again); a and b must stay unchanged; lab's answers and other
+    array libraries refused. Taught in: notebooks/04_merge_order.ipynb
     """
     name = name or getattr(fn, "__name__", "my_merge")
-    cases = _state_cases()
+    rng, seed = _fresh(seed)
+    cases = _state_cases(rng)
     for i, (label, a, b, want) in enumerate(cases):
         before = [x.copy() for x in a + b]
         res = _attempt(name, fn, (a, b), f"{i} ({label})")
@@ -254,6 +269,7 @@ def check_state_merge(fn, *, name: str | None = None) -> None:
             before,
             a + b,
         ):
+            print(seed_note(seed), end="")
             return
     print(
         f"{name}: ✓ passed {len(cases)} cases (rows one or both slices never saw, maxes near ±1000, 2000 apart in one "
@@ -275,7 +291,8 @@ def _synthetic(rng, C, shift=0.0):
     return parts
 
 
-def _merge_cases():
+def _merge_cases(fresh=None):
+    """The fixed cases, then (with a generator `fresh`) real chunks of a fresh attention and lse 2000 apart by row."""
     rng, no = np.random.default_rng(41), -np.inf
     q, k, v = (
         rng.standard_normal((3, 8)),
@@ -313,7 +330,7 @@ def _merge_cases():
         ),
     ]
     one_shot = attention_reference(q, k, v)
-    return [
+    out = [
         (
             label,
             parts,
@@ -323,6 +340,32 @@ def _merge_cases():
         )
         for label, parts in cases
     ]
+    if fresh is not None:
+        C, M = int(fresh.integers(3, 7)), int(fresh.integers(20, 70))
+        q, k, v = (
+            fresh.standard_normal((3, 8)),
+            fresh.standard_normal((M, 8)),
+            fresh.standard_normal((M, 4)),
+        )
+        bounds = random_chunk_bounds(M, C, seed=int(fresh.integers(1_000_000)))
+        real = [attention_reference(q, k[j0:j1], v[j0:j1]) for j0, j1 in bounds]
+        out.append(
+            (
+                f"fresh, {C} parts, real chunks of one attention over {M} keys",
+                real,
+                attention_reference(q, k, v),
+            )
+        )
+        C = int(fresh.integers(2, 6))
+        parts = _synthetic(fresh, C, 1000.0 * fresh.choice([-1.0, 1.0], (C, 4)))
+        out.append(
+            (
+                f"fresh, {C} parts, lse near +1000 and -1000 in one row",
+                parts,
+                merge_outputs([p[0] for p in parts], [p[1] for p in parts]),
+            )
+        )
+    return out
 
 
 def _merge_hint(label, parts, got, problem):
@@ -387,15 +430,18 @@ def _merge_hint(label, parts, got, problem):
     }.get(k, "return the tuple (o, lse)")
 
 
-def check_merge_partials(fn, *, name: str | None = None) -> None:
+def check_merge_partials(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
     """Check `fn(parts)` -> (o, lse) over all parts: $lse = \\log \\sum_c e^{lse_c}$, $o = \\sum_c e^{lse_c - lse} o_c$; print one verdict.
 
     Cases: 1, 2 and 7 parts (real chunks of one attention against its one-shot answer), lse near ±1000, an
-    empty part, a row empty in every part; each also reversed and shuffled; the parts must stay unchanged.
-    Taught in: notebooks/04_merge_order.ipynb
+    empty part, a row empty in every part, fixed and drawn afresh each run (`seed` draws the same again); each also
+    reversed and shuffled; the parts must stay unchanged. Taught in: notebooks/04_merge_order.ipynb
     """
     name = name or getattr(fn, "__name__", "merge_partials")
-    cases, shuffle = _merge_cases(), np.random.default_rng(7)
+    rng, seed = _fresh(seed)
+    cases, shuffle = _merge_cases(rng), np.random.default_rng(7)
     for i, (label, parts, want) in enumerate(cases):
         orders = [("", parts)] + (
             [
@@ -421,6 +467,7 @@ def check_merge_partials(fn, *, name: str | None = None) -> None:
                 before,
                 [x for p in given for x in p],
             ):
+                print(seed_note(seed), end="")
                 return
     print(
         f"{name}: ✓ passed {len(cases)} cases (1 to 7 parts, lse near ±1000, 2000 apart in one row, empty parts and "
@@ -439,18 +486,37 @@ def _qkv(rng, N, M, scale=1.0):
     )
 
 
-def _chunk_cases():
+def _chunk_cases(fresh=None):
     rng = np.random.default_rng(42)
+    drawn = []
+    if fresh is not None:
+        N, M = int(fresh.integers(1, 6)), int(fresh.integers(2, 20))
+        drawn = [
+            (f"fresh, {M} keys", *_qkv(fresh, N, M)),
+            ("fresh, scores in the thousands", *_qkv(fresh, N, M, scale=30.0)),
+        ]
     return [
         ("5 keys", *_qkv(rng, 3, 5)),
         ("1 key", *_qkv(rng, 3, 1)),
         ("one query, 16 keys", *_qkv(rng, 1, 16)),
         ("scores in the thousands", *_qkv(rng, 3, 6, scale=30.0)),
-    ]
+    ] + drawn
 
 
-def _attention_cases():
+def _attention_cases(fresh=None):
     rng = np.random.default_rng(43)
+    drawn = []
+    if fresh is not None:
+        chunk = int(fresh.integers(2, 9))
+        M = chunk * int(fresh.integers(2, 6)) + int(fresh.integers(1, chunk))
+        drawn = [
+            (
+                f"fresh, {M} keys in chunks of {chunk}",
+                *_qkv(fresh, int(fresh.integers(1, 5)), M),
+                chunk,
+            ),
+            ("fresh, scores in the thousands", *_qkv(fresh, 3, M, scale=30.0), chunk),
+        ]
     return [
         ("", *_qkv(rng, 3, 48), 16),
         ("50 keys in chunks of 16: the last chunk has 2", *_qkv(rng, 3, 50), 16),
@@ -458,7 +524,7 @@ def _attention_cases():
         ("one chunk larger than M", *_qkv(rng, 2, 20), 64),
         ("one query", *_qkv(rng, 1, 37), 5),
         ("scores in the thousands", *_qkv(rng, 3, 30, scale=30.0), 7),
-    ]
+    ] + drawn
 
 
 _shapes = lambda q, k, v: f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"  # noqa: E731
@@ -550,18 +616,24 @@ def _passes(check, fn) -> bool:
 
 
 def check_chunked_attention(
-    fn, chunk_output, merge_partials, *, name: str | None = None
+    fn,
+    chunk_output,
+    merge_partials,
+    *,
+    name: str | None = None,
+    seed: int | None = None,
 ) -> None:
     """Check `chunk_output(q, k_c, v_c)` on single chunks, then `fn(q, k, v, chunk)` -> `attention_reference(q, k, v)`; print one verdict.
 
     The calls `fn` makes to `chunk_output` and `merge_partials` are recorded: every key must reach
     `chunk_output` exactly once, in ceil(M / chunk) chunks of at most `chunk` keys, and the results must go
     through `merge_partials`. Cases: chunk not dividing M, chunk 1, chunk > M, one query, scores in the
-    thousands. Taught in: notebooks/04_merge_order.ipynb
+    thousands, fixed and drawn afresh each run (`seed` draws the same again). Taught in: notebooks/04_merge_order.ipynb
     """
     name = name or getattr(fn, "__name__", "chunked_attention")
     sub = getattr(chunk_output, "__name__", "chunk_output")
-    for i, (label, q, k_c, v_c) in enumerate(_chunk_cases()):
+    rng, seed = _fresh(seed)
+    for i, (label, q, k_c, v_c) in enumerate(_chunk_cases(rng)):
         where = f"{i} ({_shapes(q, k_c, v_c)}, {label})"
         res = _attempt(sub, chunk_output, (q, k_c, v_c), where)
         if res is _FAILED or not _judge(
@@ -572,8 +644,9 @@ def check_chunked_attention(
             ("o_c", "lse_c"),
             lambda got, p: _chunk_hint(label, q, k_c, v_c, got, p),
         ):
+            print(seed_note(seed), end="")
             return
-    cases = _attention_cases()
+    cases = _attention_cases(rng)
     for i, (label, q, k, v, chunk) in enumerate(cases):
         where = (
             f"{i} ({_shapes(q, k, v)}, chunk={chunk}{', ' + label if label else ''})"

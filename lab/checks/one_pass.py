@@ -25,8 +25,9 @@ import numpy as np
 
 from ..access_count import CountingArray
 from ..attention import attention_reference
-from ..exercises import diagnose
+from ..exercises import diagnose, raised_at, seed_note
 from ..memory import peak_bytes
+from ._support import _fresh, _refusal, _watching
 from ._values import FLOAT32, sharpen
 
 __all__ = ["CountingRows", "check_one_pass_row", "check_one_pass_rows"]
@@ -107,7 +108,34 @@ class _Case(NamedTuple):
     v: np.ndarray  # (M, dv)
     Bc: int
     causal: bool = False
-    kind: str = ""  # "negative", "positive", "masked", "memory"
+    kind: str = ""  # "negative", "positive", "masked", "memory", "high first"
+
+
+# lab's answers to these exercises, refused by whatever name reaches them
+_COURSE = (
+    "attention_reference",
+    "attention_naive",
+    "flash_attention_numpy",
+    "attention_row_three_pass",
+    "attention_row_two_pass",
+    "attention_row_one_pass",
+    "one_pass_attention",
+    "softmax_safe",
+    "softmax_online",
+    "online_normalizer",
+    "partial_state",
+    "merge_states",
+    "finalize",
+    "chunk_state",
+    "reduce_states",
+    "merge_outputs",
+    "flash_decoding",
+)
+
+RUNNING_MAX = (
+    "m must be the running max, m' = max(m, the block's max), the largest score seen so far: with the block's own "
+    "max, a block near -400 after one near +400 rescales l and acc by e^(m - m') = e^800 = inf"
+)
 
 
 def _scores_near(rng, level: float, M: int, d: int, dv: int, N: int | None):
@@ -119,12 +147,79 @@ def _scores_near(rng, level: float, M: int, d: int, dv: int, N: int | None):
     return q, k, rng.standard_normal((M, dv))
 
 
+def _high_first(rng, M: int, Bc: int, d: int, dv: int, N: int | None):
+    """q, k, v whose first block of Bc keys scores near +400 and every later key near -400 (first coordinate only)."""
+    q, k, v = _scores_near(rng, -405.0, M, d, dv, N)
+    k[:Bc, 0] = (395.0 + 10.0 * rng.random(min(Bc, M))) / 2.0
+    return q, k, v
+
+
+def _fresh_row_cases(rng) -> list[_Case]:
+    """Cases of the fixed kinds drawn afresh: a plain one (Bc not dividing M) and a high block before low ones."""
+    d, dv = (int(x) for x in rng.integers(2, 9, 2))
+    Bc = int(rng.integers(2, 8))
+    M = Bc * int(rng.integers(2, 7)) + int(rng.integers(1, Bc))
+    r = rng.standard_normal
+    return [
+        _Case(f"fresh, M = {M}, Bc = {Bc}", r(d), r((M, d)), r((M, dv)), Bc),
+        _Case(
+            f"fresh, a block near +400 before {M - Bc} keys near -400, Bc = {Bc}",
+            *_high_first(rng, M, Bc, d, dv, None),
+            Bc,
+            kind="high first",
+        ),
+    ]
+
+
+def _fresh_rows_cases(rng) -> list[_Case]:
+    """Cases of the fixed kinds drawn afresh: plain, causal with N < M and N > M, a high block before low ones."""
+    d, dv = (int(x) for x in rng.integers(2, 9, 2))
+    Bc = int(rng.integers(2, 8))
+    M = Bc * int(rng.integers(2, 6)) + int(rng.integers(1, Bc))
+    N, r = int(rng.integers(2, 9)), rng.standard_normal
+    few = int(rng.integers(1, 4))
+    return [
+        _Case(
+            f"fresh, N = {N}, M = {M}, Bc = {Bc}", r((N, d)), r((M, d)), r((M, dv)), Bc
+        ),
+        _Case(
+            f"fresh, causal, N = {N} < M = {M + N}, Bc = {Bc}",
+            r((N, d)),
+            r((M + N, d)),
+            r((M + N, dv)),
+            Bc,
+            True,
+        ),
+        _Case(
+            f"fresh, causal, N = {few + 3} > M = {few}, Bc = 2: queries 0-2 see no key",
+            r((few + 3, d)),
+            r((few, d)),
+            r((few, dv)),
+            2,
+            True,
+            "masked",
+        ),
+        _Case(
+            f"fresh, a block near +400 before {M - Bc} keys near -400, N = {N}, Bc = {Bc}",
+            *_high_first(rng, M, Bc, d, dv, N),
+            Bc,
+            kind="high first",
+        ),
+    ]
+
+
 def _row_cases() -> list[_Case]:
     rng = np.random.default_rng(3)
     r = rng.standard_normal
     return [
         _Case("M = 10, Bc = 4", r(4), r((10, 4)), r((10, 3)), 4),
         _Case("M = 50, Bc = 7", r(8), r((50, 8)), r((50, 3)), 7),
+        _Case(
+            "a block near +400 before 20 keys near -400",
+            *_high_first(np.random.default_rng(30), 24, 4, 4, 2, None),
+            4,
+            kind="high first",
+        ),
         _Case("Bc = 1", r(4), r((9, 4)), r((9, 2)), 1),
         _Case("one block, Bc = 64 > M = 33", r(4), r((33, 4)), r((33, 2)), 64),
         _Case(
@@ -151,6 +246,12 @@ def _rows_cases() -> list[_Case]:
     return [
         _Case("N = 5, M = 40, Bc = 8", r((5, 8)), r((40, 8)), r((40, 4)), 8),
         _Case("N = 13, M = 50, Bc = 7", r((13, 8)), r((50, 8)), r((50, 4)), 7),
+        _Case(
+            "a block near +400 before 20 keys near -400",
+            *_high_first(np.random.default_rng(40), 24, 4, 4, 2, 3),
+            4,
+            kind="high first",
+        ),
         _Case("causal, N = M = 6, Bc = 4", r((6, 4)), r((6, 4)), r((6, 3)), 4, True),
         _Case(
             "causal, N = 4 < M = 11, Bc = 3", r((4, 4)), r((11, 4)), r((11, 3)), 3, True
@@ -218,6 +319,26 @@ def _unrescaled(q, k, v, Bc):
             p = np.exp(s[:, j0 : j0 + Bc] - m[:, None])
             l, acc = l + p.sum(axis=1), acc + p @ v[j0 : j0 + Bc]
         return acc / l[:, None]
+
+
+def _block_max(q, k, v, Bc, keep=None):
+    """(o, lse) of the one-pass loop whose m is each block's own max, not the running max (the classic slip)."""
+    s = (q @ k.T) / math.sqrt(q.shape[-1])
+    if keep is not None:
+        s = np.where(keep, s, -np.inf)
+    m, l = np.full(q.shape[0], -np.inf), np.zeros(q.shape[0])
+    acc = np.zeros((q.shape[0], v.shape[1]))
+    with np.errstate(all="ignore"):
+        for j0 in range(0, k.shape[0], Bc):
+            b = s[:, j0 : j0 + Bc]
+            m_new = b.max(axis=1)
+            alpha, p = np.exp(m - m_new), np.exp(b - m_new[:, None])
+            l, acc, m = (
+                alpha * l + p.sum(axis=1),
+                alpha[:, None] * acc + p @ v[j0 : j0 + Bc],
+                m_new,
+            )
+        return acc / l[:, None], m + np.log(l)
 
 
 def _span(rows) -> str:
@@ -300,6 +421,17 @@ def _hint(case: _Case, got, want, K: CountingRows, V: CountingRows) -> str:
         lse, want[1], rtol=1e-5, atol=1e-7
     ):
         return FLOAT32
+    args = (np.atleast_2d(case.q), case.k, case.v)
+    N, M = args[0].shape[0], case.k.shape[0]
+    keep = (
+        (np.arange(M)[None, :] <= np.arange(N)[:, None] + M - N)
+        if case.causal
+        else None
+    )
+    alt_o, alt_lse = _block_max(*args, case.Bc, keep)
+    like = lambda a, b: diagnose(a, np.reshape(b, np.shape(a)), **_TOL) is None  # noqa: E731
+    if case.kind == "high first" or (like(o, alt_o) and like(lse, alt_lse)):
+        return RUNNING_MAX
     if case.kind == "negative":
         return (
             "every score is near -1000: a running max started at 0 stays above them all, so each e^(s - m) "
@@ -391,31 +523,47 @@ def _hint(case: _Case, got, want, K: CountingRows, V: CountingRows) -> str:
     )
 
 
-def _call(fn, case: _Case, K, V, masks: bool):
-    """`fn(q, K, V, Bc)`, with `causal=` when the exercise takes a mask; warnings silenced, the verdict says what is wrong."""
-    kw = {"causal": case.causal} if masks else {}
+def _call(fn, case: _Case, K, V, masks: bool, called=None):
+    """`fn(q, K, V, Bc)`, with `causal=` when the exercise takes a mask; warnings silenced, the verdict says what is wrong.
+    With a list `called`, what the call ran of lab's answers or of torch is added to it (`_watching`)."""
+    kw, q = ({"causal": case.causal} if masks else {}), case.q.copy()
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        return fn(case.q.copy(), K, V, case.Bc, **kw)
+        if called is None:
+            return fn(q, K, V, case.Bc, **kw)
+        with _watching(_COURSE, numpy_only=True) as seen:
+            try:
+                return fn(q, K, V, case.Bc, **kw)
+            finally:
+                called.extend(seen)
 
 
 def _run(fn, case: _Case, masks: bool):
-    """The learner's answer on fresh CountingRows for K and V: (K, V, result), or (K, V, exception)."""
-    K, V = CountingRows(case.k, "K"), CountingRows(case.v, "V")
+    """The learner's answer on fresh CountingRows for K and V: (K, V, result, lab's answers or torch called), or
+    (K, V, exception, ...)."""
+    K, V, called = CountingRows(case.k, "K"), CountingRows(case.v, "V"), []
     try:
-        return K, V, _call(fn, case, K, V, masks)
+        return K, V, _call(fn, case, K, V, masks, called), called
     except NotImplementedError:
         raise
     except Exception as exc:  # a learner's bug: reported, the notebook goes on
-        return K, V, exc
+        return K, V, exc, called
 
 
 def _check(
-    fn, cases, reference, limit, held_what, name: str, passed: str, masks: bool
+    fn,
+    cases,
+    reference,
+    limit,
+    held_what,
+    name: str,
+    passed: str,
+    masks: bool,
+    seed: int | None = None,
 ) -> None:
     for case in cases:
         try:
-            K, V, got = _run(fn, case, masks)
+            K, V, got, called = _run(fn, case, masks)
         except NotImplementedError:
             print(
                 f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
@@ -428,7 +576,13 @@ def _check(
                     " (K and V arrive as CountingRows: load a block with K[j0:j1], a numpy array; K.shape and "
                     "len(K) read nothing)"
                 )
-            print(f"{name}: ✗ {_show(case)} raised {type(got).__name__}: {got}{note}")
+            print(
+                f"{name}: ✗ {_show(case)} raised {type(got).__name__}: {got}{raised_at(got)}{note}"
+            )
+            print(seed_note(seed), end="")
+            return
+        if called:
+            print(f"{name}: ✗ {_show(case)}: {_refusal(called)}")
             return
         want = reference(case)
         problem = _pass_problem(K, case.Bc) or _pass_problem(V, case.Bc)
@@ -463,6 +617,7 @@ def _check(
             print(f"{name}: ✗ {_show(case)}: {problem}")
             if hint:
                 print(f"  hint: {hint}")
+            print(seed_note(seed), end="")
             return
     print(f"{name}: ✓ passed {len(cases)} cases; {passed}")
 
@@ -472,22 +627,27 @@ def _row_reference(case: _Case):
     return o[0], float(lse[0])
 
 
-def check_one_pass_row(fn, *, name: str | None = None) -> None:
+def check_one_pass_row(fn, *, name: str | None = None, seed: int | None = None) -> None:
     """Check `fn(q, k, v, Bc) -> (o, lse)`, one query's attention in one pass over blocks of Bc keys; print one verdict.
 
     K and V arrive as `CountingRows`. Passes when o and lse match `attention_reference` (rtol 1e-9), each row of
     K and V is read exactly once in ceil(M / Bc) loads of at most Bc rows, and at M = 16384 the run holds less
-    than half of an array of length M. Taught in: notebooks/03_one_pass_attention.ipynb
+    than half of an array of length M; a block near +400 before keys near -400 asks for the running max; lab's answers
+    and other array libraries are refused. Fixed cases and fresh ones each run (`seed` draws the same again).
+    Taught in: notebooks/03_one_pass_attention.ipynb
     """
+    rng, seed = _fresh(seed)
+    cases = _row_cases()
     _check(
         fn,
-        _row_cases(),
+        cases[:-1] + _fresh_row_cases(rng) + cases[-1:],
         _row_reference,
         lambda c: 4 * c.k.shape[0],
         lambda c: f"an array of length M = {c.k.shape[0]} ({8 * c.k.shape[0]:,} bytes)",
         name or getattr(fn, "__name__", "your function"),
         "K and V read once each, in blocks of Bc; nothing of length M held",
         masks=False,
+        seed=seed,
     )
 
 
@@ -495,14 +655,20 @@ def _rows_reference(case: _Case):
     return attention_reference(case.q, case.k, case.v, causal=case.causal)
 
 
-def check_one_pass_rows(fn, *, name: str | None = None) -> None:
+def check_one_pass_rows(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
     """Check `fn(Q, K, V, Bc, causal=False) -> (o, lse)`, every query in one pass over blocks of Bc keys; print one verdict.
 
     K and V arrive as `CountingRows`; causal keeps key j for query i when j <= i + M - N, and a query with no
     key gets o = 0, lse = -inf. Passes when o and lse match `attention_reference` (rtol 1e-9), each row of K and
     V is read exactly once in ceil(M / Bc) loads, and at N = 64, M = 16384 the run holds less than N·M/2 bytes, half
-    of an N × M boolean mask. Taught in: notebooks/03_one_pass_attention.ipynb
+    of an N × M boolean mask; a block near +400 before keys near -400 asks for the running max; lab's answers and
+    other array libraries are refused. Fixed cases and fresh ones each run (`seed` draws the same again).
+    Taught in: notebooks/03_one_pass_attention.ipynb
     """
+    rng, seed = _fresh(seed)
+    cases = _rows_cases()
 
     def held_what(c: _Case) -> str:
         N, M = c.q.shape[0], c.k.shape[0]
@@ -510,11 +676,12 @@ def check_one_pass_rows(fn, *, name: str | None = None) -> None:
 
     _check(
         fn,
-        _rows_cases(),
+        cases[:-1] + _fresh_rows_cases(rng) + cases[-1:],
         _rows_reference,
         lambda c: c.q.shape[0] * c.k.shape[0] // 2,
         held_what,
         name or getattr(fn, "__name__", "your function"),
         "K and V read once each for all queries, in blocks of Bc; no NaN on rows without a key; never N × M held",
         masks=True,
+        seed=seed,
     )

@@ -20,9 +20,10 @@ import builtins
 
 import numpy as np
 
-from ..exercises import diagnose
+from ..exercises import diagnose, seed_note
 from ..precision import round_to
 from ..precision_experiments import low_precision_sum
+from ._support import _fresh, _refusal, _watching
 
 __all__ = [
     "format_grid",
@@ -35,8 +36,9 @@ __all__ = [
 _NOT_YET = "{}: not implemented yet (fill in the stub above, then run this cell again)"
 
 
-def _call(name, fn, args, label, forbidden):
-    """`(ok, result)`: `fn(*args)` with each forbidden `(module, attribute, why)` replaced by a recorder.
+def _call(name, fn, args, label, forbidden, course=()):
+    """`(ok, result)`: `fn(*args)` with each forbidden `(module, attribute, why)` replaced by a recorder, and the code
+    of lab's answers `course` watched by any route (`_watching`: `lab.x`, its module, an alias).
 
     Prints the verdict line itself when the call cannot be judged (not implemented, an error, a forbidden call).
     """
@@ -51,7 +53,7 @@ def _call(name, fn, args, label, forbidden):
 
         setattr(module, attr, spy)
     try:
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), _watching(course) as seen:
             out = fn(*args)
     except NotImplementedError:
         print(_NOT_YET.format(name))
@@ -62,6 +64,9 @@ def _call(name, fn, args, label, forbidden):
     finally:
         for module, attr, original in saved:
             setattr(module, attr, original)
+    if seen:
+        print(f"{name}: ✗ case {label}: {_refusal(seen)}")
+        return False, None
     if used:
         print(f"{name}: ✗ case {label}: your function calls {used[0]}")
         return False, None
@@ -206,26 +211,17 @@ def check_blocked_sum(fn, *, name: str | None = None) -> None:
     long blocks. A wrong total is compared with the classic wrong versions (`_blocked_variants`) and named.
     Taught in: notebooks/07_precision.ipynb
     """
-    import lab
-
-    from .. import precision_experiments
-
     name = name or getattr(fn, "__name__", "your function")
-    forbidden = [
-        (
-            lab,
-            "low_precision_sum",
-            "lab.low_precision_sum, which computes the answer: write the loops yourself",
-        ),
-        (
-            precision_experiments,
-            "low_precision_sum",
-            "low_precision_sum, which computes the answer",
-        ),
-    ]
     cases = _blocked_cases()
     for i, (label, (p, fmt, block)) in enumerate(cases):
-        ok, got = _call(name, fn, (p.copy(), fmt, block), f"{i} ({label})", forbidden)
+        ok, got = _call(
+            name,
+            fn,
+            (p.copy(), fmt, block),
+            f"{i} ({label})",
+            [],
+            ("low_precision_sum",),
+        )
         if not ok:
             return
         want = float(low_precision_sum(p, fmt, block)[-1])
@@ -441,12 +437,9 @@ def check_round_nearest_even(fn, *, name: str | None = None) -> None:
     builtin `round`; an array's `.round()` method is a C method that cannot be replaced, so it goes unseen.
     Taught in: notebooks/07_precision.ipynb
     """
-    import lab
-
     name = name or getattr(fn, "__name__", "your function")
     why = "{}, which applies the tie rule for you: decide from the remainder with np.floor"
-    forbidden = [(lab, "round_to", "lab.round_to, the function this exercise rebuilds")]
-    forbidden += [
+    forbidden = [
         (np, f, why.format(f"np.{f}"))
         for f in ("rint", "round", "around")
         if hasattr(np, f)
@@ -454,7 +447,9 @@ def check_round_nearest_even(fn, *, name: str | None = None) -> None:
     forbidden += [(builtins, "round", why.format("Python's round"))]
     cases = _rounding_cases()
     for i, (label, x, e, t) in enumerate(cases):
-        ok, got = _call(name, fn, (x.copy(), e, t), f"{i} ({label})", forbidden)
+        ok, got = _call(
+            name, fn, (x.copy(), e, t), f"{i} ({label})", forbidden, ("round_to",)
+        )
         if not ok:
             return
         want = (
@@ -517,16 +512,25 @@ _RMS_MISTAKES = [
 ]
 
 
-def check_rms_delta_uniform(fn, *, name: str | None = None) -> None:
+def check_rms_delta_uniform(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
     """Check `fn(t)`, the rms of δ = fl(x)/x - 1 for x uniform on [1, 2) with t mantissa bits, to 0.1%; name the classic slips.
 
-    Taught in: notebooks/07_precision.ipynb
+    t = 7, 10 and 23, then three t drawn afresh on each run (`seed` draws the same again), so no table of the
+    three answers passes. Taught in: notebooks/07_precision.ipynb
     """
     name = name or getattr(fn, "__name__", "your function")
-    cases = (7, 10, 23)
+    rng, seed = _fresh(seed)
+    pool = np.setdiff1d(
+        np.arange(2, 53), (7, 10, 23)
+    )  # t of every layout up to float64's, none of the fixed
+    drawn = sorted(int(t) for t in rng.choice(pool, 3, replace=False))
+    cases = (7, 10, 23, *drawn)
     for i, t in enumerate(cases):
         ok, got = _call(name, fn, (t,), f"{i} (t = {t})", [])
         if not ok:
+            print(seed_note(seed if i >= 3 else None), end="")  # a drawn case: its seed
             return
         want = _rms_reference(t)
         problem = diagnose(got, want, rtol=1e-3, atol=0)
@@ -536,6 +540,7 @@ def check_rms_delta_uniform(fn, *, name: str | None = None) -> None:
         try:
             ratio = float(got) * 2.0**t
         except (TypeError, ValueError):
+            print(seed_note(seed), end="")
             return
         known = next(
             (what for c, what in _RMS_MISTAKES if abs(ratio / c - 1) < 1e-3), None
@@ -544,6 +549,14 @@ def check_rms_delta_uniform(fn, *, name: str | None = None) -> None:
             f"  hint: yours is {known}"
             if known
             else "  hint: δ = (fl(x) - x) / x; the error is uniform over half a step either side and independent of x"
+            + (
+                "; t is the number of mantissa bits, ε = 2^-t, whatever its value"
+                if i >= 3
+                else ""
+            )
         )
+        print(seed_note(seed), end="")
         return
-    print(f"{name}: ✓ passed {len(cases)} cases (t = 7, 10, 23; to 0.1%)")
+    print(
+        f"{name}: ✓ passed {len(cases)} cases (t = 7, 10, 23 and {len(drawn)} drawn for this run; to 0.1%)"
+    )

@@ -11,15 +11,16 @@ Taught in: notebooks/01_three_pass_softmax.ipynb, notebooks/02_online_softmax.ip
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
 from numpy import inf
 
 from ..access_count import CountingArray
-from ..exercises import check, describe_case, diagnose
+from ..exercises import check, describe_case, diagnose, raised_at, seed_note
 from ..memory import peak_bytes
-from ..overflow import exp_limits, first_exp_overflow
+from ..overflow import SOFTMAX_DTYPES, exp_limits, first_exp_overflow
 from ..softmax import online_normalizer
 from ..softmax_steps import demo_scores
 
@@ -33,44 +34,84 @@ __all__ = [
     "check_count_rescales",
 ]
 
-from ._support import _copies, _guarded, _hint, _own_work
+from ._support import _copies, _fresh, _guarded, _hint, _own_work, _refusal, _watching
 
 # ------------------------------------------------------------------------------------ 01 three-pass softmax
 
 
-def check_first_overflow(fn) -> None:
-    """Check `fn(name)`, the smallest integer $s \\ge 0$ with $e^s = \\infty$ in format `name`, against a scan.
+@contextlib.contextmanager
+def _fresh_names(rng, count: int = 2):
+    """Add `count` fresh names to `lab.SOFTMAX_DTYPES` for the block (each another name of one of its formats), so that
+    no table of the four answers passes: yields {fresh name: the format's own name}."""
+    own = list(SOFTMAX_DTYPES)
+    names = {
+        f"format_{int(rng.integers(100, 1000))}{chr(97 + i)}": n
+        for i, n in enumerate(rng.choice(own, count, replace=False))
+    }
+    SOFTMAX_DTYPES.update({a: SOFTMAX_DTYPES[n] for a, n in names.items()})
+    try:
+        yield names
+    finally:
+        for a in names:
+            SOFTMAX_DTYPES.pop(a, None)
+
+
+def check_first_overflow(fn, *, seed: int | None = None) -> None:
+    """Check `fn(name)`, the smallest integer $s \\ge 0$ with $e^s = \\infty$ in format `name`, against a scan: the four
+    names, then two fresh names added to `lab.SOFTMAX_DTYPES` for the run (`seed` draws the same again).
     Taught in: notebooks/01_three_pass_softmax.ipynb"""
-    mistakes = [
-        (
-            lambda n: math.floor(math.log(exp_limits(n)["max"])),
-            "e^s is still finite at yours: it is the last integer below log(max); the first overflow is the next one",
-        ),
-        (
-            lambda n: math.ceil(math.log2(exp_limits(n)["max"])),
-            "that is log2(max): e^s needs the natural log",
-        ),
-        (
-            lambda n: math.ceil(math.log10(exp_limits(n)["max"])),
-            "that is log10(max): e^s needs the natural log",
-        ),
-    ]
-    check(
-        _guarded(
+    rng, seed = _fresh(seed)
+    with _fresh_names(rng) as fresh:
+        own = lambda n: fresh.get(n, n)  # noqa: E731
+        mistakes = [
+            (
+                lambda n: math.floor(math.log(exp_limits(own(n))["max"])),
+                "e^s is still finite at yours: it is the last integer below log(max); the first overflow is the next one",
+            ),
+            (
+                lambda n: math.ceil(math.log2(exp_limits(own(n))["max"])),
+                "that is log2(max): e^s needs the natural log",
+            ),
+            (
+                lambda n: math.ceil(math.log10(exp_limits(own(n))["max"])),
+                "that is log10(max): e^s needs the natural log",
+            ),
+        ]
+        guarded = _guarded(
             fn,
             "first_overflow",
             {"not inexact": "numpy's finfo does not know bf16: ml_dtypes.finfo does"},
-        ),
-        first_exp_overflow,
-        [("fp16",), ("bf16",), ("fp32",), ("fp64",)],
-        rtol=0,
-        atol=0,
-        hint=_hint(
+        )
+
+        hint = _hint(
             mistakes,
             "e^s overflows once it exceeds the format's largest finite value; bf16's comes from ml_dtypes.finfo",
-        ),
-        properties=[_own_work("first_exp_overflow", "exp_limits", "overflow_table")],
-    )
+        )
+
+        def named(n):
+            try:
+                return guarded(n)
+            except KeyError:
+                if n in fresh:
+                    raise KeyError(
+                        f"{n!r}: the check adds names like this one to lab.SOFTMAX_DTYPES for the run, so that no "
+                        "table of the four answers passes; look the dtype up in lab.SOFTMAX_DTYPES[name]"
+                    ) from None
+                raise
+
+        named.__name__, named.raw = "first_overflow", getattr(guarded, "raw", fn)
+        check(
+            named,
+            lambda n: first_exp_overflow(own(n)),
+            [("fp16",), ("bf16",), ("fp32",), ("fp64",)] + [(a,) for a in fresh],
+            rtol=0,
+            atol=0,
+            seed=seed,
+            hint=hint,
+            properties=[
+                _own_work("first_exp_overflow", "exp_limits", "overflow_table")
+            ],
+        )
 
 
 def _shift(s, how: str = "row", masked: str = "zero"):
@@ -127,19 +168,32 @@ _MASKED = "a row of only -inf (fully masked): its max is -inf and -inf - (-inf) 
 _GLOBAL = "you subtracted the max of the whole array: a row far below it underflows to 0/0; each row needs its own max"
 
 
-def check_safe_softmax(fn) -> None:
+def _fresh_scores(rng) -> list:
+    """Fresh cases of each fixed kind: plain scores, scores in the thousands far apart by row, some -inf, a masked row."""
+    N, M = (int(x) for x in rng.integers(2, 9, 2))
+    far = 1000.0 * rng.standard_normal((N, M))
+    far[: N // 2] -= 3000.0
+    some = rng.standard_normal((N, M))
+    some[rng.random((N, M)) < 0.3] = -inf
+    some[int(rng.integers(N)), :] = -inf
+    return [(rng.standard_normal((N, M)),), (far,), (some,)]
+
+
+def check_safe_softmax(fn, *, seed: int | None = None) -> None:
     """Check `fn(s)`, the softmax of each row of an (N, M) array, $e^{s_{ij} - m_i} / \\sum_j e^{s_{ij} - m_i}$ ($m_i = \\max_j s_{ij}$).
 
-    Cases: scores of ±1000, rows far apart, -inf entries, a row of only -inf (zeros, not NaN); the input stays unchanged.
+    Cases: scores of ±1000, rows far apart, -inf entries, a row of only -inf (zeros, not NaN), fixed and drawn afresh
+    each run (`seed` draws the same again); the input stays unchanged; numpy only.
     Taught in: notebooks/01_three_pass_softmax.ipynb"""
     rng = np.random.default_rng(2)
+    fresh, seed = _fresh(seed)
     cases = [
         (rng.standard_normal((3, 5)),),
         (np.array([[1000.0, 999.0, -1000.0], [-1000.0, -1001.0, -1002.0]]),),
         (np.array([[-inf, 0.0, 2.0], [3.0, -inf, -inf]]),),
         (np.array([[-inf, -inf, -inf], [1.0, 2.0, 3.0]]),),
         (300 * rng.standard_normal((4, 300)),),
-    ]
+    ] + _fresh_scores(fresh)
     mistakes = [
         (
             lambda s: _softmax(s, masked="nan"),
@@ -170,39 +224,49 @@ def check_safe_softmax(fn) -> None:
             "in place of -inf does that): a masked score has probability 0, so that row is all zeros",
         ),
     ]
+    guarded = _guarded(
+        fn,
+        "safe_softmax",
+        {"broadcast": "keep the row axis: s.max(axis=-1, keepdims=True) is (N, 1)"},
+    )
     check(
-        _guarded(
-            fn,
-            "safe_softmax",
-            {"broadcast": "keep the row axis: s.max(axis=-1, keepdims=True) is (N, 1)"},
-        ),
+        guarded,
         _softmax,
         cases,
         rtol=1e-9,
         atol=1e-12,
+        seed=seed,
         hint=_hint(
             mistakes,
             "three passes per row: its max m, then l = the sum of e^(s - m), then e^(s - m) / l",
+            fn=guarded,
+            cases=cases,
         ),
         properties=[
             _own_work(
-                "softmax_safe", "softmax_naive", "softmax_online", "online_normalizer"
+                "softmax_safe",
+                "softmax_naive",
+                "softmax_online",
+                "online_normalizer",
+                numpy_only=True,
             ),
             _no_hidden_nan,
         ],
     )
 
 
-def check_log_sum_exp(fn) -> None:
-    """Check `fn(s)`, $\\log \\sum_j e^{s_{ij}}$ for each row of an (N, M) array, shape (N,): finite at ±1e4, -inf for a masked row.
+def check_log_sum_exp(fn, *, seed: int | None = None) -> None:
+    """Check `fn(s)`, $\\log \\sum_j e^{s_{ij}}$ for each row of an (N, M) array, shape (N,): finite at ±1e4, -inf for a masked row;
+    fixed cases and fresh ones each run (`seed` draws the same again); numpy only.
     Taught in: notebooks/01_three_pass_softmax.ipynb"""
     rng = np.random.default_rng(3)
+    fresh, seed = _fresh(seed)
     cases = [
         (np.array([[0.0, 0.0], [1.0, 2.0], [-3.0, 5.0]]),),
         (np.array([[1e4, 1e4 - 1, -1e4], [-1e4, -1e4, -1e4 - 1]]),),
         (np.array([[-inf, -inf], [0.0, -inf]]),),
         (50 * rng.standard_normal((3, 100)),),
-    ]
+    ] + [(10 * c[0],) for c in _fresh_scores(fresh)]
     mistakes = [
         (
             lambda s: _lse(s, masked="nan"),
@@ -226,24 +290,34 @@ def check_log_sum_exp(fn) -> None:
             "one number per row: shape (N,), not (N, 1) (drop keepdims at the end)",
         ),
     ]
+    guarded = _guarded(
+        fn,
+        "log_sum_exp",
+        {
+            "broadcast": "keep the row axis while subtracting: s.max(axis=-1, keepdims=True)"
+        },
+    )
     check(
-        _guarded(
-            fn,
-            "log_sum_exp",
-            {
-                "broadcast": "keep the row axis while subtracting: s.max(axis=-1, keepdims=True)"
-            },
-        ),
+        guarded,
         _lse,
         cases,
         rtol=1e-12,
         atol=1e-12,
+        seed=seed,
         hint=_hint(
             mistakes,
             "log Σ e^s = m + log Σ e^(s - m) for any shift m: pick the one that cannot overflow",
+            fn=guarded,
+            cases=cases,
         ),
         properties=[
-            _own_work("online_normalizer", "softmax_safe", "attention_reference")
+            _own_work(
+                "online_normalizer",
+                "softmax_safe",
+                "attention_reference",
+                numpy_only=True,
+                forbid=(np.logaddexp,),
+            )
         ],
     )
 
@@ -286,10 +360,12 @@ _STEP_MISTAKES = [  # (keyword arguments of _step, what went wrong)
 ]
 
 
-def check_online_step(fn) -> None:
+def check_online_step(fn, *, seed: int | None = None) -> None:
     """Check `fn(m, l, x_block)`: the state $(m, l = \\sum e^{x_j - m})$ of the scores seen, with `x_block` added; cases from the
-    empty state $(-\\infty, 0)$ and with blocks of only -inf. Taught in: notebooks/02_online_softmax.ipynb"""
+    empty state $(-\\infty, 0)$ and with blocks of only -inf, fixed and drawn afresh each run (`seed` draws the same
+    again). Taught in: notebooks/02_online_softmax.ipynb"""
     rng = np.random.default_rng(4)
+    fresh, seed = _fresh(seed)
     cases = [
         (-inf, 0.0, np.array([1.0, 2.0])),
         (3.0, 2.5, np.array([1.0, 0.0])),
@@ -299,21 +375,42 @@ def check_online_step(fn) -> None:
         (-inf, 0.0, np.array([-1000.0, -1001.0])),
         (10.0, 4.0, 20 * rng.standard_normal(9)),
     ]
+    for level in (
+        0.0,
+        300.0,
+        -300.0,
+    ):  # a block above the state's m, below it, and far below
+        m = float(fresh.normal(0.0, 5.0))
+        x = level + m + 5 * fresh.standard_normal(int(fresh.integers(1, 9)))
+        cases.append((m, float(1.0 + 9 * fresh.random()), x))
+    cases.append((-inf, 0.0, 5 * fresh.standard_normal(int(fresh.integers(1, 9)))))
+    guarded = _guarded(fn, "online_step")
     check(
-        _guarded(fn, "online_step"),
+        guarded,
         _step,
         cases,
         names=("m", "l"),
         rtol=1e-12,
         atol=1e-12,
+        seed=seed,
         hint=_hint(
             [
                 (lambda m, l, x, kw=kw: _step(m, l, x, **kw), t)
                 for kw, t in _STEP_MISTAKES
             ],
             "(m, l) must describe every score seen: m their max, l the sum of e^(x - m) over them",
+            fn=guarded,
+            cases=cases,
         ),
-        properties=[_own_work("merge_states", "partial_state", "online_normalizer")],
+        properties=[
+            _own_work(
+                "merge_states",
+                "partial_state",
+                "online_normalizer",
+                numpy_only=True,
+                forbid=(np.logaddexp,),
+            )
+        ],
     )
 
 
@@ -363,15 +460,29 @@ def _read_problem(row: CountingArray):
     )
 
 
-def check_online_pass(fn, *, long_n: int = 20_000, long_block: int = 50) -> None:
+_PASS_COURSE = (
+    "online_normalizer",
+    "softmax_online",
+    "softmax_safe",
+    "online_trace",
+    "merge_states",
+    "partial_state",
+)
+
+
+def check_online_pass(
+    fn, *, long_n: int = 20_000, long_block: int = 50, seed: int | None = None
+) -> None:
     """Check `fn(x, block)` -> (m, l) of a row, $m = \\max_j x_j$, $l = \\sum_j e^{x_j - m}$, read once in blocks.
 
     `x` is a `lab.CountingArray` (len, x[j], x[j0:j1]). Beyond the values: every score is loaded exactly once, nothing is
     written into x, on a row of `long_n` scores the function holds less than a quarter of the row's bytes (tracemalloc),
-    and it loads `block` scores at a time: ⌈len(x) / block⌉ loads per row, not one per score.
-    Taught in: notebooks/02_online_softmax.ipynb
+    and it loads `block` scores at a time: ⌈len(x) / block⌉ loads per row, not one per score; it calls none of lab's
+    online passes (on a block or the row) and no other array library. Fixed cases and three drawn afresh each run
+    (`seed` draws the same again). Taught in: notebooks/02_online_softmax.ipynb
     """
     rng = np.random.default_rng(5)
+    fresh, seed = _fresh(seed)
     z = demo_scores(24)
     cases = [
         (rng.standard_normal(10), 4),
@@ -383,11 +494,15 @@ def check_online_pass(fn, *, long_n: int = 20_000, long_block: int = 50) -> None
         (1000.0 * rng.standard_normal(7), 100),
         (rng.standard_normal(1), 3),
     ]
+    for level in (0.0, 1000.0, -1000.0):
+        n = int(fresh.integers(5, 40))
+        cases.append((level + 3 * fresh.standard_normal(n), int(fresh.integers(2, 9))))
     name, piecewise = _guarded(fn, "online_pass").__name__, None
     for i, (x, block) in enumerate(cases):
         shown, row = f"case {i} {describe_case((x, block))}", CountingArray(x)
         try:
-            got = fn(row, block)
+            with _watching(_PASS_COURSE, numpy_only=True) as called:
+                got = fn(row, block)
         except NotImplementedError:
             print(
                 f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
@@ -399,7 +514,13 @@ def check_online_pass(fn, *, long_n: int = 20_000, long_block: int = 50) -> None
                 if isinstance(exc, (AttributeError, TypeError))
                 else ""
             )
-            print(f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}{extra}")
+            print(
+                f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}{raised_at(exc)}{extra}"
+            )
+            print(seed_note(seed), end="")
+            return
+        if called:
+            print(f"{name}: ✗ {shown}: {_refusal(called)}")
             return
         want = _pass(x, block)
         problem = diagnose(got, want, names=("m", "l"), rtol=1e-10, atol=1e-12)
@@ -414,6 +535,7 @@ def check_online_pass(fn, *, long_n: int = 20_000, long_block: int = 50) -> None
             print(
                 f"{name}: ✗ {shown}: {problem}" + (f"\n  hint: {hint}" if hint else "")
             )
+            print(seed_note(seed), end="")
             return
         if piecewise is None and row.load_calls != -(
             -len(x) // block
@@ -423,6 +545,9 @@ def check_online_pass(fn, *, long_n: int = 20_000, long_block: int = 50) -> None
                 f"{-(-len(x) // block)}\n  hint: load one block per step, x[j0:j0 + block], not score by score"
             )
     x = rng.standard_normal(long_n)
+    fn(
+        CountingArray(x), long_block
+    )  # once unmeasured: what a first call sets up (imports, caches) is not the pass's
     held, _ = peak_bytes(fn, CountingArray(x), long_block)
     if held > x.nbytes // 4:
         print(
@@ -439,10 +564,12 @@ def check_online_pass(fn, *, long_n: int = 20_000, long_block: int = 50) -> None
     )
 
 
-def check_merge_ml(fn) -> None:
+def check_merge_ml(fn, *, seed: int | None = None) -> None:
     """Check `fn(m_a, l_a, m_b, l_b)` -> the state of a whole row from its halves' states, against the row's own online pass;
-    cases with halves of only -inf. Taught in: notebooks/02_online_softmax.ipynb"""
+    cases with halves of only -inf, fixed and drawn afresh each run (`seed` draws the same again).
+    Taught in: notebooks/02_online_softmax.ipynb"""
     rng = np.random.default_rng(6)
+    fresh, seed = _fresh(seed)
     rows = [
         rng.standard_normal(10),
         np.r_[rng.standard_normal(5), 3 + rng.standard_normal(6)],
@@ -451,6 +578,9 @@ def check_merge_ml(fn) -> None:
         np.r_[rng.standard_normal(4), np.full(4, -inf)],
         np.full(6, -inf),
     ]
+    for gap in (0.0, 50.0, -50.0):  # halves alike, b far above a, b far below a
+        na, nb = (int(n) for n in fresh.integers(1, 9, 2))
+        rows.append(np.r_[fresh.standard_normal(na), gap + fresh.standard_normal(nb)])
     table = {}
     for r in rows:
         (m_a, l_a), (m_b, l_b) = (
@@ -458,6 +588,7 @@ def check_merge_ml(fn) -> None:
             online_normalizer(r[len(r) // 2 :], 3),
         )
         table[(float(m_a), float(l_a), float(m_b), float(l_b))] = r
+    cases = list(table)
 
     def merged(m_a, l_a, m_b, l_b, a=True, b=True, sign=1, skip=True):
         m = max(m_a, m_b)
@@ -490,18 +621,29 @@ def check_merge_ml(fn) -> None:
             "half b counted as one score m_b: it stands for l_b of them",
         ),
     ]
+    guarded = _guarded(fn, "merge_ml")
     check(
-        _guarded(fn, "merge_ml"),
+        guarded,
         lambda *c: tuple(float(v) for v in online_normalizer(table[c], 5)),
-        list(table),
+        cases,
         names=("m", "l"),
         rtol=1e-10,
         atol=1e-12,
+        seed=seed,
         hint=_hint(
             mistakes,
             "the merged state must describe both halves: m the max of all, l the sum of e^(x - m) over all",
+            fn=guarded,
+            cases=cases,
         ),
-        properties=[_own_work("merge_states", "online_normalizer")],
+        properties=[
+            _own_work(
+                "merge_states",
+                "online_normalizer",
+                numpy_only=True,
+                forbid=(np.logaddexp,),
+            )
+        ],
     )
 
 
@@ -520,9 +662,11 @@ def _rescales(x, block, *, first=False, ties=False, previous=False, tail=True):
     return count
 
 
-def check_count_rescales(fn) -> None:
-    """Check `fn(x, block)`, the blocks after the first whose scores raise the running max ($\\alpha = e^{m - m'} < 1$).
+def check_count_rescales(fn, *, seed: int | None = None) -> None:
+    """Check `fn(x, block)`, the blocks after the first whose scores raise the running max ($\\alpha = e^{m - m'} < 1$);
+    fixed cases (ties among them) and three drawn afresh each run (`seed` draws the same again).
     Taught in: notebooks/02_online_softmax.ipynb"""
+    fresh, seed = _fresh(seed)
     cases = [
         (demo_scores(24), 6),
         (np.arange(10.0), 3),
@@ -531,7 +675,19 @@ def check_count_rescales(fn) -> None:
         (np.array([5.0, 1.0, 3.0, 2.0, 4.0]), 1),
         (demo_scores(64), 8),
     ]
+    for _ in range(
+        3
+    ):  # small whole numbers, so that ties between block maxima happen; a rise in the last block
+        n, b = int(fresh.integers(8, 40)), int(fresh.integers(2, 7))
+        x = fresh.integers(0, 12, n).astype(float)
+        x[-1] = x.max() + 1.0
+        cases.append((x, b))
     mistakes = [
+        (
+            lambda x, b: _rescales(x, 1),
+            "that counts score by score: the running max is compared once per block of `block` scores, "
+            "x[j0:j0 + block], so a rise inside a block is one rescale at most",
+        ),
         (
             lambda x, b: _rescales(x, b, first=True),
             "that counts the first block: it sets m from -inf, nothing is rescaled",
@@ -550,15 +706,19 @@ def check_count_rescales(fn) -> None:
             "the last, shorter block was left out",
         ),
     ]
+    guarded = _guarded(fn, "count_rescales")
     check(
-        _guarded(fn, "count_rescales"),
+        guarded,
         _rescales,
         cases,
         rtol=0,
         atol=0,
+        seed=seed,
         properties=[_own_work("online_trace", "online_normalizer")],
         hint=_hint(
             mistakes,
             "a rescale happens where a block's max is above every score read before it",
+            fn=guarded,
+            cases=cases,
         ),
     )

@@ -17,9 +17,11 @@ import warnings
 import numpy as np
 
 from ..attention import attention_reference, causal_mask
-from ..exercises import diagnose
+from ..exercises import diagnose, raised_at, seed_note
 from ..memory import peak_bytes
 from ..tiling import flash_counts, step_footprint
+from ._support import _fresh, _refusal, _watching
+from .one_pass import RUNNING_MAX
 
 __all__ = [
     "check_causal_tile_counts",
@@ -42,10 +44,44 @@ def _first(alternatives, got, default):
     )
 
 
+# lab's answers to the tiling exercises, refused by whatever name reaches them
+_COURSE = (
+    "tile_grid",
+    "tile_counts",
+    "causal_tiles_formula",
+    "standard_traffic",
+    "flash_counts",
+    "flash_traffic_bytes",
+    "theorem2_bytes",
+    "flash_peak_bytes",
+    "fa_block_sizes",
+    "onchip_fits",
+    "attention_reference",
+    "attention_naive",
+    "flash_attention_numpy",
+    "one_pass_attention",
+    "attention_row_one_pass",
+    "online_normalizer",
+    "merge_states",
+    "merge_outputs",
+    "partial_state",
+)
+
+
 def _check(
-    fn, reference, cases, fields, hint, name=None, names=None, integer=False
+    fn,
+    reference,
+    cases,
+    fields,
+    hint,
+    name=None,
+    names=None,
+    integer=False,
+    seed=None,
+    course=_COURSE,
 ) -> None:
-    """Exact answers case by case, each shown with its parameters named (`integer`: an int is due): one line on a pass, else what failed."""
+    """Exact answers case by case, each shown with its parameters named (`integer`: an int is due): one line on a pass,
+    else what failed; a run of lab's answers `course` is refused by name (`_watching`)."""
     name = name or getattr(fn, "__name__", "your function")
     for i, case in enumerate(cases):
         shown = (
@@ -53,9 +89,12 @@ def _check(
             + ", ".join(f"{f} = {x}" for f, x in zip(fields.split(), case))
             + ")"
         )
-        ok, got = _attempt(name, fn, shown, case)
+        ok, got = _attempt(name, fn, shown, case, course=course)
         if not ok:
+            print(seed_note(seed), end="")
             return
+        if isinstance(got, _Refused):
+            return print(f"{name}: ✗ {shown}: {_refusal(got.called)}")
         problem = diagnose(got, want := reference(*case), names=names, rtol=0, atol=0)
         if (
             problem is None
@@ -65,7 +104,9 @@ def _check(
             problem = f"returned {got!r}, a {type(got).__name__}: the answer is a whole number, an int"
         if problem is not None:
             return print(
-                f"{name}: ✗ {shown}: {problem}\n  hint: {hint(case, got, want)}"
+                f"{name}: ✗ {shown}: {problem}\n  hint: {hint(case, got, want)}\n"
+                + seed_note(seed),
+                end="",
             )
     print(f"{name}: ✓ passed {len(cases)} cases")
 
@@ -131,11 +172,14 @@ def _tiles_hint(case, got, want):
     )
 
 
-def check_causal_tile_counts(fn, *, name: str | None = None) -> None:
+def check_causal_tile_counts(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
     """Check `fn(N, M, Br, Bc) -> (computed, masked)`, the tiles a causal kernel computes and those it must mask inside.
 
     Reference: tile (i0:i1, j0:j1) is computed iff $j_0 \\le i_1 - 1 + M - N$, masked iff also $j_1 - 1 > i_0 + M - N$.
-    Taught in: notebooks/05_tiling.ipynb"""
+    Fixed cases and three drawn afresh each run (`seed` draws the same again). Taught in: notebooks/05_tiling.ipynb"""
+    rng, seed = _fresh(seed)
     cases = [
         (1024, 1024, 64, 64),
         (200, 200, 64, 32),
@@ -144,6 +188,9 @@ def check_causal_tile_counts(fn, *, name: str | None = None) -> None:
         (7, 7, 3, 5),
         (5, 9, 64, 64),
         (4096, 4096, 16, 512),
+    ] + [
+        tuple(int(x) for x in (*rng.integers(50, 3000, 2), *rng.integers(3, 200, 2)))
+        for _ in range(3)
     ]
     _check(
         fn,
@@ -153,6 +200,7 @@ def check_causal_tile_counts(fn, *, name: str | None = None) -> None:
         _tiles_hint,
         name,
         names=("computed", "masked"),
+        seed=seed,
     )
 
 
@@ -246,11 +294,15 @@ def _bytes_hint(case, got, want):
     )
 
 
-def check_fa2_hbm_bytes(fn, *, name: str | None = None) -> None:
+def check_fa2_hbm_bytes(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
     """Check `fn(N, d, Br, Bc, itemsize, causal)`, fa2's HBM bytes for one head, N = M, dv = d, against `lab.flash_counts`.
 
     Reference: $\\big(2Nd + 2d\\sum_i K_i\\big)\\cdot\\text{itemsize} + N\\cdot\\max(\\text{itemsize}, 4)$, $K_i$ the keys block i loads.
+    Fixed cases and three drawn afresh each run (`seed` draws the same again); lab.flash_counts refused by any name.
     Taught in: notebooks/05_tiling.ipynb"""
+    rng, seed = _fresh(seed)
     cases = [
         (4096, 64, 128, 128, 2, False),
         (1000, 64, 64, 48, 2, True),
@@ -258,6 +310,15 @@ def check_fa2_hbm_bytes(fn, *, name: str | None = None) -> None:
         (1000, 64, 128, 128, 4, True),
         (5, 3, 7, 2, 2, True),
         (4096, 128, 128, 64, 2, True),
+    ] + [
+        (
+            int(rng.integers(50, 5000)),
+            int(rng.choice([16, 32, 64, 80, 128])),
+            *(int(x) for x in rng.integers(8, 200, 2)),
+            int(rng.choice([2, 4, 8])),
+            causal,
+        )
+        for causal in (True, False, True)
     ]
     _check(
         fn,
@@ -270,6 +331,7 @@ def check_fa2_hbm_bytes(fn, *, name: str | None = None) -> None:
         "N d Br Bc itemsize causal",
         _bytes_hint,
         name,
+        seed=seed,
     )
 
 
@@ -304,11 +366,14 @@ def _widest_hint(case, got, want):
     return "the largest Bc whose step fits; 0 when even Bc = 1 does not"
 
 
-def check_widest_key_block(fn, *, name: str | None = None) -> None:
+def check_widest_key_block(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
     """Check `fn(sram_bytes, d, Br, itemsize)`: the largest Bc whose step (every buffer in one memory, dv = d) fits in `sram_bytes`.
 
     Reference: the largest Bc with `lab.step_footprint(d, Br, Bc, itemsize=itemsize)["total"] <= sram_bytes`, 0 if none.
-    Taught in: notebooks/05_tiling.ipynb"""
+    Fixed cases and three drawn afresh each run (`seed` draws the same again). Taught in: notebooks/05_tiling.ipynb"""
+    rng, seed = _fresh(seed)
     cases = [
         (192 * 1024, 64, 64, 2),
         (228 * 1024, 128, 128, 2),
@@ -316,9 +381,25 @@ def check_widest_key_block(fn, *, name: str | None = None) -> None:
         (64 * 1024, 128, 64, 2),
         (100_000, 48, 16, 4),
         (4096, 64, 64, 2),
+    ] + [
+        (
+            int(rng.integers(16, 1024)) * 1024,
+            int(rng.choice([32, 64, 96, 128])),
+            int(rng.choice([16, 32, 64, 128])),
+            int(rng.choice([2, 4])),
+        )
+        for _ in range(3)
     ]
     _check(
-        fn, _widest, cases, "sram_bytes d Br itemsize", _widest_hint, name, integer=True
+        fn,
+        _widest,
+        cases,
+        "sram_bytes d Br itemsize",
+        _widest_hint,
+        name,
+        integer=True,
+        seed=seed,
+        course=_COURSE + ("step_footprint", "onchip_footprint"),
     )
 
 
@@ -401,6 +482,11 @@ for _op in (
     )
 
 
+_INSTRUMENT_HELPERS = (
+    "_key_text",
+)  # called by BlockLoadArray, inside the learner's run
+
+
 def _key_text(key) -> str:
     """An index as typed: slices as start:stop, anything else by its repr."""
     parts = key if isinstance(key, tuple) else (key,)
@@ -414,8 +500,38 @@ def _key_text(key) -> str:
     )
 
 
-def _forward_cases():
-    """(label, (q, k, v, Br, Bc, causal)): the classic failure cases; the last is large enough to see an N × M array."""
+def _high_first(rng, N, M, Bc, d=8):
+    """q, k, v whose first key block of Bc keys scores near +400 for every query and every later key near -400."""
+    q = np.zeros((N, d))
+    q[:, 0] = 2.0 * np.sqrt(d)
+    k = rng.standard_normal((M, d))
+    k[:, 0] = (-405.0 + 10.0 * rng.random(M)) / 2.0
+    k[:Bc, 0] = (395.0 + 10.0 * rng.random(min(Bc, M))) / 2.0
+    return q, k, rng.standard_normal((M, d))
+
+
+def _fresh_forward_cases(rng):
+    """Cases of the fixed kinds drawn afresh: partial blocks, causal with N != M, a high key block before low ones."""
+    N, M = (int(x) for x in rng.integers(5, 60, 2))
+    Br, Bc = (int(x) for x in rng.integers(2, 17, 2))
+    d, dv = (int(x) for x in rng.integers(2, 9, 2))
+    r = rng.standard_normal
+    return [
+        (f"fresh, N = {N}, M = {M}", (r((N, d)), r((M, d)), r((M, dv)), Br, Bc, False)),
+        (
+            f"fresh, causal, N = {N}, M = {M}",
+            (r((N, d)), r((M, d)), r((M, dv)), Br, Bc, True),
+        ),
+        (
+            f"fresh, a key block near +400 before {M + Bc - Bc} keys near -400",
+            (*_high_first(rng, N, M + Bc, Bc), Br, Bc, False),
+        ),
+    ]
+
+
+def _forward_cases(fresh=None):
+    """(label, (q, k, v, Br, Bc, causal)): the classic failure cases, then (with a generator `fresh`) fresh ones of the
+    same kinds; the last is large enough to see an N × M array."""
     rng = np.random.default_rng(5)
 
     def qkv(N, M, d=8, dv=8, spread=1.0):
@@ -433,6 +549,10 @@ def _forward_cases():
     return [
         ("Br, Bc divide N, M", (*qkv(64, 64), 16, 32, False)),
         ("partial last blocks, dv != d", (*qkv(50, 70, 8, 4), 16, 32, False)),
+        (
+            "a key block near +400 before 30 keys near -400",
+            (*_high_first(np.random.default_rng(50), 12, 38, 8), 4, 8, False),
+        ),
         ("causal, N = M, partial blocks", (*qkv(37, 37), 8, 5, True)),
         ("causal, N < M", (*qkv(20, 45), 8, 16, True)),
         ("causal, N > M: queries 0-6 see no key", (*qkv(12, 5), 4, 2, True)),
@@ -440,6 +560,7 @@ def _forward_cases():
         ("blocks of one row", (*qkv(6, 7), 1, 1, True)),
         ("every score near -1100", (*low, 4, 8, False)),
         ("scores in the thousands", (*qkv(16, 40, spread=30.0), 8, 8, True)),
+        *(_fresh_forward_cases(fresh) if fresh is not None else []),
         ("large", (*qkv(128, 4096), 16, 64, False)),
     ]
 
@@ -488,6 +609,8 @@ def _forward_hint(case, got, want) -> str:
         return "o has shape (N, dv) and lse shape (N,): one row per query"
     vis = causal_mask(N, M) if causal else np.ones((N, M), bool)
     s = np.where(vis, q @ k.T / np.sqrt(q.shape[1]), -np.inf)
+    if not causal and M > Bc and s[:, :Bc].min() > 300 and s[:, Bc:].max() < -300:
+        return RUNNING_MAX
     full = N - N % Br
     if N % Br and np.allclose(
         o[:full], want[0][:full], rtol=1e-9, atol=1e-12, equal_nan=True
@@ -606,16 +729,28 @@ def _loads_problem(a: BlockLoadArray, N, Br, Bc, causal):
     return None
 
 
-def _attempt(name, fn, shown, args, what=""):
-    """(True, fn(*args)), or (False, None) after printing why it could not run."""
+class _Refused:
+    """What `_attempt` returns in place of a result when the learner's function ran lab's answers or torch."""
+
+    def __init__(self, called):
+        self.called = called
+
+
+def _attempt(name, fn, shown, args, what="", course=_COURSE, numpy_only=False):
+    """(True, fn(*args)), (True, _Refused(...)) when it ran lab's answers `course` (or with `numpy_only` another array
+    library), or (False, None) after printing why it could not run."""
     try:
-        return True, fn(*args)
+        with _watching(course, numpy_only=numpy_only) as called:
+            got = fn(*args)
+        return True, (_Refused(called) if called else got)
     except NotImplementedError:
         print(
             f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
         )
     except Exception as exc:  # a learner's bug: report it, do not stop the notebook
-        print(f"{name}: ✗ {shown}{what} raised {type(exc).__name__}: {exc}")
+        print(
+            f"{name}: ✗ {shown}{what} raised {type(exc).__name__}: {exc}{raised_at(exc)}"
+        )
         hint = (
             "m, l and alpha hold one value per query row, shape (Br,): against a (Br, Bc) tile they need a new "
             "axis, s - m_new[:, None], alpha[:, None] * acc"
@@ -629,15 +764,22 @@ def _attempt(name, fn, shown, args, what=""):
     return False, None
 
 
-def check_tiled_forward(fn, *, name: str | None = None) -> None:
+_FORWARD_COURSE = _COURSE + ("flash_attention_torch", "attention_row_three_pass")
+
+
+def check_tiled_forward(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
     """Check `fn(q, k, v, Br, Bc, causal) -> (o, lse)`: FlashAttention-2's forward, its values and its one pass per query block.
 
     Values against `attention_reference` on the classic failure cases; then k and v as `BlockLoadArray`s: each row
     loaded at most once per query block (Tr times) and at least by every query block that sees it, no access of more
-    than Bc rows; last, the peak of the large case under tracemalloc below half a Br × M strip of float64 scores.
-    Taught in: notebooks/05_tiling.ipynb"""
+    than Bc rows; last, the peak of the large case under tracemalloc below half a Br × M strip of float64 scores. A key
+    block near +400 before keys near -400 asks for the running max; lab's answers and other array libraries are
+    refused. Fixed cases and fresh ones each run (`seed` draws the same again). Taught in: notebooks/05_tiling.ipynb"""
     name = name or getattr(fn, "__name__", "your function")
-    cases = _forward_cases()
+    rng, seed = _fresh(seed)
+    cases = _forward_cases(rng)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         for n, (label, case) in enumerate(cases):
@@ -647,27 +789,41 @@ def check_tiled_forward(fn, *, name: str | None = None) -> None:
                 fn,
                 _shown(n, label, case),
                 tuple(np.array(a) for a in case[:3]) + case[3:],
+                course=_FORWARD_COURSE,
+                numpy_only=True,
             )
             if not ok:
-                return
+                return print(seed_note(seed), end="")
+            if isinstance(got, _Refused):
+                return print(
+                    f"{name}: ✗ {_shown(n, label, case)}: {_refusal(got.called)}"
+                )
             problem = diagnose(got, want, names=("o", "lse"), rtol=1e-9, atol=1e-12)
             if problem is not None:
                 return print(
-                    f"{name}: ✗ {_shown(n, label, case)}: {problem}\n  hint: {_forward_hint(case, got, want)}"
+                    f"{name}: ✗ {_shown(n, label, case)}: {problem}\n  hint: {_forward_hint(case, got, want)}\n"
+                    + seed_note(seed),
+                    end="",
                 )
         skipped = False
         for n, (label, case) in enumerate(cases):
             q, k, v, Br, Bc, causal = case
             K, V = BlockLoadArray(k, "k"), BlockLoadArray(v, "v")
-            ok, _ = _attempt(
+            ok, got = _attempt(
                 name,
                 fn,
                 _shown(n, label, case),
                 (np.array(q), K, V, Br, Bc, causal),
                 " with k and v that count the rows you load",
+                course=_FORWARD_COURSE,
+                numpy_only=True,
             )
             if not ok:
-                return
+                return print(seed_note(seed), end="")
+            if isinstance(got, _Refused):
+                return print(
+                    f"{name}: ✗ {_shown(n, label, case)}: {_refusal(got.called)}"
+                )
             problem = _loads_problem(K, len(q), Br, Bc, causal) or _loads_problem(
                 V, len(q), Br, Bc, causal
             )

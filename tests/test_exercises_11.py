@@ -1,0 +1,194 @@
+"""Notebook 11's exercises: lab's own answers refused by any route, and a learner's mod run in the numpy and torch
+kernels and in flex_attention, as the notebook's objective promises (the planted mistakes of each mod are in
+tests/test_masks.py)."""
+
+import contextlib
+import io
+import re
+import sys
+import types
+
+import pytest
+from exercise_support import exercises, source
+
+NAME = "11_masks_and_score_mods"
+EX = {ex.number: ex for ex in exercises(NAME)}
+
+
+def run_check(ex, solution: str) -> str:
+    """exercise_support.run_check, with the cells run in a real module `__exercise__`: flex_attention's tracing reads
+    a mod's globals through its module, as it reads `__main__` in a notebook."""
+    module = types.ModuleType("__exercise__")
+    ns, out = module.__dict__, io.StringIO()
+    saved = sys.modules.get("__exercise__")
+    sys.modules["__exercise__"] = module
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            for src in ex.setup + ex.before:
+                exec(compile(src, "<setup>", "exec"), ns)
+        with contextlib.redirect_stdout(out):
+            exec(compile(solution, "<solution>", "exec"), ns)
+            exec(compile(ex.check, "<check>", "exec"), ns)
+    finally:
+        if saved is None:
+            sys.modules.pop("__exercise__", None)
+        else:
+            sys.modules["__exercise__"] = saved
+    return out.getvalue()
+
+
+def _refused(number: int, text: str, *says: str) -> str:
+    out = run_check(EX[number], source(text))
+    assert "✗" in out and "✓" not in out, out
+    for s in says:
+        assert s in out, f"{s!r} not in:\n{out}"
+    return out
+
+
+def test_the_notebook_has_four_checked_exercises():
+    assert sorted(EX) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("number", [1, 2, 3, 4])
+def test_worked_solutions_pass_in_every_kernel(number):
+    out = run_check(EX[number], EX[number].solution)
+    assert out.count("✓") == 1 and "✗" not in out, out
+    if number > 1:
+        assert "the numpy and torch kernels" in out
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        (
+            """
+            def window_tiles(N, W, Br, Bc):
+                return lab.window_tile_counts(N, N, W - 1, 0, Br, Bc)["computed"]
+            """,
+            "calls lab.window_tile_counts",
+        ),
+        (
+            """
+            from lab.mask_experiments import window_tile_counts as counts
+            window_tiles = lambda N, W, Br, Bc: counts(N, N, W - 1, 0, Br, Bc)["computed"]
+            """,
+            "calls lab.window_tile_counts",
+        ),
+        (
+            """
+            def window_tiles(N, W, Br, Bc):
+                mask = lab.sliding_window(W - 1, 0, N, N)
+                return int((lab.block_mask(mask, 1, 1, N, N, Br, Bc).kind > 0).sum())
+            """,
+            "calls lab.block_mask",
+        ),
+    ],
+    ids=["lab's count", "its module, an alias", "lab's block mask"],
+)
+def test_window_tiles_by_labs_count_is_refused(text, says):
+    _refused(1, text, "case 0", says, "write it yourself")
+
+
+@pytest.mark.parametrize(
+    "number, text, says",
+    [
+        (2, "prefix_lm = lab.prefix_lm\n", "calls lab.prefix_lm"),
+        (
+            2,
+            """
+            from lab.masks import prefix_lm as spec
+            def prefix_lm(prefix, N, M):
+                mod = spec(prefix, N, M)
+                return lambda b, h, i, j: mod(b, h, i, j) | False
+            """,
+            "calls lab.prefix_lm",
+        ),
+        (
+            2,
+            """
+            CASES = [(3, 12, 12), (0, 9, 9), (40, 20, 30), (4, 30, 20), (20, 64, 80)]
+            BUILT = {c: lab.prefix_lm(*c).fn for c in CASES}  # built before the check, kept in a table
+            prefix_lm = lambda *c: BUILT[c]
+            """,
+            "calls lab.prefix_lm",
+        ),
+        (
+            3,
+            "import lab.masks\ndilated_window = lab.masks.dilated_window\n",
+            "calls lab.dilated_window",
+        ),
+        (
+            4,
+            """
+            from lab.masks import clipped_alibi as ca
+            def clipped_alibi(slopes, max_distance, N, M):
+                return ca(slopes, max_distance, N, M)
+            """,
+            "calls lab.clipped_alibi",
+        ),
+    ],
+    ids=[
+        "the spec itself",
+        "wrapped, an alias",
+        "built beforehand",
+        "through its module",
+        "score: an alias",
+    ],
+)
+def test_mods_built_by_lab_are_refused(number, text, says):
+    _refused(number, text, "case 0", says)
+
+
+def test_a_table_of_the_fixed_window_cases_fails_on_a_drawn_one():
+    import lab
+
+    table = {
+        c: lab.window_tile_counts(c[0], c[0], c[1] - 1, 0, c[2], c[3])["computed"]
+        for c in [
+            (256, 64, 32, 32),
+            (1000, 100, 64, 48),
+            (8192, 256, 256, 256),
+            (77, 1, 8, 13),
+            (300, 1000, 64, 64),
+            (256, 33, 32, 32),
+            (100, 17, 16, 16),
+            (256, 65, 32, 32),
+            (256, 34, 32, 32),
+            (240, 49, 16, 48),
+            (240, 50, 16, 48),
+        ]
+    }
+    out = run_check(
+        EX[1],
+        "TABLE = "
+        + repr(table)
+        + "\nwindow_tiles = lambda N, W, Br, Bc: TABLE.get((N, W, Br, Bc), 0)\n",
+    )
+    assert re.search(r"✗ case 1[1-4] ", out) and "seed=" in out, out
+
+
+def test_a_numpy_only_score_mod_is_told_how_to_run_in_torch():
+    """The form the worked answer had before: right on numpy arrays, a TypeError on torch tensors."""
+    out = _refused(
+        4,
+        """
+        def clipped_alibi(slopes, max_distance, N, M):
+            slopes, off = np.asarray(slopes), M - N
+            return lambda s, b, h, i, j: s - slopes[h] * np.minimum(np.abs(i + off - j), max_distance)
+        """,
+        "the scores agree, but lab.flash_attention_torch refused yours: TypeError",
+        "torch.as_tensor(slopes, dtype=s.dtype, device=s.device)",
+    )
+    assert "flash_attention_numpy" not in out
+
+
+def test_a_numpy_only_mask_mod_is_told_how_to_run_in_torch():
+    out = _refused(
+        2,
+        """
+        def prefix_lm(prefix, N, M):
+            return lambda b, h, i, j: np.logical_or(j < prefix, j <= i + M - N).astype(bool)
+        """,
+        "the masks agree, but lab.flash_attention_torch",
+    )
+    assert "abs(x), x.clip(max=D)" in out or "differs from the reference" in out

@@ -21,6 +21,7 @@ from ..backward import (
     flash_attention_backward_numpy,
 )
 from ..rules import causal_key_end
+from .tiling import add_tiles
 
 __all__ = ["draw_backward_tiles", "draw_training_memory", "draw_backward_time"]
 
@@ -89,18 +90,21 @@ def draw_backward_tiles(
     ax, bx = axes
     nq, nk = grid.shape
     colors = {0: "white", 1: "#f4a261", 2: "#2a9d8f"}
-    for i in range(nq):
-        for j in range(nk):
-            ax.add_patch(
-                Rectangle(
-                    (j * block_k, i * block_q),
-                    min(block_k, N - j * block_k),
-                    min(block_q, N - i * block_q),
-                    facecolor=colors[grid[i, j]],
-                    edgecolor="black",
-                    lw=0.6,
-                )
+    add_tiles(
+        ax,
+        [
+            (
+                j * block_k,
+                i * block_q,
+                min(block_k, N - j * block_k),
+                min(block_q, N - i * block_q),
             )
+            for i in range(nq)
+            for j in range(nk)
+        ],
+        [colors[grid[i, j]] for i in range(nq) for j in range(nk)],
+        lw=0.6,
+    )
     if nk <= 8:
         for j in range(nk):
             first = (

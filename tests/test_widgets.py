@@ -8,10 +8,11 @@ import matplotlib.image
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from matplotlib.ticker import MaxNLocator
 
 import lab
 from lab import widgets
-from lab.widgets import _frame_key, _nice
+from lab.widgets import _frame_key, round_out
 
 BUILDERS = [
     n for n in widgets.__all__ if n not in ("FigureSliders", "interactive_figure")
@@ -104,9 +105,10 @@ def test_the_cache_holds_at_most_its_size():
     assert len(w.cache) == 3 and (("s", 5),) in w.cache and (("s", 1),) not in w.cache
 
 
-def test_nice_rounds_limits_out():
-    assert _nice(0.0, True) == 0.0
-    assert _nice(7.3, True) == 8.0 and _nice(7.3, False) == 6.0
-    assert _nice(123.0, True) == pytest.approx(150.0)
-    assert _nice(-2.5, False) == -3.0 and _nice(-2.5, True) == -2.0
-    assert _nice(4.0, True) == 4.0  # already on a step
+def test_round_out_widens_limits_to_the_ticks_beyond_them():
+    loc = MaxNLocator()
+    assert round_out(0.0, 157.0, loc) == (0.0, 160.0)
+    lo, hi = round_out(995.3, 1004.2, loc)  # an offset range keeps its scale
+    assert 994 <= lo <= 995.3 and 1004.2 <= hi <= 1006
+    assert round_out(-2.5, 7.3, loc) == (-3.0, 8.0)
+    assert round_out(2.0, 8.0, loc) == (2.0, 8.0)  # already on ticks

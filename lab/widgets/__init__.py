@@ -130,7 +130,7 @@ class FigureSliders(ipywidgets.interactive):
         fig.set_layout_engine("none")
         for ax, box in zip(fig.axes, self._boxes[1]):
             ax.set_position(box)
-            _round_out(ax)
+            _round_axes_out(ax)
         self.figure = fig
         return result
 
@@ -222,27 +222,8 @@ def _frame_key(fig) -> tuple:
     return tuple(key)
 
 
-_STEPS = (1, 1.5, 2, 3, 4, 5, 6, 8, 10)  # linear limits round out to these × 10^k
-
-
-def _nice(x: float, up: bool) -> float:
-    """The nearest of `_STEPS` × 10^k beyond |x| (above if `up`, else below), with x's sign."""
-    if x == 0 or not np.isfinite(x):
-        return x
-    if x < 0:
-        return -_nice(-x, not up)
-    k = np.floor(np.log10(x))
-    m = x / 10**k
-    pick = (
-        min(s for s in _STEPS if s >= m * (1 - 1e-9))
-        if up
-        else max(s for s in _STEPS if s <= m * (1 + 1e-9))
-    )
-    return float(pick * 10**k)
-
-
-def _round_out(ax) -> None:
-    """Round linear value axes' limits out to a few steps per decade, so that nearby settings share a frame.
+def _round_axes_out(ax) -> None:
+    """Round linear value axes' limits out to their own major ticks, so that nearby settings share a frame.
 
     Left alone: Axes with images or a fixed aspect (tile grids at their exact extent), log axes, axes with
     fixed tick labels (categories), inverted axes.
@@ -260,7 +241,17 @@ def _round_out(ax) -> None:
             or isinstance(axis.get_major_formatter(), matplotlib.ticker.FixedFormatter)
         ):
             continue
-        set_(_nice(lo, False), _nice(hi, True))
+        set_(*round_out(lo, hi, axis.get_major_locator()))
+
+
+def round_out(lo: float, hi: float, locator) -> tuple[float, float]:
+    """(lo, hi) widened to the nearest ticks of `locator` at or beyond them (unchanged where none is)."""
+    ticks = np.asarray(locator.tick_values(lo, hi), dtype=float)
+    below, above = ticks[ticks <= lo], ticks[ticks >= hi]
+    return (
+        float(below.max()) if below.size else lo,
+        float(above.min()) if above.size else hi,
+    )
 
 
 def _content(ax) -> list:

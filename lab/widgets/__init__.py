@@ -62,8 +62,8 @@ class FigureSliders(ipywidgets.interactive):
     setting seen before answers without drawing.
     """
 
-    CACHE_SIZE = 256  # settings kept (PNG bytes, summary, result)
-    FRAMES = 8  # rendered frames kept (one RGBA buffer each)
+    CACHE_SIZE = 128  # settings kept (PNG bytes, summary, result): a few MB
+    FRAMES = 4  # rendered frames kept (one RGBA buffer each, about 4 MB)
 
     def __init__(self, draw, summary=None, **controls):
         self.summary_html = ipywidgets.HTML(

@@ -111,4 +111,5 @@ def test_round_out_widens_limits_to_the_ticks_beyond_them():
     lo, hi = round_out(995.3, 1004.2, loc)  # an offset range keeps its scale
     assert 994 <= lo <= 995.3 and 1004.2 <= hi <= 1006
     assert round_out(-2.5, 7.3, loc) == (-3.0, 8.0)
-    assert round_out(2.0, 8.0, loc) == (2.0, 8.0)  # already on ticks
+    assert round_out(2.0, 8.0, MaxNLocator(nbins=6)) == (2.0, 8.0)  # already on ticks
+    assert round_out(0.1 + 0.2, 0.9, MaxNLocator(nbins=6)) == pytest.approx((0.3, 0.9))

@@ -247,7 +247,8 @@ def _round_axes_out(ax) -> None:
 def round_out(lo: float, hi: float, locator) -> tuple[float, float]:
     """(lo, hi) widened to the nearest ticks of `locator` at or beyond them (unchanged where none is)."""
     ticks = np.asarray(locator.tick_values(lo, hi), dtype=float)
-    below, above = ticks[ticks <= lo], ticks[ticks >= hi]
+    eps = 1e-9 * (hi - lo)  # a tick computed as 2.0000000000000004 is at 2
+    below, above = ticks[ticks <= lo + eps], ticks[ticks >= hi - eps]
     return (
         float(below.max()) if below.size else lo,
         float(above.min()) if above.size else hi,

@@ -277,12 +277,27 @@ def test_backward_tiles_slider_updates_result():
     controls = {c.description: c for c in w.children[:-1]}
     assert w.result["N"] == 256 and w.result["causal"]
     assert (
-        "max |tiled − standard| = ‹" in w.summary_html.value
+        "max |tiled − standard| at N = 256: ‹" in w.summary_html.value
         and "(&lt; 1e-10: True)" in w.summary_html.value
     )
     controls["N"].value = 128
     assert w.result["N"] == 128 and w.result["tiles"] == 4
     controls["Br"].value = 16
     assert w.result["block_q"] == 16 and w.result["tiles"] == 16
+    assert w.result["checked_N"] == 64  # 4 blocks of the smaller size, at least 64 rows
     controls["causal"].value = False
     assert w.result["visited"] == w.result["tiles"] and w.result["max_err"] < 1e-10
+
+
+def test_backward_tiles_checks_on_check_n_rows_and_counts_tiles_at_n():
+    import matplotlib.pyplot as plt
+
+    from lab.figures.backward import backward_error, draw_backward_tiles
+
+    r = draw_backward_tiles(N=256, block_q=16, block_k=32, causal=True, check_N=64)
+    plt.close("all")
+    assert r["checked_N"] == 64 and r["tiles"] == 16 * 8
+    assert r["max_err"] == backward_error(64, 16, 32, True)
+    assert backward_error(64, 16, 32, True) < 1e-10
+    assert draw_backward_tiles(N=64, block_q=16, block_k=32)["checked_N"] == 64
+    plt.close("all")

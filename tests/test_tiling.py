@@ -567,3 +567,24 @@ def test_tile_fill_figure_and_slider():
     )  # above the causal boundary: skipped
     controls["i (query block)"].value = 2
     assert w.result["computed"] and w.result["keys"] == (15, 16)
+
+
+def test_add_tiles_draws_every_tile_in_one_artist():
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
+    from matplotlib.patches import PathPatch
+
+    from lab.figures.tiling import add_tiles
+
+    _, ax = plt.subplots()
+    boxes = [(0, 0, 4, 4), (4, 0, 4, 4), (0, 4, 3, 4)]
+    add_tiles(ax, boxes, ["red", "green", "blue"], lw=0.8)
+    add_tiles(ax, boxes[:2], ["#eeeeee"] * 2, lw=0.8, hatch="//")
+    add_tiles(ax, [], [], lw=0.8)  # nothing to draw
+    (tiles,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(tiles.get_paths()) == 3 and len(tiles.get_facecolors()) == 3
+    assert tiles.get_paths()[2].get_extents().bounds == (0, 4, 3, 4)
+    (hatched,) = [p for p in ax.patches if isinstance(p, PathPatch)]
+    assert hatched.get_hatch() == "//"
+    assert hatched.get_path().get_extents().bounds == (0, 0, 8, 4)
+    plt.close("all")

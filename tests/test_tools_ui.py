@@ -46,6 +46,18 @@ def test_report_counts_and_closing_line(capsys):
     assert "FAIL b: why" in capsys.readouterr().out
 
 
+def test_report_gives_the_median_and_worst_slider_answer():
+    r = ui_check.Report()
+    assert r.answer_times() == "slider answers: none timed"
+    r.answers += [
+        ("00 widget 0 'd'", 0.08),
+        ("05 widget 1 'N'", 0.31),
+        ("09 widget 0 'Br'", 0.12),
+    ]
+    line = r.answer_times()
+    assert "3 moves, median 120 ms, worst 310 ms (05 widget 1 'N')" in line
+
+
 def test_free_port_is_bindable_on_loopback():
     port = ui_check.free_port()
     with socket.socket() as s:

@@ -7,8 +7,9 @@ over a scratch copy of the notebooks, and drives Debian's Chromium (/usr/bin/chr
 Playwright; no browser is downloaded). For every notebook with a slider (an ipywidgets.interactive
 output): open it, run all cells, wait for the kernel, check that no cell shows an error and no widget
 shows "Error displaying widget", then focus each slider of each interactive widget, press an arrow
-key, and check that the output the widget drives (its summary line and figure) changes. The server is
-stopped whatever happens.
+key, and check that the output the widget drives (its summary line and figure) changes; each check
+says how long the page took to show the new output after the key press, and the run ends with their
+median and worst (a benchmark, printed, never a pass/fail). The server is stopped whatever happens.
 
 Site part: serves build/site on 127.0.0.1 and opens every page: each loads, its math is typeset
 (KaTeX elements present, no raw TeX left in the prose), and no image or link inside the site is
@@ -90,6 +91,7 @@ class Report:
 
     def __init__(self):
         self.passed, self.failed = [], []
+        self.answers = []  # (slider, seconds from the key press to the page showing the new output)
 
     def check(self, name: str, ok: bool, detail: str = "") -> bool:
         (self.passed if ok else self.failed).append((name, detail))
@@ -101,6 +103,17 @@ class Report:
 
     def summary(self) -> str:
         return f"ui: {len(self.passed)} passed, {len(self.failed)} failed"
+
+    def answer_times(self) -> str:
+        """Median and worst time from a slider's key press to the page showing its new figure (a benchmark)."""
+        if not self.answers:
+            return "slider answers: none timed"
+        times = sorted(t for _, t in self.answers)
+        worst = max(self.answers, key=lambda a: a[1])
+        return (
+            f"slider answers in the page: {len(times)} moves, median {times[len(times) // 2] * 1e3:.0f} ms, "
+            f"worst {worst[1] * 1e3:.0f} ms ({worst[0]}); polled every 20 ms, kernel and browser included"
+        )
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -518,16 +531,18 @@ def move_sliders(page, stem: str, report: Report, shots: Path) -> None:
                     and sig
                 )
 
-            changed = None
+            changed, took = None, None
             for key in (
                 "ArrowRight",
                 "ArrowLeft",
                 "ArrowLeft",
             ):  # at the right end, the left one moves
                 handles.nth(s).focus()
+                t0 = time.monotonic()
                 page.keyboard.press(key)
-                changed = wait_for(moved, 15)
+                changed = wait_for(moved, 15, interval=0.02)
                 if changed:
+                    took = time.monotonic() - t0
                     break
             # let the redraw settle before the next slider
             wait_for(
@@ -555,10 +570,14 @@ def move_sliders(page, stem: str, report: Report, shots: Path) -> None:
                     )
                     if x
                 ]
+            if took is not None:
+                report.answers.append((f"{stem} widget {w} '{desc}'", took))
             report.check(
                 f"{stem}: widget {w} slider '{desc}' changes the output with the keyboard",
                 bool(changed) and errors == 0,
-                f"{' and '.join(what)} changed" if changed else "output unchanged",
+                f"{' and '.join(what)} changed in {took * 1e3:.0f} ms"
+                if changed
+                else "output unchanged",
             )
 
 
@@ -808,6 +827,7 @@ def main(argv: list[str] | None = None) -> int:
         "; ".join(sorted(set(blocked))[:5]),
     )
     print(f"screenshots: {args.shots}")
+    print(report.answer_times())
     print(report.summary())
     return 1 if report.failed else 0
 

@@ -5,6 +5,7 @@ Taught in: notebooks/09_backward.ipynb
 
 from __future__ import annotations
 
+import functools
 import math
 import textwrap
 
@@ -20,6 +21,7 @@ from ..backward import (
     flash_attention_backward_numpy,
 )
 from ..rules import causal_key_end
+from .tiling import add_tiles
 
 __all__ = ["draw_backward_tiles", "draw_training_memory", "draw_backward_time"]
 
@@ -48,6 +50,21 @@ def _tile_grid(N, M, Br, Bc, causal):
     return grid
 
 
+@functools.lru_cache(maxsize=256)
+def backward_error(
+    N: int, block_q: int, block_k: int, causal: bool, d: int = 64, seed: int = 0
+) -> float:
+    """max |dQ, dK, dV of `flash_attention_backward_numpy` − `attention_backward`| on seeded (N, d) inputs (kept per setting)."""
+    rng = np.random.default_rng(seed)
+    q, k, v, do = (rng.standard_normal((N, d)) for _ in range(4))  # (N, d) each
+    o, lse = attention_reference(q, k, v, causal=causal)
+    got = flash_attention_backward_numpy(
+        q, k, v, o, lse, do, block_q=block_q, block_k=block_k, causal=causal
+    )
+    want = attention_backward(q, k, v, do, causal=causal)
+    return max(float(np.abs(g - w).max()) for g, w in zip(got, want))
+
+
 def draw_backward_tiles(
     N: int = 256,
     block_q: int = 64,
@@ -56,19 +73,15 @@ def draw_backward_tiles(
     d: int = 64,
     seed: int = 0,
     axes=None,
+    check_N: int | None = None,
 ) -> dict:
     """Left: the tiles of the backward (key blocks outer, query blocks inner), skipped ones blank; right: bytes kept for the backward, P against o + lse.
 
-    Also runs `flash_attention_backward_numpy` at these settings and returns max |dQ, dK, dV − standard|.
+    Also runs `flash_attention_backward_numpy` at these settings (on N = min(N, `check_N`) rows if given)
+    and returns max |dQ, dK, dV − standard| as `max_err`, the N it ran at as `checked_N`.
     """
-    rng = np.random.default_rng(seed)
-    q, k, v, do = (rng.standard_normal((N, d)) for _ in range(4))  # (N, d) each
-    o, lse = attention_reference(q, k, v, causal=causal)
-    got = flash_attention_backward_numpy(
-        q, k, v, o, lse, do, block_q=block_q, block_k=block_k, causal=causal
-    )
-    want = attention_backward(q, k, v, do, causal=causal)
-    err = max(float(np.abs(g - w).max()) for g, w in zip(got, want))
+    n = N if check_N is None else min(N, check_N)
+    err = backward_error(n, block_q, block_k, bool(causal), d, seed)
     grid = _tile_grid(N, N, block_q, block_k, causal)
     if axes is None:
         _, axes = plt.subplots(
@@ -77,18 +90,21 @@ def draw_backward_tiles(
     ax, bx = axes
     nq, nk = grid.shape
     colors = {0: "white", 1: "#f4a261", 2: "#2a9d8f"}
-    for i in range(nq):
-        for j in range(nk):
-            ax.add_patch(
-                Rectangle(
-                    (j * block_k, i * block_q),
-                    min(block_k, N - j * block_k),
-                    min(block_q, N - i * block_q),
-                    facecolor=colors[grid[i, j]],
-                    edgecolor="black",
-                    lw=0.6,
-                )
+    add_tiles(
+        ax,
+        [
+            (
+                j * block_k,
+                i * block_q,
+                min(block_k, N - j * block_k),
+                min(block_q, N - i * block_q),
             )
+            for i in range(nq)
+            for j in range(nk)
+        ],
+        [colors[grid[i, j]] for i in range(nq) for j in range(nk)],
+        lw=0.6,
+    )
     if nk <= 8:
         for j in range(nk):
             first = (
@@ -149,6 +165,7 @@ def draw_backward_tiles(
         "p_bytes": kept_p,
         "flash_bytes": kept_flash,
         "max_err": err,
+        "checked_N": n,
         "backward_flops": flops["backward"],
     }
 

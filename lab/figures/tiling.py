@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.collections import PolyCollection
 from matplotlib.colors import ListedColormap
-from matplotlib.patches import Patch, Rectangle
+from matplotlib.patches import Patch, PathPatch, Rectangle
+from matplotlib.path import Path
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from ..hardware import CHIPS
@@ -52,6 +54,36 @@ def _plain_log_labels(*axes, n_axis=None):
                     kilo if (ax is n_axis and axis is ax.xaxis) else plain
                 )
                 axis.set_minor_formatter(NullFormatter())
+
+
+def add_tiles(ax, boxes, facecolors, *, lw: float, hatch=None) -> None:
+    """Draw rectangles `boxes` (x, y, width, height rows) with black edges and their own `facecolors`, at once.
+
+    Unhatched, one collection; hatched, one compound path (Agg draws a hatch per path, so thousands of
+    hatched tiles drawn one by one take seconds). The picture is the same as one patch per tile.
+    """
+    if not len(boxes):
+        return
+    x, y, w, h = np.asarray(boxes, dtype=float).T
+    verts = np.stack(
+        [np.stack(c, axis=1) for c in ((x, y), (x + w, y), (x + w, y + h), (x, y + h))],
+        axis=1,
+    )  # (tiles, 4 corners, xy)
+    if hatch is None:
+        ax.add_collection(
+            PolyCollection(verts, facecolors=facecolors, edgecolors="black", lw=lw),
+            autolim=False,
+        )
+    else:
+        ax.add_patch(
+            PathPatch(
+                Path.make_compound_path_from_polys(verts),
+                facecolor=facecolors[0],
+                edgecolor="black",
+                lw=lw,
+                hatch=hatch,
+            )
+        )
 
 
 def loop_order(
@@ -258,6 +290,10 @@ def draw_tile_grid(
     grid = tile_grid(N, M, Br, Bc, causal)
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 6.5))
+    tiles = {
+        True: ([], []),
+        False: ([], []),
+    }  # skipped (hatched) or not: boxes, colours
     for i in range(counts["Tr"]):
         for j in range(counts["Tc"]):
             i0, j0 = i * Br, j * Bc
@@ -271,17 +307,11 @@ def draw_tile_grid(
                 if (i, j) in done
                 else _TODO
             )
-            ax.add_patch(
-                Rectangle(
-                    (j0, i0),
-                    w,
-                    h,
-                    facecolor=color,
-                    edgecolor="black",
-                    lw=0.8,
-                    hatch="//" if not grid[i, j] else None,
-                )
-            )
+            boxes, colors = tiles[not grid[i, j]]
+            boxes.append((j0, i0, w, h))
+            colors.append(color)
+    add_tiles(ax, *tiles[False], lw=0.8)
+    add_tiles(ax, *tiles[True], lw=0.8, hatch="//")
     if causal:
         ax.plot([M - N + 0.5, M + 0.5], [0, N], color="C3", lw=2)
     ax.set_xlim(0, M)

@@ -2,23 +2,31 @@
 
 Every builder returns a `FigureSliders` (an `ipywidgets.interactive`): its controls come first in
 `.children`, and its last child is a box holding a one-line summary (`ipywidgets.HTML`) above the
-figure (`ipywidgets.Image`, a PNG). The callback draws the figure with matplotlib, renders it to PNG
-bytes and stores its numbers in `.result`; it prints nothing and displays nothing, so the figure lives
-in widget state and a notebook's saved output is the same whoever executes it. Tests set a control's
-`.value` and read `.result` (`interactive` swallows exceptions raised in callbacks, so the tests are
-where errors show). Each notebook shows the static figure of the same drawing beside the slider, so
-the page reads without a kernel.
+figure (`ipywidgets.Image`, a PNG). The callback builds the figure's artists with matplotlib (Agg,
+whatever the notebook's backend), renders what the setting changed to PNG bytes and stores its numbers
+in `.result`; it prints nothing and displays nothing, so the figure lives in widget state and a
+notebook's saved output is the same whoever executes it. The same mechanism runs in JupyterLab, the
+classic Notebook and Colab (an Image widget, no ipympl). Tests set a control's `.value` and read
+`.result` (`interactive` swallows exceptions raised in callbacks, so the tests are where errors show).
+Each notebook shows the static figure of the same drawing beside the slider, so the page reads without
+a kernel.
 
 Taught in: every notebook with a slider.
 """
 
 from __future__ import annotations
 
+import collections
 import html
 import io
 
 import ipywidgets
+import matplotlib
+import matplotlib.image
 import matplotlib.pyplot as plt
+import matplotlib.ticker
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 __all__ = [
     "FigureSliders",
@@ -44,7 +52,18 @@ __all__ = [
 
 
 class FigureSliders(ipywidgets.interactive):
-    """`interactive` whose output is a summary line and a PNG figure held in widgets, not printed output."""
+    """`interactive` whose output is a summary line and a PNG figure held in widgets, not printed output.
+
+    An update calls `draw(**values) -> result`, which builds the figure's artists, and renders only what
+    the setting changed: the frame (figure size, Axes boxes, limits, ticks, axis labels, legends) is
+    rendered once per distinct frame and kept; each update restores it and draws the content (lines,
+    patches, texts, images, titles) over it. Every Axes keeps the box the first drawing laid out. Each
+    setting's PNG, summary and result are kept in `cache` (the controls take discrete values), so a
+    setting seen before answers without drawing.
+    """
+
+    CACHE_SIZE = 128  # settings kept (PNG bytes, summary, result): a few MB
+    FRAMES = 4  # rendered frames kept (one RGBA buffer each, about 4 MB)
 
     def __init__(self, draw, summary=None, **controls):
         self.summary_html = ipywidgets.HTML(
@@ -54,6 +73,14 @@ class FigureSliders(ipywidgets.interactive):
             format="png", layout=ipywidgets.Layout(max_width="100%")
         )
         self._draw, self._summary = draw, summary
+        self.figure = None  # the figure of the last update
+        self.cache = (
+            collections.OrderedDict()
+        )  # setting -> (result, PNG bytes, summary HTML)
+        self._frames = (
+            collections.OrderedDict()
+        )  # frame key -> (background, title positions)
+        self._boxes = None  # (figure size, Axes boxes) of the first drawing
         super().__init__(
             self._render, {"auto_display": False}, clear_output=False, **controls
         )
@@ -63,22 +90,83 @@ class FigureSliders(ipywidgets.interactive):
         self.layout = ipywidgets.Layout(width="100%")
 
     def _render(self, **values):
+        key = tuple(values.items())
+        if key in self.cache:
+            self.cache.move_to_end(key)
+        else:
+            result = self._build(values)
+            text = (
+                ""
+                if self._summary is None
+                else f"<code>{html.escape(self._summary(result))}</code>"
+            )
+            self.cache[key] = (result, self.png(), text)
+            while len(self.cache) > self.CACHE_SIZE:
+                self.cache.popitem(last=False)
+        result, png, text = self.cache[key]
+        self.image.value = png
+        self.summary_html.value = text
+        return result
+
+    def _build(self, values: dict):
+        """Call `draw` and take its figure out of pyplot (no cell shows it); its Axes get the first drawing's boxes."""
         before = set(plt.get_fignums())
         result = self._draw(**values)
         new = [n for n in plt.get_fignums() if n not in before]
         fig = plt.figure(new[-1]) if new else plt.gcf()
-        buf = io.BytesIO()
-        if fig.get_layout_engine() is None:
-            self._lay_out(fig)
-        fig.savefig(buf, format="png", bbox_inches=fig.bbox_inches)
         for n in new or [fig.number]:
             plt.close(n)
-        self.image.value = buf.getvalue()
-        if self._summary is not None:
-            self.summary_html.value = (
-                f"<code>{html.escape(self._summary(result))}</code>"
-            )
+        FigureCanvasAgg(
+            fig
+        )  # the Figure renders on its own Agg canvas, whatever the backend
+        shape = (tuple(fig.get_size_inches()), len(fig.axes))
+        if self._boxes is None or self._boxes[0] != shape:
+            if fig.get_layout_engine() is None:
+                self._lay_out(fig)
+            else:
+                fig.canvas.draw()  # the layout engine places the Axes once
+            self._boxes = (shape, [ax.get_position(original=True) for ax in fig.axes])
+            self._frames.clear()
+        fig.set_layout_engine("none")
+        for ax, box in zip(fig.axes, self._boxes[1]):
+            ax.set_position(box)
+            _round_axes_out(ax)
+        self.figure = fig
         return result
+
+    def png(self) -> bytes:
+        """The figure as PNG bytes: its frame from `_frames` (rendered on a miss), its content drawn over it."""
+        fig = self.figure
+        key = _frame_key(fig)
+        content = [_content(ax) for ax in fig.axes]
+        if key in self._frames:
+            self._frames.move_to_end(key)
+            background, titles = self._frames[key]
+            renderer = fig.canvas.get_renderer()
+            renderer.restore_region(background)
+            for ax, xy in zip(fig.axes, titles):
+                ax.title.set_position(
+                    xy
+                )  # where the frame's draw placed it (above top ticks, if any)
+        else:
+            for artists in content:
+                for a in artists:
+                    a.set_animated(True)  # left out of the frame
+            fig.canvas.draw()
+            renderer = fig.canvas.get_renderer()
+            titles = [ax.title.get_position() for ax in fig.axes]
+            self._frames[key] = (renderer.copy_from_bbox(fig.bbox), titles)
+            while len(self._frames) > self.FRAMES:
+                self._frames.popitem(last=False)
+        for artists in content:
+            for a in sorted(artists, key=lambda a: a.get_zorder()):
+                a.draw(renderer)
+        buf = io.BytesIO()
+        rgba = np.asarray(renderer.buffer_rgba())
+        matplotlib.image.imsave(
+            buf, rgba, format="png", pil_kwargs={"compress_level": 1}
+        )  # a fast zlib level: the bytes change at every move
+        return buf.getvalue()
 
     def _lay_out(self, fig) -> None:
         """Tight layout on the first drawing; later drawings of the same axes reuse its margins (a slider
@@ -100,6 +188,77 @@ class FigureSliders(ipywidgets.interactive):
             )
         else:
             fig.subplots_adjust(**self._margins[1])
+
+
+def _frame_key(fig) -> tuple:
+    """What a frame shows: figure size, and per Axes its box, limits, scales, ticks and axis labels."""
+    key = [
+        tuple(fig.get_size_inches()),
+        fig.dpi,
+        tuple(t.get_text() for t in fig.texts),
+    ]
+    for ax in fig.axes:
+        ax.apply_aspect()
+        ticks = []
+        for axis in (ax.xaxis, ax.yaxis):
+            locs = tuple(axis.get_majorticklocs())
+            ticks += [
+                locs,
+                tuple(axis.get_major_formatter().format_ticks(locs)),
+                tuple(axis.get_minorticklocs()),
+                axis.get_label_text(),
+            ]
+        key.append(
+            (
+                tuple(ax.get_position().bounds),
+                ax.get_xlim(),
+                ax.get_ylim(),
+                ax.get_xscale(),
+                ax.get_yscale(),
+                ax.axison,
+                *ticks,
+            )
+        )
+    return tuple(key)
+
+
+def _round_axes_out(ax) -> None:
+    """Round linear value axes' limits out to their own major ticks, so that nearby settings share a frame.
+
+    Left alone: Axes with images or a fixed aspect (tile grids at their exact extent), log axes, axes with
+    fixed tick labels (categories), inverted axes.
+    """
+    if ax.images or ax.get_aspect() != "auto":
+        return
+    for axis, get, set_ in (
+        (ax.xaxis, ax.get_xlim, ax.set_xlim),
+        (ax.yaxis, ax.get_ylim, ax.set_ylim),
+    ):
+        lo, hi = get()
+        if (
+            lo >= hi
+            or axis.get_scale() != "linear"
+            or isinstance(axis.get_major_formatter(), matplotlib.ticker.FixedFormatter)
+        ):
+            continue
+        set_(*round_out(lo, hi, axis.get_major_locator()))
+
+
+def round_out(lo: float, hi: float, locator) -> tuple[float, float]:
+    """(lo, hi) widened to the nearest ticks of `locator` at or beyond them (unchanged where none is)."""
+    ticks = np.asarray(locator.tick_values(lo, hi), dtype=float)
+    eps = 1e-9 * (hi - lo)  # a tick computed as 2.0000000000000004 is at 2
+    below, above = ticks[ticks <= lo + eps], ticks[ticks >= hi - eps]
+    return (
+        float(below.max()) if below.size else lo,
+        float(above.min()) if above.size else hi,
+    )
+
+
+def _content(ax) -> list:
+    """The artists of `ax` an update draws over its frame: all but the background, spines and axes (legends included)."""
+    frame = {ax.patch, ax.xaxis, ax.yaxis, *ax.spines.values()}
+    return [a for a in ax.get_children() if a not in frame and a.get_visible()]
 
 
 def _block_sliders(options, block_q, block_k, **extra) -> dict:

@@ -266,12 +266,16 @@ def _watching(
     when the block's code replaced the hook. `forbid`: numpy functions that do the exercise's whole work (e.g.
     np.logaddexp), recorded as "numpy.logaddexp.reduce" (a ufunc's methods included)."""
     codes, seen = _course_code(names), []
-    code = getattr(inspect.unwrap(reference), "__code__", None) if reference else None
-    if code is not None:  # the check's own reference, reached through its frames
-        codes.setdefault(code, "the check's frames")
-    codes.update(also or {})  # other code refused by name, e.g. torch.autograd.grad's
     banned = {id(f): f"numpy.{f.__name__}" for f in forbid}
     copies = _copies_of(codes)  # lab's source compiled again (exec, a pasted copy)
+    codes.update(
+        also or {}
+    )  # other code refused as itself only, e.g. torch.autograd.grad's, a mod lab builds
+    code = getattr(inspect.unwrap(reference), "__code__", None) if reference else None
+    if (
+        code is not None
+    ):  # the check's own reference, reached through its frames (itself only: an honest one-liner may match it)
+        codes.setdefault(code, "the check's frames")
     known = {}  # code object -> what it is (a name, or None), decided at its first call
 
     def note(what):

@@ -252,7 +252,14 @@ def check_min_splits(fn, *, name: str | None = None) -> None:
         ],
         "each split gives B·H work items; find the fewest splits with at least one item per processor",
     )
-    check(fn, _fills, cases, name=name or "min_splits", hint=hint)
+    check(
+        fn,
+        _fills,
+        cases,
+        name=name or "min_splits",
+        hint=hint,
+        properties=(_own_work(),),
+    )
 
 
 # ------------------------------------------------------------------------------------ the build: split_decode

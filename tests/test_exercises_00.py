@@ -730,6 +730,20 @@ _EVASIONS = {
         """,
         ["calls lab.attention_bytes"],
     ),
+    "an object that computes when the check converts it": (
+        """
+        class _Later:
+            def __init__(self, *args):
+                self.args = args
+            def __array__(self, dtype=None, copy=None):
+                return np.asarray(lab.attention_bytes(*self.args), dtype=dtype)
+            def __float__(self):
+                return float(lab.attention_bytes(*self.args))
+        def score_bytes(B, H, N, M, itemsize):
+            return _Later(N, M, itemsize, B * H)
+        """,
+        ["calls lab.attention_bytes"],
+    ),
     "the check's reference from its frame": (
         """
         import sys

@@ -417,6 +417,28 @@ def _refusal(seen) -> str:
     )
 
 
+_PLAIN = (np.ndarray, np.generic, int, float, complex, str, bytes, dict, type(None))
+
+
+def _settled(got):
+    """`got` with every value that is not a plain one (an array, a number, a tuple or list of them, a torch tensor)
+    turned into an array now, inside the watch: an object that computes only when the check converts it (its
+    `__array__`, `__float__`, `__index__`) is watched like the rest."""
+    if isinstance(got, tuple) and type(got) is tuple:
+        return tuple(_settled(g) for g in got)
+    if type(got) is list:
+        return [_settled(g) for g in got]
+    if isinstance(got, _PLAIN) or type(got).__module__.split(".")[0] in (
+        "torch",
+        "lab",
+    ):
+        return got
+    try:
+        return np.asarray(got, dtype=float)
+    except (TypeError, ValueError):
+        return np.asarray(got)
+
+
 _FICKLE = (
     "it gives another result when run again on the same case (watched, or after a first call): compute the answer "
     "from the arguments, the same each time"
@@ -438,7 +460,7 @@ def _own_work(*names, numpy_only: bool = False, forbid=()):
             with _watching(
                 names, numpy_only=numpy_only, forbid=forbid, reference=reference
             ) as called:
-                got = getattr(fn, "raw", fn)(*args)
+                got = _settled(getattr(fn, "raw", fn)(*args))
         except Exception:
             if not hasattr(fn, "raw"):
                 raise

@@ -249,6 +249,9 @@ def check_safe_softmax(fn, *, seed: int | None = None) -> None:
                 "softmax_online",
                 "online_normalizer",
                 numpy_only=True,
+                forbid=(
+                    np.logaddexp,
+                ),  # log Σ e^s in one call: e^(s - lse) is softmax without its passes
             ),
             _no_hidden_nan,
         ],

@@ -424,13 +424,16 @@ def _settled(got):
     """`got` with every value that is not a plain one (an array, a number, a tuple or list of them, a torch tensor)
     turned into an array now, inside the watch: an object that computes only when the check converts it (its
     `__array__`, `__float__`, `__index__`) is watched like the rest."""
-    if isinstance(got, tuple) and type(got) is tuple:
+    if type(got) is tuple:
         return tuple(_settled(g) for g in got)
+    if isinstance(got, tuple) and hasattr(got, "_fields"):  # a named tuple
+        return type(got)(*(_settled(g) for g in got))
     if type(got) is list:
         return [_settled(g) for g in got]
-    if isinstance(got, _PLAIN) or type(got).__module__.split(".")[0] in (
-        "torch",
-        "lab",
+    if (
+        isinstance(got, _PLAIN)
+        or callable(got)
+        or type(got).__module__.split(".")[0] in ("torch", "lab", "triton")
     ):
         return got
     try:

@@ -26,7 +26,7 @@ from ..backward import (
 )
 from ..exercises import check, diagnose
 from ._seeded import noting_seed
-from ._support import _fresh, _own_work, _refusal, _watching
+from ._support import _fresh, _own_work, _refusal, _settled, _watching
 
 __all__ = [
     "check_delta",
@@ -266,7 +266,7 @@ def _run(name, fn, args, shown, hint_error, numpy_only=False):
     }
     try:
         with _watching(_LAB_BACKWARDS, also=also) as seen:
-            out = fn(*args)
+            out = _settled(fn(*args))
     except NotImplementedError:
         print(
             f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
@@ -294,7 +294,7 @@ def _run_numpy(name, fn, args, shown, hint_error):
     """`_run` for a numpy exercise: lab's backwards refused by any route, and any op of torch (or another array library)."""
     try:
         with _watching(_LAB_BACKWARDS, numpy_only=True) as seen:
-            out = fn(*args)
+            out = _settled(fn(*args))
     except NotImplementedError:
         print(
             f"{name}: not implemented yet (fill in the stub above, then run this cell again)"

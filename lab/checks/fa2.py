@@ -28,7 +28,7 @@ import numpy as np
 from ..attention import attention_reference
 from ..exercises import check, diagnose, seed_note
 from ..tiling import HARDWARE, flash_counts, gpu_time_share
-from ._support import _fresh, _own_work, _refusal, _watching
+from ._support import _fresh, _own_work, _refusal, _settled, _watching
 
 __all__ = [
     "check_affordable_nonmatmul",
@@ -449,7 +449,7 @@ def _check_block(fn, variant: str, name: str | None, seed: int | None) -> None:
         try:
             args = (_watched(q_i, log), _watched(k, log), _watched(v, log), Bc)
             with np.errstate(all="ignore"), _watching(_COURSE) as called:
-                got = fn(*args)
+                got = _settled(fn(*args))
         except NotImplementedError:
             print(_NOT_YET.format(name))
             return

@@ -21,7 +21,7 @@ from ..mask_experiments import flex_reference, window_tile_counts
 from ..masks import KINDS, block_mask, index_arrays
 from ..torch_kernels import flash_attention_torch
 from ._seeded import noting_seed
-from ._support import _fresh, _refusal, _watching
+from ._support import _fresh, _refusal, _settled, _watching
 
 __all__ = ["check_window_tiles", "check_mask_mod", "check_score_mod"]
 
@@ -74,7 +74,7 @@ def _attempt(name, fn, case, n, *args, hint=_ARRAY_HINT, lab_answer=()):
                 if lab_answer
                 else []
             )
-            out = fn(*(args or case))
+            out = _settled(fn(*(args or case)))
     except NotImplementedError:
         print(
             f"{name}: not implemented yet (fill in the stub above, then run this cell again)"

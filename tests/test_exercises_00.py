@@ -699,14 +699,31 @@ _EVASIONS = {
         """
         import queue, threading
         _ask, _answer = queue.Queue(), queue.Queue()
-        def _worker():
-            while True:
-                B, H, N, M, itemsize = _ask.get()
-                _answer.put(LAB)
+        def _worker():  # answers one case, then ends
+            B, H, N, M, itemsize = _ask.get()
+            _answer.put(LAB)
         threading.Thread(target=_worker, daemon=True).start()
         def score_bytes(B, H, N, M, itemsize):
             _ask.put((B, H, N, M, itemsize))
             return _answer.get()
+        """,
+        ["hands work to another thread"],
+    ),
+    "a thread started before the check, busy-waiting": (
+        """
+        import threading, time
+        _box = {"ask": None, "answer": None}
+        def _worker():  # answers one case, then ends
+            while _box["ask"] is None:
+                time.sleep(0.0001)
+            B, H, N, M, itemsize = _box["ask"]
+            _box["answer"] = LAB
+        threading.Thread(target=_worker, daemon=True).start()
+        def score_bytes(B, H, N, M, itemsize):
+            _box["ask"] = (B, H, N, M, itemsize)
+            while _box["answer"] is None:
+                pass
+            return _box["answer"]
         """,
         ["hands work to another thread"],
     ),

@@ -254,6 +254,18 @@ def _evasion(frame, fn) -> str | None:
     return what
 
 
+def _running_theirs() -> set:
+    """The ids of the other threads (started before the check, unwatched) whose stack runs the learner's code now."""
+    here, out = threading.get_ident(), set()
+    for ident, frame in sys._current_frames().items():
+        while ident != here and frame is not None:
+            if _theirs(frame):
+                out.add(ident)
+                break
+            frame = frame.f_back
+    return out
+
+
 @contextlib.contextmanager
 def _watching(
     names=(), *, numpy_only: bool = False, forbid=(), reference=None, also=None
@@ -329,11 +341,14 @@ def _watching(
         before, threads_before = sys.getprofile(), threading.getprofile()
         sys.setprofile(watch)
         threading.setprofile(watch)  # a thread started inside is watched too
+        elsewhere = _running_theirs()  # threads already running the learner's code
         try:
             yield seen
         finally:
             if sys.getprofile() is not watch:
                 note("sys.setprofile")
+            if elsewhere or _running_theirs():
+                note("another thread")
             sys.setprofile(before)
             threading.setprofile(threads_before)
 

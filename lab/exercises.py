@@ -40,13 +40,14 @@ def check(
     `cases`: a list of argument tuples. Results agree when `np.allclose(got, want, rtol, atol)` holds
     (tuples element by element, named by `names`, e.g. `("o", "lse")`). `properties`: callables
     `prop(fn, case, got) -> None | str`, each returning a violation in words (run on every case after the
-    values agree). `hint`: a string, or `hint(case, got, want) -> None | str`, printed under a failure. `seed`: the
+    values agree; a property with a `run(fn, case)` gives the value too, e.g. one that watches what `fn` calls). `hint`: a string, or `hint(case, got, want) -> None | str`, printed under a failure. `seed`: the
     seed the cases were drawn with, named under a failure so that the same cases can be asked again.
     """
     name = name or getattr(fn, "__name__", "your function")
+    run = next((p.run for p in properties if hasattr(p, "run")), None)
     for i, case in enumerate(cases):
         try:
-            got = fn(*case)
+            got = run(fn, case, reference) if run else fn(*case)
         except NotImplementedError:
             print(
                 f"{name}: not implemented yet (fill in the stub above, then run this cell again)"

@@ -138,3 +138,58 @@ def assert_fails(ex: Exercise, text: str, *says: str) -> str:
     for s in says:
         assert s in out, f"{s!r} not in:\n{out}"
     return out
+
+
+# Wrappers a learner could put around any answer to hide what it runs from a check's watch, each with the words of the
+# refusal it must get: the profiler switched off for the call, the work done in a thread started by `_thread`, the
+# check's frames read.
+EVASIONS = {
+    "the profiler switched off": (
+        """
+        import functools as _ft, sys as _sys
+        def _evade(f):
+            @_ft.wraps(f)
+            def w(*a, **k):
+                hook = _sys.getprofile()
+                _sys.setprofile(None)
+                try:
+                    return f(*a, **k)
+                finally:
+                    _sys.setprofile(hook)
+            return w
+        """,
+        "replaces the profiler (sys.setprofile)",
+    ),
+    "a _thread": (
+        """
+        import _thread, functools as _ft, time as _time
+        def _evade(f):
+            @_ft.wraps(f)
+            def w(*a, **k):
+                box = []
+                _thread.start_new_thread(lambda: box.append(f(*a, **k)), ())
+                while not box:
+                    _time.sleep(0.0005)
+                return box[0]
+            return w
+        """,
+        "hands work to another thread",
+    ),
+    "the check's frames": (
+        """
+        import functools as _ft, inspect as _inspect
+        def _evade(f):
+            @_ft.wraps(f)
+            def w(*a, **k):
+                _inspect.stack()
+                return f(*a, **k)
+            return w
+        """,
+        "reads the check's own frames",
+    ),
+}
+
+
+def evading(solution: str, name: str, how: str) -> str:
+    """`solution` with its function `name` wrapped by the evasion `how` of `EVASIONS`."""
+    return f"{solution}\n{source(EVASIONS[how][0])}\n{name} = _evade({name})\n"

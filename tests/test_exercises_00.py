@@ -640,10 +640,156 @@ def test_fresh_cases_differ_between_runs_and_a_seed_draws_them_again(capsys):
         checks.check_score_bytes(
             lambda *a: spy(*a) or 2 * a[0] * a[1] * a[2] * a[3] * a[4], seed=seed
         )
-    asked = asked[::2]  # each case runs twice: its value, then the guard
+    # each case runs once: its value is the guarded run's
     runs = [asked[i : i + 7] for i in range(0, len(asked), 7)]
     assert (
         runs[0] == runs[1] and runs[0][4:] != runs[2][4:] and runs[0][:4] == runs[2][:4]
     )
     checks.check_largest_n(lambda g, s: 0, seed=5)
     assert "seed=5" in capsys.readouterr().out
+
+
+_LAB_BYTES = "lab.attention_bytes(N, M, itemsize, heads=B * H)"
+_EVASIONS = {
+    "asks whether it is watched": (
+        """
+        import sys
+        def score_bytes(B, H, N, M, itemsize):
+            return LAB if sys.getprofile() is None else 0
+        """,
+        ["expected 6720, got 0"],
+    ),
+    "remembers a first call": (
+        """
+        _seen = {}
+        def score_bytes(B, H, N, M, itemsize):
+            key = (B, H, N, M, itemsize)
+            if key not in _seen:
+                _seen[key] = LAB
+            return _seen[key]
+        """,
+        ["calls lab.attention_bytes"],
+    ),
+    "switches the profiler off and back on": (
+        """
+        import sys
+        def score_bytes(B, H, N, M, itemsize):
+            hook = sys.getprofile()
+            sys.setprofile(None)
+            try:
+                return LAB
+            finally:
+                sys.setprofile(hook)
+        """,
+        ["replaces the profiler (sys.setprofile)"],
+    ),
+    "a _thread": (
+        """
+        import _thread, time
+        def score_bytes(B, H, N, M, itemsize):
+            box = []
+            _thread.start_new_thread(lambda: box.append(LAB), ())
+            while not box:
+                time.sleep(0.001)
+            return box[0]
+        """,
+        ["hands work to another thread"],
+    ),
+    "a thread started before the check": (
+        """
+        import queue, threading
+        _ask, _answer = queue.Queue(), queue.Queue()
+        def _worker():  # answers one case, then ends
+            B, H, N, M, itemsize = _ask.get()
+            _answer.put(LAB)
+        threading.Thread(target=_worker, daemon=True).start()
+        def score_bytes(B, H, N, M, itemsize):
+            _ask.put((B, H, N, M, itemsize))
+            return _answer.get()
+        """,
+        ["hands work to another thread"],
+    ),
+    "a thread started before the check, busy-waiting": (
+        """
+        import threading, time
+        _box = {"ask": None, "answer": None}
+        def _worker():  # answers one case, then ends
+            while _box["ask"] is None:
+                time.sleep(0.0001)
+            B, H, N, M, itemsize = _box["ask"]
+            _box["answer"] = LAB
+        threading.Thread(target=_worker, daemon=True).start()
+        def score_bytes(B, H, N, M, itemsize):
+            _box["ask"] = (B, H, N, M, itemsize)
+            while _box["answer"] is None:
+                pass
+            return _box["answer"]
+        """,
+        ["hands work to another thread"],
+    ),
+    "a subprocess": (
+        """
+        import subprocess, sys
+        def score_bytes(B, H, N, M, itemsize):
+            code = f"import lab; print(lab.attention_bytes({N}, {M}, {itemsize}, heads={B * H}))"
+            return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout)
+        """,
+        ["runs work in another process"],
+    ),
+    "lab's code with its docstring edited": (
+        """
+        import types
+        _c = lab.attention_bytes.__code__
+        _consts = tuple("" if isinstance(c, str) and c.startswith("Bytes") else c for c in _c.co_consts)
+        _f = types.FunctionType(_c.replace(co_consts=_consts), lab.attention_bytes.__globals__)
+        def score_bytes(B, H, N, M, itemsize):
+            return _f(N, M, itemsize, B * H)
+        """,
+        ["calls lab.attention_bytes"],
+    ),
+    "an object that computes when the check converts it": (
+        """
+        class _Later:
+            def __init__(self, *args):
+                self.args = args
+            def __array__(self, dtype=None, copy=None):
+                return np.asarray(lab.attention_bytes(*self.args), dtype=dtype)
+            def __float__(self):
+                return float(lab.attention_bytes(*self.args))
+        def score_bytes(B, H, N, M, itemsize):
+            return _Later(N, M, itemsize, B * H)
+        """,
+        ["calls lab.attention_bytes"],
+    ),
+    "the check's reference from its frame": (
+        """
+        import sys
+        def score_bytes(B, H, N, M, itemsize):
+            return sys._getframe(2).f_locals["reference"](B, H, N, M, itemsize)
+        """,
+        ["calls lab.attention_bytes"],
+    ),
+}
+
+
+@pytest.mark.parametrize("how", list(_EVASIONS))
+def test_an_answer_that_escapes_the_watch_is_refused(how):
+    text, says = _EVASIONS[how]
+    assert_fails(EX[1], text.replace("LAB", _LAB_BYTES), *says)
+
+
+def test_the_reference_of_a_check_without_a_lab_answer_is_refused_through_a_traceback():
+    assert_fails(
+        EX[3],
+        """
+        def largest_n(gib, itemsize):
+            try:
+                raise RuntimeError
+            except RuntimeError as e:
+                frame = e.__traceback__.tb_frame
+            while "reference" not in frame.f_locals:
+                frame = frame.f_back
+            return frame.f_locals["reference"](gib, itemsize)
+        """,
+        "reads the check's own frames or objects",
+    )

@@ -119,6 +119,16 @@ PLANTED = {
     ],
     2: [
         (
+            "e^(s - lse) with numpy's log-sum-exp",
+            """
+            def safe_softmax(s):
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    lse = np.logaddexp.reduce(s, axis=-1, keepdims=True)
+                    return np.nan_to_num(np.exp(s - lse))
+            """,
+            ["calls numpy.logaddexp.reduce", "write the steps yourself"],
+        ),
+        (
             "no max subtracted",
             """
             def safe_softmax(s):

@@ -619,3 +619,17 @@ def test_nothing_stays_patched_after_an_error(capsys):
     assert "raised ValueError: broken" in out
     assert all(ns[n] is before[n] for n in before)
     assert all(getattr(lab, n) is f for n, f in originals.items())
+
+
+def test_exercise_1_refuses_a_merge_that_computes_only_when_the_check_converts_it():
+    later = """
+class _Later:
+    def __init__(self, a, b, k):
+        self.a, self.b, self.k = a, b, k
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(lab.merge_states(self.a, self.b)[self.k], dtype=dtype)
+def my_merge(a, b):
+    return tuple(_Later(a, b, k) for k in range(3))
+"""
+    out = run_check(EX[1], later)
+    assert "✗" in out and "calls lab.merge_states" in out, out

@@ -5,7 +5,14 @@ import re
 
 import numpy as np
 import pytest
-from exercise_support import assert_fails, exercises, run_check, source
+from exercise_support import (
+    EVASIONS,
+    assert_fails,
+    evading,
+    exercises,
+    run_check,
+    source,
+)
 
 import lab
 from lab.checks import fa2 as checks
@@ -637,3 +644,12 @@ def test_prefix_outputs_end_at_the_reference():
     assert np.allclose(
         prefixes[-1][0], lab.attention_reference(q_i, k, v)[0], rtol=1e-12, atol=1e-14
     )
+
+
+@pytest.mark.parametrize("how", list(EVASIONS))
+@pytest.mark.parametrize(
+    "number, name", [(1, "affordable_nonmatmul"), (2, "causal_fa2_ops")]
+)
+def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
+    out = run_check(EX[number], evading(EX[number].solution, name, how))
+    assert "✗" in out and "✓" not in out and EVASIONS[how][1] in out, out

@@ -12,7 +12,7 @@ import tracemalloc
 import nbformat
 import numpy as np
 import pytest
-from exercise_support import ROOT, exercises, replace_code, run_check
+from exercise_support import EVASIONS, ROOT, evading, exercises, replace_code, run_check
 
 import lab
 from lab.checks.backward import (
@@ -586,3 +586,10 @@ def test_check_tiled_backward_reports_a_crash_on_watched_arrays(capsys):
         "the values agree on 1 cases" in out
         and "raised TypeError on watched arrays" in out
     )
+
+
+@pytest.mark.parametrize("how", list(EVASIONS))
+@pytest.mark.parametrize("number, name", [(2, "my_backward"), (3, "p_tile")])
+def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
+    out = run_check(EX[number], evading(EX[number].solution, name, how))
+    assert "✗" in out and "✓" not in out and EVASIONS[how][1] in out, out

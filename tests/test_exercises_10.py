@@ -7,7 +7,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from exercise_support import exercises, run_check
+from exercise_support import EVASIONS, evading, exercises, run_check
 
 import lab
 from lab.checks import decoding as checks
@@ -651,3 +651,10 @@ def test_cache_per_token_fresh_cases_repeat_with_the_seed(capsys):
 
 def test_gather_pages_spec_does_not_give_the_code():
     assert "concatenate" not in EX[5].spec and "block_row[i]]" not in EX[5].spec
+
+
+@pytest.mark.parametrize("how", list(EVASIONS))
+@pytest.mark.parametrize("number, name", [(3, "min_splits"), (1, "cache_per_token")])
+def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
+    out = run_check(EX[number], evading(EX[number].solution, name, how))
+    assert "✗" in out and "✓" not in out and EVASIONS[how][1] in out, out

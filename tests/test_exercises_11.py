@@ -9,7 +9,7 @@ import sys
 import types
 
 import pytest
-from exercise_support import exercises, source
+from exercise_support import EVASIONS, evading, exercises, source
 
 NAME = "11_masks_and_score_mods"
 EX = {ex.number: ex for ex in exercises(NAME)}
@@ -192,3 +192,10 @@ def test_a_numpy_only_mask_mod_is_told_how_to_run_in_torch():
         "the masks agree, but lab.flash_attention_torch",
     )
     assert "abs(x), x.clip(max=D)" in out or "differs from the reference" in out
+
+
+@pytest.mark.parametrize("how", list(EVASIONS))
+@pytest.mark.parametrize("number, name", [(1, "window_tiles"), (2, "prefix_lm")])
+def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
+    out = run_check(EX[number], evading(EX[number].solution, name, how))
+    assert "✗" in out and "✓" not in out and EVASIONS[how][1] in out, out

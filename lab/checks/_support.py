@@ -14,7 +14,7 @@ import threading
 
 import numpy as np
 
-from ..exercises import diagnose
+from ..exercises import _NOT_YOURS, diagnose
 
 
 def _same(got, wrong, case=None) -> bool:
@@ -113,7 +113,8 @@ def _check_helpers() -> dict:
         )  # what a counting array calls
         for attr, f in vars(module).items():
             if inspect.isfunction(f) and f.__module__ == name and attr not in tools:
-                codes[f.__code__] = f"{name}.{attr}"
+                # through any decorator: a @contextmanager's own code is contextlib's, shared by every one
+                codes[inspect.unwrap(f).__code__] = f"{name}.{attr}"
     return codes
 
 
@@ -139,6 +140,13 @@ def _body(code) -> tuple:
     return (code.co_code, code.co_names, code.co_varnames, repr(code.co_consts))
 
 
+def _shape(code) -> tuple | None:
+    """A longer function's bytecode and global names alone: the same answer with its constants edited (its docstring
+    dropped, `code.replace(co_consts=...)`) or its locals renamed. None for a short one, which an honest answer may
+    match by chance."""
+    return (code.co_code, code.co_names) if len(code.co_code) >= 120 else None
+
+
 def _copies_of(codes: dict) -> dict:
     """`_body` of each answer in `codes` (not the checks' helpers), as lab compiled it and as its source compiles
     afresh in a learner's cell (without lab's `from __future__`): a pasted or exec'd copy is the same answer."""
@@ -147,6 +155,8 @@ def _copies_of(codes: dict) -> dict:
         if shown.startswith("lab.checks."):
             continue
         out[_body(code)] = shown
+        if _shape(code):
+            out[_shape(code)] = shown
         try:
             fresh = compile(
                 textwrap.dedent(inspect.getsource(code)),
@@ -156,13 +166,11 @@ def _copies_of(codes: dict) -> dict:
             )
         except (OSError, TypeError, SyntaxError):
             continue
-        out.update(
-            {
-                _body(c): shown
-                for c in fresh.co_consts
-                if getattr(c, "co_name", None) == code.co_name
-            }
-        )
+        for c in fresh.co_consts:
+            if getattr(c, "co_name", None) == code.co_name:
+                out[_body(c)] = shown
+                if _shape(c):
+                    out[_shape(c)] = shown
     return out
 
 
@@ -183,8 +191,85 @@ def _c_name(fn) -> str | None:
     return None
 
 
+# What runs a learner's work where the profiler cannot see it (another process, a thread started without it, a thread
+# started before the check, the profiler switched off for a while), or reads the check's own frames and values.
+_ELSEWHERE = dict.fromkeys(
+    ("subprocess", "multiprocessing", "_posixsubprocess"), "another process"
+)
+_WAITS = {
+    ("queue", "Queue.get"): "another thread",
+    ("threading", "Condition.wait"): "another thread",
+    ("threading", "Event.wait"): "another thread",
+    ("concurrent.futures._base", "Future.result"): "another thread",
+}
+_C_EVASIONS = {
+    ("sys", "setprofile"): "sys.setprofile",
+    ("threading", "setprofile"): "sys.setprofile",
+    ("sys", "_getframe"): "the check's frames",
+    ("sys", "_current_frames"): "the check's frames",
+    ("sys", "exc_info"): "the check's frames",
+    ("gc", "get_objects"): "the check's frames",
+    ("gc", "get_referrers"): "the check's frames",
+    ("gc", "get_referents"): "the check's frames",
+    ("posix", "fork"): "another process",
+    ("posix", "system"): "another process",
+    ("posix", "posix_spawn"): "another process",
+    ("posix", "execv"): "another process",
+    ("posix", "popen"): "another process",
+}
+
+
+_FRAME_READERS = {"stack", "currentframe", "getouterframes", "trace", "getinnerframes"}
+
+
+def _theirs(frame) -> bool:
+    """True when `frame` runs the learner's code (a notebook cell, their own file), not lab's, a library's or Python's."""
+    name = frame.f_code.co_filename
+    return name.startswith("<") or not name.startswith(_NOT_YOURS)
+
+
+def _evasion(frame, fn) -> str | None:
+    """What the C function `fn`, called from `frame`, does to escape `_watching` (see `_C_EVASIONS`), else None. A
+    thread started by `threading.Thread.start` is watched (threading.setprofile); one started by `_thread` is not. The
+    check's frames count only when the learner's own code reads them (numpy, torch and Python's library read theirs)."""
+    module = (
+        getattr(fn, "__module__", None) or type(getattr(fn, "__self__", None)).__name__
+    )
+    name = getattr(fn, "__name__", "")
+    if name == "start_new_thread":
+        return (
+            None
+            if frame.f_code.co_qualname == "Thread.start"
+            and frame.f_globals.get("__name__") == "threading"
+            else "another thread"
+        )
+    what = _C_EVASIONS.get((module, name))
+    if what == "the check's frames" and not _theirs(frame):
+        back = frame.f_back  # inspect.stack() and its kind, called by the learner
+        reader = (
+            frame.f_globals.get("__name__") == "inspect"
+            and frame.f_code.co_name in _FRAME_READERS
+        )
+        return what if reader and back is not None and _theirs(back) else None
+    return what
+
+
+def _running_theirs() -> set:
+    """The ids of the other threads (started before the check, unwatched) whose stack runs the learner's code now."""
+    here, out = threading.get_ident(), set()
+    for ident, frame in sys._current_frames().items():
+        while ident != here and frame is not None:
+            if _theirs(frame):
+                out.add(ident)
+                break
+            frame = frame.f_back
+    return out
+
+
 @contextlib.contextmanager
-def _watching(names=(), *, numpy_only: bool = False, forbid=()):
+def _watching(
+    names=(), *, numpy_only: bool = False, forbid=(), reference=None, also=None
+):
     """Record, in order, what runs inside the block that a learner's answer must not call: the code of lab's answers
     `names` (by any route: `lab.x`, `lab.module.x`, an alias, a closure, its source run again) as "lab.x" (and the checks' own reference
     functions, e.g. "lab.checks.softmax._softmax"; wrap only the learner's call in the block), and with `numpy_only` any
@@ -195,6 +280,14 @@ def _watching(names=(), *, numpy_only: bool = False, forbid=()):
     codes, seen = _course_code(names), []
     banned = {id(f): f"numpy.{f.__name__}" for f in forbid}
     copies = _copies_of(codes)  # lab's source compiled again (exec, a pasted copy)
+    codes.update(
+        also or {}
+    )  # other code refused as itself only, e.g. torch.autograd.grad's, a mod lab builds
+    code = getattr(inspect.unwrap(reference), "__code__", None) if reference else None
+    if (
+        code is not None
+    ):  # the check's own reference, reached through its frames (itself only: an honest one-liner may match it)
+        codes.setdefault(code, "the check's frames")
     known = {}  # code object -> what it is (a name, or None), decided at its first call
 
     def note(what):
@@ -205,12 +298,24 @@ def _watching(names=(), *, numpy_only: bool = False, forbid=()):
         if event == "call":
             code = frame.f_code
             if code not in known:
-                known[code] = codes.get(code) or copies.get(_body(code))
+                known[code] = (
+                    codes.get(code)
+                    or copies.get(_body(code))
+                    or (_shape(code) and copies.get(_shape(code)))
+                    or _ELSEWHERE.get(frame.f_globals.get("__name__", "").split(".")[0])
+                    or _WAITS.get((frame.f_globals.get("__name__"), code.co_qualname))
+                )
             if known[code]:
                 note(known[code])
             elif numpy_only and _library(frame.f_globals.get("__name__")):
                 note(f"{frame.f_globals['__name__']}.{frame.f_code.co_name}")
-        elif event == "c_call" and (numpy_only or banned):
+        elif (
+            event == "c_call"
+            and frame.f_globals.get("__name__") != __name__
+            and _evasion(frame, arg)
+        ):
+            note(_evasion(frame, arg))
+        if event == "c_call" and (numpy_only or banned):
             owner = banned.get(id(arg)) or banned.get(
                 id(getattr(arg, "__self__", None))
             )
@@ -236,11 +341,14 @@ def _watching(names=(), *, numpy_only: bool = False, forbid=()):
         before, threads_before = sys.getprofile(), threading.getprofile()
         sys.setprofile(watch)
         threading.setprofile(watch)  # a thread started inside is watched too
+        elsewhere = _running_theirs()  # threads already running the learner's code
         try:
             yield seen
         finally:
             if sys.getprofile() is not watch:
                 note("sys.setprofile")
+            if elsewhere or _running_theirs():
+                note("another thread")
             sys.setprofile(before)
             threading.setprofile(threads_before)
 
@@ -272,7 +380,9 @@ _CONVERSIONS |= {
 
 def _shown(seen: list) -> str:
     """At most three of the calls `_watching` recorded, the computing ones first, once each: "torch.softmax"."""
-    lab = [w for w in seen if w.startswith(("lab.", "numpy.")) or w == "sys.setprofile"]
+    lab = [w for w in seen if w.startswith(("lab.", "numpy."))] or [
+        w for w in seen if w in _ESCAPES
+    ]
     if lab:
         return lab[0]
     ops, last = [], set()
@@ -290,11 +400,22 @@ def _shown(seen: list) -> str:
     return ", ".join((ops or seen[:1])[:3])
 
 
+_ESCAPES = {
+    "sys.setprofile": "it replaces the profiler (sys.setprofile) that this check watches with, so the check cannot vouch for it",
+    "another process": "it runs work in another process (subprocess, multiprocessing, os.fork), where this check cannot "
+    "see what computes your answer: compute it in your function, in this process",
+    "another thread": "it hands work to another thread (one started with _thread, or before the check, through a "
+    "queue, an Event or a Future), where this check cannot see what computes your answer: compute it in your function",
+    "the check's frames": "it reads the check's own frames or objects (sys._getframe, inspect.stack, gc.get_objects, "
+    "a traceback), where the expected values live: compute your answer from the arguments alone",
+}
+
+
 def _refusal(seen) -> str:
     """Why the calls recorded by `_watching` (a list, or one name) prove nothing about the learner's own work."""
     what = _shown([seen] if isinstance(seen, str) else seen)
-    if what == "sys.setprofile":
-        return "it replaces the profiler (sys.setprofile) that this check watches with, so the check cannot vouch for it"
+    if what in _ESCAPES:
+        return _ESCAPES[what]
     if what.startswith("numpy."):
         return (
             f"it calls {what}, which does the whole of what this exercise asks you to write: write the "
@@ -311,15 +432,65 @@ def _refusal(seen) -> str:
     )
 
 
+_PLAIN = (np.ndarray, np.generic, int, float, complex, str, bytes, dict, type(None))
+
+
+def _settled(got):
+    """`got` with every value that is not a plain one (an array, a number, a tuple or list of them, a torch tensor)
+    turned into an array now, inside the watch: an object that computes only when the check converts it (its
+    `__array__`, `__float__`, `__index__`) is watched like the rest."""
+    if type(got) is tuple:
+        return tuple(_settled(g) for g in got)
+    if isinstance(got, tuple) and hasattr(got, "_fields"):  # a named tuple
+        return type(got)(*(_settled(g) for g in got))
+    if type(got) is list:
+        return [_settled(g) for g in got]
+    if (
+        isinstance(got, _PLAIN)
+        or callable(got)
+        or type(got).__module__.split(".")[0] in ("torch", "lab", "triton")
+    ):
+        return got
+    try:
+        return np.asarray(got, dtype=float)
+    except (TypeError, ValueError):
+        return np.asarray(got)
+
+
+_FICKLE = (
+    "it gives another result when run again on the same case (watched, or after a first call): compute the answer "
+    "from the arguments, the same each time"
+)
+
+
 def _own_work(*names, numpy_only: bool = False, forbid=()):
     """Property: `fn` leaves its input arrays as they were, runs none of lab's answers `names` by any route (see
     `_watching`), with `numpy_only` calls no other array library (torch, jax, cupy, tensorflow, scipy), and calls none
     of the numpy functions `forbid`."""
 
-    def prop(fn, case, got):
+    verdicts = {}  # id(case) -> (case, verdict) of the watched run that gave the case's value
+
+    def run(fn, case, reference=None):
+        """`fn(*case)`, watched: the value `lab.check` compares is the one the watched run returned, so an answer that
+        asks whether it is watched, or remembers an earlier call, gains nothing."""
         args = _copies(case)
-        with _watching(names, numpy_only=numpy_only, forbid=forbid) as called:
-            getattr(fn, "raw", fn)(*args)
+        try:
+            with _watching(
+                names, numpy_only=numpy_only, forbid=forbid, reference=reference
+            ) as called:
+                got = _settled(getattr(fn, "raw", fn)(*args))
+        except Exception:
+            if not hasattr(fn, "raw"):
+                raise
+            got = fn(
+                *case
+            )  # the same error, with the note its wrapper (`_guarded`) adds
+            verdicts[id(case)] = (case, _FICKLE)  # it raised only while watched
+            return got
+        verdicts[id(case)] = (case, verdict(called, args, case))
+        return got
+
+    def verdict(called, args, case):
         if called:
             return _refusal(called)
         if any(
@@ -329,6 +500,21 @@ def _own_work(*names, numpy_only: bool = False, forbid=()):
             return "it changes its input in place (e.g. `s -= m`): compute into a new array and leave the caller's scores alone"
         return None
 
+    def prop(fn, case, got):
+        if id(case) in verdicts and verdicts[id(case)][0] is case:
+            return verdicts[id(case)][1]
+        args = _copies(case)
+        with _watching(names, numpy_only=numpy_only, forbid=forbid) as called:
+            again = getattr(fn, "raw", fn)(*args)
+        if (
+            not called
+            and got is not None
+            and diagnose(again, got, rtol=0, atol=0) is not None
+        ):
+            return _FICKLE
+        return verdict(called, args, case)
+
+    prop.run = run
     return prop
 
 

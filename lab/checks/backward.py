@@ -14,7 +14,6 @@ Taught in: notebooks/09_backward.ipynb
 
 from __future__ import annotations
 
-import sys
 import tracemalloc
 
 import numpy as np
@@ -22,14 +21,12 @@ import torch
 
 from ..attention import attention_reference, causal_mask
 from ..backward import (
-    NumpyFlashAttention,
     attention_backward,
     backward_delta,
-    flash_attention_backward_numpy,
 )
 from ..exercises import check, diagnose
 from ._seeded import noting_seed
-from ._support import _fresh, _own_work, _refusal, _watching
+from ._support import _fresh, _own_work, _refusal, _settled, _watching
 
 __all__ = [
     "check_delta",
@@ -263,23 +260,13 @@ def _run(name, fn, args, shown, hint_error, numpy_only=False):
     backward is numpy's, and tracemalloc does not see torch's memory); prints and returns None when it failed."""
     if numpy_only:
         return _run_numpy(name, fn, args, shown, hint_error)
-    codes = {
-        attention_backward.__code__: "lab.attention_backward",
+    also = {
         torch.autograd.grad.__code__: "torch.autograd.grad",
-        flash_attention_backward_numpy.__code__: "lab.flash_attention_backward_numpy",
-        NumpyFlashAttention.forward.__code__: "lab.NumpyFlashAttention",
         torch.autograd.backward.__code__: "torch autograd",
     }
-    seen = set()
-
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code in codes:
-            seen.add(codes[frame.f_code])
-
-    old = sys.getprofile()
-    sys.setprofile(profile)
     try:
-        out = fn(*args)
+        with _watching(_LAB_BACKWARDS, also=also) as seen:
+            out = _settled(fn(*args))
     except NotImplementedError:
         print(
             f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
@@ -289,8 +276,9 @@ def _run(name, fn, args, shown, hint_error, numpy_only=False):
         print(f"{name}: ✗ case {shown} raised {type(exc).__name__}: {exc}")
         print(f"  hint: {hint_error(str(exc))}")
         return None
-    finally:
-        sys.setprofile(old)
+    if seen and not all(w.startswith(("lab.", "torch")) for w in seen):
+        print(f"{name}: ✗ case {shown}: {_refusal(seen)}")
+        return None
     if seen:
         print(
             f"{name}: ✗ case {shown} calls {', '.join(sorted(seen))}: the check compares with lab's backward, "
@@ -306,7 +294,7 @@ def _run_numpy(name, fn, args, shown, hint_error):
     """`_run` for a numpy exercise: lab's backwards refused by any route, and any op of torch (or another array library)."""
     try:
         with _watching(_LAB_BACKWARDS, numpy_only=True) as seen:
-            out = fn(*args)
+            out = _settled(fn(*args))
     except NotImplementedError:
         print(
             f"{name}: not implemented yet (fill in the stub above, then run this cell again)"

@@ -25,7 +25,7 @@ from ..exercises import check, diagnose
 from ..memory import peak_bytes
 from ..merge import merge_outputs
 from ._seeded import noting_seed
-from ._support import _fresh, _own_work, _refusal, _watching
+from ._support import _fresh, _own_work, _refusal, _settled, _watching
 from .paged import check_gather_pages
 
 __all__ = [
@@ -252,7 +252,14 @@ def check_min_splits(fn, *, name: str | None = None) -> None:
         ],
         "each split gives B·H work items; find the fewest splits with at least one item per processor",
     )
-    check(fn, _fills, cases, name=name or "min_splits", hint=hint)
+    check(
+        fn,
+        _fills,
+        cases,
+        name=name or "min_splits",
+        hint=hint,
+        properties=(_own_work(),),
+    )
 
 
 # ------------------------------------------------------------------------------------ the build: split_decode
@@ -283,7 +290,7 @@ def _attempt(name, fn, args, where, hint=None):
     """`fn(*args)` with the course's answers watched: (result, lab names called), or `_FAILED` after saying why (and `hint`)."""
     try:
         with np.errstate(all="ignore"), _watching(_COURSE, numpy_only=True) as used:
-            out = fn(*args)
+            out = _settled(fn(*args))
     except NotImplementedError as exc:
         tb = exc.__traceback__
         while tb.tb_next is not None:

@@ -28,7 +28,7 @@ import numpy as np
 from ..attention import attention_reference
 from ..exercises import check, diagnose, seed_note
 from ..tiling import HARDWARE, flash_counts, gpu_time_share
-from ._support import _fresh, _own_work
+from ._support import _fresh, _own_work, _refusal, _settled, _watching
 
 __all__ = [
     "check_affordable_nonmatmul",
@@ -126,6 +126,7 @@ def check_affordable_nonmatmul(
         atol=0,
         hint=_affordable_hint,
         seed=seed,
+        properties=(_own_work(),),
     )
 
 
@@ -446,8 +447,9 @@ def _check_block(fn, variant: str, name: str | None, seed: int | None) -> None:
     for i, (label, q_i, k, v, Bc, case_hint) in enumerate(cases):
         log: list = []
         try:
-            with np.errstate(all="ignore"):
-                got = fn(_watched(q_i, log), _watched(k, log), _watched(v, log), Bc)
+            args = (_watched(q_i, log), _watched(k, log), _watched(v, log), Bc)
+            with np.errstate(all="ignore"), _watching(_COURSE) as called:
+                got = _settled(fn(*args))
         except NotImplementedError:
             print(_NOT_YET.format(name))
             return
@@ -472,8 +474,10 @@ def _check_block(fn, variant: str, name: str | None, seed: int | None) -> None:
             else _hint(problem, variant, got, want, q_i, k, v, Bc, case_hint, log)
         )
         if problem is None:
-            problem = _own_work(*_COURSE)(fn, (q_i, k, v, Bc), got) or _property(
-                variant, log, q_i, k, v, Bc
+            problem = (
+                (_refusal(called) if called else None)
+                or _own_work(*_COURSE)(fn, (q_i, k, v, Bc), got)
+                or _property(variant, log, q_i, k, v, Bc)
             )
         if problem is not None:
             print(f"{name}: ✗ case {i} ({label}): {problem}")

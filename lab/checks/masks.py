@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-import sys
 import types
 import warnings
 
@@ -22,7 +21,7 @@ from ..mask_experiments import flex_reference, window_tile_counts
 from ..masks import KINDS, block_mask, index_arrays
 from ..torch_kernels import flash_attention_torch
 from ._seeded import noting_seed
-from ._support import _fresh, _refusal
+from ._support import _fresh, _refusal, _settled, _watching
 
 __all__ = ["check_window_tiles", "check_mask_mod", "check_score_mod"]
 
@@ -56,24 +55,10 @@ def _codes(answers) -> dict:
     return out
 
 
-@contextlib.contextmanager
 def _watching_codes(codes: dict):
-    """Record (once each) the names of `codes` whose code runs inside the block, by any route (a profile hook)."""
-    seen, before = [], sys.getprofile()
-
-    def watch(frame, event, arg):
-        if (
-            event == "call"
-            and frame.f_code in codes
-            and codes[frame.f_code] not in seen
-        ):
-            seen.append(codes[frame.f_code])
-
-    sys.setprofile(watch)
-    try:
-        yield seen
-    finally:
-        sys.setprofile(before)
+    """Record (once each) the names of `codes` whose code runs inside the block, by any route, and what escapes the
+    watch (`_support._watching`: the profiler switched off, another thread or process, the check's frames)."""
+    return _watching(also=codes)
 
 
 def _attempt(name, fn, case, n, *args, hint=_ARRAY_HINT, lab_answer=()):
@@ -89,7 +74,7 @@ def _attempt(name, fn, case, n, *args, hint=_ARRAY_HINT, lab_answer=()):
                 if lab_answer
                 else []
             )
-            out = fn(*(args or case))
+            out = _settled(fn(*(args or case)))
     except NotImplementedError:
         print(
             f"{name}: not implemented yet (fill in the stub above, then run this cell again)"

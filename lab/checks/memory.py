@@ -242,7 +242,7 @@ def check_largest_n(fn, *, seed: int | None = None) -> None:
         rtol=0,
         atol=0,
         seed=seed,
-        properties=[whole],
+        properties=[_own_work(), whole],
         hint=_hint(
             mistakes,
             "the largest N with 2·N²·itemsize <= gib·2³⁰ bytes: it fits, N + 1 does not",

@@ -26,7 +26,7 @@ from ..attention import attention_reference
 from ..exercises import diagnose, raised_at, seed_note
 from ..merge import merge_outputs, random_chunk_bounds
 from ..states import partial_state
-from ._support import _fresh, _refusal, _watching
+from ._support import _fresh, _refusal, _settled, _watching
 from ._values import FLOAT32, sharpen
 
 __all__ = ["check_state_merge", "check_merge_partials", "check_chunked_attention"]
@@ -79,7 +79,7 @@ def _attempt(name, fn, args, where):
     """`fn(*args)` with the course's answers watched: (result, lab names called), or `_FAILED` after saying why."""
     try:
         with np.errstate(all="ignore"), _watching(_COURSE, numpy_only=True) as used:
-            out = fn(*args)
+            out = _settled(fn(*args))
     except NotImplementedError as exc:
         stub = traceback.extract_tb(exc.__traceback__)[-1].name
         still = (

@@ -27,7 +27,7 @@ from ..access_count import CountingArray
 from ..attention import attention_reference
 from ..exercises import diagnose, raised_at, seed_note
 from ..memory import peak_bytes
-from ._support import _fresh, _refusal, _watching
+from ._support import _fresh, _refusal, _settled, _watching
 from ._values import FLOAT32, sharpen
 
 __all__ = ["CountingRows", "check_one_pass_row", "check_one_pass_rows"]
@@ -533,7 +533,7 @@ def _call(fn, case: _Case, K, V, masks: bool, called=None):
             return fn(q, K, V, case.Bc, **kw)
         with _watching(_COURSE, numpy_only=True) as seen:
             try:
-                return fn(q, K, V, case.Bc, **kw)
+                return _settled(fn(q, K, V, case.Bc, **kw))
             finally:
                 called.extend(seen)
 

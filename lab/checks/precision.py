@@ -23,7 +23,7 @@ import numpy as np
 from ..exercises import diagnose, seed_note
 from ..precision import round_to
 from ..precision_experiments import low_precision_sum
-from ._support import _fresh, _refusal, _watching
+from ._support import _fresh, _refusal, _settled, _watching
 
 __all__ = [
     "format_grid",
@@ -54,7 +54,7 @@ def _call(name, fn, args, label, forbidden, course=()):
         setattr(module, attr, spy)
     try:
         with np.errstate(all="ignore"), _watching(course) as seen:
-            out = fn(*args)
+            out = _settled(fn(*args))
     except NotImplementedError:
         print(_NOT_YET.format(name))
         return False, None

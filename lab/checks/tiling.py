@@ -20,7 +20,7 @@ from ..attention import attention_reference, causal_mask
 from ..exercises import diagnose, raised_at, seed_note
 from ..memory import peak_bytes
 from ..tiling import flash_counts, step_footprint
-from ._support import _fresh, _refusal, _watching
+from ._support import _fresh, _refusal, _settled, _watching
 from .one_pass import RUNNING_MAX
 
 __all__ = [
@@ -741,7 +741,7 @@ def _attempt(name, fn, shown, args, what="", course=_COURSE, numpy_only=False):
     library), or (False, None) after printing why it could not run."""
     try:
         with _watching(course, numpy_only=numpy_only) as called:
-            got = fn(*args)
+            got = _settled(fn(*args))
         return True, (_Refused(called) if called else got)
     except NotImplementedError:
         print(

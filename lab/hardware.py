@@ -236,13 +236,14 @@ def loop_overhead(
     N: int,
     block: int,
     *,
+    block_k: int | None = None,
     d: int = 64,
     heads: int = 8,
-    ops_per_step: int = 9,
+    ops_per_step: int = 21,
     us_per_op: float = 10.0,
     flops_per_s: float = 155e9,
 ) -> dict:
-    """Cost model of a Python-level tile loop: steps $= \\lceil N/B_r \\rceil \\lceil N/B_c \\rceil$ (here $B_r = B_c$ = block),
+    """Cost model of a Python-level tile loop: steps $= \\lceil N/B_r \\rceil \\lceil N/B_c \\rceil$ ($B_r$ = block, $B_c$ = block_k, block by default),
     overhead = steps · ops_per_step · us_per_op, matmul time = $4 \\cdot heads \\cdot N^2 d$ / flops_per_s.
 
     The default 155 GFLOP/s is a round figure between the fp32 matmul ceilings recorded on the course's 2-core
@@ -253,13 +254,15 @@ def loop_overhead(
         ("block", block),
         ("d", d),
         ("heads", heads),
+        ("block_k", block if block_k is None else block_k),
         ("ops_per_step", ops_per_step),
     ):
         if int(x) != x or x < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {x!r}")
     if not us_per_op > 0 or not flops_per_s > 0:
         raise ValueError("us_per_op and flops_per_s must be positive")
-    steps = (-(-N // block)) ** 2  # ceil(N / block) squared
+    Bc = block if block_k is None else int(block_k)
+    steps = (-(-N // block)) * (-(-N // Bc))  # ceil(N / Br) · ceil(N / Bc)
     overhead_s = steps * ops_per_step * us_per_op * 1e-6
     matmul_s = (
         4.0 * heads * N * N * d / flops_per_s
@@ -267,6 +270,7 @@ def loop_overhead(
     return {
         "N": int(N),
         "block": int(block),
+        "block_k": Bc,
         "steps": int(steps),
         "overhead_ms": overhead_s * 1e3,
         "matmul_ms": matmul_s * 1e3,

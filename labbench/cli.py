@@ -69,7 +69,12 @@ def _parser():
         default=None,
         help="torch CPU threads (default: torch's choice, all cores)",
     )
-    p.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="interleaved timing rounds (at least 3: the median of 2 is their mean)",
+    )
     p.add_argument(
         "--min-run-time", type=float, default=0.1, help="seconds per kernel per round"
     )

@@ -41,6 +41,13 @@ def test_loop_overhead_model():
         < lab.loop_overhead(4096, 16)["overhead_fraction"]
     )
     assert lab.loop_overhead(100, 64)["steps"] == 4
+    r = lab.loop_overhead(4096, 256, block_k=512)  # the CPU default blocks at H = 8
+    assert r["steps"] == 16 * 8 and r["block_k"] == 512
+    assert lab.loop_overhead(4096, 256)["overhead_ms"] == pytest.approx(
+        2 * r["overhead_ms"]
+    )  # twice the steps with Bc = Br = 256
+    with pytest.raises(ValueError, match="block_k"):
+        lab.loop_overhead(100, 16, block_k=0)
     with pytest.raises(ValueError, match="block"):
         lab.loop_overhead(100, 0)
     with pytest.raises(ValueError, match="positive"):
@@ -53,8 +60,14 @@ def test_draw_loop_overhead_labels_the_block_in_the_course_symbols():
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     plt.close("all")
     assert here == lab.loop_overhead(1024, 64)
-    assert ax.get_xlabel() == "block size Br = Bc" and any(
-        t.startswith("Br = Bc = 64:") for t in labels
+    assert ax.get_xlabel() == "query block Br (key block Bc = Br)" and any(
+        t.startswith("Br = 64, Bc = 64:") for t in labels
+    )
+    here = lab.figures.hardware.draw_loop_overhead(4096, 10.0, block=256, block_k=512)
+    labels = [t.get_text() for t in plt.gca().get_legend().get_texts()]
+    plt.close("all")
+    assert here["steps"] == 16 * 8 and any(
+        t.startswith("Br = 256, Bc = 512: 128 tile steps") for t in labels
     )
 
 
@@ -68,7 +81,9 @@ def test_loop_overhead_slider_updates_its_result():
     controls["Br = Bc"].value = 64
     assert w.result["steps"] == 64**2 and w.result["overhead_ms"] > 0
     controls["µs per op"].value = 100.0
-    assert w.result["overhead_ms"] == pytest.approx(64**2 * 9 * 100e-3)
+    assert w.result["overhead_ms"] == pytest.approx(
+        64**2 * 21 * 100e-3
+    )  # 21 torch ops per tile step
     controls["N"].value = 1024
     assert w.result["N"] == 1024 and w.result["steps"] == 16**2
     plt.close("all")

@@ -268,3 +268,75 @@ def test_draw_recorded_memory_uses_runs_with_both_kernels():
         8e-6 * 512**2 / 2
     )
     assert got["here"]["tiled"] < got["here"]["standard"]
+
+
+def test_time_rounds_warms_each_candidate_then_times_one_sample_per_round():
+    calls = []
+    samples = lab.time_rounds(
+        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+        rounds=4,
+        min_run_time=0.001,
+    )
+    assert calls[:2] == ["a", "b"]  # the warm-up, before any round
+    assert {n: s.shape for n, s in samples.items()} == {"a": (4,), "b": (4,)}
+    assert all((s > 0).all() for s in samples.values())
+    with pytest.raises(ValueError, match="rounds"):
+        lab.time_rounds({"a": lambda: None}, rounds=2.5)
+    with pytest.raises(ValueError, match="fns"):
+        lab.time_rounds({}, rounds=3)
+
+
+def test_spread_is_the_range_over_the_median():
+    assert lab.spread([1.0, 2.0, 4.0]) == pytest.approx(1.5)
+    assert lab.spread([3.0, 3.0, 3.0]) == 0.0
+    with pytest.raises(ValueError, match="samples"):
+        lab.spread([1.0, 0.0, 2.0])
+
+
+def test_run_sweep_refuses_fewer_than_three_rounds_and_keeps_each_round():
+    with pytest.raises(ValueError, match="rounds must be an integer >= 3"):
+        lab.run_sweep([16], kernels=["torch naive"], rounds=2, memory=False)
+    rows = lab.run_sweep(
+        [16],
+        H=1,
+        kernels=["torch naive"],
+        rounds=3,
+        min_run_time=0.001,
+        memory=False,
+        progress=False,
+    )
+    r = rows[0]
+    assert len(r["ms_rounds"]) == 3 and r["ms"] == pytest.approx(
+        np.median(r["ms_rounds"])
+    )
+    assert r["spread"] == pytest.approx(lab.spread(r["ms_rounds"]))
+    assert "spread" in lab.results_table(rows).splitlines()[0]
+
+
+def test_time_once_calls_once_without_warm_up():
+    calls = []
+    assert lab.time_once(lambda: calls.append(1)) > 0 and calls == [1]
+
+
+def test_other_programs_start_and_are_stopped():
+    with lab.other_programs(2, limit_s=30) as procs:
+        assert len(procs) == 2 and all(p.poll() is None for p in procs)
+    assert all(p.poll() is not None for p in procs)
+    with pytest.raises(ValueError, match="n must be"):
+        with lab.other_programs(-1):
+            pass
+
+
+def test_count_torch_ops_counts_each_tile_step_alike():
+    """Each extra key block adds the same torch operations to lab's tiled loop."""
+    q = torch.randn(1, 2, 32, 16)
+    kv = lambda M: (torch.randn(1, 2, M, 16), torch.randn(1, 2, M, 16))
+    total = lambda M: sum(
+        lab.count_torch_ops(
+            lambda: lab.flash_attention_torch(q, *kv(M), block_q=32, block_k=16)
+        ).values()
+    )
+    one, two, three = total(32), total(48), total(64)
+    assert three - two == two - one > 0
+    ops = lab.count_torch_ops(lambda: torch.mm(torch.ones(2, 2), torch.ones(2, 2)))
+    assert ops["mm"] == 1

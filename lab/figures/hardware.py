@@ -208,29 +208,35 @@ def draw_loop_overhead(
     us_per_op: float = 10.0,
     *,
     block: int = 256,
+    block_k: int | None = None,
+    ops_per_step: int = 21,
     d: int = 64,
     heads: int = 8,
     ax=None,
 ) -> dict:
-    """Python overhead and matmul time of the tile loop against the block size Br = Bc, log-log; marks `block`; returns
-    `lab.loop_overhead` at it.
+    """Python overhead and matmul time of the tile loop against the query block Br (Bc = `block_k`, or Br), log-log;
+    marks `block`; returns `lab.loop_overhead` at it.
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
     if ax is None:
         _, ax = plt.subplots()
+    model = dict(
+        block_k=block_k,
+        d=d,
+        heads=heads,
+        us_per_op=us_per_op,
+        ops_per_step=ops_per_step,
+    )
     blocks = [2**p for p in range(4, 13) if 2**p <= max(N, 16)]
-    over = [
-        loop_overhead(N, b, d=d, heads=heads, us_per_op=us_per_op)["overhead_ms"]
-        for b in blocks
-    ]
-    here = loop_overhead(N, block, d=d, heads=heads, us_per_op=us_per_op)
+    over = [loop_overhead(N, b, **model)["overhead_ms"] for b in blocks]
+    here = loop_overhead(N, block, **model)
     ax.plot(
         blocks,
         over,
         "o-",
         color="C3",
-        label=f"Python overhead ({us_per_op:g} µs per op, 9 ops per tile)",
+        label=f"Python overhead ({us_per_op:g} µs per op, {ops_per_step} ops per tile step)",
     )
     _plain_log2_x(ax)
     ax.set_yscale("log")
@@ -244,6 +250,7 @@ def draw_loop_overhead(
         ls="--",
         label=f"matmul work at 155 GFLOP/s: {here['matmul_ms']:,.0f} ms",
     )
+    bc = "Br" if block_k is None else str(block_k)
     ax.plot(
         [block],
         [here["overhead_ms"]],
@@ -252,10 +259,11 @@ def draw_loop_overhead(
         mfc="none",
         mec="k",
         mew=2,
-        label=f"Br = Bc = {block}: {here['steps']:,} tile steps, {here['overhead_ms']:,.1f} ms",
+        label=f"Br = {block}, Bc = {here['block_k']}: {here['steps']:,} tile steps, "
+        f"{here['overhead_ms']:,.1f} ms",
     )
     ax.set(
-        xlabel="block size Br = Bc",
+        xlabel=f"query block Br (key block Bc = {bc})",
         ylabel="ms per forward",
         title=f"A Python tile loop at N = {N:,}, H = {heads}, d = {d}",
     )

@@ -21,7 +21,8 @@ __all__ = ["torch_default_blocks", "tiled_forward", "fa2_step", "tile_scores", "
 # large enough that Python's per-op overhead vanishes, small enough to stay near a CPU's cache and far below N×M.
 _TILE_BYTES = {"cpu": 4 * 2**20, "cuda": 64 * 2**20}
 _MAX_ROWS = {"cpu": 1024}  # Br's cap on a CPU
-# e^x = 2^(x log2 e): torch's exp2 ran 2.6× faster than its exp on a 2-core AMD EPYC (AVX-512).
+# e^x = 2^(x log2 e), as FlashAttention-2's GPU kernels take it (exp2 is the GPU's native instruction); on a CPU
+# whether torch's exp2 beats its exp depends on the vector unit: notebook 08 section 3 measures it.
 LOG2E = 1 / math.log(2)
 
 

@@ -2,7 +2,9 @@
 
 - `flops`: the work of an attention forward, `attention_flops` (4·B·H·N·M·d, halved for causal).
 - `kernels`: the kernels compared, by name (`KERNELS`), their seeded inputs and whether each runs here.
-- `timing`: median seconds of a call, and of candidates in alternating rounds (`time_call`, `time_interleaved`).
+- `timing`: median seconds of a call, and of candidates in alternating rounds (`time_call`, `time_rounds`, `time_interleaved`, `spread`).
+- `pitfalls`: what goes wrong, shown: one cold call, busy programs, torch's op count (`time_once`,
+  `other_programs`, `count_torch_ops`).
 - `memory`: peak bytes of a torch call above its inputs (`peak_memory`); on a CPU through the child
   process `python -m lab.measure.probe`.
 - `machine`: the machine a run was measured on and its ceilings (`describe_machine`, `measure_ceilings`).
@@ -24,7 +26,8 @@ from .machine import describe_machine, measure_ceilings
 from .memory import peak_memory
 from .runs import RUNS_DIR, load_runs, record_run, user_runs_dir
 from .sweep import results_table, run_sweep
-from .timing import time_call, time_interleaved
+from .pitfalls import count_torch_ops, other_programs, time_once
+from .timing import spread, time_call, time_interleaved, time_rounds
 
 __all__ = [
     "KERNELS",
@@ -33,6 +36,11 @@ __all__ = [
     "kernel_available",
     "time_call",
     "time_interleaved",
+    "time_rounds",
+    "spread",
+    "time_once",
+    "other_programs",
+    "count_torch_ops",
     "peak_memory",
     "describe_machine",
     "measure_ceilings",

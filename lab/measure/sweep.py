@@ -14,7 +14,9 @@ import torch
 from .flops import attention_flops
 from .kernels import KERNELS, kernel_available, make_inputs
 from .memory import peak_memory
-from .timing import time_interleaved
+import numpy as np
+
+from .timing import spread, time_rounds
 
 # The kernels too slow for large N on a CPU: above these N they are skipped (and the table says so).
 NUMPY_MAX_N = 1024
@@ -40,7 +42,8 @@ def run_sweep(
     """Time (interleaved per setting) and peak memory of each kernel at each (N, d, dtype, causal); one dict per row.
 
     Row: kernel, device, dtype, B, H, N, d, causal, ms, tflops ($4BHN^2d$, halved for causal, per
-    second, in units of 10¹²), peak_mb (above the inputs), vs_sdpa (throughput relative to SDPA's flash
+    second, in units of 10¹²), ms_rounds (each round's ms; ms is their median, `rounds` >= 3),
+    spread ((max - min) / median of the rounds), peak_mb (above the inputs), vs_sdpa (throughput relative to SDPA's flash
     backend, or the first SDPA backend available). Kernels that cannot run say why in `skipped`.
     `threads` sets torch's CPU threads for the sweep (restored after): on a busy, shared machine each
     multi-threaded op waits for its slowest thread, which punishes kernels made of many small ops.
@@ -113,6 +116,10 @@ def _run_sweep(
     if not Ns or min(Ns) < 1:
         raise ValueError(f"Ns must be a non-empty list of lengths >= 1, got {Ns}")
     limits = {"numpy reference": NUMPY_MAX_N, "numpy flash": NUMPY_MAX_N}
+    if int(rounds) != rounds or rounds < 3:
+        raise ValueError(
+            f"rounds must be an integer >= 3 (a median of 2 rounds is their mean), got {rounds!r}"
+        )
     if torch.device(device).type == "cuda":
         limits.update({"torch naive": 8192, "sdpa math": 8192})
     limits.update(max_n or {})
@@ -141,16 +148,15 @@ def _run_sweep(
             q, k, v = make_inputs(kname, B, H, N, dd, dtype=dt, device=device)
             fns[kname] = lambda fn=fn, q=q, k=k, v=v: fn(q, k, v, c)
         bar.set_postfix_str(f"N={N} d={dd} {dt}{' causal' if c else ''}")
-        times = (
-            time_interleaved(
-                fns, device=device, rounds=rounds, min_run_time=min_run_time
-            )
+        samples = (
+            time_rounds(fns, device=device, rounds=rounds, min_run_time=min_run_time)
             if fns
             else {}
         )
         bar.update(len(fns))
         flops = attention_flops(B, H, N, dd, causal=c)
-        for kname, t in times.items():
+        for kname, s in samples.items():
+            t = float(np.median(s))
             rows.append(
                 {
                     "kernel": kname,
@@ -162,6 +168,8 @@ def _run_sweep(
                     "d": dd,
                     "causal": c,
                     "ms": t * 1e3,
+                    "ms_rounds": [float(x) * 1e3 for x in s],
+                    "spread": spread(s),
                     "tflops": flops / t / 1e12,
                     "peak_mb": None,
                     "threads": torch.get_num_threads(),
@@ -204,20 +212,21 @@ def _add_ratios(rows):
 
 
 def results_table(rows) -> str:
-    """The sweep as a fixed-width text table: ms, TFLOP/s, peak MiB and the throughput ratio to SDPA; skipped kernels listed below.
+    """The sweep as a fixed-width text table: ms (median of the rounds), its spread across rounds, TFLOP/s, peak MiB and the throughput ratio to SDPA; skipped kernels listed below.
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
-    head = f"{'kernel':<16} {'dtype':<8} {'N':>6} {'d':>4} {'causal':>6} {'ms':>10} {'TFLOP/s':>8} {'peak MiB':>9} {'vs SDPA':>8}"
+    head = f"{'kernel':<16} {'dtype':<8} {'N':>6} {'d':>4} {'causal':>6} {'ms':>10} {'spread':>7} {'TFLOP/s':>8} {'peak MiB':>9} {'vs SDPA':>8}"
     lines = [head, "-" * len(head)]
     for r in rows:
         if r.get("skipped"):
             continue
         mb = "-" if r.get("peak_mb") is None else f"{r['peak_mb']:.1f}"
         ratio = "-" if r.get("vs_sdpa") is None else f"{r['vs_sdpa']:.2f}x"
+        sp = "-" if r.get("spread") is None else f"{100 * r['spread']:.0f}%"
         lines.append(
             f"{r['kernel']:<16} {r['dtype']:<8} {r['N']:>6} {r['d']:>4} {str(r['causal']):>6} "
-            f"{r['ms']:>10.2f} {r['tflops']:>8.4f} {mb:>9} {ratio:>8}"
+            f"{r['ms']:>10.2f} {sp:>7} {r['tflops']:>8.4f} {mb:>9} {ratio:>8}"
         )
     for r in rows:
         if r.get("skipped"):

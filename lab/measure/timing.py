@@ -71,23 +71,50 @@ def _cuda_events(fn, min_run_time):
     return float(np.median(times))
 
 
-def time_interleaved(
+def time_rounds(
     fns: dict, *, device: str = "cpu", rounds: int = 5, min_run_time: float = 0.1
 ) -> dict:
-    """Median seconds per call of each `fns[name]()`, measured in alternating rounds so that noise hits them all alike.
+    """Seconds per call of each `fns[name]()` in each of `rounds` alternating rounds: one array per name.
 
-    Each round times every candidate once (`time_call` with `min_run_time`); the result per name is
-    the median over the rounds. Taught in: notebooks/08_hardware_runs.ipynb
+    Every candidate is called once first (warm-up, outside the rounds); then each round times every
+    candidate once with `time_call`, so noise during a round hits them all alike. The spread of a
+    name's array is the run-to-run noise a single measurement would have hidden.
+    Taught in: notebooks/08_hardware_runs.ipynb
     """
-    if rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    if int(rounds) != rounds or rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
+    if not fns:
+        raise ValueError("fns must name at least one callable")
     samples = {name: [] for name in fns}
     for fn in fns.values():
         fn()  # warm every candidate once, outside the rounds
     _sync(device)
-    for _ in range(rounds):
+    for _ in range(int(rounds)):
         for name, fn in fns.items():
             samples[name].append(
                 time_call(fn, device=device, min_run_time=min_run_time, warmup=False)
             )
-    return {name: float(np.median(s)) for name, s in samples.items()}
+    return {name: np.array(s) for name, s in samples.items()}
+
+
+def time_interleaved(
+    fns: dict, *, device: str = "cpu", rounds: int = 5, min_run_time: float = 0.1
+) -> dict:
+    """Median seconds per call of each `fns[name]()`, measured in alternating rounds (`time_rounds`).
+
+    Within a round `torch.utils.benchmark` keeps the median of its blocks; a call slower than
+    `min_run_time` is a block of one, so the result is then a median over rounds of single calls:
+    use 3 rounds or more (of 2 the median is their mean). Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    t = time_rounds(fns, device=device, rounds=rounds, min_run_time=min_run_time)
+    return {name: float(np.median(s)) for name, s in t.items()}
+
+
+def spread(samples) -> float:
+    """(max - min) / median of one candidate's per-round times: the range a single round could have reported."""
+    s = np.asarray(samples, dtype=float)
+    if s.ndim != 1 or s.size < 1 or not np.all(s > 0):
+        raise ValueError(
+            f"samples must be a 1-D array of positive times, got {samples!r}"
+        )
+    return float((s.max() - s.min()) / np.median(s))

@@ -1,0 +1,175 @@
+"""Check for notebook 08's exercise on measurement method: a fair comparison of two kernels' times.
+
+- `check_fair_comparison(fn)` : `fn(a, b, measure, rounds)` = time(a) / time(b), where `measure(f)` is the seconds of
+  one timing of `f()`. Run on simulated machines with known costs: a quiet one, one where other programs start
+  halfway through (a back-to-back harness measures a quiet and b busy), one where a single sample is caught by a
+  descheduled thread (a mean or a single sample follows it), and one whose first call is slow (each candidate must be
+  called once before it is measured). lab's own harness (`lab.time_interleaved`, `lab.time_rounds`) is refused.
+
+Taught in: notebooks/08_hardware_runs.ipynb
+"""
+
+from __future__ import annotations
+
+import math
+
+from ._support import _fresh, watch_course
+
+_COLD = 20.0  # a cold first call, this many times the warm one
+_LOAD = 3.0  # other programs on every core: this many times slower
+_STRAY = 30.0  # one sample caught by a descheduled thread
+
+
+class _Kernel:
+    """A simulated candidate: calling it runs it once (and warms it); its cost is known only to its machine."""
+
+    def __init__(self, machine, name):
+        self.machine, self.name = machine, name
+
+    def __call__(self):
+        self.machine.log.append(("call", self.name))
+        self.machine.warm.add(self.name)
+
+    def __repr__(self):
+        return f"<kernel {self.name}>"
+
+
+class _Machine:
+    """A machine whose timings follow a script: `load(step)` and `stray` (step -> factor) by measurement number."""
+
+    def __init__(self, costs, *, busy_from=None, stray=None, cold=1.0):
+        self.costs, self.busy_from, self.stray, self.cold = (
+            costs,
+            busy_from,
+            stray or {},
+            cold,
+        )
+        self.log, self.warm, self.steps = [], set(), 0
+        self.kernels = {n: _Kernel(self, n) for n in costs}
+
+    def measure(self, f):
+        """Seconds of one timing of `f()` on this machine."""
+        if not isinstance(f, _Kernel) or f.machine is not self:
+            raise ValueError(
+                "measure(f) times the candidates the check gave you (a or b), not another function"
+            )
+        factor = (
+            _LOAD
+            if self.busy_from is not None and self.steps >= self.busy_from
+            else 1.0
+        )
+        factor *= self.stray.get(self.steps, 1.0)
+        if f.name not in self.warm:
+            factor *= self.cold
+            self.warm.add(f.name)
+        self.log.append(("measure", f.name))
+        self.steps += 1
+        return self.costs[f.name] * factor
+
+    def measured(self, name):
+        return sum(1 for what, n in self.log if what == "measure" and n == name)
+
+    def cold_measured(self):
+        """The candidates whose first event was a measurement, not a call."""
+        first = {}
+        for what, n in self.log:
+            first.setdefault(n, what)
+        return sorted(n for n, what in first.items() if what == "measure")
+
+
+def _scenarios(rng):
+    """(label, machine, rounds, hint when the ratio is wrong), costs drawn afresh."""
+    out = []
+    for label, rounds, kw, hint in (
+        ("a quiet machine", 5, {}, None),
+        (
+            "other programs start halfway through",
+            6,
+            {"busy_from": 6},
+            "the machine got busy between your timings of a and of b: measure them in alternating "
+            "rounds (a, b, a, b, ...), so a change of load hits both alike",
+        ),
+        (
+            "one sample caught by a descheduled thread",
+            5,
+            {"stray": {1: _STRAY}},
+            f"one of b's samples came out {_STRAY:.0f}x slow: a mean, or a single sample, follows it; "
+            "the median over the rounds does not",
+        ),
+        (
+            "a slow first call",
+            5,
+            {"cold": _COLD},
+            f"each candidate's first call was {_COLD:.0f}x slower: call each once before the rounds "
+            "(a warm-up) and keep the median",
+        ),
+    ):
+        a, b = (float(f"{10 ** rng.uniform(-3, -1):.3g}") for _ in range(2))
+        out.append((label, _Machine({"a": a, "b": b}, **kw), rounds, hint))
+    return out
+
+
+def check_fair_comparison(fn, *, seed: int | None = None) -> None:
+    """Check `fn(a, b, measure, rounds)` = time(a) / time(b) on four simulated machines; print one verdict.
+
+    Costs are drawn afresh on each run (`seed` draws the same again). Each candidate must be called before it is
+    first measured (a warm-up) and measured at least `rounds` times. Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    rng, seed = _fresh(seed)
+    name = getattr(fn, "__name__", "your function")
+    again = f"  (cases drawn with seed={seed}: pass seed={seed} to ask the same again)"
+    for i, (label, machine, rounds, hint) in enumerate(_scenarios(rng)):
+        a, b = machine.kernels["a"], machine.kernels["b"]
+        want = machine.costs["a"] / machine.costs["b"]
+        shown = f"case {i} ({label}, rounds = {rounds}, true ratio {want:.4g})"
+        try:
+            with watch_course(["time_interleaved", "time_rounds", "time_call"]) as used:
+                got = fn(a, b, machine.measure, rounds)
+        except NotImplementedError:
+            print(
+                f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
+            )
+            return
+        except Exception as exc:  # a learner's bug: report it, do not stop the notebook
+            print(f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}")
+            return
+        if used:
+            print(
+                f"{name}: ✗ {shown}: it ran lab's own timing ({', '.join(used)}); write the rounds, "
+                "the warm-up and the median yourself, around `measure`"
+            )
+            return
+        problem = _problem(got, want, machine, rounds, hint)
+        if problem:
+            print(f"{name}: ✗ {shown}: {problem}")
+            print(again)
+            return
+    print(
+        f"{name}: ✓ passed 4 simulated machines (quiet, busy halfway, a stray sample, a slow first call)"
+    )
+
+
+def _problem(got, want, machine, rounds, hint) -> str | None:
+    """What is wrong with `got` on `machine`, in words, else None."""
+    try:
+        got = float(got)
+    except (TypeError, ValueError):
+        return f"returned {type(got).__name__}, expected one number: time(a) / time(b)"
+    few = [n for n in ("a", "b") if machine.measured(n) < rounds]
+    if few:
+        return (
+            f"measured {' and '.join(few)} {min(machine.measured(n) for n in few)} time(s); "
+            f"measure each candidate once per round, {rounds} rounds"
+        )
+    if machine.cold_measured():
+        return (
+            f"{' and '.join(machine.cold_measured())}: measured before ever called; call each "
+            "candidate once before the rounds (the first call pays for what later calls reuse)"
+        )
+    if math.isclose(got, want, rel_tol=0.02):
+        return None
+    if math.isclose(got, 1 / want, rel_tol=0.02):
+        return "yours is time(b) / time(a): the question is how many times slower a is than b"
+    return f"yours is {got:.4g}; " + (
+        hint or "time(a) / time(b): the median of a's rounds over the median of b's"
+    )

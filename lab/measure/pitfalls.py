@@ -1,0 +1,70 @@
+"""What goes wrong when timing on a shared CPU, shown: one cold call, other programs, and torch's op count.
+
+- `time_once(fn)`: seconds of one call with no warm-up (stdlib `timeit`, `number=1`): the naive measurement
+  notebook 08 sets beside `lab.time_call`.
+- `other_programs(n)`: a context in which `n` busy Python processes compete for the cores, so that a timing
+  taken inside it shows what a busy machine does to it.
+- `count_torch_ops(fn)`: the torch operations `fn()` dispatches (`TorchDispatchMode`), by name.
+
+Taught in: notebooks/08_hardware_runs.ipynb
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import timeit
+
+_SPIN = (
+    "import time\nend = time.monotonic() + {0}\nwhile time.monotonic() < end: pass\n"
+)
+
+
+def time_once(fn) -> float:
+    """Seconds of one `fn()`, cold: no warm-up, no repeat (`timeit.timeit(fn, number=1)`). Shown, never used."""
+    return timeit.timeit(fn, number=1)
+
+
+@contextlib.contextmanager
+def other_programs(n: int | None = None, *, limit_s: float = 60.0):
+    """Run the block while `n` busy processes (default: one per core) compete for the CPU; stopped on exit.
+
+    Each spins for at most `limit_s` seconds, so none outlives a crashed notebook for long.
+    """
+    n = os.cpu_count() or 1 if n is None else n
+    if int(n) != n or n < 0:
+        raise ValueError(f"n must be an integer >= 0, got {n!r}")
+    if not limit_s > 0:
+        raise ValueError(f"limit_s must be positive, got {limit_s!r}")
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _SPIN.format(float(limit_s))])
+        for _ in range(int(n))
+    ]
+    try:
+        time.sleep(0.05)  # let them start spinning
+        yield procs
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait()
+
+
+def count_torch_ops(fn) -> collections.Counter:
+    """The aten operations `fn()` runs, counted by name (`torch.utils._python_dispatch.TorchDispatchMode`)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    counts = collections.Counter()
+
+    class _Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            counts[str(func.overloadpacket.__name__)] += 1
+            return func(*args, **(kwargs or {}))
+
+    with _Count():
+        fn()
+    return counts

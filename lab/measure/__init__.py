@@ -24,9 +24,9 @@ from .flops import attention_flops
 from .kernels import KERNELS, kernel_available, make_inputs
 from .machine import describe_machine, measure_ceilings
 from .memory import peak_memory
+from .pitfalls import count_torch_ops, other_programs, time_once
 from .runs import RUNS_DIR, load_runs, record_run, user_runs_dir
 from .sweep import results_table, run_sweep
-from .pitfalls import count_torch_ops, other_programs, time_once
 from .timing import spread, time_call, time_interleaved, time_rounds
 
 __all__ = [

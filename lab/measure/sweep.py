@@ -9,13 +9,12 @@ Taught in: notebooks/08_hardware_runs.ipynb
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .flops import attention_flops
 from .kernels import KERNELS, kernel_available, make_inputs
 from .memory import peak_memory
-import numpy as np
-
 from .timing import spread, time_rounds
 
 # The kernels too slow for large N on a CPU: above these N they are skipped (and the table says so).

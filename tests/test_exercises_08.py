@@ -1,4 +1,4 @@
-"""Notebook 08's exercises: each worked solution passes its check cell, planted classic mistakes fail with their
+"""Notebook 08_hardware_runs's exercises: each worked solution passes its check cell, planted classic mistakes fail with their
 diagnosis, the open question has an answer, and the helpers of lab/checks/hardware.py behave."""
 
 import contextlib
@@ -34,16 +34,16 @@ def assert_fails(out, *pieces):
 
 
 def test_the_exercises_are_found():
-    assert sorted(EX) == [1, 2, 3, 5]
+    assert sorted(EX) == [1, 2, 3, 4]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, pytest.param(5, marks=needs_triton)])
+@pytest.mark.parametrize("number", [1, 2, 3, 4])
 def test_worked_solution_passes(number):
     out = run_check(EX[number], EX[number].solution)
     assert "✓" in out and "✗" not in out, out
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 5])
+@pytest.mark.parametrize("number", [1, 2, 3, 4])
 def test_stub_reports_not_implemented(number):
     out = run_check(EX[number], EX[number].stub)
     assert "not implemented yet" in out and "✗" not in out, out
@@ -241,7 +241,7 @@ def test_tile_steps_mistakes(edits, diagnosis):
     assert_fails(run_check(EX[3], planted(EX[3], *edits)), diagnosis)
 
 
-# ---------------------------------------------------------------------------------------- exercise 4 (open)
+# ---------------------------------------------------------------------------------------- exercise 5 (open)
 
 
 def _cells():
@@ -253,7 +253,7 @@ def test_open_question_has_a_place_to_answer_and_a_worked_answer():
     at = next(
         i
         for i, c in enumerate(cells)
-        if c.cell_type == "markdown" and c.source.startswith("### Exercise 4 ")
+        if c.cell_type == "markdown" and c.source.startswith("### Exercise 5 ")
     )
     after = cells[at + 1 : at + 3]
     assert "Your answer:" in after[0].source and "solution" not in after[
@@ -262,6 +262,100 @@ def test_open_question_has_a_place_to_answer_and_a_worked_answer():
     assert (
         "solution" in after[1].metadata.get("tags", []) and "d = 128" in after[1].source
     )
+
+
+# ---------------------------------------------------------------------------------------- exercise 4
+
+HARNESS = """
+def compare(a, b, measure, rounds):
+{body}
+"""
+
+HARNESS_MISTAKES = {
+    "back to back": (
+        """    a(); b()
+    t_a = [measure(a) for _ in range(rounds)]
+    t_b = [measure(b) for _ in range(rounds)]
+    return float(np.median(t_a) / np.median(t_b))""",
+        ("other programs start halfway", "measure them in alternating rounds"),
+    ),
+    "mean": (
+        """    a(); b()
+    t_a, t_b = [], []
+    for _ in range(rounds):
+        t_a.append(measure(a)); t_b.append(measure(b))
+    return float(np.mean(t_a) / np.mean(t_b))""",
+        ("descheduled thread", "30x slow: a mean, or a single sample, follows it"),
+    ),
+    "one sample": (
+        """    a(); b()
+    return measure(a) / measure(b)""",
+        ("measured a and b 1 time(s)", "once per round, 5 rounds"),
+    ),
+    "no warm-up": (
+        """    t_a, t_b = [], []
+    for _ in range(rounds):
+        t_a.append(measure(a)); t_b.append(measure(b))
+    return float(np.median(t_a) / np.median(t_b))""",
+        ("measured before ever called", "call each candidate once before the rounds"),
+    ),
+    "inverted": (
+        """    a(); b()
+    t_a, t_b = [], []
+    for _ in range(rounds):
+        t_a.append(measure(a)); t_b.append(measure(b))
+    return float(np.median(t_b) / np.median(t_a))""",
+        ("yours is time(b) / time(a)",),
+    ),
+    "lab's harness": (
+        """    t = lab.time_interleaved({"a": a, "b": b}, rounds=rounds, min_run_time=0.001)
+    return t["a"] / t["b"]""",
+        ("it ran lab's own timing", "time_interleaved"),
+    ),
+    "its own timer": (
+        """    import time
+    a(); b()
+    t0 = time.perf_counter(); a(); t1 = time.perf_counter(); b(); t2 = time.perf_counter()
+    return (t1 - t0) / (t2 - t1)""",
+        ("measured a and b 0 time(s)",),
+    ),
+    "a number of rounds of its own": (
+        """    a(); b()
+    t_a, t_b = [], []
+    for _ in range(3):
+        t_a.append(measure(a)); t_b.append(measure(b))
+    return float(np.median(t_a) / np.median(t_b))""",
+        ("3 time(s)", "5 rounds"),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(HARNESS_MISTAKES))
+def test_harness_mistakes_are_refused(name):
+    body, says = HARNESS_MISTAKES[name]
+    assert_fails(run_check(EX[4], HARNESS.format(body=body)), *says)
+
+
+def test_harness_check_draws_new_costs_and_refuses_a_remembered_answer():
+    import numpy as np
+
+    from lab.checks.measuring import _scenarios
+
+    first = [m.costs for _, m, _, _ in _scenarios(np.random.default_rng(1))]
+    again = [m.costs for _, m, _, _ in _scenarios(np.random.default_rng(2))]
+    assert first != again
+    remembered = HARNESS.format(body="    a(); b()\n    return 1.0")
+    assert_fails(run_check(EX[4], remembered), "measure each candidate once per round")
+
+
+def test_harness_on_this_machine_runs_after_the_check():
+    """The cell after the check runs the learner's harness on real kernels, with lab.time_call as `measure`."""
+    cells = _cells()
+    at = next(
+        i for i, c in enumerate(cells) if "check_fair_comparison(compare)" in c.source
+    )
+    assert "lab.time_call(f, warmup=False" in cells[at + 1].source
+    assert "compare(" in cells[at + 1].source
 
 
 # ---------------------------------------------------------------------------------------- all specs
@@ -276,228 +370,11 @@ def test_specs_give_no_reference_code():
         )
 
 
-# ---------------------------------------------------------------------------------------- exercise 5
-
-KERNEL_MISTAKES = [
-    (
-        [("mask=col_ok[:, None], other=0.0, )", ")")],
-        ("N and M not multiples", "reads K and V past row M - 1 = 36", "stores NaN"),
-    ),
-    (
-        [
-            ("mask=col_ok[:, None], other=0.0, )  # K_j", ")  # K_j")
-        ],  # tl.where hides the NaN read
-        (
-            "N and M not multiples",
-            "o is right, but",
-            "reads K past row M - 1 = 36",
-            "hides the values, not the read",
-        ),
-    ),
-    (
-        [('        s = tl.where(col_ok[None, :], s, float("-inf"))', "")],
-        (
-            "N and M not multiples",
-            "11 slots past M counted as keys of score 0",
-            "a score of -inf (tl.where)",
-        ),
-    ),
-    (
-        [
-            (
-                'm = tl.full([Br], float("-inf"), tl.float32)',
-                "m = tl.zeros([Br], tl.float32)",
-            )
-        ],
-        ("very negative scores", "NaN in yours", "start m at float('-inf')"),
-    ),
-    (
-        [("acc = acc * alpha[:, None] + tl.dot(p, v)", "acc = acc + tl.dot(p, v)")],
-        ("several key blocks", "alpha = exp(m - m_new)"),
-    ),
-    (
-        [("p = tl.exp(s - m_new[:, None])", "p = tl.exp(s)")],
-        ("very large scores", "overflows float32"),
-    ),
-    ([(") * scale", ")")], ("one key block", "yours is attention with scale 1")),
-    ([("        m = m_new\n", "")], ("several key blocks", "last key block alone")),
-    (
-        [("range(0, M, Bc)", "range(0, M, Br)")],
-        ("Br = 32 query rows", "differ in size"),
-    ),
-    (
-        [("tl.max(s, axis=1)", "tl.max(s, axis=0)")],
-        ("raised ValueError", "m, l run over axis=1"),
-    ),
-    (
-        [
-            ("m_new = tl.maximum(m, tl.max(s, axis=1))", "m_new = tl.max(s, axis=1)")
-        ],  # the block's max, not the running one
-        (
-            "a key block near +200, then blocks near -200",
-            "the running max",
-            "e^400 overflows",
-        ),
-    ),
-]
-
-
-@needs_triton
-@pytest.mark.parametrize(
-    "edits, diagnosis",
-    KERNEL_MISTAKES,
-    ids=[
-        "no load mask",
-        "no mask on K, where hides it",
-        "no -inf for padded keys",
-        "m starts at 0",
-        "no rescale of acc",
-        "no max subtracted",
-        "no scale",
-        "m never updated",
-        "steps by Br",
-        "max over queries",
-        "block max",
-    ],
-)
-def test_kernel_mistakes(edits, diagnosis):
-    assert_fails(run_check(EX[5], planted(EX[5], *edits)), *diagnosis)
-
-
-@needs_triton
-def test_kernel_with_alpha_upside_down_is_told_about_the_first_rescale():
-    out = run_check(
-        EX[5],
-        planted(EX[5], ("alpha = tl.exp(m - m_new)", "alpha = tl.exp(m_new - m)")),
-    )
-    assert_fails(
-        out, "case 0 (one key block", "NaN already with one key block", "exp(m - m_new)"
-    )
-    assert "nothing is rescaled yet" not in out
-
-
-@needs_triton
-def test_kernel_calling_labs_step_is_refused():
-    """lab's own key-block step, called inside the learner's kernel: Triton's interpreter runs a copy of its code,
-    known by the file and name it came from."""
-    src = planted(
-        EX[5],
-        (
-            "for j0 in range(0, M, Bc):",
-            "for j0 in range(0, M, Bc):\n"
-            "        m, l, acc = lab_step(q, m, l, acc, K + h * stride_kh, V + h * stride_vh, rows, j0, "
-            "scale * 1.4426950408889634, N, M, d, d, stride_kn, stride_vn, True, False, Bc, d, d, 'ieee')\n"
-            "    for j0 in range(0, 0, Bc):",
-        ),
-    )
-    src = (
-        "from lab.kernels.rung6_triton import _attn_fwd_step as lab_step\n"
-        + src.replace("    o = acc / l[:, None]", "    o = acc / l[:, None]", 1)
-    )
-    out = run_check(EX[5], src)
-    assert_fails(out, "case 0", "runs lab's kernel code _attn_fwd_step")
-
-
-@needs_triton
-def test_kernel_loading_every_key_at_once_is_refused():
-    """One block of 128 slots, masked past M: right values on every case, but not a loop over key blocks."""
-    src = planted(
-        EX[5],
-        ("for j0 in range(0, M, Bc):", "for j0 in range(0, 1):"),
-        ("cols = j0 + tl.arange(0, Bc)", "cols = tl.arange(0, 128)"),
-    )
-    out = run_check(EX[5], src)
-    assert_fails(
-        out,
-        "case 2 (several key blocks",
-        "o is right, but one tl.load read 64 rows of K",
-        "Bc = 16",
-    )
-
-
-@needs_triton
-def test_kernel_with_a_pass_for_the_max_and_one_for_the_sums_is_refused():
-    """Right values, Bc rows a load, but K read twice: a first loop for the row max, a second for l and acc."""
-    src = planted(
-        EX[5],
-        (
-            "for j0 in range(0, M, Bc):",
-            "for j0 in range(0, M, Bc):  # pass 1: the max\n"
-            "        cols = j0 + tl.arange(0, Bc)\n"
-            "        col_ok = cols < M\n"
-            "        k = tl.load(K + h * stride_kh + cols[:, None] * stride_kn + feats[None, :], "
-            "mask=col_ok[:, None], other=0.0)\n"
-            "        s = tl.where(col_ok[None, :], tl.dot(q, tl.trans(k)) * scale, float('-inf'))\n"
-            "        m = tl.maximum(m, tl.max(s, axis=1))\n"
-            "    for j0 in range(0, M, Bc):  # pass 2: the sums",
-        ),
-    )
-    out = run_check(EX[5], src)
-    assert_fails(
-        out,
-        "case 0 (one key block",
-        "o is right, but each program read K 2 times over",
-    )
-
-
-@needs_triton
-def test_kernel_without_jit_is_told_to_keep_it():
-    out = run_check(EX[5], EX[5].solution.replace("@triton.jit\n", ""))
-    assert_fails(out, "keep @triton.jit")
-
-
 def _say(fn, *args):
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         fn(*args)
     return buf.getvalue()
-
-
-def test_without_triton_the_check_skips_with_a_sentence(monkeypatch):
-    monkeypatch.setattr(
-        ct,
-        "triton_status",
-        lambda: (False, "Triton is not importable here (no module)."),
-    )
-    monkeypatch.setattr(ct, "_standin_needed", lambda: True)
-    triton, tl = ct.triton_or_standins()
-    assert getattr(triton, "standin", False) and tl.constexpr is int
-    ns = {"triton": triton, "tl": tl}
-    exec(EX[5].solution, ns)
-    out = _say(ct.check_triton_attention, ns["attention_kernel"])
-    assert (
-        out == "attention_kernel: skipped: Triton is not importable here (no module).\n"
-    )
-
-    def stub(Q):
-        raise NotImplementedError
-
-    out = _say(ct.check_triton_attention, triton.jit(stub))
-    assert "not implemented yet" in out and "skipped" in out and "✗" not in out
-
-
-@needs_triton
-def test_launch_runs_the_worked_kernel_on_strided_views():
-    import numpy as np
-    import torch
-
-    triton, tl = ct.triton_or_standins()
-    ns = {"triton": triton, "tl": tl}
-    exec(EX[5].solution, ns)
-    q, k, v = ct._case_inputs(2, 20, 37, 0, seed=1)
-    assert (
-        not k.is_contiguous()
-        and torch.isnan(k.as_strided((2, 37 + ct._PAD, 16), k.stride())[:, 37:]).all()
-    )
-    o = ct.launch_attention_kernel(
-        ns["attention_kernel"], q, k, v, block_q=16, block_k=16
-    )
-    want, _ = lab.attention_reference(*(t.double().numpy() for t in (q, k, v)))
-    assert o.shape == (2, 20, 16) and np.abs(o.double().numpy() - want).max() < 1e-5
-    older = ct.launch_attention_kernel(
-        ns["attention_kernel"], q, k, v, block_m=16, block_n=16
-    )  # the older names
-    assert torch.equal(o, older)
 
 
 # ---------------------------------------------------------------------------------------- helpers

@@ -15,7 +15,8 @@ BUILDS = {
     "06_flashattention2": [3, 4],
     "07_precision": [2],
     "07_precision_in_attention": [1],
-    "08_hardware_runs": [5],
+    "08_hardware_runs": [4],
+    "08_triton_kernel": [1],
     "09_backward": [4],
     "10_decoding_and_gqa": [4],
 }

@@ -278,6 +278,8 @@ def test_time_rounds_warms_each_candidate_then_times_one_sample_per_round():
         min_run_time=0.001,
     )
     assert calls[:2] == ["a", "b"]  # the warm-up, before any round
+    firsts = [c for i, c in enumerate(calls[2:], 2) if c != calls[i - 1]]
+    assert firsts[:3] == ["b", "a", "b"] or firsts[:3] == ["a", "b", "a"]
     assert {n: s.shape for n, s in samples.items()} == {"a": (4,), "b": (4,)}
     assert all((s > 0).all() for s in samples.values())
     with pytest.raises(ValueError, match="rounds"):
@@ -340,3 +342,91 @@ def test_count_torch_ops_counts_each_tile_step_alike():
     assert three - two == two - one > 0
     ops = lab.count_torch_ops(lambda: torch.mm(torch.ones(2, 2), torch.ones(2, 2)))
     assert ops["mm"] == 1
+
+
+def _machine(unit="AVX512", load=0.5, cores=4):
+    m = lab.describe_machine()
+    m["blas"] = dict(m["blas"], cpu_capability=unit)
+    m["load_average"], m["cores"] = [load, load, load], cores
+    return m
+
+
+def test_fairness_names_vector_kernels_off_and_a_busy_machine():
+    assert lab.fairness(_machine()) == []
+    off = lab.fairness(_machine(unit="DEFAULT"))
+    assert len(off) == 1 and "vector kernels are OFF" in off[0]
+    busy = lab.fairness(_machine(load=3.5, cores=4))
+    assert len(busy) == 1 and "load average 3.5 on 4 cores" in busy[0]
+    assert len(lab.fairness(_machine(unit="default", load=9.0))) == 2
+
+
+def test_machine_report_masks_every_value_and_ends_in_one_verdict_line():
+    lines = lab.machine_report(_machine()).splitlines()
+    assert lines[-1] == "fit to time: ‹yes›" and "vector unit ‹AVX512›" in lines[1]
+    warned = lab.machine_report(_machine(unit="DEFAULT")).splitlines()
+    assert len(warned) == len(lines) and warned[-1].startswith(
+        "fit to time: ‹WARNING: "
+    )
+
+
+def test_latest_sweeps_keep_the_last_run_per_machine_and_threads():
+    rows = lambda ms: [  # noqa: E731
+        {
+            "kernel": k,
+            "N": 4096,
+            "d": 64,
+            "dtype": "float32",
+            "ms": m,
+            "vs_sdpa": 100 / m,
+        }
+        for k, m in (
+            ("lab torch flash", ms),
+            ("torch naive", 400.0),
+            ("sdpa flash", 100.0),
+        )
+    ]
+    run = lambda date, cpu, ms, spread=None: {  # noqa: E731
+        "kind": "measured",
+        "date": date,
+        "machine": {"cpu": cpu, "cores": 2, "gpu": None, "load_average": [0.5]},
+        "settings": {"threads": 1},
+        "ceilings": {"matmul_fp32_flops": 1e11},
+        "results": [dict(r, spread=spread) for r in rows(ms)],
+    }
+    runs = [
+        run("2026-01-02", "X", 200.0, 0.1),
+        run("2026-01-01", "X", 300.0),
+        run("2026-01-01", "Y", 150.0),
+    ]
+    kept = lab.latest_sweeps(runs)
+    assert [(r["machine"]["cpu"], r["date"]) for r in kept] == [
+        ("X", "2026-01-02"),
+        ("Y", "2026-01-01"),
+    ]
+    text = lab.sweep_lines(kept[0])
+    assert (
+        "loop 200 ms ±5%" in text and "0.50x SDPA" in text and "2.0x standard" in text
+    )
+    assert "±" not in lab.sweep_lines(kept[1])  # no spread recorded: none shown
+
+
+def test_at_threads_sets_and_restores_torch_threads():
+    seen = []
+    fns = lab.at_threads({"k": lambda: seen.append(torch.get_num_threads())}, (1, 2))
+    before = torch.get_num_threads()
+    for fn in fns.values():
+        fn()
+    assert list(fns) == ["k, 1 thread", "k, 2 threads"] and seen == [1, 2]
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="counts"):
+        lab.at_threads({"k": lambda: None}, (0,))
+
+
+def test_describe_rounds_and_thread_ratios_mask_their_numbers():
+    text = lab.describe_rounds([0.010, 0.012, 0.011])
+    assert text == "median ‹11.00› ms over 3 rounds, ‹10.00›-‹12.00› (spread ‹18› %)"
+    quiet = {"k, 1 thread": np.array([2.0]), "k, 4 threads": np.array([1.0])}
+    busy = {"k, 1 thread": np.array([2.0]), "k, 4 threads": np.array([6.0])}
+    assert lab.thread_ratios(quiet, busy, ["k"], 4) == (
+        "    k: 4 threads / 1 thread = ‹0.50› quiet, ‹3.00› with every core busy"
+    )

@@ -377,8 +377,8 @@ def test_lab_imports_without_triton():
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
 
 
-def test_notebook_08_quotes_both_kernels_verbatim():
-    """The side-by-side table of notebook 08: every numpy snippet is in the numpy rung's loop, every Triton snippet
+def test_notebook_08_triton_quotes_both_kernels_verbatim():
+    """The side-by-side table of notebook 08_triton_kernel: every numpy snippet is in the numpy rung's loop, every Triton snippet
     in the forward kernel, as written there."""
     import inspect
 
@@ -390,7 +390,7 @@ def test_notebook_08_quotes_both_kernels_verbatim():
         os.path.join(
             os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
             "notebooks",
-            "08_hardware_runs.ipynb",
+            "08_triton_kernel.ipynb",
         ),
         as_version=4,
     )

@@ -159,7 +159,7 @@ def triton_status() -> tuple[bool, str]:
         )
     return True, (
         f"Triton {version}: no CUDA device, so CPU tensors run through Triton's interpreter "
-        "(numpy, one program at a time): correct on small shapes, never a timing."
+        "(numpy, a program at a time): never a timing."
     )
 
 

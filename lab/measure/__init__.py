@@ -22,10 +22,24 @@ Taught in: notebooks/08_hardware_runs.ipynb
 from .accuracy import REPORTED_910B3_ACCURACY, accuracy_table, verify_accuracy
 from .flops import attention_flops
 from .kernels import KERNELS, kernel_available, make_inputs
-from .machine import describe_machine, measure_ceilings
+from .machine import describe_machine, fairness, machine_report, measure_ceilings
 from .memory import peak_memory
-from .pitfalls import count_torch_ops, other_programs, time_once
-from .runs import RUNS_DIR, load_runs, record_run, user_runs_dir
+from .pitfalls import (
+    at_threads,
+    count_torch_ops,
+    describe_rounds,
+    other_programs,
+    thread_ratios,
+    time_once,
+)
+from .runs import (
+    RUNS_DIR,
+    latest_sweeps,
+    load_runs,
+    record_run,
+    sweep_lines,
+    user_runs_dir,
+)
 from .sweep import results_table, run_sweep
 from .timing import spread, time_call, time_interleaved, time_rounds
 
@@ -41,6 +55,13 @@ __all__ = [
     "time_once",
     "other_programs",
     "count_torch_ops",
+    "at_threads",
+    "thread_ratios",
+    "describe_rounds",
+    "fairness",
+    "machine_report",
+    "latest_sweeps",
+    "sweep_lines",
     "peak_memory",
     "describe_machine",
     "measure_ceilings",

@@ -108,6 +108,55 @@ def describe_machine() -> dict:
     }
 
 
+def fairness(machine: dict) -> list:
+    """What makes timings on `machine` (a `describe_machine` dict) unfit to publish, in words: torch's vector
+    kernels off (`ATEN_CPU_CAPABILITY=default`: SDPA 3-5× and exp2 10-45× slower) or a 1-minute load
+    average above 3/4 of the cores (other programs hold the CPU). Empty when neither."""
+    problems = []
+    unit = str(machine.get("blas", {}).get("cpu_capability", "")).upper()
+    if unit == "DEFAULT":
+        problems.append(
+            "torch's vector kernels are OFF (ATEN_CPU_CAPABILITY): unset it, restart"
+        )
+    load, cores = machine.get("load_average"), machine.get("cores") or 1
+    if load and load[0] > 0.75 * cores:
+        problems.append(
+            f"load average {load[0]:.1f} on {cores} cores: other programs hold the CPU"
+        )
+    return problems
+
+
+def machine_report(machine: dict) -> str:
+    """The lines a notebook prints about `machine`, measured values masked, ending in one masked verdict line:
+    "fit to time: ‹yes›", or "‹WARNING: ...›" for each problem `fairness` finds."""
+    from ..notebook import measured
+
+    gpu = machine.get("gpu")
+    blas = machine.get("blas", {})
+    where = (
+        f"{gpu['name']}, {gpu['memory_gb']} GB"
+        if gpu
+        else "none (torch.cuda.is_available() is False)"
+    )
+    load = (machine.get("load_average") or ["?"])[0]
+    problems = fairness(machine)
+    verdict = " | ".join(f"WARNING: {p}" for p in problems) or "yes"
+    return "\n".join(
+        [
+            f"CPU: {measured(machine['cpu'], '')}, {measured(machine['cores'], '')} cores, "
+            f"load average {measured(load, '')}",
+            f"BLAS: {measured(blas.get('blas_info'), '')}, "
+            f"vector unit {measured(blas.get('cpu_capability'), '')}",
+            f"GPU: {measured(where, '')}",
+            "versions: "
+            + measured(
+                ", ".join(f"{k} {v}" for k, v in machine["versions"].items()), ""
+            ),
+            f"fit to time: {measured(verdict, '')}",
+        ]
+    )
+
+
 def measure_ceilings(
     device: str = "cpu",
     *,

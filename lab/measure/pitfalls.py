@@ -19,6 +19,8 @@ import sys
 import time
 import timeit
 
+import numpy as np
+
 _SPIN = (
     "import time\nend = time.monotonic() + {0}\nwhile time.monotonic() < end: pass\n"
 )
@@ -68,3 +70,60 @@ def count_torch_ops(fn) -> collections.Counter:
     with _Count():
         fn()
     return counts
+
+
+def at_threads(fns: dict, counts) -> dict:
+    """Each `fns[name]` run at each torch thread count in `counts`: {"name, n threads": fn}, torch's count restored."""
+    import torch
+
+    def pinned(fn, n):
+        def run():
+            before = torch.get_num_threads()
+            torch.set_num_threads(n)
+            try:
+                return fn()
+            finally:
+                torch.set_num_threads(before)
+
+        return run
+
+    out = {}
+    for name, fn in fns.items():
+        for n in counts:
+            if int(n) != n or n < 1:
+                raise ValueError(f"counts must be thread counts >= 1, got {n!r}")
+            out[f"{name}, {int(n)} thread{'s' * (n > 1)}"] = pinned(fn, int(n))
+    return out
+
+
+def describe_rounds(samples, unit: str = "ms") -> str:
+    """ "median ‹t› ms over k rounds, ‹lo›-‹hi› (spread ‹s %›)": one candidate's `time_rounds` samples, masked."""
+    from ..notebook import measured
+    from .timing import spread
+
+    scale = {"ms": 1e3, "µs": 1e6, "s": 1.0}[unit]
+    s = np.asarray(samples, dtype=float) * scale
+    return (
+        f"median {measured(np.median(s), '.2f')} {unit} over {s.size} rounds, "
+        f"{measured(s.min(), '.2f')}-{measured(s.max(), '.2f')} "
+        f"(spread {measured(100 * spread(s), '.0f')} %)"
+    )
+
+
+def thread_ratios(quiet: dict, busy: dict, names, cores: int) -> str:
+    """One line per kernel of `names`: its median time on `cores` threads over its time on 1, quiet and busy
+    (`time_rounds` results of `at_threads(..., (1, cores))`), masked."""
+    from ..notebook import measured
+
+    label = lambda n, c: f"{n}, {c} thread{'s' * (c > 1)}"  # noqa: E731
+    lines = []
+    for n in names:
+        r = [
+            np.median(t[label(n, cores)]) / np.median(t[label(n, 1)])
+            for t in (quiet, busy)
+        ]
+        lines.append(
+            f"{n:>5}: {cores} threads / 1 thread = {measured(r[0], '.2f')} quiet, "
+            f"{measured(r[1], '.2f')} with every core busy"
+        )
+    return "\n".join(lines)

@@ -57,3 +57,59 @@ def record_run(rows, **kwargs) -> str:
     from labbench.records import record_run as write
 
     return write(rows, **kwargs)
+
+
+def _at(run, N, d):
+    """A recorded sweep's fp32 rows at (N, d), by kernel."""
+    return {
+        r["kernel"]: r
+        for r in run.get("results") or []
+        if not r.get("skipped") and (r["N"], r["d"], r["dtype"]) == (N, d, "float32")
+    }
+
+
+def latest_sweeps(runs, *, N: int = 4096, d: int = 64) -> list:
+    """The latest measured CPU sweep of each (CPU, thread count) among `runs` that timed the tiled loop and
+    standard attention at (N, d) in fp32, oldest machine first.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    latest = {}
+    for run in sorted(runs, key=lambda r: r.get("date") or ""):
+        if (
+            run.get("kind") == "measured"
+            and not run["machine"].get("gpu")
+            and {"lab torch flash", "torch naive", "sdpa flash"} <= set(_at(run, N, d))
+        ):
+            latest[run["machine"]["cpu"], run["settings"]["threads"]] = run
+    return list(latest.values())
+
+
+def sweep_lines(run, *, N: int = 4096, d: int = 64) -> str:
+    """Two lines on a recorded sweep at (N, d): the machine, threads, load and matmul ceiling; then the tiled loop's
+    ms against SDPA's and standard attention's (with each time's spread across rounds where it was recorded).
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    row, machine = _at(run, N, d), run["machine"]
+    threads = run["settings"]["threads"]
+    load = (machine.get("load_average") or ["?"])[0]
+    ceiling = run["ceilings"]["matmul_fp32_flops"] / 1e9
+    ms = lambda k: (
+        f"{row[k]['ms']:,.0f} ms"
+        + (  # noqa: E731
+            f" ±{50 * row[k]['spread']:.0f}%"
+            if row[k].get("spread") is not None
+            else ""
+        )
+    )
+    loop, naive, sdpa = (
+        row[k] for k in ("lab torch flash", "torch naive", "sdpa flash")
+    )
+    return (
+        f"{machine['cpu']} ({machine['cores']} cores), {threads} thread{'s' * (threads > 1)}, "
+        f"load {load}, fp32 matmul {ceiling:.0f} GFLOP/s:\n"
+        f"  loop {ms('lab torch flash')}, SDPA {ms('sdpa flash')}, standard {ms('torch naive')}; "
+        f"loop {loop['vs_sdpa']:.2f}x SDPA, {naive['ms'] / loop['ms']:.1f}x standard, "
+        f"SDPA {naive['ms'] / sdpa['ms']:.1f}x standard"
+    )

@@ -77,7 +77,8 @@ def time_rounds(
     """Seconds per call of each `fns[name]()` in each of `rounds` alternating rounds: one array per name.
 
     Every candidate is called once first (warm-up, outside the rounds); then each round times every
-    candidate once with `time_call`, so noise during a round hits them all alike. The spread of a
+    candidate once with `time_call`, so noise during a round hits them all alike, in the given order in
+    even rounds and reversed in odd ones, so that none is always timed first. The spread of a
     name's array is the run-to-run noise a single measurement would have hidden.
     Taught in: notebooks/08_hardware_runs.ipynb
     """
@@ -89,8 +90,12 @@ def time_rounds(
     for fn in fns.values():
         fn()  # warm every candidate once, outside the rounds
     _sync(device)
-    for _ in range(int(rounds)):
-        for name, fn in fns.items():
+    order = list(fns)
+    for r in range(int(rounds)):
+        for name in (
+            order if r % 2 == 0 else order[::-1]
+        ):  # a, b, then b, a: no one always first
+            fn = fns[name]
             samples[name].append(
                 time_call(fn, device=device, min_run_time=min_run_time, warmup=False)
             )

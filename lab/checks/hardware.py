@@ -19,7 +19,7 @@ loop, and the key-block loop of a Triton FlashAttention-2 forward kernel.
   compiled on CUDA, where only the NaN shows.
 - `launch_attention_kernel`, `triton_or_standins` : the host side of that kernel, and the modules to write it.
 
-Taught in: notebooks/08_hardware_runs.ipynb
+Taught in: notebooks/08_hardware_runs.ipynb (the first three), notebooks/08_triton_kernel.ipynb (the kernel)
 """
 
 from __future__ import annotations
@@ -358,7 +358,7 @@ def check_causal_tile_steps(fn, *, seed: int | None = None) -> None:
 def triton_or_standins():
     """`(triton, triton.language)`; where Triton does not import, stand-ins that let a kernel be defined, never run.
 
-    Taught in: notebooks/08_hardware_runs.ipynb
+    Taught in: notebooks/08_triton_kernel.ipynb
     """
     usable, _ = triton_status()
     if usable or not _standin_needed():
@@ -391,7 +391,7 @@ def launch_attention_kernel(
 
     q (H, N, d), k and v (H, M, d), float32, each row contiguous; `block_q` is Br, `block_k` is Bc (`block_m`,
     `block_n`: older names of the same); the grid is (⌈N/Br⌉, H), scale = 1/√d. Returns o (H, N, d).
-    Taught in: notebooks/08_hardware_runs.ipynb
+    Taught in: notebooks/08_triton_kernel.ipynb
     """
     import triton
 
@@ -570,7 +570,7 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
     -200 (a running max started at 0 gives 0/0) and +200 (exp without the max overflows), a block near +200 before
     blocks near -200 (a block's own max in place of the running max overflows α). A failure names the
     case, the worst value's index (head, query row, feature), the error against the tolerance, and a hint.
-    Taught in: notebooks/08_hardware_runs.ipynb
+    Taught in: notebooks/08_triton_kernel.ipynb
     """
     name = name or getattr(getattr(kernel, "fn", kernel), "__name__", "your kernel")
     usable, why = triton_status()

@@ -7,7 +7,7 @@ What it buys: no traffic of N×M size at all, on the chip where that matters; it
 measurement (`python -m lab.bench --gpu-sweep`, recorded in data/runs). The backward is
 `lab/kernels/rung6_triton_backward.py`.
 
-Taught in: notebooks/08_hardware_runs.ipynb, notebooks/09_backward.ipynb
+Taught in: notebooks/08_triton_kernel.ipynb, notebooks/09_backward.ipynb
 """
 
 # Names, as in the rest of the course: a program owns the Br query rows `rows` of
@@ -138,7 +138,7 @@ def _load():
 def triton_status() -> tuple[bool, str]:
     """(usable, sentence): whether `flash_attention_triton` can run here, and how (compiled, interpreter, or why not).
 
-    Taught in: notebooks/08_hardware_runs.ipynb
+    Taught in: notebooks/08_triton_kernel.ipynb
     """
     try:
         kernels = _load()
@@ -355,7 +355,7 @@ def triton_tile_kinds(
     The kernel's own bounds, per query block: key blocks before `full` are seen in full by every row, those
     from `full` to `band` are masked (the causal diagonal band, or the partial last key block), those from
     `band` on are seen by no row of the block. Returns an int array of shape (Tr, Tc) = (⌈N/Br⌉, ⌈M/Bc⌉).
-    Taught in: notebooks/08_hardware_runs.ipynb
+    Taught in: notebooks/08_triton_kernel.ipynb
     """
     for name, x in (("N", N), ("M", M), ("Br", Br), ("Bc", Bc)):
         check_positive(x, name)
@@ -376,7 +376,7 @@ def triton_kernel_source(name: str = "forward") -> str:
     """The source of a Triton kernel of this module, as compiled: "forward" (`_attn_fwd`), "step" (`_attn_fwd_step`),
     "dkdv" or "dq" (the backward's two kernels).
 
-    Taught in: notebooks/08_hardware_runs.ipynb
+    Taught in: notebooks/08_triton_kernel.ipynb
     """
     from .rung6_triton_backward import _attn_bwd_dkdv, _attn_bwd_dq
 
@@ -425,7 +425,7 @@ def flash_attention_triton(
     dot is wrong). `block_q` is Br, `block_k` is Bc: powers of two >= 16; `num_warps`, `num_stages` apply to the
     compiled kernel only. Returns `o`, or `(o, lse)` with `return_lse=True`. When an input requires grad,
     `o` is differentiable through `TritonFlashAttention` (the Triton backward).
-    Taught in: notebooks/08_hardware_runs.ipynb
+    Taught in: notebooks/08_triton_kernel.ipynb
     """
     causal = check_causal(causal)
     for name, t in (("q", q), ("k", k), ("v", v)):

@@ -12,7 +12,7 @@ with dP_ij = dO_i V_jᵀ and dS_ij = P_ij ∘ (dP_ij - D_i). Each program owns w
 `torch.autograd.Function`. Same devices, dtypes and interpreter rules as the forward (see its docstring):
 compiled on CUDA tensors, Triton's interpreter on CPU tensors. `block_q` is Br, `block_k` is Bc.
 
-Taught in: notebooks/09_backward.ipynb (and used by notebooks/08_hardware_runs.ipynb)
+Taught in: notebooks/09_backward.ipynb (and used by notebooks/08_triton_kernel.ipynb)
 """
 
 from __future__ import annotations

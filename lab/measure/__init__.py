@@ -3,14 +3,16 @@
 - `flops`: the work of an attention forward, `attention_flops` (4·B·H·N·M·d, halved for causal).
 - `kernels`: the kernels compared, by name (`KERNELS`), their seeded inputs and whether each runs here.
 - `timing`: median seconds of a call, and of candidates in alternating rounds (`time_call`, `time_rounds`, `time_interleaved`, `spread`).
-- `pitfalls`: what goes wrong, shown: one cold call, busy programs, torch's op count (`time_once`,
-  `other_programs`, `count_torch_ops`).
+- `pitfalls`: what goes wrong, shown: one cold call, busy programs, threads, torch's op count
+  (`time_once`, `other_programs`, `at_threads`, `thread_ratios`, `describe_rounds`, `count_torch_ops`).
 - `memory`: peak bytes of a torch call above its inputs (`peak_memory`); on a CPU through the child
   process `python -m lab.measure.probe`.
-- `machine`: the machine a run was measured on and its ceilings (`describe_machine`, `measure_ceilings`).
+- `machine`: the machine a run was measured on, whether it is fit to time on, and its ceilings
+  (`describe_machine`, `fairness`, `machine_report`, `measure_ceilings`).
 - `sweep`: every kernel at each setting, as rows and a table (`run_sweep`, `results_table`).
 - `accuracy`: max |flash − standard| in each dtype beside a reported run (`verify_accuracy`, `accuracy_table`).
-- `runs`: the recorded runs, shipped and your own (`load_runs`, `user_runs_dir`, `RUNS_DIR`).
+- `runs`: the recorded runs, shipped and your own (`load_runs`, `user_runs_dir`, `RUNS_DIR`), the latest
+  sweep of each machine (`latest_sweeps`, `sweep_lines`).
 
 The names below are the public ones, and `import lab` exports them all (`lab.run_sweep`, ...). The
 command line that runs a sweep and writes its record, `python -m lab.bench`, is tooling beside the

@@ -2,8 +2,9 @@
 
 On the CPU `torch.utils.benchmark` handles warm-up, threads and repeats; on a GPU
 `triton.testing.do_bench` (CUDA events and an L2 flush), or plain CUDA events where Triton is missing.
-`time_interleaved` alternates the candidates round by round, so a noisy, shared machine slows them all
-alike and their ratios stay fair.
+`time_rounds` times the candidates round by round (each round in turn reversed), so a noisy, shared
+machine slows them all alike and their ratios stay fair; `time_interleaved` keeps each one's median and
+`spread` says how far its rounds lie apart.
 
 Taught in: notebooks/08_hardware_runs.ipynb (the sweep); notebooks/09_backward.ipynb and
 notebooks/10_decoding_and_gqa.ipynb time through it (`lab.time_forward_backward`, `lab.time_decoding`).

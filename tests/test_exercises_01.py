@@ -462,3 +462,14 @@ def test_checks_never_print_numpy_warnings_of_their_own_references(recwarn):
     checks.check_log_sum_exp(lambda s: np.full(s.shape[0], 0.0))
     checks.check_safe_softmax(lambda x, y, block: None)
     assert not [w for w in recwarn if "lab/checks" in w.filename]
+
+
+def test_no_cell_above_exercise_1_works_a_row_of_k_equal_scores():
+    import nbformat
+    from exercise_support import ROOT
+
+    cells = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4).cells
+    stub = next(
+        i for i, c in enumerate(cells) if c.source.startswith("# Exercise 1: your code")
+    )
+    assert not any("log k" in c.source or "np.log(k)" in c.source for c in cells[:stub])

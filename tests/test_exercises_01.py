@@ -3,7 +3,14 @@ with its diagnosis, and the checks of lab/checks/softmax.py used there behave wh
 
 import numpy as np
 import pytest
-from exercise_support import assert_fails, exercises, run_check, source
+from exercise_support import (
+    EVASIONS,
+    assert_fails,
+    evading,
+    exercises,
+    run_check,
+    source,
+)
 
 import lab
 from lab.checks import softmax as checks
@@ -473,3 +480,28 @@ def test_no_cell_above_exercise_1_works_a_row_of_k_equal_scores():
         i for i, c in enumerate(cells) if c.source.startswith("# Exercise 1: your code")
     )
     assert not any("log k" in c.source or "np.log(k)" in c.source for c in cells[:stub])
+
+
+@pytest.mark.parametrize("how", sorted(EVASIONS))
+@pytest.mark.parametrize(
+    "number, name, cheat",
+    [
+        (
+            1,
+            "row_overflow",
+            "def row_overflow(name, k):\n    return checks._row_breaks(name, k)\n",
+        ),
+        (
+            2,
+            "safe_softmax",
+            "def safe_softmax(x, y, block):\n"
+            "    for _ in range(3):\n"
+            "        row = x[0:len(x)]\n"
+            "    y[0:len(x)] = lab.softmax_safe(row)\n",
+        ),
+    ],
+)
+def test_lab_s_answer_is_refused_behind_an_evasion(number, name, cheat, how):
+    out = run_check(EX[number], evading(cheat, name, how), {"checks": checks})
+    assert "✗" in out and "✓" not in out, out
+    assert EVASIONS[how][1] in out or "calls lab." in out, out

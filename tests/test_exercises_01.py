@@ -205,6 +205,35 @@ PLANTED = {
             ["x[0] was loaded 2 times", "here build the three"],
         ),
         (
+            "the max of the first block only",
+            """
+            def safe_softmax(x, y, block):
+                starts = range(0, len(x), block)
+                m = float(np.max(x[0:block]))
+                m = 0.0 if m == -np.inf else m
+                for j0 in starts[1:]:
+                    x[j0:j0 + block]
+                l = sum(float(np.exp(x[j0:j0 + block] - m).sum()) for j0 in starts)
+                for j0 in starts:
+                    e = np.exp(x[j0:j0 + block] - m)
+                    y[j0:j0 + block] = e / l if l > 0 else 0 * e
+            """,
+            ["case 5", "NaN in yours", "the max of the first block only"],
+        ),
+        (
+            "a masked row's NaN made, then hidden",
+            """
+            def safe_softmax(x, y, block):
+                starts = range(0, len(x), block)
+                m = max(float(np.max(x[j0:j0 + block])) for j0 in starts)
+                l = sum(float(np.exp(x[j0:j0 + block] - m).sum()) for j0 in starts)
+                for j0 in starts:
+                    e = np.exp(x[j0:j0 + block] - m)
+                    y[j0:j0 + block] = np.nan_to_num(e / l)
+            """,
+            ["case 4", "makes a NaN", "hides it", "shift a row of only -inf by 0"],
+        ),
+        (
             "one load, the row kept",
             """
             def safe_softmax(x, y, block):

@@ -3,7 +3,14 @@ with its diagnosis, and the checks of lab/checks/softmax.py used there behave wh
 
 import numpy as np
 import pytest
-from exercise_support import assert_fails, exercises, run_check, source
+from exercise_support import (
+    EVASIONS,
+    assert_fails,
+    evading,
+    exercises,
+    run_check,
+    source,
+)
 
 import lab
 from lab.checks import softmax as checks
@@ -11,8 +18,8 @@ from lab.checks import softmax as checks
 NAME = "01_three_pass_softmax"
 EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
-    1: "first_overflow: ✓ passed 6 cases\n",
-    2: "safe_softmax: ✓ passed 8 cases\n",
+    1: "row_overflow: ✓ passed 9 cases\n",
+    2: "safe_softmax: ✓ passed 11 cases; each score loaded 3 times, each y_i stored once; no row held\n",
     3: "log_sum_exp: ✓ passed 7 cases\n",
 }
 
@@ -43,11 +50,19 @@ def test_the_build_spec_states_properties_not_the_code():
     spec, solution = EX[2].spec, EX[2].solution
     assert (
         "(build)" in spec
-        and "row of only $-\\infty$" in spec
-        and "stays as it was" in spec
+        and "row of only\n  $-\\infty$" in spec
+        and "exactly 3 times" in spec
+        and "CountingArray" in spec
     )
     code = [line.split("#")[0].strip() for line in solution.splitlines()[2:]]
     assert not any(len(line) > 4 and line in spec for line in code)  # not `)`
+
+
+def test_exercise_1_is_a_transfer_not_the_table():
+    """Exercise 1 asks for a row the text did not work (k equal scores), with k drawn afresh by its check."""
+    spec = EX[1].spec
+    assert "k equal scores" in spec and "drawn afresh" in spec
+    assert "log k" not in spec and "np.log(k)" not in spec
 
 
 _FINFO = """
@@ -57,163 +72,273 @@ _FINFO = """
                 return float((ml_dtypes.finfo(dtype) if dtype is ml_dtypes.bfloat16 else np.finfo(dtype)).max)
             """
 
+_LIMIT = """
+            def _max(name):
+                return float(np.finfo(lab.SOFTMAX_DTYPES[name]).max)
+            """
+
 PLANTED = {
     1: [
         (
-            "rounded down",
-            _FINFO
+            "ignores k: where e^s alone overflows",
+            _LIMIT
             + """
-            def first_overflow(name):
-                return int(np.floor(np.log(_max(name))))
+            def row_overflow(name, k):
+                return int(np.floor(np.log(_max(name)))) + 1
             """,
-            ["case 0 ('fp16')", "expected 12, got 11", "the next one"],
+            ["case 1 ('fp16', 4096)", "expected 3, got 12", "k·e^s"],
         ),
         (
-            "log2",
-            _FINFO
+            "rounded down",
+            _LIMIT
             + """
-            def first_overflow(name):
-                return int(np.ceil(np.log2(_max(name))))
+            def row_overflow(name, k):
+                return int(np.floor(np.log(_max(name)) - np.log(k)))
             """,
-            ["got 16", "log2(max)"],
+            ["case 0 ('fp16', 1)", "expected 12, got 11", "the next one"],
+        ),
+        (
+            "the four-score row of section 2",
+            _LIMIT
+            + """
+            def row_overflow(name, k):
+                return int(np.floor(np.log(_max(name)) - np.log(1.553))) + 1
+            """,
+            ["case 0 ('fp16', 1)", "four-score row"],
+        ),
+        (
+            "log2 of k",
+            _LIMIT
+            + """
+            def row_overflow(name, k):
+                return int(np.floor(np.log(_max(name)) - np.log2(k))) + 1
+            """,
+            ["case 1 ('fp16', 4096)", "log2(k)"],
+        ),
+        (
+            "subtracts k",
+            _LIMIT
+            + """
+            def row_overflow(name, k):
+                return max(0, int(np.floor(np.log(_max(name)) - k)) + 1)
+            """,
+            ["case 0 ('fp16', 1)", "expected 12, got 11", "subtracts k"],
         ),
         (
             "calls the scan",
             """
-            def first_overflow(name):
-                return lab.first_exp_overflow(name)
+            def row_overflow(name, k):
+                return lab.first_exp_overflow(name) if k == 1 else 0
             """,
             ["calls lab.first_exp_overflow"],
         ),
         (
-            "a table of the four answers",
+            "a table of the fixed answers",
             """
-            def first_overflow(name):
-                return {"fp16": 12, "bf16": 89, "fp32": 89, "fp64": 710}[name]
+            def row_overflow(name, k):
+                return {("fp16", 1): 12, ("fp16", 4096): 3, ("fp32", 1000): 82, ("fp64", 100_000): 699}[(name, k)]
             """,
-            [
-                "case 4 ('format_",
-                "raised KeyError",
-                "no table of the four answers passes",
-            ],
+            ["case 4", "raised KeyError"],
         ),
         (
             "its own table of dtypes",
             """
-            import ml_dtypes
-            def first_overflow(name):
-                dtype = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp32": np.float32, "fp64": np.float64}[name]
-                return int(np.ceil(np.log(float(ml_dtypes.finfo(dtype).max))))
+            def row_overflow(name, k):
+                dtype = {"fp16": np.float16, "fp32": np.float32, "fp64": np.float64}[name]
+                return int(np.floor(np.log(float(np.finfo(dtype).max)) - np.log(k))) + 1
             """,
-            ["case 4", "lab.SOFTMAX_DTYPES[name]"],
+            ["case 7 ('format_", "lab.SOFTMAX_DTYPES[name]"],
         ),
         (
-            "the scan, by its module and another name",
+            "tries values with lab's naive softmax",
             """
-            from lab.overflow import first_exp_overflow as scan
-            def first_overflow(name):
-                return scan(name)
+            def row_overflow(name, k):
+                s = 0
+                while np.isfinite(lab.softmax_naive(np.full(k, s, dtype=lab.SOFTMAX_DTYPES[name]))).all() and s < 800:
+                    s += 1
+                return s
             """,
-            ["calls lab.first_exp_overflow", "write it yourself"],
+            ["calls lab.softmax_naive"],
         ),
     ],
     2: [
         (
-            "e^(s - lse) with numpy's log-sum-exp",
+            "no max subtracted (the naive two passes)",
             """
-            def safe_softmax(s):
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    lse = np.logaddexp.reduce(s, axis=-1, keepdims=True)
-                    return np.nan_to_num(np.exp(s - lse))
+            def safe_softmax(x, y, block):
+                l = sum(float(np.exp(x[j0:j0 + block]).sum()) for j0 in range(0, len(x), block))
+                for j0 in range(0, len(x), block):
+                    y[j0:j0 + block] = np.exp(x[j0:j0 + block]) / l
             """,
-            ["calls numpy.logaddexp.reduce", "write the steps yourself"],
+            ["case 1", "NaN in yours", "pass 1 finds the row's max m"],
         ),
         (
-            "no max subtracted",
+            "passes 1 and 2 fused: l against the max so far",
             """
-            def safe_softmax(s):
-                e = np.exp(s)
-                return e / e.sum(axis=-1, keepdims=True)
+            def safe_softmax(x, y, block):
+                m, l = -np.inf, 0.0
+                for j0 in range(0, len(x), block):
+                    x_b = x[j0:j0 + block]
+                    m = max(m, float(np.max(x_b)))
+                    l += float(np.exp(x_b - (0.0 if m == -np.inf else m)).sum())
+                for j0 in range(0, len(x), block):
+                    e = np.exp(x[j0:j0 + block] - (0.0 if m == -np.inf else m))
+                    y[j0:j0 + block] = e / l if l > 0 else 0 * e
             """,
-            ["case 1", "NaN in yours", "subtract each row's max first"],
+            ["case 0", "summed against the max found so far"],
         ),
         (
-            "one max for the whole array",
+            "two passes that rescale: notebook 02's answer, not this one",
             """
-            def safe_softmax(s):
-                e = np.exp(s - s.max())
-                return e / e.sum(axis=-1, keepdims=True)
+            def safe_softmax(x, y, block):
+                m, l = -np.inf, 0.0
+                for j0 in range(0, len(x), block):
+                    x_b = x[j0:j0 + block]
+                    m_new = max(m, float(np.max(x_b)))
+                    if m_new > -np.inf:
+                        l, m = l * np.exp(m - m_new) + float(np.exp(x_b - m_new).sum()), m_new
+                m = 0.0 if m == -np.inf else m
+                for j0 in range(0, len(x), block):
+                    e = np.exp(x[j0:j0 + block] - m)
+                    y[j0:j0 + block] = e / l if l > 0 else 0 * e
             """,
-            ["case 1", "NaN in yours at index [1, 0]", "max of the whole array"],
+            ["x[0] was loaded 2 times", "here build the three"],
         ),
         (
-            "max without keepdims",
+            "the max of the first block only",
             """
-            def safe_softmax(s):
-                e = np.exp(s - s.max(axis=-1))
-                return e / e.sum(axis=-1, keepdims=True)
+            def safe_softmax(x, y, block):
+                starts = range(0, len(x), block)
+                m = float(np.max(x[0:block]))
+                m = 0.0 if m == -np.inf else m
+                for j0 in starts[1:]:
+                    x[j0:j0 + block]
+                l = sum(float(np.exp(x[j0:j0 + block] - m).sum()) for j0 in starts)
+                for j0 in starts:
+                    e = np.exp(x[j0:j0 + block] - m)
+                    y[j0:j0 + block] = e / l if l > 0 else 0 * e
             """,
-            ["case 0", "raised ValueError", "keepdims=True"],
+            ["case 5", "NaN in yours", "the max of the first block only"],
+        ),
+        (
+            "a masked row's NaN made, then hidden",
+            """
+            def safe_softmax(x, y, block):
+                starts = range(0, len(x), block)
+                m = max(float(np.max(x[j0:j0 + block])) for j0 in starts)
+                l = sum(float(np.exp(x[j0:j0 + block] - m).sum()) for j0 in starts)
+                for j0 in starts:
+                    e = np.exp(x[j0:j0 + block] - m)
+                    y[j0:j0 + block] = np.nan_to_num(e / l)
+            """,
+            ["case 4", "makes a NaN", "hides it", "shift a row of only -inf by 0"],
+        ),
+        (
+            "one load, the row kept",
+            """
+            def safe_softmax(x, y, block):
+                row = x[0:len(x)]
+                m = row.max()
+                e = np.exp(row - (0.0 if m == -np.inf else m))
+                l = e.sum()
+                for j0 in range(0, len(x), block):
+                    y[j0:j0 + block] = e[j0:j0 + block] / l if l > 0 else 0.0
+            """,
+            ["x[0] was loaded 1 time;", "keep only m and l"],
+        ),
+        (
+            "the max recomputed for every block of pass 3",
+            """
+            def safe_softmax(x, y, block):
+                starts = range(0, len(x), block)
+                top = lambda: max(float(np.max(x[j0:j0 + block])) for j0 in starts)
+                m = top()
+                m = 0.0 if m == -np.inf else m
+                l = sum(float(np.exp(x[j0:j0 + block] - m).sum()) for j0 in starts)
+                for j0 in starts:
+                    m2 = top()
+                    m2 = 0.0 if m2 == -np.inf else m2
+                    e = np.exp(x[j0:j0 + block] - m2)
+                    y[j0:j0 + block] = e / l if l > 0 else 0 * e
+            """,
+            [
+                "times; three passes load each score 3 times",
+                "one load per score per pass",
+            ],
+        ),
+        (
+            "e stored in y, then y read back",
+            """
+            def safe_softmax(x, y, block):
+                starts = range(0, len(x), block)
+                m = max(float(np.max(x[j0:j0 + block])) for j0 in starts)
+                m = 0.0 if m == -np.inf else m
+                l = 0.0
+                for j0 in starts:
+                    e = np.exp(x[j0:j0 + block] - m)
+                    y[j0:j0 + block] = e
+                    l += float(e.sum())
+                for j0 in starts:
+                    y[j0:j0 + block] = y[j0:j0 + block] / l if l > 0 else 0.0
+            """,
+            ["it loads y", "y is output only"],
+        ),
+        (
+            "score by score",
+            """
+            def safe_softmax(x, y, block):
+                n = len(x)
+                m = max(x[j] for j in range(n))
+                m = 0.0 if m == -np.inf else m
+                l = sum(float(np.exp(x[j] - m)) for j in range(n))
+                for j in range(n):
+                    y[j] = np.exp(x[j] - m) / l if l > 0 else 0.0
+            """,
+            ["x was read in", "load one block per step"],
         ),
         (
             "fully masked row gives NaN",
             """
-            def safe_softmax(s):
-                e = np.exp(s - s.max(axis=-1, keepdims=True))
-                return e / e.sum(axis=-1, keepdims=True)
+            def safe_softmax(x, y, block):
+                starts = range(0, len(x), block)
+                m = max(float(np.max(x[j0:j0 + block])) for j0 in starts)
+                l = sum(float(np.exp(x[j0:j0 + block] - m).sum()) for j0 in starts)
+                for j0 in starts:
+                    y[j0:j0 + block] = np.exp(x[j0:j0 + block] - m) / l
             """,
-            [
-                "case 3",
-                "NaN in yours at index [0, 0]",
-                "a row of only -inf",
-                "shift it by 0",
-            ],
+            ["case 4", "NaN in yours", "a row of only -inf", "store zeros"],
         ),
         (
-            "softmax down the columns",
+            "the last, shorter block left out",
             """
-            def safe_softmax(s):
-                e = np.exp(s - s.max(axis=0, keepdims=True))
-                return e / e.sum(axis=0, keepdims=True)
+            def safe_softmax(x, y, block):
+                starts = range(0, len(x) // block * block, block)
+                m = max(float(np.max(x[j0:j0 + block])) for j0 in starts)
+                m = 0.0 if m == -np.inf else m
+                l = sum(float(np.exp(x[j0:j0 + block] - m).sum()) for j0 in starts)
+                for j0 in starts:
+                    e = np.exp(x[j0:j0 + block] - m)
+                    y[j0:j0 + block] = e / l if l > 0 else 0 * e
             """,
-            ["case 0", "each column sums to 1"],
+            ["case 0", "was never stored", "the last, shorter block"],
         ),
         (
-            "changes s in place",
+            "returns the softmax instead of storing it",
             """
-            def safe_softmax(s):
-                m = s.max(axis=-1, keepdims=True)
-                s -= np.where(np.isneginf(m), 0.0, m)
-                e = np.exp(s)
-                l = e.sum(axis=-1, keepdims=True)
-                return np.divide(e, l, out=np.zeros_like(e), where=l > 0)
+            def safe_softmax(x, y, block):
+                row = x[0:len(x)]
+                e = np.exp(row - row.max())
+                return e / e.sum()
             """,
-            ["case 0", "changes its input in place"],
-        ),
-        (
-            "a masked row made uniform",
-            """
-            def safe_softmax(s):
-                s = np.nan_to_num(s)                     # -inf becomes the most negative float
-                e = np.exp(s - s.max(axis=-1, keepdims=True))
-                return e / e.sum(axis=-1, keepdims=True)
-            """,
-            ["case 3", "expected 0, got 0.333333", "came out uniform"],
-        ),
-        (
-            "the NaN made, then hidden",
-            """
-            def safe_softmax(s):
-                e = np.exp(s - s.max(axis=-1, keepdims=True))
-                return np.nan_to_num(e / e.sum(axis=-1, keepdims=True))
-            """,
-            ["case 3", "makes a NaN", "hides it", "where=l > 0"],
+            ["y was never stored into", "returns nothing"],
         ),
         (
             "calls lab",
             """
-            def safe_softmax(s):
-                return lab.softmax_safe(s)
+            def safe_softmax(x, y, block):
+                for _ in range(3):
+                    row = x[0:len(x)]
+                y[0:len(x)] = lab.softmax_safe(row)
             """,
             ["calls lab.softmax_safe"],
         ),
@@ -221,29 +346,23 @@ PLANTED = {
             "torch's softmax",
             """
             import torch
-            def safe_softmax(s):
-                return torch.softmax(torch.from_numpy(s), dim=-1).nan_to_num(0.0).numpy()
+            def safe_softmax(x, y, block):
+                for _ in range(3):
+                    row = x[0:len(x)]
+                y[0:len(x)] = torch.softmax(torch.from_numpy(row), dim=-1).nan_to_num(0.0).numpy()
             """,
             ["calls torch.softmax", "asks for numpy"],
         ),
         (
-            "a Tensor method",
+            "numpy's logaddexp.reduce",
             """
-            import torch
-            def safe_softmax(s):
-                return torch.tensor(s).softmax(-1).nan_to_num(0.0).numpy()
+            def safe_softmax(x, y, block):
+                for _ in range(3):
+                    row = x[0:len(x)]
+                with np.errstate(all="ignore"):
+                    y[0:len(x)] = np.nan_to_num(np.exp(row - np.logaddexp.reduce(row)))
             """,
-            ["calls torch.Tensor.softmax", "asks for numpy"],
-        ),
-        (
-            "a shift of 0 hides a NaN: np.nan_to_num",
-            """
-            def safe_softmax(s):
-                m = s.max(axis=-1, keepdims=True)
-                e = np.exp(s - m)
-                return np.nan_to_num(e / e.sum(axis=-1, keepdims=True))
-            """,
-            ["makes a NaN", "hides it"],
+            ["calls numpy.logaddexp.reduce"],
         ),
     ],
     3: [
@@ -314,55 +433,104 @@ def test_planted_mistake_is_diagnosed(number, source, says):
     _fails(number, source, *says)
 
 
-def _numpy_knows_bf16() -> bool:
-    """Whether the installed numpy's `finfo` describes ml_dtypes' bf16 (newer releases of the two do)."""
-    import ml_dtypes
-
-    try:
-        return float(np.finfo(ml_dtypes.bfloat16).max) == float(
-            ml_dtypes.finfo(ml_dtypes.bfloat16).max
-        )
-    except ValueError:
-        return False
-
-
-def test_numpy_finfo_for_bf16_follows_the_installed_numpy():
-    """np.finfo for every format is right where numpy knows bf16 and a diagnosed mistake where it does not:
-    the check follows what the library does, on every version the course's ranges admit."""
-    text = """
-        def first_overflow(name):
-            return int(np.ceil(np.log(float(np.finfo(lab.SOFTMAX_DTYPES[name]).max))))
-        """
-    if _numpy_knows_bf16():
-        out = run_check(EX[1], source(text))
-        assert "✓" in out and "✗" not in out, out
-    else:
-        _fails(1, text, "case 1 ('bf16') raised ValueError", "ml_dtypes.finfo does")
-
-
 # ------------------------------------------------------------------------------------ the checks, called directly
 
 
-def test_safe_softmax_check_passes_lab_shaped_answers_and_names_a_lambda(capsys):
-    def ok(s):
-        m = s.max(axis=-1, keepdims=True)
-        m = np.where(np.isneginf(m), 0.0, m)
-        e = np.exp(s - m)
-        l = e.sum(axis=-1, keepdims=True)
-        return np.divide(e, l, out=np.zeros_like(e), where=l > 0)
+def test_checks_called_directly_name_a_lambda_and_leave_the_formats_as_they_were(
+    capsys,
+):
+    def ok(x, y, block):
+        starts = range(0, len(x), block)
+        m = max(float(np.max(x[j0 : j0 + block])) for j0 in starts)
+        m = 0.0 if m == -np.inf else m
+        l = sum(float(np.exp(x[j0 : j0 + block] - m).sum()) for j0 in starts)
+        for j0 in starts:
+            e = np.exp(x[j0 : j0 + block] - m)
+            y[j0 : j0 + block] = e / l if l > 0 else 0 * e
 
     checks.check_safe_softmax(ok)
     checks.check_log_sum_exp(lambda s: np.log(np.exp(s).sum(axis=-1)))
-    checks.check_first_overflow(
-        lambda name: {"fp16": 12, "bf16": 89, "fp32": 89, "fp64": 710}[name]
+    checks.check_row_overflow(
+        lambda name, k: {"fp16": 12, "fp32": 89, "fp64": 710}[name]
     )
     out = capsys.readouterr().out
-    assert out.startswith("ok: ✓ passed 8 cases\nlog_sum_exp: ✗ case 1")
-    assert "first_overflow: ✗ case 4 ('format_" in out and "✓ passed 6" not in out
+    assert out.startswith("ok: ✓ passed 11 cases")
+    assert "log_sum_exp: ✗ case 1" in out
+    assert "row_overflow: ✗ case 1 ('fp16', 4096)" in out
     assert list(lab.SOFTMAX_DTYPES) == ["fp16", "bf16", "fp32", "fp64"]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_row_overflow_cases_drawn_afresh_agree_with_the_formula(seed, capsys):
+    """The scan the check compares with, and the formula the worked solution uses, agree on every drawn case."""
+    ns = {"np": np, "lab": lab}
+    exec(EX[1].solution, ns)
+    checks.check_row_overflow(ns["row_overflow"], seed=seed)
+    assert capsys.readouterr().out == "row_overflow: ✓ passed 9 cases\n"
+
+
+def test_row_overflow_reference_is_a_scan_of_the_naive_softmax():
+    """The reference breaks exactly where lab.softmax_naive of k equal scores first stops giving 1/k."""
+    for name, k in (("fp16", 4096), ("fp32", 3), ("fp64", 1)):
+        s = checks._row_breaks(name, k)
+        dtype = lab.SOFTMAX_DTYPES[name]
+        before = lab.softmax_naive(np.full(k, s - 1, dtype=dtype)).astype(np.float64)
+        at = lab.softmax_naive(np.full(k, s, dtype=dtype)).astype(np.float64)
+        assert np.allclose(before, 1 / k, rtol=1e-2) and not np.allclose(at, 1 / k)
+
+
+def test_safe_softmax_check_counts_stores_into_x(capsys):
+    def writes_x(x, y, block):
+        starts = range(0, len(x), block)
+        m = max(float(np.max(x[j0 : j0 + block])) for j0 in starts)
+        m = 0.0 if m == -np.inf else m
+        l = sum(float(np.exp(x[j0 : j0 + block] - m).sum()) for j0 in starts)
+        for j0 in starts:
+            e = np.exp(x[j0 : j0 + block] - m)
+            y[j0 : j0 + block] = e / l if l > 0 else 0 * e
+        x[0] = 0.0
+
+    checks.check_safe_softmax(writes_x)
+    assert "it writes into x" in capsys.readouterr().out
 
 
 def test_checks_never_print_numpy_warnings_of_their_own_references(recwarn):
     checks.check_log_sum_exp(lambda s: np.full(s.shape[0], 0.0))
-    checks.check_safe_softmax(lambda s: np.zeros_like(s))
+    checks.check_safe_softmax(lambda x, y, block: None)
     assert not [w for w in recwarn if "lab/checks" in w.filename]
+
+
+def test_no_cell_above_exercise_1_works_a_row_of_k_equal_scores():
+    import nbformat
+    from exercise_support import ROOT
+
+    cells = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4).cells
+    stub = next(
+        i for i, c in enumerate(cells) if c.source.startswith("# Exercise 1: your code")
+    )
+    assert not any("log k" in c.source or "np.log(k)" in c.source for c in cells[:stub])
+
+
+@pytest.mark.parametrize("how", sorted(EVASIONS))
+@pytest.mark.parametrize(
+    "number, name, cheat",
+    [
+        (
+            1,
+            "row_overflow",
+            "def row_overflow(name, k):\n    return checks._row_breaks(name, k)\n",
+        ),
+        (
+            2,
+            "safe_softmax",
+            "def safe_softmax(x, y, block):\n"
+            "    for _ in range(3):\n"
+            "        row = x[0:len(x)]\n"
+            "    y[0:len(x)] = lab.softmax_safe(row)\n",
+        ),
+    ],
+)
+def test_lab_s_answer_is_refused_behind_an_evasion(number, name, cheat, how):
+    out = run_check(EX[number], evading(cheat, name, how), {"checks": checks})
+    assert "✗" in out and "✓" not in out, out
+    assert EVASIONS[how][1] in out or "calls lab." in out, out

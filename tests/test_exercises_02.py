@@ -531,3 +531,40 @@ def test_a_count_against_zero_reports_no_relative_error():
         "expected 0, got 2",
     )
     assert "relative error" not in out and "e+307" not in out, out
+
+
+def test_the_step_is_shown_only_after_exercise_1():
+    """Derive before the reveal: no cell above exercise 1's stub holds the update rule, in code names or in math;
+    the first cell after its check that does is the section that reveals it."""
+    cells = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4).cells
+    stub = next(
+        i for i, c in enumerate(cells) if c.source.startswith("# Exercise 1: your code")
+    )
+    rule = ("np.exp(m - m_new)", "e^{m - m'}", "e^(m − m′)", "alpha l", "\\alpha\\, l")
+    above = [c.source for c in cells[:stub]]
+    assert not any(r in s for r in rule for s in above)
+    after = [
+        c.source for c in cells[stub:] if "solution" not in c.metadata.get("tags", [])
+    ]
+    assert any(
+        "## 4. The step, revealed" in s and "np.exp(m - m_new)" in s for s in after
+    )
+
+
+def test_the_rule_for_when_l_falls_is_tested_not_asserted():
+    """The notebook's condition for l' < l, (1 - α) l > the block's own sum, holds on every step of many rows."""
+    import lab
+
+    for seed in range(10):
+        for block in (1, 2, 5, 8):
+            x = lab.demo_scores(64, seed=seed)
+            tr = lab.online_trace(x, block)
+            added = np.array(
+                [
+                    np.exp(x[a:z] - m).sum()
+                    for a, z, m in zip(tr["start"], tr["stop"], tr["m_new"])
+                ]
+            )
+            fell = tr["l_new"] < tr["l"]
+            assert np.array_equal(fell, (1 - tr["alpha"]) * tr["l"] > added)
+            assert not (fell & (tr["alpha"] == 1)).any()

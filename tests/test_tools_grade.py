@@ -146,7 +146,7 @@ def test_only_the_course_check_cell_counts():
                 c.source += "  # mine"
             c.outputs = [
                 nbformat.v4.new_output(
-                    "stream", name="stdout", text="first_overflow: ✓ passed\n"
+                    "stream", name="stdout", text="row_overflow: ✓ passed\n"
                 )
             ]
     v = grade.judge(course, nb)[1]
@@ -157,15 +157,15 @@ def test_a_class_is_graded_to_the_end_with_a_report_each(tmp_path):
     cls = tmp_path / "class"
     wrong = _edit(
         _blank(),
-        "def first_overflow(name):\n    raise NotImplementedError",
-        "def first_overflow(name):\n    return 88",
+        "def row_overflow(name, k):\n    raise NotImplementedError",
+        "def row_overflow(name, k):\n    return 88",
     )
     copies = {
         "ana": _solved(),  # correct
         "ben": wrong,  # exercise 1 wrong, 2 and 3 not done
         "cy": _blank(),  # untouched
         "dee": _edit(
-            _solved(), "def safe_softmax(s):", "def safe_softmax(s)"
+            _solved(), "def safe_softmax(x, y, block):", "def safe_softmax(x, y, block)"
         ),  # syntax error
         "eve": _edit(
             _solved(),
@@ -197,7 +197,10 @@ def test_a_class_is_graded_to_the_end_with_a_report_each(tmp_path):
         "fay": ["✗", "✗", "✗"],  # refused
     }
     summary = (cls / "grades" / "summary.md").read_text()
-    assert "| 1 The overflow threshold of a format | 2 The safe softmax |" in summary
+    assert (
+        "| 1 When a row of k equal scores breaks | 2 The three passes, counted |"
+        in summary
+    )
     assert "refused" in summary and "kernel died" in summary
     dee = (cls / "grades" / "dee.md").read_text()
     assert "SyntaxError" in dee

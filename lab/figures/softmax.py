@@ -132,7 +132,8 @@ def draw_online_trace(
 ) -> dict:
     """The row's scores with the running max m′ after each block (top) and l′ after each block (bottom).
 
-    Returns the trace, the final (m, l) and max |online − safe|.
+    Returns the trace, the final (m, l), max |online − safe|, and the blocks that raised m (`raised`) and where l fell
+    (`fell`).
     Taught in: notebooks/02_online_softmax.ipynb
     """
     x = demo_scores(n, shift, scale, seed)
@@ -165,7 +166,7 @@ def draw_online_trace(
         "^",
         ms=9,
         color="C3",
-        label=f"m′ > m: l rescaled by α = e^(m − m′) < 1 ({int(grew.sum())}×)",
+        label=f"m′ > m: a block that raised the max ({int(grew.sum())}×)",
     )
     ax_m.set(
         ylabel="score",
@@ -188,9 +189,10 @@ def draw_online_trace(
     ax_l.plot(
         centers, tr["l_direct"], "k_", ms=12, mew=2, label="Σ exp(x_j − m′) recomputed"
     )
+    fell = tr["l_new"] < tr["l"]  # l′ < l: the block left a smaller sum than it found
     if len(tr["block"]) <= 16:
-        for c, a, lv in zip(centers[grew], tr["alpha"][grew], tr["l_new"][grew]):
-            ax_l.text(c, lv, f"α={a:.2f}", ha="center", va="bottom", fontsize=9)
+        for c, lv in zip(centers[fell], tr["l_new"][fell]):
+            ax_l.text(c, lv, "l fell", ha="center", va="bottom", fontsize=9)
     ax_l.set(xlabel="index j of the score x_j (shaded: alternate blocks)", ylabel="l′")
     ax_l.legend(loc="upper left", fontsize=9)
     return {
@@ -203,4 +205,6 @@ def draw_online_trace(
         "l": cmp["l"],
         "max_abs_diff": cmp["max_abs_diff"],
         "rescales": int(grew.sum()),
+        "raised": [int(b) for b in tr["block"][grew]],
+        "fell": [int(b) for b in tr["block"][fell]],
     }

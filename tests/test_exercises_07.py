@@ -21,9 +21,9 @@ EX = {ex.number: ex for ex in exercises(NAME)}
 EX2 = {ex.number: ex for ex in exercises(NAME2)}
 PASSED = {
     1: "rms_delta_uniform: ✓ passed 6 cases (t = 7, 10, 23 and 3 drawn for this run; to 0.1%)\n",
-    2: "round_nearest_even: ✓ passed 8 cases, bit for bit (ties, subnormals, overflow, a layout no library has)\n",
-    3: "first_bad_M: ✓ passed 5 cases (rows drawn for this run; a short last tile, one key at a time, a threshold "
-    "never reached)\n",
+    2: "round_nearest_even: ✓ 8 cases bit for bit (ties, subnormals, overflow, a layout no library has)\n",
+    3: "first_bad_M: ✓ passed 7 rows (fresh ones, a tile that stalls, entries that round up, a tol never "
+    "reached)\n",
 }
 PASSED2 = "rotation: ✓ passed 3 sizes and d = 6 (orthogonal, entries ±1/√d, signs from rng, every input spread)\n"
 

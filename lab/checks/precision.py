@@ -204,6 +204,14 @@ def _first_bad_cases(rng) -> list:
             "2,000 keys, fp16, block 64, tol 1% (never reached)",
             (row(2000, 1.0), "fp16", 64, 1e-2),
         ),
+        (
+            "3,000 keys, bf16, block 256 (the first tile stalls inside), tol 1%",
+            (row(3000, 1.0), "bf16", 256, 1e-2),
+        ),
+        (
+            "1,000 entries 1 - 2^-9 (a tie: each rounds to 1), bf16, one at a time, tol 0.1%",
+            (np.full(1000, 1 - 2.0**-9), "bf16", 1, 1e-3),
+        ),
     ]
 
 
@@ -260,8 +268,8 @@ def check_first_bad_M(fn, *, name: str | None = None, seed: int | None = None) -
         print(seed_note(seed), end="")
         return
     print(
-        f"{name}: ✓ passed {len(cases)} cases (rows drawn for this run; a short last tile, one key at a time, "
-        "a threshold never reached)"
+        f"{name}: ✓ passed {len(cases)} rows (fresh ones, a tile that stalls, entries that round up, "
+        "a tol never reached)"
     )
 
 
@@ -493,7 +501,7 @@ def check_round_nearest_even(fn, *, name: str | None = None) -> None:
             print(f"  hint: {_explain(float(x[j]), float(w[j]), float(g[j]), e, t)}")
             return
     print(
-        f"{name}: ✓ passed {len(cases)} cases, bit for bit (ties, subnormals, overflow, a layout no library has)"
+        f"{name}: ✓ {len(cases)} cases bit for bit (ties, subnormals, overflow, a layout no library has)"
     )
 
 

@@ -422,7 +422,7 @@ def matmul_error(a, b, fmt: str = "tf32", *, truncate: bool = False) -> float:
 def compare_inputs(
     inputs: dict, formats=("bf16", "fp16", "fp8_e4m3"), *, block: int = 64
 ) -> dict:
-    """Experiments 1 and 4 on several input sets: `{name: {"p": {fmt: rel. error}, "rmse": {(alg, fmt): RMSE}, "spread", "rms_ref"}}`.
+    """Experiments 1 and 4b on several input sets: `{name: {"p": {fmt: rel. error}, "rmse": {(alg, fmt): RMSE}, "spread", "rms_ref"}}`.
 
     `inputs` maps a name to `(q, k, v)` of shapes `(..., N, d)`, `(..., M, d)`, `(..., M, dv)`; "p" rounds
     only P (`p_rounding_error`), "rmse" runs `attention_standard_lowp` and `attention_tiled_lowp` for

@@ -251,14 +251,12 @@ def check_first_bad_M(fn, *, name: str | None = None, seed: int | None = None) -
         if (None if got is None else int(got)) == want:
             continue
         print(f"{name}: ✗ case {i} ({label}): expected M = {want}, got {got}")
-        known = next(
-            (
-                text
-                for m, text in _first_bad_variants(p, fmt, block, tol).values()
-                if m == got
-            ),
-            None,
-        )
+        known = [
+            text
+            for m, text in _first_bad_variants(p, fmt, block, tol).values()
+            if m == got
+        ]
+        known = "; or ".join(known[:2])  # two mistakes can give the same M on one row
         print(
             f"  hint: yours is {known}"
             if known

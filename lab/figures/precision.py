@@ -332,7 +332,7 @@ def draw_real_vs_gaussian(results: dict) -> dict:
     a2.set(
         yscale="log",
         ylabel="RMSE / RMS of o",
-        title="Experiment 4: standard vs tiled, relative",
+        title="Experiment 4b: standard vs tiled, relative",
     )
     a1.legend(fontsize=9)
     a2.legend(fontsize=9)

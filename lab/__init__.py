@@ -221,6 +221,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "rmse",
         "matmul_error",
         "compare_inputs",
+        "p_error_ablation",
         "FA3_TABLE3_RMSE",
     ),
     "precision_fa3": (

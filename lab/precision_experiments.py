@@ -9,6 +9,7 @@ across notebook 07_precision (1-3) and notebook 07_precision_in_attention (4-6):
      outlier inputs, standard attention against the tiled algorithm in FP16 and FP8.
   5. `matmul_error`                     : an FP32 matmul whose inputs are rounded to TF32 (or any format).
   6. `compare_inputs`                   : experiments 1 and 4 on real inputs (`lab.load_activations`) and Gaussian ones.
+     `p_error_ablation`                 : experiment 1 per head with Q, K from one set and V from the other.
 FlashAttention-3's Table 3 setting, modelled as its §4.3 describes it, is in `lab/precision_fa3.py`.
 
 Taught in: notebooks/07_precision.ipynb, notebooks/07_precision_in_attention.ipynb
@@ -38,6 +39,7 @@ __all__ = [
     "rmse",
     "matmul_error",
     "compare_inputs",
+    "p_error_ablation",
     "FA3_TABLE3_RMSE",
 ]
 
@@ -70,20 +72,41 @@ def _check_positive(x, name):
     return x
 
 
-def gaussian_qkv(
-    N: int, d: int = 64, spread: float = 1.0, rows: int = 8, seed: int = 0
-):
-    """`rows` queries and `N` keys/values, float32, whose scores $s = q k^\\top/\\sqrt{d}$ have standard deviation `spread`.
+def _keys(M, N, name: str = "M"):
+    """The number of keys `M`, also accepted under its older keyword `N` (the same count), checked."""
+    if N is not None:
+        if M is not None:
+            raise ValueError(
+                f"pass the number of keys once, as {name}, got both {name} and N"
+            )
+        M = N
+    if M is None:
+        raise ValueError(f"{name} (the number of keys) is required")
+    return M
 
-    $q \\sim \\mathcal N(0, \\mathrm{spread}^2)$, $k, v \\sim \\mathcal N(0, 1)$; returns `q (rows, d), k (N, d), v (N, d)`.
+
+def gaussian_qkv(
+    M: int | None = None,
+    d: int = 64,
+    spread: float = 1.0,
+    rows: int = 8,
+    seed: int = 0,
+    *,
+    N: int | None = None,
+):
+    """`rows` queries and `M` keys/values, float32, whose scores $s = q k^\\top/\\sqrt{d}$ have standard deviation `spread`.
+
+    $q \\sim \\mathcal N(0, \\mathrm{spread}^2)$, $k, v \\sim \\mathcal N(0, 1)$; returns `q (rows, d), k (M, d), v (M, d)`.
+    `N` is the older keyword for `M`.
     Taught in: notebooks/07_precision.ipynb, notebooks/07_precision_in_attention.ipynb
     """
-    N, d, rows = check_block(N, "N"), check_block(d, "d"), check_block(rows, "rows")
+    M = check_block(_keys(M, N), "M")
+    d, rows = check_block(d, "d"), check_block(rows, "rows")
     spread = _check_positive(spread, "spread")
     rng = np.random.default_rng(seed)
     q = (rng.standard_normal((rows, d)) * spread).astype(np.float32)  # (rows, d)
-    k = rng.standard_normal((N, d)).astype(np.float32)  # (N, d)
-    v = rng.standard_normal((N, d)).astype(np.float32)  # (N, d)
+    k = rng.standard_normal((M, d)).astype(np.float32)  # (M, d)
+    v = rng.standard_normal((M, d)).astype(np.float32)  # (M, d)
     return q, k, v
 
 
@@ -144,36 +167,39 @@ def p_rounding_error(q, k, v, fmt: str, *, block_k: int = 128, ref=None) -> floa
 
 
 def p_error_grid(
-    Ns,
-    spreads,
+    Ms=None,
+    spreads=None,
     formats=("fp32", "bf16", "fp16", "fp8_e4m3"),
     *,
     d: int = 64,
     rows: int = 8,
     block_k: int = 128,
     seed: int = 0,
+    Ns=None,
 ) -> dict:
-    """Relative error of `p_rounding_error` for every format, spread and N: `{fmt: array (len(spreads), len(Ns))}`.
+    """Relative error of `p_rounding_error` for every format, spread and number of keys M:
+    `{fmt: array (len(spreads), len(Ms))}`.
 
-    The keys of the largest N are drawn once per spread and the first N of them are used for each N.
+    The keys of the largest M are drawn once per spread and the first M of them are used for each M.
+    `Ns` is the older keyword for `Ms`.
     Taught in: notebooks/07_precision.ipynb
     """
-    Ns = [check_block(int(n), "Ns") for n in Ns]
-    spreads = [_check_positive(s, "spreads") for s in spreads]
+    Ms = [check_block(int(n), "Ms") for n in _keys(Ms, Ns, "Ms")]
+    spreads = [_check_positive(s, "spreads") for s in (spreads or [])]
     for f in formats:
         _check_fmt(f, "formats")
-    if not Ns or not spreads:
-        raise ValueError("Ns and spreads must not be empty")
-    grid = {f: np.zeros((len(spreads), len(Ns))) for f in formats}
+    if not Ms or not spreads:
+        raise ValueError("Ms and spreads must not be empty")
+    grid = {f: np.zeros((len(spreads), len(Ms))) for f in formats}
     for a, spread in enumerate(spreads):
-        q, k, v = gaussian_qkv(max(Ns), d, spread, rows, seed)
-        for b, N in enumerate(Ns):
+        q, k, v = gaussian_qkv(max(Ms), d, spread, rows, seed)
+        for b, M in enumerate(Ms):
             ref = attention_reference(
-                q.astype(np.float64), k[:N].astype(np.float64), v[:N].astype(np.float64)
+                q.astype(np.float64), k[:M].astype(np.float64), v[:M].astype(np.float64)
             )[0]
             for f in formats:
                 grid[f][a, b] = p_rounding_error(
-                    q, k[:N], v[:N], f, block_k=block_k, ref=ref
+                    q, k[:M], v[:M], f, block_k=block_k, ref=ref
                 )
     return grid
 
@@ -182,8 +208,8 @@ def p_underflow(q, k, fmt: str, *, block_k: int = 128) -> dict:
     """What rounding to `fmt` does to the tiles' $P_{ij} = e^{S_{ij} - m_{running}}$ of one pass over the keys.
 
     Returns `p` (every P entry as the kernel forms it, float32, shape `(..., N, M)` flattened), the
-    fraction of entries that round to 0 (`flushed`), and the share of the softmax mass they held
-    (`mass_lost`, against the final l).
+    fraction of all entries that are nonzero in float32 and round to 0 in `fmt` (`flushed`), and the
+    share of the softmax mass they held (`mass_lost`, against the final l).
     Taught in: notebooks/07_precision.ipynb
     """
     _check_fmt(fmt)
@@ -219,8 +245,8 @@ def p_underflow(q, k, fmt: str, *, block_k: int = 128) -> dict:
 def low_precision_sum(p, fmt: str, block: int = 1) -> np.ndarray:
     """Running $l$ in `fmt`: $l \\leftarrow \\mathrm{fl}(l + \\mathrm{fl}(\\textstyle\\sum_{block} p))$, each block summed in `fmt` too.
 
-    `p (N,)` is first rounded to `fmt`; every addition is rounded to `fmt` (ml_dtypes / numpy
-    arithmetic in the format). Returns the running sum after each block, float64, shape `(ceil(N/block),)`.
+    `p (M,)` is first rounded to `fmt`; every addition is rounded to `fmt` (ml_dtypes / numpy
+    arithmetic in the format). Returns the running sum after each block, float64, shape `(ceil(M/block),)`.
     With `block=1` it is the plain one-element-at-a-time sum.
     Taught in: notebooks/07_precision.ipynb
     """
@@ -229,7 +255,7 @@ def low_precision_sum(p, fmt: str, block: int = 1) -> np.ndarray:
     p = as_float_array(p, "p")
     if p.ndim != 1:
         raise ValueError(f"p must be one-dimensional, got shape {p.shape}")
-    x = round_to(p, fmt)  # (N,)
+    x = round_to(p, fmt)  # (M,)
     nb = -(-x.size // B)
     xb = np.zeros(nb * B, np.float32)
     xb[: x.size] = x
@@ -396,7 +422,7 @@ def matmul_error(a, b, fmt: str = "tf32", *, truncate: bool = False) -> float:
 def compare_inputs(
     inputs: dict, formats=("bf16", "fp16", "fp8_e4m3"), *, block: int = 64
 ) -> dict:
-    """Experiments 1 and 4 on several input sets: `{name: {"p": {fmt: rel. error}, "rmse": {(alg, fmt): RMSE}, "spread", "rms_ref"}}`.
+    """Experiments 1 and 4b on several input sets: `{name: {"p": {fmt: rel. error}, "rmse": {(alg, fmt): RMSE}, "spread", "rms_ref"}}`.
 
     `inputs` maps a name to `(q, k, v)` of shapes `(..., N, d)`, `(..., M, d)`, `(..., M, dv)`; "p" rounds
     only P (`p_rounding_error`), "rmse" runs `attention_standard_lowp` and `attention_tiled_lowp` for
@@ -432,4 +458,41 @@ def compare_inputs(
             "spread": float(s.std()),
             "rms_ref": rmse(ref, np.zeros_like(ref)),
         }
+    return out
+
+
+def p_error_ablation(real, gauss, fmt: str = "bf16", *, block_k: int = 64) -> dict:
+    """Experiment 1 per head with the scores and the values taken from either set: `{(qk, v): errors}`.
+
+    `real` and `gauss` are `(q, k, v)` of one shape `(..., N, d)`; a key `(qk, v)` is a pair of
+    `"real"`/`"Gaussian"`, and its value is the array of `p_rounding_error` (P rounded to `fmt`), one per
+    head (the leading axes flattened), so that a head whose output is large does not outweigh the others.
+    Taught in: notebooks/07_precision_in_attention.ipynb
+    """
+    _check_fmt(fmt)
+    sets = {}
+    for name, qkv in (("real", real), ("Gaussian", gauss)):
+        q, k, v = (as_float_array(a, n).astype(np.float32) for a, n in zip(qkv, "qkv"))
+        if not q.shape == k.shape == v.shape or q.ndim < 2:
+            raise ValueError(
+                f"{name}: q, k, v must share one shape (..., N, d), "
+                f"got {q.shape}, {k.shape}, {v.shape}"
+            )
+        sets[name] = tuple(a.reshape((-1,) + a.shape[-2:]) for a in (q, k, v))
+    if sets["real"][0].shape != sets["Gaussian"][0].shape:
+        raise ValueError(
+            f"real and gauss must have one shape, got {sets['real'][0].shape} "
+            f"and {sets['Gaussian'][0].shape}"
+        )
+    out = {}
+    for qk in ("real", "Gaussian"):
+        for vs in ("real", "Gaussian"):
+            q, k = sets[qk][:2]
+            v = sets[vs][2]
+            out[(qk, vs)] = np.array(
+                [
+                    p_rounding_error(q[h], k[h], v[h], fmt, block_k=block_k)
+                    for h in range(q.shape[0])
+                ]
+            )
     return out

@@ -20,14 +20,12 @@ NAME2 = "07_precision_in_attention"
 EX = {ex.number: ex for ex in exercises(NAME)}
 EX2 = {ex.number: ex for ex in exercises(NAME2)}
 PASSED = {
-    1: "blocked_sum: ✓ passed 8 cases\n",
-    2: "round_nearest_even: ✓ passed 8 cases, bit for bit (ties, subnormals, overflow, a layout no library has)\n",
-    3: "rms_delta_uniform: ✓ passed 6 cases (t = 7, 10, 23 and 3 drawn for this run; to 0.1%)\n",
+    1: "rms_delta_uniform: ✓ passed 6 cases (t = 7, 10, 23 and 3 drawn for this run; to 0.1%)\n",
+    2: "round_nearest_even: ✓ 8 cases bit for bit (ties, subnormals, overflow, a layout no library has)\n",
+    3: "first_bad_M: ✓ passed 7 rows (fresh ones, a tile that stalls, entries that round up, a tol never "
+    "reached)\n",
 }
-PASSED2 = (
-    "quantize_blocks: ✓ passed 4 cases (a short last block, a block of zeros, one row per block, one block for all "
-    "rows; each head scaled on its own)\n"
-)
+PASSED2 = "rotation: ✓ passed 3 sizes and d = 6 (orthogonal, entries ±1/√d, signs from rng, every input spread)\n"
 
 
 def _src(text: str) -> str:
@@ -57,12 +55,13 @@ def test_the_sequel_has_one_checked_exercise_and_an_open_question():
     q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 2"))
     after = cells[q + 1 :]
     assert (
-        after[0][0] == "code" and "lab.widgets.p_format_explorer()" in after[0][1]
-    )  # the slider it asks about
+        after[0][0] == "code" and "draw_p_explorer" in after[0][1]
+    )  # a static figure at the question's own setting
+    assert after[1][0] == "code" and "lab.widgets.p_format_explorer()" in after[1][1]
     assert (
-        after[1][0] == "markdown"
-        and "Your answer:" in after[1][1]
-        and "solution" not in after[1][2]
+        after[2][0] == "markdown"
+        and "Your answer:" in after[2][1]
+        and "solution" not in after[2][2]
     )
     assert any("solution" in tags for _, _, tags in after)
     assert not any("cell below" in s for _, s, _ in cells)
@@ -79,7 +78,7 @@ def test_the_sequel_opens_like_every_notebook():
     assert [
         s.split("\n")[0] for t, s, _ in cells if t == "markdown" and s.startswith("## ")
     ][:3] == [
-        "## 1. Outliers: standard attention against the tiled algorithm",
+        "## 1. Outliers: FlashAttention-3's Table 3",
         "## 2. TF32: the FP32 matmul that is not quite FP32",
         "## 3. Real attention inputs",
     ]
@@ -94,7 +93,16 @@ def test_the_open_question_answer_runs():
         for src in EX2[1].setup:
             exec(compile(src, "<setup>", "exec"), ns)
         exec(compile(answer, "<answer>", "exec"), ns)
-    assert "the share rounded to 0 grows with block_k: True" in out.getvalue()
+    assert "mean-zero v: e4m3 wins: True" in out.getvalue()
+    assert "v + 1: e5m2 wins: True" in out.getvalue()
+
+
+def test_the_open_question_is_not_answered_in_notebook_07():
+    """Exercise 2's answer (e5m2's errors) is nowhere in notebook 07's outputs or text."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
+    for c in nb.cells:
+        printed = "".join(o.get("text", "") for o in c.get("outputs", []))
+        assert "e5m2" not in printed.replace("fp8_e5m2  ", "")
 
 
 @pytest.mark.parametrize("number", [1, 2, 3])
@@ -112,7 +120,7 @@ def test_the_exercise_section_needs_only_the_setup():
     for src in EX[1].setup + EX[1].before[:1]:
         exec(compile(src, "<setup>", "exec"), ns)
     assert {
-        "check_blocked_sum",
+        "check_first_bad_M",
         "check_round_nearest_even",
         "check_rms_delta_uniform",
     } <= set(ns)
@@ -123,7 +131,7 @@ def test_the_sequel_exercise_section_needs_only_the_setup():
     ns = {}
     for src in EX2[1].setup + EX2[1].before[:1]:
         exec(compile(src, "<setup>", "exec"), ns)
-    assert "check_quantize_blocks" in ns and not {
+    assert "check_rotation" in ns and not {
         "q4",
         "k4",
         "acts",
@@ -132,138 +140,169 @@ def test_the_sequel_exercise_section_needs_only_the_setup():
     } & set(ns)
 
 
-# ------------------------------------------------------------------------------------ exercise 1
+# ------------------------------------------------------------------------------------ exercise 3
 
-BLOCKED = """
-def blocked_sum(p, fmt, block):
+FIRST = """
+def fl(a, fmt):
+    return float(lab.round_to(np.array([a], np.float32), fmt)[0])
+
+
+def first_bad_M(p, fmt, block, tol):
     x = {x}
-    total = 0.0
-    for b0 in range(0, {stop}, {step}):
-        part = 0.0
-        for xi in x[b0:b0 + {step}]:
-            part = {inner}
-        total = {outer}
-    return float(total)
+    l_tiles = part = exact = 0.0
+    answer = None
+    for j, xj in enumerate(x):
+        if j % {block} == 0:
+            l_tiles, part = fl(l_tiles + part, fmt), 0.0
+        part = {part}
+        exact += {exact}
+        l = {l}
+        off = abs(l - exact) > tol * {den}
+        {update}
+    return answer
 """
-RND = "lab.round_to(np.array([{}]), fmt)[0]"
-OK = dict(
-    x="lab.round_to(p, fmt)",
-    stop="len(p)",
-    step="block",
-    inner=RND.format("part + xi"),
-    outer=RND.format("total + part"),
+FIRST_OK = dict(
+    x="lab.round_to(np.asarray(p, np.float32), fmt).astype(np.float64)",
+    block="block",
+    part="fl(part + xj, fmt)",
+    exact="xj",
+    l="fl(l_tiles + part, fmt)",
+    den="exact",
+    update="answer = None if not off else (j + 1 if answer is None else answer)",
 )
 
 
-def _blocked(**change):
-    return BLOCKED.format(**{**OK, **change})
+def _first(**change):
+    return FIRST.format(**{**FIRST_OK, **change})
 
 
-def test_blocked_sum_in_float64_arithmetic_passes():
-    """Adding in float64 before each rounding gives the same bits as adding in float32 (both exact, then one rounding)."""
-    assert run_check(EX[1], _src(_blocked())) == PASSED[1]
+def test_first_bad_M_written_another_way_passes():
+    """The reference's way: l after every key from running sums in the format's own arithmetic."""
+    src = """
+    import ml_dtypes
+    def first_bad_M(p, fmt, block, tol):
+        dt = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16}[fmt]
+        x = lab.round_to(np.asarray(p, np.float32), fmt)
+        l_tiles, part, out, exact = dt(0), dt(0), [], np.cumsum(x.astype(np.float64))
+        for j, xj in enumerate(x.astype(dt)):
+            if j % block == 0:
+                l_tiles, part = dt(l_tiles + part), dt(0)
+            part = dt(part + xj)
+            out.append(float(dt(l_tiles + part)))
+        bad = np.abs(np.array(out) - exact) > tol * exact
+        if not bad[-1]:
+            return None
+        good = np.flatnonzero(~bad)
+        return int(good[-1]) + 2 if good.size else 1
+    """
+    assert run_check(EX[3], _src(src)) == PASSED[3]
 
 
 @pytest.mark.parametrize(
     "change, says",
     [
+        (dict(block="1"), ("one-key-at-a-time sum: `block` was ignored",)),
         (
-            dict(inner="part + xi", outer="total + part"),
-            (
-                "case 0 (np.ones(600), 'bf16', block=1)",
-                "expected 256, got 600",
-                "exact sum of the rounded p",
+            dict(l="l_tiles if (j + 1) % block else fl(l_tiles + part, fmt)"),
+            ("expected M =",),
+        ),
+        (
+            dict(update="answer = j + 1 if off and answer is None else answer"),
+            ("the first M past tol, but l comes back within tol",),
+        ),
+        (
+            dict(
+                update="answer = None if not off else (j if answer is None else answer)"
             ),
+            ("one less than the answer: M counts keys",),
         ),
-        (
-            dict(step="1"),
-            ("case 1 (600 random p", "one-element-at-a-time sum: `block` was ignored"),
-        ),
-        (
-            dict(stop="len(p) - len(p) % block"),
-            (
-                "case 1",
-                "without the last, shorter block (600 = 37 blocks of 16 and one of 8)",
-            ),
-        ),
-        (
-            dict(x="p"),
-            (
-                "case 3 (p = [1, then 2^-8 + 2^-20",
-                "expected 2, got 2.10938",
-                "round p to the format first",
-            ),
-        ),
-        (
-            dict(inner="part + xi", outer=RND.format("total + part")),
-            ("each block summed exactly",),
-        ),
-        (dict(outer="total + part"), ("block sums added exactly",)),
+        (dict(part="part + xj"), ("sums each tile exactly",)),
     ],
 )
-def test_blocked_sum_mistakes(change, says):
-    _fails(1, _blocked(**change), *says)
+def test_first_bad_M_mistakes(change, says):
+    _fails(3, _first(**change), *says)
 
 
-def test_blocked_sum_rounding_once_at_the_end():
-    _fails(
-        1,
-        "def blocked_sum(p, fmt, block):\n    return float(lab.round_to(np.array([lab.round_to(p, fmt).astype(float).sum()]), fmt)[0])\n",
-        "rounded once at the end",
+def test_first_bad_M_with_no_rounding_at_all_is_named():
+    src = _first().replace(
+        "return float(lab.round_to(np.array([a], np.float32), fmt)[0])", "return a"
     )
+    _fails(3, src, "None, as from exact additions")
 
 
-def test_blocked_sum_may_not_call_the_library():
-    _fails(
-        1,
-        "def blocked_sum(p, fmt, block):\n    return float(lab.low_precision_sum(p, fmt, block)[-1])\n",
-        "calls lab.low_precision_sum",
+def test_first_bad_M_reading_tile_ends_only_is_named():
+    src = _first(
+        update="answer = answer if (j + 1) % block and j + 1 < len(x) else "
+        "(None if not off else (j + 1 if answer is None else answer))"
     )
+    _fails(3, src, "read at tile ends only")
 
 
-def test_blocked_sum_may_not_call_the_library_from_its_module():
+def test_first_bad_M_against_the_unrounded_row_is_named():
+    out = run_check(EX[3], _src(_first(exact="float(p[j])")))
+    assert "✗" in out and "expected M =" in out
+
+
+def test_first_bad_M_may_not_call_the_library():
     _fails(
-        1,
+        3,
         """
-        from lab.precision_experiments import low_precision_sum as summed
-        def blocked_sum(p, fmt, block):
-            return float(summed(p, fmt, block)[-1])
-        """,
-        "calls lab.low_precision_sum",
-        "write it yourself",
-    )
-
-
-def test_blocked_sum_may_not_reach_the_library_through_a_closure():
-    _fails(
-        1,
-        """
-        import importlib
-        def _make():
-            f = getattr(importlib.import_module("lab.precision_experiments"), "low_precision_sum")
-            return lambda p, fmt, block: float(f(p, fmt, block)[-1])
-        blocked_sum = _make()
+        def first_bad_M(p, fmt, block, tol):
+            lab.low_precision_sum(p, fmt, block)
+            return None
         """,
         "calls lab.low_precision_sum",
     )
 
 
-def test_blocked_sum_returning_an_array():
+def test_first_bad_M_hard_coded_answers_fail_on_the_fresh_rows():
     _fails(
-        1,
-        _blocked().replace("return float(total)", "return np.array([total])"),
-        "shape: yours is (1,), expected ()",
+        3,
+        "def first_bad_M(p, fmt, block, tol):\n    return 201\n",
+        "expected M =",
+        "seed",
     )
 
 
-def test_every_classic_blocked_mistake_fails_more_than_one_case():
-    """The old check let a wrong sum through 4 cases out of 5: now each classic mistake is caught at least twice."""
-    caught = {}
-    for _, (p, fmt, block) in checks._blocked_cases():
-        want = float(lab.low_precision_sum(p, fmt, block)[-1])
-        for key, (total, _) in checks._blocked_variants(p, fmt, block).items():
-            caught.setdefault(key, []).append(total != want)
-    assert all(sum(hits) >= 2 for hits in caught.values()), caught
+def test_first_bad_M_cases_are_drawn_fresh_and_repeat_with_the_seed(capsys):
+    rng_a, rng_b = np.random.default_rng(1), np.random.default_rng(2)
+    a = checks._first_bad_cases(rng_a)[0][1][0]
+    b = checks._first_bad_cases(rng_b)[0][1][0]
+    assert not np.array_equal(a, b)
+    wrong = lambda p, fmt, block, tol: None  # noqa: E731
+    checks.check_first_bad_M(wrong, seed=5)
+    first = capsys.readouterr().out
+    checks.check_first_bad_M(wrong, seed=5)
+    assert capsys.readouterr().out == first and "seed=5" in first
+
+
+def test_first_bad_M_reference_is_a_direct_simulation():
+    """`_l_after_each_key` against a plain loop with every addition rounded, on a row with a short last tile."""
+    rng = np.random.default_rng(3)
+    p = rng.random(300)
+    for fmt, block in (("bf16", 7), ("fp16", 32), ("bf16", 1)):
+        x = lab.round_to(p.astype(np.float32), fmt).astype(np.float64)
+        fl = lambda a: float(lab.round_to(np.array([a], np.float32), fmt)[0])  # noqa: E731
+        l_tiles = part = 0.0
+        want = []
+        for j, xj in enumerate(x):
+            if j % block == 0:
+                l_tiles, part = fl(l_tiles + part), 0.0
+            part = fl(part + xj)
+            want.append(fl(l_tiles + part))
+        assert np.array_equal(checks._l_after_each_key(p, fmt, block), want)
+
+
+def test_first_bad_M_answer_cell_runs_before_the_exercise_is_done():
+    cells = _cells()
+    answer = next(s for t, s, _ in cells if s.startswith("# Exercise 3: your answer"))
+    ns, out = {}, io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for src in EX[3].setup:
+            exec(compile(src, "<setup>", "exec"), ns)
+        exec(compile(EX[3].stub, "<stub>", "exec"), ns)
+        exec(compile(answer, "<answer>", "exec"), ns)
+    assert "not written yet" in out.getvalue()
 
 
 # ------------------------------------------------------------------------------------ exercise 2
@@ -462,7 +501,7 @@ def test_round_by_grid_on_a_layout_with_inf_of_newer_ml_dtypes():
     assert np.array_equal(checks.round_by_grid(x, 3, 4), want, equal_nan=True)
 
 
-# ------------------------------------------------------------------------------------ exercise 3
+# ------------------------------------------------------------------------------------ exercise 1
 
 
 @pytest.mark.parametrize(
@@ -477,20 +516,20 @@ def test_round_by_grid_on_a_layout_with_inf_of_newer_ml_dtypes():
     ],
 )
 def test_rms_delta_mistakes(expr, says):
-    _fails(3, f"def rms_delta_uniform(t):\n    return {expr}\n", "case 0 (t = 7)", says)
+    _fails(1, f"def rms_delta_uniform(t):\n    return {expr}\n", "case 0 (t = 7)", says)
 
 
 def test_rms_table_of_the_fixed_cases_fails_on_the_drawn_ones():
     """A table of the three fixed answers (or the value of one, hard-coded) passes no drawn t."""
     table = "{7: 2.0**-7 / 24**0.5, 10: 2.0**-10 / 24**0.5, 23: 2.0**-23 / 24**0.5}"
     out = _fails(
-        3,
+        1,
         f"def rms_delta_uniform(t):\n    return {table}.get(t, 0.0)\n",
         "case 3",
         "seed",
     )
     assert "expected" in out
-    _fails(3, "def rms_delta_uniform(t):\n    return 0.001594\n", "case 1 (t = 10)")
+    _fails(1, "def rms_delta_uniform(t):\n    return 0.001594\n", "case 1 (t = 10)")
 
 
 def test_rms_drawn_cases_repeat_with_the_seed(capsys):
@@ -514,93 +553,113 @@ def test_rms_reference_agrees_with_a_measurement():
 
 # ------------------------------------------------------------------------------------ 07_precision_in_attention, exercise 1
 
-BLOCKS = """
-def quantize_blocks(x, block):
-    x = np.asarray(x, np.float32)
-    out = np.empty_like(x)
-    for r0 in range({start}, x.shape[-2] - {cut}, block):
-        tile = x[..., r0:r0 + block, :]
-        amax = np.abs(tile).max(axis={axes}, keepdims=True)
-        s = np.float32(448) / {guard}
-        out[..., r0:r0 + block, :] = {cast}
-    return out
+ROT = """
+def rotation(d, rng):
+    if d < 1 or d & (d - 1):
+        raise ValueError(f"d must be a power of 2, got {{d}}")
+    h = np.ones((1, 1))
+    while h.shape[0] < d:
+        h = np.block({block})
+    signs = {signs}
+    return {ret}
 """
+ROT_OK = dict(
+    block="[[h, h], [h, -h]]",
+    signs="rng.choice([-1.0, 1.0], size=d)",
+    ret="signs[:, None] * h / np.sqrt(d)",
+)
 
 
-def _blocks(
-    start="0",
-    cut="0",
-    axes="(-1, -2)",
-    guard="np.where(amax > 0, amax, np.float32(1))",
-    cast='lab.round_to(tile * s, "fp8_e4m3") / s',
-) -> str:
-    return BLOCKS.format(start=start, cut=cut, axes=axes, guard=guard, cast=cast)
+def _rot(**change) -> str:
+    return ROT.format(**{**ROT_OK, **change})
 
 
-def test_quantize_blocks_worked_solution_and_stub():
-    assert run_check(EX2[1], EX2[1].solution) == PASSED2
-    assert run_check(EX2[1], _blocks()) == PASSED2
+def _passed2(out: str) -> bool:
+    return (
+        out.startswith(PASSED2)
+        and "✗" not in out
+        and "RMSE rotated / not rotated" in out
+    )
+
+
+def test_rotation_worked_solution_and_stub():
+    assert _passed2(run_check(EX2[1], EX2[1].solution))
+    assert _passed2(run_check(EX2[1], _rot()))
     assert "not implemented yet" in run_check(EX2[1], EX2[1].stub)
+
+
+def test_rotation_with_signs_on_both_sides_passes():
+    """D1·H·D2 is orthogonal, flat, random and spreads every input: the check does not ask for one form."""
+    src = _rot(
+        ret="signs[:, None] * h * rng.choice([-1.0, 1.0], size=d)[None, :] / np.sqrt(d)"
+    )
+    assert _passed2(run_check(EX2[1], src))
 
 
 @pytest.mark.parametrize(
     "text, says",
     [
+        (_rot(ret="signs[:, None] * h"), ["case 0", "R Rᵀ = d·I", "divide by √d"]),
+        (_rot(block="[[h, h], [h, h]]"), ["case 0", "not orthogonal"]),
         (
-            _blocks(guard="amax"),
-            ["case 1 (a block of zeros)", "NaN", "keep the scale finite"],
-        ),
-        (_blocks(axes="-1"), ["case 0", "one scale per row"]),
-        (_blocks(axes="None"), ["case 0", "one scale per block shared by all heads"]),
-        (
-            _blocks().replace(".max(axis=(-1, -2), keepdims=True)", ".max()"),
-            ["case 0", "one scale per block shared by all heads"],
+            _rot(ret="h / np.sqrt(d)"),
+            ["case 0", "the same matrix for every rng", "±H/√d"],
         ),
         (
-            _blocks(
-                cut="x.shape[-2] % block", cast='lab.round_to(tile * s, "fp8_e4m3") / s'
-            ).replace("np.empty_like", "np.zeros_like"),
-            ["case 0", "the last, shorter block is missing"],
+            _rot(ret="h * signs[None, :] / np.sqrt(d)"),
+            ["case 2 (d = 128)", "signs are applied after H", "R = D·H"],
         ),
         (
-            _blocks(cast='lab.round_to(tile * s, "fp8_e4m3")'),
-            ["case 0", "still scaled"],
+            _rot(signs="np.random.choice([-1.0, 1.0], size=d)"),
+            ["case 0", "same rng seed gave different matrices"],
         ),
         (
-            "def quantize_blocks(x, block):\n    return lab.round_to(x, 'fp8_e4m3')\n",
-            ["case 0", "the cast without a scale"],
+            "def rotation(d, rng):\n    return np.linalg.qr(rng.standard_normal((d, d)))[0]\n",
+            ["case 0", "orthogonal, but its entries differ in size"],
         ),
         (
-            "def quantize_blocks(x, block):\n    a = np.abs(x).max(axis=(-1, -2), keepdims=True)\n"
-            "    return lab.round_to(x * (448 / a), 'fp8_e4m3') / (448 / a)\n",
-            ["case 0", "one scale for the whole matrix"],
+            "def rotation(d, rng):\n    return np.diag(rng.choice([-1.0, 1.0], size=d))\n",
+            ["case 0", "orthogonal, but its entries differ in size"],
         ),
         (
-            "def quantize_blocks(x, block):\n    s = np.float32(448) / np.abs(x).max()\n"
-            "    return lab.round_to(x * s, 'fp8_e4m3') / s\n",
-            ["case 0", "one scale for all heads"],
+            _rot().replace(
+                '        raise ValueError(f"d must be a power of 2, got {d}")',
+                "        return np.eye(d)",
+            ),
+            ["case d = 6", "no Hadamard matrix of order 6"],
         ),
         (
-            "def quantize_blocks(x, block):\n    return lab.quantize_fp8(x, block)\n",
-            ["calls lab.quantize_fp8"],
+            "def rotation(d, rng):\n    return lab.random_hadamard(d, int(rng.integers(99)))\n",
+            ["calls lab.random_hadamard"],
         ),
         (
-            "from lab.precision_fa3 import quantize_fp8 as q8\n"
-            "def quantize_blocks(x, block):\n    return q8(x, block)\n",
-            ["calls lab.quantize_fp8", "write it yourself"],
-        ),
-        (
-            "import lab.precision_fa3 as fa3\n"
-            "def quantize_blocks(x, block):\n    return np.asarray(fa3.quantize_fp8(x.copy(), block))\n",
-            ["calls lab.quantize_fp8"],
+            "from lab.precision_fa3 import random_hadamard as rh\n"
+            "def rotation(d, rng):\n    return rh(d, int(rng.integers(99)))\n",
+            ["calls lab.random_hadamard", "write it yourself"],
         ),
     ],
 )
-def test_quantize_blocks_mistakes(text, says):
+def test_rotation_mistakes(text, says):
     assert_fails(EX2[1], text, *says)
 
 
-def test_quantize_blocks_check_names_the_source():
+def test_rotation_measurement_refuses_a_rotation_that_does_not_help(monkeypatch):
+    """The FP8 measurement is a property of its own: with its other tests passed, no gain is still a failure."""
+    monkeypatch.setattr(precision_attention, "_fault", lambda *a: None)
+    src = "def rotation(d, rng):\n    if d == 6:\n        raise ValueError(d)\n    return np.eye(d)\n"
+    out = run_check(EX2[1], src)
+    assert "does not lower the FP8 error" in out and "seed=" in out
+
+
+def test_rotation_check_sizes_are_drawn_fresh_and_repeat_with_the_seed(capsys):
+    wrong = lambda d, rng: np.eye(d)  # noqa: E731
+    precision_attention.check_rotation(wrong, seed=4)
+    first = capsys.readouterr().out
+    precision_attention.check_rotation(wrong, seed=4)
+    assert capsys.readouterr().out == first and "seed=4" in first
+
+
+def test_rotation_check_names_the_source():
     text = open(precision_attention.__file__).read()
     assert "2407.08608" in text
-    assert "quantize_fp8" not in EX2[1].spec.replace("lab.quantize_fp8(x, block)", "")
+    assert "random_hadamard" not in EX2[1].spec.replace("`lab.random_hadamard`", "")

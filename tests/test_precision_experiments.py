@@ -381,3 +381,38 @@ def test_matmul_error_truncated_tf32_is_larger_than_rounded():
     assert 1.5 * rounded < cut < 5 * rounded
     with pytest.raises(ValueError, match="TF32 only"):
         lab.matmul_error(a, b, "fp16", truncate=True)
+
+
+def test_keys_are_named_M_and_the_older_keyword_N_still_works():
+    a = lab.gaussian_qkv(M=64, d=8, rows=2, seed=3)
+    b = lab.gaussian_qkv(N=64, d=8, rows=2, seed=3)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b)) and a[1].shape == (64, 8)
+    with pytest.raises(ValueError, match="once"):
+        lab.gaussian_qkv(64, N=64)
+    g1 = lab.p_error_grid([32, 64], [1.0], ("fp16",), d=8, rows=2)
+    g2 = lab.p_error_grid(Ns=[32, 64], spreads=[1.0], formats=("fp16",), d=8, rows=2)
+    assert np.array_equal(g1["fp16"], g2["fp16"])
+
+
+def test_p_error_ablation_swaps_the_values_between_sets():
+    rng = np.random.default_rng(0)
+    real = tuple(rng.standard_normal((2, 32, 8)).astype(np.float32) for _ in range(3))
+    gauss = tuple(rng.standard_normal((2, 32, 8)).astype(np.float32) for _ in range(3))
+    out = lab.p_error_ablation(real, gauss, "bf16", block_k=16)
+    assert set(out) == {
+        (a, b) for a in ("real", "Gaussian") for b in ("real", "Gaussian")
+    }
+    want = lab.p_rounding_error(real[0][1], real[1][1], gauss[2][1], "bf16", block_k=16)
+    assert out[("real", "Gaussian")].shape == (2,)
+    assert out[("real", "Gaussian")][1] == want
+    with pytest.raises(ValueError, match="one shape"):
+        lab.p_error_ablation(real, tuple(x[:, :16] for x in gauss))
+
+
+def test_values_with_a_mean_lose_the_flushed_mass():
+    """Notebook 07's claim: with v + 1 the FP8 error is about the flushed share of the mass; with v, far less."""
+    q, k, v = lab.gaussian_qkv(M=2048, d=32, spread=4.0, rows=4, seed=1)
+    lost = lab.p_underflow(q, k, "fp8_e4m3", block_k=64)["mass_lost"]
+    e0 = lab.p_rounding_error(q, k, v, "fp8_e4m3", block_k=64)
+    e1 = lab.p_rounding_error(q, k, v + 1, "fp8_e4m3", block_k=64)
+    assert e0 < lost / 2 and 0.5 * lost < e1 < 1.5 * lost

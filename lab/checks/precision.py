@@ -1,9 +1,9 @@
-"""Checks for the exercises of notebook 07: a blocked sum in a low-precision format, rounding to nearest
-even from a format's bit layout, and the rms rounding error of uniform significands.
+"""Checks for the exercises of notebook 07: the first M at which a blocked low-precision l errs, rounding to
+nearest even from a format's bit layout, and the rms rounding error of uniform significands.
 
-- `check_blocked_sum`        : $l = \\mathrm{fl}(\\cdots\\mathrm{fl}(b_0 + b_1)\\cdots)$ with every block sum $b_k$ and every
-  addition rounded to the format; names the classic mistake a wrong total equals (additions not rounded,
-  block ignored, last short block dropped, p not rounded first, block sums or the total kept exact).
+- `check_first_bad_M`        : the M from which on $l = \\mathrm{fl}(l_{tiles} + \\mathrm{part})$, every addition rounded
+  to the format, stays more than `tol` off the exact sum; names the classic wrong answer (block ignored,
+  tile ends only, the first crossing, a 0-based index, exact additions, the unrounded reference, the error relative to l).
 - `check_round_nearest_even` : $\\mathrm{fl}(x)$ for a layout of `e` exponent bits and `t` mantissa bits against
   the libraries and against `format_grid` (every value of the layout, searched), for ties, subnormals and
   overflow; says which of these the first wrong value is and refuses answers that call `lab.round_to`,
@@ -22,13 +22,13 @@ import numpy as np
 
 from ..exercises import diagnose, seed_note
 from ..precision import round_to
-from ..precision_experiments import low_precision_sum
+from ..precision_experiments import _STORAGE
 from ._support import _fresh, _refusal, _settled, _watching
 
 __all__ = [
     "format_grid",
     "round_by_grid",
-    "check_blocked_sum",
+    "check_first_bad_M",
     "check_round_nearest_even",
     "check_rms_delta_uniform",
 ]
@@ -36,7 +36,7 @@ __all__ = [
 _NOT_YET = "{}: not implemented yet (fill in the stub above, then run this cell again)"
 
 
-def _call(name, fn, args, label, forbidden, course=()):
+def _call(name, fn, args, label, forbidden, course=(), allow_none=False):
     """`(ok, result)`: `fn(*args)` with each forbidden `(module, attribute, why)` replaced by a recorder, and the code
     of lab's answers `course` watched by any route (`_watching`: `lab.x`, its module, an alias).
 
@@ -70,181 +70,205 @@ def _call(name, fn, args, label, forbidden, course=()):
     if used:
         print(f"{name}: ✗ case {label}: your function calls {used[0]}")
         return False, None
-    if out is None:
+    if out is None and not allow_none:
         print(f"{name}: ✗ case {label}: returned None (a missing `return`?)")
         return False, None
     return True, out
 
 
-# ------------------------------------------------------------------------------------ Exercise 1: blocked_sum
+# ------------------------------------------------------------------------------------ Exercise 1: first_bad_M
 
 
-def _rounded_sum(values, fmt: str) -> float:
-    """One element at a time, every addition rounded to `fmt` (the values are used as given)."""
-    total = np.float32(0)
-    for x in np.asarray(values, np.float64):
-        total = round_to(np.array([float(total) + x]), fmt)[0]
-    return float(total)
+def _l_after_each_key(p, fmt: str, block: int) -> np.ndarray:
+    """The $l$ a kernel holding it in `fmt` has after each key: $\\mathrm{fl}(l_{tiles} + \\mathrm{part})$, float64 `(M,)`.
+
+    p rounded to `fmt`; each tile's running sum `part` rounded at every addition; `l_tiles` the finished tiles'
+    sums added one at a time, rounded too; after a key inside an open tile, the row would end with
+    $\\mathrm{fl}(l_{tiles} + \\mathrm{part})$ (at a tile's end that is the next $l_{tiles}$).
+    """
+    dt = _STORAGE[fmt]
+    x = round_to(np.asarray(p, np.float32), fmt)  # (M,)
+    M, nb = x.size, -(-x.size // block)
+    xb = np.zeros(nb * block, np.float32)
+    xb[:M] = x
+    part = np.add.accumulate(xb.reshape(nb, block).astype(dt), axis=1)  # (tiles, Bc)
+    done = np.add.accumulate(part[:, -1], axis=0)  # l after each whole tile
+    before = np.concatenate([np.zeros(1, dt), done[:-1]])  # l of the tiles before
+    return (before[:, None] + part).astype(np.float64).ravel()[:M]
 
 
-def _blocked_variants(p, fmt: str, block: int) -> dict:
-    """{mistake: (total, what it is)} for the classic wrong versions of the blocked sum that apply to this case."""
-    x = round_to(p, fmt).astype(np.float64)
-    blocks = [x[b : b + block] for b in range(0, x.size, block)]
+def _l_tiles_exact(p, fmt: str, block: int) -> np.ndarray:
+    """`_l_after_each_key` with each tile's own running sum kept exact (only the additions onto l rounded)."""
+    x = round_to(np.asarray(p, np.float32), fmt).astype(np.float64)
+    M, nb = x.size, -(-x.size // block)
+    xb = np.zeros(nb * block)
+    xb[:M] = x
+    part = np.cumsum(xb.reshape(nb, block), axis=1)  # exact sums inside each tile
+    before, l_tiles = np.zeros(nb), 0.0
+    for t in range(nb):
+        before[t] = l_tiles
+        l_tiles = float(round_to(np.array([l_tiles + part[t, -1]]), fmt)[0])
+    l = round_to((before[:, None] + part).astype(np.float32), fmt)
+    return l.astype(np.float64).ravel()[:M]
+
+
+def _first_over(l, exact, tol, at=None):
+    """The M (1-based) from which on, up to the row's end, |l - exact| > tol·exact, among the positions `at` (all by
+    default); None when the last is within tol."""
+    bad = np.abs(l - exact) > tol * exact
+    if at is not None:
+        bad = bad[at]
+    if not bad[-1]:
+        return None
+    good = np.flatnonzero(~bad)
+    first = good[-1] + 1 if good.size else 0
+    return int(first if at is None else at[first]) + 1
+
+
+def _first_crossing(l, exact, tol):
+    """The first M with |l - exact| > tol·exact, even if l comes back within tol later; else None."""
+    bad = np.abs(l - exact) > tol * exact
+    return int(np.argmax(bad)) + 1 if bad.any() else None
+
+
+def _first_bad_variants(p, fmt: str, block: int, tol: float) -> dict:
+    """{mistake: (M, what it is)} for the classic wrong answers to the question, on this case."""
+    x = round_to(np.asarray(p, np.float32), fmt).astype(np.float64)
+    exact = np.cumsum(x)
+    l = _l_after_each_key(p, fmt, block)
+    right = _first_over(l, exact, tol)
+    ends = np.r_[np.arange(block - 1, x.size, block), x.size - 1]
     out = {
-        "exact": (
-            float(x.sum()),
-            "the exact sum of the rounded p: every addition must be rounded to the format, "
-            "l = fl(l + p_j), not only the inputs",
+        "sequential": (
+            _first_over(_l_after_each_key(p, fmt, 1), exact, tol),
+            "the M of the one-key-at-a-time sum: `block` was ignored; each tile is summed on its own "
+            "before it reaches l",
         ),
-        "once": (
-            float(round_to(np.array([x.sum()]), fmt)[0]),
-            "the exact sum rounded once at the end: round after "
-            "every addition, where the sum stalls",
+        "tile ends": (
+            _first_over(l, exact, tol, ends),
+            "the answer read at tile ends only: a row can end after any key, and inside an open tile "
+            "the kernel would finish with fl(l + the tile's partial sum): look at every M",
+        ),
+        "first crossing": (
+            _first_crossing(l, exact, tol),
+            "the first M past tol, but l comes back within tol after it: the question is from which M "
+            "on it stays off, up to the row's end",
+        ),
+        "tile exact": (
+            _first_over(_l_tiles_exact(p, fmt, block), exact, tol),
+            "the M of a kernel that sums each tile exactly: the additions inside a tile are rounded "
+            "to the format too",
+        ),
+        "index": (
+            None if right is None else right - 1,
+            "one less than the answer: M counts keys, so the key at index j ends a row of M = j + 1",
+        ),
+        "exact": (
+            _first_over(exact, exact, tol),
+            "None, as from exact additions: every addition of the kernel (inside a tile and onto l) "
+            "is rounded to the format",
+        ),
+        "unrounded reference": (
+            _first_over(l, np.cumsum(np.asarray(p, np.float64)), tol),
+            "the M against the exact sum of p as given: compare with the exact sum of the same rounded "
+            "entries, so that only the additions are judged",
+        ),
+        "relative to l": (
+            _first_over(l, exact, tol * l / exact),
+            "the M of |l - exact| > tol·l: the error is relative to the exact sum",
         ),
     }
-    if block > 1:
-        out["sequential"] = (
-            _rounded_sum(x, fmt),
-            "the one-element-at-a-time sum: `block` was ignored; sum each run of "
-            "`block` elements on its own first",
-        )
-    if x.size % block:
-        kept = x[: x.size - x.size % block]
-        out["tail"] = (
-            float(low_precision_sum(kept, fmt, block)[-1]),
-            f"the sum without the last, shorter block ({x.size} = {x.size // block} blocks of {block} and one "
-            f"of {x.size % block}): range(0, len(p), block) visits it",
-        )
-    raw = np.asarray(p, np.float64)
-    out["unrounded"] = (
-        _rounded_sum(
-            [_rounded_sum(raw[i : i + block], fmt) for i in range(0, x.size, block)],
-            fmt,
-        ),
-        "the sum of p as given: round p to the format first (lab.round_to(p, fmt)), then add",
-    )
-    out["inner exact"] = (
-        _rounded_sum([b.sum() for b in blocks], fmt),
-        "each block summed exactly: the additions inside a block must be rounded too",
-    )
-    out["outer exact"] = (
-        float(sum(_rounded_sum(b, fmt) for b in blocks)),
-        "the block sums added exactly: the additions to the total must be rounded too",
-    )
-    return out
+    return {k: v for k, v in out.items() if v[0] != right}
 
 
-def _name_mistake(results, cases) -> str | None:
-    """The classic mistake (a key of `_blocked_variants`) that gives the learner's total on every case where it
-    differs from the right one; the one with the most such cases when several do.
+def _first_bad_cases(rng) -> list:
+    """(label, (p, fmt, block, tol)): rows p = e^(s - max s) with s ~ N(0, spread), drawn fresh."""
 
-    `results[i]` is the learner's total on case i (None where it could not be had); totals match to 1e-5, so
-    an exact sum in float32 arithmetic matches the exact one (the formats' own steps are 2^-11 or coarser).
-    """
-    scores = {}
-    for got, (_, (p, fmt, block)) in zip(results, cases):
-        want = float(low_precision_sum(p, fmt, block)[-1])
-        for key, (total, _) in _blocked_variants(p, fmt, block).items():
-            if total != want:
-                hit, seen = scores.get(key, (0, 0))
-                scores[key] = (
-                    hit
-                    + (
-                        got is not None
-                        and bool(np.isclose(got, total, rtol=1e-5, atol=0))
-                    ),
-                    seen + 1,
-                )
-    full = [(seen, key) for key, (hit, seen) in scores.items() if hit == seen]
-    return max(full)[1] if full else None
+    def row(M, spread):
+        s = rng.standard_normal(M) * spread
+        return np.exp(s - s.max())
 
-
-def _blocked_cases():
-    rng = np.random.default_rng(11)
-    tie = (
-        2.0**-8 + 2.0**-20
-    )  # rounds to 2^-8 in bf16, half a step of 1: fl(1 + 2^-8) = 1 (ties to even)
+    odd = int(rng.choice([24, 48, 96, 100]))
     return [
-        ("np.ones(600), 'bf16', block=1", (np.ones(600), "bf16", 1)),
-        ("600 random p in [0, 1), 'bf16', block=16", (rng.random(600), "bf16", 16)),
-        ("np.ones(100), 'bf16', block=16", (np.ones(100), "bf16", 16)),
+        ("6,000 keys, bf16, block 64, tol 0.5%", (row(6000, 1.0), "bf16", 64, 5e-3)),
         (
-            "p = [1, then 2^-8 + 2^-20 seven times] twice, 'bf16', block=8",
-            (np.array(([1.0] + [tie] * 7) * 2), "bf16", 8),
+            "1,000 keys, bf16, one key at a time, tol 1%",
+            (row(1000, 1.0), "bf16", 1, 1e-2),
         ),
-        ("1000 random p in [0, 1), 'fp16', block=7", (rng.random(1000), "fp16", 7)),
         (
-            "p = [1, then 2^-11 + 2^-22 three times] three times, 'fp16', block=4",
-            (np.array(([1.0] + [2.0**-11 + 2.0**-22] * 3) * 3), "fp16", 4),
+            f"5,000 keys, std(s) = 0.5, bf16, block {odd} (a short last tile), tol 0.5%",
+            (row(5000, 0.5), "bf16", odd, 5e-3),
         ),
-        ("4096 random p in [0, 1), 'bf16', block=64", (rng.random(4096), "bf16", 64)),
+        ("6,000 keys, fp16, block 16, tol 0.02%", (row(6000, 1.0), "fp16", 16, 2e-4)),
         (
-            "257 random p in [0, 1), 'fp8_e4m3', block=32",
-            (rng.random(257), "fp8_e4m3", 32),
+            "2,000 keys, fp16, block 64, tol 1% (never reached)",
+            (row(2000, 1.0), "fp16", 64, 1e-2),
+        ),
+        (
+            "3,000 keys, bf16, block 256 (the first tile stalls inside), tol 1%",
+            (row(3000, 1.0), "bf16", 256, 1e-2),
+        ),
+        (
+            "1,000 entries 1 - 2^-9 (a tie: each rounds to 1), bf16, one at a time, tol 0.1%",
+            (np.full(1000, 1 - 2.0**-9), "bf16", 1, 1e-3),
         ),
     ]
 
 
-def _as_total(got):
-    """`got` as a float when it is one number (a 0-d array too), else None."""
-    try:
-        return float(got) if np.ndim(got) == 0 else None
-    except (TypeError, ValueError):
-        return None
+def check_first_bad_M(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(p, fmt, block, tol)`: the M from which on a blocked $l$ in `fmt` stays more than `tol` off, or None.
 
-
-def _total(fn, case):
-    """The learner's total on one case (quietly; None on an error)."""
-    p, fmt, block = case
-    try:
-        with np.errstate(all="ignore"):
-            return _as_total(fn(p.copy(), fmt, block))
-    except Exception:
-        return None
-
-
-def check_blocked_sum(fn, *, name: str | None = None) -> None:
-    """Check `fn(p, fmt, block)`, the blocked sum with every addition rounded to `fmt`, against `low_precision_sum(...)[-1]`.
-
-    Cases: a sum that stalls, a last block shorter than `block`, values whose rounding first changes a tie,
-    long blocks. A wrong total is compared with the classic wrong versions (`_blocked_variants`) and named.
+    The $l$ after the first M keys is $\\mathrm{fl}(l_{tiles} + \\mathrm{part})$ with every addition rounded to `fmt`
+    (`_l_after_each_key`), compared with the exact sum of the same rounded entries. Rows drawn fresh each run; a
+    wrong M is compared with the classic wrong answers (`_first_bad_variants`) and named; `lab.low_precision_sum`
+    is refused.
     Taught in: notebooks/07_precision.ipynb
     """
     name = name or getattr(fn, "__name__", "your function")
-    cases = _blocked_cases()
-    for i, (label, (p, fmt, block)) in enumerate(cases):
+    rng, seed = _fresh(seed)
+    cases = _first_bad_cases(rng)
+    for i, (label, (p, fmt, block, tol)) in enumerate(cases):
         ok, got = _call(
             name,
             fn,
-            (p.copy(), fmt, block),
+            (p.copy(), fmt, block, tol),
             f"{i} ({label})",
             [],
             ("low_precision_sum",),
+            allow_none=True,
         )
         if not ok:
+            print(seed_note(seed), end="")
             return
-        want = float(low_precision_sum(p, fmt, block)[-1])
-        problem = diagnose(got, want, rtol=0, atol=0)
-        if problem is None:
+        x = round_to(np.asarray(p, np.float32), fmt).astype(np.float64)
+        want = _first_over(_l_after_each_key(p, fmt, block), np.cumsum(x), tol)
+        if got is not None and not (np.ndim(got) == 0 and float(got).is_integer()):
+            print(
+                f"{name}: ✗ case {i} ({label}): returned {got!r}, expected a whole number of keys or None"
+            )
+            print(seed_note(seed), end="")
+            return
+        if (None if got is None else int(got)) == want:
             continue
-        print(f"{name}: ✗ case {i} ({label}): {problem}")
-        g = _as_total(got)
-        key = (
-            _name_mistake([_total(fn, q) for _, q in cases], cases)
-            if g is not None
-            else None
-        )
-        variants = _blocked_variants(p, fmt, block)
-        known = variants[key][1] if key in variants else None
+        print(f"{name}: ✗ case {i} ({label}): expected M = {want}, got {got}")
+        known = [
+            text
+            for m, text in _first_bad_variants(p, fmt, block, tol).values()
+            if m == got
+        ]
+        known = "; or ".join(known[:2])  # two mistakes can give the same M on one row
         print(
             f"  hint: yours is {known}"
             if known
-            else "  hint: round p first; sum each block one element at a time, rounding every addition; then add the "
-            "block sums to the total one at a time, rounding each addition"
+            else "  hint: after key M the kernel holds fl(l_tiles + part): the finished tiles' sums added to l "
+            "one at a time and the open tile's running sum, every addition rounded to fmt"
         )
+        print(seed_note(seed), end="")
         return
-    print(f"{name}: ✓ passed {len(cases)} cases")
+    print(
+        f"{name}: ✓ passed {len(cases)} rows (fresh ones, a tile that stalls, entries that round up, "
+        "a tol never reached)"
+    )
 
 
 # ------------------------------------------------------------------------------------ Exercise 2: rounding
@@ -475,7 +499,7 @@ def check_round_nearest_even(fn, *, name: str | None = None) -> None:
             print(f"  hint: {_explain(float(x[j]), float(w[j]), float(g[j]), e, t)}")
             return
     print(
-        f"{name}: ✓ passed {len(cases)} cases, bit for bit (ties, subnormals, overflow, a layout no library has)"
+        f"{name}: ✓ {len(cases)} cases bit for bit (ties, subnormals, overflow, a layout no library has)"
     )
 
 

@@ -1,11 +1,13 @@
-"""Checks for the exercises of notebook 07_precision_in_attention: FP8 block quantization.
+"""Checks for the exercises of notebook 07_precision_in_attention: the random-sign Hadamard rotation.
 
-- `check_quantize_blocks` : $\\mathrm{fl}_{e4m3}(x \\cdot s) / s$ with $s = 448 / \\max|x|$ over each head's block of
-  `block` rows (FlashAttention-3's block quantization, arXiv 2407.08608 §4.3), against `lab.quantize_fp8(x, block)`,
-  on a short last block, a block of zeros, one row per block and a block longer than N; names the classic mistake a
-  wrong answer equals (one scale per tensor, per row or for all heads, the last block dropped, the scale not undone,
-  no scale, a block of zeros made NaN)
-  and refuses answers that run `lab.quantize_fp8` (by any name: its module, an alias).
+- `check_rotation` : `fn(d, rng)` must be FlashAttention-3's incoherent processing matrix (arXiv 2407.08608, §3.3):
+  orthogonal ($R R^\\top = I$), every entry of size $1/\\sqrt d$ (so one outlier entry is spread over all d), random
+  signs drawn from `rng` (the same rng seed gives the same matrix, another seed another), and no fixed input left
+  concentrated (a row of Sylvester's Hadamard matrix, the worst case of a fixed rotation, comes out spread). Then
+  the error it buys is measured on fresh outlier inputs: the FP8 model of FlashAttention-3 with the learner's
+  rotation must beat the same model without it. Names the classic mistake (the 1/√d missing, an orthogonal matrix
+  that does not spread, no signs, signs on the output side, signs not from `rng`) and refuses `lab.random_hadamard`
+  by any route.
 
 Taught in: notebooks/07_precision_in_attention.ipynb
 """
@@ -14,120 +16,167 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..exercises import diagnose
-from ..precision import round_to
-from ..precision_fa3 import quantize_fp8
+from ..attention import attention_reference
+from ..exercises import seed_note
+from ..notebook import measured
+from ..precision_experiments import outlier_qkv, rmse
+from ..precision_fa3 import _tiled_p_rounded, quantize_fp8
+from ._support import _fresh
 from .precision import _call
 
-__all__ = ["check_quantize_blocks"]
+__all__ = ["check_rotation", "sylvester", "fp8_error_with_rotation"]
 
 
-def _block_cases() -> list:
-    """(label, (x, block)): 2 heads of 10 rows, d = 8, with an outlier in head 0's first block and in head 1's last."""
-    x = np.random.default_rng(7).standard_normal((2, 10, 8)).astype(np.float32)
-    x[0, 1, 3], x[1, 9, 0] = 300.0, -40.0
-    zeros = x.copy()
-    zeros[0, 4:8] = 0.0
-    return [
-        ("blocks of 4 rows, the last one of 2", (x, 4)),
-        ("a block of zeros", (zeros, 4)),
-        ("one row per block, values near 1e-3", (x * np.float32(1e-3), 1)),
-        ("a block longer than N", (x, 16)),
-    ]
+def sylvester(d: int) -> np.ndarray:
+    """Sylvester's Hadamard matrix $H_d$ (entries ±1, $H_{2n} = [[H_n, H_n], [H_n, -H_n]]$), d a power of 2."""
+    h = np.ones((1, 1))
+    while h.shape[0] < d:
+        h = np.block([[h, h], [h, -h]])
+    return h
 
 
-def _one_scale_per_block_for_all_heads(x, block) -> np.ndarray:
-    """The answer whose `np.abs(tile).max()` has no axis: one scale per block of rows, shared by every head."""
-    out = np.empty_like(x)
-    for r0 in range(0, x.shape[-2], block):
-        tile = x[..., r0 : r0 + block, :]
-        amax = np.abs(tile).max()
-        s = np.float32(448) / (amax if amax > 0 else np.float32(1))
-        out[..., r0 : r0 + block, :] = round_to(tile * s, "fp8_e4m3") / s
-    return out
+def fp8_error_with_rotation(q, k, v, R=None, *, block: int = 64, ref=None) -> float:
+    """RMSE of the FP8 model of FlashAttention-3 (`attention_fp8_fa3`'s steps) with `q`, `k` rotated by `R` (None: not
+    rotated), against the float64 reference of the unrotated inputs (`ref`, computed if not given)."""
+    ref = attention_reference(q, k, v)[0] if ref is None else ref
+    if R is not None:
+        R = np.asarray(R, np.float64)
+        q, k = q @ R, k @ R  # (QR)(KR)ᵀ = QKᵀ when R is orthogonal
+    q, k, v = (quantize_fp8(a, block) for a in (q, k, v))
+    return rmse(_tiled_p_rounded(q, k, v, "fp8_e4m3", block), ref)
 
 
-def _block_hint(x, block, got) -> str:
-    """The classic mistake `got` equals, in words (else the rule again)."""
-    got = np.asarray(got, np.float64)
-    amax = np.abs(x)
-    variants = [
-        (
-            np.isnan(got).any() and not np.isnan(quantize_fp8(x, block)).any(),
-            "NaN where a block is all zeros: its max is 0, so 448 / max is inf; keep the scale finite there (any scale "
-            "leaves 0 at 0)",
-        ),
-        (
-            block < x.shape[-2]
-            and got.shape == x.shape
-            and np.array_equal(got, quantize_fp8(x)),
-            "one scale for the whole matrix: each block of `block` rows of each head needs its own, 448 / max|x| over the "
-            "block",
-        ),
-        (
-            block > 1
-            and got.shape == x.shape
-            and np.array_equal(got, quantize_fp8(x, 1)),
-            "one scale per row: a block is `block` consecutive rows sharing one scale (the last block may be shorter)",
-        ),
-        (
-            got.shape == x.shape
-            and np.array_equal(
-                got, quantize_fp8(x.reshape(-1, x.shape[-1])).reshape(x.shape)
-            ),
-            "one scale for all heads: each head's block gets its own scale, from that head's rows only",
-        ),
-        (
-            x.ndim > 2
-            and got.shape == x.shape
-            and np.array_equal(got, _one_scale_per_block_for_all_heads(x, block)),
-            "one scale per block shared by all heads: np.abs(tile).max() with no axis takes the maximum over every head; "
-            "take it over the block's rows and columns only, axis=(-1, -2) with keepdims=True",
-        ),
-        (
-            got.shape == x.shape
-            and x.shape[-2] % block > 0
-            and not got[..., x.shape[-2] // block * block :, :].any(),
-            "the last, shorter block is missing: range(0, N, block) visits it; a slice past N stops at N",
-        ),
-        (
-            got.shape == x.shape
-            and np.allclose(got, round_to(x, "fp8_e4m3"), rtol=0, atol=0),
-            "the cast without a scale: small values round to 0 and the largest past 448 are lost; scale, cast, unscale",
-        ),
-        (
-            got.shape == x.shape
-            and np.isclose(np.abs(got).max(), 448)
-            and amax.max() < 448,
-            "the values are still scaled: divide by the scale after the cast",
-        ),
-    ]
-    return next(
-        (text for hit, text in variants if hit),
-        "per head and per block of `block` rows: s = 448 / max|x| over the block, then round_to(x * s, "
-        "'fp8_e4m3') / s",
+def _get(name, fn, d, seed, label):
+    """`(ok, R)`: the learner's matrix for `d` from `np.random.default_rng(seed)`, as float64 (d, d)."""
+    ok, R = _call(
+        name, fn, (d, np.random.default_rng(seed)), label, [], ("random_hadamard",)
     )
+    if not ok:
+        return False, None
+    R = np.asarray(R, dtype=np.float64)
+    if R.shape != (d, d) or not np.isfinite(R).all():
+        print(
+            f"{name}: ✗ case {label}: expected a finite ({d}, {d}) matrix, got shape {R.shape}"
+        )
+        return False, None
+    return True, R
 
 
-def check_quantize_blocks(fn, *, name: str | None = None) -> None:
-    """Check `fn(x, block)`, FP8 e4m3 with one scale per block of `block` rows of each head, against `quantize_fp8(x, block)`.
+def _fault(R, d, again, other) -> str | None:
+    """What is wrong with `R` (from one seed; `again` the same seed, `other` another), in words; None if nothing."""
+    eye = np.eye(d)
+    H = sylvester(d)
+    if np.allclose(R @ R.T, d * eye, atol=1e-6 * d):
+        return "R Rᵀ = d·I, not I: the rows of a ±1 Hadamard matrix have length √d; divide by √d"
+    if not np.allclose(R @ R.T, eye, atol=1e-6):
+        return (
+            "R is not orthogonal (R Rᵀ ≠ I), so (QR)(KR)ᵀ ≠ QKᵀ: build H_2n = [[H_n, H_n], [H_n, -H_n]] "
+            "from H_1 = [1], then scale by 1/√d"
+        )
+    if not np.allclose(np.abs(R), 1 / np.sqrt(d), rtol=1e-6, atol=0):
+        return (
+            "orthogonal, but its entries differ in size (largest "
+            f"{np.abs(R).max():.3f}, 1/√d = {1 / np.sqrt(d):.3f}): an outlier in entry i of a row becomes row i "
+            "of R, spread evenly only if every entry of R is ±1/√d (a Hadamard matrix)"
+        )
+    if not np.array_equal(R, again):
+        return "two calls with the same rng seed gave different matrices: draw the signs from the `rng` argument"
+    if np.array_equal(R, other):
+        same = np.allclose(np.abs(R @ H.T), np.sqrt(d) * eye, atol=1e-6) or np.allclose(
+            np.abs(R.T @ H.T), np.sqrt(d) * eye, atol=1e-6
+        )
+        return (
+            "the same matrix for every rng: no random signs"
+            + (" (it is ±H/√d itself)" if same else "")
+            + "; draw one sign per row from rng"
+        )
+    # each row of H, unit length, rotated; with random signs first its largest entry is about sqrt(2 ln d / d),
+    # past 0.5 with a chance below 1e-6 from d = 128 on (a fixed H or signs after it give exactly 1)
+    spread = np.abs((H / np.sqrt(d)) @ R).max()
+    if d >= 128 and spread > 0.5:
+        return (
+            f"a row of Sylvester's H (length 1) comes out with an entry of {spread:.2f}: the signs are applied "
+            "after H (R = H·D), which only flips the signs of H's output; apply them first, R = D·H (row i of "
+            "H times sign i), so that no fixed input lines up with H"
+        )
+    return None
+
+
+def _refuses_six(name, fn) -> bool:
+    """Whether `fn(6, rng)` raises ValueError (no Hadamard matrix of order 6 exists); prints the verdict if not."""
+    try:
+        with np.errstate(all="ignore"):
+            R = fn(6, np.random.default_rng(0))
+    except ValueError:
+        return True
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        print(
+            f"{name}: ✗ case d = 6 raised {type(exc).__name__}: {exc}; no Hadamard matrix of order 6 exists "
+            "(Sylvester's are of order 2^n): raise a ValueError that names d"
+        )
+        return False
+    print(
+        f"{name}: ✗ case d = 6 returned a matrix of shape {np.shape(R)}: no Hadamard matrix of order 6 exists "
+        "(Sylvester's are of order 2^n); raise a ValueError that names d"
+    )
+    return False
+
+
+def check_rotation(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(d, rng)`: a random-sign Hadamard rotation, orthogonal, flat, random from `rng`, spreading every input,
+    and better in FP8 than no rotation on fresh outlier inputs.
 
     Taught in: notebooks/07_precision_in_attention.ipynb
     """
     name = name or getattr(fn, "__name__", "your function")
-    cases = _block_cases()
-    for i, (label, (x, block)) in enumerate(cases):
-        ok, got = _call(
-            name, fn, (x.copy(), block), f"{i} ({label})", [], ("quantize_fp8",)
+    rng, seed = _fresh(seed)
+    dims = [int(rng.choice([16, 32])), 64, 128]
+    draws = [int(x) for x in rng.integers(0, 2**31, size=2)]
+    for i, d in enumerate(dims):
+        label = f"{i} (d = {d})"
+        got = []
+        for s in (draws[0], draws[0], draws[1]):
+            ok, R = _get(name, fn, d, s, label)
+            if not ok:
+                print(seed_note(seed), end="")
+                return
+            got.append(R)
+        fault = _fault(got[0], d, got[1], got[2])
+        if fault:
+            print(f"{name}: ✗ case {label}: {fault}")
+            print(seed_note(seed), end="")
+            return
+    if not _refuses_six(name, fn):
+        print(seed_note(seed), end="")
+        return
+    ratios = []
+    for j in range(2):
+        q, k, v = outlier_qkv(
+            (2, 512, 128), seed=int(rng.integers(2**31)), storage=None
         )
+        ok, R = _get(name, fn, 128, int(rng.integers(2**31)), f"measure {j} (d = 128)")
         if not ok:
+            print(seed_note(seed), end="")
             return
-        problem = diagnose(got, quantize_fp8(x, block), rtol=1e-6, atol=0)
-        if problem is not None:
-            print(f"{name}: ✗ case {i} ({label}): {problem}")
-            print(f"  hint: {_block_hint(x, block, got)}")
-            return
+        ref = attention_reference(q, k, v)[0]
+        ratios.append(
+            fp8_error_with_rotation(q, k, v, R, ref=ref)
+            / fp8_error_with_rotation(q, k, v, ref=ref)
+        )
+    if np.mean(ratios) >= 0.95:
+        print(
+            f"{name}: ✗ your rotation does not lower the FP8 error on outlier inputs: rotated / not rotated = "
+            f"{', '.join(f'{r:.2f}' for r in ratios)}"
+        )
+        print(seed_note(seed), end="")
+        return
     print(
-        f"{name}: ✓ passed {len(cases)} cases (a short last block, a block of zeros, one row per block, one block "
-        "for all rows; each head scaled on its own)"
+        f"{name}: ✓ passed {len(dims)} sizes and d = 6 (orthogonal, entries ±1/√d, signs from rng, "
+        "every input spread)"
+    )
+    print(
+        "  in FP8 on 2 fresh outlier draws, RMSE rotated / not rotated: "
+        + ", ".join(measured(100 * r, ".0f", "%") for r in ratios)
     )

@@ -13,6 +13,7 @@ import numpy as np
 from ..precision import format_info, round_to
 from ..precision_experiments import (
     FA3_TABLE3_RMSE,
+    _keys,
     gaussian_qkv,
     low_precision_sum,
     matmul_error,
@@ -40,8 +41,8 @@ FORMAT_LABELS = {
 }
 
 
-def draw_p_error_heatmaps(grid: dict, Ns, spreads) -> dict:
-    """One heatmap per format of $\\log_{10}$ relative error (from `p_error_grid`) over M (keys; the keyword is `Ns`) and the score spread."""
+def draw_p_error_heatmaps(grid: dict, Ms, spreads) -> dict:
+    """One heatmap per format of $\\log_{10}$ relative error (from `p_error_grid`) over the keys M and the score spread."""
     fmts = list(grid)
     fig, axes = plt.subplots(
         1,
@@ -69,8 +70,8 @@ def draw_p_error_heatmaps(grid: dict, Ns, spreads) -> dict:
                 color="white" if val < (lo + hi) / 2 else "black",
             )
         ax.set_xticks(
-            range(len(Ns)),
-            [f"{n // 1024}K" if n >= 1024 else str(n) for n in Ns],
+            range(len(Ms)),
+            [f"{n // 1024}K" if n >= 1024 else str(n) for n in Ms],
             fontsize=9,
         )
         ax.set_yticks(range(len(spreads)), [f"{s:g}" for s in spreads])
@@ -88,21 +89,25 @@ def draw_p_error_heatmaps(grid: dict, Ns, spreads) -> dict:
 
 
 def draw_accumulation(
-    N: int = 16384,
+    M: int | None = 16384,
     block: int = 64,
     formats=("fp32", "bf16", "fp16"),
     *,
     spread: float = 1.0,
     seed: int = 0,
     ax=None,
+    N: int | None = None,
 ) -> dict:
-    """Relative error of the running $l = \\sum_j p_j$ summed in each format, one element at a time (solid) and by blocks (dashed)."""
+    """Relative error of the running $l = \\sum_j p_j$ over M keys summed in each format, one element at a time
+    (solid) and by blocks (dashed); `N` is the older keyword for `M`, and the result holds both."""
+    M = _keys(None if N is not None else M, N)
     rng = np.random.default_rng(seed)
-    s = rng.standard_normal(N) * spread
-    p = np.exp(s - s.max())  # P entries in (0, 1], (N,)
+    s = rng.standard_normal(M) * spread
+    p = np.exp(s - s.max())  # P entries in (0, 1], (M,)
     if ax is None:
         _, ax = plt.subplots(figsize=(8.5, 4.8))
-    out = {"N": int(N), "block": int(block), "seq": {}, "blocked": {}, "stall": {}}
+    out = {"M": int(M), "N": int(M), "block": int(block), "seq": {}, "blocked": {}}
+    out["stall"] = {}
     for i, f in enumerate(formats):
         exact = np.cumsum(
             round_to(p, f).astype(np.float64)
@@ -110,10 +115,10 @@ def draw_accumulation(
         seq = low_precision_sum(p, f, 1)
         blk = low_precision_sum(p, f, block)
         err = np.abs(seq - exact) / exact
-        nb = np.minimum(np.arange(1, blk.size + 1) * block, N)
+        nb = np.minimum(np.arange(1, blk.size + 1) * block, M)
         errb = np.abs(blk - exact[nb - 1]) / exact[nb - 1]
         show = (
-            np.unique(np.geomspace(1, N, 400).astype(int)) - 1
+            np.unique(np.geomspace(1, M, 400).astype(int)) - 1
         )  # ~400 points, log-spaced, for drawing only
         showb = np.unique(np.geomspace(1, nb.size, 400).astype(int)) - 1
         ax.loglog(
@@ -136,7 +141,7 @@ def draw_accumulation(
     ax.set(
         xlabel="elements summed so far (n)",
         ylabel="relative error of l (floor 1e-9)",
-        title=f"Summing l = Σ p_j in low precision (M = {N:,} keys, p_j in (0, 1])",
+        title=f"Summing l = Σ p_j in low precision (M = {M:,} keys, p_j in (0, 1])",
     )
     ax.legend(fontsize=9, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.17))
     ax.set_ylim(1e-9, 3)
@@ -180,16 +185,19 @@ def draw_outliers(measured: dict, paper: dict = FA3_TABLE3_RMSE, ax=None) -> dic
 
 def draw_p_explorer(
     fmt: str = "fp8_e4m3",
-    N: int = 4096,
+    M: int | None = 4096,
     spread: float = 4.0,
     block_k: int = 64,
     *,
     d: int = 64,
     rows: int = 8,
     seed: int = 0,
+    N: int | None = None,
 ) -> dict:
-    """Histogram of $\\log_2 P_{ij}$ as the tiles form them, against the format's subnormal and underflow limits; the error of $o$ in the title."""
-    q, k, v = gaussian_qkv(N, d, spread, rows, seed)
+    """Histogram of $\\log_2 P_{ij}$ over M keys as the tiles form them, against the format's subnormal and underflow
+    limits; the error of $o$ in the title. `N` is the older keyword for `M`, and the result holds both."""
+    M = _keys(None if N is not None else M, N)
+    q, k, v = gaussian_qkv(M, d, spread, rows, seed)
     under = p_underflow(q, k, fmt, block_k=block_k)
     err = p_rounding_error(q, k, v, fmt, block_k=block_k)
     info = format_info(fmt)
@@ -224,13 +232,14 @@ def draw_p_explorer(
     ax.set(
         xlabel="log2 P_ij  (P_ij = exp(S_ij − running max))",
         ylabel="entries",
-        title=f"{FORMAT_LABELS[fmt]}, M = {N:,} keys, std(s) = {spread:g}, Bc = {block_k}: "
+        title=f"{FORMAT_LABELS[fmt]}, M = {M:,} keys, std(s) = {spread:g}, Bc = {block_k}: "
         f"relative error {err:.1e}",
     )
     ax.legend(fontsize=10, loc="upper left")
     return {
         "fmt": fmt,
-        "N": int(N),
+        "M": int(M),
+        "N": int(M),
         "spread": float(spread),
         "block_k": int(block_k),
         "rel_error": err,
@@ -323,7 +332,7 @@ def draw_real_vs_gaussian(results: dict) -> dict:
     a2.set(
         yscale="log",
         ylabel="RMSE / RMS of o",
-        title="Experiment 4: standard vs tiled, relative",
+        title="Experiment 4b: standard vs tiled, relative",
     )
     a1.legend(fontsize=9)
     a2.legend(fontsize=9)

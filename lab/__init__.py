@@ -279,6 +279,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "attention_layout",
         "kv_cache_bytes_per_token",
         "kv_cache_table",
+        "cache_table",
         "decode_intensity",
         "decode_schedule",
         "schedule_table",

@@ -53,6 +53,7 @@ __all__ = [
     "attention_layout",
     "kv_cache_bytes_per_token",
     "kv_cache_table",
+    "cache_table",
     "decode_intensity",
     "decode_schedule",
     "schedule_table",
@@ -184,6 +185,24 @@ def kv_cache_table(itemsize: int = 2, tokens: int = 8192, configs=None) -> list[
             )
         )
     return rows
+
+
+def cache_table(itemsize: int = 2, tokens: int = 8192) -> str:
+    """`kv_cache_table` as text: one row per model, its layout, heads, cache per token and for `tokens` tokens.
+
+    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    """
+    rows = [
+        f"{'model':>12} | layout | Hq/Hkv | per token |    if MHA | {tokens:,} tokens"
+    ]
+    for r in kv_cache_table(itemsize=itemsize, tokens=tokens):
+        heads = f"{r['q_heads']:>3}/{r['kv_heads']:<2}"
+        rows.append(
+            f"{r['model']:>12} | {r['layout']:>6} | {heads:>6} | "
+            f"{r['bytes_per_token'] / 1024:>5,.0f} KiB | {r['mha_bytes_per_token'] / 1024:>5,.0f} KiB | "
+            f"{r['cache_bytes'] / 2**30:>8.2f} GiB"
+        )
+    return "\n".join(rows)
 
 
 def decode_intensity(group, head_dim: int = 128, M: int = 4096, itemsize: int = 2):

@@ -353,3 +353,19 @@ def test_schedule_tables_print_the_model_and_the_heuristic():
     assert len(t) == 4 and t[2].split("|")[4].strip() == "17"
     h = lab.heuristic_table(32768, splits=(28, 29)).splitlines()
     assert "264" in h[0] and "False" in h[1] and "True" in h[2] and "88%" in h[2]
+
+
+def test_cache_table_text():
+    t = lab.cache_table(itemsize=2, tokens=8192).splitlines()
+    assert len(t) == 1 + len(MODEL_CONFIGS) and all(len(line) <= 100 for line in t)
+    assert "Llama 2 70B" in t[2] and "320 KiB" in t[2] and "2.50 GiB" in t[2]
+
+
+def test_decode_splits_slider_reaches_the_cliff_and_never_loses_to_fa2():
+    w = lab.widgets.decode_splits()
+    sliders = {c.description: c for c in w.kwargs_widgets}
+    splits, cache = list(sliders["splits"].options), list(sliders["cache M"].options)
+    assert {16, 17, 29} <= set(splits)  # one wave, one item over it, flash-attn's pick
+    for M in cache:
+        for s in splits:
+            assert lab.decode_schedule(M, heads=8, splits=s)["speedup"] >= 1, (M, s)

@@ -746,8 +746,7 @@ def test_passing_lines_are_fixed_text(capsys):
         "cache_per_token: ✓ passed 9 cases",
         "intensity: ✓ passed 5 cases",
         "min_splits: ✓ passed 5 cases",
-        "paged_decode: ✓ passed 7 sequences on scattered pages; stale slots masked, page by page with no "
-        "copy of the cache",
+        "paged_decode: ✓ passed 7 sequences on scattered pages: stale slots masked, no copy of the cache",
         "split_decode: ✓ passed 8 cases (splits not dividing M, more splits than keys, 1 to 16 query heads per K/V head, "
         "scores in the thousands); each key reached decode_chunk once, the answer follows the merged partials, and K/V "
         "were not repeated for the query heads",

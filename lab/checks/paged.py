@@ -296,6 +296,6 @@ def _paged_decode_cases(fn, name, seed) -> None:
                     "keep only the running (m, l, acc): no contiguous copy of the sequence, no row of all M scores",
                 )
     print(
-        f"{name}: ✓ passed {len(cases)} sequences on scattered pages; stale slots masked, "
-        "page by page with no copy of the cache"
+        f"{name}: ✓ passed {len(cases)} sequences on scattered pages: stale slots masked, "
+        "no copy of the cache"
     )

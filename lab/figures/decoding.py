@@ -174,7 +174,7 @@ def draw_decode_schedule(
     bx.set(
         xlabel="splits of the K/V cache",
         ylabel="steps (key blocks per processor)",
-        title=f"M = {M:,} keys, batch {batch}, {heads} heads",
+        title=f"M = {M:,} keys, batch {batch}, {heads} K/V heads",
     )
     bx.set_ylim(min(steps) / 2, fa2["steps"] * 12)
     bx.legend(loc="upper right", fontsize=9)

@@ -289,6 +289,15 @@ WRONG_PD = {
         _pd(GOOD_LOOP, PD_STEP.replace("np.exp(m - m_new)", "np.exp(m_new - m)")),
         ["case 0"],
     ),
+    "each page against its own max": (
+        _pd(
+            GOOD_LOOP,
+            PD_STEP.replace(
+                "m_new = np.maximum(m, s.max(axis=2))", "m_new = s.max(axis=2)"
+            ).replace("alpha = np.exp(m - m_new)", "alpha = np.ones_like(m)"),
+        ),
+        ["case 0", "that page's own max"],
+    ),
     "lse without m": (
         _pd(GOOD_LOOP, tail=PD_TAIL.replace("(m + np.log(l))", "np.log(l)")),
         ["case 0", "lse is missing the running max"],
@@ -332,6 +341,7 @@ def test_paged_decode_without_the_max_overflows_and_says_so():
         + "    o = (e @ v) / e.sum(-1)[..., None]\n"
         + "    return o.reshape(Hq, N, -1), np.log(e.sum(-1)).reshape(Hq, N)\n",
         "scores in the thousands",
+        "subtract the running max",
     )
     assert "NaN" in out or "inf" in out, out
 
@@ -945,7 +955,9 @@ def test_paged_decode_spec_does_not_give_the_rule():
 
 
 @pytest.mark.parametrize("how", list(EVASIONS))
-@pytest.mark.parametrize("number, name", [(3, "min_splits"), (1, "cache_bytes")])
+@pytest.mark.parametrize(
+    "number, name", [(3, "min_splits"), (1, "cache_bytes"), (4, "paged_decode")]
+)
 def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
     out = run_check(EX[number], evading(EX[number].solution, name, how))
     assert "✗" in out and "✓" not in out and EVASIONS[how][1] in out, out

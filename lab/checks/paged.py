@@ -151,8 +151,11 @@ def _decode_cases(seed: int):
     return out
 
 
-def _loop(q, pages_k, pages_v, order, length, *, alpha=True, mask=True, lse_m=True):
-    """The running (m, l, acc) over `order` (physical pages, in the order read); variants for the hints."""
+def _loop(
+    q, pages_k, pages_v, order, length, *, alpha=True, mask=True, lse_m=True, carry=True
+):
+    """The running (m, l, acc) over `order` (physical pages, in the order read); variants for the hints
+    (`carry=False`: each page's terms taken against that page's own max, never rescaled)."""
     Hq, N, d = q.shape
     Hkv, S, dv = pages_k.shape[1], pages_k.shape[2], pages_v.shape[3]
     qg = q.reshape(Hkv, Hq // Hkv * N, d)
@@ -163,8 +166,8 @@ def _loop(q, pages_k, pages_v, order, length, *, alpha=True, mask=True, lse_m=Tr
         if valid <= 0:
             continue
         s = qg @ np.swapaxes(pages_k[page, :, :valid], -1, -2) / np.sqrt(d)
-        m_new = np.maximum(m, s.max(axis=-1))
-        a = np.exp(m - m_new) if alpha else np.ones_like(m)
+        m_new = np.maximum(m, s.max(axis=-1)) if carry else s.max(axis=-1)
+        a = np.exp(m - m_new) if alpha and carry else np.ones_like(m)
         p = np.exp(s - m_new[..., None])
         l, acc, m = (
             a * l + p.sum(-1),
@@ -177,8 +180,17 @@ def _loop(q, pages_k, pages_v, order, length, *, alpha=True, mask=True, lse_m=Tr
 
 def _paged_hint(case, got):
     """The first planted mistake whose answer equals `got`, in words; else a general pointer."""
-    _, q, pk, pv, row, length, k, v = case
+    label, q, pk, pv, row, length, k, v = case
     S = pk.shape[2]
+    try:
+        bad = any(not np.isfinite(np.asarray(x, dtype=float)).all() for x in got)
+    except (TypeError, ValueError):
+        bad = False
+    if bad and "thousands" in label:
+        return (
+            "e^s overflows for scores in the thousands (float64 stops at e^709.8): subtract the running "
+            "max before exponentiating, and rescale what was summed when the max rises"
+        )
     n = -(-length // S)
     used = [int(p) for p in row[:n]]
     with np.errstate(all="ignore"):
@@ -207,6 +219,11 @@ def _paged_hint(case, got):
                 _loop(q, pk, pv, used, length, alpha=False),
                 "when a page raises the running max, l and acc (summed against the old max) must be "
                 "rescaled by e^(m_old - m_new) before this page's terms are added",
+            ),
+            (
+                _loop(q, pk, pv, used, length, carry=False),
+                "each page's terms are taken against that page's own max: the state must carry one running "
+                "max m over all pages read, and rescale l and acc by e^(m_old - m_new) when a page raises it",
             ),
             (
                 _loop(q, pk, pv, used, length, lse_m=False),

@@ -425,8 +425,8 @@ def latent_decode_intensity(
 
     With the up-projections absorbed into q and o, MLA decodes as multi-query attention: all `q_heads`
     query heads (times `N` new tokens) score one shared key of $d_c + d_R$ elements per cached token and
-    average one shared value, the first $d_c$ of them, read once. About $2 h N$ FLOP/B in 16 bits (FlashMLA's
-    docs/20250422-new-kernel-deep-dive.md derives the same ratio).
+    average one shared value, the first $d_c$ of them, read once. About $2 h N$ FLOP/B in 16 bits, the
+    ratio FlashMLA's deep-dive derives (https://github.com/deepseek-ai/FlashMLA/blob/main/docs/20250422-new-kernel-deep-dive.md).
     Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
     for name, x in (

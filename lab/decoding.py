@@ -10,6 +10,10 @@ A ladder:
      the work over (batch, heads, query blocks); one query token is one query block, so a small batch
      leaves most processors idle. Flash-decoding also splits the keys into `splits` chunks, each a work
      item, and merges the chunks' `(o, lse)` (`lab.merge_outputs`, notebook 04).
+     `num_splits_heuristic`, `flash_attn_num_splits` : how flash-attn itself picks the number of splits
+     (a port of `num_splits_heuristic` in flash-attn's csrc/flash_attn/flash_api.cpp), beside the model.
+  2b. `MLA_CONFIGS`, `latent_decode_intensity` : multi-head latent attention (DeepSeek-V2/V3) decodes as
+     multi-query attention over one shared latent K/V, so every query head of a layer is one group.
   4. `decode_torch`, `time_decoding` : the same split in torch on this machine's cores: each chunk's
      `(o_c, lse_c)` on a worker thread, then merged; timed with `torch.utils.benchmark`.
   5. `paged_kv`, `gather_pages`, `decode_paged` : the cache no longer contiguous. K and V live in fixed-size
@@ -49,8 +53,15 @@ __all__ = [
     "attention_layout",
     "kv_cache_bytes_per_token",
     "kv_cache_table",
+    "cache_table",
     "decode_intensity",
     "decode_schedule",
+    "schedule_table",
+    "heuristic_table",
+    "num_splits_heuristic",
+    "flash_attn_num_splits",
+    "MLA_CONFIGS",
+    "latent_decode_intensity",
     "decode_torch",
     "time_decoding",
     "PagedCache",
@@ -83,6 +94,20 @@ MODEL_CONFIGS = {
         layers=126, q_heads=128, kv_heads=8, head_dim=128, source=_LLAMA3
     ),
     "Falcon-7B": dict(layers=32, q_heads=71, kv_heads=1, head_dim=64, source=_FALCON),
+}
+
+_DSV2 = 'DeepSeek-AI 2024, "DeepSeek-V2", arXiv 2405.04434, §2.1 and Appendix (d_c = 4 d_h, d_R = d_h / 2)'
+_DSV3 = 'DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", arXiv 2412.19437, §4.2'
+
+# Multi-head latent attention: per layer and token the cache holds one latent c of `latent_dim` elements, from
+# which every head's K and V are rebuilt, and one RoPE key of `rope_dim` elements shared by all heads.
+MLA_CONFIGS = {
+    "DeepSeek-V2": dict(
+        layers=60, q_heads=128, head_dim=128, latent_dim=512, rope_dim=64, source=_DSV2
+    ),
+    "DeepSeek-V3": dict(
+        layers=61, q_heads=128, head_dim=128, latent_dim=512, rope_dim=64, source=_DSV3
+    ),
 }
 
 # Streaming multiprocessors of an H100 SXM5, read from the course's one table of GPU figures (`lab.hardware`,
@@ -162,6 +187,24 @@ def kv_cache_table(itemsize: int = 2, tokens: int = 8192, configs=None) -> list[
     return rows
 
 
+def cache_table(itemsize: int = 2, tokens: int = 8192) -> str:
+    """`kv_cache_table` as text: one row per model, its layout, heads, cache per token and for `tokens` tokens.
+
+    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    """
+    rows = [
+        f"{'model':>12} | layout | Hq/Hkv | per token |    if MHA | {tokens:,} tokens"
+    ]
+    for r in kv_cache_table(itemsize=itemsize, tokens=tokens):
+        heads = f"{r['q_heads']:>3}/{r['kv_heads']:<2}"
+        rows.append(
+            f"{r['model']:>12} | {r['layout']:>6} | {heads:>6} | "
+            f"{r['bytes_per_token'] / 1024:>5,.0f} KiB | {r['mha_bytes_per_token'] / 1024:>5,.0f} KiB | "
+            f"{r['cache_bytes'] / 2**30:>8.2f} GiB"
+        )
+    return "\n".join(rows)
+
+
 def decode_intensity(group, head_dim: int = 128, M: int = 4096, itemsize: int = 2):
     """FLOPs per byte of one decoding step of one K/V head: $\\frac{4 G M d}{(2 M d + 2 G d)\\,\\text{itemsize}}$ ($\\approx 2G/\\text{itemsize}$).
 
@@ -192,13 +235,16 @@ def decode_schedule(
     block_k: int = 128,
     processors: int = PROCESSORS,
 ) -> dict:
-    """How many processors a decoding step keeps busy: work items $= B \\cdot H \\cdot \\lceil N / B_r \\rceil \\cdot$ splits, busy $= \\min(\\text{items}, P)$.
+    """How many processors a decoding step keeps busy: work items $= B \\cdot H \\cdot \\lceil N / B_r \\rceil \\cdot$ splits, busy $= \\min(\\text{working}, P)$.
 
-    `heads` counts the heads that each get their own work item (the K/V heads when a kernel packs a
-    group's G query heads into the rows of one query block). Time, in key blocks one processor works
-    through: waves $\\lceil \\text{items} / P \\rceil$ times $\\lceil \\lceil M/B_c \\rceil / \\text{splits} \\rceil$,
-    plus one merge step when splits > 1; `fa2_steps` is the same for `splits=1` (FlashAttention-2's
-    schedule) and `speedup` their ratio.
+    A model, with its simplifications: one work item per processor at a time (a real SM holds several);
+    the M keys cut evenly into `splits` chunks, as `lab.flash_decoding` does (flash-attn cuts at key-block
+    boundaries); a chunk with no key (more splits than keys) is launched but idle, so `working` items,
+    not `items`, occupy processors. `heads` counts the heads that each get their own work item: the query
+    heads for a prompt, the K/V heads when a kernel packs a group's G query heads into the rows of one
+    query block. Time, in key blocks one processor works through: waves $\\lceil \\text{working} / P \\rceil$
+    times $\\lceil \\lceil M/B_c \\rceil / \\text{splits} \\rceil$, plus one merge step when splits > 1; `fa2_steps`
+    is the same for `splits=1` (FlashAttention-2's schedule) and `speedup` their ratio.
     Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
     for name, x in (
@@ -213,8 +259,11 @@ def decode_schedule(
     ):
         _positive_int(x, name)
     items = batch * heads * math.ceil(N / block_q) * splits
-    busy = min(items, processors)
-    waves = math.ceil(items / processors)
+    working = (
+        batch * heads * math.ceil(N / block_q) * min(splits, M)
+    )  # a split holds a key
+    busy = min(working, processors)
+    waves = math.ceil(working / processors)
     key_blocks = math.ceil(M / block_k)
     steps = waves * math.ceil(key_blocks / splits) + (1 if splits > 1 else 0)
     fa2_items = batch * heads * math.ceil(N / block_q)
@@ -223,6 +272,7 @@ def decode_schedule(
         M=M,
         splits=splits,
         items=items,
+        working=working,
         busy=busy,
         busy_fraction=busy / processors,
         waves=waves,
@@ -231,6 +281,167 @@ def decode_schedule(
         speedup=fa2_steps / steps,
         processors=processors,
     )
+
+
+def schedule_table(
+    M: int, splits=(1, 2, 4, 8, 16, 32, 64), *, batch: int = 1, heads: int = 8
+) -> str:
+    """`decode_schedule` for each count in `splits`, one row each: items, busy processors, waves, steps.
+
+    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    """
+    rows = ["splits | items | busy | waves | steps | steps against FA2"]
+    for n in splits:
+        r = decode_schedule(M, batch=batch, heads=heads, splits=n)
+        ratio = r["speedup"]
+        versus = f"{ratio:.1f}× fewer" if ratio >= 1 else f"{1 / ratio:.1f}× more"
+        rows.append(
+            f"{n:>6} | {r['items']:>5} | {r['busy']:>4} | {r['waves']:>5} | "
+            f"{r['steps']:>5} | {versus}"
+        )
+    return "\n".join(rows)
+
+
+def heuristic_table(
+    M: int,
+    splits=(8, 16, 28, 29, 32, 33),
+    *,
+    batch: int = 1,
+    heads: int = 8,
+    head_dim: int = 128,
+) -> str:
+    """Beside the model, what flash-attn's `num_splits_heuristic` sees for each count: slots filled, eligibility, wave efficiency.
+
+    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    """
+    fa = flash_attn_num_splits(M, batch=batch, heads=heads, head_dim=head_dim)
+    base, slots, nb = fa["items"] // fa["splits"], fa["slots"], fa["key_blocks"]
+    rows = [
+        f"splits | model steps | flash-attn: items of {slots} slots | eligible | wave efficiency"
+    ]
+    for n in splits:
+        model = decode_schedule(M, batch=batch, heads=heads, splits=n)["steps"]
+        ok = n == 1 or -(-nb // n) != -(-nb // (n - 1))
+        waves = base * n / slots
+        eff = waves / math.ceil(waves)
+        rows.append(
+            f"{n:>6} | {model:>11} | {base * n:>29} | {str(ok):>8} | {eff:>15.0%}"
+        )
+    return "\n".join(rows)
+
+
+def num_splits_heuristic(
+    batch_nheads_mblocks: int, num_SMs: int, num_n_blocks: int, max_splits: int
+) -> int:
+    """flash-attn's choice of splits: the fewest eligible splits whose wave efficiency $n / \\lceil n \\rceil$, $n = \\text{items} \\cdot s / \\text{SMs}$, reaches 85% of the best.
+
+    A port of `num_splits_heuristic` in flash-attn's csrc/flash_attn/flash_api.cpp (v2.x): 1 split when the
+    items already reach 80% of `num_SMs`; at most min(max_splits, num_SMs, num_n_blocks) splits; a count s
+    is eligible when it gives each split fewer key blocks than s - 1 does (else a split would be empty).
+    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    """
+    for name, x in (
+        ("batch_nheads_mblocks", batch_nheads_mblocks),
+        ("num_SMs", num_SMs),
+        ("num_n_blocks", num_n_blocks),
+        ("max_splits", max_splits),
+    ):
+        _positive_int(x, name)
+    if batch_nheads_mblocks >= 0.8 * num_SMs:
+        return 1
+    efficiency = _wave_efficiency(
+        batch_nheads_mblocks, num_SMs, num_n_blocks, max_splits
+    )
+    best = max(efficiency.values())
+    return next(s for s, e in efficiency.items() if e >= 0.85 * best)
+
+
+def _wave_efficiency(items, slots, n_blocks, max_splits) -> dict:
+    """{splits: n / ⌈n⌉, n = items · splits / slots} over the eligible counts <= min(max_splits, slots, n_blocks)."""
+    out = {}
+    for s in range(1, min(max_splits, slots, n_blocks) + 1):
+        if s == 1 or -(-n_blocks // s) != -(
+            -n_blocks // (s - 1)
+        ):  # else a split is empty
+            n_waves = items * s / slots
+            out[s] = n_waves / math.ceil(n_waves)
+    return out
+
+
+def flash_attn_num_splits(
+    M: int,
+    *,
+    batch: int = 1,
+    heads: int = 8,
+    N: int = 1,
+    head_dim: int = 128,
+    processors: int = PROCESSORS,
+) -> dict:
+    """The splits flash-attn's decoding launch picks (`set_params_splitkv`): `num_splits_heuristic` of $B \\cdot H \\cdot \\lceil N/64 \\rceil$ items on 2 × SMs slots.
+
+    As flash-attn's csrc/flash_attn/flash_api.cpp calls it: key blocks of 256 keys for d <= 64, 128 for
+    d <= 128, else 64; query blocks of 64 rows (`N` rows per head: G·N when a group is packed, as
+    flash-attn does for one new token); twice the SMs, "to hard-code the fact that we're using 128 threads
+    per block" (two items resident per SM); at most 128 splits. Returns the splits, the slots and the
+    wave efficiency of that choice.
+    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    """
+    for name, x in (
+        ("M", M),
+        ("batch", batch),
+        ("heads", heads),
+        ("N", N),
+        ("head_dim", head_dim),
+        ("processors", processors),
+    ):
+        _positive_int(x, name)
+    block_n = 256 if head_dim <= 64 else 128 if head_dim <= 128 else 64
+    items = batch * heads * math.ceil(N / 64)
+    slots = 2 * processors
+    n_blocks = math.ceil(M / block_n)
+    splits = num_splits_heuristic(items, slots, n_blocks, 128)
+    eff = _wave_efficiency(items, slots, n_blocks, 128)
+    n_waves = items * splits / slots
+    return dict(
+        splits=splits,
+        items=items * splits,
+        slots=slots,
+        key_blocks=n_blocks,
+        efficiency=n_waves / math.ceil(n_waves),
+        best_efficiency=max(eff.values()),
+        best_splits=max(eff, key=eff.get),
+    )
+
+
+def latent_decode_intensity(
+    q_heads: int = 128,
+    latent_dim: int = 512,
+    rope_dim: int = 64,
+    M: int = 4096,
+    itemsize: int = 2,
+    N: int = 1,
+) -> float:
+    """FLOPs per byte of one MLA decoding step of one layer: $\\frac{2 h N M (d_k + d_v)}{(M d_k + h N (d_k + d_v))\\,\\text{itemsize}}$, $d_k = d_c + d_R$, $d_v = d_c$.
+
+    With the up-projections absorbed into q and o, MLA decodes as multi-query attention: all `q_heads`
+    query heads (times `N` new tokens) score one shared key of $d_c + d_R$ elements per cached token and
+    average one shared value, the first $d_c$ of them, read once. About $2 h N$ FLOP/B in 16 bits, the
+    ratio FlashMLA's deep-dive derives (https://github.com/deepseek-ai/FlashMLA/blob/main/docs/20250422-new-kernel-deep-dive.md).
+    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    """
+    for name, x in (
+        ("q_heads", q_heads),
+        ("latent_dim", latent_dim),
+        ("rope_dim", rope_dim),
+        ("M", M),
+        ("itemsize", itemsize),
+        ("N", N),
+    ):
+        _positive_int(x, name)
+    d_k, d_v, rows = latent_dim + rope_dim, latent_dim, q_heads * N
+    flops = 2.0 * rows * M * (d_k + d_v)  # QK^T and PV of every query row
+    nbytes = (M * d_k + rows * (d_k + d_v)) * itemsize  # the latent once; q and o
+    return flops / nbytes
 
 
 def _chunk_part(q, k_c, v_c, scale):

@@ -85,7 +85,8 @@ def test_decode_intensity_array_and_errors():
 def test_decode_schedule_invariants(M, batch, heads, splits):
     s = decode_schedule(M, batch=batch, heads=heads, splits=splits)
     assert s["items"] == batch * heads * splits
-    assert s["busy"] == min(s["items"], s["processors"])
+    assert s["working"] == batch * heads * min(splits, M)  # a chunk with no key idles
+    assert s["busy"] == min(s["working"], s["processors"])
     assert 0 < s["busy_fraction"] <= 1
     one = decode_schedule(M, batch=batch, heads=heads, splits=1)
     assert one["steps"] == one["fa2_steps"] == s["fa2_steps"]
@@ -297,3 +298,74 @@ def test_paged_errors():
 def test_hardware_figures_come_from_the_table():
     assert lab.PROCESSORS == lab.CHIPS["H100"]["sms"] == 132
     assert lab.H100_RIDGE == lab.ridge_point("H100")
+
+
+def test_decode_schedule_does_not_count_empty_splits_busy():
+    s = lab.decode_schedule(3, heads=8, splits=16)  # 16 chunks of 3 keys: 13 hold none
+    assert s["items"] == 128 and s["working"] == 24 and s["busy"] == 24
+
+
+def test_num_splits_heuristic_is_flash_attns():
+    # the example in flash-attn's comment: 48 items on 108 SMs take 2 splits (efficiency 0.89, not 0.67)
+    assert lab.num_splits_heuristic(48, 108, 64, 128) == 2
+    assert lab.num_splits_heuristic(120, 132, 64, 128) == 1  # already 80% of the SMs
+    # an H100 decoding step, batch 1, 8 K/V heads, M = 32,768, d = 128: 29 splits, not the model's 16
+    fa = lab.flash_attn_num_splits(32768, batch=1, heads=8, head_dim=128)
+    assert fa["splits"] == 29 and fa["slots"] == 264 and fa["key_blocks"] == 256
+    assert fa["efficiency"] == pytest.approx(232 / 264)
+    assert fa["best_splits"] == 32 and fa["efficiency"] >= 0.85 * fa["best_efficiency"]
+    # d = 64 takes key blocks of 256: 128 of them, and 29 would leave a split empty
+    assert lab.flash_attn_num_splits(32768, heads=8, head_dim=64)["splits"] == 32
+    with pytest.raises(ValueError, match="num_SMs"):
+        lab.num_splits_heuristic(8, 0, 10, 128)
+
+
+@given(st.integers(1, 64), st.integers(1, 300), st.integers(1, 512))
+def test_num_splits_heuristic_properties(items, sms, blocks):
+    s = lab.num_splits_heuristic(items, sms, blocks, 128)
+    assert 1 <= s <= max(1, min(128, sms, blocks))
+    if (
+        s > 1
+    ):  # an eligible count: each split gets fewer blocks than with one split less
+        assert -(-blocks // s) != -(-blocks // (s - 1))
+
+
+def test_latent_decode_intensity():
+    x = lab.latent_decode_intensity(128, 512, 64, M=4096, itemsize=2)
+    flops = 2 * 128 * 4096 * (576 + 512)
+    assert x == pytest.approx(flops / ((4096 * 576 + 128 * 1088) * 2))
+    # about 2·h·N FLOP/B in 16 bits for a long cache (FlashMLA's ratio h·(d_k + d_v)/d_k)
+    assert lab.latent_decode_intensity(M=10**8) == pytest.approx(
+        128 * 1088 / 576, rel=1e-4
+    )
+    assert (
+        lab.latent_decode_intensity(N=2)
+        > lab.H100_RIDGE
+        > lab.latent_decode_intensity()
+    )
+    assert set(lab.MLA_CONFIGS) == {"DeepSeek-V2", "DeepSeek-V3"}
+    with pytest.raises(ValueError, match="rope_dim"):
+        lab.latent_decode_intensity(rope_dim=0)
+
+
+def test_schedule_tables_print_the_model_and_the_heuristic():
+    t = lab.schedule_table(32768, splits=(1, 16, 32)).splitlines()
+    assert len(t) == 4 and t[2].split("|")[4].strip() == "17"
+    h = lab.heuristic_table(32768, splits=(28, 29)).splitlines()
+    assert "264" in h[0] and "False" in h[1] and "True" in h[2] and "88%" in h[2]
+
+
+def test_cache_table_text():
+    t = lab.cache_table(itemsize=2, tokens=8192).splitlines()
+    assert len(t) == 1 + len(MODEL_CONFIGS) and all(len(line) <= 100 for line in t)
+    assert "Llama 2 70B" in t[2] and "320 KiB" in t[2] and "2.50 GiB" in t[2]
+
+
+def test_decode_splits_slider_reaches_the_cliff_and_never_loses_to_fa2():
+    w = lab.widgets.decode_splits()
+    sliders = {c.description: c for c in w.kwargs_widgets}
+    splits, cache = list(sliders["splits"].options), list(sliders["cache M"].options)
+    assert {16, 17, 29} <= set(splits)  # one wave, one item over it, flash-attn's pick
+    for M in cache:
+        for s in splits:
+            assert lab.decode_schedule(M, heads=8, splits=s)["speedup"] >= 1, (M, s)

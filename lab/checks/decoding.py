@@ -1,6 +1,7 @@
 """Checks for notebook 10's exercises: cache bytes, the intensity of a step, splits that fill a machine, flash-decoding.
 
 - `check_cache_per_token(fn)` : bytes of K and V cached per token, $2 \\cdot \\text{layers} \\cdot H_{kv} \\cdot d \\cdot \\text{itemsize}$.
+- `check_cache_bytes(fn)`     : the K/V cache of one sequence when local (sliding-window) and global layers alternate.
 - `check_step_intensity(fn)`  : FLOPs per byte of one decoding step, K/V at `kv`, q and o at `qo` bytes: $4GMd / (2Md\\,kv + 2Gd\\,qo)$.
 - `check_min_splits(fn)`      : the fewest splits that give each of P processors a work item, $\\lceil P / (B H) \\rceil$.
 - `check_split_decode(split_decode, decode_chunk)` : `decode_chunk` alone on single chunks, then `split_decode` against
@@ -26,14 +27,16 @@ from ..memory import peak_bytes
 from ..merge import merge_outputs
 from ._seeded import noting_seed
 from ._support import _fresh, _own_work, _refusal, _settled, _watching
-from .paged import check_gather_pages
+from .paged import check_gather_pages, check_paged_decode
 
 __all__ = [
     "check_cache_per_token",
+    "check_cache_bytes",
     "check_step_intensity",
     "check_min_splits",
     "check_split_decode",
     "check_gather_pages",
+    "check_paged_decode",
 ]
 
 RTOL, ATOL = 1e-9, 1e-12
@@ -149,6 +152,80 @@ def check_cache_per_token(
         lambda L, Hq, Hkv, d, i: kv_cache_bytes_per_token(L, Hkv, d, i),
         cases,
         name=name or "cache_per_token",
+        hint=hint,
+        properties=(_own_work("kv_cache_bytes_per_token", "kv_cache_table"),),
+        seed=seed,
+    )
+
+
+def _cache_bytes(T, L, Hkv, d, i, W):
+    local = (L + 1) // 2  # layers 0, 2, 4, ... keep the last W tokens only
+    return 2 * Hkv * d * i * (local * min(T, W) + (L - local) * T)
+
+
+def check_cache_bytes(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(tokens, layers, kv_heads, head_dim, itemsize, window)` -> bytes of the K/V cache of one sequence whose layers 0, 2, 4, ... keep a window of the last `window` tokens and the others every token; print one verdict.
+
+    Hints for the window ignored, every layer windowed, a full window kept before the sequence fills it,
+    the odd layers taken as the local ones, V forgotten, one token's bytes. Cases drawn afresh on each
+    run (`seed` draws the same again), each kind of case among them; running `lab.kv_cache_bytes_per_token`
+    or `lab.kv_cache_table` (by any name) is refused.
+    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    """
+    rng, seed = _fresh(seed)
+
+    def draw(short, odd):
+        W = int(rng.choice([512, 1024, 4096]))
+        T = int(rng.integers(2, W)) if short else int(rng.integers(W + 1, 8 * W))
+        L = 2 * int(rng.integers(4, 40)) + odd
+        kv = int(rng.choice([1, 2, 4, 8, 16]))
+        d, i = int(rng.choice([64, 128, 256])), int(rng.choice([1, 2, 4]))
+        return (T, L, kv, d, i, W)
+
+    cases = [draw(short, odd) for short in (False, True) for odd in (0, 1)]
+    cases += [draw(False, 1), draw(True, 0)]
+    hint = _hint_from(
+        [
+            (
+                lambda T, L, Hkv, d, i, W: 2 * L * Hkv * d * i * T,
+                "every layer keeps every token: a local layer keeps only the last "
+                "`window` tokens, so its cache stops growing once the sequence is longer",
+            ),
+            (
+                lambda T, L, Hkv, d, i, W: 2 * L * Hkv * d * i * min(T, W),
+                "every layer is windowed: only layers 0, 2, 4, ... are local, the others keep every token",
+            ),
+            (
+                lambda T, L, Hkv, d, i, W: (
+                    2 * Hkv * d * i * ((L + 1) // 2 * W + L // 2 * T)
+                ),
+                "a local layer keeps at most `window` tokens: a sequence shorter "
+                "than the window has cached only the tokens it has",
+            ),
+            (
+                lambda T, L, Hkv, d, i, W: (
+                    2 * Hkv * d * i * (L // 2 * min(T, W) + (L + 1) // 2 * T)
+                ),
+                "layers 0, 2, 4, ... are the local ones: with an odd number of "
+                "layers there is one more local layer than global",
+            ),
+            (
+                lambda T, L, Hkv, d, i, W: _cache_bytes(T, L, Hkv, d, i, W) // 2,
+                "that is K alone: each layer caches V as well",
+            ),
+            (
+                lambda T, L, Hkv, d, i, W: 2 * L * Hkv * d * i,
+                "that is what one token adds to a cache with no window; the question "
+                "is the whole cache of a sequence of `tokens` tokens",
+            ),
+        ],
+        "count each layer: how many tokens it keeps, then K and V of its K/V heads for each, at itemsize bytes",
+    )
+    check(
+        fn,
+        _cache_bytes,
+        cases,
+        name=name or "cache_bytes",
         hint=hint,
         properties=(_own_work("kv_cache_bytes_per_token", "kv_cache_table"),),
         seed=seed,
@@ -286,10 +363,10 @@ def _spy_chunks(fn, target, change=None):
         g.update(saved)
 
 
-def _attempt(name, fn, args, where, hint=None):
-    """`fn(*args)` with the course's answers watched: (result, lab names called), or `_FAILED` after saying why (and `hint`)."""
+def _attempt(name, fn, args, where, hint=None, courses=_COURSE):
+    """`fn(*args)` with the course's answers `courses` watched: (result, lab names called), or `_FAILED` after saying why (and `hint`)."""
     try:
-        with np.errstate(all="ignore"), _watching(_COURSE, numpy_only=True) as used:
+        with np.errstate(all="ignore"), _watching(courses, numpy_only=True) as used:
             out = _settled(fn(*args))
     except NotImplementedError as exc:
         tb = exc.__traceback__

@@ -1,5 +1,9 @@
-"""Check for notebook 10's paged-cache exercise: one sequence's keys gathered through its block-table row.
+"""Checks for notebook 10's paged cache: decoding through a block table, and one sequence gathered through it.
 
+- `check_paged_decode(fn)` : one decoding step of one sequence read page by page through its block-table row,
+  with the running (m, l, acc) of notebook 02: exact against contiguous decoding, stale slots of the last page
+  masked, pages looked up in the table, scores in the thousands, the max rising page by page, and a long
+  sequence decoded while holding far less than its K and V (no contiguous copy, no row of all M scores).
 - `check_gather_pages(fn)` : one sequence's contiguous `(Hkv, length, d)` keys read through its block-table row, on
   scattered pages, partial and full last pages, a one-token sequence; then a decode through it against contiguous
   decoding. Prints one line on a pass, else what is wrong, where, and a hint.
@@ -16,11 +20,12 @@ import numpy as np
 
 from ..attention import attention_reference
 from ..decoding import gather_pages, paged_kv
-from ..exercises import check
+from ..exercises import check, diagnose
+from ..memory import peak_bytes
 from ._seeded import noting_seed
-from ._support import _fresh, _own_work
+from ._support import _fresh, _own_work, _refusal
 
-__all__ = ["check_gather_pages"]
+__all__ = ["check_paged_decode", "check_gather_pages"]
 
 RTOL, ATOL = 1e-9, 1e-12
 
@@ -109,4 +114,205 @@ def _gather_cases(fn, name, seed) -> None:
     print(
         f"{name}: ✓ passed {len(cases)} sequences on scattered pages (partial, full and one-token last pages), "
         "and decoding through it equals contiguous decoding"
+    )
+
+
+# ------------------------------------------------------------------------------------ the build: paged_decode
+
+
+def _pool(rng, lengths, Hq, Hkv, d, dv, S, scale=1.0, rising=False):
+    """A pool holding `lengths` sequences on scattered pages (2 spare), the new tokens' q of sequence 0, and its K, V."""
+    k = [rng.standard_normal((Hkv, L, d)) * scale for L in lengths]
+    v = [rng.standard_normal((Hkv, L, dv)) for L in lengths]
+    if rising:  # the keys of each later page score higher: the running max moves up page by page
+        k[0] = k[0] * (1 + np.arange(lengths[0]) // S)[None, :, None]
+    c = paged_kv(k, v, page_size=S, seed=int(rng.integers(1 << 30)), spare_pages=2)
+    return c, k[0], v[0]
+
+
+def _decode_cases(seed: int):
+    """(label, q, pages_k, pages_v, block_row, length, k, v): sequence 0 of a pool shared with others."""
+    rng, out = np.random.default_rng(seed), []
+    for label, lengths, Hq, Hkv, N, S, kw in (
+        ("a partial last page", [21, 40, 9], 4, 2, 1, 8, {}),
+        ("a full last page", [16, 5, 30], 4, 2, 1, 8, {}),
+        ("one token", [1, 24], 6, 3, 1, 8, {}),
+        ("3 new tokens, 4 query heads per K/V head", [37, 12, 50], 8, 2, 3, 8, {}),
+        ("scores in the thousands", [29, 17], 4, 2, 1, 8, dict(scale=30.0)),
+        ("the max rises page by page", [45, 20], 4, 2, 1, 8, dict(rising=True)),
+        ("64 query heads on 1 K/V head, 4,000 tokens", [4000, 100], 64, 1, 1, 16, {}),
+    ):
+        d = dv = 16 if Hq == 64 else 8
+        c, k, v = _pool(rng, lengths, Hq, Hkv, d, dv, S, **kw)
+        q = rng.standard_normal((Hq, N, d)) * kw.get("scale", 1.0)  # (Hq, N, d)
+        out.append(
+            (label, q, c.pages_k, c.pages_v, c.block_table[0], int(lengths[0]), k, v)
+        )
+    return out
+
+
+def _loop(
+    q, pages_k, pages_v, order, length, *, alpha=True, mask=True, lse_m=True, carry=True
+):
+    """The running (m, l, acc) over `order` (physical pages, in the order read); variants for the hints
+    (`carry=False`: each page's terms taken against that page's own max, never rescaled)."""
+    Hq, N, d = q.shape
+    Hkv, S, dv = pages_k.shape[1], pages_k.shape[2], pages_v.shape[3]
+    qg = q.reshape(Hkv, Hq // Hkv * N, d)
+    m = np.full(qg.shape[:2], -np.inf)
+    l, acc = np.zeros(qg.shape[:2]), np.zeros(qg.shape[:2] + (dv,))
+    for i, page in enumerate(order):
+        valid = min(S, length - i * S) if mask else S
+        if valid <= 0:
+            continue
+        s = qg @ np.swapaxes(pages_k[page, :, :valid], -1, -2) / np.sqrt(d)
+        m_new = np.maximum(m, s.max(axis=-1)) if carry else s.max(axis=-1)
+        a = np.exp(m - m_new) if alpha and carry else np.ones_like(m)
+        p = np.exp(s - m_new[..., None])
+        l, acc, m = (
+            a * l + p.sum(-1),
+            a[..., None] * acc + p @ pages_v[page, :, :valid],
+            m_new,
+        )
+    lse = (m if lse_m else 0) + np.log(l)
+    return (acc / l[..., None]).reshape(Hq, N, dv), lse.reshape(Hq, N)
+
+
+def _paged_hint(case, got):
+    """The first planted mistake whose answer equals `got`, in words; else a general pointer."""
+    label, q, pk, pv, row, length, k, v = case
+    S = pk.shape[2]
+    try:
+        bad = any(not np.isfinite(np.asarray(x, dtype=float)).all() for x in got)
+    except (TypeError, ValueError):
+        bad = False
+    if bad and "thousands" in label:
+        return (
+            "e^s overflows for scores in the thousands (float64 stops at e^709.8): subtract the running "
+            "max before exponentiating, and rescale what was summed when the max rises"
+        )
+    n = -(-length // S)
+    used = [int(p) for p in row[:n]]
+    with np.errstate(all="ignore"):
+        known = [
+            (
+                _loop(q, pk, pv, used, length, mask=False),
+                f"you read every slot of the last page: it holds {length - (n - 1) * S} of its {S} slots, "
+                "the rest is stale data of an earlier sequence; mask the slots at positions >= length",
+            ),
+            (
+                _loop(q, pk, pv, [int(p) for p in row], length, mask=False),
+                "you read every entry of block_row: entries past the sequence's last block are -1 "
+                "(pages_k[-1] is the pool's last page), and the last used page holds stale slots",
+            ),
+            (
+                _loop(q, pk, pv, list(range(n)), length),
+                "you read page i for logical block i: the block table maps logical block i to physical "
+                "page block_row[i], and a sequence's pages lie anywhere in the pool",
+            ),
+            (
+                _loop(q, pk, pv, sorted(used), length),
+                "you read the pages in the wrong order: the partial page is the one of the last logical "
+                "block, block_row[n - 1], not the last one you happened to visit",
+            ),
+            (
+                _loop(q, pk, pv, used, length, alpha=False),
+                "when a page raises the running max, l and acc (summed against the old max) must be "
+                "rescaled by e^(m_old - m_new) before this page's terms are added",
+            ),
+            (
+                _loop(q, pk, pv, used, length, carry=False),
+                "each page's terms are taken against that page's own max: the state must carry one running "
+                "max m over all pages read, and rescale l and acc by e^(m_old - m_new) when a page raises it",
+            ),
+            (
+                _loop(q, pk, pv, used, length, lse_m=False),
+                "lse is missing the running max: it is m + log l",
+            ),
+            (
+                attention_reference(q, k, v, scale=1.0),
+                "the scores are q·k / √d: the scale 1/√d is missing",
+            ),
+        ]
+        Hq, Hkv = q.shape[0], k.shape[0]
+        if Hq > Hkv > 1:
+            mod = np.arange(Hq) % Hkv
+            known.append(
+                (
+                    attention_reference(q, k[mod], v[mod]),
+                    f"query head h reads K/V head h // G (G = {Hq // Hkv}: heads 0..{Hq // Hkv - 1} share "
+                    "K/V head 0), not h % Hkv",
+                )
+            )
+    for want, text in known:
+        if diagnose(got, want, rtol=1e-7, atol=1e-10) is None:
+            return text
+    for j, part in ((0, "o"), (1, "lse")):
+        try:
+            if np.shape(got[j]) == np.shape(attention_reference(q, k, v)[j]):
+                continue
+        except (TypeError, IndexError):
+            pass
+        return f"{part} has the shape ({'Hq, N, dv' if j == 0 else 'Hq, N'}): a row per query head and new token"
+    return (
+        "o is attention over the sequence's first `length` tokens, read page by page; lse = m + log l of "
+        "the running state after the last page"
+    )
+
+
+def check_paged_decode(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(q, pages_k, pages_v, block_row, length)` -> `(o, lse)` of one sequence decoded through its block-table row; print one verdict.
+
+    Seven sequences on scattered pages of a shared pool (a partial last page, a full one, one token, three new
+    tokens with G = 4, scores in the thousands, a max that rises page by page, 4,000 tokens with G = 64)
+    against `attention_reference` on the contiguous K and V. Hints for stale slots read, -1 entries read,
+    logical for physical pages, pages in the wrong order, the running max not rescaled, lse without m, the
+    scale, h % Hkv. On the long case the memory held (tracemalloc) must stay below half its K and V: a
+    contiguous copy, or all M scores at once, fails. No course answer and no torch op may run. Values are
+    drawn afresh on each run (`seed` draws the same again). Taught in: notebooks/10_decoding_and_gqa.ipynb
+    """
+    _, seed = _fresh(seed)
+    with noting_seed(seed):
+        _paged_decode_cases(fn, name or getattr(fn, "__name__", "paged_decode"), seed)
+
+
+def _paged_decode_cases(fn, name, seed) -> None:
+    from .decoding import _COURSE, _FAILED, _attempt, _fail
+
+    banned = (*_COURSE, "decode_paged", "gather_pages")
+    cases = _decode_cases(seed)
+    for i, case in enumerate(cases):
+        label, q, pk, pv, row, length, k, v = case
+        where = f"{i} ({label}: q {q.shape}, pool {pk.shape}, length {length})"
+        args = (q, pk, pv, row.copy(), length)
+        res = _attempt(name, fn, args, where, courses=banned)
+        if res is _FAILED:
+            return
+        if res[1]:
+            return _fail(name, where, _refusal(res[1]))
+        problem = diagnose(
+            res[0],
+            attention_reference(q, k, v),
+            names=("o", "lse"),
+            rtol=RTOL,
+            atol=ATOL,
+        )
+        if problem is not None:
+            return _fail(name, where, problem, _paged_hint(case, res[0]))
+        if i == len(cases) - 1:
+            with np.errstate(all="ignore"):
+                peak, _ = peak_bytes(fn, *args)
+            held = k.nbytes + v.nbytes
+            if peak > held / 2:
+                return _fail(
+                    name,
+                    where,
+                    f"the values agree, but your code held {peak / 2**20:.2f} MiB at once; this sequence's K "
+                    f"and V are {held / 2**20:.2f} MiB, one page of them {held / (-(-length // pk.shape[2])) / 2**10:.1f} KiB",
+                    "read one page at a time through the table (a view such as pages_k[page, :, :valid]) and "
+                    "keep only the running (m, l, acc): no contiguous copy of the sequence, no row of all M scores",
+                )
+    print(
+        f"{name}: ✓ passed {len(cases)} sequences on scattered pages: stale slots masked, "
+        "no copy of the cache"
     )

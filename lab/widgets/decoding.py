@@ -36,7 +36,7 @@ def decode_splits(M: int = 32768, splits: int = 8) -> ipywidgets.interactive:
             continuous_update=False,
         ),
         splits=ipywidgets.SelectionSlider(
-            options=[2**p for p in range(0, 9)],
+            options=[1, 2, 4, 8, 12, 15, 16, 17, 18, 24, 29, 32, 33, 64],
             value=splits,
             description="splits",
             continuous_update=False,

@@ -22,11 +22,12 @@ import io
 
 import ipywidgets
 import matplotlib
-import matplotlib.image
 import matplotlib.pyplot as plt
 import matplotlib.ticker
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
+import PIL.Image  # matplotlib's own image library
+
+from ._canvas import TextCacheCanvas
 
 __all__ = [
     "FigureSliders",
@@ -116,9 +117,9 @@ class FigureSliders(ipywidgets.interactive):
         fig = plt.figure(new[-1]) if new else plt.gcf()
         for n in new or [fig.number]:
             plt.close(n)
-        FigureCanvasAgg(
+        TextCacheCanvas(
             fig
-        )  # the Figure renders on its own Agg canvas, whatever the backend
+        )  # its own Agg canvas, whatever the backend; texts rendered once
         shape = (tuple(fig.get_size_inches()), len(fig.axes))
         if self._boxes is None or self._boxes[0] != shape:
             if fig.get_layout_engine() is None:
@@ -162,10 +163,12 @@ class FigureSliders(ipywidgets.interactive):
             for a in sorted(artists, key=lambda a: a.get_zorder()):
                 a.draw(renderer)
         buf = io.BytesIO()
-        rgba = np.asarray(renderer.buffer_rgba())
-        matplotlib.image.imsave(
-            buf, rgba, format="png", pil_kwargs={"compress_level": 1}
-        )  # a fast zlib level: the bytes change at every move
+        rgba = PIL.Image.frombuffer(
+            "RGBA", (int(renderer.width), int(renderer.height)), renderer.buffer_rgba()
+        )
+        rgba.save(
+            buf, format="png", compress_level=1
+        )  # fast zlib: bytes change each move
         return buf.getvalue()
 
     def _lay_out(self, fig) -> None:

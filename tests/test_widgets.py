@@ -113,3 +113,10 @@ def test_round_out_widens_limits_to_the_ticks_beyond_them():
     assert round_out(-2.5, 7.3, loc) == (-3.0, 8.0)
     assert round_out(2.0, 8.0, MaxNLocator(nbins=6)) == (2.0, 8.0)  # already on ticks
     assert round_out(0.1 + 0.2, 0.9, MaxNLocator(nbins=6)) == pytest.approx((0.3, 0.9))
+
+
+def test_decode_splits_summary_never_says_fewer_for_more_steps():
+    from lab.widgets.decoding import _fewer_or_more
+
+    assert _fewer_or_more(2.0) == "2.0× fewer"
+    assert _fewer_or_more(0.5) == "2.0× more"

@@ -17,8 +17,14 @@ def _splits_summary(r: dict) -> str:
     fa2, fd = r["fa2"], r["flash_decoding"]
     return (
         f"M = {fd['M']:,}, splits = {fd['splits']}: {fd['busy']} of {fd['processors']} processors busy "
-        f"(FA2: {fa2['busy']}); {fd['steps']} steps against {fa2['steps']}, {fd['speedup']:.1f}× fewer"
+        f"(FA2: {fa2['busy']}); {fd['steps']} steps against {fa2['steps']}, "
+        + _fewer_or_more(fd["speedup"])
     )
+
+
+def _fewer_or_more(speedup: float) -> str:
+    """FA2's steps over flash-decoding's, said the way round that reads: '2.0× fewer' or '1.1× more'."""
+    return f"{speedup:.1f}× fewer" if speedup >= 1 else f"{1 / speedup:.1f}× more"
 
 
 def decode_splits(M: int = 32768, splits: int = 8) -> ipywidgets.interactive:

@@ -23,6 +23,9 @@ Taught in: notebooks/06_flashattention2.ipynb
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 import numpy as np
 
 from ..attention import attention_reference
@@ -117,17 +120,39 @@ def check_affordable_nonmatmul(
         (int(16 * rng.integers(2, 33)), round(float(rng.uniform(0.05, 0.7)), 3))
         for _ in range(4)
     ]
-    check(
-        fn,
-        _affordable_reference,
-        cases,
-        name=name or getattr(fn, "__name__", None),
-        rtol=1e-6,
-        atol=0,
-        hint=_affordable_hint,
-        seed=seed,
-        properties=(_own_work(),),
-    )
+    charged = []  # cases answered with the exponential's multiply by log2(e) charged too
+    model = {case: _affordable_reference(*case) for case in cases}
+
+    def answer(d, share):
+        got = fn(d, share)
+        try:
+            with_mul = np.isclose(float(got), model[d, share] - 1, rtol=1e-6, atol=0)
+        except (TypeError, ValueError):
+            return got
+        if with_mul:  # one FP32 FLOP for the multiply: a defensible model, accepted
+            charged.append((d, share))
+            return float(got) + 1
+        return got
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        check(
+            answer,
+            _affordable_reference,
+            cases,
+            name=name or getattr(fn, "__name__", None) or "affordable_nonmatmul",
+            rtol=1e-6,
+            atol=0,
+            hint=_affordable_hint,
+            seed=seed,
+            properties=(_own_work(),),
+        )
+    text = out.getvalue()
+    if "✓" in text and charged:
+        text = text.rstrip("\n") + (
+            " (your multiply by log2 e, one FP32 FLOP more per score: also right)\n"
+        )
+    print(text, end="")
 
 
 # ------------------------------------------------------------------------------------ Exercise 2
@@ -487,13 +512,13 @@ def _check_block(fn, variant: str, name: str | None, seed: int | None) -> None:
             return
     if variant == "fa1":
         print(
-            f"{name}: ✓ passed {len(cases)} cases; tiles of at most Bc keys, one exponential per score, and O "
-            "normalized after every key block, as FA1 writes it"
+            f"{name}: ✓ passed {len(cases)} cases; tiles of <= Bc keys, one exp a score, "
+            "O normalized after every key block (FA1)"
         )
     else:
         print(
-            f"{name}: ✓ passed {len(cases)} cases; tiles of at most Bc keys, one exponential per score, and acc "
-            "normalized once, after the last key block, as FA2 writes it"
+            f"{name}: ✓ passed {len(cases)} cases; tiles of <= Bc keys, one exp a score, "
+            "acc normalized once, at the end (FA2)"
         )
 
 

@@ -713,12 +713,11 @@ def test_passing_lines_are_fixed_text(capsys):
     )
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
-        "merge_pair: ✓ passed 10 cases: attention over both chunks, commutative, associative, "
-        "empty_pair an identity, lse ±1000, empty rows",
-        "merge_partials: ✓ passed 10 cases (1 to 7 parts, lse ±1000, empty parts and rows), in any order; "
-        "parts unchanged",
-        "chunked_attention: ✓ passed 8 cases; every key reached chunk_output once, merge_partials merged "
-        "the chunks",
+        "merge_pair: ✓ passed 10 cases (= attention, commutative, associative, "
+        "empty_pair an identity, lse ±1000, empty rows)",
+        "merge_partials: ✓ passed 10 cases (1 to 7 parts, lse ±1000, empty parts), in any order",
+        "chunked_attention: ✓ passed 8 cases; each key reached chunk_output once, "
+        "merge_partials merged",
     ]
 
 

@@ -421,8 +421,8 @@ def check_pair_merge(
             print(seed_note(seed), end="")
             return
     print(
-        f"{name}: ✓ passed {len(cases)} cases: attention over both chunks, commutative, associative, "
-        f"{ename} an identity, lse ±1000, empty rows"
+        f"{name}: ✓ passed {len(cases)} cases (= attention, commutative, associative, "
+        f"{ename} an identity, lse ±1000, empty rows)"
     )
 
 
@@ -619,8 +619,8 @@ def check_merge_partials(
                 print(seed_note(seed), end="")
                 return
     print(
-        f"{name}: ✓ passed {len(cases)} cases (1 to 7 parts, lse ±1000, empty parts and rows), "
-        "in any order; parts unchanged"
+        f"{name}: ✓ passed {len(cases)} cases (1 to 7 parts, lse ±1000, empty parts), "
+        "in any order"
     )
 
 
@@ -847,6 +847,6 @@ def check_chunked_attention(
         ):
             return
     print(
-        f"{name}: ✓ passed {len(cases)} cases; every key reached chunk_output once, "
-        "merge_partials merged the chunks"
+        f"{name}: ✓ passed {len(cases)} cases; each key reached chunk_output once, "
+        "merge_partials merged"
     )

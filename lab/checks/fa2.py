@@ -5,7 +5,8 @@ mask, and one query block written in FA1's form and in FA2's.
   that keep the time outside matmuls at `share` on an A100:
   $f/R_{non} + 1/R_{exp} = \\frac{share}{1 - share}\\cdot 4d/R_{mm}$, with the times per score taken from
   `lab.gpu_time_share` (exponentials at the special-function rate `lab.exp_rate("A100")`); negative when the
-  exponential alone takes more than `share`.
+  exponential alone takes more than `share`. An answer that also charges the exponential's multiply by
+  $\log_2 e$ as one FP32 FLOP (one fewer FLOP per score) is accepted, and the pass line says so.
 - `check_causal_fa2_ops`       : FA2's multiplies plus divides, causal, $N = M$, $B_r = B_c = B$, against
   `lab.flash_counts` (which the answer may not run); names the classic miscounts (every tile, the diagonal left
   out, full last block). Both warm-ups add cases drawn afresh on each run to their fixed ones.
@@ -44,7 +45,7 @@ __all__ = [
 _NOT_YET = "{}: not implemented yet (fill in the stub above, then run this cell again)"
 
 
-# ------------------------------------------------------------------------------------ Exercise 1
+# ------------------------------------------------------------------------------------ Exercise 3: the time model
 
 
 def _affordable_reference(d: int, share: float) -> float:
@@ -155,7 +156,7 @@ def check_affordable_nonmatmul(
     print(text, end="")
 
 
-# ------------------------------------------------------------------------------------ Exercise 2
+# ------------------------------------------------------------------------------------ Exercise 4: causal counts
 
 
 def _causal_reference(N: int, d: int, B: int) -> int:
@@ -242,7 +243,7 @@ def check_causal_fa2_ops(
     )
 
 
-# ------------------------------------------------------------------------------------ Exercises 3 and 4
+# ------------------------------------------------------------------------------------ Exercises 1 and 2: one query block
 
 
 class Watched(np.ndarray):

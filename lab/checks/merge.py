@@ -162,7 +162,7 @@ def _bad_rows(got, problem) -> list:
     )
 
 
-# ------------------------------------------------------------------------------------ exercise 1: two states
+# ------------------------------------------------------------------------------------ section 1's merge of two states
 
 
 def _state_cases(fresh=None):
@@ -285,7 +285,7 @@ def check_state_merge(fn, *, name: str | None = None, seed: int | None = None) -
     )
 
 
-# ------------------------------------------------------------------------------------ the (o, lse) pair merge
+# ------------------------------------------------------------------------------------ exercise 1: the (o, lse) pair
 
 
 def _pair_cases(fresh):

@@ -6,7 +6,7 @@ mask, and one query block written in FA1's form and in FA2's.
   $f/R_{non} + 1/R_{exp} = \\frac{share}{1 - share}\\cdot 4d/R_{mm}$, with the times per score taken from
   `lab.gpu_time_share` (exponentials at the special-function rate `lab.exp_rate("A100")`); negative when the
   exponential alone takes more than `share`. An answer that also charges the exponential's multiply by
-  $\log_2 e$ as one FP32 FLOP (one fewer FLOP per score) is accepted, and the pass line says so.
+  $\\log_2 e$ as one FP32 FLOP (one fewer FLOP per score) is accepted, and the pass line says so.
 - `check_causal_fa2_ops`       : FA2's multiplies plus divides, causal, $N = M$, $B_r = B_c = B$, against
   `lab.flash_counts` (which the answer may not run); names the classic miscounts (every tile, the diagonal left
   out, full last block). Both warm-ups add cases drawn afresh on each run to their fixed ones.

@@ -133,6 +133,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "chunk_bounds",
         "random_chunk_bounds",
         "merge_plan",
+        "merge_depth",
         "reduce_states",
         "chunk_state",
         "split_states",

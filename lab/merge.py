@@ -41,6 +41,7 @@ __all__ = [
     "chunk_bounds",
     "random_chunk_bounds",
     "merge_plan",
+    "merge_depth",
     "reduce_states",
     "chunk_state",
     "split_states",
@@ -95,6 +96,18 @@ def merge_plan(
         else [int(i) for i in np.random.default_rng(seed).permutation(n)]
     )
     return [(perm[0], b) for b in perm[1:]]
+
+
+def merge_depth(n: int, order: str = "sequential", *, seed: int = 0) -> int:
+    """The longest chain of merges in `merge_plan(n, order)` that must run one after another.
+
+    Each merge waits for the merges that made its two parts: depth(a ⊕ b) = max(depth a, depth b) + 1.
+    $n - 1$ for a chain, $\\lceil \\log_2 n \\rceil$ for the tree. Taught in: notebooks/04_merge_order.ipynb
+    """
+    depth = [0] * n if isinstance(n, (int, np.integer)) and n >= 1 else None
+    for a, b in merge_plan(n, order, seed=seed):
+        depth[a] = max(depth[a], depth[b]) + 1
+    return max(depth)
 
 
 def reduce_states(

@@ -1,8 +1,9 @@
 """Run a notebook's exercises outside Jupyter: its setup, a worked or planted solution, and its check cell.
 
 Each exercise in a notebook is a stub cell (raises NotImplementedError), a worked solution tagged
-`solution`, and the check cell after it. `exercises(name)` finds them; `run_check(ex, solution_source)`
-runs the notebook's setup, then the given source in place of the worked solution, then the check cell,
+`solution`, and the check cell after it, in the `## Exercises` section or under an `### Exercise N`
+heading inside a section (derive before the reveal), up to the next heading.
+`exercises(name)` finds them; `run_check(ex, solution_source)` runs the notebook's setup, then the given source in place of the worked solution, then the check cell,
 and returns what the check printed. Tests feed it the worked solution (must pass) and planted wrong
 solutions (must fail, each with its diagnosis).
 """
@@ -43,6 +44,7 @@ def exercises(name: str) -> list[Exercise]:
     """The exercises of notebooks/<name>.ipynb, in order (stub, worked solution, check)."""
     nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
     setup, started, out, spec, before = [], False, [], [], []
+    in_section = False  # inside the closing `## Exercises` section
     cells = nb.cells
     for c in cells:
         if c.cell_type == "markdown" and c.source.startswith("## "):
@@ -52,10 +54,16 @@ def exercises(name: str) -> list[Exercise]:
     i = 0
     while i < len(cells):
         c = cells[i]
-        if c.cell_type == "markdown" and any(
-            line.strip() == "## Exercises" for line in c.source.splitlines()
-        ):
-            started = True
+        if c.cell_type == "markdown":
+            heads = [ln.strip() for ln in c.source.splitlines() if ln.startswith("#")]
+            closing = "## Exercises" in heads
+            if closing or any(h.startswith("### Exercise") for h in heads):
+                started = (
+                    True  # the exercises' section, or an exercise inside a section
+                )
+                in_section = in_section or closing
+            elif any(h.startswith(("## ", "### ")) for h in heads) and not in_section:
+                started = False  # the main text again: its cells are not an exercise's
         if started and c.cell_type == "markdown":
             spec.append(c.source)
         is_stub = (

@@ -1,6 +1,8 @@
 """Notebook 04's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the checks of lab/checks/merge.py behave (one fixed line on a pass, nothing left patched)."""
 
+import contextlib
+import io
 import re
 import textwrap
 
@@ -27,6 +29,42 @@ def _fails(number: int, source: str, *says: str) -> str:
         assert s in out, f"{s!r} not in:\n{out}"
     assert "  hint: " in out or "calls lab." in out or "calls torch." in out, out
     return out
+
+
+def _state_check(source: str) -> str:
+    """What `check_state_merge` prints for the `my_merge` that `source` defines (section 1's merge, in lab)."""
+    ns = {"np": np, "lab": lab}
+    exec(compile(_src(source), "<my_merge>", "exec"), ns)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        checks.check_state_merge(ns["my_merge"])
+    return out.getvalue()
+
+
+def _fails_state(source: str, *says: str) -> str:
+    out = _state_check(source)
+    assert "✗" in out and "✓" not in out, out
+    for s in says:
+        assert s in out, f"{s!r} not in:\n{out}"
+    assert "  hint: " in out or "calls lab." in out or "calls torch." in out, out
+    return out
+
+
+def test_exercise_1_comes_before_the_merge_it_derives():
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
+    text = [c.source for c in nb.cells]
+    ex = next(i for i, t in enumerate(text) if t.startswith("### Exercise 1"))
+    reveal = next(
+        i for i, t in enumerate(text) if t.startswith("### The merge, revealed")
+    )
+    section = next(i for i, t in enumerate(text) if t.startswith("## 3."))
+    assert section < ex < reveal
+    before = "\n".join(
+        t
+        for t, c in zip(text[:ex], nb.cells)
+        if "solution" not in c.metadata.get("tags", [])
+    )
+    assert "merge_output_pair" not in before and "lse_c - lse" not in before
 
 
 def test_the_notebook_has_three_checked_exercises_and_an_open_question():
@@ -58,7 +96,8 @@ def test_stub_reports_not_implemented(number):
     assert "not implemented yet" in run_check(EX[number], EX[number].stub)
 
 
-# ------------------------------------------------------------------------------------ exercise 1
+# ------------------------------------------------------------------------------------ section 1's state merge
+# (the check of the merge of (m, l, acc), lab.checks.merge.check_state_merge, kept for a state-merge exercise)
 
 MERGE_HEAD = """
 def my_merge(a, b):
@@ -155,20 +194,31 @@ def my_merge(a, b):
 
 
 @pytest.mark.parametrize("mistake", WRONG_1)
-def test_exercise_1_diagnoses_planted_mistakes(mistake):
+def test_state_merge_diagnoses_planted_mistakes(mistake):
     source, says = WRONG_1[mistake]
-    _fails(1, source, *says)
+    _fails_state(source, *says)
 
 
-def test_exercise_1_float32_shows_the_digits_that_differ_and_no_rescaling_hint():
-    out = _fails(1, WRONG_1["the merged acc kept in float32"][0])
+def test_state_merge_passes_the_course_formula():
+    out = _state_check(
+        MERGE_HEAD
+        + """
+    m_use = np.where(np.isneginf(m), 0.0, m)
+    alpha_a, alpha_b = np.exp(m_a - m_use), np.exp(m_b - m_use)
+    return m, alpha_a * l_a + alpha_b * l_b, alpha_a[:, None] * acc_a + alpha_b[:, None] * acc_b
+"""
+    )
+    assert out.count("✓") == 1 and "✗" not in out, out
+
+
+def test_state_merge_float32_shows_the_digits_that_differ_and_no_rescaling_hint():
+    out = _fails_state(WRONG_1["the merged acc kept in float32"][0])
     want, got = re.search(r"expected (\S+), got (\S+);", out).groups()
     assert want != got and "same rescaling" not in out, out
 
 
-def test_exercise_1_refuses_lab_s_merge_by_alias_and_torch():
-    out = run_check(
-        EX[1],
+def test_state_merge_refuses_lab_s_merge_by_alias_and_torch():
+    out = _state_check(
         "from lab.states import merge_states as join\ndef my_merge(a, b):\n    return join(a, b)\n",
     )
     assert "✗" in out and "calls lab.merge_states" in out, out
@@ -180,13 +230,158 @@ def my_merge(a, b):
     wa, wb = np.exp(a[0] - m0), np.exp(b[0] - m0)
     return m, wa * a[1] + wb * b[1], wa[:, None] * a[2] + wb[:, None] * b[2]
 """
-    out = run_check(EX[1], torch_merge)
+    out = _state_check(torch_merge)
     assert "✗" in out and "calls torch.maximum" in out and "asks for numpy" in out, out
 
 
-def test_exercise_1_refuses_the_course_merge():
-    out = run_check(EX[1], "def my_merge(a, b):\n    return lab.merge_states(a, b)\n")
+def test_state_merge_refuses_the_course_merge():
+    out = _state_check("def my_merge(a, b):\n    return lab.merge_states(a, b)\n")
     assert "✗" in out and "calls lab.merge_states" in out, out
+
+
+# ------------------------------------------------------------------------------------ exercise 1: the (o, lse) pair
+
+PAIR_HEAD = """
+def empty_pair(N, dv):
+    return np.zeros((N, dv)), np.full(N, -np.inf)
+
+def merge_pair(x, y):
+    (o_x, lse_x), (o_y, lse_y) = x, y
+"""
+SAFE_W = """
+    m = np.maximum(lse_x, lse_y)
+    m = np.where(np.isneginf(m), 0.0, m)
+    w_x, w_y = np.exp(lse_x - m), np.exp(lse_y - m)
+"""
+WRONG_PAIR = {
+    "weights not normalized": (
+        PAIR_HEAD
+        + SAFE_W
+        + "    return w_x[:, None] * o_x + w_y[:, None] * o_y, m + np.log(w_x + w_y)\n",
+        ["case 0 (x ⊕ y equals attention", "o (element 0)", "not renormalized"],
+    ),
+    "max not subtracted": (
+        PAIR_HEAD
+        + """
+    w_x, w_y = np.exp(lse_x), np.exp(lse_y)
+    o = (w_x[:, None] * o_x + w_y[:, None] * o_y) / (w_x + w_y)[:, None]
+    return o, np.log(w_x + w_y)
+""",
+        ["case 6 (lse near +1000 or -1000", "NaN", "subtract the row's largest lse_c"],
+    ),
+    "lse added instead of log-sum-exp'd": (
+        PAIR_HEAD
+        + SAFE_W
+        + """
+    o = (w_x[:, None] * o_x + w_y[:, None] * o_y) / (w_x + w_y)[:, None]
+    return o, lse_x + lse_y
+""",
+        ["lse (element 1)", "masses add, their logs do not"],
+    ),
+    "lse the larger of the two": (
+        PAIR_HEAD
+        + SAFE_W
+        + """
+    o = (w_x[:, None] * o_x + w_y[:, None] * o_y) / (w_x + w_y)[:, None]
+    return o, np.maximum(lse_x, lse_y)
+""",
+        ["lse (element 1)", "your lse is the largest lse_c"],
+    ),
+    "o the plain average": (
+        PAIR_HEAD + SAFE_W + "    return (o_x + o_y) / 2, m + np.log(w_x + w_y)\n",
+        ["o (element 0)", "plain average of the o_c"],
+    ),
+    "the max not added back to lse": (
+        PAIR_HEAD
+        + SAFE_W
+        + """
+    o = (w_x[:, None] * o_x + w_y[:, None] * o_y) / (w_x + w_y)[:, None]
+    return o, np.log(w_x + w_y)
+""",
+        ["lse (element 1)", "missing the max you subtracted"],
+    ),
+    "no guard for a row empty in both": (
+        PAIR_HEAD
+        + """
+    m = np.maximum(lse_x, lse_y)
+    w_x, w_y = np.exp(lse_x - m), np.exp(lse_y - m)
+    o = (w_x[:, None] * o_x + w_y[:, None] * o_y) / (w_x + w_y)[:, None]
+    return o, m + np.log(w_x + w_y)
+""",
+        ["case 8 (rows 0, 2 empty in x", "NaN", "a row empty in every part"],
+    ),
+    "x's weight used for both (not commutative)": (
+        PAIR_HEAD
+        + SAFE_W
+        + """
+    o = (w_x[:, None] * o_x + (1 - w_x)[:, None] * o_y)
+    return o, m + np.log(w_x + w_y)
+""",
+        ["o (element 0)", "expected"],
+    ),
+    "the empty pair has lse 0": (
+        PAIR_HEAD.replace("np.full(N, -np.inf)", "np.zeros(N)")
+        + SAFE_W
+        + """
+    o = (w_x[:, None] * o_x + w_y[:, None] * o_y) / (w_x + w_y)[:, None]
+    return o, m + np.log(w_x + w_y)
+""",
+        ["case 4 (identity: x ⊕ e gives x back)", "so lse = -inf"],
+    ),
+    "the empty pair's o is NaN": (
+        PAIR_HEAD.replace("np.zeros((N, dv))", "np.full((N, dv), np.nan)")
+        + SAFE_W
+        + """
+    o = (w_x[:, None] * o_x + w_y[:, None] * o_y) / (w_x + w_y)[:, None]
+    return o, m + np.log(w_x + w_y)
+""",
+        ["case 4 (identity", "NaN", "give the empty pair a finite o"],
+    ),
+    "x changed in place": (
+        PAIR_HEAD
+        + SAFE_W
+        + """
+    o_x *= (w_x / (w_x + w_y))[:, None]
+    o_x += (w_y / (w_x + w_y))[:, None] * o_y
+    return o_x, m + np.log(w_x + w_y)
+""",
+        ["in place"],
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", WRONG_PAIR)
+def test_exercise_1_diagnoses_planted_mistakes(mistake):
+    source, says = WRONG_PAIR[mistake]
+    _fails(1, source, *says)
+
+
+@pytest.mark.parametrize(
+    "cheat",
+    [
+        "def merge_pair(x, y):\n    return lab.merge_output_pair(x, y)\n",
+        "from lab.merge import merge_outputs as mo\n"
+        "def merge_pair(x, y):\n    return mo([x[0], y[0]], [x[1], y[1]])\n",
+    ],
+)
+def test_exercise_1_refuses_lab_s_merges(cheat):
+    out = run_check(EX[1], PAIR_HEAD.split("def merge_pair")[0] + cheat)
+    assert "✗" in out and "calls lab.merge_o" in out, out
+
+
+def test_exercise_1_cases_are_drawn_fresh_and_their_truth_is_attention():
+    a, b = (
+        checks._pair_cases(np.random.default_rng(1)),
+        checks._pair_cases(np.random.default_rng(2)),
+    )
+    assert a[0][0] != b[0][0] or not np.array_equal(a[0][2][0], b[0][2][0])
+    good = {"np": np}
+    exec(_src(EX[1].solution), good)
+    for label, make, want in a:
+        got = make(good["merge_pair"], good["empty_pair"](3, 4))
+        assert all(
+            np.allclose(g, w, rtol=1e-12, atol=1e-14) for g, w in zip(got, want)
+        ), label
 
 
 # ------------------------------------------------------------------------------------ exercise 2
@@ -511,19 +706,18 @@ def _solutions() -> dict:
 
 def test_passing_lines_are_fixed_text(capsys):
     ns = _solutions()
-    checks.check_state_merge(ns["my_merge"])
+    checks.check_pair_merge(ns["merge_pair"], ns["empty_pair"])
     checks.check_merge_partials(ns["merge_partials"])
     checks.check_chunked_attention(
         ns["chunked_attention"], ns["chunk_output"], ns["merge_partials"]
     )
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
-        "my_merge: ✓ passed 9 cases (rows one or both slices never saw, maxes near ±1000, 2000 apart in one row); a and b "
-        "unchanged",
-        "merge_partials: ✓ passed 10 cases (1 to 7 parts, lse near ±1000, 2000 apart in one row, empty parts and rows), each "
-        "also reversed and shuffled; the parts unchanged",
-        "chunked_attention: ✓ passed 8 cases (chunk not dividing M, chunk 1, chunk > M, scores in the thousands); every "
-        "key reached chunk_output once, and merge_partials merged the chunks",
+        "merge_pair: ✓ passed 10 cases (= attention, commutative, associative, "
+        "empty_pair an identity, lse ±1000, empty rows)",
+        "merge_partials: ✓ passed 10 cases (1 to 7 parts, lse ±1000, empty parts), in any order",
+        "chunked_attention: ✓ passed 8 cases; each key reached chunk_output once, "
+        "merge_partials merged",
     ]
 
 
@@ -621,7 +815,7 @@ def test_nothing_stays_patched_after_an_error(capsys):
     assert all(getattr(lab, n) is f for n, f in originals.items())
 
 
-def test_exercise_1_refuses_a_merge_that_computes_only_when_the_check_converts_it():
+def test_state_merge_refuses_a_merge_that_computes_only_when_the_check_converts_it():
     later = """
 class _Later:
     def __init__(self, a, b, k):
@@ -631,5 +825,5 @@ class _Later:
 def my_merge(a, b):
     return tuple(_Later(a, b, k) for k in range(3))
 """
-    out = run_check(EX[1], later)
+    out = _state_check(later)
     assert "✗" in out and "calls lab.merge_states" in out, out

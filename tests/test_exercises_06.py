@@ -3,10 +3,12 @@ with its diagnosis, and the instrument and checks of lab/checks/fa2.py behave.""
 
 import re
 
+import nbformat
 import numpy as np
 import pytest
 from exercise_support import (
     EVASIONS,
+    ROOT,
     assert_fails,
     evading,
     exercises,
@@ -22,12 +24,12 @@ from lab.checks.fa2 import Watched
 NAME = "06_flashattention2"
 EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
-    1: "affordable_nonmatmul: ✓ passed 8 cases\n",
-    2: "causal_fa2_ops: ✓ passed 9 cases\n",
-    3: "fa1_block: ✓ passed 6 cases; tiles of at most Bc keys, one exponential per score, and O normalized after "
-    "every key block, as FA1 writes it\n",
-    4: "fa2_block: ✓ passed 6 cases; tiles of at most Bc keys, one exponential per score, and acc normalized once, "
-    "after the last key block, as FA2 writes it\n",
+    3: "affordable_nonmatmul: ✓ passed 8 cases\n",
+    4: "causal_fa2_ops: ✓ passed 9 cases\n",
+    1: "fa1_block: ✓ passed 6 cases; tiles of <= Bc keys, one exp a score, "
+    "O normalized after every key block (FA1)\n",
+    2: "fa2_block: ✓ passed 6 cases; tiles of <= Bc keys, one exp a score, "
+    "acc normalized once, at the end (FA2)\n",
 }
 
 
@@ -56,7 +58,7 @@ def test_stub_reports_not_implemented(number):
 def test_the_exercise_section_needs_only_the_setup():
     """The checks build their own cases: nothing from the notebook's body (q, k, v, split, ...) is used."""
     ns = {}
-    for src in EX[1].setup + EX[1].before[:1]:
+    for src in EX[3].setup + EX[3].before:
         exec(compile(src, "<setup>", "exec"), ns)
     assert {
         "check_affordable_nonmatmul",
@@ -65,6 +67,36 @@ def test_the_exercise_section_needs_only_the_setup():
         "check_fa2_block",
     } <= set(ns)
     assert not {"q", "k", "v", "split", "whole"} & set(ns)
+
+
+def test_exercises_1_and_2_come_before_the_rules_they_derive():
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
+    text = [c.source for c in nb.cells]
+    first = next(i for i, t in enumerate(text) if t.startswith("### Exercise 1"))
+    reveal = next(
+        i for i, t in enumerate(text) if t.startswith("### The two rules, revealed")
+    )
+    assert first < reveal < next(i for i, t in enumerate(text) if t.startswith("## 2."))
+    shown = "\n".join(
+        t
+        for t, c in zip(text[:reveal], nb.cells)
+        if "solution" not in c.metadata.get("tags", [])
+    )
+    for rule in ("acc'", "alpha", "m_new", "diag(l')", "e^{m - m'}", "l' ="):
+        assert rule not in shown, rule
+
+
+def test_exercise_3_accepts_the_exponential_s_multiply_charged():
+    with_multiply = """
+def affordable_nonmatmul(d, share):
+    a100 = lab.chip("A100")
+    t_mm = 4 * d / a100["matmul_flops"]
+    t_non = share / (1 - share) * t_mm
+    t_exp = 1 / lab.exp_rate("A100") + 1 / a100["nonmatmul_flops"]  # exp2 and x * log2(e)
+    return (t_non - t_exp) * a100["nonmatmul_flops"]
+"""
+    out = run_check(EX[3], _src(with_multiply))
+    assert "✓ passed 8 cases" in out and "multiply by log2 e" in out, out
 
 
 # ------------------------------------------------------------------------------------ exercise 1
@@ -95,7 +127,7 @@ _A100 = "R_mm, R_non, R_exp = 312e12, 19.5e12, lab.exp_rate('A100')\n    odds = 
 )
 def test_affordable_nonmatmul_mistakes(body, says):
     _fails(
-        1,
+        3,
         f"import lab\ndef affordable_nonmatmul(d, share):\n    {_A100}{body}\n",
         "case 0 (128, 0.3)",
         "expected 5.71094",
@@ -153,7 +185,7 @@ def causal_fa2_ops(N, d, B):
     ],
 )
 def test_causal_fa2_ops_mistakes(expr, says):
-    _fails(2, CAUSAL.format(expr=expr), says)
+    _fails(4, CAUSAL.format(expr=expr), says)
 
 
 def test_causal_reference_matches_section_2_table():
@@ -190,12 +222,12 @@ def _fa1(**change):
 
 def test_fa1_in_fa2_style_exponents_passes():
     """FA1 written with P = e^(S - m_new) (not the tile's own max) is FA1 all the same."""
-    assert run_check(EX[3], _src(_fa1())) == PASSED[3]
+    assert run_check(EX[1], _src(_fa1())) == PASSED[1]
 
 
 def test_fa1_submitted_in_fa2_form_is_refused():
     _fails(
-        3,
+        1,
         """
         def fa1_block(q_i, k, v, Bc):
             Br, d = q_i.shape
@@ -218,7 +250,7 @@ def test_fa1_submitted_in_fa2_form_is_refused():
 
 def test_fa1_running_max_from_zero_gives_nan_on_very_negative_scores():
     _fails(
-        3,
+        1,
         _fa1(m0="np.zeros(Br)"),
         "case 3 (very negative scores",
         "NaN",
@@ -228,7 +260,7 @@ def test_fa1_running_max_from_zero_gives_nan_on_very_negative_scores():
 
 def test_fa1_dropped_last_key_block():
     _fails(
-        3,
+        1,
         _fa1(stop="len(k) - len(k) % Bc"),
         "case 0",
         "first 96 keys only",
@@ -237,12 +269,12 @@ def test_fa1_dropped_last_key_block():
 
 
 def test_fa1_without_l_old():
-    _fails(3, _fa1(old="alpha[:, None]"), "o (element 0)", "multiplies O by l_old")
+    _fails(1, _fa1(old="alpha[:, None]"), "o (element 0)", "multiplies O by l_old")
 
 
 def test_fa1_returns_the_last_tiles_sum_as_l():
     out = _fails(
-        3,
+        1,
         _fa1().replace("return O, m, l", "return O, m, p.sum(axis=1)"),
         "l (element 2)",
     )
@@ -252,7 +284,7 @@ def test_fa1_returns_the_last_tiles_sum_as_l():
 def test_fa1_without_the_scale_is_named():
     """Scores without 1/√d: o is the output with scale 1, and the hint says so (not the rescaling hint)."""
     out = _fails(
-        3,
+        1,
         _fa1().replace(" / np.sqrt(d)", ""),
         "case 0",
         "o (element 0)",
@@ -264,7 +296,7 @@ def test_fa1_without_the_scale_is_named():
 
 def test_fa1_returning_lse_for_l_is_named():
     out = _fails(
-        3,
+        1,
         _fa1().replace("return O, m, l", "return O, m, m + np.log(l)"),
         "l (element 2)",
         "your l is lse = m + log l",
@@ -278,7 +310,7 @@ def test_fa1_converted_inputs_cannot_be_watched():
         "    Br, d = q_i.shape\n",
         "    q_i, k, v = np.asarray(q_i), np.asarray(k), np.asarray(v)\n    Br, d = q_i.shape\n",
     )
-    _fails(3, src, "could not watch your loop")
+    _fails(1, src, "could not watch your loop")
 
 
 # ------------------------------------------------------------------------------------ exercise 4
@@ -317,7 +349,7 @@ def test_fa2_with_in_place_updates_and_a_reciprocal_passes():
         "        acc *= alpha[:, None]\n        acc += p @ v[j0:j0 + Bc]\n",
     )
     assert "acc *= alpha" in src
-    assert run_check(EX[4], _src(src)) == PASSED[4]
+    assert run_check(EX[2], _src(src)) == PASSED[2]
 
 
 def test_fa2_submitted_in_fa1_form_is_refused():
@@ -327,7 +359,7 @@ def test_fa2_submitted_in_fa1_form_is_refused():
         .replace("return O, m, l", "return O, m + np.log(l)")
     )
     out = _fails(
-        4,
+        2,
         src + "\n\nfa2_block = fa1_inner\n",
         "that is FA1's form",
         "divides once, after the last key block",
@@ -339,12 +371,12 @@ def test_fa2_normalizing_a_copy_every_step_is_refused():
     src = _fa2().replace(
         "        m = m_new\n", "        m = m_new\n        o = acc / l[:, None]\n"
     )
-    _fails(4, src, "already held acc / l")
+    _fails(2, src, "already held acc / l")
 
 
 def test_fa2_returns_fa1_statistics():
     _fails(
-        4,
+        2,
         _fa2(ret="acc / l[:, None], m, l"),
         "returned a tuple of 3, expected a tuple of 2 (o, lse)",
     )
@@ -352,17 +384,17 @@ def test_fa2_returns_fa1_statistics():
 
 def test_fa2_lse_without_m():
     _fails(
-        4, _fa2(ret="acc / l[:, None], np.log(l)"), "lse (element 1)", "lse = m + log l"
+        2, _fa2(ret="acc / l[:, None], np.log(l)"), "lse (element 1)", "lse = m + log l"
     )
 
 
 def test_fa2_without_alpha():
-    _fails(4, _fa2(rescale=""), "o (element 0)", "rescaled by α")
+    _fails(2, _fa2(rescale=""), "o (element 0)", "rescaled by α")
 
 
 def test_fa2_without_the_scale_is_named():
     out = _fails(
-        4,
+        2,
         _fa2().replace(" / np.sqrt(d)", ""),
         "case 0",
         "o (element 0)",
@@ -374,7 +406,7 @@ def test_fa2_without_the_scale_is_named():
 
 def test_fa2_running_max_from_zero():
     _fails(
-        4,
+        2,
         _fa2(m0="np.zeros(Br)"),
         "very negative scores",
         "NaN",
@@ -383,13 +415,13 @@ def test_fa2_running_max_from_zero():
 
 
 def test_fa2_dropped_last_key_block():
-    _fails(4, _fa2(stop="len(k) - len(k) % Bc"), "first 96 keys only")
+    _fails(2, _fa2(stop="len(k) - len(k) % Bc"), "first 96 keys only")
 
 
 def test_fa2_returning_the_reference_is_refused():
     """Calling the reference gives the right numbers: the guard names it."""
     _fails(
-        4,
+        2,
         "def fa2_block(q_i, k, v, Bc):\n    return lab.attention_reference(np.asarray(q_i), np.asarray(k), np.asarray(v))\n",
         "calls lab.attention_reference",
     )
@@ -398,7 +430,7 @@ def test_fa2_returning_the_reference_is_refused():
 def test_fa2_kernel_call_is_refused():
     """The course's own kernel normalizes at the end too: the guard names it."""
     _fails(
-        4,
+        2,
         "def fa2_block(q_i, k, v, Bc):\n    return lab.flash_attention_numpy(q_i, k, v, block_q=len(q_i), block_k=Bc)\n",
         "calls lab.flash_attention_numpy",
     )
@@ -406,7 +438,7 @@ def test_fa2_kernel_call_is_refused():
 
 def test_fa2_kernel_under_another_name_is_refused():
     _fails(
-        4,
+        2,
         """
         from lab.kernels.rung3_numpy_fa2 import flash_attention_numpy as kern
         def fa2_block(q_i, k, v, Bc):
@@ -429,13 +461,13 @@ def fa2_block(q_i, k, v, Bc):
 def test_fa2_plain_untiled_softmax_is_refused():
     """Right values and one division at the end, but no tile: the scores of all M keys at once."""
     _fails(
-        4, UNTILED, "case 0", "(8, 100) array, scores of 100 keys at once", "Bc = 32"
+        2, UNTILED, "case 0", "(8, 100) array, scores of 100 keys at once", "Bc = 32"
     )
 
 
 def test_fa1_recomputing_the_prefix_softmax_at_every_block_is_refused():
     _fails(
-        3,
+        1,
         """
         def fa1_block(q_i, k, v, Bc):
             d = q_i.shape[1]
@@ -455,7 +487,7 @@ def test_fa1_recomputing_the_prefix_softmax_at_every_block_is_refused():
 def test_fa1_recomputing_every_earlier_tile_is_refused():
     """Tiles of Bc keys, but the earlier ones exponentiated again at each block: more than one exponential a score."""
     _fails(
-        3,
+        1,
         """
         def fa1_block(q_i, k, v, Bc):
             Br, d = q_i.shape
@@ -477,7 +509,7 @@ def test_fa1_recomputing_every_earlier_tile_is_refused():
 
 def test_recomputing_earlier_tiles_with_powers_of_e_is_counted_too():
     _fails(
-        4,
+        2,
         """
         def fa2_block(q_i, k, v, Bc):
             Br, d = q_i.shape
@@ -509,14 +541,14 @@ def test_a_failure_names_the_seed_that_draws_its_values_again(capsys):
 def test_block_max_in_place_of_the_running_max_overflows_on_a_high_block_first():
     """FA2's lse is right with a block's own max until a high block comes before low ones: α = e^800."""
     _fails(
-        4,
+        2,
         _fa2().replace("np.maximum(m, s.max(axis=1))", "s.max(axis=1)"),
         "case 4 (a key block near +400, then blocks near -400)",
         "NaN",
         "m must be the running max",
     )
     _fails(  # FA1 returns m: the last block's max is wrong already
-        3,
+        1,
         _fa1().replace("np.maximum(m, s.max(axis=1))", "s.max(axis=1)"),
         "case 0",
         "m (element 1)",
@@ -540,7 +572,7 @@ def test_raw_exponentials_with_m_from_minus_inf_are_told_about_the_overflow():
         return O, m, l * np.exp(-m)
     """
     out = _fails(
-        3, src, "case 2 (very large scores", "e^s overflows", "exponentiate s - m"
+        1, src, "case 2 (very large scores", "e^s overflows", "exponentiate s - m"
     )
     assert "m must start at -inf" not in out
 
@@ -556,14 +588,14 @@ def test_float16_accumulator_is_told_about_its_rounding():
     )
     assert "astype(np.float16)" in src
     out = _fails(
-        4, src, "case 0", "o (element 0)", "float16", "keep O (acc), l and m in float64"
+        2, src, "case 0", "o (element 0)", "float16", "keep O (acc), l and m in float64"
     )
     assert "rescaled by α" not in out
 
 
 def test_causal_fa2_ops_through_flash_counts_under_another_name_is_refused():
     _fails(
-        2,
+        4,
         """
         from lab.tiling import flash_counts as fc
         def causal_fa2_ops(N, d, B):
@@ -586,7 +618,7 @@ def test_a_table_of_the_fixed_cases_fails_on_the_fresh_ones():
         ]
     }
     out = run_check(
-        EX[2],
+        EX[4],
         "def causal_fa2_ops(N, d, B):\n    return TABLE.get((N, d, B), 0)\n",
         extra={"TABLE": table},
     )
@@ -648,7 +680,7 @@ def test_prefix_outputs_end_at_the_reference():
 
 @pytest.mark.parametrize("how", list(EVASIONS))
 @pytest.mark.parametrize(
-    "number, name", [(1, "affordable_nonmatmul"), (2, "causal_fa2_ops")]
+    "number, name", [(3, "affordable_nonmatmul"), (4, "causal_fa2_ops")]
 )
 def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
     out = run_check(EX[number], evading(EX[number].solution, name, how))

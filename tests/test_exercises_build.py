@@ -12,7 +12,7 @@ BUILDS = {
     "03_one_pass_attention": [1, 2],
     "04_merge_order": [2, 3],
     "05_tiling": [4],
-    "06_flashattention2": [3, 4],
+    "06_flashattention2": [1, 2],
     "07_precision": [2],
     "07_precision_in_attention": [1],
     "08_hardware_runs": [4],

@@ -143,6 +143,7 @@ def test_merge_plan_uses_every_part_once(n, order, seed):
     )
     _, ys = merge_depths(n, order, seed=seed)
     assert max(ys) == (math.ceil(math.log2(n)) if order == "tree" else n - 1)
+    assert lab.merge_depth(n, order, seed=seed) == max(ys)
 
 
 def test_chunk_and_plan_errors():

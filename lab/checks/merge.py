@@ -2,6 +2,9 @@
 
 - `check_state_merge(fn)`    : `fn(a, b)` is the state $(m, l, acc)$ over both slices' keys, the one `partial_state`
   computes on all of them; rows one or both slices never saw, maxes near ±1000 and 2000 apart, a and b unchanged.
+- `check_pair_merge(fn, empty)` : `fn(x, y)` merges two pairs $(o, lse)$ into the pair over both chunks' keys, and
+  `empty(N, dv)` is its identity: equal to attention over all the keys, commutative and associative (each side against
+  the truth), `x ⊕ e = e ⊕ x = x`, lse near ±1000 and 2000 apart in one row, empty rows, inputs unchanged.
 - `check_merge_partials(fn)` : `fn(parts)` merges $(o_c, lse_c)$ into $(o, lse)$: 1 to 7 parts, lse near ±1000 (in one
   row too), empty parts and rows, every case also on the parts reversed and shuffled, the parts left unchanged.
 - `check_chunked_attention(fn, chunk_output, merge_partials)` : `chunk_output` on single chunks, then `fn(q, k, v,
@@ -29,7 +32,12 @@ from ..states import partial_state
 from ._support import _fresh, _refusal, _settled, _watching
 from ._values import FLOAT32, sharpen
 
-__all__ = ["check_state_merge", "check_merge_partials", "check_chunked_attention"]
+__all__ = [
+    "check_state_merge",
+    "check_pair_merge",
+    "check_merge_partials",
+    "check_chunked_attention",
+]
 
 RTOL, ATOL = 1e-9, 1e-12
 _FAILED = object()
@@ -154,7 +162,7 @@ def _bad_rows(got, problem) -> list:
     )
 
 
-# ------------------------------------------------------------------------------------ exercise 1: two states
+# ------------------------------------------------------------------------------------ section 1's merge of two states
 
 
 def _state_cases(fresh=None):
@@ -274,6 +282,147 @@ def check_state_merge(fn, *, name: str | None = None, seed: int | None = None) -
     print(
         f"{name}: ✓ passed {len(cases)} cases (rows one or both slices never saw, maxes near ±1000, 2000 apart in one "
         "row); a and b unchanged"
+    )
+
+
+# ------------------------------------------------------------------------------------ exercise 1: the (o, lse) pair
+
+
+def _pair_cases(fresh):
+    """Law cases `(label, make, want)`: `make(merge, e)` builds the learner's answer from its merge and identity `e`."""
+    rng = np.random.default_rng(44) if fresh is None else fresh
+    N, M = 3, int(rng.integers(12, 40))
+    q, k, v = (
+        rng.standard_normal((N, 8)),
+        rng.standard_normal((M, 8)) * 1.5,
+        rng.standard_normal((M, 4)),
+    )
+    (j0, j1), (j2, _) = sorted(rng.choice(np.arange(1, M), 2, replace=False)), (M, 0)
+    x, y, z = (
+        attention_reference(q, k[a:b], v[a:b]) for a, b in ((0, j0), (j0, j1), (j1, j2))
+    )
+    xy, xyz = attention_reference(q, k[:j1], v[:j1]), attention_reference(q, k, v)
+    big = _synthetic(rng, 2, 1000.0 * rng.choice([-1.0, 1.0], (2, 4)))
+    apart = _synthetic(rng, 2, 1000.0 * np.array([[-1.0, 1, -1, 1], [1, -1, 1, -1]]))
+    holes = _synthetic(
+        rng, 2, np.array([[-np.inf, 0, -np.inf, 0], [0, -np.inf, -np.inf, 0]])
+    )
+    truth = lambda parts: merge_outputs([p[0] for p in parts], [p[1] for p in parts])  # noqa: E731
+    keys = f"keys 0..{j0 - 1} | {j0}..{j1 - 1}"
+    return [
+        (f"x ⊕ y equals attention over both chunks ({keys})", lambda f, e: f(x, y), xy),
+        (
+            f"commutative: y ⊕ x, the same chunks the other way ({keys})",
+            lambda f, e: f(y, x),
+            xy,
+        ),
+        (
+            f"associative: (x ⊕ y) ⊕ z, three chunks of {M} keys",
+            lambda f, e: f(f(x, y), z),
+            xyz,
+        ),
+        (
+            f"associative: x ⊕ (y ⊕ z), three chunks of {M} keys",
+            lambda f, e: f(x, f(y, z)),
+            xyz,
+        ),
+        ("identity: x ⊕ e gives x back", lambda f, e: f(x, e), x),
+        ("identity: e ⊕ x gives x back", lambda f, e: f(e, x), x),
+        (
+            "lse near +1000 or -1000, the same in both pairs",
+            lambda f, e: f(*big),
+            truth(big),
+        ),
+        (
+            "lse near +1000 and -1000 in one row, pairs 2000 apart",
+            lambda f, e: f(*apart),
+            truth(apart),
+        ),
+        (
+            "rows 0, 2 empty in x, rows 1, 2 in y: row 2 empty in both",
+            lambda f, e: f(*holes),
+            truth(holes),
+        ),
+        (
+            "e ⊕ e: no keys at all, o = 0, lse = -inf",
+            lambda f, e: f(e, e),
+            (np.zeros((3, 4)), np.full(3, -np.inf)),
+        ),
+    ]
+
+
+def _pair_hint(label, parts, got, problem, e):
+    if label.startswith(("identity", "e ⊕ e")) and e is not None:
+        o_e, lse_e = (np.asarray(t, dtype=float) for t in e)
+        if not np.isneginf(lse_e).all():
+            return (
+                "e is the pair of no keys: no mass, e^lse = 0, so lse = -inf; "
+                f"your empty pair has lse = {lse_e.ravel()[0]:g}"
+            )
+        if not np.isfinite(o_e).all():
+            return "e's o meets a weight of 0, and 0 · NaN (or 0 · inf) is NaN: give the empty pair a finite o, zeros"
+    return _merge_hint(label, parts, got, problem)
+
+
+def check_pair_merge(
+    fn, empty, *, name: str | None = None, seed: int | None = None
+) -> None:
+    """Check `fn(x, y)` -> the pair (o, lse) over both pairs' keys, and its identity `empty(N, dv)`; print one verdict.
+
+    $e^{lse}$ is a chunk's mass and $o$ its mass-weighted average of the values, so
+    $lse = \\log(e^{lse_x} + e^{lse_y})$ and $o = e^{lse_x - lse} o_x + e^{lse_y - lse} o_y$. Cases drawn afresh each
+    run (`seed` draws the same again): equal to attention over all the keys, commutative, associative (each
+    grouping against the truth), `x ⊕ e = e ⊕ x = x`, lse near ±1000 and 2000 apart, rows empty in one pair or both;
+    the inputs must stay unchanged; lab's merges refused. Taught in: notebooks/04_merge_order.ipynb
+    """
+    name = name or getattr(fn, "__name__", "merge_pair")
+    ename = getattr(empty, "__name__", "empty_pair")
+    rng, seed = _fresh(seed)
+    cases = _pair_cases(rng)
+    e = None
+    res = _attempt(ename, empty, (3, 4), "0 (an empty pair of 3 rows, dv = 4)")
+    if res is _FAILED:
+        return
+    e, used = res
+    shapes = [np.shape(t) for t in e] if isinstance(e, tuple) else None
+    if shapes != [(3, 4), (3,)] or used:
+        return _fail(
+            ename,
+            "0 (an empty pair of 3 rows, dv = 4)",
+            f"returned {shapes or type(e).__name__}; expected (o, lse) of shapes (3, 4) and (3,)"
+            if not used
+            else _refusal(used),
+        )
+    e = tuple(np.asarray(t, dtype=float) for t in e)
+    for i, (label, make, want) in enumerate(cases):
+        where, given = f"{i} ({label})", []
+
+        def logged(x, y, _given=given):
+            _given.append((x, y))
+            return fn(x, y)
+
+        arrays = lambda: [t for pair in given for part in pair for t in part]  # noqa: E731
+        make(lambda x, y: given.append((x, y)) or x, e)  # a dry run: which pairs go in
+        before, given[:] = [np.array(t, copy=True) for t in arrays()], []
+        res = _attempt(name, lambda: make(logged, e), (), where)
+        if (
+            res is _FAILED
+            or not _judge(
+                name,
+                where,
+                *res,
+                want,
+                ("o", "lse"),
+                lambda got, p: _pair_hint(label, list(given[-1]), got, p, e),
+                before[:4],  # the first call's x and y
+                arrays()[:4],
+            )
+        ):
+            print(seed_note(seed), end="")
+            return
+    print(
+        f"{name}: ✓ passed {len(cases)} cases (= attention, commutative, associative, "
+        f"{ename} an identity, lse ±1000, empty rows)"
     )
 
 
@@ -470,8 +619,8 @@ def check_merge_partials(
                 print(seed_note(seed), end="")
                 return
     print(
-        f"{name}: ✓ passed {len(cases)} cases (1 to 7 parts, lse near ±1000, 2000 apart in one row, empty parts and "
-        "rows), each also reversed and shuffled; the parts unchanged"
+        f"{name}: ✓ passed {len(cases)} cases (1 to 7 parts, lse ±1000, empty parts), "
+        "in any order"
     )
 
 
@@ -698,6 +847,6 @@ def check_chunked_attention(
         ):
             return
     print(
-        f"{name}: ✓ passed {len(cases)} cases (chunk not dividing M, chunk 1, chunk > M, scores in the thousands); "
-        "every key reached chunk_output once, and merge_partials merged the chunks"
+        f"{name}: ✓ passed {len(cases)} cases; each key reached chunk_output once, "
+        "merge_partials merged"
     )

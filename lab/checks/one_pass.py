@@ -850,7 +850,7 @@ def check_normalized_step(fn, *, seed: int | None = None) -> None:
                     if b == 0 and hint.startswith("from"):
                         hint = (
                             "the first block starts from m = -inf, l = 0, o = 0: α = e^(m - m') "
-                            "is 0 there (and at most 1 after), so l·o = 0 stays 0, no NaN") = 0, and l·o = 0 must stay 0 (no NaN)"
+                            "is 0 there (and at most 1 after), so l·o = 0 stays 0, no NaN"
                         )
             if problem is not None:
                 print(f"{name}: ✗ {where}: {problem}")

@@ -686,7 +686,7 @@ def check_one_pass_rows(
         lambda c: c.q.shape[0] * c.k.shape[0] // 2,
         held_what,
         name or getattr(fn, "__name__", "your function"),
-        "K and V read once each for all queries, in blocks of Bc; no NaN on rows without a key; never N × M held",
+        "one pass for all queries, in blocks of Bc; no NaN; never N × M held",
         masks=True,
         seed=seed,
     )

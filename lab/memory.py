@@ -32,6 +32,7 @@ __all__ = [
     "SOFTMAX_OPS_PER_ELEMENT",
     "SOFTMAX_EXPS_PER_ELEMENT",
     "attainable_flops",
+    "softmax_peak",
     "attention_traffic",
 ]
 
@@ -52,6 +53,22 @@ def attainable_flops(intensity, peak: float, bandwidth: float):
             f"peak and bandwidth must be > 0, got peak={peak}, bandwidth={bandwidth}"
         )
     return np.minimum(peak, np.asarray(intensity, dtype=np.float64) * bandwidth)
+
+
+def softmax_peak(chip_name: str = "A100") -> float:
+    """The softmax's compute roof in operations per second: its `SOFTMAX_OPS_PER_ELEMENT` operations per
+    element over their time, the exponentials at the chip's exponential rate, the rest at its FP32 peak.
+
+    Taught in: notebooks/00_the_memory_wall.ipynb
+    """
+    c = chip(chip_name)
+    exps, rest = (
+        SOFTMAX_EXPS_PER_ELEMENT,
+        SOFTMAX_OPS_PER_ELEMENT - SOFTMAX_EXPS_PER_ELEMENT,
+    )
+    return SOFTMAX_OPS_PER_ELEMENT / (
+        rest / c["nonmatmul_flops"] + exps / c["exp_per_s"]
+    )
 
 
 def attention_traffic(

@@ -85,6 +85,7 @@ def test_the_softmax_prices_its_exponentials_at_the_exponential_rate():
     want = (7 * nm - exps) / c["nonmatmul_flops"] + exps / c["exp_per_s"]
     assert soft["t_compute"] == pytest.approx(want)
     assert soft["t_compute"] > 7 * nm / c["nonmatmul_flops"]  # slower than FP32 alone
+    assert soft["t_compute"] == pytest.approx(7 * nm / lab.memory.softmax_peak("A100"))
 
 
 def test_more_passes_over_s_cost_time_in_proportion():

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..hardware import chip
-from ..memory import attainable_flops, attention_traffic
+from ..memory import attainable_flops, attention_traffic, softmax_peak
 
 __all__ = ["draw_attention_roofline"]
 
@@ -30,7 +30,7 @@ def draw_attention_roofline(
     softmax_accesses: int = 2,
     axes=None,
 ) -> dict:
-    """Left: the roofline of `chip_name` (matmul and non-matmul peaks, HBM and, where published, SRAM
+    """Left: the roofline of `chip_name` (matmul and softmax peaks, HBM and, where published, SRAM
     bandwidth) with each piece of standard attention at its intensity and at the rate its time implies,
     FLOPs / time (on a roof when one term sets the time; the fused kernel below it). Right: each piece's
     time, memory against compute.
@@ -63,13 +63,15 @@ def draw_attention_roofline(
         lw=2.5,
         label=f"matmul roof: {c['matmul_flops'] / 1e12:g} TFLOP/s, HBM {hbm / 1e12:g} TB/s",
     )
+    soft_peak = softmax_peak(chip_name)
     ax.loglog(
         xs,
-        attainable_flops(xs, c["nonmatmul_flops"], hbm) / 1e12,
+        attainable_flops(xs, soft_peak, hbm) / 1e12,
         color="k",
         lw=1.8,
         ls="--",
-        label=f"non-matmul (FP32) roof: {c['nonmatmul_flops'] / 1e12:g} TFLOP/s",
+        label=f"softmax roof: {soft_peak / 1e12:.1f} TFLOP/s (exp at "
+        f"{c['exp_per_s'] / 1e12:.2f} T/s, the rest FP32)",
     )
     if sram:
         ax.loglog(

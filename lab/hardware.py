@@ -60,6 +60,7 @@ CHIPS = {
         "nonmatmul_flops": 19.5e12,
         "hbm_bytes_per_s": 1.555e12,
         "sram_bytes_per_s": 19e12,
+        "l2_bytes": 40 * KiB * KiB,
         "registers_per_sm": 256 * KiB,
         "l1_shared_per_sm": 192 * KiB,
         "shared_per_sm": 164 * KiB,
@@ -75,6 +76,7 @@ CHIPS = {
         "nonmatmul_flops": 67e12,
         "hbm_bytes_per_s": 3.35e12,
         "sram_bytes_per_s": None,
+        "l2_bytes": 50 * KiB * KiB,
         "registers_per_sm": 256 * KiB,
         "l1_shared_per_sm": 256 * KiB,
         "shared_per_sm": 228 * KiB,
@@ -92,10 +94,12 @@ SOURCES = {
         "matmul_flops": _FA2 + " and " + _A100_WP + " (FP16/BF16 tensor cores, dense)",
         "nonmatmul_flops": _FA2 + " (FP32)",
         "hbm_bytes_per_s": _A100_WP
-        + " (A100 40GB; 2.0 TB/s for the 80GB SXM part); "
+        + " (A100 40GB; the 80GB SXM part has 2.039 TB/s, A100 datasheet); "
         + _FA1
         + " gives 1.5-2.0 TB/s",
         "sram_bytes_per_s": _FA1 + ' ("estimated around 19 TB/s")',
+        "l2_bytes": _A100_WP
+        + ' ("40 MB L2 cache"; the CUDA device query reports 40 MiB)',
         "registers_per_sm": _A100_WP + " (65,536 32-bit registers)",
         "l1_shared_per_sm": _A100_WP,
         "shared_per_sm": _CUDA_CC + ", compute capability 8.0",
@@ -119,6 +123,8 @@ SOURCES = {
         "nonmatmul_flops": _H100_DS + " (FP32)",
         "hbm_bytes_per_s": _H100_DS + " (HBM3)",
         "sram_bytes_per_s": "not published",
+        "l2_bytes": _H100_WP
+        + ' ("50 MB L2 cache"; the CUDA device query reports 50 MiB)',
         "registers_per_sm": _H100_WP + " (65,536 32-bit registers)",
         "l1_shared_per_sm": _H100_WP,
         "shared_per_sm": _CUDA_CC + ", compute capability 9.0",

@@ -2,8 +2,8 @@
 
 Traffic first, because it sets the time. A GPU keeps Q, K, V, S, P and O in its main memory (HBM) and computes
 on chip, in SRAM (registers and shared memory) that is an order of magnitude faster and far smaller
-(FlashAttention, Dao et al. 2022, arXiv 2205.14135, §1 and §2.1). A kernel that performs F FLOPs and moves B bytes
-through HBM takes at least max(F / peak, B / bandwidth): its *arithmetic intensity* I = F / B decides which term wins,
+(FlashAttention, Dao et al. 2022, arXiv 2205.14135, §1 and §2.1). A kernel that performs F FLOPs and moves `bytes` through
+HBM takes at least max(F / peak, bytes / bandwidth): its *arithmetic intensity* I = F / bytes decides which wins,
 and the roofline $\\min(\\text{peak}, I \\cdot \\text{bandwidth})$ is the rate it can attain at best.
   1. `attainable_flops`      : the roofline at intensity I.
   2. `attention_traffic`     : FLOPs, HBM bytes, intensity and roofline time of each piece of standard attention
@@ -30,13 +30,17 @@ __all__ = [
     "attention_bytes",
     "measure_peak_memory",
     "SOFTMAX_OPS_PER_ELEMENT",
+    "SOFTMAX_EXPS_PER_ELEMENT",
     "attainable_flops",
+    "softmax_peak",
     "attention_traffic",
 ]
 
 # Operations per element of the safe softmax of notebook 01, the exponential counted as one: the max (1 compare),
 # l = Σ e^(x - m) (subtract, exp, add) and y = e^(x - m) / l (subtract, exp, divide).
 SOFTMAX_OPS_PER_ELEMENT = 7
+# Of those, the exponentials: they run on the special-function units, at `lab.exp_rate`, not the FP32 rate.
+SOFTMAX_EXPS_PER_ELEMENT = 2
 
 
 def attainable_flops(intensity, peak: float, bandwidth: float):
@@ -49,6 +53,22 @@ def attainable_flops(intensity, peak: float, bandwidth: float):
             f"peak and bandwidth must be > 0, got peak={peak}, bandwidth={bandwidth}"
         )
     return np.minimum(peak, np.asarray(intensity, dtype=np.float64) * bandwidth)
+
+
+def softmax_peak(chip_name: str = "A100") -> float:
+    """The softmax's compute roof in operations per second: its `SOFTMAX_OPS_PER_ELEMENT` operations per
+    element over their time, the exponentials at the chip's exponential rate, the rest at its FP32 peak.
+
+    Taught in: notebooks/00_the_memory_wall.ipynb
+    """
+    c = chip(chip_name)
+    exps, rest = (
+        SOFTMAX_EXPS_PER_ELEMENT,
+        SOFTMAX_OPS_PER_ELEMENT - SOFTMAX_EXPS_PER_ELEMENT,
+    )
+    return SOFTMAX_OPS_PER_ELEMENT / (
+        rest / c["nonmatmul_flops"] + exps / c["exp_per_s"]
+    )
 
 
 def attention_traffic(
@@ -67,9 +87,11 @@ def attention_traffic(
     `softmax_accesses` loads and stores of each of its N·M elements: 2 reads S once and writes P, 4 is the three-pass
     safe softmax of notebook 01 when a row does not stay on chip), `O = PV` ($2NMd_v$ FLOPs; reads P, V, writes O);
     then `standard, total` and `fused: Q, K, V in, O out` (the same FLOPs, HBM traffic of the inputs and output only).
-    Matmuls run against the chip's matmul peak, the softmax against its non-matmul (FP32) peak; a kernel's time is
-    max(FLOPs / peak, bytes / HBM bandwidth) and `bound` names the larger term; the standard total adds its three
-    kernels' times. Figures from `lab.hardware`; each row has `piece`, `kind`, `flops`, `bytes`, `intensity`,
+    Matmuls run against the chip's matmul peak; the softmax's exponentials (`SOFTMAX_EXPS_PER_ELEMENT`·NM)
+    against the chip's exponential rate and its other operations against the non-matmul (FP32) peak. A
+    kernel's time is max(compute time, bytes / HBM bandwidth) and `bound` names the larger term; the standard
+    total adds its three kernels' times. The fused kernel does the three kernels' arithmetic (its compute time
+    is theirs added: tensor cores, FP32 units and exponential units are not overlapped, a simplification). Figures from `lab.hardware`; each row has `piece`, `kind`, `flops`, `bytes`, `intensity`,
     `t_compute`, `t_memory`, `time` (seconds) and `bound`.
     Taught in: notebooks/00_the_memory_wall.ipynb
     """
@@ -118,12 +140,15 @@ def attention_traffic(
             )
             time = sum(r["time"] for r in rows)
         else:
-            t_compute = (
-                sum(r["t_compute"] for r in rows[:3])
-                if kind == "mixed"
-                else flops
-                / c["matmul_flops" if kind == "matmul" else "nonmatmul_flops"]
-            )
+            if kind == "mixed":
+                t_compute = sum(r["t_compute"] for r in rows[:3])
+            elif kind == "matmul":
+                t_compute = flops / c["matmul_flops"]
+            else:  # the exponentials on their own units, the rest at the FP32 rate
+                exps = SOFTMAX_EXPS_PER_ELEMENT * nm
+                t_compute = (flops - exps) / c["nonmatmul_flops"] + exps / c[
+                    "exp_per_s"
+                ]
             t_memory = nbytes / bw
             time = max(t_compute, t_memory)
         rows.append(

@@ -61,8 +61,9 @@ class SlowRows:
     """An array in slow memory (HBM), used only in slices of rows: `load(j0, j1)` hands out rows j0..j1-1 and counts them.
 
     Rows lie along axis -2 (axis 0 of a 1-D array); `load` returns a view, no copy. `loads[j]` and
-    `stores[j]` count the loads and stores of row j; each load and store also reports its bytes to
-    `lab.trace` under `name`. `passes` is rows loaded / rows: 1.0 for one pass.
+    `stores[j]` count the loads and stores of row j; `largest` is the most rows one load handed out;
+    each load and store also reports its bytes to `lab.trace` under `name`. `passes` is rows loaded /
+    rows: 1.0 for one pass.
     Taught in: notebooks/03_one_pass_attention.ipynb
     """
 
@@ -71,6 +72,7 @@ class SlowRows:
         self._axis = 0 if a.ndim == 1 else a.ndim - 2
         n = a.shape[self._axis]
         self.loads = np.zeros(n, np.int64)
+        self.largest = 0  # the most rows handed out by one load
         self._stores = None  # made by the first store: K and V are never written
 
     @property
@@ -99,6 +101,7 @@ class SlowRows:
         """Rows j0..j1-1 (a view), counted once each."""
         block = self._a[self._rows(j0, j1)]
         self.loads[j0:j1] += 1
+        self.largest = max(self.largest, block.shape[self._axis])
         trace.read(self.name, trace.nbytes(block))
         return block
 
@@ -337,8 +340,9 @@ def compare_row_methods(q, k, v, *, block_k: int = 256, scale=None) -> list[dict
     """Run the three row methods on one query and tabulate what each read, wrote and held, and $\\max|o - o_{ref}|$.
 
     Passes, score-row bytes and exponentials are counted in the run (`SlowRows`, the counted `np.exp`);
-    `held (B)` is each method's declared sum of its working arrays. The reference is `attention_reference`
-    in float64. Taught in: notebooks/03_one_pass_attention.ipynb
+    `held (B)` is each method's declared sum of its working arrays (the block of K and V being read is
+    not among them: it is a view of the inputs); `K, V loads (B)` is the bytes of the largest load of K
+    plus the largest of V, counted. The reference is `attention_reference` in float64. Taught in: notebooks/03_one_pass_attention.ipynb
     """
     from .kernels import attention_reference
 
@@ -348,8 +352,9 @@ def compare_row_methods(q, k, v, *, block_k: int = 256, scale=None) -> list[dict
     rows = []
     for name, fn in ROW_METHODS.items():
         kw = {} if fn is attention_row_three_pass else {"block_k": block_k}
+        K, V = SlowRows(k, "k"), SlowRows(v, "v")
         with trace.record() as rec:
-            run = fn(q, k, v, scale=scale, **kw)
+            run = fn(q, K, V, scale=scale, **kw)
         rows.append(
             {
                 "method": name,
@@ -358,6 +363,8 @@ def compare_row_methods(q, k, v, *, block_k: int = 256, scale=None) -> list[dict
                 "s written (B)": run.s_writes,
                 "s read (B)": run.s_reads,
                 "held (B)": run.held_bytes,
+                "K, V loads (B)": (K.largest * k.shape[1] + V.largest * v.shape[1])
+                * k.itemsize,
                 "exponentials": rec.op_counts["exp"],
                 "max |o - ref|": float(np.abs(run.o - ref[0]).max())
                 if run.o.size
@@ -440,18 +447,21 @@ def one_pass_buffers(
         min(check_block(block_k, "block_k"), M),
         check_positive(itemsize, "itemsize"),
     )
-    state_b = ("state b: m_b, l_b (N each), acc_b (N × dv)", (2 * N + N * dv) * e)
+    state_b = (
+        "block b's state: m_b, l_b (N each), acc_b (N × dv)",
+        (2 * N + N * dv) * e,
+    )
     parts = {
         "held": [
             ("q · scale (N × d)", N * d * e),
-            ("state a: m, l (N each), acc (N × dv)", (2 * N + N * dv) * e),
-            ("SlowRows' load counts of K, V (M int64 each)", 2 * M * 8),
+            ("running state: m, l (N each), acc (N × dv)", (2 * N + N * dv) * e),
+            ("instrument: SlowRows' load counts of K, V (M int64 each)", 2 * M * 8),
         ],
         "block": [("S_b and P_b (N × Bc each)", 2 * N * Bc * e), state_b],
         "merge": [
             state_b,
-            ("m, α_a, α_b, l (N each)", 4 * N * e),
-            ("acc and one α_b·acc_b product (N × dv each)", 2 * N * dv * e),
+            ("m', the factors e^(m - m') and e^(m_b - m'), l' (N each)", 4 * N * e),
+            ("acc' and one e^(m_b - m')·acc_b product (N × dv each)", 2 * N * dv * e),
         ],
         "mask": [
             ("S_b before and after the mask (N × Bc each)", 2 * N * Bc * e),

@@ -18,7 +18,7 @@ NAME = "00_the_memory_wall"
 EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
     1: "score_bytes: ✓ passed 7 cases\n",
-    2: "my_attention: ✓ passed 5 cases\n",
+    2: "lean_attention: ✓ passed 4 cases\n",
     3: "largest_n: ✓ passed 9 cases\n",
     4: "hbm_bytes: ✓ passed 6 cases\n",
 }
@@ -182,112 +182,136 @@ PLANTED = {
     ],
     2: [
         (
-            "no max subtracted",
+            "attention_naive's shape: a new array at each step",
             """
-            def my_attention(q, k, v):
-                s = q @ k.T / np.sqrt(q.shape[-1])
+            def lean_attention(q, k, v):
+                s = q @ k.T * q.shape[-1] ** -0.5
                 p = np.exp(s)
                 return p / p.sum(axis=-1, keepdims=True) @ v
             """,
-            ["case 1", "NaN in yours", "subtract each row's max"],
+            [
+                "case 0",
+                "× one N×M array of float32",
+                "the bound is 1.25×",
+                "new arrays",
+            ],
         ),
         (
-            "one max for all of S",
+            "two arrays alive: a scaled copy, then in place",
             """
-            def my_attention(q, k, v):
-                s = q @ k.T / np.sqrt(q.shape[-1])
-                p = np.exp(s - s.max())
-                return p / p.sum(axis=-1, keepdims=True) @ v
+            def lean_attention(q, k, v):
+                s = q @ k.T * q.shape[-1] ** -0.5
+                np.exp(s, out=s)
+                s /= s.sum(axis=-1, keepdims=True)
+                return s @ v
             """,
-            ["case 1", "the max of all of S"],
+            ["case 0", "two N×M arrays were alive at once", "write into s itself"],
+        ),
+        (
+            "np.sqrt upcasts to float64",
+            """
+            def lean_attention(q, k, v):
+                s = q @ k.T / np.sqrt(q.shape[-1])
+                np.exp(s, out=s)
+                s /= s.sum(axis=-1, keepdims=True)
+                return s @ v
+            """,
+            ["case 0", "returns float64 for float32 inputs", "NEP 50"],
+        ),
+        (
+            "np.sqrt upcast, cast back at the end",
+            """
+            def lean_attention(q, k, v):
+                s = q @ k.T / np.sqrt(q.shape[-1])
+                np.exp(s, out=s)
+                s /= s.sum(axis=-1, keepdims=True)
+                return (s @ v).astype(q.dtype)
+            """,
+            ["case 0", "a float64 copy of a float32 array", "np.sqrt"],
         ),
         (
             "no scale",
             """
-            def my_attention(q, k, v):
+            def lean_attention(q, k, v):
                 s = q @ k.T
-                p = np.exp(s - s.max(axis=-1, keepdims=True))
-                return p / p.sum(axis=-1, keepdims=True) @ v
+                np.exp(s, out=s)
+                s /= s.sum(axis=-1, keepdims=True)
+                return s @ v
             """,
             ["case 0", "expected", "not scaled"],
         ),
         (
             "d taken from v",
             """
-            def my_attention(q, k, v):
-                s = q @ k.T / np.sqrt(v.shape[-1])
-                p = np.exp(s - s.max(axis=-1, keepdims=True))
-                return p / p.sum(axis=-1, keepdims=True) @ v
+            def lean_attention(q, k, v):
+                s = q @ k.T
+                s *= v.shape[-1] ** -0.5
+                np.exp(s, out=s)
+                s /= s.sum(axis=-1, keepdims=True)
+                return s @ v
             """,
             ["case 0", "width of q and k"],
         ),
         (
             "softmax down the columns",
             """
-            def my_attention(q, k, v):
-                s = q @ k.T / np.sqrt(q.shape[-1])
-                p = np.exp(s - s.max(axis=0, keepdims=True))
-                return p / p.sum(axis=0, keepdims=True) @ v
+            def lean_attention(q, k, v):
+                s = q @ k.T
+                s *= q.shape[-1] ** -0.5
+                np.exp(s, out=s)
+                s /= s.sum(axis=0, keepdims=True)
+                return s @ v
             """,
             ["case 0", "each column of P sums to 1"],
         ),
         (
-            "returns the reference",
+            "lab's naive attention",
             """
-            def my_attention(q, k, v):
-                return lab.attention_reference(q, k, v)[0]
+            def lean_attention(q, k, v):
+                return lab.attention_naive(q, k, v)
             """,
-            ["calls lab.attention_reference"],
+            ["calls lab.attention_naive"],
         ),
         (
             "lab's answer through a closure",
             """
             def _make():
                 answer = lab.attention.attention_reference
-                return lambda q, k, v: answer(q, k, v)[0]
-            my_attention = _make()
+                return lambda q, k, v: answer(q, k, v)[0].astype(q.dtype)
+            lean_attention = _make()
             """,
             ["calls lab.attention_reference", "write it yourself"],
         ),
         (
-            "torch's SDPA",
+            "torch's softmax, whose memory tracemalloc does not see",
             """
             import torch
-            def my_attention(q, k, v):
-                t = [torch.from_numpy(x)[None] for x in (q, k, v)]
-                return torch.nn.functional.scaled_dot_product_attention(*t)[0].numpy()
-            """,
-            [
-                "calls torch.nn.functional.scaled_dot_product_attention",
-                "this exercise asks for numpy",
-            ],
-        ),
-        (
-            "torch's softmax",
-            """
-            import torch
-            def my_attention(q, k, v):
-                s = torch.from_numpy(q @ k.T / np.sqrt(q.shape[-1]))
+            def lean_attention(q, k, v):
+                s = torch.from_numpy(q @ k.T) * q.shape[-1] ** -0.5
                 return torch.softmax(s, dim=-1).numpy() @ v
             """,
-            ["calls torch.softmax", "asks for numpy"],
+            ["calls torch", "asks for numpy"],
         ),
         (
-            "float32 inside",
+            "lean only when measured",
             """
-            def my_attention(q, k, v):
-                q, k, v = (x.astype(np.float32) for x in (q, k, v))
-                s = q @ k.T / np.sqrt(q.shape[-1])
-                p = np.exp(s - s.max(axis=-1, keepdims=True))
-                return (p / p.sum(axis=-1, keepdims=True) @ v).astype(np.float64)
+            import tracemalloc
+            def lean_attention(q, k, v):
+                if tracemalloc.is_tracing():
+                    return np.zeros((q.shape[0], v.shape[1]), q.dtype)
+                s = q @ k.T
+                s *= q.shape[-1] ** -0.5
+                np.exp(s, out=s)
+                s /= s.sum(axis=-1, keepdims=True)
+                return s @ v
             """,
-            ["case 0", "the digits are float32's"],
+            ["another result when its memory is measured"],
         ),
         (
             "a raise in the learner's own line",
             """
-            def my_attention(q, k, v):
-                s = q @ k.T / np.sqrt(q.shape[-1])
+            def lean_attention(q, k, v):
+                s = q @ k.T
                 return s @ v.T
             """,
             ["raised ValueError", "(line 3 of your code)", "drawn with seed="],
@@ -620,8 +644,8 @@ def test_a_learner_s_exception_is_shown_with_the_line_of_their_code_that_raised_
         EX[2],
         source(
             """
-            def my_attention(q, k, v):
-                s = q @ k.T / np.sqrt(q.shape[-1])
+            def lean_attention(q, k, v):
+                s = q @ k.T
                 return s @ v.T
             """
         ),
@@ -793,3 +817,30 @@ def test_the_reference_of_a_check_without_a_lab_answer_is_refused_through_a_trac
         """,
         "reads the check's own frames or objects",
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        """
+        def lean_attention(q, k, v):
+            s = q @ k.T
+            s /= np.sqrt(q.shape[-1])  # in place: float32 stays float32
+            np.exp(s, out=s)
+            return (s @ v) / s.sum(axis=-1, keepdims=True)
+        """,
+        """
+        def lean_attention(q, k, v):
+            o = np.empty((q.shape[0], v.shape[1]), q.dtype)
+            for i in range(q.shape[0]):  # one row of M scores at a time
+                s = k @ q[i]
+                s *= q.shape[-1] ** -0.5
+                np.exp(s, out=s)
+                o[i] = s @ v / s.sum()
+            return o
+        """,
+    ],
+    ids=["in place, normalized after PV", "a row at a time"],
+)
+def test_exercise_2_accepts_other_lean_versions(text):
+    assert run_check(EX[2], source(text)) == PASSED[2]

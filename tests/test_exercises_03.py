@@ -1,6 +1,8 @@
 """Notebook 03's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the instrument and checks of lab/checks/one_pass.py behave."""
 
+import contextlib
+import io
 import re
 
 import nbformat
@@ -15,9 +17,9 @@ from lab.checks.one_pass import CountingRows
 NAME = "03_one_pass_attention"
 EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
-    1: "one_pass_row: ✓ passed 10 cases; K and V read once each, in blocks of Bc; nothing of length M held\n",
-    2: "one_pass_rows: ✓ passed 13 cases; K and V read once each for all queries, in blocks of Bc; no NaN on rows "
-    "without a key; never N × M held\n",
+    1: "normalized_step: ✓ passed 4 cases, 15 blocks; o an average after every block\n",
+    2: "one_pass_rows: ✓ passed 13 cases; one pass for all queries, in blocks of Bc; no NaN; "
+    "never N × M held\n",
 }
 
 
@@ -27,6 +29,21 @@ def _src(text: str) -> str:
 
 def _fails(number: int, text: str, *says: str) -> str:
     return assert_fails(EX[number], text, *says)
+
+
+def _fails_row(text: str, *says: str) -> str:
+    """A planted `one_pass_row` through `check_one_pass_row`, called directly (the check of one query's
+    whole pass, which the notebook's exercise 2 grows into all queries)."""
+    ns = {"np": np, "lab": lab, "__name__": "__exercise__"}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(source(text), "<solution>", "exec"), ns)
+        checks.check_one_pass_row(ns["one_pass_row"])
+    out = out.getvalue()
+    assert "✗" in out and "✓" not in out, out
+    for said in says:
+        assert said in out, f"{said!r} not in:\n{out}"
+    return out
 
 
 def _cells():
@@ -67,7 +84,7 @@ def test_the_exercise_section_needs_only_the_setup():
     ns = {}
     for src in EX[2].setup + EX[2].before[:1]:
         exec(compile(src, "<setup>", "exec"), ns)
-    assert {"CountingRows", "check_one_pass_row", "check_one_pass_rows"} <= set(ns)
+    assert {"CountingRows", "check_normalized_step", "check_one_pass_rows"} <= set(ns)
 
 
 # ------------------------------------------------------------------------------------ exercise 1
@@ -286,9 +303,9 @@ def one_pass_row(q, k, v, Bc):
 
 
 @pytest.mark.parametrize("case", list(WRONG_1), ids=list(WRONG_1))
-def test_exercise_1_planted_mistakes(case):
+def test_one_pass_row_check_planted_mistakes(case):
     source, says = WRONG_1[case]
-    _fails(1, source, *says)
+    _fails_row(source, *says)
 
 
 # ------------------------------------------------------------------------------------ exercise 2
@@ -325,8 +342,9 @@ def _rows(**changes) -> str:
 
 
 WRONG_2 = {
-    "exercise 1 called once per query": (
-        """
+    "section 3's row loop called once per query": (
+        ROW_LOOP.format(**GOOD)
+        + """
 def one_pass_rows(Q, K, V, Bc, causal=False):
     o, lse = zip(*(one_pass_row(q, K, V, Bc) for q in Q))
     return np.array(o), np.array(lse)
@@ -645,7 +663,8 @@ def test_a_float32_answer_shows_the_digits_that_differ(number):
         if number == 1
         else WRONG_2["the state kept in float32"][0]
     )
-    want, got = _shown(_fails(number, source, "float32"))
+    out = _fails_row(source, "float32") if number == 1 else _fails(2, source, "float32")
+    want, got = _shown(out)
     assert want != got and float(want) != float(got)
 
 
@@ -656,3 +675,123 @@ def test_no_relative_error_against_an_expected_zero():
     assert "largest |error|" in line and (
         "relative error" not in line or "where the expected value is not 0" in line
     ), out
+
+
+# ------------------------------------------------------------------------------------ exercise 1: the normalized step
+
+STEP = """
+def normalized_step(m, l, o, s_b, v_b):
+    m_new = {m_new}
+    alpha = {alpha}
+    p = np.exp(s_b - m_new)
+    l_new = {l_new}
+    return m_new, l_new, {o_new}
+"""
+STEP_GOOD = {
+    "m_new": "max(m, s_b.max())",
+    "alpha": "np.exp(m - m_new)",
+    "l_new": "alpha * l + p.sum()",
+    "o_new": "(alpha * l * o + p @ v_b) / l_new",
+}
+
+
+def _step(**changes) -> str:
+    return STEP.format(**{**STEP_GOOD, **changes})
+
+
+WRONG_STEP = {
+    "acc kept, not o": (
+        _step(o_new="alpha * o + p @ v_b"),
+        ["block 0", "o':", "that is acc, the unnormalized sum"],
+    ),
+    "divided by the old l": (
+        _step(o_new="(alpha * l * o + p @ v_b) / (l if l > 0 else l_new)"),
+        ["block 1", "divided by the old l"],
+    ),
+    "old o rescaled by alpha alone": (
+        _step(o_new="(alpha * o + p @ v_b) / l_new"),
+        ["block 1", "weighs 1, not l·α"],
+    ),
+    "no rescale when the max grows": (
+        _step(alpha="1.0"),
+        ["block 1", "l':", "multiply the old terms by α"],
+    ),
+    "the block's max": (
+        _step(m_new="s_b.max()"),
+        ["m':", "max(m, max s_b)"],
+    ),
+    "alpha inverted": (
+        _step(alpha="np.exp(m_new - m)"),
+        ["block 0", "NaN in yours", "the first block starts from m = -inf"],
+    ),
+    "lab's merge": (
+        """
+        def normalized_step(m, l, o, s_b, v_b):
+            from lab.states import SoftmaxState
+            a = SoftmaxState(np.array([m]), np.array([l]), (l * o)[None])
+            b = lab.partial_state(s_b[None], v_b)
+            st = lab.merge_states(a, b)
+            return float(st.m[0]), float(st.l[0]), st.acc[0] / st.l[0]
+        """,
+        ["calls lab."],
+    ),
+    "torch": (
+        """
+        import torch
+        def normalized_step(m, l, o, s_b, v_b):
+            m_new = max(m, s_b.max())
+            alpha = np.exp(m - m_new)
+            p = torch.exp(torch.from_numpy(s_b - m_new)).numpy()
+            l_new = alpha * l + p.sum()
+            return m_new, l_new, (alpha * l * o + p @ v_b) / l_new
+        """,
+        ["calls torch", "asks for numpy"],
+    ),
+    "in place": (
+        """
+        def normalized_step(m, l, o, s_b, v_b):
+            m_new = max(m, s_b.max())
+            alpha = np.exp(m - m_new)
+            s_b -= m_new
+            p = np.exp(s_b)
+            l_new = alpha * l + p.sum()
+            o *= alpha * l
+            o += p @ v_b
+            o /= l_new
+            return m_new, l_new, o
+        """,
+        ["changes its input in place"],
+    ),
+    "two values": (
+        _step().replace("return m_new, l_new, ", "return m_new, "),
+        ["a tuple (m', l', o')"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(WRONG_STEP), ids=list(WRONG_STEP))
+def test_exercise_1_planted_mistakes(case):
+    text, says = WRONG_STEP[case]
+    _fails(1, text, *says)
+
+
+def test_exercise_1_accepts_the_step_written_from_acc():
+    text = """
+        def normalized_step(m, l, o, s_b, v_b):
+            m_new = max(m, s_b.max())
+            p = np.exp(s_b - m_new)
+            acc = np.exp(m - m_new) * (l * o) + p @ v_b  # l·o is acc
+            l_new = np.exp(m - m_new) * l + p.sum()
+            return m_new, l_new, acc / l_new
+        """
+    assert run_check(EX[1], source(text)) == PASSED[1]
+
+
+def test_the_normalized_step_cases_change_with_the_seed_and_raise_the_max_in_block_1():
+    first = checks._step_blocks(np.random.default_rng(1))
+    again = checks._step_blocks(np.random.default_rng(1))
+    other = checks._step_blocks(np.random.default_rng(2))
+    assert all(np.array_equal(a[0][0], b[0][0]) for a, b in zip(first, again))
+    assert not np.array_equal(first[0][0][0], other[0][0][0])
+    for blocks in first[:3]:
+        assert blocks[1][0].max() > blocks[0][0].max()

@@ -9,7 +9,7 @@ import pytest
 from exercise_support import ROOT, exercises
 
 BUILDS = {
-    "03_one_pass_attention": [1, 2],
+    "03_one_pass_attention": [2],  # 1 derives one step of the normalized state
     "04_merge_order": [2, 3],
     "05_tiling": [4],
     "06_flashattention2": [1, 2],

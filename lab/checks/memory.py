@@ -1,4 +1,5 @@
-"""Checks for the exercises of notebook 00: the bytes of S and P, standard attention, the largest N that fits, HBM traffic.
+"""Checks for notebook 00's exercises: the bytes of S and P, the memory attention holds, the largest N
+that fits, HBM traffic.
 
 Taught in: notebooks/00_the_memory_wall.ipynb
 """
@@ -10,13 +11,13 @@ import math
 import numpy as np
 
 from ..attention import attention_reference
-from ..exercises import check
-from ..memory import attention_bytes, attention_traffic
-from ._support import _fresh, _guarded, _hint, _own_work
+from ..exercises import check, diagnose
+from ..memory import attention_bytes, attention_traffic, peak_bytes
+from ._support import _copies, _fresh, _guarded, _hint, _own_work, _refusal, _watching
 
 __all__ = [
     "check_score_bytes",
-    "check_standard_attention",
+    "check_lean_attention",
     "check_largest_n",
     "check_hbm_bytes",
 ]
@@ -95,104 +96,128 @@ def check_score_bytes(fn, *, seed: int | None = None) -> None:
     )
 
 
-def _attention(q, k, v, *, scale=None, shift="row", axis=-1):
-    """Standard attention with a choice of classic mistakes: the scale, what is subtracted, the softmax axis."""
-    s = q @ k.T * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
-    e = np.exp(
-        s - {"row": s.max(axis=axis, keepdims=True), "all": s.max(), "none": 0.0}[shift]
+# The bound of exercise 2: at its peak, at most this many N×M arrays of the input's dtype (one, plus the output
+# and a few vectors of length N, which the cases keep under a quarter of one N×M array: M >= 8·d_v).
+LEAN_BOUND = 1.25
+
+_ATTENTION_ANSWERS = (
+    "attention_reference",
+    "attention_naive",
+    "flash_attention_numpy",
+    "one_pass_attention",
+    "softmax_safe",
+    "softmax_naive",
+    "softmax_online",
+)
+
+
+def _lean_cases(rng) -> list:
+    """Float32 cases (and one float64) with N != M, d != d_v, M >= 8·d_v, scores of order 1."""
+    cases = []
+    for dtype in (np.float32, np.float32, np.float32, np.float64):
+        N, M = int(rng.integers(160, 480)), int(rng.integers(512, 900))
+        d, dv = (int(x) for x in rng.choice([16, 24, 32, 40, 48, 64], 2, replace=False))
+        q, k, v = (rng.standard_normal(s) for s in ((N, d), (M, d), (M, dv)))
+        cases.append(tuple(x.astype(dtype) for x in (q, k, v)))
+    return cases
+
+
+def _held(peak: int, q, k) -> str:
+    """What a peak of `peak` bytes says about a version of attention on q (N, d), k (M, d)."""
+    unit = q.shape[0] * k.shape[0] * q.itemsize
+    ratio = peak / unit
+    said = (
+        f"at its peak it held {peak / 2**20:.2f} MiB, {ratio:.2f}× one N×M array of "
+        f"{q.dtype} ({unit / 2**20:.2f} MiB); the bound is {LEAN_BOUND}×"
     )
-    return e / e.sum(axis=axis, keepdims=True) @ v
-
-
-def check_standard_attention(fn, *, seed: int | None = None) -> None:
-    """Check `fn(q, k, v)`, one head of standard attention: $O = \\mathrm{softmax}(QK^\\top/\\sqrt{d})\\,V$, row by row, in numpy;
-    cases with N != M, d_v != d and scores in the thousands, fixed and drawn afresh each run (`seed` draws the same
-    again). Taught in: notebooks/00_the_memory_wall.ipynb"""
-    rng = np.random.default_rng(1)
-    fresh, seed = _fresh(seed)
-    cases = [
-        (
-            rng.standard_normal((5, 8)),
-            rng.standard_normal((7, 8)),
-            rng.standard_normal((7, 3)),
-        ),
-        (
-            40 * rng.standard_normal((4, 16)),
-            40 * rng.standard_normal((6, 16)),
-            rng.standard_normal((6, 16)),
-        ),
-        (
-            rng.standard_normal((1, 4)),
-            rng.standard_normal((9, 4)),
-            rng.standard_normal((9, 2)),
-        ),
-    ]
-    for scale in (1.0, 40.0):
-        N, M, d, dv = (int(x) for x in fresh.integers(2, 12, 4))
-        cases.append(
-            (
-                scale * fresh.standard_normal((N, d)),
-                scale * fresh.standard_normal((M, d)),
-                fresh.standard_normal((M, dv)),
-            )
+    if ratio < 2.6:
+        why = (
+            "two N×M arrays were alive at once: `np.exp(s)`, `s - m`, `s / c`, `s * c` "
+            "each make a new N×M array while s is still alive; write into s itself "
+            "(`s *= c`, `np.exp(s, out=s)`, `s /= l`)"
         )
+    else:
+        why = (
+            "three N×M arrays' worth: new arrays made while s is alive (`np.exp(s)`, "
+            "`s / c`), or a float64 copy of a float32 array, 8 bytes a number: numpy 2 "
+            "turns `x / np.sqrt(d)` into float64 (np.sqrt returns a numpy float64 "
+            "scalar, NEP 50), while a Python float (`d ** -0.5`) keeps float32"
+        )
+    return f"{said}: {why}"
+
+
+def check_lean_attention(fn, *, seed: int | None = None) -> None:
+    """Check `fn(q, k, v)`, one head of attention $O = \\mathrm{softmax}(QK^\\top/\\sqrt{d})\\,V$ in numpy
+    that holds at most `LEAN_BOUND` N×M arrays of the input's dtype at its peak, measured with
+    `lab.peak_bytes` on the learner's own function; float32 and float64 cases drawn afresh each
+    run (`seed` draws the same again). Taught in: notebooks/00_the_memory_wall.ipynb"""
+    rng, seed = _fresh(seed)
+    cases = _lean_cases(rng)
+    own = _own_work(*_ATTENTION_ANSWERS, numpy_only=True)
+
+    def same_dtype(fn, case, got):
+        if got.dtype == case[0].dtype:
+            return None
+        why = (
+            ": a float64 scalar such as `np.sqrt(d)` turns a float32 array into float64 "
+            "under numpy 2 (NEP 50); scale by a Python float (`d ** -0.5`), in place"
+            if got.dtype == np.float64
+            else ""
+        )
+        return f"it returns {got.dtype} for {case[0].dtype} inputs{why}"
+
+    def lean(fn, case, got):
+        with _watching(_ATTENTION_ANSWERS, numpy_only=True) as called:
+            peak, again = peak_bytes(getattr(fn, "raw", fn), *_copies(case))
+        if called:
+            return _refusal(called)
+        if diagnose(again, got, rtol=0, atol=0) is not None:
+            return "it gives another result when its memory is measured: compute the same each time"
+        if peak <= LEAN_BOUND * case[0].shape[0] * case[1].shape[0] * case[0].itemsize:
+            return None
+        return _held(peak, case[0], case[1])
+
     mistakes = [
         (
-            lambda q, k, v: _attention(q, k, v, shift="none"),
-            "e^s overflowed (these scores reach the thousands): subtract each row's max before exp, so every exponent is <= 0",
-        ),
-        (
-            lambda q, k, v: _attention(q, k, v, shift="all"),
-            "you subtracted the max of all of S: rows far below it underflow to 0/0; each row needs its own max",
-        ),
-        (
-            lambda q, k, v: _attention(q, k, v, scale=1.0),
+            lambda q, k, v: _lean(q, k, v, scale=1.0),
             "the scores are not scaled: S = QKᵀ/√d",
         ),
         (
-            lambda q, k, v: _attention(q, k, v, scale=1 / q.shape[-1]),
-            "the scale is 1/√d, not 1/d",
-        ),
-        (
-            lambda q, k, v: _attention(q, k, v, scale=1 / math.sqrt(v.shape[-1])),
+            lambda q, k, v: _lean(q, k, v, scale=1 / math.sqrt(v.shape[-1])),
             "d is the width of q and k (the length of each dot product), not of v",
         ),
         (
-            lambda q, k, v: _attention(q, k, v, axis=0),
+            lambda q, k, v: _lean(q, k, v, axis=0),
             "each column of P sums to 1: softmax each query's row of scores (axis=-1)",
         ),
     ]
-    guarded = _guarded(fn, "my_attention")
+    tol = {"rtol": 2e-4, "atol": 1e-5}  # float32's digits, summed over M keys
+
+    def hint(case, got, want):
+        if diagnose(got, want, **tol) is None:
+            return None  # a property failed, and says why itself
+        for wrong, text in mistakes:
+            if diagnose(got, wrong(*case), rtol=2e-3, atol=1e-4) is None:
+                return text
+        return "S = scale·QKᵀ is (N, M); softmax each row; O = PV is (N, d_v)"
+
     check(
-        guarded,
+        _guarded(fn, "lean_attention"),
         lambda q, k, v: attention_reference(q, k, v)[0],
         cases,
-        rtol=1e-9,
-        atol=1e-12,
+        **tol,
         seed=seed,
-        hint=_hint(
-            mistakes,
-            "S = scale·QKᵀ is (N, M); softmax each row; O = PV is (N, d_v)",
-            fn=guarded,
-            cases=cases,
-            close=(
-                "the formula is right, but the digits are float32's (about 7): keep the float64 of q, k and v all "
-                "the way (no .astype(np.float32), no np.float32 buffers)",
-                1e-3,
-            ),
-        ),
-        properties=[
-            _own_work(
-                "attention_reference",
-                "attention_naive",
-                "flash_attention_numpy",
-                "softmax_safe",
-                "softmax_naive",
-                "softmax_online",
-                numpy_only=True,
-            )
-        ],
+        hint=hint,
+        properties=[own, same_dtype, lean],
     )
+
+
+def _lean(q, k, v, *, scale=None, axis=-1):
+    """Attention in float64 with a choice of classic mistakes: the scale, the softmax axis."""
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    s = q @ k.T * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    e = np.exp(s - s.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True) @ v
 
 
 def check_largest_n(fn, *, seed: int | None = None) -> None:

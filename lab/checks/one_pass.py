@@ -30,7 +30,12 @@ from ..memory import peak_bytes
 from ._support import _fresh, _refusal, _settled, _watching
 from ._values import FLOAT32, sharpen
 
-__all__ = ["CountingRows", "check_one_pass_row", "check_one_pass_rows"]
+__all__ = [
+    "CountingRows",
+    "check_normalized_step",
+    "check_one_pass_row",
+    "check_one_pass_rows",
+]
 
 _TOL = {"rtol": 1e-9, "atol": 1e-12}
 
@@ -681,7 +686,180 @@ def check_one_pass_rows(
         lambda c: c.q.shape[0] * c.k.shape[0] // 2,
         held_what,
         name or getattr(fn, "__name__", "your function"),
-        "K and V read once each for all queries, in blocks of Bc; no NaN on rows without a key; never N × M held",
+        "one pass for all queries, in blocks of Bc; no NaN; never N × M held",
         masks=True,
         seed=seed,
+    )
+
+
+# ------------------------------------------------------------------ the normalized state (FlashAttention-1's form)
+_STEP_ANSWERS = (
+    "attention_reference",
+    "attention_row_one_pass",
+    "attention_row_two_pass",
+    "attention_row_three_pass",
+    "one_pass_attention",
+    "merge_states",
+    "partial_state",
+    "finalize",
+    "flash_attention_numpy",
+    "softmax_safe",
+    "softmax_online",
+)
+
+
+def _seen_state(scores, values):
+    """The normalized state of every key seen: $m = \\max s$, $l = \\sum e^{s - m}$, $o = \\sum e^{s - m} v / l$."""
+    m = scores.max()
+    p = np.exp(scores - m)
+    return m, p.sum(), p @ values / p.sum()
+
+
+def _step_blocks(rng) -> list:
+    """Blocks of (s_b, v_b) for one query: the classic cases, then fresh ones."""
+    dv = int(rng.integers(2, 6))
+    cases = []
+    for shift, n_blocks in ((0.0, 5), (1000.0, 4), (-1000.0, 4)):
+        sizes = rng.integers(2, 9, n_blocks)  # two keys or more: l > 1 after a block
+        s = [shift + 2 * rng.standard_normal(n) for n in sizes]
+        s[1] = (
+            s[1] + 6.0
+        )  # a larger max in the second block: the state must be rescaled
+        cases.append([(x, rng.standard_normal((len(x), dv))) for x in s])
+    low_later = [
+        np.array([3.0, 1.0]),
+        np.array([-2.0, -5.0, 0.5]),
+    ]  # max first, then lower
+    cases.append([(x, rng.standard_normal((len(x), dv))) for x in low_later])
+    return cases
+
+
+def _step_problem(got, want) -> str | None:
+    for name, g, w in zip(("m'", "l'", "o'"), got, want):
+        problem = diagnose(np.asarray(g, dtype=float), w, **_TOL)
+        if problem is not None:
+            return f"{name}: {problem}"
+    return None
+
+
+def _stepped(m, l, o, s, v, *, m_new=None, rescale=True, weigh=True, divide="new"):
+    """One normalized step with a choice of classic mistakes (the checks' own, for the hints)."""
+    m_new = max(m, s.max()) if m_new is None else m_new
+    alpha = np.exp(m - m_new) if rescale else 1.0
+    p = np.exp(s - m_new)
+    l_new = alpha * l + p.sum()
+    total = alpha * (l if weigh else 1.0) * o + p @ v
+    by = {"new": l_new, "old": l if l > 0 else l_new, "none": 1.0}[divide]
+    return m_new, l_new, total / by
+
+
+_STEP_MISTAKES = (
+    (
+        lambda m, l, o, s, v: _stepped(m, l, o, s, v, weigh=False, divide="none"),
+        "that is acc, the unnormalized sum: the state here keeps o = acc / l, so "
+        "divide by l' after every block (and undo the division by l before adding)",
+    ),
+    (
+        lambda m, l, o, s, v: _stepped(m, l, o, s, v, divide="old"),
+        "divided by the old l: o' is an average over every key seen, including the "
+        "block's, so divide by l'",
+    ),
+    (
+        lambda m, l, o, s, v: _stepped(m, l, o, s, v, weigh=False),
+        "the old o was divided by l already: rescaled by α alone it weighs 1, not "
+        "l·α; multiply it by l·α before adding the block's sum, then divide by l'",
+    ),
+    (
+        lambda m, l, o, s, v: (
+            max(m, s.max()),
+            np.exp(m - max(m, s.max())) * l + np.exp(s - max(m, s.max())).sum(),
+            o + np.exp(s - max(m, s.max())) @ v,
+        ),
+        "o' is not an average any more: that adds the block's weighted values to o "
+        "without re-weighting; o' = (the old sum, rescaled, + the block's sum) / l'",
+    ),
+    (
+        lambda m, l, o, s, v: _stepped(m, l, o, s, v, rescale=False),
+        "l and o were taken against the old max m: when the block raises the max "
+        "to m', multiply the old terms by α = e^(m - m')",
+    ),
+    (
+        lambda m, l, o, s, v: _stepped(m, l, o, s, v, m_new=s.max()),
+        "m' is the block's max: it must be the max of every score seen, max(m, max s_b)",
+    ),
+)
+
+
+def check_normalized_step(fn, *, seed: int | None = None) -> None:
+    """Check `fn(m, l, o, s_b, v_b) -> (m', l', o')`, one block's update of the state with $o$ kept
+    normalized: after every block, $m = \\max s$, $l = \\sum e^{s - m}$ and $o = \\sum e^{s - m} v / l$
+    over the keys seen so far. The check runs the loop itself from the empty state
+    $(-\\infty, 0, 0)$ and compares each step with the definition; blocks near +1000 and -1000, a
+    larger max in the second block, and fresh cases each run (`seed` draws the same again).
+    Taught in: notebooks/03_one_pass_attention.ipynb
+    """
+    rng, seed = _fresh(seed)
+    name = getattr(fn, "__name__", "your function")
+    cases = _step_blocks(rng)
+    for i, blocks in enumerate(cases):
+        dv = blocks[0][1].shape[1]
+        m, l, o = -np.inf, 0.0, np.zeros(dv)
+        for b, (s_b, v_b) in enumerate(blocks):
+            args = (m, l, o.copy(), s_b.copy(), v_b.copy())
+            where = (
+                f"case {i}, block {b} (scores near {s_b.mean():.0f}, {len(s_b)} keys)"
+            )
+            try:
+                with _watching(_STEP_ANSWERS, numpy_only=True) as called:
+                    got = _settled(fn(*args))
+            except NotImplementedError:
+                print(
+                    f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
+                )
+                return
+            except Exception as exc:
+                print(
+                    f"{name}: ✗ {where} raised {type(exc).__name__}: {exc}{raised_at(exc)}"
+                )
+                print(seed_note(seed), end="")
+                return
+            seen_s = np.concatenate([x for x, _ in blocks[: b + 1]])
+            seen_v = np.concatenate([y for _, y in blocks[: b + 1]])
+            want = _seen_state(seen_s, seen_v)
+            problem = _refusal(called) if called else None
+            if problem is None and not (isinstance(got, tuple) and len(got) == 3):
+                problem = "it must return the new state as a tuple (m', l', o')"
+            if problem is None and not all(
+                np.array_equal(a, c) for a, c in zip(args[2:], (o, s_b, v_b))
+            ):
+                problem = "it changes its input in place: return a new state instead"
+            hint = None
+            if problem is None:
+                problem = _step_problem(got, want)
+                if problem is not None:
+                    with np.errstate(all="ignore"):
+                        hint = next(
+                            (
+                                text
+                                for wrong, text in _STEP_MISTAKES
+                                if _step_problem(got, wrong(m, l, o, s_b, v_b)) is None
+                            ),
+                            "from the meaning of the state: rescale the old sums to m', "
+                            "add the block's, divide by l'",
+                        )
+                    if b == 0 and hint.startswith("from"):
+                        hint = (
+                            "the first block starts from m = -inf, l = 0, o = 0: α = e^(m - m') "
+                            "is 0 there (and at most 1 after), so l·o = 0 stays 0, no NaN"
+                        )
+            if problem is not None:
+                print(f"{name}: ✗ {where}: {problem}")
+                if hint:
+                    print(f"  hint: {hint}")
+                print(seed_note(seed), end="")
+                return
+            m, l, o = (float(got[0]), float(got[1]), np.asarray(got[2], dtype=float))
+    n = sum(len(b) for b in cases)
+    print(
+        f"{name}: ✓ passed {len(cases)} cases, {n} blocks; o an average after every block"
     )

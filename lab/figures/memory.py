@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..hardware import chip
-from ..memory import attainable_flops, attention_traffic
+from ..memory import attainable_flops, attention_traffic, softmax_peak
 
 __all__ = ["draw_attention_roofline"]
 
@@ -30,8 +30,10 @@ def draw_attention_roofline(
     softmax_accesses: int = 2,
     axes=None,
 ) -> dict:
-    """Left: the roofline of `chip_name` (matmul and non-matmul peaks, HBM and, where published, SRAM bandwidth) with
-    each piece of standard attention at its intensity. Right: each piece's roofline time, memory against compute.
+    """Left: the roofline of `chip_name` (matmul and softmax peaks, HBM and, where published, SRAM
+    bandwidth) with each piece of standard attention at its intensity and at the rate its time implies,
+    FLOPs / time (on a roof when one term sets the time; the fused kernel below it). Right: each piece's
+    time, memory against compute.
 
     Returns the rows of `attention_traffic` and the chip's figures. Taught in: notebooks/00_the_memory_wall.ipynb
     """
@@ -61,13 +63,15 @@ def draw_attention_roofline(
         lw=2.5,
         label=f"matmul roof: {c['matmul_flops'] / 1e12:g} TFLOP/s, HBM {hbm / 1e12:g} TB/s",
     )
+    soft_peak = softmax_peak(chip_name)
     ax.loglog(
         xs,
-        attainable_flops(xs, c["nonmatmul_flops"], hbm) / 1e12,
+        attainable_flops(xs, soft_peak, hbm) / 1e12,
         color="k",
         lw=1.8,
         ls="--",
-        label=f"non-matmul (FP32) roof: {c['nonmatmul_flops'] / 1e12:g} TFLOP/s",
+        label=f"softmax roof: {soft_peak / 1e12:.1f} TFLOP/s (exp at "
+        f"{c['exp_per_s'] / 1e12:.2f} T/s, the rest FP32)",
     )
     if sram:
         ax.loglog(
@@ -87,8 +91,9 @@ def draw_attention_roofline(
     for group in labels.values():
         r = group[0]
         color, marker = _PIECE_STYLE[r["piece"]]
-        peak = c["nonmatmul_flops"] if r["kind"] == "non-matmul" else c["matmul_flops"]
-        y = float(attainable_flops(r["intensity"], peak, hbm)) / 1e12
+        y = (
+            r["flops"] / r["time"] / 1e12
+        )  # the rate its time implies: on a roof, or below
         ax.plot(
             [r["intensity"]],
             [y],
@@ -103,11 +108,15 @@ def draw_attention_roofline(
             if i >= 10
             else r["piece"] + f"\n{i:.2f} FLOP/B"
         )
+        if (
+            r["kind"] == "mixed"
+        ):  # below the matmul roof: its softmax is not on tensor cores
+            text += f", {y:.0f} TFLOP/s"
         fused, matmul = r["kind"] == "mixed", r["kind"] == "matmul"
         # the matmuls' label sits above the SRAM roof's flat part, with a leader line, and the softmax's below its roof,
         # so that no roof crosses a label
         xytext, ha, va = (
-            ((0, 14), "center", "bottom")
+            ((0, -18), "center", "top")
             if fused
             else ((-12, 48), "right", "bottom")
             if matmul
@@ -153,7 +162,7 @@ def draw_attention_roofline(
         [r["t_compute"] * 1e6 for r in rows],
         0.4,
         color="C1",
-        label="FLOPs / peak",
+        label="compute: FLOPs / each unit's peak",
     )
     for yv, r in zip(yy, rows):
         ax_t.text(

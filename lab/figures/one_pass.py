@@ -169,7 +169,7 @@ def draw_holdings(
     ax.set(
         xlabel="number of keys M",
         ylabel="KiB held at the peak",
-        title=f"what one query row holds (float64, d = {d}, Bc = {block_k})",
+        title=f"working arrays one query row holds (float64, d = {d}, Bc = {block_k})",
     )
     ax.legend(fontsize=10)
     return {"Ms": [int(M) for M in Ms], "held": held}

@@ -43,6 +43,7 @@ __all__ = [
     "step_footprint",
     "onchip_footprint",
     "onchip_fits",
+    "fits_table",
     "warp_split_exchange",
     "tile_grid",
     "tile_counts",
@@ -242,6 +243,35 @@ def onchip_fits(
         "fits_shared": ok_s,
         "fits": ok_r and ok_s,
     }
+
+
+def fits_table(chip: str, d: int, shapes, itemsize: int = 2) -> str:
+    """A text table: for each (Br, Bc) in `shapes`, its registers and whether they fit 4 / 8 warps, its shared memory
+    and whether it fits with 1 / 2 copies of K_j, V_j (`onchip_fits` on `chip`).
+
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    head = (
+        f"{'Br × Bc':>9} | {'registers':>9} | {'fit 4 / 8 warps':>15} | "
+        f"{'shared, 1 / 2 stages':>20} | fit 1 / 2 stages"
+    )
+    lines = [head]
+    for Br, Bc in shapes:
+        f = {
+            (w, s): onchip_fits(
+                chip, d, Br, Bc, itemsize=itemsize, kv_stages=s, warps=w
+            )
+            for w in (4, 8)
+            for s in (1, 2)
+        }
+        regs = f[4, 1]["registers"]["total"] / 1024
+        sh1, sh2 = (f[4, s]["shared"]["total"] / 1024 for s in (1, 2))
+        lines.append(
+            f"{Br:>4} × {Bc:<4}| {regs:5.1f} KiB | "
+            f"{f[4, 1]['fits_registers']!s:>6} / {f[8, 1]['fits_registers']!s:<6} | "
+            f"{sh1:9.1f} / {sh2:5.1f} KiB | {f[4, 1]['fits_shared']} / {f[4, 2]['fits_shared']}"
+        )
+    return "\n".join(lines)
 
 
 def warp_split_exchange(

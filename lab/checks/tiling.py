@@ -302,7 +302,7 @@ def check_fa2_hbm_bytes(
 
     Reference: $\\big(2Nd + 2d\\sum_i K_i\\big)\\cdot\\text{itemsize} + N\\cdot\\max(\\text{itemsize}, 4)$, $K_i$ the keys block i loads.
     Fixed cases and three drawn afresh each run (`seed` draws the same again); lab.flash_counts refused by any name.
-    Taught in: notebooks/05_tiling.ipynb"""
+    Taught in: notebooks/05_tiling_traffic.ipynb"""
     rng, seed = _fresh(seed)
     cases = [
         (4096, 64, 128, 128, 2, False),
@@ -410,7 +410,7 @@ class BlockLoadArray:
 
     Any use of the whole array (`a.T`, `np.asarray(a)`, `a @ x`, ...) loads every row and is remembered in
     `whole`; `largest` is the most rows one access loaded. `shape`, `len`, `ndim`, `dtype` are free.
-    Taught in: notebooks/05_tiling.ipynb"""
+    Taught in: notebooks/05_tiling_traffic.ipynb"""
 
     def __init__(self, values, name: str):
         self._data = np.array(
@@ -1006,6 +1006,6 @@ def check_tiled_forward(
             "  hint: compute each tile's scores, use them for the running max, l and acc, and let them go"
         )
     print(
-        f"{name}: ✓ passed {len(cases)} cases; exact to 1e-9; every reported tile's K_j, V_j loaded once, "
-        f"at most Bc rows;\n  {skipped} fully masked tiles skipped in the fixed cases; no N × M array held"
+        f"{name}: ✓ passed {len(cases)} cases, exact to 1e-9; no N × M array held;\n  K_j, V_j loaded "
+        f"once per reported tile, at most Bc rows; {skipped} hidden tiles skipped (fixed cases)"
     )

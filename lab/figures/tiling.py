@@ -3,7 +3,7 @@ traffic and peak memory. Notebook 06's figures (op counts, the split of work) ar
 
 Each function draws one figure from `lab.tiling` numbers and returns those numbers in a dict.
 
-Taught in: notebooks/05_tiling.ipynb
+Taught in: notebooks/05_tiling.ipynb, notebooks/05_tiling_traffic.ipynb
 """
 
 from __future__ import annotations
@@ -628,7 +628,7 @@ def draw_peak_memory(Ns, naive, flash, naive_formula, flash_formula, ax=None) ->
     """Measured peak bytes (markers) of standard and tiled attention against N, beside their formulas (lines).
 
     The formulas cover every N in `Ns`; the measurements may stop earlier (the first len(naive) values).
-    Taught in: notebooks/05_tiling.ipynb
+    Taught in: notebooks/05_tiling_traffic.ipynb
     """
     Ns = np.asarray(Ns)
     Nm = Ns[: len(naive)]

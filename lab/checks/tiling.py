@@ -834,8 +834,8 @@ def _report(got):
 
 
 _REPORT_SHAPE = (
-    "return (o, lse, tiles): tiles is a list with one (i, j, n) per tile computed, in the order you computed "
-    "them: the block indices i = i0 // Br, j = j0 // Bc and n, the rows of K_j (and of V_j) loaded for it"
+    "return (o, lse, tiles): tiles is a list with one (i, j, n) per tile computed: "
+    "the block indices i = i0 // Br, j = j0 // Bc and n, the rows of K_j (and of V_j) loaded for it"
 )
 
 

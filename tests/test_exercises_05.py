@@ -746,6 +746,10 @@ WRONG_4.update(
                 "row 10 of k was loaded 5 time(s), but your report lists 4 tile(s)",
             ],
         ),
+        "top-left skip with a bottom-right mask": (
+            _fwd(last="min(M, i1) if causal else M"),
+            ["case 4 (causal, N < M;", "is missing from your report", "query 7"],
+        ),
         "the report repeats a tile": (
             _fwd(report="tiles += [(i0 // Br, j0 // Bc, j1 - j0)] * 2"),
             ["tile (0, 0) is reported twice"],

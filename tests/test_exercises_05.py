@@ -142,7 +142,7 @@ WRONG_1 = {
             "case 2 (N = 1000, M = 700, Br = 128, Bc = 48)",
             "computed (element 0)",
             "aligned top-left",
-            "j > i + (M - N)",
+            "c > r + (M - N)",
         ],
     ),
     "partial blocks dropped": (
@@ -525,7 +525,7 @@ def flash_forward(q, k, v, Br, Bc, causal=False):
     ),
     "top-left causal alignment": (
         _fwd(off="0", last="min(M, i1) if causal else M"),
-        ["case 4 (causal, N < M;", "aligned top-left", "j > i + (M - N)"],
+        ["case 4 (causal, N < M;", "aligned top-left", "c > r + (M - N)"],
     ),
     "dropped query tail": (
         _fwd(rows="range(0, N - N % Br, Br)"),

@@ -131,8 +131,8 @@ def _tiles_hint(case, got, want):
     alts = [
         (
             _tile_kinds(*case, off=0),
-            "that is the count for a mask aligned top-left (key j hidden when "
-            "j > i); here key j is hidden from query i when j > i + (M - N)",
+            "that is the count for a mask aligned top-left (key c hidden when "
+            "c > r); here key c is hidden from query r when c > r + (M - N)",
         ),
         (
             _tile_kinds(*case, whole=True),
@@ -642,16 +642,16 @@ def _forward_hint(case, got, want) -> str:
         alts.append(
             (
                 _reference(q, k, v, np.arange(M)[None, :] <= np.arange(N)[:, None]),
-                "that is causal attention aligned top-left (key j hidden when j > i); "
-                "FlashAttention-2 aligns the mask bottom-right: key j is hidden from query i when j > i + (M - N)",
+                "that is causal attention aligned top-left (key c hidden when c > r); "
+                "FlashAttention-2 aligns the mask bottom-right: key c is hidden from query r when c > r + (M - N)",
             )
         )
     if causal:
         alts.append(
             (
                 _reference(q, k, v),
-                "that is attention without the mask: with causal=True, key j is hidden from "
-                "query i when j > i + (M - N)",
+                "that is attention without the mask: with causal=True, key c is hidden from "
+                "query r when c > r + (M - N)",
             )
         )
     if causal:

@@ -13,7 +13,7 @@ and the roofline $\\min(\\text{peak}, I \\cdot \\text{bandwidth})$ is the rate i
 Then capacity: `attention_bytes` ($2 \\cdot N \\cdot M \\cdot$ itemsize per head) and `peak_bytes`, which measures it
 with `tracemalloc` (numpy's array allocations).
 
-Taught in: notebooks/00_the_memory_wall.ipynb, notebooks/05_tiling.ipynb
+Taught in: notebooks/00_the_memory_wall.ipynb, notebooks/05_tiling_traffic.ipynb
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def measure_peak_memory(
 
     Uses `lab.peak_bytes` (tracemalloc). The naive version holds S and P: about $2N^2 \\cdot 4$ bytes,
     2 GiB at N = 16384. Returns `naive`, `flash` and the largest output difference `max_diff`.
-    Taught in: notebooks/05_tiling.ipynb
+    Taught in: notebooks/05_tiling_traffic.ipynb
     """
     from .attention import (
         attention_naive,

@@ -18,7 +18,7 @@ the statistics m, l, lse in the accumulator dtype (`acc_itemsize`, float32 at le
 `flash_counts` predicts, tile by tile, exactly what `lab.trace.record()` counts in an instrumented run
 of `lab.flash_attention_numpy`.
 
-Taught in: notebooks/05_tiling.ipynb, notebooks/06_flashattention2.ipynb
+Taught in: notebooks/05_tiling.ipynb, notebooks/05_tiling_traffic.ipynb, notebooks/06_flashattention2.ipynb
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ __all__ = [
     "step_footprint",
     "onchip_footprint",
     "onchip_fits",
+    "fits_table",
     "warp_split_exchange",
     "tile_grid",
     "tile_counts",
@@ -244,6 +245,35 @@ def onchip_fits(
     }
 
 
+def fits_table(chip: str, d: int, shapes, itemsize: int = 2) -> str:
+    """A text table: for each (Br, Bc) in `shapes`, its registers and whether they fit 4 / 8 warps, its shared memory
+    and whether it fits with 1 / 2 copies of K_j, V_j (`onchip_fits` on `chip`).
+
+    Taught in: notebooks/05_tiling.ipynb
+    """
+    head = (
+        f"{'Br × Bc':>9} | {'registers':>9} | {'fit 4 / 8 warps':>15} | "
+        f"{'shared, 1 / 2 stages':>20} | fit 1 / 2 stages"
+    )
+    lines = [head]
+    for Br, Bc in shapes:
+        f = {
+            (w, s): onchip_fits(
+                chip, d, Br, Bc, itemsize=itemsize, kv_stages=s, warps=w
+            )
+            for w in (4, 8)
+            for s in (1, 2)
+        }
+        regs = f[4, 1]["registers"]["total"] / 1024
+        sh1, sh2 = (f[4, s]["shared"]["total"] / 1024 for s in (1, 2))
+        lines.append(
+            f"{Br:>4} × {Bc:<4}| {regs:5.1f} KiB | "
+            f"{f[4, 1]['fits_registers']!s:>6} / {f[8, 1]['fits_registers']!s:<6} | "
+            f"{sh1:9.1f} / {sh2:5.1f} KiB | {f[4, 1]['fits_shared']} / {f[4, 2]['fits_shared']}"
+        )
+    return "\n".join(lines)
+
+
 def warp_split_exchange(
     block_q: int,
     block_k: int,
@@ -355,7 +385,7 @@ def standard_traffic(
 
     S = QKᵀ is written, read back for P = softmax(S), P is written and read back for O = PV.
     Returns a `lab.trace.Recorder` with bytes per array (`read_by`, `write_by`).
-    Taught in: notebooks/05_tiling.ipynb
+    Taught in: notebooks/05_tiling_traffic.ipynb
     """
     N = check_positive(N, "N", 0)
     M = N if M is None else check_positive(M, "M", 0)
@@ -401,7 +431,7 @@ def flash_counts(
     exp $\\sum_i r_i (K_i + 2 n_i)$, mul $\\sum_i r_i n_i (2 d_v + 3)$, div $\\sum_i r_i n_i d_v$.
     `heads` multiplies the q/o/stat terms (batch × query heads), `kv_heads` the k/v terms.
     Returns a `lab.trace.Recorder`, comparable with `==` to what `lab.trace.record()` counts.
-    Taught in: notebooks/05_tiling.ipynb, notebooks/06_flashattention2.ipynb
+    Taught in: notebooks/05_tiling_traffic.ipynb, notebooks/06_flashattention2.ipynb
     """
     N, M, Br, Bc = _checked_shape(N, M, block_q, block_k)
     check_choice(variant, ("fa1", "fa2"), "variant")
@@ -482,7 +512,7 @@ def flash_traffic_bytes(
     """Total HBM bytes (reads + writes) of the tiled kernel for one head: `flash_counts(...).total`.
 
     Non-causal fa2: $(Nd + T_r M (d + d_v) + N d_v)$·itemsize + N·lse, i.e. Θ(N²d/B_r).
-    Taught in: notebooks/05_tiling.ipynb
+    Taught in: notebooks/05_tiling_traffic.ipynb
     """
     M = N if M is None else M
     return flash_counts(
@@ -501,7 +531,7 @@ def theorem2_bytes(N: int, d: int, sram_bytes: int, itemsize: int = 2) -> float:
     """The order of Theorem 2 in bytes: $N^2 d^2 / M_{sram}$ elements with $M_{sram}$ = sram_bytes/itemsize.
 
     The constant is left out, as in the theorem; compare slopes, not values.
-    Taught in: notebooks/05_tiling.ipynb
+    Taught in: notebooks/05_tiling_traffic.ipynb
     """
     N, d = check_positive(N, "N", 0), check_positive(d, "d")
     M_sram = check_positive(sram_bytes, "sram_bytes") / check_positive(
@@ -594,7 +624,7 @@ def flash_peak_bytes(
 
     Linear in N: the step's buffers (`step_footprint`, everything in `itemsize` here, as the numpy
     kernel keeps P in S's buffer and counts it once) do not grow with N.
-    Taught in: notebooks/05_tiling.ipynb
+    Taught in: notebooks/05_tiling_traffic.ipynb
     """
     N, d = check_positive(N, "N", 0), check_positive(d, "d")
     dv = d if dv is None else check_positive(dv, "dv")

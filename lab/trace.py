@@ -8,7 +8,7 @@ happens; inside `with record() as rec:` the counts add up, so a notebook can com
 run with the analytic formula of the IO model. (`read` and `write` count a move done elsewhere.)
 `lab.CountingArray` counts per element instead, for the row-by-row algorithms of notebooks 01-02.
 
-Taught in: notebooks/05_tiling.ipynb, notebooks/06_flashattention2.ipynb
+Taught in: notebooks/05_tiling.ipynb, notebooks/05_tiling_traffic.ipynb, notebooks/06_flashattention2.ipynb
 """
 
 from __future__ import annotations

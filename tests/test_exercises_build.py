@@ -11,7 +11,8 @@ from exercise_support import ROOT, exercises
 BUILDS = {
     "03_one_pass_attention": [2],  # 1 derives one step of the normalized state
     "04_merge_order": [2, 3],
-    "05_tiling": [4],
+    "05_tiling": [1],
+    "05_tiling_traffic": [2],
     "06_flashattention2": [1, 2],
     "07_precision": [2],
     "07_precision_in_attention": [1],

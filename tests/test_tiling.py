@@ -588,3 +588,25 @@ def test_add_tiles_draws_every_tile_in_one_artist():
     assert hatched.get_hatch() == "//"
     assert hatched.get_path().get_extents().bounds == (0, 0, 8, 4)
     plt.close("all")
+
+
+def test_fits_table_lays_out_onchip_fits_row_by_row():
+    shapes = [(64, 64), (128, 128), (256, 128)]
+    lines = lab.tiling.fits_table("A100", 128, shapes).splitlines()
+    assert len(lines) == 1 + len(shapes) and "registers" in lines[0]
+    for (Br, Bc), line in zip(shapes, lines[1:]):
+        f = {
+            (w, s): lab.onchip_fits("A100", 128, Br, Bc, kv_stages=s, warps=w)
+            for w in (4, 8)
+            for s in (1, 2)
+        }
+        cells = [c.strip() for c in line.split("|")]
+        assert cells[0] == f"{Br} × {Bc}"
+        assert cells[1] == f"{f[4, 1]['registers']['total'] / 1024:.1f} KiB"
+        assert cells[2] == f"{f[4, 1]['fits_registers']} / {f[8, 1]['fits_registers']}"
+        assert cells[4] == f"{f[4, 1]['fits_shared']} / {f[4, 2]['fits_shared']}"
+    assert lines[-1].endswith(
+        "True / False"
+    )  # 256 × 128: 192 KiB with two copies of K_j, V_j
+    with pytest.raises(ValueError, match="chip"):
+        lab.tiling.fits_table("TPU", 128, shapes)

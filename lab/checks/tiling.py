@@ -3,11 +3,12 @@
 - `check_causal_tile_counts(fn)`: `fn(N, M, Br, Bc) -> (computed, masked)` tiles of a bottom-right causal kernel.
 - `check_fa2_hbm_bytes(fn)`     : `fn(N, d, Br, Bc, itemsize, causal) -> bytes` that fa2 moves (N = M, dv = d).
 - `check_widest_key_block(fn)`  : `fn(sram_bytes, d, Br, itemsize) -> Bc`, the largest whose step fits.
-- `check_tiled_forward(fn)`     : `fn(q, k, v, Br, Bc, causal) -> (o, lse)`, FlashAttention-2's forward: values, then
-  k and v as `BlockLoadArray`s counting the rows loaded, then tracemalloc's peak (an N × M or Br × M score array).
+- `check_tiled_forward(fn)`     : `fn(q, k, v, Br, Bc, causal) -> (o, lse, tiles)`, FlashAttention-2's forward with
+  causal tile skipping and a per-tile load report: values, then k and v as `BlockLoadArray`s counting the rows
+  loaded against the report, then tracemalloc's peak (an N × M or Br × M score array).
 Each prints one line on a pass; on a failure the case (parameters named), what differs and where, and a hint.
 
-Taught in: notebooks/05_tiling.ipynb
+Taught in: notebooks/05_tiling.ipynb, notebooks/05_tiling_traffic.ipynb
 """
 
 from __future__ import annotations
@@ -130,8 +131,8 @@ def _tiles_hint(case, got, want):
     alts = [
         (
             _tile_kinds(*case, off=0),
-            "that is the count for a mask aligned top-left (key j hidden when "
-            "j > i); here key j is hidden from query i when j > i + (M - N)",
+            "that is the count for a mask aligned top-left (key c hidden when "
+            "c > r); here key c is hidden from query r when c > r + (M - N)",
         ),
         (
             _tile_kinds(*case, whole=True),
@@ -301,7 +302,7 @@ def check_fa2_hbm_bytes(
 
     Reference: $\\big(2Nd + 2d\\sum_i K_i\\big)\\cdot\\text{itemsize} + N\\cdot\\max(\\text{itemsize}, 4)$, $K_i$ the keys block i loads.
     Fixed cases and three drawn afresh each run (`seed` draws the same again); lab.flash_counts refused by any name.
-    Taught in: notebooks/05_tiling.ipynb"""
+    Taught in: notebooks/05_tiling_traffic.ipynb"""
     rng, seed = _fresh(seed)
     cases = [
         (4096, 64, 128, 128, 2, False),
@@ -409,7 +410,7 @@ class BlockLoadArray:
 
     Any use of the whole array (`a.T`, `np.asarray(a)`, `a @ x`, ...) loads every row and is remembered in
     `whole`; `largest` is the most rows one access loaded. `shape`, `len`, `ndim`, `dtype` are free.
-    Taught in: notebooks/05_tiling.ipynb"""
+    Taught in: notebooks/05_tiling_traffic.ipynb"""
 
     def __init__(self, values, name: str):
         self._data = np.array(
@@ -641,18 +642,46 @@ def _forward_hint(case, got, want) -> str:
         alts.append(
             (
                 _reference(q, k, v, np.arange(M)[None, :] <= np.arange(N)[:, None]),
-                "that is causal attention aligned top-left (key j hidden when j > i); "
-                "FlashAttention-2 aligns the mask bottom-right: key j is hidden from query i when j > i + (M - N)",
+                "that is causal attention aligned top-left (key c hidden when c > r); "
+                "FlashAttention-2 aligns the mask bottom-right: key c is hidden from query r when c > r + (M - N)",
             )
         )
     if causal:
         alts.append(
             (
                 _reference(q, k, v),
-                "that is attention without the mask: with causal=True, key j is hidden from "
-                "query i when j > i + (M - N)",
+                "that is attention without the mask: with causal=True, key c is hidden from "
+                "query r when c > r + (M - N)",
             )
         )
+    if causal:
+        r, c = np.arange(N)[:, None], np.arange(M)[None, :]
+        alts += [
+            (
+                _tile_reference(
+                    q, k, v, Br, Bc, lambda i0, i1, j0, j1: j1 - 1 <= i0 + M - N
+                ),
+                "your kernel skipped the diagonal tiles, those partly visible: skip a tile only when every "
+                "pair in it is hidden (its first key j0 beyond (i1 - 1) + (M - N)) and compute the diagonal "
+                "ones with the mask inside",
+            ),
+            (
+                _tile_reference(
+                    q, k, v, Br, Bc, lambda i0, i1, j0, j1: j0 < i1 - 1 + M - N
+                ),
+                "off by one in the skip: a tile whose first key is j0 = (i1 - 1) + (M - N) holds one visible "
+                "pair (the block's last query and that key); compute it: j0 <= (i1 - 1) + (M - N)",
+            ),
+            (
+                _reference(q, k, v, c < r + M - N),
+                "the mask is off by one: query r sees key c = r + (M - N) itself; hide c only when "
+                "c > r + (M - N), not when c >= r + (M - N)",
+            ),
+            (
+                _reference(q, k, v, c <= r + M - N + 1),
+                "the mask is off by one: query r sees keys up to c = r + (M - N), not one more",
+            ),
+        ]
     alts.append(
         (
             _reference(q, k, v, vis, scale=1.0),
@@ -767,19 +796,154 @@ def _attempt(name, fn, shown, args, what="", course=_COURSE, numpy_only=False):
 _FORWARD_COURSE = _COURSE + ("flash_attention_torch", "attention_row_three_pass")
 
 
+def _needed_tiles(N, M, Br, Bc, causal):
+    """{(i, j): keys}: the tiles fa2 computes, each with the key rows of its K_j, V_j (a partial last block fewer).
+
+    Under the bottom-right causal mask tile (i, j) is needed when its last query r = i1 - 1 sees its first key
+    c = j0, that is j0 <= i1 - 1 + (M - N)."""
+    return {
+        (i0 // Br, j0 // Bc): min(j0 + Bc, M) - j0
+        for i0 in range(0, N, Br)
+        for j0 in range(0, M, Bc)
+        if not causal or j0 <= min(i0 + Br, N) - 1 + M - N
+    }
+
+
+def _tile_reference(q, k, v, Br, Bc, keep):
+    """float64 (o, lse) of causal attention over the tiles (i0, i1, j0, j1) for which `keep` is true only."""
+    N, M = len(q), len(k)
+    vis = causal_mask(N, M).copy()
+    for i0 in range(0, N, Br):
+        for j0 in range(0, M, Bc):
+            i1, j1 = min(i0 + Br, N), min(j0 + Bc, M)
+            if not keep(i0, i1, j0, j1):
+                vis[i0:i1, j0:j1] = False
+    return _reference(q, k, v, vis)
+
+
+def _report(got):
+    """The tile report `got[2]` as an (T, 3) int array of (i, j, keys), or None when it is not one."""
+    try:
+        r = np.asarray(got[2], dtype=float)
+    except (TypeError, ValueError, IndexError):
+        return None
+    r = r.reshape(0, 3) if r.size == 0 else r
+    if r.ndim != 2 or r.shape[1] != 3 or not np.all(r == np.round(r)):
+        return None
+    return r.astype(np.int64)
+
+
+_REPORT_SHAPE = (
+    "return (o, lse, tiles): tiles is a list with one (i, j, n) per tile computed: "
+    "the block indices i = i0 // Br, j = j0 // Bc and n, the rows of K_j (and of V_j) loaded for it"
+)
+
+
+def _report_problem(report, N, M, Br, Bc, causal) -> str | None:
+    """What the tile report gets wrong, in words; None when it lists each needed tile once with its key count."""
+    need, seen = _needed_tiles(N, M, Br, Bc, causal), {}
+    for i, j, n in report.tolist():
+        if (i, j) in seen:
+            return f"tile ({i}, {j}) is reported twice: each tile of a query block is computed once"
+        seen[(i, j)] = n
+    Tr, Tc = -(-N // Br), -(-M // Bc)
+    for i, j in seen:
+        if not (0 <= i < Tr and 0 <= j < Tc):
+            return (
+                f"tile ({i}, {j}) is not on the grid of Tr × Tc = {Tr} × {Tc} tiles: "
+                "report block indices, i = i0 // Br and j = j0 // Bc"
+            )
+    for i, j in need:
+        if (i, j) in seen:
+            continue
+        i1, j0 = min((i + 1) * Br, N), j * Bc
+        corner = j0 == i1 - 1 + M - N
+        return (
+            f"tile ({i}, {j}) is missing from your report: query {i1 - 1} (the block's last) sees key {j0} "
+            "(its first), so the tile is computed. "
+            + (
+                "Off by one: the last query r = i1 - 1 sees the first key c = j0 when c <= r + (M - N), "
+                "with <=, not <"
+                if corner
+                else "Skip only tiles whose every pair is hidden; a diagonal tile, partly visible, is computed "
+                "with the mask inside"
+            )
+        )
+    for i, j in seen:
+        if (i, j) in need:
+            continue
+        i1, j0 = min((i + 1) * Br, N), j * Bc
+        return (
+            f"tile ({i}, {j}) is computed, but every pair in it is hidden: its first key {j0} lies beyond "
+            f"{i1 - 1} + (M - N) = {i1 - 1 + M - N}, the last key the block's last query sees. "
+            + (
+                "Off by one: compute a tile when j0 <= (i1 - 1) + (M - N), "
+                "and skip it (no load) when j0 is one more"
+                if j0 == i1 + M - N
+                else "Skip it: neither load its K_j, V_j nor report it"
+            )
+        )
+    for (i, j), n in need.items():
+        if seen[(i, j)] != n:
+            j0 = j * Bc
+            part = "; the last key block is partial" if n < Bc else ""
+            return (
+                f"tile ({i}, {j}) loads keys {j0} to {j0 + n - 1}, n = {n} rows of K_j and V_j, "
+                f"and your report says {seen[(i, j)]}{part}: report the rows you loaded, j1 - j0"
+            )
+    return None
+
+
+def _report_matches_loads(report, a: BlockLoadArray, Bc) -> str | None:
+    """None when the rows of `a` were loaded exactly as often as the reported tiles hold them; else the first row
+    that was not."""
+    want = np.zeros(len(a), dtype=np.int64)
+    for _, j, n in report.tolist():
+        want[j * Bc : j * Bc + n] += 1
+    off = np.flatnonzero(a.loads != want)
+    if not off.size:
+        return None
+    r = int(off[0])
+    return (
+        f"row {r} of {a.name} was loaded {a.loads[r]} time(s), but your report lists {want[r]} tile(s) that hold "
+        f"it: load K_j and V_j once for each tile you compute, and report each tile you load"
+    )
+
+
+def _forward_or_report_hint(case, got, want) -> str:
+    """`_forward_hint`; where it finds no named slip and the output is causal attention over the tiles the report
+    lists, what the report gets wrong (a tile skipped that holds visible pairs)."""
+    hint = _forward_hint(case, tuple(got[:2]), want)
+    q, k, v, Br, Bc, causal = case
+    report = _report(got)
+    if not hint.startswith("check one tile by hand") or not causal or report is None:
+        return hint
+    listed = {(i, j) for i, j, _ in report.tolist()}
+    alt = _tile_reference(
+        q, k, v, Br, Bc, lambda i0, i1, j0, j1: (i0 // Br, j0 // Bc) in listed
+    )
+    o, lse = (np.asarray(x, dtype=float) for x in got[:2])
+    if o.shape == alt[0].shape and np.allclose(o, alt[0], rtol=1e-9, atol=1e-12):
+        return _report_problem(report, len(q), len(k), Br, Bc, causal) or hint
+    return hint
+
+
 def check_tiled_forward(
     fn, *, name: str | None = None, seed: int | None = None
 ) -> None:
-    """Check `fn(q, k, v, Br, Bc, causal) -> (o, lse)`: FlashAttention-2's forward, its values and its one pass per query block.
+    """Check `fn(q, k, v, Br, Bc, causal) -> (o, lse, tiles)`: FlashAttention-2's forward with causal tile skipping
+    and a per-tile load report.
 
-    Values against `attention_reference` on the classic failure cases; then k and v as `BlockLoadArray`s: each row
-    loaded at most once per query block (Tr times) and at least by every query block that sees it, no access of more
-    than Bc rows; last, the peak of the large case under tracemalloc below half a Br × M strip of float64 scores. A key
-    block near +400 before keys near -400 asks for the running max; lab's answers and other array libraries are
-    refused. Fixed cases and fresh ones each run (`seed` draws the same again). Taught in: notebooks/05_tiling.ipynb"""
+    Values against `attention_reference` on the classic failure cases (rtol 1e-9); then k and v as
+    `BlockLoadArray`s: no access of more than Bc rows, `tiles` lists exactly the tiles the mask needs, each
+    once with its key count j1 - j0, and each row of K and V was loaded exactly as often as the reported tiles
+    hold it; last, the peak of the large case under tracemalloc below half a Br × M strip of float64 scores.
+    Lab's answers and other array libraries are refused. Fixed cases and fresh ones each run (`seed` draws the
+    same again). Taught in: notebooks/05_tiling_traffic.ipynb"""
     name = name or getattr(fn, "__name__", "your function")
     rng, seed = _fresh(seed)
     cases = _forward_cases(rng)
+    fixed = len(_forward_cases())
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         for n, (label, case) in enumerate(cases):
@@ -798,14 +962,22 @@ def check_tiled_forward(
                 return print(
                     f"{name}: ✗ {_shown(n, label, case)}: {_refusal(got.called)}"
                 )
-            problem = diagnose(got, want, names=("o", "lse"), rtol=1e-9, atol=1e-12)
+            if not isinstance(got, (tuple, list)) or len(got) != 3:
+                return print(
+                    f"{name}: ✗ {_shown(n, label, case)}: returned "
+                    f"{type(got).__name__}{f' of {len(got)}' if isinstance(got, (tuple, list)) else ''}"
+                    f"\n  hint: {_REPORT_SHAPE}"
+                )
+            problem = diagnose(
+                tuple(got[:2]), want, names=("o", "lse"), rtol=1e-9, atol=1e-12
+            )
             if problem is not None:
                 return print(
-                    f"{name}: ✗ {_shown(n, label, case)}: {problem}\n  hint: {_forward_hint(case, got, want)}\n"
-                    + seed_note(seed),
+                    f"{name}: ✗ {_shown(n, label, case)}: {problem}\n  hint: "
+                    f"{_forward_or_report_hint(case, got, want)}\n" + seed_note(seed),
                     end="",
                 )
-        skipped = False
+        skipped = 0
         for n, (label, case) in enumerate(cases):
             q, k, v, Br, Bc, causal = case
             K, V = BlockLoadArray(k, "k"), BlockLoadArray(v, "v")
@@ -824,12 +996,20 @@ def check_tiled_forward(
                 return print(
                     f"{name}: ✗ {_shown(n, label, case)}: {_refusal(got.called)}"
                 )
-            problem = _loads_problem(K, len(q), Br, Bc, causal) or _loads_problem(
-                V, len(q), Br, Bc, causal
+            N, M, shown = len(q), len(k), _shown(n, label, case)
+            report = _report(got)
+            problem = (
+                (_REPORT_SHAPE if report is None else None)
+                or _loads_problem(K, N, Br, Bc, causal)
+                or _loads_problem(V, N, Br, Bc, causal)
+                or _report_problem(report, N, M, Br, Bc, causal)
+                or _report_matches_loads(report, K, Bc)
+                or _report_matches_loads(report, V, Bc)
             )
             if problem:
-                return print(f"{name}: ✗ {_shown(n, label, case)}: {problem}")
-            skipped = skipped or bool((K.loads < -(-len(q) // Br)).any())
+                return print(f"{name}: ✗ {shown}: {problem}")
+            if n < fixed - 1:
+                skipped += -(-N // Br) * -(-M // Bc) - len(report)
         peak, _ = peak_bytes(fn, *(np.array(a) for a in case[:3]), *case[3:])
     N, M, strip = len(q), len(k), Br * len(k) * 8
     if peak > strip / 2:
@@ -844,7 +1024,6 @@ def check_tiled_forward(
             "  hint: compute each tile's scores, use them for the running max, l and acc, and let them go"
         )
     print(
-        f"{name}: ✓ passed {len(cases)} cases; K and V loaded once per query block, at most Bc rows at a time"
-        f"{', masked tiles skipped' if skipped else ' (masked tiles loaded too: allowed, section 2 skips them)'}; "
-        "no N × M array held"
+        f"{name}: ✓ passed {len(cases)} cases, exact to 1e-9; no N × M array held;\n  K_j, V_j loaded "
+        f"once per reported tile, at most Bc rows; {skipped} hidden tiles skipped (fixed cases)"
     )

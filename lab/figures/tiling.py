@@ -3,7 +3,7 @@ traffic and peak memory. Notebook 06's figures (op counts, the split of work) ar
 
 Each function draws one figure from `lab.tiling` numbers and returns those numbers in a dict.
 
-Taught in: notebooks/05_tiling.ipynb
+Taught in: notebooks/05_tiling.ipynb, notebooks/05_tiling_traffic.ipynb
 """
 
 from __future__ import annotations
@@ -520,9 +520,9 @@ def draw_hbm_traffic(
     On the right each SRAM size gets FlashAttention's blocks `fa_block_sizes(bytes, d)`, which work in
     M_sram = bytes / itemsize elements; Theorem 2's order N²d²/M_sram is drawn through the fa1 curve's first
     point (the theorem fixes no constant); the vertical line is `sram_bytes` (default: an A100 SM's shared
-    memory, from `lab.hardware`). With `causal` the tiled kernels skip the masked tiles (close to half the
+    memory, from `lab.hardware`); every line is in the legend. With `causal` the tiled kernels skip the masked tiles (close to half the
     traffic for tiles small against N); standard attention computes and stores all of S.
-    Taught in: notebooks/05_tiling.ipynb
+    Taught in: notebooks/05_tiling_traffic.ipynb
     """
     from ..tiling import fa_block_sizes
 
@@ -556,7 +556,7 @@ def draw_hbm_traffic(
             color=color,
             label=f"{variant}, Br={block_q}, Bc={block_k}",
         )
-    left.axvline(N, color="k", lw=0.8)
+    left.axvline(N, color="k", lw=0.8, label=f"N = {N:,} (the right panel's N)")
     left.set(
         xlabel="sequence length N (= M keys)",
         ylabel="HBM traffic, MB (one head)",
@@ -592,7 +592,12 @@ def draw_hbm_traffic(
         color="gray",
         label="∝ N²d²/M_sram (Theorem 2)",
     )
-    right.axvline(sram_bytes / 1024, color="k", lw=0.8)
+    right.axvline(
+        sram_bytes / 1024,
+        color="k",
+        lw=0.8,
+        label=f"{sram_bytes // 1024} KiB: an A100 SM's shared memory",
+    )
     right.set(
         xlabel=f"SRAM size, KiB (M_sram = bytes / {itemsize} elements)",
         ylabel="HBM traffic, MB",
@@ -623,7 +628,7 @@ def draw_peak_memory(Ns, naive, flash, naive_formula, flash_formula, ax=None) ->
     """Measured peak bytes (markers) of standard and tiled attention against N, beside their formulas (lines).
 
     The formulas cover every N in `Ns`; the measurements may stop earlier (the first len(naive) values).
-    Taught in: notebooks/05_tiling.ipynb
+    Taught in: notebooks/05_tiling_traffic.ipynb
     """
     Ns = np.asarray(Ns)
     Nm = Ns[: len(naive)]

@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 
 from ..masks import block_mask, document_mask, sliding_window, softcap
+from ..notebook import measured
 from ._seeded import noting_seed
 from ._support import _fresh, _refusal, _settled, _watching
 
@@ -492,6 +493,7 @@ def check_masked_attention(
             computed += int((kinds > 0).sum())
             skipped += int((kinds == 0).sum())
         print(
-            f"{name}: ✓ passed {len(cases)} cases (o and lse exact; {computed} tiles computed, {skipped} "
-            "empty ones skipped)\n  no NaN on rows without a key; score_mod before the mask, the max after it"
+            f"{name}: ✓ passed {len(cases)} cases: o, lse exact; {measured(computed, 'd')} tiles "
+            f"computed, {measured(skipped, 'd')} empty ones skipped\n"
+            "  no NaN on rows without a key; score_mod before the mask, the max after it"
         )

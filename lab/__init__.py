@@ -284,6 +284,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "training_memory",
         "backward_flops",
         "time_forward_backward",
+        "backward_time_lines",
     ),
     # 10 decoding and GQA
     "decoding": (

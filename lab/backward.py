@@ -57,6 +57,7 @@ __all__ = [
     "training_memory",
     "backward_flops",
     "time_forward_backward",
+    "backward_time_lines",
 ]
 
 
@@ -256,12 +257,14 @@ def saved_tensor_bytes(fn, *args, **kwargs) -> dict:
     """Run `fn(*args, **kwargs)` and count the bytes autograd saves for the backward: $\\sum$ nbytes of distinct saved storages.
 
     Counted exactly with `torch.autograd.graph.saved_tensors_hooks` (each storage once, views included),
-    so the number is deterministic. Returns `{"bytes", "input_bytes", "extra_bytes", "shapes", "output"}`:
-    `input_bytes` are the saved tensors that are the leaf inputs themselves, `extra_bytes` the rest.
+    so the number is deterministic. Returns `{"bytes", "input_bytes", "extra_bytes", "shapes", "from_input",
+    "output"}`: `input_bytes` are the saved tensors that are the leaf inputs themselves (or views of them, such
+    as Kᵀ), `extra_bytes` the rest; `from_input[n]` says whether saved tensor `n` is one of them.
     Taught in: notebooks/09_backward.ipynb
     """
     seen: dict = {}
     shapes: list = []
+    from_input: list = []
     inputs = {
         t.untyped_storage().data_ptr()
         for t in list(args) + list(kwargs.values())
@@ -273,6 +276,7 @@ def saved_tensor_bytes(fn, *args, **kwargs) -> dict:
         if key not in seen:
             seen[key] = t.untyped_storage().nbytes()
             shapes.append(tuple(t.shape))
+            from_input.append(key in inputs)
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -284,6 +288,7 @@ def saved_tensor_bytes(fn, *args, **kwargs) -> dict:
         "input_bytes": input_bytes,
         "extra_bytes": total - input_bytes,
         "shapes": shapes,
+        "from_input": from_input,
         "output": output,
     }
 
@@ -388,3 +393,37 @@ def time_forward_backward(
     t["backward"] = max(t["forward_backward"] - t["forward"], 0.0)
     t["ratio"] = t["backward"] / t["forward"] if t["forward"] > 0 else math.nan
     return t
+
+
+def _flop_ratio(name: str) -> float:
+    """Backward / forward matrix FLOPs: 2.0 for standard attention (4 products, P read back), else 2.5 (5 products)."""
+    return 2.0 if "standard" in name.lower() else 2.5
+
+
+def backward_time_lines(timings: dict, *, far_below: float = 0.5) -> list[str]:
+    """The lines to print for `{kernel: time_forward_backward(...)}`: forward and backward time, the measured ratio
+    beside the FLOP ratio, and a warning for each ratio under `far_below` × its FLOP ratio.
+
+    A backward that does 2-2.5× the forward's matrix FLOPs yet takes well under their time is not telling the
+    arithmetic: the forward ran slower than its FLOPs say (vector kernels off, a fallback path, threads fighting).
+    Taught in: notebooks/09_backward.ipynb
+    """
+    from .notebook import measured
+
+    if not 0 < far_below <= 1:
+        raise ValueError(f"far_below must be in (0, 1], got {far_below}")
+    lines, flagged = [], []
+    for name, t in timings.items():
+        flops = _flop_ratio(name)
+        lines.append(
+            f"{name:>18}: forward {measured(t['forward'] * 1e3, '6.1f', 'ms')}, "
+            f"backward {measured(t['backward'] * 1e3, '6.1f', 'ms')}; backward / forward: "
+            f"time {measured(t['ratio'], '4.1f')}, FLOPs {flops:.1f}"
+        )
+        if t["ratio"] < far_below * flops:
+            flagged.append(name)
+    for name in flagged:
+        lines.append(
+            f"  ⚠ {name}: a time ratio under {far_below:g}× its FLOP ratio; do not read it as the backward's cost"
+        )
+    return lines

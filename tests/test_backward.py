@@ -212,10 +212,25 @@ def test_saved_tensor_bytes_sees_the_n_by_n_matrix():
     assert (1, 1, N, N) in r["shapes"]
     assert r["bytes"] >= N * N * 4
     assert r["bytes"] == r["input_bytes"] + r["extra_bytes"]
+    kt = r["shapes"].index((1, d, N))  # Kᵀ: a view of the input k
+    assert r["from_input"][kt] and not r["from_input"][r["shapes"].index((1, 1, N, N))]
     r2 = saved_tensor_bytes(NumpyFlashAttention.apply, q, k, v, False, 16, 16)
     assert all(N * N > int(np.prod(s)) for s in r2["shapes"])
     assert r2["extra_bytes"] == N * d * 4 + N * 4  # o and lse, float32
     assert torch.allclose(r2["output"], r["output"], atol=1e-5)
+
+
+def test_backward_time_lines_flag_a_ratio_far_below_the_flops():
+    import lab
+
+    fast = {"forward": 2e-3, "backward": 5e-3, "ratio": 2.5}
+    slow = {"forward": 8e-3, "backward": 4e-3, "ratio": 0.5}
+    lines = lab.backward_time_lines({"torch SDPA": fast, "standard (torch)": slow})
+    assert "FLOPs 2.5" in lines[0] and "FLOPs 2.0" in lines[1] and len(lines) == 3
+    assert "⚠ standard (torch)" in lines[2]
+    assert len(lab.backward_time_lines({"torch SDPA": fast})) == 1
+    with pytest.raises(ValueError, match="far_below"):
+        lab.backward_time_lines({}, far_below=0)
 
 
 def test_backward_flops():

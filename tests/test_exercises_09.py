@@ -26,24 +26,35 @@ from lab.checks.backward import (
 )
 
 EX = {ex.number: ex for ex in exercises("09_backward")}
+# Exercise 1 is the standard backward; exercise 2 builds the tiled one in three steps, each with its own verdict.
+STEP = {"my_backward": 1, "delta": 2, "p_tile": 2, "tiled_backward": 2}
+# The worked steps (a) and (b), for the planted loops written whole below.
+STEPS = EX[2].solution.split("def tiled_backward")[0]
 
 
-def _planted(number: int, old: str, new: str) -> str:
-    """The worked solution of exercise `number` with `old` replaced by `new`."""
-    return replace_code(EX[number].solution, old, new)
+def _planted(name: str, old: str, new: str) -> str:
+    """The worked solution of the exercise holding `name` with `old` replaced by `new`."""
+    return replace_code(EX[STEP[name]].solution, old, new)
 
 
-def test_the_notebook_has_four_code_exercises():
-    assert sorted(EX) == [1, 2, 3, 4]
+def _verdict(out: str, name: str) -> str:
+    """The line the check of function `name` printed."""
+    return next((line for line in out.splitlines() if line.startswith(f"{name}:")), "")
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4])
+def test_the_notebook_has_two_code_exercises():
+    assert sorted(EX) == [1, 2]
+
+
+@pytest.mark.parametrize("number", [1, 2])
 def test_worked_solution_passes(number):
     out = run_check(EX[number], EX[number].solution)
     assert "✓" in out and "✗" not in out, out
+    if number == 2:
+        assert all(f"{n}: ✓" in out for n in ("delta", "p_tile", "tiled_backward"))
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4])
+@pytest.mark.parametrize("number", [1, 2])
 def test_stub_reports_not_implemented(number):
     out = run_check(EX[number], EX[number].stub)
     assert "not implemented yet" in out and "✗" not in out, out
@@ -54,7 +65,7 @@ def test_a_causal_case_puts_rows_with_and_without_keys_in_one_query_block():
     N - M is not a multiple of Br: the check cell must hold such a case, or exp(S - lse) = NaN passes."""
     assign = next(
         node
-        for node in ast.parse(EX[4].check).body
+        for node in ast.parse(EX[2].check).body
         if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "cases"
     )
     cases = eval(ast.unparse(assign.value))
@@ -62,7 +73,7 @@ def test_a_causal_case_puts_rows_with_and_without_keys_in_one_query_block():
 
 
 def test_the_tiled_spec_allows_per_row_vectors():
-    spec = " ".join(EX[4].spec.split())
+    spec = " ".join(EX[2].spec.split())
     assert (
         "per-row vectors such as $D$" in spec
         and "an array spanning all queries" not in spec
@@ -71,7 +82,7 @@ def test_the_tiled_spec_allows_per_row_vectors():
 
 def test_the_open_question_has_an_answer_and_a_cell_to_work_in():
     nb = nbformat.read(ROOT / "notebooks" / "09_backward.ipynb", as_version=4)
-    at = next(i for i, c in enumerate(nb.cells) if "Exercise 5 (question)" in c.source)
+    at = next(i for i, c in enumerate(nb.cells) if "Exercise 3 (question)" in c.source)
     after = nb.cells[at + 1 :]
     assert after[0].cell_type == "markdown" and "Your answer:" in after[0].source
     assert not after[0].metadata.get("tags")
@@ -81,40 +92,40 @@ def test_the_open_question_has_an_answer_and_a_cell_to_work_in():
 
 
 PLANTED = [
-    # Exercise 1: D
+    # Exercise 2, step a: D
     (
-        1,
+        "delta",
         "keepdims",
         ("(o * do).sum(axis=-1)", "(o * do).sum(axis=-1, keepdims=True)"),
         ["shape: yours is (5, 1)", "keepdims"],
     ),
     (
-        1,
+        "delta",
         "rowsum(dO)",
         ("(o * do).sum(axis=-1)", "do.sum(axis=-1)"),
         ["at index", "that is rowsum(dO)"],
     ),
     (
-        1,
+        "delta",
         "the wrong axis",
         ("(o * do).sum(axis=-1)", "(o * do).sum(axis=-2)"),
         ["shape: yours is (3,)", "axis -2"],
     ),
     (
-        1,
+        "delta",
         "everything summed",
         ("(o * do).sum(axis=-1)", "(o * do).sum()"),
         ["shape: yours is ()"],
     ),
-    # Exercise 2: the standard backward
+    # Exercise 1: the standard backward
     (
-        2,
+        "my_backward",
         "no scale in dq",
         ("return scale * ds @ k,", "return ds @ k,"),
         ["dq (element 0)", "√d times too large"],
     ),
     (
-        2,
+        "my_backward",
         "D = rowsum(dO)",
         (
             "(dp - (p * dp).sum(axis=-1, keepdims=True))",
@@ -123,27 +134,32 @@ PLANTED = [
         ["dq (element 0)", "D computed as rowsum(dO)"],
     ),
     (
-        2,
+        "my_backward",
         "P without l",
         ("p /= p.sum(axis=-1, keepdims=True)", "pass"),
         ["dq (element 0)", "not divided by l"],
     ),
     (
-        2,
+        "my_backward",
         "causal top-left",
         ("+ M - N, s, -np.inf)", ", s, -np.inf)"),
         ["case 2", "top-left"],
     ),
-    (2, "sign of dS", ("ds = p * (dp - ", "ds = -p * (dp - "), ["wrong sign"]),
     (
-        2,
+        "my_backward",
+        "sign of dS",
+        ("ds = p * (dp - ", "ds = -p * (dp - "),
+        ["wrong sign"],
+    ),
+    (
+        "my_backward",
         "dv without transpose",
         ("dv = p.T @ do", "dv = p @ do"),
         ["raised ValueError", "shape", "transpose"],
     ),
-    # Exercise 3: one tile of P
+    # Exercise 2, step b: one tile of P
     (
-        3,
+        "p_tile",
         "tile max",
         (
             "- lse_i[:, None])",
@@ -152,7 +168,7 @@ PLANTED = [
         ["case 0", "tile's own max"],
     ),
     (
-        3,
+        "p_tile",
         "overflow",
         (
             "np.exp(q_i @ k_j.T / np.sqrt(q_i.shape[-1]) - lse_i[:, None])",
@@ -161,21 +177,21 @@ PLANTED = [
         ["case 4", "queries ×300", "NaN", "overflows"],
     ),
     (
-        3,
+        "p_tile",
         "lse along the columns",
         ("lse_i[:, None]", "lse_i"),
         ["raised ValueError", "shape", "[:, None]"],
     ),
-    (3, "no scale", (" / np.sqrt(q_i.shape[-1])", ""), ["scale is missing"]),
-    # Exercise 4: the tiled backward
+    ("p_tile", "no scale", (" / np.sqrt(q_i.shape[-1])", ""), ["scale is missing"]),
+    # Exercise 2, step c: the tiled backward
     (
-        4,
+        "tiled_backward",
         "D = rowsum(dO)",
         ("D = delta(o, do)", "D = do.sum(axis=-1)"),
         ["dq (element 0)", "D computed as rowsum(dO)"],
     ),
     (
-        4,
+        "tiled_backward",
         "D from the tile",
         (
             "ds = p * (dp - D[i0:i0 + Br, None])",
@@ -184,19 +200,19 @@ PLANTED = [
         ["D_i taken as rowsum(P_ij ∘ dP_ij) over the current tile only"],
     ),
     (
-        4,
+        "tiled_backward",
         "no scale in dq",
         ("dq[i0:i0 + Br] += scale * ds @ k_j", "dq[i0:i0 + Br] += ds @ k_j"),
         ["dq (element 0)", "√d times too large"],
     ),
     (
-        4,
+        "tiled_backward",
         "no scale in dk",
         ("dk[j0:j0 + Bc] += scale * ds.T @ q_i", "dk[j0:j0 + Bc] += ds.T @ q_i"),
         ["dk (element 1)", "√d times too large"],
     ),
     (
-        4,
+        "tiled_backward",
         "P = exp(S - m)",
         (
             "p = np.exp(s - lse_safe[i0:i0 + Br, None])",
@@ -205,7 +221,7 @@ PLANTED = [
         ["case 0", "tile's own max"],
     ),
     (
-        4,
+        "tiled_backward",
         "softmax of the tile",
         (
             "p = np.exp(s - lse_safe[i0:i0 + Br, None])",
@@ -214,19 +230,19 @@ PLANTED = [
         ["case 0", "dq and dv wrong", "so P is wrong", "not a softmax of the tile"],
     ),
     (
-        4,
+        "tiled_backward",
         "dv without transpose",
         ("dv[j0:j0 + Bc] += p.T @ do_i", "dv[j0:j0 + Bc] += p @ do_i"),
         ["case 0", "dv (element 2)", "missing transpose"],
     ),
     (
-        4,
+        "tiled_backward",
         "dk without transpose",
         ("scale * ds.T @ q_i", "scale * ds @ q_i"),
         ["dk (element 1)", "missing transpose"],
     ),
     (
-        4,
+        "tiled_backward",
         "causal top-left",
         (
             "s = np.where(j <= i + M - N, s, -np.inf)",
@@ -235,25 +251,25 @@ PLANTED = [
         ["case 2", "top-left"],
     ),
     (
-        4,
+        "tiled_backward",
         "last query block dropped",
         ("for i0 in range(0, N, Br):", "for i0 in range(0, N - Br + 1, Br):"),
         ["case 1", "Br = 8 does not divide N = 47", "rows 40..46"],
     ),
     (
-        4,
+        "tiled_backward",
         "last key block dropped",
         ("for j0 in range(0, M, Bc):", "for j0 in range(0, M // Bc * Bc, Bc):"),
         ["case 1", "Bc = 16 does not divide M = 61"],
     ),
     (
-        4,
+        "tiled_backward",
         "dq assigned",
         ("dq[i0:i0 + Br] += scale", "dq[i0:i0 + Br] = scale"),
         ["accumulated"],
     ),
     (
-        4,
+        "tiled_backward",
         "NaN on rows with no key",
         (
             "p = np.exp(s - lse_safe[i0:i0 + Br, None])",
@@ -262,13 +278,13 @@ PLANTED = [
         ["case 3", "NaN in yours", "see no key"],
     ),
     (
-        4,
+        "tiled_backward",
         "keepdims twice",
         ("D = delta(o, do)", "D = (o * do).sum(axis=-1, keepdims=True)"),
         ["raised ValueError", "shape"],
     ),
     (
-        4,
+        "tiled_backward",
         "a list",
         ("return dq, dk, dv", "return [dq, dk, dv]"),
         ["returned list", "tuple"],
@@ -280,11 +296,11 @@ PLANTED = [
     "ignore::RuntimeWarning"
 )  # a planted NaN warns, as it would for a learner
 @pytest.mark.parametrize(
-    "number, label, change, expected", PLANTED, ids=[f"{p[0]}-{p[1]}" for p in PLANTED]
+    "name, label, change, expected", PLANTED, ids=[f"{p[0]}-{p[1]}" for p in PLANTED]
 )
-def test_planted_mistake_is_diagnosed(number, label, change, expected):
-    out = run_check(EX[number], _planted(number, *change))
-    assert "✗" in out and "✓" not in out, out
+def test_planted_mistake_is_diagnosed(name, label, change, expected):
+    out = run_check(EX[STEP[name]], _planted(name, *change))
+    assert "✗" in _verdict(out, name), out
     for text in expected:
         assert text in out, f"{text!r} not in:\n{out}"
 
@@ -369,12 +385,12 @@ def my_backward(q, k, v, do, causal=False):
     "number, source, expected",
     [
         (
-            4,
+            2,
             FULL_S,
             ["the values agree on 4 cases", "shape (1024, 1536) = (N, M)", "all N × M"],
         ),
         (
-            4,
+            2,
             STRIP,
             [
                 "the values agree on 4 cases",
@@ -383,19 +399,19 @@ def my_backward(q, k, v, do, causal=False):
             ],
         ),
         (
-            4,
-            EX[4].solution + FULL_MASK,
+            2,
+            EX[2].solution + FULL_MASK,
             [
                 "the values agree on 4 cases",
                 "MiB was allocated",
                 "an N × M array (S, P or a mask) was formed",
             ],
         ),
-        (4, CALLS_LAB, ["case 0", "calls lab.flash_attention_backward_numpy"]),
-        (4, CALLS_REFERENCE, ["case 0", "calls lab.attention_backward"]),
-        (2, AUTOGRAD, ["case 0", "calls torch autograd"]),
+        (2, CALLS_LAB, ["case 0", "calls lab.flash_attention_backward_numpy"]),
+        (2, CALLS_REFERENCE, ["case 0", "calls lab.attention_backward"]),
+        (1, AUTOGRAD, ["case 0", "calls torch autograd"]),
         (
-            4,
+            2,
             SKIPS_EMPTY_TILES_NAN,
             [
                 "case 3 (N=50, M=40",
@@ -415,8 +431,12 @@ def my_backward(q, k, v, do, causal=False):
     ],
 )
 def test_planted_property_violation_is_diagnosed(number, source, expected):
-    out = run_check(EX[number], source)
-    assert "✗" in out and "✓" not in out, out
+    name = "tiled_backward" if number == 2 else "my_backward"
+    out = run_check(
+        EX[number],
+        (STEPS if number == 2 and "def delta" not in source else "") + source,
+    )
+    assert "✗" in _verdict(out, name), out
     for text in expected:
         assert text in out, f"{text!r} not in:\n{out}"
 
@@ -527,40 +547,42 @@ def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
 
 def test_a_full_untiled_torch_backward_is_refused():
     """tracemalloc sees no torch allocation: the numpy exercise refuses torch instead."""
-    out = run_check(EX[4], UNTILED_TORCH)
-    assert "✗ case 0" in out and "✓" not in out, out
+    out = run_check(EX[2], STEPS + UNTILED_TORCH)
+    assert "✗ case 0" in _verdict(out, "tiled_backward"), out
     assert "this exercise asks for numpy" in out and "torch." in out
 
 
 def test_delta_under_another_name_is_refused():
     out = run_check(
-        EX[1],
-        "from lab.backward import backward_delta as rowdot\ndef delta(o, do):\n    return rowdot(o, do)\n",
+        EX[2],
+        EX[2].solution
+        + "\nfrom lab.backward import backward_delta as rowdot\n\n\ndef delta(o, do):\n    return rowdot(o, do)\n",
     )
-    assert "✗ case 0" in out and "calls lab.backward_delta" in out, out
+    line = _verdict(out, "delta")
+    assert "✗ case 0" in line and "calls lab.backward_delta" in line, out
 
 
 def test_standard_backward_without_the_row_max_fails_on_large_scores():
     src = replace_code(
-        EX[2].solution,
+        EX[1].solution,
         "p = np.exp(s - s.max(axis=-1, keepdims=True))",
         "p = np.exp(s)",
     )
-    out = run_check(EX[2], src)
+    out = run_check(EX[1], src)
     assert "✗ case 4" in out and "scores near +800" in out, out
     assert "subtract each row's max before the exp" in out
 
 
 def test_tiled_backward_dropping_both_short_blocks_names_both():
     src = replace_code(
-        EX[4].solution,
+        EX[2].solution,
         "for j0 in range(0, M, Bc):",
         "for j0 in range(0, M - M % Bc, Bc):",
     )
     src = replace_code(
         src, "for i0 in range(0, N, Br):", "for i0 in range(0, N - N % Br, Br):"
     )
-    out = run_check(EX[4], src)
+    out = run_check(EX[2], src)
     assert "✗ case 1" in out, out
     assert (
         "last query block was never visited" in out
@@ -572,7 +594,7 @@ def test_tiled_backward_dropping_both_short_blocks_names_both():
 def test_check_tiled_backward_reports_a_crash_on_watched_arrays(capsys):
     ns = {"np": np, "delta": lambda o, do: (o * do).sum(axis=-1)}
     exec(
-        compile(EX[4].solution, "<solution>", "exec"), ns
+        compile(EX[2].solution, "<solution>", "exec"), ns
     )  # the worked loop: lab's own is refused
 
     def fussy(q, k, v, o, lse, do, Br, Bc, causal=False):
@@ -589,7 +611,7 @@ def test_check_tiled_backward_reports_a_crash_on_watched_arrays(capsys):
 
 
 @pytest.mark.parametrize("how", list(EVASIONS))
-@pytest.mark.parametrize("number, name", [(2, "my_backward"), (3, "p_tile")])
-def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
-    out = run_check(EX[number], evading(EX[number].solution, name, how))
-    assert "✗" in out and "✓" not in out and EVASIONS[how][1] in out, out
+@pytest.mark.parametrize("name", ["my_backward", "p_tile"])
+def test_an_answer_that_hides_from_the_watch_is_refused(name, how):
+    out = run_check(EX[STEP[name]], evading(EX[STEP[name]].solution, name, how))
+    assert "✗" in _verdict(out, name) and EVASIONS[how][1] in out, out

@@ -9,7 +9,7 @@ import sys
 import types
 
 import pytest
-from exercise_support import EVASIONS, evading, exercises, source
+from exercise_support import EVASIONS, evading, exercises, replace_code, source
 
 NAME = "11_masks_and_score_mods"
 EX = {ex.number: ex for ex in exercises(NAME)}
@@ -45,8 +45,8 @@ def _refused(number: int, text: str, *says: str) -> str:
     return out
 
 
-def test_the_notebook_has_four_checked_exercises():
-    assert sorted(EX) == [1, 2, 3, 4]
+def test_the_notebook_has_five_checked_exercises():
+    assert sorted(EX) == [1, 2, 3, 4, 5]
 
 
 @pytest.mark.parametrize("number", [1, 2, 3, 4])
@@ -199,3 +199,183 @@ def test_a_numpy_only_mask_mod_is_told_how_to_run_in_torch():
 def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
     out = run_check(EX[number], evading(EX[number].solution, name, how))
     assert "✗" in out and "✓" not in out and EVASIONS[how][1] in out, out
+
+
+# ------------------------------------------------------------------ Exercise 5: the hooks inside the tiled loop
+
+
+def _verdict(out: str, name: str) -> str:
+    return next((line for line in out.splitlines() if line.startswith(f"{name}:")), "")
+
+
+def _run5(solution: str) -> str:
+    """Exercise 5's check on `solution`, after the notebook's setup only: the loop needs none of the earlier
+    exercises' cells (whose checks run flex_attention, slowly)."""
+    ns, out = {"__name__": "__exercise__"}, io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()):
+        for src in EX[5].setup:
+            exec(compile(src, "<setup>", "exec"), ns)
+    with contextlib.redirect_stdout(out):
+        exec(compile(solution, "<solution>", "exec"), ns)
+        exec(compile(EX[5].check, "<check>", "exec"), ns)
+    return out.getvalue()
+
+
+def test_the_worked_loop_passes_both_checks():
+    out = _run5(EX[5].solution)
+    assert "tile_kinds: ✓" in out and "masked_attention: ✓" in out and "✗" not in out, (
+        out
+    )
+    assert "empty ones skipped" in out and "score_mod before the mask" in out
+
+
+def test_the_loop_stub_reports_not_implemented():
+    out = _run5(EX[5].stub)
+    assert out.count("not implemented yet") == 2 and "✗" not in out, out
+
+
+MASK_FIRST = (
+    "s = score_mod(s, 0, 0, i, j)",
+    "pass",
+)
+LOOP_PLANTED = [
+    (
+        "mask before score_mod",
+        [
+            MASK_FIRST,
+            (
+                "m_new = np.maximum(m, s.max(axis=1, keepdims=True))",
+                "s = score_mod(s, 0, 0, i, j)\n            m_new = np.maximum(m, s.max(axis=1, keepdims=True))",
+            ),
+        ],
+        "masked_attention",
+        ["soft-cap", "the mask was applied before score_mod", "−cap"],
+    ),
+    (
+        "max before the mask",
+        [
+            ("s = score_mod(s, 0, 0, i, j)", "s = raw = score_mod(s, 0, 0, i, j)"),
+            (
+                "m_new = np.maximum(m, s.max(axis=1, keepdims=True))",
+                "m_new = np.maximum(m, raw.max(axis=1, keepdims=True))",
+            ),
+        ],
+        "masked_attention",
+        ["+1000", "running max must be taken after the mask"],
+    ),
+    (
+        "partial tile skipped",
+        [
+            (
+                "kinds[I, J] = 2 if tile.all() else 1 if tile.any() else 0",
+                "kinds[I, J] = 2 if tile.all() else 0",
+            )
+        ],
+        "masked_attention",
+        ["skipped tile", "which is partial", "only empty tiles may be skipped"],
+    ),
+    (
+        "empty tiles computed",
+        [("if kinds[I, J] == 0:", "if False:")],
+        "masked_attention",
+        ["of them empty", "skip the empty tiles"],
+    ),
+    (
+        "no guard, o = acc / l",
+        [
+            ("shift = np.where(np.isneginf(m_new), 0.0, m_new)", "shift = m_new"),
+            (
+                "o[i0 : i0 + len(i)][seen] = acc[seen] / l[seen]",
+                "o[i0 : i0 + len(i)] = acc / l",
+            ),
+            (
+                "lse[i0 : i0 + len(i)][seen] = m[seen, 0] + np.log(l[seen, 0])",
+                "lse[i0 : i0 + len(i)] = (m + np.log(l))[:, 0]",
+            ),
+        ],
+        "masked_attention",
+        ["NaN in row", "e^(−∞ − (−∞)) is NaN", "guard"],
+    ),
+    (
+        "the mask skipped on partial tiles",
+        [("if kinds[I, J] == 1:", "if kinds[I, J] == 3:")],
+        "masked_attention",
+        ["the mask was not applied inside the tiles you computed"],
+    ),
+    (
+        "block mask by floor division",
+        [
+            (
+                "kinds = np.zeros((-(-N // Br), -(-M // Bc)), dtype=int)",
+                "kinds = np.zeros((N // Br, M // Bc), dtype=int)",
+            )
+        ],
+        "tile_kinds",
+        ["expected", "(ceil(N / Br), ceil(M / Bc))"],
+    ),
+    (
+        "full tiles called partial",
+        [
+            (
+                "kinds[I, J] = 2 if tile.all() else 1 if tile.any() else 0",
+                "kinds[I, J] = 1 if tile.any() else 0",
+            )
+        ],
+        "tile_kinds",
+        ["so it is full (2); yours says 1"],
+    ),
+]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize(
+    "label, changes, name, says", LOOP_PLANTED, ids=[p[0] for p in LOOP_PLANTED]
+)
+def test_a_planted_loop_is_diagnosed(label, changes, name, says):
+    src = EX[5].solution
+    for old, new in changes:
+        src = replace_code(src, old, new)
+    out = _run5(src)
+    line = _verdict(out, name)
+    assert "✗" in line, out
+    for text in says:
+        assert text in out, f"{text!r} not in:\n{out}"
+
+
+UNTILED = """
+def tile_kinds(mask_mod, N, M, Br, Bc):
+    raise NotImplementedError
+
+
+def masked_attention(q, k, v, score_mod, mask_mod, Br, Bc):
+    N, M = q.shape[0], k.shape[0]
+    i, j = np.arange(N)[:, None], np.arange(M)[None, :]
+    s = np.where(mask_mod(0, 0, i, j), score_mod(q @ k.T / np.sqrt(q.shape[1]), 0, 0, i, j), -np.inf)
+    m = s.max(axis=1, keepdims=True)
+    p = np.exp(s - np.where(np.isneginf(m), 0, m))
+    l = p.sum(axis=1, keepdims=True)
+    return np.where(l > 0, p @ v / np.where(l > 0, l, 1), 0), np.where(l[:, 0] > 0, (m + np.log(np.where(l > 0, l, 1)))[:, 0], -np.inf)
+"""
+CALLS_LAB = """
+def tile_kinds(mask_mod, N, M, Br, Bc):
+    return lab.block_mask(mask_mod, 1, 1, N, M, Br, Bc).kind[0, 0]
+
+
+def masked_attention(q, k, v, score_mod, mask_mod, Br, Bc):
+    o, lse = lab.flash_attention_numpy(q[None, None], k[None, None], v[None, None], block_q=Br, block_k=Bc,
+                                       score_mod=score_mod, mask_mod=mask_mod)
+    return o[0, 0], lse[0, 0]
+"""
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_an_untiled_answer_is_refused():
+    out = _run5(UNTILED)
+    assert "✗" in _verdict(out, "masked_attention"), out
+    assert "which is not one tile" in out
+
+
+def test_labs_block_mask_and_kernel_are_refused():
+    out = _run5(CALLS_LAB)
+    assert "calls lab.block_mask" in _verdict(out, "tile_kinds"), out
+    assert "calls lab.flash_attention_numpy" in _verdict(out, "masked_attention"), out

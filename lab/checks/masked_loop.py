@@ -1,0 +1,499 @@
+"""Checks for notebook 11's build exercise: the hooks inside a tiled online-softmax loop, empty tiles skipped.
+
+`check_tile_kinds` checks a learner's block mask (0 empty, 1 partial, 2 full per tile) against `lab.block_mask`;
+`check_masked_attention` runs a learner's tiled loop on fresh cases with recording hooks: it must equal the
+reference (o and lse), compute exactly the non-empty tiles (each `score_mod` call is one tile), leave no NaN on
+rows that see no key, apply `score_mod` before the mask (a soft cap after the mask un-masks keys:
+cap·tanh(−∞/cap) = −cap) and take the running max after the mask (a dropped key scoring +1000 must not raise m).
+
+Taught in: notebooks/11_masks_and_score_mods.ipynb
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from ..masks import block_mask, document_mask, sliding_window, softcap
+from ..notebook import measured
+from ._seeded import noting_seed
+from ._support import _fresh, _refusal, _settled, _watching
+
+__all__ = ["check_tile_kinds", "check_masked_attention"]
+
+_LAB_ANSWERS = (
+    "block_mask",
+    "masks._tile_kinds",
+    "flash_attention_numpy",
+    "attention_reference",
+    "flash_attention_torch",
+    "flex_reference",
+)
+_INSTRUMENT_HELPERS = ("_identity",)  # a hook handed to the learner calls it
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _kinds(mask_mod, N, M, Br, Bc) -> np.ndarray:
+    """The reference block mask of one head: (ceil(N/Br), ceil(M/Bc)) ints, 0 empty, 1 partial, 2 full."""
+    return block_mask(mask_mod, 1, 1, N, M, Br, Bc).kind[0, 0]
+
+
+def _keep(mask_mod, N, M) -> np.ndarray:
+    i, j = np.arange(N)[:, None], np.arange(M)[None, :]
+    return np.broadcast_to(np.asarray(mask_mod(0, 0, i, j), dtype=bool), (N, M))
+
+
+def _run(name, fn, args, shown):
+    """`fn(*args)` watched (lab's kernels, block mask and references refused), or None after printing why."""
+    try:
+        with (
+            np.errstate(all="ignore"),
+            warnings.catch_warnings(),
+            _watching(_LAB_ANSWERS, numpy_only=True) as seen,
+        ):
+            warnings.simplefilter("ignore")
+            got = _settled(fn(*args))
+    except NotImplementedError:
+        print(
+            f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
+        )
+        return None
+    except Exception as exc:  # a learner's bug: report it, do not stop the notebook
+        text = str(exc)
+        extra = (
+            " (on arrays, use & | ~ instead of and / or / not)"
+            if "truth value" in text
+            else ""
+        )
+        print(f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}{extra}")
+        return None
+    if seen:
+        print(f"{name}: ✗ {shown}: {_refusal(seen)}")
+        return None
+    return got
+
+
+# ---------------------------------------------------------------------------------------------- the block mask
+
+
+def _mask_cases(rng) -> list:
+    """(label, N, M, Br, Bc, mask_mod): windows, documents with a document that sees no key, causal with N > M."""
+    out = []
+    for _ in range(2):
+        N, M = int(rng.integers(30, 90)), int(rng.integers(30, 90))
+        Br, Bc = int(rng.choice([8, 12, 16])), int(rng.choice([8, 10, 16]))
+        W = int(rng.integers(3, 20))
+        out.append(
+            (
+                f"sliding_window({W - 1}, 0, {N}, {M})",
+                N,
+                M,
+                Br,
+                Bc,
+                sliding_window(W - 1, 0, N, M),
+            )
+        )
+    N, M = int(rng.integers(60, 100)), int(rng.integers(20, 50))
+    out.append(
+        (
+            f"causal, N = {N} > M = {M}",
+            N,
+            M,
+            16,
+            8,
+            sliding_window(None, 0, N, M),
+        )
+    )
+    q_doc, k_doc = _documents(rng)
+    out.append(
+        (
+            "documents",
+            len(q_doc),
+            len(k_doc),
+            16,
+            16,
+            document_mask(q_doc, k_doc),
+        )
+    )
+    return out
+
+
+def _documents(rng):
+    """Packed documents; document 7 has queries and no keys (rows that see nothing)."""
+    lengths_q = [int(x) for x in rng.integers(8, 30, size=3)]
+    lengths_k = [int(x) for x in rng.integers(8, 30, size=3)]
+    empty = int(rng.integers(5, 20))
+    q_doc = np.repeat([0, 1, 7, 2], [lengths_q[0], lengths_q[1], empty, lengths_q[2]])
+    k_doc = np.repeat([0, 1, 2], lengths_k)
+    return q_doc, k_doc
+
+
+def check_tile_kinds(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(mask_mod, N, M, Br, Bc)`, the kind of every tile (0 empty, 1 partial, 2 full); print one verdict.
+
+    Cases drawn fresh each run (`seed` draws the same again): windows, documents with rows that see no key,
+    causal with N > M, block sizes that do not divide N or M. Says the first tile classified wrong, with how
+    many of its elements the mask keeps; running `lab.block_mask` (or lab's kernels) is refused.
+    Taught in: notebooks/11_masks_and_score_mods.ipynb
+    """
+    name = name or getattr(fn, "__name__", "tile_kinds")
+    rng, seed = _fresh(seed)
+    cases = _mask_cases(rng)
+    with noting_seed(seed):
+        for n, (label, N, M, Br, Bc, mod) in enumerate(cases):
+            shown = f"case {n} ({label}, Br = {Br}, Bc = {Bc})"
+            got = _run(name, fn, (mod, N, M, Br, Bc), shown)
+            if got is None:
+                return
+            want = _kinds(mod, N, M, Br, Bc)
+            if np.shape(got) != want.shape:
+                print(
+                    f"{name}: ✗ {shown}: shape {np.shape(got)}, expected {want.shape} = "
+                    f"(ceil(N / Br), ceil(M / Bc)): a last, shorter block is still a tile"
+                )
+                return
+            got = np.asarray(got)
+            if not np.array_equal(got, want):
+                I, J = (int(x) for x in np.argwhere(got != want)[0])
+                keep = _keep(mod, N, M)[I * Br : (I + 1) * Br, J * Bc : (J + 1) * Bc]
+                kinds = {0: "empty", 1: "partial", 2: "full"}
+                print(
+                    f"{name}: ✗ {shown}: tile (I = {I}, J = {J}) keeps {int(keep.sum())} of its "
+                    f"{keep.size} elements, so it is {kinds[int(want[I, J])]} ({int(want[I, J])}); "
+                    f"yours says {got[I, J]}"
+                    + (
+                        " (the last block is shorter: count only the rows and keys it has)"
+                        if I == want.shape[0] - 1 or J == want.shape[1] - 1
+                        else ""
+                    )
+                )
+                return
+        print(
+            f"{name}: ✓ passed {len(cases)} cases (windows, documents, causal with N > M)"
+        )
+
+
+# ----------------------------------------------------------------------------------------------- the tiled loop
+
+
+class _Hooks:
+    """Recording hooks around a score_mod and a mask_mod: which tiles each was called on, in order."""
+
+    def __init__(self, score_mod, mask_mod):
+        self.score, self.mask = score_mod, mask_mod
+        self.calls = []  # ("score" | "mask", i0, i1, j0, j1)
+
+    def _note(self, what, i, j):
+        i, j = np.asarray(i), np.asarray(j)
+        self.calls.append(
+            (what, int(i.min()), int(i.max()) + 1, int(j.min()), int(j.max()) + 1)
+        )
+
+    def score_mod(self, s, b, h, i, j):
+        self._note("score", i, j)
+        return self.score(s, b, h, i, j)
+
+    def mask_mod(self, b, h, i, j):
+        self._note("mask", i, j)
+        return self.mask(b, h, i, j)
+
+
+def _identity(s, b, h, i, j):
+    return s + 0.0
+
+
+def _loop_cases(rng) -> list:
+    """(label, N, M, d, Br, Bc, score_mod, mask_mod, spread), drawn fresh."""
+    out = []
+    N, M = int(rng.integers(40, 90)), int(rng.integers(40, 90))
+    W = int(rng.integers(8, 30))
+    out.append(
+        (
+            f"sliding window of {W} keys",
+            N,
+            M,
+            8,
+            16,
+            12,
+            _identity,
+            sliding_window(W - 1, 0, N, M),
+            1.0,
+        )
+    )
+    slope = float(rng.uniform(0.1, 0.5))
+    N, M = int(rng.integers(40, 90)), int(rng.integers(40, 90))
+
+    def alibi_like(s, b, h, i, j, off=M - N, slope=slope):
+        return s - slope * abs(i + off - j)
+
+    out.append(
+        (
+            f"ALiBi-like slope {slope:.2f}, causal",
+            N,
+            M,
+            8,
+            12,
+            16,
+            alibi_like,
+            sliding_window(None, 0, N, M),
+            1.0,
+        )
+    )
+    cap = float(rng.uniform(2.0, 4.0))
+    N = M = int(rng.integers(50, 90))
+    out.append(
+        (
+            f"soft-cap {cap:.1f}, window of 12 keys",
+            N,
+            M,
+            8,
+            16,
+            8,
+            softcap(cap),
+            sliding_window(11, 0, N, M),
+            2.0,
+        )
+    )
+    q_doc, k_doc = _documents(rng)
+    out.append(
+        (
+            "documents, one with no keys",
+            len(q_doc),
+            len(k_doc),
+            8,
+            16,
+            16,
+            _identity,
+            document_mask(q_doc, k_doc),
+            1.0,
+        )
+    )
+    N, M = int(rng.integers(60, 90)), int(rng.integers(20, 45))
+    out.append(
+        (
+            f"causal, N = {N} > M = {M}",
+            N,
+            M,
+            8,
+            16,
+            8,
+            _identity,
+            sliding_window(None, 0, N, M),
+            1.0,
+        )
+    )
+    N = M = int(rng.integers(40, 70))
+
+    def decoy(s, b, h, i, j):  # the keys the mask drops score +1000
+        return s + 1000.0 * (j % 2 == 1)
+
+    def even(b, h, i, j):
+        return j % 2 == 0
+
+    out.append(
+        ("odd keys dropped, each scoring +1000", N, M, 8, 16, 16, decoy, even, 1.0)
+    )
+    return out
+
+
+def _reference(q, k, v, score_mod, mask_mod, in_tiles=None, mistake=None):
+    """o, lse of one head with the hooks applied whole; with `in_tiles` (the elements of the non-empty tiles) a
+    classic mistake of a loop instead: `mistake="mask first"` (the mask applied before score_mod) or
+    `"no mask"` (the mask never applied inside the computed tiles)."""
+    N, M = q.shape[0], k.shape[0]
+    i, j = np.arange(N)[:, None], np.arange(M)[None, :]
+    s = q @ k.T / np.sqrt(q.shape[-1])
+    keep = _keep(mask_mod, N, M)
+    with np.errstate(all="ignore"):
+        if in_tiles is None:
+            s = np.where(keep, score_mod(s, 0, 0, i, j), -np.inf)
+        elif mistake == "mask first":
+            s = np.where(keep, s, -np.inf)
+            s = np.where(in_tiles, score_mod(s, 0, 0, i, j), -np.inf)
+        else:  # "no mask"
+            s = np.where(in_tiles, score_mod(s, 0, 0, i, j), -np.inf)
+        m = s.max(axis=-1, keepdims=True)
+        m = np.where(np.isneginf(m), 0.0, m)
+        p = np.exp(s - m)
+        l = p.sum(axis=-1, keepdims=True)  # noqa: E741
+        o = np.where(l > 0, p @ v / np.where(l > 0, l, 1.0), 0.0)
+        seen = l[:, 0] > 0
+        lse = np.where(seen, m[:, 0] + np.log(np.where(seen, l[:, 0], 1.0)), -np.inf)
+    return o, lse
+
+
+def _tiles_of(calls, what, Br, Bc, N, M):
+    """The tiles a hook was called on, or (None, the call) for a call that is not one tile."""
+    tiles = []
+    for kind, i0, i1, j0, j1 in calls:
+        if kind != what:
+            continue
+        if i0 % Br or j0 % Bc or i1 != min(i0 + Br, N) or j1 != min(j0 + Bc, M):
+            return None, (i0, i1, j0, j1)
+        tiles.append((i0 // Br, j0 // Bc))
+    return tiles, None
+
+
+def _close(a, b) -> bool:
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    same_inf = np.isneginf(a) == np.isneginf(b)
+    fin = ~np.isneginf(b)
+    return bool(
+        a.shape == b.shape
+        and same_inf.all()
+        and np.allclose(a[fin], b[fin], rtol=1e-9, atol=1e-12)
+    )
+
+
+def _loop_problem(got, case, q, k, v, Br, Bc) -> str | None:
+    """Why a learner's (o, lse) and its hook calls fail case `case`, or None."""
+    label, N, M, d, _, _, score_mod, mask_mod, _ = case
+    hooks = got["hooks"]
+    out = got["out"]
+    if not (isinstance(out, tuple) and len(out) == 2):
+        return f"returned {type(out).__name__}, not the pair (o, lse)"
+    o, lse = (np.asarray(x, dtype=float) for x in out)
+    if o.shape != (N, v.shape[1]) or lse.shape != (N,):
+        return f"o has shape {o.shape} and lse {lse.shape}; expected ({N}, {v.shape[1]}) and ({N},)"
+    tiles, bad = _tiles_of(hooks.calls, "score", Br, Bc, N, M)
+    if tiles is None:
+        i0, i1, j0, j1 = bad
+        return (
+            f"score_mod was called on rows {i0}..{i1 - 1} against keys {j0}..{j1 - 1}, which is not one tile of "
+            f"{Br} × {Bc}: the hooks act on one tile at a time, inside the loop"
+        )
+    kinds = _kinds(mask_mod, N, M, Br, Bc)
+    keep = _keep(mask_mod, N, M)
+    needed = {(int(a), int(b)) for a, b in np.argwhere(kinds > 0)}
+    done = set(tiles)
+    if len(tiles) != len(done):
+        return (
+            "score_mod was called twice on one tile: apply it once per tile you compute"
+        )
+    empty_done = sorted(done - needed)
+    if empty_done:
+        I, J = empty_done[0]
+        return (
+            f"computed {len(done)} tiles, {len(empty_done)} of them empty (first: I = {I}, J = {J}, which "
+            f"keeps none of its elements): skip the empty tiles of your block mask, {len(needed)} are needed"
+        )
+    missed = sorted(needed - done)
+    if missed:
+        I, J = missed[0]
+        part = keep[I * Br : (I + 1) * Br, J * Bc : (J + 1) * Bc]
+        kind = "partial" if kinds[I, J] == 1 else "full"
+        return (
+            f"skipped tile (I = {I}, J = {J}), which is {kind}: it keeps {int(part.sum())} of its "
+            f"{part.size} elements; only empty tiles may be skipped"
+        )
+    rows_none = ~keep.any(axis=1)
+    nan_rows = np.isnan(o).any(axis=1) | np.isnan(lse)
+    if nan_rows.any():
+        r = int(np.argwhere(nan_rows)[0, 0])
+        if rows_none[r]:
+            return (
+                f"NaN in row {r}, which sees no key ({int(rows_none.sum())} such rows): its running max stays "
+                "−∞ and e^(s − m) = e^(−∞ − (−∞)) is NaN; subtract 0 where m = −∞ (notebooks 02-03's guard), "
+                "and give a row with l = 0 the output o = 0, lse = −∞"
+            )
+        if "+1000" in label:
+            hint = (
+                "the running max was taken before the mask, so a dropped key's +1000 raised m and every kept "
+                "e^(s − m) underflowed to 0; mask first, then take the max"
+            )
+        else:
+            hint = (
+                "a tile where all of this row's keys are dropped leaves m = −∞, and e^(−∞ − (−∞)) is NaN, "
+                "which then spreads to the rest of the row; subtract 0 where m = −∞ (notebooks 02-03's guard)"
+            )
+        return f"NaN in row {r}, which sees {int(keep[r].sum())} keys: {hint}"
+    want_o, want_lse = _reference(q, k, v, score_mod, mask_mod)
+    if _close(o, want_o) and _close(lse, want_lse):
+        return None
+    in_tiles = np.kron(kinds > 0, np.ones((Br, Bc), dtype=bool))[:N, :M]
+    if _close(o, _reference(q, k, v, score_mod, mask_mod, in_tiles, "no mask")[0]):
+        return (
+            "the mask was not applied inside the tiles you computed: a partial tile keeps only some of its "
+            "elements, so its dropped scores must become −∞ (only a full tile may skip the mask)"
+        )
+    if rows_none.any() and not (
+        np.all(o[rows_none] == 0) and np.all(np.isneginf(lse[rows_none]))
+    ):
+        r = int(np.argwhere(rows_none)[0, 0])
+        return (
+            f"row {r} sees no key: its o must be 0 and its lse −∞ (yours: lse = {lse[r]:.4g}; is the mask "
+            "applied on every partial tile?)"
+        )
+    wrong_o, _ = _reference(q, k, v, score_mod, mask_mod, in_tiles, "mask first")
+    if "soft-cap" in label and _close(o, wrong_o):
+        return (
+            "the mask was applied before score_mod: cap·tanh(−∞ / cap) = −cap, so every dropped key came "
+            "back with the score −cap; apply score_mod to the tile's scores first, then the mask"
+        )
+    if "+1000" in label:
+        return (
+            "o differs where a dropped key scores +1000: the running max must be taken after the mask "
+            "(a dropped key never raises m)"
+        )
+    err = float(np.nanmax(np.abs(o - want_o)))
+    r = int(np.argmax(np.nanmax(np.abs(o - want_o), axis=1)))
+    if _close(o, want_o):
+        fin = ~np.isneginf(want_lse)
+        e = float(np.abs(lse[fin] - want_lse[fin]).max()) if fin.any() else np.inf
+        return f"o is right but lse is not (max |lse - ref| = {e:.2e}): lse = m + log l of the whole row"
+    return f"max |o - ref| = {err:.2e}, largest in row {r}, which sees {int(keep[r].sum())} keys"
+
+
+def check_masked_attention(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
+    """Check `fn(q, k, v, score_mod, mask_mod, Br, Bc) -> (o, lse)`, a tiled loop with the hooks; print one verdict.
+
+    Six cases drawn fresh each run (`seed` draws the same again): a window, ALiBi-like with causal, a soft cap
+    under a window (catches the mask applied before score_mod), documents with rows that see no key, causal with
+    N > M, and dropped keys scoring +1000 (catches the max taken before the mask). The hooks given are recording
+    wrappers: each score_mod call must be exactly one tile, and the tiles it was called on must be the non-empty
+    tiles, none more (an empty tile skipped) and none fewer (a partial tile skipped). o and lse must equal the
+    reference, rows that see no key o = 0 and lse = −∞ without NaN. lab's kernels, block mask and references are
+    refused. Taught in: notebooks/11_masks_and_score_mods.ipynb
+    """
+    name = name or getattr(fn, "__name__", "masked_attention")
+    rng, seed = _fresh(seed)
+    cases = _loop_cases(rng)
+    computed = skipped = 0
+    with noting_seed(seed):
+        for n, case in enumerate(cases):
+            label, N, M, d, Br, Bc, score_mod, mask_mod, spread = case
+            q = rng.standard_normal((N, d)) * spread
+            k = rng.standard_normal((M, d)) * spread
+            v = rng.standard_normal((M, d))
+            hooks = _Hooks(score_mod, mask_mod)
+            shown = f"case {n} ({label}; N = {N}, M = {M}, Br = {Br}, Bc = {Bc})"
+            args = (
+                q.copy(),
+                k.copy(),
+                v.copy(),
+                hooks.score_mod,
+                hooks.mask_mod,
+                Br,
+                Bc,
+            )
+            out = _run(name, fn, args, shown)
+            if out is None:
+                return
+            problem = _loop_problem({"out": out, "hooks": hooks}, case, q, k, v, Br, Bc)
+            if problem:
+                print(f"{name}: ✗ {shown}: {problem}")
+                return
+            kinds = _kinds(mask_mod, N, M, Br, Bc)
+            computed += int((kinds > 0).sum())
+            skipped += int((kinds == 0).sum())
+        print(
+            f"{name}: ✓ passed {len(cases)} cases: o, lse exact; {measured(computed, 'd')} tiles "
+            f"computed, {measured(skipped, 'd')} empty ones skipped\n"
+            "  no NaN on rows without a key; score_mod before the mask, the max after it"
+        )

@@ -294,7 +294,8 @@ def schedule_table(
     for n in splits:
         r = decode_schedule(M, batch=batch, heads=heads, splits=n)
         ratio = r["speedup"]
-        versus = f"{ratio:.1f}× fewer" if ratio >= 1 else f"{1 / ratio:.1f}× more"
+        versus = f"{ratio:.1f}× fewer" if ratio > 1 else f"{1 / ratio:.1f}× more"
+        versus = "the same" if r["steps"] == r["fa2_steps"] else versus
         rows.append(
             f"{n:>6} | {r['items']:>5} | {r['busy']:>4} | {r['waves']:>5} | "
             f"{r['steps']:>5} | {versus}"

@@ -351,6 +351,7 @@ def test_latent_decode_intensity():
 def test_schedule_tables_print_the_model_and_the_heuristic():
     t = lab.schedule_table(32768, splits=(1, 16, 32)).splitlines()
     assert len(t) == 4 and t[2].split("|")[4].strip() == "17"
+    assert t[1].endswith("the same") and t[2].endswith("15.1× fewer")
     h = lab.heuristic_table(32768, splits=(28, 29)).splitlines()
     assert "264" in h[0] and "False" in h[1] and "True" in h[2] and "88%" in h[2]
 

@@ -71,11 +71,9 @@ def test_stub_reports_not_implemented(number):
 def test_specs_do_not_print_the_formula_or_the_reference():
     for n in (1, 2, 3):
         spec = EX[n].spec
-        assert (
-            "Reference:" not in spec
-            and "lab.kv_cache_bytes_per_token" not in spec
-            and "lceil" not in spec
-        )
+        assert "Reference:" not in spec and "lceil" not in spec
+        # exercise 1 may use section 3's cache per token (its spec says so): the window is its question
+        assert n == 1 or "lab.kv_cache_bytes_per_token" not in spec
         assert "4GMd" not in spec and "2 \\cdot" not in spec
 
 
@@ -125,22 +123,26 @@ WRONG_2 = {
         ["half the FLOPs"],
     ),
 }
+_BS = "def best_splits(M, batch, heads, processors):\n"
+_T = (
+    "    K = -(-M // 128)\n"
+    "    def t(s):\n"
+    "        return -(-batch * heads * min(s, M) // processors) * -(-K // s) + (s > 1)\n"
+)
 WRONG_3 = {
-    "rounded down": (
-        "def min_splits(batch, heads, processors):\n    return processors // (batch * heads)\n",
-        ["case 0", "expected 17, got 16", "rounded down"],
+    "min_splits: a second wave": (
+        _BS + "    return -(-processors // (batch * heads))\n",
+        ["case 0", "second wave"],
     ),
-    "a fraction": (
-        "def min_splits(batch, heads, processors):\n    return processors / (batch * heads)\n",
-        ["got 16.5", "whole"],
+    "one wave only": (
+        _BS
+        + _T
+        + "    return min(range(1, max(1, processors // (batch * heads)) + 1), key=lambda s: (t(s), s))\n",
+        ["wave"],
     ),
-    "the batch forgotten": (
-        "def min_splits(batch, heads, processors):\n    return -(-processors // heads)\n",
-        ["case 1", "each sequence of the batch"],
-    ),
-    "one too many": (
-        "def min_splits(batch, heads, processors):\n    return processors // (batch * heads) + 1\n",
-        ["case 2", "divides P exactly"],
+    "ties to the most splits": (
+        _BS + _T + "    return min(range(1, K + 1), key=lambda s: (t(s), -s))\n",
+        ["when counts tie, take the fewest"],
     ),
 }
 
@@ -197,17 +199,118 @@ def test_cache_per_token_check_diagnoses_planted_mistakes(mistake):
     _fails(OLD[1], source, *says)
 
 
-def test_cache_bytes_by_labs_own_answer_is_refused():
-    _fails(
-        1,
+def test_cache_bytes_may_use_section_3s_cache_per_token():
+    out = run_check(
+        EX[1],
         "from lab.decoding import kv_cache_bytes_per_token as kv\n"
         + _CB
         + _LOCAL
         + "    kept = local * min(tokens, window) + (layers - local) * tokens\n"
         + "    return kv(1, kv_heads, head_dim, itemsize) * kept\n",
-        "case 0",
-        "calls lab.kv_cache_bytes_per_token",
     )
+    assert "✓" in out and "✗" not in out, out
+
+
+def test_cache_bytes_spec_says_section_3s_helper_may_be_used():
+    assert (
+        "lab.kv_cache_bytes_per_token" in EX[1].spec
+        or "kv_cache_bytes_per_token" in EX[1].spec
+    )
+
+
+TABLE_2 = (
+    "def intensity(G, d, M, kv_itemsize, qo_itemsize):\n"
+    "    table = {(1, 128, 4096, 2, 2): 0.9995, (8, 128, 4096, 1, 2): 3.98}\n"
+    "    return table.get((G, d, M, kv_itemsize, qo_itemsize), 1.0)\n"
+)
+
+
+def test_intensity_cases_are_drawn_fresh_so_a_table_fails():
+    _fails(2, TABLE_2, "case 0")
+    a = checks._fresh(None)[0]
+    assert a is not None
+
+
+def test_intensity_cases_repeat_with_the_seed(capsys):
+    def wrong(G, d, M, kv, qo):
+        return 1.0
+
+    checks.check_step_intensity(wrong, seed=7)
+    first = capsys.readouterr().out
+    checks.check_step_intensity(wrong, seed=7)
+    assert capsys.readouterr().out == first and "seed=7" in first
+    checks.check_step_intensity(wrong, seed=8)
+    assert capsys.readouterr().out != first
+
+
+def test_intensity_by_labs_own_answer_is_refused():
+    _fails(
+        2,
+        "import lab\n"
+        "def intensity(G, d, M, kv_itemsize, qo_itemsize):\n"
+        "    if kv_itemsize == qo_itemsize:\n"
+        "        return lab.decode_intensity(G, d, M, kv_itemsize)\n"
+        "    return 4 * G * M * d / (2 * M * d * kv_itemsize + 2 * G * d * qo_itemsize)\n",
+        "case 0",
+        "lab.decode_intensity",
+    )
+
+
+def test_best_splits_with_the_batch_forgotten_says_so(capsys):
+    def best_splits(M, batch, heads, processors):
+        K = -(-M // 128)
+
+        def t(s):
+            return -(-heads * min(s, M) // processors) * -(-K // s) + (s > 1)
+
+        return min(range(1, K + 1), key=lambda s: (t(s), s))
+
+    checks.check_best_splits(
+        best_splits, seed=0
+    )  # a seed whose batch case tells them apart
+    out = capsys.readouterr().out
+    assert "✗" in out and "each sequence of the batch" in out, out
+
+
+def test_best_splits_by_the_checks_own_oracle_is_refused():
+    _fails(
+        3,
+        "import lab\n"
+        "def best_splits(M, batch, heads, processors):\n"
+        "    def t(s):\n"
+        "        return lab.decode_schedule(M, batch=batch, heads=heads, splits=s, processors=processors)['steps']\n"
+        "    return min(range(1, M // 128 + 2), key=lambda s: (t(s), s))\n",
+        "case 0",
+        "lab.decode_schedule",
+    )
+
+
+def test_best_splits_cases_are_drawn_fresh_so_a_table_fails():
+    _fails(
+        3,
+        "def best_splits(M, batch, heads, processors):\n"
+        "    return {(32768, 1, 8, 132): 16}.get((M, batch, heads, processors), 16)\n",
+    )
+
+
+def test_min_splits_cases_drawn_fresh_and_oracle_refused(capsys):
+    checks.check_min_splits(lambda B, H, P: -(-P // (B * H)), seed=1)
+    assert "✓" in capsys.readouterr().out
+    import lab as _lab
+
+    def cheat(B, H, P):
+        return next(
+            s
+            for s in range(1, P + 1)
+            if _lab.decode_schedule(4096, batch=B, heads=H, splits=s, processors=P)[
+                "busy"
+            ]
+            == P
+        )
+
+    checks.check_min_splits(cheat)
+    out = capsys.readouterr().out
+    assert "✗" in out and "lab.decode_schedule" in out, out
 
 
 # ------------------------------------------------------------------------------------ exercise 4: paged decode
@@ -287,7 +390,53 @@ WRONG_PD = {
     ),
     "alpha inverted": (
         _pd(GOOD_LOOP, PD_STEP.replace("np.exp(m - m_new)", "np.exp(m_new - m)")),
-        ["case 0"],
+        ["α is inverted"],
+    ),
+    "alpha missing on acc": (
+        _pd(GOOD_LOOP, PD_STEP.replace("alpha[..., None] * acc", "acc")),
+        ["rescaled l but not acc"],
+    ),
+    "the mask one slot too many": (
+        _pd("""
+        for i in range(-(-length // S)):
+            page, valid = block_row[i], min(S, length - i * S + 1)
+        """),
+        ["case 0", "one slot too many"],
+    ),
+    "the mask one slot short": (
+        _pd("""
+        for i in range(-(-length // S)):
+            page, valid = block_row[i], min(S, length - i * S - 1)
+        """),
+        ["case 0", "drops the last valid token"],
+    ),
+    "the partial last page dropped": (
+        _pd("""
+        for i in range(length // S):
+            page, valid = block_row[i], S
+        """),
+        ["case 0", "dropped the partly filled last page"],
+    ),
+    "lse in base 2": (
+        _pd(
+            GOOD_LOOP,
+            tail=PD_TAIL.replace("(m + np.log(l))", "((m + np.log(l)) / np.log(2))"),
+        ),
+        ["case 0", "lse is in base 2"],
+    ),
+    "lse mixing bases": (
+        _pd(GOOD_LOOP, tail=PD_TAIL.replace("np.log(l)", "np.log2(l)")),
+        ["case 0", "mixes bases"],
+    ),
+    "N = 1 assumed": (
+        _pd(
+            GOOD_LOOP,
+            tail="""
+        o, lse = (acc / l[..., None]).reshape(Hq, N, dv), (m + np.log(l)).reshape(Hq, N)
+        return np.repeat(o[:, :1], N, axis=1), np.repeat(lse[:, :1], N, axis=1)
+        """,
+        ),
+        ["case 3", "answer of the first"],
     ),
     "each page against its own max": (
         _pd(
@@ -409,6 +558,49 @@ def test_paged_decode_by_labs_answer_or_torch_is_refused(source):
     assert "proves nothing" in out or "torch" in out or "lab." in out, out
 
 
+def test_paged_decode_in_float32_passes_at_float32_tolerance():
+    source = (
+        _pd(GOOD_LOOP)
+        .replace(
+            "    qg = q.reshape(Hkv, Hq // Hkv * N, d)\n",
+            "    qg = q.reshape(Hkv, Hq // Hkv * N, d).astype(np.float32)\n",
+        )
+        .replace("[page, :, :valid]", "[page, :, :valid].astype(np.float32)")
+    )
+    source = source.replace(
+        "    return (acc / l[..., None]).reshape(Hq, N, dv), (m + np.log(l)).reshape(Hq, N)",
+        "    o, lse = (acc / l[..., None]).reshape(Hq, N, dv), (m + np.log(l)).reshape(Hq, N)\n"
+        "    return o.astype(np.float32), lse.astype(np.float32)",
+    )
+    assert "astype(np.float32), lse" in source
+    source = source.replace(
+        "np.zeros(qg.shape[:2])", "np.zeros(qg.shape[:2], np.float32)"
+    )
+    source = source.replace(
+        "np.zeros(qg.shape[:2] + (dv,))", "np.zeros(qg.shape[:2] + (dv,), np.float32)"
+    )
+    out = run_check(EX[4], source)
+    assert "✓" in out, out
+
+
+def test_paged_decode_repeating_each_page_for_the_group_passes_on_memory():
+    source = (
+        _pd(GOOD_LOOP)
+        .replace(
+            "s = qg @ np.swapaxes(pages_k[page, :, :valid], 1, 2) / np.sqrt(d)",
+            "kr = np.repeat(pages_k[page, :, :valid], Hq // Hkv, axis=0)  # a page per query head\n"
+            "        vr = np.repeat(pages_v[page, :, :valid], Hq // Hkv, axis=0)\n"
+            "        s = (q @ np.swapaxes(kr, 1, 2) / np.sqrt(d)).reshape(Hkv, -1, valid)",
+        )
+        .replace(
+            "p @ pages_v[page, :, :valid]",
+            "(p.reshape(Hq, N, valid) @ vr).reshape(Hkv, -1, dv)",
+        )
+    )
+    out = run_check(EX[4], source)
+    assert "✓" in out, out
+
+
 def test_paged_cases_hold_what_their_labels_say():
     cases = paged._decode_cases(3)
     labels = [c[0] for c in cases]
@@ -425,7 +617,7 @@ def test_paged_cases_hold_what_their_labels_say():
         assert sorted(row[:n].tolist()) != list(range(n)) or n == 1  # pages scattered
         assert (row[n:] == -1).all() and len(set(row[:n].tolist())) == n
     last = cases[-1]
-    assert last[1].shape[0] == 64 and last[6].shape[0] == 1 and last[5] == 4000
+    assert last[1].shape[0] == 64 and last[6].shape[0] == 1 and last[5] == 16000
 
 
 # ------------------------------------------------------------------------------------ exercise 4: the build
@@ -748,14 +940,14 @@ def test_passing_lines_are_fixed_text(capsys):
     checks.check_cache_bytes(ns["cache_bytes"])
     checks.check_cache_per_token(ns["cache_per_token"])
     checks.check_step_intensity(ns["intensity"])
-    checks.check_min_splits(ns["min_splits"])
+    checks.check_best_splits(ns["best_splits"])
     paged.check_paged_decode(ns["paged_decode"])
     checks.check_split_decode(ns["split_decode"], ns["decode_chunk"])
     assert capsys.readouterr().out.splitlines() == [
         "cache_bytes: ✓ passed 6 cases",
         "cache_per_token: ✓ passed 9 cases",
         "intensity: ✓ passed 5 cases",
-        "min_splits: ✓ passed 5 cases",
+        "best_splits: ✓ passed 5 cases",
         "paged_decode: ✓ passed 7 sequences on scattered pages: stale slots masked, no copy of the cache",
         "split_decode: ✓ passed 8 cases (splits not dividing M, more splits than keys, 1 to 16 query heads per K/V head, "
         "scores in the thousands); each key reached decode_chunk once, the answer follows the merged partials, and K/V "
@@ -956,7 +1148,7 @@ def test_paged_decode_spec_does_not_give_the_rule():
 
 @pytest.mark.parametrize("how", list(EVASIONS))
 @pytest.mark.parametrize(
-    "number, name", [(3, "min_splits"), (1, "cache_bytes"), (4, "paged_decode")]
+    "number, name", [(3, "best_splits"), (1, "cache_bytes"), (4, "paged_decode")]
 )
 def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
     out = run_check(EX[number], evading(EX[number].solution, name, how))

@@ -3,7 +3,8 @@
 - `check_cache_per_token(fn)` : bytes of K and V cached per token, $2 \\cdot \\text{layers} \\cdot H_{kv} \\cdot d \\cdot \\text{itemsize}$.
 - `check_cache_bytes(fn)`     : the K/V cache of one sequence when local (sliding-window) and global layers alternate.
 - `check_step_intensity(fn)`  : FLOPs per byte of one decoding step, K/V at `kv`, q and o at `qo` bytes: $4GMd / (2Md\\,kv + 2Gd\\,qo)$.
-- `check_min_splits(fn)`      : the fewest splits that give each of P processors a work item, $\\lceil P / (B H) \\rceil$.
+- `check_min_splits(fn)`      : the fewest splits that give each of P processors a work item.
+- `check_best_splits(fn)`     : the number of splits with the fewest steps in `lab.decode_schedule`'s model.
 - `check_split_decode(split_decode, decode_chunk)` : `decode_chunk` alone on single chunks, then `split_decode` against
   `attention_reference`, every call to `decode_chunk` recorded (`splits` contiguous chunks of all Hkv heads, each key in
   one); the answer must follow the partials (a second run changes them) and, with G = 16, the memory held (tracemalloc)
@@ -34,6 +35,7 @@ __all__ = [
     "check_cache_bytes",
     "check_step_intensity",
     "check_min_splits",
+    "check_best_splits",
     "check_split_decode",
     "check_gather_pages",
     "check_paged_decode",
@@ -168,8 +170,8 @@ def check_cache_bytes(fn, *, name: str | None = None, seed: int | None = None) -
 
     Hints for the window ignored, every layer windowed, a full window kept before the sequence fills it,
     the odd layers taken as the local ones, V forgotten, one token's bytes. Cases drawn afresh on each
-    run (`seed` draws the same again), each kind of case among them; running `lab.kv_cache_bytes_per_token`
-    or `lab.kv_cache_table` (by any name) is refused.
+    run (`seed` draws the same again), each kind of case among them; `lab.kv_cache_bytes_per_token`
+    may be used (section 3's cache per token is a building block, not this answer).
     Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
     rng, seed = _fresh(seed)
@@ -227,7 +229,7 @@ def check_cache_bytes(fn, *, name: str | None = None, seed: int | None = None) -
         cases,
         name=name or "cache_bytes",
         hint=hint,
-        properties=(_own_work("kv_cache_bytes_per_token", "kv_cache_table"),),
+        properties=(_own_work(),),
         seed=seed,
     )
 
@@ -236,19 +238,29 @@ def _intensity(G, d, M, kv, qo):
     return 4 * G * M * d / (2 * M * d * kv + 2 * G * d * qo)
 
 
-def check_step_intensity(fn, *, name: str | None = None) -> None:
+def check_step_intensity(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
     """Check `fn(G, d, M, kv_itemsize, qo_itemsize)` -> FLOPs per byte of one decoding step of one K/V head; print one verdict.
 
-    Reference: $4GMd / (2Md \\cdot kv + 2Gd \\cdot qo)$ (`lab.decode_intensity` when the itemsizes agree). Hints for one
-    itemsize for all, K/V read per query head, q and o left out, a multiply-add counted as one FLOP.
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Hints for one itemsize for all, K/V read per query head, q and o left out, a multiply-add counted as one FLOP.
+    Five cases drawn afresh on each run (`seed` draws the same again): equal itemsizes and G = 1, an 8-bit cache under
+    16-bit q and o, a short cache, a large group, a 16-bit cache under 32-bit q and o. Running
+    `lab.decode_intensity` (by any name) is refused. Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
+    rng, seed = _fresh(seed)
+
+    def draw(G, M, kv, qo):
+        return (int(G), int(rng.choice([64, 96, 128, 256])), int(M), kv, qo)
+
     cases = [
-        (1, 128, 4096, 2, 2),
-        (8, 128, 4096, 1, 2),
-        (4, 64, 100, 1, 2),
-        (71, 64, 2048, 1, 2),
-        (16, 128, 8, 2, 4),
+        draw(
+            1, rng.integers(512, 8193), 2, 2
+        ),  # multi-head: one query head per K/V head
+        draw(rng.integers(2, 17), rng.integers(512, 8193), 1, 2),
+        draw(rng.integers(2, 9), rng.integers(8, 200), 1, 2),
+        draw(rng.integers(32, 72), rng.integers(1024, 4097), 1, 2),
+        draw(rng.integers(4, 33), rng.integers(8, 64), 2, 4),
     ]
     hint = _hint_from(
         [
@@ -286,7 +298,8 @@ def check_step_intensity(fn, *, name: str | None = None) -> None:
         cases,
         name=name or "intensity",
         hint=hint,
-        properties=(_own_work("decode_intensity"),),
+        properties=(_own_work("decode_intensity", "latent_decode_intensity"),),
+        seed=seed,
     )
 
 
@@ -301,26 +314,45 @@ def _fills(batch, heads, processors):
     )
 
 
-def check_min_splits(fn, *, name: str | None = None) -> None:
+def _min_splits_cases(rng):
+    """Kinds in a fixed order, values drawn: B·H not dividing P, a batch, B·H dividing P, a large batch."""
+    P = int(rng.choice([108, 132]))
+    H = int(rng.choice([5, 7, 8] if P == 132 else [5, 8]))
+    div = [h for h in (1, 2, 3, 4, 6) if P % h == 0]
+    return [
+        (1, H, P),
+        (int(rng.integers(2, 5)), int(rng.choice([3, 5, 8])), 132),
+        (1, int(rng.choice(div)), P),
+        (int(rng.integers(8, 17)), int(rng.choice([8, 16, 32])), 132),
+        (
+            int(rng.integers(1, 4)),
+            int(rng.integers(1, 17)),
+            int(rng.choice([108, 132])),
+        ),
+    ]
+
+
+def check_min_splits(fn, *, name: str | None = None, seed: int | None = None) -> None:
     """Check `fn(batch, heads, processors)` -> the first splits at which `lab.decode_schedule` keeps every processor busy; print one verdict.
 
-    That is $\\lceil P / (B H) \\rceil$. Hints for rounding down, a fraction, the batch forgotten, one too many when
-    $B H$ divides $P$. Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Hints for rounding down, a fraction, the batch forgotten, one too many when the items of a split divide
+    the processors. Cases drawn afresh on each run (`seed` draws the same again); running
+    `lab.decode_schedule` (by any name) is refused. Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
-    cases = [(1, 8, 132), (4, 8, 132), (1, 1, 108), (2, 2, 132), (16, 32, 132)]
+    rng, seed = _fresh(seed)
     hint = _hint_from(
         [
             (
-                lambda B, H, P: P // (B * H),
-                "rounded down: the last processors get no work item; round up",
+                lambda B, H, P: -(-P // H),
+                "each sequence of the batch brings its own work items: B·H per split",
             ),
             (
                 lambda B, H, P: P / (B * H),
                 "splits come whole: round up to the next whole number",
             ),
             (
-                lambda B, H, P: -(-P // H),
-                "each sequence of the batch brings its own work items: B·H per split",
+                lambda B, H, P: P // (B * H),
+                "rounded down: the last processors get no work item; round up",
             ),
             (
                 lambda B, H, P: P // (B * H) + 1,
@@ -332,10 +364,116 @@ def check_min_splits(fn, *, name: str | None = None) -> None:
     check(
         fn,
         _fills,
-        cases,
+        _min_splits_cases(rng),
         name=name or "min_splits",
         hint=hint,
-        properties=(_own_work(),),
+        properties=(_own_work("decode_schedule", "schedule_table"),),
+        seed=seed,
+    )
+
+
+def _steps(M, B, H, P, s):
+    return decode_schedule(M, batch=B, heads=H, splits=s, processors=P)["steps"]
+
+
+def _best_splits(M, batch, heads, processors):
+    """The oracle: a search over `lab.decode_schedule`, the fewest splits among the fastest."""
+    n = -(-M // 128)  # more splits than key blocks only adds waves
+    return min(
+        range(1, n + 1), key=lambda s: (_steps(M, batch, heads, processors, s), s)
+    )
+
+
+def _best_splits_cases(rng):
+    """Kinds in a fixed order, values drawn: one sequence on a long cache, a batch, a short cache where
+    counts tie, a batch that already fills the machine, anything."""
+    return [
+        (128 * int(rng.integers(128, 513)), 1, 8, int(rng.choice([108, 132]))),
+        (
+            128 * int(rng.integers(128, 513)),
+            int(rng.integers(2, 5)),
+            int(rng.choice([2, 4, 8])),
+            132,
+        ),
+        (128 * int(rng.integers(20, 60)), 1, 8, 132),
+        (128 * int(rng.integers(64, 257)), int(rng.integers(17, 33)), 8, 132),
+        (
+            int(rng.integers(1000, 100_000)),
+            int(rng.integers(1, 9)),
+            int(rng.choice([1, 2, 4, 8])),
+            int(rng.choice([108, 114, 132])),
+        ),
+    ]
+
+
+def _best_splits_hint(case, got, want):
+    M, B, H, P = case
+    try:
+        s = int(got)
+        if s != got or s < 1:
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        return "return a whole number of splits, at least 1"
+    if s == want:
+        return None
+    t, t_want = _steps(M, B, H, P, s), _steps(M, B, H, P, want)
+
+    items, waves = B * H * s, -(-B * H * min(s, M) // P)
+    batch = "each sequence of the batch brings its own work items: B·H per split"
+    if t == t_want:
+        tie = (
+            f"{s} splits take {t} steps, as {want} do: when counts tie, take the fewest "
+            "(each split costs a partial result to write and merge)"
+        )
+        return tie + (
+            "; and " + batch if B > 1 and s == _best_splits(M, 1, H, P) else ""
+        )
+    if B > 1 and s == _best_splits(M, 1, H, P):
+        return batch
+    if waves > 1 and s == -(-P // (B * H)):
+        return (
+            f"{s} splits make {items} work items for {P} processors: the {items - P} beyond them run "
+            f"in a second wave, which repeats the ⌈key blocks / splits⌉ steps; count the waves"
+        )
+    if waves > 1:
+        return (
+            f"{s} splits make {items} work items, {waves} waves on {P} processors: each wave "
+            f"repeats the ⌈key blocks / splits⌉ steps of one chunk; count the waves"
+        )
+    w_want = -(-B * H * min(want, M) // P)
+    if waves == 1 and w_want > 1:
+        blocks = -(-M // 128)
+        c = -(-blocks // want)
+        return (
+            f"you kept to one wave: {want} splits run {w_want} waves of {c} step(s) each, {t_want} steps "
+            f"with the merge, against your {t}. A second wave costs one chunk's steps, so short chunks in "
+            "several waves can beat one wave of long ones"
+        )
+    return (
+        f"{s} splits take {t} steps, {want} take {t_want}: time is waves × ⌈key blocks / splits⌉, "
+        "plus the merge when splits > 1"
+    )
+
+
+def check_best_splits(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(M, batch, heads, processors)` -> the number of splits with the fewest steps in `lab.decode_schedule`'s model (ties: the fewest splits); print one verdict.
+
+    Five cases drawn afresh on each run (`seed` draws the same again): one sequence on a long cache, a batch,
+    a short cache where counts tie, a batch that fills the machine by itself, anything. Hints for a second
+    wave, ties, the batch forgotten. Running `lab.decode_schedule` or `lab.schedule_table` (by any name),
+    the check's own oracle, is refused. Taught in: notebooks/10_decoding_and_gqa.ipynb
+    """
+    rng, seed = _fresh(seed)
+    check(
+        fn,
+        _best_splits,
+        _best_splits_cases(rng),
+        name=name or "best_splits",
+        rtol=0,
+        atol=0,
+        hint=_best_splits_hint,
+        properties=(_own_work("decode_schedule", "schedule_table", "heuristic_table"),),
+        seed=seed,
     )
 
 

@@ -28,6 +28,30 @@ from ._support import _fresh, _own_work, _refusal
 __all__ = ["check_paged_decode", "check_gather_pages"]
 
 RTOL, ATOL = 1e-9, 1e-12
+F32_RTOL, F32_ATOL = (
+    1e-4,
+    1e-5,
+)  # an answer computed in float32 is held to float32's precision
+
+
+def _float32(got) -> bool:
+    """Whether the answer (o, lse) came back in float32 (either part)."""
+    try:
+        return any(np.asarray(x).dtype == np.float32 for x in got)
+    except (TypeError, ValueError):
+        return False
+
+
+def _allowed(q, pages_k, pages_v) -> int:
+    """What a correct page-at-a-time decode may hold: 4 pages of K and V repeated for the G query heads of
+    each K/V head, plus the running (m, l, acc) and one page of scores, in float64."""
+    Hq, N, _ = q.shape
+    _, Hkv, S, d = pages_k.shape
+    dv = pages_v.shape[3]
+    G = Hq // Hkv
+    pages = 4 * G * Hkv * S * (d + dv) * 8
+    state = Hq * N * (dv + 2 + 2 * S) * 8
+    return pages + state
 
 
 def _paged_cases(seed: int = 10):
@@ -140,7 +164,7 @@ def _decode_cases(seed: int):
         ("3 new tokens, 4 query heads per K/V head", [37, 12, 50], 8, 2, 3, 8, {}),
         ("scores in the thousands", [29, 17], 4, 2, 1, 8, dict(scale=30.0)),
         ("the max rises page by page", [45, 20], 4, 2, 1, 8, dict(rising=True)),
-        ("64 query heads on 1 K/V head, 4,000 tokens", [4000, 100], 64, 1, 1, 16, {}),
+        ("64 query heads on 1 K/V head, 16,000 tokens", [16000, 100], 64, 1, 1, 16, {}),
     ):
         d = dv = 16 if Hq == 64 else 8
         c, k, v = _pool(rng, lengths, Hq, Hkv, d, dv, S, **kw)
@@ -152,33 +176,80 @@ def _decode_cases(seed: int):
 
 
 def _loop(
-    q, pages_k, pages_v, order, length, *, alpha=True, mask=True, lse_m=True, carry=True
+    q,
+    pages_k,
+    pages_v,
+    order,
+    length,
+    *,
+    alpha=True,
+    mask=True,
+    lse_m=True,
+    carry=True,
+    shift=0,
+    rescale="both",
 ):
     """The running (m, l, acc) over `order` (physical pages, in the order read); variants for the hints
-    (`carry=False`: each page's terms taken against that page's own max, never rescaled)."""
+    (`carry=False`: each page's terms taken against that page's own max, never rescaled; `shift`: the last
+    page's valid slots off by that many; `rescale`: "both", "l" (acc never rescaled) or "inverted")."""
     Hq, N, d = q.shape
     Hkv, S, dv = pages_k.shape[1], pages_k.shape[2], pages_v.shape[3]
     qg = q.reshape(Hkv, Hq // Hkv * N, d)
     m = np.full(qg.shape[:2], -np.inf)
     l, acc = np.zeros(qg.shape[:2]), np.zeros(qg.shape[:2] + (dv,))
     for i, page in enumerate(order):
-        valid = min(S, length - i * S) if mask else S
+        valid = (
+            min(S, length - i * S + (shift if i == len(order) - 1 else 0))
+            if mask
+            else S
+        )
         if valid <= 0:
             continue
         s = qg @ np.swapaxes(pages_k[page, :, :valid], -1, -2) / np.sqrt(d)
         m_new = np.maximum(m, s.max(axis=-1)) if carry else s.max(axis=-1)
         a = np.exp(m - m_new) if alpha and carry else np.ones_like(m)
+        if rescale == "inverted":
+            a = np.exp(m_new - m)  # e^(+inf) on the first page: NaN follows
         p = np.exp(s - m_new[..., None])
+        a_acc = np.ones_like(a) if rescale == "l" else a
         l, acc, m = (
             a * l + p.sum(-1),
-            a[..., None] * acc + p @ pages_v[page, :, :valid],
+            a_acc[..., None] * acc + p @ pages_v[page, :, :valid],
             m_new,
         )
     lse = (m if lse_m else 0) + np.log(l)
     return (acc / l[..., None]).reshape(Hq, N, dv), lse.reshape(Hq, N)
 
 
-def _paged_hint(case, got):
+def _matches(got, want, tol) -> bool:
+    """Whether the answer equals a planted mistake's, NaN where it has NaN."""
+    try:
+        return all(
+            np.shape(g) == np.shape(w)
+            and np.allclose(np.asarray(g, float), w, tol[0], tol[1], equal_nan=True)
+            for g, w in zip(got, want, strict=True)
+        )
+    except (TypeError, ValueError):
+        return False
+
+
+def _base2(q, k, v):
+    """m + log2 l: the running max in natural units, the sum's log in base 2."""
+    s = np.einsum(
+        "hnd,hmd->hnm", q, np.repeat(k, q.shape[0] // k.shape[0], 0)
+    ) / np.sqrt(q.shape[2])
+    m = s.max(-1)
+    return m + np.log2(np.exp(s - m[..., None]).sum(-1))
+
+
+def _first_row(q, k, v):
+    """The first new query's answer, given to all N."""
+    o, lse = attention_reference(q[:, :1], k, v)
+    N = q.shape[1]
+    return np.repeat(o, N, axis=1), np.repeat(lse, N, axis=1)
+
+
+def _paged_hint(case, got, loose=False):
     """The first planted mistake whose answer equals `got`, in words; else a general pointer."""
     label, q, pk, pv, row, length, k, v = case
     S = pk.shape[2]
@@ -193,8 +264,54 @@ def _paged_hint(case, got):
         )
     n = -(-length // S)
     used = [int(p) for p in row[:n]]
+    partial = length % S
+    o_ref, lse_ref = attention_reference(q, k, v)
     with np.errstate(all="ignore"):
         known = [
+            (
+                _loop(q, pk, pv, used, length, shift=1),
+                f"your mask keeps one slot too many: the last page holds {length - (n - 1) * S} valid "
+                f"slots, positions (n - 1)·page_size .. length - 1; slot length - (n - 1)·page_size is stale",
+            ),
+            (
+                _loop(q, pk, pv, used, length, shift=-1),
+                f"your mask drops the last valid token: the last page holds {length - (n - 1) * S} valid "
+                "slots, up to and including position length - 1",
+            ),
+        ]
+        if partial:
+            known.append(
+                (
+                    _loop(q, pk, pv, used[:-1], length),
+                    f"you dropped the partly filled last page: {length} tokens take ⌈{length} / {S}⌉ = {n} "
+                    f"blocks, the last holding {partial} tokens; use ⌈length / page_size⌉, not length // page_size",
+                )
+            )
+        known += [
+            (
+                _loop(q, pk, pv, used, length, rescale="inverted"),
+                "α is inverted: what was summed against the old max m shrinks when the max rises, "
+                "α = e^(m_old - m_new) ≤ 1, not e^(m_new - m_old)",
+            ),
+            (
+                _loop(q, pk, pv, used, length, rescale="l"),
+                "you rescaled l but not acc: acc was summed against the old max too, so it takes the same "
+                "α = e^(m_old - m_new) before this page's terms are added",
+            ),
+            (
+                (o_ref, lse_ref / np.log(2)),
+                "lse is in base 2: the spec asks the natural log, lse = m + ln l (if you worked in base 2, "
+                "multiply by ln 2)",
+            ),
+            (
+                (o_ref, _base2(q, k, v)),
+                "lse mixes bases: m is a natural-log score, so lse = m + ln l, not m + log2 l",
+            ),
+            (
+                _first_row(q, k, v),
+                "every new query got the answer of the first: q holds N new tokens, q[h, n] for n < N, "
+                "and each attends on its own (group the rows as (Hkv, G·N, d))",
+            ),
             (
                 _loop(q, pk, pv, used, length, mask=False),
                 f"you read every slot of the last page: it holds {length - (n - 1) * S} of its {S} slots, "
@@ -244,8 +361,9 @@ def _paged_hint(case, got):
                     "K/V head 0), not h % Hkv",
                 )
             )
+    tol = (1e-3, 1e-4) if loose else (1e-7, 1e-10)
     for want, text in known:
-        if diagnose(got, want, rtol=1e-7, atol=1e-10) is None:
+        if _matches(got, want, tol):
             return text
     for j, part in ((0, "o"), (1, "lse")):
         try:
@@ -264,11 +382,14 @@ def check_paged_decode(fn, *, name: str | None = None, seed: int | None = None) 
     """Check `fn(q, pages_k, pages_v, block_row, length)` -> `(o, lse)` of one sequence decoded through its block-table row; print one verdict.
 
     Seven sequences on scattered pages of a shared pool (a partial last page, a full one, one token, three new
-    tokens with G = 4, scores in the thousands, a max that rises page by page, 4,000 tokens with G = 64)
-    against `attention_reference` on the contiguous K and V. Hints for stale slots read, -1 entries read,
-    logical for physical pages, pages in the wrong order, the running max not rescaled, lse without m, the
-    scale, h % Hkv. On the long case the memory held (tracemalloc) must stay below half its K and V: a
-    contiguous copy, or all M scores at once, fails. No course answer and no torch op may run. Values are
+    tokens with G = 4, scores in the thousands, a max that rises page by page, 16,000 tokens with G = 64)
+    against `attention_reference` on the contiguous K and V, at float64's tolerance, or float32's when the
+    answer comes back in float32. Hints for the mask off by one, the partial last page dropped, stale slots
+    read, -1 entries read, logical for physical pages, pages in the wrong order, α inverted, missing, or
+    missing on acc, lse without m or in base 2, the first query's answer given to all N, the scale, h % Hkv.
+    On the long case the memory held (tracemalloc) must stay below what a page-at-a-time decode needs (4 pages
+    of K and V repeated for the G query heads, and the running state): a contiguous copy, or all M scores at
+    once, fails. No course answer and no torch op may run. Values are
     drawn afresh on each run (`seed` draws the same again). Taught in: notebooks/10_decoding_and_gqa.ipynb
     """
     _, seed = _fresh(seed)
@@ -290,25 +411,34 @@ def _paged_decode_cases(fn, name, seed) -> None:
             return
         if res[1]:
             return _fail(name, where, _refusal(res[1]))
+        loose = _float32(res[0])
+        rtol, atol = (F32_RTOL, F32_ATOL) if loose else (RTOL, ATOL)
         problem = diagnose(
             res[0],
             attention_reference(q, k, v),
             names=("o", "lse"),
-            rtol=RTOL,
-            atol=ATOL,
+            rtol=rtol,
+            atol=atol,
         )
         if problem is not None:
-            return _fail(name, where, problem, _paged_hint(case, res[0]))
+            return _fail(name, where, problem, _paged_hint(case, res[0], loose))
         if i == len(cases) - 1:
             with np.errstate(all="ignore"):
                 peak, _ = peak_bytes(fn, *args)
-            held = k.nbytes + v.nbytes
-            if peak > held / 2:
+            held, allowed = k.nbytes + v.nbytes, _allowed(q, pk, pv)
+            if peak > allowed:
+                what = (
+                    "as much as a contiguous copy of its K and V, or a row of all M scores"
+                    if peak >= held / 2
+                    else "more than a few pages at a time, even repeated for the G query heads"
+                )
                 return _fail(
                     name,
                     where,
-                    f"the values agree, but your code held {peak / 2**20:.2f} MiB at once; this sequence's K "
-                    f"and V are {held / 2**20:.2f} MiB, one page of them {held / (-(-length // pk.shape[2])) / 2**10:.1f} KiB",
+                    f"the values agree, but your code held {peak / 2**20:.2f} MiB at once, {what}: this "
+                    f"sequence's K and V are {held / 2**20:.2f} MiB; a page-at-a-time decode needs at most "
+                    f"{allowed / 2**20:.2f} MiB (4 pages of K and V repeated for the G = {q.shape[0] // pk.shape[1]} "
+                    "query heads, and the running state)",
                     "read one page at a time through the table (a view such as pages_k[page, :, :valid]) and "
                     "keep only the running (m, l, acc): no contiguous copy of the sequence, no row of all M scores",
                 )

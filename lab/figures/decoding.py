@@ -65,22 +65,26 @@ def draw_kv_cache(itemsize: int = 2, tokens: int = 8192, ax=None) -> dict:
             color=_LAYOUT_COLORS[layout],
             label=layout,
         )
+    top = max(r["mha_bytes_per_token"] for r in rows) / 1024
     for i, r in enumerate(rows_r):
-        ax.text(
-            r["bytes_per_token"] / 1024 * 1.1,
-            i,
-            f"{r['bytes_per_token'] / 1024:,.0f} KiB  "
-            f"({r['q_heads']}q/{r['kv_heads']}kv)",
-            va="center",
-            fontsize=10,
+        kib, ratio = (
+            r["bytes_per_token"] / 1024,
+            r["mha_bytes_per_token"] / r["bytes_per_token"],
         )
-    ax.set_xscale("log")
-    _plain_log_axes(ax)
+        less = "multi-head" if ratio == 1 else f"{ratio:.0f}× less than multi-head"
+        ax.text(
+            max(kib, r["mha_bytes_per_token"] / 1024) + top * 0.01,
+            i,
+            f"{kib:,.0f} KiB ({r['q_heads']}q/{r['kv_heads']}kv, {less})",
+            va="center",
+            fontsize=9,
+        )
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
     ax.set_yticks(y, names)
     ax.set(
-        xlabel=f"K/V cache per token, KiB ({itemsize}-byte elements, all layers)",
+        xlabel=f"K/V cache per token, KiB ({itemsize}-byte elements, all layers; linear axis)",
         title="K/V cache per token of published configurations",
-        xlim=(2, 2**15),
+        xlim=(0, top * 1.6),
     )
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
     ax.grid(axis="y", visible=False)
@@ -123,13 +127,15 @@ def draw_decode_schedule(
         ax.add_patch(
             Rectangle((c, rows - 1 - r), 0.9, 0.9, facecolor=color, edgecolor="white")
         )
+    extra = fd["working"] - processors * (fd["waves"] - 1)  # the last wave's items
+    last = "" if fd["waves"] == 1 else f"; last wave: {extra} of {processors} busy"
     ax.set(
         xlim=(-0.1, cols),
         ylim=(-0.1, rows),
         aspect="equal",
         xticks=[],
         yticks=[],
-        title=f"{processors} processors, one decoding step",
+        title=f"{processors} processors: {fd['items']} items in {fd['waves']} wave(s){last}",
     )
     ax.grid(False)
     for side in ("left", "bottom"):

@@ -444,4 +444,5 @@ def test_round_ratios_says_within_noise_only_when_the_rounds_disagree():
     assert "x faster in every round" in lab.round_ratios(
         [1.0, 1.0], [2.0, 3.0], "x", "y"
     )
+    assert "within noise" in lab.round_ratios([0.7, 0.99], [1.0, 1.0], "x", "y")
     assert "‹" in lab.round_ratios([1.0], [2.0])

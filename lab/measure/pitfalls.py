@@ -131,13 +131,16 @@ def thread_ratios(quiet: dict, busy: dict, names, cores: int) -> str:
 
 def round_ratios(t_a, t_b, a: str = "a", b: str = "b") -> str:
     """ "a / b per round ‹lo›-‹hi›, median ‹r›: ‹verdict›" for two candidates timed in the same rounds; the verdict
-    says which was faster in every round, or that the rounds disagree (the range covers 1: within noise)."""
+    says which was faster in every round by more than 2 %, or that the rounds disagree (the range reaches
+    within 2 % of 1: within noise)."""
     from ..notebook import measured
 
     r = np.asarray(t_a, dtype=float) / np.asarray(
         t_b, dtype=float
     )  # one ratio per round
-    if r.min() <= 1 <= r.max():
+    if (
+        r.min() <= 1.02 and r.max() >= 0.98
+    ):  # some round within 2 % of a tie, or both sides
         verdict = "within noise: the rounds disagree on which is faster"
     else:
         verdict = f"{b if r.min() > 1 else a} faster in every round"

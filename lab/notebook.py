@@ -16,6 +16,7 @@ __all__ = [
     "measured",
     "report",
     "format_table",
+    "folded",
     "MEASURED_OPEN",
     "MEASURED_CLOSE",
 ]
@@ -171,3 +172,29 @@ def format_table(rows: list[dict], floats: str = ".1e", measured=()) -> str:
 _measured_value = (
     measured  # format_table's argument `measured` names columns; this is the function
 )
+
+
+class _Folded:
+    """A long text shown folded: in Jupyter a `<details>` block that opens on a click, elsewhere its summary."""
+
+    def __init__(self, text: str, summary: str):
+        self.text, self.summary = text, summary
+
+    def __repr__(self) -> str:
+        return f"{self.summary} ({self.text.count(chr(10)) + 1} lines, folded)"
+
+    def _repr_html_(self) -> str:
+        import html
+
+        return (
+            f"<details><summary>{html.escape(self.summary)}</summary>"
+            f"<pre>{html.escape(self.text)}</pre></details>"
+        )
+
+
+def folded(text: str, summary: str) -> _Folded:
+    """`text` (e.g. a kernel's source) folded under a one-line `summary`, for a cell's last line: a projected
+    page shows the summary, a click shows the whole text."""
+    if not isinstance(text, str) or not isinstance(summary, str):
+        raise TypeError("folded: text and summary must be strings")
+    return _Folded(text, summary)

@@ -150,6 +150,21 @@ def test_roofline_mistakes(source, diagnosis):
             "    return t.tile_counts(N, M, Br, Bc, causal)['computed']\n",
             "calls lab.tile_counts",
         ),
+        (
+            3,
+            "import lab\n"
+            "def tile_steps(N, M, Br, Bc, causal):\n"
+            "    return int((lab.triton_tile_kinds(N, M, Br, Bc, causal) > 0).sum())\n",
+            "calls lab.triton_tile_kinds",
+        ),
+        (
+            3,
+            "import lab\n"
+            "def tile_steps(N, M, Br, Bc, causal):\n"
+            "    t = lab.block_mask(None, 1, 1, N, M, Br, Bc, causal=causal)\n"
+            "    return int((t.kind[0, 0] > 0).sum())\n",
+            "calls lab.block_mask",
+        ),
     ],
 )
 def test_labs_own_answer_under_another_name_is_refused(number, source, says):
@@ -327,6 +342,14 @@ HARNESS_MISTAKES = {
     return float(np.median(t_a) / np.median(t_b))""",
         ("3 time(s)", "5 rounds"),
     ),
+    "ten times the rounds allowed": (
+        """    a(); b()
+    t_a, t_b = [], []
+    for _ in range(10 * rounds):
+        t_a.append(measure(a)); t_b.append(measure(b))
+    return float(np.median(t_a) / np.median(t_b))""",
+        ("measured a and b 50 times", "as many as you may"),
+    ),
 }
 
 
@@ -418,3 +441,14 @@ def test_error_hints_are_added_to_the_message():
         ).count("not implemented")
         == 1
     )
+
+
+def test_roofline_in_float32_is_accepted():
+    """The roof computed in float32 (relative error ~1e-8) is as right as in float64."""
+    source = (
+        "def attainable(intensity, peak, bandwidth):\n"
+        "    i = np.asarray(intensity, dtype=np.float32)\n"
+        "    return np.minimum(np.float32(peak), i * np.float32(bandwidth))\n"
+    )
+    out = run_check(EX[2], source)
+    assert "✓" in out and "✗" not in out, out

@@ -5,6 +5,7 @@ import contextlib
 import io
 
 import pytest
+import torch
 from exercise_support import exercises, replace_code, run_check
 
 import lab
@@ -280,3 +281,19 @@ def test_launch_runs_the_worked_kernel_on_strided_views():
         ns["attention_kernel"], q, k, v, block_m=16, block_n=16
     )  # the older names
     assert torch.equal(o, older)
+
+
+class _SoftmaxInTorch:
+    """A `[grid]` that writes o with torch's softmax: no Triton at all."""
+
+    def __getitem__(self, grid):
+        def launch(q, k, v, o, scale, *args, **kwargs):
+            o.copy_(torch.softmax(scale * q @ k.transpose(-1, -2), dim=-1) @ v)
+
+        return launch
+
+
+@needs_triton
+def test_an_object_with_a_grid_that_is_no_triton_kernel_is_refused():
+    out = _say(ct.check_triton_attention, _SoftmaxInTorch())
+    assert_fails(out, "not a Triton kernel", "keep @triton.jit")

@@ -434,3 +434,15 @@ def test_describe_rounds_and_thread_ratios_mask_their_numbers():
     assert lab.thread_ratios(quiet, busy, ["k"], 4) == (
         "    k: 4 threads / 1 thread = ‹0.50› quiet, ‹3.00› with every core busy"
     )
+
+
+def test_round_ratios_says_within_noise_only_when_the_rounds_disagree():
+    assert "within noise" in lab.round_ratios([1.0, 1.2], [1.1, 1.1], "x", "y")
+    assert "y faster in every round" in lab.round_ratios(
+        [2.0, 3.0], [1.0, 1.0], "x", "y"
+    )
+    assert "x faster in every round" in lab.round_ratios(
+        [1.0, 1.0], [2.0, 3.0], "x", "y"
+    )
+    assert "within noise" in lab.round_ratios([0.7, 0.99], [1.0, 1.0], "x", "y")
+    assert "‹" in lab.round_ratios([1.0], [2.0])

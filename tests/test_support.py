@@ -168,3 +168,17 @@ def test_check_runs_property_checks_after_the_values_agree(capsys):
     reads.clear()
     lab.check(lambda x: x + 1, lambda x: x + 1, [(np.ones(3),)], properties=[once])
     assert "✓ passed 1 cases" in capsys.readouterr().out
+
+
+def test_folded_shows_its_summary_as_text_and_the_whole_text_behind_a_click():
+    import pytest
+
+    import lab
+
+    f = lab.folded("def f(x):\n    return x < 1\n", "the source of f")
+    assert repr(f) == "the source of f (3 lines, folded)"
+    page = f._repr_html_()
+    assert page.startswith("<details><summary>the source of f</summary><pre>")
+    assert "return x &lt; 1" in page  # escaped, so the source reads as written
+    with pytest.raises(TypeError, match="text and summary"):
+        lab.folded(None, "x")

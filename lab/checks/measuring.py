@@ -161,6 +161,12 @@ def _problem(got, want, machine, rounds, hint) -> str | None:
             f"measured {' and '.join(few)} {min(machine.measured(n) for n in few)} time(s); "
             f"measure each candidate once per round, {rounds} rounds"
         )
+    many = [n for n in ("a", "b") if machine.measured(n) > rounds]
+    if many:
+        return (
+            f"measured {' and '.join(many)} {max(machine.measured(n) for n in many)} times; "
+            f"`rounds` = {rounds} is as many as you may: once per round (warm up with a plain call, a())"
+        )
     if machine.cold_measured():
         return (
             f"{' and '.join(machine.cold_measured())}: measured before ever called; call each "

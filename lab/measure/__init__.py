@@ -4,7 +4,7 @@
 - `kernels`: the kernels compared, by name (`KERNELS`), their seeded inputs and whether each runs here.
 - `timing`: median seconds of a call, and of candidates in alternating rounds (`time_call`, `time_rounds`, `time_interleaved`, `spread`).
 - `pitfalls`: what goes wrong, shown: one cold call, busy programs, threads, torch's op count
-  (`time_once`, `other_programs`, `at_threads`, `thread_ratios`, `describe_rounds`, `count_torch_ops`).
+  (`time_once`, `other_programs`, `at_threads`, `thread_ratios`, `describe_rounds`, `round_ratios`, `count_torch_ops`).
 - `memory`: peak bytes of a torch call above its inputs (`peak_memory`); on a CPU through the child
   process `python -m lab.measure.probe`.
 - `machine`: the machine a run was measured on, whether it is fit to time on, and its ceilings
@@ -31,6 +31,7 @@ from .pitfalls import (
     count_torch_ops,
     describe_rounds,
     other_programs,
+    round_ratios,
     thread_ratios,
     time_once,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "at_threads",
     "thread_ratios",
     "describe_rounds",
+    "round_ratios",
     "fairness",
     "machine_report",
     "latest_sweeps",

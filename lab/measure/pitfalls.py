@@ -127,3 +127,24 @@ def thread_ratios(quiet: dict, busy: dict, names, cores: int) -> str:
             f"{measured(r[1], '.2f')} with every core busy"
         )
     return "\n".join(lines)
+
+
+def round_ratios(t_a, t_b, a: str = "a", b: str = "b") -> str:
+    """ "a / b per round ‹lo›-‹hi›, median ‹r›: ‹verdict›" for two candidates timed in the same rounds; the verdict
+    says which was faster in every round by more than 2 %, or that the rounds disagree (the range reaches
+    within 2 % of 1: within noise)."""
+    from ..notebook import measured
+
+    r = np.asarray(t_a, dtype=float) / np.asarray(
+        t_b, dtype=float
+    )  # one ratio per round
+    if (
+        r.min() <= 1.02 and r.max() >= 0.98
+    ):  # some round within 2 % of a tie, or both sides
+        verdict = "within noise: the rounds disagree on which is faster"
+    else:
+        verdict = f"{b if r.min() > 1 else a} faster in every round"
+    return (
+        f"{a} / {b} per round {measured(r.min(), '.2f')}-{measured(r.max(), '.2f')}, "
+        f"median {measured(np.median(r), '.2f')}: {measured(verdict, '')}"
+    )

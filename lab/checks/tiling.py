@@ -448,9 +448,10 @@ def check_widest_key_block(
 # ------------------------------------------------------------------------------ part 1, exercise 3: FA2's tile
 _SIZES, _WARPS = (64, 128, 256), (4, 8)
 _FA2_SOURCE = (
-    "FlashAttention-2 ships 128 × 64 with 4 warps at d = 128 (run_mha_fwd_hdim128 in "
-    'csrc/flash_attn/src/flash_fwd_launch_template.h): "Using 8 warps (128 x 128 and 256 x 64) is 28% slower '
-    'for seqlen=2k"; "256 x 64 is 85% slower ... because of register spilling"'
+    "\n  FlashAttention-2 ships 128 × 64 with 4 warps at d = 128 (run_mha_fwd_hdim128 in"
+    "\n  csrc/flash_attn/src/flash_fwd_launch_template.h), and says why not the others:"
+    '\n  "Using 8 warps (128 x 128 and 256 x 64) is 28% slower for seqlen=2k";'
+    '\n  "256 x 64 is 85% slower ... because of register spilling"'
 )
 
 
@@ -543,7 +544,7 @@ def check_fa2_tile_choice(fitting, ship, *, name: str = "your answer") -> None:
         return print(
             f"{name}: ✗ the {len(want)} tiles that fit are right; `ship` = {ship}\n  hint: {hint}"
         )
-    print(f"{name}: ✓ the {len(want)} tiles that fit, and FA2's choice. {_FA2_SOURCE}")
+    print(f"{name}: ✓ the {len(want)} tiles that fit, and FA2's choice.{_FA2_SOURCE}")
 
 
 # ------------------------------------------------------------------------------ part 2, exercise 3: the empty chunk

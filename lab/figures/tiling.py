@@ -657,7 +657,7 @@ def draw_peak_memory(Ns, naive, flash, naive_formula, flash_formula, ax=None) ->
         "-",
         base=2,
         color="C3",
-        label="formula: 2·N²·4 B (S and P)",
+        label="formula: S and P, 2·N²·4 B, and o",
     )
     ax.loglog(
         Nm,
@@ -688,7 +688,7 @@ def draw_peak_memory(Ns, naive, flash, naive_formula, flash_formula, ax=None) ->
     ax.set(
         xlabel="sequence length N",
         ylabel="peak MiB above the inputs (float32, one head)",
-        title="The quadratic wall against the linear line",
+        title="Quadratic against nearly linear",
     )
     ax.legend(fontsize=10)
     _plain_log_labels(ax, n_axis=ax)

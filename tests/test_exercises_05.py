@@ -1018,12 +1018,10 @@ def test_fa2_tile_choice_passes_the_worked_answer_and_reveals_the_source(capsys)
     exec(compile(_src(src), "<solution>", "exec"), ns)
     capsys.readouterr()
     out = _tile_said(ns["fitting"], ns["ship"], capsys)
-    assert (
-        out.startswith("your answer: ✓ the 9 tiles that fit") and "28% slower" in out
-    ), out
-    assert _tile_said(set(), None, capsys).startswith(
-        "your answer: not implemented yet"
+    assert out.startswith("fa2_tile: ✓ the 9 tiles that fit") and "28% slower" in out, (
+        out
     )
+    assert _tile_said(set(), None, capsys).startswith("fa2_tile: not implemented yet")
     assert tiling._fitting_a100() == FITTING
 
 

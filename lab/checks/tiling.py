@@ -495,7 +495,7 @@ def _ship_hint(Br, Bc, w) -> str | None:
     )
 
 
-def check_fa2_tile_choice(fitting, ship, *, name: str = "your answer") -> None:
+def check_fa2_tile_choice(fitting, ship, *, name: str = "fa2_tile") -> None:
     """Check exercise 3 of 05_tiling: `fitting`, the (Br, Bc, warps) with Br, Bc in {64, 128, 256} and warps in
     {4, 8} whose step fits an A100 SM at d = 128, fp16, one copy of K_j, V_j (`lab.onchip_fits`); `ship`, the one
     FlashAttention-2 should ship. Reveals FA2's own choice and its source comment on a pass.

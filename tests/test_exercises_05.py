@@ -20,6 +20,7 @@ EX = {
     "widest": _PART1[2],
     "bytes": _PART2[1],
     "forward": _PART2[2],
+    "merge": _PART2[3],
 }
 PASSED = {
     "tiles": "causal_tiles: ✓ passed 10 cases\n",
@@ -27,6 +28,8 @@ PASSED = {
     "widest": "widest_key_block: ✓ passed 9 cases\n",
     "forward": "flash_forward: ✓ passed 14 cases, exact to 1e-9; no N × M array held;\n  K_j, V_j loaded "
     "once per reported tile, at most Bc rows; 35 hidden tiles skipped (fixed cases)\n",
+    "merge": "merge_chunks: ✓ an empty chunk leaves the other as it is; two empty chunks stay empty "
+    "(o = 0, lse = -inf)\n",
 }
 
 
@@ -44,11 +47,12 @@ def _cells(name):
 
 
 @pytest.mark.parametrize(
-    "name, part, needle",
-    [(NAME, _PART1, "both budgets stop"), (NAME2, _PART2, "identity")],
+    "name, numbers, needle",
+    [(NAME, [1, 2], "28% slower"), (NAME2, [1, 2, 3], "identity")],
 )
-def test_each_part_has_two_checked_exercises_and_an_open_question(name, part, needle):
-    assert sorted(part) == [1, 2]
+def test_each_part_has_three_checked_exercises(name, numbers, needle):
+    """Exercise 3 of each part: a question answered in a cell, then checked, with a worked answer after it."""
+    assert sorted({NAME: _PART1, NAME2: _PART2}[name]) == numbers  # function stubs
     cells = _cells(name)
     q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 3"))
     nxt = next(
@@ -67,7 +71,10 @@ def test_each_part_has_two_checked_exercises_and_an_open_question(name, part, ne
         "solution" in tags and "A worked answer" in s and needle in s
         for t, s, tags in part_cells
     )
-    assert any(t == "code" and "solution" in tags for t, s, tags in part_cells)
+    assert any(
+        t == "code" and "solution" not in tags and "tiling.check_" in s
+        for t, s, tags in part_cells
+    )
 
 
 @pytest.mark.parametrize("name", [NAME, NAME2])
@@ -339,17 +346,24 @@ def widest_key_block(sram_bytes, d, Br, itemsize):
     ),
     "rounded up": (
         {"div": "-(-(sram_bytes - fixed) // per_key)"},
-        ["expected 104, got 105", "more than the 233,472"],
+        ["expected 104, got 105", "rounded up", "round the division down"],
     ),
     "S_ij left out": (
         {"tile": "Br * itemsize"},
-        ["expected 268, got 446", "leave a buffer out"],
+        ["expected 268, got 446", "S_ij is left out"],
+    ),
+    "P_ij left out": (
+        {"tile": "Br * 4"},
+        ["expected 268, got 335", "P_ij is left out", "beside S_ij"],
     ),
     "P_ij in float32": (
         {"tile": "Br * 4 + Br * 4"},
-        ["expected 268, got 223", "Bc = 224 still fits"],
+        ["expected 268, got 223", "P_ij counted in float32"],
     ),
-    "state left out": ({"state": "0"}, ["got 294", "the state m, l, acc"]),
+    "state left out": (
+        {"state": "0"},
+        ["got 294", "the state is left out", "m and l (Br each) and acc"],
+    ),
     "a float": (
         {"div": "(sram_bytes - fixed) / per_key"},
         ["case 0", "a float", "whole number of keys"],
@@ -564,6 +578,10 @@ def flash_forward(q, k, v, Br, Bc, causal=False):
         ["lse (element 1)", "your lse is log l", "lse = m + log l"],
     ),
     "scores not scaled": (_fwd(scale="1.0"), ["not scaled"]),
+    "alpha inverted, e^(m' - m)": (
+        _fwd().replace("alpha = np.exp(m - m_use)", "alpha = np.exp(m_use - m)"),
+        ["case 0", "α is inverted", "α = e^(m - m′) ≤ 1"],
+    ),
     "keepdims slip: s - m without [:, None]": (
         _fwd().replace("np.exp(s - m_use[:, None])", "np.exp(s - m_use)"),
         [
@@ -931,3 +949,125 @@ def test_loads_problem_names_each_violation():
         1,
         1,
     ]  # row 7 sees key 0, row 11 keys 0-4
+
+
+# ------------------------------------------------------------------------------------ part 1, exercise 3: FA2's tile
+
+FITTING = {
+    (64, 64, 4),
+    (64, 64, 8),
+    (64, 128, 4),
+    (64, 128, 8),
+    (64, 256, 8),
+    (128, 64, 4),
+    (128, 64, 8),
+    (128, 128, 8),
+    (256, 64, 8),
+}
+WRONG_TILE = {
+    "128 × 128 with 4 warps counted as fitting": (
+        FITTING | {(128, 128, 4)},
+        (128, 64, 4),
+        [
+            "(128, 128, 4) does not fit",
+            "registers 161 of 127.5 KiB",
+            "registers budget",
+        ],
+    ),
+    "two copies of K_j, V_j": (
+        FITTING - {(64, 256, 8)},
+        (128, 64, 4),
+        ["(64, 256, 8) fits and is missing", "one copy of K_j, V_j"],
+    ),
+    "not a candidate": (FITTING | {(32, 64, 4)}, (128, 64, 4), ["is not a candidate"]),
+    "8 warps shipped": (
+        FITTING,
+        (128, 128, 8),
+        ["the 9 tiles that fit are right", "28% slower", "4 warps hold"],
+    ),
+    "256 × 64 shipped": (FITTING, (256, 64, 8), ["register spilling"]),
+    "a small tile shipped": (FITTING, (64, 64, 4), ["a larger tile fits 4 warps too"]),
+    "ship outside the fitting set": (
+        FITTING,
+        (256, 128, 8),
+        ["not among the tiles that fit"],
+    ),
+    "not a triple": (FITTING, 128, ["a set of (Br, Bc, warps) triples"]),
+}
+
+
+def _tile_said(fitting, ship, capsys) -> str:
+    tiling.check_fa2_tile_choice(fitting, ship)
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mistake", WRONG_TILE)
+def test_fa2_tile_choice_mistakes(mistake, capsys):
+    fitting, ship, says = WRONG_TILE[mistake]
+    out = _tile_said(fitting, ship, capsys)
+    assert "✗" in out and "✓" not in out, out
+    for text in says:
+        assert text in out, (text, out)
+
+
+def test_fa2_tile_choice_passes_the_worked_answer_and_reveals_the_source(capsys):
+    ns = {"lab": lab}
+    cells = _cells(NAME)
+    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 3"))
+    src = next(s for t, s, tags in cells[q:] if t == "code" and "solution" in tags)
+    exec(compile(_src(src), "<solution>", "exec"), ns)
+    capsys.readouterr()
+    out = _tile_said(ns["fitting"], ns["ship"], capsys)
+    assert out.startswith("fa2_tile: ✓ the 9 tiles that fit") and "28% slower" in out, (
+        out
+    )
+    assert _tile_said(set(), None, capsys).startswith("fa2_tile: not implemented yet")
+    assert tiling._fitting_a100() == FITTING
+
+
+# ------------------------------------------------------------------------------------ part 2, exercise 3: the merge
+
+MERGE = """
+def merge_chunks(o_a, lse_a, o_b, lse_b):
+    lse = {lse}
+    safe = {safe}
+    w_a, w_b = np.exp(lse_a - safe), np.exp(lse_b - safe)
+    return w_a[:, None] * o_a + w_b[:, None] * o_b, lse
+"""
+MERGE_OK = {
+    "lse": "np.logaddexp(lse_a, lse_b)",
+    "safe": "np.where(np.isneginf(lse), 0.0, lse)",
+}
+WRONG_MERGE = {
+    "unguarded: both empty gives NaN": (
+        {"safe": "lse"},
+        ["row 3 (both chunks empty)", "e^(-inf - (-inf))", "only where lse is finite"],
+    ),
+    "an empty chunk's lse taken as 0": (
+        {"lse": "np.logaddexp(np.where(np.isneginf(lse_a), 0, lse_a), lse_b)"},
+        ["row 1 (chunk a empty)", "weighs e^-inf = 0"],
+    ),
+    "weights not normalized": (
+        {"safe": "0.0"},
+        ["row 0 (both chunks hold keys)", "lse = log(e^lse_a + e^lse_b)"],
+    ),
+    "lab's merge": (
+        """
+def merge_chunks(o_a, lse_a, o_b, lse_b):
+    return lab.merge_output_pair((o_a, lse_a), (o_b, lse_b))
+""",
+        ["merge_output_pair"],
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", WRONG_MERGE)
+def test_merge_mistakes(mistake):
+    changes, says = WRONG_MERGE[mistake]
+    _fails(
+        "merge",
+        changes
+        if isinstance(changes, str)
+        else MERGE.format(**{**MERGE_OK, **changes}),
+        *says,
+    )

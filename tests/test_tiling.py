@@ -610,3 +610,18 @@ def test_fits_table_lays_out_onchip_fits_row_by_row():
     )  # 256 × 128: 192 KiB with two copies of K_j, V_j
     with pytest.raises(ValueError, match="chip"):
         lab.tiling.fits_table("TPU", 128, shapes)
+
+
+def test_tile_fill_shows_masked_entries_grey_and_names_single_keys():
+    """Under the causal mask the entries a computed tile hides get their own grey layer, distinct from the blank
+    'not yet computed'; the axes name a single key c and query r."""
+    _, ax = plt.subplots()
+    fig.draw_tile_fill(12, 16, 4, 4, i=2, j=3, causal=True, ax=ax)
+    layers = ax.get_images()
+    assert len(layers) == 2  # the scores, then the hidden entries
+    hidden = ~np.ma.getmaskarray(layers[1].get_array())
+    visible = lab.causal_mask(12, 16)
+    tiles = lab.tile_grid(12, 16, 4, 4, causal=True).repeat(4, 0).repeat(4, 1)
+    assert (hidden == (tiles & ~visible)).all() and hidden.any()
+    assert ax.get_xlabel().startswith("key c") and ax.get_ylabel().startswith("query r")
+    plt.close(ax.figure)

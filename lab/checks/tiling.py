@@ -20,7 +20,7 @@ import numpy as np
 from ..attention import attention_reference, causal_mask
 from ..exercises import diagnose, raised_at, seed_note
 from ..memory import peak_bytes
-from ..tiling import flash_counts, step_footprint
+from ..tiling import flash_counts, onchip_fits, step_footprint
 from ._support import _fresh, _refusal, _settled, _watching
 from .one_pass import RUNNING_MAX
 
@@ -28,7 +28,9 @@ __all__ = [
     "check_causal_tile_counts",
     "check_fa2_hbm_bytes",
     "check_widest_key_block",
+    "check_fa2_tile_choice",
     "check_tiled_forward",
+    "check_empty_chunk_merge",
     "BlockLoadArray",
 ]
 
@@ -348,23 +350,62 @@ def _widest(sram_bytes, d, Br, itemsize):
     return max(0, (sram_bytes - _footprint(d, Br, 1, itemsize) + per_key) // per_key)
 
 
+def _widest_slip(sram_bytes, d, Br, itemsize, *, s=4, p=None, state=True, up=False):
+    """`_widest` with a classic slip: S_ij at `s` bytes (0: left out), P_ij at `p` (0: left out), the state left out,
+    or the division rounded up."""
+    p = itemsize if p is None else p
+    fixed = Br * d * itemsize + ((2 * Br + Br * d) * 4 if state else 0)
+    per_key = 2 * d * itemsize + Br * (s + p)
+    room = sram_bytes - fixed
+    return max(0, -(-room // per_key) if up else room // per_key)
+
+
 def _widest_hint(case, got, want):
     sram, d, Br, isz = case
     if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
         return "a block size is a whole number of keys: round down (//)"
     if got < 0:
         return "no negative sizes: return 0 when even Bc = 1 does not fit (max(0, ...))"
+    slips = [
+        (
+            _widest_slip(*case, up=True),
+            "rounded up: a step with one key more than fits does not fit; round the division down (//)",
+        ),
+        (
+            _widest_slip(*case, p=0),
+            "P_ij is left out: the probabilities are a Br × Bc buffer of their own (in the input dtype, "
+            "the operand of the second matmul), beside S_ij",
+        ),
+        (
+            _widest_slip(*case, s=0),
+            "S_ij is left out: the scores are a Br × Bc buffer in float32, beside P_ij",
+        ),
+        (
+            _widest_slip(*case, state=False),
+            "the state is left out: m and l (Br each) and acc (Br × d) stay on chip for the whole step, in float32",
+        ),
+        (
+            _widest_slip(*case, p=4),
+            "P_ij counted in float32: it is cast to the input dtype (itemsize bytes) for the second matmul",
+        ),
+        (
+            _widest_slip(*case, s=isz),
+            "S_ij counted at itemsize: the scores come out of the first matmul in float32 (4 bytes)",
+        ),
+    ]
     if got >= 1 and _footprint(d, Br, got, isz) > sram:
-        return (
+        default = (
             f"a step with Bc = {got} takes {_footprint(d, Br, got, isz):,} bytes, more than the {sram:,} there "
-            "are: did you round up, or leave a buffer out (S_ij and the state m, l, acc are float32)?"
+            "are: a buffer left out or counted too small?"
         )
-    if _footprint(d, Br, got + 1, isz) <= sram:
-        return (
-            f"Bc = {got + 1} still fits ({_footprint(d, Br, got + 1, isz):,} of {sram:,} bytes): a buffer counted "
-            "twice or at the wrong size? P_ij is in the input dtype, S_ij in float32"
+    elif _footprint(d, Br, got + 1, isz) <= sram:
+        default = (
+            f"Bc = {got + 1} still fits ({_footprint(d, Br, got + 1, isz):,} of {sram:,} bytes): "
+            "a buffer counted twice or too large?"
         )
-    return "the largest Bc whose step fits; 0 when even Bc = 1 does not"
+    else:
+        default = "the largest Bc whose step fits; 0 when even Bc = 1 does not"
+    return _first([(a, t) for a, t in slips if a != want], got, default)
 
 
 def check_widest_key_block(
@@ -401,6 +442,190 @@ def check_widest_key_block(
         integer=True,
         seed=seed,
         course=_COURSE + ("step_footprint", "onchip_footprint"),
+    )
+
+
+# ------------------------------------------------------------------------------ part 1, exercise 3: FA2's tile
+_SIZES, _WARPS = (64, 128, 256), (4, 8)
+_FA2_SOURCE = (
+    "\n  FlashAttention-2 ships 128 × 64 with 4 warps at d = 128 (run_mha_fwd_hdim128 in"
+    "\n  csrc/flash_attn/src/flash_fwd_launch_template.h), and says why not the others:"
+    '\n  "Using 8 warps (128 x 128 and 256 x 64) is 28% slower for seqlen=2k";'
+    '\n  "256 x 64 is 85% slower ... because of register spilling"'
+)
+
+
+def _a100_fit(Br, Bc, warps, d=128):
+    """`onchip_fits` on the A100, fp16, one copy of K_j, V_j (as FlashAttention-2 keeps them)."""
+    return onchip_fits("A100", d, Br, Bc, itemsize=2, kv_stages=1, warps=warps)
+
+
+def _fitting_a100(d=128):
+    """The (Br, Bc, warps) with Br, Bc in {64, 128, 256}, warps in {4, 8} whose step fits an A100 SM."""
+    return {
+        (Br, Bc, w)
+        for Br in _SIZES
+        for Bc in _SIZES
+        for w in _WARPS
+        if _a100_fit(Br, Bc, w, d)["fits"]
+    }
+
+
+def _why_not(Br, Bc, w) -> str:
+    f = _a100_fit(Br, Bc, w)
+    regs, shared = f["registers"]["total"] / 1024, f["shared"]["total"] / 1024
+    budgets = f"registers {regs:g} of {f['register_budget'] / 1024:g} KiB, shared {shared:g} of "
+    return budgets + f"{f['shared_budget'] / 1024:g} KiB"
+
+
+def _ship_hint(Br, Bc, w) -> str | None:
+    """None for FA2's choice; else why FA2's authors did not ship (Br, Bc, w)."""
+    if (Br, Bc, w) == (128, 64, 4):
+        return None
+    if w == 8:
+        return (
+            f"{Br} × {Bc} with 8 warps fits on paper ({_why_not(Br, Bc, w)}), and FA2's authors measured "
+            "it: 8 warps (128 × 128, 256 × 64) ran 28% slower at seqlen 2k, 256 × 64 85% slower from "
+            "register spilling (a kernel also needs registers for addresses, counters and the fragments "
+            "of Q_i, K_j). Which is the largest tile that 4 warps hold?"
+        )
+    return (
+        f"{Br} × {Bc} with 4 warps fits, but a larger tile fits 4 warps too: fewer, larger steps, and "
+        "(part 2) fa2 re-reads K and V once per query block, so a taller Br re-reads them fewer times"
+    )
+
+
+def check_fa2_tile_choice(fitting, ship, *, name: str = "fa2_tile") -> None:
+    """Check exercise 3 of 05_tiling: `fitting`, the (Br, Bc, warps) with Br, Bc in {64, 128, 256} and warps in
+    {4, 8} whose step fits an A100 SM at d = 128, fp16, one copy of K_j, V_j (`lab.onchip_fits`); `ship`, the one
+    FlashAttention-2 should ship. Reveals FA2's own choice and its source comment on a pass.
+    Taught in: notebooks/05_tiling.ipynb"""
+    if ship is None and not fitting:
+        return print(
+            f"{name}: not implemented yet (set `fitting` and `ship` above, then run this cell again)"
+        )
+    try:
+        got = {tuple(int(x) for x in t) for t in fitting}
+        ship = tuple(int(x) for x in ship)
+        if any(len(t) != 3 for t in got) or len(ship) != 3:
+            raise ValueError
+    except (TypeError, ValueError):
+        return print(
+            f"{name}: ✗ give `fitting` as a set of (Br, Bc, warps) triples and `ship` as one triple"
+        )
+    want = _fitting_a100()
+    outside = sorted(
+        t for t in got if t[0] not in _SIZES or t[1] not in _SIZES or t[2] not in _WARPS
+    )
+    if outside:
+        return print(
+            f"{name}: ✗ {outside[0]} is not a candidate: Br, Bc in {{64, 128, 256}}, warps 4 or 8"
+        )
+    extra, missing = sorted(got - want), sorted(want - got)
+    if extra:
+        Br, Bc, w = extra[0]
+        f = _a100_fit(Br, Bc, w)
+        over = "registers" if not f["fits_registers"] else "shared memory"
+        return print(
+            f"{name}: ✗ {extra[0]} does not fit: {_why_not(Br, Bc, w)}; over the {over} budget\n"
+            f"  hint: the registers hold S_ij (float32), P_ij (fp16), m, l and acc; {w} warps may hold "
+            f"min(256 KiB, 32·{w}·255·4 B)"
+        )
+    if missing:
+        Br, Bc, w = missing[0]
+        return print(
+            f"{name}: ✗ {missing[0]} fits and is missing: {_why_not(Br, Bc, w)} ({len(missing)} missing)\n"
+            "  hint: one copy of K_j, V_j here, as FlashAttention-2 keeps them; count each buffer once"
+        )
+    if ship not in want:
+        return print(f"{name}: ✗ `ship` = {ship} is not among the tiles that fit")
+    hint = _ship_hint(*ship)
+    if hint:
+        return print(
+            f"{name}: ✗ the {len(want)} tiles that fit are right; `ship` = {ship}\n  hint: {hint}"
+        )
+    print(f"{name}: ✓ the {len(want)} tiles that fit, and FA2's choice.{_FA2_SOURCE}")
+
+
+# ------------------------------------------------------------------------------ part 2, exercise 3: the empty chunk
+def _merge_cases(rng):
+    """(o_a, lse_a, o_b, lse_b) rows: both chunks hold keys, one or the other empty, both empty; values drawn."""
+    o_a, o_b = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+    lse_a, lse_b = rng.uniform(-3, 3, 4), rng.uniform(-3, 3, 4)
+    lse_a[[1, 3]], lse_b[[2, 3]] = -np.inf, -np.inf
+    o_a[[1, 3]], o_b[[2, 3]] = 0.0, 0.0
+    return o_a, lse_a, o_b, lse_b
+
+
+def _merge_reference(o_a, lse_a, o_b, lse_b):
+    """The merge with an empty chunk its identity and two empty chunks empty: o = 0, lse = -inf."""
+    lse = np.logaddexp(lse_a, lse_b)
+    safe = np.where(np.isneginf(lse), 0.0, lse)
+    w_a, w_b = np.exp(lse_a - safe), np.exp(lse_b - safe)
+    return w_a[:, None] * o_a + w_b[:, None] * o_b, lse
+
+
+_MERGE_ROWS = (
+    "both chunks hold keys",
+    "chunk a empty",
+    "chunk b empty",
+    "both chunks empty",
+)
+
+
+def check_empty_chunk_merge(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
+    """Check `fn(o_a, lse_a, o_b, lse_b) -> (o, lse)`: the merge of two chunks' outputs, row by row, where a chunk
+    that holds no key of a row has o = 0, lse = -inf: it must leave the other chunk's row as it is, and two empty
+    chunks must give o = 0, lse = -inf, with no NaN. Rows drawn afresh each run.
+    Taught in: notebooks/05_tiling_traffic.ipynb"""
+    name = name or getattr(fn, "__name__", "your function")
+    rng, seed = _fresh(seed)
+    case = _merge_cases(rng)
+    course = _COURSE + ("merge_output_pair", "merge_outputs_many", "reduce_states")
+    ok, got = _attempt(name, fn, "4 rows", tuple(x.copy() for x in case), course=course)
+    if not ok:
+        return print(seed_note(seed), end="")
+    if isinstance(got, _Refused):
+        return print(f"{name}: ✗ {_refusal(got.called)}")
+    try:
+        o, lse = (np.asarray(x, dtype=float) for x in got)
+    except (TypeError, ValueError):
+        return print(
+            f"{name}: ✗ return the pair (o, lse): o of shape (4, 3), lse of shape (4,)"
+        )
+    want = _merge_reference(*case)
+    if o.shape != want[0].shape or lse.shape != want[1].shape:
+        return print(
+            f"{name}: ✗ o has shape {o.shape}, lse {lse.shape}: expected (4, 3) and (4,)"
+        )
+    for r, what in enumerate(_MERGE_ROWS):
+        good = np.allclose(o[r], want[0][r], rtol=1e-12, atol=1e-12) and (
+            lse[r] == want[1][r]
+            or np.isclose(lse[r], want[1][r], rtol=1e-12, atol=1e-12)
+        )
+        if good:
+            continue
+        shown = f"o = {np.round(o[r], 4)}, lse = {lse[r]:.4g}"
+        if r == 3 and np.isnan(o[r]).any() | np.isnan(lse[r]):
+            hint = (
+                "with both chunks empty lse = log(e^-inf + e^-inf) = -inf, and e^(lse_a - lse) = "
+                "e^(-inf - (-inf)) = e^NaN: weigh by e^(lse_c - lse) only where lse is finite, else give 0"
+            )
+        elif np.isnan(o[r]).any() | np.isnan(lse[r]):
+            hint = "a NaN where one chunk is empty: e^(-inf - finite) = 0 needs no guard; what made the NaN?"
+        elif r in (1, 2):
+            hint = "an empty chunk (lse = -inf) weighs e^-inf = 0: the merged row must be the other chunk's, as it is"
+        else:
+            hint = "lse = log(e^lse_a + e^lse_b), o = e^(lse_a - lse) o_a + e^(lse_b - lse) o_b"
+        return print(
+            f"{name}: ✗ row {r} ({what}): got {shown}, expected o = {np.round(want[0][r], 4)}, "
+            f"lse = {want[1][r]:.4g}\n  hint: {hint}\n" + seed_note(seed),
+            end="",
+        )
+    print(
+        f"{name}: ✓ an empty chunk leaves the other as it is; two empty chunks stay empty (o = 0, lse = -inf)"
     )
 
 
@@ -594,6 +819,45 @@ def _reference(q, k, v, visible=None, scale=None):
     )
 
 
+def _alpha_inverted(q, k, v, Br, Bc, causal):
+    """The tiled forward with the classic slip α = e^(m′ - m) (guards as in the worked solution): (o, lse)."""
+    N, M, d = len(q), len(k), q.shape[1]
+    o, lse = np.zeros((N, v.shape[1])), np.full(N, -np.inf)
+    with np.errstate(all="ignore"):
+        for i0 in range(0, N, Br):
+            i1 = min(i0 + Br, N)
+            m, l = np.full(i1 - i0, -np.inf), np.zeros(i1 - i0)
+            acc = np.zeros((i1 - i0, v.shape[1]))
+            for j0 in range(0, M, Bc):
+                j1 = min(j0 + Bc, M)
+                s = q[i0:i1] @ k[j0:j1].T / np.sqrt(d)
+                if causal:
+                    hide = (
+                        np.arange(j0, j1)[None, :] > np.arange(i0, i1)[:, None] + M - N
+                    )
+                    s = np.where(hide, -np.inf, s)
+                m_new = np.maximum(m, s.max(axis=1))
+                m_use = np.where(np.isneginf(m_new), 0.0, m_new)
+                alpha = np.exp(m_use - m)  # the slip: e^(m′ - m)
+                p = np.exp(s - m_use[:, None])
+                l, acc, m = (
+                    alpha * l + p.sum(axis=1),
+                    alpha[:, None] * acc + p @ v[j0:j1],
+                    m_new,
+                )
+            seen = l > 0
+            o[i0:i1] = acc / np.where(seen, l, 1.0)[:, None]
+            lse[i0:i1] = np.where(seen, m + np.log(np.where(seen, l, 1.0)), -np.inf)
+    return o, lse
+
+
+_ALPHA_INVERTED = (
+    "α is inverted: when the running max grows from m to m′, the terms already in l and acc were taken "
+    "relative to the old m and must shrink, α = e^(m - m′) ≤ 1; e^(m′ - m) grows them instead (and at the "
+    "first tile, where m = -inf, it is e^(+inf) = inf, and inf · 0 = NaN)"
+)
+
+
 def _forward_hint(case, got, want) -> str:
     q, k, v, Br, Bc, causal = case
     N, M = len(q), len(k)
@@ -608,6 +872,12 @@ def _forward_hint(case, got, want) -> str:
                 "loop over range(0, N, Br) and end each block at min(i0 + Br, N)"
             )
         return "o has shape (N, dv) and lse shape (N,): one row per query"
+    slip = _alpha_inverted(q, k, v, Br, Bc, causal)
+    if all(
+        np.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True)
+        for a, b in zip((o, lse), slip)
+    ):
+        return _ALPHA_INVERTED
     vis = causal_mask(N, M) if causal else np.ones((N, M), bool)
     s = np.where(vis, q @ k.T / np.sqrt(q.shape[1]), -np.inf)
     if not causal and M > Bc and s[:, :Bc].min() > 300 and s[:, Bc:].max() < -300:

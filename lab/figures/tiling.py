@@ -173,7 +173,8 @@ def draw_tile_fill(
 ) -> dict:
     """The N × M score matrix filled tile by tile up to tile (i, j), with each query row's running m and l beside it.
 
-    Computed scores are coloured, the current tile outlined in orange, the rest blank (hatched: skipped by
+    Computed scores are coloured, entries the mask hides inside a computed tile grey, the current tile outlined in
+    orange, the rest blank (hatched: skipped by
     the causal mask); a dot marks each row's running maximum. Numbers from `tile_fill_state`.
     Taught in: notebooks/05_tiling.ipynb
     """
@@ -190,8 +191,21 @@ def draw_tile_fill(
         interpolation="nearest",
     )
     ax.figure.colorbar(
-        im, ax=ax, fraction=0.025, pad=0.02, label="score $S_{ij}$ (computed so far)"
+        im,
+        ax=ax,
+        fraction=0.025,
+        pad=0.02,
+        extend="both",
+        label="score $s_{rc}$ computed so far (colour clipped at ±2.5)",
     )
+    hidden = st["seen"] & ~st["visible"]  # computed tiles' entries the mask hides
+    if hidden.any():
+        ax.imshow(
+            np.ma.masked_where(~hidden, np.ones(hidden.shape)),
+            cmap=ListedColormap(["#a6a6a6"]),  # grey: masked inside a computed tile
+            extent=(0, M, N, 0),
+            interpolation="nearest",
+        )
     grid = tile_grid(N, M, block_q, block_k, causal)
     for a in range(st["Tr"]):
         for b in range(st["Tc"]):
@@ -249,8 +263,8 @@ def draw_tile_fill(
     ax.set_xticks(np.arange(0, M + 1, block_k))
     ax.set_yticks(np.arange(0, N + 1, block_q))
     ax.tick_params(labelsize=11)
-    ax.set_xlabel(f"keys (blocks of Bc = {block_k})", fontsize=13)
-    ax.set_ylabel(f"queries (blocks of Br = {block_q})", fontsize=13)
+    ax.set_xlabel(f"key c (ticks every Bc = {block_k} keys)", fontsize=13)
+    ax.set_ylabel(f"query r (ticks every Br = {block_q} queries)", fontsize=13)
     what = (
         "skipped: every pair masked"
         if not st["computed"]
@@ -320,7 +334,9 @@ def draw_tile_grid(
     ax.grid(False)
     ax.xaxis.set_label_position("top")
     ax.xaxis.tick_top()
-    ax.set(xlabel="key index j  (blocks of Bc)", ylabel="query index i  (blocks of Br)")
+    ax.set(
+        xlabel="key c  (tiles Bc keys wide)", ylabel="query r  (tiles Br queries tall)"
+    )
     result = {
         **counts,
         "N": N,
@@ -641,7 +657,7 @@ def draw_peak_memory(Ns, naive, flash, naive_formula, flash_formula, ax=None) ->
         "-",
         base=2,
         color="C3",
-        label="formula: 2·N²·4 B (S and P)",
+        label="formula: S and P, 2·N²·4 B, and o",
     )
     ax.loglog(
         Nm,
@@ -672,7 +688,7 @@ def draw_peak_memory(Ns, naive, flash, naive_formula, flash_formula, ax=None) ->
     ax.set(
         xlabel="sequence length N",
         ylabel="peak MiB above the inputs (float32, one head)",
-        title="The quadratic wall against the linear line",
+        title="Quadratic against nearly linear",
     )
     ax.legend(fontsize=10)
     _plain_log_labels(ax, n_axis=ax)

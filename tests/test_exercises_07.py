@@ -703,13 +703,20 @@ def test_fp8_layout_each_wrong_answer_is_named(key, says):
 
 def test_fp8_layout_same_answer_everywhere_fails_and_typos_are_named():
     assert "✗" in _layout(dict.fromkeys(RIGHT, "fp8_e4m3"))
-    assert "must be 'fp8_e4m3' or 'fp8_e5m2'" in _layout({**RIGHT, "smaller error, v": "e4m3"})
-    assert "must be 'fp8_e4m3' or 'fp8_e5m2'" in _layout({**RIGHT, "flushes fewer": None})
+    assert "must be 'fp8_e4m3' or 'fp8_e5m2'" in _layout(
+        {**RIGHT, "smaller error, v": "e4m3"}
+    )
+    assert "must be 'fp8_e4m3' or 'fp8_e5m2'" in _layout(
+        {**RIGHT, "flushes fewer": None}
+    )
 
 
 def test_fp8_layout_measurement_is_the_slider_figure_at_seed_0():
     """The fresh measurement is the one the static figures draw (seed 0 there)."""
     truth = precision_attention.fp8_layout_measured(0)
-    figs = {f: lab.figures.precision.draw_p_explorer(f, M=4096, spread=4.0, block_k=64) for f in truth.values()}
+    figs = {
+        f: lab.figures.precision.draw_p_explorer(f, M=4096, spread=4.0, block_k=64)
+        for f in truth.values()
+    }
     assert figs["fp8_e5m2"]["flushed"] < figs["fp8_e4m3"]["flushed"]
     assert truth == RIGHT

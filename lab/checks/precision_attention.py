@@ -231,11 +231,15 @@ def check_fp8_layout(prediction: dict, *, seed: int | None = None) -> None:
     """Exercise 2: `prediction` maps each question of `_QUESTIONS` to "fp8_e4m3" or "fp8_e5m2"; each is compared
     with the layout measured on inputs drawn fresh for this run (`fp8_layout_measured`)."""
     if not isinstance(prediction, dict):
-        print(f"check_fp8_layout: ✗ expected a dict of answers, got {type(prediction).__name__}")
+        print(
+            f"check_fp8_layout: ✗ expected a dict of answers, got {type(prediction).__name__}"
+        )
         return
     missing = [key for key in _QUESTIONS if prediction.get(key) is None]
     if len(missing) == len(_QUESTIONS):
-        print("check_fp8_layout: not answered yet: fill in the three layouts of `prediction`")
+        print(
+            "check_fp8_layout: not answered yet: fill in the three layouts of `prediction`"
+        )
         return
     bad = [key for key in _QUESTIONS if prediction.get(key) not in (None, *_LAYOUTS)]
     if missing or bad:
@@ -256,4 +260,6 @@ def check_fp8_layout(prediction: dict, *, seed: int | None = None) -> None:
             )
         print(seed_note(seed), end="")
         return
-    print("check_fp8_layout: ✓ all three layouts agree with a fresh measurement at M = 4096, std(s) = 4")
+    print(
+        "check_fp8_layout: ✓ all three layouts agree with a fresh measurement at M = 4096, std(s) = 4"
+    )

@@ -250,7 +250,7 @@ def draw_p_explorer(
         0.98,
         0.95,
         f"flushed by {FORMAT_LABELS[fmt]}: {100 * under['flushed']:.1f}% of the entries\n"
-        f"already 0 in float32: {100 * under['zero_fp32']:.1f}%\n"
+        f"already 0 in float32 (leftmost bin): {100 * under['zero_fp32']:.1f}%\n"
         f"0 in all: {100 * under['zero']:.1f}%",
         transform=ax.transAxes,
         ha="right",

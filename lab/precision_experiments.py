@@ -287,7 +287,9 @@ def _accumulate(x: np.ndarray, fmt: str, axis: int) -> np.ndarray:
 def overflow_threshold(fmt: str) -> float:
     """The largest score $s$ whose $\\mathrm{fl}_{fmt}(e^{s})$ is still finite, found by bisection on `round_to`.
 
-    Close to $\\ln x_{max}$ of the format (a little above: values up to half a step past $x_{max}$ round down to it).
+    Close to $\\ln x_{max}$ of the format, a little above: values less than half a step past $x_{max}$ round
+    down to it; exactly half a step is a tie, which goes to the even neighbour: $\\infty$ in FP16 (65520),
+    but 448 in e4m3 (464: 448's last mantissa bit is 0), whose NaN starts above 464.
     Taught in: notebooks/07_precision.ipynb
     """
     _check_fmt(fmt)

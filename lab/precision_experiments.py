@@ -208,8 +208,10 @@ def p_underflow(q, k, fmt: str, *, block_k: int = 128) -> dict:
     """What rounding to `fmt` does to the tiles' $P_{ij} = e^{S_{ij} - m_{running}}$ of one pass over the keys.
 
     Returns `p` (every P entry as the kernel forms it, float32, shape `(..., N, M)` flattened), the
-    fraction of all entries that are nonzero in float32 and round to 0 in `fmt` (`flushed`), and the
-    share of the softmax mass they held (`mass_lost`, against the final l).
+    fraction of all entries that are nonzero in float32 and round to 0 in `fmt` (`flushed`), the
+    fraction already 0 in float32 (`zero_fp32`: $e^{s - m}$ below float32's smallest subnormal), the
+    fraction 0 in `fmt` for either reason (`zero`, = flushed + zero_fp32), and the share of the
+    softmax mass the flushed entries held (`mass_lost`, against the final l).
     Taught in: notebooks/07_precision.ipynb
     """
     _check_fmt(fmt)
@@ -237,6 +239,8 @@ def p_underflow(q, k, fmt: str, *, block_k: int = 128) -> dict:
     return {
         "p": p.ravel(),
         "flushed": float(zero.mean()),
+        "zero_fp32": float((p == 0).mean()),
+        "zero": float((round_to(p, fmt) == 0).mean()),
         "mass_lost": float((weight * zero).sum() / weight.sum()),
         "fmt": fmt,
     }
@@ -283,7 +287,9 @@ def _accumulate(x: np.ndarray, fmt: str, axis: int) -> np.ndarray:
 def overflow_threshold(fmt: str) -> float:
     """The largest score $s$ whose $\\mathrm{fl}_{fmt}(e^{s})$ is still finite, found by bisection on `round_to`.
 
-    Close to $\\ln x_{max}$ of the format (a little above: values up to half a step past $x_{max}$ round down to it).
+    Close to $\\ln x_{max}$ of the format, a little above: values less than half a step past $x_{max}$ round
+    down to it; exactly half a step is a tie, which goes to the even neighbour: $\\infty$ in FP16 (65520),
+    but 448 in e4m3 (464: 448's last mantissa bit is 0), whose NaN starts above 464.
     Taught in: notebooks/07_precision.ipynb
     """
     _check_fmt(fmt)

@@ -216,7 +216,7 @@ def fa3_table3(
             ),
             FA3_TABLE3_RMSE[("tiled", "fp16")],
         ),
-        "baseline FP8, per-tensor scaling": (
+        "per-tensor FP8 (baseline)": (
             attention_fp8_baseline,
             FA3_TABLE3_RMSE[("standard", "fp8_e4m3")],
         ),

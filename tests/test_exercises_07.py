@@ -663,3 +663,60 @@ def test_rotation_check_names_the_source():
     text = open(precision_attention.__file__).read()
     assert "2407.08608" in text
     assert "random_hadamard" not in EX2[1].spec.replace("`lab.random_hadamard`", "")
+
+
+# ------------------------------------------------------------------------------------ the sequel's exercise 2
+
+RIGHT = {
+    "flushes fewer": "fp8_e5m2",
+    "smaller error, v": "fp8_e4m3",
+    "smaller error, v + 1": "fp8_e5m2",
+}
+
+
+def _layout(prediction, seed=None) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        precision_attention.check_fp8_layout(prediction, seed=seed)
+    return out.getvalue()
+
+
+def test_fp8_layout_right_answer_passes_and_blank_is_not_answered():
+    assert "✓" in _layout(RIGHT) and "✗" not in _layout(RIGHT)
+    assert "not answered yet" in _layout(dict.fromkeys(RIGHT))
+
+
+@pytest.mark.parametrize(
+    "key, says",
+    [
+        ("flushes fewer", "compare the ranges"),
+        ("smaller error, v", "the mantissa (ε) sets the error"),
+        ("smaller error, v + 1", "the share flushed sets the error"),
+    ],
+)
+def test_fp8_layout_each_wrong_answer_is_named(key, says):
+    other = {"fp8_e4m3": "fp8_e5m2", "fp8_e5m2": "fp8_e4m3"}[RIGHT[key]]
+    out = _layout({**RIGHT, key: other}, seed=3)
+    assert f"✗ {key!r}" in out and says in out and "seed=3" in out
+    assert out.count("✗") == 1
+
+
+def test_fp8_layout_same_answer_everywhere_fails_and_typos_are_named():
+    assert "✗" in _layout(dict.fromkeys(RIGHT, "fp8_e4m3"))
+    assert "must be 'fp8_e4m3' or 'fp8_e5m2'" in _layout(
+        {**RIGHT, "smaller error, v": "e4m3"}
+    )
+    assert "must be 'fp8_e4m3' or 'fp8_e5m2'" in _layout(
+        {**RIGHT, "flushes fewer": None}
+    )
+
+
+def test_fp8_layout_measurement_is_the_slider_figure_at_seed_0():
+    """The fresh measurement is the one the static figures draw (seed 0 there)."""
+    truth = precision_attention.fp8_layout_measured(0)
+    figs = {
+        f: lab.figures.precision.draw_p_explorer(f, M=4096, spread=4.0, block_k=64)
+        for f in truth.values()
+    }
+    assert figs["fp8_e5m2"]["flushed"] < figs["fp8_e4m3"]["flushed"]
+    assert truth == RIGHT

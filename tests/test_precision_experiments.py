@@ -317,33 +317,52 @@ def test_figures_return_their_numbers():
 
 
 def test_p_format_explorer_slider():
-    w = p_format_explorer(N=512)
+    w = p_format_explorer(M=512)
     w.update()
     first = w.result
     assert (
-        first["fmt"] == "fp8_e4m3" and first["N"] == 512 and first["rel_error"] > 1e-3
+        first["fmt"] == "fp8_e4m3" and first["M"] == 512 and first["rel_error"] > 1e-3
     )
-    fmt, N, spread, block = w.children[:-1]
+    fmt, M, spread, block, values = w.children[:-1]
+    assert M.description == "M (keys)" and values.description == "values"
     fmt.value = "fp16"
     assert w.result["fmt"] == "fp16" and w.result["rel_error"] < first["rel_error"]
     spread.value = 30.0
     assert w.result["spread"] == 30.0 and w.result["flushed"] > 0
+    r = w.result  # flushed and already-zero are disjoint shares of all entries
+    assert r["zero"] == pytest.approx(r["flushed"] + r["zero_fp32"])
     block.value = 16
     assert w.result["block_k"] == 16
-    N.value = 1024
-    assert w.result["N"] == 1024
+    M.value = 1024
+    assert w.result["M"] == 1024
+    values.value = 1.0
+    assert w.result["v_shift"] == 1.0 and "v + 1" in w.summary_html.value
     assert "FP16" in w.summary_html.value and len(w.image.value) > 1000
     assert (
         "relative error of o ‹" in w.summary_html.value
     )  # machine-dependent numbers are masked
+    old = p_format_explorer(N=256)  # the older keyword still names M
+    old.update()
+    assert old.result["M"] == 256
+
+
+def test_flushed_share_counts_float32_zeros_apart():
+    """Past std(s) ~ 16 many P entries are 0 already in float32: the share that is 0 rises with the spread."""
+    zeros = []
+    for spread in (4.0, 8.0, 16.0, 30.0):
+        q, k, _ = lab.gaussian_qkv(2048, 64, spread, 4, seed=0)
+        u = lab.p_underflow(q, k, "fp8_e4m3", block_k=64)
+        assert u["zero"] == pytest.approx(u["flushed"] + u["zero_fp32"])
+        zeros.append(u["zero"])
+    assert zeros == sorted(zeros) and u["zero_fp32"] > 0.2
 
 
 def test_accumulation_explorer_slider():
-    w = accumulation_explorer(N=1024)
+    w = accumulation_explorer(M=1024)
     w.update()
-    fmt, N, block = w.children[:-1]
+    fmt, M, block = w.children[:-1]
     assert (
-        w.result["N"] == 1024
+        w.result["M"] == 1024
         and w.result["fmt"] == "bf16"
         and list(w.result["seq"]) == ["fp32", "bf16", "fp16"]
     )
@@ -351,9 +370,9 @@ def test_accumulation_explorer_slider():
     assert w.result["blocked"]["bf16"] == w.result["seq"]["bf16"]
     fmt.value = "fp16"
     assert w.result["fmt"] == "fp16" and list(w.result["seq"]) == ["fp32", "fp16"]
-    N.value = 4096
+    M.value = 4096
     assert (
-        w.result["N"] == 4096 and w.result["seq"]["fp16"] > 0.1
+        w.result["M"] == 4096 and w.result["seq"]["fp16"] > 0.1
     )  # 2048 + 1 rounds back in FP16
     assert "FP16" in w.summary_html.value and "(FP32: ‹" in w.summary_html.value
 

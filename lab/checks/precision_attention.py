@@ -1,4 +1,8 @@
-"""Checks for the exercises of notebook 07_precision_in_attention: the random-sign Hadamard rotation.
+"""Checks for the exercises of notebook 07_precision_in_attention: the random-sign Hadamard rotation, and the
+FP8 layout for P.
+
+- `check_fp8_layout` : exercise 2's three predictions (which layout flushes fewer P entries, which errs less
+  with values of mean 0, and of mean 1), each compared with a measurement on inputs drawn fresh for the run.
 
 - `check_rotation` : `fn(d, rng)` must be FlashAttention-3's incoherent processing matrix (arXiv 2407.08608, §3.3):
   orthogonal ($R R^\\top = I$), every entry of size $1/\\sqrt d$ (so one outlier entry is spread over all d), random
@@ -19,12 +23,24 @@ import numpy as np
 from ..attention import attention_reference
 from ..exercises import seed_note
 from ..notebook import measured
-from ..precision_experiments import outlier_qkv, rmse
+from ..precision_experiments import (
+    gaussian_qkv,
+    outlier_qkv,
+    p_rounding_error,
+    p_underflow,
+    rmse,
+)
 from ..precision_fa3 import _tiled_p_rounded, quantize_fp8
 from ._support import _fresh
 from .precision import _call
 
-__all__ = ["check_rotation", "sylvester", "fp8_error_with_rotation"]
+__all__ = [
+    "check_rotation",
+    "sylvester",
+    "fp8_error_with_rotation",
+    "check_fp8_layout",
+    "fp8_layout_measured",
+]
 
 
 def sylvester(d: int) -> np.ndarray:
@@ -179,4 +195,71 @@ def check_rotation(fn, *, name: str | None = None, seed: int | None = None) -> N
     print(
         "  in FP8 on 2 fresh outlier draws, RMSE rotated / not rotated: "
         + ", ".join(measured(100 * r, ".0f", "%") for r in ratios)
+    )
+
+
+_LAYOUTS = ("fp8_e4m3", "fp8_e5m2")
+_QUESTIONS = {
+    "flushes fewer": "which layout flushes fewer P entries to 0",
+    "smaller error, v": "which layout gives the smaller error of o for values of mean zero",
+    "smaller error, v + 1": "which layout gives the smaller error of o for values of mean 1",
+}
+_WHY = {
+    "flushes fewer": "e5m2's subnormals reach 2^-16, e4m3's only 2^-9: compare the ranges, not the mantissas",
+    "smaller error, v": "with mean-zero values the flushed terms cancel, so the mantissa (ε) sets the error",
+    "smaller error, v + 1": "with a mean the flushed mass is lost coherently, so the share flushed sets the error",
+}
+
+
+def fp8_layout_measured(seed: int) -> dict:
+    """Exercise 2's three answers measured at its setting (M = 4096, std(s) = 4, Bc = 64) on inputs drawn with `seed`."""
+    q, k, v = gaussian_qkv(4096, 64, 4.0, 8, seed)
+    flushed = {f: p_underflow(q, k, f, block_k=64)["flushed"] for f in _LAYOUTS}
+    err = {
+        (f, shift): p_rounding_error(q, k, v + np.float32(shift), f, block_k=64)
+        for f in _LAYOUTS
+        for shift in (0, 1)
+    }
+    return {
+        "flushes fewer": min(_LAYOUTS, key=flushed.get),
+        "smaller error, v": min(_LAYOUTS, key=lambda f: err[(f, 0)]),
+        "smaller error, v + 1": min(_LAYOUTS, key=lambda f: err[(f, 1)]),
+    }
+
+
+def check_fp8_layout(prediction: dict, *, seed: int | None = None) -> None:
+    """Exercise 2: `prediction` maps each question of `_QUESTIONS` to "fp8_e4m3" or "fp8_e5m2"; each is compared
+    with the layout measured on inputs drawn fresh for this run (`fp8_layout_measured`)."""
+    if not isinstance(prediction, dict):
+        print(
+            f"check_fp8_layout: ✗ expected a dict of answers, got {type(prediction).__name__}"
+        )
+        return
+    missing = [key for key in _QUESTIONS if prediction.get(key) is None]
+    if len(missing) == len(_QUESTIONS):
+        print(
+            "check_fp8_layout: not answered yet: fill in the three layouts of `prediction`"
+        )
+        return
+    bad = [key for key in _QUESTIONS if prediction.get(key) not in (None, *_LAYOUTS)]
+    if missing or bad:
+        key = (missing or bad)[0]
+        print(
+            f"check_fp8_layout: ✗ {key!r} ({_QUESTIONS[key]}) must be 'fp8_e4m3' or 'fp8_e5m2', "
+            f"got {prediction.get(key)!r}"
+        )
+        return
+    rng, seed = _fresh(seed)
+    truth = fp8_layout_measured(int(rng.integers(1_000_000)))
+    wrong = [key for key in _QUESTIONS if prediction[key] != truth[key]]
+    if wrong:
+        for key in wrong:
+            print(
+                f"check_fp8_layout: ✗ {key!r}: measured {truth[key]}, you said {prediction[key]} "
+                f"({_WHY[key]})"
+            )
+        print(seed_note(seed), end="")
+        return
+    print(
+        "check_fp8_layout: ✓ all three layouts agree with a fresh measurement at M = 4096, std(s) = 4"
     )

@@ -173,7 +173,13 @@ def draw_outliers(measured: dict, paper: dict = FA3_TABLE3_RMSE, ax=None) -> dic
         ax.text(xi - 0.2, a * 1.15, f"{a:.1e}", ha="center", fontsize=9)
         ax.text(xi + 0.2, b * 1.15, f"{b:.1e}", ha="center", fontsize=9)
     ax.set_yscale("log")
-    ax.set_xticks(x, [f"{alg}\n{FORMAT_LABELS[f]}" for alg, f in keys])
+    names = [
+        "standard\nFP16",
+        "tiled\nFP16",
+        "per-tensor FP8\n(standard)",
+        "FA3 FP8\n(tiled)",
+    ]
+    ax.set_xticks(x, names)
     ax.set(
         ylabel="RMSE against float64",
         title="Inputs with outliers: N(0,1) + N(0,100)·Bernoulli(0.001)",
@@ -192,12 +198,17 @@ def draw_p_explorer(
     d: int = 64,
     rows: int = 8,
     seed: int = 0,
+    v_shift: float = 0.0,
     N: int | None = None,
 ) -> dict:
     """Histogram of $\\log_2 P_{ij}$ over M keys as the tiles form them, against the format's subnormal and underflow
-    limits; the error of $o$ in the title. `N` is the older keyword for `M`, and the result holds both."""
+    limits; the error of $o$ (values $v$ + `v_shift`) in the title. `N` is the older keyword for `M`.
+
+    Entries already 0 in float32 are drawn in the leftmost bin and counted apart (`zero_fp32`) from those the
+    format flushes (`flushed`: nonzero in float32, 0 in `fmt`); both are fractions of all entries."""
     M = _keys(None if N is not None else M, N)
     q, k, v = gaussian_qkv(M, d, spread, rows, seed)
+    v = v + np.float32(v_shift)
     under = p_underflow(q, k, fmt, block_k=block_k)
     err = p_rounding_error(q, k, v, fmt, block_k=block_k)
     info = format_info(fmt)
@@ -232,8 +243,20 @@ def draw_p_explorer(
     ax.set(
         xlabel="log2 P_ij  (P_ij = exp(S_ij − running max))",
         ylabel="entries",
-        title=f"{FORMAT_LABELS[fmt]}, M = {M:,} keys, std(s) = {spread:g}, Bc = {block_k}: "
-        f"relative error {err:.1e}",
+        title=f"{FORMAT_LABELS[fmt]}, M = {M:,} keys, std(s) = {spread:g}, Bc = {block_k}, "
+        f"{'v' if v_shift == 0 else f'v + {v_shift:g}'}: relative error {err:.1e}",
+    )
+    ax.text(
+        0.98,
+        0.95,
+        f"flushed by {FORMAT_LABELS[fmt]}: {100 * under['flushed']:.1f}% of the entries\n"
+        f"already 0 in float32 (leftmost bin): {100 * under['zero_fp32']:.1f}%\n"
+        f"0 in all: {100 * under['zero']:.1f}%",
+        transform=ax.transAxes,
+        ha="right",
+        va="top",
+        fontsize=10,
+        bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"},
     )
     ax.legend(fontsize=10, loc="upper left")
     return {
@@ -242,8 +265,11 @@ def draw_p_explorer(
         "N": int(M),
         "spread": float(spread),
         "block_k": int(block_k),
+        "v_shift": float(v_shift),
         "rel_error": err,
         "flushed": under["flushed"],
+        "zero_fp32": under["zero_fp32"],
+        "zero": under["zero"],
         "mass_lost": under["mass_lost"],
     }
 
@@ -328,11 +354,17 @@ def draw_real_vs_gaussian(results: dict) -> dict:
         ylabel="relative error of o",
         title="Experiment 1: P rounded, FP32 accumulation",
     )
-    a2.set_xticks(range(len(keys)), [f"{alg}\n{FORMAT_LABELS[f]}" for alg, f in keys])
+    a2.set_xticks(
+        range(len(keys)),
+        [
+            f"{alg}\n{'unscaled FP8' if f.startswith('fp8') else FORMAT_LABELS[f]}"
+            for alg, f in keys
+        ],
+    )
     a2.set(
         yscale="log",
         ylabel="RMSE / RMS of o",
-        title="Experiment 4b: standard vs tiled, relative",
+        title="Experiment 4b: standard vs tiled (FP8 unscaled), relative",
     )
     a1.legend(fontsize=9)
     a2.legend(fontsize=9)

@@ -82,6 +82,33 @@ _NAN_STEP = """
 PLANTED = {
     1: [
         (
+            "the state kept in float32",
+            """
+            def online_step(m, l, x_block):
+                m_new = max(m, float(np.max(x_block)))
+                if m_new == -np.inf:
+                    return m, l
+                a = np.float32(np.exp(m - m_new))
+                terms = np.exp(x_block - m_new).astype(np.float32)
+                return m_new, float(a * np.float32(l) + terms.sum())
+            """,
+            ["case 0", "float32's rounding", "to 1e-12", "float64"],
+        ),
+        (
+            "torch, float32 by default",
+            """
+            import torch
+            def online_step(m, l, x_block):
+                m_new = max(m, float(np.max(x_block)))
+                if m_new == -np.inf:
+                    return m, l
+                t = torch.tensor(x_block.tolist())
+                a = torch.exp(torch.tensor(m - m_new))
+                return m_new, float(a * l + torch.exp(t - m_new).sum())
+            """,
+            ["float32's rounding", "torch, whose tensors are float32 by default"],
+        ),
+        (
             "a block of only -inf gives NaN",
             _NAN_STEP.replace("nan_step", "online_step"),
             [
@@ -159,6 +186,23 @@ PLANTED = {
         ),
     ],
     2: [
+        (
+            "the state kept in float32",
+            """
+            def online_pass(x, block):
+                m, l = -np.inf, np.float32(0.0)
+                for j0 in range(0, len(x), block):
+                    b = x[j0 : j0 + block]
+                    m_new = max(m, float(np.max(b)))
+                    if m_new == -np.inf:
+                        continue
+                    a = np.float32(np.exp(m - m_new))
+                    l = a * l + np.exp(b - m_new).astype(np.float32).sum()
+                    m = m_new
+                return m, float(l)
+            """,
+            ["float32's rounding", "to 1e-10"],
+        ),
         (
             "m starts at 0",
             _LOOP.format(start="0.0", stop="len(x)", step="online_step"),

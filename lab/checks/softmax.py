@@ -1020,7 +1020,9 @@ def check_rescale_predictions(predicted: dict, *, n: int = 64, blocks=(1, 8)) ->
         want = tuple(_rescales(rows[order], b) for b in blocks)
         got = tuple(predicted[order])
         if Ellipsis in got or None in got:
-            print(f"{order:>10}: not predicted yet; counted {want}")
+            print(
+                f"{order:>10}: not predicted yet (the count is shown once you predict)"
+            )
             continue
         ok = got == want
         right += ok

@@ -618,7 +618,7 @@ def test_rescale_predictions_are_compared_with_the_counts(capsys):
     right = {"as drawn": (6, 3), "ascending": (63, 7), "descending": (0, 0)}
     checks.check_rescale_predictions(right)
     out = capsys.readouterr().out
-    assert out.count("✓") == 3 and "3 of 3 orders predicted right" in out
+    assert out.count("✓") == 3 and "3 of 3 predicted right" in out
     checks.check_rescale_predictions(right | {"ascending": (63, 8)})
     out = capsys.readouterr().out
     assert "ascending: predicted (63, 8), counted (63, 7) ✗" in out and "2 of 3" in out
@@ -630,6 +630,7 @@ def test_unwritten_predictions_do_not_give_the_counts_away(capsys):
     )
     out = capsys.readouterr().out
     assert "not predicted yet" in out and "63" not in out and "counted" not in out
+    assert "predicted right" not in out
     checks.check_rescale_predictions({"as drawn": (6, 3)})
     assert (
         "write one (block 1, block 8) pair for ascending, descending"

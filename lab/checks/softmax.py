@@ -1015,7 +1015,7 @@ def check_rescale_predictions(predicted: dict, *, n: int = 64, blocks=(1, 8)) ->
             f"predictions: write one (block {blocks[0]}, block {blocks[1]}) pair for {', '.join(missing)}"
         )
         return
-    right = 0
+    right = written = 0
     for order in _ORDERS:
         want = tuple(_rescales(rows[order], b) for b in blocks)
         got = tuple(predicted[order])
@@ -1025,8 +1025,9 @@ def check_rescale_predictions(predicted: dict, *, n: int = 64, blocks=(1, 8)) ->
             )
             continue
         ok = got == want
-        right += ok
+        right, written = right + ok, written + 1
         print(f"{order:>10}: predicted {got}, counted {want} " + ("✓" if ok else "✗"))
-    print(
-        f"{right} of {len(_ORDERS)} orders predicted right (blocks {blocks[0]} and {blocks[1]})"
-    )
+    if written:
+        print(
+            f"{right} of {written} predicted right (blocks {blocks[0]} and {blocks[1]})"
+        )

@@ -70,7 +70,7 @@ class CountingArray:
 
 @dataclass
 class AccessCount:
-    """Measured accesses of one softmax run: per element of `x` and `y`, and the output.
+    """Measured accesses of one softmax run: per element of `x` and `y`, the output, and the exponentials evaluated.
 
     Taught in: notebooks/01_three_pass_softmax.ipynb, notebooks/02_online_softmax.ipynb
     """
@@ -82,6 +82,9 @@ class AccessCount:
     x_stores: np.ndarray
     y_loads: np.ndarray
     y_stores: np.ndarray
+    exp_evaluations: int = (
+        0  # exponentials evaluated, one per element of every exp call
+    )
 
     @property
     def reads(self) -> int:
@@ -107,13 +110,23 @@ class AccessCount:
         )
 
 
+_EXP_COUNT = [0]
+
+
+def _exp(a):
+    """`np.exp(a)`, adding the number of exponentials it evaluates (one per element) to the running count."""
+    out = np.exp(a)
+    _EXP_COUNT[0] += int(np.size(out))
+    return out
+
+
 def _naive(x: CountingArray, y: CountingArray, block: int) -> None:
     n = len(x)
     l = 0.0
     for j0 in range(0, n, block):  # pass 1: l = Σ exp(x_j)
-        l += float(np.exp(x[j0 : j0 + block]).sum())
+        l += float(_exp(x[j0 : j0 + block]).sum())
     for j0 in range(0, n, block):  # pass 2: y = exp(x) / l
-        y[j0 : j0 + block] = np.exp(x[j0 : j0 + block]) / l
+        y[j0 : j0 + block] = _exp(x[j0 : j0 + block]) / l
 
 
 def _safe(x: CountingArray, y: CountingArray, block: int) -> None:
@@ -124,9 +137,9 @@ def _safe(x: CountingArray, y: CountingArray, block: int) -> None:
     m_use = safe_exp_shift(m)
     l = 0.0
     for j0 in range(0, n, block):  # pass 2: l = Σ exp(x_j - m)
-        l += float(np.exp(x[j0 : j0 + block] - m_use).sum())
+        l += float(_exp(x[j0 : j0 + block] - m_use).sum())
     for j0 in range(0, n, block):  # pass 3: y = exp(x - m) / l
-        e = np.exp(x[j0 : j0 + block] - m_use)
+        e = _exp(x[j0 : j0 + block] - m_use)
         y[j0 : j0 + block] = e / l if l > 0 else np.zeros_like(e)
 
 
@@ -138,12 +151,12 @@ def _online(x: CountingArray, y: CountingArray, block: int) -> None:
         m_new = max(m, float(x_b.max()))
         if m_new == -np.inf:
             continue  # only masked entries so far: l stays 0
-        alpha = float(np.exp(m - m_new))  # α = e^(m − m′)
-        l = l * alpha + float(np.exp(x_b - m_new).sum())
+        alpha = float(_exp(m - m_new))  # α = e^(m − m′)
+        l = l * alpha + float(_exp(x_b - m_new).sum())
         m = m_new
     m_use = safe_exp_shift(m)
     for j0 in range(0, n, block):  # pass 2: y = exp(x - m) / l
-        e = np.exp(x[j0 : j0 + block] - m_use)
+        e = _exp(x[j0 : j0 + block] - m_use)
         y[j0 : j0 + block] = e / l if l > 0 else np.zeros_like(e)
 
 
@@ -167,6 +180,7 @@ def count_accesses(method: str, x, block: int = 1) -> AccessCount:
     block = check_block(block, "block")
     xm = CountingArray(a, "x")
     ym = CountingArray(np.zeros(a.shape[0]), "y")
+    _EXP_COUNT[0] = 0
     with np.errstate(over="ignore", invalid="ignore"):
         COUNTED_METHODS[method](xm, ym, block)
     return AccessCount(
@@ -177,4 +191,5 @@ def count_accesses(method: str, x, block: int = 1) -> AccessCount:
         xm.stores.copy(),
         ym.loads.copy(),
         ym.stores.copy(),
+        _EXP_COUNT[0],
     )

@@ -18,7 +18,8 @@ from lab.checks import softmax as checks
 NAME = "01_three_pass_softmax"
 EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
-    1: "row_overflow: ✓ passed 9 cases\n",
+    1: "row_overflow: ✓ passed 9 cases\n"
+    "  your prediction (fp16, k = 4096): not written yet (predicted_4096, above the stub)\n",
     2: "safe_softmax: ✓ passed 11 cases; each score loaded 3 times, each y_i stored once; no row held\n",
     3: "log_sum_exp: ✓ passed 7 cases\n",
 }
@@ -162,6 +163,45 @@ PLANTED = {
         ),
     ],
     2: [
+        (
+            "l summed in float32",
+            """
+            def safe_softmax(x, y, block):
+                starts = range(0, len(x), block)
+                m = max(float(np.max(x[j0 : j0 + block])) for j0 in starts)
+                m = 0.0 if m == -np.inf else m
+                l = np.float32(0.0)
+                for j0 in starts:
+                    l += np.exp(x[j0 : j0 + block] - m).astype(np.float32).sum()
+                for j0 in starts:
+                    e = np.exp(x[j0 : j0 + block] - m)
+                    y[j0 : j0 + block] = e / l if l > 0 else np.zeros_like(e)
+            """,
+            [
+                "case 0",
+                "float32's rounding",
+                "float64 reference to 1e-9",
+                "accumulator",
+            ],
+        ),
+        (
+            "each block's own max in the sum",
+            """
+            def safe_softmax(x, y, block):
+                starts = range(0, len(x), block)
+                m = max(float(np.max(x[j0 : j0 + block])) for j0 in starts)
+                m = 0.0 if m == -np.inf else m
+                l = 0.0
+                for j0 in starts:
+                    b = x[j0 : j0 + block]
+                    top = float(np.max(b))
+                    l += float(np.exp(b - (0.0 if top == -np.inf else top)).sum())
+                for j0 in starts:
+                    e = np.exp(x[j0 : j0 + block] - m)
+                    y[j0 : j0 + block] = e / l if l > 0 else np.zeros_like(e)
+            """,
+            ["case 0", "that block's own max", "the row's m from pass 1"],
+        ),
         (
             "no max subtracted (the naive two passes)",
             """
@@ -367,6 +407,17 @@ PLANTED = {
     ],
     3: [
         (
+            "the wrong axis",
+            """
+            def log_sum_exp(s):
+                m = s.max(axis=0, keepdims=True)
+                m = np.where(np.isneginf(m), 0.0, m)
+                with np.errstate(divide="ignore"):
+                    return m[0] + np.log(np.exp(s - m).sum(axis=0))
+            """,
+            ["case 0", "one number per column", "axis=-1"],
+        ),
+        (
             "as written",
             """
             def log_sum_exp(s):
@@ -534,3 +585,21 @@ def test_lab_s_answer_is_refused_behind_an_evasion(number, name, cheat, how):
     out = run_check(EX[number], evading(cheat, name, how), {"checks": checks})
     assert "✗" in out and "✓" not in out, out
     assert EVASIONS[how][1] in out or "calls lab." in out, out
+
+
+@pytest.mark.parametrize(
+    "predicted, says",
+    [(3, "s = 3; the scan: s = 3 ✓"), (4, "✗ (off by +1)"), (12, "✗ (off by +9)")],
+)
+def test_the_written_prediction_is_compared_with_the_scan(predicted, says, capsys):
+    ns = {"np": np, "lab": lab}
+    exec(EX[1].solution, ns)
+    checks.check_row_overflow(ns["row_overflow"], predicted=predicted)
+    out = capsys.readouterr().out
+    assert out.startswith("row_overflow: ✓ passed 9 cases\n") and says in out, out
+
+
+def test_an_unwritten_prediction_does_not_give_the_answer_away(capsys):
+    checks.check_row_overflow(lambda name, k: 0, predicted=...)
+    out = capsys.readouterr().out
+    assert "not written yet" in out and "s = 3" not in out

@@ -82,6 +82,33 @@ _NAN_STEP = """
 PLANTED = {
     1: [
         (
+            "the state kept in float32",
+            """
+            def online_step(m, l, x_block):
+                m_new = max(m, float(np.max(x_block)))
+                if m_new == -np.inf:
+                    return m, l
+                a = np.float32(np.exp(m - m_new))
+                terms = np.exp(x_block - m_new).astype(np.float32)
+                return m_new, float(a * np.float32(l) + terms.sum())
+            """,
+            ["case 0", "float32's rounding", "to 1e-12", "float64"],
+        ),
+        (
+            "torch, float32 by default",
+            """
+            import torch
+            def online_step(m, l, x_block):
+                m_new = max(m, float(np.max(x_block)))
+                if m_new == -np.inf:
+                    return m, l
+                t = torch.tensor(x_block.tolist())
+                a = torch.exp(torch.tensor(m - m_new))
+                return m_new, float(a * l + torch.exp(t - m_new).sum())
+            """,
+            ["float32's rounding", "torch, whose tensors are float32 by default"],
+        ),
+        (
             "a block of only -inf gives NaN",
             _NAN_STEP.replace("nan_step", "online_step"),
             [
@@ -159,6 +186,23 @@ PLANTED = {
         ),
     ],
     2: [
+        (
+            "the state kept in float32",
+            """
+            def online_pass(x, block):
+                m, l = -np.inf, np.float32(0.0)
+                for j0 in range(0, len(x), block):
+                    b = x[j0 : j0 + block]
+                    m_new = max(m, float(np.max(b)))
+                    if m_new == -np.inf:
+                        continue
+                    a = np.float32(np.exp(m - m_new))
+                    l = a * l + np.exp(b - m_new).astype(np.float32).sum()
+                    m = m_new
+                return m, float(l)
+            """,
+            ["float32's rounding", "to 1e-10"],
+        ),
         (
             "m starts at 0",
             _LOOP.format(start="0.0", stop="len(x)", step="online_step"),
@@ -568,3 +612,27 @@ def test_the_rule_for_when_l_falls_is_tested_not_asserted():
             fell = tr["l_new"] < tr["l"]
             assert np.array_equal(fell, (1 - tr["alpha"]) * tr["l"] > added)
             assert not (fell & (tr["alpha"] == 1)).any()
+
+
+def test_rescale_predictions_are_compared_with_the_counts(capsys):
+    right = {"as drawn": (6, 3), "ascending": (63, 7), "descending": (0, 0)}
+    checks.check_rescale_predictions(right)
+    out = capsys.readouterr().out
+    assert out.count("✓") == 3 and "3 of 3 predicted right" in out
+    checks.check_rescale_predictions(right | {"ascending": (63, 8)})
+    out = capsys.readouterr().out
+    assert "ascending: predicted (63, 8), counted (63, 7) ✗" in out and "2 of 3" in out
+
+
+def test_unwritten_predictions_do_not_give_the_counts_away(capsys):
+    checks.check_rescale_predictions(
+        {o: (..., ...) for o in ("as drawn", "ascending", "descending")}
+    )
+    out = capsys.readouterr().out
+    assert "not predicted yet" in out and "63" not in out and "counted" not in out
+    assert "predicted right" not in out
+    checks.check_rescale_predictions({"as drawn": (6, 3)})
+    assert (
+        "write one (block 1, block 8) pair for ascending, descending"
+        in capsys.readouterr().out
+    )

@@ -432,3 +432,15 @@ def test_softmax_error_and_broken_rows():
         lab.softmax_error(np.ones(3), np.ones(2))
     with pytest.raises(ValueError, match="dtype"):
         lab.works_tolerance(np.int32)
+
+
+@pytest.mark.parametrize("n, block", [(10, 1), (4096, 128), (7, 3), (5, 100)])
+def test_count_accesses_counts_the_exponentials_evaluated(n, block):
+    """Two exponentials per score in the naive and the safe softmax; the online one adds one α per block."""
+    x = np.random.default_rng(n).standard_normal(n)
+    blocks = -(-n // block)
+    counts = {
+        m: lab.count_accesses(m, x, block).exp_evaluations
+        for m in ("naive", "safe", "online")
+    }
+    assert counts == {"naive": 2 * n, "safe": 2 * n, "online": 2 * n + blocks}

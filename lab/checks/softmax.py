@@ -26,6 +26,7 @@ from ..softmax_steps import demo_scores
 
 __all__ = [
     "check_row_overflow",
+    "check_rescale_predictions",
     "check_safe_softmax",
     "check_log_sum_exp",
     "check_online_step",
@@ -98,11 +99,32 @@ def _row_case(rng, name: str) -> tuple:
             return name, k
 
 
-def check_row_overflow(fn, *, seed: int | None = None) -> None:
+def _say_prediction(predicted, name: str = "fp16", k: int = 4096) -> None:
+    """One line: the learner's predicted break of k equal scores in `name` against the scan."""
+    scanned = _row_breaks(name, k)
+    if predicted is None or predicted is Ellipsis:
+        print(
+            f"  your prediction ({name}, k = {k}): not written yet (predicted_4096, above the stub)"
+        )
+        return
+    verdict = "✓" if predicted == scanned else f"✗ (off by {predicted - scanned:+d})"
+    print(
+        f"  your prediction ({name}, k = {k}): s = {predicted}; the scan: s = {scanned} {verdict}"
+    )
+
+
+def check_row_overflow(fn, *, seed: int | None = None, predicted=None) -> None:
     """Check `fn(name, k)`, the smallest integer $s \\ge 0$ at which the naive softmax of a row of k equal scores s
     breaks in format `name` (its sum $k e^s$ overflows), against a scan of `lab.softmax_naive`: fp16, fp32 and fp64,
     row lengths drawn afresh each run and two fresh names added to `lab.SOFTMAX_DTYPES` for the run (`seed` draws the
-    same again). Taught in: notebooks/01_three_pass_softmax.ipynb"""
+    same again). `predicted`: the learner's written prediction for fp16, k = 4096, compared with the scan on a line of
+    its own. Taught in: notebooks/01_three_pass_softmax.ipynb"""
+    _check_row_overflow(fn, seed)
+    if predicted is not None:
+        _say_prediction(predicted)
+
+
+def _check_row_overflow(fn, seed) -> None:
     rng, seed = _fresh(seed)
     with _fresh_names(rng, among=_ROW_FORMATS) as fresh:
         own = lambda n: fresh.get(n, n)  # noqa: E731
@@ -117,7 +139,7 @@ def check_row_overflow(fn, *, seed: int | None = None) -> None:
             ),
             (
                 lambda n, k: math.floor(log_max(n) - math.log(k)),
-                "k·e^s is still finite at yours: it is the last integer below log(max) - log k; the break is "
+                "k·e^s is still finite at yours: it is the last integer below log Ω - log k; the break is "
                 "the next one",
             ),
             (
@@ -165,7 +187,7 @@ def check_row_overflow(fn, *, seed: int | None = None) -> None:
             seed=seed,
             hint=_hint(
                 mistakes,
-                "the naive softmax breaks once its sum k·e^s exceeds the format's largest finite value",
+                "the naive softmax breaks once its sum k·e^s exceeds Ω, the format's largest finite value",
                 fn=named,
                 cases=cases,
             ),
@@ -249,7 +271,8 @@ def _fresh_scores(rng) -> list:
 def _three_pass(x, block, *, shift="max", masked="zero", l_from="final"):
     """The softmax of one row, with a choice of classic mistakes: no max (`shift="none"`), the first block's max
     (`shift="first"`), a masked row shifted by
-    -inf (`masked="nan"`), l summed against the running max without a rescale (`l_from="running"`)."""
+    -inf (`masked="nan"`), l summed against the running max without a rescale (`l_from="running"`), each block's
+    terms of l against that block's own max (`l_from="block"`)."""
     x = np.asarray(x, dtype=np.float64)
     if shift == "none":
         m = 0.0
@@ -260,7 +283,14 @@ def _three_pass(x, block, *, shift="max", masked="zero", l_from="final"):
         m = float(x.max())
         m = 0.0 if m == -inf and masked == "zero" else m
     with np.errstate(all="ignore"):
-        if l_from == "running":
+        if l_from == "block":
+            l = 0.0
+            for j0 in range(0, len(x), block):
+                top = float(x[j0 : j0 + block].max())
+                l += float(
+                    np.exp(x[j0 : j0 + block] - (0.0 if top == -inf else top)).sum()
+                )
+        elif l_from == "running":
             l, run = 0.0, -inf
             for j0 in range(0, len(x), block):
                 run = max(run, float(x[j0 : j0 + block].max()))
@@ -297,7 +327,18 @@ _THREE_MISTAKES = [
         "l was summed against the max found so far, which grew after some terms were added: pass 2 starts only "
         "once pass 1 has seen every score (notebook 02 repairs a growing max with a rescale)",
     ),
+    (
+        lambda x, b: _three_pass(x, b, l_from="block"),
+        "l added each block's terms against that block's own max: terms shifted by different amounts cannot "
+        "be added; every term of l is e^(x_j - m) with the row's m from pass 1",
+    ),
 ]
+
+_FLOAT32 = (
+    "yours agrees only to about float32's rounding (1e-7 relative), and the check compares with a float64 "
+    "reference to {}: {} is float32 somewhere (np.float32, a float32 accumulator, or torch, whose tensors "
+    "are float32 by default); keep {} as Python floats or float64"
+)
 
 
 def _three_pass_problem(x: CountingArray, y: CountingArray, block: int):
@@ -420,6 +461,7 @@ def check_safe_softmax(
         hint = _hint(
             _THREE_MISTAKES,
             "three passes: m = the row's max, then l = the sum of e^(x - m), then y = e^(x - m) / l",
+            close=(_FLOAT32.format("1e-9", "your l (or y)", "m and l"), 1e-5),
         )((x, block), got, want)
         unstored = np.flatnonzero(ys.stores == 0)
         if problem is not None and unstored.size == len(x):
@@ -510,6 +552,11 @@ def check_log_sum_exp(fn, *, seed: int | None = None) -> None:
             "you subtracted the max of the whole array: each row needs its own",
         ),
         (
+            lambda s: _lse(s.T),
+            "that is one number per column: the max and the sum ran down axis 0; each row's M scores "
+            "lie along axis -1, so take both with axis=-1 (the answer has shape (N,))",
+        ),
+        (
             lambda s: _lse(s)[:, None],
             "one number per row: shape (N,), not (N, 1) (drop keepdims at the end)",
         ),
@@ -531,6 +578,7 @@ def check_log_sum_exp(fn, *, seed: int | None = None) -> None:
         hint=_hint(
             mistakes,
             "log Σ e^s = m + log Σ e^(s - m) for any shift m: pick the one that cannot overflow",
+            close=(_FLOAT32.format("1e-12", "a step", "the arithmetic"), 1e-5),
             fn=guarded,
             cases=cases,
         ),
@@ -623,6 +671,7 @@ def check_online_step(fn, *, seed: int | None = None) -> None:
                 for kw, t in _STEP_MISTAKES
             ],
             "(m, l) must describe every score seen: m their max, l the sum of e^(x - m) over them",
+            close=(_FLOAT32.format("1e-12", "your state", "m and l"), 1e-5),
             fn=guarded,
             cases=cases,
         ),
@@ -752,6 +801,7 @@ def check_online_pass(
             _PASS_MISTAKES,
             "after each block, m must be the max of the scores read so far and l the sum of "
             "e^(x - m) over them",
+            close=(_FLOAT32.format("1e-10", "your state", "m and l"), 1e-5),
         )((x, block), got, want)
         if problem is None:
             problem, hint = _read_problem(row)
@@ -857,6 +907,7 @@ def check_merge_ml(fn, *, seed: int | None = None) -> None:
         hint=_hint(
             mistakes,
             "the merged state must describe both halves: m the max of all, l the sum of e^(x - m) over all",
+            close=(_FLOAT32.format("1e-10", "your merge", "m and l"), 1e-5),
             fn=guarded,
             cases=cases,
         ),
@@ -946,3 +997,37 @@ def check_count_rescales(fn, *, seed: int | None = None) -> None:
             cases=cases,
         ),
     )
+
+
+_ORDERS = ("as drawn", "ascending", "descending")
+
+
+def check_rescale_predictions(predicted: dict, *, n: int = 64, blocks=(1, 8)) -> None:
+    """Compare written predictions `{order: (rescales at block 1, at block 8)}` for `lab.demo_scores(n)` as drawn,
+    sorted ascending and sorted descending with the counts of lab's reference (not the learner's function, so a
+    wrong `count_rescales` cannot confirm a wrong prediction). One line per order, ✓ or what the count is.
+    Taught in: notebooks/02_online_softmax.ipynb"""
+    x = demo_scores(n)
+    rows = {"as drawn": x, "ascending": np.sort(x), "descending": np.sort(x)[::-1]}
+    missing = [o for o in _ORDERS if o not in predicted]
+    if missing:
+        print(
+            f"predictions: write one (block {blocks[0]}, block {blocks[1]}) pair for {', '.join(missing)}"
+        )
+        return
+    right = written = 0
+    for order in _ORDERS:
+        want = tuple(_rescales(rows[order], b) for b in blocks)
+        got = tuple(predicted[order])
+        if Ellipsis in got or None in got:
+            print(
+                f"{order:>10}: not predicted yet (the count is shown once you predict)"
+            )
+            continue
+        ok = got == want
+        right, written = right + ok, written + 1
+        print(f"{order:>10}: predicted {got}, counted {want} " + ("✓" if ok else "✗"))
+    if written:
+        print(
+            f"{right} of {written} predicted right (blocks {blocks[0]} and {blocks[1]})"
+        )

@@ -150,18 +150,19 @@ def draw_online_trace(
             ax_m.axvspan(a - 0.5, z - 0.5, color="gray", alpha=0.12, lw=0)
             ax_l.axvspan(a - 0.5, z - 0.5, color="gray", alpha=0.12, lw=0)
     ax_m.plot(j, x, "o", ms=4, color="C0", label="scores x_j")
+    ends = tr["stop"] - 0.5  # m′ is known once the block's last score is read
     ax_m.step(
-        np.r_[tr["start"], n] - 0.5,
+        np.r_[ends, n - 0.5],
         np.r_[tr["m_new"], tr["m_new"][-1]],
         where="post",
         color="C3",
         lw=2.5,
-        label="running max m′ after each block",
+        label="running max m′, from the end of each block",
     )
     grew = tr["alpha"] < 1
     grew[0] = False  # the first block has nothing to rescale
     ax_m.plot(
-        tr["start"][grew] - 0.5,
+        ends[grew],
         tr["m_new"][grew],
         "^",
         ms=9,
@@ -194,7 +195,9 @@ def draw_online_trace(
         for c, lv in zip(centers[fell], tr["l_new"][fell]):
             ax_l.text(c, lv, "l fell", ha="center", va="bottom", fontsize=9)
     ax_l.set(xlabel="index j of the score x_j (shaded: alternate blocks)", ylabel="l′")
-    ax_l.legend(loc="upper left", fontsize=9)
+    top = float(max(tr["l_new"].max(), tr["l_direct"].max()))
+    ax_l.set_ylim(0, 1.4 * top)  # headroom: the legend sits above the bars, not on them
+    ax_l.legend(loc="upper left", ncol=2, fontsize=9)
     return {
         "block": block,
         "shift": float(shift),

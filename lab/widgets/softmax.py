@@ -87,7 +87,7 @@ def online_softmax_trace(
         scale=ipywidgets.FloatSlider(
             value=scale,
             min=0.25,
-            max=20.0,
+            max=30.0,
             step=0.25,
             description="scale",
             continuous_update=False,

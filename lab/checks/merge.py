@@ -65,22 +65,62 @@ _BROADCAST = (
 
 
 @contextlib.contextmanager
-def _spy_globals(fn, targets):
-    """Record the calls of `targets` made through `fn`'s global names: {id(target): [args, ...]}."""
+def _spy_globals(fn, targets, results=None):
+    """Record the calls of `targets` made through `fn`'s global names: {id(target): [args, ...]}, and, given a
+    dict `results`, what each call returned: {id(target): [result, ...]}."""
     g = getattr(fn, "__globals__", {})
     calls, saved = (
         {id(t): [] for t in targets},
         {n: v for n, v in g.items() if any(v is t for t in targets)},
     )
+    if results is not None:
+        results.update({id(t): [] for t in targets})
+
+    def spy(f):
+        def called(*args, **kwargs):
+            calls[id(f)].append(args)
+            out = f(*args, **kwargs)
+            if results is not None:
+                results[id(f)].append(out)
+            return out
+
+        return called
+
     for n, f in saved.items():
-        g[n] = lambda *args, _f=f, **kwargs: (
-            calls[id(_f)].append(args),
-            _f(*args, **kwargs),
-        )[1]
+        g[n] = spy(f)
     try:
         yield calls
     finally:
         g.update(saved)
+
+
+_LOGS = ("log", "log1p", "log2", "log10", "logaddexp", "logaddexp2")
+
+
+@contextlib.contextmanager
+def _counting_logs():
+    """Count the calls to numpy's logarithms (`np.log`, `np.logaddexp`, ...) made meanwhile: yields a list, one
+    name per call."""
+    saved, count = {n: getattr(np, n) for n in _LOGS}, []
+
+    class counted:  # the ufunc, its calls counted; .reduce, .outer, ... pass through
+        def __init__(self, name, f):
+            self.name, self.f = name, f
+
+        def __call__(self, *args, **kwargs):
+            count.append(self.name)
+            return self.f(*args, **kwargs)
+
+        def __getattr__(self, attr):
+            return getattr(self.f, attr)
+
+    for n, f in saved.items():
+        setattr(np, n, counted(n, f))
+    try:
+        yield count
+    finally:
+        for n, f in saved.items():
+            setattr(np, n, f)
 
 
 def _attempt(name, fn, args, where):
@@ -605,7 +645,22 @@ def check_merge_partials(
         )
         for how, given in orders:
             before, where = [x.copy() for p in given for x in p], f"{i} ({label}{how})"
-            res = _attempt(name, fn, ([tuple(p) for p in given],), where)
+            pair = [f for n, f in getattr(fn, "__globals__", {}).items() if n == "merge_pair"]
+            with _spy_globals(fn, pair) as pairs, _counting_logs() as logs:
+                res = _attempt(name, fn, ([tuple(p) for p in given],), where)
+            folded = sum(len(c) for c in pairs.values())
+            if res is not _FAILED and (folded or (len(given) >= 3 and len(logs) > 2)):
+                _fail(
+                    name,
+                    where,
+                    f"your merge_partials called merge_pair {folded} times for {len(given)} parts"
+                    if folded
+                    else f"your merge_partials took {len(logs)} logarithms for {len(given)} parts",
+                    "that is a fold of pairwise merges, each a complete normalized result; merge all C parts "
+                    "at once: one max over the C values of lse_c per row, the C weights, one sum, one log",
+                )
+                print(seed_note(seed), end="")
+                return
             if res is _FAILED or not _judge(
                 name,
                 where,
@@ -756,6 +811,45 @@ def _coverage(k, calls, chunk):
     return None
 
 
+_BUILT = (
+    "the answer is built from the chunks: pass the list of chunk_output's results, one per chunk, to "
+    "merge_partials and return what it gives"
+)
+
+
+def _same(a, b) -> bool:
+    try:
+        return all(
+            np.shape(x) == np.shape(y) and np.array_equal(x, y, equal_nan=True)
+            for x, y in zip(a, b, strict=True)
+        )
+    except (TypeError, ValueError):
+        return False
+
+
+def _merged_chunks(merges, merged, outputs, answer) -> str | None:
+    """None when one call of merge_partials received exactly the results chunk_output returned (one part per
+    chunk, each as returned) and its result is the answer; else what happened instead, in words."""
+    for args, result in zip(merges, merged):
+        parts = list(args[0]) if args and isinstance(args[0], (list, tuple)) else []
+        left = list(outputs)
+        for part in parts:
+            j = next((n for n, out in enumerate(left) if _same(part, out)), None)
+            if j is None:
+                break
+            left.pop(j)
+        else:
+            if not left and _same(tuple(answer), tuple(result)):
+                return None
+            if not left:
+                return "your answer is not what merge_partials returned for the chunks"
+    sizes = [len(a[0]) if a and isinstance(a[0], (list, tuple)) else 0 for a in merges]
+    return (
+        f"merge_partials received {', '.join(map(str, sizes))} part(s) where chunk_output returned "
+        f"{len(outputs)} results: no call merged exactly the chunks' results"
+    )
+
+
 def _passes(check, fn) -> bool:
     """True when `check(fn)` passes; what it prints is swallowed."""
     out = io.StringIO()
@@ -800,7 +894,8 @@ def check_chunked_attention(
         where = (
             f"{i} ({_shapes(q, k, v)}, chunk={chunk}{', ' + label if label else ''})"
         )
-        with _spy_globals(fn, (chunk_output, merge_partials)) as calls:
+        returned: dict = {}
+        with _spy_globals(fn, (chunk_output, merge_partials), returned) as calls:
             res = _attempt(name, fn, (q, k, v, chunk), where)
         if res is _FAILED:
             return
@@ -837,6 +932,14 @@ def check_chunked_attention(
                 "the values agree, but the chunks' results never went through merge_partials",
                 "this exercise builds on exercise 2: merge the chunks with your merge_partials",
             )
+        merged = _merged_chunks(
+            calls[id(merge_partials)],
+            returned[id(merge_partials)],
+            returned[id(chunk_output)],
+            res[0],
+        )
+        if merged is not None:
+            return _fail(name, where, f"the values agree, but {merged}", _BUILT)
         if not _judge(
             name,
             where,

@@ -26,10 +26,10 @@ import traceback
 import numpy as np
 
 from ..attention import attention_reference
-from ..exercises import diagnose, raised_at, seed_note
+from ..exercises import check, diagnose, raised_at, seed_note
 from ..merge import merge_outputs, random_chunk_bounds
 from ..states import partial_state
-from ._support import _fresh, _refusal, _settled, _watching
+from ._support import _fresh, _own_work, _refusal, _settled, _watching
 from ._values import FLOAT32, sharpen
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "check_pair_merge",
     "check_merge_partials",
     "check_chunked_attention",
+    "check_merge_steps",
 ]
 
 RTOL, ATOL = 1e-9, 1e-12
@@ -645,7 +646,11 @@ def check_merge_partials(
         )
         for how, given in orders:
             before, where = [x.copy() for p in given for x in p], f"{i} ({label}{how})"
-            pair = [f for n, f in getattr(fn, "__globals__", {}).items() if n == "merge_pair"]
+            pair = [
+                f
+                for n, f in getattr(fn, "__globals__", {}).items()
+                if n == "merge_pair"
+            ]
             with _spy_globals(fn, pair) as pairs, _counting_logs() as logs:
                 res = _attempt(name, fn, ([tuple(p) for p in given],), where)
             folded = sum(len(c) for c in pairs.values())
@@ -952,4 +957,58 @@ def check_chunked_attention(
     print(
         f"{name}: ✓ passed {len(cases)} cases; each key reached chunk_output once, "
         "merge_partials merged"
+    )
+
+
+# ------------------------------------------------------------------------------------ exercise 4: steps of each order
+
+
+def _steps_reference(C: int) -> tuple[int, int]:
+    """(sequential, tree) steps for C parts with unlimited processors: the chain's C - 1, the tree's ceil(log2 C)."""
+    return C - 1, (C - 1).bit_length()
+
+
+def _steps_hint(case, got, want):
+    (C,) = case
+    if isinstance(got, (tuple, list)) and tuple(got) == tuple(want):
+        return None  # right, and refused for another reason: that reason says it all
+    try:
+        seq, tree = (float(x) for x in got)
+    except (TypeError, ValueError):
+        return "return two numbers: (steps of the sequential order, steps of the tree)"
+    if seq != want[0]:
+        return (
+            "C parts need C - 1 merges, and in the chain each waits for the one before it"
+            if seq == C
+            else "the chain's merges wait for one another: count the merges"
+        )
+    if tree == C - 1:
+        return "C - 1 is the tree's number of merges; its steps are its rounds, each merging disjoint pairs at once"
+    if tree == np.log2(C) or tree == int(np.log2(C)):
+        return f"at C = {C}, not a power of two, the last round still takes a step: round log2 C up"
+    return "each round of the tree halves the number of live parts, rounded up"
+
+
+def check_merge_steps(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(C)` -> (steps of the sequential order, steps of the tree) for C parts, one merge per processor per
+    step and as many processors as wanted: $(C - 1, \\lceil \\log_2 C \\rceil)$; print one verdict.
+
+    Fixed cases (1, 2, 8, 16, 32 and C not a power of two), then three drawn afresh each run (`seed` draws the same
+    again); `lab.merge_depth` and `lab.merge_plan` are refused. Taught in: notebooks/04_merge_order.ipynb
+    """
+    rng, seed = _fresh(seed)
+    cases = [(1,), (2,), (8,), (16,), (32,), (12,), (100,)] + [
+        (int(c),) for c in rng.integers(3, 5000, 3)
+    ]
+    check(
+        fn,
+        _steps_reference,
+        cases,
+        name=name or getattr(fn, "__name__", None) or "merge_steps",
+        rtol=0,
+        atol=0,
+        names=("sequential", "tree"),
+        hint=_steps_hint,
+        properties=(_own_work("merge_depth", "merge_plan", "reduce_states"),),
+        seed=seed,
     )

@@ -89,7 +89,9 @@ def draw_merge_orders(
     depth = max(ys) if splits > 1 else 0
     every = 1 if splits <= 16 else 2
     leaves = leaf_order(splits, order, seed=seed)
-    bx.set_xticks(range(0, splits, every), [f"c{leaves[i]}" for i in range(0, splits, every)])
+    bx.set_xticks(
+        range(0, splits, every), [f"c{leaves[i]}" for i in range(0, splits, every)]
+    )
     bx.set_xlim(-0.5, splits - 0.5)
     bx.set_yticks(range(depth + 1))
     bx.set(
@@ -109,29 +111,46 @@ def draw_merge_orders(
     }
 
 
-def draw_work_items(B: int = 1, H_kv: int = 2, splits: int = 4, G: int = 4, ax=None) -> dict:
-    """Flash-decoding's work items as a grid: one cell per (batch, key/value head, chunk), $B \cdot H_{kv} \cdot splits$
+def draw_work_items(
+    B: int = 1, H_kv: int = 2, splits: int = 4, G: int = 4, ax=None
+) -> dict:
+    """Flash-decoding's work items as a grid: one cell per (batch, key/value head, chunk), $B \\cdot H_{kv} \\cdot splits$
     in all, each serving the $G$ query heads of its group; one column of chunks per (batch, key/value head)."""
     for name, n in (("B", B), ("H_kv", H_kv), ("splits", splits), ("G", G)):
         if not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"{name} must be a positive integer, got {n!r}")
     if ax is None:
-        _, ax = plt.subplots(figsize=(1.6 + 1.3 * B * H_kv, 0.9 + 0.45 * splits), layout="tight")
+        _, ax = plt.subplots(
+            figsize=(1.6 + 1.3 * B * H_kv, 0.9 + 0.45 * splits), layout="tight"
+        )
     cols = [(b, h) for b in range(B) for h in range(H_kv)]
     for x, (b, h) in enumerate(cols):
         for c in range(splits):
             ax.add_patch(
-                plt.Rectangle((x + 0.05, c + 0.05), 0.9, 0.9, color=f"C{h % 10}", alpha=0.35)
+                plt.Rectangle(
+                    (x + 0.05, c + 0.05), 0.9, 0.9, color=f"C{h % 10}", alpha=0.35
+                )
             )
-            ax.text(x + 0.5, c + 0.5, f"({b},{h},{c})", ha="center", va="center", fontsize=8)
+            ax.text(
+                x + 0.5, c + 0.5, f"({b},{h},{c})", ha="center", va="center", fontsize=8
+            )
     ax.set_xlim(0, len(cols))
     ax.set_ylim(splits, 0)
     ax.set_xticks(
-        [x + 0.5 for x in range(len(cols))], [f"b{b} kv{h}\n{G} q heads" for b, h in cols], fontsize=8
+        [x + 0.5 for x in range(len(cols))],
+        [f"b{b} kv{h}\n{G} q heads" for b, h in cols],
+        fontsize=8,
     )
-    ax.set_yticks([c + 0.5 for c in range(splits)], [f"chunk {c}" for c in range(splits)], fontsize=8)
+    ax.set_yticks(
+        [c + 0.5 for c in range(splits)],
+        [f"chunk {c}" for c in range(splits)],
+        fontsize=8,
+    )
     items = B * H_kv * splits
-    ax.set_title(f"{B} × {H_kv} × {splits} = {items} work items (batch, kv head, chunk)", fontsize=10)
+    ax.set_title(
+        f"{B} × {H_kv} × {splits} = {items} work items (batch, kv head, chunk)",
+        fontsize=10,
+    )
     for side in ("top", "right", "left", "bottom"):
         ax.spines[side].set_visible(False)
     return {"work_items": items, "query_rows_each": G, "columns": len(cols)}

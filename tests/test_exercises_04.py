@@ -67,8 +67,8 @@ def test_exercise_1_comes_before_the_merge_it_derives():
     assert "merge_output_pair" not in before and "lse_c - lse" not in before
 
 
-def test_the_notebook_has_three_checked_exercises_and_an_open_question():
-    assert sorted(EX) == [1, 2, 3]
+def test_the_notebook_has_four_checked_exercises_and_an_open_question():
+    assert sorted(EX) == [1, 2, 3, 4]
     nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
     texts = [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]
     q = next(i for i, (_, s, _) in enumerate(texts) if s.startswith("### Exercise 4"))
@@ -83,7 +83,7 @@ def test_the_notebook_has_three_checked_exercises_and_an_open_question():
     )
 
 
-@pytest.mark.parametrize("number", [1, 2, 3])
+@pytest.mark.parametrize("number", [1, 2, 3, 4])
 def test_worked_solution_passes_its_check(number):
     out = run_check(EX[number], EX[number].solution)
     assert (
@@ -91,7 +91,7 @@ def test_worked_solution_passes_its_check(number):
     ), out
 
 
-@pytest.mark.parametrize("number", [1, 2, 3])
+@pytest.mark.parametrize("number", [1, 2, 3, 4])
 def test_stub_reports_not_implemented(number):
     assert "not implemented yet" in run_check(EX[number], EX[number].stub)
 
@@ -827,3 +827,81 @@ def my_merge(a, b):
 """
     out = _state_check(later)
     assert "✗" in out and "calls lab.merge_states" in out, out
+
+
+# ------------------------------------------------------------------------------------ loopholes closed
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "return functools.reduce(merge_pair, parts)",
+        "out = parts[0]\n    for p in parts[1:]:\n        out = merge_pair(out, p)\n    return out",
+    ],
+)
+def test_exercise_2_refuses_a_fold_of_exercise_1s_merge(body):
+    out = _fails(
+        2,
+        EX[1].solution
+        + f"\nimport functools\n\n\ndef merge_partials(parts):\n    {body}\n",
+        "called merge_pair",
+        "a fold of pairwise merges",
+    )
+    assert out.startswith("merge_partials: ✗")
+
+
+def test_exercise_2_refuses_a_fold_written_inline():
+    """merge_pair's body pasted into a loop: one log per merge, C - 1 of them."""
+    inline = (
+        EX[1].solution.replace("def merge_pair(x, y):", "def _pair(x, y):")
+        + "\n\ndef merge_partials(parts):\n    out = parts[0]\n"
+        "    for p in parts[1:]:\n        out = _pair(out, p)\n    return out\n"
+    )
+    _fails(2, inline, "logarithms for", "a fold of pairwise merges")
+
+
+def test_exercise_3_refuses_a_softmax_of_its_own_beside_the_chunks():
+    """chunk_output called for show, one part through merge_partials: the answer is not built from the chunks."""
+    _fails(
+        3,
+        _loop("""
+        for j in range(0, len(k), chunk):
+            chunk_output(q, k[j:j + chunk], v[j:j + chunk])
+        return merge_partials([lab_free_whole(q, k, v)])
+    """).replace(
+            "def chunked_attention",
+            GOOD_CHUNK.replace("chunk_output", "lab_free_whole")
+            + "\n\ndef chunked_attention",
+        ),
+        "the values agree, but merge_partials received 1 part(s)",
+        "built from the chunks",
+    )
+
+
+def test_exercise_3_refuses_an_answer_that_is_not_the_merge_returned():
+    _fails(
+        3,
+        _loop("""
+        parts = [chunk_output(q, k[j:j + chunk], v[j:j + chunk]) for j in range(0, len(k), chunk)]
+        merge_partials(parts)
+        return lab_free_whole(q, k, v)
+    """).replace(
+            "def chunked_attention",
+            GOOD_CHUNK.replace("chunk_output", "lab_free_whole")
+            + "\n\ndef chunked_attention",
+        ),
+        "not what merge_partials returned",
+    )
+
+
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        ("return C - 1, int(np.log2(C))", ["tree (element 1)", "round log2 C up"]),
+        ("return C, (C - 1).bit_length()", ["sequential (element 0)", "C - 1 merges"]),
+        ("return C - 1, C - 1", ["tree (element 1)", "its steps are its rounds"]),
+        ("return C - 1, lab.merge_depth(C, 'tree')", ["calls lab.merge_depth"]),
+    ],
+)
+def test_exercise_4_diagnoses_planted_mistakes(body, says):
+    _fails(4, f"def merge_steps(C):\n    {body}\n", *says)

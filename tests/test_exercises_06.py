@@ -552,7 +552,7 @@ def test_block_max_in_place_of_the_running_max_overflows_on_a_high_block_first()
         _fa1().replace("np.maximum(m, s.max(axis=1))", "s.max(axis=1)"),
         "case 0",
         "m (element 1)",
-        "row max of all the scores",
+        "last key block's own max",
     )
 
 
@@ -685,3 +685,118 @@ def test_prefix_outputs_end_at_the_reference():
 def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
     out = run_check(EX[number], evading(EX[number].solution, name, how))
     assert "✗" in out and "✓" not in out and EVASIONS[how][1] in out, out
+
+
+# ------------------------------------------------------------------------------------ the form, fooled no more
+
+
+FA2_ACC_WITH_O = """
+def fa1_block(q_i, k, v, Bc):
+    Br, d = q_i.shape
+    m, l, acc = np.full(Br, -np.inf), np.zeros(Br), np.zeros((Br, v.shape[1]))
+    O = np.zeros((Br, v.shape[1]))
+    for j0 in range(0, len(k), Bc):
+        s = q_i @ k[j0:j0 + Bc].T / np.sqrt(d)
+        m_new = np.maximum(m, s.max(axis=1))
+        alpha = np.exp(m - m_new)
+        p = np.exp(s - m_new[:, None])
+        l = alpha * l + p.sum(axis=1)
+        acc = alpha[:, None] * acc + p @ v[j0:j0 + Bc]
+        O = {o_step}
+        m = m_new
+    return O, m, l
+"""
+
+
+@pytest.mark.parametrize("o_step", ["acc / l[:, None]", "O * 0 + acc / l[:, None]"])
+def test_fa1_as_an_fa2_accumulator_normalized_on_the_side_is_refused(o_step):
+    """O = acc / l after every block holds FA1's invariant, but the state carried is FA2's acc."""
+    _fails(
+        1,
+        FA2_ACC_WITH_O.format(o_step=o_step),
+        "your O after key block 1 was not computed from your O after block 0",
+        "kept beside O",
+    )
+
+
+def test_fa1_in_place_updates_of_a_plain_o_pass():
+    """O rescaled and divided in place (an np.zeros array, never watched itself) is FA1 all the same."""
+    src = _fa1().replace(
+        "O = ((alpha * l)[:, None] * O + p @ v[j0:j0 + Bc]) / l_new[:, None]",
+        "O *= (alpha * l)[:, None]\n        O += p @ v[j0:j0 + Bc]\n        O /= l_new[:, None]",
+    )
+    assert "O *=" in src
+    assert run_check(EX[1], _src(src)) == PASSED[1]
+
+
+def test_fa1_rescale_factor_upside_down_is_named():
+    for alpha in (
+        "np.exp(m_new - m)",
+        "np.where(np.isneginf(m), 0.0, np.exp(m_new - m))",
+    ):
+        _fails(
+            1, _fa1().replace("np.exp(m - m_new)", alpha), "exceeds 1", "upside down"
+        )
+
+
+def test_fa1_block_max_for_the_running_max_is_named():
+    _fails(
+        1,
+        _fa1().replace("np.maximum(m, s.max(axis=1))", "s.max(axis=1)"),
+        "m (element 1)",
+        "last key block's own max",
+        "never falls",
+    )
+
+
+def test_fa2_exponentials_in_torch_are_refused():
+    src = _fa2().replace(
+        "p = np.exp(s - m_new[:, None])",
+        "import torch\n        p = torch.exp(torch.from_numpy(np.asarray(s - m_new[:, None]))).numpy()",
+    )
+    _fails(2, src, "torch.")
+
+
+def test_fa2_two_passes_max_first_is_refused():
+    src = _fa2().replace(
+        "    for j0 in range(0, len(k), Bc):\n        s = q_i",
+        "    for j0 in range(0, len(k), Bc):\n"
+        "        m = np.maximum(m, (q_i @ k[j0:j0 + Bc].T / np.sqrt(d)).max(axis=1))\n"
+        "    for j0 in range(0, len(k), Bc):\n        s = q_i",
+    )
+    assert src.count("for j0") == 2
+    _fails(2, src, "before exponentiating those of block 0", "first pass")
+
+
+def test_fa2_every_score_tile_stored_then_walked_is_refused():
+    _fails(
+        2,
+        """
+        def fa2_block(q_i, k, v, Bc):
+            Br, d = q_i.shape
+            tiles = [q_i @ k[j0:j0 + Bc].T / np.sqrt(d) for j0 in range(0, len(k), Bc)]
+            m, l, acc = np.full(Br, -np.inf), np.zeros(Br), np.zeros((Br, v.shape[1]))
+            for j, s in enumerate(tiles):
+                m_new = np.maximum(m, s.max(axis=1))
+                alpha = np.exp(m - m_new)
+                p = np.exp(s - m_new[:, None])
+                l = alpha * l + p.sum(axis=1)
+                acc = alpha[:, None] * acc + p @ v[j * Bc:(j + 1) * Bc]
+                m = m_new
+            return acc / l[:, None], m + np.log(l)
+        """,
+        "formed the scores of key block 1 before exponentiating those of block 0",
+        "every score tile kept",
+    )
+
+
+def test_watched_carries_provenance():
+    log = checks._Log()
+    a = checks._watched(np.ones((2, 3)), log)
+    b = checks._watched(np.ones((2, 3)), log)
+    c = a * 2.0
+    d = np.zeros((2, 3))
+    d += b  # a plain array written in place: its provenance is kept by id
+    e = c + d
+    assert c.src == {0} and log.plain[id(d)][1] == {1}
+    assert e.src == {0, 1, 2} and log[2][2] == e.src

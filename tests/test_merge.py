@@ -296,3 +296,28 @@ def test_flash_decoding_reads_each_key_value_row_once_per_group_whatever_the_spl
         with lab.trace.record() as rec:
             lab.flash_decoding(q, k, v, splits=splits)
         assert rec.read_by["k"] == k.nbytes and rec.read_by["v"] == v.nbytes
+
+
+def test_leaf_order_keeps_chains_uncrossed():
+    from lab.figures.merge import leaf_order
+
+    assert leaf_order(8, "tree") == list(range(8))
+    assert leaf_order(8, "sequential") == list(range(8))
+    order = leaf_order(20, "shuffled", seed=3)
+    assert sorted(order) == list(range(20))
+    segs, _ = merge_depths(20, "shuffled", seed=3)
+    # a chain drawn in leaf order: each merge joins the running result to the next leaf on its right
+    assert all(x1 >= x0 for x0, _, x1, _ in segs[::2])
+
+
+def test_draw_work_items_counts_the_grid():
+    from lab.figures.merge import draw_work_items
+
+    r = draw_work_items(B=1, H_kv=2, splits=4, G=4)
+    assert r == {"work_items": 8, "query_rows_each": 4, "columns": 2}
+    assert draw_work_items(B=2, H_kv=3, splits=5)["work_items"] == 30
+    with pytest.raises(ValueError, match="splits"):
+        draw_work_items(splits=0)
+    import matplotlib.pyplot as plt
+
+    plt.close("all")

@@ -248,15 +248,17 @@ def check_causal_fa2_ops(
 
 class Watched(np.ndarray):
     """An array that records every result computed from it by a ufunc or a numpy function (the results stay
-    watched): `log` holds `(name, copy of the result)`. Taught in: notebooks/06_flashattention2.ipynb
+    watched): `log` holds `(name, copy of the result, sources)`, where `sources` is the set of log positions the
+    result was computed from, itself included (its provenance). Taught in: notebooks/06_flashattention2.ipynb
     """
 
     def __array_finalize__(self, obj):
         self.log = getattr(obj, "log", None)
+        self.src = getattr(obj, "src", frozenset())
 
-    def _wrap(self, result):
+    def _wrap(self, result, src=frozenset()):
         if isinstance(result, tuple):
-            return tuple(self._wrap(r) for r in result)
+            return tuple(self._wrap(r, src) for r in result)
         if (
             isinstance(result, np.ndarray)
             and not isinstance(result, Watched)
@@ -264,10 +266,31 @@ class Watched(np.ndarray):
         ):
             result = result.view(Watched)
             result.log = self.log
+        if isinstance(result, Watched):
+            result.src = src
         return result
+
+    def _sources(self, arrays) -> frozenset:
+        """The provenance of `arrays`: watched ones carry it, plain ones written in place are looked up by id."""
+        known = getattr(self.log, "plain", {})
+        out = frozenset()
+        for x in arrays:
+            if isinstance(x, Watched):
+                out |= x.src
+            elif isinstance(x, np.ndarray) and id(x) in known and known[id(x)][0] is x:
+                out |= known[id(x)][1]
+            elif isinstance(x, (list, tuple)):
+                out |= self._sources(x)
+        return out
+
+    def _record(self, what, result, src) -> frozenset:
+        src = src | {len(self.log)}
+        self.log.append((what, np.array(result, dtype=float), src))
+        return src
 
     def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
         plain = [x.view(np.ndarray) if isinstance(x, Watched) else x for x in inputs]
+        src = self._sources(inputs + (out or ()))
         if out is not None:
             kwargs["out"] = tuple(
                 o.view(np.ndarray) if isinstance(o, Watched) else o for o in out
@@ -275,14 +298,24 @@ class Watched(np.ndarray):
         result = getattr(ufunc, method)(*plain, **kwargs)
         if out is not None:
             result = out[0] if len(out) == 1 else out
+        src_out = src
         if method == "__call__" and self.log is not None:
             what = ufunc.__name__
             if ufunc is np.power and np.ndim(plain[0]) == 0:
                 what = "exp"  # a number to an array's power, e.g. np.e ** s: an exponential all the same
             for r in result if isinstance(result, tuple) else (result,):
                 if isinstance(r, np.ndarray):
-                    self.log.append((what, np.array(r, dtype=float)))
-        return result if out is not None else self._wrap(result)
+                    mine = self._record(what, r, src)
+                    if isinstance(r, Watched):
+                        r.src = mine
+                    elif out is not None and hasattr(self.log, "plain"):
+                        self.log.plain[id(r)] = (
+                            r,
+                            mine,
+                        )  # a plain array written in place
+                    src_out = mine
+            return result if out is not None else self._wrap(result, src_out)
+        return result if out is not None else self._wrap(result, src)
 
     def __array_function__(self, func, types, args, kwargs):
         def plain(x):
@@ -290,19 +323,28 @@ class Watched(np.ndarray):
                 return x.view(np.ndarray)
             return type(x)(plain(y) for y in x) if isinstance(x, (list, tuple)) else x
 
-        result = self._wrap(
-            func(*plain(args), **{k: plain(v) for k, v in kwargs.items()})
-        )
+        src = self._sources(list(args) + list(kwargs.values()))
+        result = func(*plain(args), **{k: plain(v) for k, v in kwargs.items()})
         if (
             isinstance(result, np.ndarray) and self.log is not None
         ):  # np.einsum, np.dot, np.where, ...
-            self.log.append((func.__name__, np.array(result, dtype=float)))
-        return result
+            src = self._record(func.__name__, result, src)
+        return self._wrap(result, src)
+
+
+class _Log(list):
+    """The log of a watched call: entries `(name, result, sources)`, and `plain`, the provenance of plain arrays
+    written in place (`out += ...` into an `np.zeros` array)."""
+
+    def __init__(self):
+        super().__init__()
+        self.plain = {}
 
 
 def _watched(a: np.ndarray, log: list) -> Watched:
     w = np.array(a, dtype=np.float64).view(Watched)
     w.log = log
+    w.src = frozenset()
     return w
 
 
@@ -374,7 +416,7 @@ def _prefix_outputs(q_i, k, v, Bc):
 
 def _normalized_after(log, q_i, k, v, Bc) -> list:
     """The key blocks j after which some (Br, d_v) array of the loop equals the normalized output over keys 0..j1-1."""
-    shots = [a for _, a in log if a.shape == (len(q_i), v.shape[1])]
+    shots = [a for _, a, _ in log if a.shape == (len(q_i), v.shape[1])]
     return [
         j
         for j, (o_j, _) in enumerate(_prefix_outputs(q_i, k, v, Bc))
@@ -385,7 +427,7 @@ def _normalized_after(log, q_i, k, v, Bc) -> list:
 def _started_at_zero(log) -> bool:
     """Whether the loop's first running max was max(0, rowmax S): an np.maximum whose result holds a 0 exactly."""
     return any(
-        name == "maximum" and a.ndim == 1 and (a == 0).any() for name, a in log[:20]
+        name == "maximum" and a.ndim == 1 and (a == 0).any() for name, a, _ in log[:20]
     )
 
 
@@ -445,6 +487,27 @@ def _hint(problem: str, variant: str, got, want, q_i, k, v, Bc, case_hint, log=(
                 "running max m, which starts at -inf and becomes the first block's row max, before the exp"
             )
         return case_hint
+    if problem.startswith("m (element 1)") and len(got) == 3:
+        last = (q_i @ k[(len(k) - 1) // Bc * Bc :].T / np.sqrt(d)).max(axis=1)
+        if np.shape(got[1]) == last.shape and np.allclose(
+            got[1], last, rtol=1e-9, atol=1e-12
+        ):
+            return (
+                "your m is the last key block's own max: the running max takes the larger of the old m and "
+                "the block's, m′ = max(m, rowmax S_ij), so it never falls"
+            )
+    with np.errstate(invalid="ignore"):
+        above = [
+            a
+            for name, a, _ in log
+            if name in _EXPS and a.ndim == 1 and np.nanmax(a, initial=0) > 1 + 1e-9
+        ]
+    if above and not problem.startswith("m ("):
+        return (
+            f"a rescale factor of yours exceeds 1 ({np.nanmax(above[0], initial=0):.3g}): α = e^(m - m′) with "
+            "m′ = max(m, ...) >= m is at most 1; e^(m′ - m) is upside down (and at the first block, m = -inf, "
+            "e^(m′ - m) is inf)"
+        )
     low = _rounding_of(got, want)
     if low:
         return low
@@ -471,10 +534,13 @@ def _check_block(fn, variant: str, name: str | None, seed: int | None) -> None:
     _, seed = _fresh(seed)
     cases = _block_cases(seed)
     for i, (label, q_i, k, v, Bc, case_hint) in enumerate(cases):
-        log: list = []
+        log = _Log()
         try:
             args = (_watched(q_i, log), _watched(k, log), _watched(v, log), Bc)
-            with np.errstate(all="ignore"), _watching(_COURSE) as called:
+            with (
+                np.errstate(all="ignore"),
+                _watching(_COURSE, numpy_only=True) as called,
+            ):
                 got = _settled(fn(*args))
         except NotImplementedError:
             print(_NOT_YET.format(name))
@@ -541,7 +607,7 @@ def _tiles(log, q_i, k, v, Bc) -> str | None:
     keys = lambda shape: shape[1] if shape[0] == Br else shape[0]  # noqa: E731
     wide = [
         a.shape
-        for _, a in log
+        for _, a, _ in log
         if a.ndim == 2 and Br in a.shape and Bc < keys(a.shape) not in (d, dv)
     ]
     if wide:
@@ -551,7 +617,7 @@ def _tiles(log, q_i, k, v, Bc) -> str | None:
             f"compute S_ij = q_i K_jᵀ / √d for one key block K_j = k[j0:j0 + Bc] at a time (M = {M} here)"
         )
     T = -(-M // Bc)
-    taken = sum(a.size for name, a in log if name in _EXPS)
+    taken = sum(a.size for name, a, _ in log if name in _EXPS)
     if taken > Br * M + 4 * Br * T:
         return (
             f"your loop took {taken} exponentials where one per score, Br·M = {Br * M}, and one rescale "
@@ -559,6 +625,90 @@ def _tiles(log, q_i, k, v, Bc) -> str | None:
             "computed again (a softmax over all the keys so far at every block?); each tile's e^(S_ij - m) is "
             "computed once, and what came before is only rescaled"
         )
+    return None
+
+
+def _score_tiles(q_i, k, Bc) -> list:
+    """Each key block's tile of scores, scaled and unscaled: [(S_ij, q_i K_jᵀ), ...]."""
+    raw = [q_i @ k[j0 : j0 + Bc].T for j0 in range(0, len(k), Bc)]
+    return [(r / np.sqrt(q_i.shape[1]), r) for r in raw]
+
+
+def _one_pass(log, q_i, k, v, Bc) -> str | None:
+    """None when tile j's scores were exponentiated before tile j + 1's scores were formed, for every j: one
+    pass over the key blocks. Else what the loop did instead (a first pass for the max, every tile stored)."""
+    first = []
+    for tile in _score_tiles(q_i, k, Bc):
+        at = next(
+            (
+                n
+                for n, (_, a, _) in enumerate(log)
+                if a.shape == tile[0].shape
+                and any(np.allclose(a, t, rtol=1e-12, atol=1e-12) for t in tile)
+            ),
+            None,
+        )
+        if at is None:
+            return None  # scores formed some other way: the other properties judge the loop
+        first.append(at)
+    for j in range(len(first) - 1):
+        if not any(name in _EXPS for name, _, _ in log[first[j] : first[j + 1]]):
+            return (
+                f"your loop formed the scores of key block {j + 1} before exponentiating those of block {j}: "
+                "a first pass over the keys (for the max?) or every score tile kept for later; the loop reads "
+                "each K_j, V_j block once, folds it into the state and moves on"
+            )
+    return None
+
+
+def _multiple_of(a, o) -> bool:
+    """Whether the (Br, d_v) array `a` is o scaled by one factor per row: o's sum under some other max or weight."""
+    with np.errstate(all="ignore"):
+        c = a[:, :1] / o[:, :1]
+        return bool(np.isfinite(c).all()) and np.allclose(
+            a, c * o, rtol=1e-9, atol=1e-12
+        )
+
+
+def _carried_o(log, q_i, k, v, Bc) -> str | None:
+    """None when FA1's state between key blocks is the normalized O: each O after block j is computed from the
+    O after block j - 1, and every rescaled copy of the old output made later comes from that O, not from an
+    unnormalized accumulator kept beside it."""
+    prefixes = [o for o, _ in _prefix_outputs(q_i, k, v, Bc)]
+    dv = (len(q_i), v.shape[1])
+    same = [
+        [
+            n
+            for n, (_, a, _) in enumerate(log)
+            if a.shape == dv and np.allclose(a, o, rtol=1e-8, atol=1e-12)
+        ]
+        for o in prefixes
+    ]
+    for j in range(1, len(prefixes)):
+        old, new = set(same[j - 1]), same[j]
+        if (
+            not old
+            or not new
+            or np.allclose(prefixes[j], prefixes[j - 1], rtol=1e-8, atol=1e-12)
+        ):
+            continue  # nothing to tell apart (checked elsewhere), or the later keys weigh nothing
+        start = min(old)
+        stray = [
+            n
+            for n, (_, a, src) in enumerate(log)
+            if n > start
+            and a.shape == dv
+            and n not in old
+            and not (src & old)
+            and _multiple_of(a, prefixes[j - 1])
+        ]
+        if stray or not any(log[n][2] & old for n in new):
+            keys = f"keys {(j - 1) * Bc}..{min(j * Bc, len(k)) - 1}"
+            return (
+                f"your O after key block {j} was not computed from your O after block {j - 1}: the sum over "
+                f"{keys} reached it unnormalized, kept beside O (an FA2 accumulator with O = acc / l on the "
+                "side); in FA1 the normalized O is the state, and the next block rescales O itself"
+            )
     return None
 
 
@@ -570,7 +720,7 @@ def _property(variant, log, q_i, k, v, Bc):
             "the check could not watch your loop: q_i, k and v were converted (np.asarray / np.array?); "
             "use them as given"
         )
-    tiles = _tiles(log, q_i, k, v, Bc)
+    tiles = _tiles(log, q_i, k, v, Bc) or _one_pass(log, q_i, k, v, Bc)
     if tiles:
         return tiles
     prefixes = _prefix_outputs(q_i, k, v, Bc)
@@ -589,7 +739,7 @@ def _property(variant, log, q_i, k, v, Bc):
                 f"after key block {j} (keys {j * Bc}..{min((j + 1) * Bc, len(k)) - 1}) none of your arrays held O "
                 f"normalized over the keys so far{form}; FA1 rescales O and divides it by l at every key block"
             )
-        return None
+        return _carried_o(log, q_i, k, v, Bc)
     early = [
         j
         for j in done

@@ -26,10 +26,10 @@ import traceback
 import numpy as np
 
 from ..attention import attention_reference
-from ..exercises import diagnose, raised_at, seed_note
+from ..exercises import check, diagnose, raised_at, seed_note
 from ..merge import merge_outputs, random_chunk_bounds
 from ..states import partial_state
-from ._support import _fresh, _refusal, _settled, _watching
+from ._support import _fresh, _own_work, _refusal, _settled, _watching
 from ._values import FLOAT32, sharpen
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "check_pair_merge",
     "check_merge_partials",
     "check_chunked_attention",
+    "check_merge_steps",
 ]
 
 RTOL, ATOL = 1e-9, 1e-12
@@ -65,22 +66,62 @@ _BROADCAST = (
 
 
 @contextlib.contextmanager
-def _spy_globals(fn, targets):
-    """Record the calls of `targets` made through `fn`'s global names: {id(target): [args, ...]}."""
+def _spy_globals(fn, targets, results=None):
+    """Record the calls of `targets` made through `fn`'s global names: {id(target): [args, ...]}, and, given a
+    dict `results`, what each call returned: {id(target): [result, ...]}."""
     g = getattr(fn, "__globals__", {})
     calls, saved = (
         {id(t): [] for t in targets},
         {n: v for n, v in g.items() if any(v is t for t in targets)},
     )
+    if results is not None:
+        results.update({id(t): [] for t in targets})
+
+    def spy(f):
+        def called(*args, **kwargs):
+            calls[id(f)].append(args)
+            out = f(*args, **kwargs)
+            if results is not None:
+                results[id(f)].append(out)
+            return out
+
+        return called
+
     for n, f in saved.items():
-        g[n] = lambda *args, _f=f, **kwargs: (
-            calls[id(_f)].append(args),
-            _f(*args, **kwargs),
-        )[1]
+        g[n] = spy(f)
     try:
         yield calls
     finally:
         g.update(saved)
+
+
+_LOGS = ("log", "log1p", "log2", "log10", "logaddexp", "logaddexp2")
+
+
+@contextlib.contextmanager
+def _counting_logs():
+    """Count the calls to numpy's logarithms (`np.log`, `np.logaddexp`, ...) made meanwhile: yields a list, one
+    name per call."""
+    saved, count = {n: getattr(np, n) for n in _LOGS}, []
+
+    class counted:  # the ufunc, its calls counted; .reduce, .outer, ... pass through
+        def __init__(self, name, f):
+            self.name, self.f = name, f
+
+        def __call__(self, *args, **kwargs):
+            count.append(self.name)
+            return self.f(*args, **kwargs)
+
+        def __getattr__(self, attr):
+            return getattr(self.f, attr)
+
+    for n, f in saved.items():
+        setattr(np, n, counted(n, f))
+    try:
+        yield count
+    finally:
+        for n, f in saved.items():
+            setattr(np, n, f)
 
 
 def _attempt(name, fn, args, where):
@@ -605,7 +646,26 @@ def check_merge_partials(
         )
         for how, given in orders:
             before, where = [x.copy() for p in given for x in p], f"{i} ({label}{how})"
-            res = _attempt(name, fn, ([tuple(p) for p in given],), where)
+            pair = [
+                f
+                for n, f in getattr(fn, "__globals__", {}).items()
+                if n == "merge_pair"
+            ]
+            with _spy_globals(fn, pair) as pairs, _counting_logs() as logs:
+                res = _attempt(name, fn, ([tuple(p) for p in given],), where)
+            folded = sum(len(c) for c in pairs.values())
+            if res is not _FAILED and (folded or (len(given) >= 3 and len(logs) > 2)):
+                _fail(
+                    name,
+                    where,
+                    f"your merge_partials called merge_pair {folded} times for {len(given)} parts"
+                    if folded
+                    else f"your merge_partials took {len(logs)} logarithms for {len(given)} parts",
+                    "that is a fold of pairwise merges, each a complete normalized result; merge all C parts "
+                    "at once: one max over the C values of lse_c per row, the C weights, one sum, one log",
+                )
+                print(seed_note(seed), end="")
+                return
             if res is _FAILED or not _judge(
                 name,
                 where,
@@ -756,6 +816,45 @@ def _coverage(k, calls, chunk):
     return None
 
 
+_BUILT = (
+    "the answer is built from the chunks: pass the list of chunk_output's results, one per chunk, to "
+    "merge_partials and return what it gives"
+)
+
+
+def _same(a, b) -> bool:
+    try:
+        return all(
+            np.shape(x) == np.shape(y) and np.array_equal(x, y, equal_nan=True)
+            for x, y in zip(a, b, strict=True)
+        )
+    except (TypeError, ValueError):
+        return False
+
+
+def _merged_chunks(merges, merged, outputs, answer) -> str | None:
+    """None when one call of merge_partials received exactly the results chunk_output returned (one part per
+    chunk, each as returned) and its result is the answer; else what happened instead, in words."""
+    for args, result in zip(merges, merged):
+        parts = list(args[0]) if args and isinstance(args[0], (list, tuple)) else []
+        left = list(outputs)
+        for part in parts:
+            j = next((n for n, out in enumerate(left) if _same(part, out)), None)
+            if j is None:
+                break
+            left.pop(j)
+        else:
+            if not left and _same(tuple(answer), tuple(result)):
+                return None
+            if not left:
+                return "your answer is not what merge_partials returned for the chunks"
+    sizes = [len(a[0]) if a and isinstance(a[0], (list, tuple)) else 0 for a in merges]
+    return (
+        f"merge_partials received {', '.join(map(str, sizes))} part(s) where chunk_output returned "
+        f"{len(outputs)} results: no call merged exactly the chunks' results"
+    )
+
+
 def _passes(check, fn) -> bool:
     """True when `check(fn)` passes; what it prints is swallowed."""
     out = io.StringIO()
@@ -800,7 +899,8 @@ def check_chunked_attention(
         where = (
             f"{i} ({_shapes(q, k, v)}, chunk={chunk}{', ' + label if label else ''})"
         )
-        with _spy_globals(fn, (chunk_output, merge_partials)) as calls:
+        returned: dict = {}
+        with _spy_globals(fn, (chunk_output, merge_partials), returned) as calls:
             res = _attempt(name, fn, (q, k, v, chunk), where)
         if res is _FAILED:
             return
@@ -837,6 +937,14 @@ def check_chunked_attention(
                 "the values agree, but the chunks' results never went through merge_partials",
                 "this exercise builds on exercise 2: merge the chunks with your merge_partials",
             )
+        merged = _merged_chunks(
+            calls[id(merge_partials)],
+            returned[id(merge_partials)],
+            returned[id(chunk_output)],
+            res[0],
+        )
+        if merged is not None:
+            return _fail(name, where, f"the values agree, but {merged}", _BUILT)
         if not _judge(
             name,
             where,
@@ -849,4 +957,58 @@ def check_chunked_attention(
     print(
         f"{name}: ✓ passed {len(cases)} cases; each key reached chunk_output once, "
         "merge_partials merged"
+    )
+
+
+# ------------------------------------------------------------------------------------ exercise 4: steps of each order
+
+
+def _steps_reference(C: int) -> tuple[int, int]:
+    """(sequential, tree) steps for C parts with unlimited processors: the chain's C - 1, the tree's ceil(log2 C)."""
+    return C - 1, (C - 1).bit_length()
+
+
+def _steps_hint(case, got, want):
+    (C,) = case
+    if isinstance(got, (tuple, list)) and tuple(got) == tuple(want):
+        return None  # right, and refused for another reason: that reason says it all
+    try:
+        seq, tree = (float(x) for x in got)
+    except (TypeError, ValueError):
+        return "return two numbers: (steps of the sequential order, steps of the tree)"
+    if seq != want[0]:
+        return (
+            "C parts need C - 1 merges, and in the chain each waits for the one before it"
+            if seq == C
+            else "the chain's merges wait for one another: count the merges"
+        )
+    if tree == C - 1:
+        return "C - 1 is the tree's number of merges; its steps are its rounds, each merging disjoint pairs at once"
+    if tree == np.log2(C) or tree == int(np.log2(C)):
+        return f"at C = {C}, not a power of two, the last round still takes a step: round log2 C up"
+    return "each round of the tree halves the number of live parts, rounded up"
+
+
+def check_merge_steps(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(C)` -> (steps of the sequential order, steps of the tree) for C parts, one merge per processor per
+    step and as many processors as wanted: $(C - 1, \\lceil \\log_2 C \\rceil)$; print one verdict.
+
+    Fixed cases (1, 2, 8, 16, 32 and C not a power of two), then three drawn afresh each run (`seed` draws the same
+    again); `lab.merge_depth` and `lab.merge_plan` are refused. Taught in: notebooks/04_merge_order.ipynb
+    """
+    rng, seed = _fresh(seed)
+    cases = [(1,), (2,), (8,), (16,), (32,), (12,), (100,)] + [
+        (int(c),) for c in rng.integers(3, 5000, 3)
+    ]
+    check(
+        fn,
+        _steps_reference,
+        cases,
+        name=name or getattr(fn, "__name__", None) or "merge_steps",
+        rtol=0,
+        atol=0,
+        names=("sequential", "tree"),
+        hint=_steps_hint,
+        properties=(_own_work("merge_depth", "merge_plan", "reduce_states"),),
+        seed=seed,
     )

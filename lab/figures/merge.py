@@ -13,12 +13,22 @@ from ..attention import attention_reference
 from ..merge import merge_plan, random_chunk_bounds, reduce_states, split_states
 from ..states import finalize
 
-__all__ = ["merge_depths", "draw_merge_orders"]
+__all__ = ["merge_depths", "leaf_order", "draw_merge_orders", "draw_work_items"]
+
+
+def leaf_order(n: int, order: str, *, seed: int = 0) -> list[int]:
+    """The parts in the order they first enter a merge of `merge_plan`: drawn left to right, a chain never crosses itself."""
+    seen: list[int] = []
+    for a, b in merge_plan(n, order, seed=seed):
+        seen += [c for c in (a, b) if c not in seen]
+    return seen + [c for c in range(n) if c not in seen]
 
 
 def merge_depths(n: int, order: str, *, seed: int = 0) -> tuple[list, list[int]]:
-    """The merge tree of `n` parts as line segments `(x0, y0, x1, y1)` and each slot's height; the max height is the longest chain of merges."""
-    xs, ys = [float(i) for i in range(n)], [0] * n
+    """The merge tree of `n` parts as line segments `(x0, y0, x1, y1)` and each slot's height; the max height is the longest chain of merges.
+    Part c sits at x = its place in `leaf_order` (for the tree and the sequential chain, c itself)."""
+    place = {c: i for i, c in enumerate(leaf_order(n, order, seed=seed))}
+    xs, ys = [float(place[i]) for i in range(n)], [0] * n
     segs = []
     for a, b in merge_plan(n, order, seed=seed):
         x, y = (xs[a] + xs[b]) / 2, max(ys[a], ys[b]) + 1
@@ -78,7 +88,10 @@ def draw_merge_orders(
     bx.plot(range(splits), [0] * splits, "o", color="C0", ms=9)
     depth = max(ys) if splits > 1 else 0
     every = 1 if splits <= 16 else 2
-    bx.set_xticks(range(0, splits, every), [f"c{c}" for c in range(0, splits, every)])
+    leaves = leaf_order(splits, order, seed=seed)
+    bx.set_xticks(
+        range(0, splits, every), [f"c{leaves[i]}" for i in range(0, splits, every)]
+    )
     bx.set_xlim(-0.5, splits - 0.5)
     bx.set_yticks(range(depth + 1))
     bx.set(
@@ -96,3 +109,48 @@ def draw_merge_orders(
         "weights": w,
         "weight_sum": float(w.sum()),
     }
+
+
+def draw_work_items(
+    B: int = 1, H_kv: int = 2, splits: int = 4, G: int = 4, ax=None
+) -> dict:
+    """Flash-decoding's work items as a grid: one cell per (batch, key/value head, chunk), $B \\cdot H_{kv} \\cdot splits$
+    in all, each serving the $G$ query heads of its group; one column of chunks per (batch, key/value head)."""
+    for name, n in (("B", B), ("H_kv", H_kv), ("splits", splits), ("G", G)):
+        if not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"{name} must be a positive integer, got {n!r}")
+    if ax is None:
+        _, ax = plt.subplots(
+            figsize=(1.6 + 1.3 * B * H_kv, 0.9 + 0.45 * splits), layout="tight"
+        )
+    cols = [(b, h) for b in range(B) for h in range(H_kv)]
+    for x, (b, h) in enumerate(cols):
+        for c in range(splits):
+            ax.add_patch(
+                plt.Rectangle(
+                    (x + 0.05, c + 0.05), 0.9, 0.9, color=f"C{h % 10}", alpha=0.35
+                )
+            )
+            ax.text(
+                x + 0.5, c + 0.5, f"({b},{h},{c})", ha="center", va="center", fontsize=8
+            )
+    ax.set_xlim(0, len(cols))
+    ax.set_ylim(splits, 0)
+    ax.set_xticks(
+        [x + 0.5 for x in range(len(cols))],
+        [f"b{b} kv{h}\n{G} q heads" for b, h in cols],
+        fontsize=8,
+    )
+    ax.set_yticks(
+        [c + 0.5 for c in range(splits)],
+        [f"chunk {c}" for c in range(splits)],
+        fontsize=8,
+    )
+    items = B * H_kv * splits
+    ax.set_title(
+        f"{B} × {H_kv} × {splits} = {items} work items (batch, kv head, chunk)",
+        fontsize=10,
+    )
+    for side in ("top", "right", "left", "bottom"):
+        ax.spines[side].set_visible(False)
+    return {"work_items": items, "query_rows_each": G, "columns": len(cols)}

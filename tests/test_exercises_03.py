@@ -722,7 +722,20 @@ WRONG_STEP = {
     ),
     "alpha inverted": (
         _step(alpha="np.exp(m_new - m)"),
-        ["block 0", "NaN in yours", "the first block starts from m = -inf"],
+        ["block 0", "NaN in yours", "α is inverted", "α = e^(m - m') <= 1"],
+    ),
+    "m never updated": (
+        _step(m_new="m"),
+        ["block 0", "m' is still the old m"],
+    ),
+    "no max subtracted": (
+        """
+        def normalized_step(m, l, o, s_b, v_b):
+            p = np.exp(s_b)
+            l_new = l + p.sum()
+            return max(m, s_b.max()), l_new, (l * o + p @ v_b) / l_new
+        """,
+        ["block 0", "l':", "no max subtracted"],
     ),
     "lab's merge": (
         """

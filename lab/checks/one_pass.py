@@ -742,10 +742,32 @@ def _step_problem(got, want) -> str | None:
     return None
 
 
-def _stepped(m, l, o, s, v, *, m_new=None, rescale=True, weigh=True, divide="new"):
-    """One normalized step with a choice of classic mistakes (the checks' own, for the hints)."""
+def _same_state(got, wrong) -> bool:
+    """`got` equals the state `wrong` component by component, NaN and inf included."""
+    try:
+        return all(
+            np.allclose(np.asarray(g, float), np.asarray(w, float), equal_nan=True)
+            for g, w in zip(got, wrong, strict=True)
+        )
+    except (TypeError, ValueError):
+        return False
+
+
+def _stepped(
+    m, l, o, s, v, *, m_new=None, rescale=True, weigh=True, divide="new", shift=True
+):
+    """One normalized step with a choice of classic mistakes (the checks' own, for the hints):
+    `rescale="inverted"` uses e^(m' - m), `shift=False` exponentiates the scores with no max."""
     m_new = max(m, s.max()) if m_new is None else m_new
-    alpha = np.exp(m - m_new) if rescale else 1.0
+    if (
+        not shift
+    ):  # l = Σ e^s, no max anywhere; o, an average, is unchanged by the shift
+        p = np.exp(s)
+        l_new = l + p.sum()
+        return m_new, l_new, (l * o + p @ v) / l_new
+    alpha = {True: np.exp(m - m_new), False: 1.0, "inverted": np.exp(m_new - m)}[
+        rescale
+    ]
     p = np.exp(s - m_new)
     l_new = alpha * l + p.sum()
     total = alpha * (l if weigh else 1.0) * o + p @ v
@@ -754,6 +776,18 @@ def _stepped(m, l, o, s, v, *, m_new=None, rescale=True, weigh=True, divide="new
 
 
 _STEP_MISTAKES = (
+    (
+        lambda m, l, o, s, v: _stepped(m, l, o, s, v, rescale="inverted"),
+        "α is inverted: e^(m' - m) >= 1 grows the old terms (and is inf at the first block, "
+        "where m = -inf, which makes NaN); moving the old terms to the larger m' shrinks "
+        "them: α = e^(m - m') <= 1",
+    ),
+    (
+        lambda m, l, o, s, v: _stepped(m, l, o, s, v, shift=False),
+        "that l' is Σ e^s with no max subtracted: the state's l is Σ e^(s - m) against the "
+        "running max (near +1000, e^s overflows); rescale the old l by α = e^(m - m') and "
+        "add e^(s_b - m')",
+    ),
     (
         lambda m, l, o, s, v: _stepped(m, l, o, s, v, weigh=False, divide="none"),
         "that is acc, the unnormalized sum: the state here keeps o = acc / l, so "
@@ -843,11 +877,18 @@ def check_normalized_step(fn, *, seed: int | None = None) -> None:
                                 text
                                 for wrong, text in _STEP_MISTAKES
                                 if _step_problem(got, wrong(m, l, o, s_b, v_b)) is None
+                                or _same_state(got, wrong(m, l, o, s_b, v_b))
                             ),
                             "from the meaning of the state: rescale the old sums to m', "
                             "add the block's, divide by l'",
                         )
-                    if b == 0 and hint.startswith("from"):
+                    kept = np.asarray(got[0], dtype=float)
+                    if kept.shape == () and kept == m and want[0] > m:
+                        hint = (
+                            "m' is still the old m, though this block holds a larger score: "
+                            "m' = max(m, max s_b), and l and o are re-expressed against it"
+                        )
+                    elif b == 0 and hint.startswith("from"):
                         hint = (
                             "the first block starts from m = -inf, l = 0, o = 0: α = e^(m - m') "
                             "is 0 there (and at most 1 after), so l·o = 0 stays 0, no NaN"

@@ -25,9 +25,10 @@ import numpy as np
 
 from ..access_count import CountingArray
 from ..attention import attention_reference
-from ..exercises import diagnose, raised_at, seed_note
+from ..exercises import check, diagnose, raised_at, seed_note
 from ..memory import peak_bytes
-from ._support import _fresh, _refusal, _settled, _watching
+from ._support import _fresh, _guarded, _own_work, _refusal, _settled, _watching
+from ._support import _hint as _mistake_hint
 from ._values import FLOAT32, sharpen
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "check_normalized_step",
     "check_one_pass_row",
     "check_one_pass_rows",
+    "check_expected_rescales",
 ]
 
 _TOL = {"rtol": 1e-9, "atol": 1e-12}
@@ -903,4 +905,54 @@ def check_normalized_step(fn, *, seed: int | None = None) -> None:
     n = sum(len(b) for b in cases)
     print(
         f"{name}: ✓ passed {len(cases)} cases, {n} blocks; o an average after every block"
+    )
+
+
+def _rescales(n_blocks):
+    """Expected rescales after block 0 over `n_blocks` i.i.d. blocks: $\\sum_{b=1}^{n-1} 1/(b+1)$."""
+    return sum(1 / (b + 1) for b in range(1, n_blocks))
+
+
+def check_expected_rescales(fn, *, seed: int | None = None) -> None:
+    """Check `fn(n_blocks)`, the expected number of blocks after the first that raise the running max
+    when the scores are independent and identically distributed: block b holds the largest score of
+    blocks 0..b with probability 1/(b + 1), so $\\sum_{b=1}^{n-1} 1/(b+1)$; four fixed cases and three
+    drawn afresh each run (`seed` draws the same again). Taught in: notebooks/03_one_pass_attention.ipynb"""
+    rng, seed = _fresh(seed)
+    cases = [(1,), (2,), (16,), (256,)] + [(int(n),) for n in rng.integers(3, 2000, 3)]
+    mistakes = [
+        (
+            lambda n: _rescales(n) + 1,
+            "that counts block 0 too: it sets the first max, there is nothing to rescale yet",
+        ),
+        (
+            lambda n: sum(1 / b for b in range(1, n)),
+            "block b is the (b + 1)-th block: it holds the largest of b + 1 blocks with "
+            "probability 1/(b + 1), not 1/b",
+        ),
+        (
+            lambda n: n - 1,
+            "that is every block after the first: the worst row, not random data",
+        ),
+        (
+            lambda n: math.log(n),
+            "log n is how it grows, not its value: add the chances block by block",
+        ),
+    ]
+    guarded = _guarded(fn, "expected_rescales")
+    check(
+        guarded,
+        _rescales,
+        cases,
+        rtol=1e-9,
+        atol=1e-12,
+        seed=seed,
+        properties=[_own_work()],
+        hint=_mistake_hint(
+            mistakes,
+            "add, over the blocks after the first, the chance that a block holds the largest "
+            "score seen so far",
+            fn=guarded,
+            cases=cases,
+        ),
     )

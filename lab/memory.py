@@ -31,16 +31,21 @@ __all__ = [
     "measure_peak_memory",
     "SOFTMAX_OPS_PER_ELEMENT",
     "SOFTMAX_EXPS_PER_ELEMENT",
+    "FUSED_SOFTMAX_OPS_PER_ELEMENT",
+    "FUSED_SOFTMAX_EXPS_PER_ELEMENT",
     "attainable_flops",
     "softmax_peak",
     "attention_traffic",
 ]
 
-# Operations per element of the safe softmax of notebook 01, the exponential counted as one: the max (1 compare),
-# l = Σ e^(x - m) (subtract, exp, add) and y = e^(x - m) / l (subtract, exp, divide).
+# Operations per element of the safe softmax written as three passes over a row, the exponential counted as one:
+# the max (1 compare), l = Σ e^(x - m) (subtract, exp, add) and y = e^(x - m) / l (subtract, exp, divide).
 SOFTMAX_OPS_PER_ELEMENT = 7
 # Of those, the exponentials: they run on the special-function units, at `lab.exp_rate`, not the FP32 rate.
 SOFTMAX_EXPS_PER_ELEMENT = 2
+# A fused kernel keeps each e^(x - m) on chip once computed: max, subtract, exp, add, divide; one exponential.
+FUSED_SOFTMAX_OPS_PER_ELEMENT = 5
+FUSED_SOFTMAX_EXPS_PER_ELEMENT = 1
 
 
 def attainable_flops(intensity, peak: float, bandwidth: float):
@@ -86,12 +91,14 @@ def attention_traffic(
     `S = scale·QKᵀ` ($2NMd$ FLOPs; reads Q, K, writes S), `P = softmax(S)` (`SOFTMAX_OPS_PER_ELEMENT`·NM operations;
     `softmax_accesses` loads and stores of each of its N·M elements: 2 reads S once and writes P, 4 is the three-pass
     safe softmax of notebook 01 when a row does not stay on chip), `O = PV` ($2NMd_v$ FLOPs; reads P, V, writes O);
-    then `standard, total` and `fused: Q, K, V in, O out` (the same FLOPs, HBM traffic of the inputs and output only).
+    then `standard, total` and `fused: Q, K, V in, O out` (the same matmuls, HBM traffic of the inputs and output
+    only, and a softmax of `FUSED_SOFTMAX_OPS_PER_ELEMENT`·NM operations: each exponential computed once and kept
+    on chip, `FUSED_SOFTMAX_EXPS_PER_ELEMENT` per score).
     Matmuls run against the chip's matmul peak; the softmax's exponentials (`SOFTMAX_EXPS_PER_ELEMENT`·NM)
     against the chip's exponential rate and its other operations against the non-matmul (FP32) peak. A
     kernel's time is max(compute time, bytes / HBM bandwidth) and `bound` names the larger term; the standard
-    total adds its three kernels' times. The fused kernel does the three kernels' arithmetic (its compute time
-    is theirs added: tensor cores, FP32 units and exponential units are not overlapped, a simplification). Figures from `lab.hardware`; each row has `piece`, `kind`, `flops`, `bytes`, `intensity`,
+    total adds its three kernels' times. The fused kernel's compute time adds its matmuls' and its softmax's
+    (tensor cores, FP32 units and exponential units are not overlapped, a simplification). Figures from `lab.hardware`; each row has `piece`, `kind`, `flops`, `bytes`, `intensity`,
     `t_compute`, `t_memory`, `time` (seconds) and `bound`.
     Taught in: notebooks/00_the_memory_wall.ipynb
     """
@@ -121,11 +128,12 @@ def attention_traffic(
     ]
     total_flops = sum(p[2] for p in pieces)
     pieces.append(("standard, total", "mixed", total_flops, sum(p[3] for p in pieces)))
+    fused_softmax = FUSED_SOFTMAX_OPS_PER_ELEMENT * nm
     pieces.append(
         (
             "fused: Q, K, V in, O out",
             "mixed",
-            total_flops,
+            pieces[0][2] + fused_softmax + pieces[2][2],
             (N * d + M * d + M * dv + N * dv) * itemsize,
         )
     )
@@ -140,8 +148,11 @@ def attention_traffic(
             )
             time = sum(r["time"] for r in rows)
         else:
-            if kind == "mixed":
-                t_compute = sum(r["t_compute"] for r in rows[:3])
+            if kind == "mixed":  # the fused kernel: its matmuls, then its softmax
+                exps = FUSED_SOFTMAX_EXPS_PER_ELEMENT * nm
+                t_compute = rows[0]["t_compute"] + rows[2]["t_compute"]
+                t_compute += (fused_softmax - exps) / c["nonmatmul_flops"]
+                t_compute += exps / c["exp_per_s"]
             elif kind == "matmul":
                 t_compute = flops / c["matmul_flops"]
             else:  # the exponentials on their own units, the rest at the FP32 rate

@@ -265,6 +265,41 @@ PLANTED = {
             ["case 0", "each column of P sums to 1"],
         ),
         (
+            "computed in float64 with astype",
+            """
+            def lean_attention(q, k, v):
+                s = q.astype(np.float64) @ k.T.astype(np.float64)
+                s *= q.shape[-1] ** -0.5
+                np.exp(s, out=s)
+                s /= s.sum(axis=-1, keepdims=True)
+                return s @ v
+            """,
+            ["case 0", "returns float64 for float32 inputs", ".astype(np.float64)"],
+        ),
+        (
+            "no normalisation",
+            """
+            def lean_attention(q, k, v):
+                s = q @ k.T
+                s *= q.shape[-1] ** -0.5
+                np.exp(s, out=s)
+                return s @ v
+            """,
+            ["case 0", "not divided by their sums"],
+        ),
+        (
+            "normalised by the whole matrix",
+            """
+            def lean_attention(q, k, v):
+                s = q @ k.T
+                s *= q.shape[-1] ** -0.5
+                np.exp(s, out=s)
+                s /= s.sum()
+                return s @ v
+            """,
+            ["case 0", "sum of the whole matrix"],
+        ),
+        (
             "lab's naive attention",
             """
             def lean_attention(q, k, v):
@@ -440,6 +475,67 @@ def test_planted_mistake_is_diagnosed(number, source, says):
 
 
 # ------------------------------------------------------------------------------------ the checks, called directly
+
+
+def softmax_row(N, M, itemsize, bandwidth):
+    return 7 * N * M, 2 * N * M * itemsize, 2 * N * M * itemsize / bandwidth
+
+
+@pytest.mark.parametrize(
+    "wrong, says",
+    [
+        (
+            lambda N, M, it, bw: (7 * N * M, N * M * it, N * M * it / bw),
+            "also writes P",
+        ),
+        (
+            lambda N, M, it, bw: (7 * N * M, 4 * N * M * it, 4 * N * M * it / bw),
+            "4 accesses per score",
+        ),
+        (lambda N, M, it, bw: (7 * N * M, 2 * N * M, 2 * N * M / bw), "are numbers"),
+        (
+            lambda N, M, it, bw: (2 * N * M,) + softmax_row(N, M, it, bw)[1:],
+            "7 operations per score",
+        ),
+        (
+            lambda N, M, it, bw: softmax_row(N, M, it, bw)[:2] + (7 * N * M / bw,),
+            "divides the bytes, not the FLOPs",
+        ),
+    ],
+)
+def test_the_softmax_row_check_names_each_planted_mistake(capsys, wrong, says):
+    checks.check_softmax_row(softmax_row)
+    assert capsys.readouterr().out == "softmax_row: ✓ passed 5 cases\n"
+    checks.check_softmax_row(wrong)
+    out = capsys.readouterr().out
+    assert "✗" in out and says in out, out
+
+
+@pytest.mark.parametrize(
+    "answer, says",
+    [
+        ({64: 64.0, 128: 128.0}, "✓ 2 head widths"),
+        ({64: 62.1, 128: 120.0}, "✓ 2 head widths"),
+        ({64: None, 128: None}, "not answered yet"),
+        ({64: 128, 128: 256}, "not their bytes"),
+        ({64: 32, 128: 64}, "counts S twice"),
+        ({64: 8192, 128: 32768}, "dominated by the N·M scores"),
+        ({64: 10, 128: 20}, "keep the largest term"),
+    ],
+)
+def test_the_qk_limit_check_names_each_planted_answer(capsys, answer, says):
+    checks.check_qk_limit(answer)
+    out = capsys.readouterr().out
+    assert says in out and out.count("\n") == 1, out
+
+
+def test_the_softmax_row_check_refuses_lab_s_table(capsys):
+    def softmax_row(N, M, itemsize, bandwidth):
+        r = lab.attention_traffic(N, M, itemsize=itemsize)[1]
+        return r["flops"], r["bytes"], r["bytes"] / bandwidth
+
+    checks.check_softmax_row(softmax_row)
+    assert "calls lab.attention_traffic" in capsys.readouterr().out
 
 
 def test_checks_print_one_line_on_pass_and_a_hint_on_failure(capsys):

@@ -722,7 +722,20 @@ WRONG_STEP = {
     ),
     "alpha inverted": (
         _step(alpha="np.exp(m_new - m)"),
-        ["block 0", "NaN in yours", "the first block starts from m = -inf"],
+        ["block 0", "NaN in yours", "α is inverted", "α = e^(m - m') <= 1"],
+    ),
+    "m never updated": (
+        _step(m_new="m"),
+        ["block 0", "m' is still the old m"],
+    ),
+    "no max subtracted": (
+        """
+        def normalized_step(m, l, o, s_b, v_b):
+            p = np.exp(s_b)
+            l_new = l + p.sum()
+            return max(m, s_b.max()), l_new, (l * o + p @ v_b) / l_new
+        """,
+        ["block 0", "l':", "no max subtracted"],
     ),
     "lab's merge": (
         """
@@ -795,3 +808,41 @@ def test_the_normalized_step_cases_change_with_the_seed_and_raise_the_max_in_blo
     assert not np.array_equal(first[0][0][0], other[0][0][0])
     for blocks in first[:3]:
         assert blocks[1][0].max() > blocks[0][0].max()
+
+
+WRONG_RESCALES = {
+    "right": (
+        "def expected_rescales(n_blocks):\n    return sum(1 / (b + 1) for b in range(1, n_blocks))",
+        ["✓ passed 7 cases"],
+    ),
+    "block 0 counted": (
+        "def expected_rescales(n_blocks):\n    return sum(1 / (b + 1) for b in range(n_blocks))",
+        ["case 0 (1)", "counts block 0 too"],
+    ),
+    "1/b": (
+        "def expected_rescales(n_blocks):\n    return sum(1 / b for b in range(1, n_blocks))",
+        ["case 1 (2)", "probability 1/(b + 1), not 1/b"],
+    ),
+    "every block": (
+        "def expected_rescales(n_blocks):\n    return n_blocks - 1",
+        ["the worst row"],
+    ),
+    "log n": (
+        "import math\ndef expected_rescales(n_blocks):\n    return math.log(n_blocks)",
+        ["log n is how it grows"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(WRONG_RESCALES), ids=list(WRONG_RESCALES))
+def test_the_expected_rescales_check_names_each_planted_mistake(case, capsys):
+    from lab.checks.one_pass import check_expected_rescales
+
+    text, says = WRONG_RESCALES[case]
+    ns = {}
+    exec(compile(text, "<planted>", "exec"), ns)
+    check_expected_rescales(ns["expected_rescales"])
+    out = capsys.readouterr().out
+    assert out.count("✓") + out.count("✗") == 1, out
+    for said in says:
+        assert said in out, out

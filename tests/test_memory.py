@@ -46,7 +46,10 @@ def test_attention_traffic_counts(N, M, d, dv, itemsize):
     assert s["bytes"] == (N * d + M * d + N * M) * itemsize
     assert p["bytes"] == 2 * N * M * itemsize
     assert o["bytes"] == (N * M + M * dv + N * dv) * itemsize
-    assert std["flops"] == fused["flops"] == s["flops"] + p["flops"] + o["flops"]
+    assert std["flops"] == s["flops"] + p["flops"] + o["flops"]
+    # the fused kernel: the same matmuls, each exponential computed once and kept on chip
+    fused_softmax = lab.memory.FUSED_SOFTMAX_OPS_PER_ELEMENT * N * M
+    assert fused["flops"] == s["flops"] + fused_softmax + o["flops"]
     assert std["bytes"] == s["bytes"] + p["bytes"] + o["bytes"]
     assert fused["bytes"] == (N * d + M * d + M * dv + N * dv) * itemsize
     assert std["time"] == pytest.approx(s["time"] + p["time"] + o["time"])
@@ -86,6 +89,16 @@ def test_the_softmax_prices_its_exponentials_at_the_exponential_rate():
     assert soft["t_compute"] == pytest.approx(want)
     assert soft["t_compute"] > 7 * nm / c["nonmatmul_flops"]  # slower than FP32 alone
     assert soft["t_compute"] == pytest.approx(7 * nm / lab.memory.softmax_peak("A100"))
+
+
+def test_the_fused_kernel_exponentiates_each_score_once():
+    c, nm = lab.chip("A100"), 4096 * 4096
+    rows = {r["piece"]: r for r in lab.attention_traffic(4096, d=64)}
+    fused, s = rows["fused: Q, K, V in, O out"], rows["S = scale·QKᵀ"]
+    ops = lab.memory.FUSED_SOFTMAX_OPS_PER_ELEMENT
+    assert lab.memory.FUSED_SOFTMAX_EXPS_PER_ELEMENT == 1
+    want = 2 * s["t_compute"] + (ops - 1) * nm / c["nonmatmul_flops"]
+    assert fused["t_compute"] == pytest.approx(want + nm / c["exp_per_s"])
 
 
 def test_more_passes_over_s_cost_time_in_proportion():

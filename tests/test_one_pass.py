@@ -321,3 +321,31 @@ def test_row_methods_take_slow_rows_and_the_caller_reads_the_counts():
         assert run.passes_k == want_k and np.allclose(
             run.o, fn(q, k, v, **_kw(fn, 32)).o
         )
+
+
+@pytest.mark.parametrize("N, M, Bc", [(6, 10, 4), (10, 6, 4), (8, 8, 3)])
+def test_causal_geometry_is_the_reference_s_bottom_right_mask(N, M, Bc):
+    from lab.figures.one_pass import causal_geometry
+
+    g = causal_geometry(N, M, Bc)
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((N, 4)), rng.standard_normal((M, 4)), np.eye(M)
+    o, _ = lab.attention_reference(q, k, v, causal=True)  # o[i, j] > 0: key j used
+    assert np.array_equal(g["allowed"], o > 0)
+    assert list(g["empty_rows"]) == list(range(max(N - M, 0)))
+    assert g["block_edges"][-1] == M and g["block_edges"][1] == Bc
+    for b, (a, e) in enumerate(zip(g["block_edges"][:-1], g["block_edges"][1:])):
+        assert np.array_equal(g["skipped"][:, b], ~g["allowed"][:, a:e].any(axis=1))
+
+
+def test_draw_causal_blocks_draws_each_shape_and_rejects_a_bad_block():
+    import matplotlib.pyplot as plt
+
+    from lab.figures.one_pass import causal_geometry, draw_causal_blocks
+
+    out = draw_causal_blocks(((6, 10), (10, 6)), block_k=4)
+    assert [g["allowed"].shape for g in out] == [(6, 10), (10, 6)]
+    assert len(out[0]["empty_rows"]) == 0 and len(out[1]["empty_rows"]) == 4
+    plt.close("all")
+    with pytest.raises(ValueError, match="block_k"):
+        causal_geometry(4, 4, 0)

@@ -16,11 +16,80 @@ from ..memory import attention_bytes, attention_traffic, peak_bytes
 from ._support import _copies, _fresh, _guarded, _hint, _own_work, _refusal, _watching
 
 __all__ = [
+    "check_softmax_row",
     "check_score_bytes",
     "check_lean_attention",
     "check_largest_n",
     "check_hbm_bytes",
+    "check_qk_limit",
 ]
+
+
+def _softmax_row(N, M, itemsize, bandwidth):
+    """The softmax kernel's (FLOPs, HBM bytes, memory time): 7·N·M, 2·N·M·itemsize, bytes / bandwidth."""
+    nbytes = 2 * N * M * itemsize
+    return 7 * N * M, nbytes, nbytes / bandwidth
+
+
+def check_softmax_row(fn, *, seed: int | None = None) -> None:
+    """Check `fn(N, M, itemsize, bandwidth)`, the softmax kernel's `(flops, bytes, seconds)`: $7NM$ operations,
+    $2NM\\cdot$itemsize bytes (read S once, write P), and bytes / bandwidth; two fixed cases and three drawn afresh
+    each run (`seed` draws the same again). Taught in: notebooks/00_the_memory_wall.ipynb"""
+    rng, seed = _fresh(seed)
+    cases = [(4096, 4096, 2, 1.555e12), (1000, 3000, 4, 3.35e12)] + [
+        (
+            *(int(x) for x in rng.integers(100, 9000, 2)),
+            int(rng.choice([1, 2, 4, 8])),
+            float(rng.choice([1.555e12, 2.039e12, 3.35e12])),
+        )
+        for _ in range(3)
+    ]
+
+    def with_bytes(nbytes):
+        return lambda N, M, it, bw: (7 * N * M, nbytes(N, M, it), nbytes(N, M, it) / bw)
+
+    mistakes = [
+        (
+            with_bytes(lambda N, M, it: N * M * it),
+            "that counts S read only: the kernel also writes P, N·M numbers more",
+        ),
+        (
+            with_bytes(lambda N, M, it: 4 * N * M * it),
+            "that is 4 accesses per score (each pass reading S again): this kernel keeps a row "
+            "on chip, reads S once and writes P once",
+        ),
+        (
+            with_bytes(lambda N, M, it: 2 * N * M),
+            "those bytes are numbers: each takes itemsize bytes",
+        ),
+        (
+            lambda N, M, it, bw: (2 * N * M,) + _softmax_row(N, M, it, bw)[1:],
+            "the softmax does 7 operations per score (max; subtract, exp, add; subtract, exp, "
+            "divide), not 2",
+        ),
+        (
+            lambda N, M, it, bw: _softmax_row(N, M, it, bw)[:2] + (7 * N * M / bw,),
+            "the time divides the bytes, not the FLOPs, by the bandwidth (bytes per second)",
+        ),
+    ]
+    guarded = _guarded(fn, "softmax_row")
+    check(
+        guarded,
+        _softmax_row,
+        cases,
+        names=("flops", "bytes", "seconds"),
+        rtol=1e-9,
+        atol=0,
+        seed=seed,
+        properties=[_own_work("attention_traffic", "softmax_peak")],
+        hint=_hint(
+            mistakes,
+            "F = 7 operations per score; bytes = S read once and P written once, itemsize each; "
+            "time = bytes / bandwidth",
+            fn=guarded,
+            cases=cases,
+        ),
+    )
 
 
 def check_score_bytes(fn, *, seed: int | None = None) -> None:
@@ -159,8 +228,10 @@ def check_lean_attention(fn, *, seed: int | None = None) -> None:
         if got.dtype == case[0].dtype:
             return None
         why = (
-            ": a float64 scalar such as `np.sqrt(d)` turns a float32 array into float64 "
-            "under numpy 2 (NEP 50); scale by a Python float (`d ** -0.5`), in place"
+            ": something made it float64 (an `.astype(np.float64)`, a float64 array, or "
+            "a numpy float64 scalar such as `np.sqrt(d)`, which under numpy 2 (NEP 50) "
+            "turns a float32 array into float64); compute in the input's dtype and scale "
+            "by a Python float (`d ** -0.5`)"
             if got.dtype == np.float64
             else ""
         )
@@ -190,6 +261,16 @@ def check_lean_attention(fn, *, seed: int | None = None) -> None:
             lambda q, k, v: _lean(q, k, v, axis=0),
             "each column of P sums to 1: softmax each query's row of scores (axis=-1)",
         ),
+        (
+            lambda q, k, v: _lean(q, k, v, normalize=False),
+            "the rows of P are not divided by their sums: after exp, divide each row by "
+            "its own sum (`s /= s.sum(axis=-1, keepdims=True)`)",
+        ),
+        (
+            lambda q, k, v: _lean(q, k, v, normalize="all"),
+            "P is divided by the sum of the whole matrix: each query's row is divided by "
+            "its own sum (axis=-1, keepdims=True)",
+        ),
     ]
     tol = {"rtol": 2e-4, "atol": 1e-5}  # float32's digits, summed over M keys
 
@@ -212,12 +293,16 @@ def check_lean_attention(fn, *, seed: int | None = None) -> None:
     )
 
 
-def _lean(q, k, v, *, scale=None, axis=-1):
-    """Attention in float64 with a choice of classic mistakes: the scale, the softmax axis."""
+def _lean(q, k, v, *, scale=None, axis=-1, normalize=True):
+    """Attention in float64 with a choice of classic mistakes: the scale, the softmax axis, the division
+    (`normalize=False`: none, `"all"`: by the whole matrix's sum)."""
     q, k, v = (x.astype(np.float64) for x in (q, k, v))
     s = q @ k.T * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
-    e = np.exp(s - s.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True) @ v
+    # the unnormalized versions as a learner writes them, without the max (which normalizing would cancel)
+    e = np.exp(s - s.max(axis=axis, keepdims=True)) if normalize is True else np.exp(s)
+    if normalize == "all":
+        return e / e.sum() @ v
+    return (e / e.sum(axis=axis, keepdims=True) if normalize else e) @ v
 
 
 def check_largest_n(fn, *, seed: int | None = None) -> None:
@@ -346,4 +431,35 @@ def check_hbm_bytes(fn, *, seed: int | None = None) -> None:
             fn=guarded,
             cases=cases,
         ),
+    )
+
+
+def check_qk_limit(answer: dict) -> None:
+    """Check `answer`, {d: the $QK^\\top$ kernel's intensity in FLOP per byte as N = M grows, float16}:
+    $2NMd / (2NM) \\to d$, within 8%. Taught in: notebooks/00_the_memory_wall.ipynb"""
+    if not isinstance(answer, dict) or not answer:
+        raise TypeError(f"answer must be a dict {{d: FLOP per byte}}, got {answer!r}")
+    if any(x is None or x is Ellipsis for x in answer.values()):
+        print(
+            "qk_limit: not answered yet (fill in your numbers, then run this cell again)"
+        )
+        return
+    for d, got in sorted(answer.items()):
+        if (
+            abs(got - d) <= 0.08 * d
+        ):  # the limit, or its value at a finite N of a few thousand
+            continue
+        ratio = got / d
+        if abs(ratio - 2) < 0.06:
+            why = "that counts the N·M numbers of S, not their bytes: 2 bytes each in float16"
+        elif abs(ratio - 0.5) < 0.02:
+            why = "that counts S twice: this kernel writes S once (it reads Q and K, not S)"
+        elif abs(got - 2 * d * d) < 0.06 * 2 * d * d or got > 4 * d:
+            why = "the bytes are dominated by the N·M scores of S, not by Q and K"
+        else:
+            why = "FLOPs 2·N·M·d over bytes (N·d + M·d + N·M)·2; keep the largest term as N = M grows"
+        print(f"qk_limit: ✗ d = {d}: expected about {d}, got {got:g}; hint: {why}")
+        return
+    print(
+        f"qk_limit: ✓ {len(answer)} head widths: the intensity tends to d FLOP per byte"
     )

@@ -25,9 +25,10 @@ import numpy as np
 
 from ..access_count import CountingArray
 from ..attention import attention_reference
-from ..exercises import diagnose, raised_at, seed_note
+from ..exercises import check, diagnose, raised_at, seed_note
 from ..memory import peak_bytes
-from ._support import _fresh, _refusal, _settled, _watching
+from ._support import _fresh, _guarded, _own_work, _refusal, _settled, _watching
+from ._support import _hint as _mistake_hint
 from ._values import FLOAT32, sharpen
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "check_normalized_step",
     "check_one_pass_row",
     "check_one_pass_rows",
+    "check_expected_rescales",
 ]
 
 _TOL = {"rtol": 1e-9, "atol": 1e-12}
@@ -742,10 +744,32 @@ def _step_problem(got, want) -> str | None:
     return None
 
 
-def _stepped(m, l, o, s, v, *, m_new=None, rescale=True, weigh=True, divide="new"):
-    """One normalized step with a choice of classic mistakes (the checks' own, for the hints)."""
+def _same_state(got, wrong) -> bool:
+    """`got` equals the state `wrong` component by component, NaN and inf included."""
+    try:
+        return all(
+            np.allclose(np.asarray(g, float), np.asarray(w, float), equal_nan=True)
+            for g, w in zip(got, wrong, strict=True)
+        )
+    except (TypeError, ValueError):
+        return False
+
+
+def _stepped(
+    m, l, o, s, v, *, m_new=None, rescale=True, weigh=True, divide="new", shift=True
+):
+    """One normalized step with a choice of classic mistakes (the checks' own, for the hints):
+    `rescale="inverted"` uses e^(m' - m), `shift=False` exponentiates the scores with no max."""
     m_new = max(m, s.max()) if m_new is None else m_new
-    alpha = np.exp(m - m_new) if rescale else 1.0
+    if (
+        not shift
+    ):  # l = Σ e^s, no max anywhere; o, an average, is unchanged by the shift
+        p = np.exp(s)
+        l_new = l + p.sum()
+        return m_new, l_new, (l * o + p @ v) / l_new
+    alpha = {True: np.exp(m - m_new), False: 1.0, "inverted": np.exp(m_new - m)}[
+        rescale
+    ]
     p = np.exp(s - m_new)
     l_new = alpha * l + p.sum()
     total = alpha * (l if weigh else 1.0) * o + p @ v
@@ -754,6 +778,18 @@ def _stepped(m, l, o, s, v, *, m_new=None, rescale=True, weigh=True, divide="new
 
 
 _STEP_MISTAKES = (
+    (
+        lambda m, l, o, s, v: _stepped(m, l, o, s, v, rescale="inverted"),
+        "α is inverted: e^(m' - m) >= 1 grows the old terms (and is inf at the first block, "
+        "where m = -inf, which makes NaN); moving the old terms to the larger m' shrinks "
+        "them: α = e^(m - m') <= 1",
+    ),
+    (
+        lambda m, l, o, s, v: _stepped(m, l, o, s, v, shift=False),
+        "that l' is Σ e^s with no max subtracted: the state's l is Σ e^(s - m) against the "
+        "running max (near +1000, e^s overflows); rescale the old l by α = e^(m - m') and "
+        "add e^(s_b - m')",
+    ),
     (
         lambda m, l, o, s, v: _stepped(m, l, o, s, v, weigh=False, divide="none"),
         "that is acc, the unnormalized sum: the state here keeps o = acc / l, so "
@@ -843,11 +879,18 @@ def check_normalized_step(fn, *, seed: int | None = None) -> None:
                                 text
                                 for wrong, text in _STEP_MISTAKES
                                 if _step_problem(got, wrong(m, l, o, s_b, v_b)) is None
+                                or _same_state(got, wrong(m, l, o, s_b, v_b))
                             ),
                             "from the meaning of the state: rescale the old sums to m', "
                             "add the block's, divide by l'",
                         )
-                    if b == 0 and hint.startswith("from"):
+                    kept = np.asarray(got[0], dtype=float)
+                    if kept.shape == () and kept == m and want[0] > m:
+                        hint = (
+                            "m' is still the old m, though this block holds a larger score: "
+                            "m' = max(m, max s_b), and l and o are re-expressed against it"
+                        )
+                    elif b == 0 and hint.startswith("from"):
                         hint = (
                             "the first block starts from m = -inf, l = 0, o = 0: α = e^(m - m') "
                             "is 0 there (and at most 1 after), so l·o = 0 stays 0, no NaN"
@@ -862,4 +905,54 @@ def check_normalized_step(fn, *, seed: int | None = None) -> None:
     n = sum(len(b) for b in cases)
     print(
         f"{name}: ✓ passed {len(cases)} cases, {n} blocks; o an average after every block"
+    )
+
+
+def _rescales(n_blocks):
+    """Expected rescales after block 0 over `n_blocks` i.i.d. blocks: $\\sum_{b=1}^{n-1} 1/(b+1)$."""
+    return sum(1 / (b + 1) for b in range(1, n_blocks))
+
+
+def check_expected_rescales(fn, *, seed: int | None = None) -> None:
+    """Check `fn(n_blocks)`, the expected number of blocks after the first that raise the running max
+    when the scores are independent and identically distributed: block b holds the largest score of
+    blocks 0..b with probability 1/(b + 1), so $\\sum_{b=1}^{n-1} 1/(b+1)$; four fixed cases and three
+    drawn afresh each run (`seed` draws the same again). Taught in: notebooks/03_one_pass_attention.ipynb"""
+    rng, seed = _fresh(seed)
+    cases = [(1,), (2,), (16,), (256,)] + [(int(n),) for n in rng.integers(3, 2000, 3)]
+    mistakes = [
+        (
+            lambda n: _rescales(n) + 1,
+            "that counts block 0 too: it sets the first max, there is nothing to rescale yet",
+        ),
+        (
+            lambda n: sum(1 / b for b in range(1, n)),
+            "block b is the (b + 1)-th block: it holds the largest of b + 1 blocks with "
+            "probability 1/(b + 1), not 1/b",
+        ),
+        (
+            lambda n: n - 1,
+            "that is every block after the first: the worst row, not random data",
+        ),
+        (
+            lambda n: math.log(n),
+            "log n is how it grows, not its value: add the chances block by block",
+        ),
+    ]
+    guarded = _guarded(fn, "expected_rescales")
+    check(
+        guarded,
+        _rescales,
+        cases,
+        rtol=1e-9,
+        atol=1e-12,
+        seed=seed,
+        properties=[_own_work()],
+        hint=_mistake_hint(
+            mistakes,
+            "add, over the blocks after the first, the chance that a block holds the largest "
+            "score seen so far",
+            fn=guarded,
+            cases=cases,
+        ),
     )

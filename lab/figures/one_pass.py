@@ -13,7 +13,13 @@ from matplotlib.ticker import MaxNLocator
 
 from ..one_pass import ROW_METHODS, attention_row_one_pass, compare_row_methods
 
-__all__ = ["row_inputs", "draw_one_pass", "draw_holdings"]
+__all__ = [
+    "row_inputs",
+    "draw_one_pass",
+    "draw_holdings",
+    "causal_geometry",
+    "draw_causal_blocks",
+]
 
 
 def row_inputs(M: int = 4096, d: int = 64, dv: int | None = None, seed: int = 0):
@@ -173,3 +179,63 @@ def draw_holdings(
     )
     ax.legend(fontsize=10)
     return {"Ms": [int(M) for M in Ms], "held": held}
+
+
+def causal_geometry(N: int, M: int, block_k: int) -> dict:
+    """The causal mask of N queries against M keys, swept in blocks of `block_k` keys: query i sees
+    key j when $j \\le i + M - N$ (the queries are the last N of the M positions).
+
+    Returns `allowed` (N, M) booleans, `empty_rows` (the queries that see no key: $i < N - M$),
+    `block_edges` (the first key of each block and M) and `skipped` (N, blocks) booleans, True where
+    a query sees no key of a block. Taught in: notebooks/03_one_pass_attention.ipynb
+    """
+    for name, x in (("N", N), ("M", M), ("block_k", block_k)):
+        if int(x) != x or x < 1:
+            raise ValueError(f"{name} must be a positive integer, got {x!r}")
+    i, j = np.arange(N)[:, None], np.arange(M)[None, :]
+    allowed = j <= i + M - N
+    edges = list(range(0, M, block_k)) + [M]
+    skipped = np.stack(
+        [~allowed[:, a:b].any(axis=1) for a, b in zip(edges[:-1], edges[1:])], axis=1
+    )
+    empty = np.flatnonzero(~allowed.any(axis=1))
+    return {
+        "allowed": allowed,
+        "empty_rows": empty,
+        "block_edges": edges,
+        "skipped": skipped,
+    }
+
+
+def draw_causal_blocks(shapes=((6, 10), (10, 6)), block_k: int = 4, axes=None) -> list:
+    """For each (N, M) in `shapes`: the keys each query may use under the bottom-right causal mask
+    (shaded), the blocks of `block_k` keys the loop sweeps (vertical lines; the last block shorter
+    when `block_k` does not divide M), and the queries that see no key (red rows, when N > M).
+
+    Returns `causal_geometry` of each shape. Taught in: notebooks/03_one_pass_attention.ipynb
+    """
+    if axes is None:
+        _, axes = plt.subplots(1, len(shapes), figsize=(6 * len(shapes), 4.8))
+    axes = np.atleast_1d(axes)
+    out = []
+    for ax, (N, M) in zip(axes, shapes):
+        g = causal_geometry(N, M, block_k)
+        image = np.where(g["allowed"], 1.0, 0.0)
+        image[g["empty_rows"]] = 0.35  # a row with no key at all
+        cmap = plt.matplotlib.colors.ListedColormap(["white", "#e8a0a0", "C0"])
+        ax.imshow(image, cmap=cmap, vmin=0, vmax=1, aspect="auto")
+        for e in g["block_edges"][1:-1]:
+            ax.axvline(e - 0.5, color="k", lw=2)
+        ax.set_xticks(np.arange(M), [str(x) for x in range(M)], fontsize=9)
+        ax.set_yticks(np.arange(N), [str(x) for x in range(N)], fontsize=9)
+        ax.set_xticks(np.arange(M + 1) - 0.5, minor=True)
+        ax.set_yticks(np.arange(N + 1) - 0.5, minor=True)
+        ax.grid(which="minor", color="0.8", lw=0.5)
+        ax.grid(which="major", visible=False)
+        ax.tick_params(which="minor", length=0)
+        title = f"N = {N} queries, M = {M} keys, blocks of {block_k}"
+        if len(g["empty_rows"]):
+            title += f"\n(red: the first N - M = {N - M} queries see no key)"
+        ax.set(xlabel="key j", ylabel="query i", title=title)
+        out.append(g)
+    return out

@@ -240,17 +240,6 @@ MASK_FIRST = (
 )
 LOOP_PLANTED = [
     (
-        "the tile's max as the running max",
-        [
-            (
-                "m_new = np.maximum(m, s.max(axis=1, keepdims=True))",
-                "m_new = s.max(axis=1, keepdims=True)",
-            )
-        ],
-        "masked_attention",
-        ["replaced by the tile's own max", "max(m, rowmax"],
-    ),
-    (
         "alpha inverted",
         [("np.exp(m - shift)", "np.exp(shift - m)")],
         "masked_attention",

@@ -39,6 +39,7 @@ __all__ = [
     "window_tile_counts",
     "softcap_fixed_reference_error",
     "softcap_fixed_reference_detail",
+    "softcap_experiment_inputs",
     "time_window_attention",
 ]
 
@@ -164,6 +165,19 @@ def window_tile_counts(N: int, M: int, left, right, block_q: int, block_k: int) 
     }
 
 
+def softcap_experiment_inputs(
+    *, N: int = 256, d: int = 64, spread: float = 3.0, seed: int = 0
+) -> tuple:
+    """The soft-cap experiment's seeded `(q, k, v)`, each (1, 1, N, d): standard normal, q times `spread`.
+
+    The raw scores $s = q k^\top / \sqrt d$ then have standard deviation about `spread`.
+    Taught in: notebooks/11_masks_and_score_mods.ipynb
+    """
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((1, 1, N, d)) for _ in range(3))
+    return q * spread, k, v
+
+
 def softcap_fixed_reference_detail(
     cap: float,
     fmt: str = "fp32",
@@ -186,9 +200,7 @@ def softcap_fixed_reference_detail(
     and `rows_l_zero` (rows whose l is 0).
     Taught in: notebooks/11_masks_and_score_mods.ipynb
     """
-    rng = np.random.default_rng(seed)
-    q, k, v = (rng.standard_normal((1, 1, N, d)) for _ in range(3))
-    q *= spread
+    q, k, v = softcap_experiment_inputs(N=N, d=d, spread=spread, seed=seed)
     mod = softcap(cap)
     ref, _ = attention_reference(q, k, v, score_mod=mod)
     s = mod((q[0, 0] @ k[0, 0].T / np.sqrt(d)).astype(np.float32), 0, 0, 0, 0).astype(

@@ -201,6 +201,36 @@ PLANTED = [
     ),
     (
         "tiled_backward",
+        "D missing",
+        ("ds = p * (dp - D[i0:i0 + Br, None])", "ds = p * dp"),
+        ["dq (element 0)", "with no D"],
+    ),
+    (
+        "tiled_backward",
+        "D down the column",
+        (
+            "ds = p * (dp - D[i0:i0 + Br, None])",
+            "ds = p * (dp - (p * dp).sum(axis=0, keepdims=True))",
+        ),
+        ["summed down a column"],
+    ),
+    (
+        "tiled_backward",
+        "float32 accumulators",
+        (
+            "dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)",
+            "dq, dk, dv = (np.zeros(a.shape, np.float32) for a in (q, k, v))",
+        ),
+        ["float32's precision", "zeros_like"],
+    ),
+    (
+        "my_backward",
+        "D missing",
+        ("(dp - (p * dp).sum(axis=-1, keepdims=True))", "dp"),
+        ["dq (element 0)", "with no D"],
+    ),
+    (
+        "tiled_backward",
         "no scale in dq",
         ("dq[i0:i0 + Br] += scale * ds @ k_j", "dq[i0:i0 + Br] += ds @ k_j"),
         ["dq (element 0)", "√d times too large"],

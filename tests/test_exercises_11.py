@@ -240,6 +240,12 @@ MASK_FIRST = (
 )
 LOOP_PLANTED = [
     (
+        "alpha inverted",
+        [("np.exp(m - shift)", "np.exp(shift - m)")],
+        "masked_attention",
+        ["the rescale is inverted"],
+    ),
+    (
         "mask before score_mod",
         [
             MASK_FIRST,
@@ -379,3 +385,50 @@ def test_labs_block_mask_and_kernel_are_refused():
     out = _run5(CALLS_LAB)
     assert "calls lab.block_mask" in _verdict(out, "tile_kinds"), out
     assert "calls lab.flash_attention_numpy" in _verdict(out, "masked_attention"), out
+
+
+@pytest.mark.parametrize(
+    "old, new, says",
+    [
+        ("last = (i1 - 1) // Bc", "last = i0 // Bc", ["taken from its first row"]),
+        (
+            "for i0 in range(\n        0, N, Br\n    ):",
+            "for i0 in range(0, N - N % Br, Br):",
+            ["without the last, shorter query block", "does not divide N"],
+        ),
+    ],
+    ids=["last key block from the first row", "short query block dropped"],
+)
+def test_a_planted_window_count_is_named(old, new, says):
+    out = run_check(EX[1], replace_code(EX[1].solution, old, new))
+    assert "✗" in out and "✓" not in out, out
+    for s in says:
+        assert s in out, f"{s!r} not in:\n{out}"
+
+
+def test_a_top_left_prefix_lm_is_named():
+    old = "return lambda b, h, i, j: (j < prefix) | (j <= i + off)"
+    new = "return lambda b, h, i, j: (j < prefix) | (j <= i)"
+    out = run_check(EX[2], replace_code(EX[2].solution, old, new))
+    assert "✗ case 3" in out and "aligned top-left" in out, out
+
+
+def test_a_top_left_clipped_alibi_is_named():
+    old = "abs(i + off - j)"
+    new = "abs(i - j)"
+    out = run_check(EX[4], replace_code(EX[4].solution, old, new))
+    assert "✗ case 1" in out and "aligned top-left" in out, out
+
+
+def test_the_per_block_window_count_equals_the_interval_arithmetic():
+    import numpy as np
+
+    import lab
+    from lab.checks.masks import _window_computed
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        N, W = int(rng.integers(1, 600)), int(rng.integers(1, 700))
+        Br, Bc = int(rng.integers(1, 70)), int(rng.integers(1, 70))
+        want = lab.window_tile_counts(N, N, W - 1, 0, Br, Bc)["computed"]
+        assert _window_computed(N, W, Br, Bc) == want, (N, W, Br, Bc)

@@ -46,6 +46,10 @@ BACKWARD_MISTAKES = {
     "of dO ∘ O, not of dO alone",
     "D from one tile": "D_i taken as rowsum(P_ij ∘ dP_ij) over the current tile only: D_i sums over all keys of the row; "
     "rowsum(dO ∘ O) gives it before the loop, without P",
+    "D missing": "dS = P ∘ dP with no D: the softmax's backward subtracts D_i = Σ_j P_ij dP_ij from every dP_ij "
+    "of row i, dS = P ∘ (dP − D)",
+    "D down the column": "D summed down a column of the tile (over the query rows, axis 0): D_i is one number per "
+    "query row, the sum over that row's keys, D_i = rowsum(dO_i ∘ O_i)",
     "P = exp(S - tile max)": "P recomputed as exp(S − m) with m the tile's own max and no l: lse_i = m_i + log l_i holds "
     "the row's final max and sum, so P_ij = exp(S_ij − lse_i) needs nothing else",
     "P = exp(S - row max)": "P = exp(S − m) with the row max m but not divided by l, the row's sum of exp(S − m); "
@@ -122,6 +126,10 @@ def backward_with_mistake(
                     (p * dp).sum(axis=-1) if "D from one tile" in planted else D[i0:i1]
                 )
                 ds = p * (dp - D_i[:, None])  # dS_ij
+                if "D missing" in planted:
+                    ds = p * dp
+                elif "D down the column" in planted:
+                    ds = p * (dp - (p * dp).sum(axis=0, keepdims=True))
                 dv_part = (
                     p @ do[i0:i1]
                     if "dv without transpose" in planted
@@ -328,6 +336,12 @@ def _error_hint(text: str) -> str:
     )
 
 
+def _close_f32(a, b) -> bool:
+    """Equal to float32's rounding but not to float64's: the sign of a float32 accumulator."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return a.shape == b.shape and np.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
 def _backward_hint(got, want, case, variants) -> str:
     N, M, d, causal = case["N"], case["M"], case["d"], case["causal"]
     if isinstance(got, tuple) and len(got) == 3:
@@ -369,6 +383,11 @@ def _backward_hint(got, want, case, variants) -> str:
             ):
                 if _close(g, factor * np.asarray(w)):
                     return f"{name} is {text}"
+            if np.asarray(g).dtype != np.float64 or _close_f32(g, w):
+                return (
+                    f"{name} agrees only to about float32's precision (dtype {np.asarray(g).dtype}): an accumulator "
+                    "or a tile in float32? The inputs are float64; np.zeros_like(q) keeps their dtype"
+                )
             if causal and N != M:
                 return (
                     f"{name} differs on a causal case with N ≠ M: is the mask aligned bottom-right (key j ≤ i + M − N)? "
@@ -387,6 +406,8 @@ def _backward_hint(got, want, case, variants) -> str:
 
 _DENSE = [
     "D = rowsum(dO)",
+    "D missing",
+    "D down the column",
     ("P = exp(S - row max)", "D from one tile"),
     ("causal top-left", "D from one tile"),
     "dv without transpose",

@@ -326,6 +326,56 @@ def _reference(q, k, v, score_mod, mask_mod, in_tiles=None, mistake=None):
     return o, lse
 
 
+def _loop_with(q, k, v, score_mod, mask_mod, Br, Bc, mistake):
+    """o of a tiled online softmax with one classic mistake of the update planted: `"tile max"` (m' taken
+    from the tile alone, not max(m, rowmax)) or `"alpha inverted"` (the rescale e^(m' - m) for e^(m - m'),
+    NaN from the first tile's e^(m' + ∞) · 0; `", guarded"`: with m = −∞ read as m')."""
+    N, M, scale = q.shape[0], k.shape[0], 1 / np.sqrt(q.shape[1])
+    o = np.zeros((N, v.shape[1]))
+    with np.errstate(all="ignore"):
+        for i0 in range(0, N, Br):
+            i = np.arange(i0, min(i0 + Br, N))[:, None]
+            m, l = np.full((len(i), 1), -np.inf), np.zeros((len(i), 1))
+            acc = np.zeros((len(i), v.shape[1]))
+            for j0 in range(0, M, Bc):
+                j = np.arange(j0, min(j0 + Bc, M))[None, :]
+                keep = np.broadcast_to(mask_mod(0, 0, i, j), (len(i), j.shape[1]))
+                if not keep.any():
+                    continue
+                s = score_mod(scale * q[i0 : i0 + Br] @ k[j0 : j0 + Bc].T, 0, 0, i, j)
+                s = np.where(keep, s, -np.inf)
+                tile = s.max(axis=1, keepdims=True)
+                m_new = tile if mistake == "tile max" else np.maximum(m, tile)
+                shift = np.where(np.isneginf(m_new), 0.0, m_new)
+                if mistake.startswith(
+                    "alpha inverted"
+                ):  # e^(m' - m); the guarded form sets m = m' first
+                    m_old = (
+                        np.where(np.isneginf(m), shift, m)
+                        if "guarded" in mistake
+                        else m
+                    )
+                    alpha = np.exp(shift - m_old)
+                else:
+                    alpha = np.exp(m - shift)
+                p = np.exp(s - shift)
+                l = alpha * l + p.sum(axis=1, keepdims=True)  # noqa: E741
+                acc, m = alpha * acc + p @ v[j0 : j0 + Bc], m_new
+            o[i0 : i0 + len(i)] = np.where(l > 0, acc / np.where(l > 0, l, 1.0), 0.0)
+    return o
+
+
+_UPDATE_MISTAKES = {
+    "tile max": "the running max was replaced by the tile's own max, m' = rowmax S'_IJ: it must be "
+    "m' = max(m, rowmax S'_IJ), or a tile with smaller scores lowers m and the earlier acc and l are "
+    "rescaled by e^(m - m') > 1 as if they were larger",
+    "alpha inverted, guarded": "the rescale is inverted, e^(m' - m) in place of α = e^(m - m'): when m rises to m', "
+    "the old acc and l were measured against the smaller m, so they shrink by e^(m - m') ≤ 1",
+    "alpha inverted": "the rescale is inverted, e^(m' - m) in place of α = e^(m - m'): when m rises to m', "
+    "the old acc and l were measured against the smaller m, so they shrink by e^(m - m') ≤ 1",
+}
+
+
 def _tiles_of(calls, what, Br, Bc, N, M):
     """The tiles a hook was called on, or (None, the call) for a call that is not one tile."""
     tiles = []
@@ -391,6 +441,16 @@ def _loop_problem(got, case, q, k, v, Br, Bc) -> str | None:
             f"{part.size} elements; only empty tiles may be skipped"
         )
     rows_none = ~keep.any(axis=1)
+    want_o = _reference(q, k, v, score_mod, mask_mod)[0]
+    if (
+        not _close(o, want_o) and "+1000" not in label
+    ):  # there: the max before the mask, below
+        for mistake, text in _UPDATE_MISTAKES.items():
+            alt = _loop_with(q, k, v, score_mod, mask_mod, Br, Bc, mistake)
+            if not _close(alt, want_o) and np.allclose(
+                o, alt, rtol=1e-9, equal_nan=True
+            ):
+                return text
     nan_rows = np.isnan(o).any(axis=1) | np.isnan(lse)
     if nan_rows.any():
         r = int(np.argwhere(nan_rows)[0, 0])

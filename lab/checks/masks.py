@@ -188,8 +188,20 @@ def _answer(spec) -> tuple:
     return (spec,) if getattr(spec, "__module__", "").startswith("lab.") else ()
 
 
-def _window_computed(N: int, W: int, Br: int, Bc: int) -> int:
-    return window_tile_counts(N, N, W - 1, 0, Br, Bc)["computed"]
+def _window_computed(
+    N: int, W: int, Br: int, Bc: int, *, last_from_first_row=False, drop_short=False
+) -> int:
+    """Tiles a causal window of W keys computes (N = M), one number per query block.
+
+    Query block i0..i1-1 needs key blocks max(0, i0 - (W - 1)) // Bc through (i1 - 1) // Bc; equal to
+    `window_tile_counts(N, N, W - 1, 0, Br, Bc)["computed"]` at O(N / Br) cost, so N = 10^7 is cheap.
+    The keywords plant two classic mistakes for the hints.
+    """
+    i0 = np.arange(0, N - N % Br if drop_short else N, Br, dtype=np.int64)
+    i1 = np.minimum(i0 + Br, N)
+    first = np.maximum(0, i0 - (W - 1)) // Bc
+    last = (i0 if last_from_first_row else i1 - 1) // Bc
+    return int((last - first + 1).sum())
 
 
 def check_window_tiles(
@@ -201,7 +213,9 @@ def check_window_tiles(
     case's arguments, yours and the expected count, and whether yours is the count of a window one key
     wider or narrower (the classic off-by-one: a causal window of W keys reaches back to key i - (W - 1)),
     of causal attention or of full attention. After `cases`, `fresh` cases drawn afresh on each run (`seed` draws
-    the same again), so no table of the fixed ones passes; running lab's count or `lab.block_mask` is refused.
+    the same again), so no table of the fixed ones passes, the last with N between 10^6 and 10^7 (no mask of
+    N^2 elements can be evaluated there); running lab's count or `lab.block_mask` is refused. Also named:
+    the last key block taken from a block's first row, and the last, shorter query block dropped.
     Taught in: notebooks/11_masks_and_score_mods.ipynb
     """
     name = name or getattr(build, "__name__", "<lambda>")
@@ -215,6 +229,18 @@ def check_window_tiles(
         W = int(rng.integers(1, 12)) * Bc + int(rng.choice([-1, 0, 1, 2]))
         drawn.append(
             (int(rng.integers(1, 4000)), max(W, 1), int(rng.choice([16, 32, 64])), Bc)
+        )
+    if (
+        fresh
+    ):  # one long sequence, where evaluating the mask (N^2 elements) is out of reach
+        Bc = int(rng.choice([64, 128, 256]))
+        drawn.append(
+            (
+                int(rng.integers(10**6, 10**7)),
+                int(rng.integers(2, 40)) * Bc + 1,
+                128,
+                Bc,
+            )
         )
     with noting_seed(seed if fresh else None):
         _window_cases(build, list(cases) + drawn, name)
@@ -259,22 +285,46 @@ def _window_cases(build, cases, name) -> None:
                     "the query's own, so the window starts at key i - (W - 1)",
                 )
             )
+        nq, nk = -(-N // Br), -(-N // Bc)
         known += [
             (
-                window_tile_counts(N, N, None, 0, Br, Bc)["computed"],
+                _window_computed(N, N + 1, Br, Bc),
                 "causal attention's count, as if the window reached back to key 0",
             ),
+            (nq * nk, "full attention's count"),
             (
-                window_tile_counts(N, N, None, None, Br, Bc)["computed"],
-                "full attention's count",
+                _window_computed(N, W, Br, Bc, last_from_first_row=True),
+                "the count with each query block's last key block taken from its first row, i0; "
+                "the block's last row, i1 - 1, reaches furthest right",
             ),
         ]
+        if N % Br:
+            known.append(
+                (
+                    _window_computed(N, W, Br, Bc, drop_short=True),
+                    f"the count without the last, shorter query block: Br = {Br} does not divide N = {N}, "
+                    f"so rows {N - N % Br}..{N - 1} form a block of their own",
+                )
+            )
         hint = next((f"; that is {text}" for count, text in known if got == count), "")
         yours = str(int(got)) if float(got).is_integer() else repr(float(got))
         diff = f" ({got - want:+g} tiles)" if math.isfinite(got) else ""
         print(f"{name}: ✗ case {n} {shown}: yours {yours}, expected {want}{diff}{hint}")
         return
     print(f"{name}: ✓ passed {len(cases)} cases")
+
+
+_TOP_LEFT = (
+    "yours is the spec aligned top-left (off = 0): the course aligns bottom-right, off = M - N = {off}, "
+    "so that the last query sees the last key; write the condition with i + off where a square mask has i"
+)
+
+
+def _top_left(got, spec, case, idx, shape) -> bool:
+    """Whether `got` equals the spec with off = 0 (the spec built for N = M), on the N × M grid."""
+    with np.errstate(all="ignore"):
+        square = spec(*case[:-2], case[-1], case[-1])
+        return bool(np.array_equal(got, np.broadcast_to(square(*idx), shape)))
 
 
 def check_mask_mod(
@@ -332,6 +382,8 @@ def check_mask_mod(
                 f"{'keeps' if want[tuple(pos)] else 'drops'} it; {extra} kept that should be dropped, {missing} dropped that "
                 f"should be kept{tiles}"
             )
+            if N != M and _top_left(got, spec, case, idx, (1, heads, N, M)):
+                print(f"  hint: {_TOP_LEFT.format(off=M - N)}")
             return
     problem = _kernel_problem(build, spec, "mask_mod", cases[-1], heads, "masks")
     if problem:
@@ -397,6 +449,9 @@ def check_score_mod(
                 f"{name}: ✗ case {n} {_show(case)}: largest difference {err[pos]:.3g} at {_where(pos)} "
                 f"(yours {yours}, the spec's {spec_s}, from s = {before[pos]:.4g})"
             )
+            square = spec(*case[:-2], M, M)(before, *idx)
+            if N != M and np.allclose(np.asarray(got, dtype=float), square, rtol=rtol):
+                print(f"  hint: {_TOP_LEFT.format(off=M - N)}")
             return
     problem = _kernel_problem(build, spec, "score_mod", cases[-1], heads, "scores")
     if problem:

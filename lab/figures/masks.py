@@ -438,8 +438,8 @@ def draw_softcap_numerics(
     )
     right.set(xlabel="cap", ylabel="max |o - ref|  (inf drawn at 10)")
     right.set_title(
-        "m = cap instead of the running max: no row lost in FP32\nor BF16 below a cap "
-        f"near 90, in FP16 near 15; BF16's error\nis {spread} FP32's at caps 10-50 "
+        "m = cap instead of the running max: FP32 and BF16 lose no row\n(o = 0) below a cap "
+        f"near 90; FP16 errs from about 15; BF16's error\nis {spread} FP32's at caps 10-50 "
         "(its rounding of P)",
         fontsize=10,
     )

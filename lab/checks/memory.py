@@ -166,7 +166,7 @@ def check_score_bytes(fn, *, seed: int | None = None) -> None:
 
 
 # The bound of exercise 2: at its peak, at most this many N×M arrays of the input's dtype (one, plus the output
-# and a few vectors of length N, which the cases keep under a quarter of one N×M array: M >= 8·d_v).
+# and a few vectors of length N, which the cases keep under a quarter of one N×M array: N, M >= 16·max(d, d_v)).
 LEAN_BOUND = 1.25
 
 _ATTENTION_ANSWERS = (
@@ -181,11 +181,16 @@ _ATTENTION_ANSWERS = (
 
 
 def _lean_cases(rng) -> list:
-    """Float32 cases (and one float64) with N != M, d != d_v, M >= 8·d_v, scores of order 1."""
+    """Float32 cases (and one float64) with N != M, d != d_v, scores of order 1, and N, M >= 16·max(d, d_v):
+    arrays the size of q, k, v and o then stay under a quarter of one N×M array."""
     cases = []
     for dtype in (np.float32, np.float32, np.float32, np.float64):
-        N, M = int(rng.integers(160, 480)), int(rng.integers(512, 900))
         d, dv = (int(x) for x in rng.choice([16, 24, 32, 40, 48, 64], 2, replace=False))
+        low = 16 * max(d, dv)
+        N, M = (
+            int(rng.integers(low, low + 320)),
+            int(rng.integers(low + 352, low + 720)),
+        )
         q, k, v = (rng.standard_normal(s) for s in ((N, d), (M, d), (M, dv)))
         cases.append(tuple(x.astype(dtype) for x in (q, k, v)))
     return cases

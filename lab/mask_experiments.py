@@ -168,7 +168,7 @@ def window_tile_counts(N: int, M: int, left, right, block_q: int, block_k: int) 
 def softcap_experiment_inputs(
     *, N: int = 256, d: int = 64, spread: float = 3.0, seed: int = 0
 ) -> tuple:
-    """The soft-cap experiment's seeded `(q, k, v)`, each (1, 1, N, d): standard normal, q times `spread`.
+    r"""The soft-cap experiment's seeded `(q, k, v)`, each (1, 1, N, d): standard normal, q times `spread`.
 
     The raw scores $s = q k^\top / \sqrt d$ then have standard deviation about `spread`.
     Taught in: notebooks/11_masks_and_score_mods.ipynb

@@ -104,7 +104,7 @@ def test_the_benchmark_runs_from_the_wheel_beside_lab(installed, tmp_path):
         "--H",
         "1",
         "--rounds",
-        "1",
+        "3",
         "--min-run-time",
         "0.01",
         "--quiet",

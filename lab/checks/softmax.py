@@ -397,6 +397,23 @@ _THREE_COURSE = (
 )
 
 
+def _report_raised(
+    name: str, shown: str, exc: Exception, seed: int, usage: str
+) -> None:
+    """What a learner's function that raised gets told: not written yet, or the error, where, and how a
+    counting array is used (`usage`) when the error looks like numpy called on one."""
+    if isinstance(exc, NotImplementedError):
+        print(
+            f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
+        )
+        return
+    extra = f" ({usage})" if isinstance(exc, (AttributeError, TypeError)) else ""
+    print(
+        f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}{raised_at(exc)}{extra}"
+    )
+    print(seed_note(seed), end="")
+
+
 def check_safe_softmax(
     fn, *, long_n: int = 20_000, long_block: int = 50, seed: int | None = None
 ) -> None:
@@ -437,21 +454,14 @@ def check_safe_softmax(
                 ) as called,
             ):
                 _settled(fn(xs, ys, block))
-        except NotImplementedError:
-            print(
-                f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
-            )
-            return
         except Exception as exc:  # a learner's bug: report it, do not stop the notebook
-            extra = (
-                " (x and y are counting arrays: use len(x), x[j0:j1] and y[j0:j1] = values, not numpy on x itself)"
-                if isinstance(exc, (AttributeError, TypeError))
-                else ""
+            _report_raised(
+                name,
+                shown,
+                exc,
+                seed,
+                "x and y are counting arrays: use len(x), x[j0:j1] and y[j0:j1] = values, not numpy on x itself",
             )
-            print(
-                f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}{raised_at(exc)}{extra}"
-            )
-            print(seed_note(seed), end="")
             return
         if called:
             print(f"{name}: ✗ {shown}: {_refusal(called)}")
@@ -776,21 +786,14 @@ def check_online_pass(
         try:
             with _watching(_PASS_COURSE, numpy_only=True) as called:
                 got = _settled(fn(row, block))
-        except NotImplementedError:
-            print(
-                f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
-            )
-            return
         except Exception as exc:  # a learner's bug: report it, do not stop the notebook
-            extra = (
-                " (x is a counting array: use len(x), x[j] and x[j0:j1], not x.shape or numpy on x itself)"
-                if isinstance(exc, (AttributeError, TypeError))
-                else ""
+            _report_raised(
+                name,
+                shown,
+                exc,
+                seed,
+                "x is a counting array: use len(x), x[j] and x[j0:j1], not x.shape or numpy on x itself",
             )
-            print(
-                f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}{raised_at(exc)}{extra}"
-            )
-            print(seed_note(seed), end="")
             return
         if called:
             print(f"{name}: ✗ {shown}: {_refusal(called)}")

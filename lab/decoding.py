@@ -23,7 +23,7 @@ A ladder:
 
 Shapes: q (B, Hq, N, d) with N = 1 when decoding, k (B, Hkv, M, d), v (B, Hkv, M, dv), Hq % Hkv == 0.
 
-Taught in: notebooks/10_decoding_and_gqa.ipynb
+Taught in: notebooks/10_decoding.ipynb, notebooks/10_gqa_and_paging.ipynb
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ _positive_int = check_block  # the same check: an integer >= 1, named
 def attention_layout(q_heads: int, kv_heads: int) -> str:
     """ "MHA" when $H_{kv} = H_q$, "MQA" when $H_{kv} = 1 < H_q$, "GQA" otherwise; requires $H_q \\bmod H_{kv} = 0$.
 
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_gqa_and_paging.ipynb
     """
     q_heads, kv_heads = (
         _positive_int(q_heads, "q_heads"),
@@ -144,7 +144,7 @@ def kv_cache_bytes_per_token(
 ) -> int:
     """Bytes of K and V cached per token: $2 \\cdot \\text{layers} \\cdot H_{kv} \\cdot d \\cdot$ itemsize.
 
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_gqa_and_paging.ipynb
     """
     for name, x in (
         ("layers", layers),
@@ -159,7 +159,7 @@ def kv_cache_bytes_per_token(
 def kv_cache_table(itemsize: int = 2, tokens: int = 8192, configs=None) -> list[dict]:
     """One row per model: layout, group $G = H_q / H_{kv}$, cache bytes per token and for `tokens` tokens, and the multi-head bytes ($H_{kv} = H_q$) it saves against.
 
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_gqa_and_paging.ipynb
     """
     _positive_int(tokens, "tokens")
     rows = []
@@ -190,7 +190,7 @@ def kv_cache_table(itemsize: int = 2, tokens: int = 8192, configs=None) -> list[
 def cache_table(itemsize: int = 2, tokens: int = 8192) -> str:
     """`kv_cache_table` as text: one row per model, its layout, heads, cache per token and for `tokens` tokens.
 
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_gqa_and_paging.ipynb
     """
     rows = [
         f"{'model':>12} | layout | Hq/Hkv | per token |    if MHA | {tokens:,} tokens"
@@ -210,7 +210,7 @@ def decode_intensity(group, head_dim: int = 128, M: int = 4096, itemsize: int = 
 
     The $G$ query heads of a group each do $QK^\\top$ and $PV$ ($2Md$ FLOPs each) against the same K and V,
     read once ($2Md$ elements); q and o add $2Gd$. Accepts an array of group sizes.
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_decoding.ipynb, notebooks/10_gqa_and_paging.ipynb
     """
     for name, x in (("head_dim", head_dim), ("M", M), ("itemsize", itemsize)):
         _positive_int(x, name)
@@ -245,7 +245,7 @@ def decode_schedule(
     query block. Time, in key blocks one processor works through: waves $\\lceil \\text{working} / P \\rceil$
     times $\\lceil \\lceil M/B_c \\rceil / \\text{splits} \\rceil$, plus one merge step when splits > 1; `fa2_steps`
     is the same for `splits=1` (FlashAttention-2's schedule) and `speedup` their ratio.
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_decoding.ipynb
     """
     for name, x in (
         ("M", M),
@@ -288,7 +288,7 @@ def schedule_table(
 ) -> str:
     """`decode_schedule` for each count in `splits`, one row each: items, busy processors, waves, steps.
 
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_decoding.ipynb
     """
     rows = ["splits | items | busy | waves | steps | steps against FA2"]
     for n in splits:
@@ -313,7 +313,7 @@ def heuristic_table(
 ) -> str:
     """Beside the model, what flash-attn's `num_splits_heuristic` sees for each count: slots filled, eligibility, wave efficiency.
 
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_decoding.ipynb
     """
     fa = flash_attn_num_splits(M, batch=batch, heads=heads, head_dim=head_dim)
     base, slots, nb = fa["items"] // fa["splits"], fa["slots"], fa["key_blocks"]
@@ -339,7 +339,7 @@ def num_splits_heuristic(
     A port of `num_splits_heuristic` in flash-attn's csrc/flash_attn/flash_api.cpp (v2.x): 1 split when the
     items already reach 80% of `num_SMs`; at most min(max_splits, num_SMs, num_n_blocks) splits; a count s
     is eligible when it gives each split fewer key blocks than s - 1 does (else a split would be empty).
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_decoding.ipynb
     """
     for name, x in (
         ("batch_nheads_mblocks", batch_nheads_mblocks),
@@ -385,7 +385,7 @@ def flash_attn_num_splits(
     flash-attn does for one new token); twice the SMs, "to hard-code the fact that we're using 128 threads
     per block" (two items resident per SM); at most 128 splits. Returns the splits, the slots and the
     wave efficiency of that choice.
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_decoding.ipynb
     """
     for name, x in (
         ("M", M),
@@ -428,7 +428,7 @@ def latent_decode_intensity(
     query heads (times `N` new tokens) score one shared key of $d_c + d_R$ elements per cached token and
     average one shared value, the first $d_c$ of them, read once. About $2 h N$ FLOP/B in 16 bits, the
     ratio FlashMLA's deep-dive derives (https://github.com/deepseek-ai/FlashMLA/blob/main/docs/20250422-new-kernel-deep-dive.md).
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_gqa_and_paging.ipynb
     """
     for name, x in (
         ("q_heads", q_heads),
@@ -458,7 +458,7 @@ def decode_torch(q, k, v, *, splits: int = 1, workers: int = 1, scale=None):
 
     The G = Hq / Hkv query heads of a K/V head are packed as rows of one (G·N, d) block, so each chunk
     of K and V is read once for the whole group. Non-causal (the new token sees the whole cache).
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_decoding.ipynb
     """
     check_float_tensors(q=q, k=k, v=v)
     if q.dim() != 4:
@@ -515,7 +515,7 @@ def time_decoding(
     """Median seconds of one decoding step (`decode_torch`) for each `(splits, workers)` in `runs`, torch intra-op threads set to 1, timed in alternating rounds (`lab.measure.time_interleaved`).
 
     Returns one dict per run: splits, workers, seconds, and the K/V bytes read per second.
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_decoding.ipynb, notebooks/10_gqa_and_paging.ipynb
     """
     from .measure import time_interleaved
 
@@ -602,7 +602,7 @@ def paged_kv(
     `(B, Hkv, M, ·)`. Sequence b takes $\\lceil M_b / \\text{page\\_size} \\rceil$ pages; the pool holds those plus
     `spare_pages` free ones, handed out in a random order (`seed`), as an allocator serving many requests would. Slots
     past a sequence's length hold stale values (random numbers here), as a reused page does: a reader must mask them.
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_gqa_and_paging.ipynb
     """
     page_size = check_block(page_size, "page_size")
     if (
@@ -681,7 +681,7 @@ def gather_pages(pages, block_row, length: int) -> np.ndarray:
     """The contiguous `(Hkv, length, d)` keys (or values) of one sequence, read through its row of the block table.
 
     Logical block i is physical page `block_row[i]`; the last block holds `length - (n - 1) * page_size` tokens.
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_gqa_and_paging.ipynb
     """
     pages, table, lengths = _check_table(
         pages, np.asarray(block_row)[None], np.array([length])
@@ -700,7 +700,7 @@ def decode_paged(q, pages_k, pages_v, block_table, lengths, *, scale=None):
     i the kernel reads page `block_table[b, i]`, masks the slots past `lengths[b]`, and updates the running
     $(m, l, acc)$: $m' = \\max(m, \\max_j s_j)$, $\\alpha = e^{m - m'}$, $l' = \\alpha l + \\sum_j e^{s_j - m'}$,
     $acc' = \\alpha\\,acc + \\sum_j e^{s_j - m'} v_j$. Output `o (B, Hq, N, dv)`, `lse (B, Hq, N)`, in the dtype of the inputs.
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_gqa_and_paging.ipynb
     """
     q = as_float_array(q, "q")
     pages_k, table, lengths = _check_table(pages_k, block_table, lengths)

@@ -15,7 +15,7 @@ memory*; both are SRAM. Chapters: 00 (HBM and SRAM bandwidth, the roofline), 05 
 06 (the cost of non-matmul work), 08 (this machine against them), 10 (the ridge in decoding).
 
 Taught in: notebooks/00_the_memory_wall.ipynb, notebooks/05_tiling.ipynb, notebooks/06_flashattention2.ipynb,
-notebooks/08_hardware_runs.ipynb, notebooks/10_decoding_and_gqa.ipynb
+notebooks/08_hardware_runs.ipynb, notebooks/10_decoding.ipynb, notebooks/10_gqa_and_paging.ipynb
 """
 
 from __future__ import annotations

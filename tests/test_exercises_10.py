@@ -1,5 +1,6 @@
-"""Notebook 10's exercises: each worked solution passes its own check cell, each planted classic mistake fails
-with its diagnosis, and the checks of lab/checks/decoding.py and lab/checks/paged.py behave (one fixed line on a
+"""Notebook 10's exercises, in its two parts (10_decoding: the split of the keys; 10_gqa_and_paging: the
+grouped, paged cache): each worked solution passes its own check cell, each planted classic mistake fails with
+its diagnosis, and the checks of lab/checks/decoding.py and lab/checks/paged.py behave (one fixed line on a
 pass, nothing left patched)."""
 
 import re
@@ -13,8 +14,16 @@ import lab
 from lab.checks import decoding as checks
 from lab.checks import paged
 
-NAME = "10_decoding_and_gqa"
-EX = {ex.number: ex for ex in exercises(NAME)}
+NAME, NAME2 = "10_decoding", "10_gqa_and_paging"
+_PART1 = {ex.number: ex for ex in exercises(NAME)}
+_PART2 = {ex.number: ex for ex in exercises(NAME2)}
+# the exercises by what they build: part 1's 1, part 2's 1, 2 and 3
+EX = {
+    "cache": _PART2[1],
+    "intensity": _PART2[2],
+    "splits": _PART1[1],
+    "paged": _PART2[3],
+}
 
 # Exercises the notebook retired (the cache per token, flash-decoding by split and merge, the gather through a
 # block table): their checks stay in lab and are still tested, on the worked solutions they had.
@@ -29,7 +38,7 @@ OLD_CHECKS = {
     5: "from lab.checks.paged import check_gather_pages\ncheck_gather_pages(gather_pages)\n",
 }
 OLD = {
-    n: Exercise(n, "", "", OLD_SOLUTIONS[n], OLD_CHECKS[n], EX[1].setup, [])
+    n: Exercise(n, "", "", OLD_SOLUTIONS[n], OLD_CHECKS[n], EX["cache"].setup, [])
     for n in OLD_SOLUTIONS
 }
 
@@ -40,7 +49,7 @@ def _src(text: str) -> str:
 
 def _fails(number, source: str, *says: str) -> str:
     """`number`: an exercise of the notebook, or a retired one (`OLD[n]`)."""
-    ex = EX[number] if isinstance(number, int) else number
+    ex = EX[number] if isinstance(number, str) else number
     out = run_check(ex, _src(source))
     assert "✗" in out and "✓" not in out, out
     for s in says:
@@ -51,11 +60,11 @@ def _fails(number, source: str, *says: str) -> str:
     return out
 
 
-def test_the_notebook_has_four_checked_exercises():
-    assert sorted(EX) == [1, 2, 3, 4]
+def test_the_two_parts_have_one_and_three_checked_exercises():
+    assert sorted(_PART1) == [1] and sorted(_PART2) == [1, 2, 3]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4])
+@pytest.mark.parametrize("number", list(EX))
 def test_worked_solution_passes_its_check(number):
     out = run_check(EX[number], EX[number].solution)
     assert (
@@ -63,17 +72,17 @@ def test_worked_solution_passes_its_check(number):
     ), out
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4])
+@pytest.mark.parametrize("number", list(EX))
 def test_stub_reports_not_implemented(number):
     assert "not implemented yet" in run_check(EX[number], EX[number].stub)
 
 
 def test_specs_do_not_print_the_formula_or_the_reference():
-    for n in (1, 2, 3):
-        spec = EX[n].spec
+    for key in ("cache", "intensity", "splits"):
+        spec = EX[key].spec
         assert "Reference:" not in spec and "lceil" not in spec
-        # exercise 1 may use section 3's cache per token (its spec says so): the window is its question
-        assert n == 1 or "lab.kv_cache_bytes_per_token" not in spec
+        # the local-layer cache may use section 1's cache per token (its spec says so): the window is its question
+        assert key == "cache" or "lab.kv_cache_bytes_per_token" not in spec
         assert "4GMd" not in spec and "2 \\cdot" not in spec
 
 
@@ -186,10 +195,14 @@ WRONG_1 = {
 
 @pytest.mark.parametrize(
     "number,mistake",
-    [(1, m) for m in WRONG_1] + [(2, m) for m in WRONG_2] + [(3, m) for m in WRONG_3],
+    [("cache", m) for m in WRONG_1]
+    + [("intensity", m) for m in WRONG_2]
+    + [("splits", m) for m in WRONG_3],
 )
 def test_warm_ups_diagnose_planted_mistakes(number, mistake):
-    source, says = {1: WRONG_1, 2: WRONG_2, 3: WRONG_3}[number][mistake]
+    source, says = {"cache": WRONG_1, "intensity": WRONG_2, "splits": WRONG_3}[number][
+        mistake
+    ]
     _fails(number, source, *says)
 
 
@@ -201,7 +214,7 @@ def test_cache_per_token_check_diagnoses_planted_mistakes(mistake):
 
 def test_cache_bytes_may_use_section_3s_cache_per_token():
     out = run_check(
-        EX[1],
+        EX["cache"],
         "from lab.decoding import kv_cache_bytes_per_token as kv\n"
         + _CB
         + _LOCAL
@@ -213,8 +226,8 @@ def test_cache_bytes_may_use_section_3s_cache_per_token():
 
 def test_cache_bytes_spec_says_section_3s_helper_may_be_used():
     assert (
-        "lab.kv_cache_bytes_per_token" in EX[1].spec
-        or "kv_cache_bytes_per_token" in EX[1].spec
+        "lab.kv_cache_bytes_per_token" in EX["cache"].spec
+        or "kv_cache_bytes_per_token" in EX["cache"].spec
     )
 
 
@@ -226,7 +239,7 @@ TABLE_2 = (
 
 
 def test_intensity_cases_are_drawn_fresh_so_a_table_fails():
-    _fails(2, TABLE_2, "case 0")
+    _fails("intensity", TABLE_2, "case 0")
     a = checks._fresh(None)[0]
     assert a is not None
 
@@ -245,7 +258,7 @@ def test_intensity_cases_repeat_with_the_seed(capsys):
 
 def test_intensity_by_labs_own_answer_is_refused():
     _fails(
-        2,
+        "intensity",
         "import lab\n"
         "def intensity(G, d, M, kv_itemsize, qo_itemsize):\n"
         "    if kv_itemsize == qo_itemsize:\n"
@@ -274,7 +287,7 @@ def test_best_splits_with_the_batch_forgotten_says_so(capsys):
 
 def test_best_splits_by_the_checks_own_oracle_is_refused():
     _fails(
-        3,
+        "splits",
         "import lab\n"
         "def best_splits(M, batch, heads, processors):\n"
         "    def t(s):\n"
@@ -287,7 +300,7 @@ def test_best_splits_by_the_checks_own_oracle_is_refused():
 
 def test_best_splits_cases_are_drawn_fresh_so_a_table_fails():
     _fails(
-        3,
+        "splits",
         "def best_splits(M, batch, heads, processors):\n"
         "    return {(32768, 1, 8, 132): 16}.get((M, batch, heads, processors), 16)\n",
     )
@@ -473,12 +486,12 @@ WRONG_PD = {
 @pytest.mark.parametrize("mistake", WRONG_PD)
 def test_paged_decode_diagnoses_planted_mistakes(mistake):
     source, says = WRONG_PD[mistake]
-    _fails(4, source, *says)
+    _fails("paged", source, *says)
 
 
 def test_paged_decode_without_the_max_overflows_and_says_so():
     out = _fails(
-        4,
+        "paged",
         PD
         + "    n = -(-length // pages_k.shape[2])\n"
         + "    ks = [pages_k[block_row[i]] for i in range(n)]\n"
@@ -528,7 +541,7 @@ def test_paged_decode_that_copies_the_cache_fails_on_memory(how):
     )
     body = full if how == "a contiguous copy" else scores
     _fails(
-        4,
+        "paged",
         PD + body,
         "case 6",
         "the values agree, but your code held",
@@ -554,7 +567,7 @@ def test_paged_decode_that_copies_the_cache_fails_on_memory(how):
     ids=["lab.decode_paged", "gather and reference", "torch"],
 )
 def test_paged_decode_by_labs_answer_or_torch_is_refused(source):
-    out = _fails(4, source, "case 0")
+    out = _fails("paged", source, "case 0")
     assert "proves nothing" in out or "torch" in out or "lab." in out, out
 
 
@@ -579,7 +592,7 @@ def test_paged_decode_in_float32_passes_at_float32_tolerance():
     source = source.replace(
         "np.zeros(qg.shape[:2] + (dv,))", "np.zeros(qg.shape[:2] + (dv,), np.float32)"
     )
-    out = run_check(EX[4], source)
+    out = run_check(EX["paged"], source)
     assert "✓" in out, out
 
 
@@ -597,7 +610,7 @@ def test_paged_decode_repeating_each_page_for_the_group_passes_on_memory():
             "(p.reshape(Hq, N, valid) @ vr).reshape(Hkv, -1, dv)",
         )
     )
-    out = run_check(EX[4], source)
+    out = run_check(EX["paged"], source)
     assert "✓" in out, out
 
 
@@ -928,8 +941,8 @@ def test_split_decode_check_names_the_stub_still_left():
 
 def _solutions() -> dict:
     ns = {"np": np, "lab": lab}
-    for n in (1, 2, 3, 4):
-        exec(compile(EX[n].solution, f"<solution {n}>", "exec"), ns)
+    for key, ex in EX.items():
+        exec(compile(ex.solution, f"<solution {key}>", "exec"), ns)
     for n in (1, 4, 5):
         exec(compile(OLD[n].solution, f"<retired solution {n}>", "exec"), ns)
     return ns
@@ -1141,14 +1154,15 @@ def test_cache_per_token_fresh_cases_repeat_with_the_seed(capsys):
 
 
 def test_paged_decode_spec_does_not_give_the_rule():
-    spec = EX[4].spec
+    spec = EX["paged"].spec
     assert "alpha" not in spec and "m - m'" not in spec and "block_row[i]" not in spec
-    assert "min(" not in EX[1].spec and "// 2" not in EX[1].spec
+    assert "min(" not in EX["cache"].spec and "// 2" not in EX["cache"].spec
 
 
 @pytest.mark.parametrize("how", list(EVASIONS))
 @pytest.mark.parametrize(
-    "number, name", [(3, "best_splits"), (1, "cache_bytes"), (4, "paged_decode")]
+    "number, name",
+    [("splits", "best_splits"), ("cache", "cache_bytes"), ("paged", "paged_decode")],
 )
 def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
     out = run_check(EX[number], evading(EX[number].solution, name, how))

@@ -19,7 +19,8 @@ BUILDS = {
     "08_hardware_runs": [4],
     "08_triton_kernel": [1],
     "09_backward": [2],
-    "10_decoding_and_gqa": [4],
+    "10_decoding": [1],
+    "10_gqa_and_paging": [3],
     "11_masks_and_score_mods": [5],
 }
 LAYOUT = re.compile(r"[\w.'\"]*[)\]}]*[,:]?|.*[(\[{]")

@@ -11,7 +11,7 @@
   stay below K repeated for the query heads.
 - `check_gather_pages(fn)`    : the paged cache, from lab/checks/paged.py. Each prints a verdict; on a failure, a hint.
 
-Taught in: notebooks/10_decoding_and_gqa.ipynb
+Taught in: notebooks/10_decoding.ipynb, notebooks/10_gqa_and_paging.ipynb
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def check_cache_per_token(
     Reference: `lab.kv_cache_bytes_per_token` (the query heads play no part). Hints for the query heads counted, V
     forgotten, one layer only, bits or elements instead of bytes. Five fixed cases and four drawn afresh on each run
     (`seed` draws the same again); running `lab.kv_cache_bytes_per_token` (by any name) is refused.
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_gqa_and_paging.ipynb
     """
     rng, seed = _fresh(seed)
     cases = [
@@ -171,8 +171,8 @@ def check_cache_bytes(fn, *, name: str | None = None, seed: int | None = None) -
     Hints for the window ignored, every layer windowed, a full window kept before the sequence fills it,
     the odd layers taken as the local ones, V forgotten, one token's bytes. Cases drawn afresh on each
     run (`seed` draws the same again), each kind of case among them; `lab.kv_cache_bytes_per_token`
-    may be used (section 3's cache per token is a building block, not this answer).
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    may be used (section 1's cache per token is a building block, not this answer).
+    Taught in: notebooks/10_gqa_and_paging.ipynb
     """
     rng, seed = _fresh(seed)
 
@@ -246,7 +246,7 @@ def check_step_intensity(
     Hints for one itemsize for all, K/V read per query head, q and o left out, a multiply-add counted as one FLOP.
     Five cases drawn afresh on each run (`seed` draws the same again): equal itemsizes and G = 1, an 8-bit cache under
     16-bit q and o, a short cache, a large group, a 16-bit cache under 32-bit q and o. Running
-    `lab.decode_intensity` (by any name) is refused. Taught in: notebooks/10_decoding_and_gqa.ipynb
+    `lab.decode_intensity` (by any name) is refused. Taught in: notebooks/10_gqa_and_paging.ipynb
     """
     rng, seed = _fresh(seed)
 
@@ -337,7 +337,7 @@ def check_min_splits(fn, *, name: str | None = None, seed: int | None = None) ->
 
     Hints for rounding down, a fraction, the batch forgotten, one too many when the items of a split divide
     the processors. Cases drawn afresh on each run (`seed` draws the same again); running
-    `lab.decode_schedule` (by any name) is refused. Taught in: notebooks/10_decoding_and_gqa.ipynb
+    `lab.decode_schedule` (by any name) is refused. Taught in: notebooks/10_decoding.ipynb
     """
     rng, seed = _fresh(seed)
     hint = _hint_from(
@@ -461,7 +461,7 @@ def check_best_splits(fn, *, name: str | None = None, seed: int | None = None) -
     Five cases drawn afresh on each run (`seed` draws the same again): one sequence on a long cache, a batch,
     a short cache where counts tie, a batch that fills the machine by itself, anything. Hints for a second
     wave, ties, the batch forgotten. Running `lab.decode_schedule` or `lab.schedule_table` (by any name),
-    the check's own oracle, is refused. Taught in: notebooks/10_decoding_and_gqa.ipynb
+    the check's own oracle, is refused. Taught in: notebooks/10_decoding.ipynb
     """
     rng, seed = _fresh(seed)
     check(
@@ -777,7 +777,7 @@ def check_split_decode(
     result must follow the partials (a run with them changed), no course answer and no torch op may run (the exercise
     is numpy's: SDPA inside decode_chunk proves nothing), and with G = 16 the
     peak memory must stay below a copy of K repeated for the query heads. The cases' kinds are fixed, their values
-    drawn afresh on each run (`seed` draws the same again). Taught in: notebooks/10_decoding_and_gqa.ipynb
+    drawn afresh on each run (`seed` draws the same again). Taught in: notebooks/10_decoding.ipynb
     """
     _, seed = _fresh(seed)
     with noting_seed(seed):

@@ -8,7 +8,7 @@
   scattered pages, partial and full last pages, a one-token sequence; then a decode through it against contiguous
   decoding. Prints one line on a pass, else what is wrong, where, and a hint.
 
-Taught in: notebooks/10_decoding_and_gqa.ipynb
+Taught in: notebooks/10_gqa_and_paging.ipynb
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def check_gather_pages(fn, *, name: str | None = None, seed: int | None = None) 
     page dropped, the stale slots of the last page kept, logical instead of physical page numbers; running
     `lab.gather_pages` or `lab.decode_paged` (by any name) is refused. The keys and the pages they land on are
     drawn afresh on each run (`seed` draws the same again).
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_gqa_and_paging.ipynb
     """
     _, seed = _fresh(seed)
     with noting_seed(seed):
@@ -390,7 +390,7 @@ def check_paged_decode(fn, *, name: str | None = None, seed: int | None = None) 
     On the long case the memory held (tracemalloc) must stay below what a page-at-a-time decode needs (4 pages
     of K and V repeated for the G query heads, and the running state): a contiguous copy, or all M scores at
     once, fails. No course answer and no torch op may run. Values are
-    drawn afresh on each run (`seed` draws the same again). Taught in: notebooks/10_decoding_and_gqa.ipynb
+    drawn afresh on each run (`seed` draws the same again). Taught in: notebooks/10_gqa_and_paging.ipynb
     """
     _, seed = _fresh(seed)
     with noting_seed(seed):

@@ -1,7 +1,7 @@
 """Figures for notebook 10: K/V cache per token of published models, busy processors when decoding, GQA's intensity,
 and a paged K/V cache's block table.
 
-Taught in: notebooks/10_decoding_and_gqa.ipynb
+Taught in: notebooks/10_decoding.ipynb, notebooks/10_gqa_and_paging.ipynb
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ machine slows them all alike and their ratios stay fair; `time_interleaved` keep
 `spread` says how far its rounds lie apart.
 
 Taught in: notebooks/08_hardware_runs.ipynb (the sweep); notebooks/09_backward.ipynb and
-notebooks/10_decoding_and_gqa.ipynb time through it (`lab.time_forward_backward`, `lab.time_decoding`).
+notebooks/10_decoding.ipynb, notebooks/10_gqa_and_paging.ipynb time through it (`lab.time_forward_backward`, `lab.time_decoding`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Sliders for notebook 10: cache length and splits of flash-decoding; query heads per K/V head.
 
-Taught in: notebooks/10_decoding_and_gqa.ipynb
+Taught in: notebooks/10_decoding.ipynb, notebooks/10_gqa_and_paging.ipynb
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _fewer_or_more(speedup: float) -> str:
 def decode_splits(M: int = 32768, splits: int = 8) -> ipywidgets.interactive:
     """Sliders over the cache length M and the number of splits; `.result` holds both schedules of `lab.decode_schedule`.
 
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_decoding.ipynb
     """
     return interactive_figure(
         draw_decode_schedule,
@@ -60,7 +60,7 @@ def _group_summary(r: dict) -> str:
 def gqa_group(group: int = 4, M: int = 4096) -> ipywidgets.interactive:
     """Sliders over the group size G (query heads per K/V head) and M; `.result` holds the intensity and cache bytes.
 
-    Taught in: notebooks/10_decoding_and_gqa.ipynb
+    Taught in: notebooks/10_gqa_and_paging.ipynb
     """
     return interactive_figure(
         draw_gqa_intensity,

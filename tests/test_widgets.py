@@ -120,3 +120,35 @@ def test_decode_splits_summary_never_says_fewer_for_more_steps():
 
     assert _fewer_or_more(2.0) == "2.0× fewer"
     assert _fewer_or_more(0.5) == "2.0× more"
+
+
+@pytest.mark.parametrize("name", [n for n in BUILDERS if getattr(widgets, n)()._reuse])
+def test_a_reused_figure_after_many_settings_draws_what_a_fresh_one_draws(name):
+    """A slider that draws on its kept Axes carries nothing over from the settings it passed through."""
+    lab.setup_notebook()
+    w = getattr(widgets, name)()
+    assert w._reuse
+    controls = list(w.kwargs_widgets)
+    path = []
+    for c in controls:  # each control to its other end and half way back
+        values = getattr(c, "_options_values", None)
+        if isinstance(c, ipywidgets.Checkbox):
+            path += [(c, not c.value)]
+        elif values and len(values) > 1:
+            path += [(c, values[-1]), (c, values[len(values) // 2])]
+        elif hasattr(c, "max") and c.max > c.min:
+            path += [(c, c.max), (c, (c.min + c.max) // 2)]
+    for c, v in path:
+        c.value = v
+    final = {c.description: c.value for c in controls}
+    fresh = getattr(widgets, name)()
+    fresh_controls = {c.description: c for c in fresh.kwargs_widgets}
+    for c in (
+        fresh.kwargs_widgets
+    ):  # clamped ranges follow their controls: set in the same order
+        fresh_controls[c.description].value = final[c.description]
+    assert w.summary_html.value == fresh.summary_html.value
+    got, want = _pixels(w.image.value), _pixels(fresh.image.value)
+    assert got.shape == want.shape
+    differs = (np.abs(got - want).max(axis=2) > 0.15).mean()
+    assert differs < 0.002, f"{differs:.2%} of the pixels differ"

@@ -161,6 +161,12 @@ def tile_fill_state(
     }
 
 
+def _box(x0, y0, w, h, N, M) -> list:
+    """The corners of the w × h tile at (x0, y0), cut at the matrix's edge (M columns, N rows)."""
+    x1, y1 = min(x0 + w, M), min(y0 + h, N)
+    return [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
+
+
 def draw_tile_fill(
     N: int = 12,
     M: int = 16,
@@ -190,14 +196,17 @@ def draw_tile_fill(
         extent=(0, M, N, 0),
         interpolation="nearest",
     )
-    ax.figure.colorbar(
-        im,
-        ax=ax,
-        fraction=0.025,
-        pad=0.02,
-        extend="both",
-        label="score $s_{rc}$ computed so far (colour clipped at ±2.5)",
-    )
+    if (
+        getattr(ax, "colorbar_of_scores", None) is None
+    ):  # once per Axes (a slider redraws on it)
+        ax.colorbar_of_scores = ax.figure.colorbar(
+            im,
+            ax=ax,
+            fraction=0.025,
+            pad=0.02,
+            extend="both",
+            label="score $s_{rc}$ computed so far (colour clipped at ±2.5)",
+        )
     hidden = st["seen"] & ~st["visible"]  # computed tiles' entries the mask hides
     if hidden.any():
         ax.imshow(
@@ -207,20 +216,21 @@ def draw_tile_fill(
             interpolation="nearest",
         )
     grid = tile_grid(N, M, block_q, block_k, causal)
-    for a in range(st["Tr"]):
-        for b in range(st["Tc"]):
-            i0, j0 = a * block_q, b * block_k
-            h, w = min(block_q, N - i0), min(block_k, M - j0)
-            ax.add_patch(
-                Rectangle(
-                    (j0, i0),
-                    w,
-                    h,
-                    fill=False,
-                    edgecolor="black",
-                    lw=1.2,
-                    hatch="//" if not grid[a, b] else None,
-                )
+    for computed in (True, False):  # tile outlines; skipped tiles hatched
+        boxes = [
+            _box(b * block_k, a * block_q, block_k, block_q, N, M)
+            for a, b in zip(*np.nonzero(grid == computed))
+        ]
+        if boxes:
+            ax.add_collection(
+                PolyCollection(
+                    boxes,
+                    facecolors="none",
+                    edgecolors="black",
+                    linewidths=1.2,
+                    hatch=None if computed else "//",
+                ),
+                autolim=False,
             )
     (r0, r1), (k0, k1) = st["rows"], st["keys"]
     ax.add_patch(
@@ -230,9 +240,10 @@ def draw_tile_fill(
         Rectangle((M + 0.3, r0), 5.4, r1 - r0, facecolor="#fde9d4", edgecolor="none")
     )
     use = st["seen"] & st["visible"]
-    for row in np.flatnonzero(~np.isnan(st["m"])):
-        col = int(np.argmax(np.where(use[row], st["S"][row], -np.inf)))
-        ax.plot(col + 0.5, row + 0.5, "o", color="black", ms=5)
+    rows = np.flatnonzero(~np.isnan(st["m"]))
+    cols = [int(np.argmax(np.where(use[r], st["S"][r], -np.inf))) for r in rows]
+    ax.plot(np.add(cols, 0.5), rows + 0.5, "o", color="black", ms=5)
+    for row in rows:
         bold = "bold" if r0 <= row < r1 else "normal"
         ax.text(
             M + 1.5,
@@ -421,28 +432,36 @@ def draw_footprint(
         "K_j": "C6",
         "V_j": "C8",
     }
+    labelled = set()  # a buffer in both rows has one legend entry
     for y, where in ((1, "registers"), (0, "shared")):
         bottom = 0.0
         for name, b in foot[where].items():
             if name == "total":
                 continue
             left.barh(
-                [y], [b / 1024], height=0.5, left=bottom, color=colors[name], label=name
+                [y],
+                [b / 1024],
+                height=0.5,
+                left=bottom,
+                color=colors[name],
+                label=None if name in labelled else name,
             )
+            labelled.add(name)
             bottom += b / 1024
     budgets = [(1, foot["register_budget"], f"A100 and H100, {warps} warps", "-")]
     budgets += [
         (0, res[c]["shared_budget"], c, ls) for c, ls in zip(chips, ("--", ":"))
     ]
-    for y, b, who, ls in budgets:
+    for k, (y, b, who, ls) in enumerate(budgets):
         left.plot([b / 1024] * 2, [y - 0.38, y + 0.38], color="k", ls=ls, lw=2)
+        below = k == 2  # the H100's label under its line, clear of the A100's
         left.text(
             b / 1024,
-            y + 0.42,
+            y - 0.42 if below else y + 0.42,
             f"{who}: {b / 1024:g} KiB",
             fontsize=10,
             ha="center",
-            va="bottom",
+            va="top" if below else "bottom",
         )
     xmax = (
         1.15

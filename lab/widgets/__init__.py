@@ -61,19 +61,26 @@ class FigureSliders(ipywidgets.interactive):
     patches, texts, images, titles) over it. Every Axes keeps the box the first drawing laid out. Each
     setting's PNG, summary and result are kept in `cache` (the controls take discrete values), so a
     setting seen before answers without drawing.
+
+    With `reuse=True` (or the name of `draw`'s keyword for its Axes, such as `reuse="axes"`) the figure
+    is built once: later updates remove what the previous drawing added to each Axes (colorbars' Axes
+    are kept) and call `draw(**values, ax=axes)` on the same Axes, `axes` being the single Axes or an
+    array of them, so no figure, Axes or colorbar is built again.
     """
 
     CACHE_SIZE = 128  # settings kept (PNG bytes, summary, result): a few MB
     FRAMES = 4  # rendered frames kept (one RGBA buffer each, about 4 MB)
 
-    def __init__(self, draw, summary=None, **controls):
+    def __init__(self, draw, summary=None, *, reuse: bool | str = False, **controls):
         self.summary_html = ipywidgets.HTML(
             layout=ipywidgets.Layout(min_height="1.5em")
         )
         self.image = ipywidgets.Image(
             format="png", layout=ipywidgets.Layout(max_width="100%")
         )
-        self._draw, self._summary = draw, summary
+        self._draw, self._summary, self._reuse = draw, summary, reuse
+        self._axes = None  # with reuse: what `draw` gets as `ax`
+        self._axes_keyword = reuse if isinstance(reuse, str) else "ax"
         self.figure = None  # the figure of the last update
         self.cache = (
             collections.OrderedDict()
@@ -111,6 +118,8 @@ class FigureSliders(ipywidgets.interactive):
 
     def _build(self, values: dict):
         """Call `draw` and take its figure out of pyplot (no cell shows it); its Axes get the first drawing's boxes."""
+        if self._reuse and self._axes is not None:
+            return self._redraw(values)
         before = set(plt.get_fignums())
         result = self._draw(**values)
         new = [n for n in plt.get_fignums() if n not in before]
@@ -133,6 +142,27 @@ class FigureSliders(ipywidgets.interactive):
             ax.set_position(box)
             _round_axes_out(ax)
         self.figure = fig
+        if self._reuse:
+            main = [ax for ax in fig.axes if not hasattr(ax, "_colorbar")]
+            self._axes = main[0] if len(main) == 1 else np.array(main, dtype=object)
+        return result
+
+    def _redraw(self, values: dict):
+        """`draw` again on the kept Axes, after taking away what the last drawing added to them."""
+        fig = self.figure
+        for t in list(fig.texts):
+            t.remove()
+        for ax in np.ravel(self._axes):
+            _clear_content(ax)
+        before = set(plt.get_fignums())
+        result = self._draw(**values, **{self._axes_keyword: self._axes})
+        if set(plt.get_fignums()) - before:
+            raise RuntimeError("a drawing made with reuse=True opened a new figure")
+        for ax, box in zip(fig.axes, self._boxes[1]):
+            ax.set_position(
+                box
+            )  # the first drawing's boxes, whatever the drawing adjusted
+            _round_axes_out(ax)
         return result
 
     def png(self) -> bytes:
@@ -258,6 +288,20 @@ def round_out(lo: float, hi: float, locator) -> tuple[float, float]:
     )
 
 
+def _clear_content(ax) -> None:
+    """Take from `ax` what a drawing added (artists, legend, titles' text) and let its limits follow the next one."""
+    for a in list(ax._children):
+        a.remove()
+    ax.containers.clear()  # bar containers, whose bars went above (a legend would still list them)
+    if ax.legend_ is not None:
+        ax.legend_.remove()
+    for t in (ax.title, ax._left_title, ax._right_title):
+        t.set_text("")
+    ax.set_autoscale_on(True)
+    ax.ignore_existing_data_limits = True
+    ax.relim()
+
+
 def _content(ax) -> list:
     """The artists of `ax` an update draws over its frame: all but the background, spines and axes (legends included)."""
     frame = {ax.patch, ax.xaxis, ax.yaxis, *ax.spines.values()}
@@ -277,12 +321,16 @@ def _block_sliders(options, block_q, block_k, **extra) -> dict:
     }
 
 
-def interactive_figure(draw, *, summary=None, **controls) -> FigureSliders:
+def interactive_figure(
+    draw, *, summary=None, reuse: bool | str = False, **controls
+) -> FigureSliders:
     """Sliders `controls` (ipywidgets by keyword) driving `draw(**values) -> result`, which draws one figure.
 
-    `summary(result) -> str`, if given, is shown above the figure. `.result` holds the last result.
+    `summary(result) -> str`, if given, is shown above the figure. `.result` holds the last result. With
+    `reuse=True` (or `reuse="axes"`, the name of its keyword), `draw` takes `ax=` and draws on the Axes
+    it is given after the first time (see `FigureSliders`).
     """
-    return FigureSliders(draw, summary, **controls)
+    return FigureSliders(draw, summary, reuse=reuse, **controls)
 
 
 from .backward import backward_tiles  # noqa: E402

@@ -34,13 +34,15 @@ def backward_tiles(
     """
     sizes = [8, 16, 32, 64, 128]
     return interactive_figure(
-        lambda N, block_q, block_k, causal: draw_backward_tiles(
+        lambda N, block_q, block_k, causal, axes=None: draw_backward_tiles(
             N,
             block_q,
             block_k,
             causal,
             check_N=max(64, 4 * min(block_q, block_k)),
+            axes=axes,
         ),
+        reuse="axes",
         summary=_summary,
         N=ipywidgets.SelectionSlider(
             options=[64, 128, 192, 256, 384, 512],

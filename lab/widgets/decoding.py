@@ -34,6 +34,7 @@ def decode_splits(M: int = 32768, splits: int = 8) -> ipywidgets.interactive:
     """
     return interactive_figure(
         draw_decode_schedule,
+        reuse="axes",
         summary=_splits_summary,
         M=ipywidgets.SelectionSlider(
             options=[2**p for p in range(10, 20)],
@@ -64,6 +65,7 @@ def gqa_group(group: int = 4, M: int = 4096) -> ipywidgets.interactive:
     """
     return interactive_figure(
         draw_gqa_intensity,
+        reuse="axes",
         summary=_group_summary,
         group=ipywidgets.SelectionSlider(
             options=[1, 2, 4, 8, 16, 32],

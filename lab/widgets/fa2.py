@@ -31,8 +31,8 @@ def fa_variants(
     Taught in: notebooks/06_flashattention2.ipynb
     """
 
-    def draw(N, d, block_q, block_k, variant, causal):
-        result = draw_op_counts(N, d, block_q, block_k, causal)
+    def draw(N, d, block_q, block_k, variant, causal, ax=None):
+        result = draw_op_counts(N, d, block_q, block_k, causal, ax=ax)
         n = min(N, CHECK_N)
         rec, formula = _instrumented(n, d, block_q, block_k, causal, variant, "float32")
         return {
@@ -46,6 +46,7 @@ def fa_variants(
 
     return interactive_figure(
         draw,
+        reuse=True,
         summary=lambda r: (
             f"{r['variant']}: instrumented run at N = {r['checked_N']}: exp/mul/div = "
             + "/".join(f"{r['measured'].get(k, 0):,}" for k in ("exp", "mul", "div"))

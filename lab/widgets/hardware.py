@@ -16,7 +16,10 @@ def loop_overhead_explorer(
     Taught in: notebooks/08_hardware_runs.ipynb
     """
     return interactive_figure(
-        lambda N, block, us_per_op: draw_loop_overhead(N, us_per_op, block=block),
+        lambda N, block, us_per_op, ax=None: draw_loop_overhead(
+            N, us_per_op, block=block, ax=ax
+        ),
+        reuse=True,
         summary=lambda r: (
             f"N = {r['N']:,}, Br = Bc = {r['block']}: {r['steps']:,} tile steps, Python overhead "
             f"{r['overhead_ms']:,.1f} ms = {100 * r['overhead_fraction']:.1f}% of the forward"

@@ -33,7 +33,10 @@ def mask_tiles(
     Taught in: notebooks/11_masks_and_score_mods.ipynb
     """
     return interactive_figure(
-        lambda window, block, documents: draw_window_tiles(N, window, block, documents),
+        lambda window, block, documents, ax=None: draw_window_tiles(
+            N, window, block, documents, ax=ax
+        ),
+        reuse=True,
         summary=_summary,
         window=ipywidgets.SelectionSlider(
             options=[1, 8, 16, 32, 48, 64, 96, 128, 192, 256],

@@ -32,8 +32,11 @@ def roofline_explorer(
     `.result` holds `draw_attention_roofline`'s rows. Taught in: notebooks/00_the_memory_wall.ipynb
     """
     return interactive_figure(
-        draw_attention_roofline,
+        lambda chip_name, d, softmax_accesses, ax=None: draw_attention_roofline(
+            chip_name, d, softmax_accesses=softmax_accesses, axes=ax
+        ),
         summary=_roofline_summary,
+        reuse=True,
         chip_name=ipywidgets.ToggleButtons(
             options=list(CHIPS), value=chip_name, description="chip"
         ),

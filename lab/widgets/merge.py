@@ -18,6 +18,7 @@ def merge_order_explorer(
     """Sliders over the number of chunks and the merge order; `.result` holds the depth and the error of every order."""
     return interactive_figure(
         draw_merge_orders,
+        reuse="axes",
         summary=lambda r: (
             (
                 f"{r['splits']} chunks merged {r['order']}: depth {r['depth']}; "

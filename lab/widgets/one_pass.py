@@ -15,6 +15,7 @@ def one_pass_explorer(M: int = 4096, block_k: int = 256) -> ipywidgets.interacti
     """Sliders over the sequence length M and the key block size Bc; `.result` holds the traffic table and the errors."""
     return interactive_figure(
         draw_one_pass,
+        reuse="axes",
         summary=lambda r: (
             f"M = {r['M']:,}, Bc = {r['block_k']}: {_count(r['blocks'], 'block')}, "
             f"{_count(r['rescalings'], 'rescaling')}; "

@@ -81,9 +81,9 @@ def p_format_explorer(
     )
 
 
-def _sum_draw(fmt: str, M: int, block: int) -> dict:
+def _sum_draw(fmt: str, M: int, block: int, ax=None) -> dict:
     result = draw_accumulation(
-        M, block, formats=tuple(dict.fromkeys(("fp32", fmt, "fp16")))
+        M, block, formats=tuple(dict.fromkeys(("fp32", fmt, "fp16"))), ax=ax
     )
     return {**result, "fmt": fmt}
 
@@ -110,6 +110,7 @@ def accumulation_explorer(
         M = N
     return interactive_figure(
         _sum_draw,
+        reuse=True,
         summary=_sum_summary,
         fmt=ipywidgets.ToggleButtons(
             options=[(FORMAT_LABELS[f], f) for f in _SUM_FORMATS],

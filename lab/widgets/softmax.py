@@ -42,6 +42,7 @@ def softmax_overflow(s: int = 100) -> ipywidgets.interactive:
     """
     return interactive_figure(
         draw_overflow,
+        reuse=True,
         summary=_overflow_summary,
         s=ipywidgets.IntSlider(
             value=s,
@@ -72,6 +73,7 @@ def online_softmax_trace(
     """
     return interactive_figure(
         draw_online_trace,
+        reuse="axes",
         summary=_trace_summary,
         block=ipywidgets.IntSlider(
             value=block, min=1, max=70, description="block", continuous_update=False

@@ -108,9 +108,10 @@ def tile_fill(
     for name in ("block_q", "block_k"):
         controls[name].observe(resize, names="value")
     return interactive_figure(
-        lambda i, j, block_q, block_k, causal: draw_tile_fill(
-            N, M, block_q, block_k, i, j, causal
+        lambda i, j, block_q, block_k, causal, ax=None: draw_tile_fill(
+            N, M, block_q, block_k, i, j, causal, ax=ax
         ),
+        reuse=True,
         summary=lambda r: (
             f"tile ({r['tile'][0]}, {r['tile'][1]}) of {r['Tr']} × {r['Tc']}: rows "
             f"{r['rows'][0]}-{r['rows'][1] - 1} against keys {r['keys'][0]}-{r['keys'][1] - 1}"
@@ -155,6 +156,7 @@ def tile_walk(
         controls[name].observe(resize, names="value")
     return interactive_figure(
         draw_tile_grid,
+        reuse=True,
         summary=lambda r: (
             f"{r['Tr']} × {r['Tc']} tiles, {r['computed']} computed, {r['skipped']} skipped "
             f"({r['fraction']:.0%} computed); last tile {r['partial_rows'] or r['Br']} × "
@@ -178,7 +180,7 @@ def block_footprint(
     """
     options = [16, 32, 64, 128, 256, 512]
 
-    def draw(d, block_q, block_k, dtype, kv_stages, warps):
+    def draw(d, block_q, block_k, dtype, kv_stages, warps, ax=None):
         return draw_footprint(
             d,
             block_q,
@@ -187,10 +189,12 @@ def block_footprint(
             kv_stages=kv_stages,
             blocks=tuple(options),
             warps=warps,
+            ax=ax,
         )
 
     return interactive_figure(
         draw,
+        reuse=True,
         summary=lambda r: (
             f"registers {r['registers']['total'] / 1024:,.1f} of {r['register_budget'] / 1024:g} KiB, shared memory "
             f"{r['shared']['total'] / 1024:,.1f} KiB; fits "
@@ -230,9 +234,15 @@ def io_traffic(
     Taught in: notebooks/05_tiling.ipynb
     """
 
-    def draw(N, d, block_q, block_k, dtype, causal):
+    def draw(N, d, block_q, block_k, dtype, causal, ax=None):
         result = draw_hbm_traffic(
-            N, d, block_q, block_k, itemsize=np.dtype(dtype).itemsize, causal=causal
+            N,
+            d,
+            block_q,
+            block_k,
+            itemsize=np.dtype(dtype).itemsize,
+            causal=causal,
+            ax=ax,
         )
         n = min(N, CHECK_N)
         rec, formula = _instrumented(n, d, block_q, block_k, causal, "fa2", dtype)
@@ -246,6 +256,7 @@ def io_traffic(
 
     return interactive_figure(
         draw,
+        reuse=True,
         summary=lambda r: (
             f"N = {r['N']}{', causal' if r['causal'] else ''}: standard {r['standard'] / 1e6:,.2f} MB, "
             f"fa2 {r['fa2'] / 1e6:,.2f} MB "

@@ -20,7 +20,8 @@ BUILDERS = [
 
 
 def _pixels(png: bytes) -> np.ndarray:
-    return matplotlib.image.imread(io.BytesIO(png))
+    """The PNG's red, green and blue (the figures are opaque)."""
+    return matplotlib.image.imread(io.BytesIO(png))[..., :3]
 
 
 def _full_render(fig) -> np.ndarray:
@@ -28,7 +29,7 @@ def _full_render(fig) -> np.ndarray:
     for a in fig.findobj():
         a.set_animated(False)
     fig.canvas.draw()
-    return np.asarray(fig.canvas.buffer_rgba()).astype(float) / 255
+    return np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(float) / 255
 
 
 def _move(w):

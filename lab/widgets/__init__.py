@@ -196,9 +196,8 @@ class FigureSliders(ipywidgets.interactive):
         rgba = PIL.Image.frombuffer(
             "RGBA", (int(renderer.width), int(renderer.height)), renderer.buffer_rgba()
         )
-        rgba.save(
-            buf, format="png", compress_level=1
-        )  # fast zlib: bytes change each move
+        # RGB (the figures are opaque) and fast zlib: a quarter fewer bytes to encode at each move
+        rgba.convert("RGB").save(buf, format="png", compress_level=1)
         return buf.getvalue()
 
     def _lay_out(self, fig) -> None:

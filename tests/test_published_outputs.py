@@ -10,7 +10,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 UNIT = re.compile(r"vector unit ‹(\w+)›")
 # The notebooks whose published timings must carry the vector unit they ran on.
-MUST_SAY = ["08_hardware_runs.ipynb", "09_backward.ipynb", "10_decoding_and_gqa.ipynb"]
+MUST_SAY = [
+    "08_hardware_runs.ipynb",
+    "09_tiled_backward.ipynb",
+    "10_decoding_and_gqa.ipynb",
+]
 
 
 def _printed(path: pathlib.Path) -> str:

@@ -187,6 +187,13 @@ def query_outer_counts(N, M, Br, Bc):
     Tr = -(-N // Br)
     return {"q": 1, "do": 1, "k": Tr, "v": Tr, "dq": 1, "dk": Tr, "dv": Tr}
 """
+CALLS_WALK = """
+from lab.checks.backward import query_outer_walk as count
+
+
+def query_outer_counts(N, M, Br, Bc):
+    return count(N, M, Br, Bc)
+"""
 TABLE = """
 def query_outer_counts(N, M, Br, Bc):
     return {"q": 1, "do": 1, "k": 7, "v": 7}, {"dq": 1, "dk": 7, "dv": 7}
@@ -205,6 +212,7 @@ def query_outer_counts(N, M, Br, Bc):
         (DQ_ADDED, ["dQ_I collects every key block's part", "written once"]),
         (ONE_DICT, ["returned dict", "two dicts"]),
         (TABLE, ["✗ case 0", "wrong: k, v, dk, dv"]),
+        (CALLS_WALK, ["✗ case 0", "it calls lab.checks.backward.query_outer_walk"]),
     ],
     ids=[
         "key-outer",
@@ -216,6 +224,7 @@ def query_outer_counts(N, M, Br, Bc):
         "dq-added",
         "one-dict",
         "table",
+        "calls-the-walk",
     ],
 )
 def test_planted_loop_order_answer_is_diagnosed(source, expected):
@@ -225,16 +234,20 @@ def test_planted_loop_order_answer_is_diagnosed(source, expected):
         assert text in out, f"{text!r} not in:\n{out}"
 
 
-def test_the_loop_order_cases_are_drawn_afresh():
+def test_the_loop_order_cases_are_drawn_afresh(capsys):
     got = []
-    check = lambda N, M, Br, Bc: (
-        got.append((N, M, Br, Bc)) or query_outer_walk(N, M, Br, Bc)
-    )  # noqa: E731
+
+    def check(N, M, Br, Bc):
+        got.append((N, M, Br, Bc))
+        Tr = -(-N // Br)
+        return {"q": 1, "k": Tr, "v": Tr, "do": 1}, {"dq": 1, "dk": Tr, "dv": Tr}
+
     check_loop_order(check, seed=1)
     check_loop_order(check, seed=2)
     first, second = got[: len(got) // 2], got[len(got) // 2 :]
     assert first != second and first[0] == second[0] == (64, 96, 16, 32)
     assert all(N % Br and -(-N // Br) != -(-M // Bc) for N, M, Br, Bc in first[1:])
+    assert capsys.readouterr().out.count("check: ✓ passed 6 cases") == 2
 
 
 PLANTED = [

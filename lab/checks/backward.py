@@ -769,8 +769,8 @@ def check_loop_order(
     `query_outer_walk`; print one verdict.
 
     The cases are drawn afresh on each run (`seed` draws the same again): $N \ne M$, $B_r \ne B_c$, block sizes
-    that divide and that do not. A wrong answer is told which classic slip it matches. Taught in:
-    notebooks/09_tiled_backward.ipynb
+    that divide and that do not. A wrong answer is told which classic slip it matches; running the check's own
+    walk is refused. Taught in: notebooks/09_tiled_backward.ipynb
     """
     name = name or getattr(fn, "__name__", "your function")
     rng, seed = _fresh(seed)
@@ -787,7 +787,8 @@ def check_loop_order(
     for i, (N, M, Br, Bc) in enumerate(drawn):
         shown = f"case {i} (N={N}, M={M}, Br={Br}, Bc={Bc})"
         try:
-            got = fn(N, M, Br, Bc)
+            with _watching(("checks.backward.query_outer_walk",)) as called:
+                got = fn(N, M, Br, Bc)
         except NotImplementedError:
             print(
                 f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
@@ -795,6 +796,9 @@ def check_loop_order(
             return
         except Exception as exc:  # a learner's bug: report it
             print(f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}")
+            return
+        if called:
+            print(f"{name}: ✗ {shown}: {_refusal(called)}")
             return
         if not (
             isinstance(got, tuple)

@@ -17,6 +17,7 @@ Taught in: notebooks/09_backward.ipynb, notebooks/09_tiled_backward.ipynb
 
 from __future__ import annotations
 
+import textwrap
 import tracemalloc
 
 import numpy as np
@@ -762,6 +763,11 @@ def _loop_order_hint(N, M, Br, Bc, reads, writes, want) -> str:
     return f"wrong: {', '.join(wrong)}; walk one outer block and count what it loads and adds into"
 
 
+def _wrapped(text: str) -> str:
+    """`text` indented under a verdict, in lines a projector shows whole (at most 100 characters)."""
+    return textwrap.fill(text, 100, initial_indent="  ", subsequent_indent="  ")
+
+
 def check_loop_order(
     fn, *, cases: int = 6, name: str | None = None, seed: int | None = None
 ) -> None:
@@ -795,10 +801,12 @@ def check_loop_order(
             )
             return
         except Exception as exc:  # a learner's bug: report it
-            print(f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}")
+            print(
+                f"{name}: ✗ {shown} raised {type(exc).__name__}:\n{_wrapped(str(exc))}"
+            )
             return
         if called:
-            print(f"{name}: ✗ {shown}: {_refusal(called)}")
+            print(f"{name}: ✗ {shown}:\n{_wrapped(_refusal(called))}")
             return
         if not (
             isinstance(got, tuple)
@@ -807,14 +815,17 @@ def check_loop_order(
             and set(got[0]) == set(READS)
             and set(got[1]) == set(WRITES)
         ):
-            print(
-                f"{name}: ✗ {shown} returned {type(got).__name__}: return (reads, writes), two dicts, reads "
-                'with the keys "q", "k", "v", "do" and writes with "dq", "dk", "dv"'
+            what = (
+                "return (reads, writes), two dicts, reads with the keys "
+                '"q", "k", "v", "do" and writes with "dq", "dk", "dv"'
             )
+            print(f"{name}: ✗ {shown} returned {type(got).__name__}:\n{_wrapped(what)}")
             return
         want = query_outer_walk(N, M, Br, Bc)
         if got != want:
-            print(f"{name}: ✗ {shown}: {_loop_order_hint(N, M, Br, Bc, *got, want)}")
+            print(
+                f"{name}: ✗ {shown}:\n{_wrapped(_loop_order_hint(N, M, Br, Bc, *got, want))}"
+            )
             print(
                 f"  (seed {seed}: check_loop_order(fn, seed={seed}) draws these cases again)"
             )

@@ -19,7 +19,7 @@ Around them: `NumpyFlashAttention` (a `torch.autograd.Function` running both num
 autograd keeps between forward and backward, counted exactly with `saved_tensors_hooks`),
 `backward_flops` and `time_forward_backward`.
 
-Taught in: notebooks/09_backward.ipynb
+Taught in: notebooks/09_backward.ipynb, notebooks/09_tiled_backward.ipynb
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def flash_attention_backward_numpy(
     (Br rows): $P_{ij} = e^{S_{ij} - lse_i}$, $dV_j \\mathrel{+}= P_{ij}^\\top dO_i$, $dP_{ij} = dO_i V_j^\\top$,
     $dS_{ij} = P_{ij} \\circ (dP_{ij} - D_i)$, $dQ_i \\mathrel{+}= dS_{ij} K_j s$, $dK_j \\mathrel{+}= dS_{ij}^\\top Q_i s$.
     No N×M array is formed; accumulates in float32 at least, returns the input dtype.
-    Taught in: notebooks/09_backward.ipynb
+    Taught in: notebooks/09_tiled_backward.ipynb
     """
     Br = check_block(block_q, "block_q")
     Bc = check_block(block_k, "block_k")
@@ -220,7 +220,7 @@ class NumpyFlashAttention(torch.autograd.Function):
 
     The forward saves $q, k, v, o, lse$ (no N×M array); the backward calls `flash_attention_backward_numpy`.
     Torch CPU tensors in and out, so `torch.autograd.gradcheck` can check the backward.
-    Taught in: notebooks/09_backward.ipynb
+    Taught in: notebooks/09_tiled_backward.ipynb
     """
 
     @staticmethod
@@ -350,7 +350,7 @@ def backward_flops(
 
     Backward: $dV = P^\\top dO$, $dP = dO V^\\top$ and the recomputed $S = QK^\\top$ (each $2NMd$), then $dQ$
     and $dK$ (each $2NMd$). Causal with $N = M$ halves every count. Returns forward, backward and their ratio.
-    Taught in: notebooks/09_backward.ipynb
+    Taught in: notebooks/09_tiled_backward.ipynb
     """
     M = N if M is None else M
     dv = d if dv is None else dv
@@ -368,7 +368,7 @@ def time_forward_backward(
     """Median seconds of `attn(q, k, v, causal=causal)` forward, and of forward + backward, timed in alternating rounds (`lab.measure.time_interleaved`).
 
     Returns `{"forward", "forward_backward", "backward", "ratio"}` (backward = difference; ratio = backward / forward).
-    Taught in: notebooks/09_backward.ipynb
+    Taught in: notebooks/09_tiled_backward.ipynb
     """
     from .measure import time_interleaved
 
@@ -406,7 +406,7 @@ def backward_time_lines(timings: dict, *, far_below: float = 0.5) -> list[str]:
 
     A backward that does 2-2.5× the forward's matrix FLOPs yet takes well under their time is not telling the
     arithmetic: the forward ran slower than its FLOPs say (vector kernels off, a fallback path, threads fighting).
-    Taught in: notebooks/09_backward.ipynb
+    Taught in: notebooks/09_tiled_backward.ipynb
     """
     from .notebook import measured
 

@@ -15,7 +15,7 @@ heads: query head h reads key/value head h // (Hq / Hkv)). Causal masks key j fo
 j > i + (M - N) (bottom-right alignment). Accumulators are float32 (float64 for float64 inputs);
 `o` comes back in the input dtype, `lse` in the accumulator dtype.
 
-Taught in: notebooks/08_hardware_runs.ipynb, notebooks/09_backward.ipynb
+Taught in: notebooks/08_hardware_runs.ipynb, notebooks/09_backward.ipynb, notebooks/09_tiled_backward.ipynb
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def flash_attention_torch_backward(
     With mods, P is recomputed from the modified, masked scores and $dS$ is carried back through
     score_mod: $dS_{ij} \\leftarrow dS_{ij} \\circ \\partial s'/\\partial s$ (1 for ALiBi, $1 - \\tanh^2(s/\\mathrm{cap})$ for
     softcap, torch autograd on the tile for any other score_mod); empty tiles are skipped.
-    Taught in: notebooks/09_backward.ipynb, notebooks/11_masks_and_score_mods.ipynb
+    Taught in: notebooks/09_tiled_backward.ipynb, notebooks/11_masks_and_score_mods.ipynb
     """
     group, Br, Bc, scale = _check_common(q, k, v, block_q, block_k, scale, block_mask)
     if o.shape != q.shape[:-1] + v.shape[-1:] or do.shape != o.shape:
@@ -258,7 +258,7 @@ class FlashAttention(torch.autograd.Function):
     tensor of shape (..., N)); with `return_lse=True` it returns `(o, lse)`, lse marked non-differentiable.
     Backward: `flash_attention_torch_backward`, recomputing P tile by tile.
     The tiles' kinds are found once, in the forward, and reused by the backward.
-    Taught in: notebooks/09_backward.ipynb, notebooks/11_masks_and_score_mods.ipynb
+    Taught in: notebooks/09_backward.ipynb, notebooks/09_tiled_backward.ipynb, notebooks/11_masks_and_score_mods.ipynb
     """
 
     @staticmethod

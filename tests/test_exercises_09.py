@@ -1,4 +1,6 @@
-"""Notebook 09's exercises: each worked solution passes its check cell; planted classic mistakes fail with their diagnosis.
+"""Notebook 09's exercises, in its two parts (09_backward: the standard backward and D; 09_tiled_backward: the
+loop order and the tiled backward): each worked solution passes its check cell; planted classic mistakes fail
+with their diagnosis.
 
 The planted solutions are the notebook's own worked solution with one line changed (`_planted` fails
 loudly when that line is no longer there), or a short function written for the mistake. Also unit tests
@@ -20,16 +22,32 @@ from lab.checks.backward import (
     arrays_formed,
     backward_with_mistake,
     check_delta,
+    check_loop_order,
     check_p_tile,
     check_standard_backward,
     check_tiled_backward,
+    query_outer_walk,
 )
 
-EX = {ex.number: ex for ex in exercises("09_backward")}
-# Exercise 1 is the standard backward; exercise 2 builds the tiled one in three steps, each with its own verdict.
-STEP = {"my_backward": 1, "delta": 2, "p_tile": 2, "tiled_backward": 2}
-# The worked steps (a) and (b), for the planted loops written whole below.
-STEPS = EX[2].solution.split("def tiled_backward")[0]
+NAME, NAME2 = "09_backward", "09_tiled_backward"
+_PART1 = {ex.number: ex for ex in exercises(NAME)}
+_PART2 = {ex.number: ex for ex in exercises(NAME2)}
+# the exercises by what they build: part 1's 1 and 2, part 2's 1 and 2
+EX = {
+    "standard": _PART1[1],
+    "delta": _PART1[2],
+    "loop": _PART2[1],
+    "tiled": _PART2[2],
+}
+STEP = {
+    "my_backward": "standard",
+    "delta": "delta",
+    "query_outer_counts": "loop",
+    "p_tile": "tiled",
+    "tiled_backward": "tiled",
+}
+# The worked step (a) and the given delta, for the planted loops written whole below.
+STEPS = EX["tiled"].solution.split("def tiled_backward")[0]
 
 
 def _planted(name: str, old: str, new: str) -> str:
@@ -42,22 +60,49 @@ def _verdict(out: str, name: str) -> str:
     return next((line for line in out.splitlines() if line.startswith(f"{name}:")), "")
 
 
-def test_the_notebook_has_two_code_exercises():
-    assert sorted(EX) == [1, 2]
+def test_each_part_has_two_code_exercises():
+    assert sorted(_PART1) == [1, 2] and sorted(_PART2) == [1, 2]
 
 
-@pytest.mark.parametrize("number", [1, 2])
-def test_worked_solution_passes(number):
-    out = run_check(EX[number], EX[number].solution)
+@pytest.mark.parametrize("key", list(EX))
+def test_worked_solution_passes(key):
+    out = run_check(EX[key], EX[key].solution)
     assert "✓" in out and "✗" not in out, out
-    if number == 2:
-        assert all(f"{n}: ✓" in out for n in ("delta", "p_tile", "tiled_backward"))
+    if key == "tiled":
+        assert all(f"{n}: ✓" in out for n in ("p_tile", "tiled_backward"))
 
 
-@pytest.mark.parametrize("number", [1, 2])
-def test_stub_reports_not_implemented(number):
-    out = run_check(EX[number], EX[number].stub)
+@pytest.mark.parametrize("key", list(EX))
+def test_stub_reports_not_implemented(key):
+    out = run_check(EX[key], EX[key].stub)
     assert "not implemented yet" in out and "✗" not in out, out
+
+
+def test_the_tiled_stub_gives_delta_and_asks_for_the_rest():
+    ns = {"np": np}
+    exec(compile(EX["tiled"].stub, "<stub>", "exec"), ns)
+    o, do = np.ones((3, 2)), np.full((3, 2), 2.0)
+    np.testing.assert_array_equal(ns["delta"](o, do), [4.0, 4.0, 4.0])
+    for name in ("p_tile", "tiled_backward"):
+        assert f"def {name}" in EX["tiled"].stub
+
+
+def test_the_derivations_come_after_the_checks():
+    """Part 1 shows dS = P ∘ (dP − D) and D = rowsum(dO ∘ O) only after the exercise that derives them."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
+    src = [c.source for c in nb.cells]
+    ex1 = next(i for i, s in enumerate(src) if s.startswith("### Exercise 1"))
+    ex2 = next(i for i, s in enumerate(src) if s.startswith("### Exercise 2"))
+    shown_ds = next(i for i, s in enumerate(src) if "dP_{ij} - D_i\\bigr)" in s)
+    shown_d = next(i for i, s in enumerate(src) if "= dO_i \\cdot O_i" in s)
+    checks = [
+        i for i, s in enumerate(src) if "check_standard_backward(my_backward" in s
+    ]
+    assert ex1 < checks[0] < shown_ds and ex2 < shown_d
+    assert not any(
+        "dO_i \\cdot O_i" in s or "dO \\circ O" in s or "rowsum(dO" in s
+        for s in src[:ex2]
+    )
 
 
 def test_a_causal_case_puts_rows_with_and_without_keys_in_one_query_block():
@@ -65,7 +110,7 @@ def test_a_causal_case_puts_rows_with_and_without_keys_in_one_query_block():
     N - M is not a multiple of Br: the check cell must hold such a case, or exp(S - lse) = NaN passes."""
     assign = next(
         node
-        for node in ast.parse(EX[2].check).body
+        for node in ast.parse(EX["tiled"].check).body
         if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "cases"
     )
     cases = eval(ast.unparse(assign.value))
@@ -73,22 +118,138 @@ def test_a_causal_case_puts_rows_with_and_without_keys_in_one_query_block():
 
 
 def test_the_tiled_spec_allows_per_row_vectors():
-    spec = " ".join(EX[2].spec.split())
+    spec = " ".join(EX["tiled"].spec.split())
     assert (
         "per-row vectors such as $D$" in spec
         and "an array spanning all queries" not in spec
     )
 
 
-def test_the_open_question_has_an_answer_and_a_cell_to_work_in():
-    nb = nbformat.read(ROOT / "notebooks" / "09_backward.ipynb", as_version=4)
-    at = next(i for i, c in enumerate(nb.cells) if "Exercise 3 (question)" in c.source)
+def test_the_loop_order_question_has_a_cell_to_answer_in_and_a_worked_answer():
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME2}.ipynb", as_version=4)
+    at = next(
+        i for i, c in enumerate(nb.cells) if "check_loop_order(query_outer" in c.source
+    )
     after = nb.cells[at + 1 :]
     assert after[0].cell_type == "markdown" and "Your answer:" in after[0].source
     assert not after[0].metadata.get("tags")
-    assert any(
-        "solution" in c.metadata.get("tags", []) and "atomic" in c.source for c in after
+    assert (
+        "solution" in after[1].metadata.get("tags", []) and "atomic" in after[1].source
     )
+
+
+@pytest.mark.parametrize(
+    "N, M, Br, Bc",
+    [(64, 96, 16, 32), (100, 37, 16, 8), (7, 300, 64, 48), (33, 33, 32, 32)],
+)
+def test_the_walk_counts_blocks_with_a_short_last_one(N, M, Br, Bc):
+    reads, writes = query_outer_walk(N, M, Br, Bc)
+    Tr = -(-N // Br)
+    assert reads == {"q": 1, "k": Tr, "v": Tr, "do": 1}
+    assert writes == {"dq": 1, "dk": Tr, "dv": Tr}
+
+
+KEY_OUTER = """
+def query_outer_counts(N, M, Br, Bc):
+    Tc = -(-M // Bc)
+    return {"q": Tc, "do": Tc, "k": 1, "v": 1}, {"dq": Tc, "dk": 1, "dv": 1}
+"""
+FLOOR = """
+def query_outer_counts(N, M, Br, Bc):
+    return {"q": 1, "do": 1, "k": N // Br, "v": N // Br}, {"dq": 1, "dk": N // Br, "dv": N // Br}
+"""
+RATIO = """
+def query_outer_counts(N, M, Br, Bc):
+    return {"q": 1, "do": 1, "k": N / Br, "v": N / Br}, {"dq": 1, "dk": N / Br, "dv": N / Br}
+"""
+KEY_BLOCKS = """
+def query_outer_counts(N, M, Br, Bc):
+    Tc = -(-M // Bc)
+    return {"q": 1, "do": 1, "k": Tc, "v": Tc}, {"dq": 1, "dk": Tc, "dv": Tc}
+"""
+DO_FOR_D = """
+def query_outer_counts(N, M, Br, Bc):
+    Tr = -(-N // Br)
+    return {"q": 1, "do": 2, "k": Tr, "v": Tr}, {"dq": 1, "dk": Tr, "dv": Tr}
+"""
+HELD = """
+def query_outer_counts(N, M, Br, Bc):
+    Tr = -(-N // Br)
+    return {"q": 1, "do": 1, "k": Tr, "v": Tr}, {"dq": 1, "dk": 1, "dv": 1}
+"""
+DQ_ADDED = """
+def query_outer_counts(N, M, Br, Bc):
+    Tr, Tc = -(-N // Br), -(-M // Bc)
+    return {"q": 1, "do": 1, "k": Tr, "v": Tr}, {"dq": Tc, "dk": Tr, "dv": Tr}
+"""
+ONE_DICT = """
+def query_outer_counts(N, M, Br, Bc):
+    Tr = -(-N // Br)
+    return {"q": 1, "do": 1, "k": Tr, "v": Tr, "dq": 1, "dk": Tr, "dv": Tr}
+"""
+CALLS_WALK = """
+from lab.checks.backward import query_outer_walk as count
+
+
+def query_outer_counts(N, M, Br, Bc):
+    return count(N, M, Br, Bc)
+"""
+TABLE = """
+def query_outer_counts(N, M, Br, Bc):
+    return {"q": 1, "do": 1, "k": 7, "v": 7}, {"dq": 1, "dk": 7, "dv": 7}
+"""
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        (KEY_OUTER, ["case 0", "section 1's order, key blocks outside"]),
+        (FLOOR, ["is not a multiple of Br", "not ⌊N/Br⌋"]),
+        (RATIO, ["a count of blocks is a whole number"]),
+        (KEY_BLOCKS, ["count the query blocks"]),
+        (DO_FOR_D, ["D's own pass over dO is not counted"]),
+        (HELD, ["once per query block"]),
+        (DQ_ADDED, ["dQ_I collects every key block's part", "written once"]),
+        (ONE_DICT, ["returned dict", "two dicts"]),
+        (TABLE, ["✗ case 0", "wrong: k, v, dk, dv"]),
+        (CALLS_WALK, ["✗ case 0", "it calls lab.checks.backward.query_outer_walk"]),
+    ],
+    ids=[
+        "key-outer",
+        "floor",
+        "ratio",
+        "key-blocks",
+        "do-for-D",
+        "held",
+        "dq-added",
+        "one-dict",
+        "table",
+        "calls-the-walk",
+    ],
+)
+def test_planted_loop_order_answer_is_diagnosed(source, expected):
+    out = run_check(EX["loop"], source)
+    assert "✗" in _verdict(out, "query_outer_counts"), out
+    assert all(len(line) <= 100 for line in out.splitlines()), out
+    flat = " ".join(out.split())  # the hint is wrapped to the projector's width
+    for text in expected:
+        assert text in flat, f"{text!r} not in:\n{out}"
+
+
+def test_the_loop_order_cases_are_drawn_afresh(capsys):
+    got = []
+
+    def check(N, M, Br, Bc):
+        got.append((N, M, Br, Bc))
+        Tr = -(-N // Br)
+        return {"q": 1, "k": Tr, "v": Tr, "do": 1}, {"dq": 1, "dk": Tr, "dv": Tr}
+
+    check_loop_order(check, seed=1)
+    check_loop_order(check, seed=2)
+    first, second = got[: len(got) // 2], got[len(got) // 2 :]
+    assert first != second and first[0] == second[0] == (64, 96, 16, 32)
+    assert all(N % Br and -(-N // Br) != -(-M // Bc) for N, M, Br, Bc in first[1:])
+    assert capsys.readouterr().out.count("check: ✓ passed 6 cases") == 2
 
 
 PLANTED = [
@@ -412,15 +573,15 @@ def my_backward(q, k, v, do, causal=False):
     "ignore::RuntimeWarning"
 )  # the planted NaN warns, as it would for a learner
 @pytest.mark.parametrize(
-    "number, source, expected",
+    "key, source, expected",
     [
         (
-            2,
+            "tiled",
             FULL_S,
             ["the values agree on 4 cases", "shape (1024, 1536) = (N, M)", "all N × M"],
         ),
         (
-            2,
+            "tiled",
             STRIP,
             [
                 "the values agree on 4 cases",
@@ -429,19 +590,19 @@ def my_backward(q, k, v, do, causal=False):
             ],
         ),
         (
-            2,
-            EX[2].solution + FULL_MASK,
+            "tiled",
+            EX["tiled"].solution + FULL_MASK,
             [
                 "the values agree on 4 cases",
                 "MiB was allocated",
                 "an N × M array (S, P or a mask) was formed",
             ],
         ),
-        (2, CALLS_LAB, ["case 0", "calls lab.flash_attention_backward_numpy"]),
-        (2, CALLS_REFERENCE, ["case 0", "calls lab.attention_backward"]),
-        (1, AUTOGRAD, ["case 0", "calls torch autograd"]),
+        ("tiled", CALLS_LAB, ["case 0", "calls lab.flash_attention_backward_numpy"]),
+        ("tiled", CALLS_REFERENCE, ["case 0", "calls lab.attention_backward"]),
+        ("standard", AUTOGRAD, ["case 0", "calls torch autograd"]),
         (
-            2,
+            "tiled",
             SKIPS_EMPTY_TILES_NAN,
             [
                 "case 3 (N=50, M=40",
@@ -460,11 +621,11 @@ def my_backward(q, k, v, do, causal=False):
         "skips-empty-tiles-nan",
     ],
 )
-def test_planted_property_violation_is_diagnosed(number, source, expected):
-    name = "tiled_backward" if number == 2 else "my_backward"
+def test_planted_property_violation_is_diagnosed(key, source, expected):
+    name = "tiled_backward" if key == "tiled" else "my_backward"
     out = run_check(
-        EX[number],
-        (STEPS if number == 2 and "def delta" not in source else "") + source,
+        EX[key],
+        (STEPS if key == "tiled" and "def delta" not in source else "") + source,
     )
     assert "✗" in _verdict(out, name), out
     for text in expected:
@@ -577,15 +738,15 @@ def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
 
 def test_a_full_untiled_torch_backward_is_refused():
     """tracemalloc sees no torch allocation: the numpy exercise refuses torch instead."""
-    out = run_check(EX[2], STEPS + UNTILED_TORCH)
+    out = run_check(EX["tiled"], STEPS + UNTILED_TORCH)
     assert "✗ case 0" in _verdict(out, "tiled_backward"), out
     assert "this exercise asks for numpy" in out and "torch." in out
 
 
 def test_delta_under_another_name_is_refused():
     out = run_check(
-        EX[2],
-        EX[2].solution
+        EX["delta"],
+        EX["delta"].solution
         + "\nfrom lab.backward import backward_delta as rowdot\n\n\ndef delta(o, do):\n    return rowdot(o, do)\n",
     )
     line = _verdict(out, "delta")
@@ -594,25 +755,25 @@ def test_delta_under_another_name_is_refused():
 
 def test_standard_backward_without_the_row_max_fails_on_large_scores():
     src = replace_code(
-        EX[1].solution,
+        EX["standard"].solution,
         "p = np.exp(s - s.max(axis=-1, keepdims=True))",
         "p = np.exp(s)",
     )
-    out = run_check(EX[1], src)
+    out = run_check(EX["standard"], src)
     assert "✗ case 4" in out and "scores near +800" in out, out
     assert "subtract each row's max before the exp" in out
 
 
 def test_tiled_backward_dropping_both_short_blocks_names_both():
     src = replace_code(
-        EX[2].solution,
+        EX["tiled"].solution,
         "for j0 in range(0, M, Bc):",
         "for j0 in range(0, M - M % Bc, Bc):",
     )
     src = replace_code(
         src, "for i0 in range(0, N, Br):", "for i0 in range(0, N - N % Br, Br):"
     )
-    out = run_check(EX[2], src)
+    out = run_check(EX["tiled"], src)
     assert "✗ case 1" in out, out
     assert (
         "last query block was never visited" in out
@@ -624,7 +785,7 @@ def test_tiled_backward_dropping_both_short_blocks_names_both():
 def test_check_tiled_backward_reports_a_crash_on_watched_arrays(capsys):
     ns = {"np": np, "delta": lambda o, do: (o * do).sum(axis=-1)}
     exec(
-        compile(EX[2].solution, "<solution>", "exec"), ns
+        compile(EX["tiled"].solution, "<solution>", "exec"), ns
     )  # the worked loop: lab's own is refused
 
     def fussy(q, k, v, o, lse, do, Br, Bc, causal=False):
@@ -641,7 +802,7 @@ def test_check_tiled_backward_reports_a_crash_on_watched_arrays(capsys):
 
 
 @pytest.mark.parametrize("how", list(EVASIONS))
-@pytest.mark.parametrize("name", ["my_backward", "p_tile"])
+@pytest.mark.parametrize("name", ["my_backward", "delta", "p_tile"])
 def test_an_answer_that_hides_from_the_watch_is_refused(name, how):
     out = run_check(EX[STEP[name]], evading(EX[STEP[name]].solution, name, how))
     assert "✗" in _verdict(out, name) and EVASIONS[how][1] in out, out

@@ -12,7 +12,7 @@ UNIT = re.compile(r"vector unit ‹(\w+)›")
 # The notebooks whose published timings must carry the vector unit they ran on.
 MUST_SAY = [
     "08_hardware_runs.ipynb",
-    "09_backward.ipynb",
+    "09_tiled_backward.ipynb",
     "10_decoding.ipynb",
     "10_gqa_and_paging.ipynb",
 ]

@@ -6,14 +6,18 @@ standard backward and the tiled one; each prints one verdict and names the class
 - `check_tiled_backward` : against `lab.attention_backward` too, with block sizes that do not divide N or M
   and rows that see no key; then a large case on watched arrays (`arrays_formed`) fails when an N×M array,
   or a block of rows against all M keys, is formed.
+- `check_loop_order` : the reads and writes of the tiled backward with the query blocks outside, against the
+  counts of that loop walked block by block; the key-outer answer, a floor for a shorter last block and the
+  two block counts swapped are named.
 - `backward_with_mistake` : the tiled backward with one of `BACKWARD_MISTAKES` planted; an answer equal to
   one of them is told which.
 
-Taught in: notebooks/09_backward.ipynb
+Taught in: notebooks/09_backward.ipynb, notebooks/09_tiled_backward.ipynb
 """
 
 from __future__ import annotations
 
+import textwrap
 import tracemalloc
 
 import numpy as np
@@ -33,6 +37,7 @@ __all__ = [
     "check_p_tile",
     "check_standard_backward",
     "check_tiled_backward",
+    "check_loop_order",
     "backward_with_mistake",
     "BACKWARD_MISTAKES",
     "arrays_formed",
@@ -42,7 +47,7 @@ RTOL, ATOL = 1e-7, 1e-10
 NAMES = ("dq", "dk", "dv")
 
 BACKWARD_MISTAKES = {
-    "D = rowsum(dO)": "D computed as rowsum(dO): D_i = Σ_j P_ij dP_ij, which section 2 turns into a sum over row i "
+    "D = rowsum(dO)": "D computed as rowsum(dO): D_i = Σ_j P_ij dP_ij, which can be turned into a sum over row i "
     "of dO ∘ O, not of dO alone",
     "D from one tile": "D_i taken as rowsum(P_ij ∘ dP_ij) over the current tile only: D_i sums over all keys of the row; "
     "rowsum(dO ∘ O) gives it before the loop, without P",
@@ -74,7 +79,7 @@ def backward_with_mistake(
 
     `mistake` may be a tuple of keys; `None` is the correct loop (key blocks outside). Returns `(dq, dk, dv)`; a
     transpose mistake on a tile that is not square raises ValueError, as it would in the learner's code.
-    Taught in: notebooks/09_backward.ipynb
+    Taught in: notebooks/09_tiled_backward.ipynb
     """
     planted = {mistake} if isinstance(mistake, str) else set(mistake or ())
     if not planted <= set(BACKWARD_MISTAKES):
@@ -175,7 +180,7 @@ def arrays_formed(fn, *args, above: int = 0):
     `shapes`: the shapes of the arrays of more than `above` elements that numpy computed from a watched one
     (through ufuncs, `@`, views); `peak_bytes`: the peak of memory newly allocated during the call, from
     `tracemalloc` (numpy reports its allocations to it), which also sees arrays made from scratch
-    (`np.zeros((N, M))`). Taught in: notebooks/09_backward.ipynb
+    (`np.zeros((N, M))`). Taught in: notebooks/09_tiled_backward.ipynb
     """
     args = [
         a.astype(float).view(_Watched) if isinstance(a, np.ndarray) else a for a in args
@@ -540,7 +545,7 @@ def check_tiled_backward(
     again). After the values agree, `large` (same form) is run
     on watched arrays (`arrays_formed`): forming an N×M array, or a block of rows against all M keys, fails,
     and so does calling lab's backward or any torch op (tracemalloc does not see torch's memory; the exercise is
-    numpy's). Taught in: notebooks/09_backward.ipynb
+    numpy's). Taught in: notebooks/09_tiled_backward.ipynb
     """
     name = name or getattr(fn, "__name__", "your backward")
     _, seed = _fresh(seed)
@@ -579,7 +584,7 @@ def _delta_hint(case, got, want) -> str | None:
     if g.shape != want.shape:
         return "shape: D has one number per query row, shape (..., N): sum over the last axis only"
     if _close(g, do.sum(axis=-1)):
-        return "that is rowsum(dO): D_i = Σ_j P_ij dP_ij, which section 2 rewrites with O_i in place of Σ_j P_ij V_j"
+        return "that is rowsum(dO): D_i = Σ_j P_ij dP_ij, rewritten with O_i in place of Σ_j P_ij V_j"
     return "D_i = Σ_j P_ij dP_ij; write dP_ij = dO_i · V_j and move the sum over j inside: what is Σ_j P_ij V_j?"
 
 
@@ -647,7 +652,7 @@ def check_p_tile(
     `cases`: tuples `(i0, i1, j0, j1, spread)`: rows i0:i1 and keys j0:j1 of a problem whose queries are
     multiplied by `spread` (300 makes e^S overflow). Names a tile max used for lse, a tile normalized on its
     own, an overflow and lse subtracted along the wrong axis. The arrays are drawn afresh on each run (`seed` draws
-    the same again). Taught in: notebooks/09_backward.ipynb
+    the same again). Taught in: notebooks/09_tiled_backward.ipynb
     """
     name = name or getattr(fn, "__name__", "your p_tile")
     rng, seed = _fresh(seed)
@@ -692,3 +697,139 @@ def _p_tile_cases(name, fn, cases, rng) -> None:
                 print(f"  hint: {_p_tile_hint(got, s, lse, i0, i1, j0, j1)}")
                 return
     print(f"{name}: ✓ passed {len(cases)} cases")
+
+
+# ------------------------------------------------------------------------------------ the loop order
+
+READS, WRITES = ("q", "k", "v", "do"), ("dq", "dk", "dv")
+
+
+def query_outer_walk(N: int, M: int, Br: int, Bc: int) -> tuple[dict, dict]:
+    """The reads of q, k, v, dO and the writes of dq, dk, dv (in whole arrays) of the tiled backward with the
+    query blocks outside, counted by walking its blocks: for each $Q_I$ (rows $i_0 .. i_0 + B_r$), every $K_J$,
+    $V_J$ loaded and every $dK_J$, $dV_J$ added into, then $dQ_I$ written once. Taught in:
+    notebooks/09_tiled_backward.ipynb"""
+    rows = dict.fromkeys(READS + WRITES, 0)
+    for i0 in range(0, N, Br):
+        n = min(Br, N - i0)  # the last query block may be shorter
+        rows["q"] += n
+        rows["do"] += n
+        for j0 in range(0, M, Bc):
+            m = min(Bc, M - j0)
+            for name in ("k", "v", "dk", "dv"):
+                rows[name] += m
+        rows["dq"] += n
+    size = {"q": N, "do": N, "dq": N, "k": M, "v": M, "dk": M, "dv": M}
+    whole = {n: rows[n] // size[n] for n in rows}
+    return {n: whole[n] for n in READS}, {n: whole[n] for n in WRITES}
+
+
+def _loop_order_hint(N, M, Br, Bc, reads, writes, want) -> str:
+    Tr, Tc = -(-N // Br), -(-M // Bc)
+    key_outer = ({"q": Tc, "do": Tc, "k": 1, "v": 1}, {"dq": Tc, "dk": 1, "dv": 1})
+    if (reads, writes) == key_outer:
+        return (
+            "that is section 1's order, key blocks outside: with query blocks outside, which arrays does "
+            "the outer loop load once, and which again for every outer block?"
+        )
+    if any(
+        isinstance(x, float) and x != int(x)
+        for x in (*reads.values(), *writes.values())
+    ):
+        return "a count of blocks is a whole number: the last, shorter block counts as one, ⌈N/Br⌉"
+    floor = N // Br
+    if floor != Tr and floor in (reads["k"], writes["dk"]):
+        return (
+            f"N = {N} is not a multiple of Br = {Br}: the last, shorter query block is a block too, "
+            f"⌈N/Br⌉ = {Tr} query blocks, not ⌊N/Br⌋ = {floor}"
+        )
+    if Tc != Tr and Tc in (reads["k"], reads["v"]):
+        return (
+            "K and V are loaded again for every query block (the outer loop): count the query blocks, "
+            "⌈N/Br⌉, not the key blocks"
+        )
+    if reads["do"] == 2:
+        return "D's own pass over dO is not counted (it is the same in both orders): the loop reads dO_I once"
+    if writes["dk"] == 1 or writes["dv"] == 1:
+        return (
+            "the tile now holds dQ_I to the end; dK_J and dV_J collect a part from every query block, so "
+            "each is written into the full array once per query block"
+        )
+    if writes["dq"] != 1:
+        return "dQ_I collects every key block's part while Q_I is the outer block: it is written once"
+    wrong = [n for n in READS if reads[n] != want[0][n]] + [
+        n for n in WRITES if writes[n] != want[1][n]
+    ]
+    return f"wrong: {', '.join(wrong)}; walk one outer block and count what it loads and adds into"
+
+
+def _wrapped(text: str) -> str:
+    """`text` indented under a verdict, in lines a projector shows whole (at most 100 characters)."""
+    return textwrap.fill(text, 100, initial_indent="  ", subsequent_indent="  ")
+
+
+def check_loop_order(
+    fn, *, cases: int = 6, name: str | None = None, seed: int | None = None
+) -> None:
+    """Check `fn(N, M, Br, Bc) -> (reads, writes)` for the tiled backward with query blocks outside against
+    `query_outer_walk`; print one verdict.
+
+    The cases are drawn afresh on each run (`seed` draws the same again): $N \ne M$, $B_r \ne B_c$, block sizes
+    that divide and that do not. A wrong answer is told which classic slip it matches; running the check's own
+    walk is refused. Taught in: notebooks/09_tiled_backward.ipynb
+    """
+    name = name or getattr(fn, "__name__", "your function")
+    rng, seed = _fresh(seed)
+    drawn = [(64, 96, 16, 32)]  # blocks that divide: the two counts still differ
+    while len(drawn) < cases:
+        N, M = (int(x) for x in rng.integers(40, 400, size=2))
+        Br, Bc = (
+            int(x) for x in rng.choice([8, 16, 24, 32, 48, 64], size=2, replace=False)
+        )
+        if N % Br and -(-N // Br) != -(
+            -M // Bc
+        ):  # a shorter last query block, and Tr != Tc
+            drawn.append((N, M, Br, Bc))
+    for i, (N, M, Br, Bc) in enumerate(drawn):
+        shown = f"case {i} (N={N}, M={M}, Br={Br}, Bc={Bc})"
+        try:
+            with _watching(("checks.backward.query_outer_walk",)) as called:
+                got = fn(N, M, Br, Bc)
+        except NotImplementedError:
+            print(
+                f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
+            )
+            return
+        except Exception as exc:  # a learner's bug: report it
+            print(
+                f"{name}: ✗ {shown} raised {type(exc).__name__}:\n{_wrapped(str(exc))}"
+            )
+            return
+        if called:
+            print(f"{name}: ✗ {shown}:\n{_wrapped(_refusal(called))}")
+            return
+        if not (
+            isinstance(got, tuple)
+            and len(got) == 2
+            and all(isinstance(x, dict) for x in got)
+            and set(got[0]) == set(READS)
+            and set(got[1]) == set(WRITES)
+        ):
+            what = (
+                "return (reads, writes), two dicts, reads with the keys "
+                '"q", "k", "v", "do" and writes with "dq", "dk", "dv"'
+            )
+            print(f"{name}: ✗ {shown} returned {type(got).__name__}:\n{_wrapped(what)}")
+            return
+        want = query_outer_walk(N, M, Br, Bc)
+        if got != want:
+            print(
+                f"{name}: ✗ {shown}:\n{_wrapped(_loop_order_hint(N, M, Br, Bc, *got, want))}"
+            )
+            print(
+                f"  (seed {seed}: check_loop_order(fn, seed={seed}) draws these cases again)"
+            )
+            return
+    print(
+        f"{name}: ✓ passed {len(drawn)} cases (reads of q, k, v, dO; writes of dq, dk, dv)"
+    )

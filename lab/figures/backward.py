@@ -1,6 +1,6 @@
 """Figures for notebook 09: the tiles the backward visits, and what training keeps between the passes.
 
-Taught in: notebooks/09_backward.ipynb
+Taught in: notebooks/09_backward.ipynb, notebooks/09_tiled_backward.ipynb
 """
 
 from __future__ import annotations

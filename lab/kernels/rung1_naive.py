@@ -7,7 +7,7 @@ N = M = 1024, d = 64; 8.39 MB of it S and P by the formula); tests/test_kernels.
 still grows as N·M: the memory wall of notebook 00. `standard_attention_torch` is this rung in torch, the
 baseline every torch rung is measured against.
 
-Taught in: notebooks/00_the_memory_wall.ipynb, notebooks/08_hardware_runs.ipynb, notebooks/09_backward.ipynb
+Taught in: notebooks/00_the_memory_wall.ipynb, notebooks/08_hardware_runs.ipynb, notebooks/09_backward.ipynb, notebooks/09_tiled_backward.ipynb
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def standard_attention_torch(q, k, v, *, causal: bool = False, scale=None):
 
     GQA: K/V heads are repeated to the query heads (`Hq % Hkv == 0`). Rows with no visible key give 0.
     The torch twin of `attention_naive`: under `torch.no_grad()` it is the naive rung on any device
-    (`lab.attention_torch_naive`). Taught in: notebooks/08_hardware_runs.ipynb, notebooks/09_backward.ipynb
+    (`lab.attention_torch_naive`). Taught in: notebooks/08_hardware_runs.ipynb, notebooks/09_backward.ipynb, notebooks/09_tiled_backward.ipynb
     """
     import torch  # here, so that the numpy rungs never load it
 

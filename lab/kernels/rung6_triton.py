@@ -7,7 +7,7 @@ What it buys: no traffic of N×M size at all, on the chip where that matters; it
 measurement (`python -m lab.bench --gpu-sweep`, recorded in data/runs). The backward is
 `lab/kernels/rung6_triton_backward.py`.
 
-Taught in: notebooks/08_triton_kernel.ipynb, notebooks/09_backward.ipynb
+Taught in: notebooks/08_triton_kernel.ipynb, notebooks/09_tiled_backward.ipynb
 """
 
 # Names, as in the rest of the course: a program owns the Br query rows `rows` of

@@ -12,7 +12,7 @@ with dP_ij = dO_i V_jᵀ and dS_ij = P_ij ∘ (dP_ij - D_i). Each program owns w
 `torch.autograd.Function`. Same devices, dtypes and interpreter rules as the forward (see its docstring):
 compiled on CUDA tensors, Triton's interpreter on CPU tensors. `block_q` is Br, `block_k` is Bc.
 
-Taught in: notebooks/09_backward.ipynb (and used by notebooks/08_triton_kernel.ipynb)
+Taught in: notebooks/09_tiled_backward.ipynb (and used by notebooks/08_triton_kernel.ipynb)
 """
 
 from __future__ import annotations
@@ -242,7 +242,7 @@ def flash_attention_triton_backward(
     kv head), another per query block $dQ_i = \\mathrm{scale} \\sum_j dS_{ij} K_j$, with
     $P_{ij} = e^{\\mathrm{scale}\\,Q_iK_j^\\top - lse_i}$ recomputed and $dS_{ij} = P_{ij} \\circ (dO_iV_j^\\top - D_i)$: no atomics,
     no N×M array. Same devices and dtypes as `flash_attention_triton`.
-    Taught in: notebooks/09_backward.ipynb
+    Taught in: notebooks/09_tiled_backward.ipynb
     """
     causal = check_causal(causal)
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):
@@ -334,7 +334,7 @@ class TritonFlashAttention(torch.autograd.Function):
     Triton forward, saving q, k, v, o and lse (returned too, non-differentiable, with `return_lse=True`); the Triton
     backward recomputing P tile by tile.
 
-    Taught in: notebooks/09_backward.ipynb
+    Taught in: notebooks/09_tiled_backward.ipynb
     """
 
     @staticmethod

@@ -6,8 +6,9 @@ On the CPU `torch.utils.benchmark` handles warm-up, threads and repeats; on a GP
 machine slows them all alike and their ratios stay fair; `time_interleaved` keeps each one's median and
 `spread` says how far its rounds lie apart.
 
-Taught in: notebooks/08_hardware_runs.ipynb (the sweep); notebooks/09_backward.ipynb and
-notebooks/10_decoding.ipynb, notebooks/10_gqa_and_paging.ipynb time through it (`lab.time_forward_backward`, `lab.time_decoding`).
+Taught in: notebooks/08_hardware_runs.ipynb (the sweep); notebooks/09_tiled_backward.ipynb,
+notebooks/10_decoding.ipynb and notebooks/10_gqa_and_paging.ipynb time through it (`lab.time_forward_backward`,
+`lab.time_decoding`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Slider for notebook 09: N, block sizes and the causal mask of the tiled backward.
 
-Taught in: notebooks/09_backward.ipynb
+Taught in: notebooks/09_tiled_backward.ipynb
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def backward_tiles(
 
     The tiled backward is checked against the standard one on `checked_N` = min(N, max(64, 4·min(Br, Bc)))
     rows (at most 4 × 4 blocks of the smaller size), so that the check keeps up with the slider.
-    Taught in: notebooks/09_backward.ipynb
+    Taught in: notebooks/09_tiled_backward.ipynb
     """
     sizes = [8, 16, 32, 64, 128]
     return interactive_figure(

@@ -360,6 +360,10 @@ def widest_key_block(sram_bytes, d, Br, itemsize):
         {"tile": "Br * 4 + Br * 4"},
         ["expected 268, got 223", "P_ij counted in float32"],
     ),
+    "m and l left out": (
+        {"state": "Br * d * 4"},
+        ["m and l are left out", "Br floats each"],
+    ),
     "state left out": (
         {"state": "0"},
         ["got 294", "the state is left out", "m and l (Br each) and acc"],
@@ -985,8 +989,23 @@ WRONG_TILE = {
         (128, 128, 8),
         ["the 9 tiles that fit are right", "28% slower", "4 warps hold"],
     ),
-    "256 × 64 shipped": (FITTING, (256, 64, 8), ["register spilling"]),
-    "a small tile shipped": (FITTING, (64, 64, 4), ["a larger tile fits 4 warps too"]),
+    "256 × 64 shipped": (FITTING, (256, 64, 8), ["28% slower"]),
+    "a small tile shipped": (FITTING, (64, 64, 4), ["a tile of twice its area"]),
+    "the wide tile shipped": (
+        FITTING,
+        (64, 128, 4),
+        ["same area as 128 × 64", "ceil(N / B_r)"],
+    ),
+    "the set at d = 64": (
+        tiling._fitting_a100(64),
+        (128, 64, 4),
+        ["fit at d = 64", "this exercise is d = 128"],
+    ),
+    "one pool for both memories": (
+        tiling._pooled(),
+        (128, 64, 4),
+        ["one 256 KiB pool", "two memories with two budgets"],
+    ),
     "ship outside the fitting set": (
         FITTING,
         (256, 128, 8),
@@ -1018,9 +1037,10 @@ def test_fa2_tile_choice_passes_the_worked_answer_and_reveals_the_source(capsys)
     exec(compile(_src(src), "<solution>", "exec"), ns)
     capsys.readouterr()
     out = _tile_said(ns["fitting"], ns["ship"], capsys)
-    assert out.startswith("fa2_tile: ✓ the 9 tiles that fit") and "28% slower" in out, (
-        out
-    )
+    assert (
+        out.startswith("fa2_tile: ✓ the 9 tiles that fit") and "01afd16d248c" in out
+    ), out
+    assert "85%" not in out and "spilling" not in out, out
     assert _tile_said(set(), None, capsys).startswith("fa2_tile: not implemented yet")
     assert tiling._fitting_a100() == FITTING
 

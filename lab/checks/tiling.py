@@ -354,7 +354,8 @@ def _widest_slip(sram_bytes, d, Br, itemsize, *, s=4, p=None, state=True, up=Fal
     """`_widest` with a classic slip: S_ij at `s` bytes (0: left out), P_ij at `p` (0: left out), the state left out,
     or the division rounded up."""
     p = itemsize if p is None else p
-    fixed = Br * d * itemsize + ((2 * Br + Br * d) * 4 if state else 0)
+    kept = 2 * Br + Br * d if state is True else Br * d if state == "acc" else 0
+    fixed = Br * d * itemsize + kept * 4
     per_key = 2 * d * itemsize + Br * (s + p)
     room = sram_bytes - fixed
     return max(0, -(-room // per_key) if up else room // per_key)
@@ -381,6 +382,10 @@ def _widest_hint(case, got, want):
             "S_ij is left out: the scores are a Br × Bc buffer in float32, beside P_ij",
         ),
         (
+            _widest_slip(*case, state="acc"),
+            "m and l are left out: beside acc, the state holds m and l, Br floats each (float32)",
+        ),
+        (
             _widest_slip(*case, state=False),
             "the state is left out: m and l (Br each) and acc (Br × d) stay on chip for the whole step, in float32",
         ),
@@ -405,7 +410,8 @@ def _widest_hint(case, got, want):
         )
     else:
         default = "the largest Bc whose step fits; 0 when even Bc = 1 does not"
-    return _first([(a, t) for a, t in slips if a != want], got, default)
+    said = [t for a, t in slips if a != want and _first([(a, t)], got, None)]
+    return " — or: ".join(said) if said else default  # slips that give the same Bc here
 
 
 def check_widest_key_block(
@@ -447,11 +453,11 @@ def check_widest_key_block(
 
 # ------------------------------------------------------------------------------ part 1, exercise 3: FA2's tile
 _SIZES, _WARPS = (64, 128, 256), (4, 8)
+_FA2_COMMIT = "01afd16d248c4c7d0f9aed1914084f16c490eaed"
 _FA2_SOURCE = (
-    "\n  FlashAttention-2 ships 128 × 64 with 4 warps at d = 128 (run_mha_fwd_hdim128 in"
-    "\n  csrc/flash_attn/src/flash_fwd_launch_template.h), and says why not the others:"
-    '\n  "Using 8 warps (128 x 128 and 256 x 64) is 28% slower for seqlen=2k";'
-    '\n  "256 x 64 is 85% slower ... because of register spilling"'
+    "\n  FlashAttention-2 ships 128 × 64 with 4 warps at d = 128 on sm80 and sm90 without dropout"
+    "\n  (run_mha_fwd_hdim128 in csrc/flash_attn/src/flash_fwd_launch_template.h, Dao-AILab/flash-attention"
+    f"\n  at commit {_FA2_COMMIT[:12]}); with dropout 128 × 32, and on sm86/sm89 128 × 32 or 64 × 64."
 )
 
 
@@ -479,20 +485,36 @@ def _why_not(Br, Bc, w) -> str:
 
 
 def _ship_hint(Br, Bc, w) -> str | None:
-    """None for FA2's choice; else why FA2's authors did not ship (Br, Bc, w)."""
+    """None for FA2's choice; else what the measurement and the loop say against (Br, Bc, w)."""
     if (Br, Bc, w) == (128, 64, 4):
         return None
     if w == 8:
         return (
-            f"{Br} × {Bc} with 8 warps fits on paper ({_why_not(Br, Bc, w)}), and FA2's authors measured "
-            "it: 8 warps (128 × 128, 256 × 64) ran 28% slower at seqlen 2k, 256 × 64 85% slower from "
-            "register spilling (a kernel also needs registers for addresses, counters and the fragments "
-            "of Q_i, K_j). Which is the largest tile that 4 warps hold?"
+            f"{Br} × {Bc} with 8 warps fits on paper, but FA2's authors measured 8 warps 28% slower at d = 128 "
+            "(the comment quoted in the exercise): ship a tile that 4 warps hold"
+        )
+    if (Br, Bc) == (64, 128):
+        return (
+            "64 × 128 has the same area as 128 × 64 (8,192 scores); what tells them apart is B_r: the fa2 "
+            "loop reads all of K and V once per query block, ceil(N / B_r) times, so the taller B_r reads "
+            "them half as often"
         )
     return (
-        f"{Br} × {Bc} with 4 warps fits, but a larger tile fits 4 warps too: fewer, larger steps, and "
-        "(part 2) fa2 re-reads K and V once per query block, so a taller Br re-reads them fewer times"
+        f"{Br} × {Bc} with 4 warps fits, and so does a tile of twice its area: fewer, larger steps, each "
+        "matmul fuller; which 4-warp tiles have the largest area?"
     )
+
+
+def _pooled(d=128):
+    """The candidates that fit if registers and shared memory were one 256 KiB pool (a classic slip)."""
+    out = set()
+    for Br in _SIZES:
+        for Bc in _SIZES:
+            for w in _WARPS:
+                f = _a100_fit(Br, Bc, w, d)
+                if f["registers"]["total"] + f["shared"]["total"] <= 256 * 1024:
+                    out.add((Br, Bc, w))
+    return out
 
 
 def check_fa2_tile_choice(fitting, ship, *, name: str = "fa2_tile") -> None:
@@ -522,6 +544,17 @@ def check_fa2_tile_choice(fitting, ship, *, name: str = "fa2_tile") -> None:
             f"{name}: ✗ {outside[0]} is not a candidate: Br, Bc in {{64, 128, 256}}, warps 4 or 8"
         )
     extra, missing = sorted(got - want), sorted(want - got)
+    if got != want and got == _fitting_a100(64):
+        return print(
+            f"{name}: ✗ these are the tiles that fit at d = 64, section 3's case\n"
+            "  hint: this exercise is d = 128: acc holds Br × 128 floats, Q_i, K_j, V_j 128 columns each"
+        )
+    if got != want and got == _pooled():
+        return print(
+            f"{name}: ✗ {len(got)} tiles: you compared registers + shared memory with one 256 KiB pool\n"
+            "  hint: they are two memories with two budgets: registers against min(256 KiB, 32·w·255·4 B), "
+            "Q_i, K_j, V_j against the 163 KiB of shared memory a thread block may use"
+        )
     if extra:
         Br, Bc, w = extra[0]
         f = _a100_fit(Br, Bc, w)
@@ -535,7 +568,8 @@ def check_fa2_tile_choice(fitting, ship, *, name: str = "fa2_tile") -> None:
         Br, Bc, w = missing[0]
         return print(
             f"{name}: ✗ {missing[0]} fits and is missing: {_why_not(Br, Bc, w)} ({len(missing)} missing)\n"
-            "  hint: one copy of K_j, V_j here, as FlashAttention-2 keeps them; count each buffer once"
+            "  hint: one copy of K_j, V_j in shared memory here (n_kv = 1), and registers for 8 warps are "
+            "min(256 KiB, 32·8·255·4 B) = 255 KiB"
         )
     if ship not in want:
         return print(f"{name}: ✗ `ship` = {ship} is not among the tiles that fit")

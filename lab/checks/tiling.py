@@ -584,10 +584,12 @@ def check_fa2_tile_choice(fitting, ship, *, name: str = "fa2_tile") -> None:
 # ------------------------------------------------------------------------------ part 2, exercise 3: the empty chunk
 def _merge_cases(rng):
     """(o_a, lse_a, o_b, lse_b) rows: both chunks hold keys, one or the other empty, both empty; values drawn."""
-    o_a, o_b = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
-    lse_a, lse_b = rng.uniform(-3, 3, 4), rng.uniform(-3, 3, 4)
+    o_a, o_b = rng.standard_normal((6, 3)), rng.standard_normal((6, 3))
+    lse_a, lse_b = rng.uniform(-3, 3, 6), rng.uniform(-3, 3, 6)
     lse_a[[1, 3]], lse_b[[2, 3]] = -np.inf, -np.inf
     o_a[[1, 3]], o_b[[2, 3]] = 0.0, 0.0
+    lse_a[4:] += [1000.0, -1000.0]  # e^lse alone is inf, then 0
+    lse_b[4:] += [1000.0, -1000.0]
     return o_a, lse_a, o_b, lse_b
 
 
@@ -604,6 +606,8 @@ _MERGE_ROWS = (
     "chunk a empty",
     "chunk b empty",
     "both chunks empty",
+    "both chunks hold keys, lse near +1000",
+    "both chunks hold keys, lse near -1000",
 )
 
 
@@ -618,7 +622,7 @@ def check_empty_chunk_merge(
     rng, seed = _fresh(seed)
     case = _merge_cases(rng)
     course = _COURSE + ("merge_output_pair", "merge_outputs_many", "reduce_states")
-    ok, got = _attempt(name, fn, "4 rows", tuple(x.copy() for x in case), course=course)
+    ok, got = _attempt(name, fn, "6 rows", tuple(x.copy() for x in case), course=course)
     if not ok:
         return print(seed_note(seed), end="")
     if isinstance(got, _Refused):
@@ -627,12 +631,12 @@ def check_empty_chunk_merge(
         o, lse = (np.asarray(x, dtype=float) for x in got)
     except (TypeError, ValueError):
         return print(
-            f"{name}: ✗ return the pair (o, lse): o of shape (4, 3), lse of shape (4,)"
+            f"{name}: ✗ return the pair (o, lse): o of shape (6, 3), lse of shape (6,)"
         )
     want = _merge_reference(*case)
     if o.shape != want[0].shape or lse.shape != want[1].shape:
         return print(
-            f"{name}: ✗ o has shape {o.shape}, lse {lse.shape}: expected (4, 3) and (4,)"
+            f"{name}: ✗ o has shape {o.shape}, lse {lse.shape}: expected (6, 3) and (6,)"
         )
     for r, what in enumerate(_MERGE_ROWS):
         good = np.allclose(o[r], want[0][r], rtol=1e-12, atol=1e-12) and (
@@ -642,10 +646,15 @@ def check_empty_chunk_merge(
         if good:
             continue
         shown = f"o = {np.round(o[r], 4)}, lse = {lse[r]:.4g}"
-        if r == 3 and np.isnan(o[r]).any() | np.isnan(lse[r]):
+        if r >= 4:
+            hint = (
+                "e^lse alone is inf near lse = +1000 and 0 near -1000 (float64 stops at e^709.8): "
+                "subtract the larger of lse_a, lse_b before exponentiating, and add it back after the log"
+            )
+        elif r == 3 and np.isnan(o[r]).any() | np.isnan(lse[r]):
             hint = (
                 "with both chunks empty lse = log(e^-inf + e^-inf) = -inf, and e^(lse_a - lse) = "
-                "e^(-inf - (-inf)) = e^NaN: weigh by e^(lse_c - lse) only where lse is finite, else give 0"
+                "e^(-inf - (-inf)) = e^NaN: weigh by e^(lse_a - lse), e^(lse_b - lse) only where lse is finite, else give 0"
             )
         elif np.isnan(o[r]).any() | np.isnan(lse[r]):
             hint = "a NaN where one chunk is empty: e^(-inf - finite) = 0 needs no guard; what made the NaN?"
@@ -659,7 +668,7 @@ def check_empty_chunk_merge(
             end="",
         )
     print(
-        f"{name}: ✓ an empty chunk leaves the other as it is; two empty chunks stay empty (o = 0, lse = -inf)"
+        f"{name}: ✓ an empty chunk weighs 0; two empty stay empty (o = 0, lse = -inf); lse ±1000 safe"
     )
 
 
@@ -855,16 +864,25 @@ def _reference(q, k, v, visible=None, scale=None):
 
 def _alpha_inverted(q, k, v, Br, Bc, causal):
     """The tiled forward with the classic slip α = e^(m′ - m) (guards as in the worked solution): (o, lse)."""
+    return _slipped(q, k, v, Br, Bc, causal, "alpha inverted")
+
+
+def _slipped(q, k, v, Br, Bc, causal, slip):
+    """The tiled forward with one classic slip: "alpha inverted" (α = e^(m′ - m)), "acc not rescaled",
+    "partial blocks dropped" (the loops stop at the last whole block), "float32" (the state in float32)."""
     N, M, d = len(q), len(k), q.shape[1]
+    dt = np.float32 if slip == "float32" else np.float64
     o, lse = np.zeros((N, v.shape[1])), np.full(N, -np.inf)
+    n_end = N - N % Br if slip == "partial blocks dropped" else N
+    m_end = M - M % Bc if slip == "partial blocks dropped" else M
     with np.errstate(all="ignore"):
-        for i0 in range(0, N, Br):
+        for i0 in range(0, n_end, Br):
             i1 = min(i0 + Br, N)
-            m, l = np.full(i1 - i0, -np.inf), np.zeros(i1 - i0)
-            acc = np.zeros((i1 - i0, v.shape[1]))
-            for j0 in range(0, M, Bc):
+            m, l = np.full(i1 - i0, -np.inf, dt), np.zeros(i1 - i0, dt)
+            acc = np.zeros((i1 - i0, v.shape[1]), dt)
+            for j0 in range(0, m_end, Bc):
                 j1 = min(j0 + Bc, M)
-                s = q[i0:i1] @ k[j0:j1].T / np.sqrt(d)
+                s = (q[i0:i1] @ k[j0:j1].T / np.sqrt(d)).astype(dt)
                 if causal:
                     hide = (
                         np.arange(j0, j1)[None, :] > np.arange(i0, i1)[:, None] + M - N
@@ -872,17 +890,35 @@ def _alpha_inverted(q, k, v, Br, Bc, causal):
                     s = np.where(hide, -np.inf, s)
                 m_new = np.maximum(m, s.max(axis=1))
                 m_use = np.where(np.isneginf(m_new), 0.0, m_new)
-                alpha = np.exp(m_use - m)  # the slip: e^(m′ - m)
+                alpha = np.exp(m_use - m if slip == "alpha inverted" else m - m_use)
                 p = np.exp(s - m_use[:, None])
+                keep = 1.0 if slip == "acc not rescaled" else alpha[:, None]
                 l, acc, m = (
                     alpha * l + p.sum(axis=1),
-                    alpha[:, None] * acc + p @ v[j0:j1],
+                    keep * acc + p @ v[j0:j1].astype(dt),
                     m_new,
                 )
             seen = l > 0
             o[i0:i1] = acc / np.where(seen, l, 1.0)[:, None]
             lse[i0:i1] = np.where(seen, m + np.log(np.where(seen, l, 1.0)), -np.inf)
     return o, lse
+
+
+_SLIPS = {
+    "acc not rescaled": (
+        "l is rescaled by α = e^(m - m′) and acc is not: acc's terms were taken relative to the old m "
+        "like l's, so when the max grows both shrink by the same α (acc = α[:, None] * acc + P_ij @ V_j)"
+    ),
+    "partial blocks dropped": (
+        "the partial last blocks are missing (rows past the last whole query block stay 0, and the last "
+        "keys are never seen): loop over range(0, N, Br) and range(0, M, Bc), ending each block at "
+        "min(i0 + Br, N) and min(j0 + Bc, M)"
+    ),
+    "float32": (
+        "your values agree to about 1e-7, float32's precision: the inputs are float64, so keep m, l and acc in "
+        "float64 too (np.zeros and np.full give float64 unless told dtype=np.float32)"
+    ),
+}
 
 
 _ALPHA_INVERTED = (
@@ -912,6 +948,16 @@ def _forward_hint(case, got, want) -> str:
         for a, b in zip((o, lse), slip)
     ):
         return _ALPHA_INVERTED
+    if np.asarray(got[0]).dtype == np.float32:
+        return _SLIPS["float32"]
+    for name, text in _SLIPS.items():
+        alt = _slipped(q, k, v, Br, Bc, causal, name)
+        tol = (1e-4, 1e-6) if name == "float32" else (1e-9, 1e-12)
+        if all(
+            np.allclose(a, b, rtol=tol[0], atol=tol[1], equal_nan=True)
+            for a, b in zip((o, lse), alt)
+        ) and not np.allclose(o, want[0], rtol=1e-9, atol=1e-12):
+            return text
     vis = causal_mask(N, M) if causal else np.ones((N, M), bool)
     s = np.where(vis, q @ k.T / np.sqrt(q.shape[1]), -np.inf)
     if not causal and M > Bc and s[:, :Bc].min() > 300 and s[:, Bc:].max() < -300:
@@ -1162,6 +1208,16 @@ def _report_problem(report, N, M, Br, Bc, causal) -> str | None:
             continue
         i1, j0 = min((i + 1) * Br, N), j * Bc
         corner = j0 == i1 - 1 + M - N
+        if not causal:
+            return (
+                f"tile ({i}, {j}) is missing from your report: without the mask every one of the "
+                f"Tr × Tc = {Tr} × {Tc} tiles is computed, so each is loaded and reported once"
+                + (
+                    "; the last key block is partial and counts too"
+                    if j == Tc - 1 and M % Bc
+                    else ""
+                )
+            )
         return (
             f"tile ({i}, {j}) is missing from your report: query {i1 - 1} (the block's last) sees key {j0} "
             "(its first), so the tile is computed. "

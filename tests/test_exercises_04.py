@@ -713,8 +713,8 @@ def test_passing_lines_are_fixed_text(capsys):
     )
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
-        "merge_pair: ✓ passed 10 cases (= attention; the three laws, empty_pair the identity; "
-        "lse ±1000; empty rows)",
+        "merge_pair: ✓ passed 10 cases (= attention, the laws with empty_pair, lse ±1000, "
+        "empty rows)",
         "merge_partials: ✓ passed 10 cases (1 to 7 parts, lse ±1000, empty parts), in any order",
         "chunked_attention: ✓ passed 8 cases; each key reached chunk_output once, "
         "merge_partials merged",

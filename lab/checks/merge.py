@@ -479,8 +479,8 @@ def check_pair_merge(
             print(seed_note(seed), end="")
             return
     print(
-        f"{name}: ✓ passed {len(cases)} cases (= attention; the three laws, {ename} the identity; "
-        "lse ±1000; empty rows)"
+        f"{name}: ✓ passed {len(cases)} cases (= attention, the laws with {ename}, lse ±1000, "
+        "empty rows)"
     )
 
 

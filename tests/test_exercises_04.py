@@ -713,8 +713,8 @@ def test_passing_lines_are_fixed_text(capsys):
     )
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
-        "merge_pair: ✓ passed 10 cases (= attention, commutative, associative, "
-        "empty_pair an identity, lse ±1000, empty rows)",
+        "merge_pair: ✓ passed 10 cases (= attention, the laws with empty_pair, lse ±1000, "
+        "empty rows)",
         "merge_partials: ✓ passed 10 cases (1 to 7 parts, lse ±1000, empty parts), in any order",
         "chunked_attention: ✓ passed 8 cases; each key reached chunk_output once, "
         "merge_partials merged",
@@ -894,14 +894,94 @@ def test_exercise_3_refuses_an_answer_that_is_not_the_merge_returned():
     )
 
 
+CHAIN = """
+def tree_rounds(C):
+    return [[(0, b)] for b in range(1, C)]
+"""
+TREE_BODY = """
+def tree_rounds(C):
+    rounds, live = [], list(range(C))
+    while len(live) > 1:
+        rounds.append([(live[i], live[i + 1]) for i in range(0, len(live) - 1, 2)])
+        live = {keep}
+    return rounds
+"""
+
+
 @pytest.mark.parametrize(
-    "body, says",
+    "source, says",
     [
-        ("return C - 1, int(np.log2(C))", ["tree (element 1)", "round log2 C up"]),
-        ("return C, (C - 1).bit_length()", ["sequential (element 0)", "C - 1 merges"]),
-        ("return C - 1, C - 1", ["tree (element 1)", "its steps are its rounds"]),
-        ("return C - 1, lab.merge_depth(C, 'tree')", ["calls lab.merge_depth"]),
+        (CHAIN, ["7 rounds for C = 8; 3 are enough", "sequential chain"]),
+        (
+            TREE_BODY.format(keep="live[::2] if len(live) % 2 == 0 else live[:-1:2]"),
+            ["slots are still live", "the one left over stays live"],
+        ),
+        (
+            "def tree_rounds(C):\n    return [[(0, 1), (1, 2)]] if C > 2 else [[(0, 1)]] * (C - 1)\n",
+            ["uses slot 1 in two merges", "disjoint pairs"],
+        ),
+        (
+            "def tree_rounds(C):\n    return [[(0, c) for c in range(1, C)]] if C > 1 else []\n",
+            ["uses slot 0 in two merges"],
+        ),
+        (
+            "def tree_rounds(C):\n    return [[(c, c + 1)] for c in range(C - 1)]\n",
+            ["already used up", "its part now lives in slot a"],
+        ),
+        (
+            "def tree_rounds(C):\n    return lab.merge_plan(C, 'tree')\n",
+            ["calls lab.merge_plan"],
+        ),
     ],
 )
-def test_exercise_4_diagnoses_planted_mistakes(body, says):
-    _fails(4, f"def merge_steps(C):\n    {body}\n", *says)
+def test_exercise_4_diagnoses_planted_mistakes(source, says):
+    _fails(4, source, *says)
+
+
+def test_check_merge_steps_still_diagnoses_its_mistakes():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        checks.check_merge_steps(lambda C: (C - 1, int(np.log2(C))))
+    assert "round log2 C up" in out.getvalue()
+
+
+def test_exercise_2_refuses_logaddexp_reduce():
+    _fails(
+        2,
+        """
+        def merge_partials(parts):
+            o_c = np.stack([o for o, _ in parts])
+            lse_c = np.stack([lse for _, lse in parts])
+            lse = np.logaddexp.reduce(lse_c, axis=0)
+            w = np.exp(lse_c - np.where(np.isneginf(lse), 0.0, lse))
+            return (w[..., None] * o_c).sum(axis=0), lse
+        """,
+        "numpy.logaddexp",
+    )
+
+
+def test_exercise_1_names_the_larger_chunk_s_output():
+    _fails(
+        1,
+        """
+        def empty_pair(N, dv):
+            return np.zeros((N, dv)), np.full(N, -np.inf)
+
+        def merge_pair(x, y):
+            big = x[1] >= y[1]
+            return np.where(big[:, None], x[0], y[0]), np.maximum(x[1], y[1])
+        """,
+        "the o_c of the chunk with the larger lse",
+    )
+
+
+def test_exercise_3_names_slices_one_short():
+    _fails(
+        3,
+        _loop("""
+        parts = [chunk_output(q, k[j:j + chunk - 1], v[j:j + chunk - 1]) for j in range(0, len(k), chunk)]
+        return merge_partials(parts)
+    """),
+        "never reached chunk_output",
+        "the last key of every chunk is lost",
+    )

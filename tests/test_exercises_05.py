@@ -28,8 +28,8 @@ PASSED = {
     "widest": "widest_key_block: ✓ passed 9 cases\n",
     "forward": "flash_forward: ✓ passed 14 cases, exact to 1e-9; no N × M array held;\n  K_j, V_j loaded "
     "once per reported tile, at most Bc rows; 35 hidden tiles skipped (fixed cases)\n",
-    "merge": "merge_chunks: ✓ an empty chunk leaves the other as it is; two empty chunks stay empty "
-    "(o = 0, lse = -inf)\n",
+    "merge": "merge_chunks: ✓ an empty chunk weighs 0; two empty stay empty (o = 0, lse = -inf); "
+    "lse ±1000 safe\n",
 }
 
 
@@ -359,6 +359,10 @@ def widest_key_block(sram_bytes, d, Br, itemsize):
     "P_ij in float32": (
         {"tile": "Br * 4 + Br * 4"},
         ["expected 268, got 223", "P_ij counted in float32"],
+    ),
+    "m and l left out": (
+        {"state": "Br * d * 4"},
+        ["m and l are left out", "Br floats each"],
     ),
     "state left out": (
         {"state": "0"},
@@ -776,6 +780,46 @@ WRONG_4.update(
 )
 
 
+WRONG_4.update(
+    {
+        "acc not rescaled": (
+            _fwd().replace("acc = alpha[:, None] * acc", "acc = acc"),
+            ["acc is not", "both shrink by the same α"],
+        ),
+        "partial blocks dropped": (
+            _fwd(
+                rows="range(0, N - N % Br, Br)",
+                keys="range(0, min(last, M - M % Bc), Bc)",
+            ),
+            ["the partial last blocks are missing", "range(0, N, Br)"],
+        ),
+        "a float32 accumulator": (
+            _fwd(m0="-np.inf, np.float32")
+            .replace(
+                "np.zeros(i1 - i0), np.zeros((i1 - i0, v.shape[1]))",
+                "np.zeros(i1 - i0, np.float32), np.zeros((i1 - i0, v.shape[1]), np.float32)",
+            )
+            .replace(
+                "s = q_i @ k[j0:j1].T", "s = (q_i @ k[j0:j1].T).astype(np.float32)"
+            )
+            .replace("p @ v[j0:j1]", "p @ v[j0:j1].astype(np.float32)"),
+            ["float32's precision", "keep m, l and acc in float64"],
+        ),
+        "a tile left out of the report, no mask": (
+            _fwd(report="tiles.append((i0 // Br, j0 // Bc, j1 - j0)) if j0 else None"),
+            ["is missing from your report"],
+        ),
+    }
+)
+
+
+def test_a_non_causal_report_gap_is_not_blamed_on_the_mask():
+    from lab.checks.tiling import _report_problem
+
+    said = _report_problem(np.array([[0, 1, 4]]), 4, 8, 4, 4, False)
+    assert "without the mask every one of the" in said and "diagonal" not in said, said
+
+
 @pytest.mark.parametrize("mistake", WRONG_4)
 def test_exercise_4_mistakes(mistake):
     source, says = WRONG_4[mistake]
@@ -985,8 +1029,23 @@ WRONG_TILE = {
         (128, 128, 8),
         ["the 9 tiles that fit are right", "28% slower", "4 warps hold"],
     ),
-    "256 × 64 shipped": (FITTING, (256, 64, 8), ["register spilling"]),
-    "a small tile shipped": (FITTING, (64, 64, 4), ["a larger tile fits 4 warps too"]),
+    "256 × 64 shipped": (FITTING, (256, 64, 8), ["28% slower"]),
+    "a small tile shipped": (FITTING, (64, 64, 4), ["a tile of twice its area"]),
+    "the wide tile shipped": (
+        FITTING,
+        (64, 128, 4),
+        ["same area as 128 × 64", "ceil(N / B_r)"],
+    ),
+    "the set at d = 64": (
+        tiling._fitting_a100(64),
+        (128, 64, 4),
+        ["fit at d = 64", "this exercise is d = 128"],
+    ),
+    "one pool for both memories": (
+        tiling._pooled(),
+        (128, 64, 4),
+        ["one 256 KiB pool", "two memories with two budgets"],
+    ),
     "ship outside the fitting set": (
         FITTING,
         (256, 128, 8),
@@ -1018,9 +1077,10 @@ def test_fa2_tile_choice_passes_the_worked_answer_and_reveals_the_source(capsys)
     exec(compile(_src(src), "<solution>", "exec"), ns)
     capsys.readouterr()
     out = _tile_said(ns["fitting"], ns["ship"], capsys)
-    assert out.startswith("fa2_tile: ✓ the 9 tiles that fit") and "28% slower" in out, (
-        out
-    )
+    assert (
+        out.startswith("fa2_tile: ✓ the 9 tiles that fit") and "01afd16d248c" in out
+    ), out
+    assert "85%" not in out and "spilling" not in out, out
     assert _tile_said(set(), None, capsys).startswith("fa2_tile: not implemented yet")
     assert tiling._fitting_a100() == FITTING
 
@@ -1039,6 +1099,17 @@ MERGE_OK = {
     "safe": "np.where(np.isneginf(lse), 0.0, lse)",
 }
 WRONG_MERGE = {
+    "e^lse without a shift": (
+        """
+def merge_chunks(o_a, lse_a, o_b, lse_b):
+    mass = np.exp(lse_a) + np.exp(lse_b)
+    seen = mass > 0
+    safe = np.where(seen, mass, 1.0)
+    o = (np.exp(lse_a)[:, None] * o_a + np.exp(lse_b)[:, None] * o_b) / safe[:, None]
+    return np.where(seen[:, None], o, 0.0), np.where(seen, np.log(safe), -np.inf)
+""",
+        ["lse near +1000", "subtract the larger of lse_a, lse_b"],
+    ),
     "unguarded: both empty gives NaN": (
         {"safe": "lse"},
         ["row 3 (both chunks empty)", "e^(-inf - (-inf))", "only where lse is finite"],

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..attention import attention_reference
 from ..exercises import check, diagnose, raised_at, seed_note
-from ..merge import merge_outputs, random_chunk_bounds
+from ..merge import merge_output_pair, merge_outputs, random_chunk_bounds
 from ..states import partial_state
 from ._support import _fresh, _own_work, _refusal, _settled, _watching
 from ._values import FLOAT32, sharpen
@@ -38,6 +38,7 @@ __all__ = [
     "check_merge_partials",
     "check_chunked_attention",
     "check_merge_steps",
+    "check_tree_rounds",
 ]
 
 RTOL, ATOL = 1e-9, 1e-12
@@ -57,6 +58,8 @@ _COURSE = (
     "reduce_states",
     "merge_outputs",
     "merge_output_pair",
+    "merge_plan",
+    "merge_depth",
 )
 _OVERFLOW = "float64 stops at e^709.8, and e^-1000 is 0"
 _BROADCAST = (
@@ -95,6 +98,7 @@ def _spy_globals(fn, targets, results=None):
         g.update(saved)
 
 
+_LOGADDEXP = np.logaddexp  # the ufunc itself, before any counting wraps it
 _LOGS = ("log", "log1p", "log2", "log10", "logaddexp", "logaddexp2")
 
 
@@ -124,10 +128,14 @@ def _counting_logs():
             setattr(np, n, f)
 
 
-def _attempt(name, fn, args, where):
-    """`fn(*args)` with the course's answers watched: (result, lab names called), or `_FAILED` after saying why."""
+def _attempt(name, fn, args, where, forbid=()):
+    """`fn(*args)` with the course's answers (and the numpy functions `forbid`) watched: (result, names called), or
+    `_FAILED` after saying why."""
     try:
-        with np.errstate(all="ignore"), _watching(_COURSE, numpy_only=True) as used:
+        with (
+            np.errstate(all="ignore"),
+            _watching(_COURSE, numpy_only=True, forbid=forbid) as used,
+        ):
             out = _settled(fn(*args))
     except NotImplementedError as exc:
         stub = traceback.extract_tb(exc.__traceback__)[-1].name
@@ -169,7 +177,16 @@ def _judge(name, where, got, used, want, names, hint, before=(), after=()) -> bo
             "compute new arrays: x = x * w makes a new one, x *= w overwrites the caller's",
         )
     elif used:
-        _fail(name, where, _refusal(used))
+        fold = any("logaddexp" in u for u in used)
+        _fail(
+            name,
+            where,
+            _refusal(used),
+            "np.logaddexp.reduce folds the lse_c two at a time, a log at every step: a pairwise fold "
+            "inside one call; take one max over the C values of lse_c, the C weights, one sum, one log"
+            if fold
+            else None,
+        )
     return problem is None and not changed and not used
 
 
@@ -462,8 +479,8 @@ def check_pair_merge(
             print(seed_note(seed), end="")
             return
     print(
-        f"{name}: ✓ passed {len(cases)} cases (= attention, commutative, associative, "
-        f"{ename} an identity, lse ±1000, empty rows)"
+        f"{name}: ✓ passed {len(cases)} cases (= attention, the laws with {ename}, lse ±1000, "
+        "empty rows)"
     )
 
 
@@ -581,7 +598,14 @@ def _merge_hint(label, parts, got, problem):
     with np.errstate(all="ignore"):
         m = L.max(axis=0)
         w = np.exp(L - np.where(np.isneginf(m), 0.0, m))  # (C, N)
+        top = np.take_along_axis(O, L.argmax(axis=0)[None, :, None], axis=0)[0]
         known = [
+            (
+                0,
+                top,
+                "your o is the o_c of the chunk with the larger lse: that chunk holds most of the mass, "
+                "not all of it; every chunk with mass counts, weighted by its share e^{lse_c} / e^{lse}",
+            ),
             (
                 0,
                 O.mean(axis=0),
@@ -652,7 +676,9 @@ def check_merge_partials(
                 if n == "merge_pair"
             ]
             with _spy_globals(fn, pair) as pairs, _counting_logs() as logs:
-                res = _attempt(name, fn, ([tuple(p) for p in given],), where)
+                res = _attempt(
+                    name, fn, ([tuple(p) for p in given],), where, (_LOGADDEXP,)
+                )
             folded = sum(len(c) for c in pairs.values())
             if res is not _FAILED and (folded or (len(given) >= 3 and len(logs) > 2)):
                 _fail(
@@ -793,13 +819,19 @@ def _coverage(k, calls, chunk):
             if len(lost) == 1
             else f"keys {lost[0]}..{lost[-1]}"
             if np.ptp(lost) == len(lost) - 1
-            else f"{len(lost)} keys, the first {lost[0]},"
+            else f"{len(lost)} keys ({', '.join(map(str, lost[:3]))}, ...)"
         )
         tail = lost[-1] == M - 1 and M % chunk
+        short = chunk > 1 and all(
+            j % chunk == chunk - 1 for j in lost if j < M - M % chunk
+        )
         return f"{span} never reached chunk_output", (
             f"{M} keys are not a multiple of {chunk}: the last chunk is shorter "
             "and still counts"
-            if tail
+            if tail and len(lost) < chunk
+            else f"the last key of every chunk is lost: k[j0:j0 + chunk] already holds {chunk} keys "
+            "(a slice stops before its end), so do not subtract 1"
+            if short
             else "every key belongs to one chunk"
         )
     if (seen > 1).any():
@@ -1011,4 +1043,109 @@ def check_merge_steps(fn, *, name: str | None = None, seed: int | None = None) -
         hint=_steps_hint,
         properties=(_own_work("merge_depth", "merge_plan", "reduce_states"),),
         seed=seed,
+    )
+
+
+# ------------------------------------------------------------------------------------ exercise 4: the tree's rounds
+def _rounds_problem(C, rounds):
+    """What is wrong with `rounds` as a schedule of C parts, (problem, hint) in words, or None; also the one live
+    slot left at the end."""
+    try:
+        rounds = [[(int(a), int(b)) for a, b in r] for r in rounds]
+    except (TypeError, ValueError):
+        return (
+            "returned something that is not a list of rounds of pairs (a, b)",
+            "return a list with one list per round, each holding pairs (a, b) of slot indices",
+        ), None
+    live = set(range(C))
+    for n, r in enumerate(rounds):
+        used = [s for pair in r for s in pair]
+        bad = next((s for s in used if not 0 <= s < C), None)
+        if bad is not None:
+            return (
+                f"round {n} names slot {bad}; the slots are 0..{C - 1}",
+                "slot c holds part c at the start; a pair (a, b) names two live slots",
+            ), None
+        twice = next((s for s in used if used.count(s) > 1), None)
+        if twice is not None:
+            return (
+                f"round {n} uses slot {twice} in two merges",
+                "the merges of one round run at the same time, so they need disjoint pairs: "
+                "a slot merged in this round is ready only for the next",
+            ), None
+        dead = next((s for s in used if s not in live), None)
+        if dead is not None:
+            return (
+                f"round {n} merges slot {dead}, already used up",
+                "after (a, b) slot b is empty: its part now lives in slot a",
+            ), None
+        live -= {b for _, b in r}
+    if len(live) != 1:
+        return (
+            f"after your {len(rounds)} rounds {len(live)} slots are still live",
+            "keep pairing the live slots until one is left; with an odd number of live slots the one "
+            "left over stays live and waits for the next round",
+        ), None
+    want = (C - 1).bit_length()
+    if len(rounds) > want:
+        one = all(len(r) <= 1 for r in rounds)
+        return (
+            f"{len(rounds)} rounds for C = {C}; {want} are enough",
+            "one merge a round is the sequential chain: in each round pair up all the live slots at once"
+            if one
+            else "pair up every live slot in each round (with an odd count, one waits): each round then "
+            "halves the live slots, rounded up",
+        ), None
+    return None, live.pop()
+
+
+def check_tree_rounds(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(C)` -> the rounds of a tree reduction of C parts: a list of rounds, each a list of pairs `(a, b)`
+    (slot a becomes a ⊕ b, slot b is used up), disjoint within a round, ending with one live slot, in
+    $\\lceil \\log_2 C \\rceil$ rounds; the schedule is then run with the course's merge on C real chunks and must
+    give attention over all keys. Print one verdict.
+
+    Fixed C (1, 2, 3, 8, 12, 16) and three drawn afresh (`seed` draws the same again); lab's merge plans are
+    refused. Taught in: notebooks/04_merge_order.ipynb
+    """
+    name = name or getattr(fn, "__name__", "tree_rounds")
+    rng, seed = _fresh(seed)
+    sizes = [1, 2, 3, 8, 12, 16] + [int(c) for c in rng.integers(5, 300, 3)]
+    for C in sizes:
+        where = f"C = {C}"
+        res = _attempt(name, fn, (C,), where)
+        if res is _FAILED:
+            print(seed_note(seed), end="")
+            return
+        rounds, used = res
+        if used:
+            return _fail(name, where, _refusal(used))
+        problem, last = _rounds_problem(C, rounds)
+        if problem is not None:
+            _fail(name, where, *problem)
+            print(seed_note(seed), end="")
+            return
+        q, k, v = _qkv(rng, 2, 3 * C)
+        parts = [
+            attention_reference(q, k[3 * c : 3 * c + 3], v[3 * c : 3 * c + 3])
+            for c in range(C)
+        ]
+        slots = list(parts)
+        for r in rounds:
+            for a, b in r:
+                slots[int(a)], slots[int(b)] = (
+                    merge_output_pair(slots[int(a)], slots[int(b)]),
+                    None,
+                )
+        o, lse = slots[last]
+        o_ref, lse_ref = attention_reference(q, k, v)
+        if not (
+            np.allclose(o, o_ref, rtol=RTOL, atol=1e-10) and np.allclose(lse, lse_ref)
+        ):
+            return _fail(
+                name, where, "your schedule's merge is not attention over all the keys"
+            )
+    print(
+        f"{name}: ✓ passed {len(sizes)} sizes of C (disjoint pairs, ceil(log2 C) rounds, "
+        "= attention when run)"
     )

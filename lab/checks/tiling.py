@@ -354,7 +354,8 @@ def _widest_slip(sram_bytes, d, Br, itemsize, *, s=4, p=None, state=True, up=Fal
     """`_widest` with a classic slip: S_ij at `s` bytes (0: left out), P_ij at `p` (0: left out), the state left out,
     or the division rounded up."""
     p = itemsize if p is None else p
-    fixed = Br * d * itemsize + ((2 * Br + Br * d) * 4 if state else 0)
+    kept = 2 * Br + Br * d if state is True else Br * d if state == "acc" else 0
+    fixed = Br * d * itemsize + kept * 4
     per_key = 2 * d * itemsize + Br * (s + p)
     room = sram_bytes - fixed
     return max(0, -(-room // per_key) if up else room // per_key)
@@ -381,6 +382,10 @@ def _widest_hint(case, got, want):
             "S_ij is left out: the scores are a Br × Bc buffer in float32, beside P_ij",
         ),
         (
+            _widest_slip(*case, state="acc"),
+            "m and l are left out: beside acc, the state holds m and l, Br floats each (float32)",
+        ),
+        (
             _widest_slip(*case, state=False),
             "the state is left out: m and l (Br each) and acc (Br × d) stay on chip for the whole step, in float32",
         ),
@@ -405,7 +410,8 @@ def _widest_hint(case, got, want):
         )
     else:
         default = "the largest Bc whose step fits; 0 when even Bc = 1 does not"
-    return _first([(a, t) for a, t in slips if a != want], got, default)
+    said = [t for a, t in slips if a != want and _first([(a, t)], got, None)]
+    return " — or: ".join(said) if said else default  # slips that give the same Bc here
 
 
 def check_widest_key_block(
@@ -447,11 +453,11 @@ def check_widest_key_block(
 
 # ------------------------------------------------------------------------------ part 1, exercise 3: FA2's tile
 _SIZES, _WARPS = (64, 128, 256), (4, 8)
+_FA2_COMMIT = "01afd16d248c4c7d0f9aed1914084f16c490eaed"
 _FA2_SOURCE = (
-    "\n  FlashAttention-2 ships 128 × 64 with 4 warps at d = 128 (run_mha_fwd_hdim128 in"
-    "\n  csrc/flash_attn/src/flash_fwd_launch_template.h), and says why not the others:"
-    '\n  "Using 8 warps (128 x 128 and 256 x 64) is 28% slower for seqlen=2k";'
-    '\n  "256 x 64 is 85% slower ... because of register spilling"'
+    "\n  FlashAttention-2 ships 128 × 64 with 4 warps at d = 128 on sm80 and sm90 without dropout"
+    "\n  (run_mha_fwd_hdim128 in csrc/flash_attn/src/flash_fwd_launch_template.h, Dao-AILab/flash-attention"
+    f"\n  at commit {_FA2_COMMIT[:12]}); with dropout 128 × 32, and on sm86/sm89 128 × 32 or 64 × 64."
 )
 
 
@@ -479,20 +485,36 @@ def _why_not(Br, Bc, w) -> str:
 
 
 def _ship_hint(Br, Bc, w) -> str | None:
-    """None for FA2's choice; else why FA2's authors did not ship (Br, Bc, w)."""
+    """None for FA2's choice; else what the measurement and the loop say against (Br, Bc, w)."""
     if (Br, Bc, w) == (128, 64, 4):
         return None
     if w == 8:
         return (
-            f"{Br} × {Bc} with 8 warps fits on paper ({_why_not(Br, Bc, w)}), and FA2's authors measured "
-            "it: 8 warps (128 × 128, 256 × 64) ran 28% slower at seqlen 2k, 256 × 64 85% slower from "
-            "register spilling (a kernel also needs registers for addresses, counters and the fragments "
-            "of Q_i, K_j). Which is the largest tile that 4 warps hold?"
+            f"{Br} × {Bc} with 8 warps fits on paper, but FA2's authors measured 8 warps 28% slower at d = 128 "
+            "(the comment quoted in the exercise): ship a tile that 4 warps hold"
+        )
+    if (Br, Bc) == (64, 128):
+        return (
+            "64 × 128 has the same area as 128 × 64 (8,192 scores); what tells them apart is B_r: the fa2 "
+            "loop reads all of K and V once per query block, ceil(N / B_r) times, so the taller B_r reads "
+            "them half as often"
         )
     return (
-        f"{Br} × {Bc} with 4 warps fits, but a larger tile fits 4 warps too: fewer, larger steps, and "
-        "(part 2) fa2 re-reads K and V once per query block, so a taller Br re-reads them fewer times"
+        f"{Br} × {Bc} with 4 warps fits, and so does a tile of twice its area: fewer, larger steps, each "
+        "matmul fuller; which 4-warp tiles have the largest area?"
     )
+
+
+def _pooled(d=128):
+    """The candidates that fit if registers and shared memory were one 256 KiB pool (a classic slip)."""
+    out = set()
+    for Br in _SIZES:
+        for Bc in _SIZES:
+            for w in _WARPS:
+                f = _a100_fit(Br, Bc, w, d)
+                if f["registers"]["total"] + f["shared"]["total"] <= 256 * 1024:
+                    out.add((Br, Bc, w))
+    return out
 
 
 def check_fa2_tile_choice(fitting, ship, *, name: str = "fa2_tile") -> None:
@@ -522,6 +544,17 @@ def check_fa2_tile_choice(fitting, ship, *, name: str = "fa2_tile") -> None:
             f"{name}: ✗ {outside[0]} is not a candidate: Br, Bc in {{64, 128, 256}}, warps 4 or 8"
         )
     extra, missing = sorted(got - want), sorted(want - got)
+    if got != want and got == _fitting_a100(64):
+        return print(
+            f"{name}: ✗ these are the tiles that fit at d = 64, section 3's case\n"
+            "  hint: this exercise is d = 128: acc holds Br × 128 floats, Q_i, K_j, V_j 128 columns each"
+        )
+    if got != want and got == _pooled():
+        return print(
+            f"{name}: ✗ {len(got)} tiles: you compared registers + shared memory with one 256 KiB pool\n"
+            "  hint: they are two memories with two budgets: registers against min(256 KiB, 32·w·255·4 B), "
+            "Q_i, K_j, V_j against the 163 KiB of shared memory a thread block may use"
+        )
     if extra:
         Br, Bc, w = extra[0]
         f = _a100_fit(Br, Bc, w)
@@ -535,7 +568,8 @@ def check_fa2_tile_choice(fitting, ship, *, name: str = "fa2_tile") -> None:
         Br, Bc, w = missing[0]
         return print(
             f"{name}: ✗ {missing[0]} fits and is missing: {_why_not(Br, Bc, w)} ({len(missing)} missing)\n"
-            "  hint: one copy of K_j, V_j here, as FlashAttention-2 keeps them; count each buffer once"
+            "  hint: one copy of K_j, V_j in shared memory here (n_kv = 1), and registers for 8 warps are "
+            "min(256 KiB, 32·8·255·4 B) = 255 KiB"
         )
     if ship not in want:
         return print(f"{name}: ✗ `ship` = {ship} is not among the tiles that fit")
@@ -550,10 +584,12 @@ def check_fa2_tile_choice(fitting, ship, *, name: str = "fa2_tile") -> None:
 # ------------------------------------------------------------------------------ part 2, exercise 3: the empty chunk
 def _merge_cases(rng):
     """(o_a, lse_a, o_b, lse_b) rows: both chunks hold keys, one or the other empty, both empty; values drawn."""
-    o_a, o_b = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
-    lse_a, lse_b = rng.uniform(-3, 3, 4), rng.uniform(-3, 3, 4)
+    o_a, o_b = rng.standard_normal((6, 3)), rng.standard_normal((6, 3))
+    lse_a, lse_b = rng.uniform(-3, 3, 6), rng.uniform(-3, 3, 6)
     lse_a[[1, 3]], lse_b[[2, 3]] = -np.inf, -np.inf
     o_a[[1, 3]], o_b[[2, 3]] = 0.0, 0.0
+    lse_a[4:] += [1000.0, -1000.0]  # e^lse alone is inf, then 0
+    lse_b[4:] += [1000.0, -1000.0]
     return o_a, lse_a, o_b, lse_b
 
 
@@ -570,6 +606,8 @@ _MERGE_ROWS = (
     "chunk a empty",
     "chunk b empty",
     "both chunks empty",
+    "both chunks hold keys, lse near +1000",
+    "both chunks hold keys, lse near -1000",
 )
 
 
@@ -584,7 +622,7 @@ def check_empty_chunk_merge(
     rng, seed = _fresh(seed)
     case = _merge_cases(rng)
     course = _COURSE + ("merge_output_pair", "merge_outputs_many", "reduce_states")
-    ok, got = _attempt(name, fn, "4 rows", tuple(x.copy() for x in case), course=course)
+    ok, got = _attempt(name, fn, "6 rows", tuple(x.copy() for x in case), course=course)
     if not ok:
         return print(seed_note(seed), end="")
     if isinstance(got, _Refused):
@@ -593,12 +631,12 @@ def check_empty_chunk_merge(
         o, lse = (np.asarray(x, dtype=float) for x in got)
     except (TypeError, ValueError):
         return print(
-            f"{name}: ✗ return the pair (o, lse): o of shape (4, 3), lse of shape (4,)"
+            f"{name}: ✗ return the pair (o, lse): o of shape (6, 3), lse of shape (6,)"
         )
     want = _merge_reference(*case)
     if o.shape != want[0].shape or lse.shape != want[1].shape:
         return print(
-            f"{name}: ✗ o has shape {o.shape}, lse {lse.shape}: expected (4, 3) and (4,)"
+            f"{name}: ✗ o has shape {o.shape}, lse {lse.shape}: expected (6, 3) and (6,)"
         )
     for r, what in enumerate(_MERGE_ROWS):
         good = np.allclose(o[r], want[0][r], rtol=1e-12, atol=1e-12) and (
@@ -608,10 +646,15 @@ def check_empty_chunk_merge(
         if good:
             continue
         shown = f"o = {np.round(o[r], 4)}, lse = {lse[r]:.4g}"
-        if r == 3 and np.isnan(o[r]).any() | np.isnan(lse[r]):
+        if r >= 4:
+            hint = (
+                "e^lse alone is inf near lse = +1000 and 0 near -1000 (float64 stops at e^709.8): "
+                "subtract the larger of lse_a, lse_b before exponentiating, and add it back after the log"
+            )
+        elif r == 3 and np.isnan(o[r]).any() | np.isnan(lse[r]):
             hint = (
                 "with both chunks empty lse = log(e^-inf + e^-inf) = -inf, and e^(lse_a - lse) = "
-                "e^(-inf - (-inf)) = e^NaN: weigh by e^(lse_c - lse) only where lse is finite, else give 0"
+                "e^(-inf - (-inf)) = e^NaN: weigh by e^(lse_a - lse), e^(lse_b - lse) only where lse is finite, else give 0"
             )
         elif np.isnan(o[r]).any() | np.isnan(lse[r]):
             hint = "a NaN where one chunk is empty: e^(-inf - finite) = 0 needs no guard; what made the NaN?"
@@ -625,7 +668,7 @@ def check_empty_chunk_merge(
             end="",
         )
     print(
-        f"{name}: ✓ an empty chunk leaves the other as it is; two empty chunks stay empty (o = 0, lse = -inf)"
+        f"{name}: ✓ an empty chunk weighs 0; two empty stay empty (o = 0, lse = -inf); lse ±1000 safe"
     )
 
 
@@ -821,16 +864,25 @@ def _reference(q, k, v, visible=None, scale=None):
 
 def _alpha_inverted(q, k, v, Br, Bc, causal):
     """The tiled forward with the classic slip α = e^(m′ - m) (guards as in the worked solution): (o, lse)."""
+    return _slipped(q, k, v, Br, Bc, causal, "alpha inverted")
+
+
+def _slipped(q, k, v, Br, Bc, causal, slip):
+    """The tiled forward with one classic slip: "alpha inverted" (α = e^(m′ - m)), "acc not rescaled",
+    "partial blocks dropped" (the loops stop at the last whole block), "float32" (the state in float32)."""
     N, M, d = len(q), len(k), q.shape[1]
+    dt = np.float32 if slip == "float32" else np.float64
     o, lse = np.zeros((N, v.shape[1])), np.full(N, -np.inf)
+    n_end = N - N % Br if slip == "partial blocks dropped" else N
+    m_end = M - M % Bc if slip == "partial blocks dropped" else M
     with np.errstate(all="ignore"):
-        for i0 in range(0, N, Br):
+        for i0 in range(0, n_end, Br):
             i1 = min(i0 + Br, N)
-            m, l = np.full(i1 - i0, -np.inf), np.zeros(i1 - i0)
-            acc = np.zeros((i1 - i0, v.shape[1]))
-            for j0 in range(0, M, Bc):
+            m, l = np.full(i1 - i0, -np.inf, dt), np.zeros(i1 - i0, dt)
+            acc = np.zeros((i1 - i0, v.shape[1]), dt)
+            for j0 in range(0, m_end, Bc):
                 j1 = min(j0 + Bc, M)
-                s = q[i0:i1] @ k[j0:j1].T / np.sqrt(d)
+                s = (q[i0:i1] @ k[j0:j1].T / np.sqrt(d)).astype(dt)
                 if causal:
                     hide = (
                         np.arange(j0, j1)[None, :] > np.arange(i0, i1)[:, None] + M - N
@@ -838,17 +890,35 @@ def _alpha_inverted(q, k, v, Br, Bc, causal):
                     s = np.where(hide, -np.inf, s)
                 m_new = np.maximum(m, s.max(axis=1))
                 m_use = np.where(np.isneginf(m_new), 0.0, m_new)
-                alpha = np.exp(m_use - m)  # the slip: e^(m′ - m)
+                alpha = np.exp(m_use - m if slip == "alpha inverted" else m - m_use)
                 p = np.exp(s - m_use[:, None])
+                keep = 1.0 if slip == "acc not rescaled" else alpha[:, None]
                 l, acc, m = (
                     alpha * l + p.sum(axis=1),
-                    alpha[:, None] * acc + p @ v[j0:j1],
+                    keep * acc + p @ v[j0:j1].astype(dt),
                     m_new,
                 )
             seen = l > 0
             o[i0:i1] = acc / np.where(seen, l, 1.0)[:, None]
             lse[i0:i1] = np.where(seen, m + np.log(np.where(seen, l, 1.0)), -np.inf)
     return o, lse
+
+
+_SLIPS = {
+    "acc not rescaled": (
+        "l is rescaled by α = e^(m - m′) and acc is not: acc's terms were taken relative to the old m "
+        "like l's, so when the max grows both shrink by the same α (acc = α[:, None] * acc + P_ij @ V_j)"
+    ),
+    "partial blocks dropped": (
+        "the partial last blocks are missing (rows past the last whole query block stay 0, and the last "
+        "keys are never seen): loop over range(0, N, Br) and range(0, M, Bc), ending each block at "
+        "min(i0 + Br, N) and min(j0 + Bc, M)"
+    ),
+    "float32": (
+        "your values agree to about 1e-7, float32's precision: the inputs are float64, so keep m, l and acc in "
+        "float64 too (np.zeros and np.full give float64 unless told dtype=np.float32)"
+    ),
+}
 
 
 _ALPHA_INVERTED = (
@@ -878,6 +948,16 @@ def _forward_hint(case, got, want) -> str:
         for a, b in zip((o, lse), slip)
     ):
         return _ALPHA_INVERTED
+    if np.asarray(got[0]).dtype == np.float32:
+        return _SLIPS["float32"]
+    for name, text in _SLIPS.items():
+        alt = _slipped(q, k, v, Br, Bc, causal, name)
+        tol = (1e-4, 1e-6) if name == "float32" else (1e-9, 1e-12)
+        if all(
+            np.allclose(a, b, rtol=tol[0], atol=tol[1], equal_nan=True)
+            for a, b in zip((o, lse), alt)
+        ) and not np.allclose(o, want[0], rtol=1e-9, atol=1e-12):
+            return text
     vis = causal_mask(N, M) if causal else np.ones((N, M), bool)
     s = np.where(vis, q @ k.T / np.sqrt(q.shape[1]), -np.inf)
     if not causal and M > Bc and s[:, :Bc].min() > 300 and s[:, Bc:].max() < -300:
@@ -1128,6 +1208,16 @@ def _report_problem(report, N, M, Br, Bc, causal) -> str | None:
             continue
         i1, j0 = min((i + 1) * Br, N), j * Bc
         corner = j0 == i1 - 1 + M - N
+        if not causal:
+            return (
+                f"tile ({i}, {j}) is missing from your report: without the mask every one of the "
+                f"Tr × Tc = {Tr} × {Tc} tiles is computed, so each is loaded and reported once"
+                + (
+                    "; the last key block is partial and counts too"
+                    if j == Tc - 1 and M % Bc
+                    else ""
+                )
+            )
         return (
             f"tile ({i}, {j}) is missing from your report: query {i1 - 1} (the block's last) sees key {j0} "
             "(its first), so the tile is computed. "

@@ -68,16 +68,22 @@ def draw_merge_orders(
     ax.plot(s, ".", ms=1.5, color="0.55")
     for c, (j0, j1) in enumerate(bounds):
         ax.axvspan(j0, j1, color=f"C{c % 10}", alpha=0.12)
-        if j1 - j0 >= M / 30:
-            ax.text(
-                (j0 + j1) / 2, s.max() * 1.08, f"{w[c]:.2f}", ha="center", fontsize=9
-            )
-    ax.set_ylim(s.min() * 1.1, s.max() * 1.3)
+        wide = j1 - j0 >= M / 30  # a narrow chunk's label stands on end
+        ax.text(
+            (j0 + j1) / 2,
+            s.max() * 1.08,
+            f"{w[c]:.2f}",
+            ha="center",
+            va="bottom" if not wide else "baseline",
+            fontsize=9 if wide else 7,
+            rotation=0 if wide else 90,
+        )
+    ax.set_ylim(s.min() * 1.1, s.max() * 1.45)
     ax.set(
         xlabel="key index j",
         ylabel="score s_j",
         title=(f"{splits} random chunks" if splits > 1 else "1 chunk")
-        + f"; numbers: each chunk's weight exp(lse_c − lse) (sum {w.sum():.3f})",
+        + f"; numbers: each chunk's share of the softmax mass (sum {w.sum():.3f})",
     )
     segs, ys = merge_depths(splits, order, seed=seed)
     bx.add_collection(

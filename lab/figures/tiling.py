@@ -595,7 +595,7 @@ def draw_hbm_traffic(
     left.set(
         xlabel="sequence length N (= M keys)",
         ylabel="HBM traffic, MB (one head)",
-        title=f"against N: d={d}, {itemsize}-byte inputs"
+        title=f"against N: d={d}, {itemsize}-byte inputs, both tiled at {block_q} × {block_k}"
         + (", causal" if causal else ""),
     )
     left.legend(fontsize=10)
@@ -636,7 +636,8 @@ def draw_hbm_traffic(
     right.set(
         xlabel=f"SRAM size, KiB (M_sram = bytes / {itemsize} elements)",
         ylabel="HBM traffic, MB",
-        title=f"against SRAM size: N={N:,}, d={d}" + (", causal" if causal else ""),
+        title=f"against SRAM size: N={N:,}, d={d}; fa1 at Algorithm 1's blocks"
+        + (", causal" if causal else ""),
     )
     right.legend(fontsize=10)
     _plain_log_labels(left, right, n_axis=left)

@@ -541,3 +541,35 @@ def test_a_planted_loop_gets_its_own_hint(label, changes, says):
     assert "✗" in _verdict(out, "masked_attention"), out
     for text in says:
         assert text in out, f"{text!r} not in:\n{out}"
+
+
+@pytest.mark.parametrize(
+    "old, new, says",
+    [
+        (
+            "first = max(0, i0 - (W - 1)) // Bc",
+            "first = max(0, i1 - 1 - (W - 1)) // Bc",
+            ["taken from its last row's window", "i0 - (W - 1)"],
+        ),
+        (
+            "first = max(0, i0 - (W - 1)) // Bc",
+            "first = (i0 - (W - 1)) // Bc",
+            ["no max(0, ·)", "before key 0"],
+        ),
+    ],
+    ids=["first key block from the last row", "no clamp at key 0"],
+)
+def test_a_planted_window_start_is_named(old, new, says):
+    out = run_check(EX[1], replace_code(EX[1].solution, old, new))
+    assert "✗" in out and "✓" not in out, out
+    for s in says:
+        assert s in out, f"{s!r} not in:\n{out}"
+
+
+def test_an_estimated_window_count_is_told_to_count_exactly():
+    estimate = (
+        "def window_tiles(N, W, Br, Bc):\n"
+        "    return round(-(-N // Br) * (W / Bc + 1))\n"
+    )
+    out = run_check(EX[1], estimate)
+    assert "✗" in out and "an estimate" in out and "exact" in out, out

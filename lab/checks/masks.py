@@ -189,17 +189,26 @@ def _answer(spec) -> tuple:
 
 
 def _window_computed(
-    N: int, W: int, Br: int, Bc: int, *, last_from_first_row=False, drop_short=False
+    N: int,
+    W: int,
+    Br: int,
+    Bc: int,
+    *,
+    last_from_first_row=False,
+    drop_short=False,
+    first_from_last_row=False,
+    unclamped=False,
 ) -> int:
     """Tiles a causal window of W keys computes (N = M), one number per query block.
 
     Query block i0..i1-1 needs key blocks max(0, i0 - (W - 1)) // Bc through (i1 - 1) // Bc; equal to
     `window_tile_counts(N, N, W - 1, 0, Br, Bc)["computed"]` at O(N / Br) cost, so N = 10^7 is cheap.
-    The keywords plant two classic mistakes for the hints.
+    The keywords plant four classic mistakes for the hints.
     """
     i0 = np.arange(0, N - N % Br if drop_short else N, Br, dtype=np.int64)
     i1 = np.minimum(i0 + Br, N)
-    first = np.maximum(0, i0 - (W - 1)) // Bc
+    start = (i1 - 1 if first_from_last_row else i0) - (W - 1)
+    first = (start if unclamped else np.maximum(0, start)) // Bc
     last = (i0 if last_from_first_row else i1 - 1) // Bc
     return int((last - first + 1).sum())
 
@@ -298,6 +307,19 @@ def _window_cases(build, cases, name) -> None:
                 "the block's last row, i1 - 1, reaches furthest right",
             ),
         ]
+        known += [
+            (
+                _window_computed(N, W, Br, Bc, first_from_last_row=True),
+                "the count with each query block's first key block taken from its last row's window; "
+                "the block's first row, i0, reaches furthest left, to key i0 - (W - 1)",
+            ),
+            (
+                _window_computed(N, W, Br, Bc, unclamped=True),
+                "the count that gives every query block a whole window (no max(0, ·), or an estimate "
+                "such as N/Br · (W/Bc + 1)): for the first query blocks i0 - (W - 1) is negative, and "
+                "floor division then counts key blocks before key 0, which do not exist; count exactly",
+            ),
+        ]
         if N % Br:
             known.append(
                 (
@@ -307,6 +329,12 @@ def _window_cases(build, cases, name) -> None:
                 )
             )
         hint = next((f"; that is {text}" for count, text in known if got == count), "")
+        if not hint and math.isfinite(got) and abs(got - want) <= 0.25 * want:
+            hint = (
+                f"; yours is within {abs(got - want) / want:.0%}: an estimate such as N/Br · (W/Bc + 1)? "
+                "the count is exact: sum, per query block, its last key block minus its first plus one "
+                "(the first blocks' windows are cut at key 0, and the edges fall inside blocks)"
+            )
         yours = str(int(got)) if float(got).is_integer() else repr(float(got))
         diff = f" ({got - want:+g} tiles)" if math.isfinite(got) else ""
         print(f"{name}: ✗ case {n} {shown}: yours {yours}, expected {want}{diff}{hint}")

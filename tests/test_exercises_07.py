@@ -650,7 +650,7 @@ def test_rotation_mistakes(text, says):
 def test_rotation_measurement_refuses_a_rotation_that_does_not_help(monkeypatch):
     """The FP8 measurement is a property of its own: with its other tests passed, no gain is still a failure."""
     monkeypatch.setattr(precision_attention, "_fault", lambda *a: None)
-    src = "def rotation(d, rng):\n    if d == 6:\n        raise ValueError(d)\n    return np.eye(d)\n"
+    src = 'def rotation(d, rng):\n    if d == 6:\n        raise ValueError(f"d = {d}")\n    return np.eye(d)\n'
     out = run_check(EX2[1], src)
     assert "does not lower the FP8 error" in out and "seed=" in out
 

@@ -422,7 +422,8 @@ def check_mask_mod(
     ).counts
     print(
         f"{name}: ✓ passed {len(cases)} cases; last case's {block}×{block} tiles: {counts['empty']} empty, "
-        f"{counts['partial']} partial, {counts['full']} full, as the spec's; {_kernels_run()} match the reference"
+        f"{counts['partial']} partial, {counts['full']} full (as the spec)\n"
+        f"  {_kernels_run()} match the reference"
     )
 
 
@@ -486,5 +487,5 @@ def check_score_mod(
         print(f"{name}: ✗ {problem}")
         return
     print(
-        f"{name}: ✓ passed {len(cases)} cases; {_kernels_run()} with it match the reference"
+        f"{name}: ✓ passed {len(cases)} cases\n  {_kernels_run()} with it match the reference"
     )

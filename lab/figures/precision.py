@@ -246,6 +246,8 @@ def draw_p_explorer(
         title=f"{FORMAT_LABELS[fmt]}, M = {M:,} keys, std(s) = {spread:g}, Bc = {block_k}, "
         f"{'v' if v_shift == 0 else f'v + {v_shift:g}'}: relative error {err:.1e}",
     )
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(lo, hi * 30)  # headroom on the log axis: the boxes sit above the bars
     ax.text(
         0.98,
         0.95,

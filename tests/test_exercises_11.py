@@ -573,3 +573,23 @@ def test_an_estimated_window_count_is_told_to_count_exactly():
     )
     out = run_check(EX[1], estimate)
     assert "✗" in out and "an estimate" in out and "exact" in out, out
+
+
+@pytest.mark.parametrize(
+    "old, new, says",
+    [
+        ("(j > i + off - window)", "(j >= i + off - window)", ["a window one wider"]),
+        ("(j > i + off - window)", "(j > i + off - window + 1)", ["one narrower"]),
+        (
+            "((i + off - j) % dilation == 0)",
+            "(j % dilation == 0)",
+            ["counted from key 0", "i + off - j"],
+        ),
+    ],
+    ids=["one wider", "one narrower", "dilation from key 0"],
+)
+def test_a_planted_dilated_window_is_diagnosed(old, new, says):
+    out = run_check(EX[3], replace_code(EX[3].solution, old, new))
+    assert "✗" in out and "✓" not in out, out
+    for s in says:
+        assert s in out, f"{s!r} not in:\n{out}"

@@ -355,6 +355,42 @@ def _top_left(got, spec, case, idx, shape) -> bool:
         return bool(np.array_equal(got, np.broadcast_to(square(*idx), shape)))
 
 
+def _edge_hint(got, spec, case, idx, shape) -> str | None:
+    """A diagnosis when `got` equals the spec with its first argument (a window or a prefix) one off, or, for a
+    dilated window, with the dilation counted from key 0 instead of from the query's own key."""
+    name = getattr(spec, "__name__", "")
+    with np.errstate(all="ignore"):
+        for step, word in ((1, "one wider"), (-1, "one narrower")):
+            if case[0] + step < 1 and name == "dilated_window":
+                continue
+            try:
+                alt = spec(case[0] + step, *case[1:])
+            except ValueError:
+                continue
+            if np.array_equal(got, np.broadcast_to(alt(*idx), shape)):
+                what = "window" if "window" in name else "first argument"
+                return (
+                    f"yours is the spec with a {what} {word} ({case[0] + step} for {case[0]}): the "
+                    "query's own key counts, so a window of W keys reaches back to distance W - 1"
+                )
+        if name == "dilated_window" and not np.any(got):
+            return (
+                "yours keeps no key at all: a window of `window` keys includes the query's own key "
+                "(distance 0), so window = 1 keeps exactly that key: is yours one narrower?"
+            )
+        if name == "dilated_window":
+            window, dilation, N, M = case
+            b, h, i, j = idx
+            off = M - N
+            from_zero = (j <= i + off) & (j > i + off - window) & (j % dilation == 0)
+            if np.array_equal(got, np.broadcast_to(from_zero, shape)):
+                return (
+                    "yours keeps the keys j that are multiples of the dilation, counted from key 0; "
+                    "count the distance back from the query's own key, i + off - j"
+                )
+    return None
+
+
 def check_mask_mod(
     build, spec, cases, *, heads: int = 2, block: int = 16, name: str | None = None
 ) -> None:
@@ -412,6 +448,8 @@ def check_mask_mod(
             )
             if N != M and _top_left(got, spec, case, idx, (1, heads, N, M)):
                 print(f"  hint: {_TOP_LEFT.format(off=M - N)}")
+            elif hint := _edge_hint(got, spec, case, idx, (1, heads, N, M)):
+                print(f"  hint: {hint}")
             return
     problem = _kernel_problem(build, spec, "mask_mod", cases[-1], heads, "masks")
     if problem:

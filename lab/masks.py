@@ -252,7 +252,7 @@ def softcap(cap):
 
 
 def prefix_lm(prefix: int, N: int, M: int):
-    """Mask: keep iff $j < \\mathrm{prefix}$ or $j \\le i + off$: every query sees the prefix, the rest causally.
+    """Mask of a prefix LM: every query sees the first `prefix` keys, and the other keys causally (bottom-right).
 
     Taught in: notebooks/11_masks_and_score_mods.ipynb (its exercises)
     """
@@ -265,9 +265,9 @@ def prefix_lm(prefix: int, N: int, M: int):
 
 
 def dilated_window(window: int, dilation: int, N: int, M: int):
-    """Mask: keep iff $0 \\le i + off - j < \\mathrm{window}$ and $(i + off - j) \\bmod \\mathrm{dilation} = 0$.
+    """Mask: a causal window of `window` keys of which every `dilation`-th, counted back from the query, is kept.
 
-    A causal window of `window` keys of which every `dilation`-th is kept. Taught in:
+    Bottom-right aligned, as every mask of the course. Taught in:
     notebooks/11_masks_and_score_mods.ipynb (its exercises)
     """
     window, dilation, N, M = (
@@ -289,7 +289,7 @@ def dilated_window(window: int, dilation: int, N: int, M: int):
 
 
 def clipped_alibi(slopes, max_distance: int, N: int, M: int):
-    """Score mod: $s - \\mathrm{slopes}[h]\\,\\min(|i + off - j|,\\ D)$ with D = `max_distance`: ALiBi that stops growing at D.
+    """Score mod: ALiBi whose penalty stops growing at the distance `max_distance` (bottom-right aligned).
 
     Taught in: notebooks/11_masks_and_score_mods.ipynb (its exercises)
     """

@@ -433,7 +433,7 @@ def compare_inputs(
     `inputs` maps a name to `(q, k, v)` of shapes `(..., N, d)`, `(..., M, d)`, `(..., M, dv)`; "p" rounds
     only P (`p_rounding_error`), "rmse" runs `attention_standard_lowp` and `attention_tiled_lowp` for
     fp16 and fp8_e4m3, all against the float64 `attention_reference`; "spread" is the std of the scores
-    $s = qk^\\top/\\sqrt d$ and "rms_ref" the RMS of the reference output (to compare RMSEs across sets).
+    $s = qk^\\top/\\sqrt d$ (all heads pooled; "spread_heads" one per head) and "rms_ref" the RMS of the reference output (to compare RMSEs across sets).
     Taught in: notebooks/07_precision_in_attention.ipynb
     """
     for f in formats:
@@ -462,6 +462,7 @@ def compare_inputs(
                 )
             },
             "spread": float(s.std()),
+            "spread_heads": s.std(axis=(-1, -2)).ravel(),  # one std per head
             "rms_ref": rmse(ref, np.zeros_like(ref)),
         }
     return out

@@ -49,19 +49,23 @@ def test_the_notebook_has_three_checked_exercises_and_links_its_sequel():
     assert "07_precision_in_attention.ipynb" in cells[-1][1]
 
 
-def test_the_sequel_has_one_checked_exercise_and_an_open_question():
-    assert sorted(EX2) == [1]
+def test_the_sequel_has_two_checked_exercises_and_an_open_question():
+    assert sorted(EX2) == [1, 3]
     cells = _cells(NAME2)
     q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 2"))
     after = cells[q + 1 :]
     assert (
-        after[0][0] == "code" and "draw_p_explorer" in after[0][1]
-    )  # a static figure at the question's own setting
-    assert after[1][0] == "code" and "lab.widgets.p_format_explorer()" in after[1][1]
+        after[0][0] == "markdown"
+        and "Your answer:" in after[0][1]
+        and "solution" not in after[0][2]
+    )
+    check = next(i for i, (_, s, _) in enumerate(after) if "check_fp8_layout(" in s)
+    assert not any(
+        "draw_p_explorer" in s for _, s, _ in after[:check]
+    )  # no answer above
     assert (
-        after[2][0] == "markdown"
-        and "Your answer:" in after[2][1]
-        and "solution" not in after[2][2]
+        "draw_p_explorer" in after[check + 1][1]  # the static figure after the check
+        and "lab.widgets.p_format_explorer()" in after[check + 2][1]
     )
     assert any("solution" in tags for _, _, tags in after)
     assert not any("cell below" in s for _, s, _ in cells)
@@ -646,7 +650,7 @@ def test_rotation_mistakes(text, says):
 def test_rotation_measurement_refuses_a_rotation_that_does_not_help(monkeypatch):
     """The FP8 measurement is a property of its own: with its other tests passed, no gain is still a failure."""
     monkeypatch.setattr(precision_attention, "_fault", lambda *a: None)
-    src = "def rotation(d, rng):\n    if d == 6:\n        raise ValueError(d)\n    return np.eye(d)\n"
+    src = 'def rotation(d, rng):\n    if d == 6:\n        raise ValueError(f"d = {d}")\n    return np.eye(d)\n'
     out = run_check(EX2[1], src)
     assert "does not lower the FP8 error" in out and "seed=" in out
 

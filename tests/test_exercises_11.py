@@ -432,3 +432,164 @@ def test_the_per_block_window_count_equals_the_interval_arithmetic():
         Br, Bc = int(rng.integers(1, 70)), int(rng.integers(1, 70))
         want = lab.window_tile_counts(N, N, W - 1, 0, Br, Bc)["computed"]
         assert _window_computed(N, W, Br, Bc) == want, (N, W, Br, Bc)
+
+
+CORNERS = """
+def tile_kinds(mask_mod, N, M, Br, Bc):
+    kinds = np.zeros((-(-N // Br), -(-M // Bc)), dtype=int)
+    for I in range(kinds.shape[0]):
+        for J in range(kinds.shape[1]):
+            i = np.array([[I * Br], [min((I + 1) * Br, N) - 1]])
+            j = np.array([[J * Bc, min((J + 1) * Bc, M) - 1]])
+            corners = np.broadcast_to(mask_mod(0, 0, i, j), (2, 2))
+            kinds[I, J] = 2 if corners.all() else 1 if corners.any() else 0
+    return kinds
+"""
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_corner_only_block_mask_fails_on_every_draw(seed):
+    from lab.checks.masked_loop import check_tile_kinds
+
+    ns = {}
+    exec("import numpy as np\n" + CORNERS, ns)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        check_tile_kinds(ns["tile_kinds"], seed=seed)
+    assert "✗" in out.getvalue(), out.getvalue()
+
+
+FULL_SOFTMAX_PER_TILE = """
+def tile_kinds(mask_mod, N, M, Br, Bc):
+    raise NotImplementedError
+
+
+def masked_attention(q, k, v, score_mod, mask_mod, Br, Bc):
+    N, M = q.shape[0], k.shape[0]
+    S = np.full((N, M), -np.inf)  # the whole score matrix, filled tile by tile
+    for i0 in range(0, N, Br):
+        for j0 in range(0, M, Bc):
+            i = np.arange(i0, min(i0 + Br, N))[:, None]
+            j = np.arange(j0, min(j0 + Bc, M))[None, :]
+            keep = np.broadcast_to(mask_mod(0, 0, i, j), (len(i), j.shape[1]))
+            if keep.any():
+                s = score_mod(q[i0 : i0 + Br] @ k[j0 : j0 + Bc].T / np.sqrt(q.shape[1]), 0, 0, i, j)
+                S[i0 : i0 + Br, j0 : j0 + Bc] = np.where(keep, s, -np.inf)
+    m = S.max(axis=1, keepdims=True)
+    p = np.exp(S - np.where(np.isneginf(m), 0, m))
+    l = p.sum(axis=1, keepdims=True)
+    o = np.where(l > 0, p @ v / np.where(l > 0, l, 1), 0)
+    return o, np.where(l[:, 0] > 0, (m + np.log(np.where(l > 0, l, 1)))[:, 0], -np.inf)
+"""
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_whole_softmax_that_calls_the_hooks_per_tile_is_caught():
+    src = FULL_SOFTMAX_PER_TILE.replace("raise NotImplementedError", "return None")
+    out = _run5(src)
+    assert "✗" in _verdict(out, "masked_attention"), out
+    assert "N × M float64 array" in out and "online softmax" in out, out
+
+
+LOOP_HINTS = [
+    (
+        "no scale",
+        [
+            (
+                "scale = q.shape[0], k.shape[0], 1 / np.sqrt(q.shape[1])",
+                "scale = q.shape[0], k.shape[0], 1.0",
+            )
+        ],
+        ["without the scale", "√d"],
+    ),
+    (
+        "float32 state",
+        [
+            (
+                "acc = np.zeros((len(i), v.shape[1]))",
+                "acc = np.zeros((len(i), v.shape[1]), np.float32)",
+            ),
+            (
+                "p, alpha = np.exp(s - shift), np.exp(m - shift)",
+                "p, alpha = np.exp(s - shift).astype(np.float32), np.exp(m - shift)",
+            ),
+        ],
+        ["float32 rounding", "float64"],
+    ),
+    (
+        "last block not clipped",
+        [
+            (
+                "i = np.arange(i0, min(i0 + Br, N))[:, None]",
+                "i = np.arange(i0, i0 + Br)[:, None]",
+            ),
+        ],
+        ["raised", "the last block may be shorter"],
+    ),
+]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize(
+    "label, changes, says", LOOP_HINTS, ids=[h[0] for h in LOOP_HINTS]
+)
+def test_a_planted_loop_gets_its_own_hint(label, changes, says):
+    src = EX[5].solution
+    for old, new in changes:
+        src = replace_code(src, old, new)
+    out = _run5(src)
+    assert "✗" in _verdict(out, "masked_attention"), out
+    for text in says:
+        assert text in out, f"{text!r} not in:\n{out}"
+
+
+@pytest.mark.parametrize(
+    "old, new, says",
+    [
+        (
+            "first = max(0, i0 - (W - 1)) // Bc",
+            "first = max(0, i1 - 1 - (W - 1)) // Bc",
+            ["taken from its last row's window", "i0 - (W - 1)"],
+        ),
+        (
+            "first = max(0, i0 - (W - 1)) // Bc",
+            "first = (i0 - (W - 1)) // Bc",
+            ["no max(0, ·)", "before key 0"],
+        ),
+    ],
+    ids=["first key block from the last row", "no clamp at key 0"],
+)
+def test_a_planted_window_start_is_named(old, new, says):
+    out = run_check(EX[1], replace_code(EX[1].solution, old, new))
+    assert "✗" in out and "✓" not in out, out
+    for s in says:
+        assert s in out, f"{s!r} not in:\n{out}"
+
+
+def test_an_estimated_window_count_is_told_to_count_exactly():
+    estimate = (
+        "def window_tiles(N, W, Br, Bc):\n"
+        "    return round(-(-N // Br) * (W / Bc + 1))\n"
+    )
+    out = run_check(EX[1], estimate)
+    assert "✗" in out and "an estimate" in out and "exact" in out, out
+
+
+@pytest.mark.parametrize(
+    "old, new, says",
+    [
+        ("(j > i + off - window)", "(j >= i + off - window)", ["a window one wider"]),
+        ("(j > i + off - window)", "(j > i + off - window + 1)", ["one narrower"]),
+        (
+            "((i + off - j) % dilation == 0)",
+            "(j % dilation == 0)",
+            ["counted from key 0", "i + off - j"],
+        ),
+    ],
+    ids=["one wider", "one narrower", "dilation from key 0"],
+)
+def test_a_planted_dilated_window_is_diagnosed(old, new, says):
+    out = run_check(EX[3], replace_code(EX[3].solution, old, new))
+    assert "✗" in out and "✓" not in out, out
+    for s in says:
+        assert s in out, f"{s!r} not in:\n{out}"

@@ -11,6 +11,7 @@ Taught in: notebooks/11_masks_and_score_mods.ipynb
 
 from __future__ import annotations
 
+import tracemalloc
 import warnings
 
 import numpy as np
@@ -67,6 +68,9 @@ def _run(name, fn, args, shown):
         extra = (
             " (on arrays, use & | ~ instead of and / or / not)"
             if "truth value" in text
+            else " (the last block may be shorter than Br or Bc: take its indices up to N and M, "
+            "e.g. np.arange(i0, min(i0 + Br, N)))"
+            if "broadcast" in text
             else ""
         )
         print(f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}{extra}")
@@ -108,6 +112,7 @@ def _mask_cases(rng) -> list:
             sliding_window(None, 0, N, M),
         )
     )
+    out.append(_band_case(rng))
     q_doc, k_doc = _documents(rng)
     out.append(
         (
@@ -120,6 +125,23 @@ def _mask_cases(rng) -> list:
         )
     )
     return out
+
+
+def _band(c: int):
+    """Mask: keep the two diagonals i - j = c and c + 1 (5 <= c <= 10): with 16 × 16 tiles the band crosses
+    tiles without touching any tile's corners or centre, so a classifier that looks at a few elements misses it."""
+
+    def band(b, h, i, j):
+        return (i - j >= c) & (i - j <= c + 1)
+
+    return band
+
+
+def _band_case(rng) -> tuple:
+    """(label, N, M, Br, Bc, mask_mod) of a thin diagonal band, 16 × 16 tiles."""
+    c = int(rng.integers(5, 11))
+    N, M = int(rng.integers(50, 90)), int(rng.integers(50, 90))
+    return (f"a band of 2 diagonals, i - j = {c} or {c + 1}", N, M, 16, 16, _band(c))
 
 
 def _documents(rng):
@@ -173,7 +195,7 @@ def check_tile_kinds(fn, *, name: str | None = None, seed: int | None = None) ->
                 )
                 return
         print(
-            f"{name}: ✓ passed {len(cases)} cases (windows, documents, causal with N > M)"
+            f"{name}: ✓ passed {len(cases)} cases (windows, a thin band, documents, causal with N > M)"
         )
 
 
@@ -258,6 +280,8 @@ def _loop_cases(rng) -> list:
             2.0,
         )
     )
+    label, N, M, Br, Bc, band = _band_case(rng)
+    out.append((label, N, M, 8, Br, Bc, _identity, band, 1.0))
     q_doc, k_doc = _documents(rng)
     out.append(
         (
@@ -343,8 +367,11 @@ def _loop_with(q, k, v, score_mod, mask_mod, Br, Bc, mistake):
                 if not keep.any():
                     continue
                 s = score_mod(scale * q[i0 : i0 + Br] @ k[j0 : j0 + Bc].T, 0, 0, i, j)
+                raw = s
                 s = np.where(keep, s, -np.inf)
-                tile = s.max(axis=1, keepdims=True)
+                tile = (raw if mistake == "max before mask" else s).max(
+                    axis=1, keepdims=True
+                )
                 m_new = tile if mistake == "tile max" else np.maximum(m, tile)
                 shift = np.where(np.isneginf(m_new), 0.0, m_new)
                 if mistake.startswith(
@@ -374,6 +401,12 @@ _UPDATE_MISTAKES = {
     "alpha inverted": "the rescale is inverted, e^(m' - m) in place of α = e^(m - m'): when m rises to m', "
     "the old acc and l were measured against the smaller m, so they shrink by e^(m - m') ≤ 1",
 }
+
+
+def _one_tile(call, Br, Bc, N, M) -> bool:
+    """Whether a recorded hook call covered exactly one tile."""
+    _, i0, i1, j0, j1 = call
+    return not (i0 % Br or j0 % Bc) and i1 == min(i0 + Br, N) and j1 == min(j0 + Bc, M)
 
 
 def _tiles_of(calls, what, Br, Bc, N, M):
@@ -442,6 +475,22 @@ def _loop_problem(got, case, q, k, v, Br, Bc) -> str | None:
         )
     rows_none = ~keep.any(axis=1)
     want_o = _reference(q, k, v, score_mod, mask_mod)[0]
+    masked, _ = _tiles_of(
+        [c for c in hooks.calls if _one_tile(c, Br, Bc, N, M)], "mask", Br, Bc, N, M
+    )
+    unmasked = sorted(
+        (int(a), int(b))
+        for a, b in np.argwhere(kinds == 1)
+        if (a, b) not in set(masked)
+    )
+    if masked and unmasked and not _close(o, want_o):
+        I, J = unmasked[0]
+        part = keep[I * Br : (I + 1) * Br, J * Bc : (J + 1) * Bc]
+        return (
+            f"tile (I = {I}, J = {J}) is partial (it keeps {int(part.sum())} of its {part.size} elements) "
+            "but mask_mod was never called on it: does your block mask call it full? (look at every "
+            "element of a tile, not a few)"
+        )
     if (
         not _close(o, want_o) and "+1000" not in label
     ):  # there: the max before the mask, below
@@ -494,10 +543,19 @@ def _loop_problem(got, case, q, k, v, Br, Bc) -> str | None:
             "the mask was applied before score_mod: cap·tanh(−∞ / cap) = −cap, so every dropped key came "
             "back with the score −cap; apply score_mod to the tile's scores first, then the mask"
         )
-    if "+1000" in label:
+    before = _loop_with(q, k, v, score_mod, mask_mod, Br, Bc, "max before mask")
+    if "+1000" in label and np.allclose(o, before, rtol=1e-9, equal_nan=True):
         return (
             "o differs where a dropped key scores +1000: the running max must be taken after the mask "
             "(a dropped key never raises m)"
+        )
+    if _close(o, _reference(q * np.sqrt(d), k, v, score_mod, mask_mod)[0]):
+        return "o is the reference without the scale: S = Q Kᵀ / √d, scaled before score_mod"
+    if np.allclose(o, want_o, rtol=1e-4, atol=1e-5):
+        err = float(np.nanmax(np.abs(o - want_o)))
+        return (
+            f"o is right to about float32 rounding only (max |o - ref| = {err:.1e}): keep m, l, acc "
+            "and o in float64, the inputs' dtype"
         )
     err = float(np.nanmax(np.abs(o - want_o)))
     r = int(np.argmax(np.nanmax(np.abs(o - want_o), axis=1)))
@@ -506,6 +564,42 @@ def _loop_problem(got, case, q, k, v, Br, Bc) -> str | None:
         e = float(np.abs(lse[fin] - want_lse[fin]).max()) if fin.any() else np.inf
         return f"o is right but lse is not (max |lse - ref| = {e:.2e}): lse = m + log l of the whole row"
     return f"max |o - ref| = {err:.2e}, largest in row {r}, which sees {int(keep[r].sum())} keys"
+
+
+def _streams(name, fn, rng, N: int = 768, B: int = 64) -> bool:
+    """Whether `fn` runs causal attention at N = M = `N` without holding an N × M float array (tracemalloc's
+    peak below 6·N·M bytes: the boolean mask on the whole grid, N·M bytes a copy, fits; float64 scores, 8·N·M,
+    do not); prints the verdict if not. A full softmax that only calls the hooks tile by tile fails here."""
+    q, k, v = (rng.standard_normal((N, 8)) for _ in range(3))
+    causal = sliding_window(None, 0, N, N)
+    if started := not tracemalloc.is_tracing():
+        tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    try:
+        out = _run(name, fn, (q, k, v, _identity, causal, B, B), f"causal, N = M = {N}")
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        if started:
+            tracemalloc.stop()
+    if out is None:
+        return False
+    if peak >= 6 * N * N:
+        print(
+            f"{name}: ✗ causal, N = M = {N}, Br = Bc = {B}: your function held {peak / 2**20:.1f} MiB at its "
+            f"peak, and one N × M float64 array is {8 * N * N / 2**20:.1f} MiB: the scores must live one tile "
+            "at a time, in an online softmax (m, l, acc per row), not in a whole S or P; only the boolean "
+            "mask may be N × M"
+        )
+        return False
+    want_o, want_lse = _reference(q, k, v, _identity, causal)
+    o, lse = out
+    if not (_close(o, want_o) and _close(lse, want_lse)):
+        print(
+            f"{name}: ✗ causal, N = M = {N}, Br = Bc = {B}: o or lse differs from the reference"
+        )
+        return False
+    return True
 
 
 def check_masked_attention(
@@ -552,8 +646,11 @@ def check_masked_attention(
             kinds = _kinds(mask_mod, N, M, Br, Bc)
             computed += int((kinds > 0).sum())
             skipped += int((kinds == 0).sum())
+        if not _streams(name, fn, rng):
+            return
         print(
             f"{name}: ✓ passed {len(cases)} cases: o, lse exact; {measured(computed, 'd')} tiles "
             f"computed, {measured(skipped, 'd')} empty ones skipped\n"
-            "  no NaN on rows without a key; score_mod before the mask, the max after it"
+            "  no NaN on rows without a key; score_mod before the mask, the max after it;\n"
+            "  at N = M = 768 no N × M array of scores held"
         )

@@ -189,17 +189,26 @@ def _answer(spec) -> tuple:
 
 
 def _window_computed(
-    N: int, W: int, Br: int, Bc: int, *, last_from_first_row=False, drop_short=False
+    N: int,
+    W: int,
+    Br: int,
+    Bc: int,
+    *,
+    last_from_first_row=False,
+    drop_short=False,
+    first_from_last_row=False,
+    unclamped=False,
 ) -> int:
     """Tiles a causal window of W keys computes (N = M), one number per query block.
 
     Query block i0..i1-1 needs key blocks max(0, i0 - (W - 1)) // Bc through (i1 - 1) // Bc; equal to
     `window_tile_counts(N, N, W - 1, 0, Br, Bc)["computed"]` at O(N / Br) cost, so N = 10^7 is cheap.
-    The keywords plant two classic mistakes for the hints.
+    The keywords plant four classic mistakes for the hints.
     """
     i0 = np.arange(0, N - N % Br if drop_short else N, Br, dtype=np.int64)
     i1 = np.minimum(i0 + Br, N)
-    first = np.maximum(0, i0 - (W - 1)) // Bc
+    start = (i1 - 1 if first_from_last_row else i0) - (W - 1)
+    first = (start if unclamped else np.maximum(0, start)) // Bc
     last = (i0 if last_from_first_row else i1 - 1) // Bc
     return int((last - first + 1).sum())
 
@@ -298,6 +307,19 @@ def _window_cases(build, cases, name) -> None:
                 "the block's last row, i1 - 1, reaches furthest right",
             ),
         ]
+        known += [
+            (
+                _window_computed(N, W, Br, Bc, first_from_last_row=True),
+                "the count with each query block's first key block taken from its last row's window; "
+                "the block's first row, i0, reaches furthest left, to key i0 - (W - 1)",
+            ),
+            (
+                _window_computed(N, W, Br, Bc, unclamped=True),
+                "the count that gives every query block a whole window (no max(0, ·), or an estimate "
+                "such as N/Br · (W/Bc + 1)): for the first query blocks i0 - (W - 1) is negative, and "
+                "floor division then counts key blocks before key 0, which do not exist; count exactly",
+            ),
+        ]
         if N % Br:
             known.append(
                 (
@@ -307,6 +329,12 @@ def _window_cases(build, cases, name) -> None:
                 )
             )
         hint = next((f"; that is {text}" for count, text in known if got == count), "")
+        if not hint and math.isfinite(got) and abs(got - want) <= 0.25 * want:
+            hint = (
+                f"; yours is within {abs(got - want) / want:.0%}: an estimate such as N/Br · (W/Bc + 1)? "
+                "the count is exact: sum, per query block, its last key block minus its first plus one "
+                "(the first blocks' windows are cut at key 0, and the edges fall inside blocks)"
+            )
         yours = str(int(got)) if float(got).is_integer() else repr(float(got))
         diff = f" ({got - want:+g} tiles)" if math.isfinite(got) else ""
         print(f"{name}: ✗ case {n} {shown}: yours {yours}, expected {want}{diff}{hint}")
@@ -325,6 +353,42 @@ def _top_left(got, spec, case, idx, shape) -> bool:
     with np.errstate(all="ignore"):
         square = spec(*case[:-2], case[-1], case[-1])
         return bool(np.array_equal(got, np.broadcast_to(square(*idx), shape)))
+
+
+def _edge_hint(got, spec, case, idx, shape) -> str | None:
+    """A diagnosis when `got` equals the spec with its first argument (a window or a prefix) one off, or, for a
+    dilated window, with the dilation counted from key 0 instead of from the query's own key."""
+    name = getattr(spec, "__name__", "")
+    with np.errstate(all="ignore"):
+        for step, word in ((1, "one wider"), (-1, "one narrower")):
+            if case[0] + step < 1 and name == "dilated_window":
+                continue
+            try:
+                alt = spec(case[0] + step, *case[1:])
+            except ValueError:
+                continue
+            if np.array_equal(got, np.broadcast_to(alt(*idx), shape)):
+                what = "window" if "window" in name else "first argument"
+                return (
+                    f"yours is the spec with a {what} {word} ({case[0] + step} for {case[0]}): the "
+                    "query's own key counts, so a window of W keys reaches back to distance W - 1"
+                )
+        if name == "dilated_window" and not np.any(got):
+            return (
+                "yours keeps no key at all: a window of `window` keys includes the query's own key "
+                "(distance 0), so window = 1 keeps exactly that key: is yours one narrower?"
+            )
+        if name == "dilated_window":
+            window, dilation, N, M = case
+            b, h, i, j = idx
+            off = M - N
+            from_zero = (j <= i + off) & (j > i + off - window) & (j % dilation == 0)
+            if np.array_equal(got, np.broadcast_to(from_zero, shape)):
+                return (
+                    "yours keeps the keys j that are multiples of the dilation, counted from key 0; "
+                    "count the distance back from the query's own key, i + off - j"
+                )
+    return None
 
 
 def check_mask_mod(
@@ -384,6 +448,8 @@ def check_mask_mod(
             )
             if N != M and _top_left(got, spec, case, idx, (1, heads, N, M)):
                 print(f"  hint: {_TOP_LEFT.format(off=M - N)}")
+            elif hint := _edge_hint(got, spec, case, idx, (1, heads, N, M)):
+                print(f"  hint: {hint}")
             return
     problem = _kernel_problem(build, spec, "mask_mod", cases[-1], heads, "masks")
     if problem:
@@ -394,7 +460,8 @@ def check_mask_mod(
     ).counts
     print(
         f"{name}: ✓ passed {len(cases)} cases; last case's {block}×{block} tiles: {counts['empty']} empty, "
-        f"{counts['partial']} partial, {counts['full']} full, as the spec's; {_kernels_run()} match the reference"
+        f"{counts['partial']} partial, {counts['full']} full (as the spec)\n"
+        f"  {_kernels_run()} match the reference"
     )
 
 
@@ -458,5 +525,5 @@ def check_score_mod(
         print(f"{name}: ✗ {problem}")
         return
     print(
-        f"{name}: ✓ passed {len(cases)} cases; {_kernels_run()} with it match the reference"
+        f"{name}: ✓ passed {len(cases)} cases\n  {_kernels_run()} with it match the reference"
     )

@@ -1,5 +1,8 @@
-"""Checks for the exercises of notebook 07_precision_in_attention: the random-sign Hadamard rotation, and the
-FP8 layout for P.
+"""Checks for the exercises of notebook 07_precision_in_attention: the random-sign Hadamard rotation, the
+FP8 layout for P, and the block quantizer.
+
+- `check_block_fp8` : `fn(x, rows)` must be FlashAttention-3's block quantization (one scale 448/max|x| per group
+  of `rows` rows), equal to `lab.quantize_fp8(x, rows)` on fresh outlier inputs; names the classic mistakes.
 
 - `check_fp8_layout` : exercise 2's three predictions (which layout flushes fewer P entries, which errs less
   with values of mean 0, and of mean 1), each compared with a measurement on inputs drawn fresh for the run.
@@ -18,11 +21,14 @@ Taught in: notebooks/07_precision_in_attention.ipynb
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..attention import attention_reference
 from ..exercises import seed_note
 from ..notebook import measured
+from ..precision import round_to
 from ..precision_experiments import (
     gaussian_qkv,
     outlier_qkv,
@@ -35,7 +41,9 @@ from ._support import _fresh
 from .precision import _call
 
 __all__ = [
+    "check_block_fp8",
     "check_rotation",
+    "check_peak_prediction",
     "sylvester",
     "fp8_error_with_rotation",
     "check_fp8_layout",
@@ -101,10 +109,19 @@ def _fault(R, d, again, other) -> str | None:
         same = np.allclose(np.abs(R @ H.T), np.sqrt(d) * eye, atol=1e-6) or np.allclose(
             np.abs(R.T @ H.T), np.sqrt(d) * eye, atol=1e-6
         )
+        plain = np.allclose(np.abs(R.T @ H), np.sqrt(d) * eye, atol=1e-6) and (
+            np.allclose(R, H / np.sqrt(d)) or np.allclose(R, -H / np.sqrt(d))
+        )
         return (
             "the same matrix for every rng: no random signs"
-            + (" (it is ±H/√d itself)" if same else "")
-            + "; draw one sign per row from rng"
+            + (
+                " (it is ±H/√d itself)"
+                if plain
+                else " (its signs are fixed: drawn from a seed of your own, not from `rng`)"
+                if same
+                else ""
+            )
+            + "; draw one sign per row from the `rng` argument"
         )
     # each row of H, unit length, rotated; with random signs first its largest entry is about sqrt(2 ln d / d),
     # past 0.5 with a chance below 1e-6 from d = 128 on (a fixed H or signs after it give exactly 1)
@@ -123,8 +140,14 @@ def _refuses_six(name, fn) -> bool:
     try:
         with np.errstate(all="ignore"):
             R = fn(6, np.random.default_rng(0))
-    except ValueError:
-        return True
+    except ValueError as exc:
+        if re.search(r"\bd\b", str(exc)):
+            return True
+        print(
+            f"{name}: ✗ case d = 6 raised ValueError({str(exc)!r}), which does not name d: say which "
+            "argument is wrong and why (d must be a power of 2), before any work"
+        )
+        return False
     except NotImplementedError:
         raise
     except Exception as exc:
@@ -271,3 +294,147 @@ def check_fp8_layout(prediction: dict, *, seed: int | None = None) -> None:
     print(
         "check_fp8_layout: ✓ all three layouts agree with a fresh measurement at M = 4096, std(s) = 4"
     )
+
+
+# ------------------------------------------------------------------------- exercise 3: the block quantizer
+
+
+def _groups_scaled(x, rows, *, absolute=True, undo=True, guard=True) -> np.ndarray:
+    """A planted variant of the block quantizer: `absolute=False` scales by max x (not max |x|), `undo=False`
+    returns fl(x·s) without dividing by s, `guard=False` divides by a group's max even when it is 0."""
+    x = np.asarray(x, np.float32)
+    out = np.empty_like(x)
+    with np.errstate(all="ignore"):
+        for r0 in range(0, x.shape[-2], rows):
+            g = x[..., r0 : r0 + rows, :]
+            amax = (np.abs(g) if absolute else g).max(axis=(-1, -2), keepdims=True)
+            if guard:
+                amax = np.where(amax > 0, amax, np.float32(1))
+            s = np.float32(448.0) / amax
+            y = round_to(g * s, "fp8_e4m3")
+            out[..., r0 : r0 + rows, :] = y / s if undo else y
+    return out
+
+
+_BLOCK_MISTAKES = {
+    "per tensor": "one scale for the whole matrix (per tensor): a group is `rows` consecutive rows, each "
+    "with its own scale 448 / max|x| over the group",
+    "per row": "a scale per row: a group is `rows` consecutive rows sharing one scale",
+    "max not abs": "the scale uses max x, not max |x|: in a group whose largest entry is negative, "
+    "x·s passes ±448 and e4m3 has no room above 448",
+    "not undone": "returned fl(x·s), still scaled: divide by s to come back to x's size",
+    "no guard": "a group of zeros gave NaN (0 · 448/0): keep s = 1 where max|x| = 0",
+}
+
+
+def _block_cases(rng) -> list:
+    """(label, x, rows): fresh outlier matrices whose N is not a multiple of rows, one group all zeros, one
+    group whose largest magnitude is negative."""
+    out = []
+    for n in range(3):
+        rows = int(rng.choice([8, 16, 32]))
+        N = rows * int(rng.integers(2, 6)) + int(
+            rng.integers(1, rows)
+        )  # a shorter last group
+        d = int(rng.choice([16, 32, 64]))
+        x = outlier_qkv((2, N, d), seed=int(rng.integers(2**31)), storage=None)[0]
+        x = x.astype(np.float32)
+        if n == 1:
+            x[:, rows : 2 * rows] = 0.0  # a group of zeros
+        if n == 2:
+            r, c = int(rng.integers(0, rows)), int(rng.integers(0, d))
+            x[:, r, c] = (
+                -4 * np.abs(x[:, :rows]).max()
+            )  # the group's largest magnitude, negative
+        out.append((f"{n} (x of shape {x.shape}, rows = {rows})", x, rows))
+    return out
+
+
+def check_block_fp8(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(x, rows)`, FlashAttention-3's block quantization: fl_e4m3(x·s)/s with one s = 448/max|x| per
+    group of `rows` consecutive rows (the last may be shorter, a group of zeros keeps s = 1); print one verdict.
+
+    Cases drawn fresh each run on outlier inputs; names the classic mistakes (one scale per tensor or per row,
+    max x for max |x|, the scale not undone, no guard for a group of zeros) and refuses `lab.quantize_fp8`.
+    Taught in: notebooks/07_precision_in_attention.ipynb
+    """
+    name = name or getattr(fn, "__name__", "your function")
+    rng, seed = _fresh(seed)
+    cases = _block_cases(rng)
+    for label, x, rows in cases:
+        ok, got = _call(name, fn, (x.copy(), rows), label, [], ("quantize_fp8",))
+        if not ok:
+            print(seed_note(seed), end="")
+            return
+        got = np.asarray(got, dtype=np.float64)
+        want = quantize_fp8(x, rows).astype(np.float64)
+        if got.shape != want.shape:
+            print(f"{name}: ✗ case {label}: shape {got.shape}, expected {want.shape}")
+            print(seed_note(seed), end="")
+            return
+        if np.allclose(got, want, rtol=1e-6, atol=0, equal_nan=False):
+            continue
+        planted = {
+            "per tensor": quantize_fp8(x),
+            "per row": quantize_fp8(x, 1),
+            "max not abs": _groups_scaled(x, rows, absolute=False),
+            "not undone": _groups_scaled(x, rows, undo=False),
+            "no guard": _groups_scaled(x, rows, guard=False),
+        }
+        fault = next(
+            (
+                text
+                for key, text in _BLOCK_MISTAKES.items()
+                if np.allclose(got, planted[key], rtol=1e-6, atol=0, equal_nan=True)
+            ),
+            None,
+        )
+        if fault is None and np.isnan(got).any():
+            fault = _BLOCK_MISTAKES["no guard"]
+        if fault is None:
+            bad = np.argwhere(~np.isclose(got, want, rtol=1e-6, atol=0))[0]
+            r = int(bad[-2])
+            fault = (
+                f"first wrong entry at row {r} (group {r // rows}), column {int(bad[-1])}: yours "
+                f"{got[tuple(bad)]:.6g}, expected {want[tuple(bad)]:.6g}"
+                + (
+                    " (the last group is shorter)"
+                    if r // rows == (x.shape[-2] - 1) // rows
+                    else ""
+                )
+            )
+        print(f"{name}: ✗ case {label}: {fault}")
+        print(seed_note(seed), end="")
+        return
+    print(
+        f"{name}: ✓ passed {len(cases)} fresh cases, equal to FlashAttention-3's block quantization\n"
+        "  (a shorter last group, a group of zeros, a negative largest entry)"
+    )
+
+
+def check_peak_prediction(predicted: dict, measured: dict, d: int = 128) -> None:
+    """Exercise 1's follow-up: `predicted` and `measured` map "rows" and "columns" to max|x R| / ‖x‖ for x a row
+    of Sylvester's H. Signs on the columns must be predicted at 1 (within 0.05); signs on the rows as spread,
+    between 1/√d (perfectly flat) and 0.5. Prints one line per side."""
+    if not isinstance(predicted, dict) or all(
+        predicted.get(k) is None for k in ("rows", "columns")
+    ):
+        print(
+            "predicted_peak: not predicted yet: write your two numbers, then run the cell again"
+        )
+        return
+    for side in ("rows", "columns"):
+        p, m = predicted.get(side), measured[side]
+        if p is None:
+            print(f"signs on the {side:<7}: measured {m:.2f}; you predicted nothing")
+            continue
+        if side == "columns":
+            ok = abs(float(p) - 1.0) <= 0.05
+            why = "the whole norm in one entry: 1"
+        else:
+            ok = 1 / np.sqrt(d) - 1e-9 <= float(p) <= 0.5
+            why = f"spread: between 1/√d = {1 / np.sqrt(d):.2f} and 0.5"
+        mark = "✓" if ok else "✗"
+        print(
+            f"signs on the {side:<7}: measured {m:.2f}, you said {float(p):.2f} {mark} ({why})"
+        )

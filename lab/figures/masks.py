@@ -404,7 +404,7 @@ def draw_softcap_numerics(
     left.set(
         xlabel=f"keys seen (blocks of {block})",
         ylabel="m",
-        title="tanh bounds the running max",
+        title=f"tanh bounds the running max\n(one row: {N} scores of std 3, 4 outliers up to {outlier:g})",
     )
     left.legend(fontsize=9)
     errors = {}

@@ -1,0 +1,132 @@
+"""07_precision_in_attention's Exercise 3 (the block quantizer) and Exercise 1's follow-up: the worked solution
+passes, each planted classic mistake fails with its own diagnosis, lab's answer is refused; and the rotation
+check's two hints the readers met (a ValueError that does not name d, signs fixed by a seed of one's own)."""
+
+import contextlib
+import io
+
+import numpy as np
+import pytest
+from exercise_support import assert_fails, exercises, run_check
+
+from lab.checks import precision_attention
+
+EX = {ex.number: ex for ex in exercises("07_precision_in_attention")}
+
+BLOCK = """
+def block_fp8(x, rows):
+    out = np.empty_like(x, dtype=np.float32)
+    for r0 in range({stop}):
+        g = x[..., r0 : r0 + rows, :]
+        amax = {amax}
+        s = np.float32(448.0) / {guard}
+        out[..., r0 : r0 + rows, :] = {ret}
+    return out
+"""
+OK = dict(
+    stop="0, x.shape[-2], rows",
+    amax="np.abs(g).max(axis=(-1, -2), keepdims=True)",
+    guard="np.where(amax > 0, amax, np.float32(1))",
+    ret='lab.round_to(g * s, "fp8_e4m3") / s',
+)
+
+
+def _block(**change) -> str:
+    return BLOCK.format(**{**OK, **change})
+
+
+def test_the_worked_block_quantizer_and_a_written_one_pass():
+    for src in (EX[3].solution, _block()):
+        out = run_check(EX[3], src)
+        assert "block_fp8: ✓" in out and "✗" not in out, out
+    assert "not implemented yet" in run_check(EX[3], EX[3].stub)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (
+            dict(amax="np.abs(x).max(axis=(-1, -2), keepdims=True)"),
+            ["per tensor", "`rows` consecutive rows"],
+        ),
+        (dict(amax="np.abs(g).max(axis=-1, keepdims=True)"), ["a scale per row"]),
+        (dict(amax="g.max(axis=(-1, -2), keepdims=True)"), ["max x, not max |x|"]),
+        (dict(ret='lab.round_to(g * s, "fp8_e4m3")'), ["still scaled", "divide by s"]),
+        (dict(guard="amax"), ["group of zeros gave NaN", "s = 1"]),
+        (dict(stop="0, x.shape[-2] - x.shape[-2] % rows, rows"), ["the last group"]),
+    ],
+    ids=[
+        "per tensor",
+        "per row",
+        "max not abs",
+        "not undone",
+        "no guard",
+        "last group",
+    ],
+)
+def test_a_planted_block_quantizer_is_named(change, says):
+    assert_fails(EX[3], _block(**change), *says)
+
+
+def test_labs_quantizer_is_refused():
+    src = "def block_fp8(x, rows):\n    return lab.quantize_fp8(x, rows)\n"
+    assert_fails(EX[3], src, "calls lab.quantize_fp8")
+
+
+def _rotation_out(fn) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        precision_attention.check_rotation(fn, seed=1)
+    return out.getvalue()
+
+
+def _hadamard(d, signs):
+    h = np.ones((1, 1))
+    while h.shape[0] < d:
+        h = np.block([[h, h], [h, -h]])
+    return signs[:, None] * h / np.sqrt(d)
+
+
+def test_a_valueerror_that_does_not_name_d_fails():
+    def rotation(d, rng):
+        if d & (d - 1):
+            raise ValueError("bad size")
+        return _hadamard(d, rng.choice([-1.0, 1.0], size=d))
+
+    out = _rotation_out(rotation)
+    assert "✗ case d = 6" in out and "does not name d" in out, out
+
+
+def test_a_rotation_without_validation_fails_on_d_6():
+    def rotation(d, rng):
+        return _hadamard(d, rng.choice([-1.0, 1.0], size=d))
+
+    out = _rotation_out(rotation)
+    assert "✗" in out and "d = 6" in out, out
+
+
+def test_signs_from_a_fixed_seed_are_not_called_plus_minus_h():
+    def rotation(d, rng):
+        return _hadamard(d, np.random.default_rng(7).choice([-1.0, 1.0], size=d))
+
+    out = _rotation_out(rotation)
+    assert "the same matrix for every rng" in out and "fixed" in out, out
+    assert "±H/√d itself" not in out, out
+
+
+def _peak(predicted) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        precision_attention.check_peak_prediction(
+            predicted, {"rows": 0.22, "columns": 1.0}
+        )
+    return out.getvalue()
+
+
+def test_the_peak_prediction_is_checked():
+    assert "not predicted yet" in _peak({"rows": None, "columns": None})
+    good = _peak({"rows": 0.3, "columns": 1.0})
+    assert good.count("✓") == 2 and "✗" not in good, good
+    swapped = _peak({"rows": 1.0, "columns": 0.2})
+    assert swapped.count("✗") == 2, swapped

@@ -196,6 +196,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "TritonUnavailableError",
         "triton_tile_kinds",
         "triton_kernel_source",
+        "triton_traffic",
     ),
     "kernels.rung6_triton_backward": (
         "flash_attention_triton_backward",

@@ -60,7 +60,7 @@ def test_draw_loop_overhead_labels_the_block_in_the_course_symbols():
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     plt.close("all")
     assert here == lab.loop_overhead(1024, 64)
-    assert ax.get_xlabel() == "query block Br (key block Bc = Br)" and any(
+    assert ax.get_xlabel().startswith("query block Br") and any(
         t.startswith("Br = 64, Bc = 64:") for t in labels
     )
     here = lab.figures.hardware.draw_loop_overhead(4096, 10.0, block=256, block_k=512)

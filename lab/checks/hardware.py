@@ -88,6 +88,7 @@ def _tflops_hint(case, got, want):
     except (TypeError, ValueError, ZeroDivisionError):
         return None
     causal = case[4]
+    texts = []
     for r, text in (
         (
             2.0,
@@ -113,11 +114,15 @@ def _tflops_hint(case, got, want):
         (1e-6, "10⁻⁶× the expected: a TFLOP is 10¹² FLOP"),
     ):
         if math.isclose(ratio, r, rel_tol=1e-6):
-            return f"yours is {text}"
+            texts.append(text)
     B, H = case[0], case[1]
     for count, letter, what in ((H, "H", "heads"), (B, "B", "sequences")):
         if count > 1 and math.isclose(ratio, 1 / count, rel_tol=1e-6):
-            return f"yours is 1/{letter} of the expected: F counts every one of the {letter} = {count} {what}"
+            texts.append(
+                f"1/{letter} of the expected: F counts every one of the {letter} = {count} {what}"
+            )
+    if texts:  # two mistakes can give the same ratio: name both
+        return "yours is " + "; or it is ".join(texts[:2])
     if B * H > 1 and math.isclose(ratio, 1 / (B * H), rel_tol=1e-6):
         return "yours is the rate of one head of one sequence: F counts all B·H of them"
     if causal and math.isclose(ratio, (case[2] + 1) / case[2], rel_tol=1e-9):

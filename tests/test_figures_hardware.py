@@ -87,3 +87,10 @@ def test_loop_overhead_slider_updates_its_result():
     controls["N"].value = 1024
     assert w.result["N"] == 1024 and w.result["steps"] == 16**2
     plt.close("all")
+
+
+def test_draw_launch_grid_draws_the_kernels_tile_kinds():
+    got = lab.figures.hardware.draw_launch_grid(256, 256, 64, 32, causal=True)
+    plt.close("all")
+    assert (got["kinds"] == lab.triton_tile_kinds(256, 256, 64, 32, True)).all()
+    assert got["counts"] == {"no mask": 12, "masked": 8, "skipped": 12}

@@ -290,6 +290,9 @@ def draw_launch_grid(
     ax.imshow(kinds, cmap=ListedColormap(colors), vmin=0, vmax=2, aspect="auto")
     ax.set_xticks(np.arange(Tc) - 0.5, minor=True)
     ax.set_yticks(np.arange(Tr) - 0.5, minor=True)
+    ax.grid(
+        False, which="major"
+    )  # the notebooks' style draws a major grid: not over tiles
     ax.grid(which="minor", color="white", lw=2)
     ax.tick_params(which="minor", length=0)
     ax.set_xticks(range(Tc), [f"K_{j}" for j in range(Tc)], fontsize=9)

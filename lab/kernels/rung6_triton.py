@@ -159,8 +159,8 @@ def triton_status() -> tuple[bool, str]:
             "process; restart with TRITON_INTERPRET=1 to step through the kernel on the CPU."
         )
     return True, (
-        f"Triton {version}: no CUDA device, so CPU tensors run through Triton's interpreter "
-        "(numpy, a program at a time): never a timing."
+        f"Triton {version}: no CUDA device; CPU tensors run in Triton's interpreter "
+        "(numpy, a program at a time), never timed."
     )
 
 

@@ -159,7 +159,7 @@ def triton_status() -> tuple[bool, str]:
             "process; restart with TRITON_INTERPRET=1 to step through the kernel on the CPU."
         )
     return True, (
-        f"Triton {version}: no CUDA device; CPU tensors run in Triton's interpreter "
+        f"Triton {version}: no CUDA device; CPU tensors run in its interpreter "
         "(numpy, a program at a time), never timed."
     )
 

@@ -17,9 +17,14 @@ loop, and the key-block loop of a Triton FlashAttention-2 forward kernel.
   read each key row once (one pass, not a pass for the max and another for the sums), and lab's own
   kernel code (`_attn_fwd_step`) may not run inside the learner's. Through Triton's interpreter on CPU tensors;
   compiled on CUDA, where only the NaN shows.
+  Also caught: a key mask applied to p after the exp (a ragged case near -200), a state kept in 16 bits, a loop
+  range that misses key blocks, alpha applied after the new block was added.
+- `check_causal_band(fn)` : `fn(i, N, M, Br, Bc)` = (full, seen), the key blocks every row of causal query block i
+  sees whole and those some row sees, against an element mask; hints for the deciding rows swapped, j < i + (M - N),
+  top-left alignment, the rounding of either, negative counts.
 - `launch_attention_kernel`, `triton_or_standins` : the host side of that kernel, and the modules to write it.
 
-Taught in: notebooks/08_hardware_runs.ipynb (the first three), notebooks/08_triton_kernel.ipynb (the kernel)
+Taught in: notebooks/08_hardware_runs.ipynb (the first three), notebooks/08_triton_kernel.ipynb (the kernel, the band)
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ __all__ = [
     "check_roofline",
     "check_causal_tile_steps",
     "check_triton_attention",
+    "check_causal_band",
     "launch_attention_kernel",
     "triton_or_standins",
 ]

@@ -178,7 +178,8 @@ def _problem(got, want, machine, rounds, hint) -> str | None:
         )
     if math.isclose(got, want, rel_tol=0.02):
         return None
-    if math.isclose(got, 1 / want, rel_tol=0.02):
+    # the inverse is named on the quiet machine only: elsewhere a biased ratio can come near 1 / want by chance
+    if hint is None and math.isclose(got, 1 / want, rel_tol=0.02):
         return "yours is time(b) / time(a): the question is how many times slower a is than b"
     return f"yours is {got:.4g}; " + (
         hint or "time(a) / time(b): the median of a's rounds over the median of b's"

@@ -203,7 +203,7 @@ def draw_recorded_memory(runs, *, N: int = 4096, ax=None) -> dict:
     for xi, k in zip(x, labels):  # a linear axis: the gap is drawn to scale, and named
         ratio = bars[k]["standard"] / bars[k]["tiled"]
         ax.text(xi, top * 1.12, f"{ratio:,.0f}× less", ha="center", fontsize=11)
-    ax.set_ylim(0, top * 1.3)
+    ax.set_ylim(0, top * 1.55)  # room for the ratios, and above them the legend
     ax.set_xticks(x, [textwrap.fill(k, 30) for k in labels], fontsize=9)
     ax.set(
         ylabel="peak MiB per head",

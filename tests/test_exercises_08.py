@@ -64,7 +64,9 @@ def test_stub_reports_not_implemented(number):
             [("(ms * 1e-3)", "ms")],
             "1/1000 of the expected: ms is in milliseconds; convert ms to seconds (ms·10⁻³) before",
         ),
-        ([("/ 1e12", "/ 1e9")], "1000× the expected"),
+        ([("/ 1e12", "/ 1e9")], "1000× the expected: a rate in GFLOP/s"),
+        ([("4 * B * H", "4 * B")], "1/H of the expected: F counts every one of the H"),
+        ([("4 * B * H", "4 * H")], "1/B of the expected"),
         (
             [
                 (
@@ -80,6 +82,8 @@ def test_stub_reports_not_implemented(number):
         "one matmul",
         "ms as seconds",
         "GFLOP/s",
+        "no H",
+        "no B",
         "exact causal count",
     ],
 )
@@ -90,31 +94,67 @@ def test_tflops_mistakes(edits, diagnosis):
 # ---------------------------------------------------------------------------------------- exercise 2
 
 
+ROOF = "def attainable(intensity, peak, bandwidth, overlap):\n    i = np.asarray(intensity, dtype=float)\n"
+SERIAL = "1.0 / (1.0 / peak + 1.0 / (i * bandwidth))"
+
+
 @pytest.mark.parametrize(
     "source, diagnosis",
     [
         (
-            "def attainable(intensity, peak, bandwidth):\n    return np.maximum(peak, np.asarray(intensity) * bandwidth)\n",
-            "the larger of the two ceilings",
+            ROOF
+            + f"    return np.maximum(peak, i * bandwidth) if overlap else {SERIAL}\n",
+            "the larger of the two rates",
         ),
         (
-            "def attainable(intensity, peak, bandwidth):\n    return np.asarray(intensity) * bandwidth\n",
-            "capped at the peak",
+            ROOF + f"    return i * bandwidth if overlap else {SERIAL}\n",
+            "past the ridge point the arithmetic takes longer",
         ),
         (
-            "def attainable(intensity, peak, bandwidth):\n    return min(peak, np.asarray(intensity) * bandwidth)\n",
+            ROOF + f"    return min(peak, i * bandwidth) if overlap else {SERIAL}\n",
             "np.minimum works element by element",
         ),
         (
-            "def attainable(intensity, peak, bandwidth):\n    return np.minimum(peak, intensity * bandwidth)\n",
+            "def attainable(intensity, peak, bandwidth, overlap):\n"
+            "    return np.minimum(peak, intensity * bandwidth) if overlap else "
+            "1 / (1 / peak + 1 / (intensity * bandwidth))\n",
             "np.asarray(intensity)",
         ),
         (
-            "def attainable(intensity, peak, bandwidth):\n    return np.minimum(peak, np.asarray(intensity) / bandwidth)\n",
-            "FLOP/s = I·bandwidth",
+            ROOF
+            + f"    return np.minimum(peak, i / bandwidth) if overlap else {SERIAL}\n",
+            "W = F / I bytes take F / (I·bandwidth) seconds",
+        ),
+        (
+            ROOF + "    return np.minimum(peak, i * bandwidth)\n",
+            "the other case's answer: without overlap the arithmetic waits",
+        ),
+        (
+            ROOF
+            + "    return np.minimum(peak, i * bandwidth) if overlap else peak + i * bandwidth\n",
+            "the sum of the two rates; without overlap the two times add, not the rates",
+        ),
+        (
+            ROOF
+            + f"    return {SERIAL} if overlap else np.minimum(peak, i * bandwidth)\n",
+            "the other case's answer: with overlap",
+        ),
+        (
+            "def attainable(intensity, peak, bandwidth):\n    return np.minimum(peak, np.asarray(intensity) * bandwidth)\n",
+            "four arguments: intensity, peak, bandwidth, overlap",
         ),
     ],
-    ids=["max", "no roof", "python min", "list input", "divided"],
+    ids=[
+        "max",
+        "no roof",
+        "python min",
+        "list input",
+        "divided",
+        "overlap ignored",
+        "rates added",
+        "cases swapped",
+        "three arguments",
+    ],
 )
 def test_roofline_mistakes(source, diagnosis):
     assert_fails(run_check(EX[2], source), diagnosis)
@@ -139,7 +179,7 @@ def test_roofline_mistakes(source, diagnosis):
         (
             2,
             "from lab.memory import attainable_flops as roof\n"
-            "def attainable(intensity, peak, bandwidth):\n"
+            "def attainable(intensity, peak, bandwidth, overlap):\n"
             "    return np.asarray(roof(np.asarray(intensity, dtype=float), peak, bandwidth))\n",
             "calls lab.attainable_flops",
         ),
@@ -206,9 +246,13 @@ def test_roofline_spec_asks_for_no_loop_the_check_cannot_see():
     """A loop is not forbidden (the check could not see it reliably): one over the intensities passes when it
     returns an array, as the spec asks, and a bare list is refused."""
     assert "Python loop" not in EX[2].spec
-    loop = "def attainable(intensity, peak, bandwidth):\n    return {}([min(peak, i * bandwidth) for i in intensity])\n"
+    loop = (
+        "def attainable(intensity, peak, bandwidth, overlap):\n"
+        "    return {}([min(peak, i * bandwidth) if overlap else "
+        "1 / (1 / peak + 1 / (i * bandwidth)) for i in intensity])\n"
+    )
     out = run_check(EX[2], loop.format("np.array"))
-    assert out == "attainable: ✓ passed 5 cases\n", out
+    assert out == "attainable: ✓ passed 8 cases\n", out
     assert_fails(
         run_check(EX[2], loop.format("")),
         "case 0",
@@ -238,6 +282,19 @@ def test_roofline_spec_asks_for_no_loop_the_check_cannot_see():
         ),
         ([("M if not causal else", "M if True else")], "without causal skipping"),
         (
+            [
+                (
+                    "steps += -(-visible // Bc)",
+                    "steps += -(-M // Bc) // (2 if causal else 1)",
+                )
+            ],
+            "half the full count",
+        ),
+        (
+            [("last_row + 1 + M - N", "last_row + M - N")],
+            "the count for j < i + (M - N)",
+        ),
+        (
             [("visible = (M if not causal", "visible = (N if not causal")],
             "the count for N keys",
         ),  # square attention assumed
@@ -250,6 +307,8 @@ def test_roofline_spec_asks_for_no_loop_the_check_cannot_see():
         "negative",
         "no skipping",
         "N keys",
+        "halved",
+        "strict <",
     ],
 )
 def test_tile_steps_mistakes(edits, diagnosis):
@@ -312,7 +371,7 @@ HARNESS_MISTAKES = {
     for _ in range(rounds):
         t_a.append(measure(a)); t_b.append(measure(b))
     return float(np.median(t_a) / np.median(t_b))""",
-        ("measured before ever called", "call each candidate once before the rounds"),
+        ("measured cold, with no warm-up", "call (or measure) each candidate"),
     ),
     "inverted": (
         """    a(); b()
@@ -351,6 +410,18 @@ HARNESS_MISTAKES = {
         ("measured a and b 50 times", "as many as you may"),
     ),
 }
+
+
+def test_a_warm_up_by_measurement_is_accepted():
+    """Measuring each candidate once before the rounds and dropping that time is a real warm-up."""
+    body = """    measure(a); measure(b)
+    t_a, t_b = [], []
+    for r in range(rounds):
+        for f, t in ((a, t_a), (b, t_b)) if r % 2 == 0 else ((b, t_b), (a, t_a)):
+            t.append(measure(f))
+    return float(np.median(t_a) / np.median(t_b))"""
+    out = run_check(EX[4], HARNESS.format(body=body))
+    assert "✓" in out and "✗" not in out, out
 
 
 @pytest.mark.parametrize("name", list(HARNESS_MISTAKES))
@@ -427,7 +498,7 @@ def test_tile_reference_counts_tiles_with_a_visible_score():
 
 
 def test_error_hints_are_added_to_the_message():
-    def broken(intensity, peak, bandwidth):
+    def broken(intensity, peak, bandwidth, overlap):
         raise ValueError(
             "The truth value of an array with more than one element is ambiguous"
         )
@@ -437,7 +508,7 @@ def test_error_hints_are_added_to_the_message():
     assert (
         _say(
             ct.check_roofline,
-            lambda i, p, b: (_ for _ in ()).throw(NotImplementedError),
+            lambda i, p, b, o: (_ for _ in ()).throw(NotImplementedError),
         ).count("not implemented")
         == 1
     )
@@ -446,9 +517,9 @@ def test_error_hints_are_added_to_the_message():
 def test_roofline_in_float32_is_accepted():
     """The roof computed in float32 (relative error ~1e-8) is as right as in float64."""
     source = (
-        "def attainable(intensity, peak, bandwidth):\n"
-        "    i = np.asarray(intensity, dtype=np.float32)\n"
-        "    return np.minimum(np.float32(peak), i * np.float32(bandwidth))\n"
+        "def attainable(intensity, peak, bandwidth, overlap):\n"
+        "    i, p, b = np.asarray(intensity, dtype=np.float32), np.float32(peak), np.float32(bandwidth)\n"
+        "    return np.minimum(p, i * b) if overlap else 1 / (1 / p + 1 / (i * b))\n"
     )
     out = run_check(EX[2], source)
     assert "✓" in out and "✗" not in out, out

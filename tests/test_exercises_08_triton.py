@@ -1,5 +1,6 @@
-"""Notebook 08_triton_kernel's exercise: the worked kernel passes its check cell, planted classic mistakes fail with
-their diagnosis, and the host side and the check's skip without Triton behave."""
+"""Notebook 08_triton_kernel's exercises: the causal band (exercise 1) and the kernel's loop (exercise 2); each worked
+solution passes its check cell, planted classic mistakes fail with their diagnosis, and the host side and the check's
+skip without Triton behave."""
 
 import contextlib
 import io
@@ -38,12 +39,16 @@ def _say(fn, *args):
     return buf.getvalue()
 
 
-def test_the_exercise_is_found_and_its_check_passes_the_worked_kernel():
-    assert sorted(EX) == [1]
+def test_the_exercises_are_found_and_their_checks_pass_the_worked_solutions():
+    assert sorted(EX) == [1, 2]
     out = run_check(EX[1], EX[1].stub)
     assert "not implemented yet" in out and "✗" not in out, out
+    out = run_check(EX[1], EX[1].solution)
+    assert "✓" in out and "✗" not in out, out
+    out = run_check(EX[2], EX[2].stub)
+    assert "not implemented yet" in out and "✗" not in out, out
     if USABLE:
-        out = run_check(EX[1], EX[1].solution)
+        out = run_check(EX[2], EX[2].solution)
         assert "✓" in out and "✗" not in out, out
 
 
@@ -57,6 +62,7 @@ def test_labs_step_is_printed_only_after_the_exercise():
         i
         for i, c in enumerate(cells)
         if "check_triton_attention(attention_kernel)" in c.source
+        and c.source.lstrip().startswith("# Check")
     )
     shown = [
         i
@@ -66,17 +72,110 @@ def test_labs_step_is_printed_only_after_the_exercise():
     assert shown and min(shown) > check
 
 
-# ---------------------------------------------------------------------------------------- exercise 5
+# ---------------------------------------------------------------------------------------- exercise 1: the band
+
+BAND_MISTAKES = {
+    "first and last rows swapped": (
+        ("full = max(0, first + 1 + M - N)", "full = max(0, last + 1 + M - N)"),
+        (
+            "seen = -(-max(0, min(M, last + 1 + M - N))",
+            "seen = -(-max(0, min(M, first + 1 + M - N))",
+        ),
+        ("full from the block's last row", "seen from the block's first row"),
+    ),
+    "strict <": (
+        ("full = max(0, first + 1 + M - N)", "full = max(0, first + M - N)"),
+        (
+            "seen = -(-max(0, min(M, last + 1 + M - N))",
+            "seen = -(-max(0, min(M, last + M - N))",
+        ),
+        ("for j < r + (M - N)",),
+    ),
+    "top-left": (
+        ("full = max(0, first + 1 + M - N)", "full = max(0, first + 1)"),
+        (
+            "seen = -(-max(0, min(M, last + 1 + M - N))",
+            "seen = -(-max(0, min(M, last + 1))",
+        ),
+        ("aligned top-left",),
+    ),
+    "seen rounded down": (
+        (
+            "seen = -(-max(0, min(M, last + 1 + M - N)) // Bc)",
+            "seen = max(0, min(M, last + 1 + M - N)) // Bc",
+        ),
+        ("seen rounded down",),
+    ),
+    "full rounded up": (
+        (
+            "full = max(0, first + 1 + M - N) // Bc",
+            "full = -(-max(0, first + 1 + M - N) // Bc)",
+        ),
+        ("full rounded up",),
+    ),
+    "negative counts": (
+        ("full = max(0, first + 1 + M - N)", "full = (first + 1 + M - N)"),
+        ("a negative full",),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(BAND_MISTAKES))
+def test_band_mistakes(name):
+    *edits, says = BAND_MISTAKES[name]
+    assert_fails(run_check(EX[1], planted(EX[1], *edits)), *says)
+
+
+def test_band_from_labs_tile_kinds_is_refused():
+    src = (
+        "import lab.kernels.rung6_triton as r6\n"
+        "def key_blocks(i, N, M, Br, Bc):\n"
+        "    row = r6.triton_tile_kinds(N, M, Br, Bc, True)[i]\n"
+        "    return int((row == 2).sum()), int((row > 0).sum())\n"
+    )
+    assert_fails(
+        run_check(EX[1], src), "calls lab.triton_tile_kinds", "write it yourself"
+    )
+
+
+def test_band_reference_agrees_with_the_kernels_bounds():
+    import itertools
+
+    for N, M, Br, Bc in itertools.product(
+        [1, 17, 40, 100], [1, 16, 33, 64], [16, 32], [16, 32]
+    ):
+        kinds = lab.triton_tile_kinds(N, M, Br, Bc, True)
+        for i, row in enumerate(kinds):
+            assert ct._band_reference(i, N, M, Br, Bc) == (
+                int((row == 2).sum()),
+                int((row > 0).sum()),
+            ), (i, N, M, Br, Bc)
+
+
+# ---------------------------------------------------------------------------------------- exercise 2: the kernel
 
 KERNEL_MISTAKES = [
     (
-        [("mask=col_ok[:, None], other=0.0, )", ")")],
+        [
+            (
+                "k = tl.load(k_ptrs, mask=col_ok[:, None], other=0.0)",
+                "k = tl.load(k_ptrs)",
+            ),
+            (
+                "v = tl.load(v_ptrs, mask=col_ok[:, None], other=0.0)",
+                "v = tl.load(v_ptrs)",
+            ),
+        ],
         ("N and M not multiples", "reads K and V past row M - 1 = 36", "stores NaN"),
     ),
     (
         [
-            ("mask=col_ok[:, None], other=0.0, )  # K_j", ")  # K_j")
-        ],  # tl.where hides the NaN read
+            (
+                "k = tl.load(k_ptrs, mask=col_ok[:, None], other=0.0)",
+                "k = tl.load(k_ptrs)",
+            )
+        ],
+        # tl.where hides the NaN read
         (
             "N and M not multiples",
             "o is right, but",
@@ -94,6 +193,16 @@ KERNEL_MISTAKES = [
     ),
     (
         [
+            ('        s = tl.where(col_ok[None, :], s, float("-inf"))', ""),
+            (
+                "p = tl.exp(s - m_new[:, None])",
+                "p = tl.exp(s - m_new[:, None]) * col_ok[None, :]",
+            ),
+        ],  # the key mask applied to p after the exp: right unless the padded 0 is the max
+        ("ragged M, scores near -200", "Masking p (or l) after the exp is too late"),
+    ),
+    (
+        [
             (
                 'm = tl.full([Br], float("-inf"), tl.float32)',
                 "m = tl.zeros([Br], tl.float32)",
@@ -106,14 +215,72 @@ KERNEL_MISTAKES = [
         ("several key blocks", "alpha = exp(m - m_new)"),
     ),
     (
+        [
+            (
+                "acc = acc * alpha[:, None] + tl.dot(p, v)",
+                "acc = (acc + tl.dot(p, v)) * alpha[:, None]",
+            )
+        ],
+        ("one key block", "multiplies by alpha after adding the new block"),
+    ),
+    (
+        [
+            (
+                "acc = acc * alpha[:, None] + tl.dot(p, v)",
+                "acc = (acc + tl.dot(p, v)) * alpha[:, None]",
+            ),
+            (
+                "l = alpha * l + tl.sum(p, axis=1)",
+                "l = (l + tl.sum(p, axis=1)) * alpha",
+            ),
+        ],
+        (
+            "one key block",
+            "NaN already with one key block",
+            "alpha multiplies the sums after adding",
+        ),
+    ),
+    (
+        [("range(0, M, Bc)", "range(0, M - Bc, Bc)")],
+        (
+            "one key block",
+            "your loop read 0% of the M = 16 key rows",
+            "range(0, M, Bc)",
+        ),
+    ),
+    (
+        [
+            (
+                "acc = tl.zeros([Br, d], tl.float32)",
+                "acc = tl.zeros([Br, d], tl.float16)",
+            )
+        ],
+        (
+            "o is right here, but it uses tl.float16",
+            "Keep m, l and acc in tl.float32",
+        ),
+    ),
+    (
+        [
+            (
+                "acc = acc * alpha[:, None] + tl.dot(p, v)",
+                "acc = (acc * alpha[:, None] + tl.dot(p, v)).to(tl.float16)",
+            )
+        ],
+        ("it uses tl.float16", "Keep m, l and acc in tl.float32"),
+    ),
+    (
         [("p = tl.exp(s - m_new[:, None])", "p = tl.exp(s)")],
         ("very large scores", "overflows float32"),
     ),
-    ([(") * scale", ")")], ("one key block", "yours is attention with scale 1")),
+    (
+        [("s = tl.dot(q, tl.trans(k)) * scale", "s = tl.dot(q, tl.trans(k))")],
+        ("one key block", "yours is attention with scale 1"),
+    ),
     ([("        m = m_new\n", "")], ("several key blocks", "last key block alone")),
     (
         [("range(0, M, Bc)", "range(0, M, Br)")],
-        ("Br = 32 query rows", "differ in size"),
+        ("Br = 32 query rows", "range(0, M, Bc)"),
     ),
     (
         [("tl.max(s, axis=1)", "tl.max(s, axis=0)")],
@@ -140,8 +307,14 @@ KERNEL_MISTAKES = [
         "no load mask",
         "no mask on K, where hides it",
         "no -inf for padded keys",
+        "key mask on p",
         "m starts at 0",
         "no rescale of acc",
+        "alpha after adding, acc",
+        "alpha after adding, both",
+        "loop stops a block early",
+        "fp16 acc",
+        "acc rounded to fp16",
         "no max subtracted",
         "no scale",
         "m never updated",
@@ -151,14 +324,14 @@ KERNEL_MISTAKES = [
     ],
 )
 def test_kernel_mistakes(edits, diagnosis):
-    assert_fails(run_check(EX[1], planted(EX[1], *edits)), *diagnosis)
+    assert_fails(run_check(EX[2], planted(EX[2], *edits)), *diagnosis)
 
 
 @needs_triton
 def test_kernel_with_alpha_upside_down_is_told_about_the_first_rescale():
     out = run_check(
-        EX[1],
-        planted(EX[1], ("alpha = tl.exp(m - m_new)", "alpha = tl.exp(m_new - m)")),
+        EX[2],
+        planted(EX[2], ("alpha = tl.exp(m - m_new)", "alpha = tl.exp(m_new - m)")),
     )
     assert_fails(
         out, "case 0 (one key block", "NaN already with one key block", "exp(m - m_new)"
@@ -171,7 +344,7 @@ def test_kernel_calling_labs_step_is_refused():
     """lab's own key-block step, called inside the learner's kernel: Triton's interpreter runs a copy of its code,
     known by the file and name it came from."""
     src = planted(
-        EX[1],
+        EX[2],
         (
             "for j0 in range(0, M, Bc):",
             "for j0 in range(0, M, Bc):\n"
@@ -184,7 +357,7 @@ def test_kernel_calling_labs_step_is_refused():
         "from lab.kernels.rung6_triton import _attn_fwd_step as lab_step\n"
         + src.replace("    o = acc / l[:, None]", "    o = acc / l[:, None]", 1)
     )
-    out = run_check(EX[1], src)
+    out = run_check(EX[2], src)
     assert_fails(out, "case 0", "runs lab's kernel code _attn_fwd_step")
 
 
@@ -192,11 +365,11 @@ def test_kernel_calling_labs_step_is_refused():
 def test_kernel_loading_every_key_at_once_is_refused():
     """One block of 128 slots, masked past M: right values on every case, but not a loop over key blocks."""
     src = planted(
-        EX[1],
+        EX[2],
         ("for j0 in range(0, M, Bc):", "for j0 in range(0, 1):"),
         ("cols = j0 + tl.arange(0, Bc)", "cols = tl.arange(0, 128)"),
     )
-    out = run_check(EX[1], src)
+    out = run_check(EX[2], src)
     assert_fails(
         out,
         "case 2 (several key blocks",
@@ -209,7 +382,7 @@ def test_kernel_loading_every_key_at_once_is_refused():
 def test_kernel_with_a_pass_for_the_max_and_one_for_the_sums_is_refused():
     """Right values, Bc rows a load, but K read twice: a first loop for the row max, a second for l and acc."""
     src = planted(
-        EX[1],
+        EX[2],
         (
             "for j0 in range(0, M, Bc):",
             "for j0 in range(0, M, Bc):  # pass 1: the max\n"
@@ -222,7 +395,7 @@ def test_kernel_with_a_pass_for_the_max_and_one_for_the_sums_is_refused():
             "    for j0 in range(0, M, Bc):  # pass 2: the sums",
         ),
     )
-    out = run_check(EX[1], src)
+    out = run_check(EX[2], src)
     assert_fails(
         out,
         "case 0 (one key block",
@@ -232,7 +405,7 @@ def test_kernel_with_a_pass_for_the_max_and_one_for_the_sums_is_refused():
 
 @needs_triton
 def test_kernel_without_jit_is_told_to_keep_it():
-    out = run_check(EX[1], EX[1].solution.replace("@triton.jit\n", ""))
+    out = run_check(EX[2], EX[2].solution.replace("@triton.jit\n", ""))
     assert_fails(out, "keep @triton.jit")
 
 
@@ -246,7 +419,7 @@ def test_without_triton_the_check_skips_with_a_sentence(monkeypatch):
     triton, tl = ct.triton_or_standins()
     assert getattr(triton, "standin", False) and tl.constexpr is int
     ns = {"triton": triton, "tl": tl}
-    exec(EX[1].solution, ns)
+    exec(EX[2].solution, ns)
     out = _say(ct.check_triton_attention, ns["attention_kernel"])
     assert (
         out == "attention_kernel: skipped: Triton is not importable here (no module).\n"
@@ -266,7 +439,7 @@ def test_launch_runs_the_worked_kernel_on_strided_views():
 
     triton, tl = ct.triton_or_standins()
     ns = {"triton": triton, "tl": tl}
-    exec(EX[1].solution, ns)
+    exec(EX[2].solution, ns)
     q, k, v = ct._case_inputs(2, 20, 37, 0, seed=1)
     assert (
         not k.is_contiguous()

@@ -17,7 +17,7 @@ BUILDS = {
     "07_precision": [2],
     "07_precision_in_attention": [1],
     "08_hardware_runs": [4],
-    "08_triton_kernel": [1],
+    "08_triton_kernel": [2],  # 1 derives the causal band
     "09_backward": [1],
     "09_tiled_backward": [2],
     "10_decoding": [1],

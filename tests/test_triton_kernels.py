@@ -417,3 +417,29 @@ def test_notebook_08_triton_quotes_both_kernels_verbatim():
             assert code(snippet) in code(numpy_src), snippet
         for snippet in re.findall(r"`([^`]+)`", triton_part):
             assert code(snippet) in code(triton_src), snippet
+
+
+@pytest.mark.skipif(
+    not USABLE or os.environ.get("TRITON_INTERPRET", "0") != "1",
+    reason="counts loads in Triton's interpreter",
+)
+@pytest.mark.parametrize("causal", [False, True])
+def test_triton_traffic_counts_q_once_kv_per_query_block_and_stores_only_o_and_lse(
+    causal,
+):
+    g = torch.Generator().manual_seed(0)
+    N, d, B = 96, 32, 32
+    q, k, v = (torch.randn(1, 1, N, d, generator=g) for _ in range(3))
+    moved = lab.triton_traffic(
+        lambda: lab.flash_attention_triton(
+            q, k, v, causal=causal, block_q=B, block_k=B
+        ),
+        {"Q": q, "K": k, "V": v},
+    )
+    tiles = int((lab.triton_tile_kinds(N, N, B, B, causal) > 0).sum())
+    assert moved["read"]["Q"] == q.nbytes and moved["read"]["other"] == 0
+    assert moved["read"]["K"] == moved["read"]["V"] == tiles * B * d * 4
+    assert moved["written"]["other"] == N * d * 4 + N * 4  # o and lse, nothing else
+    assert moved["written"]["Q"] == moved["written"]["K"] == 0
+    with pytest.raises(TypeError, match="run"):
+        lab.triton_traffic(None, {})

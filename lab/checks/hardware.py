@@ -3,9 +3,9 @@ loop, and the key-block loop of a Triton FlashAttention-2 forward kernel.
 
 - `check_attention_tflops(fn)`  : `fn(B, H, N, d, causal, ms)`, the TFLOP/s of a forward, F = 4BHN²d (halved
   when causal) over ms·10⁻³ s; hints for a missed causal halving, one matmul counted, ms taken as seconds.
-- `check_roofline(fn)`          : `fn(intensity, peak, bandwidth)` = min(peak, I·bandwidth) element by element,
-  on a list too, returned as an array; hints for max in place of min, a missing roof, I / bandwidth, Python's
-  `min` on an array.
+- `check_roofline(fn)`          : `fn(intensity, peak, bandwidth, overlap)`: F / t per intensity, t the larger of
+  F / peak and W / bandwidth (overlap: min(peak, I·bandwidth)) or their sum (no overlap), on a list too, returned
+  as an array; hints for max in place of min, a missing roof, I / bandwidth, rates added, the other case.
 - `check_causal_tile_steps(fn)` : `fn(N, M, Br, Bc, causal)`, the (i, j) tiles the loop visits when key j is
   visible to query i iff j <= i + (M - N); says when yours is the count of a classic mistake (top-left
   alignment, the block's first row, a dropped tail, negative counts for rows that see no key).
@@ -17,9 +17,14 @@ loop, and the key-block loop of a Triton FlashAttention-2 forward kernel.
   read each key row once (one pass, not a pass for the max and another for the sums), and lab's own
   kernel code (`_attn_fwd_step`) may not run inside the learner's. Through Triton's interpreter on CPU tensors;
   compiled on CUDA, where only the NaN shows.
+  Also caught: a key mask applied to p after the exp (a ragged case near -200), a state kept in 16 bits, a loop
+  range that misses key blocks, alpha applied after the new block was added.
+- `check_causal_band(fn)` : `fn(i, N, M, Br, Bc)` = (full, seen), the key blocks every row of causal query block i
+  sees whole and those some row sees, against an element mask; hints for the deciding rows swapped, j < i + (M - N),
+  top-left alignment, the rounding of either, negative counts.
 - `launch_attention_kernel`, `triton_or_standins` : the host side of that kernel, and the modules to write it.
 
-Taught in: notebooks/08_hardware_runs.ipynb (the first three), notebooks/08_triton_kernel.ipynb (the kernel)
+Taught in: notebooks/08_hardware_runs.ipynb (the first three), notebooks/08_triton_kernel.ipynb (the kernel, the band)
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ __all__ = [
     "check_roofline",
     "check_causal_tile_steps",
     "check_triton_attention",
+    "check_causal_band",
     "launch_attention_kernel",
     "triton_or_standins",
 ]
@@ -88,6 +94,7 @@ def _tflops_hint(case, got, want):
     except (TypeError, ValueError, ZeroDivisionError):
         return None
     causal = case[4]
+    texts = []
     for r, text in (
         (
             2.0,
@@ -102,7 +109,8 @@ def _tflops_hint(case, got, want):
         ),
         (
             1e3,
-            "1000× the expected: ms is in milliseconds, so the time in seconds is ms·10⁻³",
+            "1000× the expected: a rate in GFLOP/s (÷ 10⁹), or a time 1000× too short; "
+            "a TFLOP is 10¹² FLOP, and ms·10⁻³ is the time in seconds",
         ),
         (
             1e-3,
@@ -112,7 +120,17 @@ def _tflops_hint(case, got, want):
         (1e-6, "10⁻⁶× the expected: a TFLOP is 10¹² FLOP"),
     ):
         if math.isclose(ratio, r, rel_tol=1e-6):
-            return f"yours is {text}"
+            texts.append(text)
+    B, H = case[0], case[1]
+    for count, letter, what in ((H, "H", "heads"), (B, "B", "sequences")):
+        if count > 1 and math.isclose(ratio, 1 / count, rel_tol=1e-6):
+            texts.append(
+                f"1/{letter} of the expected: F counts every one of the {letter} = {count} {what}"
+            )
+    if texts:  # two mistakes can give the same ratio: name both
+        return "yours is " + "; or it is ".join(texts[:2])
+    if B * H > 1 and math.isclose(ratio, 1 / (B * H), rel_tol=1e-6):
+        return "yours is the rate of one head of one sequence: F counts all B·H of them"
     if causal and math.isclose(ratio, (case[2] + 1) / case[2], rel_tol=1e-9):
         return "yours counts the kept scores exactly, N(N+1)/2 per head; section 3 counts a causal forward as half: F / 2"
     return "F = 4·B·H·N²·d FLOPs (section 3), halved when causal, divided by the time in seconds and by 10¹²"
@@ -154,8 +172,12 @@ def check_attention_tflops(fn, *, seed: int | None = None) -> None:
 
 
 # ------------------------------------------------------------------------------- exercise 2: the roof
-def _roof(intensity, peak, bandwidth):
-    return np.minimum(peak, np.asarray(intensity, dtype=float) * bandwidth)
+def _roof(intensity, peak, bandwidth, overlap):
+    """F / t per FLOP: t = max(F / peak, W / bandwidth) when the two overlap, their sum when they do not."""
+    i = np.asarray(intensity, dtype=float)
+    if overlap:
+        return np.minimum(peak, i * bandwidth)
+    return 1.0 / (1.0 / peak + 1.0 / (i * bandwidth))
 
 
 def _roof_hint(case, got, want):
@@ -163,53 +185,75 @@ def _roof_hint(case, got, want):
         got, want
     ):  # right (a list, or refused for another reason, which says it all)
         return None
-    intensity, peak, bandwidth = np.asarray(case[0], dtype=float), case[1], case[2]
+    intensity, peak, bandwidth, overlap = case
+    intensity = np.asarray(intensity, dtype=float)
+    slope = intensity * bandwidth
+    both = "time for the arithmetic and time for the traffic"
     known = [
         (
-            np.maximum(peak, intensity * bandwidth),
-            "the larger of the two ceilings; a kernel reaches the lower one: the roof is a minimum",
+            np.maximum(peak, slope),
+            "the larger of the two rates; the kernel needs both its "
+            f"{both}, so the longer time decides: the lower rate",
         ),
         (
-            intensity * bandwidth,
-            "I·bandwidth everywhere; past the ridge point the rate is capped at the peak",
+            slope,
+            "I·bandwidth everywhere; past the ridge point the arithmetic takes longer",
         ),
         (
             np.minimum(peak, intensity / bandwidth),
-            "min(peak, I / bandwidth); I is FLOP per byte and the bandwidth bytes per second, so FLOP/s = I·bandwidth",
+            "min(peak, I / bandwidth); W = F / I bytes take F / (I·bandwidth) seconds",
+        ),
+        (
+            peak + slope,
+            "the sum of the two rates; without overlap the two times add, not the rates",
+        ),
+        (
+            _roof(intensity, peak, bandwidth, not overlap),
+            "the other case's answer: "
+            + (
+                f"with overlap the {both} run at once, t = max of the two"
+                if overlap
+                else "without overlap the arithmetic waits for the traffic: t = the sum of the two"
+            ),
         ),
     ]
     for value, text in known:
         if _near(got, value):
             return f"yours is {text}"
-    if not _near(got, want):  # right numbers, wrong type: the property says so
-        return "one rate per intensity: the lower of the peak and intensity × bandwidth, as section 1 draws the roof"
-    return None
+    return (
+        "per intensity: the arithmetic takes F / peak seconds, the traffic (F / I) / bandwidth; "
+        "rate = F / t with t the larger (overlap) or the sum (no overlap)"
+    )
 
 
 def check_roofline(fn, *, seed: int | None = None) -> None:
-    """Check `fn(intensity, peak, bandwidth)` = min(peak, I·bandwidth) per intensity (arrays and lists); print one verdict.
+    """Check `fn(intensity, peak, bandwidth, overlap)` per intensity (arrays and lists); print one verdict.
 
-    Three fixed cases and two drawn afresh on each run (`seed` draws the same again); running
-    `lab.attainable_flops` (by any name) is refused. Taught in: notebooks/08_hardware_runs.ipynb
+    With `overlap` the rate is min(peak, I·bandwidth) (the roofline); without it F over the sum of the two times,
+    1 / (1/peak + 1/(I·bandwidth)). Four fixed cases and four drawn afresh on each run (`seed` draws the same
+    again); running `lab.attainable_flops` (by any name) is refused. Taught in: notebooks/08_hardware_runs.ipynb
     """
     rng, seed = _fresh(seed)
     cases = [
-        (np.array([0.5, 10.0, 1000.0]), 1.6e11, 1.0e10),
-        (np.array([8.0, 63.0, 295.0, 1e4]), 9.89e14, 3.35e12),
-        ([1.0, 16.0, 64.0], 2.0e11, 2.0e10),
+        (np.array([0.5, 10.0, 1000.0]), 1.6e11, 1.0e10, True),
+        (np.array([0.5, 16.0, 1000.0]), 1.6e11, 1.0e10, False),
+        (np.array([8.0, 63.0, 295.0, 1e4]), 9.89e14, 3.35e12, True),
+        ([1.0, 16.0, 64.0], 2.0e11, 2.0e10, False),
     ] + [
         (
             np.round(10 ** rng.uniform(-1, 4, int(rng.integers(2, 7))), 2),
             float(f"{10 ** rng.uniform(11, 15):.3g}"),
             float(f"{10 ** rng.uniform(10, 13):.3g}"),
+            overlap,
         )
-        for _ in range(2)
+        for overlap in (True, False, False, True)
     ]
     fn = _explained(
         fn,
         {
-            "truth value": "Python's min and max compare single numbers; np.minimum works element by element",
+            "truth value": "Python's min, max and if compare single numbers; np.minimum works element by element",
             "sequence": "intensity may come as a list: np.asarray(intensity) makes it an array",
+            "positional argument": "the function takes four arguments: intensity, peak, bandwidth, overlap",
         },
     )
     is_array = lambda f, case, got: (
@@ -222,7 +266,7 @@ def check_roofline(fn, *, seed: int | None = None) -> None:
         fn,
         _roof,
         cases,
-        rtol=1e-6,  # float32 arithmetic is as right as float64: the roof is a minimum, not a dtype
+        rtol=1e-6,  # float32 arithmetic is as right as float64: the roof is a formula, not a dtype
         atol=0,
         hint=_roof_hint,
         properties=(_own_work("attainable_flops"), is_array),
@@ -275,6 +319,16 @@ def _tiles_hint(case, got, want):
     N, M, Br, Bc, causal = case
     known = [
         (
+            _tiles(N, M, Br, Bc, False) / 2,
+            "half the full count, as a causal forward's FLOPs are counted; the loop computes "
+            "every tile on the diagonal whole, so it visits more than half: count per query block",
+        ),
+        (
+            _tiles(N, M, Br, Bc, causal, offset=M - N - 1),
+            "the count for j < i + (M - N): query i sees key i + (M - N) too (its own key "
+            "when N = M), so visible means j <= i + (M - N)",
+        ),
+        (
             _tiles(N, M, Br, Bc, causal, offset=0),
             "the count of a causal mask aligned top-left (key j visible when "
             "j <= i); here query i sees keys up to i + (M - N)",
@@ -310,9 +364,9 @@ def _tiles_hint(case, got, want):
             "the count for N keys: the key blocks are M's, ⌈M / Bc⌉ of them",
         ),
     ]
-    for value, text in known:
-        if got == value and value != want:
-            return f"yours is {text}"
+    texts = [text for value, text in known if got == value and value != want]
+    if texts:  # two mistakes can give the same count: name both
+        return "yours is " + "; or it is ".join(texts[:2])
     return "count, for each query block, the key blocks up to the last key its last row sees, at least none"
 
 
@@ -510,6 +564,18 @@ _CASES = [  # name, H, N, M, Br, Bc, score bias, hint when this case is the firs
         "m must be the running max, m_new = tl.maximum(m, tl.max(s, axis=1)): a block's own max lowers m after a high "
         "block, and alpha = exp(m - m_new) = e^400 overflows",
     ),
+    (
+        "ragged M, scores near -200",
+        1,
+        20,
+        37,
+        16,
+        16,
+        -200,
+        "the slots past M load K as zeros and score 0, above every real score here (near -200): if they reach "
+        "the max, m_new = 0 and every real e^(s - 0) underflows. Masking p (or l) after the exp is too late: "
+        "give those slots a score of -inf with tl.where before tl.max and the exp",
+    ),
 ]
 
 
@@ -606,6 +672,7 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
             "hint: keep @triton.jit above the def, and compute o inside it with tl ops"
         )
         return
+    narrow = _narrow_state(kernel)
     compiled = (
         torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1"
     )
@@ -685,6 +752,17 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
                 "shared memory for long sequences"
             )
             return
+        # the share of the key rows each program read (1 in one pass); None where no load was watched
+        visited = (
+            widest["K rows"] / (-(-N // Br) * H * M) if "K rows" in widest else None
+        )
+        if problem is None and not read and narrow:
+            print(
+                f"{name}: ✗ {shown}: o is right here, but {narrow}: the interpreter promotes it to float32 "
+                "without a word, where compiled Triton refuses a loop variable whose type changes. Keep m, l "
+                "and acc in tl.float32"
+            )
+            return
         if problem is None and not read:
             continue
         print(
@@ -702,18 +780,93 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
         )
         if where:
             print(f"  {where}")
-        if i == 0 and problem and np.isnan(got).any():
+        if problem and visited is not None and visited < 1:
+            hint = (
+                f"your loop read {visited:.0%} of the M = {M} key rows per query block: its range must "
+                "start at key 0 and reach key M - 1, for j0 in range(0, M, Bc) (the last block may be short)"
+            )
+        elif problem and narrow:
+            hint = (
+                f"{narrow}: float16 keeps 11 bits, so each step rounds the running sums by about 5e-4. "
+                "Keep m, l and acc in tl.float32 (tl.dot accumulates in float32 already)"
+            )
+        elif problem and _alpha_after(got, args, Bc, tol):
+            hint = (
+                "yours multiplies by alpha after adding the new block, (acc + P_ij V_j)·alpha: that rescales "
+                "the new block's own terms, and at the first block alpha = e^(-inf) = 0 wipes them. Rescale the "
+                "old sums, then add: acc = alpha·acc + P_ij V_j, l = alpha·l + rowsum P_ij"
+            )
+        elif i == 0 and problem and np.isnan(got).any():
             hint = (
                 "NaN already with one key block: the first step rescales the empty state (acc = 0, l = 0) by "
                 "alpha, which must be exp(m - m_new) = exp(-inf) = 0 there; exp(m_new - m) is inf, and inf · 0 "
-                "is NaN. Check also p = exp(S - m_new) and the masked slots' -inf"
+                "is NaN. Or alpha multiplies the sums after adding the new block: (l + rowsum P)·0 = 0 and "
+                "o = 0/0; rescale the old sums, then add. Check also p = exp(S - m_new) and the masked slots' -inf"
             )
         print(f"  hint: {hint}")
         return
     print(
-        f"{name}: ✓ passed {len(_CASES)} cases (1 and several key blocks, ragged N and M, "
-        "Br != Bc, scores near ±200, a high block first)"
+        f"{name}: ✓ passed {len(_CASES)} cases (1 and more key blocks, ragged N, M, "
+        "Br != Bc, scores ±200, a high block first)"
     )
+
+
+def _narrow_state(kernel) -> str | None:
+    """A sentence when the kernel's source makes a running state in 16 bits (tl.zeros / tl.full of float16 or
+    bfloat16) or rounds a value to 16 bits (`.to(tl.float16)`); None otherwise."""
+    import re
+
+    fn = getattr(kernel, "fn", kernel)
+    try:
+        src = (
+            kernel.src
+            if isinstance(getattr(kernel, "src", None), str)
+            else inspect.getsource(fn)
+        )
+    except (OSError, TypeError):  # no source (exec'd code): the names its code reads
+        names = set(getattr(getattr(fn, "__code__", None), "co_names", ()))
+        narrow = sorted(names & {"float16", "bfloat16"})
+        return f"it uses tl.{narrow[0]} for a value of the loop" if narrow else None
+    src = re.sub(r"#.*", "", src)
+    made = re.search(r"tl\.(zeros|full)\([^)]*tl\.(b?float16)", src)
+    if made:
+        return f"a running state starts as tl.{made.group(2)} (tl.{made.group(1)})"
+    cast = re.search(r"\.to\(\s*tl\.(b?float16)", src)
+    if cast:
+        return f"a value is rounded to tl.{cast.group(1)} in the loop"
+    return None
+
+
+def _alpha_after(got, args, Bc, tol) -> bool:
+    """Whether `got` is the online loop with alpha applied after the new block was added (numpy, float64)."""
+    q, k, v = args
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    M = k.shape[-2]
+    for l_after, acc_after in ((True, True), (False, True), (True, False)):
+        m = np.full(q.shape[:-1], -np.inf)
+        l, acc = np.zeros(q.shape[:-1]), np.zeros(q.shape)
+        with np.errstate(all="ignore"):
+            for j0 in range(0, M, Bc):
+                s = scale * q @ np.swapaxes(k[:, j0 : j0 + Bc], -1, -2)
+                m_new = np.maximum(m, s.max(-1))
+                p = np.exp(s - m_new[..., None])
+                alpha = np.exp(m - m_new)
+                l = (l + p.sum(-1)) * alpha if l_after else alpha * l + p.sum(-1)
+                pv = p @ v[:, j0 : j0 + Bc]
+                acc = (
+                    (acc + pv) * alpha[..., None]
+                    if acc_after
+                    else alpha[..., None] * acc + pv
+                )
+                m = m_new
+            bug = acc / l[..., None]
+        if np.isnan(bug).all():  # all NaN: an alpha upside down gives that too
+            continue
+        if np.array_equal(np.isnan(bug), np.isnan(got)) and np.allclose(
+            np.nan_to_num(bug), np.nan_to_num(got), rtol=tol, atol=tol
+        ):
+            return True
+    return False
 
 
 def _lab_kernels() -> set:
@@ -846,3 +999,154 @@ def _what_it_matches(got, want, args, N, M, Bc, tol):
             if diagnose(got, value(), rtol=tol, atol=tol) is None:
                 return text
     return None
+
+
+# ------------------------------------------------------------------------ 08_triton_kernel exercise 2: the causal band
+def _band_reference(i, N, M, Br, Bc):
+    """(full, seen) of causal query block i from its element mask: query r sees key j iff j <= r + (M - N); `full`
+    counts the whole key blocks, from block 0, that every row sees, `seen` the key blocks up to the last one any
+    row sees."""
+    rows = np.arange(i * Br, min((i + 1) * Br, N))
+    seen = np.arange(M)[None, :] <= rows[:, None] + (M - N)  # (rows, keys)
+    every, some = seen.all(axis=0), seen.any(axis=0)
+    full = 0
+    while (full + 1) * Bc <= M and every[full * Bc : (full + 1) * Bc].all():
+        full += 1
+    blocks = [j for j, j0 in enumerate(range(0, M, Bc)) if some[j0 : j0 + Bc].any()]
+    return full, (blocks[-1] + 1 if blocks else 0)
+
+
+def _named(known, value, default):
+    """The texts of the mistakes in `known` ((value, text) pairs) whose value is `value`, else `default`."""
+    texts = [text for v, text in known if v == value]
+    return "; or ".join(texts[:3]) if texts else default
+
+
+def _band_hint(case, got, want):
+    i, N, M, Br, Bc = case
+    first, last = i * Br, min((i + 1) * Br, N) - 1
+    o = M - N
+    try:
+        full, seen = (int(x) for x in got)
+    except (TypeError, ValueError):
+        return "return two integers, (full, seen)"
+    if (full, seen) == tuple(want):
+        return None
+    up = lambda keys: -(-keys // Bc)  # noqa: E731
+    hints = []
+    if full != want[0]:
+        known = [
+            (
+                max(0, first + o) // Bc,
+                "full for j < r + (M - N): query r sees key r + (M - N) too",
+            ),
+            (
+                max(0, last + 1 + o) // Bc,
+                "full from the block's last row: the first row sees the fewest keys, and a "
+                "block needs no mask only when every row, the first too, sees all of it",
+            ),
+            (
+                up(max(0, min(M, first + 1 + o))),
+                "full rounded up: a key block the first row sees only in part still needs "
+                "the mask, so round down",
+            ),
+            (
+                max(0, first + 1) // Bc,
+                "full with the mask aligned top-left; query r sees keys up to r + (M - N)",
+            ),
+            (
+                (first + 1 + o) // Bc,
+                "a negative full: when N > M the first rows see no key at all, full is 0",
+            ),
+        ]
+        hints.append(
+            _named(
+                known,
+                full,
+                "full: the keys every row sees are those the first row sees, 0 .. first + "
+                "(M - N); count the whole key blocks among them",
+            )
+        )
+    if seen != want[1]:
+        known = [
+            (
+                up(max(0, min(M, last + o))),
+                "seen for j < r + (M - N): query r sees key r + (M - N) too",
+            ),
+            (
+                up(max(0, min(M, first + 1 + o))),
+                "seen from the block's first row: the last row sees the most keys, and a "
+                "block is computed when any row sees any of its keys",
+            ),
+            (
+                max(0, min(M, last + 1 + o)) // Bc,
+                "seen rounded down: a key block the last row sees only in part is still "
+                "computed (masked), so round up",
+            ),
+            (
+                up(max(0, min(M, last + 1))),
+                "seen with the mask aligned top-left; query r sees keys up to r + (M - N)",
+            ),
+            (
+                up(min(M, last + 1 + o)),
+                "a negative seen: when N > M the first rows see no key, seen is 0",
+            ),
+            (
+                up(max(0, (i + 1) * Br + o)),
+                "seen past M: the last key block is block ⌈M / Bc⌉ - 1",
+            ),
+        ]
+        hints.append(
+            _named(
+                known,
+                seen,
+                "seen: the last row (row N - 1 at most) sees keys 0 .. last + (M - N); "
+                "count the key blocks that hold any of them",
+            )
+        )
+    return "yours has " + "; and ".join(hints)
+
+
+def check_causal_band(fn, *, seed: int | None = None) -> None:
+    """Check `fn(i, N, M, Br, Bc)` = (full, seen): the key blocks every row of causal query block i sees in full,
+    and the key blocks some row of it sees, against an element mask (query r sees key j iff j <= r + M - N).
+
+    Nine fixed cases and five drawn afresh on each run (`seed` draws the same again); running
+    `lab.triton_tile_kinds`, `lab.block_mask` or `lab.tile_counts` (by any name) is refused.
+    Taught in: notebooks/08_triton_kernel.ipynb
+    """
+    rng, seed = _fresh(seed)
+    cases = [
+        (0, 256, 256, 64, 32),
+        (3, 256, 256, 64, 32),
+        (1, 96, 256, 32, 64),
+        (0, 100, 40, 16, 16),
+        (6, 100, 40, 16, 16),
+        (2, 50, 50, 16, 16),
+        (1, 40, 72, 32, 16),
+        (0, 63, 64, 16, 16),  # the last row sees exactly one key of block 1
+        (1, 49, 64, 16, 16),  # the first row sees block 1 to its last key
+    ]
+    for _ in range(5):
+        N, M = int(rng.integers(1, 600)), int(rng.integers(1, 600))
+        Br, Bc = int(rng.choice([16, 32, 64])), int(rng.choice([16, 32, 64]))
+        cases.append((int(rng.integers(0, -(-N // Br))), N, M, Br, Bc))
+    as_pair = lambda f, case, got: (
+        None
+        if isinstance(got, (tuple, list)) and len(got) == 2
+        else f"returned {type(got).__name__}, expected a pair (full, seen)"
+    )
+    check(
+        fn,
+        _band_reference,
+        cases,
+        rtol=0,
+        atol=0,
+        hint=_band_hint,
+        names=("full", "seen"),
+        properties=(
+            _own_work("triton_tile_kinds", "block_mask", "tile_counts", "tile_grid"),
+            as_pair,
+        ),
+        seed=seed,
+    )

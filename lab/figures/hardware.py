@@ -1,8 +1,8 @@
 """Figures for notebook 08: time and memory against N, a roofline of measured ceilings, recorded runs, the
-Python overhead of a tile loop. The cost models they draw (`estimated_bytes`, `loop_overhead`) live in
+Python overhead of a tile loop, the Triton kernel's launch grid. The cost models they draw (`estimated_bytes`, `loop_overhead`) live in
 lab/hardware.py.
 
-Taught in: notebooks/08_hardware_runs.ipynb
+Taught in: notebooks/08_hardware_runs.ipynb, notebooks/08_triton_kernel.ipynb
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ __all__ = [
     "draw_roofline",
     "draw_recorded_memory",
     "draw_loop_overhead",
+    "draw_launch_grid",
     "KERNEL_STYLE",
 ]
 
@@ -79,8 +80,9 @@ def draw_sweep(rows, *, what: str = "ms", ax=None) -> dict:
 
 def draw_roofline(ceilings: dict, rows, *, N: int | None = None, ax=None) -> dict:
     """The roofline $\\min(\\text{peak}, I \\cdot \\text{bandwidth})$ of the measured ceilings, with each kernel at
-    (estimated intensity $I$ = FLOPs / `estimated_bytes`, measured FLOP/s) at the largest N; returns the points and
-    `above`, the kernels drawn above the roof (a ceiling measured low on a busy machine, or an intensity estimated low).
+    (estimated intensity $I$ = FLOPs / `estimated_bytes`, measured FLOP/s) at the largest N; returns the points,
+    `shares` (each kernel's rate over its roof at its intensity) and `above`, the kernels drawn above the roof (a
+    ceiling measured low on a busy machine, or an intensity estimated low).
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
@@ -133,13 +135,15 @@ def draw_roofline(ceilings: dict, rows, *, N: int | None = None, ax=None) -> dic
     ax.text(
         ridge * 1.15,
         ax.get_ylim()[0] * 2,
-        f"ridge {ridge:.0f} FLOP/B",
+        f"ridge {ridge:.1f} FLOP/B",
         color="gray",
         fontsize=10,
     )
     ax.legend(fontsize=9, loc="lower right")
     above = [kernel for kernel, (x, y) in pts.items() if y > min(peak, x * bw)]
+    shares = {kernel: y / min(peak, x * bw) for kernel, (x, y) in pts.items()}
     return {
+        "shares": shares,
         "peak_flops": peak,
         "bandwidth": bw,
         "ridge": ridge,
@@ -187,13 +191,19 @@ def draw_recorded_memory(runs, *, N: int = 4096, ax=None) -> dict:
             if group == "standard"
             else "tiled (flash) kernel",
         )
+        top = max([v for b in bars.values() for v in b.values()] + [1.0])
         for xi, y in zip(x, ys):
             ax.text(
-                xi + (i - 0.5) * 0.38, y * 1.15, f"{y:,.1f}", ha="center", fontsize=10
+                xi + (i - 0.5) * 0.38,
+                y + top * 0.02,
+                f"{y:,.1f}",
+                ha="center",
+                fontsize=10,
             )
-    ax.set_yscale("log")
-    top = max([v for b in bars.values() for v in b.values()] + [1.0])
-    ax.set_ylim(top=top * 20)
+    for xi, k in zip(x, labels):  # a linear axis: the gap is drawn to scale, and named
+        ratio = bars[k]["standard"] / bars[k]["tiled"]
+        ax.text(xi, top * 1.12, f"{ratio:,.0f}× less", ha="center", fontsize=11)
+    ax.set_ylim(0, top * 1.55)  # room for the ratios, and above them the legend
     ax.set_xticks(x, [textwrap.fill(k, 30) for k in labels], fontsize=9)
     ax.set(
         ylabel="peak MiB per head",
@@ -214,58 +224,101 @@ def draw_loop_overhead(
     heads: int = 8,
     ax=None,
 ) -> dict:
-    """Python overhead and matmul time of the tile loop against the query block Br (Bc = `block_k`, or Br), log-log;
-    marks `block`; returns `lab.loop_overhead` at it.
+    """The share of a forward's time the tile loop spends on Python overhead, against the query block Br (log2 x):
+    one curve with Bc = Br, one with Bc = 2·Br (the CPU default's shape, (256, 512)); marks (`block`, `block_k`,
+    Br by default); returns `lab.loop_overhead` at it. The model has no cache term: see `lab.loop_overhead`.
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
     if ax is None:
         _, ax = plt.subplots()
-    model = dict(
-        block_k=block_k,
-        d=d,
-        heads=heads,
-        us_per_op=us_per_op,
-        ops_per_step=ops_per_step,
-    )
+    model = dict(d=d, heads=heads, us_per_op=us_per_op, ops_per_step=ops_per_step)
     blocks = [2**p for p in range(4, 13) if 2**p <= max(N, 16)]
-    over = [loop_overhead(N, b, **model)["overhead_ms"] for b in blocks]
-    here = loop_overhead(N, block, **model)
-    ax.plot(
-        blocks,
-        over,
-        "o-",
-        color="C3",
-        label=f"Python overhead ({us_per_op:g} µs per op, {ops_per_step} ops per tile step)",
-    )
+    for factor, style in ((1, "o-"), (2, "s--")):
+        share = [
+            100 * loop_overhead(N, b, block_k=factor * b, **model)["overhead_fraction"]
+            for b in blocks
+        ]
+        name = "Bc = Br" if factor == 1 else "Bc = 2·Br"
+        ax.plot(blocks, share, style, color="C3" if factor == 1 else "C1", label=name)
+    here = loop_overhead(N, block, block_k=block_k, **model)
     _plain_log2_x(ax)
-    ax.set_yscale("log")
-    ax.xaxis.set_minor_locator(
-        NullLocator()
-    )  # no minor ticks: quicker to render in the slider
-    ax.yaxis.set_minor_locator(NullLocator())
-    ax.axhline(
-        here["matmul_ms"],
-        color="C0",
-        ls="--",
-        label=f"matmul work at 155 GFLOP/s: {here['matmul_ms']:,.0f} ms",
-    )
-    bc = "Br" if block_k is None else str(block_k)
+    ax.xaxis.set_minor_locator(NullLocator())  # no minor ticks: quicker in the slider
+    ax.set_ylim(0, 105)
     ax.plot(
         [block],
-        [here["overhead_ms"]],
+        [100 * here["overhead_fraction"]],
         "o",
         ms=14,
         mfc="none",
         mec="k",
         mew=2,
         label=f"Br = {block}, Bc = {here['block_k']}: {here['steps']:,} tile steps, "
-        f"{here['overhead_ms']:,.1f} ms",
+        f"{here['overhead_ms']:,.1f} ms of overhead",
     )
     ax.set(
-        xlabel=f"query block Br (key block Bc = {bc})",
-        ylabel="ms per forward",
-        title=f"A Python tile loop at N = {N:,}, H = {heads}, d = {d}",
+        xlabel="query block Br (the curves: key block Bc = Br, and Bc = 2·Br)",
+        ylabel="Python overhead, % of the forward",
+        title=f"Tile loop at N = {N:,}, H = {heads}, d = {d}: {us_per_op:g} µs per op, "
+        f"{ops_per_step} ops a step, matmuls {here['matmul_ms']:,.0f} ms at 155 GFLOP/s",
     )
+    ax.title.set_fontsize(10)
     ax.legend(fontsize=9, loc="upper right")
     return here
+
+
+def draw_launch_grid(
+    N: int, M: int, Br: int, Bc: int, causal: bool = True, *, ax=None
+) -> dict:
+    """The Triton forward's launch grid for one (batch, head): a row per program (query block i, `program_id(0)`),
+    a column per key block j, each tile coloured by what the program does with it (`lab.triton_tile_kinds`): no
+    mask, masked, skipped; each row ends with its program's bytes of K and V read, fp32, d = 64.
+    Returns {"kinds": the (Tr, Tc) array, "counts": tiles of each kind}.
+
+    Taught in: notebooks/08_triton_kernel.ipynb
+    """
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    from ..kernels.rung6_triton import triton_tile_kinds
+
+    kinds = triton_tile_kinds(N, M, Br, Bc, causal)
+    Tr, Tc = kinds.shape
+    if ax is None:
+        _, ax = plt.subplots(figsize=(min(12, 2 + 0.7 * Tc), min(7, 1.2 + 0.55 * Tr)))
+    colors = ["#f2f2f2", "#f4a259", "#3d7ea6"]  # skipped, masked, no mask
+    ax.imshow(kinds, cmap=ListedColormap(colors), vmin=0, vmax=2, aspect="auto")
+    ax.set_xticks(np.arange(Tc) - 0.5, minor=True)
+    ax.set_yticks(np.arange(Tr) - 0.5, minor=True)
+    ax.grid(
+        False, which="major"
+    )  # the notebooks' style draws a major grid: not over tiles
+    ax.grid(which="minor", color="white", lw=2)
+    ax.tick_params(which="minor", length=0)
+    ax.set_xticks(range(Tc), [f"K_{j}" for j in range(Tc)], fontsize=9)
+    ax.set_yticks(range(Tr), [f"program {i}: Q_{i}" for i in range(Tr)], fontsize=9)
+    for i in range(Tr):  # K_j and V_j: Bc rows of d = 64 fp32 each, per tile computed
+        kib = int((kinds[i] > 0).sum()) * 2 * Bc * 64 * 4 / 1024
+        ax.text(Tc - 0.4, i, f"  reads {kib:,.0f} KiB of K, V", va="center", fontsize=9)
+    counts = {
+        name: int((kinds == k).sum())
+        for k, name in ((2, "no mask"), (1, "masked"), (0, "skipped"))
+    }
+    ax.legend(
+        handles=[
+            Patch(color=colors[k], label=f"{name}: {counts[name]}")
+            for k, name in ((2, "no mask"), (1, "masked"), (0, "skipped"))
+        ],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.08),
+        ncol=3,
+        fontsize=9,
+    )
+    ax.set_title(
+        f"Launch grid, one (batch, head): N = {N}, M = {M}, Br = {Br}, Bc = {Bc}"
+        + (", causal" if causal else "")
+        + " (reads: d = 64, fp32)",
+        fontsize=10,
+    )
+    ax.set_xlim(-0.5, Tc + 2.6)
+    return {"kinds": kinds, "counts": counts}

@@ -63,6 +63,7 @@ __all__ = [
     "TritonUnavailableError",
     "triton_tile_kinds",
     "triton_kernel_source",
+    "triton_traffic",
 ]
 
 # Triton decides whether its library functions (tl.max, tl.sum, ...) and the kernels below are interpreted
@@ -158,193 +159,118 @@ def triton_status() -> tuple[bool, str]:
             "process; restart with TRITON_INTERPRET=1 to step through the kernel on the CPU."
         )
     return True, (
-        f"Triton {version}: no CUDA device, so CPU tensors run through Triton's interpreter "
-        "(numpy, a program at a time): never a timing."
+        f"Triton {version}: no CUDA device; CPU tensors run in its interpreter "
+        "(numpy, a program at a time), never timed."
     )
 
 
 # ------------------------------------------------------------------------------------------ the forward kernel
 
 
+# fmt: off
+# The two kernels below are shown as they are (`triton_kernel_source`): the formatter is
+# off, so each comment keeps its own line and the argument lists stay a few lines long.
 @triton.jit
 def _attn_fwd(
-    Q,
-    K,
-    V,
-    O,
-    LSE,
-    qk_scale,
-    N,
-    M,
-    G,
-    D,
-    DV,
-    stride_qh,
-    stride_qn,
-    stride_kz,
-    stride_kn,
-    stride_vz,
-    stride_vn,
-    stride_oh,
-    stride_on,
-    CAUSAL: tl.constexpr,
-    Br: tl.constexpr,
-    Bc: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
-    PRECISION: tl.constexpr,
+    Q, K, V, O, LSE, qk_scale, N, M, G, D, DV,
+    stride_qh, stride_qn, stride_kz, stride_kn,
+    stride_vz, stride_vn, stride_oh, stride_on,
+    CAUSAL: tl.constexpr, Br: tl.constexpr, Bc: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    """One program: the Br query rows of block Q_i of one (batch, query head) against the key blocks they see."""
-    i = tl.program_id(0)  # which query block Q_i
-    bh = tl.program_id(1)  # which (batch, query head)
-    kv = bh // G  # its (batch, kv head): G query heads share K, V
-    rows = i * Br + tl.arange(0, Br)  # the query rows of Q_i: (Br,)
-    feats = tl.arange(0, BLOCK_D)  # the d features, padded to a power of two
-    feats_v = tl.arange(0, BLOCK_DV)  # the dv features of v and o
-    row_ok = rows < N  # the last query block may run past N
-    q = tl.load(
-        Q + bh * stride_qh + rows[:, None] * stride_qn + feats[None, :],
-        mask=row_ok[:, None] & (feats[None, :] < D),
-        other=0.0,
-    )  # Q_i: (Br, BLOCK_D)
-    m = tl.full(
-        [Br], float("-inf"), tl.float32
-    )  # m, in log2 units: -inf before any key
-    l = tl.zeros([Br], tl.float32)  # l
-    acc = tl.zeros([Br, BLOCK_DV], tl.float32)  # acc: (Br, BLOCK_DV)
-    K_kv = K + kv * stride_kz  # this kv head's keys and values
+    """One program: the Br rows of block Q_i of one (batch, query head), every key block
+    they see."""
+    # which query block Q_i, which (batch, query head), and its (batch, kv head):
+    # G query heads share K, V
+    i = tl.program_id(0)
+    bh = tl.program_id(1)
+    kv = bh // G
+    # the query rows of Q_i (Br,), the d features padded to a power of two,
+    # the dv features of v and o
+    rows = i * Br + tl.arange(0, Br)
+    feats = tl.arange(0, BLOCK_D)
+    feats_v = tl.arange(0, BLOCK_DV)
+    # the last query block may run past N
+    row_ok = rows < N
+    # Q_i: (Br, BLOCK_D), loaded once
+    q_ptrs = Q + bh * stride_qh + rows[:, None] * stride_qn + feats[None, :]
+    q = tl.load(q_ptrs, mask=row_ok[:, None] & (feats[None, :] < D), other=0.0)
+    # the state of the block's rows: m (log2 units, -inf before any key), l, acc
+    m = tl.full([Br], float("-inf"), tl.float32)
+    l = tl.zeros([Br], tl.float32)
+    acc = tl.zeros([Br, BLOCK_DV], tl.float32)
+    # this kv head's keys and values
+    K_kv = K + kv * stride_kz
     V_kv = V + kv * stride_vz
-    full = M // Bc * Bc  # key blocks before `full` need no mask
-    band = M  # key blocks from `band` on are skipped
+    # key blocks before `full` need no mask; those from `band` on are skipped
+    full = M // Bc * Bc
+    band = M
     if CAUSAL:
-        full = (
-            tl.maximum(0, i * Br + 1 + M - N) // Bc * Bc
-        )  # keys up to the first row's last: seen by every row
-        band = tl.minimum(
-            M, (i + 1) * Br + M - N
-        )  # keys past the last row's last: seen by none
-    for j0 in range(0, full, Bc):  # every row sees every key: no mask
+        # keys up to the first row's last: seen by every row
+        full = tl.maximum(0, i * Br + 1 + M - N) // Bc * Bc
+        # keys past the last row's last: seen by none
+        band = tl.minimum(M, (i + 1) * Br + M - N)
+    # every row sees every key of these blocks: no mask
+    for j0 in range(0, full, Bc):
         m, l, acc = _attn_fwd_step(
-            q,
-            m,
-            l,
-            acc,
-            K_kv,
-            V_kv,
-            rows,
-            j0,
-            qk_scale,
-            N,
-            M,
-            D,
-            DV,
-            stride_kn,
-            stride_vn,
-            False,
-            CAUSAL,
-            Bc,
-            BLOCK_D,
-            BLOCK_DV,
-            PRECISION,
+            q, m, l, acc, K_kv, V_kv, rows, j0, qk_scale, N, M, D, DV,
+            stride_kn, stride_vn, False, CAUSAL, Bc, BLOCK_D, BLOCK_DV, PRECISION,
         )
-    for j0 in range(
-        full, band, Bc
-    ):  # the diagonal band, or the partial last block: masked
+    # the diagonal band, or the partial last block: masked
+    for j0 in range(full, band, Bc):
         m, l, acc = _attn_fwd_step(
-            q,
-            m,
-            l,
-            acc,
-            K_kv,
-            V_kv,
-            rows,
-            j0,
-            qk_scale,
-            N,
-            M,
-            D,
-            DV,
-            stride_kn,
-            stride_vn,
-            True,
-            CAUSAL,
-            Bc,
-            BLOCK_D,
-            BLOCK_DV,
-            PRECISION,
+            q, m, l, acc, K_kv, V_kv, rows, j0, qk_scale, N, M, D, DV,
+            stride_kn, stride_vn, True, CAUSAL, Bc, BLOCK_D, BLOCK_DV, PRECISION,
         )
-    seen = l > 0  # False for a row that sees no key (causal, N > M)
+    # the one division, o = acc / l; 0 for a row that sees no key (causal, N > M)
+    seen = l > 0
     l_safe = tl.where(seen, l, 1.0)
-    o = acc / l_safe[:, None]  # o = acc / l, the one division; 0 where no key is seen
-    lse = tl.where(
-        seen, (m + tl.log2(l_safe)) * 0.6931471805599453, float("-inf")
-    )  # lse = (m + log2 l)·ln 2
-    tl.store(
-        O + bh * stride_oh + rows[:, None] * stride_on + feats_v[None, :],
-        o.to(O.dtype.element_ty),
-        mask=row_ok[:, None] & (feats_v[None, :] < DV),
-    )
+    o = acc / l_safe[:, None]
+    # lse = (m + log2 l)·ln 2, back to natural-log units
+    lse = tl.where(seen, (m + tl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+    o_ptrs = O + bh * stride_oh + rows[:, None] * stride_on + feats_v[None, :]
+    o_ok = row_ok[:, None] & (feats_v[None, :] < DV)
+    tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=o_ok)
     tl.store(LSE + bh * N + rows, lse, mask=row_ok)
 
 
 @triton.jit
 def _attn_fwd_step(
-    q,
-    m,
-    l,
-    acc,
-    K_kv,
-    V_kv,
-    rows,
-    j0,
-    qk_scale,
-    N,
-    M,
-    D,
-    DV,
-    stride_kn,
-    stride_vn,
-    MASKED: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    Bc: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
-    PRECISION: tl.constexpr,
+    q, m, l, acc, K_kv, V_kv, rows, j0, qk_scale, N, M, D, DV, stride_kn, stride_vn,
+    MASKED: tl.constexpr, CAUSAL: tl.constexpr, Bc: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    """One key block K_j, V_j (keys j0 .. j0 + Bc - 1): (m, l, acc) -> (m', l', acc'), m in log2 units."""
-    cols = j0 + tl.arange(0, Bc)  # the keys of K_j: (Bc,)
+    """One key block K_j, V_j (keys j0 .. j0 + Bc - 1): (m, l, acc) -> (m', l', acc'),
+    m in log2 units."""
+    # the keys of K_j (Bc,); the last key block may run past M
+    cols = j0 + tl.arange(0, Bc)
     feats = tl.arange(0, BLOCK_D)
     feats_v = tl.arange(0, BLOCK_DV)
-    col_ok = cols < M  # the last key block may run past M
-    k = tl.load(
-        K_kv + cols[None, :] * stride_kn + feats[:, None],
-        mask=col_ok[None, :] & (feats[:, None] < D),
-        other=0.0,
-    )  # K_jᵀ: (BLOCK_D, Bc)
-    v = tl.load(
-        V_kv + cols[:, None] * stride_vn + feats_v[None, :],
-        mask=col_ok[:, None] & (feats_v[None, :] < DV),
-        other=0.0,
-    )  # V_j: (Bc, BLOCK_DV)
-    s = tl.dot(q, k, input_precision=PRECISION) * qk_scale  # S_ij·log2(e): (Br, Bc)
+    col_ok = cols < M
+    # K_j loaded transposed, (BLOCK_D, Bc); V_j (Bc, BLOCK_DV)
+    k_ptrs = K_kv + cols[None, :] * stride_kn + feats[:, None]
+    k = tl.load(k_ptrs, mask=col_ok[None, :] & (feats[:, None] < D), other=0.0)
+    v_ptrs = V_kv + cols[:, None] * stride_vn + feats_v[None, :]
+    v = tl.load(v_ptrs, mask=col_ok[:, None] & (feats_v[None, :] < DV), other=0.0)
+    # S_ij·log2(e): (Br, Bc)
+    s = tl.dot(q, k, input_precision=PRECISION) * qk_scale
     if MASKED:
+        # keys past M, and (causal) key j visible to query i only when j <= i + (M - N)
         visible = col_ok[None, :]
         if CAUSAL:
-            visible = visible & (
-                cols[None, :] <= rows[:, None] + (M - N)
-            )  # key j visible to query i
+            visible = visible & (cols[None, :] <= rows[:, None] + (M - N))
         s = tl.where(visible, s, float("-inf"))
-    m_new = tl.maximum(m, tl.max(s, 1))  # m' = max(m, rowmax S_ij)
-    m_use = tl.where(
-        m_new == float("-inf"), 0.0, m_new
-    )  # a row with no key yet: 2^(-inf) = 0, not NaN
-    p = tl.exp2(s - m_use[:, None])  # P_ij = exp(S_ij - m')
-    alpha = tl.exp2(m - m_use)  # α = exp(m - m')
-    l = l * alpha + tl.sum(p, 1)  # l' = α l + rowsum P_ij
-    acc = tl.dot(
-        p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION
-    )  # acc' = α acc + P_ij V_j
+    # m' = max(m, rowmax S_ij); a row with no key yet uses 0, so 2^(-inf) = 0, not NaN
+    m_new = tl.maximum(m, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    # P_ij = exp(S_ij - m'), α = exp(m - m')
+    p = tl.exp2(s - m_use[:, None])
+    alpha = tl.exp2(m - m_use)
+    # l' = α l + rowsum P_ij;  acc' = α acc + P_ij V_j (tl.dot adds to its 3rd input)
+    l = l * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
     return m_new, l, acc
+# fmt: on
 
 
 def triton_tile_kinds(
@@ -370,6 +296,72 @@ def triton_tile_kinds(
         for j0 in range(0, M, Bc):
             kinds[i, j0 // Bc] = 2 if j0 < full else 1 if j0 < band else 0
     return kinds
+
+
+def triton_traffic(run, tensors: dict) -> dict:
+    """Bytes the Triton kernels launched by `run()` load from and store to memory, counted in the interpreter.
+
+    Every `tl.load` and `tl.store` is watched: its masked-in elements times their size, sorted by the tensor of
+    `tensors` (name -> torch tensor) they fall in, "other" for memory outside all of them (outputs `run` allocates).
+    Returns {"read": {name: bytes}, "written": {name: bytes}, "value": run()}. Interpreter only (CPU tensors): a
+    compiled kernel's loads are not seen, and TritonUnavailableError says so.
+    Taught in: notebooks/08_triton_kernel.ipynb
+    """
+    if not callable(run):
+        raise TypeError(
+            f"run must be a function of no arguments, got {type(run).__name__}"
+        )
+    try:
+        from triton.runtime.interpreter import InterpreterBuilder
+    except (ImportError, AttributeError) as exc:
+        raise TritonUnavailableError(
+            f"Triton's interpreter is not available: {exc}"
+        ) from None
+    if os.environ.get("TRITON_INTERPRET", "0") != "1":
+        raise TritonUnavailableError(
+            "triton_traffic counts in Triton's interpreter (TRITON_INTERPRET=1)"
+        )
+    spans = [
+        (name, t.data_ptr(), t.data_ptr() + t.untyped_storage().nbytes())
+        for name, t in tensors.items()
+    ]
+    read = dict.fromkeys([*tensors, "other"], 0)
+    written = dict.fromkeys([*tensors, "other"], 0)
+
+    def tally(into, ptrs, mask, size):
+        addr = np.asarray(ptrs, np.uint64)
+        addr = addr[np.broadcast_to(np.asarray(mask, bool), addr.shape)]
+        rest = np.ones(addr.shape, bool)
+        for name, lo, hi in spans:
+            inside = (addr >= np.uint64(lo)) & (addr < np.uint64(hi))
+            into[name] += int(inside.sum()) * size
+            rest &= ~inside
+        into["other"] += int(rest.sum()) * size
+
+    load, store = (
+        InterpreterBuilder.create_masked_load,
+        InterpreterBuilder.create_masked_store,
+    )
+
+    def watched_load(self, ptrs, mask, *args, **kwargs):
+        size = ptrs.get_element_ty().primitive_bitwidth // 8
+        tally(read, ptrs.data, mask.data, size)
+        return load(self, ptrs, mask, *args, **kwargs)
+
+    def watched_store(self, ptrs, value, mask, *args, **kwargs):
+        tally(written, ptrs.data, mask.data, np.asarray(value.data).dtype.itemsize)
+        return store(self, ptrs, value, mask, *args, **kwargs)
+
+    InterpreterBuilder.create_masked_load = watched_load
+    InterpreterBuilder.create_masked_store = watched_store
+    try:
+        value = run()
+    finally:
+        (
+            InterpreterBuilder.create_masked_load,
+            InterpreterBuilder.create_masked_store,
+        ) = load, store
+    return {"read": read, "written": written, "value": value}
 
 
 def triton_kernel_source(name: str = "forward") -> str:

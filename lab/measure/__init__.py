@@ -4,7 +4,7 @@
 - `kernels`: the kernels compared, by name (`KERNELS`), their seeded inputs and whether each runs here.
 - `timing`: median seconds of a call, and of candidates in alternating rounds (`time_call`, `time_rounds`, `time_interleaved`, `spread`).
 - `pitfalls`: what goes wrong, shown: one cold call, busy programs, threads, torch's op count
-  (`time_once`, `other_programs`, `at_threads`, `thread_ratios`, `describe_rounds`, `round_ratios`, `count_torch_ops`).
+  (`time_once`, `other_programs`, `at_threads`, `thread_ratios`, `describe_rounds`, `round_ratios`, `ceiling_spread`, `count_torch_ops`).
 - `memory`: peak bytes of a torch call above its inputs (`peak_memory`); on a CPU through the child
   process `python -m lab.measure.probe`.
 - `machine`: the machine a run was measured on, whether it is fit to time on, and its ceilings
@@ -28,6 +28,7 @@ from .machine import describe_machine, fairness, machine_report, measure_ceiling
 from .memory import peak_memory
 from .pitfalls import (
     at_threads,
+    ceiling_spread,
     count_torch_ops,
     describe_rounds,
     other_programs,
@@ -37,6 +38,7 @@ from .pitfalls import (
 )
 from .runs import (
     RUNS_DIR,
+    accuracy_lines,
     latest_sweeps,
     load_runs,
     record_run,
@@ -62,10 +64,12 @@ __all__ = [
     "thread_ratios",
     "describe_rounds",
     "round_ratios",
+    "ceiling_spread",
     "fairness",
     "machine_report",
     "latest_sweeps",
     "sweep_lines",
+    "accuracy_lines",
     "peak_memory",
     "describe_machine",
     "measure_ceilings",

@@ -169,7 +169,8 @@ def measure_ceilings(
 
     CPU: fp32 n = 1024 and a 64 MB copy by default; CUDA: fp16 n = 8192 (and fp32) and a 1 GB copy.
     Each is the fastest of `repeats` medians: a ceiling is the most the machine reaches, and other programs
-    on a shared machine can only slow a measurement down, never speed it up.
+    on a shared machine can only slow a measurement down, never speed it up. Every repeat's rate is kept too,
+    under the key + "_repeats" (their range is the ceiling's own spread).
     Taught in: notebooks/08_hardware_runs.ipynb
     """
     dev = torch.device(device)
@@ -182,10 +183,16 @@ def measure_ceilings(
         raise ValueError(f"n and mbytes must be >= 1, got n={n}, mbytes={mbytes}")
     if int(repeats) != repeats or repeats < 1:
         raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
-    best = lambda fn: min(
-        time_call(fn, device=device, min_run_time=min_run_time)
-        for _ in range(int(repeats))
-    )
+
+    def best(fn, key, work):
+        """The fastest of `repeats` medians; every repeat's rate is kept under `key + "_repeats"`."""
+        times = [
+            time_call(fn, device=device, min_run_time=min_run_time)
+            for _ in range(int(repeats))
+        ]
+        out[f"{key}_repeats"] = [work / t for t in times]
+        return min(times)
+
     out = {"device": dev.type, "n": n, "copy_mb": mbytes}
     dtypes = [("fp32", torch.float32)] + (
         [("fp16", torch.float16), ("bf16", torch.bfloat16)] if cuda else []
@@ -194,11 +201,12 @@ def measure_ceilings(
         a = torch.randn(n, n, device=dev).to(dt)
         b = torch.randn(n, n, device=dev).to(dt)
         c = torch.empty(n, n, device=dev, dtype=dt)
-        t = best(lambda a=a, b=b, c=c: torch.mm(a, b, out=c))
-        out[f"matmul_{name}_flops"] = 2.0 * n**3 / t
+        key = f"matmul_{name}_flops"
+        t = best(lambda a=a, b=b, c=c: torch.mm(a, b, out=c), key, 2.0 * n**3)
+        out[key] = 2.0 * n**3 / t
         del a, b, c
     x = torch.empty(mbytes * 2**20 // 4, device=dev).normal_()
     y = torch.empty_like(x)
-    t = best(lambda: y.copy_(x))
+    t = best(lambda: y.copy_(x), "bandwidth_bytes_per_s", 2.0 * x.numel() * 4)
     out["bandwidth_bytes_per_s"] = 2.0 * x.numel() * 4 / t
     return out

@@ -129,6 +129,19 @@ def thread_ratios(quiet: dict, busy: dict, names, cores: int) -> str:
     return "\n".join(lines)
 
 
+def ceiling_spread(
+    ceilings: dict, key: str = "matmul_fp32_flops", unit: float = 1e9, fmt: str = ",.0f"
+) -> str:
+    """ "best ‹x› of ‹k› repeats, ‹lo›-‹hi›": a `measure_ceilings` ceiling beside the range of its repeats, masked."""
+    from ..notebook import measured
+
+    rates = np.asarray(ceilings.get(f"{key}_repeats", [ceilings[key]]), float) / unit
+    return (
+        f"best {measured(rates.max(), fmt)} of {rates.size} repeats, "
+        f"{measured(rates.min(), fmt)}-{measured(rates.max(), fmt)}"
+    )
+
+
 def round_ratios(t_a, t_b, a: str = "a", b: str = "b") -> str:
     """ "a / b per round ‹lo›-‹hi›, median ‹r›: ‹verdict›" for two candidates timed in the same rounds; the verdict
     says which was faster in every round by more than 2 %, or that the rounds disagree (the range reaches
@@ -141,7 +154,7 @@ def round_ratios(t_a, t_b, a: str = "a", b: str = "b") -> str:
     if (
         r.min() <= 1.02 and r.max() >= 0.98
     ):  # some round within 2 % of a tie, or both sides
-        verdict = "within noise: the rounds disagree on which is faster"
+        verdict = "within noise: the rounds disagree"
     else:
         verdict = f"{b if r.min() > 1 else a} faster in every round"
     return (

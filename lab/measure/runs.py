@@ -113,3 +113,27 @@ def sweep_lines(run, *, N: int = 4096, d: int = 64) -> str:
         f"loop {loop['vs_sdpa']:.2f}x SDPA, {naive['ms'] / loop['ms']:.1f}x standard, "
         f"SDPA {naive['ms'] / sdpa['ms']:.1f}x standard"
     )
+
+
+def accuracy_lines(run, *, dtype: str = "float32") -> str:
+    """A table of a `--verify` record's errors in `dtype`: a row per (B, N, d), a column per kernel, each cell
+    "max |o − fp32 standard| / max |o − fp64 oracle|".
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    rows = [a for a in run["accuracy"] if a["dtype"] == dtype]
+    kernels = list(dict.fromkeys(a["kernel"].split(" (")[0] for a in rows))
+    shapes = list(dict.fromkeys((a["B"], a["N"], a["d"]) for a in rows))
+    cell = {
+        (a["kernel"].split(" (")[0], (a["B"], a["N"], a["d"])): (
+            f"{a['vs_standard']:.1e} / {a['vs_fp64']:.1e}"
+        )
+        for a in rows
+    }
+    lines = [f"{'(B, N, d)':<14}" + "".join(f"{k:>20}" for k in kernels)]
+    for shape in shapes:
+        lines.append(
+            f"{str(shape):<14}"
+            + "".join(f"{cell.get((k, shape), '-'):>20}" for k in kernels)
+        )
+    return "\n".join(lines)

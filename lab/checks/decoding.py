@@ -455,6 +455,11 @@ def _best_splits_hint(case, got, want):
             f"steps, {want} take {t_want}: each item of a split spends a step writing its partial, "
             "once per wave, and the merge adds one"
         )
+    if s == _search(M, B, H, P, top=min(128, blocks)):
+        return (
+            f"a search that stops at 128 splits misses {want}: any count up to the key blocks "
+            f"({blocks} here) can be the best one"
+        )
     for up, what in (((False, True), "the waves"), ((True, False), "the chunk")):
         if s == _search(M, B, H, P, up=up) or s == _search(
             M, B, H, P, up=(False, False)
@@ -464,11 +469,6 @@ def _best_splits_hint(case, got, want):
                 f"and chunks of {blocks}/{s} key blocks; a partial wave or a partial chunk still "
                 "costs a whole one: round both up"
             )
-    if s == _search(M, B, H, P, top=min(128, blocks)):
-        return (
-            f"a search that stops at 128 splits misses {want}: any count up to the key blocks "
-            f"({blocks} here) can be the best one"
-        )
     waves = -(-B * H * min(s, M) // P)
     return (
         f"{s} splits make {B * H * s} items, {waves} wave(s) on {P} processors, and take {t} steps; "

@@ -243,7 +243,9 @@ def decode_schedule(
     not `items`, occupy processors. `heads` counts the heads that each get their own work item: the query
     heads for a prompt, the K/V heads when a kernel packs a group's G query heads into the rows of one
     query block. Time, in key blocks one processor works through: waves $\\lceil \\text{working} / P \\rceil$
-    times $\\lceil \\lceil M/B_c \\rceil / \\text{splits} \\rceil$, plus one merge step when splits > 1; `fa2_steps`
+    times $\\lceil \\lceil M/B_c \\rceil / \\text{splits} \\rceil$; when splits > 1 each item also spends one step
+    writing its partial $(o_c, lse_c)$ (so waves $\\times$ (chunk + 1)) and the merge adds one step: a coarse
+    charge for what a split costs (the write, a second launch), not a measured one; `fa2_steps`
     is the same for `splits=1` (FlashAttention-2's schedule) and `speedup` their ratio.
     Taught in: notebooks/10_decoding.ipynb
     """
@@ -265,7 +267,10 @@ def decode_schedule(
     busy = min(working, processors)
     waves = math.ceil(working / processors)
     key_blocks = math.ceil(M / block_k)
-    steps = waves * math.ceil(key_blocks / splits) + (1 if splits > 1 else 0)
+    chunk = math.ceil(key_blocks / splits)  # key blocks of the longest chunk
+    steps = (
+        waves * (chunk + 1) + 1 if splits > 1 else waves * chunk
+    )  # partials written, merge
     fa2_items = batch * heads * math.ceil(N / block_q)
     fa2_steps = math.ceil(fa2_items / processors) * key_blocks
     return dict(

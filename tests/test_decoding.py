@@ -197,8 +197,10 @@ def test_gqa_group_slider_updates_result():
     controls["G"].value = 32
     assert w.result["kv_heads"] == 1 and w.result["kib_per_token"] == 16
     before = w.result["intensity"]
-    controls["cache M"].value = 256
-    assert w.result["intensity"] < before
+    controls[
+        "bytes/element"
+    ].value = 1  # an 8-bit cache: half the bytes, twice the FLOPs per byte
+    assert w.result["intensity"] > 1.9 * before and w.result["kib_per_token"] == 8
 
 
 # ------------------------------------------------------------------------------------ paged K/V cache
@@ -350,8 +352,8 @@ def test_latent_decode_intensity():
 
 def test_schedule_tables_print_the_model_and_the_heuristic():
     t = lab.schedule_table(32768, splits=(1, 16, 32)).splitlines()
-    assert len(t) == 4 and t[2].split("|")[4].strip() == "17"
-    assert t[1].endswith("the same") and t[2].endswith("15.1× fewer")
+    assert len(t) == 4 and t[2].split("|")[4].strip() == "18"
+    assert t[1].endswith("the same") and t[2].endswith("14.2× fewer")
     h = lab.heuristic_table(32768, splits=(28, 29)).splitlines()
     assert "264" in h[0] and "False" in h[1] and "True" in h[2] and "88%" in h[2]
 
@@ -367,6 +369,8 @@ def test_decode_splits_slider_reaches_the_cliff_and_never_loses_to_fa2():
     sliders = {c.description: c for c in w.kwargs_widgets}
     splits, cache = list(sliders["splits"].options), list(sliders["cache M"].options)
     assert {16, 17, 29} <= set(splits)  # one wave, one item over it, flash-attn's pick
-    for M in cache:
-        for s in splits:
-            assert lab.decode_schedule(M, heads=8, splits=s)["speedup"] >= 1, (M, s)
+    for (
+        M
+    ) in cache:  # a split costs its partials, so some counts lose; the best never does
+        best = max(lab.decode_schedule(M, heads=8, splits=s)["speedup"] for s in splits)
+        assert best >= 1, M

@@ -136,18 +136,36 @@ _BS = "def best_splits(M, batch, heads, processors):\n"
 _T = (
     "    K = -(-M // 128)\n"
     "    def t(s):\n"
-    "        return -(-batch * heads * min(s, M) // processors) * -(-K // s) + (s > 1)\n"
+    "        w = -(-batch * heads * min(s, M) // processors)\n"
+    "        return w * (-(-K // s) + 1) + 1 if s > 1 else w * K\n"
 )
 WRONG_3 = {
     "min_splits: a second wave": (
         _BS + "    return -(-processors // (batch * heads))\n",
-        ["case 0", "second wave"],
+        ["case 0", "count the waves"],
     ),
-    "one wave only": (
+    "the partials and the merge left out": (
+        _BS
+        + "    K = -(-M // 128)\n"
+        + "    def t(s):\n"
+        + "        return -(-batch * heads * min(s, M) // processors) * -(-K // s)\n"
+        + "    return min(range(1, K + 1), key=lambda s: (t(s), s))\n",
+        ["if splitting were free"],
+    ),
+    "a search stopped at 128 splits": (
         _BS
         + _T
-        + "    return min(range(1, max(1, processors // (batch * heads)) + 1), key=lambda s: (t(s), s))\n",
-        ["wave"],
+        + "    return min(range(1, min(K, 128) + 1), key=lambda s: (t(s), s))\n",
+        ["case 3", "stops at 128 splits"],
+    ),
+    "waves and chunks rounded down": (
+        _BS
+        + "    K = -(-M // 128)\n"
+        + "    def t(s):\n"
+        + "        w = max(batch * heads * min(s, M) // processors, 1)\n"
+        + "        return w * (max(K // s, 1) + 1) + 1 if s > 1 else w * K\n"
+        + "    return min(range(1, K + 1), key=lambda s: (t(s), s))\n",
+        ["the waves rounded down"],
     ),
     "ties to the most splits": (
         _BS + _T + "    return min(range(1, K + 1), key=lambda s: (t(s), -s))\n",
@@ -274,7 +292,8 @@ def test_best_splits_with_the_batch_forgotten_says_so(capsys):
         K = -(-M // 128)
 
         def t(s):
-            return -(-heads * min(s, M) // processors) * -(-K // s) + (s > 1)
+            w = -(-heads * min(s, M) // processors)
+            return w * (-(-K // s) + 1) + 1 if s > 1 else w * K
 
         return min(range(1, K + 1), key=lambda s: (t(s), s))
 
@@ -960,7 +979,7 @@ def test_passing_lines_are_fixed_text(capsys):
         "cache_bytes: ✓ passed 6 cases",
         "cache_per_token: ✓ passed 9 cases",
         "intensity: ✓ passed 5 cases",
-        "best_splits: ✓ passed 5 cases",
+        "best_splits: ✓ passed 6 cases",
         "paged_decode: ✓ passed 7 sequences on scattered pages: stale slots masked, no copy of the cache",
         "split_decode: ✓ passed 8 cases (splits not dividing M, more splits than keys, 1 to 16 query heads per K/V head, "
         "scores in the thousands); each key reached decode_chunk once, the answer follows the merged partials, and K/V "

@@ -376,6 +376,23 @@ def _steps(M, B, H, P, s):
     return decode_schedule(M, batch=B, heads=H, splits=s, processors=P)["steps"]
 
 
+def _model_steps(M, B, H, P, s, *, write=1, up=(True, True)):
+    """The model's steps, or a known mistake's: `write=0` drops the partials and the merge, `up` says
+    whether the waves and the chunk round up (or down)."""
+
+    def rnd(a, b, u):
+        return -(-a // b) if u else max(a // b, 1)
+
+    blocks = -(-M // 128)
+    waves, chunk = rnd(B * H * min(s, M), P, up[0]), rnd(blocks, s, up[1])
+    return waves * (chunk + write) + write if s > 1 else waves * chunk
+
+
+def _search(M, B, H, P, top=None, **kw):
+    top = top or -(-M // 128)
+    return min(range(1, top + 1), key=lambda s: (_model_steps(M, B, H, P, s, **kw), s))
+
+
 def _best_splits(M, batch, heads, processors):
     """The oracle: a search over `lab.decode_schedule`, the fewest splits among the fastest."""
     n = -(-M // 128)  # more splits than key blocks only adds waves
@@ -385,10 +402,11 @@ def _best_splits(M, batch, heads, processors):
 
 
 def _best_splits_cases(rng):
-    """Kinds in a fixed order, values drawn: one sequence on a long cache, a batch, a short cache where
-    counts tie, a batch that already fills the machine, anything."""
+    """Kinds in a fixed order, values drawn: one sequence on a long cache where the partials decide, a
+    batch, a short cache where counts tie, one head on a cache of 129-132 blocks (the best count past
+    128), a batch that already fills the machine, anything."""
     return [
-        (128 * int(rng.integers(128, 513)), 1, 8, int(rng.choice([108, 132]))),
+        (128 * int(rng.integers(400, 513)), 1, 8, 108),
         (
             128 * int(rng.integers(128, 513)),
             int(rng.integers(2, 5)),
@@ -396,6 +414,7 @@ def _best_splits_cases(rng):
             132,
         ),
         (128 * int(rng.integers(20, 60)), 1, 8, 132),
+        (128 * int(rng.integers(129, 133)) - int(rng.integers(0, 100)), 1, 1, 132),
         (128 * int(rng.integers(64, 257)), int(rng.integers(17, 33)), 8, 132),
         (
             int(rng.integers(1000, 100_000)),
@@ -417,50 +436,53 @@ def _best_splits_hint(case, got, want):
     if s == want:
         return None
     t, t_want = _steps(M, B, H, P, s), _steps(M, B, H, P, want)
-
-    items, waves = B * H * s, -(-B * H * min(s, M) // P)
-    batch = "each sequence of the batch brings its own work items: B·H per split"
+    blocks = -(-M // 128)
     if t == t_want:
-        tie = (
+        free = s == _search(M, B, H, P, write=0)
+        return (
             f"{s} splits take {t} steps, as {want} do: when counts tie, take the fewest "
             "(each split costs a partial result to write and merge)"
+        ) + (
+            "; if splitting were free it would win outright: count each wave's partials"
+            if free
+            else ""
         )
-        return tie + (
-            "; and " + batch if B > 1 and s == _best_splits(M, 1, H, P) else ""
-        )
-    if B > 1 and s == _best_splits(M, 1, H, P):
-        return batch
-    if waves > 1 and s == -(-P // (B * H)):
+    if B > 1 and s == _search(M, 1, H, P):
+        return "each sequence of the batch brings its own work items: B·H per split"
+    if s == _search(M, B, H, P, write=0):
         return (
-            f"{s} splits make {items} work items for {P} processors: the {items - P} beyond them run "
-            f"in a second wave, which repeats the ⌈key blocks / splits⌉ steps; count the waves"
+            f"{s} splits would win if splitting were free; with the partials counted they take {t} "
+            f"steps, {want} take {t_want}: each item of a split spends a step writing its partial, "
+            "once per wave, and the merge adds one"
         )
-    if waves > 1:
+    if s == _search(M, B, H, P, top=min(128, blocks)):
         return (
-            f"{s} splits make {items} work items, {waves} waves on {P} processors: each wave "
-            f"repeats the ⌈key blocks / splits⌉ steps of one chunk; count the waves"
+            f"a search that stops at 128 splits misses {want}: any count up to the key blocks "
+            f"({blocks} here) can be the best one"
         )
-    w_want = -(-B * H * min(want, M) // P)
-    if waves == 1 and w_want > 1:
-        blocks = -(-M // 128)
-        c = -(-blocks // want)
-        return (
-            f"you kept to one wave: {want} splits run {w_want} waves of {c} step(s) each, {t_want} steps "
-            f"with the merge, against your {t}. A second wave costs one chunk's steps, so short chunks in "
-            "several waves can beat one wave of long ones"
-        )
+    for up, what in (((False, True), "the waves"), ((True, False), "the chunk")):
+        if s == _search(M, B, H, P, up=up) or s == _search(
+            M, B, H, P, up=(False, False)
+        ):
+            return (
+                f"{what} rounded down: {s} splits make {B * H * min(s, M)} items on {P} processors "
+                f"and chunks of {blocks}/{s} key blocks; a partial wave or a partial chunk still "
+                "costs a whole one: round both up"
+            )
+    waves = -(-B * H * min(s, M) // P)
     return (
-        f"{s} splits take {t} steps, {want} take {t_want}: time is waves × ⌈key blocks / splits⌉, "
-        "plus the merge when splits > 1"
+        f"{s} splits make {B * H * s} items, {waves} wave(s) on {P} processors, and take {t} steps; "
+        f"{want} take {t_want}: count the waves, each one's chunk and its partial, and the merge"
     )
 
 
 def check_best_splits(fn, *, name: str | None = None, seed: int | None = None) -> None:
     """Check `fn(M, batch, heads, processors)` -> the number of splits with the fewest steps in `lab.decode_schedule`'s model (ties: the fewest splits); print one verdict.
 
-    Five cases drawn afresh on each run (`seed` draws the same again): one sequence on a long cache, a batch,
-    a short cache where counts tie, a batch that fills the machine by itself, anything. Hints for a second
-    wave, ties, the batch forgotten. Running `lab.decode_schedule` or `lab.schedule_table` (by any name),
+    Six cases drawn afresh on each run (`seed` draws the same again): one sequence on a long cache, a batch,
+    a short cache where counts tie, one head whose best count passes 128, a batch that fills the machine by
+    itself, anything. Hints for the partials forgotten, rounding down, a search stopped at 128, ties, the
+    batch forgotten. Running `lab.decode_schedule` or `lab.schedule_table` (by any name),
     the check's own oracle, is refused. Taught in: notebooks/10_decoding.ipynb
     """
     rng, seed = _fresh(seed)

@@ -7,6 +7,7 @@ Taught in: notebooks/10_decoding.ipynb, notebooks/10_gqa_and_paging.ipynb
 from __future__ import annotations
 
 import math
+import os
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -37,7 +38,9 @@ def _plain_log_axes(ax) -> None:
     """Plain tick labels (1, 2, 4, ...) and no minor ticks on log axes: cheaper to draw than mathtext powers."""
     for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
         if scale == "log":
-            axis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.4g}"))
+            axis.set_major_formatter(
+                FuncFormatter(lambda x, _: f"{x:,.0f}" if x >= 1 else f"{x:.4g}")
+            )
             axis.set_minor_locator(NullLocator())
 
 
@@ -73,20 +76,30 @@ def draw_kv_cache(itemsize: int = 2, tokens: int = 8192, ax=None) -> dict:
         )
         less = "multi-head" if ratio == 1 else f"{ratio:.0f}× less than multi-head"
         ax.text(
-            max(kib, r["mha_bytes_per_token"] / 1024) + top * 0.01,
+            max(kib, r["mha_bytes_per_token"] / 1024) * 1.1,
             i,
             f"{kib:,.0f} KiB ({r['q_heads']}q/{r['kv_heads']}kv, {less})",
             va="center",
             fontsize=9,
         )
+    low = min(r["bytes_per_token"] for r in rows) / 1024
+    ax.set_xscale("log")  # Falcon-7B's 8 KiB and a 2,560 KiB multi-head bar on one page
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.set_yticks(y, names)
     ax.set(
-        xlabel=f"K/V cache per token, KiB ({itemsize}-byte elements, all layers; linear axis)",
+        xlabel=f"K/V cache per token, KiB ({itemsize}-byte elements, all layers; log axis)",
         title="K/V cache per token of published configurations",
-        xlim=(0, top * 1.6),
+        xlim=(low / 2, top * 70),  # room right of the longest bar for its label
     )
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.13),
+        ncol=4,
+        fontsize=9,
+        frameon=False,
+    )
+    ax.figure.subplots_adjust(left=0.14, right=0.98, bottom=0.22, top=0.93)
     ax.grid(axis="y", visible=False)
     return {r["model"]: r["bytes_per_token"] for r in rows}
 
@@ -156,7 +169,8 @@ def draw_decode_schedule(
         ncol=1,
         frameon=False,
     )
-    ss = list(range(1, 257))  # every count, so a count one past a full wave shows
+    top = min(max(256, math.ceil(M / 128)), 1024)  # up to the key blocks, at most 1,024
+    ss = list(range(1, top + 1))  # every count, so a count one past a full wave shows
     steps = [
         decode_schedule(M, batch=batch, heads=heads, splits=s, processors=processors)[
             "steps"
@@ -185,7 +199,7 @@ def draw_decode_schedule(
     bx.set_ylim(min(steps) / 2, fa2["steps"] * 12)
     bx.legend(loc="upper right", fontsize=9)
     _plain_log_axes(bx)
-    bx.figure.subplots_adjust(left=0.02, right=0.98, bottom=0.14, top=0.92, wspace=0.12)
+    bx.figure.subplots_adjust(left=0.05, right=0.97, bottom=0.2, top=0.9, wspace=0.18)
     return {"fa2": fa2, "flash_decoding": fd}
 
 
@@ -237,9 +251,16 @@ def draw_gqa_intensity(
         xlabel="query heads per K/V head, G",
         ylabel="FLOPs per byte",
         ylim=(0.5, 5000),
-        title=f"Arithmetic intensity (M = {M:,}, d = {head_dim})",
+        title=f"Arithmetic intensity (M = {M:,}, d = {head_dim}, {itemsize}-byte elements)",
     )
-    ax.legend(loc="lower right", fontsize=9)
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.13),
+        ncol=4,
+        fontsize=9,
+        frameon=False,
+    )
+    ax.figure.subplots_adjust(left=0.14, right=0.98, bottom=0.22, top=0.93)
     bx.bar(
         [str(g) for g in groups],
         kib,
@@ -275,7 +296,8 @@ def draw_decode_timings(runs, ax=None) -> dict:
         ax.text(i, t * 1.02, f"{t:.1f} ms", ha="center", fontsize=11)
     ax.set(
         ylabel="ms per decoding step",
-        title="One decoding step on this machine's 2 cores (noisy)",
+        title=f"One decoding step on this machine: {os.cpu_count()} CPU cores, "
+        f"up to {max(r['workers'] for r in runs)} workers (noisy)",
     )
     return {lab: t for lab, t in zip(labels, ms)}
 

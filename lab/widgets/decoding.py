@@ -58,8 +58,9 @@ def _group_summary(r: dict) -> str:
     )
 
 
-def gqa_group(group: int = 4, M: int = 4096) -> ipywidgets.interactive:
-    """Sliders over the group size G (query heads per K/V head) and M; `.result` holds the intensity and cache bytes.
+def gqa_group(group: int = 4, itemsize: int = 2) -> ipywidgets.interactive:
+    """Sliders over the group size G (query heads per K/V head) and the cache's bytes per element (4: float32,
+    2: 16-bit, 1: 8-bit); `.result` holds the intensity and cache bytes.
 
     Taught in: notebooks/10_gqa_and_paging.ipynb
     """
@@ -73,10 +74,10 @@ def gqa_group(group: int = 4, M: int = 4096) -> ipywidgets.interactive:
             description="G",
             continuous_update=False,
         ),
-        M=ipywidgets.SelectionSlider(
-            options=[2**p for p in range(8, 18)],
-            value=M,
-            description="cache M",
+        itemsize=ipywidgets.SelectionSlider(
+            options=[4, 2, 1],
+            value=itemsize,
+            description="bytes/element",
             continuous_update=False,
         ),
     )

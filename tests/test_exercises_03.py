@@ -55,7 +55,7 @@ def _cells():
 def test_the_notebook_has_three_checked_exercises_and_an_open_question():
     assert sorted(EX) == [1, 2, 3]
     cells = _cells()
-    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 3"))
+    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 4"))
     after = cells[q + 1 :]
     assert any(
         t == "markdown" and "Your answer:" in s and "solution" not in tags

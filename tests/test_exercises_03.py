@@ -20,6 +20,7 @@ PASSED = {
     1: "normalized_step: ✓ passed 4 cases, 15 blocks; o an average after every block\n",
     2: "one_pass_rows: ✓ passed 13 cases; one pass for all queries, in blocks of Bc; no NaN; "
     "never N × M held\n",
+    3: "expected_rescales: ✓ passed 7 cases\n",
 }
 
 
@@ -51,10 +52,10 @@ def _cells():
     return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]
 
 
-def test_the_notebook_has_two_checked_exercises_and_an_open_question():
-    assert sorted(EX) == [1, 2]
+def test_the_notebook_has_three_checked_exercises_and_an_open_question():
+    assert sorted(EX) == [1, 2, 3]
     cells = _cells()
-    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 3"))
+    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 4"))
     after = cells[q + 1 :]
     assert any(
         t == "markdown" and "Your answer:" in s and "solution" not in tags
@@ -69,12 +70,12 @@ def test_the_notebook_has_two_checked_exercises_and_an_open_question():
     )
 
 
-@pytest.mark.parametrize("number", [1, 2])
+@pytest.mark.parametrize("number", [1, 2, 3])
 def test_worked_solution_passes_with_one_fixed_line(number):
     assert run_check(EX[number], EX[number].solution) == PASSED[number]
 
 
-@pytest.mark.parametrize("number", [1, 2])
+@pytest.mark.parametrize("number", [1, 2, 3])
 def test_stub_reports_not_implemented(number):
     assert "not implemented yet" in run_check(EX[number], EX[number].stub)
 
@@ -443,6 +444,41 @@ def one_pass_rows(Q, K, V, Bc, causal=False):
             "m must be the running max",
         ],
     ),
+    "acc not rescaled": (
+        _rows().replace("alpha[:, None] * acc + P", "acc + P"),
+        [
+            "case (N = 5, M = 40, Bc = 8;",
+            "l was rescaled when the max grew, acc was not",
+        ],
+    ),
+    "l not rescaled": (
+        _rows().replace("alpha * l + P.sum", "l + P.sum"),
+        [
+            "case (N = 5, M = 40, Bc = 8;",
+            "acc was rescaled when the max grew, l was not",
+        ],
+    ),
+    "alpha inverted": (
+        _rows().replace("np.exp(m - shift)", "np.exp(shift - m)"),
+        [
+            "case (N = 5, M = 40, Bc = 8;",
+            "NaN in yours",
+            "the correction points the wrong way",
+        ],
+    ),
+    "alpha inverted, guarded at the first block": (
+        _rows().replace(
+            "np.exp(m - shift)", "np.where(np.isneginf(m), 0.0, np.exp(shift - m))"
+        ),
+        ["case (N = 5, M = 40, Bc = 8;", "the correction points the wrong way"],
+    ),
+    "the block's terms against its own max, no factor": (
+        _rows().replace(
+            "np.exp(S - shift[:, None])",
+            "np.exp(S - np.where(np.isneginf(S.max(axis=1)), 0.0, S.max(axis=1))[:, None])",
+        ),
+        ["case (N = 5, M = 40, Bc = 8;", "the block's own max, and added as they are"],
+    ),
     "exercise 1's answer as lab's, aliased": (
         """
 from lab.kernels import attention_reference as ref
@@ -737,6 +773,19 @@ WRONG_STEP = {
         """,
         ["block 0", "l':", "no max subtracted"],
     ),
+    "the block's terms against the block's own max": (
+        _step().replace("p = np.exp(s_b - m_new)", "p = np.exp(s_b - s_b.max())"),
+        ["block 2", "l':", "the block's own max"],
+    ),
+    "no max at all, m' = 0": (
+        """
+        def normalized_step(m, l, o, s_b, v_b):
+            p = np.exp(s_b)
+            l_new = l + p.sum()
+            return 0.0, l_new, (l * o + p @ v_b) / l_new
+        """,
+        ["block 0", "m':", "m' is 0, but the largest score seen so far is"],
+    ),
     "lab's merge": (
         """
         def normalized_step(m, l, o, s_b, v_b):
@@ -830,6 +879,20 @@ WRONG_RESCALES = {
     "log n": (
         "import math\ndef expected_rescales(n_blocks):\n    return math.log(n_blocks)",
         ["log n is how it grows"],
+    ),
+    "one block too many at the end": (
+        "def expected_rescales(n_blocks):\n"
+        "    return sum(1 / (b + 1) for b in range(1, n_blocks + 1))",
+        ["case 0 (1)", "one block too many at the end"],
+    ),
+    "one block too few at the end": (
+        "def expected_rescales(n_blocks):\n"
+        "    return sum(1 / (b + 1) for b in range(1, n_blocks - 1))",
+        ["case 1 (2)", "one block too few at the end"],
+    ),
+    "a chance of 1/2 per block": (
+        "def expected_rescales(n_blocks):\n    return (n_blocks - 1) / 2",
+        ["case 2 (16)", "beat every block before it"],
     ),
 }
 

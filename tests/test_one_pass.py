@@ -194,6 +194,17 @@ def test_draw_one_pass_returns_its_numbers():
     assert [row["passes over K"] for row in r["rows"]] == [1, 2, 1]
 
 
+def test_draw_one_pass_keeps_an_axis_for_a_single_block():
+    """M <= Bc is one block: the trace still spans a readable range of block numbers, not a dot's width."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2)
+    r = draw_one_pass(M=256, block_k=512, axes=axes)
+    lo, hi = axes[0].get_xlim()
+    plt.close(fig)
+    assert r["blocks"] == 1 and hi - lo >= 1.0
+
+
 def test_one_pass_explorer_reacts_to_its_sliders():
     with warnings.catch_warnings():
         warnings.simplefilter(

@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 from strategies import blocks, seeds
 
 import lab
-from lab.figures.softmax import draw_access_counts, draw_online_trace, draw_overflow
+from lab.figures.softmax import (
+    draw_access_counts,
+    draw_online_trace,
+    draw_overflow,
+    draw_rescale,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -327,6 +332,17 @@ def test_figures_return_their_numbers():
     assert r["per_element"] == {"naive": 3.0, "safe": 4.0, "online": 3.0}
     r = draw_online_trace(block=8)
     assert len(r["trace"]["block"]) == 8 and r["max_abs_diff"] < 1e-15
+
+
+def test_the_rescale_figure_adds_up_to_the_step_of_the_trace():
+    """The bars of draw_rescale are the step: alpha * l + the block's sum is the trace's l' at that block."""
+    x = lab.demo_scores(64)
+    tr = lab.online_trace(x, 8)
+    r = draw_rescale(block=8, step=5)
+    assert r["alpha"] == tr["alpha"][5] < 1 and r["m_new"] == tr["m_new"][5] > r["m"]
+    assert np.isclose(r["l"], tr["l"][5], rtol=1e-13)
+    assert np.isclose(r["l_new"], tr["l_new"][5], rtol=1e-13)
+    assert np.isclose(r["alpha"] * r["l"] + r["block_sum"], r["l_new"], rtol=1e-13)
 
 
 # --- sliders ------------------------------------------------------------------------------------------

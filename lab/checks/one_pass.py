@@ -348,6 +348,78 @@ def _block_max(q, k, v, Bc, keep=None):
         return acc / l[:, None], m + np.log(l)
 
 
+def _slipped(
+    q,
+    k,
+    v,
+    Bc,
+    keep=None,
+    *,
+    rescale_acc=True,
+    rescale_l=True,
+    inverted=None,
+    own=False,
+):
+    """o of the one-pass loop with one classic slip: acc or l not rescaled, the factor inverted
+    (`inverted="raw"`, or `"guarded"` with 0 at the first block), or the block's terms against the
+    block's own max with no factor to the running max (`own`)."""
+    s = (q @ k.T) / math.sqrt(q.shape[-1])
+    if keep is not None:
+        s = np.where(keep, s, -np.inf)
+    N = q.shape[0]
+    m, l, acc = np.full(N, -np.inf), np.zeros(N), np.zeros((N, v.shape[1]))
+    with np.errstate(all="ignore"):
+        for j0 in range(0, k.shape[0], Bc):
+            b = s[:, j0 : j0 + Bc]
+            m_new = np.maximum(m, b.max(axis=1))
+            sh = np.where(np.isneginf(m_new), 0.0, m_new)
+            alpha = np.exp(m - sh)
+            if inverted == "raw":
+                alpha = np.exp(sh - m)
+            elif inverted == "guarded":
+                alpha = np.where(np.isneginf(m), 0.0, np.exp(sh - m))
+            top = b.max(axis=1)
+            p = np.exp(
+                b - (np.where(np.isneginf(top), 0.0, top) if own else sh)[:, None]
+            )
+            l = (alpha if rescale_l else 1.0) * l + p.sum(axis=1)
+            acc = (alpha[:, None] if rescale_acc else 1.0) * acc + p @ v[j0 : j0 + Bc]
+            m = m_new
+        # a row with l = 0 saw no key (o = 0); a NaN l stays NaN, as the slip makes it
+        return np.where(l[:, None] == 0, 0.0, acc / np.where(l == 0, 1.0, l)[:, None])
+
+
+_SLIPS = (
+    (
+        {"rescale_acc": False},
+        "l was rescaled when the max grew, acc was not: acc is a sum of e^(s_j - m) v_j "
+        "against the same running m as l, so it needs the same correction",
+    ),
+    (
+        {"rescale_l": False},
+        "acc was rescaled when the max grew, l was not: l is a sum of e^(s_j - m) against "
+        "the same running m as acc, so it needs the same correction",
+    ),
+    (
+        {"inverted": "raw"},
+        "the correction points the wrong way: moving the old sums from m to a larger m' "
+        "must shrink them, a factor of at most 1 (the inverted one is inf at the first "
+        "block, where m = -inf)",
+    ),
+    (
+        {"inverted": "guarded"},
+        "the correction points the wrong way: moving the old sums from m to a larger m' "
+        "must shrink them, a factor of at most 1",
+    ),
+    (
+        {"own": True},
+        "the block's terms were taken against the block's own max, and added as they are: "
+        "before they join l and acc they must be measured against the running max m', "
+        "like the old terms",
+    ),
+)
+
+
 def _span(rows) -> str:
     rows = [int(x) for x in rows]
     if len(rows) == 1:
@@ -520,6 +592,13 @@ def _hint(case: _Case, got, want, K: CountingRows, V: CountingRows) -> str:
         )
     for o_alt, text in alternatives:
         if np.allclose(o2, o_alt, **_TOL):
+            return text
+    o_raw = o.reshape(N, -1)
+    for kw, text in _SLIPS:
+        o_alt = _slipped(*args, case.Bc, keep, **kw)
+        if o_alt.shape == o_raw.shape and np.allclose(
+            o_raw, o_alt, equal_nan=True, **_TOL
+        ):
             return text
     if not (np.isfinite(o).all() and np.isfinite(lse[np.isfinite(want[1])]).all()):
         return "a NaN or inf: look for e^(-inf + inf), 0 / 0 or an overflowing exponential in the first block"
@@ -823,7 +902,20 @@ _STEP_MISTAKES = (
         lambda m, l, o, s, v: _stepped(m, l, o, s, v, m_new=s.max()),
         "m' is the block's max: it must be the max of every score seen, max(m, max s_b)",
     ),
+    (
+        lambda m, l, o, s, v: _block_terms(m, l, o, s, v),
+        "the block's terms were taken against the block's own max: every term of l and "
+        "of l·o must be e^(s_j - m') with one m', the max of everything seen",
+    ),
 )
+
+
+def _block_terms(m, l, o, s, v):
+    """The normalized step whose new terms are e^(s_j - max s_b), not e^(s_j - m')."""
+    m_new = max(m, s.max())
+    alpha, p = np.exp(m - m_new), np.exp(s - s.max())
+    l_new = alpha * l + p.sum()
+    return m_new, l_new, (alpha * l * o + p @ v) / l_new
 
 
 def check_normalized_step(fn, *, seed: int | None = None) -> None:
@@ -890,6 +982,14 @@ def check_normalized_step(fn, *, seed: int | None = None) -> None:
                             "m' is still the old m, though this block holds a larger score: "
                             "m' = max(m, max s_b), and l and o are re-expressed against it"
                         )
+                    elif (
+                        kept.shape == () and kept != want[0] and hint.startswith("from")
+                    ):
+                        hint = (
+                            f"m' is {float(kept):.6g}, but the largest score seen so far is "
+                            f"{float(want[0]):.6g}: the state's m is the max of every score "
+                            "seen, and l and o are measured against it"
+                        )
                     elif b == 0 and hint.startswith("from"):
                         hint = (
                             "the first block starts from m = -inf, l = 0, o = 0: α = e^(m - m') "
@@ -937,6 +1037,20 @@ def check_expected_rescales(fn, *, seed: int | None = None) -> None:
         (
             lambda n: math.log(n),
             "log n is how it grows, not its value: add the chances block by block",
+        ),
+        (
+            lambda n: _rescales(n + 1),
+            "one block too many at the end: with n blocks numbered 0 to n - 1, the last "
+            "one that can rescale is block n - 1",
+        ),
+        (
+            lambda n: _rescales(n - 1) if n > 1 else 0.0,
+            "one block too few at the end: the last block, n - 1, can raise the max too",
+        ),
+        (
+            lambda n: (n - 1) / 2,
+            "(n - 1)/2 gives each block a chance of 1/2: that is beating the one block "
+            "before it; to raise the running max a block must beat every block before it",
         ),
     ]
     guarded = _guarded(fn, "expected_rescales")

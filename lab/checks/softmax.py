@@ -31,6 +31,7 @@ __all__ = [
     "check_log_sum_exp",
     "check_online_step",
     "check_online_pass",
+    "check_online_softmax",
     "check_merge_ml",
     "check_count_rescales",
 ]
@@ -607,13 +608,33 @@ def check_log_sum_exp(fn, *, seed: int | None = None) -> None:
 # ------------------------------------------------------------------------------------ 02 online softmax
 
 
-def _step(m, l, x_b, *, alpha=True, sign=1, terms="new", keep_m=True, skip_empty=True):
-    """One online step (m, l) -> (m_new, l_new), with a choice of classic mistakes."""
-    m_new = max(m, float(np.max(x_b))) if keep_m else float(np.max(x_b))
+def _step(
+    m,
+    l,
+    x_b,
+    *,
+    alpha=True,
+    sign=1,
+    terms="new",
+    keep_m=True,
+    skip_empty=True,
+    alpha_new=False,
+    m_out="new",
+):
+    """One online step (m, l) -> (m_new, l_new), with a choice of classic mistakes: `terms` the new terms
+    against the new max, the old m ("old"), the block's own max ("block") or no max at all ("none");
+    `alpha_new` the factor on the new terms too; `m_out="block"` the block's max returned as m."""
+    top = float(np.max(x_b))
+    m_new = max(m, top) if keep_m else top
     if skip_empty and m_new == -inf:
         return m, l
+    if terms == "none":  # no max anywhere: l is the sum of e^x itself
+        return m_new, l + float(np.exp(x_b).sum())
     a = float(np.exp(sign * (m - m_new))) if alpha else 1.0
-    return m_new, a * l + float(np.exp(x_b - (m_new if terms == "new" else m)).sum())
+    against = {"new": m_new, "old": m, "block": top}[terms]
+    new = float(np.exp(x_b - against).sum())
+    l_new = a * (l + new) if alpha_new else a * l + new
+    return (top if m_out == "block" else m_new), l_new
 
 
 _STEP_MISTAKES = [  # (keyword arguments of _step, what went wrong)
@@ -638,6 +659,26 @@ _STEP_MISTAKES = [  # (keyword arguments of _step, what went wrong)
     (
         {"keep_m": False},
         "m is the max of this block only: it must be the max of every score seen, the old m included",
+    ),
+    (
+        {"terms": "block"},
+        "the block's terms are relative to the block's own max: every term of l must be "
+        "e^(x - m) for one m, the max of everything seen",
+    ),
+    (
+        {"alpha_new": True},
+        "the block's terms were multiplied by the factor too: they are already taken "
+        "against the new max; only the old sum needs converting",
+    ),
+    (
+        {"m_out": "block"},
+        "l is right, but the m returned is the block's max: the state's m is the max of "
+        "every score seen, the one l is measured against",
+    ),
+    (
+        {"terms": "none"},
+        "no max was subtracted: l summed e^x itself, which overflows near +1000 and is 0 "
+        "near -1000; the state's l is a sum of e^(x - m) against its own m",
     ),
 ]
 
@@ -697,11 +738,12 @@ def check_online_step(fn, *, seed: int | None = None) -> None:
     )
 
 
-def _pass(x, block, *, m0=-inf, tail=True, **step):
-    """The online pass over a plain array, with a choice of classic mistakes (the start, the last block, the step's)."""
+def _pass(x, block, *, m0=-inf, tail=True, overlap=0, **step):
+    """The online pass over a plain array, with a choice of classic mistakes (the start, the last block,
+    blocks that overlap by `overlap` scores, the step's)."""
     m, l = m0, 0.0
     for j0 in range(0, len(x) if tail else len(x) // block * block, block):
-        m, l = _step(m, l, x[j0 : j0 + block], **step)
+        m, l = _step(m, l, x[j0 : j0 + block + overlap], **step)
     return m, l
 
 
@@ -714,6 +756,13 @@ _PASS_MISTAKES = [
     (
         lambda x, b: _pass(x, b, tail=False),
         "the last, shorter block was left out: range(0, len(x), block) reaches it",
+    ),
+]
+_PASS_MISTAKES += [
+    (
+        lambda x, b: _pass(x, b, overlap=1),
+        "the blocks overlap: x[j0:j0 + block + 1] also takes the next block's first score, "
+        "so it is counted twice in l; block j0 is x[j0:j0 + block]",
     ),
 ]
 _PASS_MISTAKES += [
@@ -830,7 +879,8 @@ def check_online_pass(
         print(
             f"{name}: ✗ on a row of {long_n} scores in blocks of {long_block}, it held {held:,} bytes at once; the row "
             f"itself is {x.nbytes:,} bytes and one block {long_block * 8} bytes\n"
-            "  hint: keep only (m, l) between blocks: no list or array of all the scores or of their exponentials"
+            "  hint: load `block` scores at a time, x[j0:j0 + block], and keep only (m, l) between "
+            "blocks: no list or array of all the scores or of their exponentials"
         )
         return
     if piecewise is not None:
@@ -838,6 +888,224 @@ def check_online_pass(
         return
     print(
         f"{name}: ✓ passed {len(cases)} cases; each score read once; no row-sized array held"
+    )
+
+
+def _two_pass(x, block, *, divide="l", **mistake):
+    """The two-pass online softmax of one row, y = e^(x - m) / l with (m, l) from the online pass, and a
+    choice of classic mistakes (the pass's, a masked row left as NaN, y against each block's own max)."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        m, l = _pass(x, block, **mistake)
+        if divide == "nan":  # a row of only -inf: e^(-inf - (-inf)) / 0
+            return np.exp(x - m) / l
+        if l == 0:
+            return np.zeros_like(x)
+        if divide == "block":  # pass 2 against each block's own max
+            y = np.empty_like(x)
+            for j0 in range(0, len(x), block):
+                b = x[j0 : j0 + block]
+                y[j0 : j0 + block] = np.exp(b - b.max()) / l
+            return y
+        return np.exp(x - m) / l
+
+
+_TWO_MISTAKES = [
+    (
+        lambda x, b: _two_pass(x, b, divide="nan"),
+        "a row of only -inf: its state stays (-inf, 0) and e^(-inf - (-inf)) / 0 is NaN; "
+        "it has nothing to weigh, so store zeros where l = 0",
+    ),
+    (
+        lambda x, b: _two_pass(x, b, divide="block"),
+        "pass 2 used each block's own max: every y_j is e^(x_j - m) / l with the row's m, "
+        "the one pass 1 ends with",
+    ),
+]
+_TWO_MISTAKES += [
+    (lambda x, b, w=w: _y_of(w(x, b), x), text) for w, text in _PASS_MISTAKES
+]
+
+
+def _y_of(state, x):
+    """y = e^(x - m) / l for a state (m, l) of the row `x`; zeros unless l > 0 (as a guarded pass 2 gives,
+    a NaN l included)."""
+    m, l = state
+    with np.errstate(all="ignore"):
+        return np.exp(np.asarray(x) - m) / l if l > 0 else np.zeros(len(x))
+
+
+def _two_pass_problem(x: CountingArray, y: CountingArray, block: int):
+    """What the accesses of one run did wrong, and a hint: not two loads per score, a load of y, stores into
+    x, not one store per output, loads not `block` at a time."""
+    per_pass = -(-len(x) // block)
+    if x.stores.any():
+        return "it writes into x; the scores are input only", None
+    if y.loads.any():
+        j = int(np.flatnonzero(y.loads)[0])
+        return (
+            f"it loads y (y[{j}] loaded {int(y.loads[j])}×): y is output only",
+            "store each y_j once, in pass 2, computed from x and the final (m, l)",
+        )
+    if (y.stores != 1).any():
+        j = int(np.flatnonzero(y.stores != 1)[0])
+        return (
+            f"y[{j}] was stored {int(y.stores[j])} times; each output is stored once",
+            "pass 2 writes y[j0:j0 + block] once per block, the last block too",
+        )
+    if x.load_calls < per_pass:
+        return (
+            f"x was read in {x.load_calls} load"
+            + ("" if x.load_calls == 1 else "s")
+            + f"; in blocks of {block} one pass alone takes {per_pass}",
+            "load `block` scores at a time, x[j0:j0 + block], not the whole row at once: "
+            "a row too long for the chip arrives block by block",
+        )
+    if (x.loads != 2).any():
+        j = int(np.flatnonzero(x.loads != 2)[0])
+        times = f"{int(x.loads[j])} time" + ("" if x.loads[j] == 1 else "s")
+        said = f"x[{j}] was loaded {times}; the two-pass online softmax loads each score twice"
+        if x.loads[j] > 2:
+            return said, (
+                "pass 1 finds m and l together, block by block (your online_step); "
+                "pass 2 loads each block once more to write y"
+            )
+        return said, (
+            "between the passes keep only (m, l), not the row or its exponentials: "
+            "load x again in pass 2"
+        )
+    if x.load_calls != 2 * per_pass:
+        return (
+            f"x was read in {x.load_calls} loads; two passes in blocks of {block} take "
+            f"{2 * per_pass}",
+            "load `block` scores at a time, x[j0:j0 + block]: not the whole row at once, "
+            "not score by score",
+        )
+    return None, None
+
+
+def check_online_softmax(
+    fn, *, long_n: int = 20_000, long_block: int = 50, seed: int | None = None
+) -> None:
+    """Check `fn(x, y, block)`, the two-pass online softmax of one row: pass 1 the state $(m, l)$ block by
+    block, pass 2 $y_j = e^{x_j - m} / l$ stored into y.
+
+    `x` and `y` are `lab.CountingArray`s. Beyond the values (scores of ±1000, -inf entries, a row of only
+    -inf, which gives zeros): each score loaded exactly twice, `block` at a time; each y_j stored once and y
+    never loaded; x never written; less than a quarter of the row's bytes held on a row of `long_n` scores
+    (tracemalloc); none of lab's softmaxes, no other array library. Fixed cases and three drawn afresh each
+    run (`seed` draws the same again). Taught in: notebooks/02_online_softmax.ipynb"""
+    rng = np.random.default_rng(7)
+    fresh, seed = _fresh(seed)
+    z = demo_scores(24)
+    cases = [
+        (rng.standard_normal(10), 4),
+        (z, 6),
+        (-1000.0 + z[:16], 5),
+        (np.r_[np.full(3, -inf), rng.standard_normal(7)], 3),
+        (np.full(5, -inf), 2),
+        (np.r_[rng.standard_normal(6), 800.0 + rng.standard_normal(6)], 3),
+        (1000.0 * rng.standard_normal(7), 100),
+        (rng.standard_normal(1), 3),
+    ]
+    for level in (0.0, 1000.0, -1000.0):
+        n = int(fresh.integers(5, 40))
+        row = level + 3 * fresh.standard_normal(n)
+        row[fresh.random(n) < 0.2] = -inf
+        cases.append((row, int(fresh.integers(2, 9))))
+    name, access = _guarded(fn, "online_softmax").__name__, None
+    for i, (x, block) in enumerate(cases):
+        shown = f"case {i} {describe_case((x, block))}"
+        xs, ys = CountingArray(x), CountingArray(np.zeros(len(x)), "y")
+        try:
+            with (
+                np.errstate(all="ignore"),
+                _watching(
+                    _THREE_COURSE + _PASS_COURSE,
+                    numpy_only=True,
+                    forbid=(np.logaddexp,),
+                ) as called,
+            ):
+                _settled(fn(xs, ys, block))
+        except Exception as exc:  # a learner's bug: report it, do not stop the notebook
+            _report_raised(
+                name,
+                shown,
+                exc,
+                seed,
+                "x and y are counting arrays: use len(x), x[j0:j1] and y[j0:j1] = values, "
+                "not numpy on x itself",
+            )
+            return
+        if called:
+            print(f"{name}: ✗ {shown}: {_refusal(called)}")
+            return
+        got, want = ys.peek(), _two_pass(x, block)
+        problem = diagnose(got, want, rtol=1e-9, atol=1e-12)
+        hint = _hint(
+            _TWO_MISTAKES,
+            "pass 1: after each block m is the max of the scores read so far and l the sum "
+            "of e^(x - m) over them; pass 2: y = e^(x - m) / l with the final (m, l)",
+            close=(_FLOAT32.format("1e-9", "your l (or y)", "m and l"), 1e-5),
+        )((x, block), got, want)
+        unstored = np.flatnonzero(ys.stores == 0)
+        if problem is not None and unstored.size == len(x):
+            problem, hint = (
+                "y was never stored into",
+                "write y[j0:j0 + block] = ...; the function returns nothing",
+            )
+        elif problem is not None and unstored.size:
+            problem = (
+                f"y[{int(unstored[0])}] was never stored ({unstored.size} of {len(x)}); "
+                + problem
+            )
+            hint = "the last, shorter block was left out: range(0, len(x), block) reaches it"
+        if problem is not None:
+            print(
+                f"{name}: ✗ {shown}: {problem}" + (f"\n  hint: {hint}" if hint else "")
+            )
+            print(seed_note(seed), end="")
+            return
+        try:
+            with np.errstate(invalid="raise"):
+                fn(CountingArray(x), CountingArray(np.zeros(len(x)), "y"), block)
+        except FloatingPointError:
+            print(
+                f"{name}: ✗ {shown}: the values are right, but on the way it makes a NaN "
+                "(-inf - (-inf) or 0/0) and then hides it\n  hint: avoid the NaN instead: a "
+                "block of only -inf leaves (m, l) as it is, and y is 0 where l = 0"
+            )
+            print(seed_note(seed), end="")
+            return
+        # reported once the values are right everywhere; a row of only -inf may skip pass 2's loads
+        if access is None and not np.isneginf(x).all():
+            said, why = _two_pass_problem(xs, ys, block)
+            if said is not None:
+                access = f"{name}: ✗ {shown}: {said}" + (
+                    f"\n  hint: {why}" if why else ""
+                )
+    if access is not None:
+        print(access)
+        print(seed_note(seed), end="")
+        return
+    x = rng.standard_normal(long_n)
+    fn(
+        CountingArray(x), CountingArray(np.zeros(long_n), "y"), long_block
+    )  # a first call's set-up
+    held, _ = peak_bytes(
+        fn, CountingArray(x), CountingArray(np.zeros(long_n), "y"), long_block
+    )
+    if held > x.nbytes // 4:
+        print(
+            f"{name}: ✗ on a row of {long_n} scores in blocks of {long_block}, it held {held:,} bytes "
+            f"at once; the row itself is {x.nbytes:,} bytes and one block {long_block * 8} bytes\n"
+            "  hint: keep only (m, l) between the passes, no copy of the row and no list of its "
+            "exponentials; load `block` scores at a time, x[j0:j0 + block], in each pass"
+        )
+        return
+    print(
+        f"{name}: ✓ passed {len(cases)} cases; each score loaded twice, each y_j stored once; "
+        "no row held"
     )
 
 
@@ -1008,7 +1276,7 @@ _ORDERS = ("as drawn", "ascending", "descending")
 def check_rescale_predictions(predicted: dict, *, n: int = 64, blocks=(1, 8)) -> None:
     """Compare written predictions `{order: (rescales at block 1, at block 8)}` for `lab.demo_scores(n)` as drawn,
     sorted ascending and sorted descending with the counts of lab's reference (not the learner's function, so a
-    wrong `count_rescales` cannot confirm a wrong prediction). One line per order, ✓ or what the count is.
+    wrong `count_rescales` cannot confirm a wrong prediction). One line per order, ✓ or ✗ (the count itself is left to the learner's own count).
     Taught in: notebooks/02_online_softmax.ipynb"""
     x = demo_scores(n)
     rows = {"as drawn": x, "ascending": np.sort(x), "descending": np.sort(x)[::-1]}
@@ -1029,7 +1297,8 @@ def check_rescale_predictions(predicted: dict, *, n: int = 64, blocks=(1, 8)) ->
             continue
         ok = got == want
         right, written = right + ok, written + 1
-        print(f"{order:>10}: predicted {got}, counted {want} " + ("✓" if ok else "✗"))
+        said = "✓" if ok else "✗ (not both: count them below with your count_rescales)"
+        print(f"{order:>10}: predicted {got} {said}")
     if written:
         print(
             f"{right} of {written} predicted right (blocks {blocks[0]} and {blocks[1]})"

@@ -95,19 +95,27 @@ def draw_one_pass(
             f"α={alphas[i]:.2f}",
             (b[i], steps[i]["m"]),
             textcoords="offset points",
-            xytext=(4, 6),
+            xytext=(
+                4,
+                6 + 14 * (len(shown) % 2 == 0),
+            ),  # alternate heights: no two touch
             fontsize=10,
             color="C2",
         )
     lo, hi = ax.get_ylim()
-    ax.set_ylim(lo, hi + 0.45 * (hi - lo))
+    ax.set_ylim(lo, hi + 0.2 * (hi - lo))
+    ax.set_xlim(
+        -0.5, max(len(steps) - 0.5, 1.5)
+    )  # one block (M <= Bc) still has an axis
     ax.set(
         xlabel=f"key block b (Bc = {block_k}, {_count(len(steps), 'block')})",
         ylabel="score",
     )
-    ax.legend(loc="upper left", fontsize=10)
+    ax.legend(  # above the plot, so that no α label hides under it
+        loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=9, frameon=False
+    )
     ax.set_title(
-        f"one pass over M = {M:,} keys: m grew at {_count(len(grew), 'block')}"
+        f"one pass over M = {M:,} keys: m grew at {_count(len(grew), 'block')}", pad=24
     )
     names = list(ROW_METHODS)
     short = ["three-pass", "two-pass", "one-pass"]

@@ -19,7 +19,7 @@ from ..overflow import (
 )
 from ..softmax_steps import demo_scores, online_trace, online_vs_safe
 
-__all__ = ["draw_overflow", "draw_access_counts", "draw_online_trace"]
+__all__ = ["draw_overflow", "draw_access_counts", "draw_online_trace", "draw_rescale"]
 
 
 def _fmt_p(p: np.ndarray) -> str:
@@ -169,16 +169,15 @@ def draw_online_trace(
         color="C3",
         label=f"m′ > m: a block that raised the max ({int(grew.sum())}×)",
     )
-    ax_m.set(
-        ylabel="score",
-        title=f"Online softmax, n = {n}, block = {block}: "
+    ax_m.set_ylabel("score")
+    ax_m.set_title(
+        f"Online softmax, n = {n}, block = {block}: "
         f"{len(tr['block'])} blocks; max |online − safe| = {cmp['max_abs_diff']:.1e}",
+        pad=26,  # the legend sits between the title and the plot, on none of the dots
     )
-    lo, hi = float(x.min()), float(x.max())
-    ax_m.set_ylim(
-        lo - 0.45 * (hi - lo), hi + 0.1 * (hi - lo)
-    )  # room for the legend below the dots
-    ax_m.legend(loc="lower center", ncol=3, fontsize=9)
+    ax_m.legend(
+        loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=9, frameon=False
+    )
     centers = (tr["start"] + tr["stop"] - 1) / 2
     ax_l.bar(
         centers,
@@ -210,4 +209,59 @@ def draw_online_trace(
         "rescales": int(grew.sum()),
         "raised": [int(b) for b in tr["block"][grew]],
         "fell": [int(b) for b in tr["block"][fell]],
+    }
+
+
+def draw_rescale(
+    block: int = 8, step: int = 5, n: int = 64, seed: int = 0, axes=None
+) -> dict:
+    """One online step drawn as its terms: each old term $e^{x_j - m}$ before the block (left), and after it
+    (right) the same terms times $\\alpha = e^{m - m'}$ beside the block's own terms $e^{x_j - m'}$.
+
+    The bars' heights add up to $l$ (left) and $l' = \\alpha\\, l + \\sum_{j \\in blk} e^{x_j - m'}$ (right).
+    Returns m, m′, α, l, l′ and the block's sum. Taught in: notebooks/02_online_softmax.ipynb
+    """
+    x = demo_scores(n, seed=seed)
+    tr = online_trace(x, block)
+    a, z = int(tr["start"][step]), int(tr["stop"][step])
+    m, m_new, alpha = (
+        float(tr["m"][step]),
+        float(tr["m_new"][step]),
+        float(tr["alpha"][step]),
+    )
+    old = np.exp(x[:a] - m)  # the old terms, against the old max
+    new = np.exp(x[a:z] - m_new)  # the block's terms, against the new max
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
+    ax0, ax1 = axes
+    j_old, j_new = np.arange(a), np.arange(a, z)
+    ax0.bar(j_old, old, color="C0", width=0.8, label="old terms e^(x_j − m)")
+    ax0.set(
+        title=f"before block {step}: m = {m:.3f}, l = Σ = {old.sum():.2f}",
+        xlabel="index j",
+        ylabel="term",
+    )
+    ax1.bar(j_old, old, color="none", edgecolor="C0", width=0.8, ls=":", label="before")
+    ax1.bar(
+        j_old, alpha * old, color="C0", width=0.8, label=f"old terms × α = {alpha:.3f}"
+    )
+    ax1.bar(j_new, new, color="C1", width=0.8, label="the block's terms e^(x_j − m′)")
+    l_new = alpha * old.sum() + new.sum()
+    ax1.set(
+        title=f"after it: m′ = {m_new:.3f}, l′ = α·l + {new.sum():.2f} = {l_new:.2f}",
+        xlabel="index j",
+    )
+    for ax in axes:
+        ax.set_ylim(
+            0, 1.45
+        )  # headroom: the legend sits above the tallest term, e^0 = 1
+        ax.axhline(1.0, color="gray", lw=0.8, ls="--")
+        ax.legend(loc="upper left", fontsize=9, ncol=2, frameon=False)
+    return {
+        "m": m,
+        "m_new": m_new,
+        "alpha": alpha,
+        "l": float(old.sum()),
+        "l_new": float(l_new),
+        "block_sum": float(new.sum()),
     }

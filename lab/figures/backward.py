@@ -23,7 +23,12 @@ from ..backward import (
 from ..rules import causal_key_end
 from .tiling import add_tiles
 
-__all__ = ["draw_backward_tiles", "draw_training_memory", "draw_backward_time"]
+__all__ = [
+    "draw_backward_tiles",
+    "draw_training_memory",
+    "draw_backward_time",
+    "draw_backward_graph",
+]
 
 
 def _plain_log_axes(ax) -> None:
@@ -245,3 +250,113 @@ def draw_backward_time(timings: dict, flop_ratios: dict | None = None, ax=None) 
         loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=10, frameon=False
     )
     return {n: r for n, r in zip(names, ratios)}
+
+
+# Node: (x, y, role); role says who keeps it: "input" both, "p" standard keeps / flash recomputes,
+# "flash" flash keeps, "computed" the backward forms it.
+_GRAPH_NODES = {
+    "Q": (0.0, 3.0, "input"),
+    "K": (0.0, 2.0, "input"),
+    "V": (0.0, 1.0, "input"),
+    "S": (1.6, 2.5, "recomputed"),
+    "P": (3.2, 2.5, "p"),
+    "lse": (3.2, 3.4, "flash"),
+    "O": (4.8, 1.8, "flash"),
+    "dO": (6.4, 0.4, "given"),
+    "D": (4.8, 0.4, "computed"),
+    "dP": (4.8, -0.6, "computed"),
+    "dV": (6.4, 2.8, "computed"),
+    "dS": (3.2, -0.6, "computed"),
+    "dK": (1.6, -0.1, "computed"),
+    "dQ": (1.6, -1.1, "computed"),
+}
+_GRAPH_FORWARD = [
+    ("Q", "S"),
+    ("K", "S"),
+    ("S", "P"),
+    ("S", "lse"),
+    ("P", "O"),
+    ("V", "O"),
+]
+_GRAPH_BACKWARD = [
+    ("dO", "dP"),
+    ("V", "dP"),
+    ("dO", "dV"),
+    ("P", "dV"),
+    ("dO", "D"),
+    ("O", "D"),
+    ("dP", "dS"),
+    ("P", "dS"),
+    ("D", "dS"),
+    ("dS", "dQ"),
+    ("K", "dQ"),
+    ("dS", "dK"),
+    ("Q", "dK"),
+]
+_GRAPH_STYLE = {  # role: (face colour, edge style, legend)
+    "input": ("#e9ecef", "-", "an input: both designs keep it (q, k, v)"),
+    "p": ("#f4a261", "--", "standard keeps it; FlashAttention recomputes it from lse"),
+    "recomputed": (
+        "white",
+        "--",
+        "FlashAttention recomputes it (standard keeps scale·q)",
+    ),
+    "flash": ("#8ecae6", "-", "FlashAttention keeps it (N·d_v and N numbers)"),
+    "given": ("#ffe8a3", "-", "handed to the backward: dO = ∂L/∂O"),
+    "computed": ("white", "-", "formed by the backward"),
+}
+
+
+def draw_backward_graph(ax=None) -> dict:
+    """Static: what each quantity of attention's forward (top) and backward (bottom) is made from.
+
+    Grey arrows are the forward, $S = \\mathrm{scale}\\cdot QK^\\top$, $P = \\mathrm{softmax}(S)$, $O = PV$; black
+    arrows the backward. Fill and outline say which design keeps a node and which recomputes it. Returns the
+    node roles and the backward's edges.
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 5.2))
+    for edges, colour in ((_GRAPH_FORWARD, "#999999"), (_GRAPH_BACKWARD, "black")):
+        for a, b in edges:
+            (xa, ya, _), (xb, yb, _) = _GRAPH_NODES[a], _GRAPH_NODES[b]
+            ax.annotate(
+                "",
+                xy=(xb, yb),
+                xytext=(xa, ya),
+                arrowprops=dict(
+                    arrowstyle="-|>", color=colour, lw=1.4, shrinkA=17, shrinkB=17
+                ),
+            )
+    for name, (x, y, role) in _GRAPH_NODES.items():
+        face, ls, _ = _GRAPH_STYLE[role]
+        ax.text(
+            x,
+            y,
+            name,
+            ha="center",
+            va="center",
+            fontsize=14,
+            bbox=dict(boxstyle="round,pad=0.4", fc=face, ec="black", ls=ls, lw=1.3),
+        )
+    ax.text(-0.5, 3.9, "forward (grey arrows)", fontsize=11, color="#666666")
+    ax.text(-0.5, -1.75, "backward (black arrows)", fontsize=11)
+    handles = [
+        Rectangle((0, 0), 1, 1, fc=face, ec="black", ls=ls)
+        for face, ls, _ in _GRAPH_STYLE.values()
+    ]
+    ax.legend(
+        handles,
+        [text for *_, text in _GRAPH_STYLE.values()],
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        fontsize=10,
+        frameon=False,
+    )
+    ax.set_xlim(-0.6, 7.0)
+    ax.set_ylim(-2.0, 4.1)
+    ax.set_axis_off()
+    ax.set_title("What the backward reads: dS needs P, dP and D; dQ and dK need dS")
+    return {
+        "roles": {n: r for n, (*_, r) in _GRAPH_NODES.items()},
+        "backward_edges": list(_GRAPH_BACKWARD),
+    }

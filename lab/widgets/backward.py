@@ -18,7 +18,7 @@ def _summary(r: dict) -> str:
     return (
         f"N = {r['N']}, Br = {r['block_q']}, Bc = {r['block_k']}, causal = {r['causal']}: "
         f"{r['visited']} of {r['tiles']} tiles visited ({r['masked']} masked inside); "
-        f"P would take {r['p_bytes'] / 1024:,.0f} KiB, o + lse {r['flash_bytes'] / 1024:,.1f} KiB; "
+        f"beyond q, k, v: P + scale·q {r['standard_bytes'] / 1024:,.0f} KiB, o + lse {r['flash_bytes'] / 1024:,.1f} KiB; "
         f"max |tiled − standard| at N = {r['checked_N']}: {measured(r['max_err'])}  (< 1e-10: {r['max_err'] < 1e-10})"
     )
 

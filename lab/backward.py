@@ -253,18 +253,31 @@ class NumpyFlashAttention(torch.autograd.Function):
         return (*grads, None, None, None)
 
 
-def saved_tensor_bytes(fn, *args, **kwargs) -> dict:
+def _saved_label(t, known: dict) -> str:
+    """The name in `known` whose tensor has `t`'s shape (leading 1s dropped) and values (to float32 rounding); "?" if none."""
+    shape = tuple(n for n in t.shape if n != 1)
+    for name, c in known.items():
+        if tuple(n for n in c.shape if n != 1) == shape and torch.allclose(
+            t.detach().reshape(shape), c.detach().reshape(shape), rtol=1e-4, atol=1e-5
+        ):
+            return name
+    return "?"
+
+
+def saved_tensor_bytes(fn, *args, known: dict | None = None, **kwargs) -> dict:
     """Run `fn(*args, **kwargs)` and count the bytes autograd saves for the backward: $\\sum$ nbytes of distinct saved storages.
 
     Counted exactly with `torch.autograd.graph.saved_tensors_hooks` (each storage once, views included),
     so the number is deterministic. Returns `{"bytes", "input_bytes", "extra_bytes", "shapes", "from_input",
-    "output"}`: `input_bytes` are the saved tensors that are the leaf inputs themselves (or views of them, such
+    "labels", "output"}`: `labels[n]` names saved tensor `n` by the entry of `known` (name: tensor) equal to
+    it in shape and values ("?" when none is); `input_bytes` are the saved tensors that are the leaf inputs themselves (or views of them, such
     as Kᵀ), `extra_bytes` the rest; `from_input[n]` says whether saved tensor `n` is one of them.
     Taught in: notebooks/09_backward.ipynb
     """
     seen: dict = {}
     shapes: list = []
     from_input: list = []
+    saved: list = []
     inputs = {
         t.untyped_storage().data_ptr()
         for t in list(args) + list(kwargs.values())
@@ -277,6 +290,7 @@ def saved_tensor_bytes(fn, *args, **kwargs) -> dict:
             seen[key] = t.untyped_storage().nbytes()
             shapes.append(tuple(t.shape))
             from_input.append(key in inputs)
+            saved.append(t)
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -289,6 +303,7 @@ def saved_tensor_bytes(fn, *args, **kwargs) -> dict:
         "extra_bytes": total - input_bytes,
         "shapes": shapes,
         "from_input": from_input,
+        "labels": [_saved_label(t, known or {}) for t in saved],
         "output": output,
     }
 

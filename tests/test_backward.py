@@ -292,14 +292,14 @@ def test_backward_tiles_slider_updates_result():
     controls = {c.description: c for c in w.children[:-1]}
     assert w.result["N"] == 256 and w.result["causal"]
     assert (
-        "max |tiled − standard| at N = 256: ‹" in w.summary_html.value
+        "max |tiled − standard| at N = 128: ‹" in w.summary_html.value
         and "(&lt; 1e-10: True)" in w.summary_html.value
     )
     controls["N"].value = 128
     assert w.result["N"] == 128 and w.result["tiles"] == 4
     controls["Br"].value = 16
     assert w.result["block_q"] == 16 and w.result["tiles"] == 16
-    assert w.result["checked_N"] == 64  # 4 blocks of the smaller size, at least 64 rows
+    assert w.result["checked_N"] == 128  # 2 blocks of the larger size, at least 32 rows
     controls["causal"].value = False
     assert w.result["visited"] == w.result["tiles"] and w.result["max_err"] < 1e-10
 
@@ -315,4 +315,18 @@ def test_backward_tiles_checks_on_check_n_rows_and_counts_tiles_at_n():
     assert r["max_err"] == backward_error(64, 16, 32, True)
     assert backward_error(64, 16, 32, True) < 1e-10
     assert draw_backward_tiles(N=64, block_q=16, block_k=32)["checked_N"] == 64
+    r = draw_backward_tiles(N=192, M=256, block_q=48, block_k=64, causal=True)
     plt.close("all")
+    assert (r["M"], r["tiles"], r["visited"], r["masked"]) == (256, 16, 13, 6)
+    assert r["standard_bytes"] == (192 * 256 + 192 * 64) * 4 and r["max_err"] < 1e-10
+
+
+def test_the_backward_graph_marks_what_each_design_keeps():
+    import matplotlib.pyplot as plt
+
+    from lab.figures.backward import draw_backward_graph
+
+    g = draw_backward_graph()
+    plt.close("all")
+    assert g["roles"]["P"] == "p" and g["roles"]["lse"] == g["roles"]["O"] == "flash"
+    assert ("O", "D") in g["backward_edges"] and ("P", "dS") in g["backward_edges"]

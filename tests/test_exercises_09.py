@@ -24,6 +24,7 @@ from lab.checks.backward import (
     check_delta,
     check_loop_order,
     check_p_tile,
+    check_row_sum,
     check_standard_backward,
     check_tiled_backward,
     query_outer_walk,
@@ -318,7 +319,41 @@ PLANTED = [
         ("dv = p.T @ do", "dv = p @ do"),
         ["raised ValueError", "shape", "transpose"],
     ),
+    (
+        "my_backward",
+        "scale √d",
+        ("scale = 1 / np.sqrt(d)", "scale = np.sqrt(d)"),
+        ["dq (element 0)", "scale = √d in place of 1/√d"],
+    ),
+    (
+        "my_backward",
+        "sign of D",
+        (
+            "(dp - (p * dp).sum(axis=-1, keepdims=True))",
+            "(dp + (p * dp).sum(axis=-1, keepdims=True))",
+        ),
+        ["dq (element 0)", "the sign of D is flipped"],
+    ),
     # Exercise 2, step b: one tile of P
+    (
+        "p_tile",
+        "tile max and lse",
+        (
+            "- lse_i[:, None])",
+            "- lse_i[:, None] - (q_i @ k_j.T / np.sqrt(q_i.shape[-1])).max(axis=-1, keepdims=True))",
+        ),
+        ["case 0", "tile's own max as well", "removes it twice"],
+    ),
+    (
+        "p_tile",
+        "written in torch",
+        (
+            "return np.exp(q_i @ k_j.T / np.sqrt(q_i.shape[-1]) - lse_i[:, None])",
+            "import torch\n    t = [torch.from_numpy(a) for a in (q_i, k_j, lse_i)]\n"
+            "    return torch.exp(t[0] @ t[1].T / q_i.shape[-1] ** 0.5 - t[2][:, None]).numpy()",
+        ),
+        ["case 0", "this exercise asks for numpy"],
+    ),
     (
         "p_tile",
         "tile max",
@@ -702,6 +737,34 @@ def test_checks_leave_no_profiler_behind(capsys):
     )
     assert "calls lab.attention_backward" in capsys.readouterr().out
     assert sys.getprofile() is None
+
+
+@pytest.mark.parametrize(
+    "answer, expected",
+    [
+        ("o", "row_sum: ✓"),
+        ("O", "row_sum: ✓"),
+        ("v", "weights all of V's rows"),
+        ("p", "P is what the exercise removes"),
+        ("do", "has no dO in it"),
+        ("lse", "one number per row"),
+        ("x", "is not one of"),
+        (None, "not answered yet"),
+    ],
+)
+def test_the_row_sum_question_names_each_wrong_answer(capsys, answer, expected):
+    check_row_sum(answer)
+    out = capsys.readouterr().out
+    assert expected in out and ("✓" in out) == (expected == "row_sum: ✓"), out
+
+
+def test_the_row_sum_question_is_asked_before_the_substitution_is_shown():
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
+    src = [c.source for c in nb.cells]
+    asked = next(i for i, s in enumerate(src) if "check_row_sum(row_sum)" in s)
+    shown = next(i for i, s in enumerate(src) if "= dO_i \\cdot O_i" in s)
+    assert asked < shown
+    assert "move the sum" not in " ".join(src[:asked])
 
 
 def test_check_delta_and_p_tile_pass_right_answers(capsys):

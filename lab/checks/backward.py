@@ -38,6 +38,7 @@ __all__ = [
     "check_standard_backward",
     "check_tiled_backward",
     "check_loop_order",
+    "check_row_sum",
     "backward_with_mistake",
     "BACKWARD_MISTAKES",
     "arrays_formed",
@@ -67,6 +68,10 @@ BACKWARD_MISTAKES = {
     "rows {N_tail}..{N_last} form a shorter block",
     "last key block dropped": "the last key block was never visited: Bc = {Bc} does not divide M = {M}, so "
     "keys {M_tail}..{M_last} form a shorter block",
+    "D added": "dS = P ∘ (dP + D): the sign of D is flipped; dS_ik = Σ_j dP_ij P_ij (δ_jk − P_ik) = P_ik dP_ik "
+    "− P_ik Σ_j P_ij dP_ij, so D is subtracted",
+    "scale √d": "scale = √d in place of 1/√d: S = QKᵀ/√d, so scale = 1/√d, and the chain rule multiplies dQ and "
+    "dK by that same 1/√d",
     "dq assigned": "dq_i is assigned (=) in each tile, not accumulated (+=): every key block adds its part to dq_i",
     "dk, dv assigned": "dk_j and dv_j are assigned (=) in each tile, not accumulated (+=): every query block adds its part",
 }
@@ -87,7 +92,7 @@ def backward_with_mistake(
             f"mistake must be None or one of {sorted(BACKWARD_MISTAKES)} (or a tuple of them), got {mistake!r}"
         )
     N, M, d = q.shape[0], k.shape[0], q.shape[1]
-    scale = 1.0 / np.sqrt(d)
+    scale = np.sqrt(d) if "scale √d" in planted else 1.0 / np.sqrt(d)
     D = (
         do.sum(axis=-1) if "D = rowsum(dO)" in planted else (do * o).sum(axis=-1)
     )  # (N,)
@@ -133,6 +138,8 @@ def backward_with_mistake(
                 ds = p * (dp - D_i[:, None])  # dS_ij
                 if "D missing" in planted:
                     ds = p * dp
+                elif "D added" in planted:
+                    ds = p * (dp + D_i[:, None])
                 elif "D down the column" in planted:
                     ds = p * (dp - (p * dp).sum(axis=0, keepdims=True))
                 dv_part = (
@@ -412,6 +419,8 @@ def _backward_hint(got, want, case, variants) -> str:
 _DENSE = [
     "D = rowsum(dO)",
     "D missing",
+    "D added",
+    "scale √d",
     "D down the column",
     ("P = exp(S - row max)", "D from one tile"),
     ("causal top-left", "D from one tile"),
@@ -432,7 +441,11 @@ def _variants(q, k, v, o, lse, do, case, tiled, want) -> list:
         if tiled
         else _DENSE
     ):
-        lse_m = lse
+        lse_m, o_m = lse, o
+        if not tiled and "scale √d" in mistake:  # the forward of √d·QKᵀ
+            o_m, lse_m = attention_reference(
+                q * q.shape[1], k, v, causal=case["causal"]
+            )  # (d·q)·kᵀ/√d = √d·q·kᵀ
         if not tiled and "causal top-left" in mistake:  # softmax over keys j <= i
             s = np.where(
                 np.arange(len(k)) <= np.arange(len(q))[:, None],
@@ -444,7 +457,7 @@ def _variants(q, k, v, o, lse, do, case, tiled, want) -> list:
             ) + s.max(axis=-1)
         try:
             alt = backward_with_mistake(
-                q, k, v, o, lse_m, do, case["Br"], case["Bc"], case["causal"], mistake
+                q, k, v, o_m, lse_m, do, case["Br"], case["Bc"], case["causal"], mistake
             )
         except ValueError:
             continue
@@ -606,6 +619,38 @@ def check_delta(fn, cases, *, name: str | None = None) -> None:
     )
 
 
+_ROW_SUM_HINTS = {
+    "p": "P is what the exercise removes; Σ_j P_ij V_j is a row of a product the forward computed from P",
+    "v": "V_j is one key's row; Σ_j P_ij V_j weights all of V's rows by row i of P: a row of which product?",
+    "dp": "dP_ij = dO_i · V_j is already substituted; Σ_j P_ij V_j has no dO in it",
+    "do": "dO is the incoming gradient; Σ_j P_ij V_j has no dO in it: it is a row of the forward's P V",
+    "lse": "lse_i is one number per row; Σ_j P_ij V_j is a vector of d_v numbers, a row of P V",
+    "q": "Q enters only through S and P; Σ_j P_ij V_j is a row of P V",
+    "k": "K enters only through S and P; Σ_j P_ij V_j is a row of P V",
+}
+
+
+def check_row_sum(answer) -> None:
+    """Check the name of the saved array that equals $\\sum_j P_{ij} V_j$ (row $i$ of it); print one verdict.
+
+    `answer` is one of "q", "k", "v", "o", "lse", "p", "do", "dp" (case ignored). A wrong name gets a hint
+    that says why it cannot be. Taught in: notebooks/09_backward.ipynb
+    """
+    if answer is None:
+        print(
+            'row_sum: not answered yet (set it to the name of one array, such as "v")'
+        )
+        return
+    got = str(answer).strip().lower().replace("_i", "")
+    if got == "o":
+        print("row_sum: ✓ Σ_j P_ij V_j = O_i, row i of O = P V, saved by the forward")
+        return
+    hint = _ROW_SUM_HINTS.get(
+        got, f"{answer!r} is not one of q, k, v, o, lse, p, do, dp"
+    )
+    print(f"row_sum: ✗ {answer!r}\n  hint: {hint}")
+
+
 def _p_tile_hint(got, s, lse, i0, i1, j0, j1) -> str:
     g, tile = np.asarray(got, dtype=float), s[i0:i1, j0:j1]
     if g.shape != tile.shape:
@@ -617,6 +662,11 @@ def _p_tile_hint(got, s, lse, i0, i1, j0, j1) -> str:
         )
     m = tile.max(axis=-1, keepdims=True)
     known = [
+        (
+            np.exp(tile - m - lse[i0:i1, None]),
+            "exp(S − m − lse) with m the tile's own max as well: lse_i already holds the row's max, "
+            "so subtracting m removes it twice",
+        ),
         (
             np.exp(tile - m),
             "exp(S − m) with m the tile's own max: lse_i = m_i + log l_i already holds the max and the sum "
@@ -688,6 +738,7 @@ def _p_tile_cases(name, fn, cases, rng) -> None:
                 (qs[i0:i1].copy(), k[j0:j1].copy(), lse[i0:i1].copy()),
                 shown,
                 _error_hint,
+                numpy_only=True,
             )
             if got is None:
                 return

@@ -21,9 +21,13 @@ from ..backward import (
     flash_attention_backward_numpy,
 )
 from ..rules import causal_key_end
-from .tiling import add_tiles
 
-__all__ = ["draw_backward_tiles", "draw_training_memory", "draw_backward_time"]
+__all__ = [
+    "draw_backward_tiles",
+    "draw_training_memory",
+    "draw_backward_time",
+    "draw_backward_graph",
+]
 
 
 def _plain_log_axes(ax) -> None:
@@ -52,11 +56,19 @@ def _tile_grid(N, M, Br, Bc, causal):
 
 @functools.lru_cache(maxsize=256)
 def backward_error(
-    N: int, block_q: int, block_k: int, causal: bool, d: int = 64, seed: int = 0
+    N: int,
+    block_q: int,
+    block_k: int,
+    causal: bool,
+    d: int = 64,
+    seed: int = 0,
+    M: int | None = None,
 ) -> float:
-    """max |dQ, dK, dV of `flash_attention_backward_numpy` − `attention_backward`| on seeded (N, d) inputs (kept per setting)."""
+    """max |dQ, dK, dV of `flash_attention_backward_numpy` − `attention_backward`| on seeded inputs, N queries
+    and M keys (default N), kept per setting."""
     rng = np.random.default_rng(seed)
-    q, k, v, do = (rng.standard_normal((N, d)) for _ in range(4))  # (N, d) each
+    q, do = (rng.standard_normal((N, d)) for _ in range(2))  # (N, d)
+    k, v = (rng.standard_normal((N if M is None else M, d)) for _ in range(2))  # (M, d)
     o, lse = attention_reference(q, k, v, causal=causal)
     got = flash_attention_backward_numpy(
         q, k, v, o, lse, do, block_q=block_q, block_k=block_k, causal=causal
@@ -74,87 +86,105 @@ def draw_backward_tiles(
     seed: int = 0,
     axes=None,
     check_N: int | None = None,
+    M: int | None = None,
 ) -> dict:
-    """Left: the tiles of the backward (key blocks outer, query blocks inner), skipped ones blank; right: bytes kept for the backward, P against o + lse.
+    """Left: the backward's tiles (key blocks outer), entry by entry: visible, masked, skipped; one tile (I, J)
+    outlined with the row block it adds to (dQ_I) and the key block it adds to (dK_J, dV_J). Right: bytes kept
+    for the backward beyond q, k, v (kept by both): P and scale·q against o + lse.
 
-    Also runs `flash_attention_backward_numpy` at these settings (on N = min(N, `check_N`) rows if given)
-    and returns max |dQ, dK, dV − standard| as `max_err`, the N it ran at as `checked_N`.
+    `M` keys (default N), the causal mask bottom-right, $j \\le i + M - N$. Also runs
+    `flash_attention_backward_numpy` at these settings on the last N = min(N, `check_N`) query rows if given,
+    against their M − N + that many keys (cached per setting), and returns max |dQ, dK, dV − standard| as `max_err`, the N it ran at as `checked_N`.
     """
+    M = N if M is None else M
     n = N if check_N is None else min(N, check_N)
-    err = backward_error(n, block_q, block_k, bool(causal), d, seed)
-    grid = _tile_grid(N, N, block_q, block_k, causal)
+    err = backward_error(n, block_q, block_k, bool(causal), d, seed, M - N + n)
+    grid = _tile_grid(N, M, block_q, block_k, causal)
     if axes is None:
         _, axes = plt.subplots(
             1, 2, figsize=(11, 4.8), gridspec_kw={"width_ratios": [1.1, 1]}
         )
     ax, bx = axes
     nq, nk = grid.shape
-    colors = {0: "white", 1: "#f4a261", 2: "#2a9d8f"}
-    add_tiles(
-        ax,
-        [
-            (
-                j * block_k,
-                i * block_q,
-                min(block_k, N - j * block_k),
-                min(block_q, N - i * block_q),
-            )
-            for i in range(nq)
-            for j in range(nk)
-        ],
-        [colors[grid[i, j]] for i in range(nq) for j in range(nk)],
-        lw=0.6,
-    )
-    if nk <= 8:
-        for j in range(nk):
-            first = (
-                int(np.argmax(grid[:, j] > 0)) * block_q
-            )  # the inner loop starts at the first visited block
-            ax.annotate(
-                "",
-                xy=((j + 0.5) * block_k, N * 0.98),
-                xytext=((j + 0.5) * block_k, first + 0.02 * N),
-                arrowprops=dict(arrowstyle="->", color="black", lw=1, alpha=0.5),
-            )
+    i, j = np.arange(N)[:, None], np.arange(M)[None, :]
+    tile = grid[
+        i // block_q, j // block_k
+    ]  # (N, M): 0 skipped, 1 masked inside, 2 full
+    seen = j < causal_key_end(i, N, M) if causal else np.ones((N, M), bool)
+    rgb = np.ones((N, M, 3))  # skipped: white
+    rgb[(tile > 0) & seen] = (0.16, 0.62, 0.56)  # computed and visible
+    rgb[(tile > 0) & ~seen] = (0.96, 0.64, 0.38)  # computed, then masked to -inf
+    ax.imshow(rgb, extent=(0, M, N, 0), interpolation="nearest", aspect="equal")
+    ax.vlines(range(0, M + 1, block_k), 0, N, color="black", lw=0.5)  # one collection
+    ax.hlines(range(0, N + 1, block_q), 0, M, color="black", lw=0.5)
+    if causal and M != N:
+        ax.plot([0, M], [N - M, N], color="black", ls=":", lw=1.2)
+        ax.text(
+            M * 0.5, N - M * 0.5 - N * 0.04, "j = i + M − N", fontsize=9, ha="right"
+        )
+    visited = np.argwhere(grid > 0)
+    I, J = visited[len(visited) // 2]  # one visited tile, outlined with what it updates
+    y0, x0 = I * block_q, J * block_k
+    h, w = min(block_q, N - y0), min(block_k, M - x0)
+    ax.add_patch(Rectangle((0, y0), M, h, fill=False, ec="#e63946", lw=2, ls="--"))
+    ax.add_patch(Rectangle((x0, 0), w, N, fill=False, ec="#7b2cbf", lw=2, ls="--"))
+    ax.add_patch(Rectangle((x0, y0), w, h, fill=False, ec="black", lw=2.5))
     ax.set(
-        xlim=(0, N),
+        xlim=(0, M),
         ylim=(N, 0),
-        aspect="equal",
-        xlabel="key index j  (outer loop: K_j, V_j, dK_j, dV_j)",
+        xlabel="key index j  (outer loop over key blocks)",
         ylabel="query index i  (inner loop)",
         title=f"backward tiles: {int((grid > 0).sum())} of {grid.size} visited",
     )
     ax.grid(False)
     handles = [
-        Rectangle((0, 0), 1, 1, facecolor=colors[c], edgecolor="black")
-        for c in (2, 1, 0)
+        Rectangle((0, 0), 1, 1, fc=c, ec="black", ls=ls, fill=f, lw=lw)
+        for c, ls, f, lw in (
+            ("#2a9d8f", "-", True, 0.5),
+            ("#f4a261", "-", True, 0.5),
+            ("white", "-", True, 0.5),
+            ("#e63946", "--", False, 2),
+            ("#7b2cbf", "--", False, 2),
+        )
     ]
-    ax.legend(  # below the axes, clear of the tiles and the arrows
+    for hd, c in zip(handles[3:], ("#e63946", "#7b2cbf")):
+        hd.set_edgecolor(c)
+    ax.legend(  # below the axes, clear of the tiles
         handles,
-        ["full tile", "masked inside", "skipped"],
+        [
+            "computed, visible",
+            "computed, then masked",
+            "tile skipped",
+            f"tile ({I}, {J}) reads dO_I, D_I; adds to dQ_I",
+            "reads K_J, V_J; adds to dK_J, dV_J",
+        ],
         loc="upper center",
         bbox_to_anchor=(0.5, -0.13),
-        ncol=3,
+        ncol=2,
         fontsize=9,
         frameon=False,
     )
-    kept_p = N * N * 4
+    kept_p = N * M * 4
+    kept_std = kept_p + N * d * 4  # P and scale·q
     kept_flash = (N * d + N) * 4
     bx.bar(
-        ["P (standard)", "o + lse (flash)"],
-        [kept_p / 1024, kept_flash / 1024],
+        ["P + scale·q\n(standard)", "o + lse\n(flash)"],
+        [kept_std / 1024, kept_flash / 1024],
         color=["#e76f51", "#2a9d8f"],
     )
     bx.set_yscale("log")
-    for x, b in enumerate((kept_p, kept_flash)):
+    for x, b in enumerate((kept_std, kept_flash)):
         bx.text(x, b / 1024 * 1.15, f"{b / 1024:,.1f} KiB", ha="center", fontsize=11)
     bx.set(
-        ylabel="KiB, float32: P alone against o + lse",
-        title=f"kept for the backward at N = {N}, d = {d}",
-        ylim=(min(kept_p, kept_flash) / 1024 / 3, max(kept_p, kept_flash) / 1024 * 6),
+        ylabel="KiB, float32, beyond q, k, v (both keep them)",
+        title=f"kept for the backward at N = {N}, M = {M}, d = {d}",
+        ylim=(
+            min(kept_std, kept_flash) / 1024 / 3,
+            max(kept_std, kept_flash) / 1024 * 6,
+        ),
     )
     _plain_log_axes(bx)
-    ax.figure.subplots_adjust(left=0.08, right=0.98, bottom=0.2, top=0.92, wspace=0.3)
+    ax.figure.subplots_adjust(left=0.08, right=0.98, bottom=0.26, top=0.92, wspace=0.3)
     flops = backward_flops(N, d=d, causal=causal)
     return {
         "N": N,
@@ -164,7 +194,9 @@ def draw_backward_tiles(
         "tiles": int(grid.size),
         "visited": int((grid > 0).sum()),
         "masked": int((grid == 1).sum()),
+        "M": M,
         "p_bytes": kept_p,
+        "standard_bytes": kept_std,
         "flash_bytes": kept_flash,
         "max_err": err,
         "checked_N": n,
@@ -234,8 +266,10 @@ def draw_backward_time(timings: dict, flop_ratios: dict | None = None, ax=None) 
             ls="--",
             label="FLOP ratio of each kernel" if x == 0 else None,
         )
-    for x, r in enumerate(ratios):
-        ax.text(x, r * 1.02, f"{r:.1f}×", ha="center", va="bottom", fontsize=11)
+    for x, (r, f) in enumerate(
+        zip(ratios, flop)
+    ):  # above both the bar and its dashed line
+        ax.text(x, max(r, f) * 1.04, f"{r:.1f}×", ha="center", va="bottom", fontsize=11)
     ax.set_ylim(0, max(ratios + flop) * 1.3)
     ax.set(
         ylabel="backward time / forward time",
@@ -245,3 +279,113 @@ def draw_backward_time(timings: dict, flop_ratios: dict | None = None, ax=None) 
         loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=10, frameon=False
     )
     return {n: r for n, r in zip(names, ratios)}
+
+
+# Node: (x, y, role); role says who keeps it: "input" both, "p" standard keeps / flash recomputes,
+# "flash" flash keeps, "computed" the backward forms it.
+_GRAPH_NODES = {
+    "Q": (0.0, 3.0, "input"),
+    "K": (0.0, 2.0, "input"),
+    "V": (0.0, 1.0, "input"),
+    "S": (1.6, 2.5, "recomputed"),
+    "P": (3.2, 2.5, "p"),
+    "lse": (3.2, 3.4, "flash"),
+    "O": (4.8, 1.8, "flash"),
+    "dO": (6.4, 0.4, "given"),
+    "D": (4.8, 0.4, "computed"),
+    "dP": (4.8, -0.6, "computed"),
+    "dV": (6.4, 2.8, "computed"),
+    "dS": (3.2, -0.6, "computed"),
+    "dK": (1.6, -0.1, "computed"),
+    "dQ": (1.6, -1.1, "computed"),
+}
+_GRAPH_FORWARD = [
+    ("Q", "S"),
+    ("K", "S"),
+    ("S", "P"),
+    ("S", "lse"),
+    ("P", "O"),
+    ("V", "O"),
+]
+_GRAPH_BACKWARD = [
+    ("dO", "dP"),
+    ("V", "dP"),
+    ("dO", "dV"),
+    ("P", "dV"),
+    ("dO", "D"),
+    ("O", "D"),
+    ("dP", "dS"),
+    ("P", "dS"),
+    ("D", "dS"),
+    ("dS", "dQ"),
+    ("K", "dQ"),
+    ("dS", "dK"),
+    ("Q", "dK"),
+]
+_GRAPH_STYLE = {  # role: (face colour, edge style, legend)
+    "input": ("#e9ecef", "-", "an input: both designs keep it (q, k, v)"),
+    "p": ("#f4a261", "--", "standard keeps it; FlashAttention recomputes it from lse"),
+    "recomputed": (
+        "white",
+        "--",
+        "FlashAttention recomputes it (standard keeps scale·q)",
+    ),
+    "flash": ("#8ecae6", "-", "FlashAttention keeps it (N·d_v and N numbers)"),
+    "given": ("#ffe8a3", "-", "handed to the backward: dO = ∂L/∂O"),
+    "computed": ("white", "-", "formed by the backward"),
+}
+
+
+def draw_backward_graph(ax=None) -> dict:
+    """Static: what each quantity of attention's forward (top) and backward (bottom) is made from.
+
+    Grey arrows are the forward, $S = \\mathrm{scale}\\cdot QK^\\top$, $P = \\mathrm{softmax}(S)$, $O = PV$; black
+    arrows the backward. Fill and outline say which design keeps a node and which recomputes it. Returns the
+    node roles and the backward's edges.
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 5.2))
+    for edges, colour in ((_GRAPH_FORWARD, "#999999"), (_GRAPH_BACKWARD, "black")):
+        for a, b in edges:
+            (xa, ya, _), (xb, yb, _) = _GRAPH_NODES[a], _GRAPH_NODES[b]
+            ax.annotate(
+                "",
+                xy=(xb, yb),
+                xytext=(xa, ya),
+                arrowprops=dict(
+                    arrowstyle="-|>", color=colour, lw=1.4, shrinkA=17, shrinkB=17
+                ),
+            )
+    for name, (x, y, role) in _GRAPH_NODES.items():
+        face, ls, _ = _GRAPH_STYLE[role]
+        ax.text(
+            x,
+            y,
+            name,
+            ha="center",
+            va="center",
+            fontsize=14,
+            bbox=dict(boxstyle="round,pad=0.4", fc=face, ec="black", ls=ls, lw=1.3),
+        )
+    ax.text(-0.5, 3.9, "forward (grey arrows)", fontsize=11, color="#666666")
+    ax.text(-0.5, -1.75, "backward (black arrows)", fontsize=11)
+    handles = [
+        Rectangle((0, 0), 1, 1, fc=face, ec="black", ls=ls)
+        for face, ls, _ in _GRAPH_STYLE.values()
+    ]
+    ax.legend(
+        handles,
+        [text for *_, text in _GRAPH_STYLE.values()],
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        fontsize=10,
+        frameon=False,
+    )
+    ax.set_xlim(-0.6, 7.0)
+    ax.set_ylim(-2.0, 4.1)
+    ax.set_axis_off()
+    ax.set_title("What the backward reads: dS needs P, dP and D; dQ and dK need dS")
+    return {
+        "roles": {n: r for n, (*_, r) in _GRAPH_NODES.items()},
+        "backward_edges": list(_GRAPH_BACKWARD),
+    }

@@ -1,5 +1,13 @@
-"""Checks for the exercises of notebook 06: the A100 time model inverted, FA2's operations under a causal
-mask, and one query block written in FA1's form and in FA2's.
+"""Checks for the exercises of notebook 06: one query block in FA1's form (exercise 1), split-K inside a
+thread block (exercise 2), the A100 time model inverted (3) and FA2's operations under a causal mask (4).
+`check_fa2_block`, the same block in FA2's form, is kept beside them.
+
+- `check_split_k_tile`         : one key block over w warps, warp u owning keys u·c .. (u+1)·c - 1,
+  c = ceil(Bc / w): each partial $(m_u, l_u, acc_u)$ against its own keys alone, the merge against the whole
+  tile's unnormalized state; watched inputs show that no score array spans more than c keys and that the merged
+  acc is computed from the warps' accs; lab's states and attention, and torch, are refused. Hints name the
+  classic slips (sums added without moving them to the common max, the factor upside down, a running max across
+  warps, normalized partials or merge, c rounded down, no max subtracted, a missing 1/√d).
 
 - `check_affordable_nonmatmul` : the FP32 non-matmul FLOPs per score $f$, besides the score's one exponential,
   that keep the time outside matmuls at `share` on an A100:

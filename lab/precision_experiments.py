@@ -38,6 +38,7 @@ __all__ = [
     "attention_tiled_lowp",
     "rmse",
     "matmul_error",
+    "p_matmul_error_torch",
     "compare_inputs",
     "p_error_ablation",
     "FA3_TABLE3_RMSE",
@@ -503,3 +504,63 @@ def p_error_ablation(real, gauss, fmt: str = "bf16", *, block_k: int = 64) -> di
                 ]
             )
     return out
+
+
+_TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp8_e4m3": "float8_e4m3fn"}
+
+
+def p_matmul_error_torch(
+    fmt: str = "fp16",
+    *,
+    M: int = 4096,
+    rows: int = 16,
+    d: int = 64,
+    spread: float = 1.0,
+    seed: int = 0,
+    device: str = "cuda",
+) -> dict:
+    r"""Experiment 1 through a real matmul: $P$ cast to `fmt` in torch, times $V$, accumulated in FP32.
+
+    $o = \mathrm{fl}(P)V / l$ for one tile of `rows` query rows over all M keys, $P = e^{S - m}$ in float32 and $l$
+    summed from the unrounded $P$. $V$ is rounded to `fmt` first and the float64 reference uses that rounded $V$
+    too, so the error is $P$'s rounding alone. FP16 and BF16 go through `torch.mm(..., out_dtype=torch.float32)`
+    (FP32 output) where the device has it, else both operands upcast to float32 (their products are exact);
+    FP8 e4m3 goes through `torch._scaled_mm` (scales 1, FP32 output), which needs a GPU with FP8 tensor cores.
+    Returns `torch` (the relative error of o), `numpy` (the same rounding in numpy) and `path` (what ran).
+    Taught in: notebooks/07_precision.ipynb
+    """
+    import torch
+
+    check_choice(fmt, tuple(_TORCH_DTYPES), "fmt")
+    q, k, v = gaussian_qkv(M, d, spread, rows, seed)
+    s = q.astype(np.float64) @ k.astype(np.float64).T / np.sqrt(d)  # (rows, M)
+    p = np.exp(s - s.max(axis=1, keepdims=True)).astype(np.float32)  # (rows, M), <= 1
+    l = p.astype(np.float64).sum(axis=1, keepdims=True)
+    v_r = round_to(v, fmt)  # (M, d) exactly representable in fmt
+    ref = p.astype(np.float64) @ v_r.astype(np.float64) / l
+    ours = round_to(p, fmt).astype(np.float64) @ v_r.astype(np.float64) / l
+    dtype = getattr(torch, _TORCH_DTYPES[fmt])
+    pt = torch.from_numpy(p).to(device).to(dtype)
+    vt = torch.from_numpy(v_r).to(device).to(dtype)
+    if fmt == "fp8_e4m3":
+        one = torch.ones((), device=device)
+        vt_col = (
+            vt.t().contiguous().t()
+        )  # _scaled_mm takes its second operand column-major
+        out = torch._scaled_mm(
+            pt, vt_col, scale_a=one, scale_b=one, out_dtype=torch.float32
+        )
+        path = "torch._scaled_mm, FP8 e4m3 inputs, FP32 output"
+    else:
+        try:
+            out = torch.mm(pt, vt, out_dtype=torch.float32)
+            path = f"torch.mm, {fmt.upper()} inputs, out_dtype=float32"
+        except (RuntimeError, TypeError, NotImplementedError):
+            out = pt.float() @ vt.float()
+            path = f"{fmt.upper()} inputs upcast to float32, torch.matmul"
+    o = out.cpu().double().numpy() / l
+    return {
+        "torch": relative_error(o, ref),
+        "numpy": relative_error(ours, ref),
+        "path": path,
+    }

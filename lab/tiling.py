@@ -307,6 +307,59 @@ def warp_split_exchange(
     }
 
 
+def time_rows(split: dict, chip: str) -> list:
+    """Per variant of `split` (`flop_split` results): µs of matmul, exponentials and the rest at `chip`'s peak rates.
+
+    "rest" is priced as the model does, 2 FLOPs an FP32 slot; "rest, 1 op a slot" prices each lone max, add or
+    multiply as a whole FMA slot (twice the time). "outside" is the share of time outside matmuls, from
+    `gpu_time_share`. Taught in: notebooks/06_flashattention2.ipynb
+    """
+    rows = []
+    for var, s in split.items():
+        t = gpu_time_share(s["matmul"], s["nonmatmul"], chip, exp=s["exp"])
+        rest = t["t_nonmatmul"] - t["t_exp"]
+        rows.append(
+            {
+                "variant": var,
+                "matmul": t["t_matmul"] * 1e6,
+                "exp": t["t_exp"] * 1e6,
+                "rest": rest * 1e6,
+                "rest, 1 op a slot": 2 * rest * 1e6,
+                "outside": f"{t['share']:.1%}",
+            }
+        )
+    return rows
+
+
+def wave_rows(shapes, chip: str = "A100", block_q: int = 128) -> list:
+    r"""Thread blocks and waves of FA1 and FA2 for each `(B, H, N)` in `shapes` on `chip`'s SMs.
+
+    FA1 runs $B H$ thread blocks, FA2 $B H T_r$ with $T_r = \lceil N / B_r \rceil$; a wave is one thread block
+    per SM, so waves $= blocks / SMs$, and the last wave keeps $blocks - (\lceil waves \rceil - 1) \cdot SMs$
+    SMs busy. One thread block per SM at a time, all taking the same time: a model.
+    Taught in: notebooks/06_flashattention2.ipynb
+    """
+    sms = CHIPS[check_choice(chip, tuple(CHIPS), "chip")]["sms"]
+    Br = check_block(block_q, "block_q")
+    rows = []
+    for B, H, N in shapes:
+        fa1, fa2 = B * H, B * H * -(-N // Br)
+        last = fa1 - (-(-fa1 // sms) - 1) * sms  # thread blocks in FA1's last wave
+        rows.append(
+            {
+                "B": B,
+                "H": H,
+                "N": N,
+                "FA1 blocks": fa1,
+                "FA1 waves": f"{fa1 / sms:.2f}",
+                "FA1's last wave": f"{last} of {sms} SMs",
+                "FA2 blocks": fa2,
+                "FA2 waves": f"{fa2 / sms:.1f}",
+            }
+        )
+    return rows
+
+
 def _checked_shape(N, M, block_q, block_k):
     N, M = check_positive(N, "N", 0), check_positive(M, "M", 0)
     return N, M, check_block(block_q, "block_q"), check_block(block_k, "block_k")

@@ -1,6 +1,7 @@
 """Notebook 06's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the instrument and checks of lab/checks/fa2.py behave."""
 
+import dataclasses
 import re
 
 import nbformat
@@ -23,13 +24,21 @@ from lab.checks.fa2 import Watched
 
 NAME = "06_flashattention2"
 EX = {ex.number: ex for ex in exercises(NAME)}
+# FA2's form of exercise 1: the check `check_fa2_block` stays in lab (and tested) beside exercise 2
+EX["fa2"] = dataclasses.replace(
+    EX[1],
+    number=2,
+    check="from lab.checks.fa2 import check_fa2_block\ncheck_fa2_block(fa2_block)",
+)
 PASSED = {
     3: "affordable_nonmatmul: ✓ passed 8 cases\n",
     4: "causal_fa2_ops: ✓ passed 9 cases\n",
-    1: "fa1_block: ✓ passed 6 cases; tiles of <= Bc keys, one exp a score, "
-    "O normalized after every key block (FA1)\n",
-    2: "fa2_block: ✓ passed 6 cases; tiles of <= Bc keys, one exp a score, "
-    "acc normalized once, at the end (FA2)\n",
+    1: "fa1_block: ✓ passed 6 cases: tiles of <= Bc keys, one exp a score, "
+    "O normalized every block (FA1)\n",
+    2: "split_k_tile: ✓ passed 5 cases: each warp's state from its own keys, "
+    "merged into the tile's\n",
+    "fa2": "fa2_block: ✓ passed 6 cases: tiles of <= Bc keys, one exp a score, "
+    "acc normalized once (FA2)\n",
 }
 
 
@@ -42,7 +51,7 @@ def _fails(number: int, text: str, *says: str) -> str:
 
 
 def test_the_notebook_has_four_checked_exercises():
-    assert sorted(EX) == [1, 2, 3, 4]
+    assert sorted(n for n in EX if isinstance(n, int)) == [1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("number", [1, 2, 3, 4])
@@ -64,15 +73,32 @@ def test_the_exercise_section_needs_only_the_setup():
         "check_affordable_nonmatmul",
         "check_causal_fa2_ops",
         "check_fa1_block",
-        "check_fa2_block",
+        "check_split_k_tile",
     } <= set(ns)
     assert not {"q", "k", "v", "split", "whole"} & set(ns)
 
 
-def test_exercises_1_and_2_come_before_the_rules_they_derive():
+def test_exercise_2_comes_before_the_exchange_it_counts():
+    """Split-K's exchange, w·Br·(d_v + 2) values, is stated only after the exercise that builds it."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
+    text = [c.source for c in nb.cells]
+    start = next(i for i, t in enumerate(text) if t.startswith("## 5."))
+    ex2 = next(i for i, t in enumerate(text) if t.startswith("### Exercise 2"))
+    cost = next(i for i, t in enumerate(text) if t.startswith("### What the exchange"))
+    assert start < ex2 < cost and "d_v + 2" in text[cost]
+    shown = "\n".join(
+        t
+        for t, c in zip(text[:cost], nb.cells)
+        if "solution" not in c.metadata.get("tags", [])
+    )
+    assert "d_v + 2" not in shown and "dv + 2" not in shown
+
+
+def test_exercise_1_comes_before_the_rules_it_derives():
     nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
     text = [c.source for c in nb.cells]
     first = next(i for i, t in enumerate(text) if t.startswith("### Exercise 1"))
+    assert not any(t.startswith("### Exercise 2") for t in text[: first + 10])
     reveal = next(
         i for i, t in enumerate(text) if t.startswith("### The two rules, revealed")
     )
@@ -82,7 +108,16 @@ def test_exercises_1_and_2_come_before_the_rules_they_derive():
         for t, c in zip(text[:reveal], nb.cells)
         if "solution" not in c.metadata.get("tags", [])
     )
-    for rule in ("acc'", "alpha", "m_new", "diag(l')", "e^{m - m'}", "l' ="):
+    rules = (
+        "acc'",
+        "alpha =",
+        "alpha *",
+        "\\alpha =",
+        "m_new",
+        "diag(l')",
+        "e^{m - m'}",
+    )
+    for rule in rules + ("l' =",):
         assert rule not in shown, rule
 
 
@@ -349,7 +384,7 @@ def test_fa2_with_in_place_updates_and_a_reciprocal_passes():
         "        acc *= alpha[:, None]\n        acc += p @ v[j0:j0 + Bc]\n",
     )
     assert "acc *= alpha" in src
-    assert run_check(EX[2], _src(src)) == PASSED[2]
+    assert run_check(EX["fa2"], _src(src)) == PASSED["fa2"]
 
 
 def test_fa2_submitted_in_fa1_form_is_refused():
@@ -359,7 +394,7 @@ def test_fa2_submitted_in_fa1_form_is_refused():
         .replace("return O, m, l", "return O, m + np.log(l)")
     )
     out = _fails(
-        2,
+        "fa2",
         src + "\n\nfa2_block = fa1_inner\n",
         "that is FA1's form",
         "divides once, after the last key block",
@@ -371,12 +406,12 @@ def test_fa2_normalizing_a_copy_every_step_is_refused():
     src = _fa2().replace(
         "        m = m_new\n", "        m = m_new\n        o = acc / l[:, None]\n"
     )
-    _fails(2, src, "already held acc / l")
+    _fails("fa2", src, "already held acc / l")
 
 
 def test_fa2_returns_fa1_statistics():
     _fails(
-        2,
+        "fa2",
         _fa2(ret="acc / l[:, None], m, l"),
         "returned a tuple of 3, expected a tuple of 2 (o, lse)",
     )
@@ -384,17 +419,20 @@ def test_fa2_returns_fa1_statistics():
 
 def test_fa2_lse_without_m():
     _fails(
-        2, _fa2(ret="acc / l[:, None], np.log(l)"), "lse (element 1)", "lse = m + log l"
+        "fa2",
+        _fa2(ret="acc / l[:, None], np.log(l)"),
+        "lse (element 1)",
+        "lse = m + log l",
     )
 
 
 def test_fa2_without_alpha():
-    _fails(2, _fa2(rescale=""), "o (element 0)", "rescaled by α")
+    _fails("fa2", _fa2(rescale=""), "o (element 0)", "rescaled by α")
 
 
 def test_fa2_without_the_scale_is_named():
     out = _fails(
-        2,
+        "fa2",
         _fa2().replace(" / np.sqrt(d)", ""),
         "case 0",
         "o (element 0)",
@@ -406,7 +444,7 @@ def test_fa2_without_the_scale_is_named():
 
 def test_fa2_running_max_from_zero():
     _fails(
-        2,
+        "fa2",
         _fa2(m0="np.zeros(Br)"),
         "very negative scores",
         "NaN",
@@ -415,13 +453,13 @@ def test_fa2_running_max_from_zero():
 
 
 def test_fa2_dropped_last_key_block():
-    _fails(2, _fa2(stop="len(k) - len(k) % Bc"), "first 96 keys only")
+    _fails("fa2", _fa2(stop="len(k) - len(k) % Bc"), "first 96 keys only")
 
 
 def test_fa2_returning_the_reference_is_refused():
     """Calling the reference gives the right numbers: the guard names it."""
     _fails(
-        2,
+        "fa2",
         "def fa2_block(q_i, k, v, Bc):\n    return lab.attention_reference(np.asarray(q_i), np.asarray(k), np.asarray(v))\n",
         "calls lab.attention_reference",
     )
@@ -430,7 +468,7 @@ def test_fa2_returning_the_reference_is_refused():
 def test_fa2_kernel_call_is_refused():
     """The course's own kernel normalizes at the end too: the guard names it."""
     _fails(
-        2,
+        "fa2",
         "def fa2_block(q_i, k, v, Bc):\n    return lab.flash_attention_numpy(q_i, k, v, block_q=len(q_i), block_k=Bc)\n",
         "calls lab.flash_attention_numpy",
     )
@@ -438,7 +476,7 @@ def test_fa2_kernel_call_is_refused():
 
 def test_fa2_kernel_under_another_name_is_refused():
     _fails(
-        2,
+        "fa2",
         """
         from lab.kernels.rung3_numpy_fa2 import flash_attention_numpy as kern
         def fa2_block(q_i, k, v, Bc):
@@ -461,7 +499,11 @@ def fa2_block(q_i, k, v, Bc):
 def test_fa2_plain_untiled_softmax_is_refused():
     """Right values and one division at the end, but no tile: the scores of all M keys at once."""
     _fails(
-        2, UNTILED, "case 0", "(8, 100) array, scores of 100 keys at once", "Bc = 32"
+        "fa2",
+        UNTILED,
+        "case 0",
+        "(8, 100) array, scores of 100 keys at once",
+        "Bc = 32",
     )
 
 
@@ -509,7 +551,7 @@ def test_fa1_recomputing_every_earlier_tile_is_refused():
 
 def test_recomputing_earlier_tiles_with_powers_of_e_is_counted_too():
     _fails(
-        2,
+        "fa2",
         """
         def fa2_block(q_i, k, v, Bc):
             Br, d = q_i.shape
@@ -541,7 +583,7 @@ def test_a_failure_names_the_seed_that_draws_its_values_again(capsys):
 def test_block_max_in_place_of_the_running_max_overflows_on_a_high_block_first():
     """FA2's lse is right with a block's own max until a high block comes before low ones: α = e^800."""
     _fails(
-        2,
+        "fa2",
         _fa2().replace("np.maximum(m, s.max(axis=1))", "s.max(axis=1)"),
         "case 4 (a key block near +400, then blocks near -400)",
         "NaN",
@@ -588,7 +630,12 @@ def test_float16_accumulator_is_told_about_its_rounding():
     )
     assert "astype(np.float16)" in src
     out = _fails(
-        2, src, "case 0", "o (element 0)", "float16", "keep O (acc), l and m in float64"
+        "fa2",
+        src,
+        "case 0",
+        "o (element 0)",
+        "float16",
+        "keep O (acc), l and m in float64",
     )
     assert "rescaled by α" not in out
 
@@ -680,7 +727,8 @@ def test_prefix_outputs_end_at_the_reference():
 
 @pytest.mark.parametrize("how", list(EVASIONS))
 @pytest.mark.parametrize(
-    "number, name", [(3, "affordable_nonmatmul"), (4, "causal_fa2_ops")]
+    "number, name",
+    [(2, "split_k_tile"), (3, "affordable_nonmatmul"), (4, "causal_fa2_ops")],
 )
 def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
     out = run_check(EX[number], evading(EX[number].solution, name, how))
@@ -754,7 +802,7 @@ def test_fa2_exponentials_in_torch_are_refused():
         "p = np.exp(s - m_new[:, None])",
         "import torch\n        p = torch.exp(torch.from_numpy(np.asarray(s - m_new[:, None]))).numpy()",
     )
-    _fails(2, src, "torch.")
+    _fails("fa2", src, "torch.")
 
 
 def test_fa2_two_passes_max_first_is_refused():
@@ -765,12 +813,12 @@ def test_fa2_two_passes_max_first_is_refused():
         "    for j0 in range(0, len(k), Bc):\n        s = q_i",
     )
     assert src.count("for j0") == 2
-    _fails(2, src, "before exponentiating those of block 0", "first pass")
+    _fails("fa2", src, "before exponentiating those of block 0", "first pass")
 
 
 def test_fa2_every_score_tile_stored_then_walked_is_refused():
     _fails(
-        2,
+        "fa2",
         """
         def fa2_block(q_i, k, v, Bc):
             Br, d = q_i.shape
@@ -800,3 +848,215 @@ def test_watched_carries_provenance():
     e = c + d
     assert c.src == {0} and log.plain[id(d)][1] == {1}
     assert e.src == {0, 1, 2} and log[2][2] == e.src
+
+
+# ------------------------------------------------------------------------------------ exercise 1, more hints
+
+
+def test_fa1_returning_l_times_e_to_the_m_is_named():
+    out = _fails(
+        1,
+        _fa1().replace("return O, m, l", "return O, m, l * np.exp(m)"),
+        "l (element 2)",
+        "l·e^m",
+        "against the final m",
+    )
+    assert "exceeds 1" not in out
+
+
+def test_affordable_nonmatmul_by_bisection_on_the_model_is_refused():
+    """A bisection through lab.gpu_time_share gets the positive cases right: refused all the same."""
+    out = _fails(
+        3,
+        """
+        import lab
+        def affordable_nonmatmul(d, share):
+            lo, hi = 0.0, 1e6
+            for _ in range(200):
+                mid = (lo + hi) / 2
+                t = lab.gpu_time_share(4 * d, mid + 1, "A100", exp=1)
+                lo, hi = (mid, hi) if t["share"] < share else (lo, mid)
+            return lo
+        """,
+        "case 0",
+        "calls lab.gpu_time_share",
+    )
+    assert "hint" not in out
+
+
+@pytest.mark.parametrize(
+    "expr, says",
+    [
+        (
+            "sum(r * (2 * i + 1) for i, r in enumerate(rows)) * (d + 1) // 2 + N * d",
+            "diagonal tiles counted as half tiles",
+        ),
+        (
+            "sum(r * (i + 1) for i, r in enumerate(rows)) * (3 * d + 3)",
+            "FA1's 3·d_v + 3",
+        ),
+        (
+            "sum(r * (i + 1) for i, r in enumerate(rows)) * (3 * d + 3) + N * d",
+            "plus FA2's final division",
+        ),
+    ],
+)
+def test_causal_fa2_ops_more_mistakes(expr, says):
+    _fails(4, CAUSAL.format(expr=expr), says)
+
+
+# ------------------------------------------------------------------------------------ exercise 2: split-K
+
+SPLIT = """
+def split_k_tile(q_i, k_j, v_j, w):
+    Br, d = q_i.shape
+    c = {c}
+    partials = []
+    for u in range(w):
+        s = q_i @ k_j[u * c : (u + 1) * c].T / np.sqrt(d)
+        m = {m}
+        p = np.exp(s - m[:, None])
+        partials.append((m, p.sum(axis=1), {pacc}))
+    m = {M}
+    a = [{a} for m_u, _, _ in partials]
+    l = sum({la} * l_u for a_u, (_, l_u, _) in zip(a, partials))
+    acc = sum({aa} * acc_u for a_u, (_, _, acc_u) in zip(a, partials))
+    return partials, (m, l, {ret})
+"""
+SPLIT_OK = dict(
+    c="-(-len(k_j) // w)",
+    m="s.max(axis=1)",
+    pacc="p @ v_j[u * c : (u + 1) * c]",
+    M="np.max([m_u for m_u, _, _ in partials], axis=0)",
+    a="np.exp(m_u - m)",
+    la="a_u",
+    aa="a_u[:, None]",
+    ret="acc",
+)
+
+
+def _split(**change):
+    return SPLIT.format(**{**SPLIT_OK, **change})
+
+
+def test_split_k_template_passes():
+    assert run_check(EX[2], _src(_split())) == PASSED[2]
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (dict(la="1"), "you added the warps' l_u as they are"),
+        (dict(aa="1"), "you added the warps' acc_u as they are"),
+        (dict(ret="acc / l[:, None]"), "merged acc is divided by l"),
+        (
+            dict(
+                m="np.maximum(s.max(axis=1), partials[-1][0] if partials else -np.inf)"
+            ),
+            "warp 1's m is the max over warps 0..1",
+        ),
+        (
+            dict(pacc="p @ v_j[u * c : (u + 1) * c] / p.sum(axis=1)[:, None]"),
+            "warp 0's acc is divided by its l",
+        ),
+        (dict(c="len(k_j) // w"), "Bc // w = 7 leaves the last 2 keys to no warp"),
+        (dict(M="partials[0][0]"), "your m is warp 0's"),
+        (dict(a="np.exp(m - m_u)"), "upside down"),
+        (dict(m="s.max(axis=1) * 0"), "no max subtracted"),
+    ],
+)
+def test_split_k_mistakes(change, says):
+    _fails(2, _split(**change), says)
+
+
+def test_split_k_without_the_scale_is_named():
+    _fails(2, _split().replace(" / np.sqrt(d)", ""), "1/√d is missing")
+
+
+def test_split_k_whole_tile_scores_are_refused():
+    src = """
+    def split_k_tile(q_i, k_j, v_j, w):
+        Br, d = q_i.shape
+        c = -(-len(k_j) // w)
+        s = q_i @ k_j.T / np.sqrt(d)
+        parts = []
+        for u in range(w):
+            su = s[:, u * c : (u + 1) * c]
+            m = su.max(axis=1)
+            p = np.exp(su - m[:, None])
+            parts.append((m, p.sum(axis=1), p @ v_j[u * c : (u + 1) * c]))
+        m = s.max(axis=1)
+        p = np.exp(s - m[:, None])
+        return parts, (m, p.sum(axis=1), p @ v_j)
+    """
+    _fails(2, src, "(8, 32) array, scores of 32 keys at once", "ceil(Bc / w) = 8")
+
+
+def test_split_k_merged_state_not_from_the_partials_is_refused():
+    """The merged state from an online pass over the slices, beside the partials: right values, no merge."""
+    src = """
+    def split_k_tile(q_i, k_j, v_j, w):
+        Br, d = q_i.shape
+        c = -(-len(k_j) // w)
+        parts = []
+        M, L, A = np.full(Br, -np.inf), np.zeros(Br), np.zeros((Br, v_j.shape[1]))
+        for u in range(w):
+            su = q_i @ k_j[u * c : (u + 1) * c].T / np.sqrt(d)
+            m = su.max(axis=1)
+            p = np.exp(su - m[:, None])
+            parts.append((m, p.sum(axis=1), p @ v_j[u * c : (u + 1) * c]))
+            s2 = q_i @ k_j[u * c : (u + 1) * c].T / np.sqrt(d)
+            mn = np.maximum(M, s2.max(axis=1))
+            al, p2 = np.exp(M - mn), np.exp(s2 - mn[:, None])
+            L, A, M = al * L + p2.sum(axis=1), al[:, None] * A + p2 @ v_j[u * c : (u + 1) * c], mn
+        return parts, (M, L, A)
+    """
+    _fails(2, src, "merged acc was not computed from warp 0's acc")
+
+
+def test_split_k_through_lab_states_is_refused():
+    src = """
+    def split_k_tile(q_i, k_j, v_j, w):
+        Br, d = q_i.shape
+        c = -(-len(k_j) // w)
+        st = [lab.partial_state(q_i @ k_j[u * c : (u + 1) * c].T / np.sqrt(d),
+                                v_j[u * c : (u + 1) * c]) for u in range(w)]
+        mg = st[0]
+        for x in st[1:]:
+            mg = lab.merge_states(mg, x)
+        return [tuple(x) for x in st], tuple(mg)
+    """
+    _fails(2, src, "calls lab.partial_state")
+
+
+def test_split_k_in_torch_is_refused():
+    src = _split(m="s.max(axis=1)").replace(
+        "        p = np.exp(s - m[:, None])\n",
+        "        p = torch.exp(torch.from_numpy(np.asarray(s - m[:, None]))).numpy()\n",
+    )
+    _fails(2, "import torch\n" + src, "torch")
+
+
+def test_split_k_wrong_return_shape_is_named():
+    _fails(
+        2,
+        _split().replace("return partials, (m, l, acc)", "return (m, l, acc)"),
+        "return (partials, merged)",
+    )
+
+
+def test_split_k_stub_and_failure_name_the_seed(capsys):
+    ns = {"np": np}
+    exec(_split(la="1"), ns)
+    checks.check_split_k_tile(ns["split_k_tile"], seed=4)
+    assert "seed=4" in capsys.readouterr().out
+
+
+def test_split_k_count_cell_counts_the_learners_partials():
+    """The cell after the check counts w·Br·(d_v + 2) values from the partials, the course's model."""
+    ex = EX[3]  # its `before` holds exercise 2's cells, the count cell among them
+    assert any("handed = sum(np.size(x)" in src for src in ex.before)
+    assert (
+        lab.warp_split_exchange(64, 64, 64, warps=4, split="K")["written"] // 4
+        == 4 * 64 * 66
+    )

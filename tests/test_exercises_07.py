@@ -22,8 +22,8 @@ EX2 = {ex.number: ex for ex in exercises(NAME2)}
 PASSED = {
     1: "rms_delta_uniform: ✓ passed 6 cases (t = 7, 10, 23 and 3 drawn for this run; to 0.1%)\n",
     2: "round_nearest_even: ✓ 8 cases bit for bit (ties, subnormals, overflow, a layout no library has)\n",
-    3: "first_bad_M: ✓ passed 7 rows (fresh ones, a tile that stalls, entries that round up, a tol never "
-    "reached)\n",
+    3: "first_bad_M: ✓ passed 7 rows (fresh ones, a stalling tile, entries rounding up, "
+    "tol never reached)\n",
 }
 PASSED2 = "rotation: ✓ passed 3 sizes and d = 6 (orthogonal, entries ±1/√d, signs from rng, every input spread)\n"
 
@@ -736,3 +736,28 @@ def test_fp8_layout_accepts_either_when_one_draw_cannot_tell():
         "fp8_e5m2",
     )
     assert "✓" in _layout(RIGHT, seed=287619)
+
+
+def test_rms_delta_with_eps_twice_the_step_is_named():
+    """ε = 2^(1-t) doubles the answer, like an error over a whole step: the hint names both."""
+    _fails(
+        1,
+        "def rms_delta_uniform(t):\n    return 2.0 ** (1 - t) / np.sqrt(24)\n",
+        "case 0 (t = 7)",
+        "ε taken as 2^(1-t)",
+        "whole step either side",
+    )
+
+
+def test_round_with_subnormals_flushed_to_zero_is_named():
+    src = _round(
+        y="np.where(a < 2.0 ** (1 - bias), 0.0, np.where(n * step > largest, np.inf, n * step))"
+    )
+    out = _fails(
+        2,
+        src,
+        "case 3 (fp16: below the smallest normal",
+        "yours is 0, flushed",
+        "subnormals",
+    )
+    assert "halfway" not in out

@@ -435,3 +435,15 @@ def test_values_with_a_mean_lose_the_flushed_mass():
     e0 = lab.p_rounding_error(q, k, v, "fp8_e4m3", block_k=64)
     e1 = lab.p_rounding_error(q, k, v + 1, "fp8_e4m3", block_k=64)
     assert e0 < lost / 2 and 0.5 * lost < e1 < 1.5 * lost
+
+
+def test_p_matmul_error_torch_matches_numpy_on_the_cpu():
+    """The torch path (upcast on the CPU, _scaled_mm for FP8) gives numpy's error of a rounded P."""
+    from lab.precision_experiments import p_matmul_error_torch
+
+    for fmt, eps in (("fp16", 2.0**-10), ("bf16", 2.0**-7)):
+        r = p_matmul_error_torch(fmt, M=1024, device="cpu")
+        assert abs(r["torch"] / r["numpy"] - 1) < 1e-3, (fmt, r)
+        assert 0.1 * eps < r["numpy"] < 0.4 * eps  # about 0.21 eps
+    with pytest.raises(ValueError, match="fmt"):
+        p_matmul_error_torch("fp64", device="cpu")

@@ -625,3 +625,23 @@ def test_tile_fill_shows_masked_entries_grey_and_names_single_keys():
     assert (hidden == (tiles & ~visible)).all() and hidden.any()
     assert ax.get_xlabel().startswith("key c") and ax.get_ylabel().startswith("query r")
     plt.close(ax.figure)
+
+
+def test_wave_rows_counts_fa1_and_fa2_waves():
+    from lab.tiling import wave_rows
+
+    (row,) = wave_rows([(8, 16, 2048)], "A100", block_q=128)
+    assert row["FA1 blocks"] == 128 and row["FA2 blocks"] == 2048
+    assert row["FA1 waves"] == "1.19" and row["FA2 waves"] == "19.0"
+    assert row["FA1's last wave"] == "20 of 108 SMs"
+
+
+def test_time_rows_price_the_rest_both_ways():
+    from lab.tiling import time_rows
+
+    split = {
+        "fa2": lab.flop_split(4096, d=128, block_q=128, block_k=128, variant="fa2")
+    }
+    (row,) = time_rows(split, "A100")
+    assert row["rest, 1 op a slot"] == pytest.approx(2 * row["rest"])
+    assert row["outside"] == "27.4%"

@@ -1,5 +1,13 @@
-"""Checks for the exercises of notebook 06: the A100 time model inverted, FA2's operations under a causal
-mask, and one query block written in FA1's form and in FA2's.
+"""Checks for the exercises of notebook 06: one query block in FA1's form (exercise 1), split-K inside a
+thread block (exercise 2), the A100 time model inverted (3) and FA2's operations under a causal mask (4).
+`check_fa2_block`, the same block in FA2's form, is kept beside them.
+
+- `check_split_k_tile`         : one key block over w warps, warp u owning keys u·c .. (u+1)·c - 1,
+  c = ceil(Bc / w): each partial $(m_u, l_u, acc_u)$ against its own keys alone, the merge against the whole
+  tile's unnormalized state; watched inputs show that no score array spans more than c keys and that the merged
+  acc is computed from the warps' accs; lab's states and attention, and torch, are refused. Hints name the
+  classic slips (sums added without moving them to the common max, the factor upside down, a running max across
+  warps, normalized partials or merge, c rounded down, no max subtracted, a missing 1/√d).
 
 - `check_affordable_nonmatmul` : the FP32 non-matmul FLOPs per score $f$, besides the score's one exponential,
   that keep the time outside matmuls at `share` on an A100:
@@ -40,6 +48,7 @@ __all__ = [
     "Watched",
     "check_fa1_block",
     "check_fa2_block",
+    "check_split_k_tile",
 ]
 
 _NOT_YET = "{}: not implemented yet (fill in the stub above, then run this cell again)"
@@ -97,6 +106,10 @@ def _affordable_hint(case, got, want):
         g = float(got)
     except (TypeError, ValueError):
         return None
+    if np.isclose(
+        g, want, rtol=1e-6
+    ):  # right, and refused for another reason: that reason says it all
+        return None
     return next(
         (
             f"yours is {what}"
@@ -146,7 +159,7 @@ def check_affordable_nonmatmul(
             atol=0,
             hint=_affordable_hint,
             seed=seed,
-            properties=(_own_work(),),
+            properties=(_own_work("gpu_time_share"),),
         )
     text = out.getvalue()
     if "✓" in text and charged:
@@ -186,6 +199,21 @@ def _causal_hint(case, got, want):
         (
             int((rows * visits).sum()) * (d + 1),
             "without the final division acc / l, N d_v of them",
+        ),
+        (
+            int((rows * (2 * visits - 1)).sum()) * (d + 1) // 2 + N * d,
+            "the diagonal tiles counted as half tiles: a tile with at least one unmasked key "
+            "is computed in full, masked entries and all",
+        ),
+        (
+            int((rows * visits).sum()) * (3 * d + 3),
+            "FA1's 3·d_v + 3 multiplies and divides per row and tile: FA2 does d_v + 1 per row "
+            "and tile (α·acc, α·l), and d_v divides once per row at the end",
+        ),
+        (
+            int((rows * visits).sum()) * (3 * d + 3) + N * d,
+            "FA1's 3·d_v + 3 per row and tile, plus FA2's final division: FA2 does d_v + 1 "
+            "per row and tile (α·acc, α·l), and N·d_v divides once at the end",
         ),
         (
             int((rows * visits).sum()) * (2 * d + 1) + N * d,
@@ -480,6 +508,13 @@ def _hint(problem: str, variant: str, got, want, q_i, k, v, Bc, case_hint, log=(
                 "your l is lse = m + log l, FA2's statistic; FA1 saves m and l = Σ_j e^(s_j - m) separately: "
                 "return l itself"
             )
+        with np.errstate(all="ignore"):
+            unshifted = want[2] * np.exp(want[1])  # Σ_j e^(s_j): l against no max
+            if np.allclose(got[2], unshifted, rtol=1e-9, atol=1e-12):
+                return (
+                    "your l is l·e^m = Σ_j e^(s_j), the sum against no max (e^m multiplied back in?): "
+                    "FA1 saves l = Σ_j e^(s_j - m) against the final m, and m beside it"
+                )
     if case_hint and ("NaN" in problem or "inf" in problem):
         if case_hint.startswith("m must start at -inf") and not _started_at_zero(log):
             return (
@@ -579,13 +614,13 @@ def _check_block(fn, variant: str, name: str | None, seed: int | None) -> None:
             return
     if variant == "fa1":
         print(
-            f"{name}: ✓ passed {len(cases)} cases; tiles of <= Bc keys, one exp a score, "
-            "O normalized after every key block (FA1)"
+            f"{name}: ✓ passed {len(cases)} cases: tiles of <= Bc keys, one exp a score, "
+            "O normalized every block (FA1)"
         )
     else:
         print(
-            f"{name}: ✓ passed {len(cases)} cases; tiles of <= Bc keys, one exp a score, "
-            "acc normalized once, at the end (FA2)"
+            f"{name}: ✓ passed {len(cases)} cases: tiles of <= Bc keys, one exp a score, "
+            "acc normalized once (FA2)"
         )
 
 
@@ -773,3 +808,268 @@ def check_fa2_block(fn, *, name: str | None = None, seed: int | None = None) -> 
     Taught in: notebooks/06_flashattention2.ipynb
     """
     _check_block(fn, "fa2", name, seed)
+
+
+# ------------------------------------------------------------------------------------ Exercise 2: split-K in a block
+
+_MERGE = _COURSE + ("partial_state", "merge_states", "finalize", "reduce_states")
+
+
+def _slices(Bc: int, w: int) -> list:
+    """Warp u's keys: u·c .. (u + 1)·c - 1 of the block, c = ceil(Bc / w) (the last warp may hold fewer)."""
+    c = -(-Bc // w)
+    return [(u * c, min((u + 1) * c, Bc)) for u in range(w)]
+
+
+def _state(s, v):
+    """$(m, l, acc)$ of scores `s` (Br, c) over values `v` (c, d_v), against their own row max."""
+    m = s.max(axis=1)
+    p = np.exp(s - m[:, None])
+    return m, p.sum(axis=1), p @ v
+
+
+def _split_cases(seed: int = 2):
+    """(label, q_i, k_j, v_j, w): d = 16, d_v = 12; values drawn from `seed`."""
+    rng = np.random.default_rng(seed)
+
+    def qkv(Br, Bc, scale=1.0):
+        return (
+            scale * rng.standard_normal((Br, 16)),
+            scale * rng.standard_normal((Bc, 16)),
+            rng.standard_normal((Bc, 12)),
+        )
+
+    q, k, v = qkv(4, 32, 0.3)  # warp 2's keys near +400, the others near -400
+    q[:, 0], k[:, 0], k[16:24, 0] = 40.0, -40.0, 40.0
+    return [
+        ("Br = 8, Bc = 32, 4 warps of 8 keys", *qkv(8, 32, 1.5), 4),
+        ("Br = 5, Bc = 30, 4 warps: the last holds 6 keys", *qkv(5, 30, 1.5), 4),
+        ("Br = 3, Bc = 40, 8 warps of 5 keys", *qkv(3, 40, 1.5), 8),
+        ("scores near +400 in warp 2, near -400 in the others", q, k, v, 4),
+        ("Br = 6, Bc = 64, 2 warps", *qkv(6, 64), 2),
+    ]
+
+
+def _unwatch(x):
+    return x.view(np.ndarray) if isinstance(x, Watched) else x
+
+
+def _split_shape(got, w: int) -> str | None:
+    """None when `got` is (partials, merged) with w partials of (m, l, acc) and merged one (m, l, acc)."""
+    if not (isinstance(got, tuple) and len(got) == 2):
+        return "return (partials, merged): the w warps' (m, l, acc), and the merged (m, l, acc)"
+    parts, merged = got
+    if not isinstance(parts, (list, tuple)) or len(parts) != w:
+        n = len(parts) if isinstance(parts, (list, tuple)) else type(parts).__name__
+        return f"partials holds {n}, expected one (m, l, acc) per warp, w = {w}"
+    if not all(isinstance(p, tuple) and len(p) == 3 for p in [*parts, merged]):
+        return "each partial, and the merged state, is a tuple (m, l, acc)"
+    return None
+
+
+def _partial_hint(u, got, q_i, k_j, v_j, w, s) -> str:
+    """What warp u's partial state is instead of its own slice's (m, l, acc)."""
+    a, b = _slices(len(k_j), w)[u]
+    m, l, acc = (np.asarray(x, dtype=float) for x in got)
+    own = _state(s[:, a:b], v_j[a:b])
+    seen = s[:, :b].max(axis=1)  # the max over warps 0..u: a running max
+    with np.errstate(all="ignore"):
+        raw_l = np.exp(s[:, a:b]).sum(axis=1)  # no max subtracted
+        if (
+            not np.isfinite(l).all()
+            or not np.isfinite(acc).all()
+            or (np.shape(l) == raw_l.shape and np.allclose(l, raw_l))
+        ):
+            return (
+                f"warp {u}'s l_u is Σ e^s, with no max subtracted (it overflows past s = 709): "
+                "exponentiate s - m_u, m_u the row max of the warp's own slice"
+            )
+        if (
+            np.shape(m) == seen.shape
+            and u
+            and np.allclose(m, seen)
+            and not np.allclose(m, own[0])
+        ):
+            return (
+                f"warp {u}'s m is the max over warps 0..{u}: the warps run at the same time, and each "
+                "sees only its own keys; its m is the max of its own slice"
+            )
+        if np.shape(acc) == own[2].shape and np.allclose(acc, own[2] / own[1][:, None]):
+            return (
+                f"warp {u}'s acc is divided by its l: the partials stay unnormalized, like FA2's acc "
+                "(the merge needs the sums, not the averages)"
+            )
+        raw = _state(s[:, a:b] * np.sqrt(q_i.shape[1]), v_j[a:b])
+        if np.shape(m) == raw[0].shape and np.allclose(m, raw[0]):
+            return "the 1/√d is missing: S = q_i K_jᵀ / √d for every warp's slice"
+        short = len(k_j) // w  # c rounded down: the last keys belong to no warp
+        if len(k_j) % w and np.shape(m) == own[0].shape:
+            cut = _state(
+                s[:, u * short : (u + 1) * short], v_j[u * short : (u + 1) * short]
+            )
+            if np.allclose(m, cut[0]) and np.allclose(l, cut[1]):
+                return (
+                    f"warp {u} took keys {u * short}..{(u + 1) * short - 1}: Bc // w = {short} leaves "
+                    f"the last {len(k_j) - w * short} keys to no warp; ceil(Bc / w) = {-(-len(k_j) // w)}, "
+                    "and the last warp takes what is left"
+                )
+        if len(k_j) % w and u == w - 1 and np.shape(acc) == own[2].shape:
+            c = -(-len(k_j) // w)
+            return (
+                f"warp {u} (the last) holds keys {a}..{b - 1}: ceil(Bc / w) = {c} keys a warp, "
+                "and the last warp takes what is left"
+            )
+    return (
+        f"warp {u}'s state is that of keys {a}..{b - 1} alone: m_u its row max, "
+        "l_u = Σ e^(s - m_u), acc_u = Σ e^(s - m_u) v"
+    )
+
+
+def _merged_hint(problem: str, got, parts, want) -> str:
+    """What the merged (m, l, acc) is instead of the tile's state."""
+    m, l, acc = (np.asarray(x, dtype=float) for x in got)
+    ms = np.array([p[0] for p in parts])
+    ls = np.array([p[1] for p in parts])
+    accs = np.array([p[2] for p in parts])
+    with np.errstate(all="ignore"):
+        if problem.startswith("m ("):
+            if m.shape == ms[0].shape and np.allclose(m, ms[0]):
+                return (
+                    "your m is warp 0's: the merged m is the largest of the warps' m_u"
+                )
+            return "the merged m is the largest of the warps' m_u, row by row"
+        if problem.startswith("l ("):
+            if l.shape == ls[0].shape and np.allclose(l, ls.sum(axis=0)):
+                return (
+                    "you added the warps' l_u as they are: each is a sum against its own m_u; move "
+                    "each to the common m first (by e^(m_u - m), at most 1)"
+                )
+            if l.shape == ls[0].shape and np.allclose(
+                l, (np.exp(m - ms) * ls).sum(axis=0)
+            ):
+                return "your factor is upside down: e^(m - m_u) >= 1; a sum against m_u moves to m by e^(m_u - m)"
+            return "l is the sum over all the warps' keys of e^(s - m), against the merged m"
+        if problem.startswith("acc ("):
+            if acc.shape == accs[0].shape and np.allclose(acc, accs.sum(axis=0)):
+                return (
+                    "you added the warps' acc_u as they are: like l_u, each is against its own m_u and "
+                    "moves to the common m by e^(m_u - m)"
+                )
+            if acc.shape == want[2].shape and np.allclose(
+                acc, want[2] / want[1][:, None]
+            ):
+                return (
+                    "your merged acc is divided by l: the tile's state stays unnormalized; the thread "
+                    "block's loop divides once, after the last key block"
+                )
+            return "acc is the sum over all the warps' keys of e^(s - m) v, against the merged m"
+    return ""
+
+
+def check_split_k_tile(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(q_i, k_j, v_j, w) -> (partials, merged)`: split-K over w warps, each warp's state of its own keys, merged.
+
+    Warp u owns keys u·c .. (u+1)·c - 1 of the block, c = ceil(Bc / w); its partial is $(m_u, l_u, acc_u)$ of those
+    keys alone; the merged state is the tile's $(m, l, acc)$, unnormalized. The inputs are watched: no score array
+    may span more than c keys, and the merged acc must be computed from the partials. lab's states and attention
+    are refused. The cases' kinds are fixed, their values drawn afresh each run (`seed` draws the same again).
+    Taught in: notebooks/06_flashattention2.ipynb
+    """
+    name = name or getattr(fn, "__name__", "your function")
+    _, seed = _fresh(seed)
+    cases = _split_cases(seed)
+    for i, (label, q_i, k_j, v_j, w) in enumerate(cases):
+        log = _Log()
+        try:
+            args = (_watched(q_i, log), _watched(k_j, log), _watched(v_j, log), w)
+            with (
+                np.errstate(all="ignore"),
+                _watching(_MERGE, numpy_only=True) as called,
+            ):
+                got = _settled(fn(*args))
+        except NotImplementedError:
+            print(_NOT_YET.format(name))
+            return
+        except Exception as exc:  # a learner's bug: report it, do not stop the notebook
+            print(f"{name}: ✗ case {i} ({label}) raised {type(exc).__name__}: {exc}")
+            print(seed_note(seed), end="")
+            return
+        problem, hint = _refusal(called) if called else None, None
+        problem = problem or _split_shape(got, w)
+        s = q_i @ k_j.T / np.sqrt(q_i.shape[1])  # (Br, Bc), the tile's scores
+        if problem is None:
+            parts, merged = got
+            for u, (a, b) in enumerate(_slices(len(k_j), w)):
+                own = _state(s[:, a:b], v_j[a:b])
+                plain = tuple(_unwatch(x) for x in parts[u])
+                trouble = diagnose(
+                    plain, own, names=("m", "l", "acc"), rtol=1e-9, atol=1e-12
+                )
+                if trouble:
+                    problem = f"warp {u}'s partial, {trouble}"
+                    hint = _partial_hint(u, plain, q_i, k_j, v_j, w, s)
+                    break
+        if problem is None:
+            want = _state(s, v_j)
+            plain = tuple(_unwatch(x) for x in merged)
+            trouble = diagnose(
+                plain, want, names=("m", "l", "acc"), rtol=1e-9, atol=1e-12
+            )
+            if trouble:
+                problem = f"the merged state, {trouble}"
+                parts_plain = [
+                    tuple(np.asarray(_unwatch(x), float) for x in p) for p in parts
+                ]
+                hint = _merged_hint(trouble, plain, parts_plain, want)
+        if problem is None:
+            problem = _split_form(log, parts, merged, q_i, k_j, v_j, w)
+        if problem is not None:
+            print(f"{name}: ✗ case {i} ({label}): {problem}")
+            if hint:
+                print(f"  hint: {hint}")
+            print(seed_note(seed), end="")
+            return
+    print(
+        f"{name}: ✓ passed {len(cases)} cases: each warp's state from its own keys, "
+        "merged into the tile's"
+    )
+
+
+def _provenance(x, log):
+    if isinstance(x, Watched):
+        return x.src
+    known = log.plain.get(id(x))
+    return known[1] if known and known[0] is x else None
+
+
+def _split_form(log, parts, merged, q_i, k_j, v_j, w) -> str | None:
+    """None when no score array spans more than c keys and the merged acc was computed from every warp's acc."""
+    if not log:
+        return (
+            "the check could not watch your code: q_i, k_j and v_j were converted (np.asarray / np.array?); "
+            "use them as given"
+        )
+    c = -(-len(k_j) // w)
+    Br, dv = len(q_i), v_j.shape[1]
+    wide = [
+        a.shape
+        for _, a, _ in log
+        if a.ndim == 2
+        and a.shape[0] == Br
+        and c < a.shape[1] not in (q_i.shape[1], dv, w)
+    ]
+    if wide:
+        return (
+            f"your code formed a {wide[0]} array, scores of {wide[0][1]} keys at once, where a warp holds "
+            f"ceil(Bc / w) = {c}: each warp computes the scores of its own slice only"
+        )
+    mine = _provenance(merged[2], log)
+    theirs = [_provenance(p[2], log) for p in parts]
+    if mine is not None and all(t for t in theirs):
+        missing = [u for u, t in enumerate(theirs) if max(t) not in mine]
+        if missing:
+            return (
+                f"your merged acc was not computed from warp {missing[0]}'s acc: the thread block only has "
+                "the warps' partial states to combine; merge those"
+            )
+    return None

@@ -266,8 +266,8 @@ def check_first_bad_M(fn, *, name: str | None = None, seed: int | None = None) -
         print(seed_note(seed), end="")
         return
     print(
-        f"{name}: ✓ passed {len(cases)} rows (fresh ones, a tile that stalls, entries that round up, "
-        "a tol never reached)"
+        f"{name}: ✓ passed {len(cases)} rows (fresh ones, a stalling tile, entries rounding up, "
+        "tol never reached)"
     )
 
 
@@ -438,6 +438,12 @@ def _explain(x: float, want: float, got: float, e: int, t: int) -> str:
         )
     if np.isinf(got):
         return f"x is below x_max = {xmax:g}; only values from x_max + half a step on overflow"
+    if got == 0 and want != 0 and a < tiny:
+        return (
+            f"yours is 0, flushed: x is below the smallest normal 2^{1 - bias}, but the layout keeps "
+            f"subnormals there, (0.f)_2 × 2^{1 - bias}, spaced 2^{1 - bias - t}; only |x| up to half of "
+            f"that spacing becomes 0, and x rounds to {want!r}"
+        )
     if a - lo == up - a:
         return (
             f"x is exactly halfway between {lo!r} and {up!r}: a tie goes to the neighbour whose last mantissa bit "
@@ -527,7 +533,9 @@ _RMS_MISTAKES = [
     ),
     (
         1 / np.sqrt(6),
-        "an error uniform over a whole step either side; rounding to nearest is off by at most half a step",
+        "twice the answer: ε taken as 2^(1-t) (ε = 2^-t is the step between 1 and the next "
+        "number, t mantissa bits after the leading 1), or an error uniform over a whole step "
+        "either side (rounding to nearest is off by at most half a step)",
     ),
     (
         1 / np.sqrt(96),

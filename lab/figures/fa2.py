@@ -50,7 +50,8 @@ def draw_op_counts(
     left.set_xticks(x, kinds)
     left.set(
         ylabel="millions of operations",
-        title=f"N = {N}, d = {d}, Br = {block_q}, Bc = {block_k}",
+        title=f"N = {N}, d = {d}, Br = {block_q}, Bc = {block_k}, "
+        + ("causal mask on" if causal else "no mask"),
     )
     left.legend()
     share = {
@@ -156,7 +157,8 @@ def draw_work_split(
         a.set_title(
             "FlashAttention: 1 thread block per head\nwalks all its tiles, key blocks outer (numbers: order)"
             if variant == "fa1"
-            else f"FlashAttention-2: 1 thread block per query block\n{Tr} per head, colour = one of {workers} SMs",
+            else f"FlashAttention-2: 1 thread block per query block\n{Tr} per head, colour = one of "
+            f"{workers} SMs (a toy GPU; an A100 has 108)",
             fontsize=11,
         )
     return {

@@ -75,7 +75,8 @@ def draw_p_error_heatmaps(grid: dict, Ms, spreads) -> dict:
             fontsize=9,
         )
         ax.set_yticks(range(len(spreads)), [f"{s:g}" for s in spreads])
-        ax.set(title=FORMAT_LABELS[f], xlabel="M (keys)")
+        base = "\n(baseline: float32 arithmetic, P not rounded)" if f == "fp32" else ""
+        ax.set(title=FORMAT_LABELS[f] + base, xlabel="M (keys)")
         ax.grid(False)
     axes[0].set_ylabel("std of the scores")
     fig.colorbar(im, ax=axes, label="log10 relative error of o", shrink=0.9)
@@ -214,7 +215,7 @@ def draw_p_explorer(
     info = format_info(fmt)
     lp = np.log2(np.maximum(under["p"].astype(np.float64), 2.0**-160))
     fig, ax = plt.subplots(figsize=(8.5, 4.6))
-    ax.hist(
+    counts, _, _ = ax.hist(
         lp,
         bins=np.linspace(-160, 1, 162),
         color="C0",
@@ -239,7 +240,12 @@ def draw_p_explorer(
         label=f"subnormal: fewer bits (< 2^{tiny:.0f})",
     )
     ax.set_yscale("log")
-    ax.set_xlim(max(-160, min(sub - 12, float(lp.min()) - 2)), 1)
+    ax.set_ylim(
+        0.5, float(counts.max()) * 3e3
+    )  # headroom: the legend and the box sit above every bar
+    ax.set_xlim(
+        max(-162, min(sub - 12, float(lp.min()) - 2)), 1
+    )  # -162: the 0 bin shows
     ax.set(
         xlabel="log2 P_ij  (P_ij = exp(S_ij − running max))",
         ylabel="entries",

@@ -125,3 +125,32 @@ def spread(samples) -> float:
             f"samples must be a 1-D array of positive times, got {samples!r}"
         )
     return float((s.max() - s.min()) / np.median(s))
+
+
+def measured_matmul_share(
+    N: int = 4096, d: int = 128, *, H: int = 16, device: str = "cuda", seed: int = 0
+) -> dict:
+    r"""Measured share of an attention forward's time spent outside its matmuls, in FP16.
+
+    $share = 1 - \\frac{4 H N^2 d / R_{mm}}{t}$: $t$ the median time of
+    `torch.nn.functional.scaled_dot_product_attention` (its default backend) on (1, H, N, d) inputs, $R_{mm}$
+    the FLOP rate of a large FP16 matmul timed on the same device: the time the two matmuls would take at that
+    rate, against the whole. Returns `t`, `matmul_flops` ($R_{mm}$), `attention_flops` ($4HN^2d / t$), `share`.
+    Taught in: notebooks/06_flashattention2.ipynb
+    """
+    g = torch.Generator(device=device).manual_seed(seed)
+    a = torch.randn(8192, 8192, device=device, dtype=torch.float16, generator=g)
+    r_mm = 2 * 8192**3 / time_call(lambda: a @ a, device=device)
+    q, k, v = (
+        torch.randn(1, H, N, d, device=device, dtype=torch.float16, generator=g)
+        for _ in range(3)
+    )  # (1, H, N, d) each
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    t = time_call(lambda: sdpa(q, k, v), device=device)
+    work = 4 * H * N * N * d
+    return {
+        "t": t,
+        "matmul_flops": r_mm,
+        "attention_flops": work / t,
+        "share": 1 - work / r_mm / t,
+    }

@@ -65,6 +65,9 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "SOFTMAX_OPS_PER_ELEMENT",
         "attainable_flops",
         "attention_traffic",
+        "chip_rows",
+        "traffic_rows",
+        "bound_rows",
     ),
     "hardware": (
         "CHIPS",

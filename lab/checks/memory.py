@@ -30,7 +30,7 @@ def _say_prediction(what: str, predicted, want, ok: bool, unit: str = "") -> Non
     """One line after a check: the learner's written prediction against the right value, shown only once written."""
     if predicted is None or predicted is Ellipsis:
         print(
-            f"  your prediction ({what}): not written yet (the value is shown once you write yours)"
+            f"  your prediction ({what}): not written yet (shown once you write yours)"
         )
         return
     verdict = "✓" if ok else "✗"
@@ -278,13 +278,13 @@ def check_lean_attention(fn, *, seed: int | None = None, predicted=None) -> None
     if predicted is not None:
         ok = isinstance(predicted, (int, float)) and abs(predicted - 6) <= 0.5
         _say_prediction(
-            "the np.sqrt / np.exp version, in N×M float32 arrays", predicted, 6, ok
+            "np.sqrt / np.exp version, N×M float32 arrays", predicted, 6, ok
         )
         if ok or predicted is None or predicted is Ellipsis:
             return
         print(
-            "    why 6: np.sqrt(d) is a numpy float64 scalar, so s is float64 (2 float32 arrays' worth); "
-            "np.exp(s) and p / p.sum(...) are two more float64 N×M arrays while s is alive"
+            "    why 6: np.sqrt(d) is a numpy float64 scalar, so s is float64 (2 float32 arrays' "
+            "worth);\n    np.exp(s) and p / p.sum(...) are two more float64 N×M arrays while s is alive"
         )
 
 

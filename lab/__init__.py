@@ -99,6 +99,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "naive_vs_safe",
         "first_broken_score",
         "overflow_table",
+        "overflow_rows",
     ),
     "softmax_steps": (
         "online_trace",

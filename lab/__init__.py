@@ -65,6 +65,9 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "SOFTMAX_OPS_PER_ELEMENT",
         "attainable_flops",
         "attention_traffic",
+        "chip_rows",
+        "traffic_rows",
+        "bound_rows",
     ),
     "hardware": (
         "CHIPS",
@@ -96,6 +99,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "naive_vs_safe",
         "first_broken_score",
         "overflow_table",
+        "overflow_rows",
     ),
     "softmax_steps": (
         "online_trace",

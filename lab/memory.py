@@ -36,7 +36,15 @@ __all__ = [
     "attainable_flops",
     "softmax_peak",
     "attention_traffic",
+    "IDEAL_FUSED",
+    "chip_rows",
+    "traffic_rows",
+    "bound_rows",
 ]
+
+# How notebook 00 shows the `fused: Q, K, V in, O out` row: a lower bound, every input read once. FlashAttention
+# itself reads K and V again for every block of queries (notebook 05).
+IDEAL_FUSED = "ideal fused: K, V read once"
 
 # Operations per element of the safe softmax written as three passes over a row, the exponential counted as one:
 # the max (1 compare), l = Σ e^(x - m) (subtract, exp, add) and y = e^(x - m) / l (subtract, exp, divide).
@@ -175,6 +183,79 @@ def attention_traffic(
                 "bound": "memory" if t_memory > t_compute else "compute",
             }
         )
+    return rows
+
+
+def chip_rows(names=("A100", "H100")) -> list[dict]:
+    """One row per chip for `lab.format_table`: HBM and on-chip bandwidth (TB/s), matmul and FP32 peaks
+    (TFLOP/s), exponentials (T/s) and the ridge peak / HBM bandwidth (FLOP/B).
+    Taught in: notebooks/00_the_memory_wall.ipynb"""
+    rows = []
+    for name in names:
+        c = chip(name)
+        sram = c["sram_bytes_per_s"]
+        rows.append(
+            {
+                "chip": name,
+                "HBM TB/s": f"{c['hbm_bytes_per_s'] / 1e12:g}",
+                "SRAM TB/s": "not published" if sram is None else f"~{sram / 1e12:g}",
+                "matmul TFLOP/s": f"{c['matmul_flops'] / 1e12:g}",
+                "FP32 TFLOP/s": f"{c['nonmatmul_flops'] / 1e12:g}",
+                "exp T/s": f"{c['exp_per_s'] / 1e12:.2f}",
+                "ridge FLOP/B": f"{c['matmul_flops'] / c['hbm_bytes_per_s']:.0f}",
+            }
+        )
+    return rows
+
+
+def traffic_rows(
+    N: int, d: int = 64, itemsize: int = 2, chip_name: str = "A100"
+) -> list[dict]:
+    """`attention_traffic`'s rows for `lab.format_table`: GFLOP, MiB moved, FLOP/byte, bound and µs; the fused row
+    labelled `IDEAL_FUSED`. Taught in: notebooks/00_the_memory_wall.ipynb"""
+    return [
+        {
+            "piece": IDEAL_FUSED if r["piece"].startswith("fused") else r["piece"],
+            "GFLOP": r["flops"] / 1e9,
+            "MiB moved": r["bytes"] / 2**20,
+            "FLOP/byte": round(r["intensity"], 2),
+            "bound": r["bound"],
+            "µs": round(r["time"] * 1e6, 1),
+        }
+        for r in attention_traffic(N, d=d, itemsize=itemsize, chip_name=chip_name)
+    ]
+
+
+def bound_rows(
+    N: int = 4096, chips=("A100", "H100"), ds=(64, 128), itemsize: int = 2
+) -> list[dict]:
+    """Per chip and head width: the QKᵀ kernel's intensity and bound, the softmax's memory time over its compute
+    time, the share of standard attention's bytes that is S and P (written and read back), and the ideal fused
+    kernel's speed-up over standard attention. Taught in: notebooks/00_the_memory_wall.ipynb"""
+    rows = []
+    for name in chips:
+        for d in ds:
+            r = {
+                x["piece"]: x
+                for x in attention_traffic(N, d=d, itemsize=itemsize, chip_name=name)
+            }
+            qk, soft, std = (
+                r["S = scale·QKᵀ"],
+                r["P = softmax(S)"],
+                r["standard, total"],
+            )
+            fused = r["fused: Q, K, V in, O out"]
+            rows.append(
+                {
+                    "chip": name,
+                    "d": d,
+                    "QKᵀ FLOP/B": f"{qk['intensity']:.0f}",
+                    "QKᵀ bound": qk["bound"],
+                    "softmax t_mem / t_comp": f"{soft['t_memory'] / soft['t_compute']:.1f}",
+                    "S, P share of bytes": f"{4 * N * N * itemsize / std['bytes']:.0%}",
+                    "ideal fused speed-up": f"{std['time'] / fused['time']:.1f}x",
+                }
+            )
     return rows
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "naive_vs_safe",
     "first_broken_score",
     "overflow_table",
+    "overflow_rows",
 ]
 
 SOFTMAX_DTYPES = {
@@ -235,3 +236,22 @@ def overflow_table(dtypes=tuple(SOFTMAX_DTYPES), gaps=GAPS) -> list[dict]:
         row["naive_breaks_below"] = first_broken_score(name, gaps, -1)
         rows.append(row)
     return rows
+
+
+def overflow_rows() -> list[dict]:
+    """`overflow_table`'s rows laid out for `lab.format_table`: eps, log Ω, the first integer s with e^s = inf, the
+    first broken s going up and going down for the row (s, s-1, s-2, s-3), log(smallest normal) and
+    log(smallest subnormal). Taught in: notebooks/01_three_pass_softmax.ipynb"""
+    return [
+        {
+            "dtype": r["dtype"],
+            "eps": f"{r['eps']:.1e}",
+            "log Ω": f"{r['log_max']:.2f}",
+            "1st s: e^s=inf": r["first_exp_inf"],
+            "breaks, s >=": r["naive_breaks_above"],
+            "log(normal)": f"{r['log_normal']:.2f}",
+            "breaks, s <=": r["naive_breaks_below"],
+            "log(subnormal)": f"{r['log_smallest']:.2f}",
+        }
+        for r in overflow_table()
+    ]

@@ -2,6 +2,8 @@
 with its diagnosis, and the checks of lab/checks/memory.py used there behave when called directly."""
 
 import functools
+import inspect
+import math
 import subprocess
 import sys
 
@@ -16,11 +18,16 @@ from lab.checks import memory as checks
 
 NAME = "00_the_memory_wall"
 EX = {ex.number: ex for ex in exercises(NAME)}
+_UNWRITTEN = "  your prediction ({}): not written yet (shown once you write yours)\n"
 PASSED = {
-    1: "score_bytes: ✓ passed 7 cases\n",
-    2: "lean_attention: ✓ passed 4 cases\n",
-    3: "largest_n: ✓ passed 9 cases\n",
-    4: "hbm_bytes: ✓ passed 6 cases\n",
+    1: "softmax_row: ✓ passed 5 cases\n"
+    + _UNWRITTEN.format("I at N = M = 4096, float16"),
+    2: "score_bytes: ✓ passed 7 cases\n",
+    3: "lean_attention: ✓ passed 4 cases\n" + _UNWRITTEN.format("N×M float32 arrays"),
+    4: "largest_n: ✓ passed 9 cases\n" + _UNWRITTEN.format("80 GiB, float16"),
+    5: "hbm_bytes: ✓ passed 6 cases\n",
+    6: "qk_ridge: ✓ passed 9 cases\n"
+    + _UNWRITTEN.format("A100, N = M = 4096, float16"),
 }
 
 
@@ -32,29 +39,30 @@ def _fails(number: int, text: str, *says: str) -> str:
     return assert_fails(EX[number], text, *says)
 
 
-def test_the_notebook_has_four_checked_exercises():
-    assert sorted(EX) == [1, 2, 3, 4]
+def test_the_notebook_has_six_checked_exercises():
+    assert sorted(EX) == [1, 2, 3, 4, 5, 6]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4])
+@pytest.mark.parametrize("number", [1, 2, 3, 4, 5, 6])
 def test_worked_solution_passes(number):
     assert run_check(EX[number], EX[number].solution) == PASSED[number]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4])
+@pytest.mark.parametrize("number", [1, 2, 3, 4, 5, 6])
 def test_stub_reports_not_implemented(number):
     assert "not implemented yet" in run_check(EX[number], EX[number].stub)
 
 
-def test_exercise_3_has_a_stub_and_a_worked_answer_in_place_of_a_cell_that_computes_it():
+def test_exercise_4_has_a_stub_and_a_worked_answer_in_place_of_a_cell_that_computes_it():
     nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
     text = "\n".join(c.source for c in nb.cells)
     assert "the cell below computes it" not in text
-    assert "by hand" in EX[3].stub and "def largest_n" in EX[3].stub
+    assert "def largest_n" in EX[4].stub
+    assert any("by hand" in b and "predicted_n = ..." in b for b in EX[4].before)
     answer = [
         c
         for c in nb.cells
-        if c.cell_type == "markdown" and "Exercise 3, worked answer" in c.source
+        if c.cell_type == "markdown" and "Exercise 4, worked answer" in c.source
     ]
     assert (
         len(answer) == 1
@@ -73,7 +81,7 @@ _HBM = """
             """
 
 PLANTED = {
-    1: [
+    2: [
         (
             "S only",
             """
@@ -180,7 +188,7 @@ PLANTED = {
             ["calls lab.attention_bytes", "write it yourself"],
         ),
     ],
-    2: [
+    3: [
         (
             "attention_naive's shape: a new array at each step",
             """
@@ -352,7 +360,7 @@ PLANTED = {
             ["raised ValueError", "(line 3 of your code)", "drawn with seed="],
         ),
     ],
-    3: [
+    4: [
         (
             "S only",
             """
@@ -413,7 +421,7 @@ PLANTED = {
             ["case 6", "raised KeyError"],
         ),
     ],
-    4: [
+    5: [
         (
             "S not written",
             _HBM.replace("N * d + M * d + N * M", "N * d + M * d"),
@@ -501,6 +509,21 @@ def softmax_row(N, M, itemsize, bandwidth):
             lambda N, M, it, bw: softmax_row(N, M, it, bw)[:2] + (7 * N * M / bw,),
             "divides the bytes, not the FLOPs",
         ),
+        (
+            lambda N, M, it, bw: (5 * N * M,) + softmax_row(N, M, it, bw)[1:],
+            "the fused kernel's count",
+        ),
+        (
+            lambda N, M, it, bw: (
+                softmax_row(N, M, it, bw)[:2] + (softmax_row(N, M, it, bw)[2] * 1e6,)
+            ),
+            "in microseconds",
+        ),
+        (lambda N, M, it, bw: softmax_row(N, N, it, bw), "that uses N × N"),
+        (
+            lambda N, M, it, bw: (7 * N * M, 16 * N * M * it, 16 * N * M * it / bw),
+            "that counts bits",
+        ),
     ],
 )
 def test_the_softmax_row_check_names_each_planted_mistake(capsys, wrong, says):
@@ -511,22 +534,91 @@ def test_the_softmax_row_check_names_each_planted_mistake(capsys, wrong, says):
     assert "✗" in out and says in out, out
 
 
+def _qk_ridge(N, itemsize, ridge):
+    r = ridge * itemsize
+    return math.inf if N <= r else math.ceil(r * N / (2 * (N - r)))
+
+
+def _real_d(N, it, R):
+    return math.inf if N <= R * it else R * it * N / (2 * (N - R * it))
+
+
 @pytest.mark.parametrize(
-    "answer, says",
+    "wrong, says",
     [
-        ({64: 64.0, 128: 128.0}, "✓ 2 head widths"),
-        ({64: 62.1, 128: 120.0}, "✓ 2 head widths"),
-        ({64: None, 128: None}, "not answered yet"),
-        ({64: 128, 128: 256}, "not their bytes"),
-        ({64: 32, 128: 64}, "counts S twice"),
-        ({64: 8192, 128: 32768}, "dominated by the N·M scores"),
-        ({64: 10, 128: 20}, "keep the largest term"),
+        (lambda N, it, R: math.ceil(R * it / 2), "the limit as N grows"),
+        (lambda N, it, R: _qk_ridge(N, 1, R), "counts numbers, not bytes"),
+        (lambda N, it, R: _qk_ridge(N, it, R) - 1, "one too few"),
+        (_real_d, "not a whole number"),
+        (
+            lambda N, it, R: (
+                math.ceil(R * it * N / (N - 2 * R * it)) if N > 2 * R * it else math.inf
+            ),
+            "that is N·M·d FLOPs",
+        ),
+        (
+            lambda N, it, R: math.ceil(R * it * N / (2 * abs(N - R * it))),
+            "no d gets there, return math.inf",
+        ),
+        (lambda N, it, R: float(_qk_ridge(N, it, R)), "a head width is a whole number"),
+    ],
+    ids=["limit", "numbers", "floor", "real", "flops", "never", "float"],
+)
+def test_the_qk_ridge_check_names_each_planted_mistake(capsys, wrong, says):
+    checks.check_qk_ridge(_qk_ridge)
+    assert capsys.readouterr().out == "_qk_ridge: ✓ passed 9 cases\n"
+    checks.check_qk_ridge(wrong)
+    out = capsys.readouterr().out
+    assert "✗" in out and says in out, out
+
+
+def test_the_qk_ridge_check_refuses_lab_s_traffic():
+    def qk_ridge(N, itemsize, ridge):
+        for d in range(1, 4096):
+            if (
+                lab.attention_traffic(N, d=d, itemsize=itemsize)[0]["intensity"]
+                >= ridge
+            ):
+                return d
+        return math.inf
+
+    out = run_check(EX[6], source(inspect.getsource(qk_ridge)))
+    assert "calls lab.attention_traffic" in out, out
+
+
+@pytest.mark.parametrize(
+    "check, fn, right, wrong, shown",
+    [
+        ("check_softmax_row", softmax_row, 1.75, 3.5, "1.75 FLOP/B"),
+        (
+            "check_largest_n",
+            lambda g, s: math.isqrt(g * 2**30 // (2 * s)),
+            146542,
+            146543,
+            "146,542",
+        ),
+        ("check_qk_ridge", _qk_ridge, 223, 201, "223"),
     ],
 )
-def test_the_qk_limit_check_names_each_planted_answer(capsys, answer, says):
-    checks.check_qk_limit(answer)
+def test_a_written_prediction_is_compared_and_the_right_value_shown(
+    capsys, check, fn, right, wrong, shown
+):
+    getattr(checks, check)(fn, predicted=right)
     out = capsys.readouterr().out
-    assert says in out and out.count("\n") == 1, out
+    assert out.count("✓") == 2 and f"the right value: {shown}" in out, out
+    getattr(checks, check)(fn, predicted=wrong)
+    out = capsys.readouterr().out
+    assert out.count("✓") == 1 and "✗" in out and f"the right value: {shown}" in out, (
+        out
+    )
+
+
+def test_the_lean_prediction_is_compared_and_explained_when_wrong():
+    right = run_check(EX[3], EX[3].solution, extra={"predicted_arrays": 6})
+    assert "the right value: 6 ✓" in right, right
+    wrong = run_check(EX[3], EX[3].solution, extra={"predicted_arrays": 3})
+    assert "the right value: 6 ✗" in wrong, wrong
+    assert "np.sqrt(d) is a numpy float64 scalar" in wrong, wrong
 
 
 def test_the_softmax_row_check_refuses_lab_s_table(capsys):
@@ -737,7 +829,7 @@ def test_watch_course_records_lab_s_answers_by_code_whatever_name_reaches_them()
 
 def test_a_learner_s_exception_is_shown_with_the_line_of_their_code_that_raised_it():
     out = run_check(
-        EX[2],
+        EX[3],
         source(
             """
             def lean_attention(q, k, v):
@@ -895,12 +987,12 @@ _EVASIONS = {
 @pytest.mark.parametrize("how", list(_EVASIONS))
 def test_an_answer_that_escapes_the_watch_is_refused(how):
     text, says = _EVASIONS[how]
-    assert_fails(EX[1], text.replace("LAB", _LAB_BYTES), *says)
+    assert_fails(EX[2], text.replace("LAB", _LAB_BYTES), *says)
 
 
 def test_the_reference_of_a_check_without_a_lab_answer_is_refused_through_a_traceback():
     assert_fails(
-        EX[3],
+        EX[4],
         """
         def largest_n(gib, itemsize):
             try:
@@ -938,5 +1030,51 @@ def test_the_reference_of_a_check_without_a_lab_answer_is_refused_through_a_trac
     ],
     ids=["in place, normalized after PV", "a row at a time"],
 )
-def test_exercise_2_accepts_other_lean_versions(text):
-    assert run_check(EX[2], source(text)) == PASSED[2]
+def test_exercise_3_accepts_other_lean_versions(text):
+    assert run_check(EX[3], source(text)) == PASSED[3]
+
+
+def _hbm(N, M, d, dv, it):
+    s = (N * d + M * d + N * M) * it
+    return (
+        s,
+        2 * N * M * it,
+        (N * M + M * dv + N * dv) * it,
+        (N * d + M * d + M * dv + N * dv) * it,
+    )
+
+
+@pytest.mark.parametrize(
+    "wrong, says",
+    [
+        (
+            lambda *a: (
+                _hbm(*a)[:2] + ((a[0] * a[1] + a[1] * a[3]) * a[4],) + _hbm(*a)[3:]
+            ),
+            "also writes its result O",
+        ),
+        (
+            lambda *a: _hbm(*a)[:3] + (sum(_hbm(*a)[:3]),),
+            "adds the three kernels' bytes",
+        ),
+        (
+            lambda N, M, d, dv, it: (
+                ((2 * N * d + N * M) * it,) + _hbm(N, M, d, dv, it)[1:]
+            ),
+            "M·d numbers, not N·d",
+        ),
+    ],
+    ids=["no O write", "fused = sum", "K as N·d"],
+)
+def test_the_hbm_bytes_check_names_the_new_planted_mistakes(capsys, wrong, says):
+    checks.check_hbm_bytes(_hbm)
+    assert capsys.readouterr().out == "_hbm: ✓ passed 6 cases\n"
+    checks.check_hbm_bytes(wrong)
+    out = capsys.readouterr().out
+    assert "✗" in out and says in out, out
+
+
+def test_the_score_bytes_check_names_three_arrays(capsys):
+    checks.check_score_bytes(lambda B, H, N, M, s: 3 * B * H * N * M * s)
+    out = capsys.readouterr().out
+    assert "✗" in out and "three N×M arrays per head" in out, out

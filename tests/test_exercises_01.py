@@ -18,10 +18,12 @@ from lab.checks import softmax as checks
 NAME = "01_three_pass_softmax"
 EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
-    1: "row_overflow: ✓ passed 9 cases\n"
+    1: "row_edges: ✓ passed 6 cases\n"
+    "  your prediction (fp16, first s that breaks): not written yet (shown once you write yours)\n",
+    2: "row_overflow: ✓ passed 9 cases\n"
     "  your prediction (fp16, k = 4096): not written yet (predicted_4096, above the stub)\n",
-    2: "safe_softmax: ✓ passed 11 cases; each score loaded 3 times, each y_i stored once; no row held\n",
-    3: "log_sum_exp: ✓ passed 7 cases\n",
+    3: "safe_softmax: ✓ passed 11 cases; each score loaded 3 times, each y_i stored once; no row held\n",
+    4: "log_sum_exp: ✓ passed 7 cases\n",
 }
 
 
@@ -33,22 +35,22 @@ def _fails(number: int, text: str, *says: str) -> str:
     return assert_fails(EX[number], text, *says)
 
 
-def test_the_notebook_has_three_checked_exercises():
-    assert sorted(EX) == [1, 2, 3]
+def test_the_notebook_has_four_checked_exercises():
+    assert sorted(EX) == [1, 2, 3, 4]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3])
+@pytest.mark.parametrize("number", [1, 2, 3, 4])
 def test_worked_solution_passes(number):
     assert run_check(EX[number], EX[number].solution) == PASSED[number]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3])
+@pytest.mark.parametrize("number", [1, 2, 3, 4])
 def test_stub_reports_not_implemented(number):
     assert "not implemented yet" in run_check(EX[number], EX[number].stub)
 
 
 def test_the_build_spec_states_properties_not_the_code():
-    spec, solution = EX[2].spec, EX[2].solution
+    spec, solution = EX[3].spec, EX[3].solution
     assert (
         "(build)" in spec
         and "row of only\n  $-\\infty$" in spec
@@ -59,9 +61,9 @@ def test_the_build_spec_states_properties_not_the_code():
     assert not any(len(line) > 4 and line in spec for line in code)  # not `)`
 
 
-def test_exercise_1_is_a_transfer_not_the_table():
-    """Exercise 1 asks for a row the text did not work (k equal scores), with k drawn afresh by its check."""
-    spec = EX[1].spec
+def test_exercise_2_is_a_transfer_not_the_table():
+    """Exercise 2 asks for a row the text did not work (k equal scores), with k drawn afresh by its check."""
+    spec = EX[2].spec
     assert "k equal scores" in spec and "drawn afresh" in spec
     assert "log k" not in spec and "np.log(k)" not in spec
 
@@ -79,7 +81,7 @@ _LIMIT = """
             """
 
 PLANTED = {
-    1: [
+    2: [
         (
             "ignores k: where e^s alone overflows",
             _LIMIT
@@ -162,7 +164,7 @@ PLANTED = {
             ["calls lab.softmax_naive"],
         ),
     ],
-    2: [
+    3: [
         (
             "l summed in float32",
             """
@@ -405,7 +407,7 @@ PLANTED = {
             ["calls numpy.logaddexp.reduce"],
         ),
     ],
-    3: [
+    4: [
         (
             "the wrong axis",
             """
@@ -515,7 +517,7 @@ def test_checks_called_directly_name_a_lambda_and_leave_the_formats_as_they_were
 def test_row_overflow_cases_drawn_afresh_agree_with_the_formula(seed, capsys):
     """The scan the check compares with, and the formula the worked solution uses, agree on every drawn case."""
     ns = {"np": np, "lab": lab}
-    exec(EX[1].solution, ns)
+    exec(EX[2].solution, ns)
     checks.check_row_overflow(ns["row_overflow"], seed=seed)
     assert capsys.readouterr().out == "row_overflow: ✓ passed 9 cases\n"
 
@@ -551,13 +553,13 @@ def test_checks_never_print_numpy_warnings_of_their_own_references(recwarn):
     assert not [w for w in recwarn if "lab/checks" in w.filename]
 
 
-def test_no_cell_above_exercise_1_works_a_row_of_k_equal_scores():
+def test_no_cell_above_exercise_2_works_a_row_of_k_equal_scores():
     import nbformat
     from exercise_support import ROOT
 
     cells = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4).cells
     stub = next(
-        i for i, c in enumerate(cells) if c.source.startswith("# Exercise 1: your code")
+        i for i, c in enumerate(cells) if c.source.startswith("# Exercise 2: your code")
     )
     assert not any("log k" in c.source or "np.log(k)" in c.source for c in cells[:stub])
 
@@ -568,11 +570,19 @@ def test_no_cell_above_exercise_1_works_a_row_of_k_equal_scores():
     [
         (
             1,
+            "row_edges",
+            "def row_edges(name):\n"
+            "    e = lab.exp_limits(name)\n"
+            "    crowd = float(np.exp(-np.arange(4.0)).sum())\n"
+            "    return e['log_max'], e['log_max'] - np.log(crowd), e['log_normal']\n",
+        ),
+        (
+            2,
             "row_overflow",
             "def row_overflow(name, k):\n    return checks._row_breaks(name, k)\n",
         ),
         (
-            2,
+            3,
             "safe_softmax",
             "def safe_softmax(x, y, block):\n"
             "    for _ in range(3):\n"
@@ -593,7 +603,7 @@ def test_lab_s_answer_is_refused_behind_an_evasion(number, name, cheat, how):
 )
 def test_the_written_prediction_is_compared_with_the_scan(predicted, says, capsys):
     ns = {"np": np, "lab": lab}
-    exec(EX[1].solution, ns)
+    exec(EX[2].solution, ns)
     checks.check_row_overflow(ns["row_overflow"], predicted=predicted)
     out = capsys.readouterr().out
     assert out.startswith("row_overflow: ✓ passed 9 cases\n") and says in out, out
@@ -603,3 +613,126 @@ def test_an_unwritten_prediction_does_not_give_the_answer_away(capsys):
     checks.check_row_overflow(lambda name, k: 0, predicted=...)
     out = capsys.readouterr().out
     assert "not written yet" in out and "s = 3" not in out
+
+
+_EDGES = """
+            import math
+            import ml_dtypes
+            def row_edges(name):
+                info = ml_dtypes.finfo(lab.SOFTMAX_DTYPES[name])
+                top = math.log(float(info.max))
+                crowd = 1 + math.exp(-1) + math.exp(-2) + math.exp(-3)
+                return TOP, ROW, LOW
+            """
+
+
+@pytest.mark.parametrize(
+    "top, row, low, says",
+    [
+        (
+            "math.log2(float(info.max))",
+            "top - math.log(crowd)",
+            "math.log(float(info.smallest_normal))",
+            "log2 Ω",
+        ),
+        (
+            "top",
+            "top",
+            "math.log(float(info.smallest_normal))",
+            "where e^s alone overflows",
+        ),
+        (
+            "top",
+            "top - math.log(4)",
+            "math.log(float(info.smallest_normal))",
+            "log 4 counts four terms",
+        ),
+        (
+            "top",
+            "top + math.log(crowd)",
+            "math.log(float(info.smallest_normal))",
+            "the shift points the wrong way",
+        ),
+        (
+            "top",
+            "top - math.log(crowd)",
+            "math.log(float(info.smallest_subnormal))",
+            "the smallest subnormal",
+        ),
+        ("top", "top - math.log(crowd)", "math.log(float(info.eps))", "that is log ε"),
+    ],
+    ids=["log2", "no shift", "log 4", "sign", "subnormal", "eps"],
+)
+def test_the_row_edges_check_names_each_planted_mistake(top, row, low, says):
+    text = _EDGES.replace("TOP", top).replace("ROW", row).replace("LOW", low)
+    _fails(1, text, says)
+
+
+def test_the_row_edges_check_names_one_format_for_every_name():
+    _fails(
+        1,
+        """
+        import math
+        import numpy as np
+        def row_edges(name):
+            info = np.finfo(np.float32)
+            top = math.log(float(info.max))
+            crowd = 1 + math.exp(-1) + math.exp(-2) + math.exp(-3)
+            return top, top - math.log(crowd), math.log(float(info.smallest_normal))
+        """,
+        "fp32's answer for every name",
+    )
+
+
+def test_a_table_of_edges_fails_on_the_fresh_names():
+    ns = {"np": np, "lab": lab}
+    exec(EX[1].solution, ns)
+    table = {n: ns["row_edges"](n) for n in ("fp16", "bf16", "fp32", "fp64")}
+    out = run_check(
+        EX[1], "def row_edges(name):\n    return TABLE[name]\n", {"TABLE": table}
+    )
+    assert "✗" in out and "look the dtype up in lab.SOFTMAX_DTYPES[name]" in out, out
+
+
+@pytest.mark.parametrize(
+    "predicted, says",
+    [(11, "s = 11; the scan: s = 11 ✓"), (12, "✗ (off by +1)")],
+)
+def test_the_row_edges_prediction_is_compared_with_the_scan(predicted, says):
+    out = run_check(EX[1], EX[1].solution, {"predicted_fp16": predicted})
+    assert out.startswith("row_edges: ✓ passed 6 cases\n") and says in out, out
+
+
+def test_a_table_of_row_breaks_gets_no_misleading_hint(capsys):
+    table = {
+        ("fp16", 1): 12,
+        ("fp16", 4096): 3,
+        ("fp32", 1000): 82,
+        ("fp64", 100_000): 699,
+    }
+    checks.check_row_overflow(lambda n, k: table.get((n, k), 5))
+    out = capsys.readouterr().out
+    assert "✗" in out and "log2" not in out and "k·e^s exceeds Ω" in out, out
+
+
+def test_one_format_s_omega_for_every_name_is_named(capsys):
+    big = float(np.finfo(np.float32).max)
+    checks.check_row_overflow(lambda n, k: int(np.floor(np.log(big) - np.log(k))) + 1)
+    out = capsys.readouterr().out
+    assert "✗" in out and "fp32's Ω for every format" in out, out
+
+
+def test_each_block_s_own_max_is_named(capsys):
+    def own_max(x, y, block):
+        starts = range(0, len(x), block)
+        tops = [float(np.max(x[j : j + block])) for j in starts]
+        tops = [0.0 if t == -np.inf else t for t in tops]
+        l = sum(float(np.exp(x[j : j + block] - t).sum()) for j, t in zip(starts, tops))
+        for j in starts:
+            top = float(np.max(x[j : j + block]))
+            e = np.exp(x[j : j + block] - (0.0 if top == -np.inf else top))
+            y[j : j + block] = e / l if l > 0 else 0 * e
+
+    checks.check_safe_softmax(own_max)
+    out = capsys.readouterr().out
+    assert "✗" in out and "shifted by its own max, in l and in y" in out, out

@@ -162,15 +162,15 @@ def test_a_class_is_graded_to_the_end_with_a_report_each(tmp_path):
     )
     copies = {
         "ana": _solved(),  # correct
-        "ben": wrong,  # exercise 1 wrong, 2 and 3 not done
+        "ben": wrong,  # exercise 2 wrong, 1, 3 and 4 not done
         "cy": _blank(),  # untouched
         "dee": _edit(
             _solved(), "def safe_softmax(x, y, block):", "def safe_softmax(x, y, block)"
         ),  # syntax error
         "eve": _edit(
             _solved(),
-            "def log_sum_exp(s):",
-            "import os\n\nos._exit(1)\n\n\ndef log_sum_exp(s):",
+            "def log_sum_exp(x):",
+            "import os\n\nos._exit(1)\n\n\ndef log_sum_exp(x):",
         ),
         "fay": nbformat.read(
             ROOT / "notebooks" / f"{NB}.ipynb", as_version=4
@@ -185,20 +185,21 @@ def test_a_class_is_graded_to_the_end_with_a_report_each(tmp_path):
         for row in csv.DictReader(f):
             marks.setdefault(row["learner"], []).append(row["mark"])
     assert marks == {
-        "ana": ["✓", "✓", "✓"],
-        "ben": ["✗", "·", "·"],
-        "cy": ["·", "·", "·"],
-        "dee": ["✓", "✗", "✓"],  # exercise 3 needs nothing of exercise 2
+        "ana": ["✓", "✓", "✓", "✓"],
+        "ben": ["·", "✗", "·", "·"],
+        "cy": ["·", "·", "·", "·"],
+        "dee": ["✓", "✓", "✗", "✓"],  # exercise 4 needs nothing of exercise 3
         "eve": [
             "✓",
             "✓",
+            "✓",
             "✗",
-        ],  # the kernel died in exercise 3; the next learner was graded
-        "fay": ["✗", "✗", "✗"],  # refused
+        ],  # the kernel died in exercise 4; the next was graded
+        "fay": ["✗", "✗", "✗", "✗"],  # refused
     }
     summary = (cls / "grades" / "summary.md").read_text()
     assert (
-        "| 1 When a row of k equal scores breaks | 2 The three passes, counted |"
+        "| 1 The edges of a format, and of a row | 2 When a row of k equal scores breaks |"
         in summary
     )
     assert "refused" in summary and "kernel died" in summary
@@ -289,7 +290,7 @@ def test_an_old_copy_is_graded_by_exercise_number(tmp_path):
             flags=re.M,
         )
         c.execution_count = 1 if c.cell_type == "code" else None
-    assert [e.number for e in grade.exercises(nb, loose=True)] == [1, 2, 3]
+    assert [e.number for e in grade.exercises(nb, loose=True)] == [1, 2, 3, 4]
     verdicts = grade.judge(
         course, nb
     )  # executed, but nothing printed: found, and no verdict

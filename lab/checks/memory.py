@@ -1,5 +1,5 @@
-"""Checks for notebook 00's exercises: the bytes of S and P, the memory attention holds, the largest N
-that fits, HBM traffic.
+"""Checks for notebook 00's exercises: the softmax kernel's cost, the bytes of S and P, the memory attention
+holds, the largest N that fits, HBM traffic, the head width at which QKᵀ reaches the ridge.
 
 Taught in: notebooks/00_the_memory_wall.ipynb
 """
@@ -7,6 +7,7 @@ Taught in: notebooks/00_the_memory_wall.ipynb
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -21,8 +22,21 @@ __all__ = [
     "check_lean_attention",
     "check_largest_n",
     "check_hbm_bytes",
-    "check_qk_limit",
+    "check_qk_ridge",
 ]
+
+
+def _say_prediction(what: str, predicted, want, ok: bool, unit: str = "") -> None:
+    """One line after a check: the learner's written prediction against the right value, shown only once written."""
+    if predicted is None or predicted is Ellipsis:
+        print(
+            f"  your prediction ({what}): not written yet (shown once you write yours)"
+        )
+        return
+    verdict = "✓" if ok else "✗"
+    print(
+        f"  your prediction ({what}): {predicted:,}{unit}; the right value: {want:,}{unit} {verdict}"
+    )
 
 
 def _softmax_row(N, M, itemsize, bandwidth):
@@ -31,10 +45,19 @@ def _softmax_row(N, M, itemsize, bandwidth):
     return 7 * N * M, nbytes, nbytes / bandwidth
 
 
-def check_softmax_row(fn, *, seed: int | None = None) -> None:
+def check_softmax_row(fn, *, seed: int | None = None, predicted=None) -> None:
     """Check `fn(N, M, itemsize, bandwidth)`, the softmax kernel's `(flops, bytes, seconds)`: $7NM$ operations,
     $2NM\\cdot$itemsize bytes (read S once, write P), and bytes / bandwidth; two fixed cases and three drawn afresh
-    each run (`seed` draws the same again). Taught in: notebooks/00_the_memory_wall.ipynb"""
+    each run (`seed` draws the same again). `predicted`: the learner's intensity I = FLOPs / bytes for N = M = 4096 in
+    float16, shown against the right value once written. Taught in: notebooks/00_the_memory_wall.ipynb"""
+    _check_softmax_row(fn, seed)
+    if predicted is not None:
+        want = 7 / (2 * 2)
+        ok = isinstance(predicted, (int, float)) and abs(predicted - want) <= 0.01
+        _say_prediction("I at N = M = 4096, float16", predicted, want, ok, " FLOP/B")
+
+
+def _check_softmax_row(fn, seed) -> None:
     rng, seed = _fresh(seed)
     cases = [(4096, 4096, 2, 1.555e12), (1000, 3000, 4, 3.35e12)] + [
         (
@@ -70,6 +93,25 @@ def check_softmax_row(fn, *, seed: int | None = None) -> None:
         (
             lambda N, M, it, bw: _softmax_row(N, M, it, bw)[:2] + (7 * N * M / bw,),
             "the time divides the bytes, not the FLOPs, by the bandwidth (bytes per second)",
+        ),
+        (
+            lambda N, M, it, bw: (5 * N * M,) + _softmax_row(N, M, it, bw)[1:],
+            "5 operations per score is a kernel that keeps each e^(S - m) (the fused kernel's count); this "
+            "row charges the three passes, which compute the exponential twice: 7",
+        ),
+        (
+            lambda N, M, it, bw: (
+                _softmax_row(N, M, it, bw)[:2] + (_softmax_row(N, M, it, bw)[2] * 1e6,)
+            ),
+            "that time is in microseconds: return seconds (bytes over bytes per second)",
+        ),
+        (
+            lambda N, M, it, bw: _softmax_row(N, N, it, bw),
+            "that uses N × N: S has a row per query (N) and a column per key (M)",
+        ),
+        (
+            with_bytes(lambda N, M, it: 16 * N * M * it),
+            "that counts bits: itemsize is already in bytes",
         ),
     ]
     guarded = _guarded(fn, "softmax_row")
@@ -121,6 +163,11 @@ def check_score_bytes(fn, *, seed: int | None = None) -> None:
         (
             lambda B, H, N, M, s: B * H * N * M * s,
             "that is S alone: P = softmax(S) is held at the same time, at the same size",
+        ),
+        (
+            lambda B, H, N, M, s: 3 * B * H * N * M * s,
+            "that is three N×M arrays per head (S, P and a temporary): attention_naive writes "
+            "its exponentials and division into P itself, so S and P are all it holds: 2",
         ),
         (
             lambda B, H, N, M, s: 2 * N * M * s,
@@ -220,11 +267,26 @@ def _held(peak: int, q, k) -> str:
     return f"{said}: {why}"
 
 
-def check_lean_attention(fn, *, seed: int | None = None) -> None:
+def check_lean_attention(fn, *, seed: int | None = None, predicted=None) -> None:
     """Check `fn(q, k, v)`, one head of attention $O = \\mathrm{softmax}(QK^\\top/\\sqrt{d})\\,V$ in numpy
     that holds at most `LEAN_BOUND` N×M arrays of the input's dtype at its peak, measured with
     `lab.peak_bytes` on the learner's own function; float32 and float64 cases drawn afresh each
-    run (`seed` draws the same again). Taught in: notebooks/00_the_memory_wall.ipynb"""
+    run (`seed` draws the same again). `predicted`: the learner's count of N×M float32 arrays that the
+    `np.sqrt` / `np.exp` version holds (3 float64 ones: 6), shown against it once written.
+    Taught in: notebooks/00_the_memory_wall.ipynb"""
+    _check_lean_attention(fn, seed)
+    if predicted is not None:
+        ok = isinstance(predicted, (int, float)) and abs(predicted - 6) <= 0.5
+        _say_prediction("N×M float32 arrays", predicted, 6, ok)
+        if ok or predicted is None or predicted is Ellipsis:
+            return
+        print(
+            "    why 6: np.sqrt(d) is a numpy float64 scalar, so s is float64 (2 float32 arrays' "
+            "worth);\n    np.exp(s) and p / p.sum(...) are two more float64 N×M arrays while s is alive"
+        )
+
+
+def _check_lean_attention(fn, seed) -> None:
     rng, seed = _fresh(seed)
     cases = _lean_cases(rng)
     own = _own_work(*_ATTENTION_ANSWERS, numpy_only=True)
@@ -283,7 +345,13 @@ def check_lean_attention(fn, *, seed: int | None = None) -> None:
         if diagnose(got, want, **tol) is None:
             return None  # a property failed, and says why itself
         for wrong, text in mistakes:
-            if diagnose(got, wrong(*case), rtol=2e-3, atol=1e-4) is None:
+            w = wrong(
+                *case
+            )  # float32 rounding scales with the values: an atol to match
+            if (
+                diagnose(got, w, rtol=2e-3, atol=max(1e-4, 1e-5 * np.abs(w).max()))
+                is None
+            ):
                 return text
         return "S = scale·QKᵀ is (N, M); softmax each row; O = PV is (N, d_v)"
 
@@ -310,10 +378,18 @@ def _lean(q, k, v, *, scale=None, axis=-1, normalize=True):
     return (e / e.sum(axis=axis, keepdims=True) if normalize else e) @ v
 
 
-def check_largest_n(fn, *, seed: int | None = None) -> None:
+def check_largest_n(fn, *, seed: int | None = None, predicted=None) -> None:
     """Check `fn(gib, itemsize)`, the largest N whose S and P fit in `gib` GiB:
     $2 N^2 \\cdot \\text{itemsize} \\le \\text{gib} \\cdot 2^{30}$; six fixed cases and three drawn afresh each run (`seed`
-    draws the same again). Taught in: notebooks/00_the_memory_wall.ipynb"""
+    draws the same again). `predicted`: the learner's N for 80 GiB in float16 worked by hand, shown against the
+    right one once written. Taught in: notebooks/00_the_memory_wall.ipynb"""
+    _check_largest_n(fn, seed)
+    if predicted is not None:
+        want = math.isqrt(80 * 2**30 // 4)
+        _say_prediction("80 GiB, float16", predicted, want, predicted == want)
+
+
+def _check_largest_n(fn, seed) -> None:
     rng, seed = _fresh(seed)
     cases = [(80, 4), (80, 2), (16, 2), (141, 2), (1, 8), (24, 1)] + [
         (int(rng.integers(2, 300)), int(rng.choice([1, 2, 4, 8]))) for _ in range(3)
@@ -418,6 +494,27 @@ def check_hbm_bytes(fn, *, seed: int | None = None) -> None:
             lambda N, M, d, dv, it: want(N, M, d, d, it),
             "V and O have d_v columns, not d",
         ),
+        (
+            lambda N, M, d, dv, it: (
+                want(N, M, d, dv, it)[:2]
+                + ((N * M + M * dv) * it,)
+                + want(N, M, d, dv, it)[3:]
+            ),
+            "O = PV also writes its result O, N·d_v numbers, back to HBM",
+        ),
+        (
+            lambda N, M, d, dv, it: (
+                want(N, M, d, dv, it)[:3] + (sum(want(N, M, d, dv, it)[:3]),)
+            ),
+            "that adds the three kernels' bytes: a fused kernel never writes S or P, so it moves "
+            "only Q, K, V in and O out",
+        ),
+        (
+            lambda N, M, d, dv, it: (
+                ((N * d + N * d + N * M) * it,) + want(N, M, d, dv, it)[1:]
+            ),
+            "K has a row per key: M·d numbers, not N·d",
+        ),
     ]
     guarded = _guarded(fn, "hbm_bytes")
     check(
@@ -439,32 +536,111 @@ def check_hbm_bytes(fn, *, seed: int | None = None) -> None:
     )
 
 
-def check_qk_limit(answer: dict) -> None:
-    """Check `answer`, {d: the $QK^\\top$ kernel's intensity in FLOP per byte as N = M grows, float16}:
-    $2NMd / (2NM) \\to d$, within 8%. Taught in: notebooks/00_the_memory_wall.ipynb"""
-    if not isinstance(answer, dict) or not answer:
-        raise TypeError(f"answer must be a dict {{d: FLOP per byte}}, got {answer!r}")
-    if any(x is None or x is Ellipsis for x in answer.values()):
-        print(
-            "qk_limit: not answered yet (fill in your numbers, then run this cell again)"
-        )
-        return
-    for d, got in sorted(answer.items()):
-        if (
-            abs(got - d) <= 0.08 * d
-        ):  # the limit, or its value at a finite N of a few thousand
-            continue
-        ratio = got / d
-        if abs(ratio - 2) < 0.06:
-            why = "that counts the N·M numbers of S, not their bytes: 2 bytes each in float16"
-        elif abs(ratio - 0.5) < 0.02:
-            why = "that counts S twice: this kernel writes S once (it reads Q and K, not S)"
-        elif abs(got - 2 * d * d) < 0.06 * 2 * d * d or got > 4 * d:
-            why = "the bytes are dominated by the N·M scores of S, not by Q and K"
-        else:
-            why = "FLOPs 2·N·M·d over bytes (N·d + M·d + N·M)·2; keep the largest term as N = M grows"
-        print(f"qk_limit: ✗ d = {d}: expected about {d}, got {got:g}; hint: {why}")
-        return
-    print(
-        f"qk_limit: ✓ {len(answer)} head widths: the intensity tends to d FLOP per byte"
+def _qk_ridge(N, itemsize, ridge):
+    """The smallest integer d at which the QKᵀ kernel with N = M reaches `ridge` FLOP/B, or math.inf: its intensity
+    $2N^2d / ((2Nd + N^2)\\cdot\\text{itemsize}) \\ge R$ gives $d \\ge R\\,\\text{itemsize}\\,N / (2(N - R\\,\\text{itemsize}))$."""
+    r = Fraction(ridge) * itemsize
+    if N <= r:
+        return math.inf
+    return math.ceil(r * N / (2 * (N - r)))
+
+
+def _ridge_real(N, itemsize, ridge):
+    """The real threshold of `_qk_ridge` (math.inf where no d reaches the ridge)."""
+    r = ridge * itemsize
+    return math.inf if N <= r else r * N / (2 * (N - r))
+
+
+def _ridge_case(rng) -> tuple:
+    """(N, itemsize, ridge) drawn with the real threshold d at least 0.05 from an integer, or never reached."""
+    while True:
+        N = int(rng.choice([512, 1024, 2048, 4096, 8192, 16384, 65536]))
+        it, ridge = int(rng.choice([1, 2, 4])), float(rng.uniform(40.0, 400.0))
+        t = _ridge_real(N, it, ridge)
+        if t == math.inf or abs(t - round(t)) > 0.05:
+            return N, it, ridge
+
+
+def check_qk_ridge(fn, *, seed: int | None = None, predicted=None) -> None:
+    """Check `fn(N, itemsize, ridge)`, the smallest integer head width d at which the QKᵀ kernel with N = M is at or
+    past the ridge (`math.inf` when no d gets there): fixed cases and five drawn afresh each run (`seed` draws the
+    same again). `predicted`: the learner's d for the A100 at N = M = 4096 in float16, shown against the right one.
+    Taught in: notebooks/00_the_memory_wall.ipynb"""
+    from ..hardware import ridge_point
+
+    rng, seed = _fresh(seed)
+    a100 = ridge_point("A100")
+    cases = [(4096, 2, a100), (65536, 2, a100), (256, 2, a100), (8192, 4, 295.2)]
+    cases += [_ridge_case(rng) for _ in range(5)]
+
+    def up(x):
+        return x if x == math.inf else math.ceil(x)
+
+    mistakes = [
+        (
+            lambda N, it, R: math.ceil(R * it / 2),
+            "that is the limit as N grows (the bytes of S alone): at a finite N the kernel also reads "
+            "Q and K, 2·N·d numbers, which lowers its intensity",
+        ),
+        (
+            lambda N, it, R: _qk_ridge(N, 1, R),
+            "that counts numbers, not bytes: each takes itemsize bytes",
+        ),
+        (
+            lambda N, it, R: (
+                _ridge_real(N, it, R) - 1
+                if _ridge_real(N, it, R) == math.inf
+                else math.floor(_ridge_real(N, it, R))
+            ),
+            "one too few: at that d the intensity is still below the ridge; round the threshold up",
+        ),
+        (
+            _ridge_real,
+            "not a whole number: a head width is an integer, the first one at or past the threshold",
+        ),
+        (
+            lambda N, it, R: (
+                math.inf if N <= 2 * R * it else up(R * it * N / (N - 2 * R * it))
+            ),
+            "that is N·M·d FLOPs: each of the N·M dot products of length d is d multiplies and d adds, "
+            "2·N·M·d",
+        ),
+    ]
+
+    def hint(case, got, want):
+        if want == math.inf and got != math.inf:
+            N, it, R = case
+            return (
+                f"even as d → ∞ the intensity only approaches N / itemsize = {N / it:.0f} FLOP/B (the "
+                f"bytes of S alone), below this ridge of {R:.1f}: no d gets there, return math.inf"
+            )
+        return _hint(
+            mistakes,
+            "intensity = 2·N²·d / ((2·N·d + N²)·itemsize) for N = M; solve intensity >= ridge for d",
+            fn=guarded,
+            cases=cases,
+        )(case, got, want)
+
+    def whole(fn, case, got):
+        if got == math.inf or (
+            isinstance(got, (int, np.integer)) and not isinstance(got, bool)
+        ):
+            return None
+        return f"it returns {got!r}: a head width is a whole number (math.ceil returns one)"
+
+    guarded = _guarded(fn, "qk_ridge")
+    check(
+        guarded,
+        _qk_ridge,
+        cases,
+        rtol=0,
+        atol=0,
+        seed=seed,
+        properties=[_own_work("attention_traffic", "ridge_point"), whole],
+        hint=hint,
     )
+    if predicted is not None:
+        want = _qk_ridge(4096, 2, a100)
+        _say_prediction(
+            "A100, N = M = 4096, float16", predicted, want, predicted == want
+        )

@@ -20,11 +20,18 @@ from numpy import inf
 from ..access_count import CountingArray
 from ..exercises import check, describe_case, diagnose, raised_at, seed_note
 from ..memory import peak_bytes
-from ..overflow import SOFTMAX_DTYPES, exp_limits, first_exp_overflow
+from ..overflow import (
+    GAPS,
+    SOFTMAX_DTYPES,
+    exp_limits,
+    first_exp_overflow,
+    overflow_table,
+)
 from ..softmax import online_normalizer, softmax_naive
 from ..softmax_steps import demo_scores
 
 __all__ = [
+    "check_row_edges",
     "check_row_overflow",
     "check_rescale_predictions",
     "check_safe_softmax",
@@ -64,6 +71,132 @@ def _fresh_names(rng, count: int = 2, among=tuple(SOFTMAX_DTYPES)):
     finally:
         for a in names:
             SOFTMAX_DTYPES.pop(a, None)
+
+
+def _edges(name: str) -> tuple:
+    """(log Ω, log Ω - log Σ_g e^(-g), log(smallest normal)) of format `name`: where e^s overflows, where the sum of
+    section 2's row (s, s-1, s-2, s-3) does, and where e^s starts to lose precision."""
+    lim = exp_limits(name)
+    crowd = float(np.exp(-np.asarray(GAPS, dtype=np.float64)).sum())
+    return lim["log_max"], lim["log_max"] - math.log(crowd), lim["log_normal"]
+
+
+def _say_row_prediction(predicted) -> None:
+    """One line: the learner's first broken integer s of fp16's four-score row against the scan."""
+    want = next(
+        r["naive_breaks_above"] for r in overflow_table() if r["dtype"] == "fp16"
+    )
+    if predicted is None or predicted is Ellipsis:
+        print(
+            "  your prediction (fp16, first s that breaks): not written yet (shown once you write yours)"
+        )
+        return
+    verdict = "✓" if predicted == want else f"✗ (off by {predicted - want:+d})"
+    print(
+        f"  your prediction (fp16, first s that breaks): s = {predicted}; the scan: s = {want} {verdict}"
+    )
+
+
+def check_row_edges(fn, *, seed: int | None = None, predicted=None) -> None:
+    """Check `fn(name)`, the three edges of format `name`: $\\log \\Omega$, $\\log \\Omega - \\log(1 + e^{-1} + e^{-2} +
+    e^{-3})$ and $\\log(\\text{smallest normal})$, for fp16, bf16, fp32, fp64 and two fresh names added to
+    `lab.SOFTMAX_DTYPES` for the run (`seed` draws them again). `predicted`: the learner's first integer s at which
+    fp16's row (s, s-1, s-2, s-3) breaks, compared with the scan. Taught in: notebooks/01_three_pass_softmax.ipynb"""
+    rng, seed = _fresh(seed)
+    with _fresh_names(rng) as fresh:
+        own = lambda n: fresh.get(n, n)  # noqa: E731
+        lim = lambda n: exp_limits(own(n))  # noqa: E731
+        cases = [(n,) for n in ("fp16", "bf16", "fp32", "fp64", *fresh)]
+        right = lambda n: _edges(own(n))  # noqa: E731
+        mistakes = [
+            (
+                lambda n: (math.log2(lim(n)["max"]),) + right(n)[1:],
+                "log Ω: that is log2 Ω; e^s needs the natural log, np.log",
+            ),
+            (
+                lambda n: (math.log10(lim(n)["max"]),) + right(n)[1:],
+                "log Ω: that is log10 Ω; e^s needs the natural log, np.log",
+            ),
+            (
+                lambda n: right(n)[:1] + (lim(n)["log_max"],) + right(n)[2:],
+                "the row's edge: that is where e^s alone overflows; the row's sum e^s(1 + e^-1 + "
+                "e^-2 + e^-3) is larger than e^s, so it overflows first",
+            ),
+            (
+                lambda n: (
+                    right(n)[:1] + (lim(n)["log_max"] - math.log(4),) + right(n)[2:]
+                ),
+                "the row's edge: log 4 counts four terms of e^s each; the terms fall by a factor e "
+                "each, so the sum is e^s(1 + e^-1 + e^-2 + e^-3)",
+            ),
+            (
+                lambda n: (
+                    right(n)[:1] + (2 * lim(n)["log_max"] - right(n)[1],) + right(n)[2:]
+                ),
+                "the row's edge: the shift points the wrong way; a sum larger than e^s overflows at "
+                "a smaller s, so subtract its log",
+            ),
+            (
+                lambda n: right(n)[:2] + (lim(n)["log_smallest"],),
+                "the lower edge: that is the smallest subnormal, where e^s rounds to 0; precision "
+                "is lost earlier, below the smallest normal (finfo's smallest_normal)",
+            ),
+            (
+                lambda n: right(n)[:2] + (math.log(lim(n)["eps"]),),
+                "the lower edge: that is log ε, the spacing of numbers near 1; the question is the "
+                "smallest normal number (finfo's smallest_normal)",
+            ),
+            (
+                lambda n: _edges("fp32"),
+                "that is fp32's answer for every name: look each format up, "
+                "lab.SOFTMAX_DTYPES[name]",
+            ),
+        ]
+        guarded = _guarded(
+            fn,
+            "row_edges",
+            {"not inexact": "numpy's finfo does not know bf16: ml_dtypes.finfo does"},
+        )
+
+        def named(n):
+            try:
+                return guarded(n)
+            except KeyError:
+                if n in fresh:
+                    raise KeyError(
+                        f"{n!r}: the check adds names like this one to lab.SOFTMAX_DTYPES for the run, so that no "
+                        "table of answers passes; look the dtype up in lab.SOFTMAX_DTYPES[name]"
+                    ) from None
+                raise
+
+        named.__name__, named.raw = "row_edges", getattr(guarded, "raw", fn)
+        check(
+            named,
+            right,
+            cases,
+            names=("log Ω", "the row's edge", "log(smallest normal)"),
+            rtol=1e-9,
+            atol=1e-9,
+            seed=seed,
+            hint=_hint(
+                mistakes,
+                "e^s overflows past log Ω; the row's sum is e^s·(1 + e^-1 + e^-2 + e^-3); e^s keeps full "
+                "precision down to the smallest normal number",
+                fn=named,
+                cases=cases,
+            ),
+            properties=[
+                _own_work(
+                    "exp_limits",
+                    "overflow_table",
+                    "first_exp_overflow",
+                    "first_broken_score",
+                    "softmax_naive",
+                )
+            ],
+        )
+    if predicted is not None:
+        _say_row_prediction(predicted)
 
 
 # The formats whose computed sum of k equal terms overflows where k·e^s does: summed in bf16, a long sum stalls
@@ -160,6 +293,11 @@ def _check_row_overflow(fn, seed) -> None:
                 lambda n, k: max(0, math.floor(log_max(n) - k) + 1),
                 "that subtracts k: a factor k in the sum is log k in the exponent",
             ),
+            (
+                lambda n, k: math.floor(log_max("fp32") - math.log(k)) + 1,
+                "that is fp32's Ω for every format: look each one up, "
+                "np.finfo(lab.SOFTMAX_DTYPES[name]).max",
+            ),
         ]
         guarded = _guarded(
             fn,
@@ -186,11 +324,11 @@ def _check_row_overflow(fn, seed) -> None:
             rtol=0,
             atol=0,
             seed=seed,
-            hint=_hint(
+            hint=_consistent(
                 mistakes,
                 "the naive softmax breaks once its sum k·e^s exceeds Ω, the format's largest finite value",
-                fn=named,
-                cases=cases,
+                named,
+                cases,
             ),
             properties=[
                 _own_work(
@@ -202,6 +340,25 @@ def _check_row_overflow(fn, seed) -> None:
                 )
             ],
         )
+
+
+def _consistent(mistakes, default: str, fn, cases):
+    """A hint that names a mistake only when it gives the learner's answer on every case (a table of answers that
+    matches one slip on one case by chance gets `default`)."""
+
+    def hint(case, got, want):
+        if _hint([], default)(case, got, want) is None:
+            return None
+        for wrong, text in mistakes:
+            try:
+                with np.errstate(all="ignore"):
+                    if all(fn(*c) == wrong(*c) for c in cases):
+                        return text
+            except Exception:
+                continue
+        return default
+
+    return hint
 
 
 def _shift(s, how: str = "row", masked: str = "zero"):
@@ -275,6 +432,18 @@ def _three_pass(x, block, *, shift="max", masked="zero", l_from="final"):
     -inf (`masked="nan"`), l summed against the running max without a rescale (`l_from="running"`), each block's
     terms of l against that block's own max (`l_from="block"`)."""
     x = np.asarray(x, dtype=np.float64)
+    if shift == "block":  # every block shifted by its own max, in l and in y
+        with np.errstate(all="ignore"):
+            tops = [float(x[j : j + block].max()) for j in range(0, len(x), block)]
+            tops = [0.0 if t == -inf else t for t in tops]
+            e = np.concatenate(
+                [
+                    np.exp(x[j : j + block] - t)
+                    for j, t in zip(range(0, len(x), block), tops)
+                ]
+            )
+            l = float(e.sum())
+            return np.zeros_like(e) if l == 0 else e / l
     if shift == "none":
         m = 0.0
     elif shift == "first":
@@ -307,6 +476,11 @@ def _three_pass(x, block, *, shift="max", masked="zero", l_from="final"):
 
 
 _THREE_MISTAKES = [
+    (
+        lambda x, b: _three_pass(x, b, shift="block"),
+        "each block was shifted by its own max, in l and in y: terms shifted by different amounts "
+        "are not comparable; pass 1 finds the row's max m, and every term is e^(x_j - m) with that m",
+    ),
     (
         lambda x, b: _three_pass(x, b, shift="first"),
         "m is the max of the first block only: a later, larger score's e^(x - m) overflows; pass 1 reads "
@@ -533,7 +707,7 @@ def check_safe_softmax(
 
 
 def check_log_sum_exp(fn, *, seed: int | None = None) -> None:
-    """Check `fn(s)`, $\\log \\sum_j e^{s_{ij}}$ for each row of an (N, M) array, shape (N,): finite at ±1e4, -inf for a masked row;
+    """Check `fn(x)`, $\\log \\sum_j e^{x_{ij}}$ for each row of an (N, M) array, shape (N,): finite at ±1e4, -inf for a masked row;
     fixed cases and fresh ones each run (`seed` draws the same again); numpy only.
     Taught in: notebooks/01_three_pass_softmax.ipynb"""
     rng = np.random.default_rng(3)
@@ -551,7 +725,7 @@ def check_log_sum_exp(fn, *, seed: int | None = None) -> None:
         ),
         (
             lambda s: _lse(s, "none", "nan"),
-            "e^s overflowed to inf (or every term underflowed to 0, and log 0 = -inf): take "
+            "e^x overflowed to inf (or every term underflowed to 0, and log 0 = -inf): take "
             "each row's max out first, as in your safe_softmax",
         ),
         (
@@ -564,7 +738,7 @@ def check_log_sum_exp(fn, *, seed: int | None = None) -> None:
         ),
         (
             lambda s: _lse(s.T),
-            "that is one number per column: the max and the sum ran down axis 0; each row's M scores "
+            "that is one number per column: the max and the sum ran down axis 0; each row's n scores "
             "lie along axis -1, so take both with axis=-1 (the answer has shape (N,))",
         ),
         (
@@ -588,7 +762,7 @@ def check_log_sum_exp(fn, *, seed: int | None = None) -> None:
         seed=seed,
         hint=_hint(
             mistakes,
-            "log Σ e^s = m + log Σ e^(s - m) for any shift m: pick the one that cannot overflow",
+            "log Σ e^x = m + log Σ e^(x - m) for any shift m: pick the one that cannot overflow",
             close=(_FLOAT32.format("1e-12", "a step", "the arithmetic"), 1e-5),
             fn=guarded,
             cases=cases,

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..hardware import chip
-from ..memory import attainable_flops, attention_traffic, softmax_peak
+from ..memory import IDEAL_FUSED, attainable_flops, attention_traffic, softmax_peak
 
 __all__ = ["draw_attention_roofline"]
 
@@ -82,10 +82,20 @@ def draw_attention_roofline(
             ls=":",
             label=f"if the operands were in SRAM: {sram / 1e12:g} TB/s",
         )
+    else:  # a legend line that says why there is no SRAM roof
+        ax.plot(
+            [],
+            [],
+            color="C2",
+            lw=1.5,
+            ls=":",
+            label=f"no SRAM roof: {chip_name}'s on-chip bandwidth is not published",
+        )
     ridge = c["ridge_flops_per_byte"]
     ax.axvline(ridge, color="gray", lw=1, ls=":")
     ax.text(ridge * 1.15, 0.15, f"ridge\n{ridge:.0f} FLOP/B", color="gray", fontsize=12)
     labels = {}  # pieces at the same intensity share one label
+    shown = {r["piece"]: r["piece"] for r in rows} | {rows[4]["piece"]: IDEAL_FUSED}
     for r in rows[:3] + rows[4:]:
         labels.setdefault(round(r["intensity"], 9), []).append(r)
     for group in labels.values():
@@ -104,9 +114,9 @@ def draw_attention_roofline(
         )
         i = r["intensity"]
         text = (
-            " and ".join(g["piece"] for g in group) + f"\n{i:,.0f} FLOP/B"
+            " and ".join(shown[g["piece"]] for g in group) + f"\n{i:,.0f} FLOP/B"
             if i >= 10
-            else r["piece"] + f"\n{i:.2f} FLOP/B"
+            else shown[r["piece"]] + f"\n{i:.2f} FLOP/B"
         )
         if (
             r["kind"] == "mixed"
@@ -148,7 +158,7 @@ def draw_attention_roofline(
         ncol=1,
         frameon=False,
     )
-    names = [r["piece"] for r in rows]
+    names = [shown[r["piece"]] for r in rows]
     yy = np.arange(len(rows))[::-1]
     ax_t.barh(
         yy + 0.2,

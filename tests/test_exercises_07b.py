@@ -19,7 +19,7 @@ def block_fp8(x, rows):
     for r0 in range({stop}):
         g = x[..., r0 : r0 + rows, :]
         amax = {amax}
-        s = np.float32(448.0) / {guard}
+        s = np.float32({top}) / {guard}
         out[..., r0 : r0 + rows, :] = {ret}
     return out
 """
@@ -28,6 +28,7 @@ OK = dict(
     amax="np.abs(g).max(axis=(-1, -2), keepdims=True)",
     guard="np.where(amax > 0, amax, np.float32(1))",
     ret='lab.round_to(g * s, "fp8_e4m3") / s',
+    top="448.0",
 )
 
 
@@ -55,6 +56,7 @@ def test_the_worked_block_quantizer_and_a_written_one_pass():
         (dict(ret='lab.round_to(g * s, "fp8_e4m3")'), ["still scaled", "divide by s"]),
         (dict(guard="amax"), ["group of zeros gave NaN", "s = 1"]),
         (dict(stop="0, x.shape[-2] - x.shape[-2] % rows, rows"), ["the last group"]),
+        (dict(top="240.0"), ["onto 240, not 448", "s = 448 / max|x|"]),
     ],
     ids=[
         "per tensor",
@@ -63,6 +65,7 @@ def test_the_worked_block_quantizer_and_a_written_one_pass():
         "not undone",
         "no guard",
         "last group",
+        "240 for 448",
     ],
 )
 def test_a_planted_block_quantizer_is_named(change, says):
@@ -130,3 +133,6 @@ def test_the_peak_prediction_is_checked():
     assert good.count("✓") == 2 and "✗" not in good, good
     swapped = _peak({"rows": 1.0, "columns": 0.2})
     assert swapped.count("✗") == 2, swapped
+    for flat_or_loose in (0.09, 0.5):  # 1/√d, "perfectly spread", or a loose guess
+        out = _peak({"rows": flat_or_loose, "columns": 1.0})
+        assert out.count("✗") == 1 and "N(0, 1/d)" in out, out

@@ -593,3 +593,44 @@ def test_a_planted_dilated_window_is_diagnosed(old, new, says):
     assert "✗" in out and "✓" not in out, out
     for s in says:
         assert s in out, f"{s!r} not in:\n{out}"
+
+
+@pytest.mark.parametrize(
+    "number, old, new, says",
+    [
+        (2, "(j < prefix)", "(j <= prefix)", ["one prefix key too many", "j < prefix"]),
+        (
+            2,
+            "(j < prefix) | (j",
+            "(j < prefix) & (j",
+            ["joins the two conditions with &", "|"],
+        ),
+        (
+            4,
+            "return s - table[h]",
+            "return s + table[h]",
+            ["yours adds the penalty", "s - slope * distance"],
+        ),
+        (
+            4,
+            "abs(i + off - j).clip(max=max_distance)",
+            "(abs(i + off - j) * (abs(i + off - j) <= max_distance))",
+            ["beyond max_distance no penalty", "slope * max_distance"],
+        ),
+    ],
+    ids=["prefix j <= prefix", "prefix & for |", "alibi sign", "alibi zero beyond"],
+)
+def test_a_planted_mod_gets_its_own_hint(number, old, new, says):
+    out = run_check(EX[number], replace_code(EX[number].solution, old, new))
+    assert "✗" in out and "✓" not in out, out
+    for s in says:
+        assert s in out, f"{s!r} not in:\n{out}"
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_loop_without_the_guard_is_named():
+    old = "shift = np.where(\n                np.isneginf(m_new), 0.0, m_new\n            )"
+    src = replace_code(EX[5].solution, old, "shift = m_new")
+    out = _run5(src)
+    assert "✗" in _verdict(out, "masked_attention"), out
+    assert "guard" in out and "e^(−∞ − (−∞)) is NaN" in out, out

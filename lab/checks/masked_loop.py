@@ -557,6 +557,15 @@ def _loop_problem(got, case, q, k, v, Br, Bc) -> str | None:
             f"o is right to about float32 rounding only (max |o - ref| = {err:.1e}): keep m, l, acc "
             "and o in float64, the inputs' dtype"
         )
+    lost = ~rows_none & np.all(o == 0, axis=1) & np.isneginf(lse)
+    if lost.any():
+        r = int(np.argwhere(lost)[0, 0])
+        return (
+            f"row {r} sees {int(keep[r].sum())} keys but got o = 0, lse = −∞: a tile that drops all of "
+            "its keys came first, so m' = −∞ there and e^(s − m') = e^(−∞ − (−∞)) is NaN, which made l "
+            "NaN (and l > 0 false) for the rest of the row; subtract 0 where m' = −∞ (notebooks 02-03's "
+            "guard)"
+        )
     err = float(np.nanmax(np.abs(o - want_o)))
     r = int(np.argmax(np.nanmax(np.abs(o - want_o), axis=1)))
     if _close(o, want_o):

@@ -359,6 +359,8 @@ def _edge_hint(got, spec, case, idx, shape) -> str | None:
     """A diagnosis when `got` equals the spec with its first argument (a window or a prefix) one off, or, for a
     dilated window, with the dilation counted from key 0 instead of from the query's own key."""
     name = getattr(spec, "__name__", "")
+    if name == "prefix_lm":
+        return _prefix_hint(got, case, idx, shape)
     with np.errstate(all="ignore"):
         for step, word in ((1, "one wider"), (-1, "one narrower")):
             if case[0] + step < 1 and name == "dilated_window":
@@ -388,6 +390,33 @@ def _edge_hint(got, spec, case, idx, shape) -> str | None:
                     "yours keeps the keys j that are multiples of the dilation, counted from key 0; "
                     "count the distance back from the query's own key, i + off - j"
                 )
+    return None
+
+
+def _prefix_hint(got, case, idx, shape) -> str | None:
+    """A diagnosis for a prefix-LM mask one key too long or short, or joined with `&` instead of `|`."""
+    prefix, N, M = case
+    b, h, i, j = idx
+    causal = j <= i + M - N
+    variants = (
+        (
+            (j <= prefix) | causal,
+            f"yours sees one prefix key too many: the prefix is keys 0 ... prefix - 1 "
+            f"(here 0 ... {prefix - 1}), so the condition is j < prefix, not j <= prefix",
+        ),
+        (
+            (j < prefix - 1) | causal,
+            "yours sees one prefix key too few: the prefix is keys 0 ... prefix - 1, so j < prefix",
+        ),
+        (
+            (j < prefix) & causal,
+            "yours joins the two conditions with & (a key must be in the prefix AND causal): "
+            "every query sees the prefix OR the causal keys, so join them with |",
+        ),
+    )
+    for mask, text in variants:
+        if np.array_equal(got, np.broadcast_to(mask, shape)):
+            return text
     return None
 
 
@@ -471,6 +500,31 @@ _SCORE_HINT = (
 )
 
 
+def _score_hint(spec, case, got, s, idx) -> str | None:
+    """A diagnosis for a clipped ALiBi with the penalty's sign flipped or dropped past max_distance."""
+    if getattr(spec, "__name__", "") != "clipped_alibi":
+        return None
+    slopes, max_distance, N, M = case
+    b, h, i, j = idx
+    dist = np.abs(i + M - N - j)
+    penalty = np.asarray(slopes)[h] * np.minimum(dist, max_distance)
+    variants = (
+        (
+            s + penalty,
+            "yours adds the penalty: ALiBi lowers the score of a distant key, s - slope * distance",
+        ),
+        (
+            s - np.where(dist <= max_distance, penalty, 0.0),
+            "yours gives keys beyond max_distance no penalty at all: clipping keeps the penalty "
+            "at its value for max_distance (slope * max_distance), it does not drop it",
+        ),
+    )
+    for want, text in variants:
+        if np.allclose(got, np.broadcast_to(want, got.shape), rtol=1e-9):
+            return text
+    return None
+
+
 def check_score_mod(
     build, spec, cases, *, heads: int = 2, name: str | None = None, rtol: float = 1e-9
 ) -> None:
@@ -519,6 +573,10 @@ def check_score_mod(
             square = spec(*case[:-2], M, M)(before, *idx)
             if N != M and np.allclose(np.asarray(got, dtype=float), square, rtol=rtol):
                 print(f"  hint: {_TOP_LEFT.format(off=M - N)}")
+            elif hint := _score_hint(
+                spec, case, np.asarray(got, dtype=float), before, idx
+            ):
+                print(f"  hint: {hint}")
             return
     problem = _kernel_problem(build, spec, "score_mod", cases[-1], heads, "scores")
     if problem:

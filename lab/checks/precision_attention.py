@@ -299,9 +299,12 @@ def check_fp8_layout(prediction: dict, *, seed: int | None = None) -> None:
 # ------------------------------------------------------------------------- exercise 3: the block quantizer
 
 
-def _groups_scaled(x, rows, *, absolute=True, undo=True, guard=True) -> np.ndarray:
+def _groups_scaled(
+    x, rows, *, absolute=True, undo=True, guard=True, top=448.0
+) -> np.ndarray:
     """A planted variant of the block quantizer: `absolute=False` scales by max x (not max |x|), `undo=False`
-    returns fl(x·s) without dividing by s, `guard=False` divides by a group's max even when it is 0."""
+    returns fl(x·s) without dividing by s, `guard=False` divides by a group's max even when it is 0, `top`
+    maps max |x| onto another value than e4m3's largest, 448."""
     x = np.asarray(x, np.float32)
     out = np.empty_like(x)
     with np.errstate(all="ignore"):
@@ -310,7 +313,7 @@ def _groups_scaled(x, rows, *, absolute=True, undo=True, guard=True) -> np.ndarr
             amax = (np.abs(g) if absolute else g).max(axis=(-1, -2), keepdims=True)
             if guard:
                 amax = np.where(amax > 0, amax, np.float32(1))
-            s = np.float32(448.0) / amax
+            s = np.float32(top) / amax
             y = round_to(g * s, "fp8_e4m3")
             out[..., r0 : r0 + rows, :] = y / s if undo else y
     return out
@@ -324,6 +327,8 @@ _BLOCK_MISTAKES = {
     "x·s passes ±448 and e4m3 has no room above 448",
     "not undone": "returned fl(x·s), still scaled: divide by s to come back to x's size",
     "no guard": "a group of zeros gave NaN (0 · 448/0): keep s = 1 where max|x| = 0",
+    "top 240": "the scale maps max|x| onto 240, not 448: 240 is the largest value of e4m3fnuz, another "
+    "FP8 variant; the e4m3 here (OCP e4m3fn, ml_dtypes.float8_e4m3fn) reaches 448, so s = 448 / max|x|",
 }
 
 
@@ -380,6 +385,7 @@ def check_block_fp8(fn, *, name: str | None = None, seed: int | None = None) -> 
             "max not abs": _groups_scaled(x, rows, absolute=False),
             "not undone": _groups_scaled(x, rows, undo=False),
             "no guard": _groups_scaled(x, rows, guard=False),
+            "top 240": _groups_scaled(x, rows, top=240.0),
         }
         fault = next(
             (
@@ -414,8 +420,8 @@ def check_block_fp8(fn, *, name: str | None = None, seed: int | None = None) -> 
 
 def check_peak_prediction(predicted: dict, measured: dict, d: int = 128) -> None:
     """Exercise 1's follow-up: `predicted` and `measured` map "rows" and "columns" to max|x R| / ‖x‖ for x a row
-    of Sylvester's H. Signs on the columns must be predicted at 1 (within 0.05); signs on the rows as spread,
-    between 1/√d (perfectly flat) and 0.5. Prints one line per side."""
+    of Sylvester's H. Signs on the columns must be predicted at 1 (within 0.05); signs on the rows near the
+    largest of d entries of about N(0, 1/d): 2 to 4 standard deviations 1/√d. Prints one line per side."""
     if not isinstance(predicted, dict) or all(
         predicted.get(k) is None for k in ("rows", "columns")
     ):
@@ -432,8 +438,12 @@ def check_peak_prediction(predicted: dict, measured: dict, d: int = 128) -> None
             ok = abs(float(p) - 1.0) <= 0.05
             why = "the whole norm in one entry: 1"
         else:
-            ok = 1 / np.sqrt(d) - 1e-9 <= float(p) <= 0.5
-            why = f"spread: between 1/√d = {1 / np.sqrt(d):.2f} and 0.5"
+            sd = 1 / np.sqrt(d)
+            ok = 2 * sd <= float(p) <= 4 * sd
+            why = (
+                f"the largest of d entries of about N(0, 1/d): 2 to 4 times 1/√d = {sd:.3f}, "
+                f"{2 * sd:.2f} to {4 * sd:.2f}"
+            )
         mark = "✓" if ok else "✗"
         print(
             f"signs on the {side:<7}: measured {m:.2f}, you said {float(p):.2f} {mark} ({why})"

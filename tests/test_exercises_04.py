@@ -326,7 +326,7 @@ WRONG_PAIR = {
     o = (w_x[:, None] * o_x + w_y[:, None] * o_y) / (w_x + w_y)[:, None]
     return o, m + np.log(w_x + w_y)
 """,
-        ["case 4 (identity: x ⊕ e gives x back)", "so lse = -inf"],
+        ["case 4 (identity: x ⊕ ∅ gives x back)", "so lse = -inf"],
     ),
     "the empty pair's o is NaN": (
         PAIR_HEAD.replace("np.zeros((N, dv))", "np.full((N, dv), np.nan)")

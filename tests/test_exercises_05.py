@@ -18,6 +18,7 @@ _PART2 = {ex.number: ex for ex in exercises(NAME2)}
 EX = {
     "tiles": _PART1[1],
     "widest": _PART1[2],
+    "fits": _PART1[3],
     "bytes": _PART2[1],
     "forward": _PART2[2],
     "merge": _PART2[3],
@@ -26,6 +27,7 @@ PASSED = {
     "tiles": "causal_tiles: ✓ passed 10 cases\n",
     "bytes": "fa2_bytes: ✓ passed 9 cases\n",
     "widest": "widest_key_block: ✓ passed 9 cases\n",
+    "fits": "a100_fits: ✓ passed 30 cases: the 18 candidates at d = 128, 12 steps at a fresh d\n",
     "forward": "flash_forward: ✓ passed 14 cases, exact to 1e-9; no N × M array held;\n  K_j, V_j loaded "
     "once per reported tile, at most Bc rows; 35 hidden tiles skipped (fixed cases)\n",
     "merge": "merge_chunks: ✓ an empty chunk weighs 0; two empty stay empty (o = 0, lse = -inf); "
@@ -1069,12 +1071,60 @@ def test_fa2_tile_choice_mistakes(mistake, capsys):
         assert text in out, (text, out)
 
 
+FITS = """
+def a100_fits(d, Br, Bc, warps):
+    regs = Br * Bc * (4 + {p}) + ({ml} * Br + Br * d) * 4
+    shared = (Br * d + {kv} * Bc * 2 * d) * 2
+    budget = {budget}
+    return {verdict}
+"""
+FITS_OK = {
+    "p": "2",
+    "ml": "2",
+    "kv": "1",
+    "budget": "min(256 * 1024, 32 * warps * 255 * 4)",
+    "verdict": "regs <= budget and shared <= 163 * 1024",
+}
+WRONG_FITS = {
+    "one pool": (
+        {"verdict": "regs + shared <= 256 * 1024"},
+        ["it fits", "not one 256 KiB pool"],
+    ),
+    "no warp limit": ({"budget": "256 * 1024"}, ["it does not fit", "32·w·255·4 B"]),
+    "two copies of K, V": ({"kv": "2"}, ["it fits", "one copy of K_j, V_j (n_kv = 1)"]),
+    "P in float32": ({"p": "4"}, ["it fits", "P_ij in fp16"]),
+}
+
+
+@pytest.mark.parametrize("mistake", WRONG_FITS)
+def test_a100_fits_mistakes_are_named(mistake):
+    change, says = WRONG_FITS[mistake]
+    _fails("fits", FITS.format(**{**FITS_OK, **change}), *says)
+
+
+def test_a100_fits_right_passes_and_lab_is_refused():
+    assert run_check(EX["fits"], FITS.format(**FITS_OK)) == PASSED["fits"]
+    cheat = """
+def a100_fits(d, Br, Bc, warps):
+    return lab.onchip_fits("A100", d, Br, Bc, kv_stages=1, warps=warps)["fits"]
+"""
+    _fails("fits", cheat, "lab.onchip_fits")
+    table = """
+hard = {(128, 64, 4), (64, 64, 4), (64, 128, 4), (64, 64, 8), (64, 128, 8), (64, 256, 8),
+        (128, 64, 8), (128, 128, 8), (256, 64, 8)}
+def a100_fits(d, Br, Bc, warps):
+    return (Br, Bc, warps) in hard
+"""
+    _fails("fits", table, "a100_fits: ✗ case (d = ")
+
+
 def test_fa2_tile_choice_passes_the_worked_answer_and_reveals_the_source(capsys):
     ns = {"lab": lab}
     cells = _cells(NAME)
     q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 3"))
-    src = next(s for t, s, tags in cells[q:] if t == "code" and "solution" in tags)
-    exec(compile(_src(src), "<solution>", "exec"), ns)
+    for t, src, tags in cells[q:]:
+        if t == "code" and "solution" in tags:
+            exec(compile(_src(src), "<solution>", "exec"), ns)
     capsys.readouterr()
     out = _tile_said(ns["fitting"], ns["ship"], capsys)
     assert (

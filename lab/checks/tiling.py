@@ -3,6 +3,7 @@
 - `check_causal_tile_counts(fn)`: `fn(N, M, Br, Bc) -> (computed, masked)` tiles of a bottom-right causal kernel.
 - `check_fa2_hbm_bytes(fn)`     : `fn(N, d, Br, Bc, itemsize, causal) -> bytes` that fa2 moves (N = M, dv = d).
 - `check_widest_key_block(fn)`  : `fn(sram_bytes, d, Br, itemsize) -> Bc`, the largest whose step fits.
+- `check_a100_fits(fn)`         : `fn(d, Br, Bc, warps) -> bool`, one step within an A100 SM's two budgets.
 - `check_tiled_forward(fn)`     : `fn(q, k, v, Br, Bc, causal) -> (o, lse, tiles)`, FlashAttention-2's forward with
   causal tile skipping and a per-tile load report: values, then k and v as `BlockLoadArray`s counting the rows
   loaded against the report, then tracemalloc's peak (an N × M or Br × M score array).
@@ -28,6 +29,7 @@ __all__ = [
     "check_causal_tile_counts",
     "check_fa2_hbm_bytes",
     "check_widest_key_block",
+    "check_a100_fits",
     "check_fa2_tile_choice",
     "check_tiled_forward",
     "check_empty_chunk_merge",
@@ -515,6 +517,85 @@ def _pooled(d=128):
                 if f["registers"]["total"] + f["shared"]["total"] <= 256 * 1024:
                     out.add((Br, Bc, w))
     return out
+
+
+_FIT_COURSE = _COURSE + ("step_footprint", "onchip_footprint", "fits_table")
+
+
+def _fit_hint(d, Br, Bc, w, got) -> str:
+    """What the learner's verdict `got` on (d, Br, Bc, w) misses, with the two footprints and budgets named."""
+    f = _a100_fit(Br, Bc, w, d)
+    regs, shared = f["registers"]["total"], f["shared"]["total"]
+    budget, room = f["register_budget"], f["shared_budget"]
+    sizes = (
+        f"registers {regs:,} B of {budget:,} (the budget of {w} warps), "
+        f"shared memory {shared:,} B of {room:,}"
+    )
+    if got:
+        over = (
+            "the registers are over min(256 KiB, 32·w·255·4 B): a thread block of w warps holds "
+            "no more"
+            if regs > budget
+            else "Q_i, K_j, V_j are over the 163 KiB of shared memory one thread block may use"
+        )
+        return f"it does not fit: {sizes}; {over}"
+    causes = []
+    if regs + shared > 256 * 1024:
+        causes.append(
+            "registers and shared memory are two memories with two budgets, not one 256 KiB pool"
+        )
+    if shared + Bc * 2 * d * 2 > room:
+        causes.append("one copy of K_j, V_j (n_kv = 1) here, not two")
+    if regs + Br * Bc * 2 > budget:
+        causes.append(
+            "P_ij in fp16 (2 bytes), the operand of the second matmul; S_ij in float32"
+        )
+    if not causes:
+        causes.append(
+            "count S_ij, P_ij, m, l, acc in registers and Q_i, K_j, V_j in shared memory"
+        )
+    return f"it fits: {sizes}; " + " — or: ".join(causes)
+
+
+def check_a100_fits(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(d, Br, Bc, warps) -> bool`: does one step fit an A100 SM, fp16 inputs, dv = d, one copy of K_j, V_j?
+    registers = Br·Bc·(4 + 2) + (2·Br + Br·d)·4 within min(256 KiB, 32·warps·255·4 B), and
+    shared = (Br·d + 2·Bc·d)·2 within 163 KiB. Every candidate at d = 128, then at a head dimension and blocks
+    drawn afresh each run (`seed` draws the same again); lab's footprints refused. Taught in: notebooks/05_tiling.ipynb"""
+    name = name or getattr(fn, "__name__", "a100_fits")
+    rng, seed = _fresh(seed)
+    d_new = int(rng.choice([32, 48, 80, 96, 160, 192, 256]))
+    cases = [(128, Br, Bc, w) for Br in _SIZES for Bc in _SIZES for w in _WARPS]
+    cases += [
+        (d_new, int(Br), int(Bc), int(w))
+        for Br, Bc, w in zip(
+            rng.choice([16, 32, 64, 96, 128, 192, 256], 12),
+            rng.choice([16, 32, 64, 96, 128, 192, 256], 12),
+            rng.choice(_WARPS, 12),
+        )
+    ]
+    for case in cases:
+        shown = "case (d = {}, Br = {}, Bc = {}, warps = {})".format(*case)
+        ok, got = _attempt(name, fn, shown, case, course=_FIT_COURSE)
+        if not ok:
+            return print(seed_note(seed), end="")
+        if isinstance(got, _Refused):
+            return print(
+                f"{name}: ✗ {shown}: {_refusal(got.called)}\n  hint: write the two footprints yourself "
+                "(section 3's formulas) and compare each with its budget"
+            )
+        if not isinstance(got, (bool, np.bool_)):
+            return print(f"{name}: ✗ {shown}: returned {got!r}; expected True or False")
+        want = _a100_fit(case[1], case[2], case[3], case[0])["fits"]
+        if bool(got) != want:
+            return print(
+                f"{name}: ✗ {shown}: returned {bool(got)}\n  hint: {_fit_hint(*case, bool(got))}\n"
+                + seed_note(seed),
+                end="",
+            )
+    print(
+        f"{name}: ✓ passed {len(cases)} cases: the 18 candidates at d = 128, 12 steps at a fresh d"
+    )
 
 
 def check_fa2_tile_choice(fitting, ship, *, name: str = "fa2_tile") -> None:

@@ -366,6 +366,14 @@ def widest_key_block(sram_bytes, d, Br, itemsize):
         {"state": "Br * d * 4"},
         ["m and l are left out", "Br floats each"],
     ),
+    "S_ij and P_ij left out": (
+        {"tile": "0"},
+        ["S_ij and P_ij are both left out", "Br · (4 + itemsize) bytes per key"],
+    ),
+    "S_ij and P_ij left out, the state at itemsize": (
+        {"tile": "0", "state": "(2 * Br + Br * d) * itemsize"},
+        ["S_ij and P_ij are left out, and m, l, acc counted at itemsize"],
+    ),
     "state left out": (
         {"state": "0"},
         ["got 294", "the state is left out", "m and l (Br each) and acc"],
@@ -393,6 +401,11 @@ def widest_key_block(sram_bytes, d, Br, itemsize):
         ],
     ),
 }
+
+
+def test_widest_m_and_l_left_out_names_only_that():
+    out = _fails("widest", WIDEST.format(**{**WIDEST_OK, "state": "Br * d * 4"}))
+    assert "m and l are left out" in out and "rounded up" not in out, out
 
 
 @pytest.mark.parametrize("mistake", WRONG_3)
@@ -587,6 +600,17 @@ def flash_forward(q, k, v, Br, Bc, causal=False):
     "alpha inverted, e^(m' - m)": (
         _fwd().replace("alpha = np.exp(m - m_use)", "alpha = np.exp(m_use - m)"),
         ["case 0", "α is inverted", "α = e^(m - m′) ≤ 1"],
+    ),
+    "alpha inverted, its first tile guarded": (
+        _fwd().replace(
+            "alpha = np.exp(m - m_use)",
+            "alpha = np.where(np.isneginf(m), 0.0, np.exp(m_use - m))",
+        ),
+        ["α is inverted", "α = e^(m - m′) ≤ 1"],
+    ),
+    "no mask inside the diagonal tiles": (
+        _fwd().replace("            if causal:\n", "            if False:\n"),
+        ["computed without the mask inside", "c > r + (M - N)"],
     ),
     "keepdims slip: s - m without [:, None]": (
         _fwd().replace("np.exp(s - m_use[:, None])", "np.exp(s - m_use)"),

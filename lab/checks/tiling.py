@@ -352,18 +352,20 @@ def _widest(sram_bytes, d, Br, itemsize):
     return max(0, (sram_bytes - _footprint(d, Br, 1, itemsize) + per_key) // per_key)
 
 
-def _widest_slip(sram_bytes, d, Br, itemsize, *, s=4, p=None, state=True, up=False):
-    """`_widest` with a classic slip: S_ij at `s` bytes (0: left out), P_ij at `p` (0: left out), the state left out,
-    or the division rounded up."""
+def _widest_slip(
+    sram_bytes, d, Br, itemsize, *, s=4, p=None, state=True, st=4, up=False
+):
+    """`_widest` with a classic slip: S_ij at `s` bytes (0: left out), P_ij at `p` (0: left out), the state left out
+    (or m, l left out) or at `st` bytes, or the division rounded up."""
     p = itemsize if p is None else p
     kept = 2 * Br + Br * d if state is True else Br * d if state == "acc" else 0
-    fixed = Br * d * itemsize + kept * 4
+    fixed = Br * d * itemsize + kept * st
     per_key = 2 * d * itemsize + Br * (s + p)
     room = sram_bytes - fixed
     return max(0, -(-room // per_key) if up else room // per_key)
 
 
-def _widest_hint(case, got, want):
+def _widest_hint(case, got, want, probe=None):
     sram, d, Br, isz = case
     if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
         return "a block size is a whole number of keys: round down (//)"
@@ -399,6 +401,20 @@ def _widest_hint(case, got, want):
             _widest_slip(*case, s=isz),
             "S_ij counted at itemsize: the scores come out of the first matmul in float32 (4 bytes)",
         ),
+        (
+            _widest_slip(*case, s=0, p=0),
+            "S_ij and P_ij are both left out: the scores (Br × Bc, float32) and the probabilities "
+            "(Br × Bc, itemsize) are buffers of the step too, Br · (4 + itemsize) bytes per key",
+        ),
+        (
+            _widest_slip(*case, s=0, p=0, st=isz),
+            "S_ij and P_ij are left out, and m, l, acc counted at itemsize: the scores (float32) and "
+            "probabilities (itemsize) are Br × Bc buffers of the step, and the state stays in float32",
+        ),
+        (
+            _widest_slip(*case, st=isz),
+            "m, l and acc counted at itemsize: the state is kept in float32 (4 bytes), whatever the inputs",
+        ),
     ]
     if got >= 1 and _footprint(d, Br, got, isz) > sram:
         default = (
@@ -413,6 +429,21 @@ def _widest_hint(case, got, want):
     else:
         default = "the largest Bc whose step fits; 0 when even Bc = 1 does not"
     said = [t for a, t in slips if a != want and _first([(a, t)], got, None)]
+    ml = [t for t in said if t.startswith("m and l")]
+    if probe is not None and ml and said[0].startswith("rounded up"):
+        # the two give the same Bc here: ask one more size, where rounding up is wrong and m, l are not missed
+        fixed = Br * d * isz + (2 * Br + Br * d) * 4
+        per_key = 2 * d * isz + Br * (4 + isz)
+        room = fixed + (want + 2) * per_key - 8 * Br - 1
+        try:
+            again = probe(room, d, Br, isz)
+        except Exception:
+            again = None
+        said = (
+            [t for t in said if t not in ml]
+            if again != _widest(room, d, Br, isz)
+            else ml
+        )
     return " — or: ".join(said) if said else default  # slips that give the same Bc here
 
 
@@ -445,7 +476,7 @@ def check_widest_key_block(
         _widest,
         cases,
         "sram_bytes d Br itemsize",
-        _widest_hint,
+        lambda case, got, want: _widest_hint(case, got, want, probe=fn),
         name,
         integer=True,
         seed=seed,
@@ -971,7 +1002,12 @@ def _slipped(q, k, v, Br, Bc, causal, slip):
                     s = np.where(hide, -np.inf, s)
                 m_new = np.maximum(m, s.max(axis=1))
                 m_use = np.where(np.isneginf(m_new), 0.0, m_new)
-                alpha = np.exp(m_use - m if slip == "alpha inverted" else m - m_use)
+                inverted = slip in ("alpha inverted", "alpha inverted, guarded")
+                alpha = np.exp(m_use - m if inverted else m - m_use)
+                if (
+                    slip == "alpha inverted, guarded"
+                ):  # the first tile's α set to 0 (l, acc are 0)
+                    alpha = np.where(np.isneginf(m), 0.0, alpha)
                 p = np.exp(s - m_use[:, None])
                 keep = 1.0 if slip == "acc not rescaled" else alpha[:, None]
                 l, acc, m = (
@@ -1023,12 +1059,15 @@ def _forward_hint(case, got, want) -> str:
                 "loop over range(0, N, Br) and end each block at min(i0 + Br, N)"
             )
         return "o has shape (N, dv) and lse shape (N,): one row per query"
-    slip = _alpha_inverted(q, k, v, Br, Bc, causal)
-    if all(
-        np.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True)
-        for a, b in zip((o, lse), slip)
+    for slip in (
+        _alpha_inverted(q, k, v, Br, Bc, causal),
+        _slipped(q, k, v, Br, Bc, causal, "alpha inverted, guarded"),
     ):
-        return _ALPHA_INVERTED
+        if all(
+            np.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True)
+            for a, b in zip((o, lse), slip)
+        ):
+            return _ALPHA_INVERTED
     if np.asarray(got[0]).dtype == np.float32:
         return _SLIPS["float32"]
     for name, text in _SLIPS.items():
@@ -1087,6 +1126,24 @@ def _forward_hint(case, got, want) -> str:
         )
     if causal:
         r, c = np.arange(N)[:, None], np.arange(M)[None, :]
+        computed = np.zeros(
+            (N, M), bool
+        )  # every pair of the tiles a causal kernel computes
+        for i0 in range(0, N, Br):
+            i1 = min(i0 + Br, N)
+            computed[i0:i1, : max(0, min(M, i1 + M - N))] = True
+        computed = np.repeat(
+            np.add.reduceat(computed, np.arange(0, M, Bc), axis=1) > 0,
+            np.diff(np.r_[np.arange(0, M, Bc), M]),
+            axis=1,
+        )
+        alts.append(
+            (
+                _reference(q, k, v, computed),
+                "the diagonal tiles are computed without the mask inside: a tile that is partly visible "
+                "must still hide its pairs with c > r + (M - N) (set those scores to -inf before the max)",
+            )
+        )
         alts += [
             (
                 _tile_reference(

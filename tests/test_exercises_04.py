@@ -55,10 +55,13 @@ def test_exercise_1_comes_before_the_merge_it_derives():
     text = [c.source for c in nb.cells]
     ex = next(i for i, t in enumerate(text) if t.startswith("### Exercise 1"))
     reveal = next(
-        i for i, t in enumerate(text) if t.startswith("### The merge, revealed")
+        i
+        for i, t in enumerate(text)
+        if t.startswith("### The merge of $(o, lse)$, revealed")
     )
     section = next(i for i, t in enumerate(text) if t.startswith("## 3."))
-    assert section < ex < reveal
+    ex2 = next(i for i, t in enumerate(text) if t.startswith("### Exercise 2"))
+    assert section < ex < ex2 < reveal  # shown after exercise 2 too
     before = "\n".join(
         t
         for t, c in zip(text[:ex], nb.cells)
@@ -326,7 +329,7 @@ WRONG_PAIR = {
     o = (w_x[:, None] * o_x + w_y[:, None] * o_y) / (w_x + w_y)[:, None]
     return o, m + np.log(w_x + w_y)
 """,
-        ["case 4 (identity: x ⊕ e gives x back)", "so lse = -inf"],
+        ["case 4 (identity: x ⊕ ∅ gives x back)", "so lse = -inf"],
     ),
     "the empty pair's o is NaN": (
         PAIR_HEAD.replace("np.zeros((N, dv))", "np.full((N, dv), np.nan)")
@@ -911,7 +914,7 @@ def tree_rounds(C):
 @pytest.mark.parametrize(
     "source, says",
     [
-        (CHAIN, ["7 rounds for C = 8; 3 are enough", "sequential chain"]),
+        (CHAIN, ["7 rounds for C = 8; 3 rounds are enough", "sequential chain"]),
         (
             TREE_BODY.format(keep="live[::2] if len(live) % 2 == 0 else live[:-1:2]"),
             ["slots are still live", "the one left over stays live"],

@@ -18,6 +18,7 @@ _PART2 = {ex.number: ex for ex in exercises(NAME2)}
 EX = {
     "tiles": _PART1[1],
     "widest": _PART1[2],
+    "fits": _PART1[3],
     "bytes": _PART2[1],
     "forward": _PART2[2],
     "merge": _PART2[3],
@@ -26,6 +27,7 @@ PASSED = {
     "tiles": "causal_tiles: ✓ passed 10 cases\n",
     "bytes": "fa2_bytes: ✓ passed 9 cases\n",
     "widest": "widest_key_block: ✓ passed 9 cases\n",
+    "fits": "a100_fits: ✓ passed 30 cases: the 18 candidates at d = 128, 12 steps at a fresh d\n",
     "forward": "flash_forward: ✓ passed 14 cases, exact to 1e-9; no N × M array held;\n  K_j, V_j loaded "
     "once per reported tile, at most Bc rows; 35 hidden tiles skipped (fixed cases)\n",
     "merge": "merge_chunks: ✓ an empty chunk weighs 0; two empty stay empty (o = 0, lse = -inf); "
@@ -364,6 +366,14 @@ def widest_key_block(sram_bytes, d, Br, itemsize):
         {"state": "Br * d * 4"},
         ["m and l are left out", "Br floats each"],
     ),
+    "S_ij and P_ij left out": (
+        {"tile": "0"},
+        ["S_ij and P_ij are both left out", "Br · (4 + itemsize) bytes per key"],
+    ),
+    "S_ij and P_ij left out, the state at itemsize": (
+        {"tile": "0", "state": "(2 * Br + Br * d) * itemsize"},
+        ["S_ij and P_ij are left out, and m, l, acc counted at itemsize"],
+    ),
     "state left out": (
         {"state": "0"},
         ["got 294", "the state is left out", "m and l (Br each) and acc"],
@@ -391,6 +401,11 @@ def widest_key_block(sram_bytes, d, Br, itemsize):
         ],
     ),
 }
+
+
+def test_widest_m_and_l_left_out_names_only_that():
+    out = _fails("widest", WIDEST.format(**{**WIDEST_OK, "state": "Br * d * 4"}))
+    assert "m and l are left out" in out and "rounded up" not in out, out
 
 
 @pytest.mark.parametrize("mistake", WRONG_3)
@@ -585,6 +600,17 @@ def flash_forward(q, k, v, Br, Bc, causal=False):
     "alpha inverted, e^(m' - m)": (
         _fwd().replace("alpha = np.exp(m - m_use)", "alpha = np.exp(m_use - m)"),
         ["case 0", "α is inverted", "α = e^(m - m′) ≤ 1"],
+    ),
+    "alpha inverted, its first tile guarded": (
+        _fwd().replace(
+            "alpha = np.exp(m - m_use)",
+            "alpha = np.where(np.isneginf(m), 0.0, np.exp(m_use - m))",
+        ),
+        ["α is inverted", "α = e^(m - m′) ≤ 1"],
+    ),
+    "no mask inside the diagonal tiles": (
+        _fwd().replace("            if causal:\n", "            if False:\n"),
+        ["computed without the mask inside", "c > r + (M - N)"],
     ),
     "keepdims slip: s - m without [:, None]": (
         _fwd().replace("np.exp(s - m_use[:, None])", "np.exp(s - m_use)"),
@@ -1069,12 +1095,60 @@ def test_fa2_tile_choice_mistakes(mistake, capsys):
         assert text in out, (text, out)
 
 
+FITS = """
+def a100_fits(d, Br, Bc, warps):
+    regs = Br * Bc * (4 + {p}) + ({ml} * Br + Br * d) * 4
+    shared = (Br * d + {kv} * Bc * 2 * d) * 2
+    budget = {budget}
+    return {verdict}
+"""
+FITS_OK = {
+    "p": "2",
+    "ml": "2",
+    "kv": "1",
+    "budget": "min(256 * 1024, 32 * warps * 255 * 4)",
+    "verdict": "regs <= budget and shared <= 163 * 1024",
+}
+WRONG_FITS = {
+    "one pool": (
+        {"verdict": "regs + shared <= 256 * 1024"},
+        ["it fits", "not one 256 KiB pool"],
+    ),
+    "no warp limit": ({"budget": "256 * 1024"}, ["it does not fit", "32·w·255·4 B"]),
+    "two copies of K, V": ({"kv": "2"}, ["it fits", "one copy of K_j, V_j (n_kv = 1)"]),
+    "P in float32": ({"p": "4"}, ["it fits", "P_ij in fp16"]),
+}
+
+
+@pytest.mark.parametrize("mistake", WRONG_FITS)
+def test_a100_fits_mistakes_are_named(mistake):
+    change, says = WRONG_FITS[mistake]
+    _fails("fits", FITS.format(**{**FITS_OK, **change}), *says)
+
+
+def test_a100_fits_right_passes_and_lab_is_refused():
+    assert run_check(EX["fits"], FITS.format(**FITS_OK)) == PASSED["fits"]
+    cheat = """
+def a100_fits(d, Br, Bc, warps):
+    return lab.onchip_fits("A100", d, Br, Bc, kv_stages=1, warps=warps)["fits"]
+"""
+    _fails("fits", cheat, "lab.onchip_fits")
+    table = """
+hard = {(128, 64, 4), (64, 64, 4), (64, 128, 4), (64, 64, 8), (64, 128, 8), (64, 256, 8),
+        (128, 64, 8), (128, 128, 8), (256, 64, 8)}
+def a100_fits(d, Br, Bc, warps):
+    return (Br, Bc, warps) in hard
+"""
+    _fails("fits", table, "a100_fits: ✗ case (d = ")
+
+
 def test_fa2_tile_choice_passes_the_worked_answer_and_reveals_the_source(capsys):
     ns = {"lab": lab}
     cells = _cells(NAME)
     q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 3"))
-    src = next(s for t, s, tags in cells[q:] if t == "code" and "solution" in tags)
-    exec(compile(_src(src), "<solution>", "exec"), ns)
+    for t, src, tags in cells[q:]:
+        if t == "code" and "solution" in tags:
+            exec(compile(_src(src), "<solution>", "exec"), ns)
     capsys.readouterr()
     out = _tile_said(ns["fitting"], ns["ship"], capsys)
     assert (

@@ -4,7 +4,7 @@
   computes on all of them; rows one or both slices never saw, maxes near ±1000 and 2000 apart, a and b unchanged.
 - `check_pair_merge(fn, empty)` : `fn(x, y)` merges two pairs $(o, lse)$ into the pair over both chunks' keys, and
   `empty(N, dv)` is its identity: equal to attention over all the keys, commutative and associative (each side against
-  the truth), `x ⊕ e = e ⊕ x = x`, lse near ±1000 and 2000 apart in one row, empty rows, inputs unchanged.
+  the truth), `x ⊕ ∅ = ∅ ⊕ x = x`, lse near ±1000 and 2000 apart in one row, empty rows, inputs unchanged.
 - `check_merge_partials(fn)` : `fn(parts)` merges $(o_c, lse_c)$ into $(o, lse)$: 1 to 7 parts, lse near ±1000 (in one
   row too), empty parts and rows, every case also on the parts reversed and shuffled, the parts left unchanged.
 - `check_chunked_attention(fn, chunk_output, merge_partials)` : `chunk_output` on single chunks, then `fn(q, k, v,
@@ -177,7 +177,8 @@ def _judge(name, where, got, used, want, names, hint, before=(), after=()) -> bo
             "compute new arrays: x = x * w makes a new one, x *= w overwrites the caller's",
         )
     elif used:
-        fold = any("logaddexp" in u for u in used)
+        fold = any(u.startswith("numpy.logaddexp") for u in used)
+        other = any(not u.startswith(("numpy.", "lab.")) for u in used)
         _fail(
             name,
             where,
@@ -185,6 +186,9 @@ def _judge(name, where, got, used, want, names, hint, before=(), after=()) -> bo
             "np.logaddexp.reduce folds the lse_c two at a time, a log at every step: a pairwise fold "
             "inside one call; take one max over the C values of lse_c, the C weights, one sum, one log"
             if fold
+            else "write it with numpy alone (np.maximum, np.exp, np.log, np.where): another array "
+            "library's ops are refused, whatever they compute"
+            if other
             else None,
         )
     return problem is None and not changed and not used
@@ -384,8 +388,8 @@ def _pair_cases(fresh):
             lambda f, e: f(x, f(y, z)),
             xyz,
         ),
-        ("identity: x ⊕ e gives x back", lambda f, e: f(x, e), x),
-        ("identity: e ⊕ x gives x back", lambda f, e: f(e, x), x),
+        ("identity: x ⊕ ∅ gives x back", lambda f, e: f(x, e), x),
+        ("identity: ∅ ⊕ x gives x back", lambda f, e: f(e, x), x),
         (
             "lse near +1000 or -1000, the same in both pairs",
             lambda f, e: f(*big),
@@ -402,7 +406,7 @@ def _pair_cases(fresh):
             truth(holes),
         ),
         (
-            "e ⊕ e: no keys at all, o = 0, lse = -inf",
+            "∅ ⊕ ∅: no keys at all, o = 0, lse = -inf",
             lambda f, e: f(e, e),
             (np.zeros((3, 4)), np.full(3, -np.inf)),
         ),
@@ -410,15 +414,15 @@ def _pair_cases(fresh):
 
 
 def _pair_hint(label, parts, got, problem, e):
-    if label.startswith(("identity", "e ⊕ e")) and e is not None:
+    if label.startswith(("identity", "∅ ⊕ ∅")) and e is not None:
         o_e, lse_e = (np.asarray(t, dtype=float) for t in e)
         if not np.isneginf(lse_e).all():
             return (
-                "e is the pair of no keys: no mass, e^lse = 0, so lse = -inf; "
+                "∅ is the pair of no keys: no mass, e^lse = 0, so lse = -inf; "
                 f"your empty pair has lse = {lse_e.ravel()[0]:g}"
             )
         if not np.isfinite(o_e).all():
-            return "e's o meets a weight of 0, and 0 · NaN (or 0 · inf) is NaN: give the empty pair a finite o, zeros"
+            return "∅'s o meets a weight of 0, and 0 · NaN (or 0 · inf) is NaN: give the empty pair a finite o, zeros"
     return _merge_hint(label, parts, got, problem)
 
 
@@ -430,7 +434,7 @@ def check_pair_merge(
     $e^{lse}$ is a chunk's mass and $o$ its mass-weighted average of the values, so
     $lse = \\log(e^{lse_x} + e^{lse_y})$ and $o = e^{lse_x - lse} o_x + e^{lse_y - lse} o_y$. Cases drawn afresh each
     run (`seed` draws the same again): equal to attention over all the keys, commutative, associative (each
-    grouping against the truth), `x ⊕ e = e ⊕ x = x`, lse near ±1000 and 2000 apart, rows empty in one pair or both;
+    grouping against the truth), `x ⊕ ∅ = ∅ ⊕ x = x`, lse near ±1000 and 2000 apart, rows empty in one pair or both;
     the inputs must stay unchanged; lab's merges refused. Taught in: notebooks/04_merge_order.ipynb
     """
     name = name or getattr(fn, "__name__", "merge_pair")
@@ -1047,6 +1051,11 @@ def check_merge_steps(fn, *, name: str | None = None, seed: int | None = None) -
 
 
 # ------------------------------------------------------------------------------------ exercise 4: the tree's rounds
+def _n_rounds(n: int) -> str:
+    """'1 round', '3 rounds'."""
+    return f"{n} round" + ("" if n == 1 else "s")
+
+
 def _rounds_problem(C, rounds):
     """What is wrong with `rounds` as a schedule of C parts, (problem, hint) in words, or None; also the one live
     slot left at the end."""
@@ -1082,7 +1091,7 @@ def _rounds_problem(C, rounds):
         live -= {b for _, b in r}
     if len(live) != 1:
         return (
-            f"after your {len(rounds)} rounds {len(live)} slots are still live",
+            f"after your {_n_rounds(len(rounds))} {len(live)} slots are still live",
             "keep pairing the live slots until one is left; with an odd number of live slots the one "
             "left over stays live and waits for the next round",
         ), None
@@ -1090,7 +1099,9 @@ def _rounds_problem(C, rounds):
     if len(rounds) > want:
         one = all(len(r) <= 1 for r in rounds)
         return (
-            f"{len(rounds)} rounds for C = {C}; {want} are enough",
+            f"{_n_rounds(len(rounds))} for C = {C}; {_n_rounds(want)} "
+            + ("is" if want == 1 else "are")
+            + " enough",
             "one merge a round is the sequential chain: in each round pair up all the live slots at once"
             if one
             else "pair up every live slot in each round (with an odd count, one waits): each round then "

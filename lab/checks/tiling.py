@@ -3,6 +3,7 @@
 - `check_causal_tile_counts(fn)`: `fn(N, M, Br, Bc) -> (computed, masked)` tiles of a bottom-right causal kernel.
 - `check_fa2_hbm_bytes(fn)`     : `fn(N, d, Br, Bc, itemsize, causal) -> bytes` that fa2 moves (N = M, dv = d).
 - `check_widest_key_block(fn)`  : `fn(sram_bytes, d, Br, itemsize) -> Bc`, the largest whose step fits.
+- `check_a100_fits(fn)`         : `fn(d, Br, Bc, warps) -> bool`, one step within an A100 SM's two budgets.
 - `check_tiled_forward(fn)`     : `fn(q, k, v, Br, Bc, causal) -> (o, lse, tiles)`, FlashAttention-2's forward with
   causal tile skipping and a per-tile load report: values, then k and v as `BlockLoadArray`s counting the rows
   loaded against the report, then tracemalloc's peak (an N × M or Br × M score array).
@@ -28,6 +29,7 @@ __all__ = [
     "check_causal_tile_counts",
     "check_fa2_hbm_bytes",
     "check_widest_key_block",
+    "check_a100_fits",
     "check_fa2_tile_choice",
     "check_tiled_forward",
     "check_empty_chunk_merge",
@@ -350,18 +352,20 @@ def _widest(sram_bytes, d, Br, itemsize):
     return max(0, (sram_bytes - _footprint(d, Br, 1, itemsize) + per_key) // per_key)
 
 
-def _widest_slip(sram_bytes, d, Br, itemsize, *, s=4, p=None, state=True, up=False):
-    """`_widest` with a classic slip: S_ij at `s` bytes (0: left out), P_ij at `p` (0: left out), the state left out,
-    or the division rounded up."""
+def _widest_slip(
+    sram_bytes, d, Br, itemsize, *, s=4, p=None, state=True, st=4, up=False
+):
+    """`_widest` with a classic slip: S_ij at `s` bytes (0: left out), P_ij at `p` (0: left out), the state left out
+    (or m, l left out) or at `st` bytes, or the division rounded up."""
     p = itemsize if p is None else p
     kept = 2 * Br + Br * d if state is True else Br * d if state == "acc" else 0
-    fixed = Br * d * itemsize + kept * 4
+    fixed = Br * d * itemsize + kept * st
     per_key = 2 * d * itemsize + Br * (s + p)
     room = sram_bytes - fixed
     return max(0, -(-room // per_key) if up else room // per_key)
 
 
-def _widest_hint(case, got, want):
+def _widest_hint(case, got, want, probe=None):
     sram, d, Br, isz = case
     if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
         return "a block size is a whole number of keys: round down (//)"
@@ -397,6 +401,20 @@ def _widest_hint(case, got, want):
             _widest_slip(*case, s=isz),
             "S_ij counted at itemsize: the scores come out of the first matmul in float32 (4 bytes)",
         ),
+        (
+            _widest_slip(*case, s=0, p=0),
+            "S_ij and P_ij are both left out: the scores (Br × Bc, float32) and the probabilities "
+            "(Br × Bc, itemsize) are buffers of the step too, Br · (4 + itemsize) bytes per key",
+        ),
+        (
+            _widest_slip(*case, s=0, p=0, st=isz),
+            "S_ij and P_ij are left out, and m, l, acc counted at itemsize: the scores (float32) and "
+            "probabilities (itemsize) are Br × Bc buffers of the step, and the state stays in float32",
+        ),
+        (
+            _widest_slip(*case, st=isz),
+            "m, l and acc counted at itemsize: the state is kept in float32 (4 bytes), whatever the inputs",
+        ),
     ]
     if got >= 1 and _footprint(d, Br, got, isz) > sram:
         default = (
@@ -411,6 +429,21 @@ def _widest_hint(case, got, want):
     else:
         default = "the largest Bc whose step fits; 0 when even Bc = 1 does not"
     said = [t for a, t in slips if a != want and _first([(a, t)], got, None)]
+    ml = [t for t in said if t.startswith("m and l")]
+    if probe is not None and ml and said[0].startswith("rounded up"):
+        # the two give the same Bc here: ask one more size, where rounding up is wrong and m, l are not missed
+        fixed = Br * d * isz + (2 * Br + Br * d) * 4
+        per_key = 2 * d * isz + Br * (4 + isz)
+        room = fixed + (want + 2) * per_key - 8 * Br - 1
+        try:
+            again = probe(room, d, Br, isz)
+        except Exception:
+            again = None
+        said = (
+            [t for t in said if t not in ml]
+            if again != _widest(room, d, Br, isz)
+            else ml
+        )
     return " — or: ".join(said) if said else default  # slips that give the same Bc here
 
 
@@ -443,7 +476,7 @@ def check_widest_key_block(
         _widest,
         cases,
         "sram_bytes d Br itemsize",
-        _widest_hint,
+        lambda case, got, want: _widest_hint(case, got, want, probe=fn),
         name,
         integer=True,
         seed=seed,
@@ -515,6 +548,85 @@ def _pooled(d=128):
                 if f["registers"]["total"] + f["shared"]["total"] <= 256 * 1024:
                     out.add((Br, Bc, w))
     return out
+
+
+_FIT_COURSE = _COURSE + ("step_footprint", "onchip_footprint", "fits_table")
+
+
+def _fit_hint(d, Br, Bc, w, got) -> str:
+    """What the learner's verdict `got` on (d, Br, Bc, w) misses, with the two footprints and budgets named."""
+    f = _a100_fit(Br, Bc, w, d)
+    regs, shared = f["registers"]["total"], f["shared"]["total"]
+    budget, room = f["register_budget"], f["shared_budget"]
+    sizes = (
+        f"registers {regs:,} B of {budget:,} (the budget of {w} warps), "
+        f"shared memory {shared:,} B of {room:,}"
+    )
+    if got:
+        over = (
+            "the registers are over min(256 KiB, 32·w·255·4 B): a thread block of w warps holds "
+            "no more"
+            if regs > budget
+            else "Q_i, K_j, V_j are over the 163 KiB of shared memory one thread block may use"
+        )
+        return f"it does not fit: {sizes}; {over}"
+    causes = []
+    if regs + shared > 256 * 1024:
+        causes.append(
+            "registers and shared memory are two memories with two budgets, not one 256 KiB pool"
+        )
+    if shared + Bc * 2 * d * 2 > room:
+        causes.append("one copy of K_j, V_j (n_kv = 1) here, not two")
+    if regs + Br * Bc * 2 > budget:
+        causes.append(
+            "P_ij in fp16 (2 bytes), the operand of the second matmul; S_ij in float32"
+        )
+    if not causes:
+        causes.append(
+            "count S_ij, P_ij, m, l, acc in registers and Q_i, K_j, V_j in shared memory"
+        )
+    return f"it fits: {sizes}; " + " — or: ".join(causes)
+
+
+def check_a100_fits(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(d, Br, Bc, warps) -> bool`: does one step fit an A100 SM, fp16 inputs, dv = d, one copy of K_j, V_j?
+    registers = Br·Bc·(4 + 2) + (2·Br + Br·d)·4 within min(256 KiB, 32·warps·255·4 B), and
+    shared = (Br·d + 2·Bc·d)·2 within 163 KiB. Every candidate at d = 128, then at a head dimension and blocks
+    drawn afresh each run (`seed` draws the same again); lab's footprints refused. Taught in: notebooks/05_tiling.ipynb"""
+    name = name or getattr(fn, "__name__", "a100_fits")
+    rng, seed = _fresh(seed)
+    d_new = int(rng.choice([32, 48, 80, 96, 160, 192, 256]))
+    cases = [(128, Br, Bc, w) for Br in _SIZES for Bc in _SIZES for w in _WARPS]
+    cases += [
+        (d_new, int(Br), int(Bc), int(w))
+        for Br, Bc, w in zip(
+            rng.choice([16, 32, 64, 96, 128, 192, 256], 12),
+            rng.choice([16, 32, 64, 96, 128, 192, 256], 12),
+            rng.choice(_WARPS, 12),
+        )
+    ]
+    for case in cases:
+        shown = "case (d = {}, Br = {}, Bc = {}, warps = {})".format(*case)
+        ok, got = _attempt(name, fn, shown, case, course=_FIT_COURSE)
+        if not ok:
+            return print(seed_note(seed), end="")
+        if isinstance(got, _Refused):
+            return print(
+                f"{name}: ✗ {shown}: {_refusal(got.called)}\n  hint: write the two footprints yourself "
+                "(section 3's formulas) and compare each with its budget"
+            )
+        if not isinstance(got, (bool, np.bool_)):
+            return print(f"{name}: ✗ {shown}: returned {got!r}; expected True or False")
+        want = _a100_fit(case[1], case[2], case[3], case[0])["fits"]
+        if bool(got) != want:
+            return print(
+                f"{name}: ✗ {shown}: returned {bool(got)}\n  hint: {_fit_hint(*case, bool(got))}\n"
+                + seed_note(seed),
+                end="",
+            )
+    print(
+        f"{name}: ✓ passed {len(cases)} cases: the 18 candidates at d = 128, 12 steps at a fresh d"
+    )
 
 
 def check_fa2_tile_choice(fitting, ship, *, name: str = "fa2_tile") -> None:
@@ -890,7 +1002,12 @@ def _slipped(q, k, v, Br, Bc, causal, slip):
                     s = np.where(hide, -np.inf, s)
                 m_new = np.maximum(m, s.max(axis=1))
                 m_use = np.where(np.isneginf(m_new), 0.0, m_new)
-                alpha = np.exp(m_use - m if slip == "alpha inverted" else m - m_use)
+                inverted = slip in ("alpha inverted", "alpha inverted, guarded")
+                alpha = np.exp(m_use - m if inverted else m - m_use)
+                if (
+                    slip == "alpha inverted, guarded"
+                ):  # the first tile's α set to 0 (l, acc are 0)
+                    alpha = np.where(np.isneginf(m), 0.0, alpha)
                 p = np.exp(s - m_use[:, None])
                 keep = 1.0 if slip == "acc not rescaled" else alpha[:, None]
                 l, acc, m = (
@@ -942,12 +1059,15 @@ def _forward_hint(case, got, want) -> str:
                 "loop over range(0, N, Br) and end each block at min(i0 + Br, N)"
             )
         return "o has shape (N, dv) and lse shape (N,): one row per query"
-    slip = _alpha_inverted(q, k, v, Br, Bc, causal)
-    if all(
-        np.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True)
-        for a, b in zip((o, lse), slip)
+    for slip in (
+        _alpha_inverted(q, k, v, Br, Bc, causal),
+        _slipped(q, k, v, Br, Bc, causal, "alpha inverted, guarded"),
     ):
-        return _ALPHA_INVERTED
+        if all(
+            np.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True)
+            for a, b in zip((o, lse), slip)
+        ):
+            return _ALPHA_INVERTED
     if np.asarray(got[0]).dtype == np.float32:
         return _SLIPS["float32"]
     for name, text in _SLIPS.items():
@@ -1006,6 +1126,24 @@ def _forward_hint(case, got, want) -> str:
         )
     if causal:
         r, c = np.arange(N)[:, None], np.arange(M)[None, :]
+        computed = np.zeros(
+            (N, M), bool
+        )  # every pair of the tiles a causal kernel computes
+        for i0 in range(0, N, Br):
+            i1 = min(i0 + Br, N)
+            computed[i0:i1, : max(0, min(M, i1 + M - N))] = True
+        computed = np.repeat(
+            np.add.reduceat(computed, np.arange(0, M, Bc), axis=1) > 0,
+            np.diff(np.r_[np.arange(0, M, Bc), M]),
+            axis=1,
+        )
+        alts.append(
+            (
+                _reference(q, k, v, computed),
+                "the diagonal tiles are computed without the mask inside: a tile that is partly visible "
+                "must still hide its pairs with c > r + (M - N) (set those scores to -inf before the max)",
+            )
+        )
         alts += [
             (
                 _tile_reference(

@@ -182,3 +182,25 @@ def test_folded_shows_its_summary_as_text_and_the_whole_text_behind_a_click():
     assert "return x &lt; 1" in page  # escaped, so the source reads as written
     with pytest.raises(TypeError, match="text and summary"):
         lab.folded(None, "x")
+
+
+def test_torch_imported_inside_an_answer_is_named_torch_not_another_process():
+    """torch's first import starts processes of its own; a numpy-only check names torch, what the answer used."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from lab.checks import _support as s\n"
+        "def answer(x):\n"
+        "    import torch\n"
+        "    return torch.exp(torch.as_tensor(x)).numpy()\n"
+        "with s._watching(numpy_only=True) as seen:\n"
+        "    answer(np.zeros(3))\n"
+        "print(s._refusal(seen))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert "torch" in out.stdout and "another process" not in out.stdout, out.stdout

@@ -338,6 +338,7 @@ def _watching(
                     return func(*args, **(kwargs or {}))
 
             stack.enter_context(_Ops())
+        torch_before = "torch" in sys.modules
         before, threads_before = sys.getprofile(), threading.getprofile()
         sys.setprofile(watch)
         threading.setprofile(watch)  # a thread started inside is watched too
@@ -349,6 +350,10 @@ def _watching(
                 note("sys.setprofile")
             if elsewhere or _running_theirs():
                 note("another thread")
+            if numpy_only and not torch_before and "torch" in sys.modules:
+                # torch's first import starts processes of its own: what the answer did is use torch
+                seen[:] = [w for w in seen if w != "another process"]
+                note("torch (imported by the answer)")
             sys.setprofile(before)
             threading.setprofile(threads_before)
 

@@ -50,7 +50,7 @@ def _cells(name):
 
 @pytest.mark.parametrize(
     "name, numbers, needle",
-    [(NAME, [1, 2], "28% slower"), (NAME2, [1, 2, 3], "identity")],
+    [(NAME, [1, 2, 3], "28% slower"), (NAME2, [1, 2, 3], "identity")],
 )
 def test_each_part_has_three_checked_exercises(name, numbers, needle):
     """Exercise 3 of each part: a question answered in a cell, then checked, with a worked answer after it."""

@@ -13,6 +13,16 @@ from lab.checks import precision_attention
 
 EX = {ex.number: ex for ex in exercises("07_precision_in_attention")}
 
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """The notebook's cells run before each check draw figures; close them (pyplot keeps every one)."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 BLOCK = """
 def block_fp8(x, rows):
     out = np.empty_like(x, dtype=np.float32)

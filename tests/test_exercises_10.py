@@ -479,6 +479,15 @@ WRONG_PD = {
         ),
         ["case 0", "that page's own max"],
     ),
+    "a page's own max, rescaled": (
+        _pd(
+            GOOD_LOOP,
+            PD_STEP.replace(
+                "m_new = np.maximum(m, s.max(axis=2))", "m_new = s.max(axis=2)"
+            ),
+        ),
+        ["case 4", "NaN in yours"],
+    ),
     "lse without m": (
         _pd(GOOD_LOOP, tail=PD_TAIL.replace("(m + np.log(l))", "np.log(l)")),
         ["case 0", "lse is missing the running max"],
@@ -562,7 +571,7 @@ def test_paged_decode_that_copies_the_cache_fails_on_memory(how):
     _fails(
         "paged",
         PD + body,
-        "case 6",
+        "case 7",
         "the values agree, but your code held",
         "running (m, l, acc)",
     )
@@ -980,7 +989,7 @@ def test_passing_lines_are_fixed_text(capsys):
         "cache_per_token: ✓ passed 9 cases",
         "intensity: ✓ passed 5 cases",
         "best_splits: ✓ passed 6 cases",
-        "paged_decode: ✓ passed 7 sequences on scattered pages: stale slots masked, no copy of the cache",
+        "paged_decode: ✓ passed 8 sequences on scattered pages: stale slots masked, no copy of the cache",
         "split_decode: ✓ passed 8 cases (splits not dividing M, more splits than keys, 1 to 16 query heads per K/V head, "
         "scores in the thousands); each key reached decode_chunk once, the answer follows the merged partials, and K/V "
         "were not repeated for the query heads",

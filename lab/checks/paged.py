@@ -144,12 +144,15 @@ def _gather_cases(fn, name, seed) -> None:
 # ------------------------------------------------------------------------------------ the build: paged_decode
 
 
-def _pool(rng, lengths, Hq, Hkv, d, dv, S, scale=1.0, rising=False):
+def _pool(rng, lengths, Hq, Hkv, d, dv, S, scale=1.0, rising=False, falling=False):
     """A pool holding `lengths` sequences on scattered pages (2 spare), the new tokens' q of sequence 0, and its K, V."""
     k = [rng.standard_normal((Hkv, L, d)) * scale for L in lengths]
     v = [rng.standard_normal((Hkv, L, dv)) for L in lengths]
+    page = np.arange(lengths[0]) // S
     if rising:  # the keys of each later page score higher: the running max moves up page by page
-        k[0] = k[0] * (1 + np.arange(lengths[0]) // S)[None, :, None]
+        k[0] = k[0] * (1 + page)[None, :, None]
+    if falling:  # each later page scores far lower: a page's own max lies hundreds below the running one
+        k[0] = k[0] * (1 + page.max() - page)[None, :, None]
     c = paged_kv(k, v, page_size=S, seed=int(rng.integers(1 << 30)), spare_pages=2)
     return c, k[0], v[0]
 
@@ -164,6 +167,15 @@ def _decode_cases(seed: int):
         ("3 new tokens, 4 query heads per K/V head", [37, 12, 50], 8, 2, 3, 8, {}),
         ("scores in the thousands", [29, 17], 4, 2, 1, 8, dict(scale=30.0)),
         ("the max rises page by page", [45, 20], 4, 2, 1, 8, dict(rising=True)),
+        (
+            "the max falls page by page, by hundreds",
+            [33, 20],
+            4,
+            2,
+            1,
+            8,
+            dict(scale=30.0, falling=True),
+        ),
         ("64 query heads on 1 K/V head, 16,000 tokens", [16000, 100], 64, 1, 1, 16, {}),
     ):
         d = dv = 16 if Hq == 64 else 8

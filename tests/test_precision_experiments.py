@@ -447,3 +447,20 @@ def test_p_matmul_error_torch_matches_numpy_on_the_cpu():
         assert 0.1 * eps < r["numpy"] < 0.4 * eps  # about 0.21 eps
     with pytest.raises(ValueError, match="fmt"):
         p_matmul_error_torch("fp64", device="cpu")
+
+
+def test_the_counts_axis_labels_powers_of_ten_in_plain_text():
+    from lab.figures.precision import _power_of_ten
+
+    assert [_power_of_ten(y) for y in (1.0, 10.0, 1e8, 1e-3)] == [
+        "10⁰",
+        "10¹",
+        "10⁸",
+        "10⁻³",
+    ]
+    assert _power_of_ten(30.0) == ""  # no label off the powers of ten
+    r = figs.draw_p_explorer("fp16", M=512, spread=2.0, block_k=64)
+    ax = plt.gcf().axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert labels and all(t.startswith("10") and "$" not in t for t in labels)
+    assert ax.yaxis.get_minorticklocs().size == 0 and r["M"] == 512

@@ -8,6 +8,7 @@ Taught in: notebooks/07_precision.ipynb, notebooks/07_precision_in_attention.ipy
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker as mticker
 import numpy as np
 
 from ..precision import format_info, round_to
@@ -190,6 +191,23 @@ def draw_outliers(measured: dict, paper: dict = FA3_TABLE3_RMSE, ax=None) -> dic
     return {"measured": dict(zip(keys, here)), "paper": dict(zip(keys, theirs))}
 
 
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def _power_of_ten(y: float, _pos=None) -> str:
+    """Tick label $10^k$ in plain text (no mathtext to lay out at each redraw)."""
+    k = round(np.log10(y))
+    return f"10{str(k).translate(_SUPERSCRIPT)}" if np.isclose(y, 10.0**k) else ""
+
+
+def _log_counts_axis(ax) -> None:
+    """A log y axis of counts: a tick at each power of ten, labelled 10ᵏ, no minor ticks."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(mticker.LogLocator(base=10, numticks=12))
+    ax.yaxis.set_major_formatter(mticker.FuncFormatter(_power_of_ten))
+    ax.yaxis.set_minor_locator(mticker.NullLocator())
+
+
 def draw_p_explorer(
     fmt: str = "fp8_e4m3",
     M: int | None = 4096,
@@ -239,7 +257,7 @@ def draw_p_explorer(
         zorder=0,
         label=f"subnormal: fewer bits (< 2^{tiny:.0f})",
     )
-    ax.set_yscale("log")
+    _log_counts_axis(ax)
     ax.set_ylim(
         0.5, float(counts.max()) * 3e3
     )  # headroom: the legend and the box sit above every bar

@@ -589,6 +589,113 @@ def _report_raised(
     print(seed_note(seed), end="")
 
 
+def _check_row_softmax(
+    fn,
+    cases,
+    *,
+    rng,
+    seed,
+    long_n: int,
+    long_block: int,
+    name: str,
+    course,
+    reference,
+    mistakes,
+    rule: str,
+    nan_hint: str,
+    accesses,
+    held_hint: str,
+    passed: str,
+) -> None:
+    """The shared body of the row-softmax checks: `fn(x, y, block)` against `reference(x, block)` on `cases`,
+    then NaNs hidden on the way, then the loads and stores (`accesses(xs, ys, block)` -> (problem, hint)), then
+    the bytes held on a row of `long_n` scores; one verdict printed."""
+    name, access = _guarded(fn, name).__name__, None
+    for i, (x, block) in enumerate(cases):
+        shown = f"case {i} {describe_case((x, block))}"
+        xs, ys = CountingArray(x), CountingArray(np.zeros(len(x)), "y")
+        try:
+            with (
+                np.errstate(all="ignore"),
+                _watching(course, numpy_only=True, forbid=(np.logaddexp,)) as called,
+            ):
+                _settled(fn(xs, ys, block))
+        except Exception as exc:  # a learner's bug: report it, do not stop the notebook
+            _report_raised(
+                name,
+                shown,
+                exc,
+                seed,
+                "x and y are counting arrays: use len(x), x[j0:j1] and y[j0:j1] = values, "
+                "not numpy on x itself",
+            )
+            return
+        if called:
+            print(f"{name}: ✗ {shown}: {_refusal(called)}")
+            return
+        got, want = ys.peek(), reference(x, block)
+        problem = diagnose(got, want, rtol=1e-9, atol=1e-12)
+        hint = _hint(
+            mistakes,
+            rule,
+            close=(_FLOAT32.format("1e-9", "your l (or y)", "m and l"), 1e-5),
+        )((x, block), got, want)
+        unstored = np.flatnonzero(ys.stores == 0)
+        if problem is not None and unstored.size == len(x):
+            problem, hint = (
+                "y was never stored into",
+                "write y[j0:j0 + block] = ...; the function returns nothing",
+            )
+        elif problem is not None and unstored.size:
+            problem = (
+                f"y[{int(unstored[0])}] was never stored ({unstored.size} of {len(x)}); "
+                + problem
+            )
+            hint = "the last, shorter block was left out: range(0, len(x), block) reaches it"
+        if problem is not None:
+            print(
+                f"{name}: ✗ {shown}: {problem}" + (f"\n  hint: {hint}" if hint else "")
+            )
+            print(seed_note(seed), end="")
+            return
+        try:
+            with np.errstate(invalid="raise"):
+                fn(CountingArray(x), CountingArray(np.zeros(len(x)), "y"), block)
+        except FloatingPointError:
+            print(
+                f"{name}: ✗ {shown}: the values are right, but on the way it makes a NaN "
+                f"(-inf - (-inf) or 0/0) and then hides it\n  hint: {nan_hint}"
+            )
+            print(seed_note(seed), end="")
+            return
+        # the accesses are reported once the values are right everywhere: a wrong formula says more
+        if access is None:
+            said, why = accesses(xs, ys, block, x)
+            if said is not None:
+                access = f"{name}: ✗ {shown}: {said}" + (
+                    f"\n  hint: {why}" if why else ""
+                )
+    if access is not None:
+        print(access)
+        print(seed_note(seed), end="")
+        return
+    x = rng.standard_normal(long_n)
+    fn(
+        CountingArray(x), CountingArray(np.zeros(long_n), "y"), long_block
+    )  # once unmeasured: a first call's set-up
+    held, _ = peak_bytes(
+        fn, CountingArray(x), CountingArray(np.zeros(long_n), "y"), long_block
+    )
+    if held > x.nbytes // 4:
+        print(
+            f"{name}: ✗ on a row of {long_n} scores in blocks of {long_block}, it held {held:,} bytes "
+            f"at once; the row itself is {x.nbytes:,} bytes and one block {long_block * 8} bytes\n"
+            f"  hint: {held_hint}"
+        )
+        return
+    print(f"{name}: ✓ passed {len(cases)} cases; {passed}; no row held")
+
+
 def check_safe_softmax(
     fn, *, long_n: int = 20_000, long_block: int = 50, seed: int | None = None
 ) -> None:
@@ -617,92 +724,22 @@ def check_safe_softmax(
         row = level + 3 * fresh.standard_normal(n)
         row[fresh.random(n) < 0.2] = -inf
         cases.append((row, int(fresh.integers(2, 9))))
-    name, access = _guarded(fn, "safe_softmax").__name__, None
-    for i, (x, block) in enumerate(cases):
-        shown = f"case {i} {describe_case((x, block))}"
-        xs, ys = CountingArray(x), CountingArray(np.zeros(len(x)), "y")
-        try:
-            with (
-                np.errstate(all="ignore"),
-                _watching(
-                    _THREE_COURSE, numpy_only=True, forbid=(np.logaddexp,)
-                ) as called,
-            ):
-                _settled(fn(xs, ys, block))
-        except Exception as exc:  # a learner's bug: report it, do not stop the notebook
-            _report_raised(
-                name,
-                shown,
-                exc,
-                seed,
-                "x and y are counting arrays: use len(x), x[j0:j1] and y[j0:j1] = values, not numpy on x itself",
-            )
-            return
-        if called:
-            print(f"{name}: ✗ {shown}: {_refusal(called)}")
-            return
-        got, want = ys.peek(), _three_pass(x, block)
-        problem = diagnose(got, want, rtol=1e-9, atol=1e-12)
-        hint = _hint(
-            _THREE_MISTAKES,
-            "three passes: m = the row's max, then l = the sum of e^(x - m), then y = e^(x - m) / l",
-            close=(_FLOAT32.format("1e-9", "your l (or y)", "m and l"), 1e-5),
-        )((x, block), got, want)
-        unstored = np.flatnonzero(ys.stores == 0)
-        if problem is not None and unstored.size == len(x):
-            problem, hint = (
-                "y was never stored into",
-                "write y[j0:j0 + block] = ...; the function returns nothing",
-            )
-        elif problem is not None and unstored.size:
-            problem = (
-                f"y[{int(unstored[0])}] was never stored ({unstored.size} of {len(x)}); "
-                + problem
-            )
-            hint = "the last, shorter block was left out: range(0, len(x), block) reaches it"
-        if problem is not None:
-            print(
-                f"{name}: ✗ {shown}: {problem}" + (f"\n  hint: {hint}" if hint else "")
-            )
-            print(seed_note(seed), end="")
-            return
-        try:
-            with np.errstate(invalid="raise"):
-                fn(CountingArray(x), CountingArray(np.zeros(len(x)), "y"), block)
-        except FloatingPointError:
-            print(
-                f"{name}: ✗ {shown}: the values are right, but on the way it makes a NaN (-inf - (-inf) or 0/0) "
-                "and then hides it\n  hint: avoid the NaN instead: shift a row of only -inf by 0, and store "
-                "zeros where l = 0"
-            )
-            print(seed_note(seed), end="")
-            return
-        # the accesses are reported once the values are right everywhere: a wrong formula says more
-        if access is None:
-            said, why = _three_pass_problem(xs, ys, block)
-            if said is not None:
-                access = f"{name}: ✗ {shown}: {said}" + (
-                    f"\n  hint: {why}" if why else ""
-                )
-    if access is not None:
-        print(access)
-        print(seed_note(seed), end="")
-        return
-    x = rng.standard_normal(long_n)
-    fn(
-        CountingArray(x), CountingArray(np.zeros(long_n), "y"), long_block
-    )  # once unmeasured: a first call's set-up
-    xs, ys = CountingArray(x), CountingArray(np.zeros(long_n), "y")
-    held, _ = peak_bytes(fn, xs, ys, long_block)
-    if held > x.nbytes // 4:
-        print(
-            f"{name}: ✗ on a row of {long_n} scores in blocks of {long_block}, it held {held:,} bytes at once; the row "
-            f"itself is {x.nbytes:,} bytes and one block {long_block * 8} bytes\n"
-            "  hint: keep only m and l between passes: no copy of the row, no list of its exponentials"
-        )
-        return
-    print(
-        f"{name}: ✓ passed {len(cases)} cases; each score loaded 3 times, each y_i stored once; no row held"
+    _check_row_softmax(
+        fn,
+        cases,
+        rng=rng,
+        seed=seed,
+        long_n=long_n,
+        long_block=long_block,
+        name="safe_softmax",
+        course=_THREE_COURSE,
+        reference=_three_pass,
+        mistakes=_THREE_MISTAKES,
+        rule="three passes: m = the row's max, then l = the sum of e^(x - m), then y = e^(x - m) / l",
+        nan_hint="avoid the NaN instead: shift a row of only -inf by 0, and store zeros where l = 0",
+        accesses=lambda xs, ys, block, x: _three_pass_problem(xs, ys, block),
+        held_hint="keep only m and l between passes: no copy of the row, no list of its exponentials",
+        passed="each score loaded 3 times, each y_i stored once",
     )
 
 
@@ -1187,99 +1224,28 @@ def check_online_softmax(
         row = level + 3 * fresh.standard_normal(n)
         row[fresh.random(n) < 0.2] = -inf
         cases.append((row, int(fresh.integers(2, 9))))
-    name, access = _guarded(fn, "online_softmax").__name__, None
-    for i, (x, block) in enumerate(cases):
-        shown = f"case {i} {describe_case((x, block))}"
-        xs, ys = CountingArray(x), CountingArray(np.zeros(len(x)), "y")
-        try:
-            with (
-                np.errstate(all="ignore"),
-                _watching(
-                    _THREE_COURSE + _PASS_COURSE,
-                    numpy_only=True,
-                    forbid=(np.logaddexp,),
-                ) as called,
-            ):
-                _settled(fn(xs, ys, block))
-        except Exception as exc:  # a learner's bug: report it, do not stop the notebook
-            _report_raised(
-                name,
-                shown,
-                exc,
-                seed,
-                "x and y are counting arrays: use len(x), x[j0:j1] and y[j0:j1] = values, "
-                "not numpy on x itself",
-            )
-            return
-        if called:
-            print(f"{name}: ✗ {shown}: {_refusal(called)}")
-            return
-        got, want = ys.peek(), _two_pass(x, block)
-        problem = diagnose(got, want, rtol=1e-9, atol=1e-12)
-        hint = _hint(
-            _TWO_MISTAKES,
-            "pass 1: after each block m is the max of the scores read so far and l the sum "
-            "of e^(x - m) over them; pass 2: y = e^(x - m) / l with the final (m, l)",
-            close=(_FLOAT32.format("1e-9", "your l (or y)", "m and l"), 1e-5),
-        )((x, block), got, want)
-        unstored = np.flatnonzero(ys.stores == 0)
-        if problem is not None and unstored.size == len(x):
-            problem, hint = (
-                "y was never stored into",
-                "write y[j0:j0 + block] = ...; the function returns nothing",
-            )
-        elif problem is not None and unstored.size:
-            problem = (
-                f"y[{int(unstored[0])}] was never stored ({unstored.size} of {len(x)}); "
-                + problem
-            )
-            hint = "the last, shorter block was left out: range(0, len(x), block) reaches it"
-        if problem is not None:
-            print(
-                f"{name}: ✗ {shown}: {problem}" + (f"\n  hint: {hint}" if hint else "")
-            )
-            print(seed_note(seed), end="")
-            return
-        try:
-            with np.errstate(invalid="raise"):
-                fn(CountingArray(x), CountingArray(np.zeros(len(x)), "y"), block)
-        except FloatingPointError:
-            print(
-                f"{name}: ✗ {shown}: the values are right, but on the way it makes a NaN "
-                "(-inf - (-inf) or 0/0) and then hides it\n  hint: avoid the NaN instead: a "
-                "block of only -inf leaves (m, l) as it is, and y is 0 where l = 0"
-            )
-            print(seed_note(seed), end="")
-            return
-        # reported once the values are right everywhere; a row of only -inf may skip pass 2's loads
-        if access is None and not np.isneginf(x).all():
-            said, why = _two_pass_problem(xs, ys, block)
-            if said is not None:
-                access = f"{name}: ✗ {shown}: {said}" + (
-                    f"\n  hint: {why}" if why else ""
-                )
-    if access is not None:
-        print(access)
-        print(seed_note(seed), end="")
-        return
-    x = rng.standard_normal(long_n)
-    fn(
-        CountingArray(x), CountingArray(np.zeros(long_n), "y"), long_block
-    )  # a first call's set-up
-    held, _ = peak_bytes(
-        fn, CountingArray(x), CountingArray(np.zeros(long_n), "y"), long_block
-    )
-    if held > x.nbytes // 4:
-        print(
-            f"{name}: ✗ on a row of {long_n} scores in blocks of {long_block}, it held {held:,} bytes "
-            f"at once; the row itself is {x.nbytes:,} bytes and one block {long_block * 8} bytes\n"
-            "  hint: keep only (m, l) between the passes, no copy of the row and no list of its "
-            "exponentials; load `block` scores at a time, x[j0:j0 + block], in each pass"
-        )
-        return
-    print(
-        f"{name}: ✓ passed {len(cases)} cases; each score loaded twice, each y_j stored once; "
-        "no row held"
+    _check_row_softmax(
+        fn,
+        cases,
+        rng=rng,
+        seed=seed,
+        long_n=long_n,
+        long_block=long_block,
+        name="online_softmax",
+        course=_THREE_COURSE + _PASS_COURSE,
+        reference=_two_pass,
+        mistakes=_TWO_MISTAKES,
+        rule="pass 1: after each block m is the max of the scores read so far and l the sum "
+        "of e^(x - m) over them; pass 2: y = e^(x - m) / l with the final (m, l)",
+        nan_hint="avoid the NaN instead: a block of only -inf leaves (m, l) as it is, and y is 0 "
+        "where l = 0",
+        # a row of only -inf may skip pass 2's loads
+        accesses=lambda xs, ys, block, x: (
+            (None, None) if np.isneginf(x).all() else _two_pass_problem(xs, ys, block)
+        ),
+        held_hint="keep only (m, l) between the passes, no copy of the row and no list of its "
+        "exponentials; load `block` scores at a time, x[j0:j0 + block], in each pass",
+        passed="each score loaded twice, each y_j stored once",
     )
 
 

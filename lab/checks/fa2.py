@@ -563,27 +563,34 @@ def _hint(problem: str, variant: str, got, want, q_i, k, v, Bc, case_hint, log=(
     return next((h for key, h in hints.items() if problem.startswith(key)), case_hint)
 
 
+def _watched_call(fn, name: str, shown: str, arrays, size: int, course, seed):
+    """Call `fn(*arrays watched, size)` with lab's `course` refused: `(result, names of lab called, log)`, or None
+    once a raised error (or a stub's NotImplementedError) has been reported."""
+    log = _Log()
+    try:
+        args = (*(_watched(a, log) for a in arrays), size)
+        with np.errstate(all="ignore"), _watching(course, numpy_only=True) as called:
+            return _settled(fn(*args)), called, log
+    except NotImplementedError:
+        print(_NOT_YET.format(name))
+    except Exception as exc:  # a learner's bug: report it, do not stop the notebook
+        print(f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}")
+        print(seed_note(seed), end="")
+    return None
+
+
 def _check_block(fn, variant: str, name: str | None, seed: int | None) -> None:
     name = name or getattr(fn, "__name__", "your function")
     names = ("o", "m", "l") if variant == "fa1" else ("o", "lse")
     _, seed = _fresh(seed)
     cases = _block_cases(seed)
     for i, (label, q_i, k, v, Bc, case_hint) in enumerate(cases):
-        log = _Log()
-        try:
-            args = (_watched(q_i, log), _watched(k, log), _watched(v, log), Bc)
-            with (
-                np.errstate(all="ignore"),
-                _watching(_COURSE, numpy_only=True) as called,
-            ):
-                got = _settled(fn(*args))
-        except NotImplementedError:
-            print(_NOT_YET.format(name))
+        run = _watched_call(
+            fn, name, f"case {i} ({label})", (q_i, k, v), Bc, _COURSE, seed
+        )
+        if run is None:
             return
-        except Exception as exc:  # a learner's bug: report it, do not stop the notebook
-            print(f"{name}: ✗ case {i} ({label}) raised {type(exc).__name__}: {exc}")
-            print(seed_note(seed), end="")
-            return
+        got, called, log = run
         if isinstance(got, Watched):
             got = got.view(np.ndarray)
         if isinstance(got, tuple):
@@ -979,21 +986,12 @@ def check_split_k_tile(fn, *, name: str | None = None, seed: int | None = None) 
     _, seed = _fresh(seed)
     cases = _split_cases(seed)
     for i, (label, q_i, k_j, v_j, w) in enumerate(cases):
-        log = _Log()
-        try:
-            args = (_watched(q_i, log), _watched(k_j, log), _watched(v_j, log), w)
-            with (
-                np.errstate(all="ignore"),
-                _watching(_MERGE, numpy_only=True) as called,
-            ):
-                got = _settled(fn(*args))
-        except NotImplementedError:
-            print(_NOT_YET.format(name))
+        run = _watched_call(
+            fn, name, f"case {i} ({label})", (q_i, k_j, v_j), w, _MERGE, seed
+        )
+        if run is None:
             return
-        except Exception as exc:  # a learner's bug: report it, do not stop the notebook
-            print(f"{name}: ✗ case {i} ({label}) raised {type(exc).__name__}: {exc}")
-            print(seed_note(seed), end="")
-            return
+        got, called, log = run
         problem, hint = _refusal(called) if called else None, None
         problem = problem or _split_shape(got, w)
         s = q_i @ k_j.T / np.sqrt(q_i.shape[1])  # (Br, Bc), the tile's scores

@@ -589,6 +589,17 @@ def _report_raised(
     print(seed_note(seed), end="")
 
 
+def _drawn_rows(fresh) -> list:
+    """Three rows drawn for this run, around 0, +1000 and -1000, a fifth of their scores -inf: `(x, block)`."""
+    rows = []
+    for level in (0.0, 1000.0, -1000.0):
+        n = int(fresh.integers(5, 40))
+        row = level + 3 * fresh.standard_normal(n)
+        row[fresh.random(n) < 0.2] = -inf
+        rows.append((row, int(fresh.integers(2, 9))))
+    return rows
+
+
 def _check_row_softmax(
     fn,
     cases,
@@ -719,14 +730,9 @@ def check_safe_softmax(
         (300 * rng.standard_normal(40), 7),
         (rng.standard_normal(3), 100),
     ]
-    for level in (0.0, 1000.0, -1000.0):
-        n = int(fresh.integers(5, 40))
-        row = level + 3 * fresh.standard_normal(n)
-        row[fresh.random(n) < 0.2] = -inf
-        cases.append((row, int(fresh.integers(2, 9))))
     _check_row_softmax(
         fn,
-        cases,
+        cases + _drawn_rows(fresh),
         rng=rng,
         seed=seed,
         long_n=long_n,
@@ -1219,14 +1225,9 @@ def check_online_softmax(
         (1000.0 * rng.standard_normal(7), 100),
         (rng.standard_normal(1), 3),
     ]
-    for level in (0.0, 1000.0, -1000.0):
-        n = int(fresh.integers(5, 40))
-        row = level + 3 * fresh.standard_normal(n)
-        row[fresh.random(n) < 0.2] = -inf
-        cases.append((row, int(fresh.integers(2, 9))))
     _check_row_softmax(
         fn,
-        cases,
+        cases + _drawn_rows(fresh),
         rng=rng,
         seed=seed,
         long_n=long_n,

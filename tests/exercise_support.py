@@ -139,12 +139,20 @@ def source(text: str) -> str:
     return textwrap.dedent(text).strip() + "\n"
 
 
-def assert_fails(ex: Exercise, text: str, *says: str) -> str:
-    """Run a planted wrong solution through the exercise's check: it must print ✗ and every phrase in `says`."""
+def assert_says(out: str, *says: str | tuple[str, ...]) -> None:
+    """Every phrase in `says` is in `out`; a tuple of phrases is met by any one of them (a fault that a case drawn
+    for the run can make look like another, each hint naming it)."""
+    for s in says:
+        either = s if isinstance(s, tuple) else (s,)
+        assert any(e in out for e in either), f"{s!r} not in:\n{out}"
+
+
+def assert_fails(ex: Exercise, text: str, *says: str | tuple[str, ...]) -> str:
+    """Run a planted wrong solution through the exercise's check: it must print ✗ and every phrase in `says`
+    (`assert_says`)."""
     out = run_check(ex, source(text))
     assert "✗" in out and "✓" not in out, out
-    for s in says:
-        assert s in out, f"{s!r} not in:\n{out}"
+    assert_says(out, *says)
     return out
 
 

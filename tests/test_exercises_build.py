@@ -6,7 +6,7 @@ import re
 
 import nbformat
 import pytest
-from exercise_support import ROOT, exercises
+from exercise_support import ROOT, assert_says, exercises
 
 BUILDS = {
     "03_one_pass_attention": [2],  # 1 derives one step of the normalized state
@@ -61,3 +61,15 @@ def test_every_notebook_from_03_has_a_build():
         if "03" <= p.stem[:2] <= "11"
     )
     assert names == sorted(BUILDS)
+
+
+def test_a_tuple_of_phrases_is_met_by_any_one_of_them():
+    assert_says(
+        "✗ case 2: hint: K read per query head",
+        "case 2",
+        ("per query head", "every byte"),
+    )
+    with pytest.raises(AssertionError, match="not in"):
+        assert_says("✗ case 2: hint: V forgotten", ("per query head", "every byte"))
+    with pytest.raises(AssertionError, match="not in"):
+        assert_says("✗ case 2", "case 3")

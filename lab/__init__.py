@@ -78,6 +78,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "hardware_table",
         "estimated_bytes",
         "loop_overhead",
+        "intensity_lines",
     ),
     # 01-02 softmax
     "softmax": (

@@ -31,6 +31,7 @@ __all__ = [
     "hardware_table",
     "estimated_bytes",
     "loop_overhead",
+    "intensity_lines",
 ]
 
 KiB = 1024
@@ -236,6 +237,31 @@ def estimated_bytes(
     if kernel == "lab torch flash":
         return itemsize * bh * (2 * nd + kv + 10 * n2)
     return itemsize * bh * (2 * nd + kv)
+
+
+def intensity_lines(kernels, B: int, H: int, N: int, ds, ridge: float) -> str:
+    """One line per kernel: its estimated intensity $I = F / W$ at each head dimension d, and its side of the ridge $I^*$.
+
+    $F$ is `attention_flops`, $W$ is `estimated_bytes` in fp32; $I$ is analytic, the side depends on this machine's
+    ridge and prints masked. Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    from .measure.flops import attention_flops
+    from .notebook import measured
+
+    kernels, ds = list(kernels), list(ds)
+    if not kernels or not ds:
+        raise ValueError("kernels and ds must each name at least one")
+    if not ridge > 0:
+        raise ValueError(f"ridge must be positive, got {ridge!r}")
+    lines = []
+    for kernel in kernels:
+        cells = []
+        for d in ds:
+            i = attention_flops(B, H, N, d) / estimated_bytes(kernel, B, H, N, d)
+            side = measured("past" if i > ridge else "below", ">5")
+            cells.append(f"d = {d}: I = {i:5.1f}, {side} the ridge")
+        lines.append(f"{kernel:<16} " + "; ".join(cells))
+    return "\n".join(lines)
 
 
 def loop_overhead(

@@ -15,6 +15,23 @@ def test_cost_models_live_in_lab_hardware_and_are_importable_from_the_figures():
         assert getattr(lab, name) is getattr(hw, name) is getattr(figs, name)
 
 
+def test_intensity_lines_place_each_kernel_against_the_ridge():
+    text = lab.intensity_lines(
+        ["torch naive", "sdpa flash"], 1, 8, 4096, (64, 128), 20.0
+    )
+    naive, fused = text.splitlines()
+    F = lab.attention_flops(1, 8, 4096, 64)
+    assert f"I = {F / lab.estimated_bytes('torch naive', 1, 8, 4096, 64):5.1f}" in naive
+    assert (
+        "below" in naive.split(";")[0] and "past" in naive.split(";")[1]
+    )  # 15.8, 31.0
+    assert fused.count("past") == 2 and "below" not in fused
+    for bad in (dict(ds=()), dict(ridge=0.0)):
+        args = dict(ds=(64,), ridge=10.0) | bad
+        with pytest.raises(ValueError, match="ds|ridge"):
+            lab.intensity_lines(["sdpa flash"], 1, 8, 4096, **args)
+
+
 def test_estimated_bytes_orders_the_kernels():
     naive, loop, fused = (
         lab.estimated_bytes(k, 1, 8, 4096, 64)

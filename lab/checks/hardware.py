@@ -806,8 +806,8 @@ def check_triton_attention(kernel, *, name: str | None = None) -> None:
         print(f"  hint: {hint}")
         return
     print(
-        f"{name}: ✓ passed {len(_CASES)} cases (1 and more key blocks, ragged N, M, "
-        "Br != Bc, scores ±200, a high block first)"
+        f"{name}: ✓ passed {len(_CASES)} cases\n"
+        "  (1 and more key blocks, ragged N and M, Br ≠ Bc, scores ±200, a high block first)"
     )
 
 

@@ -159,8 +159,8 @@ def triton_status() -> tuple[bool, str]:
             "process; restart with TRITON_INTERPRET=1 to step through the kernel on the CPU."
         )
     return True, (
-        f"Triton {version}: no CUDA device; CPU tensors run in its interpreter "
-        "(numpy, a program at a time), never timed."
+        f"Triton {version}: no CUDA device; CPU tensors run in its interpreter, "
+        "one program at a time."
     )
 
 

@@ -91,7 +91,11 @@ def _rounders(why: str) -> list:
     torch = sys.modules.get("torch")
     if torch is not None:  # never import torch for a numpy answer
         out += [(torch, "round", why.format("torch.round"))]
-        out += [(torch, "rint", why.format("torch.rint"))] if hasattr(torch, "rint") else []
+        out += (
+            [(torch, "rint", why.format("torch.rint"))]
+            if hasattr(torch, "rint")
+            else []
+        )
         out += [(torch.Tensor, "round", why.format("a tensor's .round()"))]
     return out
 

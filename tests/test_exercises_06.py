@@ -1,7 +1,6 @@
 """Notebook 06's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the instrument and checks of lab/checks/fa2.py behave."""
 
-import dataclasses
 import re
 
 import nbformat

@@ -1064,3 +1064,20 @@ def test_split_k_count_cell_counts_the_learners_partials():
         lab.warp_split_exchange(64, 64, 64, warps=4, split="K")["written"] // 4
         == 4 * 64 * 66
     )
+
+
+def test_loop_record_tells_the_two_forms_apart():
+    """FA1 holds the normalized output after every key block and divides T_c·Br·d_v times; FA2 once, Br·d_v."""
+    ns = {}
+    for number in (1, 2):
+        exec(compile(EX[number].solution, "<solution>", "exec"), {"np": np} | ns, ns)
+    g = np.random.default_rng(3)
+    q_i, k, v = (g.standard_normal(s) for s in ((8, 16), (100, 16), (100, 12)))
+    fa1 = checks.loop_record(ns["fa1_block"], q_i, k, v, 32)
+    fa2 = checks.loop_record(ns["fa2_block"], q_i, k, v, 32)
+    assert fa1 == {
+        "normalized_after": [0, 1, 2, 3],
+        "divides": 4 * 8 * 12,
+        "key_blocks": 4,
+    }
+    assert fa2 == {"normalized_after": [3], "divides": 8 * 12, "key_blocks": 4}

@@ -1,6 +1,7 @@
-"""Checks for the exercises of notebook 06: one query block in FA1's form (exercise 1), split-K inside a
-thread block (exercise 2), the A100 time model inverted (3) and FA2's operations under a causal mask (4).
-`check_fa2_block`, the same block in FA2's form, is kept beside them.
+"""Checks for the exercises of notebook 06: one query block in FA1's form (exercise 1) and in FA2's form (2),
+split-K inside a thread block (3), the A100 time model inverted (4) and FA2's operations under a causal mask
+(5). `loop_record` shows a learner what their two block loops did (when each held the normalized output, and
+its divides).
 
 - `check_split_k_tile`         : one key block over w warps, warp u owning keys u·c .. (u+1)·c - 1,
   c = ceil(Bc / w): each partial $(m_u, l_u, acc_u)$ against its own keys alone, the merge against the whole

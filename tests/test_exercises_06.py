@@ -1,7 +1,6 @@
 """Notebook 06's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the instrument and checks of lab/checks/fa2.py behave."""
 
-import dataclasses
 import re
 
 import nbformat
@@ -24,21 +23,16 @@ from lab.checks.fa2 import Watched
 
 NAME = "06_flashattention2"
 EX = {ex.number: ex for ex in exercises(NAME)}
-# FA2's form of exercise 1: the check `check_fa2_block` stays in lab (and tested) beside exercise 2
-EX["fa2"] = dataclasses.replace(
-    EX[1],
-    number=2,
-    check="from lab.checks.fa2 import check_fa2_block\ncheck_fa2_block(fa2_block)",
-)
+EX["fa2"] = EX[2]  # FA2's form of exercise 1
 PASSED = {
-    3: "affordable_nonmatmul: ✓ passed 8 cases\n",
-    4: "causal_fa2_ops: ✓ passed 9 cases\n",
+    4: "affordable_nonmatmul: ✓ passed 8 cases\n",
+    5: "causal_fa2_ops: ✓ passed 9 cases\n",
     1: "fa1_block: ✓ passed 6 cases: tiles of <= Bc keys, one exp a score, "
     "O normalized every block (FA1)\n",
-    2: "split_k_tile: ✓ passed 5 cases: each warp's state from its own keys, "
-    "merged into the tile's\n",
-    "fa2": "fa2_block: ✓ passed 6 cases: tiles of <= Bc keys, one exp a score, "
+    2: "fa2_block: ✓ passed 6 cases: tiles of <= Bc keys, one exp a score, "
     "acc normalized once (FA2)\n",
+    3: "split_k_tile: ✓ passed 5 cases: each warp's state from its own keys, "
+    "merged into the tile's\n",
 }
 
 
@@ -50,16 +44,16 @@ def _fails(number: int, text: str, *says: str) -> str:
     return assert_fails(EX[number], text, *says)
 
 
-def test_the_notebook_has_four_checked_exercises():
-    assert sorted(n for n in EX if isinstance(n, int)) == [1, 2, 3, 4]
+def test_the_notebook_has_five_checked_exercises():
+    assert sorted(n for n in EX if isinstance(n, int)) == [1, 2, 3, 4, 5]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4])
+@pytest.mark.parametrize("number", [1, 2, 3, 4, 5])
 def test_worked_solution_passes_with_one_fixed_line(number):
     assert run_check(EX[number], EX[number].solution) == PASSED[number]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4])
+@pytest.mark.parametrize("number", [1, 2, 3, 4, 5])
 def test_stub_reports_not_implemented(number):
     assert "not implemented yet" in run_check(EX[number], EX[number].stub)
 
@@ -67,7 +61,7 @@ def test_stub_reports_not_implemented(number):
 def test_the_exercise_section_needs_only_the_setup():
     """The checks build their own cases: nothing from the notebook's body (q, k, v, split, ...) is used."""
     ns = {}
-    for src in EX[3].setup + EX[3].before:
+    for src in EX[4].setup + EX[4].before:
         exec(compile(src, "<setup>", "exec"), ns)
     assert {
         "check_affordable_nonmatmul",
@@ -83,7 +77,7 @@ def test_exercise_2_comes_before_the_exchange_it_counts():
     nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
     text = [c.source for c in nb.cells]
     start = next(i for i, t in enumerate(text) if t.startswith("## 5."))
-    ex2 = next(i for i, t in enumerate(text) if t.startswith("### Exercise 2"))
+    ex2 = next(i for i, t in enumerate(text) if t.startswith("### Exercise 3"))
     cost = next(i for i, t in enumerate(text) if t.startswith("### What the exchange"))
     assert start < ex2 < cost and "d_v + 2" in text[cost]
     shown = "\n".join(
@@ -94,15 +88,20 @@ def test_exercise_2_comes_before_the_exchange_it_counts():
     assert "d_v + 2" not in shown and "dv + 2" not in shown
 
 
-def test_exercise_1_comes_before_the_rules_it_derives():
+def test_exercises_1_and_2_come_before_the_rules_they_derive():
     nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
     text = [c.source for c in nb.cells]
     first = next(i for i, t in enumerate(text) if t.startswith("### Exercise 1"))
-    assert not any(t.startswith("### Exercise 2") for t in text[: first + 10])
+    second = next(i for i, t in enumerate(text) if t.startswith("### Exercise 2"))
     reveal = next(
         i for i, t in enumerate(text) if t.startswith("### The two rules, revealed")
     )
-    assert first < reveal < next(i for i, t in enumerate(text) if t.startswith("## 2."))
+    assert (
+        first
+        < second
+        < reveal
+        < next(i for i, t in enumerate(text) if t.startswith("## 2."))
+    )
     shown = "\n".join(
         t
         for t, c in zip(text[:reveal], nb.cells)
@@ -130,11 +129,11 @@ def affordable_nonmatmul(d, share):
     t_exp = 1 / lab.exp_rate("A100") + 1 / a100["nonmatmul_flops"]  # exp2 and x * log2(e)
     return (t_non - t_exp) * a100["nonmatmul_flops"]
 """
-    out = run_check(EX[3], _src(with_multiply))
+    out = run_check(EX[4], _src(with_multiply))
     assert "✓ passed 8 cases" in out and "multiply by log2 e" in out, out
 
 
-# ------------------------------------------------------------------------------------ exercise 1
+# ------------------------------------------------------------------------------------ exercise 4: the time model
 
 
 _A100 = "R_mm, R_non, R_exp = 312e12, 19.5e12, lab.exp_rate('A100')\n    odds = share / (1 - share)\n    "
@@ -162,7 +161,7 @@ _A100 = "R_mm, R_non, R_exp = 312e12, 19.5e12, lab.exp_rate('A100')\n    odds = 
 )
 def test_affordable_nonmatmul_mistakes(body, says):
     _fails(
-        3,
+        4,
         f"import lab\ndef affordable_nonmatmul(d, share):\n    {_A100}{body}\n",
         "case 0 (128, 0.3)",
         "expected 5.71094",
@@ -185,7 +184,7 @@ def test_affordable_reference_is_the_closed_form_and_inverts_the_time_model():
     )  # at d = 64 the exponential alone takes more than 10%
 
 
-# ------------------------------------------------------------------------------------ exercise 2
+# ------------------------------------------------------------------------------------ exercise 5: causal counts
 
 
 CAUSAL = """
@@ -220,7 +219,7 @@ def causal_fa2_ops(N, d, B):
     ],
 )
 def test_causal_fa2_ops_mistakes(expr, says):
-    _fails(4, CAUSAL.format(expr=expr), says)
+    _fails(5, CAUSAL.format(expr=expr), says)
 
 
 def test_causal_reference_matches_section_2_table():
@@ -228,7 +227,7 @@ def test_causal_reference_matches_section_2_table():
     assert checks._causal_reference(1024, 64, 64) == 565_760 + 65_536
 
 
-# ------------------------------------------------------------------------------------ exercise 3
+# ------------------------------------------------------------------------------------ exercise 1: FA1's block
 
 FA1 = """
 def fa1_block(q_i, k, v, Bc):
@@ -348,7 +347,7 @@ def test_fa1_converted_inputs_cannot_be_watched():
     _fails(1, src, "could not watch your loop")
 
 
-# ------------------------------------------------------------------------------------ exercise 4
+# ------------------------------------------------------------------------------------ exercise 2: FA2's block
 
 FA2 = """
 def fa2_block(q_i, k, v, Bc):
@@ -384,7 +383,7 @@ def test_fa2_with_in_place_updates_and_a_reciprocal_passes():
         "        acc *= alpha[:, None]\n        acc += p @ v[j0:j0 + Bc]\n",
     )
     assert "acc *= alpha" in src
-    assert run_check(EX["fa2"], _src(src)) == PASSED["fa2"]
+    assert run_check(EX["fa2"], _src(src)) == PASSED[2]
 
 
 def test_fa2_submitted_in_fa1_form_is_refused():
@@ -642,7 +641,7 @@ def test_float16_accumulator_is_told_about_its_rounding():
 
 def test_causal_fa2_ops_through_flash_counts_under_another_name_is_refused():
     _fails(
-        4,
+        5,
         """
         from lab.tiling import flash_counts as fc
         def causal_fa2_ops(N, d, B):
@@ -665,7 +664,7 @@ def test_a_table_of_the_fixed_cases_fails_on_the_fresh_ones():
         ]
     }
     out = run_check(
-        EX[4],
+        EX[5],
         "def causal_fa2_ops(N, d, B):\n    return TABLE.get((N, d, B), 0)\n",
         extra={"TABLE": table},
     )
@@ -728,7 +727,12 @@ def test_prefix_outputs_end_at_the_reference():
 @pytest.mark.parametrize("how", list(EVASIONS))
 @pytest.mark.parametrize(
     "number, name",
-    [(2, "split_k_tile"), (3, "affordable_nonmatmul"), (4, "causal_fa2_ops")],
+    [
+        (2, "fa2_block"),
+        (3, "split_k_tile"),
+        (4, "affordable_nonmatmul"),
+        (5, "causal_fa2_ops"),
+    ],
 )
 def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
     out = run_check(EX[number], evading(EX[number].solution, name, how))
@@ -867,7 +871,7 @@ def test_fa1_returning_l_times_e_to_the_m_is_named():
 def test_affordable_nonmatmul_by_bisection_on_the_model_is_refused():
     """A bisection through lab.gpu_time_share gets the positive cases right: refused all the same."""
     out = _fails(
-        3,
+        4,
         """
         import lab
         def affordable_nonmatmul(d, share):
@@ -902,10 +906,10 @@ def test_affordable_nonmatmul_by_bisection_on_the_model_is_refused():
     ],
 )
 def test_causal_fa2_ops_more_mistakes(expr, says):
-    _fails(4, CAUSAL.format(expr=expr), says)
+    _fails(5, CAUSAL.format(expr=expr), says)
 
 
-# ------------------------------------------------------------------------------------ exercise 2: split-K
+# ------------------------------------------------------------------------------------ exercise 3: split-K
 
 SPLIT = """
 def split_k_tile(q_i, k_j, v_j, w):
@@ -940,7 +944,7 @@ def _split(**change):
 
 
 def test_split_k_template_passes():
-    assert run_check(EX[2], _src(_split())) == PASSED[2]
+    assert run_check(EX[3], _src(_split())) == PASSED[3]
 
 
 @pytest.mark.parametrize(
@@ -966,11 +970,11 @@ def test_split_k_template_passes():
     ],
 )
 def test_split_k_mistakes(change, says):
-    _fails(2, _split(**change), says)
+    _fails(3, _split(**change), says)
 
 
 def test_split_k_without_the_scale_is_named():
-    _fails(2, _split().replace(" / np.sqrt(d)", ""), "1/√d is missing")
+    _fails(3, _split().replace(" / np.sqrt(d)", ""), "1/√d is missing")
 
 
 def test_split_k_whole_tile_scores_are_refused():
@@ -989,7 +993,7 @@ def test_split_k_whole_tile_scores_are_refused():
         p = np.exp(s - m[:, None])
         return parts, (m, p.sum(axis=1), p @ v_j)
     """
-    _fails(2, src, "(8, 32) array, scores of 32 keys at once", "ceil(Bc / w) = 8")
+    _fails(3, src, "(8, 32) array, scores of 32 keys at once", "ceil(Bc / w) = 8")
 
 
 def test_split_k_merged_state_not_from_the_partials_is_refused():
@@ -1011,7 +1015,7 @@ def test_split_k_merged_state_not_from_the_partials_is_refused():
             L, A, M = al * L + p2.sum(axis=1), al[:, None] * A + p2 @ v_j[u * c : (u + 1) * c], mn
         return parts, (M, L, A)
     """
-    _fails(2, src, "merged acc was not computed from warp 0's acc")
+    _fails(3, src, "merged acc was not computed from warp 0's acc")
 
 
 def test_split_k_through_lab_states_is_refused():
@@ -1026,7 +1030,7 @@ def test_split_k_through_lab_states_is_refused():
             mg = lab.merge_states(mg, x)
         return [tuple(x) for x in st], tuple(mg)
     """
-    _fails(2, src, "calls lab.partial_state")
+    _fails(3, src, "calls lab.partial_state")
 
 
 def test_split_k_in_torch_is_refused():
@@ -1034,12 +1038,12 @@ def test_split_k_in_torch_is_refused():
         "        p = np.exp(s - m[:, None])\n",
         "        p = torch.exp(torch.from_numpy(np.asarray(s - m[:, None]))).numpy()\n",
     )
-    _fails(2, "import torch\n" + src, "torch")
+    _fails(3, "import torch\n" + src, "torch")
 
 
 def test_split_k_wrong_return_shape_is_named():
     _fails(
-        2,
+        3,
         _split().replace("return partials, (m, l, acc)", "return (m, l, acc)"),
         "return (partials, merged)",
     )
@@ -1054,9 +1058,26 @@ def test_split_k_stub_and_failure_name_the_seed(capsys):
 
 def test_split_k_count_cell_counts_the_learners_partials():
     """The cell after the check counts w·Br·(d_v + 2) values from the partials, the course's model."""
-    ex = EX[3]  # its `before` holds exercise 2's cells, the count cell among them
+    ex = EX[4]  # its `before` holds exercise 3's cells, the count cell among them
     assert any("handed = sum(np.size(x)" in src for src in ex.before)
     assert (
         lab.warp_split_exchange(64, 64, 64, warps=4, split="K")["written"] // 4
         == 4 * 64 * 66
     )
+
+
+def test_loop_record_tells_the_two_forms_apart():
+    """FA1 holds the normalized output after every key block and divides T_c·Br·d_v times; FA2 once, Br·d_v."""
+    ns = {}
+    for number in (1, 2):
+        exec(compile(EX[number].solution, "<solution>", "exec"), {"np": np} | ns, ns)
+    g = np.random.default_rng(3)
+    q_i, k, v = (g.standard_normal(s) for s in ((8, 16), (100, 16), (100, 12)))
+    fa1 = checks.loop_record(ns["fa1_block"], q_i, k, v, 32)
+    fa2 = checks.loop_record(ns["fa2_block"], q_i, k, v, 32)
+    assert fa1 == {
+        "normalized_after": [0, 1, 2, 3],
+        "divides": 4 * 8 * 12,
+        "key_blocks": 4,
+    }
+    assert fa2 == {"normalized_after": [3], "divides": 8 * 12, "key_blocks": 4}

@@ -227,6 +227,47 @@ def test_first_bad_M_mistakes(change, says):
     _fails(3, _first(**change), *says)
 
 
+HAND_FL = """
+import torch
+def fl(a, fmt):  # a rounding of one's own: a fixed grid of step 2^-t
+    t = {"bf16": 7, "fp16": 10}[fmt]
+    return float(torch.round(torch.tensor(a * 2.0**t)) / 2.0**t)
+"""
+
+
+@pytest.mark.parametrize(
+    "rounding, says",
+    [
+        ("torch.round(torch.tensor(a * 2.0**t)) / 2.0**t", "torch.round"),
+        ("torch.tensor(a * 2.0**t).round() / 2.0**t", "a tensor's .round()"),
+        ("np.round(a * 2.0**t) / 2.0**t", "np.round"),
+        ("round(a * 2.0**t) / 2.0**t", "Python's round"),
+    ],
+)
+def test_first_bad_M_with_a_hand_rounding_is_refused(rounding, says):
+    fl = HAND_FL.replace("torch.round(torch.tensor(a * 2.0**t)) / 2.0**t", rounding)
+    src = _first().replace(
+        "def fl(a, fmt):\n    return float(lab.round_to(np.array([a], np.float32), fmt)[0])\n",
+        fl,
+    )
+    assert "2.0**t" in src
+    _fails(3, src, f"calls {says}, a rounding of your own", "lab.round_to(x, fmt)")
+
+
+def test_first_bad_M_with_a_torch_cast_passes():
+    """A cast to the format rounds as the format does: allowed, and torch.Tensor.round is restored after."""
+    import torch
+
+    src = _first().replace(
+        "    return float(lab.round_to(np.array([a], np.float32), fmt)[0])\n",
+        "    dt = {'bf16': torch.bfloat16, 'fp16': torch.float16}[fmt]\n"
+        "    return float(torch.tensor([a], dtype=torch.float32).to(dt).float()[0])\n",
+    )
+    assert "torch.bfloat16" in src
+    assert run_check(EX[3], _src("import torch\n" + src)) == PASSED[3]
+    assert "round" not in vars(torch.Tensor)
+
+
 def test_first_bad_M_with_no_rounding_at_all_is_named():
     src = _first().replace(
         "return float(lab.round_to(np.array([a], np.float32), fmt)[0])", "return a"
@@ -423,10 +464,13 @@ def test_round_may_not_call_round_to_under_another_name():
         ("np.round(a / step)", "np.round"),
         ("np.around(a / step)", "np.around"),
         ("np.vectorize(round)(a / step)", "Python's round"),
+        ("torch.round(torch.from_numpy(a / step)).numpy()", "torch.round"),
+        ("torch.from_numpy(a / step).round().numpy()", "a tensor's .round()"),
     ],
 )
 def test_round_may_not_let_a_library_settle_ties(n, says):
-    _fails(2, _round(n=n), f"{says}, which applies the tie rule for you")
+    src = ("import torch\n" if "torch" in n else "") + _round(n=n)
+    _fails(2, src, f"{says}, which applies the tie rule for you")
 
 
 def test_round_by_the_array_method_is_not_seen_and_the_notebook_says_so():

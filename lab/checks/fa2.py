@@ -1,6 +1,7 @@
-"""Checks for the exercises of notebook 06: one query block in FA1's form (exercise 1), split-K inside a
-thread block (exercise 2), the A100 time model inverted (3) and FA2's operations under a causal mask (4).
-`check_fa2_block`, the same block in FA2's form, is kept beside them.
+"""Checks for the exercises of notebook 06: one query block in FA1's form (exercise 1) and in FA2's form (2),
+split-K inside a thread block (3), the A100 time model inverted (4) and FA2's operations under a causal mask
+(5). `loop_record` shows a learner what their two block loops did (when each held the normalized output, and
+its divides).
 
 - `check_split_k_tile`         : one key block over w warps, warp u owning keys u·c .. (u+1)·c - 1,
   c = ceil(Bc / w): each partial $(m_u, l_u, acc_u)$ against its own keys alone, the merge against the whole
@@ -49,6 +50,7 @@ __all__ = [
     "check_fa1_block",
     "check_fa2_block",
     "check_split_k_tile",
+    "loop_record",
 ]
 
 _NOT_YET = "{}: not implemented yet (fill in the stub above, then run this cell again)"
@@ -450,6 +452,25 @@ def _normalized_after(log, q_i, k, v, Bc) -> list:
         for j, (o_j, _) in enumerate(_prefix_outputs(q_i, k, v, Bc))
         if any(np.allclose(a, o_j, rtol=1e-8, atol=1e-12) for a in shots)
     ]
+
+
+def loop_record(fn, q_i, k, v, Bc: int) -> dict:
+    """Run `fn(q_i, k, v, Bc)` on watched inputs and say what its loop did: the key blocks after which one of its
+    $(B_r, d_v)$ arrays held the normalized output $\\mathrm{softmax}(S_{:, :j})V_{:j}$ (`normalized_after`), the
+    elements it divided into $(B_r, d_v)$ arrays (`divides`) and the number of key blocks $T_c$ (`key_blocks`).
+    Taught in: notebooks/06_flashattention2.ipynb
+    """
+    q_i, k, v = (np.asarray(a, dtype=np.float64) for a in (q_i, k, v))
+    log = _Log()
+    with np.errstate(all="ignore"):
+        fn(*(_watched(a, log) for a in (q_i, k, v)), Bc)
+    shape = (len(q_i), v.shape[1])
+    divides = sum(a.size for name, a, _ in log if name == "divide" and a.shape == shape)
+    return {
+        "normalized_after": _normalized_after(log, q_i, k, v, Bc),
+        "divides": int(divides),
+        "key_blocks": -(-len(k) // Bc),
+    }
 
 
 def _started_at_zero(log) -> bool:

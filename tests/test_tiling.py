@@ -645,3 +645,17 @@ def test_time_rows_price_the_rest_both_ways():
     (row,) = time_rows(split, "A100")
     assert row["rest, 1 op a slot"] == pytest.approx(2 * row["rest"])
     assert row["outside"] == "27.4%"
+
+
+def test_op_counts_outline_the_highlighted_variant_and_fade_the_other():
+    plt.close("all")
+    lab.figures.fa2.draw_op_counts(256, 64, 64, 64, highlight="fa1")
+    left = plt.gcf().axes[0]
+    fa1, fa2 = left.containers
+    assert all(b.get_linewidth() == 2 and b.get_alpha() is None for b in fa1)
+    assert all(b.get_alpha() == 0.3 for b in fa2)
+    plt.close("all")
+    lab.figures.fa2.draw_op_counts(256, 64, 64, 64)  # the static figure: both alike
+    assert {b.get_alpha() for c in plt.gcf().axes[0].containers for b in c} == {None}
+    with pytest.raises(ValueError, match="highlight"):
+        lab.figures.fa2.draw_op_counts(256, 64, 64, 64, highlight="fa3")

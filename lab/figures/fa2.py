@@ -26,15 +26,29 @@ def draw_op_counts(
     causal: bool = False,
     chip: str = "A100",
     ax=None,
+    *,
+    highlight: str | None = None,
 ) -> dict:
     """Exps, multiplies and divides of fa1 and fa2 (left) and the time at `chip`'s peak rates (right): matmuls,
     exponentials at the special-function rate, the rest at the FP32 rate (`lab.gpu_time_share`).
 
+    `highlight` ("fa1" or "fa2"): that variant drawn outlined, the other faded (the slider's choice).
+
     Taught in: notebooks/06_flashattention2.ipynb
     """
+    if highlight not in (None, "fa1", "fa2"):
+        raise ValueError(f"highlight must be 'fa1', 'fa2' or None, got {highlight!r}")
     if ax is None:
         _, ax = plt.subplots(1, 2, figsize=(12, 4.5))
     left, right = ax
+    look = {
+        v: {}
+        if highlight is None
+        else {"edgecolor": "k", "linewidth": 2}
+        if v == highlight
+        else {"alpha": 0.3}
+        for v in ("fa1", "fa2")
+    }
     split = {
         v: flop_split(
             N, N, d, block_q=block_q, block_k=block_k, causal=causal, variant=v
@@ -45,7 +59,9 @@ def draw_op_counts(
     x = np.arange(len(kinds))
     for n, v in enumerate(("fa1", "fa2")):
         vals = [split[v][k] / 1e6 for k in kinds]
-        bars = left.bar(x + (n - 0.5) * 0.38, vals, 0.38, color=f"C{n + 1}", label=v)
+        bars = left.bar(
+            x + (n - 0.5) * 0.38, vals, 0.38, color=f"C{n + 1}", label=v, **look[v]
+        )
         left.bar_label(bars, fmt="%.2f", fontsize=9)
     left.set_xticks(x, kinds)
     left.set(
@@ -63,14 +79,24 @@ def draw_op_counts(
     for n, v in enumerate(("fa1", "fa2")):
         t_mm, t_exp = share[v]["t_matmul"] * 1e6, share[v]["t_exp"] * 1e6
         t_rest = share[v]["t_nonmatmul"] * 1e6 - t_exp
-        right.barh([n], [t_mm], color="C7", label="matmul" if n == 0 else None)
-        right.barh([n], [t_exp], left=t_mm, color="C3", label="exp" if n == 0 else None)
+        right.barh(
+            [n], [t_mm], color="C7", label="matmul" if n == 0 else None, **look[v]
+        )
+        right.barh(
+            [n],
+            [t_exp],
+            left=t_mm,
+            color="C3",
+            label="exp" if n == 0 else None,
+            **look[v],
+        )
         right.barh(
             [n],
             [t_rest],
             left=t_mm + t_exp,
             color="C9",
             label="the rest (FP32)" if n == 0 else None,
+            **look[v],
         )
         right.text(
             t_mm + t_exp + t_rest,

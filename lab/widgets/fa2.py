@@ -32,7 +32,9 @@ def fa_variants(
     """
 
     def draw(N, d, block_q, block_k, variant, causal, ax=None):
-        result = draw_op_counts(N, d, block_q, block_k, causal, ax=ax)
+        result = draw_op_counts(
+            N, d, block_q, block_k, causal, ax=ax, highlight=variant
+        )
         n = min(N, CHECK_N)
         rec, formula = _instrumented(n, d, block_q, block_k, causal, variant, "float32")
         return {

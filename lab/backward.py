@@ -378,14 +378,16 @@ def backward_flops(
 
 
 def time_forward_backward(
-    attn, q, k, v, *, causal: bool = False, rounds: int = 3, min_run_time: float = 0.05
+    attn, q, k, v, *, causal: bool = False, rounds: int = 5, min_run_time: float = 0.05
 ) -> dict:
-    """Median seconds of `attn(q, k, v, causal=causal)` forward, and of forward + backward, timed in alternating rounds (`lab.measure.time_interleaved`).
+    """Median seconds of `attn(q, k, v, causal=causal)` forward, and of forward + backward, timed in alternating rounds (`lab.measure.time_rounds`).
 
-    Returns `{"forward", "forward_backward", "backward", "ratio"}` (backward = difference; ratio = backward / forward).
+    Returns `{"forward", "forward_backward", "backward", "ratio", "round_ratios"}`: medians over the rounds,
+    backward = their difference, ratio = backward / forward, and `round_ratios` the same ratio in each round
+    (the spread a single round could have reported).
     Taught in: notebooks/09_tiled_backward.ipynb
     """
-    from .measure import time_interleaved
+    from .measure import time_rounds
 
     if min_run_time <= 0:
         raise ValueError(f"min_run_time must be > 0, got {min_run_time}")
@@ -399,14 +401,17 @@ def time_forward_backward(
     def fwd_bwd():
         torch.autograd.grad(attn(*leaves, causal=causal), leaves, do)
 
-    t = time_interleaved(
+    s = time_rounds(
         {"forward": fwd, "forward_backward": fwd_bwd},
         device=str(q.device),
         rounds=rounds,
         min_run_time=min_run_time,
     )
+    f, fb = s["forward"], s["forward_backward"]  # one time per round each
+    t = {"forward": float(np.median(f)), "forward_backward": float(np.median(fb))}
     t["backward"] = max(t["forward_backward"] - t["forward"], 0.0)
     t["ratio"] = t["backward"] / t["forward"] if t["forward"] > 0 else math.nan
+    t["round_ratios"] = [float(max(b - a, 0.0) / a) for a, b in zip(f, fb)]
     return t
 
 
@@ -417,7 +422,7 @@ def _flop_ratio(name: str) -> float:
 
 def backward_time_lines(timings: dict, *, far_below: float = 0.5) -> list[str]:
     """The lines to print for `{kernel: time_forward_backward(...)}`: forward and backward time, the measured ratio
-    beside the FLOP ratio, and a warning for each ratio under `far_below` × its FLOP ratio.
+    (median, and its range over the rounds) beside the FLOP ratio, and a warning for each ratio under `far_below` × its FLOP ratio.
 
     A backward that does 2-2.5× the forward's matrix FLOPs yet takes well under their time is not telling the
     arithmetic: the forward ran slower than its FLOPs say (vector kernels off, a fallback path, threads fighting).
@@ -430,11 +435,15 @@ def backward_time_lines(timings: dict, *, far_below: float = 0.5) -> list[str]:
     lines, flagged = [], []
     for name, t in timings.items():
         flops = _flop_ratio(name)
-        lines.append(
-            f"{name:>18}: forward {measured(t['forward'] * 1e3, '6.1f', 'ms')}, "
-            f"backward {measured(t['backward'] * 1e3, '6.1f', 'ms')}; backward / forward: "
-            f"time {measured(t['ratio'], '4.1f')}, FLOPs {flops:.1f}"
+        line = (
+            f"{name:>18}: fwd {measured(t['forward'] * 1e3, '5.1f', 'ms')}, "
+            f"bwd {measured(t['backward'] * 1e3, '5.1f', 'ms')}; bwd / fwd: "
+            f"time {measured(t['ratio'], '3.1f')}"
         )
+        rr = t.get("round_ratios")
+        if rr:  # the range over the rounds, beside the median
+            line += f" ({measured(min(rr), '3.1f')}-{measured(max(rr), '3.1f')})"
+        lines.append(f"{line}, FLOPs {flops:.1f}")
         if t["ratio"] < far_below * flops:
             flagged.append(name)
     for name in flagged:

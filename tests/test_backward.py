@@ -229,6 +229,9 @@ def test_backward_time_lines_flag_a_ratio_far_below_the_flops():
     assert "FLOPs 2.5" in lines[0] and "FLOPs 2.0" in lines[1] and len(lines) == 3
     assert "⚠ standard (torch)" in lines[2]
     assert len(lab.backward_time_lines({"torch SDPA": fast})) == 1
+    spread = dict(fast, round_ratios=[2.1, 2.5, 3.4])
+    (line,) = lab.backward_time_lines({"torch SDPA": spread})
+    assert "(‹2.1›-‹3.4›)" in line and line.endswith("FLOPs 2.5")
     with pytest.raises(ValueError, match="far_below"):
         lab.backward_time_lines({}, far_below=0)
 
@@ -246,10 +249,17 @@ def test_backward_flops():
 def test_time_forward_backward_returns_positive_times():
     q, k, v = (torch.randn(1, 1, 32, 8) for _ in range(3))
     t = time_forward_backward(
-        standard_attention_torch, q, k, v, rounds=1, min_run_time=0.01
+        standard_attention_torch, q, k, v, rounds=3, min_run_time=0.01
     )
     assert t["forward"] > 0 and t["forward_backward"] > 0
-    assert set(t) == {"forward", "forward_backward", "backward", "ratio"}
+    assert set(t) == {
+        "forward",
+        "forward_backward",
+        "backward",
+        "ratio",
+        "round_ratios",
+    }
+    assert len(t["round_ratios"]) == 3 and all(r >= 0 for r in t["round_ratios"])
 
 
 def test_training_memory_standard_grows_as_n_squared():
@@ -284,6 +294,10 @@ def test_figures_return_their_numbers():
     assert m["N"] == [32, 64] and m["ratio_last"] > 1
     t = draw_backward_time({"a": {"ratio": 2.0}, "b": {"ratio": 3.0}})
     assert t == {"a": 2.0, "b": 3.0}
+    rounds = {"a": {"ratio": 2.0, "round_ratios": [1.5, 2.0, 4.0]}}
+    assert draw_backward_time(rounds) == {"a": 2.0}
+    ax = plt.gca()
+    assert 4.0 < ax.get_ylim()[1] and "3 rounds" in ax.get_title()
     plt.close("all")
 
 

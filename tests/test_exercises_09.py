@@ -339,8 +339,8 @@ PLANTED = [
         "p_tile",
         "tile max and lse",
         (
-            "- lse_i[:, None])",
-            "- lse_i[:, None] - (q_i @ k_j.T / np.sqrt(q_i.shape[-1])).max(axis=-1, keepdims=True))",
+            "- lse_I[:, None])",
+            "- lse_I[:, None] - (q_I @ k_J.T / np.sqrt(q_I.shape[-1])).max(axis=-1, keepdims=True))",
         ),
         ["case 0", "tile's own max as well", "removes it twice"],
     ),
@@ -348,9 +348,9 @@ PLANTED = [
         "p_tile",
         "written in torch",
         (
-            "return np.exp(q_i @ k_j.T / np.sqrt(q_i.shape[-1]) - lse_i[:, None])",
-            "import torch\n    t = [torch.from_numpy(a) for a in (q_i, k_j, lse_i)]\n"
-            "    return torch.exp(t[0] @ t[1].T / q_i.shape[-1] ** 0.5 - t[2][:, None]).numpy()",
+            "return np.exp(q_I @ k_J.T / np.sqrt(q_I.shape[-1]) - lse_I[:, None])",
+            "import torch\n    t = [torch.from_numpy(a) for a in (q_I, k_J, lse_I)]\n"
+            "    return torch.exp(t[0] @ t[1].T / q_I.shape[-1] ** 0.5 - t[2][:, None]).numpy()",
         ),
         ["case 0", "this exercise asks for numpy"],
     ),
@@ -358,8 +358,8 @@ PLANTED = [
         "p_tile",
         "tile max",
         (
-            "- lse_i[:, None])",
-            "- (q_i @ k_j.T / np.sqrt(q_i.shape[-1])).max(axis=-1, keepdims=True))",
+            "- lse_I[:, None])",
+            "- (q_I @ k_J.T / np.sqrt(q_I.shape[-1])).max(axis=-1, keepdims=True))",
         ),
         ["case 0", "tile's own max"],
     ),
@@ -367,18 +367,18 @@ PLANTED = [
         "p_tile",
         "overflow",
         (
-            "np.exp(q_i @ k_j.T / np.sqrt(q_i.shape[-1]) - lse_i[:, None])",
-            "np.exp(q_i @ k_j.T / np.sqrt(q_i.shape[-1])) / np.exp(lse_i[:, None])",
+            "np.exp(q_I @ k_J.T / np.sqrt(q_I.shape[-1]) - lse_I[:, None])",
+            "np.exp(q_I @ k_J.T / np.sqrt(q_I.shape[-1])) / np.exp(lse_I[:, None])",
         ),
         ["case 4", "queries ×300", "NaN", "overflows"],
     ),
     (
         "p_tile",
         "lse along the columns",
-        ("lse_i[:, None]", "lse_i"),
+        ("lse_I[:, None]", "lse_I"),
         ["raised ValueError", "shape", "[:, None]"],
     ),
-    ("p_tile", "no scale", (" / np.sqrt(q_i.shape[-1])", ""), ["scale is missing"]),
+    ("p_tile", "no scale", (" / np.sqrt(q_I.shape[-1])", ""), ["scale is missing"]),
     # Exercise 2, step c: the tiled backward
     (
         "tiled_backward",
@@ -428,13 +428,13 @@ PLANTED = [
     (
         "tiled_backward",
         "no scale in dq",
-        ("dq[i0:i0 + Br] += scale * ds @ k_j", "dq[i0:i0 + Br] += ds @ k_j"),
+        ("dq[i0:i0 + Br] += scale * ds @ k_J", "dq[i0:i0 + Br] += ds @ k_J"),
         ["dq (element 0)", "√d times too large"],
     ),
     (
         "tiled_backward",
         "no scale in dk",
-        ("dk[j0:j0 + Bc] += scale * ds.T @ q_i", "dk[j0:j0 + Bc] += ds.T @ q_i"),
+        ("dk[j0:j0 + Bc] += scale * ds.T @ q_I", "dk[j0:j0 + Bc] += ds.T @ q_I"),
         ["dk (element 1)", "√d times too large"],
     ),
     (
@@ -458,13 +458,13 @@ PLANTED = [
     (
         "tiled_backward",
         "dv without transpose",
-        ("dv[j0:j0 + Bc] += p.T @ do_i", "dv[j0:j0 + Bc] += p @ do_i"),
+        ("dv[j0:j0 + Bc] += p.T @ do_I", "dv[j0:j0 + Bc] += p @ do_I"),
         ["case 0", "dv (element 2)", "missing transpose"],
     ),
     (
         "tiled_backward",
         "dk without transpose",
-        ("scale * ds.T @ q_i", "scale * ds @ q_i"),
+        ("scale * ds.T @ q_I", "scale * ds @ q_I"),
         ["dk (element 1)", "missing transpose"],
     ),
     (
@@ -548,15 +548,15 @@ def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
     dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
     lse_safe = np.where(np.isneginf(lse), np.inf, lse)
     for i0 in range(0, N, Br):                                  # a block of rows against all M keys
-        q_i, do_i = q[i0:i0 + Br], do[i0:i0 + Br]
-        s = q_i @ k.T / np.sqrt(d)
+        q_I, do_I = q[i0:i0 + Br], do[i0:i0 + Br]
+        s = q_I @ k.T / np.sqrt(d)
         if causal:
-            s = np.where(np.arange(M)[None, :] <= np.arange(i0, i0 + len(q_i))[:, None] + M - N, s, -np.inf)
+            s = np.where(np.arange(M)[None, :] <= np.arange(i0, i0 + len(q_I))[:, None] + M - N, s, -np.inf)
         p = np.exp(s - lse_safe[i0:i0 + Br, None])
-        ds = p * (do_i @ v.T - delta(o[i0:i0 + Br], do_i)[:, None])
+        ds = p * (do_I @ v.T - delta(o[i0:i0 + Br], do_I)[:, None])
         dq[i0:i0 + Br] = ds @ k / np.sqrt(d)
-        dk += ds.T @ q_i / np.sqrt(d)
-        dv += p.T @ do_i
+        dk += ds.T @ q_I / np.sqrt(d)
+        dv += p.T @ do_I
     return dq, dk, dv
 """
 FULL_MASK = """
@@ -583,16 +583,16 @@ def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
         for i0 in range(0, N, Br):
             if causal and j0 > min(i0 + Br, N) - 1 + M - N:     # no row of the block sees a key of the tile: skip it
                 continue
-            q_i, do_i = q[i0:i0 + Br], do[i0:i0 + Br]
-            s = q_i @ k[j0:j0 + Bc].T / np.sqrt(d)
+            q_I, do_I = q[i0:i0 + Br], do[i0:i0 + Br]
+            s = q_I @ k[j0:j0 + Bc].T / np.sqrt(d)
             if causal:
-                i, j = np.arange(i0, i0 + len(q_i))[:, None], np.arange(j0, j0 + len(s[0]))[None, :]
+                i, j = np.arange(i0, i0 + len(q_I))[:, None], np.arange(j0, j0 + len(s[0]))[None, :]
                 s = np.where(j <= i + M - N, s, -np.inf)
             p = np.exp(s - lse[i0:i0 + Br, None])               # -inf - (-inf) = NaN on a row that sees no key
-            ds = p * (do_i @ v[j0:j0 + Bc].T - D[i0:i0 + Br, None])
-            dv[j0:j0 + Bc] += p.T @ do_i
+            ds = p * (do_I @ v[j0:j0 + Bc].T - D[i0:i0 + Br, None])
+            dv[j0:j0 + Bc] += p.T @ do_I
             dq[i0:i0 + Br] += ds @ k[j0:j0 + Bc] / np.sqrt(d)
-            dk[j0:j0 + Bc] += ds.T @ q_i / np.sqrt(d)
+            dk[j0:j0 + Bc] += ds.T @ q_I / np.sqrt(d)
     return dq, dk, dv
 """
 AUTOGRAD = """
@@ -772,7 +772,7 @@ def test_check_delta_and_p_tile_pass_right_answers(capsys):
     case = [(rng.standard_normal((4, 3)), rng.standard_normal((4, 3)))]
     check_delta(lambda o, do: (o * do).sum(axis=-1), case, name="delta")
     check_p_tile(
-        lambda q_i, k_j, lse_i: np.exp(q_i @ k_j.T / np.sqrt(8) - lse_i[:, None]),
+        lambda q_I, k_J, lse_I: np.exp(q_I @ k_J.T / np.sqrt(8) - lse_I[:, None]),
         [(0, 8, 0, 16, 1), (0, 16, 16, 48, 300)],
         name="p_tile",
     )

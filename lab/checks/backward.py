@@ -576,8 +576,8 @@ def check_tiled_backward(
         )
         return
     print(
-        f"{name}: ✓ passed {len(cases)} cases (dq, dk, dv); on N = {large[0]}, M = {large[1]} it formed no array "
-        f"beyond a tile and the (N, ·), (M, ·) inputs and outputs"
+        f"{name}: ✓ passed {len(cases)} cases (dq, dk, dv)\n"
+        f"{name}: ✓ N = {large[0]}, M = {large[1]}: no array beyond a tile and the (N, ·), (M, ·) ones"
     )
 
 
@@ -697,7 +697,7 @@ def _p_tile_hint(got, s, lse, i0, i1, j0, j1) -> str:
 def check_p_tile(
     fn, cases, *, name: str | None = None, seed: int | None = None
 ) -> None:
-    """Check `fn(q_i, k_j, lse_i)` against the same block of the full softmax (N = 32, M = 48, d = 8); print one verdict.
+    """Check `fn(q_I, k_J, lse_I)` against the same block of the full softmax (N = 32, M = 48, d = 8); print one verdict.
 
     `cases`: tuples `(i0, i1, j0, j1, spread)`: rows i0:i1 and keys j0:j1 of a problem whose queries are
     multiplied by `spread` (300 makes e^S overflow). Names a tile max used for lse, a tile normalized on its

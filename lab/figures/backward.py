@@ -240,7 +240,8 @@ def draw_training_memory(rows, ax=None) -> dict:
 
 
 def draw_backward_time(timings: dict, flop_ratios: dict | None = None, ax=None) -> dict:
-    """Bars of the measured backward / forward time ratio per kernel, each with a dashed line at its own FLOP ratio.
+    """Bars of the measured backward / forward time ratio per kernel (the median), a dot for each round's own ratio
+    (`round_ratios`, where given), and a dashed line at each kernel's FLOP ratio.
 
     `flop_ratios` maps a kernel to its backward / forward FLOP ratio; by default 2.0 for a name with "standard" in it
     (four products, P read back: 4 · 2NMd / 2 · 2NMd) and 2.5 for the others (five, S recomputed).
@@ -257,6 +258,17 @@ def draw_backward_time(timings: dict, flop_ratios: dict | None = None, ax=None) 
         f"{textwrap.fill(n, 16)}\n(FLOPs {f:g}×)" for n, f in zip(names, flop)
     ]  # the FLOP ratio under the bar, where the measured label cannot overprint it
     ax.bar(labels, ratios, color=["#e76f51", "#2a9d8f", "#264653"][: len(names)])
+    rounds = [timings[n].get("round_ratios") or [] for n in names]
+    for x, rr in enumerate(rounds):  # each round's own ratio: the spread a rerun shows
+        ax.plot(
+            [x] * len(rr),
+            rr,
+            "o",
+            ms=5,
+            mfc="white",
+            mec="black",
+            label="one round" if x == 0 and rr else None,
+        )
     for x, f in enumerate(flop):
         ax.hlines(
             f,
@@ -268,12 +280,16 @@ def draw_backward_time(timings: dict, flop_ratios: dict | None = None, ax=None) 
         )
     for x, (r, f) in enumerate(
         zip(ratios, flop)
-    ):  # above both the bar and its dashed line
-        ax.text(x, max(r, f) * 1.04, f"{r:.1f}×", ha="center", va="bottom", fontsize=11)
-    ax.set_ylim(0, max(ratios + flop) * 1.3)
+    ):  # above the bar, its dashed line and its rounds
+        top = max([r, f, *rounds[x]])
+        ax.text(x, top * 1.04, f"{r:.1f}×", ha="center", va="bottom", fontsize=11)
+    ax.set_ylim(0, max(ratios + flop + [r for rr in rounds for r in rr]) * 1.3)
+    n_rounds = max((len(rr) for rr in rounds), default=0)
     ax.set(
         ylabel="backward time / forward time",
-        title="Measured on this machine's CPU (noisy)",
+        title=f"Measured on this CPU: bar = median of {n_rounds} rounds, dots = each round"
+        if n_rounds
+        else "Measured on this machine's CPU (noisy)",
     )
     ax.legend(
         loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=10, frameon=False

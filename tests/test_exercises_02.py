@@ -170,6 +170,33 @@ PLANTED = {
             ["case 1", "m (element 0): expected 3, got 1", "the old m included"],
         ),
         (
+            "the block's max as m, the old l kept",
+            """
+            def online_step(m, l, x_block):
+                m_new = float(np.max(x_block))
+                if m_new == -np.inf:
+                    return m, l
+                return m_new, float(l + np.exp(x_block - m_new).sum())
+            """,
+            [
+                "case 1",
+                "m (element 0): expected 3, got 1",
+                "the old l was kept as it was",
+            ],
+        ),
+        (
+            "the old l rescaled to the block's max",
+            """
+            def online_step(m, l, x_block):
+                top = float(np.max(x_block))
+                m_new = max(m, top)
+                if m_new == -np.inf:
+                    return m, l
+                return m_new, float(np.exp(m - top) * l + np.exp(x_block - m_new).sum())
+            """,
+            ["case 1", "l (element 1)", "e^(m - the block's max)", "above 1"],
+        ),
+        (
             "the block's terms against the block's own max",
             """
             def online_step(m, l, x_block):
@@ -485,6 +512,17 @@ PLANTED = {
                 return count
             """,
             ["case 4", "previous block's max"],
+        ),
+        (
+            "m never updated after the first block",
+            """
+            def count_rescales(x, block):
+                m, count = float(np.max(x[:block])), 0
+                for j0 in range(block, len(x), block):
+                    count += float(np.max(x[j0:j0 + block])) > m
+                return count
+            """,
+            ["expected 3, got 5", "m was never updated", "the first block's max"],
         ),
         (
             "the last block dropped",

@@ -729,6 +729,6 @@ def test_unwritten_predictions_do_not_give_the_counts_away(capsys):
     assert "predicted right" not in out
     checks.check_rescale_predictions({"as drawn": (6, 3)})
     assert (
-        "write one (block 1, block 8) pair for ascending, descending"
+        "write one (Bc = 1, Bc = 8) pair for ascending, descending"
         in capsys.readouterr().out
     )

@@ -1436,7 +1436,7 @@ _ORDERS = ("as drawn", "ascending", "descending")
 
 
 def check_rescale_predictions(predicted: dict, *, n: int = 64, blocks=(1, 8)) -> None:
-    """Compare written predictions `{order: (rescales at block 1, at block 8)}` for `lab.demo_scores(n)` as drawn,
+    """Compare written predictions `{order: (rescales at Bc = 1, at Bc = 8)}` for `lab.demo_scores(n)` as drawn,
     sorted ascending and sorted descending with the counts of lab's reference (not the learner's function, so a
     wrong `count_rescales` cannot confirm a wrong prediction). One line per order, ✓ or ✗ (the count itself is left to the learner's own count).
     Taught in: notebooks/02_online_softmax.ipynb"""
@@ -1445,7 +1445,7 @@ def check_rescale_predictions(predicted: dict, *, n: int = 64, blocks=(1, 8)) ->
     missing = [o for o in _ORDERS if o not in predicted]
     if missing:
         print(
-            f"predictions: write one (block {blocks[0]}, block {blocks[1]}) pair for {', '.join(missing)}"
+            f"predictions: write one (Bc = {blocks[0]}, Bc = {blocks[1]}) pair for {', '.join(missing)}"
         )
         return
     right = written = 0
@@ -1463,5 +1463,5 @@ def check_rescale_predictions(predicted: dict, *, n: int = 64, blocks=(1, 8)) ->
         print(f"{order:>10}: predicted {got} {said}")
     if written:
         print(
-            f"{right} of {written} predicted right (blocks {blocks[0]} and {blocks[1]})"
+            f"{right} of {written} predicted right (Bc = {blocks[0]} and Bc = {blocks[1]})"
         )

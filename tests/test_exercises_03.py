@@ -372,7 +372,37 @@ def one_pass_rows(Q, K, V, Bc, causal=False):
     ),
     "the diagonal key hidden": (
         _rows().replace("<= np.arange(N)", "< np.arange(N)"),
-        ["causal, N = M = 6", "hides the diagonal key j = i + M - N"],
+        [
+            "causal, N = M = 6",
+            "hides the diagonal key j = i + M - N",
+            "queries 0-5 wrong: query 0 must see key 0, yours used no key",
+        ],
+    ),
+    "one key past the diagonal": (
+        _rows(offset="M - N + 1"),
+        [
+            "causal, N = M = 6",
+            "one key too many, j <= i + M - N + 1",
+            "queries 0-4 wrong: query 0 must see key 0, yours used keys 0-1",
+        ],
+    ),
+    "the offset the wrong way round": (
+        _rows(offset="N - M"),
+        [
+            "causal, N = 4 < M = 11",
+            "offsets the mask by N - M, the wrong way round",
+            "query 0 must see keys 0-7, yours used no key",
+        ],
+    ),
+    "the key's place inside its block": (
+        _rows().replace(
+            "j = np.arange(j0, j0 + S.shape[1])", "j = np.arange(S.shape[1])"
+        ),
+        [
+            "causal, N = M = 6",
+            "the key's place inside its block",
+            "query 0 must see key 0, yours used 2 keys (0, 4)",
+        ],
     ),
     "the diagonal key hidden, no guard": (
         _rows(shift="m_new", l1="l", lse="m + np.log(l)").replace(

@@ -429,6 +429,32 @@ def _span(rows) -> str:
     return f"{len(rows)} rows (the first, row {rows[0]})"
 
 
+def _indices(what: str, idx) -> str:
+    """`idx` in words: "query 3", "keys 0-5", "7 keys (0, 1, 2, 4, ...)", "no key"."""
+    idx = [int(x) for x in idx]
+    one, many = what.split("/")
+    if not idx:
+        return f"no {one}"
+    if len(idx) == 1:
+        return f"{one} {idx[0]}"
+    if idx == list(range(idx[0], idx[-1] + 1)):
+        return f"{many} {idx[0]}-{idx[-1]}"
+    shown = ", ".join(map(str, idx[:5])) + (", ..." if len(idx) > 5 else "")
+    return f"{len(idx)} {many} ({shown})"
+
+
+def _mask_rows(N: int, M: int, keep) -> str:
+    """Where a wrong causal mask `keep` differs from j <= i + M - N: the queries, and the first one's keys."""
+    i, j = np.arange(N)[:, None], np.arange(M)[None, :]
+    right, keep = j <= i + M - N, np.broadcast_to(keep, (N, M))
+    wrong = np.flatnonzero((keep != right).any(axis=1))
+    if not len(wrong):
+        return "the mask is right"
+    q = int(wrong[0])
+    seen = [_indices("key/keys", np.flatnonzero(r[q])) for r in (right, keep)]
+    return f"{_indices('query/queries', wrong)} wrong: query {q} must see {seen[0]}, yours used {seen[1]}"
+
+
 def _pass_problem(mem: CountingRows, Bc: int) -> str | None:
     """How a run's loads of one array break the one-pass rule (a whole or oversized load, a row read twice), or None."""
     M = mem.shape[0]
@@ -570,12 +596,32 @@ def _hint(case: _Case, got, want, K: CountingRows, V: CountingRows) -> str:
             (
                 _dense(*args, keep=j < i + M - N)[0],
                 "yours hides the diagonal key j = i + M - N: it is "
-                "visible, keep j <= i + M - N (with N = M, j <= i: a query sees its own key)",
+                "visible, keep j <= i + M - N (with N = M, j <= i: a query sees its own key); "
+                + _mask_rows(N, M, j < i + M - N),
+            ),
+            (
+                _dense(*args, keep=j <= i + M - N + 1)[0],
+                "yours lets each query see one key too many, j <= i + M - N + 1: the key just "
+                "after the diagonal is in the future; "
+                + _mask_rows(N, M, j <= i + M - N + 1),
             ),
             (
                 _dense(*args, keep=j <= i)[0],
                 "yours keeps keys j <= i (the mask's top-left corner); with "
-                "N != M query i sees keys j <= i + M - N, so the last query sees every key",
+                "N != M query i sees keys j <= i + M - N, so the last query sees every key; "
+                + _mask_rows(N, M, j <= i),
+            ),
+            (
+                _dense(*args, keep=j <= i + N - M)[0],
+                "yours offsets the mask by N - M, the wrong way round: the queries are the last N "
+                "of the M positions, so query i sees keys j <= i + M - N; "
+                + _mask_rows(N, M, j <= i + N - M),
+            ),
+            (
+                _dense(*args, keep=j % case.Bc <= i + M - N)[0],
+                "yours compares the key's place inside its block (0 to Bc - 1) with the query: the "
+                "mask needs the key's place in the whole row, j = j0 + its place in the block; "
+                + _mask_rows(N, M, j % case.Bc <= i + M - N),
             ),
             (
                 _dense(*args)[0],

@@ -18,7 +18,7 @@ NAME = "03_one_pass_attention"
 EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
     1: "normalized_step: ✓ passed 4 cases, 15 blocks; o an average after every block\n",
-    2: "one_pass_rows: ✓ passed 13 cases; one pass for all queries, in blocks of Bc; no NaN; "
+    2: "one_pass_rows: ✓ passed 13 cases; one pass for all queries, blocks of Bc; no NaN; "
     "never N × M held\n",
     3: "expected_rescales: ✓ passed 7 cases\n",
     4: "          state with m known: ✓\n"

@@ -813,7 +813,7 @@ def check_one_pass_rows(
         lambda c: c.q.shape[0] * c.k.shape[0] // 2,
         held_what,
         name or getattr(fn, "__name__", "your function"),
-        "one pass for all queries, in blocks of Bc; no NaN; never N × M held",
+        "one pass for all queries, blocks of Bc; no NaN; never N × M held",
         masks=True,
         seed=seed,
     )

@@ -85,13 +85,13 @@ def online_trace(x, block: int) -> dict:
 
 
 def trace_table(trace: dict, max_rows: int = 8) -> str:
-    """The trace as a text table (block, range, block max, m, m′, α, l′); at most `max_rows` rows, then a count of the rest.
+    """The trace as a text table (block number b, range, block max, m, m′, α, l′); at most `max_rows` rows, then a count of the rest.
 
     Taught in: notebooks/02_online_softmax.ipynb
     """
     if max_rows < 1:
         raise ValueError(f"max_rows must be >= 1, got {max_rows}")
-    head = f"{'block':>5}  {'scores j':>9}  {'block max':>9}  {'m':>9}  {'m′':>9}  {'α = e^(m − m′)':>14}  {'l′':>10}"
+    head = f"{'b':>5}  {'scores j':>9}  {'block max':>9}  {'m':>9}  {'m′':>9}  {'α':>14}  {'l′':>10}"
     lines = [head, "-" * len(head)]
     nb = len(trace["block"])
     for i in range(min(nb, max_rows)):

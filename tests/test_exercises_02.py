@@ -170,6 +170,33 @@ PLANTED = {
             ["case 1", "m (element 0): expected 3, got 1", "the old m included"],
         ),
         (
+            "the block's max as m, the old l kept",
+            """
+            def online_step(m, l, x_block):
+                m_new = float(np.max(x_block))
+                if m_new == -np.inf:
+                    return m, l
+                return m_new, float(l + np.exp(x_block - m_new).sum())
+            """,
+            [
+                "case 1",
+                "m (element 0): expected 3, got 1",
+                "the old l was kept as it was",
+            ],
+        ),
+        (
+            "the old l rescaled to the block's max",
+            """
+            def online_step(m, l, x_block):
+                top = float(np.max(x_block))
+                m_new = max(m, top)
+                if m_new == -np.inf:
+                    return m, l
+                return m_new, float(np.exp(m - top) * l + np.exp(x_block - m_new).sum())
+            """,
+            ["case 1", "l (element 1)", "e^(m - the block's max)", "above 1"],
+        ),
+        (
             "the block's terms against the block's own max",
             """
             def online_step(m, l, x_block):
@@ -487,6 +514,17 @@ PLANTED = {
             ["case 4", "previous block's max"],
         ),
         (
+            "m never updated after the first block",
+            """
+            def count_rescales(x, block):
+                m, count = float(np.max(x[:block])), 0
+                for j0 in range(block, len(x), block):
+                    count += float(np.max(x[j0:j0 + block])) > m
+                return count
+            """,
+            ["expected 3, got 5", "m was never updated", "the first block's max"],
+        ),
+        (
             "the last block dropped",
             """
             def count_rescales(x, block):
@@ -691,6 +729,6 @@ def test_unwritten_predictions_do_not_give_the_counts_away(capsys):
     assert "predicted right" not in out
     checks.check_rescale_predictions({"as drawn": (6, 3)})
     assert (
-        "write one (block 1, block 8) pair for ascending, descending"
+        "write one (Bc = 1, Bc = 8) pair for ascending, descending"
         in capsys.readouterr().out
     )

@@ -18,9 +18,14 @@ NAME = "03_one_pass_attention"
 EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
     1: "normalized_step: ✓ passed 4 cases, 15 blocks; o an average after every block\n",
-    2: "one_pass_rows: ✓ passed 13 cases; one pass for all queries, in blocks of Bc; no NaN; "
+    2: "one_pass_rows: ✓ passed 13 cases; one pass for all queries, blocks of Bc; no NaN; "
     "never N × M held\n",
     3: "expected_rescales: ✓ passed 7 cases\n",
+    4: "          state with m known: ✓\n"
+    "        alpha at every block: ✓\n"
+    " predicted rescales, Bc = 16: ✓\n"
+    "   counted rescales, Bc = 16: ✓\n"
+    "known_max_answers: ✓ 4 of 4 right\n",
 }
 
 
@@ -52,8 +57,8 @@ def _cells():
     return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]
 
 
-def test_the_notebook_has_three_checked_exercises_and_an_open_question():
-    assert sorted(EX) == [1, 2, 3]
+def test_the_notebook_has_four_checked_exercises_and_an_open_question():
+    assert sorted(EX) == [1, 2, 3, 4]
     cells = _cells()
     q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 4"))
     after = cells[q + 1 :]
@@ -70,12 +75,12 @@ def test_the_notebook_has_three_checked_exercises_and_an_open_question():
     )
 
 
-@pytest.mark.parametrize("number", [1, 2, 3])
+@pytest.mark.parametrize("number", [1, 2, 3, 4])
 def test_worked_solution_passes_with_one_fixed_line(number):
     assert run_check(EX[number], EX[number].solution) == PASSED[number]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3])
+@pytest.mark.parametrize("number", [1, 2, 3, 4])
 def test_stub_reports_not_implemented(number):
     assert "not implemented yet" in run_check(EX[number], EX[number].stub)
 
@@ -372,7 +377,37 @@ def one_pass_rows(Q, K, V, Bc, causal=False):
     ),
     "the diagonal key hidden": (
         _rows().replace("<= np.arange(N)", "< np.arange(N)"),
-        ["causal, N = M = 6", "hides the diagonal key j = i + M - N"],
+        [
+            "causal, N = M = 6",
+            "hides the diagonal key j = i + M - N",
+            "queries 0-5 wrong: query 0 must see key 0, yours used no key",
+        ],
+    ),
+    "one key past the diagonal": (
+        _rows(offset="M - N + 1"),
+        [
+            "causal, N = M = 6",
+            "one key too many, j <= i + M - N + 1",
+            "queries 0-4 wrong: query 0 must see key 0, yours used keys 0-1",
+        ],
+    ),
+    "the offset the wrong way round": (
+        _rows(offset="N - M"),
+        [
+            "causal, N = 4 < M = 11",
+            "offsets the mask by N - M, the wrong way round",
+            "query 0 must see keys 0-7, yours used no key",
+        ],
+    ),
+    "the key's place inside its block": (
+        _rows().replace(
+            "j = np.arange(j0, j0 + S.shape[1])", "j = np.arange(S.shape[1])"
+        ),
+        [
+            "causal, N = M = 6",
+            "the key's place inside its block",
+            "query 0 must see key 0, yours used 2 keys (0, 4)",
+        ],
     ),
     "the diagonal key hidden, no guard": (
         _rows(shift="m_new", l1="l", lse="m + np.log(l)").replace(
@@ -909,3 +944,80 @@ def test_the_expected_rescales_check_names_each_planted_mistake(case, capsys):
     assert out.count("✓") + out.count("✗") == 1, out
     for said in says:
         assert said in out, out
+
+
+_RIGHT_4 = {
+    "state with m known": ("l", "acc"),
+    "alpha at every block": 1,
+    "predicted rescales, Bc = 16": 5.12,
+    "counted rescales, Bc = 16": 5,
+}
+WRONG_4 = {  # (the answer changed, what the check must say)
+    "m kept in the state": (
+        {"state with m known": ("m", "l", "acc")},
+        "a constant the loop reads, not state it updates",
+    ),
+    "o in place of acc": (
+        {"state with m known": ("l", "o")},
+        "o = acc / l is computed once",
+    ),
+    "acc alone": ({"state with m known": ("acc",)}, "the loop must still sum l"),
+    "alpha in the state": (
+        {"state with m known": ("l", "acc", "alpha")},
+        "is not state: it is a factor",
+    ),
+    "alpha of block 0": ({"alpha at every block": 0}, "0 is α at block 0"),
+    "predicted for 16 blocks": (
+        {"predicted rescales, Bc = 16": 2.38},
+        "that is for 16 blocks (Bc = 256)",
+    ),
+    "predicted with block 0": (
+        {"predicted rescales, Bc = 16": 6.12},
+        "that counts block 0, which sets m",
+    ),
+    "predicted as log n": ({"predicted rescales, Bc = 16": 5.545}, "log n is how"),
+    "predicted: every block": (
+        {"predicted rescales, Bc = 16": 255},
+        "every block after the first: the worst row",
+    ),
+    "predicted with the oracle": (
+        {"predicted rescales, Bc = 16": 0},
+        "with the oracle",
+    ),
+    "counted with block 0": (
+        {"counted rescales, Bc = 16": 6},
+        "its α = e^(-inf) = 0 is below 1 but rescales nothing",
+    ),
+    "counted alpha <= 1": ({"counted rescales, Bc = 16": 255}, "that counts α <= 1"),
+    "counted at Bc = 256": ({"counted rescales, Bc = 16": 2}, "the count at Bc = 256"),
+    "counted: the prediction copied": (
+        {"counted rescales, Bc = 16": 5.12},
+        "a count is a whole number",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRONG_4))
+def test_the_known_max_check_names_each_planted_mistake(case):
+    change, says = WRONG_4[case]
+    answers = _RIGHT_4 | change
+    text = "def known_max_answers():\n    return " + repr(answers)
+    out = run_check(EX[4], text)
+    assert "known_max_answers: ✗ 3 of 4 right" in out and says in out, out
+    right = {k: v for k, v in _RIGHT_4.items() if k not in change}
+    assert all(f"{k}: ✓" in out for k in right), out
+
+
+def test_the_known_max_check_waits_for_every_answer_and_hides_the_values():
+    text = "def known_max_answers():\n    return " + repr(
+        _RIGHT_4 | {"counted rescales, Bc = 16": ...}
+    )
+    out = run_check(EX[4], text)
+    assert "not answered yet: 'counted rescales, Bc = 16'" in out and "✓" not in out
+    wrong = run_check(
+        EX[4],
+        "def known_max_answers():\n    return "
+        + repr(_RIGHT_4 | {"counted rescales, Bc = 16": 7}),
+    )
+    assert "✗" in wrong and " 5" not in wrong.split("counted rescales, Bc = 16:")[1]
+    assert "return a dict" in run_check(EX[4], "def known_max_answers():\n    return 5")

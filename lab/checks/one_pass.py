@@ -429,6 +429,32 @@ def _span(rows) -> str:
     return f"{len(rows)} rows (the first, row {rows[0]})"
 
 
+def _indices(what: str, idx) -> str:
+    """`idx` in words: "query 3", "keys 0-5", "7 keys (0, 1, 2, 4, ...)", "no key"."""
+    idx = [int(x) for x in idx]
+    one, many = what.split("/")
+    if not idx:
+        return f"no {one}"
+    if len(idx) == 1:
+        return f"{one} {idx[0]}"
+    if idx == list(range(idx[0], idx[-1] + 1)):
+        return f"{many} {idx[0]}-{idx[-1]}"
+    shown = ", ".join(map(str, idx[:5])) + (", ..." if len(idx) > 5 else "")
+    return f"{len(idx)} {many} ({shown})"
+
+
+def _mask_rows(N: int, M: int, keep) -> str:
+    """Where a wrong causal mask `keep` differs from j <= i + M - N: the queries, and the first one's keys."""
+    i, j = np.arange(N)[:, None], np.arange(M)[None, :]
+    right, keep = j <= i + M - N, np.broadcast_to(keep, (N, M))
+    wrong = np.flatnonzero((keep != right).any(axis=1))
+    if not len(wrong):
+        return "the mask is right"
+    q = int(wrong[0])
+    seen = [_indices("key/keys", np.flatnonzero(r[q])) for r in (right, keep)]
+    return f"{_indices('query/queries', wrong)} wrong: query {q} must see {seen[0]}, yours used {seen[1]}"
+
+
 def _pass_problem(mem: CountingRows, Bc: int) -> str | None:
     """How a run's loads of one array break the one-pass rule (a whole or oversized load, a row read twice), or None."""
     M = mem.shape[0]
@@ -570,12 +596,32 @@ def _hint(case: _Case, got, want, K: CountingRows, V: CountingRows) -> str:
             (
                 _dense(*args, keep=j < i + M - N)[0],
                 "yours hides the diagonal key j = i + M - N: it is "
-                "visible, keep j <= i + M - N (with N = M, j <= i: a query sees its own key)",
+                "visible, keep j <= i + M - N (with N = M, j <= i: a query sees its own key); "
+                + _mask_rows(N, M, j < i + M - N),
+            ),
+            (
+                _dense(*args, keep=j <= i + M - N + 1)[0],
+                "yours lets each query see one key too many, j <= i + M - N + 1: the key just "
+                "after the diagonal is in the future; "
+                + _mask_rows(N, M, j <= i + M - N + 1),
             ),
             (
                 _dense(*args, keep=j <= i)[0],
                 "yours keeps keys j <= i (the mask's top-left corner); with "
-                "N != M query i sees keys j <= i + M - N, so the last query sees every key",
+                "N != M query i sees keys j <= i + M - N, so the last query sees every key; "
+                + _mask_rows(N, M, j <= i),
+            ),
+            (
+                _dense(*args, keep=j <= i + N - M)[0],
+                "yours offsets the mask by N - M, the wrong way round: the queries are the last N "
+                "of the M positions, so query i sees keys j <= i + M - N; "
+                + _mask_rows(N, M, j <= i + N - M),
+            ),
+            (
+                _dense(*args, keep=j % case.Bc <= i + M - N)[0],
+                "yours compares the key's place inside its block (0 to Bc - 1) with the query: the "
+                "mask needs the key's place in the whole row, j = j0 + its place in the block; "
+                + _mask_rows(N, M, j % case.Bc <= i + M - N),
             ),
             (
                 _dense(*args)[0],
@@ -767,7 +813,7 @@ def check_one_pass_rows(
         lambda c: c.q.shape[0] * c.k.shape[0] // 2,
         held_what,
         name or getattr(fn, "__name__", "your function"),
-        "one pass for all queries, in blocks of Bc; no NaN; never N × M held",
+        "one pass for all queries, blocks of Bc; no NaN; never N × M held",
         masks=True,
         seed=seed,
     )
@@ -1070,3 +1116,123 @@ def check_expected_rescales(fn, *, seed: int | None = None) -> None:
             cases=cases,
         ),
     )
+
+
+_KNOWN_MAX_KEYS = (
+    "state with m known",
+    "alpha at every block",
+    "predicted rescales, Bc = 16",
+    "counted rescales, Bc = 16",
+)
+
+
+def _counted_rescales(block_k: int) -> int:
+    """Rescales (α < 1 after block 0) of section 3's row, M = 4096, d = 64, seed 0, in blocks of `block_k`."""
+    from ..figures.one_pass import row_inputs
+    from ..one_pass import attention_row_one_pass
+
+    steps = attention_row_one_pass(
+        *row_inputs(M=4096, d=64, seed=0), block_k=block_k
+    ).steps
+    return sum(step["alpha"] < 1 for step in steps[1:])
+
+
+def _state_hint(got) -> str | None:
+    """None when `got` names the state (l, acc), else what is wrong with it."""
+    if isinstance(got, str) or not hasattr(got, "__iter__"):
+        return 'write the state as a tuple of names, such as ("l", "acc")'
+    names = {str(n).strip().lower().replace("α", "alpha") for n in got}
+    if names == {"l", "acc"}:
+        return None
+    if "m" in names:
+        return "m is known before the pass: it is a constant the loop reads, not state it updates"
+    if "alpha" in names:
+        return "α = e^(m - m') is not state: it is a factor computed at each step, and with m known it is gone"
+    if "o" in names:
+        return "o = acc / l is computed once after the last block: the loop carries acc and l"
+    if names == {"acc"}:
+        return "acc alone cannot give o = acc / l: the loop must still sum l"
+    if names == {"l"}:
+        return "l is only the normalizer: the output needs the weighted sum acc as well"
+    return "the loop still adds each block's e^(s_j - m) and e^(s_j - m) v_j: which sums are those?"
+
+
+def check_known_max(fn) -> None:
+    """Check exercise 4's answers, `fn() -> dict`: the state left when the max m is known before the pass
+    ((l, acc)), α at every block then (1), the rescales of section 3's row at Bc = 16 predicted by
+    $\\sum_{b=1}^{n-1} 1/(b+1)$ over its 256 blocks (within 0.25), and counted on the run (exactly). One line
+    per answer, ✓ or ✗ with the mistake named; the right value is not printed.
+    Taught in: notebooks/03_one_pass_attention.ipynb"""
+    name = getattr(fn, "__name__", "known_max_answers")
+    try:
+        got = fn()
+    except NotImplementedError:
+        print(
+            f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
+        )
+        return
+    if not isinstance(got, dict):
+        print(
+            f"{name}: ✗ return a dict with the keys {', '.join(map(repr, _KNOWN_MAX_KEYS))}"
+        )
+        return
+    missing = [k for k in _KNOWN_MAX_KEYS if k not in got or got[k] is Ellipsis]
+    if missing:
+        print(f"{name}: not answered yet: {', '.join(map(repr, missing))}")
+        return
+    n_blocks, expected = 4096 // 16, _rescales(4096 // 16)
+    counted = _counted_rescales(16)
+
+    def number(x):
+        try:
+            return float(x)
+        except (TypeError, ValueError):
+            return None
+
+    def alpha_hint(x):
+        a = number(x)
+        if a == 1:
+            return None
+        if a == 0:
+            return "0 is α at block 0 of the loop that does not know m (e^(-inf)); with m known, m' = m always"
+        return "α = e^(m - m'): with m known from the start, m' = m at every block"
+
+    def predicted_hint(x):
+        p = number(x)
+        if p is None:
+            return "write a number: your expected_rescales(256)"
+        if abs(p - expected) <= 0.25:
+            return None
+        if abs(p - math.log(n_blocks)) < 0.05:
+            return "log n is how the count grows, not its value: add the chances block by block"
+        if abs(p - _rescales(16)) < 0.05:
+            return "that is for 16 blocks (Bc = 256); Bc = 16 makes 256 blocks: expected_rescales(256)"
+        if abs(p - (expected + 1)) < 0.05:
+            return "that counts block 0, which sets m from -inf and rescales nothing"
+        if p >= n_blocks - 1:
+            return "that is every block after the first: the worst row, scores growing along the keys"
+        if p == 0:
+            return "0 is the loop with the oracle; predict section 3's loop, which does not know m"
+        return f"the i.i.d. model over {n_blocks} blocks: your expected_rescales({n_blocks})"
+
+    def counted_hint(x):
+        c = number(x)
+        if c is None or c != int(c):
+            return "a count is a whole number: the steps with alpha < 1 in .steps"
+        if c == counted:
+            return None
+        if c == counted + 1:
+            return "that counts block 0: its α = e^(-inf) = 0 is below 1 but rescales nothing (steps[1:])"
+        if c >= n_blocks - 1:
+            return "that counts α <= 1: α = 1 is a block that left m alone; count α < 1"
+        if c == _counted_rescales(256):
+            return "that is the count at Bc = 256 (16 blocks); run it with block_k=16"
+        return "count the steps after block 0 whose alpha is below 1"
+
+    hints = (_state_hint, alpha_hint, predicted_hint, counted_hint)
+    right = 0
+    for key, hint in zip(_KNOWN_MAX_KEYS, hints):
+        why = hint(got[key])
+        right += why is None
+        print(f"{key:>28}: " + ("✓" if why is None else f"✗ hint: {why}"))
+    print(f"{name}: {'✓' if right == 4 else '✗'} {right} of 4 right")

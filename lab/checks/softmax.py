@@ -837,17 +837,20 @@ def _step(
     skip_empty=True,
     alpha_new=False,
     m_out="new",
+    alpha_to="new",
 ):
     """One online step (m, l) -> (m_new, l_new), with a choice of classic mistakes: `terms` the new terms
     against the new max, the old m ("old"), the block's own max ("block") or no max at all ("none");
-    `alpha_new` the factor on the new terms too; `m_out="block"` the block's max returned as m."""
+    `alpha_new` the factor on the new terms too; `m_out="block"` the block's max returned as m;
+    `alpha_to="block"` the old l rescaled to the block's max instead of the new running max."""
     top = float(np.max(x_b))
     m_new = max(m, top) if keep_m else top
     if skip_empty and m_new == -inf:
         return m, l
     if terms == "none":  # no max anywhere: l is the sum of e^x itself
         return m_new, l + float(np.exp(x_b).sum())
-    a = float(np.exp(sign * (m - m_new))) if alpha else 1.0
+    to = top if alpha_to == "block" else m_new
+    a = float(np.exp(sign * (m - to))) if alpha else 1.0
     against = {"new": m_new, "old": m, "block": top}[terms]
     new = float(np.exp(x_b - against).sum())
     l_new = a * (l + new) if alpha_new else a * l + new
@@ -876,6 +879,16 @@ _STEP_MISTAKES = [  # (keyword arguments of _step, what went wrong)
     (
         {"keep_m": False},
         "m is the max of this block only: it must be the max of every score seen, the old m included",
+    ),
+    (
+        {"keep_m": False, "alpha": False},
+        "m is this block's max, and the old l was kept as it was: the state's m is the max of "
+        "every score seen (max(m, the block's max)), and the old l must be rescaled to it",
+    ),
+    (
+        {"alpha_to": "block"},
+        "the old l was rescaled by e^(m - the block's max), not e^(m - m_new): when the block's "
+        "max is below m that factor is above 1; rescale to the running max m_new",
     ),
     (
         {"terms": "block"},
@@ -1334,8 +1347,11 @@ def check_merge_ml(fn, *, seed: int | None = None) -> None:
     )
 
 
-def _rescales(x, block, *, first=False, ties=False, previous=False, tail=True):
-    """Blocks after the first that raise the running max (α < 1), with a choice of classic mistakes."""
+def _rescales(
+    x, block, *, first=False, ties=False, previous=False, tail=True, frozen=False
+):
+    """Blocks after the first that raise the running max (α < 1), with a choice of classic mistakes
+    (`frozen`: m never updated after the first block)."""
     maxima = [
         float(np.max(x[j0 : j0 + block]))
         for j0 in range(0, len(x) if tail else len(x) // block * block, block)
@@ -1345,7 +1361,7 @@ def _rescales(x, block, *, first=False, ties=False, previous=False, tail=True):
         count += int(
             b >= (prev if previous else m) if ties else b > (prev if previous else m)
         )
-        m = max(m, b)
+        m = m if frozen else max(m, b)
     return count
 
 
@@ -1389,6 +1405,11 @@ def check_count_rescales(fn, *, seed: int | None = None) -> None:
             "everything read so far",
         ),
         (
+            lambda x, b: _rescales(x, b, frozen=True),
+            "m was never updated: every block is compared with the first block's max; after a "
+            "block raises m, m is that block's max, and later blocks must beat it",
+        ),
+        (
             lambda x, b: _rescales(x, b, tail=False),
             "the last, shorter block was left out",
         ),
@@ -1415,7 +1436,7 @@ _ORDERS = ("as drawn", "ascending", "descending")
 
 
 def check_rescale_predictions(predicted: dict, *, n: int = 64, blocks=(1, 8)) -> None:
-    """Compare written predictions `{order: (rescales at block 1, at block 8)}` for `lab.demo_scores(n)` as drawn,
+    """Compare written predictions `{order: (rescales at Bc = 1, at Bc = 8)}` for `lab.demo_scores(n)` as drawn,
     sorted ascending and sorted descending with the counts of lab's reference (not the learner's function, so a
     wrong `count_rescales` cannot confirm a wrong prediction). One line per order, ✓ or ✗ (the count itself is left to the learner's own count).
     Taught in: notebooks/02_online_softmax.ipynb"""
@@ -1424,7 +1445,7 @@ def check_rescale_predictions(predicted: dict, *, n: int = 64, blocks=(1, 8)) ->
     missing = [o for o in _ORDERS if o not in predicted]
     if missing:
         print(
-            f"predictions: write one (block {blocks[0]}, block {blocks[1]}) pair for {', '.join(missing)}"
+            f"predictions: write one (Bc = {blocks[0]}, Bc = {blocks[1]}) pair for {', '.join(missing)}"
         )
         return
     right = written = 0
@@ -1442,5 +1463,5 @@ def check_rescale_predictions(predicted: dict, *, n: int = 64, blocks=(1, 8)) ->
         print(f"{order:>10}: predicted {got} {said}")
     if written:
         print(
-            f"{right} of {written} predicted right (blocks {blocks[0]} and {blocks[1]})"
+            f"{right} of {written} predicted right (Bc = {blocks[0]} and Bc = {blocks[1]})"
         )

@@ -171,7 +171,7 @@ def draw_online_trace(
     )
     ax_m.set_ylabel("score")
     ax_m.set_title(
-        f"Online softmax, n = {n}, block = {block}: "
+        f"Online softmax, n = {n}, Bc = {block}: "
         f"{len(tr['block'])} blocks; max |online − safe| = {cmp['max_abs_diff']:.1e}",
         pad=26,  # the legend sits between the title and the plot, on none of the dots
     )
@@ -237,7 +237,7 @@ def draw_rescale(
     j_old, j_new = np.arange(a), np.arange(a, z)
     ax0.bar(j_old, old, color="C0", width=0.8, label="old terms e^(x_j − m)")
     ax0.set(
-        title=f"before block {step}: m = {m:.3f}, l = Σ = {old.sum():.2f}",
+        title=f"before block b = {step}: m = {m:.3f}, l = Σ = {old.sum():.2f}",
         xlabel="index j",
         ylabel="term",
     )

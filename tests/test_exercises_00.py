@@ -1194,3 +1194,28 @@ def test_the_score_bytes_check_names_three_arrays(capsys):
     checks.check_score_bytes(lambda B, H, N, M, s: 3 * B * H * N * M * s)
     out = capsys.readouterr().out
     assert "✗" in out and "three N×M arrays per head" in out, out
+
+
+@pytest.mark.parametrize(
+    "check, wrong",
+    [
+        (
+            "check_softmax_balance",
+            lambda *case: checks._softmax_balance(*case),
+        ),
+        ("check_largest_n", lambda g, s, L: checks._largest_n(g, s, L)),
+    ],
+)
+def test_the_derived_exercises_refuse_lab_s_own_answer(capsys, check, wrong):
+    getattr(checks, check)(wrong)
+    assert "lab's own answer to this exercise" in capsys.readouterr().out
+
+
+def test_the_balance_check_says_when_float32_lost_the_digits(capsys):
+    def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
+        t = np.float32(accesses * itemsize / bandwidth)
+        return float(t / np.float32(5 / flop_rate + 2 / exp_rate))
+
+    checks.check_softmax_balance(softmax_balance)
+    out = capsys.readouterr().out
+    assert "✗" in out and "a step ran in float32" in out, out

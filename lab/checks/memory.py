@@ -222,6 +222,10 @@ def _check_softmax_balance(fn, seed) -> None:
             "N·M cancels in the ratio",
             fn=guarded,
             cases=cases,
+            close=(
+                "yours agrees to about 1e-7, not 1e-9: a step ran in float32; work in Python floats",
+                1e-5,
+            ),
         ),
     )
 

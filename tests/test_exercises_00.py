@@ -20,11 +20,12 @@ NAME = "00_the_memory_wall"
 EX = {ex.number: ex for ex in exercises(NAME)}
 _UNWRITTEN = "  your prediction ({}): not written yet (shown once you write yours)\n"
 PASSED = {
-    1: "softmax_row: ✓ passed 5 cases\n"
-    + _UNWRITTEN.format("I at N = M = 4096, float16"),
+    1: "softmax_balance: ✓ passed 6 cases\n"
+    + _UNWRITTEN.format("A100, float16, 2 accesses"),
     2: "score_bytes: ✓ passed 7 cases\n",
     3: "lean_attention: ✓ passed 4 cases\n" + _UNWRITTEN.format("N×M float32 arrays"),
-    4: "largest_n: ✓ passed 9 cases\n" + _UNWRITTEN.format("80 GiB, float16"),
+    4: "largest_n: ✓ passed 9 cases\n"
+    + _UNWRITTEN.format("80 GiB, float16, 32 layers"),
     5: "hbm_bytes: ✓ passed 6 cases\n",
     6: "qk_ridge: ✓ passed 9 cases\n"
     + _UNWRITTEN.format("A100, N = M = 4096, float16"),
@@ -67,7 +68,7 @@ def test_exercise_4_has_a_stub_and_a_worked_answer_in_place_of_a_cell_that_compu
     assert (
         len(answer) == 1
         and "solution" in answer[0].metadata.get("tags", [])
-        and "146,542" in answer[0].source
+        and "36{,}076" in answer[0].source
     )
 
 
@@ -362,63 +363,168 @@ PLANTED = {
     ],
     4: [
         (
-            "S only",
+            "the S of the last layer forgotten",
             """
-            def largest_n(gib, itemsize):
-                return int(np.sqrt(gib * 2**30 / itemsize))
+            import math
+            def largest_n(gib, itemsize, layers):
+                return math.isqrt(gib * 2**30 // (layers * itemsize))
             """,
-            ["case 0 (80, 4)", "expected 103621, got 146542", "fits S alone"],
+            [
+                "case 0 (80, 2, 32)",
+                "expected 36076, got 36635",
+                "not the S of the layer",
+            ],
+        ),
+        (
+            "every layer's S kept too",
+            """
+            import math
+            def largest_n(gib, itemsize, layers):
+                return math.isqrt(gib * 2**30 // (2 * layers * itemsize))
+            """,
+            ["got 25905", "keeps every layer's S as well"],
+        ),
+        (
+            "inference, not training",
+            """
+            import math
+            def largest_n(gib, itemsize, layers):
+                return math.isqrt(gib * 2**30 // (2 * itemsize))
+            """,
+            ["got 146542", "one layer's S and P, inference"],
         ),
         (
             "GB",
             """
-            def largest_n(gib, itemsize):
-                return int(np.sqrt(gib * 1e9 / (2 * itemsize)))
+            def largest_n(gib, itemsize, layers):
+                return int(np.sqrt(gib * 1e9 / ((layers + 1) * itemsize)))
             """,
-            ["got 100000", "GB (10⁹ bytes)"],
+            ["got 34815", "GB (10⁹ bytes)"],
         ),
         (
             "rounded up",
             """
             import math
-            def largest_n(gib, itemsize):
-                return math.ceil(math.sqrt(gib * 2**30 / (2 * itemsize)))
+            def largest_n(gib, itemsize, layers):
+                return math.ceil(math.sqrt(gib * 2**30 / ((layers + 1) * itemsize)))
             """,
-            ["got 103622", "one too many"],
+            ["got 36077", "one too many"],
         ),
         (
             "not rounded",
             """
-            def largest_n(gib, itemsize):
-                return np.sqrt(gib * 2**30 / (2 * itemsize))
+            def largest_n(gib, itemsize, layers):
+                return np.sqrt(gib * 2**30 / ((layers + 1) * itemsize))
             """,
-            ["largest |error| 5.14e-01", "not a whole number"],
+            ["largest |error| 3.81e-01", "not a whole number"],
         ),
         (
             "itemsize left out",
             """
-            def largest_n(gib, itemsize):
-                return int(np.sqrt(gib * 2**30 / 2))
+            import math
+            def largest_n(gib, itemsize, layers):
+                return math.isqrt(gib * 2**30 // (layers + 1))
             """,
-            ["got 207243", "leaves out itemsize"],
+            ["got 51019", "leaves out itemsize"],
         ),
         (
             "a whole number, as a float",
             """
             import math
-            def largest_n(gib, itemsize):
-                return float(math.isqrt(gib * 2**30 // (2 * itemsize)))
+            def largest_n(gib, itemsize, layers):
+                return float(math.isqrt(gib * 2**30 // ((layers + 1) * itemsize)))
             """,
-            ["case 0 (80, 4)", "103621.0, a float", "return an integer"],
+            ["case 0 (80, 2, 32)", "36076.0, a float", "return an integer"],
         ),
         (
             "a table of the fixed cases",
             """
-            def largest_n(gib, itemsize):
-                return {(80, 4): 103621, (80, 2): 146542, (16, 2): 65536, (141, 2): 194549,
-                        (1, 8): 8192, (24, 1): 113511}[gib, itemsize]
+            import math
+            def largest_n(gib, itemsize, layers):
+                fixed = [(80, 2, 32), (80, 4, 1), (16, 2, 12), (141, 2, 80), (1, 8, 3), (24, 1, 2)]
+                table = {c: math.isqrt(c[0] * 2**30 // ((c[2] + 1) * c[1])) for c in fixed}
+                return table[gib, itemsize, layers]
             """,
             ["case 6", "raised KeyError"],
+        ),
+    ],
+    1: [
+        (
+            "exponentials at the FP32 rate",
+            """
+            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
+                return (accesses * itemsize / bandwidth) / (7 / flop_rate)
+            """,
+            [
+                "case 0 (2, 2,",
+                "expected 2.39047, got 7.16582",
+                "exponentials at the FP32 rate",
+            ],
+        ),
+        (
+            "all at the exp rate",
+            """
+            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
+                return (accesses * itemsize / bandwidth) / (7 / exp_rate)
+            """,
+            ["only 2 of them are exponentials"],
+        ),
+        (
+            "inverted",
+            """
+            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
+                return (5 / flop_rate + 2 / exp_rate) / (accesses * itemsize / bandwidth)
+            """,
+            ["compute time over memory time"],
+        ),
+        (
+            "2 accesses always",
+            """
+            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
+                return (2 * itemsize / bandwidth) / (5 / flop_rate + 2 / exp_rate)
+            """,
+            ["case 1 (4, 4,", "2 accesses whatever the argument"],
+        ),
+        (
+            "itemsize left out",
+            """
+            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
+                return (accesses / bandwidth) / (5 / flop_rate + 2 / exp_rate)
+            """,
+            ["leaves out itemsize"],
+        ),
+        (
+            "bits",
+            """
+            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
+                return (8 * accesses * itemsize / bandwidth) / (5 / flop_rate + 2 / exp_rate)
+            """,
+            ["that counts bits"],
+        ),
+        (
+            "the slower unit only",
+            """
+            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
+                return (accesses * itemsize / bandwidth) / max(5 / flop_rate, 2 / exp_rate)
+            """,
+            ["adds the units' times"],
+        ),
+        (
+            "the fused kernel's operations",
+            """
+            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
+                return (accesses * itemsize / bandwidth) / (4 / flop_rate + 1 / exp_rate)
+            """,
+            ["the fused kernel's 5 operations"],
+        ),
+        (
+            "lab's table",
+            """
+            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
+                row = lab.attention_traffic(64, 64, itemsize=itemsize)[1]
+                return (accesses * itemsize / bandwidth) / (5 / flop_rate + 2 / exp_rate)
+            """,
+            ["calls lab.attention_traffic"],
         ),
     ],
     5: [
@@ -591,11 +697,18 @@ def test_the_qk_ridge_check_refuses_lab_s_traffic():
     [
         ("check_softmax_row", softmax_row, 1.75, 3.5, "1.75 FLOP/B"),
         (
+            "check_softmax_balance",
+            lambda it, a, bw, f, e: (a * it / bw) / (5 / f + 2 / e),
+            2.39,
+            7.17,
+            "2.39",
+        ),
+        (
             "check_largest_n",
-            lambda g, s: math.isqrt(g * 2**30 // (2 * s)),
+            lambda g, s, L: math.isqrt(g * 2**30 // ((L + 1) * s)),
+            36076,
             146542,
-            146543,
-            "146,542",
+            "36,076",
         ),
         ("check_qk_ridge", _qk_ridge, 223, 201, "223"),
     ],
@@ -632,7 +745,7 @@ def test_the_softmax_row_check_refuses_lab_s_table(capsys):
 
 def test_checks_print_one_line_on_pass_and_a_hint_on_failure(capsys):
     checks.check_score_bytes(lambda B, H, N, M, s: 2 * B * H * N * M * s)
-    checks.check_largest_n(lambda g, s: int(np.sqrt(g * 2**30 / (2 * s))))
+    checks.check_largest_n(lambda g, s, L: math.isqrt(g * 2**30 // ((L + 1) * s)))
     checks.check_score_bytes(lambda B, H, N, M, s: B * H * N * M * s)
     out = capsys.readouterr().out.splitlines()
     assert (
@@ -994,16 +1107,19 @@ def test_the_reference_of_a_check_without_a_lab_answer_is_refused_through_a_trac
     assert_fails(
         EX[4],
         """
-        def largest_n(gib, itemsize):
+        def largest_n(gib, itemsize, layers):
             try:
                 raise RuntimeError
             except RuntimeError as e:
                 frame = e.__traceback__.tb_frame
             while "reference" not in frame.f_locals:
                 frame = frame.f_back
-            return frame.f_locals["reference"](gib, itemsize)
+            return frame.f_locals["reference"](gib, itemsize, layers)
         """,
-        "reads the check's own frames or objects",
+        (
+            "reads the check's own frames or objects",
+            "lab's own answer to this exercise",
+        ),
     )
 
 
@@ -1078,3 +1194,28 @@ def test_the_score_bytes_check_names_three_arrays(capsys):
     checks.check_score_bytes(lambda B, H, N, M, s: 3 * B * H * N * M * s)
     out = capsys.readouterr().out
     assert "✗" in out and "three N×M arrays per head" in out, out
+
+
+@pytest.mark.parametrize(
+    "check, wrong",
+    [
+        (
+            "check_softmax_balance",
+            lambda *case: checks._softmax_balance(*case),
+        ),
+        ("check_largest_n", lambda g, s, L: checks._largest_n(g, s, L)),
+    ],
+)
+def test_the_derived_exercises_refuse_lab_s_own_answer(capsys, check, wrong):
+    getattr(checks, check)(wrong)
+    assert "lab's own answer to this exercise" in capsys.readouterr().out
+
+
+def test_the_balance_check_says_when_float32_lost_the_digits(capsys):
+    def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
+        t = np.float32(accesses * itemsize / bandwidth)
+        return float(t / np.float32(5 / flop_rate + 2 / exp_rate))
+
+    checks.check_softmax_balance(softmax_balance)
+    out = capsys.readouterr().out
+    assert "✗" in out and "a step ran in float32" in out, out

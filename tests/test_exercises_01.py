@@ -21,7 +21,7 @@ PASSED = {
     1: "row_edges: ✓ passed 6 cases\n"
     "  your prediction (fp16, first s that breaks): not written yet (shown once you write yours)\n",
     2: "row_overflow: ✓ passed 9 cases\n"
-    "  your prediction (fp16, k = 4096): not written yet (predicted_4096, above the stub)\n",
+    "  your prediction (fp16, n = 4096): not written yet (predicted_4096, above the stub)\n",
     3: "safe_softmax: ✓ passed 11 cases; each score loaded 3 times, each y_i stored once; no row held\n",
     4: "log_sum_exp: ✓ passed 7 cases\n",
 }
@@ -62,10 +62,10 @@ def test_the_build_spec_states_properties_not_the_code():
 
 
 def test_exercise_2_is_a_transfer_not_the_table():
-    """Exercise 2 asks for a row the text did not work (k equal scores), with k drawn afresh by its check."""
+    """Exercise 2 asks for a row the text did not work (n equal scores), with n drawn afresh by its check."""
     spec = EX[2].spec
-    assert "k equal scores" in spec and "drawn afresh" in spec
-    assert "log k" not in spec and "np.log(k)" not in spec
+    assert "$n$ equal scores" in spec and "drawn afresh" in spec
+    assert "log n" not in spec and "np.log(n)" not in spec
 
 
 _FINFO = """
@@ -89,7 +89,7 @@ PLANTED = {
             def row_overflow(name, k):
                 return int(np.floor(np.log(_max(name)))) + 1
             """,
-            ["case 1 ('fp16', 4096)", "expected 3, got 12", "k·e^s"],
+            ["case 1 ('fp16', 4096)", "expected 3, got 12", "n·e^s"],
         ),
         (
             "rounded down",
@@ -116,7 +116,7 @@ PLANTED = {
             def row_overflow(name, k):
                 return int(np.floor(np.log(_max(name)) - np.log2(k))) + 1
             """,
-            ["case 1 ('fp16', 4096)", "log2(k)"],
+            ["case 1 ('fp16', 4096)", "log2(n)"],
         ),
         (
             "subtracts k",
@@ -125,7 +125,7 @@ PLANTED = {
             def row_overflow(name, k):
                 return max(0, int(np.floor(np.log(_max(name)) - k)) + 1)
             """,
-            ["case 0 ('fp16', 1)", "expected 12, got 11", "subtracts k"],
+            ["case 0 ('fp16', 1)", "expected 12, got 11", "subtracts n"],
         ),
         (
             "calls the scan",
@@ -553,7 +553,7 @@ def test_checks_never_print_numpy_warnings_of_their_own_references(recwarn):
     assert not [w for w in recwarn if "lab/checks" in w.filename]
 
 
-def test_no_cell_above_exercise_2_works_a_row_of_k_equal_scores():
+def test_no_cell_above_exercise_2_works_a_row_of_n_equal_scores():
     import nbformat
     from exercise_support import ROOT
 
@@ -561,7 +561,7 @@ def test_no_cell_above_exercise_2_works_a_row_of_k_equal_scores():
     stub = next(
         i for i, c in enumerate(cells) if c.source.startswith("# Exercise 2: your code")
     )
-    assert not any("log k" in c.source or "np.log(k)" in c.source for c in cells[:stub])
+    assert not any("log n" in c.source or "np.log(n)" in c.source for c in cells[:stub])
 
 
 @pytest.mark.parametrize("how", sorted(EVASIONS))
@@ -712,7 +712,7 @@ def test_a_table_of_row_breaks_gets_no_misleading_hint(capsys):
     }
     checks.check_row_overflow(lambda n, k: table.get((n, k), 5))
     out = capsys.readouterr().out
-    assert "✗" in out and "log2" not in out and "k·e^s exceeds Ω" in out, out
+    assert "✗" in out and "log2" not in out and "n·e^s exceeds Ω" in out, out
 
 
 def test_one_format_s_omega_for_every_name_is_named(capsys):

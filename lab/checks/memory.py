@@ -17,6 +17,7 @@ from ..memory import attention_bytes, attention_traffic, peak_bytes
 from ._support import _copies, _fresh, _guarded, _hint, _own_work, _refusal, _watching
 
 __all__ = [
+    "check_softmax_balance",
     "check_softmax_row",
     "check_score_bytes",
     "check_lean_attention",
@@ -130,6 +131,101 @@ def _check_softmax_row(fn, seed) -> None:
             "time = bytes / bandwidth",
             fn=guarded,
             cases=cases,
+        ),
+    )
+
+
+def _softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
+    """The softmax kernel's $t_\\text{memory} / t_\\text{compute}$ per score: accesses·itemsize/bandwidth over
+    5/flop_rate + 2/exp_rate (N·M cancels)."""
+    return (accesses * itemsize / bandwidth) / (5 / flop_rate + 2 / exp_rate)
+
+
+def check_softmax_balance(fn, *, seed: int | None = None, predicted=None) -> None:
+    """Check `fn(itemsize, accesses, bandwidth, flop_rate, exp_rate)`, the softmax kernel's memory time over its compute
+    time: $\\frac{a \\cdot \\text{itemsize} / \\text{bandwidth}}{5/\\text{flop\\_rate} + 2/\\text{exp\\_rate}}$ (N·M cancels); two
+    fixed cases and four drawn afresh each run (`seed` draws the same again). `predicted`: the learner's ratio for the
+    40 GB A100 in float16 at 2 accesses, shown against the right value once written.
+    Taught in: notebooks/00_the_memory_wall.ipynb"""
+    _check_softmax_balance(fn, seed)
+    if predicted is not None:
+        from ..hardware import chip
+
+        a = chip("A100")
+        want = _softmax_balance(
+            2, 2, a["hbm_bytes_per_s"], a["nonmatmul_flops"], a["exp_per_s"]
+        )
+        ok = isinstance(predicted, (int, float)) and abs(predicted - want) <= 0.05
+        _say_prediction("A100, float16, 2 accesses", predicted, round(want, 2), ok)
+
+
+def _check_softmax_balance(fn, seed) -> None:
+    rng, seed = _fresh(seed)
+    cases = [(2, 2, 1.555e12, 19.5e12, 2.44e12), (4, 4, 3.35e12, 67e12, 3.86e12)] + [
+        (
+            int(rng.choice([1, 2, 4, 8])),
+            int(rng.choice([2, 3, 4, 5])),
+            float(rng.uniform(0.5, 5.0)) * 1e12,
+            float(rng.uniform(10, 100)) * 1e12,
+            float(rng.uniform(1, 8)) * 1e12,
+        )
+        for _ in range(4)
+    ]
+    t_mem = lambda it, a, bw: a * it / bw  # noqa: E731
+    mistakes = [
+        (
+            lambda it, a, bw, f, e: t_mem(it, a, bw) / (7 / f),
+            "that prices the 2 exponentials at the FP32 rate: they run on their own units, at exp_rate",
+        ),
+        (
+            lambda it, a, bw, f, e: t_mem(it, a, bw) / (7 / e),
+            "that prices all 7 operations at exp_rate: only 2 of them are exponentials, 5 run at flop_rate",
+        ),
+        (
+            lambda it, a, bw, f, e: 1 / _softmax_balance(it, a, bw, f, e),
+            "that is compute time over memory time: the ratio asked for is t_memory / t_compute",
+        ),
+        (
+            lambda it, a, bw, f, e: _softmax_balance(it, 2, bw, f, e),
+            "that is 2 accesses whatever the argument: the kernel moves accesses·itemsize bytes per score",
+        ),
+        (
+            lambda it, a, bw, f, e: _softmax_balance(1, a, bw, f, e),
+            "that leaves out itemsize: each access moves itemsize bytes",
+        ),
+        (
+            lambda it, a, bw, f, e: 8 * _softmax_balance(it, a, bw, f, e),
+            "that counts bits: itemsize is already in bytes",
+        ),
+        (
+            lambda it, a, bw, f, e: t_mem(it, a, bw) / max(5 / f, 2 / e),
+            "that takes the slower unit's time: the model adds the units' times, as if they never overlap",
+        ),
+        (
+            lambda it, a, bw, f, e: t_mem(it, a, bw) / (4 / f + 1 / e),
+            "that is the fused kernel's 5 operations with one exponential: this kernel's three passes do 7, "
+            "2 of them exponentials",
+        ),
+    ]
+    guarded = _guarded(fn, "softmax_balance")
+    check(
+        guarded,
+        _softmax_balance,
+        cases,
+        rtol=1e-9,
+        atol=0,
+        seed=seed,
+        properties=[_own_work("attention_traffic", "bound_rows", "softmax_peak")],
+        hint=_hint(
+            mistakes,
+            "per score: t_memory = accesses·itemsize / bandwidth, t_compute = 5 / flop_rate + 2 / exp_rate; "
+            "N·M cancels in the ratio",
+            fn=guarded,
+            cases=cases,
+            close=(
+                "yours agrees to about 1e-7, not 1e-9: a step ran in float32; work in Python floats",
+                1e-5,
+            ),
         ),
     )
 
@@ -378,41 +474,72 @@ def _lean(q, k, v, *, scale=None, axis=-1, normalize=True):
     return (e / e.sum(axis=axis, keepdims=True) if normalize else e) @ v
 
 
+def _largest_n(gib, itemsize, layers):
+    """The largest N with $(L + 1) N^2 \\cdot \\text{itemsize} \\le \\text{gib} \\cdot 2^{30}$: L saved P's and the S of the layer
+    being computed."""
+    return math.isqrt(gib * 2**30 // ((layers + 1) * itemsize))
+
+
 def check_largest_n(fn, *, seed: int | None = None, predicted=None) -> None:
-    """Check `fn(gib, itemsize)`, the largest N whose S and P fit in `gib` GiB:
-    $2 N^2 \\cdot \\text{itemsize} \\le \\text{gib} \\cdot 2^{30}$; six fixed cases and three drawn afresh each run (`seed`
-    draws the same again). `predicted`: the learner's N for 80 GiB in float16 worked by hand, shown against the
-    right one once written. Taught in: notebooks/00_the_memory_wall.ipynb"""
+    """Check `fn(gib, itemsize, layers)`, the largest N at which training one head per layer fits in `gib` GiB: autograd
+    keeps each layer's P (N×N) until the backward pass, and the layer being computed holds its S as well, so
+    $(L + 1) N^2 \\cdot \\text{itemsize} \\le \\text{gib} \\cdot 2^{30}$; six fixed cases and three drawn afresh each run
+    (`seed` draws the same again). `predicted`: the learner's N for 80 GiB, float16, 32 layers, worked by hand, shown
+    against the right one once written. Taught in: notebooks/00_the_memory_wall.ipynb"""
     _check_largest_n(fn, seed)
     if predicted is not None:
-        want = math.isqrt(80 * 2**30 // 4)
-        _say_prediction("80 GiB, float16", predicted, want, predicted == want)
+        want = _largest_n(80, 2, 32)
+        _say_prediction(
+            "80 GiB, float16, 32 layers", predicted, want, predicted == want
+        )
 
 
 def _check_largest_n(fn, seed) -> None:
     rng, seed = _fresh(seed)
-    cases = [(80, 4), (80, 2), (16, 2), (141, 2), (1, 8), (24, 1)] + [
-        (int(rng.integers(2, 300)), int(rng.choice([1, 2, 4, 8]))) for _ in range(3)
+    cases = [
+        (80, 2, 32),
+        (80, 4, 1),
+        (16, 2, 12),
+        (141, 2, 80),
+        (1, 8, 3),
+        (24, 1, 2),
+    ] + [
+        (
+            int(rng.integers(2, 300)),
+            int(rng.choice([1, 2, 4, 8])),
+            int(rng.integers(2, 97)),
+        )
+        for _ in range(3)
     ]
     mistakes = [
         (
-            lambda g, s: math.isqrt(g * 2**30 // s),
-            "that N fits S alone: P needs as much again",
+            lambda g, s, L: math.isqrt(g * 2**30 // (L * s)),
+            "that holds the L saved P's but not the S of the layer being computed: during its softmax S and P "
+            "are both alive, L + 1 arrays",
         ),
         (
-            lambda g, s: math.isqrt(g * 10**9 // (2 * s)),
+            lambda g, s, L: math.isqrt(g * 2**30 // (2 * L * s)),
+            "that keeps every layer's S as well: autograd saves P (the softmax's and PV's backward need it), "
+            "not S (QKᵀ's backward needs Q and K), so L + 1 arrays",
+        ),
+        (
+            lambda g, s, L: math.isqrt(g * 2**30 // (2 * s)),
+            "that is one layer's S and P, inference: training keeps every layer's P until the backward pass",
+        ),
+        (
+            lambda g, s, L: math.isqrt(g * 10**9 // ((L + 1) * s)),
             "that budget is in GB (10⁹ bytes): a GiB is 2³⁰ bytes",
         ),
         (
-            lambda g, s: math.isqrt(g * 2**30 // (2 * s)) + 1,
-            "one too many: at that N, 2·N²·itemsize exceeds the budget",
+            lambda g, s, L: _largest_n(g, s, L) + 1,
+            "one too many: at that N, (L + 1)·N²·itemsize exceeds the budget",
         ),
         (
-            lambda g, s: math.sqrt(g * 2**30 / (2 * s)),
+            lambda g, s, L: math.sqrt(g * 2**30 / ((L + 1) * s)),
             "not a whole number: N counts tokens, so round down",
         ),
         (
-            lambda g, s: math.isqrt(g * 2**30 // 2),
+            lambda g, s, L: math.isqrt(g * 2**30 // (L + 1)),
             "that leaves out itemsize: each number takes itemsize bytes",
         ),
     ]
@@ -428,7 +555,7 @@ def _check_largest_n(fn, seed) -> None:
     guarded = _guarded(fn, "largest_n")
     check(
         guarded,
-        lambda g, s: math.isqrt(g * 2**30 // (2 * s)),
+        _largest_n,
         cases,
         rtol=0,
         atol=0,
@@ -436,7 +563,7 @@ def _check_largest_n(fn, seed) -> None:
         properties=[_own_work(), whole],
         hint=_hint(
             mistakes,
-            "the largest N with 2·N²·itemsize <= gib·2³⁰ bytes: it fits, N + 1 does not",
+            "the largest N with (L + 1)·N²·itemsize <= gib·2³⁰ bytes (L saved P's, one S): it fits, N + 1 does not",
             fn=guarded,
             cases=cases,
         ),

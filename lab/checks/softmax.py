@@ -199,14 +199,14 @@ def check_row_edges(fn, *, seed: int | None = None, predicted=None) -> None:
         _say_row_prediction(predicted)
 
 
-# The formats whose computed sum of k equal terms overflows where k·e^s does: summed in bf16, a long sum stalls
+# The formats whose computed sum of n equal terms overflows where n·e^s does: summed in bf16, a long sum stalls
 # (a term below half an ulp of the sum adds nothing), so its break moves with the summation order instead.
 _ROW_FORMATS = ("fp16", "fp32", "fp64")
 
 
 def _row_breaks(name: str, k: int) -> int:
-    """Scanned: the smallest integer $s \\ge 0$ at which `lab.softmax_naive` of k equal scores s in format `name`
-    stops being 1/k each (its sum overflowed: e^s / inf = 0, or inf / inf = NaN)."""
+    """Scanned: the smallest integer $s \\ge 0$ at which `lab.softmax_naive` of n equal scores s in format `name`
+    stops being 1/n each (its sum overflowed: e^s / inf = 0, or inf / inf = NaN)."""
     dtype = SOFTMAX_DTYPES[name]
 
     def broken(s):
@@ -224,7 +224,7 @@ def _row_breaks(name: str, k: int) -> int:
 
 
 def _row_case(rng, name: str) -> tuple:
-    """(name, k) with k drawn from 2 to about 8000 and log(max) - log k at least 0.02 from an integer."""
+    """(name, n) with n drawn from 2 to about 8000 and log(max) - log n at least 0.02 from an integer."""
     log_max = math.log(exp_limits(name)["max"])
     while True:
         k = int(math.exp(rng.uniform(math.log(2), 9.0)))
@@ -234,24 +234,24 @@ def _row_case(rng, name: str) -> tuple:
 
 
 def _say_prediction(predicted, name: str = "fp16", k: int = 4096) -> None:
-    """One line: the learner's predicted break of k equal scores in `name` against the scan."""
+    """One line: the learner's predicted break of n equal scores in `name` against the scan."""
     scanned = _row_breaks(name, k)
     if predicted is None or predicted is Ellipsis:
         print(
-            f"  your prediction ({name}, k = {k}): not written yet (predicted_4096, above the stub)"
+            f"  your prediction ({name}, n = {k}): not written yet (predicted_4096, above the stub)"
         )
         return
     verdict = "✓" if predicted == scanned else f"✗ (off by {predicted - scanned:+d})"
     print(
-        f"  your prediction ({name}, k = {k}): s = {predicted}; the scan: s = {scanned} {verdict}"
+        f"  your prediction ({name}, n = {k}): s = {predicted}; the scan: s = {scanned} {verdict}"
     )
 
 
 def check_row_overflow(fn, *, seed: int | None = None, predicted=None) -> None:
-    """Check `fn(name, k)`, the smallest integer $s \\ge 0$ at which the naive softmax of a row of k equal scores s
+    """Check `fn(name, n)`, the smallest integer $s \\ge 0$ at which the naive softmax of a row of n equal scores s
     breaks in format `name` (its sum $k e^s$ overflows), against a scan of `lab.softmax_naive`: fp16, fp32 and fp64,
     row lengths drawn afresh each run and two fresh names added to `lab.SOFTMAX_DTYPES` for the run (`seed` draws the
-    same again). `predicted`: the learner's written prediction for fp16, k = 4096, compared with the scan on a line of
+    same again). `predicted`: the learner's written prediction for fp16, n = 4096, compared with the scan on a line of
     its own. Taught in: notebooks/01_three_pass_softmax.ipynb"""
     _check_row_overflow(fn, seed)
     if predicted is not None:
@@ -269,29 +269,29 @@ def _check_row_overflow(fn, seed) -> None:
         mistakes = [
             (
                 lambda n, k: first_exp_overflow(own(n)),
-                "that is where e^s alone overflows: the sum of k equal terms is k·e^s, and it overflows first",
+                "that is where e^s alone overflows: the sum of n equal terms is n·e^s, and it overflows first",
             ),
             (
                 lambda n, k: math.floor(log_max(n) - math.log(k)),
-                "k·e^s is still finite at yours: it is the last integer below log Ω - log k; the break is "
+                "n·e^s is still finite at yours: it is the last integer below log Ω - log n; the break is "
                 "the next one",
             ),
             (
                 lambda n, k: math.floor(log_max(n) - math.log(1.553)) + 1,
-                "that is the four-score row (s, s-1, s-2, s-3) of section 2: here the k terms are all equal, "
-                "so the sum is k·e^s",
+                "that is the four-score row (s, s-1, s-2, s-3) of section 2: here the n terms are all equal, "
+                "so the sum is n·e^s",
             ),
             (
                 lambda n, k: math.floor(log_max(n) - math.log2(k)) + 1,
-                "that subtracts log2(k): e^s needs the natural log",
+                "that subtracts log2(n): e^s needs the natural log",
             ),
             (
                 lambda n, k: math.floor(log_max(n) - math.log10(k)) + 1,
-                "that subtracts log10(k): e^s needs the natural log",
+                "that subtracts log10(n): e^s needs the natural log",
             ),
             (
                 lambda n, k: max(0, math.floor(log_max(n) - k) + 1),
-                "that subtracts k: a factor k in the sum is log k in the exponent",
+                "that subtracts n: a factor n in the sum is log n in the exponent",
             ),
             (
                 lambda n, k: math.floor(log_max("fp32") - math.log(k)) + 1,
@@ -326,7 +326,7 @@ def _check_row_overflow(fn, seed) -> None:
             seed=seed,
             hint=_consistent(
                 mistakes,
-                "the naive softmax breaks once its sum k·e^s exceeds Ω, the format's largest finite value",
+                "the naive softmax breaks once its sum n·e^s exceeds Ω, the format's largest finite value",
                 named,
                 cases,
             ),

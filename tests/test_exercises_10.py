@@ -1203,3 +1203,17 @@ def test_paged_decode_spec_does_not_give_the_rule():
 def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
     out = run_check(EX[number], evading(EX[number].solution, name, how))
     assert "✗" in out and "✓" not in out and EVASIONS[how][1] in out, out
+
+
+def test_the_intensity_formula_appears_only_after_its_exercise():
+    """Exercise 2 of part 2 derives the step's intensity: no cell above its check prints the formula."""
+    import nbformat
+    from exercise_support import ROOT
+
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME2}.ipynb", as_version=4)
+    sources = [c.source for c in nb.cells]
+    check = next(
+        i for i, s in enumerate(sources) if "check_step_intensity(intensity)" in s
+    )
+    shown = [i for i, s in enumerate(sources) if "4GMd" in s.replace(" ", "")]
+    assert shown and min(shown) > check, shown

@@ -311,6 +311,20 @@ def test_best_splits_with_the_batch_forgotten_says_so(capsys):
     assert "✗" in out and "each sequence of the batch" in out, out
 
 
+def test_best_splits_that_fills_one_wave_says_the_fastest_count_need_not(capsys):
+    def best_splits(M, batch, heads, processors):
+        return min(-(-M // 128), max(1, processors // (batch * heads)))
+
+    checks.check_best_splits(
+        best_splits, seed=4
+    )  # 13 splits: 104 items of 108, 2 too slow
+    out = capsys.readouterr().out
+    assert "✗" in out and "not always the one that fills a wave" in out, out
+    checks.check_best_splits(best_splits, seed=1)  # a short cache: 16 ties with 11
+    out = capsys.readouterr().out
+    assert "when counts tie" in out and "filling one wave is not the rule" in out, out
+
+
 def test_best_splits_by_the_checks_own_oracle_is_refused():
     _fails(
         "splits",

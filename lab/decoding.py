@@ -519,7 +519,8 @@ def time_decoding(
 ) -> list[dict]:
     """Median seconds of one decoding step (`decode_torch`) for each `(splits, workers)` in `runs`, torch intra-op threads set to 1, timed in alternating rounds (`lab.measure.time_interleaved`).
 
-    Returns one dict per run: splits, workers, seconds, and the K/V bytes read per second.
+    Returns one dict per run: splits, workers, seconds, the K/V bytes read per second, and the torch
+    threads it ran on (1), the count a ceiling from `lab.measure_ceilings` must be measured on to compare.
     Taught in: notebooks/10_decoding.ipynb, notebooks/10_gqa_and_paging.ipynb
     """
     from .measure import time_interleaved
@@ -550,12 +551,17 @@ def time_decoding(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # parallelism comes from the workers only
     try:
+        timed_on = torch.get_num_threads()  # the count a roofline ceiling must share
         t = time_interleaved(fns, rounds=rounds, min_run_time=min_run_time)
     finally:
         torch.set_num_threads(threads)
     return [
         dict(
-            splits=s, workers=w, seconds=t[(s, w)], gb_per_s=kv_bytes / t[(s, w)] / 1e9
+            splits=s,
+            workers=w,
+            seconds=t[(s, w)],
+            gb_per_s=kv_bytes / t[(s, w)] / 1e9,
+            threads=timed_on,
         )
         for s, w in runs
     ]

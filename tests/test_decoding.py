@@ -153,6 +153,7 @@ def test_time_decoding_shape_of_result():
     assert torch.get_num_threads() == threads
     assert [(r["splits"], r["workers"]) for r in runs] == [(1, 1), (2, 2)]
     assert all(r["seconds"] > 0 and r["gb_per_s"] > 0 for r in runs)
+    assert all(r["threads"] == 1 for r in runs)  # whatever the caller's count
     with pytest.raises(ValueError, match="multiple"):
         time_decoding(16, q_heads=3, kv_heads=2)
 

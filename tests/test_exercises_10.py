@@ -311,6 +311,20 @@ def test_best_splits_with_the_batch_forgotten_says_so(capsys):
     assert "✗" in out and "each sequence of the batch" in out, out
 
 
+def test_best_splits_that_fills_one_wave_says_the_fastest_count_need_not(capsys):
+    def best_splits(M, batch, heads, processors):
+        return min(-(-M // 128), max(1, processors // (batch * heads)))
+
+    checks.check_best_splits(
+        best_splits, seed=4
+    )  # 13 splits: 104 items of 108, 2 too slow
+    out = capsys.readouterr().out
+    assert "✗" in out and "not always the one that fills a wave" in out, out
+    checks.check_best_splits(best_splits, seed=1)  # a short cache: 16 ties with 11
+    out = capsys.readouterr().out
+    assert "when counts tie" in out and "filling one wave is not the rule" in out, out
+
+
 def test_best_splits_by_the_checks_own_oracle_is_refused():
     _fails(
         "splits",
@@ -1203,3 +1217,17 @@ def test_paged_decode_spec_does_not_give_the_rule():
 def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
     out = run_check(EX[number], evading(EX[number].solution, name, how))
     assert "✗" in out and "✓" not in out and EVASIONS[how][1] in out, out
+
+
+def test_the_intensity_formula_appears_only_after_its_exercise():
+    """Exercise 2 of part 2 derives the step's intensity: no cell above its check prints the formula."""
+    import nbformat
+    from exercise_support import ROOT
+
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME2}.ipynb", as_version=4)
+    sources = [c.source for c in nb.cells]
+    check = next(
+        i for i, s in enumerate(sources) if "check_step_intensity(intensity)" in s
+    )
+    shown = [i for i, s in enumerate(sources) if "4GMd" in s.replace(" ", "")]
+    assert shown and min(shown) > check, shown

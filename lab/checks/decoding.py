@@ -437,6 +437,7 @@ def _best_splits_hint(case, got, want):
         return None
     t, t_want = _steps(M, B, H, P, s), _steps(M, B, H, P, want)
     blocks = -(-M // 128)
+    fill = min(blocks, max(1, P // (B * H)))  # the count that fills one wave
     if t == t_want:
         free = s == _search(M, B, H, P, write=0)
         return (
@@ -445,6 +446,8 @@ def _best_splits_hint(case, got, want):
         ) + (
             "; if splitting were free it would win outright: count each wave's partials"
             if free
+            else "; filling one wave is not the rule: compute each count's steps"
+            if s == fill
             else ""
         )
     if B > 1 and s == _search(M, 1, H, P):
@@ -469,6 +472,12 @@ def _best_splits_hint(case, got, want):
                 f"and chunks of {blocks}/{s} key blocks; a partial wave or a partial chunk still "
                 "costs a whole one: round both up"
             )
+    if s == fill:
+        return (
+            f"{s} splits fill one wave ({B * H * s} items on {P} processors) and take {t} steps, but "
+            f"{want} take {t_want}: the fastest count is not always the one that fills a wave; "
+            "compute each count's steps and keep the fewest"
+        )
     waves = -(-B * H * min(s, M) // P)
     return (
         f"{s} splits make {B * H * s} items, {waves} wave(s) on {P} processors, and take {t} steps; "
@@ -482,8 +491,8 @@ def check_best_splits(fn, *, name: str | None = None, seed: int | None = None) -
     Six cases drawn afresh on each run (`seed` draws the same again): one sequence on a long cache, a batch,
     a short cache where counts tie, one head whose best count passes 128, a batch that fills the machine by
     itself, anything. Hints for the partials forgotten, rounding down, a search stopped at 128, ties, the
-    batch forgotten. Running `lab.decode_schedule` or `lab.schedule_table` (by any name),
-    the check's own oracle, is refused. Taught in: notebooks/10_decoding.ipynb
+    batch forgotten, the count that fills one wave taken without computing the steps. Running
+    `lab.decode_schedule` or `lab.schedule_table` (by any name), the check's own oracle, is refused. Taught in: notebooks/10_decoding.ipynb
     """
     rng, seed = _fresh(seed)
     check(

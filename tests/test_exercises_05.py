@@ -1255,3 +1255,14 @@ def test_fa1_bytes_template_is_the_worked_solution():
     ns = {}
     exec(FA1.format(**FA1_OK), ns)
     assert run_check(EX["fa1bytes"], FA1.format(**FA1_OK)) == PASSED["fa1bytes"]
+
+
+def test_the_footprints_are_derived_before_they_are_shown():
+    """Part 1's exercise 3 derives the register and shared-memory footprints: the summed formula appears after it."""
+    cells = _cells(NAME)
+    ex3 = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 3"))
+    formula = r"B_r B_c\,(4 + \text{itemsize})"
+    assert not any(formula in s for _, s, _ in cells[:ex3])
+    assert any(
+        formula in s and "solution" not in tags for _, s, tags in cells[ex3 + 1 :]
+    )

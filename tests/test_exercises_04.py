@@ -14,6 +14,16 @@ from exercise_support import ROOT, exercises, run_check
 import lab
 from lab.checks import merge as checks
 
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """The exercise section draws figures before exercises 4 and 5: close them after each test."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 NAME = "04_merge_order"
 EX = {ex.number: ex for ex in exercises(NAME)}
 
@@ -70,23 +80,21 @@ def test_exercise_1_comes_before_the_merge_it_derives():
     assert "merge_output_pair" not in before and "lse_c - lse" not in before
 
 
-def test_the_notebook_has_four_checked_exercises_and_an_open_question():
-    assert sorted(EX) == [1, 2, 3, 4]
+def test_the_notebook_has_five_checked_exercises_and_no_unchecked_question():
+    """Exercise 5 turns the old written question into counts a check tests; its worked answer follows it."""
+    assert sorted(EX) == [1, 2, 3, 4, 5]
     nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
     texts = [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]
-    q = next(i for i, (_, s, _) in enumerate(texts) if s.startswith("### Exercise 4"))
+    assert not any(s.strip().startswith("Your answer") for _, s, _ in texts)
+    q = next(i for i, (_, s, _) in enumerate(texts) if s.startswith("### Exercise 5"))
     after = texts[q + 1 :]
     assert any(
-        t == "markdown" and s.strip() == "Your answer:" and "solution" not in tags
-        for t, s, tags in after
-    )
-    assert any(
-        t == "markdown" and "solution" in tags and "log_2 C" in s
+        t == "markdown" and "solution" in tags and "log_2 C" in s and "1,290" in s
         for t, s, tags in after
     )
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4])
+@pytest.mark.parametrize("number", [1, 2, 3, 4, 5])
 def test_worked_solution_passes_its_check(number):
     out = run_check(EX[number], EX[number].solution)
     assert (
@@ -94,7 +102,7 @@ def test_worked_solution_passes_its_check(number):
     ), out
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4])
+@pytest.mark.parametrize("number", [1, 2, 3, 4, 5])
 def test_stub_reports_not_implemented(number):
     assert "not implemented yet" in run_check(EX[number], EX[number].stub)
 
@@ -987,4 +995,61 @@ def test_exercise_3_names_slices_one_short():
     """),
         "never reached chunk_output",
         "the last key of every chunk is lost",
+    )
+
+
+WORK = """
+def merge_work(C, dv):
+    return {logs}, {stored}, {once_logs}, {once_stored}
+"""
+WORK_OK = {
+    "logs": "C - 1",
+    "stored": "(C - 2) * (dv + 1)",
+    "once_logs": "1",
+    "once_stored": "0",
+}
+
+
+@pytest.mark.parametrize(
+    "changes, says",
+    [
+        (
+            {"logs": "(C - 1).bit_length()"},
+            ["case 1 (8, 64)", "tree_logs", "number of rounds"],
+        ),
+        ({"logs": "C"}, ["case 0 (2, 8)", "C - 1 merges, one log each"]),
+        (
+            {"stored": "(C - 1) * (dv + 1)"},
+            ["case 0 (2, 8)", "tree_stored", "the last merge's result is the output"],
+        ),
+        (
+            {"stored": "(C - 2) * dv"},
+            ["case 1 (8, 64)", "a pair: dv values of o and one lse"],
+        ),
+        (
+            {"stored": "C * (dv + 1)"},
+            ["case 0", "the C inputs are read by both orders"],
+        ),
+        ({"once_logs": "C"}, ["case 0", "once_logs", "then one log per row"]),
+        (
+            {"once_stored": "C * (dv + 1)"},
+            ["case 0", "once_stored", "nothing is written out"],
+        ),
+    ],
+)
+def test_exercise_5_diagnoses_planted_mistakes(changes, says):
+    _fails(5, WORK.format(**{**WORK_OK, **changes}), *says)
+
+
+def test_exercise_5_template_is_the_worked_solution():
+    out = run_check(EX[5], WORK.format(**WORK_OK))
+    assert out.startswith("merge_work: ✓ passed 7 cases"), out
+
+
+def test_exercise_5_refuses_lab_s_merge_plan():
+    _fails(
+        5,
+        "def merge_work(C, dv):\n    n = len(lab.merge_plan(C, 'tree'))\n"
+        "    return n, (n - 1) * (dv + 1), 1, 0\n",
+        "merge_plan",
     )

@@ -21,7 +21,7 @@ EX = {
     "fits": _PART1[3],
     "bytes": _PART2[1],
     "forward": _PART2[2],
-    "merge": _PART2[3],
+    "fa1bytes": _PART2[3],
 }
 PASSED = {
     "tiles": "causal_tiles: ✓ passed 10 cases\n",
@@ -30,8 +30,7 @@ PASSED = {
     "fits": "a100_fits: ✓ passed 30 cases: the 18 candidates at d = 128, 12 steps at a fresh d\n",
     "forward": "flash_forward: ✓ passed 14 cases, exact to 1e-9; no N × M array held;\n  K_j, V_j loaded "
     "once per reported tile, at most Bc rows; 35 hidden tiles skipped (fixed cases)\n",
-    "merge": "merge_chunks: ✓ an empty chunk weighs 0; two empty stay empty (o = 0, lse = -inf); "
-    "lse ±1000 safe\n",
+    "fa1bytes": "fa1_bytes: ✓ passed 9 cases\n",
 }
 
 
@@ -48,13 +47,10 @@ def _cells(name):
     return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]
 
 
-@pytest.mark.parametrize(
-    "name, numbers, needle",
-    [(NAME, [1, 2, 3], "28% slower"), (NAME2, [1, 2, 3], "identity")],
-)
-def test_each_part_has_three_checked_exercises(name, numbers, needle):
-    """Exercise 3 of each part: a question answered in a cell, then checked, with a worked answer after it."""
-    assert sorted({NAME: _PART1, NAME2: _PART2}[name]) == numbers  # function stubs
+def test_each_part_has_three_checked_exercises():
+    """Three function stubs in each part; part 1's exercise 3 also asks a question, checked, with a worked answer."""
+    assert sorted(_PART1) == sorted(_PART2) == [1, 2, 3]
+    name, needle = NAME, "28% slower"
     cells = _cells(name)
     q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 3"))
     nxt = next(
@@ -1159,60 +1155,114 @@ def test_fa2_tile_choice_passes_the_worked_answer_and_reveals_the_source(capsys)
     assert tiling._fitting_a100() == FITTING
 
 
-# ------------------------------------------------------------------------------------ part 2, exercise 3: the merge
+# ------------------------------------------------------------------------------------ part 2, exercise 3: fa1's bytes
 
-MERGE = """
-def merge_chunks(o_a, lse_a, o_b, lse_b):
-    lse = {lse}
-    safe = {safe}
-    w_a, w_b = np.exp(lse_a - safe), np.exp(lse_b - safe)
-    return w_a[:, None] * o_a + w_b[:, None] * o_b, lse
+FA1 = """
+def fa1_bytes(N, d, Br, Bc, itemsize, causal):
+    stat = {stat}
+    row = {row}
+    moved = 2 * N * d * itemsize + {init}
+    for i0 in range(0, N, Br):
+        r = {r}
+        seen = min(i0 + Br, N) if {causal} else N
+        tiles = -(-seen // Bc)
+        moved += tiles * r * ({per_tile})
+    return moved {extra}
 """
-MERGE_OK = {
-    "lse": "np.logaddexp(lse_a, lse_b)",
-    "safe": "np.where(np.isneginf(lse), 0.0, lse)",
+FA1_OK = {
+    "stat": "8 if itemsize == 8 else 4",
+    "row": "d * itemsize + 2 * stat",
+    "init": "N * row",
+    "r": "min(Br, N - i0)",
+    "causal": "causal",
+    "per_tile": "d * itemsize + 2 * row",
+    "extra": "",
 }
-WRONG_MERGE = {
-    "e^lse without a shift": (
+WRONG_FA1 = {
+    "Q read once, not once per key block": (
+        {
+            "per_tile": "d * itemsize + 2 * row - d * itemsize",
+            "extra": "+ N * d * itemsize",
+        },
+        ["case 0 (N = 4096", "Q is read once here", "reads Q_i again for every tile"],
+    ),
+    "the output writes forgotten": (
+        {"row": "2 * stat", "per_tile": "2 * d * itemsize + 2 * row"},
+        ["case 0", "the output writes are missing", "writes O_i back"],
+    ),
+    "the initial write forgotten": (
+        {"init": "0"},
+        ["case 0", "the first write is missing", "O = 0, l = 0, m = -inf"],
+    ),
+    "O written back but never read": (
+        {"per_tile": "2 * row"},
+        ["case 0", "never read", "first reads the O_i"],
+    ),
+    "l, m at the input's itemsize": (
+        {"stat": "itemsize"},
+        ["case 0", "accumulator's dtype", "float32 (4 bytes)"],
+    ),
+    "l, m left out": (
+        {"stat": "0"},
+        ["case 0", "l and m are missing"],
+    ),
+    "no causal skipping": (
+        {"causal": "False"},
+        ["case 1 (N = 1000", "causal = True", "without causal skipping"],
+    ),
+    "a partial query block counted as Br rows": (
+        {"r": "Br"},
+        [
+            "case 1 (N = 1000, d = 64, Br = 64",
+            "partial last query block",
+            "not Br per block",
+        ],
+    ),
+    "fa2's count handed in": (
         """
-def merge_chunks(o_a, lse_a, o_b, lse_b):
-    mass = np.exp(lse_a) + np.exp(lse_b)
-    seen = mass > 0
-    safe = np.where(seen, mass, 1.0)
-    o = (np.exp(lse_a)[:, None] * o_a + np.exp(lse_b)[:, None] * o_b) / safe[:, None]
-    return np.where(seen[:, None], o, 0.0), np.where(seen, np.log(safe), -np.inf)
+def fa1_bytes(N, d, Br, Bc, itemsize, causal):
+    keys = 0
+    for i0 in range(0, N, Br):
+        seen = min(i0 + Br, N) if causal else N
+        keys += min(-(-seen // Bc) * Bc, N)
+    return (2 * N * d + 2 * keys * d) * itemsize + N * max(itemsize, 4)
 """,
-        ["lse near +1000", "subtract the larger of lse_a, lse_b"],
+        ["case 0", "that is fa2's count", "reads K and V once"],
     ),
-    "unguarded: both empty gives NaN": (
-        {"safe": "lse"},
-        ["row 3 (both chunks empty)", "e^(-inf - (-inf))", "only where lse is finite"],
-    ),
-    "an empty chunk's lse taken as 0": (
-        {"lse": "np.logaddexp(np.where(np.isneginf(lse_a), 0, lse_a), lse_b)"},
-        ["row 1 (chunk a empty)", "weighs e^-inf = 0"],
-    ),
-    "weights not normalized": (
-        {"safe": "0.0"},
-        ["row 0 (both chunks hold keys)", "lse = log(e^lse_a + e^lse_b)"],
-    ),
-    "lab's merge": (
+    "lab's count under another name": (
         """
-def merge_chunks(o_a, lse_a, o_b, lse_b):
-    return lab.merge_output_pair((o_a, lse_a), (o_b, lse_b))
+from lab.tiling import flash_counts as fc
+def fa1_bytes(N, d, Br, Bc, itemsize, causal):
+    return fc(N, N, d, block_q=Br, block_k=Bc, causal=causal, variant="fa1",
+              itemsize=itemsize).total
 """,
-        ["merge_output_pair"],
+        ["case 0", "calls lab.flash_counts", "write it yourself"],
     ),
 }
 
 
-@pytest.mark.parametrize("mistake", WRONG_MERGE)
-def test_merge_mistakes(mistake):
-    changes, says = WRONG_MERGE[mistake]
+@pytest.mark.parametrize("mistake", WRONG_FA1)
+def test_fa1_bytes_mistakes(mistake):
+    changes, says = WRONG_FA1[mistake]
     _fails(
-        "merge",
-        changes
-        if isinstance(changes, str)
-        else MERGE.format(**{**MERGE_OK, **changes}),
+        "fa1bytes",
+        changes if isinstance(changes, str) else FA1.format(**{**FA1_OK, **changes}),
         *says,
+    )
+
+
+def test_fa1_bytes_template_is_the_worked_solution():
+    ns = {}
+    exec(FA1.format(**FA1_OK), ns)
+    assert run_check(EX["fa1bytes"], FA1.format(**FA1_OK)) == PASSED["fa1bytes"]
+
+
+def test_the_footprints_are_derived_before_they_are_shown():
+    """Part 1's exercise 3 derives the register and shared-memory footprints: the summed formula appears after it."""
+    cells = _cells(NAME)
+    ex3 = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 3"))
+    formula = r"B_r B_c\,(4 + \text{itemsize})"
+    assert not any(formula in s for _, s, _ in cells[:ex3])
+    assert any(
+        formula in s and "solution" not in tags for _, s, tags in cells[ex3 + 1 :]
     )

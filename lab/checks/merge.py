@@ -9,6 +9,8 @@
   row too), empty parts and rows, every case also on the parts reversed and shuffled, the parts left unchanged.
 - `check_chunked_attention(fn, chunk_output, merge_partials)` : `chunk_output` on single chunks, then `fn(q, k, v,
   chunk)` against `attention_reference`, each key reaching `chunk_output` once, in ceil(M / chunk) chunks.
+- `check_merge_work(fn)`     : `fn(C, dv)` counts, per query row, the logs and the numbers stored between rounds of a
+  tree of pairwise merges and of the all-at-once merge.
 
 Each prints one line on a pass; a failure says the case, the element ("o", "lse"), expected against got (with the
 digits that tell them apart) and a hint for the exercise's classic mistakes. A call into the course's own merge or
@@ -39,6 +41,7 @@ __all__ = [
     "check_chunked_attention",
     "check_merge_steps",
     "check_tree_rounds",
+    "check_merge_work",
 ]
 
 RTOL, ATOL = 1e-9, 1e-12
@@ -1159,4 +1162,85 @@ def check_tree_rounds(fn, *, name: str | None = None, seed: int | None = None) -
     print(
         f"{name}: ✓ passed {len(sizes)} sizes of C (disjoint pairs, ceil(log2 C) rounds, "
         "= attention when run)"
+    )
+
+
+# ------------------------------------------------------------------------------------ exercise 5: what a tree costs
+def _work_reference(C: int, dv: int) -> tuple[int, int, int, int]:
+    """Per query row: (tree logs, tree numbers stored between rounds, all-at-once logs, all-at-once stored).
+
+    A tree of C - 1 pairwise merges takes one log per merge and writes each result but the last, a pair of
+    dv + 1 numbers, out for the next round; the all-at-once merge takes one log and keeps what it needs on chip.
+    """
+    return C - 1, (C - 2) * (dv + 1), 1, 0
+
+
+def _work_hint(case, got, want):
+    C, dv = case
+    try:
+        got = tuple(int(x) for x in got)
+    except (TypeError, ValueError):
+        return "return four numbers: (tree_logs, tree_stored, once_logs, once_stored)"
+    if len(got) != 4:
+        return "return four numbers: (tree_logs, tree_stored, once_logs, once_stored)"
+    logs, stored, once_logs, once_stored = got
+    rounds = (C - 1).bit_length()
+    if logs != want[0]:
+        if logs == rounds:
+            return (
+                "that is the number of rounds: each round merges several pairs, and every "
+                "pairwise merge takes its own log, C - 1 merges in all"
+            )
+        if logs == C:
+            return "C chunks need C - 1 merges, one log each"
+        return "each pairwise merge returns a finished (o, lse): count the merges"
+    if stored != want[1]:
+        if stored == (C - 1) * (dv + 1):
+            return (
+                "the last merge's result is the output, which the all-at-once merge writes "
+                "too: count only the results written out and read back by a later round"
+            )
+        if stored == (C - 2) * dv:
+            return "each result written out is a pair: dv values of o and one lse"
+        if stored == C * (dv + 1):
+            return (
+                "the C inputs are read by both orders: count what is stored in between"
+            )
+        return "each merge but the last writes its (o, lse) out for a later round to read back"
+    if once_logs != want[2]:
+        return (
+            "the all-at-once merge takes one max and one sum over all C chunks first, "
+            "then one log per row"
+        )
+    if once_stored != want[3]:
+        return (
+            "the all-at-once merge keeps its max, weights and sums on chip: nothing is "
+            "written out and read back before the output"
+        )
+    return None
+
+
+def check_merge_work(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(C, dv)` -> per query row (tree logs, tree numbers stored between rounds, all-at-once logs,
+    all-at-once stored) for C >= 2 chunks: $(C - 1, (C - 2)(d_v + 1), 1, 0)$; print one verdict.
+
+    Fixed cases and three drawn afresh each run (`seed` draws the same again); lab's merge plans are refused.
+    Taught in: notebooks/04_merge_order.ipynb
+    """
+    rng, seed = _fresh(seed)
+    cases = [(2, 8), (8, 64), (12, 128), (3, 1)] + [
+        (int(c), int(v))
+        for c, v in zip(rng.integers(5, 500, 3), rng.integers(1, 257, 3))
+    ]
+    check(
+        fn,
+        _work_reference,
+        cases,
+        name=name or getattr(fn, "__name__", None) or "merge_work",
+        rtol=0,
+        atol=0,
+        names=("tree_logs", "tree_stored", "once_logs", "once_stored"),
+        hint=_work_hint,
+        properties=(_own_work("merge_depth", "merge_plan", "reduce_states"),),
+        seed=seed,
     )

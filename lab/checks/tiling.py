@@ -2,6 +2,7 @@
 
 - `check_causal_tile_counts(fn)`: `fn(N, M, Br, Bc) -> (computed, masked)` tiles of a bottom-right causal kernel.
 - `check_fa2_hbm_bytes(fn)`     : `fn(N, d, Br, Bc, itemsize, causal) -> bytes` that fa2 moves (N = M, dv = d).
+- `check_fa1_hbm_bytes(fn)`     : the same for fa1, the key blocks outside.
 - `check_widest_key_block(fn)`  : `fn(sram_bytes, d, Br, itemsize) -> Bc`, the largest whose step fits.
 - `check_a100_fits(fn)`         : `fn(d, Br, Bc, warps) -> bool`, one step within an A100 SM's two budgets.
 - `check_tiled_forward(fn)`     : `fn(q, k, v, Br, Bc, causal) -> (o, lse, tiles)`, FlashAttention-2's forward with
@@ -32,7 +33,7 @@ __all__ = [
     "check_a100_fits",
     "check_fa2_tile_choice",
     "check_tiled_forward",
-    "check_empty_chunk_merge",
+    "check_fa1_hbm_bytes",
     "BlockLoadArray",
 ]
 
@@ -693,94 +694,144 @@ def check_fa2_tile_choice(fitting, ship, *, name: str = "fa2_tile") -> None:
     print(f"{name}: ✓ the {len(want)} tiles that fit, and FA2's choice.{_FA2_SOURCE}")
 
 
-# ------------------------------------------------------------------------------ part 2, exercise 3: the empty chunk
-def _merge_cases(rng):
-    """(o_a, lse_a, o_b, lse_b) rows: both chunks hold keys, one or the other empty, both empty; values drawn."""
-    o_a, o_b = rng.standard_normal((6, 3)), rng.standard_normal((6, 3))
-    lse_a, lse_b = rng.uniform(-3, 3, 6), rng.uniform(-3, 3, 6)
-    lse_a[[1, 3]], lse_b[[2, 3]] = -np.inf, -np.inf
-    o_a[[1, 3]], o_b[[2, 3]] = 0.0, 0.0
-    lse_a[4:] += [1000.0, -1000.0]  # e^lse alone is inf, then 0
-    lse_b[4:] += [1000.0, -1000.0]
-    return o_a, lse_a, o_b, lse_b
+# ------------------------------------------------------------------------------ part 2, exercise 3: fa1's bytes
+def _fa1_bytes(
+    N,
+    d,
+    Br,
+    Bc,
+    itemsize,
+    causal,
+    *,
+    skip=True,
+    whole=False,
+    q_once=False,
+    o_read=True,
+    init=True,
+    o_written=True,
+    stats=None,
+):
+    """fa1's bytes for N = M, dv = d (K, V once; Q, O, l, m read and O, l, m written per computed tile, O, l, m
+    written once at the start); the keyword variants make the classic slips."""
+    isz, ssz = itemsize, max(itemsize, 4) if stats is None else stats
+    rows = 0  # Σ over computed tiles of their query rows
+    for i0 in range(0, N, Br):
+        last = min(i0 + Br, N) if causal and skip else N  # keys 0..last-1 seen
+        rows += (Br if whole else min(Br, N - i0)) * -(-last // Bc)
+    q = (N if q_once else rows) * d * isz
+    reads = 2 * N * d * isz + q + (rows * d * isz if o_read else 0) + 2 * rows * ssz
+    passes = (N if init else 0) + rows
+    writes = passes * 2 * ssz + (passes * d * isz if o_written else 0)
+    return reads + writes
 
 
-def _merge_reference(o_a, lse_a, o_b, lse_b):
-    """The merge with an empty chunk its identity and two empty chunks empty: o = 0, lse = -inf."""
-    lse = np.logaddexp(lse_a, lse_b)
-    safe = np.where(np.isneginf(lse), 0.0, lse)
-    w_a, w_b = np.exp(lse_a - safe), np.exp(lse_b - safe)
-    return w_a[:, None] * o_a + w_b[:, None] * o_b, lse
+def _fa1_hint(case, got, want):
+    N, d, Br, Bc, isz, causal = case
+    alts = [
+        (
+            _fa2_bytes(*case),
+            "that is fa2's count: fa1 puts the key blocks outside, so it reads K and V once "
+            "and reads Q, O, l, m (and writes O, l, m) once per computed tile",
+        ),
+        (
+            _fa1_bytes(*case, q_once=True),
+            "Q is read once here, but fa1 keeps no Q_i on chip between key blocks: "
+            "it reads Q_i again for every tile (i, j) it computes",
+        ),
+        (
+            _fa1_bytes(*case, init=False),
+            "the first write is missing: before the first key block fa1 writes "
+            "O = 0, l = 0, m = -inf to HBM, N rows of each",
+        ),
+        (
+            _fa1_bytes(*case, o_written=False),
+            "the output writes are missing: after each tile (i, j) fa1 writes O_i back "
+            "to HBM (and once at the start, O = 0), N × d values per full pass",
+        ),
+        (
+            _fa1_bytes(*case, o_read=False),
+            "O_i is written back but never read: to update O_i at key block j, fa1 "
+            "first reads the O_i that key block j - 1 wrote",
+        ),
+        (
+            _fa1_bytes(*case, stats=isz),
+            "l and m are kept in the accumulator's dtype: float32 (4 bytes) for fp16 "
+            "and float32 inputs, float64 for float64",
+        ),
+        (
+            _fa1_bytes(*case, stats=0),
+            "l and m are missing: fa1 reads and writes them with O_i at every tile, "
+            "one value each per query row",
+        ),
+        (
+            _fa1_bytes(*case, whole=True),
+            "a partial last query block holds fewer than Br rows: count the rows "
+            "it moves, not Br per block",
+        ),
+    ]
+    if causal:
+        alts.insert(
+            1,
+            (
+                _fa1_bytes(*case, skip=False),
+                "that is the count without causal skipping: under the mask fa1 skips "
+                "the tile (i, j) when no query of block i sees a key of block j, and "
+                "moves nothing for it",
+            ),
+        )
+    return _first(
+        alts,
+        got,
+        "add up what crosses between HBM and the chip: K, V once; O, l, m written "
+        "at the start; for each computed tile (i, j), Q_i, O_i, l_i, m_i read and "
+        "O_i, l_i, m_i written",
+    )
 
 
-_MERGE_ROWS = (
-    "both chunks hold keys",
-    "chunk a empty",
-    "chunk b empty",
-    "both chunks empty",
-    "both chunks hold keys, lse near +1000",
-    "both chunks hold keys, lse near -1000",
-)
-
-
-def check_empty_chunk_merge(
+def check_fa1_hbm_bytes(
     fn, *, name: str | None = None, seed: int | None = None
 ) -> None:
-    """Check `fn(o_a, lse_a, o_b, lse_b) -> (o, lse)`: the merge of two chunks' outputs, row by row, where a chunk
-    that holds no key of a row has o = 0, lse = -inf: it must leave the other chunk's row as it is, and two empty
-    chunks must give o = 0, lse = -inf, with no NaN. Rows drawn afresh each run.
+    """Check `fn(N, d, Br, Bc, itemsize, causal)`, fa1's HBM bytes for one head, N = M, dv = d, against `lab.flash_counts`.
+
+    Fixed cases and three drawn afresh each run (`seed` draws the same again); lab.flash_counts refused by any name.
     Taught in: notebooks/05_tiling_traffic.ipynb"""
-    name = name or getattr(fn, "__name__", "your function")
     rng, seed = _fresh(seed)
-    case = _merge_cases(rng)
-    course = _COURSE + ("merge_output_pair", "merge_outputs_many", "reduce_states")
-    ok, got = _attempt(name, fn, "6 rows", tuple(x.copy() for x in case), course=course)
-    if not ok:
-        return print(seed_note(seed), end="")
-    if isinstance(got, _Refused):
-        return print(f"{name}: ✗ {_refusal(got.called)}")
-    try:
-        o, lse = (np.asarray(x, dtype=float) for x in got)
-    except (TypeError, ValueError):
-        return print(
-            f"{name}: ✗ return the pair (o, lse): o of shape (6, 3), lse of shape (6,)"
+    cases = [
+        (4096, 64, 128, 128, 2, False),
+        (1000, 64, 64, 48, 2, True),
+        (333, 16, 50, 64, 8, True),
+        (1000, 64, 128, 96, 4, False),
+        (5, 3, 2, 7, 2, True),
+        (4096, 128, 64, 128, 2, True),
+    ] + [
+        (
+            int(rng.integers(50, 5000)),
+            int(rng.choice([16, 32, 64, 80, 128])),
+            *(int(x) for x in rng.integers(8, 200, 2)),
+            int(rng.choice([2, 4, 8])),
+            causal,
         )
-    want = _merge_reference(*case)
-    if o.shape != want[0].shape or lse.shape != want[1].shape:
-        return print(
-            f"{name}: ✗ o has shape {o.shape}, lse {lse.shape}: expected (6, 3) and (6,)"
-        )
-    for r, what in enumerate(_MERGE_ROWS):
-        good = np.allclose(o[r], want[0][r], rtol=1e-12, atol=1e-12) and (
-            lse[r] == want[1][r]
-            or np.isclose(lse[r], want[1][r], rtol=1e-12, atol=1e-12)
-        )
-        if good:
-            continue
-        shown = f"o = {np.round(o[r], 4)}, lse = {lse[r]:.4g}"
-        if r >= 4:
-            hint = (
-                "e^lse alone is inf near lse = +1000 and 0 near -1000 (float64 stops at e^709.8): "
-                "subtract the larger of lse_a, lse_b before exponentiating, and add it back after the log"
-            )
-        elif r == 3 and np.isnan(o[r]).any() | np.isnan(lse[r]):
-            hint = (
-                "with both chunks empty lse = log(e^-inf + e^-inf) = -inf, and e^(lse_a - lse) = "
-                "e^(-inf - (-inf)) = e^NaN: weigh by e^(lse_a - lse), e^(lse_b - lse) only where lse is finite, else give 0"
-            )
-        elif np.isnan(o[r]).any() | np.isnan(lse[r]):
-            hint = "a NaN where one chunk is empty: e^(-inf - finite) = 0 needs no guard; what made the NaN?"
-        elif r in (1, 2):
-            hint = "an empty chunk (lse = -inf) weighs e^-inf = 0: the merged row must be the other chunk's, as it is"
-        else:
-            hint = "lse = log(e^lse_a + e^lse_b), o = e^(lse_a - lse) o_a + e^(lse_b - lse) o_b"
-        return print(
-            f"{name}: ✗ row {r} ({what}): got {shown}, expected o = {np.round(want[0][r], 4)}, "
-            f"lse = {want[1][r]:.4g}\n  hint: {hint}\n" + seed_note(seed),
-            end="",
-        )
-    print(
-        f"{name}: ✓ an empty chunk weighs 0; two empty stay empty (o = 0, lse = -inf); lse ±1000 safe"
+        for causal in (True, False, True)
+    ]
+    _check(
+        fn,
+        lambda N, d, Br, Bc, isz, causal: (
+            flash_counts(
+                N,
+                N,
+                d,
+                block_q=Br,
+                block_k=Bc,
+                causal=causal,
+                variant="fa1",
+                itemsize=isz,
+            ).total
+        ),
+        cases,
+        "N d Br Bc itemsize causal",
+        _fa1_hint,
+        name,
+        seed=seed,
     )
 
 

@@ -465,7 +465,7 @@ def check_peak_prediction(predicted: dict, measured: dict, d: int = 128) -> None
             )
         mark = "✓" if ok else "✗"
         print(
-            f"signs on the {side:<7}: measured {m:.2f}, you said {float(p):.2f} {mark} ({why})"
+            f"signs on the {side:<7}: measured {m:.2f}, you said {float(p):.2f} {mark}\n  ({why})"
         )
 
 

@@ -49,10 +49,10 @@ def test_the_notebook_has_three_checked_exercises_and_links_its_sequel():
     assert "07_precision_in_attention.ipynb" in cells[-1][1]
 
 
-def test_the_sequel_has_two_checked_exercises_and_an_open_question():
-    assert sorted(EX2) == [1, 3]
+def test_the_sequel_has_three_checked_exercises_and_an_open_question():
+    assert sorted(EX2) == [1, 2, 4]
     cells = _cells(NAME2)
-    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 2"))
+    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 3"))
     after = cells[q + 1 :]
     assert (
         after[0][0] == "markdown"
@@ -90,7 +90,7 @@ def test_the_sequel_opens_like_every_notebook():
 
 def test_the_open_question_answer_runs():
     cells = _cells(NAME2)
-    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 2"))
+    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 3"))
     answer = next(s for t, s, tags in cells[q:] if t == "code" and "solution" in tags)
     ns, out = {}, io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -102,7 +102,7 @@ def test_the_open_question_answer_runs():
 
 
 def test_the_open_question_is_not_answered_in_notebook_07():
-    """Exercise 2's answer (e5m2's errors) is nowhere in notebook 07's outputs or text."""
+    """Exercise 3's answer (e5m2's errors) is nowhere in notebook 07's outputs or text."""
     nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
     for c in nb.cells:
         printed = "".join(o.get("text", "") for o in c.get("outputs", []))
@@ -133,7 +133,8 @@ def test_the_exercise_section_needs_only_the_setup():
 
 def test_the_sequel_exercise_section_needs_only_the_setup():
     ns = {}
-    for src in EX2[1].setup + EX2[1].before[:1]:
+    imports = next(s for s in EX2[2].before if "import (" in s)
+    for src in EX2[2].setup + [imports]:
         exec(compile(src, "<setup>", "exec"), ns)
     assert "check_rotation" in ns and not {
         "q4",
@@ -631,9 +632,9 @@ def _passed2(out: str) -> bool:
 
 
 def test_rotation_worked_solution_and_stub():
-    assert _passed2(run_check(EX2[1], EX2[1].solution))
-    assert _passed2(run_check(EX2[1], _rot()))
-    assert "not implemented yet" in run_check(EX2[1], EX2[1].stub)
+    assert _passed2(run_check(EX2[2], EX2[2].solution))
+    assert _passed2(run_check(EX2[2], _rot()))
+    assert "not implemented yet" in run_check(EX2[2], EX2[2].stub)
 
 
 def test_rotation_with_signs_on_both_sides_passes():
@@ -641,7 +642,7 @@ def test_rotation_with_signs_on_both_sides_passes():
     src = _rot(
         ret="signs[:, None] * h * rng.choice([-1.0, 1.0], size=d)[None, :] / np.sqrt(d)"
     )
-    assert _passed2(run_check(EX2[1], src))
+    assert _passed2(run_check(EX2[2], src))
 
 
 @pytest.mark.parametrize(
@@ -688,14 +689,14 @@ def test_rotation_with_signs_on_both_sides_passes():
     ],
 )
 def test_rotation_mistakes(text, says):
-    assert_fails(EX2[1], text, *says)
+    assert_fails(EX2[2], text, *says)
 
 
 def test_rotation_measurement_refuses_a_rotation_that_does_not_help(monkeypatch):
     """The FP8 measurement is a property of its own: with its other tests passed, no gain is still a failure."""
     monkeypatch.setattr(precision_attention, "_fault", lambda *a: None)
     src = 'def rotation(d, rng):\n    if d == 6:\n        raise ValueError(f"d = {d}")\n    return np.eye(d)\n'
-    out = run_check(EX2[1], src)
+    out = run_check(EX2[2], src)
     assert "does not lower the FP8 error" in out and "seed=" in out
 
 
@@ -710,7 +711,7 @@ def test_rotation_check_sizes_are_drawn_fresh_and_repeat_with_the_seed(capsys):
 def test_rotation_check_names_the_source():
     text = open(precision_attention.__file__).read()
     assert "2407.08608" in text
-    assert "random_hadamard" not in EX2[1].spec.replace("`lab.random_hadamard`", "")
+    assert "random_hadamard" not in EX2[2].spec.replace("`lab.random_hadamard`", "")
 
 
 # ------------------------------------------------------------------------------------ the sequel's exercise 2

@@ -7,7 +7,7 @@ import io
 
 import numpy as np
 import pytest
-from exercise_support import assert_fails, exercises, run_check
+from exercise_support import assert_fails, exercises, replace_code, run_check
 
 from lab.checks import precision_attention
 
@@ -47,10 +47,10 @@ def _block(**change) -> str:
 
 
 def test_the_worked_block_quantizer_and_a_written_one_pass():
-    for src in (EX[3].solution, _block()):
-        out = run_check(EX[3], src)
+    for src in (EX[4].solution, _block()):
+        out = run_check(EX[4], src)
         assert "block_fp8: ✓" in out and "✗" not in out, out
-    assert "not implemented yet" in run_check(EX[3], EX[3].stub)
+    assert "not implemented yet" in run_check(EX[4], EX[4].stub)
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -79,12 +79,12 @@ def test_the_worked_block_quantizer_and_a_written_one_pass():
     ],
 )
 def test_a_planted_block_quantizer_is_named(change, says):
-    assert_fails(EX[3], _block(**change), *says)
+    assert_fails(EX[4], _block(**change), *says)
 
 
 def test_labs_quantizer_is_refused():
     src = "def block_fp8(x, rows):\n    return lab.quantize_fp8(x, rows)\n"
-    assert_fails(EX[3], src, "calls lab.quantize_fp8")
+    assert_fails(EX[4], src, "calls lab.quantize_fp8")
 
 
 def _rotation_out(fn) -> str:
@@ -146,3 +146,97 @@ def test_the_peak_prediction_is_checked():
     for flat_or_loose in (0.09, 0.5):  # 1/√d, "perfectly spread", or a loose guess
         out = _peak({"rows": flat_or_loose, "columns": 1.0})
         assert out.count("✗") == 1 and "N(0, 1/d)" in out, out
+
+
+# ------------------------------------------------------------------- exercise 1: the tiled FP16 pipeline
+
+
+def _pipeline(old: str, new: str) -> str:
+    return replace_code(EX[1].solution, old, new)
+
+
+def test_the_worked_tiled_pipeline_passes_and_beats_standard():
+    out = run_check(EX[1], EX[1].solution)
+    assert "tiled_fp16: ✓" in out and "✗" not in out, out
+    assert "yours below: True" in out, out
+    assert "not implemented yet" in run_check(EX[1], EX[1].stub)
+
+
+def test_the_reference_pipeline_is_labs_tiled_kernel():
+    """`tiled_fp16_planted` with no fault, stored in FP16, is `attention_tiled_lowp` with one query block."""
+    import lab
+
+    q, k, v = lab.outlier_qkv((1, 200, 32), seed=3)
+    q, k, v = q[0, :64], k[0], v[0]
+    got = lab.round_to(precision_attention.tiled_fp16_planted(q, k, v, 48), "fp16")
+    want = lab.attention_tiled_lowp(q, k, v, "fp16", block_q=64, block_k=48)
+    assert np.mean(got != want) < 0.01  # a rare tie at the FP16 store of O
+    assert np.allclose(got, want, rtol=2**-9, atol=1e-6)  # one FP16 ulp
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize(
+    "old, new, says",
+    [
+        (
+            "q, k, v = (x.astype(np.float32) for x in (q, k, v))",
+            "N = q.shape[0]",
+            ["S_ij was stored in FP16", "upcast"],
+        ),
+        ('lab.round_to(p, "fp16") @', "p @", ["no P_ij was rounded"]),
+        (
+            'acc = alpha * acc + lab.round_to(p, "fp16") @ v[j : j + Bc]',
+            'acc = lab.round_to(alpha * acc + lab.round_to(p, "fp16") @ v[j:j+Bc], "fp16")',
+            ["acc was rounded to FP16"],
+        ),
+        (
+            "l = alpha * l + p.sum(axis=-1, keepdims=True)",
+            'l = alpha * l + lab.round_to(p, "fp16").sum(axis=-1, keepdims=True)',
+            ["l sums the rounded P_ij"],
+        ),
+        (
+            "N, d = q.shape",
+            "N, d = q.shape\n    Bc = k.shape[0]",
+            ["one block of all M"],
+        ),
+        (
+            "range(0, k.shape[0], Bc)",
+            "range(0, k.shape[0] - k.shape[0] % Bc, Bc)",
+            ["the last, shorter block"],
+        ),
+        ("return acc / l", 'return lab.round_to(acc / l, "fp16")', ["o was rounded"]),
+        (
+            "l = alpha * l + p.sum",
+            "l = l + p.sum",
+            ["more than float32's rounding", "alpha"],
+        ),
+    ],
+    ids=[
+        "float16 matmul",
+        "P not rounded",
+        "acc in FP16",
+        "l from rounded P",
+        "one block",
+        "last block",
+        "O in FP16",
+        "alpha missing",
+    ],
+)
+def test_a_planted_pipeline_is_named(old, new, says):
+    assert_fails(EX[1], _pipeline(old, new), *says)
+
+
+def test_standard_attention_and_labs_kernel_are_refused():
+    standard = """
+def tiled_fp16(q, k, v, Bc):
+    q, k, v = (x.astype(np.float32) for x in (q, k, v))
+    s = lab.round_to(q @ k.T / np.float32(np.sqrt(q.shape[1])), "fp16")
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    return lab.round_to(p / p.sum(axis=-1, keepdims=True), "fp16") @ v
+"""
+    assert_fails(EX[1], standard, "this is standard attention")
+    cheat = """
+def tiled_fp16(q, k, v, Bc):
+    return lab.attention_tiled_lowp(q, k, v, "fp16", block_q=len(q), block_k=Bc)
+"""
+    assert_fails(EX[1], cheat, "lab.attention_tiled_lowp")

@@ -15,7 +15,7 @@ BUILDS = {
     "05_tiling_traffic": [2],
     "06_flashattention2": [1, 2],
     "07_precision": [2],
-    "07_precision_in_attention": [1],
+    "07_precision_in_attention": [1, 2],
     "08_hardware_runs": [4],
     "08_triton_kernel": [2],  # 1 derives the causal band
     "09_backward": [1],

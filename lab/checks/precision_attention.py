@@ -42,6 +42,8 @@ from .precision import _call
 
 __all__ = [
     "check_block_fp8",
+    "check_tiled_fp16",
+    "tiled_fp16_planted",
     "check_rotation",
     "check_peak_prediction",
     "sylvester",
@@ -463,5 +465,152 @@ def check_peak_prediction(predicted: dict, measured: dict, d: int = 128) -> None
             )
         mark = "✓" if ok else "✗"
         print(
-            f"signs on the {side:<7}: measured {m:.2f}, you said {float(p):.2f} {mark} ({why})"
+            f"signs on the {side:<7}: measured {m:.2f}, you said {float(p):.2f} {mark}\n  ({why})"
         )
+
+
+# ------------------------------------------------------------------- exercise 1: the tiled FP16 pipeline
+
+
+def tiled_fp16_planted(q, k, v, Bc, fault=None) -> np.ndarray:
+    """The tiled kernel's FP16 pipeline, one query block: $S_{ij}$, m, l, acc in FP32, each $P_{ij}$ rounded to
+    FP16 before $P_{ij}V_j$, l summed from the unrounded $P_{ij}$; returns $o = acc/l$ in FP32. `fault` plants a
+    mistake: "S in FP16", "P not rounded", "acc in FP16", "l from rounded P", "one block", "last block dropped",
+    "O in FP16", "standard" (standard attention: S and the normalized P stored in FP16)."""
+    q, k, v = (np.asarray(a, np.float32) for a in (q, k, v))
+    scale = np.float32(1 / np.sqrt(q.shape[-1]))
+    if fault == "standard":
+        s = round_to(q @ k.T * scale, "fp16")
+        p = np.exp(s - s.max(axis=-1, keepdims=True))
+        return round_to(p / p.sum(axis=-1, keepdims=True), "fp16") @ v
+    M = k.shape[0]
+    Bc = M if fault == "one block" else Bc
+    stop = M - M % Bc if fault == "last block dropped" and M % Bc else M
+    m = np.full((q.shape[0], 1), -np.inf, np.float32)
+    l = np.zeros((q.shape[0], 1), np.float32)
+    acc = np.zeros((q.shape[0], v.shape[1]), np.float32)
+    for j in range(0, stop, Bc):
+        s = q @ k[j : j + Bc].T * scale  # S_ij: (N, Bc), FP32
+        if fault == "S in FP16":
+            s = round_to(s, "fp16")
+        m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
+        p = np.exp(s - m_new)  # P_ij <= 1, FP32
+        p16 = p if fault == "P not rounded" else round_to(p, "fp16")
+        alpha = np.exp(m - m_new)
+        l = alpha * l + (p16 if fault == "l from rounded P" else p).sum(
+            -1, keepdims=True
+        )
+        acc = alpha * acc + p16 @ v[j : j + Bc]
+        if fault == "acc in FP16":
+            acc = round_to(acc, "fp16")
+        m = m_new
+    o = acc / l
+    return round_to(o, "fp16") if fault == "O in FP16" else o
+
+
+_PIPELINE_FAULTS = {
+    "S in FP16": "S_ij was stored in FP16 (as standard attention stores S; a float16 matmul does it too): "
+    "upcast Q_i, K_j to float32 and keep S_ij, m in FP32; only P_ij is rounded",
+    "P not rounded": "no P_ij was rounded to FP16: this is the FP32 kernel; round P_ij = e^(S_ij - m) "
+    "to FP16 before P_ij V_j",
+    "acc in FP16": "acc was rounded to FP16 after each block: the accumulator stays in FP32 (only the "
+    "operand P_ij of the matmul is FP16)",
+    "l from rounded P": "l sums the rounded P_ij: GPU kernels take the row sum of P_ij in FP32, before "
+    "it is converted for the matmul",
+    "one block": "this is one block of all M keys: loop over blocks of Bc keys, rounding each "
+    "P_ij = e^(S_ij - m) against the running m of its own step",
+    "last block dropped": "the last, shorter block of keys is missing (M is not a multiple of Bc)",
+    "O in FP16": "o was rounded to FP16: return acc / l in FP32 here (the final FP16 store is the same "
+    "in both kernels and left out)",
+    "standard": "this is standard attention (S and the normalized P stored in FP16): build the tiled "
+    "pipeline",
+}
+
+
+def _pipeline_cases(rng) -> list:
+    """(label, q, k, v, Bc): fresh outlier inputs in float16, M not a multiple of Bc, the running max rising
+    in the last block (a large score planted there), so each fault moves o by far more than float32's noise."""
+    out = []
+    for n in range(3):
+        Bc = int(rng.choice([16, 32, 64]))
+        M = Bc * int(rng.integers(3, 6)) + int(rng.integers(1, Bc))
+        N, d = int(rng.choice([32, 48, 64])), int(rng.choice([16, 64]))  # √d exact
+        q, k, v = outlier_qkv((1, max(N, M), d), seed=int(rng.integers(2**31)))
+        q, k, v = q[0, :N], k[0, :M], v[0, :M]
+        k[-1] = 3 * q.mean(axis=0) / max(np.linalg.norm(q.mean(axis=0)), 1e-3) * 4
+        q, k, v = (round_to(a, "fp16").astype(np.float16) for a in (q, k, v))
+        out.append((f"{n} (N = {N}, M = {M}, d = {d}, Bc = {Bc})", q, k, v, Bc))
+    return out
+
+
+def _rel(a, b) -> float:
+    """The median over rows of $\\|a_r - b_r\\| / \\|b_r\\|$: a fault moves every row, while float32's rounding
+    in another order (a division for a multiplication, another matmul order) flips the FP16 rounding of a few
+    $P_{ij}$ only, and so moves a few rows."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.median(np.linalg.norm(a - b, axis=-1) / np.linalg.norm(b, axis=-1)))
+
+
+def check_tiled_fp16(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(q, k, v, Bc)`, the tiled kernel's FP16 pipeline (`tiled_fp16_planted` without a fault), on
+    fresh outlier inputs stored in float16: equal to it within float32's rounding, each planted fault named;
+    then its error against float64 set beside standard attention's. Refuses lab's kernels.
+    Taught in: notebooks/07_precision_in_attention.ipynb
+    """
+    name = name or getattr(fn, "__name__", "your function")
+    rng, seed = _fresh(seed)
+    banned = (
+        "attention_tiled_lowp",
+        "attention_standard_lowp",
+        "flash_attention_numpy",
+    )
+    cases = _pipeline_cases(rng)
+    for label, q, k, v, Bc in cases:
+        ok, got = _call(name, fn, (q.copy(), k.copy(), v.copy(), Bc), label, [], banned)
+        if not ok:
+            print(seed_note(seed), end="")
+            return
+        got = np.asarray(got, dtype=np.float64)
+        want = tiled_fp16_planted(q, k, v, Bc).astype(np.float64)
+        if got.shape != want.shape:
+            print(f"{name}: ✗ case {label}: shape {got.shape}, expected {want.shape}")
+            print(seed_note(seed), end="")
+            return
+        far = _rel(got, want) if np.all(np.isfinite(got)) else np.inf
+        if far < 1.5e-6:  # float32's own noise: below 5e-7 (d = 32, 64)
+            continue
+        dist = {
+            f: _rel(got, tiled_fp16_planted(q, k, v, Bc, f)) for f in _PIPELINE_FAULTS
+        }
+        near = min(dist, key=dist.get)
+        if dist[near] < min(far, 1) / 4:
+            fault = _PIPELINE_FAULTS[near]
+        else:
+            fault = (
+                f"o differs from the tiled FP16 pipeline by {far:.1e} (relative, the median row), more than "
+                "float32's rounding: check the online softmax (m, alpha = e^(m - m'), l, acc)"
+            )
+        print(f"{name}: ✗ case {label}: {fault}")
+        print(seed_note(seed), end="")
+        return
+    q, k, v = outlier_qkv((1, 512, 64), seed=int(rng.integers(2**31)))
+    q, k, v = (a[0].astype(np.float16) for a in (q, k, v))
+    ok, got = _call(
+        name, fn, (q, k, v, 64), "(N = M = 512, d = 64, Bc = 64)", [], banned
+    )
+    if not ok:
+        print(seed_note(seed), end="")
+        return
+    ref = attention_reference(*(a.astype(np.float64) for a in (q, k, v)))[0]
+    ti = rmse(np.asarray(got, np.float64), ref)
+    st = rmse(tiled_fp16_planted(q, k, v, 64, "standard"), ref)
+    print(
+        f"{name}: ✓ passed {len(cases)} fresh cases: only P_ij rounded; S_ij, m, l, acc in FP32"
+    )
+    print(
+        f"  a fresh outlier input (N = M = 512, d = 64), RMSE of o against float64: yours {measured(ti)}"
+    )
+    print(
+        f"  standard attention (S, P stored in FP16) {measured(st)}, {measured(st / ti, '.0f')}x yours;"
+        f" yours below: {ti < st}"
+    )

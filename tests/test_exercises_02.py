@@ -484,6 +484,24 @@ PLANTED = {
             ["case 0", "expected 2, got 3", "counts the first block"],
         ),
         (
+            "the first block and ties counted",
+            """
+            def count_rescales(x, block):
+                m, count = -np.inf, 0
+                for j0 in range(0, len(x), block):
+                    top = float(np.max(x[j0:j0 + block]))
+                    if top >= m:
+                        count, m = count + 1, top
+                return count
+            """,
+            [
+                "expected 2, got 3",
+                "two faults",
+                "counts the first block",
+                "only equals m: α = e^0 = 1",
+            ],
+        ),
+        (
             "ties counted",
             """
             def count_rescales(x, block):
@@ -653,6 +671,22 @@ def test_step_and_pass_references_follow_the_definition():
         checks._rescales(np.arange(10.0), 3) == 3
         and checks._rescales(np.arange(10.0), 3, tail=False) == 2
     )
+
+
+def test_the_first_block_and_ties_are_not_told_they_count_score_by_score():
+    out = _fails(
+        4,
+        """
+        def count_rescales(x, block):
+            m, count = -np.inf, 0
+            for j0 in range(0, len(x), block):
+                top = float(np.max(x[j0:j0 + block]))
+                count, m = count + (top >= m), max(m, top)
+            return count
+        """,
+        "two faults",
+    )
+    assert "score by score" not in out, out
 
 
 def test_a_count_against_zero_reports_no_relative_error():

@@ -443,6 +443,41 @@ def one_pass_rows(Q, K, V, Bc, causal=False):
         ),
         ["N = 5, M = 40", "float32's precision"],
     ),
+    "the state made float32 and updated in place": (
+        _rows(m0="-np.inf, dtype=np.float32")
+        .replace(
+            "np.zeros(N), np.zeros((N, V.shape[1]))",
+            "np.zeros(N, np.float32), np.zeros((N, V.shape[1]), np.float32)",
+        )
+        .replace(
+            "l, acc, m = alpha * l + P.sum(axis=1), alpha[:, None] * acc + P @ V[j0:j0 + Bc], m_new",
+            "l[:], acc[:] = alpha * l + P.sum(axis=1), alpha[:, None] * acc + P @ V[j0:j0 + Bc]\n"
+            "        m[:] = m_new",
+        ),
+        ["N = 5, M = 40", "float32's precision", "dtype=np.float32"],
+    ),
+    "Q, K and V cast to float32": (
+        _rows()
+        .replace(
+            "S = Q @ K[j0:j0 + Bc].T",
+            "S = Q.astype(np.float32) @ K[j0:j0 + Bc].astype(np.float32).T",
+        )
+        .replace("P @ V[j0:j0 + Bc]", "P @ V[j0:j0 + Bc].astype(np.float32)"),
+        ["N = 5, M = 40", "float32's precision"],
+    ),
+    "the state kept in float16": (
+        _rows(m0="-np.inf, dtype=np.float16")
+        .replace(
+            "np.zeros(N), np.zeros((N, V.shape[1]))",
+            "np.zeros(N, np.float16), np.zeros((N, V.shape[1]), np.float16)",
+        )
+        .replace(
+            "l, acc, m = alpha * l + P.sum(axis=1), alpha[:, None] * acc + P @ V[j0:j0 + Bc], m_new",
+            "l[:], acc[:] = alpha * l + P.sum(axis=1), alpha[:, None] * acc + P @ V[j0:j0 + Bc]\n"
+            "        m[:] = m_new",
+        ),
+        ["N = 5, M = 40", "3 significant digits", "float16"],
+    ),
     "causal ignored": (
         _rows().replace("if causal:", "if False:"),
         ["causal, N = M = 6", "ignores the mask"],
@@ -562,6 +597,17 @@ def one_pass_rows(Q, K, V, Bc, causal=False):
 def test_exercise_2_planted_mistakes(case):
     source, says = WRONG_2[case]
     _fails(2, source, *says)
+
+
+def test_a_float32_state_that_numpy_upcasts_is_float64_and_passes():
+    """A state created as float32 but rebound (`acc = alpha * acc + ...`) is float64 from the first
+    block on: numpy promotes it, nothing is lost, and the check passes it."""
+    planted = _rows(m0="-np.inf, dtype=np.float32").replace(
+        "np.zeros(N), np.zeros((N, V.shape[1]))",
+        "np.zeros(N, np.float32), np.zeros((N, V.shape[1]), np.float32)",
+    )
+    assert "np.float32" in planted
+    assert run_check(EX[2], _src(planted)) == PASSED[2]
 
 
 # ------------------------------------------------------------------------------------ the instrument and the checks

@@ -360,3 +360,28 @@ def test_draw_causal_blocks_draws_each_shape_and_rejects_a_bad_block():
     plt.close("all")
     with pytest.raises(ValueError, match="block_k"):
         causal_geometry(4, 4, 0)
+
+
+def test_state_trace_records_the_one_pass_state_and_the_blocks_where_m_rose():
+    from lab.figures.one_pass import draw_state_trace, state_trace
+
+    q, k, v = row_inputs(M=1000, d=8, seed=3)  # a short last block: 1000 = 3·256 + 232
+    tr = state_trace(q, k, v, block_k=256, components=(0, 2))
+    s = k @ q / np.sqrt(8)
+    for b, j1 in enumerate((256, 512, 768, 1000)):  # the state against its definition
+        m = s[:j1].max()
+        p = np.exp(s[:j1] - m)
+        assert tr["m"][b] == m and np.isclose(tr["l"][b], p.sum(), rtol=1e-12)
+        assert np.allclose(tr["acc"][b], (p @ v[:j1])[[0, 2]], rtol=1e-12)
+    block_max = [s[j0 : j0 + 256].max() for j0 in range(0, 1000, 256)]
+    assert tr["rose"] == [b for b in range(1, 4) if block_max[b] > max(block_max[:b])]
+    o_ref = lab.attention_reference(q[None], k, v)[0][0]
+    assert np.allclose(tr["o"], o_ref, rtol=1e-12)
+    ascending = np.argsort(s)  # keys sorted by score: m rises at every block
+    tr_up = state_trace(q, k[ascending], v[ascending], block_k=100)
+    assert tr_up["rose"] == list(range(1, 10))
+    import matplotlib.pyplot as plt
+
+    drawn = draw_state_trace(M=1024, block_k=128, d=8)
+    assert len(drawn["m"]) == 8 and len(plt.gcf().axes) == 3
+    plt.close("all")

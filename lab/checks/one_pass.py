@@ -139,6 +139,10 @@ _COURSE = (
     "flash_decoding",
 )
 
+HALF = (
+    "yours agrees with the reference to about 3 significant digits, a 16-bit float's precision "
+    "(float16, bfloat16), not float64's (rtol 1e-9): keep the state and the scores in float64"
+)
 RUNNING_MAX = (
     "m must be the running max, m' = max(m, the block's max), the largest score seen so far: with the block's own "
     "max, a block near -400 after one near +400 rescales l and acc by e^(m - m') = e^800 = inf"
@@ -648,6 +652,10 @@ def _hint(case: _Case, got, want, K: CountingRows, V: CountingRows) -> str:
             return text
     if not (np.isfinite(o).all() and np.isfinite(lse[np.isfinite(want[1])]).all()):
         return "a NaN or inf: look for e^(-inf + inf), 0 / 0 or an overflowing exponential in the first block"
+    if np.allclose(o, want[0], rtol=1e-2, atol=1e-3) and np.allclose(
+        lse, want[1], rtol=1e-2, atol=1e-3
+    ):
+        return HALF
     return (
         "go back to what the state means: after each block m is the largest score seen, l and acc the sums of "
         "e^(s_j - m) and e^(s_j - m) v_j over the keys seen; when m grows to m', both are multiplied by "

@@ -16,6 +16,8 @@ from ..one_pass import ROW_METHODS, attention_row_one_pass, compare_row_methods
 __all__ = [
     "row_inputs",
     "draw_one_pass",
+    "state_trace",
+    "draw_state_trace",
     "draw_holdings",
     "causal_geometry",
     "draw_causal_blocks",
@@ -156,6 +158,52 @@ def draw_one_pass(
         "rows": rows,
         "max_err": max(r["max |o - ref|"] for r in rows),
     }
+
+
+def state_trace(q, k, v, block_k: int = 256, components=(0, 1, 2)) -> dict:
+    """Section 3's loop for one query, the state recorded after each key block b: $m$, $l$ and
+    `acc[components]`; `rose` lists the blocks after the first where $m' > m$ ($\\alpha < 1$)."""
+    scale = 1 / np.sqrt(q.shape[0])
+    m, l, acc = -np.inf, 0.0, np.zeros(v.shape[1])  # the state of no keys
+    rec = {"m": [], "l": [], "acc": [], "alpha": []}
+    for j0 in range(0, len(k), block_k):
+        s_b = scale * (k[j0 : j0 + block_k] @ q)  # (Bc,)
+        m_new = max(m, s_b.max())
+        alpha = np.exp(m - m_new)  # 0 at the first block
+        p = np.exp(s_b - m_new)  # (Bc,)
+        l, acc, m = alpha * l + p.sum(), alpha * acc + p @ v[j0 : j0 + block_k], m_new
+        for key, val in zip(rec, (m, l, acc[list(components)].copy(), alpha)):
+            rec[key].append(val)
+    out = {key: np.array(val) for key, val in rec.items()}
+    out["rose"] = [int(b) for b in np.flatnonzero(out["alpha"][1:] < 1) + 1]
+    return out | {"components": tuple(components), "o": acc / l}
+
+
+def draw_state_trace(
+    M: int = 4096, block_k: int = 256, d: int = 64, seed: int = 0, axes=None
+) -> dict:
+    """One query's state $(m, l, acc_0, acc_1, acc_2)$ after each key block, three panels on one axis
+    of blocks; a dashed line marks each block where $m$ rose (there $l$ and $acc$ are multiplied by $\\alpha$)."""
+    tr = state_trace(*row_inputs(M, d, seed=seed), block_k=block_k)
+    if axes is None:
+        _, axes = plt.subplots(3, 1, figsize=(10, 6.4), sharex=True, layout="tight")
+    b = np.arange(len(tr["m"]))
+    axes[0].step(b, tr["m"], where="post", color="C3", lw=2, label="running max m")
+    axes[1].plot(b, tr["l"], "o-", color="C0", label="l = Σ e^(s_j − m)")
+    for c, col, color in zip(tr["components"], tr["acc"].T, ("C0", "C1", "C4")):
+        axes[2].plot(b, col, "o-", ms=4, color=color, label=f"acc[{c}]")
+    for ax, what in zip(axes, ("m", "l", "acc")):
+        for r in tr["rose"]:
+            ax.axvline(r, color="C2", ls="--", lw=1.2)
+        ax.set_ylabel(what)
+        ax.legend(loc="upper left", fontsize=9, frameon=False)
+    axes[0].set_title(
+        f"one query, M = {M:,} keys, Bc = {block_k}: m rose at blocks "
+        f"{', '.join(map(str, tr['rose'])) or 'none'} (dashed: l and acc times α < 1)"
+    )
+    axes[2].set(xlabel="key block b")
+    axes[2].xaxis.set_major_locator(MaxNLocator(integer=True))
+    return tr
 
 
 def draw_holdings(

@@ -26,6 +26,7 @@ from lab.checks.backward import (
     check_p_tile,
     check_row_sum,
     check_standard_backward,
+    check_streamed_delta,
     check_tiled_backward,
     query_outer_walk,
 )
@@ -43,6 +44,7 @@ EX = {
 STEP = {
     "my_backward": "standard",
     "delta": "delta",
+    "delta_streamed": "delta",
     "query_outer_counts": "loop",
     "p_tile": "tiled",
     "tiled_backward": "tiled",
@@ -254,7 +256,71 @@ def test_the_loop_order_cases_are_drawn_afresh(capsys):
 
 
 PLANTED = [
-    # Exercise 2, step a: D
+    # Exercise 2 (a): D streamed over key blocks
+    (
+        "delta_streamed",
+        "no rescale",
+        ("alpha, e = np.exp(m - m_new),", "alpha, e = 1.0,"),
+        ["✗ case 0", "not rescaled when the running max moves"],
+    ),
+    (
+        "delta_streamed",
+        "block max",
+        (
+            "alpha, e = np.exp(m - m_new), np.exp(s - m_new[:, None])",
+            "alpha, e = 1.0, np.exp(s - s.max(axis=-1, keepdims=True))",
+        ),
+        ["✗ case 0", "that block's own max"],
+    ),
+    (
+        "delta_streamed",
+        "no division",
+        ("return acc / l", "return acc"),
+        ["✗ case 0", "not divided by l_i"],
+    ),
+    (
+        "delta_streamed",
+        "last block dropped",
+        ("range(0, k.shape[0], Bc)", "range(0, k.shape[0] // Bc * Bc, Bc)"),
+        ["✗ case 1", "the last, shorter key block was never visited"],
+    ),
+    (
+        "delta_streamed",
+        "alpha inverted",
+        ("np.exp(m - m_new),", "np.exp(m_new - m),"),
+        ["✗ case 0", "the rescale is inverted"],
+    ),
+    (
+        "delta_streamed",
+        "no max",
+        (
+            "alpha, e = np.exp(m - m_new), np.exp(s - m_new[:, None])",
+            "alpha, e = 1.0, np.exp(s)",
+        ),
+        ["✗ case 3", "e^S without the max", "overflows"],
+    ),
+    (
+        "delta_streamed",
+        "the whole row at once",
+        (
+            "for j0 in range(0, k.shape[0], Bc):",
+            "for j0 in [0]:\n        Bc = k.shape[0]",
+        ),
+        ["✗ case 4", "formed an array of shape (64, 4096)"],
+    ),
+    (
+        "delta_streamed",
+        "lab's forward",
+        ("return acc / l", "return (lab.attention_reference(q, k, v)[0] * do).sum(-1)"),
+        ["✗ case 0", "calls lab.attention_reference"],
+    ),
+    (
+        "delta_streamed",
+        "a wrong signature",
+        ("def delta_streamed(q, k, v, do, Bc):", "def delta_streamed(q, k, v, do):"),
+        ["✗ case 0", "raised TypeError"],
+    ),
+    # Exercise 2 (b): D from o and dO
     (
         "delta",
         "keepdims",
@@ -758,13 +824,57 @@ def test_the_row_sum_question_names_each_wrong_answer(capsys, answer, expected):
     assert expected in out and ("✓" in out) == (expected == "row_sum: ✓"), out
 
 
-def test_the_row_sum_question_is_asked_before_the_substitution_is_shown():
+def test_the_streamed_delta_is_asked_before_the_substitution_is_shown():
     nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
     src = [c.source for c in nb.cells]
-    asked = next(i for i, s in enumerate(src) if "check_row_sum(row_sum)" in s)
+    asked = next(i for i, s in enumerate(src) if "check_streamed_delta(delta_str" in s)
     shown = next(i for i, s in enumerate(src) if "= dO_i \\cdot O_i" in s)
     assert asked < shown
-    assert "move the sum" not in " ".join(src[:asked])
+
+
+def test_the_streamed_delta_cases_are_drawn_afresh(capsys):
+    seen = []
+
+    def record(q, k, v, do, Bc):
+        seen.append(q.copy())
+        raise NotImplementedError
+
+    check_streamed_delta(record, seed=1)
+    check_streamed_delta(record, seed=2)
+    assert len(seen) == 2 and not np.array_equal(seen[0], seen[1])
+    assert capsys.readouterr().out.count("not implemented yet") == 2
+
+
+def test_the_streamed_delta_refuses_torch(capsys):
+    import torch
+
+    def with_torch(q, k, v, do, Bc):
+        s = torch.from_numpy(q) @ torch.from_numpy(k).T / q.shape[1] ** 0.5
+        p = torch.softmax(s, -1).numpy()
+        return (p * (do @ v.T)).sum(-1)
+
+    check_streamed_delta(with_torch, name="t")
+    assert "✗ case 0" in capsys.readouterr().out
+
+
+def test_the_standard_check_names_an_ignored_causal_flag_and_a_wrong_signature():
+    ignored = replace_code(EX["standard"].solution, "if causal:", "if False:")
+    out = run_check(EX["standard"], ignored)
+    assert "✗ case 2" in out and "the causal flag is ignored" in out, out
+    assert "blocks" not in out.split("hint:")[1]
+    wrong = replace_code(
+        EX["standard"].solution,
+        "def my_backward(q, k, v, do, causal=False):",
+        "def my_backward(q, k, v, causal=False):",
+    )
+    out = run_check(EX["standard"], wrong)
+    assert "raised TypeError" in out and "my_backward(q, k, v, do, causal=False)" in out
+    assert "shapes of the tiles" not in out, out
+
+
+def test_the_standard_check_says_which_case_it_adds():
+    out = run_check(EX["standard"], EX["standard"].solution)
+    assert "passed your 4 cases and 1 more with every score near +800" in out, out
 
 
 def test_check_delta_and_p_tile_pass_right_answers(capsys):

@@ -21,6 +21,7 @@ from lab.checks.backward import (
     BACKWARD_MISTAKES,
     arrays_formed,
     backward_with_mistake,
+    check_atomic_numbers,
     check_delta,
     check_loop_order,
     check_p_tile,
@@ -46,6 +47,7 @@ STEP = {
     "delta": "delta",
     "delta_streamed": "delta",
     "query_outer_counts": "loop",
+    "atomic_numbers": "loop",
     "p_tile": "tiled",
     "tiled_backward": "tiled",
 }
@@ -134,7 +136,7 @@ def test_the_loop_order_question_has_a_cell_to_answer_in_and_a_worked_answer():
         i for i, c in enumerate(nb.cells) if "check_loop_order(query_outer" in c.source
     )
     after = nb.cells[at + 1 :]
-    assert after[0].cell_type == "markdown" and "Your answer:" in after[0].source
+    assert after[0].cell_type == "markdown" and "Your answer" in after[0].source
     assert not after[0].metadata.get("tags")
     assert (
         "solution" in after[1].metadata.get("tags", []) and "atomic" in after[1].source
@@ -231,7 +233,8 @@ def query_outer_counts(N, M, Br, Bc):
     ],
 )
 def test_planted_loop_order_answer_is_diagnosed(source, expected):
-    out = run_check(EX["loop"], source)
+    atomic = "def atomic_numbers" + EX["loop"].solution.split("def atomic_numbers")[1]
+    out = run_check(EX["loop"], atomic + source)
     assert "✗" in _verdict(out, "query_outer_counts"), out
     assert all(len(line) <= 100 for line in out.splitlines()), out
     flat = " ".join(out.split())  # the hint is wrapped to the projector's width
@@ -319,6 +322,37 @@ PLANTED = [
         "a wrong signature",
         ("def delta_streamed(q, k, v, do, Bc):", "def delta_streamed(q, k, v, do):"),
         ["✗ case 0", "raised TypeError"],
+    ),
+    # Exercise 1 of part 2: the numbers added into by several outer blocks
+    (
+        "atomic_numbers",
+        "swapped",
+        ("return key_outer, query_outer", "return query_outer, key_outer"),
+        ["✗ case 0", "the two are swapped"],
+    ),
+    (
+        "atomic_numbers",
+        "d for dv",
+        ("query_outer = M * d + M * dv", "query_outer = 2 * M * d"),
+        ["✗ case 0", "dV has d_v columns"],
+    ),
+    (
+        "atomic_numbers",
+        "dV forgotten",
+        ("query_outer = M * d + M * dv", "query_outer = M * d"),
+        ["✗ case 0", "both dK and dV"],
+    ),
+    (
+        "atomic_numbers",
+        "rows",
+        ("key_outer = N * d", "key_outer = N"),
+        ["✗ case 0", "that counts rows"],
+    ),
+    (
+        "atomic_numbers",
+        "something else",
+        ("key_outer = N * d", "key_outer = N * M"),
+        ["✗ case 0", "walk one outer block"],
     ),
     # Exercise 2 (b): D from o and dO
     (
@@ -979,3 +1013,20 @@ def test_check_tiled_backward_reports_a_crash_on_watched_arrays(capsys):
 def test_an_answer_that_hides_from_the_watch_is_refused(name, how):
     out = run_check(EX[STEP[name]], evading(EX[STEP[name]].solution, name, how))
     assert "✗" in _verdict(out, name) and EVASIONS[how][1] in out, out
+
+
+def test_the_atomic_numbers_are_drawn_afresh_and_refuse_the_checks_reference(capsys):
+    seen = []
+
+    def record(N, M, d, dv):
+        seen.append((N, M, d, dv))
+        return N * d, M * d + M * dv
+
+    check_atomic_numbers(record, seed=1)
+    check_atomic_numbers(record, seed=2)
+    assert seen[:5] != seen[-5:] and all(N != M and d != dv for N, M, d, dv in seen)
+    assert capsys.readouterr().out.count("✓ passed 5 cases") == 2
+    from lab.checks import backward
+
+    check_atomic_numbers(backward._atomic_reference, name="a")
+    assert "lab's own answer" in capsys.readouterr().out

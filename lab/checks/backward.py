@@ -12,6 +12,9 @@ standard backward and the tiled one; each prints one verdict and names the class
 - `check_loop_order` : the reads and writes of the tiled backward with the query blocks outside, against the
   counts of that loop walked block by block; the key-outer answer, a floor for a shorter last block and the
   two block counts swapped are named.
+- `check_atomic_numbers` : how many entries of the full gradients several outer blocks add into (atomic adds on a
+  GPU), key blocks outside against query blocks outside; the two swapped, d for d_v, dV forgotten and rows for
+  entries are named.
 - `backward_with_mistake` : the tiled backward with one of `BACKWARD_MISTAKES` planted; an answer equal to
   one of them is told which.
 
@@ -41,6 +44,7 @@ __all__ = [
     "check_standard_backward",
     "check_tiled_backward",
     "check_loop_order",
+    "check_atomic_numbers",
     "check_row_sum",
     "check_streamed_delta",
     "backward_with_mistake",
@@ -1048,4 +1052,79 @@ def check_loop_order(
             return
     print(
         f"{name}: ✓ passed {len(drawn)} cases (reads of q, k, v, dO; writes of dq, dk, dv)"
+    )
+
+
+# ------------------------------------------------------------------------------------ the atomic adds
+
+
+def _atomic_reference(N, M, d, dv):
+    """Entries added into by several outer blocks: $N d$ of dQ (key blocks outside), $M d + M d_v$ of dK, dV."""
+    return N * d, M * d + M * dv
+
+
+_ATOMIC_MISTAKES = [
+    (
+        lambda N, M, d, dv: (M * d + M * dv, N * d),
+        "the two are swapped: with key blocks outside, each outer block holds its own dK_J, dV_J, and "
+        "every one of them adds into the rows of dQ",
+    ),
+    (
+        lambda N, M, d, dv: (N * d, 2 * M * d),
+        "dV has d_v columns, not d: M·d of dK and M·d_v of dV (the cases have d ≠ d_v)",
+    ),
+    (
+        lambda N, M, d, dv: (N * d, M * d),
+        "with query blocks outside both dK and dV collect a part from every query block",
+    ),
+    (
+        lambda N, M, d, dv: (N * dv, M * d + M * dv),
+        "dQ has q's shape, (N, d): its rows have d numbers, not d_v",
+    ),
+] + [
+    (
+        rows,
+        "that counts rows: the question asks for numbers, and a row of dQ holds d of them",
+    )
+    for rows in (
+        lambda N, M, d, dv: (N, 2 * M),
+        lambda N, M, d, dv: (N, M * d + M * dv),
+        lambda N, M, d, dv: (N * d, 2 * M),
+    )
+]
+
+
+def check_atomic_numbers(
+    fn, *, cases: int = 5, name: str | None = None, seed: int | None = None
+) -> None:
+    """Check `fn(N, M, d, dv) -> (key_outer, query_outer)`: the entries of the full gradient arrays that several outer
+    blocks add into, with key blocks outside ($N d$ of dQ) and with query blocks outside ($M d + M d_v$ of dK, dV);
+    print one verdict. The cases ($N \\ne M$, $d \\ne d_v$) are drawn afresh on each run. Taught in:
+    notebooks/09_tiled_backward.ipynb
+    """
+    name = name or getattr(fn, "__name__", "your function")
+    rng, seed = _fresh(seed)
+    drawn = []
+    while len(drawn) < cases:
+        N, M = (int(x) for x in rng.integers(40, 400, size=2))
+        d, dv = (
+            int(x) for x in rng.choice([16, 32, 48, 64, 128], size=2, replace=False)
+        )
+        if N != M:
+            drawn.append((N, M, d, dv))
+    default = (
+        "walk one outer block: which gradients does it hold to the end, and which does it add into rows that "
+        "the other outer blocks, running at the same time, add into too? Count their numbers"
+    )
+    check(
+        fn,
+        _atomic_reference,
+        drawn,
+        name=name,
+        rtol=0,
+        atol=0,
+        names=("key_outer", "query_outer"),
+        hint=_hint(_ATOMIC_MISTAKES, default, fn=fn, cases=drawn),
+        properties=(_own_work(),),
+        seed=seed,
     )

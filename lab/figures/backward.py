@@ -179,7 +179,7 @@ def draw_backward_tiles(
             x, b / 1024 + top * 0.02, f"{b / 1024:,.1f} KiB", ha="center", fontsize=11
         )
     bx.set(
-        ylabel="KiB, float32, beyond q, k, v (both keep them)",
+        ylabel="KiB beyond q, k, v (float32)",
         title=f"kept, N = {N}, M = {M}, d = {d}: {kept_std / kept_flash:.1f}× apart",
         ylim=(0, top * 1.15),
     )

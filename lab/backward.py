@@ -320,8 +320,9 @@ def training_memory(
     """Bytes autograd keeps between forward and backward, standard attention against `lab.FlashAttention`, for each N.
 
     Standard keeps P ($N^2$ per head, plus its inputs); FlashAttention keeps $q, k, v, o$ and $lse$
-    ($4Nd + N$ per head). Counted with `saved_tensor_bytes` (exact, not a reading of the process).
-    Taught in: notebooks/09_backward.ipynb
+    ($4Nd + N$ per head). Counted with `saved_tensor_bytes` (exact, not a reading of the process);
+    `standard_extra`, `flash_extra` are the bytes beyond the inputs q, k, v and their views (P and
+    scale·q; o and lse). Taught in: notebooks/09_backward.ipynb
     """
     from .torch_kernels import FlashAttention
 
@@ -343,6 +344,8 @@ def training_memory(
                 N=N,
                 standard=std["bytes"],
                 flash=fla["bytes"],
+                standard_extra=std["extra_bytes"],  # beyond the inputs q, k, v
+                flash_extra=fla["extra_bytes"],
                 p_bytes=heads * N * N * itemsize,
                 flash_shapes=fla["shapes"],
                 standard_shapes=std["shapes"],

@@ -344,3 +344,29 @@ def test_the_backward_graph_marks_what_each_design_keeps():
     plt.close("all")
     assert g["roles"]["P"] == "p" and g["roles"]["lse"] == g["roles"]["O"] == "flash"
     assert ("O", "D") in g["backward_edges"] and ("P", "dS") in g["backward_edges"]
+
+
+def test_the_graph_draws_p_recomputed_and_the_kept_bars_are_linear():
+    import matplotlib.pyplot as plt
+
+    from lab.figures.backward import draw_backward_graph, draw_backward_tiles
+
+    g = draw_backward_graph()
+    plt.close("all")
+    assert {("Q", "S"), ("K", "S"), ("S", "P"), ("lse", "P")} <= set(
+        g["recompute_edges"]
+    )
+    _, axes = plt.subplots(1, 2)
+    ratios = []
+    for N in (64, 128, 256):
+        r = draw_backward_tiles(N=N, block_q=32, block_k=32, axes=axes)
+        ratios.append(r["kept_ratio"])
+        assert r["kept_ratio"] == pytest.approx((N + 64) / 65)  # (N² + Nd) / (Nd + N)
+    assert axes[1].get_yscale() == "linear" and ratios == sorted(ratios)
+    plt.close("all")
+
+
+def test_training_memory_counts_beyond_the_inputs():
+    (r,) = lab.training_memory([128], d=16)
+    assert r["flash_extra"] == (128 * 16 + 128) * 4  # o and lse
+    assert r["standard_extra"] == (128 * 128 + 128 * 16) * 4  # P and scale·q

@@ -21,11 +21,13 @@ from lab.checks.backward import (
     BACKWARD_MISTAKES,
     arrays_formed,
     backward_with_mistake,
+    check_atomic_numbers,
     check_delta,
     check_loop_order,
     check_p_tile,
     check_row_sum,
     check_standard_backward,
+    check_streamed_delta,
     check_tiled_backward,
     query_outer_walk,
 )
@@ -43,7 +45,9 @@ EX = {
 STEP = {
     "my_backward": "standard",
     "delta": "delta",
+    "delta_streamed": "delta",
     "query_outer_counts": "loop",
+    "atomic_numbers": "loop",
     "p_tile": "tiled",
     "tiled_backward": "tiled",
 }
@@ -132,7 +136,7 @@ def test_the_loop_order_question_has_a_cell_to_answer_in_and_a_worked_answer():
         i for i, c in enumerate(nb.cells) if "check_loop_order(query_outer" in c.source
     )
     after = nb.cells[at + 1 :]
-    assert after[0].cell_type == "markdown" and "Your answer:" in after[0].source
+    assert after[0].cell_type == "markdown" and "Your answer" in after[0].source
     assert not after[0].metadata.get("tags")
     assert (
         "solution" in after[1].metadata.get("tags", []) and "atomic" in after[1].source
@@ -229,7 +233,8 @@ def query_outer_counts(N, M, Br, Bc):
     ],
 )
 def test_planted_loop_order_answer_is_diagnosed(source, expected):
-    out = run_check(EX["loop"], source)
+    atomic = "def atomic_numbers" + EX["loop"].solution.split("def atomic_numbers")[1]
+    out = run_check(EX["loop"], atomic + source)
     assert "✗" in _verdict(out, "query_outer_counts"), out
     assert all(len(line) <= 100 for line in out.splitlines()), out
     flat = " ".join(out.split())  # the hint is wrapped to the projector's width
@@ -254,7 +259,102 @@ def test_the_loop_order_cases_are_drawn_afresh(capsys):
 
 
 PLANTED = [
-    # Exercise 2, step a: D
+    # Exercise 2 (a): D streamed over key blocks
+    (
+        "delta_streamed",
+        "no rescale",
+        ("alpha, e = np.exp(m - m_new),", "alpha, e = 1.0,"),
+        ["✗ case 0", "not rescaled when the running max moves"],
+    ),
+    (
+        "delta_streamed",
+        "block max",
+        (
+            "alpha, e = np.exp(m - m_new), np.exp(s - m_new[:, None])",
+            "alpha, e = 1.0, np.exp(s - s.max(axis=-1, keepdims=True))",
+        ),
+        ["✗ case 0", "that block's own max"],
+    ),
+    (
+        "delta_streamed",
+        "no division",
+        ("return acc / l", "return acc"),
+        ["✗ case 0", "not divided by l_i"],
+    ),
+    (
+        "delta_streamed",
+        "last block dropped",
+        ("range(0, k.shape[0], Bc)", "range(0, k.shape[0] // Bc * Bc, Bc)"),
+        ["✗ case 1", "the last, shorter key block was never visited"],
+    ),
+    (
+        "delta_streamed",
+        "alpha inverted",
+        ("np.exp(m - m_new),", "np.exp(m_new - m),"),
+        ["✗ case 0", "the rescale is inverted"],
+    ),
+    (
+        "delta_streamed",
+        "no max",
+        (
+            "alpha, e = np.exp(m - m_new), np.exp(s - m_new[:, None])",
+            "alpha, e = 1.0, np.exp(s)",
+        ),
+        ["✗ case 3", "e^S without the max", "overflows"],
+    ),
+    (
+        "delta_streamed",
+        "the whole row at once",
+        (
+            "for j0 in range(0, k.shape[0], Bc):",
+            "for j0 in [0]:\n        Bc = k.shape[0]",
+        ),
+        ["✗ case 4", "formed an array of shape (64, 4096)"],
+    ),
+    (
+        "delta_streamed",
+        "lab's forward",
+        ("return acc / l", "return (lab.attention_reference(q, k, v)[0] * do).sum(-1)"),
+        ["✗ case 0", "calls lab.attention_reference"],
+    ),
+    (
+        "delta_streamed",
+        "a wrong signature",
+        ("def delta_streamed(q, k, v, do, Bc):", "def delta_streamed(q, k, v, do):"),
+        ["✗ case 0", "raised TypeError"],
+    ),
+    # Exercise 1 of part 2: the numbers added into by several outer blocks
+    (
+        "atomic_numbers",
+        "swapped",
+        ("return key_outer, query_outer", "return query_outer, key_outer"),
+        ["✗ case 0", "the two are swapped"],
+    ),
+    (
+        "atomic_numbers",
+        "d for dv",
+        ("query_outer = M * d + M * dv", "query_outer = 2 * M * d"),
+        ["✗ case 0", "dV has d_v columns"],
+    ),
+    (
+        "atomic_numbers",
+        "dV forgotten",
+        ("query_outer = M * d + M * dv", "query_outer = M * d"),
+        ["✗ case 0", "both dK and dV"],
+    ),
+    (
+        "atomic_numbers",
+        "rows",
+        ("key_outer = N * d", "key_outer = N"),
+        ["✗ case 0", "that counts rows"],
+    ),
+    (
+        "atomic_numbers",
+        "something else",
+        ("key_outer = N * d", "key_outer = N * M"),
+        ["✗ case 0", "walk one outer block"],
+    ),
+    # Exercise 2 (b): D from o and dO
     (
         "delta",
         "keepdims",
@@ -758,13 +858,57 @@ def test_the_row_sum_question_names_each_wrong_answer(capsys, answer, expected):
     assert expected in out and ("✓" in out) == (expected == "row_sum: ✓"), out
 
 
-def test_the_row_sum_question_is_asked_before_the_substitution_is_shown():
+def test_the_streamed_delta_is_asked_before_the_substitution_is_shown():
     nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
     src = [c.source for c in nb.cells]
-    asked = next(i for i, s in enumerate(src) if "check_row_sum(row_sum)" in s)
+    asked = next(i for i, s in enumerate(src) if "check_streamed_delta(delta_str" in s)
     shown = next(i for i, s in enumerate(src) if "= dO_i \\cdot O_i" in s)
     assert asked < shown
-    assert "move the sum" not in " ".join(src[:asked])
+
+
+def test_the_streamed_delta_cases_are_drawn_afresh(capsys):
+    seen = []
+
+    def record(q, k, v, do, Bc):
+        seen.append(q.copy())
+        raise NotImplementedError
+
+    check_streamed_delta(record, seed=1)
+    check_streamed_delta(record, seed=2)
+    assert len(seen) == 2 and not np.array_equal(seen[0], seen[1])
+    assert capsys.readouterr().out.count("not implemented yet") == 2
+
+
+def test_the_streamed_delta_refuses_torch(capsys):
+    import torch
+
+    def with_torch(q, k, v, do, Bc):
+        s = torch.from_numpy(q) @ torch.from_numpy(k).T / q.shape[1] ** 0.5
+        p = torch.softmax(s, -1).numpy()
+        return (p * (do @ v.T)).sum(-1)
+
+    check_streamed_delta(with_torch, name="t")
+    assert "✗ case 0" in capsys.readouterr().out
+
+
+def test_the_standard_check_names_an_ignored_causal_flag_and_a_wrong_signature():
+    ignored = replace_code(EX["standard"].solution, "if causal:", "if False:")
+    out = run_check(EX["standard"], ignored)
+    assert "✗ case 2" in out and "the causal flag is ignored" in out, out
+    assert "blocks" not in out.split("hint:")[1]
+    wrong = replace_code(
+        EX["standard"].solution,
+        "def my_backward(q, k, v, do, causal=False):",
+        "def my_backward(q, k, v, causal=False):",
+    )
+    out = run_check(EX["standard"], wrong)
+    assert "raised TypeError" in out and "my_backward(q, k, v, do, causal=False)" in out
+    assert "shapes of the tiles" not in out, out
+
+
+def test_the_standard_check_says_which_case_it_adds():
+    out = run_check(EX["standard"], EX["standard"].solution)
+    assert "passed your 4 cases and 1 more with every score near +800" in out, out
 
 
 def test_check_delta_and_p_tile_pass_right_answers(capsys):
@@ -869,3 +1013,20 @@ def test_check_tiled_backward_reports_a_crash_on_watched_arrays(capsys):
 def test_an_answer_that_hides_from_the_watch_is_refused(name, how):
     out = run_check(EX[STEP[name]], evading(EX[STEP[name]].solution, name, how))
     assert "✗" in _verdict(out, name) and EVASIONS[how][1] in out, out
+
+
+def test_the_atomic_numbers_are_drawn_afresh_and_refuse_the_checks_reference(capsys):
+    seen = []
+
+    def record(N, M, d, dv):
+        seen.append((N, M, d, dv))
+        return N * d, M * d + M * dv
+
+    check_atomic_numbers(record, seed=1)
+    check_atomic_numbers(record, seed=2)
+    assert seen[:5] != seen[-5:] and all(N != M and d != dv for N, M, d, dv in seen)
+    assert capsys.readouterr().out.count("✓ passed 5 cases") == 2
+    from lab.checks import backward
+
+    check_atomic_numbers(backward._atomic_reference, name="a")
+    assert "lab's own answer" in capsys.readouterr().out

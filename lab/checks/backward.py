@@ -6,9 +6,15 @@ standard backward and the tiled one; each prints one verdict and names the class
 - `check_tiled_backward` : against `lab.attention_backward` too, with block sizes that do not divide N or M
   and rows that see no key; then a large case on watched arrays (`arrays_formed`) fails when an N×M array,
   or a block of rows against all M keys, is formed.
+- `check_streamed_delta` : $D_i = \\sum_j P_{ij}\\,dP_{ij}$ built by streaming key blocks (a running max, sum and
+  weighted sum), against `lab.backward_delta`; the block max without a rescale, a missing division by l, a dropped
+  last block and an inverted rescale are named, and a large case fails an N×M array.
 - `check_loop_order` : the reads and writes of the tiled backward with the query blocks outside, against the
   counts of that loop walked block by block; the key-outer answer, a floor for a shorter last block and the
   two block counts swapped are named.
+- `check_atomic_numbers` : how many entries of the full gradients several outer blocks add into (atomic adds on a
+  GPU), key blocks outside against query blocks outside; the two swapped, d for d_v, dV forgotten and rows for
+  entries are named.
 - `backward_with_mistake` : the tiled backward with one of `BACKWARD_MISTAKES` planted; an answer equal to
   one of them is told which.
 
@@ -30,7 +36,7 @@ from ..backward import (
 )
 from ..exercises import check, diagnose
 from ._seeded import noting_seed
-from ._support import _fresh, _own_work, _refusal, _settled, _watching
+from ._support import _fresh, _hint, _own_work, _refusal, _settled, _watching
 
 __all__ = [
     "check_delta",
@@ -38,7 +44,9 @@ __all__ = [
     "check_standard_backward",
     "check_tiled_backward",
     "check_loop_order",
+    "check_atomic_numbers",
     "check_row_sum",
+    "check_streamed_delta",
     "backward_with_mistake",
     "BACKWARD_MISTAKES",
     "arrays_formed",
@@ -332,17 +340,39 @@ def _run_numpy(name, fn, args, shown, hint_error):
     return out
 
 
-def _error_hint(text: str) -> str:
+_SIGNATURES = {
+    "standard": "my_backward(q, k, v, do, causal=False) -> (dq, dk, dv)",
+    "tiled": "tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False) -> (dq, dk, dv)",
+    "p_tile": "p_tile(q_I, k_J, lse_I) -> the (Br, Bc) tile",
+}
+
+
+def _error_hint(text: str, kind: str = "tiled") -> str:
+    """A hint for an exception raised by the learner's function; `kind` names the exercise."""
+    if "positional argument" in text or "unexpected keyword argument" in text:
+        return f"the check calls {_SIGNATURES[kind]}: give your function that signature"
     if "mismatch in its core dimension" in text or "not aligned" in text:
+        if kind == "standard":
+            return (
+                "shape: a matrix product's inner sizes differ, a missing or extra transpose: S = q kᵀ is "
+                "(N, M), dV = Pᵀ dO is (M, dv), dP = dO vᵀ is (N, M), dK = dSᵀ q is (M, d)"
+            )
         return (
             "shape: a matrix product's inner sizes differ, a missing or extra transpose: S_ij = Q_i K_jᵀ is (Br, Bc), "
             "dV_j += P_ijᵀ dO_i is (Bc, dv), dK_j += dS_ijᵀ Q_i is (Bc, d)"
         )
     if "broadcast" in text:
+        if kind == "standard":
+            return (
+                "shape: a per-row vector (D or the row max, shape (N,)) met an (N, M) array: give it an "
+                "axis, [:, None], once (a sum with keepdims=True already has it)"
+            )
         return (
             "shape: a per-row vector (lse_i or D_i, shape (Br,)) met a (Br, Bc) tile: give it an axis, [:, None], once "
             "(a sum with keepdims=True already has it; a second [:, None] makes it (Br, 1, 1))"
         )
+    if kind == "standard":
+        return "run your function on the case above by hand and print the shapes of S, P, dP and dS"
     return (
         "run your function on the case above by hand and print the shapes of the tiles"
     )
@@ -400,10 +430,19 @@ def _backward_hint(got, want, case, variants) -> str:
                     f"{name} agrees only to about float32's precision (dtype {np.asarray(g).dtype}): an accumulator "
                     "or a tile in float32? The inputs are float64; np.zeros_like(q) keeps their dtype"
                 )
+            if causal and all(_close(g, u) for g, u in zip(got, case["unmasked"])):
+                return (
+                    "yours equals the backward without the mask: the causal flag is ignored; with causal=True "
+                    "query i sees key j only when j ≤ i + M − N (set the others to −inf before the softmax)"
+                )
             if causal and N != M:
                 return (
-                    f"{name} differs on a causal case with N ≠ M: is the mask aligned bottom-right (key j ≤ i + M − N)? "
-                    "Are the last, shorter blocks visited?"
+                    f"{name} differs on a causal case with N ≠ M: is the mask aligned bottom-right (key j ≤ i + M − N)?"
+                    + (
+                        " Are the last, shorter blocks visited?"
+                        if case["tiled"]
+                        else ""
+                    )
                 )
             if name == "dv" or not _close(
                 got[2], want[2]
@@ -490,6 +529,7 @@ def _backward_cases(name, fn, cases, tiled, large_scores=(), seed=0) -> bool:
             M_tail=M - M % Bc,
             M_last=M - 1,
             score=score,
+            tiled=tiled,
         )
         shown = (
             f"{n} (N={N}, M={M}, d={d}, dv={dv}"
@@ -505,12 +545,13 @@ def _backward_cases(name, fn, cases, tiled, large_scores=(), seed=0) -> bool:
             fn,
             [a.copy() if isinstance(a, np.ndarray) else a for a in args],
             shown,
-            _error_hint,
+            lambda text: _error_hint(text, "tiled" if tiled else "standard"),
             numpy_only=tiled,
         )
         if got is None:
             return False
         want = attention_backward(q, k, v, do, causal=causal)
+        case["unmasked"] = attention_backward(q, k, v, do) if causal else want
         problem = diagnose(got, want, names=NAMES, rtol=RTOL, atol=ATOL)
         if problem is None:
             continue
@@ -540,7 +581,8 @@ def check_standard_backward(
         )
     if passed:
         print(
-            f"{name}: ✓ passed {len(cases) + 1} cases (dq, dk, dv; the last with every score near +800)"
+            f"{name}: ✓ passed your {len(cases)} cases and 1 more with every score near +800 "
+            "(dq, dk, dv)"
         )
 
 
@@ -617,6 +659,133 @@ def check_delta(fn, cases, *, name: str | None = None) -> None:
         hint=_delta_hint,
         properties=(_own_work("backward_delta", numpy_only=True),),
     )
+
+
+def _streamed_with(q, k, v, do, Bc, mistake=None):
+    """$D_i = \\sum_j P_{ij}\\,dP_{ij}$ by key blocks of `Bc`: running max m, sum l, and a = Σ e^(S−m) dP, with
+    `mistake` (one of `STREAMED_MISTAKES`) planted; None is the right loop."""
+    N, M = q.shape[0], k.shape[0]
+    m, l, a = np.full(N, -np.inf), np.zeros(N), np.zeros(N)  # (N,) each
+    end = M - M % Bc if mistake == "last block dropped" and M % Bc else M
+    for j0 in range(0, end, Bc):
+        s = q @ k[j0 : j0 + Bc].T / np.sqrt(q.shape[1])  # (N, Bc)
+        dp = do @ v[j0 : j0 + Bc].T  # dP: (N, Bc)
+        m_new = s.max(axis=-1) if mistake == "block max" else np.maximum(m, s.max(-1))
+        alpha = np.exp(m_new - m) if mistake == "alpha inverted" else np.exp(m - m_new)
+        if mistake in ("block max", "no rescale"):
+            alpha = np.ones(N)
+        e = np.exp(s if mistake == "no max" else s - m_new[:, None])  # (N, Bc)
+        l, a, m = alpha * l + e.sum(-1), alpha * a + (e * dp).sum(-1), m_new
+    return a if mistake == "no division" else a / l  # the mistakes are planted
+
+
+STREAMED_MISTAKES = {
+    "no max": "e^S without the max: on scores near +800 e^S overflows float64 (past 709.8) and inf / inf is NaN; "
+    "subtract the running max m before the exponential",
+    "block max": "each block's exponentials taken against that block's own max and added as they are: l and "
+    "the weighted sum must be against the running max, so rescale both by e^(m_old − m_new) when it moves",
+    "no rescale": "l and the weighted sum are not rescaled when the running max moves: what was summed "
+    "against m_old is multiplied by e^(m_old − m_new) before the block's terms, taken against m_new, are added",
+    "no division": "the weighted sum Σ_j e^(S_ij − m_i) dP_ij is not divided by l_i = Σ_j e^(S_ij − m_i): "
+    "P_ij = e^(S_ij − m_i) / l_i",
+    "last block dropped": "the last, shorter key block was never visited: Bc does not divide M",
+    "alpha inverted": "the rescale is inverted: when the max moves from m_old to m_new, what was summed "
+    "against m_old is multiplied by e^(m_old − m_new) ≤ 1",
+}
+
+
+def _streamed_reference(q, k, v, do, Bc):
+    return backward_delta(attention_reference(q, k, v)[0], do)  # D = rowsum(dO ∘ O)
+
+
+def _streamed_cases(rng) -> list:
+    """(q, k, v, do, Bc): a block size that divides M, one that does not, keys whose scores rise block by block,
+    every score near +800, and a large case (N = 64, M = 4096) that the check watches for N × M arrays."""
+    out = []
+    for N, M, d, dv, Bc, kind in (
+        (4, 12, 4, 3, 4, ""),
+        (5, 19, 8, 5, 6, ""),
+        (6, 24, 4, 4, 8, "rising"),
+        (3, 10, 4, 4, 4, "large scores"),
+        (64, 4096, 8, 8, 128, ""),
+    ):
+        q, k = rng.standard_normal((N, d)), rng.standard_normal((M, d))
+        if kind == "rising":  # a later block's scores beat every earlier one's
+            q[:, 0], k[:, 0] = 2.0, np.linspace(-3, 3, M)
+        if kind == "large scores":
+            q[:, 0] = k[:, 0] = np.sqrt(800 * np.sqrt(d))
+        out.append(
+            (q, k, rng.standard_normal((M, dv)), rng.standard_normal((N, dv)), Bc)
+        )
+    return out
+
+
+def _tiles_only(fn, case, got) -> str | None:
+    """Property: on the large case, no (N, M) array and no block of rows against all M keys."""
+    q, k, v, do, Bc = case
+    N, M = q.shape[0], k.shape[0]
+    if M < 1024:
+        return None
+    limit = max(N, M) * max(q.shape[1], v.shape[1])  # the largest input
+    shapes, peak = arrays_formed(getattr(fn, "raw", fn), q, k, v, do, Bc, above=limit)
+    big = [s for s in shapes if len(s) >= 2]
+    if big or peak > 4 * N * M:
+        return (
+            f"on N = {N}, M = {M}, Bc = {Bc} it formed "
+            + (
+                f"an array of shape {big[0]}"
+                if big
+                else f"{peak / 2**20:.1f} MiB at once"
+            )
+            + ": the streamed loop holds one (N, Bc) block of S, P and dP at a time"
+        )
+    return None
+
+
+def check_streamed_delta(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
+    """Check `fn(q, k, v, do, Bc)`, $D_i = \\sum_j P_{ij}\\,dP_{ij}$ streamed over key blocks, against
+    `lab.backward_delta`; print one verdict.
+
+    The arrays are drawn afresh on each run (`seed` draws the same again): a block size that does not divide M, keys
+    whose scores rise block by block, every score near +800, and N = 64, M = 4096, where an N × M array (or a block of
+    rows against all M keys) fails. A wrong answer is told which of `STREAMED_MISTAKES` it matches; calling lab's
+    forward or `lab.backward_delta` is refused. Taught in: notebooks/09_backward.ipynb
+    """
+    name = name or getattr(fn, "__name__", "your function")
+    rng, seed = _fresh(seed)
+    cases = _streamed_cases(rng)
+    mistakes = [
+        (lambda *c, m=m: _streamed_with(*c, mistake=m), text)
+        for m, text in STREAMED_MISTAKES.items()
+    ]
+    default = (
+        "D_i = Σ_j P_ij dP_ij with P_ij = e^(S_ij − m_i) / l_i: keep per row a running max m, a running "
+        "l = Σ e^(S − m) and a running Σ e^(S − m) dP, both rescaled by e^(m_old − m_new) when m moves "
+        "(notebook 02), and divide by l after the last block"
+    )
+    with np.errstate(over="ignore", invalid="ignore"):
+        check(
+            fn,
+            _streamed_reference,
+            cases,
+            name=name,
+            rtol=RTOL,
+            atol=ATOL,
+            hint=_hint(mistakes, default, fn=fn, cases=cases),
+            properties=(
+                _own_work(
+                    "backward_delta",
+                    "attention_reference",
+                    "attention_backward",
+                    "flash_attention_numpy",
+                    numpy_only=True,
+                ),
+                _tiles_only,
+            ),
+            seed=seed,
+        )
 
 
 _ROW_SUM_HINTS = {
@@ -737,7 +906,7 @@ def _p_tile_cases(name, fn, cases, rng) -> None:
                 fn,
                 (qs[i0:i1].copy(), k[j0:j1].copy(), lse[i0:i1].copy()),
                 shown,
-                _error_hint,
+                lambda text: _error_hint(text, "p_tile"),
                 numpy_only=True,
             )
             if got is None:
@@ -883,4 +1052,79 @@ def check_loop_order(
             return
     print(
         f"{name}: ✓ passed {len(drawn)} cases (reads of q, k, v, dO; writes of dq, dk, dv)"
+    )
+
+
+# ------------------------------------------------------------------------------------ the atomic adds
+
+
+def _atomic_reference(N, M, d, dv):
+    """Entries added into by several outer blocks: $N d$ of dQ (key blocks outside), $M d + M d_v$ of dK, dV."""
+    return N * d, M * d + M * dv
+
+
+_ATOMIC_MISTAKES = [
+    (
+        lambda N, M, d, dv: (M * d + M * dv, N * d),
+        "the two are swapped: with key blocks outside, each outer block holds its own dK_J, dV_J, and "
+        "every one of them adds into the rows of dQ",
+    ),
+    (
+        lambda N, M, d, dv: (N * d, 2 * M * d),
+        "dV has d_v columns, not d: M·d of dK and M·d_v of dV (the cases have d ≠ d_v)",
+    ),
+    (
+        lambda N, M, d, dv: (N * d, M * d),
+        "with query blocks outside both dK and dV collect a part from every query block",
+    ),
+    (
+        lambda N, M, d, dv: (N * dv, M * d + M * dv),
+        "dQ has q's shape, (N, d): its rows have d numbers, not d_v",
+    ),
+] + [
+    (
+        rows,
+        "that counts rows: the question asks for numbers, and a row of dQ holds d of them",
+    )
+    for rows in (
+        lambda N, M, d, dv: (N, 2 * M),
+        lambda N, M, d, dv: (N, M * d + M * dv),
+        lambda N, M, d, dv: (N * d, 2 * M),
+    )
+]
+
+
+def check_atomic_numbers(
+    fn, *, cases: int = 5, name: str | None = None, seed: int | None = None
+) -> None:
+    """Check `fn(N, M, d, dv) -> (key_outer, query_outer)`: the entries of the full gradient arrays that several outer
+    blocks add into, with key blocks outside ($N d$ of dQ) and with query blocks outside ($M d + M d_v$ of dK, dV);
+    print one verdict. The cases ($N \\ne M$, $d \\ne d_v$) are drawn afresh on each run. Taught in:
+    notebooks/09_tiled_backward.ipynb
+    """
+    name = name or getattr(fn, "__name__", "your function")
+    rng, seed = _fresh(seed)
+    drawn = []
+    while len(drawn) < cases:
+        N, M = (int(x) for x in rng.integers(40, 400, size=2))
+        d, dv = (
+            int(x) for x in rng.choice([16, 32, 48, 64, 128], size=2, replace=False)
+        )
+        if N != M:
+            drawn.append((N, M, d, dv))
+    default = (
+        "walk one outer block: which gradients does it hold to the end, and which does it add into rows that "
+        "the other outer blocks, running at the same time, add into too? Count their numbers"
+    )
+    check(
+        fn,
+        _atomic_reference,
+        drawn,
+        name=name,
+        rtol=0,
+        atol=0,
+        names=("key_outer", "query_outer"),
+        hint=_hint(_ATOMIC_MISTAKES, default, fn=fn, cases=drawn),
+        properties=(_own_work(),),
+        seed=seed,
     )

@@ -11,6 +11,7 @@ import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter, NullLocator
 
@@ -172,18 +173,16 @@ def draw_backward_tiles(
         [kept_std / 1024, kept_flash / 1024],
         color=["#e76f51", "#2a9d8f"],
     )
-    bx.set_yscale("log")
-    for x, b in enumerate((kept_std, kept_flash)):
-        bx.text(x, b / 1024 * 1.15, f"{b / 1024:,.1f} KiB", ha="center", fontsize=11)
+    top = max(kept_std, kept_flash) / 1024
+    for x, b in enumerate((kept_std, kept_flash)):  # a linear axis: the gap as it is
+        bx.text(
+            x, b / 1024 + top * 0.02, f"{b / 1024:,.1f} KiB", ha="center", fontsize=11
+        )
     bx.set(
-        ylabel="KiB, float32, beyond q, k, v (both keep them)",
-        title=f"kept for the backward at N = {N}, M = {M}, d = {d}",
-        ylim=(
-            min(kept_std, kept_flash) / 1024 / 3,
-            max(kept_std, kept_flash) / 1024 * 6,
-        ),
+        ylabel="KiB beyond q, k, v (float32)",
+        title=f"kept, N = {N}, M = {M}, d = {d}: {kept_std / kept_flash:.1f}× apart",
+        ylim=(0, top * 1.15),
     )
-    _plain_log_axes(bx)
     ax.figure.subplots_adjust(left=0.08, right=0.98, bottom=0.26, top=0.92, wspace=0.3)
     flops = backward_flops(N, d=d, causal=causal)
     return {
@@ -198,6 +197,7 @@ def draw_backward_tiles(
         "p_bytes": kept_p,
         "standard_bytes": kept_std,
         "flash_bytes": kept_flash,
+        "kept_ratio": kept_std / kept_flash,
         "max_err": err,
         "checked_N": n,
         "backward_flops": flops["backward"],
@@ -205,15 +205,15 @@ def draw_backward_tiles(
 
 
 def draw_training_memory(rows, ax=None) -> dict:
-    """Saved bytes of a training step against N (log-log) from `lab.training_memory` rows, with the $N^2$ of P."""
+    """Saved bytes beyond the inputs q, k, v against N (log-log) from `lab.training_memory` rows, with the $N^2$ of P."""
     if ax is None:
         _, ax = plt.subplots()
     Ns = np.array([r["N"] for r in rows])
-    std = np.array([r["standard"] for r in rows]) / 2**20
-    fla = np.array([r["flash"] for r in rows]) / 2**20
+    std = np.array([r["standard_extra"] for r in rows]) / 2**20  # beyond q, k, v
+    fla = np.array([r["flash_extra"] for r in rows]) / 2**20
     p = np.array([r["p_bytes"] for r in rows]) / 2**20
     ax.loglog(
-        Ns, std, "o-", base=2, color="#e76f51", label="standard attention (keeps P)"
+        Ns, std, "o-", base=2, color="#e76f51", label="standard attention (P, scale·q)"
     )
     ax.loglog(
         Ns,
@@ -221,13 +221,13 @@ def draw_training_memory(rows, ax=None) -> dict:
         "s-",
         base=2,
         color="#2a9d8f",
-        label="lab.FlashAttention (keeps q, k, v, o, lse)",
+        label="lab.FlashAttention (o, lse)",
     )
     ax.loglog(Ns, p, ":", base=2, color="gray", label="P alone: N²·4 B")
     ax.set(
         xlabel="sequence length N",
-        ylabel="MiB saved for the backward",
-        title="What autograd keeps between forward and backward (d = 64, one head)",
+        ylabel="MiB saved for the backward, beyond q, k, v",
+        title="What autograd keeps beyond the inputs (d = 64, one head)",
     )
     ax.legend(loc="upper left", fontsize=10)
     _plain_log_axes(ax)
@@ -338,6 +338,12 @@ _GRAPH_BACKWARD = [
     ("dS", "dK"),
     ("Q", "dK"),
 ]
+_GRAPH_RECOMPUTE = [  # FlashAttention's backward, before it can form dV and dS
+    ("Q", "S"),
+    ("K", "S"),
+    ("S", "P"),
+    ("lse", "P"),
+]
 _GRAPH_STYLE = {  # role: (face colour, edge style, legend)
     "input": ("#e9ecef", "-", "an input: both designs keep it (q, k, v)"),
     "p": ("#f4a261", "--", "standard keeps it; FlashAttention recomputes it from lse"),
@@ -356,12 +362,23 @@ def draw_backward_graph(ax=None) -> dict:
     """Static: what each quantity of attention's forward (top) and backward (bottom) is made from.
 
     Grey arrows are the forward, $S = \\mathrm{scale}\\cdot QK^\\top$, $P = \\mathrm{softmax}(S)$, $O = PV$; black
-    arrows the backward. Fill and outline say which design keeps a node and which recomputes it. Returns the
+    arrows the backward; dashed blue arrows what FlashAttention's backward recomputes first, S from Q, K and
+    P from S and lse. Fill and outline say which design keeps a node and which recomputes it. Returns the
     node roles and the backward's edges.
     """
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 5.2))
-    for edges, colour in ((_GRAPH_FORWARD, "#999999"), (_GRAPH_BACKWARD, "black")):
+    arrows = (
+        (_GRAPH_FORWARD, "#999999", "-", "arc3"),
+        (_GRAPH_BACKWARD, "black", "-", "arc3"),
+        (
+            _GRAPH_RECOMPUTE,
+            "#1d6fa5",
+            "--",
+            "arc3,rad=-0.35",
+        ),  # bowed off the forward's
+    )
+    for edges, colour, ls, path in arrows:
         for a, b in edges:
             (xa, ya, _), (xb, yb, _) = _GRAPH_NODES[a], _GRAPH_NODES[b]
             ax.annotate(
@@ -369,7 +386,13 @@ def draw_backward_graph(ax=None) -> dict:
                 xy=(xb, yb),
                 xytext=(xa, ya),
                 arrowprops=dict(
-                    arrowstyle="-|>", color=colour, lw=1.4, shrinkA=17, shrinkB=17
+                    arrowstyle="-|>",
+                    color=colour,
+                    lw=1.4 if ls == "-" else 1.8,
+                    ls=ls,
+                    shrinkA=17,
+                    shrinkB=17,
+                    connectionstyle=path,
                 ),
             )
     for name, (x, y, role) in _GRAPH_NODES.items():
@@ -388,10 +411,18 @@ def draw_backward_graph(ax=None) -> dict:
     handles = [
         Rectangle((0, 0), 1, 1, fc=face, ec="black", ls=ls)
         for face, ls, _ in _GRAPH_STYLE.values()
+    ] + [
+        Line2D([], [], color=c, ls=ls, lw=1.6)
+        for c, ls in (("#999999", "-"), ("black", "-"), ("#1d6fa5", "--"))
+    ]
+    arrow_text = [
+        "forward: is made from",
+        "backward: is made from",
+        "FlashAttention's backward recomputes: S from Q, K; P from S and lse",
     ]
     ax.legend(
         handles,
-        [text for *_, text in _GRAPH_STYLE.values()],
+        [text for *_, text in _GRAPH_STYLE.values()] + arrow_text,
         loc="center left",
         bbox_to_anchor=(1.0, 0.5),
         fontsize=10,
@@ -404,4 +435,5 @@ def draw_backward_graph(ax=None) -> dict:
     return {
         "roles": {n: r for n, (*_, r) in _GRAPH_NODES.items()},
         "backward_edges": list(_GRAPH_BACKWARD),
+        "recompute_edges": list(_GRAPH_RECOMPUTE),
     }

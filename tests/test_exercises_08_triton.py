@@ -1,10 +1,12 @@
-"""Notebook 08_triton_kernel's exercises: the causal band (exercise 1) and the kernel's loop (exercise 2); each worked
+"""Notebook 08_triton_kernel's exercises: the causal band (exercise 1), the kernel's loop (exercise 2) and the
+backward's weights in log2 units (exercise 3); each worked
 solution passes its check cell, planted classic mistakes fail with their diagnosis, and the host side and the check's
 skip without Triton behave."""
 
 import contextlib
 import io
 
+import numpy as np
 import pytest
 import torch
 from exercise_support import exercises, replace_code, run_check
@@ -40,7 +42,7 @@ def _say(fn, *args):
 
 
 def test_the_exercises_are_found_and_their_checks_pass_the_worked_solutions():
-    assert sorted(EX) == [1, 2]
+    assert sorted(EX) == [1, 2, 3]
     out = run_check(EX[1], EX[1].stub)
     assert "not implemented yet" in out and "✗" not in out, out
     out = run_check(EX[1], EX[1].solution)
@@ -50,6 +52,10 @@ def test_the_exercises_are_found_and_their_checks_pass_the_worked_solutions():
     if USABLE:
         out = run_check(EX[2], EX[2].solution)
         assert "✓" in out and "✗" not in out, out
+    out = run_check(EX[3], EX[3].stub)
+    assert "not implemented yet" in out and "✗" not in out, out
+    out = run_check(EX[3], EX[3].solution)
+    assert "✓" in out and "✗" not in out, out
 
 
 def test_labs_step_is_printed_only_after_the_exercise():
@@ -470,3 +476,52 @@ class _SoftmaxInTorch:
 def test_an_object_with_a_grid_that_is_no_triton_kernel_is_refused():
     out = _say(ct.check_triton_attention, _SoftmaxInTorch())
     assert_fails(out, "not a Triton kernel", "keep @triton.jit")
+
+
+# ------------------------------------------------------------------------------ exercise 3: log2 units
+
+LOG2_MISTAKES = {
+    "lse left in natural-log units": (
+        ("t - lse[:, None] * log2e", "t - lse[:, None]"),
+        "lse subtracted in natural-log units",
+    ),
+    "t converted twice": (
+        ("t - lse[:, None] * log2e", "(t - lse[:, None]) * log2e"),
+        "t already holds S·log2 e",
+    ),
+    "ln 2 for log2 e": (
+        ("t - lse[:, None] * log2e", "t - lse[:, None] * 0.6931471805599453"),
+        "lse·ln 2 goes the wrong way",
+    ),
+    "exp for exp2": (
+        ("np.exp2(", "np.exp("),
+        "the kernel's exponential is exp2",
+    ),
+    "lse along the keys": (
+        ("lse[:, None]", "lse"),
+        "subtract it as a column, lse[:, None]",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(LOG2_MISTAKES))
+def test_log2_mistakes(name):
+    edit, says = LOG2_MISTAKES[name]
+    assert_fails(run_check(EX[3], planted(EX[3], edit)), says)
+
+
+def test_log2_cases_are_drawn_fresh_and_a_table_fails():
+    """A table of the answers to one run's cases fails the next run's: the cases are drawn afresh."""
+    seen = {}
+
+    def record(t, lse):
+        seen[t.shape, float(t.flat[0])] = ct._p_from_lse(t, lse)
+        return seen[t.shape, float(t.flat[0])]
+
+    _say(ct.check_p_from_lse, record)
+    table = dict(seen)
+    out = _say(
+        lambda f: ct.check_p_from_lse(f, seed=12345),
+        lambda t, lse: table.get((t.shape, float(t.flat[0])), np.zeros_like(t)),
+    )
+    assert "✗" in out, out

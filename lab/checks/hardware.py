@@ -22,6 +22,8 @@ loop, and the key-block loop of a Triton FlashAttention-2 forward kernel.
 - `check_causal_band(fn)` : `fn(i, N, M, Br, Bc)` = (full, seen), the key blocks every row of causal query block i
   sees whole and those some row sees, against an element mask; hints for the deciding rows swapped, j < i + (M - N),
   top-left alignment, the rounding of either, negative counts.
+- `check_p_from_lse(fn)` : `fn(t, lse)` = 2^(t - lse·log2 e), P from log2-unit scores t = S·log2 e and natural-log
+  lse; hints for lse left in natural-log units, t converted twice, ln 2 for log2 e, exp for exp2, lse along keys.
 - `launch_attention_kernel`, `triton_or_standins` : the host side of that kernel, and the modules to write it.
 
 Taught in: notebooks/08_hardware_runs.ipynb (the first three), notebooks/08_triton_kernel.ipynb (the kernel, the band)
@@ -51,6 +53,7 @@ __all__ = [
     "check_causal_tile_steps",
     "check_triton_attention",
     "check_causal_band",
+    "check_p_from_lse",
     "launch_attention_kernel",
     "triton_or_standins",
 ]
@@ -1148,5 +1151,88 @@ def check_causal_band(fn, *, seed: int | None = None) -> None:
             _own_work("triton_tile_kinds", "block_mask", "tile_counts", "tile_grid"),
             as_pair,
         ),
+        seed=seed,
+    )
+
+
+# --------------------------------------------------------------- 08_triton_kernel exercise 3: log2 units
+_LOG2E = 1.4426950408889634
+
+
+def _p_from_lse(t, lse):
+    """$P = 2^{t - lse \\cdot \\log_2 e}$: t the scores in log2 units (S·log2 e), lse each row's natural-log lse."""
+    return np.exp2(np.asarray(t) - np.asarray(lse)[:, None] * _LOG2E)
+
+
+def _p_from_lse_hint(case, got, want):
+    t, lse = (np.asarray(a, dtype=float) for a in case)
+    got = np.asarray(got, dtype=float)
+    if got.shape != want.shape:
+        return f"P has one value per score: shape {want.shape}, yours {got.shape}"
+    wrong = {
+        "lse subtracted in natural-log units from t in log2 units: convert it, lse·log2 e": np.exp2(
+            t - lse[:, None]
+        ),
+        "t already holds S·log2 e: multiply only lse by log2 e, not t too": np.exp2(
+            (t - lse[:, None]) * _LOG2E
+        ),
+        "lse·ln 2 goes the wrong way: a natural log becomes log2 units times log2 e = 1 / ln 2": np.exp2(
+            t - lse[:, None] * math.log(2)
+        ),
+        "exp of a log2-unit score: with t = S·log2 e the kernel's exponential is exp2": np.exp(
+            t - lse[:, None] * _LOG2E
+        ),
+        "lse subtracted along the keys: it holds one value per query row, a column lse[:, None]": (
+            np.exp2(t - lse[None, : t.shape[1]] * _LOG2E)
+            if t.shape[1] <= lse.size
+            else None
+        ),
+    }
+    for text, value in wrong.items():
+        if (
+            value is not None
+            and value.shape == got.shape
+            and np.allclose(got, value, rtol=1e-6, atol=1e-12)
+        ):
+            return "yours is " + text
+    return "P = e^(S - lse) with S = t·ln 2: write the exponent in log2 units, t - lse·log2 e, and use exp2"
+
+
+def check_p_from_lse(fn, *, seed: int | None = None) -> None:
+    """Check `fn(t, lse)` = $2^{t - lse \\log_2 e}$ = $e^{S - lse}$ for t = S·log2 e and lse the rows' natural-log
+    log-sum-exp: every row of P sums to 1. Three fixed cases and three drawn afresh on each run (scores up to ±200,
+    more keys than rows and fewer); hints for lse left in natural-log units, t converted twice, ln 2 in place of
+    log2 e, exp for exp2, lse broadcast along the keys. Taught in: notebooks/08_triton_kernel.ipynb
+    """
+    rng, seed = _fresh(seed)
+    shapes = [(4, 8, 1.0), (8, 4, 30.0), (16, 16, 200.0)]
+    shapes += [
+        (
+            int(rng.integers(2, 20)),
+            int(rng.integers(2, 20)),
+            float(rng.choice([1, 10, 200])),
+        )
+        for _ in range(3)
+    ]
+    cases = []
+    for rows, keys, spread in shapes:
+        s = rng.uniform(-spread, spread, size=(rows, keys))
+        peak = s.max(axis=1)
+        lse = peak + np.log(np.exp(s - peak[:, None]).sum(axis=1))  # natural-log units
+        cases.append((s * _LOG2E, lse))
+    fn = _explained(
+        fn,
+        {
+            "broadcast": "lse holds one value per query row: subtract it as a column, lse[:, None]",
+        },
+    )
+    check(
+        fn,
+        _p_from_lse,
+        cases,
+        rtol=1e-6,
+        atol=1e-12,
+        hint=_p_from_lse_hint,
+        properties=(_own_work("attention_reference", "flash_attention_triton"),),
         seed=seed,
     )

@@ -567,6 +567,61 @@ PLANTED = {
             ["fused (element 3)", "fused kernel reads Q, K, V and writes O only"],
         ),
         (
+            "s: Q not read",
+            _HBM.replace("(N * d + M * d + N * M)", "(M * d + N * M)"),
+            ["s (element 0)", "s: the kernel reads Q, N·d numbers"],
+        ),
+        (
+            "s: K not read",
+            _HBM.replace("(N * d + M * d + N * M)", "(N * d + N * M)"),
+            ["s: the kernel reads K, M·d numbers"],
+        ),
+        (
+            "o: P not read",
+            _HBM.replace("(N * M + M * dv + N * dv)", "(M * dv + N * dv)"),
+            ["o: the kernel reads P, N·M numbers"],
+        ),
+        (
+            "o: V not read",
+            _HBM.replace("(N * M + M * dv + N * dv)", "(N * M + N * dv)"),
+            ["o: the kernel reads V, M·d_v numbers"],
+        ),
+        (
+            "fused: Q not read",
+            _HBM.replace(
+                "(N * d + M * d + M * dv + N * dv)", "(M * d + M * dv + N * dv)"
+            ),
+            ["fused: the fused kernel still reads Q"],
+        ),
+        (
+            "fused: K not read",
+            _HBM.replace(
+                "(N * d + M * d + M * dv + N * dv)", "(N * d + M * dv + N * dv)"
+            ),
+            ["fused: the fused kernel still reads K"],
+        ),
+        (
+            "fused: V not read",
+            _HBM.replace(
+                "(N * d + M * d + M * dv + N * dv)", "(N * d + M * d + N * dv)"
+            ),
+            ["fused: the fused kernel still reads V"],
+        ),
+        (
+            "fused: O not written",
+            _HBM.replace(
+                "(N * d + M * d + M * dv + N * dv)", "(N * d + M * d + M * dv)"
+            ),
+            ["fused: the fused kernel still writes O"],
+        ),
+        (
+            "two kernels wrong at once: each named",
+            _HBM.replace("(N * d + M * d + N * M)", "(M * d + N * M)").replace(
+                "(N * d + M * d + M * dv + N * dv)", "(N * d + M * d + M * dv)"
+            ),
+            ["s: the kernel reads Q", "fused: the fused kernel still writes O"],
+        ),
+        (
             "calls lab",
             """
             def hbm_bytes(N, M, d, dv, itemsize):

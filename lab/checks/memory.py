@@ -14,7 +14,16 @@ import numpy as np
 from ..attention import attention_reference
 from ..exercises import check, diagnose
 from ..memory import attention_bytes, attention_traffic, peak_bytes
-from ._support import _copies, _fresh, _guarded, _hint, _own_work, _refusal, _watching
+from ._support import (
+    _copies,
+    _element_hint,
+    _fresh,
+    _guarded,
+    _hint,
+    _own_work,
+    _refusal,
+    _watching,
+)
 
 __all__ = [
     "check_softmax_balance",
@@ -591,24 +600,65 @@ def check_hbm_bytes(fn, *, seed: int | None = None) -> None:
             if r["piece"] != "standard, total"
         )
 
+    # one mistake per element: each term of each kernel left out, or counted with the wrong shape
+    Q, K, V, O, S = (
+        lambda N, M, d, dv: N * d,
+        lambda N, M, d, dv: M * d,
+        lambda N, M, d, dv: M * dv,
+        lambda N, M, d, dv: N * dv,
+        lambda N, M, d, dv: N * M,
+    )
+
+    def less(i, *terms):
+        """Element i of the right answer without the given terms."""
+        return lambda N, M, d, dv, it: (
+            want(N, M, d, dv, it)[i] - sum(t(N, M, d, dv) for t in terms) * it
+        )
+
+    def left_out(i, term, text):
+        return (i, less(i, term), text)
+
     mistakes = [
+        left_out(0, Q, "the kernel reads Q, N·d numbers, from HBM"),
+        left_out(0, K, "the kernel reads K, M·d numbers (a row per key), from HBM"),
+        left_out(0, S, "the kernel also writes S, N·M numbers, back to HBM"),
         (
-            lambda N, M, d, dv, it: ((N * d + M * d) * it,) + want(N, M, d, dv, it)[1:],
-            "S = scale·QKᵀ also writes S, N·M numbers, back to HBM",
+            0,
+            less(0, K, Q, S),
+            "that counts S only: the kernel also reads Q (N·d) and K (M·d)",
         ),
         (
-            lambda N, M, d, dv, it: (
-                (want(N, M, d, dv, it)[0], N * M * it) + want(N, M, d, dv, it)[2:]
-            ),
-            "the softmax reads S and writes P: N·M numbers each way",
+            0,
+            lambda N, M, d, dv, it: (2 * N * d + N * M) * it,
+            "K has a row per key: M·d numbers, not N·d",
+        ),
+        left_out(1, S, "the softmax reads S and writes P: N·M numbers each way"),
+        (
+            1,
+            lambda N, M, d, dv, it: 4 * N * M * it,
+            "that is 4 accesses per element of S, a "
+            "softmax reading S once per pass; this one reads S once and writes P: 2·N·M numbers",
+        ),
+        left_out(2, S, "the kernel reads P, N·M numbers, from HBM"),
+        left_out(2, V, "the kernel reads V, M·d_v numbers, from HBM"),
+        left_out(2, O, "O = PV also writes its result O, N·d_v numbers, back to HBM"),
+        left_out(3, Q, "the fused kernel still reads Q, N·d numbers, once"),
+        left_out(3, K, "the fused kernel still reads K, M·d numbers, once"),
+        left_out(3, V, "the fused kernel still reads V, M·d_v numbers, once"),
+        left_out(3, O, "the fused kernel still writes O, N·d_v numbers, once"),
+        (
+            3,
+            lambda N, M, d, dv, it: sum(want(N, M, d, dv, it)[:3]),
+            "that adds the three kernels' bytes: a fused kernel never writes S or P, so it moves only Q, K, "
+            "V in and O out",
         ),
         (
-            lambda N, M, d, dv, it: (
-                (want(N, M, d, dv, it)[0], 4 * N * M * it) + want(N, M, d, dv, it)[2:]
-            ),
-            "that is 4 accesses per element of S, a softmax that reads S from HBM three times (once per pass); "
-            "this one reads S once and writes P: 2·N·M numbers",
+            3,
+            lambda N, M, d, dv, it: want(N, M, d, dv, it)[3] + 2 * N * M * it,
+            "the fused kernel reads Q, K, V and writes O only: S and P never leave the chip",
         ),
+    ]
+    together = [
         (
             lambda N, M, d, dv, it: tuple(x // it for x in want(N, M, d, dv, it)),
             "those are numbers: times itemsize",
@@ -621,28 +671,13 @@ def check_hbm_bytes(fn, *, seed: int | None = None) -> None:
             lambda N, M, d, dv, it: want(N, M, d, d, it),
             "V and O have d_v columns, not d",
         ),
-        (
-            lambda N, M, d, dv, it: (
-                want(N, M, d, dv, it)[:2]
-                + ((N * M + M * dv) * it,)
-                + want(N, M, d, dv, it)[3:]
-            ),
-            "O = PV also writes its result O, N·d_v numbers, back to HBM",
-        ),
-        (
-            lambda N, M, d, dv, it: (
-                want(N, M, d, dv, it)[:3] + (sum(want(N, M, d, dv, it)[:3]),)
-            ),
-            "that adds the three kernels' bytes: a fused kernel never writes S or P, so it moves "
-            "only Q, K, V in and O out",
-        ),
-        (
-            lambda N, M, d, dv, it: (
-                ((N * d + N * d + N * M) * it,) + want(N, M, d, dv, it)[1:]
-            ),
-            "K has a row per key: M·d numbers, not N·d",
-        ),
     ]
+    defaults = (
+        "the S kernel reads Q (N, d) and K (M, d) and writes S (N, M)",
+        "the softmax reads S (N, M) once and writes P (N, M)",
+        "the PV kernel reads P (N, M) and V (M, d_v) and writes O (N, d_v)",
+        "the fused kernel reads Q, K, V and writes O, once each",
+    )
     guarded = _guarded(fn, "hbm_bytes")
     check(
         guarded,
@@ -653,10 +688,11 @@ def check_hbm_bytes(fn, *, seed: int | None = None) -> None:
         atol=0,
         seed=seed,
         properties=[_own_work("attention_traffic")],
-        hint=_hint(
+        hint=_element_hint(
+            ("s", "p", "o", "fused"),
             mistakes,
-            "each kernel reads its inputs from HBM and writes its output; the fused kernel reads Q, K, "
-            "V and writes O only",
+            defaults,
+            whole=_hint(together, None, fn=guarded, cases=cases),
             fn=guarded,
             cases=cases,
         ),

@@ -83,6 +83,24 @@ _LIMIT = """
 PLANTED = {
     2: [
         (
+            "ceil + 1: one too many",
+            _LIMIT
+            + """
+            def row_overflow(name, k):
+                return int(np.ceil(np.log(_max(name)) - np.log(k))) + 1
+            """,
+            ["case 0 ('fp16', 1)", "expected 12, got 13", "ceil(log Ω - log n) + 1"],
+        ),
+        (
+            "rounded to the nearest",
+            _LIMIT
+            + """
+            def row_overflow(name, k):
+                return int(round(np.log(_max(name)) - np.log(k)))
+            """,
+            ["round() gives the nearest integer"],
+        ),
+        (
             "ignores k: where e^s alone overflows",
             _LIMIT
             + """
@@ -666,6 +684,19 @@ _EDGES = """
 def test_the_row_edges_check_names_each_planted_mistake(top, row, low, says):
     text = _EDGES.replace("TOP", top).replace("ROW", row).replace("LOW", low)
     _fails(1, text, says)
+
+
+def test_the_row_edges_hint_names_only_the_wrong_element():
+    """One wrong element: its hint alone, not the three facts; two wrong: each named with its own."""
+    one = _EDGES.replace("TOP", "top").replace("ROW", "top - math.log(4)")
+    out = _fails(1, one.replace("LOW", "math.log(float(info.smallest_normal))"), "")
+    hint = out.split("hint: ")[1].splitlines()[0]
+    assert hint.startswith("the row's edge: log 4 counts four terms"), hint
+    assert "log Ω:" not in hint and "smallest normal" not in hint, hint
+    two = one.replace("LOW", "math.log(float(info.eps))")
+    out = _fails(1, two, "the row's edge: log 4 counts four terms")
+    hint = out.split("hint: ")[1].splitlines()[0]
+    assert "log(smallest normal): that is log ε" in hint and "log Ω:" not in hint, hint
 
 
 def test_the_row_edges_check_names_one_format_for_every_name():

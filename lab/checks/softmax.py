@@ -45,6 +45,7 @@ __all__ = [
 
 from ._support import (
     _copies,
+    _element_hint,
     _fresh,
     _guarded,
     _hint,
@@ -108,50 +109,67 @@ def check_row_edges(fn, *, seed: int | None = None, predicted=None) -> None:
         lim = lambda n: exp_limits(own(n))  # noqa: E731
         cases = [(n,) for n in ("fp16", "bf16", "fp32", "fp64", *fresh)]
         right = lambda n: _edges(own(n))  # noqa: E731
+        # one mistake per element, each said for the element it is in
         mistakes = [
             (
-                lambda n: (math.log2(lim(n)["max"]),) + right(n)[1:],
-                "log Ω: that is log2 Ω; e^s needs the natural log, np.log",
+                0,
+                lambda n: math.log2(lim(n)["max"]),
+                "that is log2 Ω; e^s needs the natural log, np.log",
             ),
             (
-                lambda n: (math.log10(lim(n)["max"]),) + right(n)[1:],
-                "log Ω: that is log10 Ω; e^s needs the natural log, np.log",
+                0,
+                lambda n: math.log10(lim(n)["max"]),
+                "that is log10 Ω; e^s needs the natural log, np.log",
             ),
             (
-                lambda n: right(n)[:1] + (lim(n)["log_max"],) + right(n)[2:],
-                "the row's edge: that is where e^s alone overflows; the row's sum e^s(1 + e^-1 + "
-                "e^-2 + e^-3) is larger than e^s, so it overflows first",
+                1,
+                lambda n: lim(n)["log_max"],
+                "that is where e^s alone overflows; the row's sum e^s(1 + e^-1 + e^-2 + e^-3) is larger "
+                "than e^s, so it overflows first",
             ),
             (
-                lambda n: (
-                    right(n)[:1] + (lim(n)["log_max"] - math.log(4),) + right(n)[2:]
-                ),
-                "the row's edge: log 4 counts four terms of e^s each; the terms fall by a factor e "
-                "each, so the sum is e^s(1 + e^-1 + e^-2 + e^-3)",
+                1,
+                lambda n: lim(n)["log_max"] - math.log(4),
+                "log 4 counts four terms of e^s each; the terms fall by a factor e each, so the sum is "
+                "e^s(1 + e^-1 + e^-2 + e^-3)",
             ),
             (
-                lambda n: (
-                    right(n)[:1] + (2 * lim(n)["log_max"] - right(n)[1],) + right(n)[2:]
-                ),
-                "the row's edge: the shift points the wrong way; a sum larger than e^s overflows at "
-                "a smaller s, so subtract its log",
+                1,
+                lambda n: 2 * lim(n)["log_max"] - right(n)[1],
+                "the shift points the wrong way; a sum larger than e^s overflows at a smaller s, so "
+                "subtract its log",
             ),
             (
-                lambda n: right(n)[:2] + (lim(n)["log_smallest"],),
-                "the lower edge: that is the smallest subnormal, where e^s rounds to 0; precision "
-                "is lost earlier, below the smallest normal (finfo's smallest_normal)",
+                2,
+                lambda n: lim(n)["log_smallest"],
+                "that is the smallest subnormal, where e^s rounds to 0; precision is lost earlier, below "
+                "the smallest normal (finfo's smallest_normal)",
             ),
             (
-                lambda n: right(n)[:2] + (math.log(lim(n)["eps"]),),
-                "the lower edge: that is log ε, the spacing of numbers near 1; the question is the "
-                "smallest normal number (finfo's smallest_normal)",
+                2,
+                lambda n: math.log(lim(n)["eps"]),
+                "that is log ε, the spacing of numbers near 1; the question is the smallest normal number "
+                "(finfo's smallest_normal)",
             ),
             (
-                lambda n: _edges("fp32"),
-                "that is fp32's answer for every name: look each format up, "
-                "lab.SOFTMAX_DTYPES[name]",
+                2,
+                lambda n: math.log2(lim(n)["smallest_normal"]),
+                "that is log2 of the smallest normal; e^s needs the natural log, np.log",
             ),
         ]
+        together = [
+            (
+                lambda n: _edges("fp32"),
+                "that is fp32's answer for every name: look each format up, lab.SOFTMAX_DTYPES[name]",
+            ),
+        ]
+        defaults = (
+            "e^s overflows past log Ω, the natural log of finfo's max",
+            "the row's sum is e^s·(1 + e^-1 + e^-2 + e^-3): it passes Ω where s is log Ω minus the "
+            "log of that factor",
+            "e^s keeps full precision down to the smallest normal number: the natural log of finfo's "
+            "smallest_normal",
+        )
         guarded = _guarded(
             fn,
             "row_edges",
@@ -178,10 +196,11 @@ def check_row_edges(fn, *, seed: int | None = None, predicted=None) -> None:
             rtol=1e-9,
             atol=1e-9,
             seed=seed,
-            hint=_hint(
+            hint=_element_hint(
+                ("log Ω", "the row's edge", "log(smallest normal)"),
                 mistakes,
-                "e^s overflows past log Ω; the row's sum is e^s·(1 + e^-1 + e^-2 + e^-3); e^s keeps full "
-                "precision down to the smallest normal number",
+                defaults,
+                whole=_hint(together, None, fn=named, cases=cases),
                 fn=named,
                 cases=cases,
             ),
@@ -275,6 +294,16 @@ def _check_row_overflow(fn, seed) -> None:
                 lambda n, k: math.floor(log_max(n) - math.log(k)),
                 "n·e^s is still finite at yours: it is the last integer below log Ω - log n; the break is "
                 "the next one",
+            ),
+            (
+                lambda n, k: math.ceil(log_max(n) - math.log(k)) + 1,
+                "one too many: yours is ceil(log Ω - log n) + 1, but ceil already gives the first integer "
+                "above log Ω - log n (never an integer here); at your s - 1 the sum n·e^s is already past Ω",
+            ),
+            (
+                lambda n, k: round(log_max(n) - math.log(k)),
+                "round() gives the nearest integer, which is below log Ω - log n when its fraction is under "
+                "a half: n·e^s is still finite there; take the first integer above it",
             ),
             (
                 lambda n, k: math.floor(log_max(n) - math.log(1.553)) + 1,

@@ -23,7 +23,7 @@ PASSED = {
     2: "row_overflow: ✓ passed 9 cases\n"
     "  your prediction (fp16, n = 4096): not written yet (predicted_4096, above the stub)\n",
     3: "safe_softmax: ✓ passed 11 cases; each score loaded 3 times, each y_i stored once; no row held\n",
-    4: "log_sum_exp: ✓ passed 7 cases\n",
+    4: "log_sum_exp: ✓ passed 8 cases\n",
 }
 
 
@@ -463,6 +463,17 @@ PLANTED = {
                 return m[:, 0] + np.log(np.exp(s - m).sum(axis=-1))
             """,
             ["case 2", "NaN in yours at index [0]", "log 0 = -inf"],
+        ),
+        (
+            "a +inf score: only -inf guarded",
+            """
+            def log_sum_exp(s):
+                m = s.max(axis=-1, keepdims=True)
+                m = np.where(np.isneginf(m), 0.0, m)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    return m[:, 0] + np.log(np.exp(s - m).sum(axis=-1))
+            """,
+            ["case 4", "a row with a +∞ score", "np.isinf(m)"],
         ),
         (
             "keeps the row axis",

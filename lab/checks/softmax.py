@@ -419,6 +419,23 @@ def _lse(s, how="row", masked="zero", add_m=True):
         return ((m if add_m else 0.0) + np.log(l))[:, 0]
 
 
+def _lse_with_inf(s):
+    """`_lse`, with +inf for a row holding a +inf score (its Σ e^x is infinite)."""
+    up = np.isposinf(s).any(axis=-1)
+    with np.errstate(invalid="ignore"):
+        out = _lse(np.where(up[:, None], 0.0, s))
+    out[up] = np.inf
+    return out
+
+
+def _lse_minus_inf_guard_only(s):
+    """The log-sum-exp whose shift guards a row of only -inf but not a +inf score: NaN on such a row."""
+    m = s.max(axis=-1, keepdims=True)
+    m = np.where(np.isneginf(m), 0.0, m)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return m[:, 0] + np.log(np.exp(s - m).sum(axis=-1))
+
+
 def _uniform_masked(s):
     """The softmax with each row of only -inf made uniform, 1/M (what -inf replaced by a large finite number gives)."""
     p = _softmax(s)
@@ -779,7 +796,8 @@ def check_safe_softmax(
 
 
 def check_log_sum_exp(fn, *, seed: int | None = None) -> None:
-    """Check `fn(x)`, $\\log \\sum_j e^{x_{ij}}$ for each row of an (N, M) array, shape (N,): finite at ±1e4, -inf for a masked row;
+    """Check `fn(x)`, $\\log \\sum_j e^{x_{ij}}$ for each row of an (N, M) array, shape (N,): finite at ±1e4, -inf for a masked row,
+    +inf for a row holding a +inf score;
     fixed cases and fresh ones each run (`seed` draws the same again); numpy only.
     Taught in: notebooks/01_three_pass_softmax.ipynb"""
     rng = np.random.default_rng(3)
@@ -789,8 +807,16 @@ def check_log_sum_exp(fn, *, seed: int | None = None) -> None:
         (np.array([[1e4, 1e4 - 1, -1e4], [-1e4, -1e4, -1e4 - 1]]),),
         (np.array([[-inf, -inf], [0.0, -inf]]),),
         (50 * rng.standard_normal((3, 100)),),
+        (
+            np.array([[1.0, 2.0], [inf, 0.0], [-inf, -inf]]),
+        ),  # a case the text did not work
     ] + [(10 * c[0],) for c in _fresh_scores(fresh)]
     mistakes = [
+        (
+            _lse_minus_inf_guard_only,
+            "a row with a +∞ score: m = +∞ and x - m = ∞ - ∞ = NaN; Σ e^x is infinite, so its lse is "
+            "+∞: shift that row by 0 too (np.isinf(m), not only np.isneginf(m))",
+        ),
         (
             lambda s: _lse(s, masked="nan"),
             _MASKED.format("sum, and its log-sum-exp is log 0 = -inf"),
@@ -827,7 +853,7 @@ def check_log_sum_exp(fn, *, seed: int | None = None) -> None:
     )
     check(
         guarded,
-        _lse,
+        _lse_with_inf,
         cases,
         rtol=1e-12,
         atol=1e-12,

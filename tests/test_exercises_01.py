@@ -19,7 +19,9 @@ NAME = "01_three_pass_softmax"
 EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
     1: "row_edges: ✓ passed 6 cases\n"
-    "  your prediction (fp16, first s that breaks): not written yet (shown once you write yours)\n",
+    "  your prediction (fp16, first s that breaks): not written yet (shown once you write yours)\n"
+    "  your prediction (fp8 e4m3, first s at which the row's sum passes Ω = 448): not written yet "
+    "(shown once you write yours)\n",
     2: "row_overflow: ✓ passed 9 cases\n"
     "  your prediction (fp16, n = 4096): not written yet (predicted_4096, above the stub)\n",
     3: "safe_softmax: ✓ passed 11 cases; each score loaded 3 times, each y_i stored once; no row held\n",
@@ -778,3 +780,16 @@ def test_each_block_s_own_max_is_named(capsys):
     checks.check_safe_softmax(own_max)
     out = capsys.readouterr().out
     assert "✗" in out and "shifted by its own max, in l and in y" in out, out
+
+
+@pytest.mark.parametrize(
+    "predicted, says", [(6, "the right value: s = 6 ✓"), (7, "✗ (off by +1)")]
+)
+def test_the_fp8_prediction_is_compared_with_the_derived_edge(predicted, says, capsys):
+    """fp8 e4m3 (Ω = 448) is a format the text does not work: its row breaks at 6, e^s alone at 7."""
+    ns = {"np": np, "lab": lab}
+    exec(EX[1].solution, ns)
+    checks.check_row_edges(ns["row_edges"], predicted=11, predicted_fp8=predicted)
+    out = capsys.readouterr().out
+    assert out.startswith("row_edges: ✓ passed 6 cases\n") and says in out, out
+    assert np.exp(6) < 448 < np.exp(7)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 
+import ml_dtypes
 import numpy as np
 from numpy import inf
 
@@ -98,11 +99,31 @@ def _say_row_prediction(predicted) -> None:
     )
 
 
-def check_row_edges(fn, *, seed: int | None = None, predicted=None) -> None:
+def _say_fp8_prediction(predicted) -> None:
+    """One line: the learner's first integer s at which float8_e4m3fn's four-score row sum passes its Ω = 448, a
+    format the text did not work, against $\\lfloor \\log \\Omega - \\log(1 + e^{-1} + e^{-2} + e^{-3}) \\rfloor + 1$."""
+    top = math.log(float(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max))
+    want = math.floor(top - math.log(sum(math.exp(-j) for j in range(4)))) + 1
+    what = "fp8 e4m3, first s at which the row's sum passes Ω = 448"
+    if predicted is None or predicted is Ellipsis:
+        print(
+            f"  your prediction ({what}): not written yet (shown once you write yours)"
+        )
+        return
+    verdict = "✓" if predicted == want else f"✗ (off by {predicted - want:+d})"
+    print(
+        f"  your prediction ({what}): s = {predicted}; the right value: s = {want} {verdict}"
+    )
+
+
+def check_row_edges(
+    fn, *, seed: int | None = None, predicted=None, predicted_fp8=None
+) -> None:
     """Check `fn(name)`, the three edges of format `name`: $\\log \\Omega$, $\\log \\Omega - \\log(1 + e^{-1} + e^{-2} +
     e^{-3})$ and $\\log(\\text{smallest normal})$, for fp16, bf16, fp32, fp64 and two fresh names added to
     `lab.SOFTMAX_DTYPES` for the run (`seed` draws them again). `predicted`: the learner's first integer s at which
-    fp16's row (s, s-1, s-2, s-3) breaks, compared with the scan. Taught in: notebooks/01_three_pass_softmax.ipynb"""
+    fp16's row (s, s-1, s-2, s-3) breaks, compared with the scan; `predicted_fp8`: the same for float8_e4m3fn, a
+    format the text did not work. Taught in: notebooks/01_three_pass_softmax.ipynb"""
     rng, seed = _fresh(seed)
     with _fresh_names(rng) as fresh:
         own = lambda n: fresh.get(n, n)  # noqa: E731
@@ -216,6 +237,8 @@ def check_row_edges(fn, *, seed: int | None = None, predicted=None) -> None:
         )
     if predicted is not None:
         _say_row_prediction(predicted)
+    if predicted_fp8 is not None:
+        _say_fp8_prediction(predicted_fp8)
 
 
 # The formats whose computed sum of n equal terms overflows where n·e^s does: summed in bf16, a long sum stalls

@@ -20,8 +20,7 @@ EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
     1: "row_edges: ✓ passed 6 cases\n"
     "  your prediction (fp16, first s that breaks): not written yet (shown once you write yours)\n"
-    "  your prediction (fp8 e4m3, first s at which the row's sum passes Ω = 448): not written yet "
-    "(shown once you write yours)\n",
+    "  your prediction (fp8 e4m3, first s that breaks): not written yet (shown once you write yours)\n",
     2: "row_overflow: ✓ passed 9 cases\n"
     "  your prediction (fp16, n = 4096): not written yet (predicted_4096, above the stub)\n",
     3: "safe_softmax: ✓ passed 11 cases; each score loaded 3 times, each y_i stored once; no row held\n",

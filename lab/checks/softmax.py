@@ -104,7 +104,7 @@ def _say_fp8_prediction(predicted) -> None:
     format the text did not work, against $\\lfloor \\log \\Omega - \\log(1 + e^{-1} + e^{-2} + e^{-3}) \\rfloor + 1$."""
     top = math.log(float(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max))
     want = math.floor(top - math.log(sum(math.exp(-j) for j in range(4)))) + 1
-    what = "fp8 e4m3, first s at which the row's sum passes Ω = 448"
+    what = "fp8 e4m3, first s that breaks"
     if predicted is None or predicted is Ellipsis:
         print(
             f"  your prediction ({what}): not written yet (shown once you write yours)"

@@ -567,6 +567,61 @@ PLANTED = {
             ["fused (element 3)", "fused kernel reads Q, K, V and writes O only"],
         ),
         (
+            "s: Q not read",
+            _HBM.replace("(N * d + M * d + N * M)", "(M * d + N * M)"),
+            ["s (element 0)", "s: the kernel reads Q, N·d numbers"],
+        ),
+        (
+            "s: K not read",
+            _HBM.replace("(N * d + M * d + N * M)", "(N * d + N * M)"),
+            ["s: the kernel reads K, M·d numbers"],
+        ),
+        (
+            "o: P not read",
+            _HBM.replace("(N * M + M * dv + N * dv)", "(M * dv + N * dv)"),
+            ["o: the kernel reads P, N·M numbers"],
+        ),
+        (
+            "o: V not read",
+            _HBM.replace("(N * M + M * dv + N * dv)", "(N * M + N * dv)"),
+            ["o: the kernel reads V, M·d_v numbers"],
+        ),
+        (
+            "fused: Q not read",
+            _HBM.replace(
+                "(N * d + M * d + M * dv + N * dv)", "(M * d + M * dv + N * dv)"
+            ),
+            ["fused: the fused kernel still reads Q"],
+        ),
+        (
+            "fused: K not read",
+            _HBM.replace(
+                "(N * d + M * d + M * dv + N * dv)", "(N * d + M * dv + N * dv)"
+            ),
+            ["fused: the fused kernel still reads K"],
+        ),
+        (
+            "fused: V not read",
+            _HBM.replace(
+                "(N * d + M * d + M * dv + N * dv)", "(N * d + M * d + N * dv)"
+            ),
+            ["fused: the fused kernel still reads V"],
+        ),
+        (
+            "fused: O not written",
+            _HBM.replace(
+                "(N * d + M * d + M * dv + N * dv)", "(N * d + M * d + M * dv)"
+            ),
+            ["fused: the fused kernel still writes O"],
+        ),
+        (
+            "two kernels wrong at once: each named",
+            _HBM.replace("(N * d + M * d + N * M)", "(M * d + N * M)").replace(
+                "(N * d + M * d + M * dv + N * dv)", "(N * d + M * d + M * dv)"
+            ),
+            ["s: the kernel reads Q", "fused: the fused kernel still writes O"],
+        ),
+        (
             "calls lab",
             """
             def hbm_bytes(N, M, d, dv, itemsize):
@@ -642,33 +697,61 @@ def test_the_softmax_row_check_names_each_planted_mistake(capsys, wrong, says):
 
 def _qk_ridge(N, itemsize, ridge):
     r = ridge * itemsize
-    return math.inf if N <= r else math.ceil(r * N / (2 * (N - r)))
+    if N == math.inf:
+        return r / 2
+    return math.inf if N <= r else r * N / (2 * (N - r))
 
 
-def _real_d(N, it, R):
-    return math.inf if N <= R * it else R * it * N / (2 * (N - R * it))
+def _loop(N, itemsize, ridge):
+    """A search over integer d, as a learner who does not solve the inequality writes it."""
+    if N == math.inf:
+        return math.nan
+    for d in range(1, 100_000):
+        if 2 * N * N * d >= ridge * itemsize * (2 * N * d + N * N):
+            return d
+    return math.inf
 
 
 @pytest.mark.parametrize(
     "wrong, says",
     [
-        (lambda N, it, R: math.ceil(R * it / 2), "the limit as N grows"),
+        (lambda N, it, R: R * it / 2, "the limit as N grows"),
         (lambda N, it, R: _qk_ridge(N, 1, R), "counts numbers, not bytes"),
-        (lambda N, it, R: _qk_ridge(N, it, R) - 1, "one too few"),
-        (_real_d, "not a whole number"),
         (
             lambda N, it, R: (
-                math.ceil(R * it * N / (N - 2 * R * it)) if N > 2 * R * it else math.inf
+                x if (x := _qk_ridge(N, it, R)) == math.inf else math.ceil(x)
+            ),
+            "return the real threshold",
+        ),
+        (_loop, "return the real threshold"),
+        (
+            lambda N, it, R: (
+                (R * it * N / (2 * (N - R * it)) if N > R * it else math.inf)
+                if N != math.inf
+                else math.nan
+            ),
+            "take its limit as N grows",
+        ),
+        (
+            lambda N, it, R: R * it if N == math.inf else _qk_ridge(N, it, R),
+            "tends to r/2, not r",
+        ),
+        (
+            lambda N, it, R: (
+                R * it
+                if N == math.inf
+                else (R * it * N / (N - 2 * R * it) if N > 2 * R * it else math.inf)
             ),
             "that is N·M·d FLOPs",
         ),
         (
-            lambda N, it, R: math.ceil(R * it * N / (2 * abs(N - R * it))),
+            lambda N, it, R: (
+                R * it / 2 if N == math.inf else R * it * N / (2 * abs(N - R * it))
+            ),
             "no d gets there, return math.inf",
         ),
-        (lambda N, it, R: float(_qk_ridge(N, it, R)), "a head width is a whole number"),
     ],
-    ids=["limit", "numbers", "floor", "real", "flops", "never", "float"],
+    ids=["limit", "numbers", "ceil", "loop", "inf-over-inf", "r", "flops", "never"],
 )
 def test_the_qk_ridge_check_names_each_planted_mistake(capsys, wrong, says):
     checks.check_qk_ridge(_qk_ridge)
@@ -680,13 +763,11 @@ def test_the_qk_ridge_check_names_each_planted_mistake(capsys, wrong, says):
 
 def test_the_qk_ridge_check_refuses_lab_s_traffic():
     def qk_ridge(N, itemsize, ridge):
-        for d in range(1, 4096):
-            if (
-                lab.attention_traffic(N, d=d, itemsize=itemsize)[0]["intensity"]
-                >= ridge
-            ):
-                return d
-        return math.inf
+        lab.attention_traffic(64, d=64, itemsize=itemsize)  # a look at lab's table
+        r = ridge * itemsize
+        if N == math.inf:
+            return r / 2
+        return math.inf if N <= r else r * N / (2 * (N - r))
 
     out = run_check(EX[6], source(inspect.getsource(qk_ridge)))
     assert "calls lab.attention_traffic" in out, out

@@ -19,11 +19,12 @@ NAME = "01_three_pass_softmax"
 EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
     1: "row_edges: ✓ passed 6 cases\n"
-    "  your prediction (fp16, first s that breaks): not written yet (shown once you write yours)\n",
+    "  your prediction (fp16, first s that breaks): not written yet (shown once you write yours)\n"
+    "  your prediction (fp8 e4m3, first s that breaks): not written yet (shown once you write yours)\n",
     2: "row_overflow: ✓ passed 9 cases\n"
     "  your prediction (fp16, n = 4096): not written yet (predicted_4096, above the stub)\n",
     3: "safe_softmax: ✓ passed 11 cases; each score loaded 3 times, each y_i stored once; no row held\n",
-    4: "log_sum_exp: ✓ passed 7 cases\n",
+    4: "log_sum_exp: ✓ passed 8 cases\n",
 }
 
 
@@ -53,7 +54,7 @@ def test_the_build_spec_states_properties_not_the_code():
     spec, solution = EX[3].spec, EX[3].solution
     assert (
         "(build)" in spec
-        and "row of only\n  $-\\infty$" in spec
+        and "row of only $-\\infty$" in " ".join(spec.split())
         and "exactly 3 times" in spec
         and "CountingArray" in spec
     )
@@ -82,6 +83,24 @@ _LIMIT = """
 
 PLANTED = {
     2: [
+        (
+            "ceil + 1: one too many",
+            _LIMIT
+            + """
+            def row_overflow(name, k):
+                return int(np.ceil(np.log(_max(name)) - np.log(k))) + 1
+            """,
+            ["case 0 ('fp16', 1)", "expected 12, got 13", "ceil(log Ω - log n) + 1"],
+        ),
+        (
+            "rounded to the nearest",
+            _LIMIT
+            + """
+            def row_overflow(name, k):
+                return int(round(np.log(_max(name)) - np.log(k)))
+            """,
+            ["round() gives the nearest integer"],
+        ),
         (
             "ignores k: where e^s alone overflows",
             _LIMIT
@@ -447,6 +466,17 @@ PLANTED = {
             ["case 2", "NaN in yours at index [0]", "log 0 = -inf"],
         ),
         (
+            "a +inf score: only -inf guarded",
+            """
+            def log_sum_exp(s):
+                m = s.max(axis=-1, keepdims=True)
+                m = np.where(np.isneginf(m), 0.0, m)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    return m[:, 0] + np.log(np.exp(s - m).sum(axis=-1))
+            """,
+            ["case 4", "a row with a +∞ score", "np.isinf(m)"],
+        ),
+        (
             "keeps the row axis",
             """
             def log_sum_exp(s):
@@ -668,6 +698,19 @@ def test_the_row_edges_check_names_each_planted_mistake(top, row, low, says):
     _fails(1, text, says)
 
 
+def test_the_row_edges_hint_names_only_the_wrong_element():
+    """One wrong element: its hint alone, not the three facts; two wrong: each named with its own."""
+    one = _EDGES.replace("TOP", "top").replace("ROW", "top - math.log(4)")
+    out = _fails(1, one.replace("LOW", "math.log(float(info.smallest_normal))"), "")
+    hint = out.split("hint: ")[1].splitlines()[0]
+    assert hint.startswith("the row's edge: log 4 counts four terms"), hint
+    assert "log Ω:" not in hint and "smallest normal" not in hint, hint
+    two = one.replace("LOW", "math.log(float(info.eps))")
+    out = _fails(1, two, "the row's edge: log 4 counts four terms")
+    hint = out.split("hint: ")[1].splitlines()[0]
+    assert "log(smallest normal): that is log ε" in hint and "log Ω:" not in hint, hint
+
+
 def test_the_row_edges_check_names_one_format_for_every_name():
     _fails(
         1,
@@ -736,3 +779,16 @@ def test_each_block_s_own_max_is_named(capsys):
     checks.check_safe_softmax(own_max)
     out = capsys.readouterr().out
     assert "✗" in out and "shifted by its own max, in l and in y" in out, out
+
+
+@pytest.mark.parametrize(
+    "predicted, says", [(6, "the right value: s = 6 ✓"), (7, "✗ (off by +1)")]
+)
+def test_the_fp8_prediction_is_compared_with_the_derived_edge(predicted, says, capsys):
+    """fp8 e4m3 (Ω = 448) is a format the text does not work: its row breaks at 6, e^s alone at 7."""
+    ns = {"np": np, "lab": lab}
+    exec(EX[1].solution, ns)
+    checks.check_row_edges(ns["row_edges"], predicted=11, predicted_fp8=predicted)
+    out = capsys.readouterr().out
+    assert out.startswith("row_edges: ✓ passed 6 cases\n") and says in out, out
+    assert np.exp(6) < 448 < np.exp(7)

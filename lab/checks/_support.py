@@ -531,3 +531,48 @@ def watch_course(names):
         called = []
         yield called
     called.extend(w.removeprefix("lab.") for w in seen)
+
+
+def _element_hint(names, mistakes, defaults, *, whole=None, fn=None, cases=()):
+    """A `lab.check` hint for a tuple answer: for each element that differs, the text of the first mistake
+    `(i, wrong, text)` for element `i` whose `wrong(*case)` equals that element, else `defaults[i]`; the texts of
+    all the wrong elements joined, each led by its name. `whole`: a `_hint` tried first, for mistakes that
+    change several elements at once (None when it falls back to its default). With `fn` and `cases`, a mistake
+    that matches on the failing case by coincidence gives way to one that matches `fn` on every case."""
+
+    def everywhere(i, w):
+        for c in cases:
+            try:
+                with np.errstate(all="ignore"):
+                    if not _same(fn(*c)[i], w, c):
+                        return False
+            except Exception:
+                return False
+        return True
+
+    def hint(case, got, want):
+        with np.errstate(all="ignore"):
+            if _same(got, want):
+                return None
+            if whole is not None:
+                said = whole(case, got, want)
+                if said is not None and said != "":
+                    return said
+            try:
+                pairs = list(zip(got, want, strict=True))
+            except TypeError:
+                return "; ".join(defaults)
+            said = []
+            for i, (g, w) in enumerate(pairs):
+                if _same(g, w):
+                    continue
+                found = [
+                    (wr, t) for j, wr, t in mistakes if j == i and _same(g, wr, case)
+                ]
+                if len(found) > 1 and fn is not None:
+                    found = [(wr, t) for wr, t in found if everywhere(i, wr)] or found
+                found = [t for _, t in found]
+                said.append(f"{names[i]}: {found[0] if found else defaults[i]}")
+            return "; ".join(said) or "; ".join(defaults)
+
+    return hint

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 
+import ml_dtypes
 import numpy as np
 from numpy import inf
 
@@ -45,6 +46,7 @@ __all__ = [
 
 from ._support import (
     _copies,
+    _element_hint,
     _fresh,
     _guarded,
     _hint,
@@ -97,61 +99,98 @@ def _say_row_prediction(predicted) -> None:
     )
 
 
-def check_row_edges(fn, *, seed: int | None = None, predicted=None) -> None:
+def _say_fp8_prediction(predicted) -> None:
+    """One line: the learner's first integer s at which float8_e4m3fn's four-score row sum passes its Ω = 448, a
+    format the text did not work, against $\\lfloor \\log \\Omega - \\log(1 + e^{-1} + e^{-2} + e^{-3}) \\rfloor + 1$."""
+    top = math.log(float(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max))
+    want = math.floor(top - math.log(sum(math.exp(-j) for j in range(4)))) + 1
+    what = "fp8 e4m3, first s that breaks"
+    if predicted is None or predicted is Ellipsis:
+        print(
+            f"  your prediction ({what}): not written yet (shown once you write yours)"
+        )
+        return
+    verdict = "✓" if predicted == want else f"✗ (off by {predicted - want:+d})"
+    print(
+        f"  your prediction ({what}): s = {predicted}; the right value: s = {want} {verdict}"
+    )
+
+
+def check_row_edges(
+    fn, *, seed: int | None = None, predicted=None, predicted_fp8=None
+) -> None:
     """Check `fn(name)`, the three edges of format `name`: $\\log \\Omega$, $\\log \\Omega - \\log(1 + e^{-1} + e^{-2} +
     e^{-3})$ and $\\log(\\text{smallest normal})$, for fp16, bf16, fp32, fp64 and two fresh names added to
     `lab.SOFTMAX_DTYPES` for the run (`seed` draws them again). `predicted`: the learner's first integer s at which
-    fp16's row (s, s-1, s-2, s-3) breaks, compared with the scan. Taught in: notebooks/01_three_pass_softmax.ipynb"""
+    fp16's row (s, s-1, s-2, s-3) breaks, compared with the scan; `predicted_fp8`: the same for float8_e4m3fn, a
+    format the text did not work. Taught in: notebooks/01_three_pass_softmax.ipynb"""
     rng, seed = _fresh(seed)
     with _fresh_names(rng) as fresh:
         own = lambda n: fresh.get(n, n)  # noqa: E731
         lim = lambda n: exp_limits(own(n))  # noqa: E731
         cases = [(n,) for n in ("fp16", "bf16", "fp32", "fp64", *fresh)]
         right = lambda n: _edges(own(n))  # noqa: E731
+        # one mistake per element, each said for the element it is in
         mistakes = [
             (
-                lambda n: (math.log2(lim(n)["max"]),) + right(n)[1:],
-                "log Ω: that is log2 Ω; e^s needs the natural log, np.log",
+                0,
+                lambda n: math.log2(lim(n)["max"]),
+                "that is log2 Ω; e^s needs the natural log, np.log",
             ),
             (
-                lambda n: (math.log10(lim(n)["max"]),) + right(n)[1:],
-                "log Ω: that is log10 Ω; e^s needs the natural log, np.log",
+                0,
+                lambda n: math.log10(lim(n)["max"]),
+                "that is log10 Ω; e^s needs the natural log, np.log",
             ),
             (
-                lambda n: right(n)[:1] + (lim(n)["log_max"],) + right(n)[2:],
-                "the row's edge: that is where e^s alone overflows; the row's sum e^s(1 + e^-1 + "
-                "e^-2 + e^-3) is larger than e^s, so it overflows first",
+                1,
+                lambda n: lim(n)["log_max"],
+                "that is where e^s alone overflows; the row's sum e^s(1 + e^-1 + e^-2 + e^-3) is larger "
+                "than e^s, so it overflows first",
             ),
             (
-                lambda n: (
-                    right(n)[:1] + (lim(n)["log_max"] - math.log(4),) + right(n)[2:]
-                ),
-                "the row's edge: log 4 counts four terms of e^s each; the terms fall by a factor e "
-                "each, so the sum is e^s(1 + e^-1 + e^-2 + e^-3)",
+                1,
+                lambda n: lim(n)["log_max"] - math.log(4),
+                "log 4 counts four terms of e^s each; the terms fall by a factor e each, so the sum is "
+                "e^s(1 + e^-1 + e^-2 + e^-3)",
             ),
             (
-                lambda n: (
-                    right(n)[:1] + (2 * lim(n)["log_max"] - right(n)[1],) + right(n)[2:]
-                ),
-                "the row's edge: the shift points the wrong way; a sum larger than e^s overflows at "
-                "a smaller s, so subtract its log",
+                1,
+                lambda n: 2 * lim(n)["log_max"] - right(n)[1],
+                "the shift points the wrong way; a sum larger than e^s overflows at a smaller s, so "
+                "subtract its log",
             ),
             (
-                lambda n: right(n)[:2] + (lim(n)["log_smallest"],),
-                "the lower edge: that is the smallest subnormal, where e^s rounds to 0; precision "
-                "is lost earlier, below the smallest normal (finfo's smallest_normal)",
+                2,
+                lambda n: lim(n)["log_smallest"],
+                "that is the smallest subnormal, where e^s rounds to 0; precision is lost earlier, below "
+                "the smallest normal (finfo's smallest_normal)",
             ),
             (
-                lambda n: right(n)[:2] + (math.log(lim(n)["eps"]),),
-                "the lower edge: that is log ε, the spacing of numbers near 1; the question is the "
-                "smallest normal number (finfo's smallest_normal)",
+                2,
+                lambda n: math.log(lim(n)["eps"]),
+                "that is log ε, the spacing of numbers near 1; the question is the smallest normal number "
+                "(finfo's smallest_normal)",
             ),
             (
-                lambda n: _edges("fp32"),
-                "that is fp32's answer for every name: look each format up, "
-                "lab.SOFTMAX_DTYPES[name]",
+                2,
+                lambda n: math.log2(lim(n)["smallest_normal"]),
+                "that is log2 of the smallest normal; e^s needs the natural log, np.log",
             ),
         ]
+        together = [
+            (
+                lambda n: _edges("fp32"),
+                "that is fp32's answer for every name: look each format up, lab.SOFTMAX_DTYPES[name]",
+            ),
+        ]
+        defaults = (
+            "e^s overflows past log Ω, the natural log of finfo's max",
+            "the row's sum is e^s·(1 + e^-1 + e^-2 + e^-3): it passes Ω where s is log Ω minus the "
+            "log of that factor",
+            "e^s keeps full precision down to the smallest normal number: the natural log of finfo's "
+            "smallest_normal",
+        )
         guarded = _guarded(
             fn,
             "row_edges",
@@ -178,10 +217,11 @@ def check_row_edges(fn, *, seed: int | None = None, predicted=None) -> None:
             rtol=1e-9,
             atol=1e-9,
             seed=seed,
-            hint=_hint(
+            hint=_element_hint(
+                ("log Ω", "the row's edge", "log(smallest normal)"),
                 mistakes,
-                "e^s overflows past log Ω; the row's sum is e^s·(1 + e^-1 + e^-2 + e^-3); e^s keeps full "
-                "precision down to the smallest normal number",
+                defaults,
+                whole=_hint(together, None, fn=named, cases=cases),
                 fn=named,
                 cases=cases,
             ),
@@ -197,6 +237,8 @@ def check_row_edges(fn, *, seed: int | None = None, predicted=None) -> None:
         )
     if predicted is not None:
         _say_row_prediction(predicted)
+    if predicted_fp8 is not None:
+        _say_fp8_prediction(predicted_fp8)
 
 
 # The formats whose computed sum of n equal terms overflows where n·e^s does: summed in bf16, a long sum stalls
@@ -275,6 +317,16 @@ def _check_row_overflow(fn, seed) -> None:
                 lambda n, k: math.floor(log_max(n) - math.log(k)),
                 "n·e^s is still finite at yours: it is the last integer below log Ω - log n; the break is "
                 "the next one",
+            ),
+            (
+                lambda n, k: math.ceil(log_max(n) - math.log(k)) + 1,
+                "one too many: yours is ceil(log Ω - log n) + 1, but ceil already gives the first integer "
+                "above log Ω - log n (never an integer here); at your s - 1 the sum n·e^s is already past Ω",
+            ),
+            (
+                lambda n, k: round(log_max(n) - math.log(k)),
+                "round() gives the nearest integer, which is below log Ω - log n when its fraction is under "
+                "a half: n·e^s is still finite there; take the first integer above it",
             ),
             (
                 lambda n, k: math.floor(log_max(n) - math.log(1.553)) + 1,
@@ -388,6 +440,23 @@ def _lse(s, how="row", masked="zero", add_m=True):
     _, l, m = _shift(s, how, masked)
     with np.errstate(divide="ignore"):  # log 0 = -inf for a row of only -inf
         return ((m if add_m else 0.0) + np.log(l))[:, 0]
+
+
+def _lse_with_inf(s):
+    """`_lse`, with +inf for a row holding a +inf score (its Σ e^x is infinite)."""
+    up = np.isposinf(s).any(axis=-1)
+    with np.errstate(invalid="ignore"):
+        out = _lse(np.where(up[:, None], 0.0, s))
+    out[up] = np.inf
+    return out
+
+
+def _lse_minus_inf_guard_only(s):
+    """The log-sum-exp whose shift guards a row of only -inf but not a +inf score: NaN on such a row."""
+    m = s.max(axis=-1, keepdims=True)
+    m = np.where(np.isneginf(m), 0.0, m)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return m[:, 0] + np.log(np.exp(s - m).sum(axis=-1))
 
 
 def _uniform_masked(s):
@@ -750,7 +819,8 @@ def check_safe_softmax(
 
 
 def check_log_sum_exp(fn, *, seed: int | None = None) -> None:
-    """Check `fn(x)`, $\\log \\sum_j e^{x_{ij}}$ for each row of an (N, M) array, shape (N,): finite at ±1e4, -inf for a masked row;
+    """Check `fn(x)`, $\\log \\sum_j e^{x_{ij}}$ for each row of an (N, M) array, shape (N,): finite at ±1e4, -inf for a masked row,
+    +inf for a row holding a +inf score;
     fixed cases and fresh ones each run (`seed` draws the same again); numpy only.
     Taught in: notebooks/01_three_pass_softmax.ipynb"""
     rng = np.random.default_rng(3)
@@ -760,8 +830,16 @@ def check_log_sum_exp(fn, *, seed: int | None = None) -> None:
         (np.array([[1e4, 1e4 - 1, -1e4], [-1e4, -1e4, -1e4 - 1]]),),
         (np.array([[-inf, -inf], [0.0, -inf]]),),
         (50 * rng.standard_normal((3, 100)),),
+        (
+            np.array([[1.0, 2.0], [inf, 0.0], [-inf, -inf]]),
+        ),  # a case the text did not work
     ] + [(10 * c[0],) for c in _fresh_scores(fresh)]
     mistakes = [
+        (
+            _lse_minus_inf_guard_only,
+            "a row with a +∞ score: m = +∞ and x - m = ∞ - ∞ = NaN; Σ e^x is infinite, so its lse is "
+            "+∞: shift that row by 0 too (np.isinf(m), not only np.isneginf(m))",
+        ),
         (
             lambda s: _lse(s, masked="nan"),
             _MASKED.format("sum, and its log-sum-exp is log 0 = -inf"),
@@ -798,7 +876,7 @@ def check_log_sum_exp(fn, *, seed: int | None = None) -> None:
     )
     check(
         guarded,
-        _lse,
+        _lse_with_inf,
         cases,
         rtol=1e-12,
         atol=1e-12,

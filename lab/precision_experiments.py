@@ -371,11 +371,14 @@ def _low_inputs(q, k, v, fmt):
     return tuple(round_to(a, fmt) for a in (q, k, v))
 
 
-def attention_standard_lowp(q, k, v, fmt: str = "fp16") -> np.ndarray:
+def attention_standard_lowp(
+    q, k, v, fmt: str = "fp16", *, store_o: bool = True
+) -> np.ndarray:
     """Standard attention with its intermediates stored in low precision: $S$ and $P$ in FP16, $P$ fed to $PV$ in `fmt`.
 
     $Q, K, V \\leftarrow \\mathrm{fl}_{fmt}$; $S = \\mathrm{fl}_{16}(Q K^\\top/\\sqrt d)$ (FP32 accumulation);
     $P = \\mathrm{fl}_{16}(\\mathrm{softmax}(S))$ (softmax computed in FP32); $O = \\mathrm{fl}_{16}(\\mathrm{fl}_{fmt}(P) V)$ (FP32 accumulation).
+    `store_o=False` leaves out the final FP16 store of $O$ (returned in FP32).
     Taught in: notebooks/07_precision_in_attention.ipynb
     """
     _check_fmt(fmt)
@@ -385,13 +388,23 @@ def attention_standard_lowp(q, k, v, fmt: str = "fp16") -> np.ndarray:
     )  # S: (..., N, M)
     p = np.exp(s - s.max(axis=-1, keepdims=True))
     p = round_to(p / p.sum(axis=-1, keepdims=True), "fp16")  # P: (..., N, M)
-    return round_to(round_to(p, fmt) @ v, "fp16")  # (..., N, dv)
+    o = round_to(p, fmt) @ v  # (..., N, dv), FP32 accumulation
+    return round_to(o, "fp16") if store_o else o
 
 
 def attention_tiled_lowp(
-    q, k, v, fmt: str = "fp16", *, block_q: int = 64, block_k: int = 64
+    q,
+    k,
+    v,
+    fmt: str = "fp16",
+    *,
+    block_q: int = 64,
+    block_k: int = 64,
+    store_o: bool = True,
 ) -> np.ndarray:
-    """The tiled kernel with Q, K, V and each $P_{ij}$ rounded to `fmt`, $S_{ij}$, m, l, acc in FP32, and $O$ stored in FP16.
+    """The tiled kernel with Q, K, V and each block $P_{IJ}$ rounded to `fmt`, $S_{IJ}$, m, l, acc in FP32, and $O$ stored in FP16.
+
+    `store_o=False` leaves out the final FP16 store of $O$ (returned in FP32).
 
     Taught in: notebooks/07_precision_in_attention.ipynb
     """
@@ -400,7 +413,7 @@ def attention_tiled_lowp(
     o, _ = flash_attention_numpy(
         q, k, v, block_q=block_q, block_k=block_k, p_format=fmt
     )
-    return round_to(o, "fp16")  # (..., N, dv)
+    return round_to(o, "fp16") if store_o else o  # (..., N, dv)
 
 
 def matmul_error(a, b, fmt: str = "tf32", *, truncate: bool = False) -> float:

@@ -181,9 +181,9 @@ def test_the_reference_pipeline_is_labs_tiled_kernel():
         (
             "q, k, v = (x.astype(np.float32) for x in (q, k, v))",
             "N = q.shape[0]",
-            ["S_ij was stored in FP16", "upcast"],
+            ["S_IJ was stored in FP16", "upcast"],
         ),
-        ('lab.round_to(p, "fp16") @', "p @", ["no P_ij was rounded"]),
+        ('lab.round_to(p, "fp16") @', "p @", ["no P_IJ was rounded"]),
         (
             'acc = alpha * acc + lab.round_to(p, "fp16") @ v[j : j + Bc]',
             'acc = lab.round_to(alpha * acc + lab.round_to(p, "fp16") @ v[j:j+Bc], "fp16")',
@@ -192,7 +192,7 @@ def test_the_reference_pipeline_is_labs_tiled_kernel():
         (
             "l = alpha * l + p.sum(axis=-1, keepdims=True)",
             'l = alpha * l + lab.round_to(p, "fp16").sum(axis=-1, keepdims=True)',
-            ["l sums the rounded P_ij"],
+            ["l sums the rounded P_IJ"],
         ),
         (
             "N, d = q.shape",

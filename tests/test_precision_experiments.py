@@ -464,3 +464,12 @@ def test_the_counts_axis_labels_powers_of_ten_in_plain_text():
     labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
     assert labels and all(t.startswith("10") and "$" not in t for t in labels)
     assert ax.yaxis.get_minorticklocs().size == 0 and r["M"] == 512
+
+
+def test_lowp_store_o_leaves_out_only_the_final_store():
+    """`store_o=False` returns the FP32 output whose FP16 rounding is the default result."""
+    q, k, v = lab.outlier_qkv((2, 40, 16), seed=3)
+    for fn in (lab.attention_standard_lowp, lab.attention_tiled_lowp):
+        o32, o16 = fn(q, k, v, "fp16", store_o=False), fn(q, k, v, "fp16")
+        assert not np.array_equal(o32, o16)
+        assert np.array_equal(lab.round_to(o32, "fp16"), o16)

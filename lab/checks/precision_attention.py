@@ -490,11 +490,11 @@ def tiled_fp16_planted(q, k, v, Bc, fault=None) -> np.ndarray:
     l = np.zeros((q.shape[0], 1), np.float32)
     acc = np.zeros((q.shape[0], v.shape[1]), np.float32)
     for j in range(0, stop, Bc):
-        s = q @ k[j : j + Bc].T * scale  # S_ij: (N, Bc), FP32
+        s = q @ k[j : j + Bc].T * scale  # S_IJ: (N, Bc), FP32
         if fault == "S in FP16":
             s = round_to(s, "fp16")
         m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
-        p = np.exp(s - m_new)  # P_ij <= 1, FP32
+        p = np.exp(s - m_new)  # P_IJ <= 1, FP32
         p16 = p if fault == "P not rounded" else round_to(p, "fp16")
         alpha = np.exp(m - m_new)
         l = alpha * l + (p16 if fault == "l from rounded P" else p).sum(
@@ -509,16 +509,16 @@ def tiled_fp16_planted(q, k, v, Bc, fault=None) -> np.ndarray:
 
 
 _PIPELINE_FAULTS = {
-    "S in FP16": "S_ij was stored in FP16 (as standard attention stores S; a float16 matmul does it too): "
-    "upcast Q_i, K_j to float32 and keep S_ij, m in FP32; only P_ij is rounded",
-    "P not rounded": "no P_ij was rounded to FP16: this is the FP32 kernel; round P_ij = e^(S_ij - m) "
-    "to FP16 before P_ij V_j",
+    "S in FP16": "S_IJ was stored in FP16 (as standard attention stores S; a float16 matmul does it too): "
+    "upcast Q_I, K_J to float32 and keep S_IJ, m in FP32; only P_IJ is rounded",
+    "P not rounded": "no P_IJ was rounded to FP16: this is the FP32 kernel; round P_IJ = e^(S_IJ - m) "
+    "to FP16 before P_IJ V_J",
     "acc in FP16": "acc was rounded to FP16 after each block: the accumulator stays in FP32 (only the "
-    "operand P_ij of the matmul is FP16)",
-    "l from rounded P": "l sums the rounded P_ij: GPU kernels take the row sum of P_ij in FP32, before "
+    "operand P_IJ of the matmul is FP16)",
+    "l from rounded P": "l sums the rounded P_IJ: GPU kernels take the row sum of P_IJ in FP32, before "
     "it is converted for the matmul",
     "one block": "this is one block of all M keys: loop over blocks of Bc keys, rounding each "
-    "P_ij = e^(S_ij - m) against the running m of its own step",
+    "P_IJ = e^(S_IJ - m) against the running m of its own step",
     "last block dropped": "the last, shorter block of keys is missing (M is not a multiple of Bc)",
     "O in FP16": "o was rounded to FP16: return acc / l in FP32 here (the final FP16 store is the same "
     "in both kernels and left out)",
@@ -605,7 +605,7 @@ def check_tiled_fp16(fn, *, name: str | None = None, seed: int | None = None) ->
     ti = rmse(np.asarray(got, np.float64), ref)
     st = rmse(tiled_fp16_planted(q, k, v, 64, "standard"), ref)
     print(
-        f"{name}: ✓ passed {len(cases)} fresh cases: only P_ij rounded; S_ij, m, l, acc in FP32"
+        f"{name}: ✓ passed {len(cases)} fresh cases: only P_IJ rounded; S_IJ, m, l, acc in FP32"
     )
     print(
         f"  a fresh outlier input (N = M = 512, d = 64), RMSE of o against float64: yours {measured(ti)}"

@@ -172,8 +172,16 @@ def draw_outliers(measured: dict, paper: dict = FA3_TABLE3_RMSE, ax=None) -> dic
         color="C1",
     )
     for xi, a, b in zip(x, here, theirs):
-        ax.text(xi - 0.2, a * 1.15, f"{a:.1e}", ha="center", fontsize=9)
-        ax.text(xi + 0.2, b * 1.15, f"{b:.1e}", ha="center", fontsize=9)
+        for xb, h in ((xi - 0.2, a), (xi + 0.2, b)):  # a few points above the bar top
+            ax.annotate(
+                f"{h:.1e}",
+                (xb, h),
+                xytext=(0, 3),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=9,
+            )
     ax.set_yscale("log")
     names = [
         "standard\nFP16",
@@ -186,7 +194,7 @@ def draw_outliers(measured: dict, paper: dict = FA3_TABLE3_RMSE, ax=None) -> dic
         ylabel="RMSE against float64",
         title="Inputs with outliers: N(0,1) + N(0,100)·Bernoulli(0.001)",
     )
-    ax.set_ylim(min(here + theirs) / 3, max(here + theirs) * 4)
+    ax.set_ylim(min(here + theirs) / 3, max(here + theirs) * 15)  # room for the legend
     ax.legend(fontsize=10, loc="upper left")
     return {"measured": dict(zip(keys, here)), "paper": dict(zip(keys, theirs))}
 

@@ -1231,3 +1231,22 @@ def test_the_intensity_formula_appears_only_after_its_exercise():
     )
     shown = [i for i, s in enumerate(sources) if "4GMd" in s.replace(" ", "")]
     assert shown and min(shown) > check, shown
+
+
+def test_the_step_count_appears_only_after_its_exercise():
+    """Exercise 1 of part 1 derives the model's step count: no cell above its check prints the formula."""
+    import nbformat
+    from exercise_support import ROOT
+
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
+    sources = [c.source for c in nb.cells]
+    check = next(
+        i for i, s in enumerate(sources) if "check_best_splits(best_splits)" in s
+    )
+    shown = [
+        i
+        for i, s in enumerate(sources)
+        if "\\text{steps} =" in s
+        and "solution" not in nb.cells[i].metadata.get("tags", [])
+    ]
+    assert shown and min(shown) > check, shown

@@ -163,7 +163,11 @@ WRONG_3 = {
         _BS
         + _T
         + "    return min(range(1, min(K, 128) + 1), key=lambda s: (t(s), s))\n",
-        ["case 3", "stops at 128 splits"],
+        ["case 3", "your search stopped before"],
+    ),
+    "a search stopped at M // 128 (rounded down)": (
+        _BS + _T + "    return min(range(1, M // 128 + 1), key=lambda s: (t(s), s))\n",
+        ["case 3", "your search stopped before", "M // 128 ="],
     ),
     "waves and chunks rounded down": (
         _BS
@@ -1250,3 +1254,18 @@ def test_the_step_count_appears_only_after_its_exercise():
         and "solution" not in nb.cells[i].metadata.get("tags", [])
     ]
     assert shown and min(shown) > check, shown
+
+
+def test_best_splits_hint_names_where_the_search_stopped():
+    case = (
+        128 * 131 - 5,
+        1,
+        1,
+        132,
+    )  # 131 key blocks, the last one partial: 131 is best
+    assert checks._best_splits(*case) == 131
+    for top in (128, 130):  # a cap at 128, or M // 128: both answer 66 (4 steps)
+        got = checks._search(*case, top=top)
+        hint = checks._best_splits_hint(case, got, 131)
+        assert f"{got} is the fastest count below 131" in hint, hint
+        assert "stopped before 131" in hint and "M // 128 = 130" in hint, hint

@@ -458,10 +458,18 @@ def _best_splits_hint(case, got, want):
             f"steps, {want} take {t_want}: each item of a split spends a step writing its partial, "
             "once per wave, and the merge adds one"
         )
-    if s == _search(M, B, H, P, top=min(128, blocks)):
+    if (
+        s != fill and want > 1 and s == _search(M, B, H, P, top=want - 1)
+    ):  # the search ended too soon
+        floor = (
+            f", or at M // 128 = {M // 128}, which rounds the partial last block away"
+            if M // 128 < blocks
+            else ""
+        )
         return (
-            f"a search that stops at 128 splits misses {want}: any count up to the key blocks "
-            f"({blocks} here) can be the best one"
+            f"{s} is the fastest count below {want}, but {want} splits take {t_want} steps "
+            f"against {t}: your search stopped before {want} (at 128, say{floor}); try "
+            f"every count up to the key blocks ({blocks} here)"
         )
     for up, what in (((False, True), "the waves"), ((True, False), "the chunk")):
         if s == _search(M, B, H, P, up=up) or s == _search(
@@ -490,7 +498,7 @@ def check_best_splits(fn, *, name: str | None = None, seed: int | None = None) -
 
     Six cases drawn afresh on each run (`seed` draws the same again): one sequence on a long cache, a batch,
     a short cache where counts tie, one head whose best count passes 128, a batch that fills the machine by
-    itself, anything. Hints for the partials forgotten, rounding down, a search stopped at 128, ties, the
+    itself, anything. Hints for the partials forgotten, rounding down, a search stopped short (at 128, at M // 128), ties, the
     batch forgotten, the count that fills one wave taken without computing the steps. Running
     `lab.decode_schedule` or `lab.schedule_table` (by any name), the check's own oracle, is refused. Taught in: notebooks/10_decoding.ipynb
     """

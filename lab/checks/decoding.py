@@ -286,8 +286,8 @@ def check_step_intensity(
             ),
             (
                 lambda G, d, M, kv, qo: _intensity(G, d, M, kv, qo) / 2,
-                "half the FLOPs: QK^T and PV are each a multiply and "
-                "an add per element, 2Md FLOPs per query head",
+                "half the FLOPs: QK^T and PV are each a multiply and an add per "
+                "element, 2Md FLOPs each, so 4Md per query head",
             ),
         ],
         "FLOPs: QK^T and PV for the G query heads; bytes: K and V once for the group, q read and o written per query head",

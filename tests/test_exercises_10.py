@@ -27,7 +27,7 @@ _PART2 = {ex.number: ex for ex in exercises(NAME2)}
 # the exercises by what they build: part 1's 1, part 2's 1, 2 and 3
 EX = {
     "cache": _PART2[1],
-    "intensity": _PART2[2],
+    "crossing": _PART2[2],
     "splits": _PART1[1],
     "paged": _PART2[3],
 }
@@ -35,11 +35,13 @@ EX = {
 # Exercises the notebook retired (the cache per token, flash-decoding by split and merge, the gather through a
 # block table): their checks stay in lab and are still tested, on the worked solutions they had.
 OLD_SOLUTIONS = {
+    2: "# @title Exercise 2: a worked solution (double-click or 'show code' to open)\ndef intensity(G, d, M, kv_itemsize, qo_itemsize):\n    flops = G * 2 * (2 * M * d)  # per query head: QK^T and PV, a multiply and an add\n    kv_bytes = 2 * M * d * kv_itemsize  # K and V, read once for the whole group\n    qo_bytes = 2 * G * d * qo_itemsize  # each query head reads its q and writes its o\n    return flops / (kv_bytes + qo_bytes)",
     1: "# @title Exercise 1: a worked solution (double-click or 'show code' to open)\ndef cache_per_token(layers, q_heads, kv_heads, head_dim, itemsize):\n    # K and V, of the K/V heads only (queries are not cached), in every layer\n    return 2 * layers * kv_heads * head_dim * itemsize",
     4: "# @title Exercise 4: a worked solution (double-click or 'show code' to open)\ndef decode_chunk(q, k_c, v_c):\n    Hq, N, d = q.shape\n    Hkv, Mc, dv = v_c.shape\n    G = Hq // Hkv\n    if Mc == 0:  # an empty chunk: no mass, weight 0 in the merge\n        return np.zeros((Hq, N, dv)), np.full((Hq, N), -np.inf)\n    qg = q.reshape(Hkv, G * N, d)  # query heads g*G .. g*G+G-1 share K/V head g\n    s = (\n        qg @ np.swapaxes(k_c, 1, 2) / np.sqrt(d)\n    )  # (Hkv, G*N, Mc): K read once per K/V head\n    m = s.max(axis=2)  # (Hkv, G*N)\n    p = np.exp(s - m[..., None])  # all <= 1: no overflow\n    l = p.sum(axis=2)\n    o_c = (p @ v_c) / l[..., None]  # (Hkv, G*N, dv)\n    return o_c.reshape(Hq, N, dv), (m + np.log(l)).reshape(Hq, N)\n\n\ndef split_decode(q, k, v, splits):\n    M = k.shape[1]\n    edges = [\n        M * c // splits for c in range(splits + 1)\n    ]  # splits contiguous chunks, sizes differ by at most 1\n    parts = [\n        decode_chunk(q, k[:, j0:j1], v[:, j0:j1])\n        for j0, j1 in zip(edges[:-1], edges[1:])\n    ]\n    o_c = np.stack([o for o, _ in parts])  # (splits, Hq, N, dv)\n    lse_c = np.stack([lse for _, lse in parts])  # (splits, Hq, N)\n    m = lse_c.max(axis=0)  # finite: M >= 1, so some chunk holds a key\n    w = np.exp(lse_c - m)  # an empty chunk: e^-inf = 0\n    total = w.sum(axis=0)\n    return (w[..., None] * o_c).sum(axis=0) / total[..., None], m + np.log(total)",
     5: "# @title Exercise 5: a worked solution (double-click or 'show code' to open)\ndef gather_pages(pages, block_row, length):\n    size = pages.shape[2]\n    n = -(-length // size)  # blocks in use: a partly filled last page counts\n    blocks = [\n        pages[block_row[i]] for i in range(n)\n    ]  # logical block i lives in physical page block_row[i]\n    return np.concatenate(blocks, axis=1)[\n        :, :length\n    ]  # (Hkv, n * size, d), cut before the stale slots",
 }
 OLD_CHECKS = {
+    2: "from lab.checks.decoding import check_step_intensity\ncheck_step_intensity(intensity)\n",
     1: "from lab.checks.decoding import check_cache_per_token\ncheck_cache_per_token(cache_per_token)\n",
     4: "from lab.checks.decoding import check_split_decode\ncheck_split_decode(split_decode, decode_chunk)\n",
     5: "from lab.checks.paged import check_gather_pages\ncheck_gather_pages(gather_pages)\n",
@@ -48,6 +50,9 @@ OLD = {
     n: Exercise(n, "", "", OLD_SOLUTIONS[n], OLD_CHECKS[n], EX["cache"].setup, [])
     for n in OLD_SOLUTIONS
 }
+RETIRED = {
+    "intensity": OLD[2]
+}  # the intensity of a step, before exercise 2 asked for its crossing
 
 
 def _src(text: str) -> str:
@@ -56,7 +61,7 @@ def _src(text: str) -> str:
 
 def _fails(number, source: str, *says: str | tuple[str, ...]) -> str:
     """`number`: an exercise of the notebook, or a retired one (`OLD[n]`); `says` as in `assert_says`."""
-    ex = EX[number] if isinstance(number, str) else number
+    ex = {**EX, **RETIRED}[number] if isinstance(number, str) else number
     out = run_check(ex, _src(source))
     assert "✗" in out and "✓" not in out, out
     assert_says(out, *says)
@@ -84,7 +89,7 @@ def test_stub_reports_not_implemented(number):
 
 
 def test_specs_do_not_print_the_formula_or_the_reference():
-    for key in ("cache", "intensity", "splits"):
+    for key in ("cache", "crossing", "splits"):
         spec = EX[key].spec
         assert "Reference:" not in spec and "lceil" not in spec
         # the local-layer cache may use section 1's cache per token (its spec says so): the window is its question
@@ -185,6 +190,78 @@ WRONG_3 = {
 }
 
 
+_CG = "import math\ndef crossing_group(ridge, d, M, kv_itemsize, qo_itemsize):\n"
+WRONG_C = {
+    "q and o left out (G = ridge kv / 2)": (
+        _CG + "    return math.ceil(ridge * kv_itemsize / 2)\n",
+        ["case 0", "leaving out q and o"],
+    ),
+    "rounded down": (
+        _CG
+        + "    room = 2 * M - ridge * qo_itemsize\n"
+        + "    return max(1, int(ridge * M * kv_itemsize / room)) if room > 0 else 0\n",
+        ["case 0", "just short of the ridge", "rounded up"],
+    ),
+    "one itemsize for all": (
+        _CG
+        + "    room = 2 * M - ridge * kv_itemsize\n"
+        + "    return max(1, math.ceil(ridge * M * kv_itemsize / room)) if room > 0 else 0\n",
+        ["case 1", "every byte at kv_itemsize"],
+    ),
+    "half the FLOPs": (
+        _CG
+        + "    room = M - ridge * qo_itemsize\n"
+        + "    return max(1, math.ceil(ridge * M * kv_itemsize / room)) if room > 0 else 0\n",
+        ["case 0", "half the FLOPs", "4Md per query head"],
+    ),
+    "K/V read per query head: never grows with G": (
+        _CG + "    return 0\n",
+        ["case 0", "K and V are read once per query head"],
+    ),
+    "a G returned where none reaches the ridge": (
+        _CG
+        + "    room = 2 * M - ridge * qo_itemsize\n"
+        + "    return max(1, math.ceil(ridge * M * kv_itemsize / abs(room)))\n",
+        ["case 2", "no group reaches this ridge", "return 0"],
+    ),
+}
+
+
+def test_crossing_group_by_labs_intensity_is_refused():
+    _fails(
+        "crossing",
+        "import lab\n"
+        + _CG
+        + "    at = (lab.decode_intensity(g, d, M, kv_itemsize) for g in range(1, 2**16))\n"
+        + "    return next((g for g, x in enumerate(at, 1) if x >= ridge), 0)\n",
+        "case 0",
+        "lab.decode_intensity",
+    )
+
+
+def test_crossing_group_search_over_an_own_intensity_passes():
+    out = run_check(
+        EX["crossing"],
+        _CG
+        + "    def i(G):\n"
+        + "        return 4 * G * M * d / (2 * M * d * kv_itemsize + 2 * G * d * qo_itemsize)\n"
+        + "    if 2 * M <= ridge * qo_itemsize:\n"
+        + "        return 0\n"
+        + "    g = 1\n"
+        + "    while i(g) < ridge:\n"
+        + "        g += 1\n"
+        + "    return g\n",
+    )
+    assert "✓" in out and "✗" not in out, out
+
+
+def test_crossing_group_cases_are_drawn_fresh_so_a_table_fails():
+    _fails(
+        "crossing",
+        _CG + "    return {(295.2, 128, 4096, 2, 2): 319}.get((ridge, d, M), 300)\n",
+    )
+
+
 _CB = "def cache_bytes(tokens, layers, kv_heads, head_dim, itemsize, window):\n"
 _LOCAL = "    local = (layers + 1) // 2\n"
 WRONG_1 = {
@@ -226,12 +303,16 @@ WRONG_1 = {
     "number,mistake",
     [("cache", m) for m in WRONG_1]
     + [("intensity", m) for m in WRONG_2]
-    + [("splits", m) for m in WRONG_3],
+    + [("splits", m) for m in WRONG_3]
+    + [("crossing", m) for m in WRONG_C],
 )
 def test_warm_ups_diagnose_planted_mistakes(number, mistake):
-    source, says = {"cache": WRONG_1, "intensity": WRONG_2, "splits": WRONG_3}[number][
-        mistake
-    ]
+    source, says = {
+        "cache": WRONG_1,
+        "intensity": WRONG_2,
+        "splits": WRONG_3,
+        "crossing": WRONG_C,
+    }[number][mistake]
     _fails(number, source, *says)
 
 
@@ -997,7 +1078,7 @@ def _solutions() -> dict:
     ns = {"np": np, "lab": lab}
     for key, ex in EX.items():
         exec(compile(ex.solution, f"<solution {key}>", "exec"), ns)
-    for n in (1, 4, 5):
+    for n in (1, 2, 4, 5):
         exec(compile(OLD[n].solution, f"<retired solution {n}>", "exec"), ns)
     return ns
 
@@ -1007,6 +1088,7 @@ def test_passing_lines_are_fixed_text(capsys):
     checks.check_cache_bytes(ns["cache_bytes"])
     checks.check_cache_per_token(ns["cache_per_token"])
     checks.check_step_intensity(ns["intensity"])
+    checks.check_crossing_group(ns["crossing_group"])
     checks.check_best_splits(ns["best_splits"])
     paged.check_paged_decode(ns["paged_decode"])
     checks.check_split_decode(ns["split_decode"], ns["decode_chunk"])
@@ -1014,6 +1096,7 @@ def test_passing_lines_are_fixed_text(capsys):
         "cache_bytes: ✓ passed 6 cases",
         "cache_per_token: ✓ passed 9 cases",
         "intensity: ✓ passed 5 cases",
+        "crossing_group: ✓ passed 5 cases",
         "best_splits: ✓ passed 6 cases",
         "paged_decode: ✓ passed 8 sequences on scattered pages: stale slots masked, no copy of the cache",
         "split_decode: ✓ passed 8 cases (splits not dividing M, more splits than keys, 1 to 16 query heads per K/V head, "
@@ -1216,7 +1299,12 @@ def test_paged_decode_spec_does_not_give_the_rule():
 @pytest.mark.parametrize("how", list(EVASIONS))
 @pytest.mark.parametrize(
     "number, name",
-    [("splits", "best_splits"), ("cache", "cache_bytes"), ("paged", "paged_decode")],
+    [
+        ("splits", "best_splits"),
+        ("cache", "cache_bytes"),
+        ("crossing", "crossing_group"),
+        ("paged", "paged_decode"),
+    ],
 )
 def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
     out = run_check(EX[number], evading(EX[number].solution, name, how))
@@ -1231,7 +1319,7 @@ def test_the_intensity_formula_appears_only_after_its_exercise():
     nb = nbformat.read(ROOT / "notebooks" / f"{NAME2}.ipynb", as_version=4)
     sources = [c.source for c in nb.cells]
     check = next(
-        i for i, s in enumerate(sources) if "check_step_intensity(intensity)" in s
+        i for i, s in enumerate(sources) if "check_crossing_group(crossing_group)" in s
     )
     shown = [i for i, s in enumerate(sources) if "4GMd" in s.replace(" ", "")]
     assert shown and min(shown) > check, shown

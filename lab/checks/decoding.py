@@ -3,6 +3,7 @@
 - `check_cache_per_token(fn)` : bytes of K and V cached per token, $2 \\cdot \\text{layers} \\cdot H_{kv} \\cdot d \\cdot \\text{itemsize}$.
 - `check_cache_bytes(fn)`     : the K/V cache of one sequence when local (sliding-window) and global layers alternate.
 - `check_step_intensity(fn)`  : FLOPs per byte of one decoding step, K/V at `kv`, q and o at `qo` bytes: $4GMd / (2Md\\,kv + 2Gd\\,qo)$.
+- `check_crossing_group(fn)`  : the smallest G at which a step reaches a ridge of R FLOP/B, 0 if none does.
 - `check_min_splits(fn)`      : the fewest splits that give each of P processors a work item.
 - `check_best_splits(fn)`     : the number of splits with the fewest steps in `lab.decode_schedule`'s model.
 - `check_split_decode(split_decode, decode_chunk)` : `decode_chunk` alone on single chunks, then `split_decode` against
@@ -34,6 +35,7 @@ __all__ = [
     "check_cache_per_token",
     "check_cache_bytes",
     "check_step_intensity",
+    "check_crossing_group",
     "check_min_splits",
     "check_best_splits",
     "check_split_decode",
@@ -303,6 +305,133 @@ def check_step_intensity(
     )
 
 
+def _crossing(R, d, M, kv, qo):
+    """The smallest whole G whose step reaches `R` FLOP/B (`_intensity(G, ...) >= R`), 0 if none: solve
+    G (2M - R qo) >= R M kv."""
+    if 2 * M <= R * qo:  # I -> 2M / qo as G grows: q and o grow with G as the FLOPs do
+        return 0
+    G = max(1, math.ceil(R * M * kv / (2 * M - R * qo)))
+    while G > 1 and _intensity(G - 1, d, M, kv, qo) >= R:
+        G -= 1
+    while _intensity(G, d, M, kv, qo) < R:
+        G += 1
+    return G
+
+
+def _crossing_cases(rng):
+    """Kinds in a fixed order, values drawn: 16-bit and an H100-like ridge, an 8-bit cache of 512-2,048 keys (q and o
+    matter), a short cache no
+    group lifts to the ridge, a float32 step against a CPU's ridge, anything. A ridge that one G meets exactly
+    is drawn again (float rounding would decide it)."""
+
+    def draw(ridge, M, kv, qo):
+        while True:
+            R, m = round(float(ridge()), 1), int(M())
+            d = int(rng.choice([64, 128, 256]))
+            if (
+                2 * m <= R * qo
+                or abs((x := R * m * kv / (2 * m - R * qo)) - round(x)) > 1e-6
+            ):
+                return (R, d, m, kv, qo)
+
+    return [
+        draw(lambda: rng.uniform(250, 320), lambda: rng.integers(2048, 32769), 2, 2),
+        draw(lambda: rng.uniform(150, 320), lambda: rng.integers(512, 2049), 1, 2),
+        draw(lambda: rng.uniform(150, 320), lambda: rng.integers(16, 120), 1, 2),
+        draw(lambda: rng.uniform(5, 30), lambda: rng.integers(256, 4097), 4, 4),
+        draw(
+            lambda: rng.uniform(20, 400),
+            lambda: rng.integers(64, 8193),
+            int(rng.choice([1, 2])),
+            int(rng.choice([2, 4])),
+        ),
+    ]
+
+
+def _crossing_hint(case, got, want):
+    R, d, M, kv, qo = case
+    try:
+        g = int(got)
+        if g != got or g < 0:
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        return "return a whole number of query heads per K/V head, or 0 if no group reaches the ridge"
+    if g == want:
+        return None
+    top = 2 * M / qo  # what I approaches as G grows
+    if want == 0:
+        return (
+            f"no group reaches this ridge: as G grows the q and o bytes grow with the FLOPs, and the "
+            f"intensity approaches 2M / qo_itemsize = {top:.1f} FLOP/B, below the ridge {R}: return 0"
+        )
+    at = _intensity(g, d, M, kv, qo) if g > 0 else 0.0
+    if g == 0:
+        return (
+            f"{want} query heads reach it: the intensity grows with G toward {top:.1f} FLOP/B, above the "
+            "ridge; if yours never grows, K and V are read once per query head, but the G heads of a "
+            "group share one read, which is what grouping buys"
+        )
+    variants = (
+        (
+            math.ceil(R * kv / 2),
+            "that is where 2G / kv_itemsize reaches the ridge, leaving out q and o: their bytes grow "
+            f"with G, so {g} query heads do only {at:.2f} FLOP/B",
+        ),
+        (
+            want - 1,
+            f"{g} query heads do {at:.2f} FLOP/B, just short of the ridge {R}: the smallest G that "
+            "reaches it is rounded up",
+        ),
+        (
+            _crossing(R, d, M, kv, kv),
+            "every byte at kv_itemsize: q and o are at qo_itemsize, only K and V are stored at "
+            "kv_itemsize",
+        ),
+        (
+            _crossing(R, d, M, qo, qo),
+            "every byte at qo_itemsize: K and V are stored at kv_itemsize",
+        ),
+        (
+            _crossing(2 * R, d, M, kv, qo),
+            "half the FLOPs: QK^T and PV are each a multiply and an add per element, 2Md FLOPs "
+            "each, so 4Md per query head",
+        ),
+    )
+    for wrong, text in variants:
+        if g == wrong:
+            return text
+    return (
+        f"at G = {g} the step does {at:.2f} FLOP/B against a ridge of {R}: count the FLOPs of the G "
+        "query heads, K and V read once, q and o per head, then solve for the smallest G that reaches it"
+    )
+
+
+def check_crossing_group(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
+    """Check `fn(ridge, d, M, kv_itemsize, qo_itemsize)` -> the smallest whole G whose decoding step does at least `ridge` FLOP/B, or 0 if none does; print one verdict.
+
+    The step's intensity is $4GMd / (2Md \\cdot kv + 2Gd \\cdot qo)$, so $G = \\lceil R M kv / (2M - R qo) \\rceil$
+    when $2M > R \\cdot qo$, else 0. Five cases drawn afresh on each run (`seed` draws the same again): 16-bit against
+    an H100-like ridge, an 8-bit cache, a short cache that no group lifts to the ridge, float32 against a
+    CPU's ridge, anything. Hints for q and o left out, rounding down, one itemsize for all, half the FLOPs,
+    K/V read per query head, a G returned where none reaches the ridge. Running `lab.decode_intensity`
+    (by any name) is refused. Taught in: notebooks/10_gqa_and_paging.ipynb
+    """
+    rng, seed = _fresh(seed)
+    check(
+        fn,
+        _crossing,
+        _crossing_cases(rng),
+        name=name or "crossing_group",
+        rtol=0,
+        atol=0,
+        hint=_crossing_hint,
+        properties=(_own_work("decode_intensity", "latent_decode_intensity"),),
+        seed=seed,
+    )
+
+
 def _fills(batch, heads, processors):
     return next(
         s
@@ -404,7 +533,7 @@ def _best_splits(M, batch, heads, processors):
 def _best_splits_cases(rng):
     """Kinds in a fixed order, values drawn: one sequence on a long cache where the partials decide, a
     batch, a short cache where counts tie, one head on a cache of 129-132 blocks (the best count past
-    128), a batch that already fills the machine, anything."""
+    128, the last block partial, so a search stopped at M // 128 misses it), a batch that already fills the machine, anything."""
     return [
         (128 * int(rng.integers(400, 513)), 1, 8, 108),
         (
@@ -414,7 +543,7 @@ def _best_splits_cases(rng):
             132,
         ),
         (128 * int(rng.integers(20, 60)), 1, 8, 132),
-        (128 * int(rng.integers(129, 133)) - int(rng.integers(0, 100)), 1, 1, 132),
+        (128 * int(rng.integers(129, 133)) - int(rng.integers(1, 100)), 1, 1, 132),
         (128 * int(rng.integers(64, 257)), int(rng.integers(17, 33)), 8, 132),
         (
             int(rng.integers(1000, 100_000)),

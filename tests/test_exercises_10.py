@@ -26,7 +26,7 @@ _PART1 = {ex.number: ex for ex in exercises(NAME)}
 _PART2 = {ex.number: ex for ex in exercises(NAME2)}
 # the exercises by what they build: part 1's 1, part 2's 1, 2 and 3
 EX = {
-    "cache": _PART2[1],
+    "window": _PART2[1],
     "crossing": _PART2[2],
     "splits": _PART1[1],
     "paged": _PART2[3],
@@ -35,24 +35,25 @@ EX = {
 # Exercises the notebook retired (the cache per token, flash-decoding by split and merge, the gather through a
 # block table): their checks stay in lab and are still tested, on the worked solutions they had.
 OLD_SOLUTIONS = {
+    6: "# @title Exercise 1: a worked solution (double-click or 'show code' to open)\ndef cache_bytes(tokens, layers, kv_heads, head_dim, itemsize, window):\n    per_token_layer = 2 * kv_heads * head_dim * itemsize  # K and V of the K/V heads\n    local = (layers + 1) // 2  # layers 0, 2, 4, ...: one more than the global if odd\n    kept = local * min(tokens, window) + (layers - local) * tokens  # tokens, all layers\n    return per_token_layer * kept",
     2: "# @title Exercise 2: a worked solution (double-click or 'show code' to open)\ndef intensity(G, d, M, kv_itemsize, qo_itemsize):\n    flops = G * 2 * (2 * M * d)  # per query head: QK^T and PV, a multiply and an add\n    kv_bytes = 2 * M * d * kv_itemsize  # K and V, read once for the whole group\n    qo_bytes = 2 * G * d * qo_itemsize  # each query head reads its q and writes its o\n    return flops / (kv_bytes + qo_bytes)",
     1: "# @title Exercise 1: a worked solution (double-click or 'show code' to open)\ndef cache_per_token(layers, q_heads, kv_heads, head_dim, itemsize):\n    # K and V, of the K/V heads only (queries are not cached), in every layer\n    return 2 * layers * kv_heads * head_dim * itemsize",
     4: "# @title Exercise 4: a worked solution (double-click or 'show code' to open)\ndef decode_chunk(q, k_c, v_c):\n    Hq, N, d = q.shape\n    Hkv, Mc, dv = v_c.shape\n    G = Hq // Hkv\n    if Mc == 0:  # an empty chunk: no mass, weight 0 in the merge\n        return np.zeros((Hq, N, dv)), np.full((Hq, N), -np.inf)\n    qg = q.reshape(Hkv, G * N, d)  # query heads g*G .. g*G+G-1 share K/V head g\n    s = (\n        qg @ np.swapaxes(k_c, 1, 2) / np.sqrt(d)\n    )  # (Hkv, G*N, Mc): K read once per K/V head\n    m = s.max(axis=2)  # (Hkv, G*N)\n    p = np.exp(s - m[..., None])  # all <= 1: no overflow\n    l = p.sum(axis=2)\n    o_c = (p @ v_c) / l[..., None]  # (Hkv, G*N, dv)\n    return o_c.reshape(Hq, N, dv), (m + np.log(l)).reshape(Hq, N)\n\n\ndef split_decode(q, k, v, splits):\n    M = k.shape[1]\n    edges = [\n        M * c // splits for c in range(splits + 1)\n    ]  # splits contiguous chunks, sizes differ by at most 1\n    parts = [\n        decode_chunk(q, k[:, j0:j1], v[:, j0:j1])\n        for j0, j1 in zip(edges[:-1], edges[1:])\n    ]\n    o_c = np.stack([o for o, _ in parts])  # (splits, Hq, N, dv)\n    lse_c = np.stack([lse for _, lse in parts])  # (splits, Hq, N)\n    m = lse_c.max(axis=0)  # finite: M >= 1, so some chunk holds a key\n    w = np.exp(lse_c - m)  # an empty chunk: e^-inf = 0\n    total = w.sum(axis=0)\n    return (w[..., None] * o_c).sum(axis=0) / total[..., None], m + np.log(total)",
     5: "# @title Exercise 5: a worked solution (double-click or 'show code' to open)\ndef gather_pages(pages, block_row, length):\n    size = pages.shape[2]\n    n = -(-length // size)  # blocks in use: a partly filled last page counts\n    blocks = [\n        pages[block_row[i]] for i in range(n)\n    ]  # logical block i lives in physical page block_row[i]\n    return np.concatenate(blocks, axis=1)[\n        :, :length\n    ]  # (Hkv, n * size, d), cut before the stale slots",
 }
 OLD_CHECKS = {
+    6: "from lab.checks.decoding import check_cache_bytes\ncheck_cache_bytes(cache_bytes)\n",
     2: "from lab.checks.decoding import check_step_intensity\ncheck_step_intensity(intensity)\n",
     1: "from lab.checks.decoding import check_cache_per_token\ncheck_cache_per_token(cache_per_token)\n",
     4: "from lab.checks.decoding import check_split_decode\ncheck_split_decode(split_decode, decode_chunk)\n",
     5: "from lab.checks.paged import check_gather_pages\ncheck_gather_pages(gather_pages)\n",
 }
 OLD = {
-    n: Exercise(n, "", "", OLD_SOLUTIONS[n], OLD_CHECKS[n], EX["cache"].setup, [])
+    n: Exercise(n, "", "", OLD_SOLUTIONS[n], OLD_CHECKS[n], EX["window"].setup, [])
     for n in OLD_SOLUTIONS
 }
-RETIRED = {
-    "intensity": OLD[2]
-}  # the intensity of a step, before exercise 2 asked for its crossing
+# the exercises' earlier forms: the intensity of a step, the cache with local layers
+RETIRED = {"intensity": OLD[2], "cache": OLD[6]}
 
 
 def _src(text: str) -> str:
@@ -89,11 +90,11 @@ def test_stub_reports_not_implemented(number):
 
 
 def test_specs_do_not_print_the_formula_or_the_reference():
-    for key in ("cache", "crossing", "splits"):
+    for key in ("window", "crossing", "splits"):
         spec = EX[key].spec
         assert "Reference:" not in spec and "lceil" not in spec
         # the local-layer cache may use section 1's cache per token (its spec says so): the window is its question
-        assert key == "cache" or "lab.kv_cache_bytes_per_token" not in spec
+        assert key == "window" or "lab.kv_cache_bytes_per_token" not in spec
         assert "4GMd" not in spec and "2 \\cdot" not in spec
 
 
@@ -262,6 +263,71 @@ def test_crossing_group_cases_are_drawn_fresh_so_a_table_fails():
     )
 
 
+_LW = "def largest_window(budget, tokens, layers, kv_heads, head_dim, itemsize):\n"
+_PER = "    per = 2 * kv_heads * head_dim * itemsize\n"
+WRONG_W = {
+    "the global layers forgotten": (
+        _LW + _PER + "    return min(tokens, budget // per // ((layers + 1) // 2))\n",
+        ["case 0", ("count the global layers", "the global layers keep every token")],
+    ),
+    "every layer windowed": (
+        _LW + _PER + "    return min(tokens, budget // per // layers)\n",
+        ["case 0", "every layer windowed"],
+    ),
+    "the odd layers taken as local": (
+        _LW
+        + _PER
+        + "    w = (budget // per - (layers - layers // 2) * tokens) // (layers // 2)\n"
+        + "    return min(tokens, w) if w >= 1 else 0\n",
+        ["case 1", "one more local layer"],
+    ),
+    "rounded up": (
+        _LW
+        + _PER
+        + "    local = (layers + 1) // 2\n"
+        + "    w = -(-(budget // per - (layers - local) * tokens) // local)\n"
+        + "    return min(tokens, w) if w >= 1 else 0\n",
+        [("rounded up", "over the budget")],
+    ),
+    "no cap at tokens": (
+        _LW
+        + _PER
+        + "    local = (layers + 1) // 2\n"
+        + "    w = (budget // per - (layers - local) * tokens) // local\n"
+        + "    return w if w >= 1 else 0\n",
+        ["case 2", "cap it at `tokens`"],
+    ),
+    "a window where none fits": (
+        _LW
+        + _PER
+        + "    local = (layers + 1) // 2\n"
+        + "    w = (budget // per - (layers - local) * tokens) // local\n"
+        + "    return min(tokens, max(w, 1))\n",
+        ["case 3", "no window fits"],
+    ),
+    "K alone": (
+        _LW
+        + "    per = kv_heads * head_dim * itemsize\n"
+        + "    local = (layers + 1) // 2\n"
+        + "    w = (budget // per - (layers - local) * tokens) // local\n"
+        + "    return min(tokens, w) if w >= 1 else 0\n",
+        ["case 0", ("K alone", "every layer keeps K and V")],
+    ),
+}
+
+
+def test_largest_window_may_use_section_1s_cache_per_token():
+    out = run_check(
+        EX["window"],
+        "from lab.decoding import kv_cache_bytes_per_token as kv\n"
+        + _LW
+        + "    local = (layers + 1) // 2\n"
+        + "    w = (budget // kv(1, kv_heads, head_dim, itemsize) - (layers - local) * tokens) // local\n"
+        + "    return min(tokens, w) if w >= 1 else 0\n",
+    )
+    assert "✓" in out and "✗" not in out, out
+
+
 _CB = "def cache_bytes(tokens, layers, kv_heads, head_dim, itemsize, window):\n"
 _LOCAL = "    local = (layers + 1) // 2\n"
 WRONG_1 = {
@@ -304,7 +370,8 @@ WRONG_1 = {
     [("cache", m) for m in WRONG_1]
     + [("intensity", m) for m in WRONG_2]
     + [("splits", m) for m in WRONG_3]
-    + [("crossing", m) for m in WRONG_C],
+    + [("crossing", m) for m in WRONG_C]
+    + [("window", m) for m in WRONG_W],
 )
 def test_warm_ups_diagnose_planted_mistakes(number, mistake):
     source, says = {
@@ -312,6 +379,7 @@ def test_warm_ups_diagnose_planted_mistakes(number, mistake):
         "intensity": WRONG_2,
         "splits": WRONG_3,
         "crossing": WRONG_C,
+        "window": WRONG_W,
     }[number][mistake]
     _fails(number, source, *says)
 
@@ -324,7 +392,7 @@ def test_cache_per_token_check_diagnoses_planted_mistakes(mistake):
 
 def test_cache_bytes_may_use_section_3s_cache_per_token():
     out = run_check(
-        EX["cache"],
+        RETIRED["cache"],
         "from lab.decoding import kv_cache_bytes_per_token as kv\n"
         + _CB
         + _LOCAL
@@ -335,10 +403,7 @@ def test_cache_bytes_may_use_section_3s_cache_per_token():
 
 
 def test_cache_bytes_spec_says_section_3s_helper_may_be_used():
-    assert (
-        "lab.kv_cache_bytes_per_token" in EX["cache"].spec
-        or "kv_cache_bytes_per_token" in EX["cache"].spec
-    )
+    assert "lab.kv_cache_bytes_per_token" in EX["window"].spec
 
 
 TABLE_2 = (
@@ -1078,7 +1143,7 @@ def _solutions() -> dict:
     ns = {"np": np, "lab": lab}
     for key, ex in EX.items():
         exec(compile(ex.solution, f"<solution {key}>", "exec"), ns)
-    for n in (1, 2, 4, 5):
+    for n in (1, 2, 4, 5, 6):
         exec(compile(OLD[n].solution, f"<retired solution {n}>", "exec"), ns)
     return ns
 
@@ -1086,6 +1151,7 @@ def _solutions() -> dict:
 def test_passing_lines_are_fixed_text(capsys):
     ns = _solutions()
     checks.check_cache_bytes(ns["cache_bytes"])
+    checks.check_largest_window(ns["largest_window"])
     checks.check_cache_per_token(ns["cache_per_token"])
     checks.check_step_intensity(ns["intensity"])
     checks.check_crossing_group(ns["crossing_group"])
@@ -1094,6 +1160,7 @@ def test_passing_lines_are_fixed_text(capsys):
     checks.check_split_decode(ns["split_decode"], ns["decode_chunk"])
     assert capsys.readouterr().out.splitlines() == [
         "cache_bytes: ✓ passed 6 cases",
+        "largest_window: ✓ passed 6 cases",
         "cache_per_token: ✓ passed 9 cases",
         "intensity: ✓ passed 5 cases",
         "crossing_group: ✓ passed 5 cases",
@@ -1293,7 +1360,7 @@ def test_cache_per_token_fresh_cases_repeat_with_the_seed(capsys):
 def test_paged_decode_spec_does_not_give_the_rule():
     spec = EX["paged"].spec
     assert "alpha" not in spec and "m - m'" not in spec and "block_row[i]" not in spec
-    assert "min(" not in EX["cache"].spec and "// 2" not in EX["cache"].spec
+    assert "min(" not in EX["window"].spec and "// 2" not in EX["window"].spec
 
 
 @pytest.mark.parametrize("how", list(EVASIONS))
@@ -1301,7 +1368,7 @@ def test_paged_decode_spec_does_not_give_the_rule():
     "number, name",
     [
         ("splits", "best_splits"),
-        ("cache", "cache_bytes"),
+        ("window", "largest_window"),
         ("crossing", "crossing_group"),
         ("paged", "paged_decode"),
     ],

@@ -2,6 +2,7 @@
 
 - `check_cache_per_token(fn)` : bytes of K and V cached per token, $2 \\cdot \\text{layers} \\cdot H_{kv} \\cdot d \\cdot \\text{itemsize}$.
 - `check_cache_bytes(fn)`     : the K/V cache of one sequence when local (sliding-window) and global layers alternate.
+- `check_largest_window(fn)`  : the largest window of the local layers whose cache fits a budget of bytes.
 - `check_step_intensity(fn)`  : FLOPs per byte of one decoding step, K/V at `kv`, q and o at `qo` bytes: $4GMd / (2Md\\,kv + 2Gd\\,qo)$.
 - `check_crossing_group(fn)`  : the smallest G at which a step reaches a ridge of R FLOP/B, 0 if none does.
 - `check_min_splits(fn)`      : the fewest splits that give each of P processors a work item.
@@ -34,6 +35,7 @@ from .paged import check_gather_pages, check_paged_decode
 __all__ = [
     "check_cache_per_token",
     "check_cache_bytes",
+    "check_largest_window",
     "check_step_intensity",
     "check_crossing_group",
     "check_min_splits",
@@ -231,6 +233,124 @@ def check_cache_bytes(fn, *, name: str | None = None, seed: int | None = None) -
         cases,
         name=name or "cache_bytes",
         hint=hint,
+        properties=(_own_work(),),
+        seed=seed,
+    )
+
+
+def _window(budget, T, L, Hkv, d, i):
+    """The largest window W <= T whose cache (layers 0, 2, 4, ... local) fits `budget` bytes, 0 if none."""
+    local = (L + 1) // 2
+    W = (budget // (2 * Hkv * d * i) - (L - local) * T) // local
+    return min(T, W) if W >= 1 else 0
+
+
+def _window_cases(rng):
+    """Kinds in a fixed order, values drawn: a budget that needs a window (even and odd layers), one the whole
+    cache fits, one the global layers alone overflow, anything."""
+
+    def draw(kind, odd):
+        T = int(rng.integers(2048, 65537))
+        L = 2 * int(rng.integers(4, 40)) + odd
+        kv = int(rng.choice([1, 2, 4, 8, 16]))
+        d, i = int(rng.choice([64, 128, 256])), int(rng.choice([1, 2, 4]))
+        per, local = 2 * kv * d * i, (L + 1) // 2
+        low, full = per * ((L - local) * T + local), per * L * T
+        budget = {
+            "window": lambda: int(
+                rng.integers(low + per * local * 2, full - per * local)
+            ),
+            "fits": lambda: int(rng.integers(full, 2 * full)),
+            "overflow": lambda: int(rng.integers(low // 2, low - per)),
+        }[kind]()
+        return (budget, T, L, kv, d, i)
+
+    return [
+        draw("window", 0),
+        draw("window", 1),
+        draw("fits", 0),
+        draw("overflow", 1),
+        draw("window", 1),
+        draw(str(rng.choice(["window", "fits", "overflow"])), int(rng.integers(0, 2))),
+    ]
+
+
+def _window_hint(case, got, want):
+    budget, T, L, Hkv, d, i = case
+    try:
+        W = int(got)
+        if W != got or W < 0:
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        return "return a whole number of tokens, or 0 if no window fits the budget"
+    if W == want:
+        return None
+    used = _cache_bytes(T, L, Hkv, d, i, W) if W else 0
+    if want == 0:
+        return (
+            "no window fits: the global layers alone keep every token and already take more than the "
+            "budget; return 0"
+        )
+    if W > T:
+        return f"a window longer than the sequence ({T} tokens) keeps only what there is: cap it at `tokens`"
+    if W == T and used > budget:  # a capped answer: the whole cache, which does not fit
+        return (
+            f"a window of all {T} tokens makes a cache of {used:,} bytes, over the budget of "
+            f"{budget:,}: the global layers keep every token, and every layer keeps K and V"
+        )
+    per, local = 2 * Hkv * d * i, (L + 1) // 2
+    variants = (
+        (
+            (budget // (per // 2) - (L - local) * T) // local,
+            "that counts K alone: each layer caches V as well",
+        ),
+        (
+            (budget // per - (L - L // 2) * T) // (L // 2),
+            "layers 0, 2, 4, ... are the local ones: "
+            "with an odd number of layers there is one more local layer than global",
+        ),
+        (
+            budget // per // L,
+            "every layer windowed: only layers 0, 2, 4, ... are local, the others keep every token",
+        ),
+    )
+    for wrong, text in variants:
+        if W == max(wrong, 0):
+            return text
+    if W > want and used > budget:
+        return (
+            f"a window of {W} tokens makes a cache of {used:,} bytes, over the budget of {budget:,}: "
+            + (
+                "rounded up; the largest window that fits rounds down"
+                if W == want + 1
+                else "count the global layers, which keep every token"
+            )
+        )
+    return (
+        f"a window of {W} tokens makes a cache of {used:,} bytes against a budget of {budget:,}: count "
+        "each layer's tokens (local: the window; global: all), then find the largest window that fits"
+    )
+
+
+def check_largest_window(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
+    """Check `fn(budget, tokens, layers, kv_heads, head_dim, itemsize)` -> the largest window (at most `tokens`) for which a sequence's K/V cache, layers 0, 2, 4, ... local, fits `budget` bytes, 0 if none; print one verdict.
+
+    Hints for the global layers forgotten, every layer windowed, the local layers miscounted, K alone,
+    rounding up, no cap at `tokens`, a window returned where the global layers alone overflow. Six cases
+    drawn afresh on each run (`seed` draws the same again); `lab.kv_cache_bytes_per_token` may be used.
+    Taught in: notebooks/10_gqa_and_paging.ipynb
+    """
+    rng, seed = _fresh(seed)
+    check(
+        fn,
+        _window,
+        _window_cases(rng),
+        name=name or "largest_window",
+        rtol=0,
+        atol=0,
+        hint=_window_hint,
         properties=(_own_work(),),
         seed=seed,
     )

@@ -26,8 +26,8 @@ _PART1 = {ex.number: ex for ex in exercises(NAME)}
 _PART2 = {ex.number: ex for ex in exercises(NAME2)}
 # the exercises by what they build: part 1's 1, part 2's 1, 2 and 3
 EX = {
-    "cache": _PART2[1],
-    "intensity": _PART2[2],
+    "window": _PART2[1],
+    "crossing": _PART2[2],
     "splits": _PART1[1],
     "paged": _PART2[3],
 }
@@ -35,19 +35,25 @@ EX = {
 # Exercises the notebook retired (the cache per token, flash-decoding by split and merge, the gather through a
 # block table): their checks stay in lab and are still tested, on the worked solutions they had.
 OLD_SOLUTIONS = {
+    6: "# @title Exercise 1: a worked solution (double-click or 'show code' to open)\ndef cache_bytes(tokens, layers, kv_heads, head_dim, itemsize, window):\n    per_token_layer = 2 * kv_heads * head_dim * itemsize  # K and V of the K/V heads\n    local = (layers + 1) // 2  # layers 0, 2, 4, ...: one more than the global if odd\n    kept = local * min(tokens, window) + (layers - local) * tokens  # tokens, all layers\n    return per_token_layer * kept",
+    2: "# @title Exercise 2: a worked solution (double-click or 'show code' to open)\ndef intensity(G, d, M, kv_itemsize, qo_itemsize):\n    flops = G * 2 * (2 * M * d)  # per query head: QK^T and PV, a multiply and an add\n    kv_bytes = 2 * M * d * kv_itemsize  # K and V, read once for the whole group\n    qo_bytes = 2 * G * d * qo_itemsize  # each query head reads its q and writes its o\n    return flops / (kv_bytes + qo_bytes)",
     1: "# @title Exercise 1: a worked solution (double-click or 'show code' to open)\ndef cache_per_token(layers, q_heads, kv_heads, head_dim, itemsize):\n    # K and V, of the K/V heads only (queries are not cached), in every layer\n    return 2 * layers * kv_heads * head_dim * itemsize",
     4: "# @title Exercise 4: a worked solution (double-click or 'show code' to open)\ndef decode_chunk(q, k_c, v_c):\n    Hq, N, d = q.shape\n    Hkv, Mc, dv = v_c.shape\n    G = Hq // Hkv\n    if Mc == 0:  # an empty chunk: no mass, weight 0 in the merge\n        return np.zeros((Hq, N, dv)), np.full((Hq, N), -np.inf)\n    qg = q.reshape(Hkv, G * N, d)  # query heads g*G .. g*G+G-1 share K/V head g\n    s = (\n        qg @ np.swapaxes(k_c, 1, 2) / np.sqrt(d)\n    )  # (Hkv, G*N, Mc): K read once per K/V head\n    m = s.max(axis=2)  # (Hkv, G*N)\n    p = np.exp(s - m[..., None])  # all <= 1: no overflow\n    l = p.sum(axis=2)\n    o_c = (p @ v_c) / l[..., None]  # (Hkv, G*N, dv)\n    return o_c.reshape(Hq, N, dv), (m + np.log(l)).reshape(Hq, N)\n\n\ndef split_decode(q, k, v, splits):\n    M = k.shape[1]\n    edges = [\n        M * c // splits for c in range(splits + 1)\n    ]  # splits contiguous chunks, sizes differ by at most 1\n    parts = [\n        decode_chunk(q, k[:, j0:j1], v[:, j0:j1])\n        for j0, j1 in zip(edges[:-1], edges[1:])\n    ]\n    o_c = np.stack([o for o, _ in parts])  # (splits, Hq, N, dv)\n    lse_c = np.stack([lse for _, lse in parts])  # (splits, Hq, N)\n    m = lse_c.max(axis=0)  # finite: M >= 1, so some chunk holds a key\n    w = np.exp(lse_c - m)  # an empty chunk: e^-inf = 0\n    total = w.sum(axis=0)\n    return (w[..., None] * o_c).sum(axis=0) / total[..., None], m + np.log(total)",
     5: "# @title Exercise 5: a worked solution (double-click or 'show code' to open)\ndef gather_pages(pages, block_row, length):\n    size = pages.shape[2]\n    n = -(-length // size)  # blocks in use: a partly filled last page counts\n    blocks = [\n        pages[block_row[i]] for i in range(n)\n    ]  # logical block i lives in physical page block_row[i]\n    return np.concatenate(blocks, axis=1)[\n        :, :length\n    ]  # (Hkv, n * size, d), cut before the stale slots",
 }
 OLD_CHECKS = {
+    6: "from lab.checks.decoding import check_cache_bytes\ncheck_cache_bytes(cache_bytes)\n",
+    2: "from lab.checks.decoding import check_step_intensity\ncheck_step_intensity(intensity)\n",
     1: "from lab.checks.decoding import check_cache_per_token\ncheck_cache_per_token(cache_per_token)\n",
     4: "from lab.checks.decoding import check_split_decode\ncheck_split_decode(split_decode, decode_chunk)\n",
     5: "from lab.checks.paged import check_gather_pages\ncheck_gather_pages(gather_pages)\n",
 }
 OLD = {
-    n: Exercise(n, "", "", OLD_SOLUTIONS[n], OLD_CHECKS[n], EX["cache"].setup, [])
+    n: Exercise(n, "", "", OLD_SOLUTIONS[n], OLD_CHECKS[n], EX["window"].setup, [])
     for n in OLD_SOLUTIONS
 }
+# the exercises' earlier forms: the intensity of a step, the cache with local layers
+RETIRED = {"intensity": OLD[2], "cache": OLD[6]}
 
 
 def _src(text: str) -> str:
@@ -56,7 +62,7 @@ def _src(text: str) -> str:
 
 def _fails(number, source: str, *says: str | tuple[str, ...]) -> str:
     """`number`: an exercise of the notebook, or a retired one (`OLD[n]`); `says` as in `assert_says`."""
-    ex = EX[number] if isinstance(number, str) else number
+    ex = {**EX, **RETIRED}[number] if isinstance(number, str) else number
     out = run_check(ex, _src(source))
     assert "✗" in out and "✓" not in out, out
     assert_says(out, *says)
@@ -84,11 +90,11 @@ def test_stub_reports_not_implemented(number):
 
 
 def test_specs_do_not_print_the_formula_or_the_reference():
-    for key in ("cache", "intensity", "splits"):
+    for key in ("window", "crossing", "splits"):
         spec = EX[key].spec
         assert "Reference:" not in spec and "lceil" not in spec
         # the local-layer cache may use section 1's cache per token (its spec says so): the window is its question
-        assert key == "cache" or "lab.kv_cache_bytes_per_token" not in spec
+        assert key == "window" or "lab.kv_cache_bytes_per_token" not in spec
         assert "4GMd" not in spec and "2 \\cdot" not in spec
 
 
@@ -163,7 +169,11 @@ WRONG_3 = {
         _BS
         + _T
         + "    return min(range(1, min(K, 128) + 1), key=lambda s: (t(s), s))\n",
-        ["case 3", "stops at 128 splits"],
+        ["case 3", "your search stopped before"],
+    ),
+    "a search stopped at M // 128 (rounded down)": (
+        _BS + _T + "    return min(range(1, M // 128 + 1), key=lambda s: (t(s), s))\n",
+        ["case 3", "your search stopped before", "M // 128 ="],
     ),
     "waves and chunks rounded down": (
         _BS
@@ -179,6 +189,143 @@ WRONG_3 = {
         ["when counts tie, take the fewest"],
     ),
 }
+
+
+_CG = "import math\ndef crossing_group(ridge, d, M, kv_itemsize, qo_itemsize):\n"
+WRONG_C = {
+    "q and o left out (G = ridge kv / 2)": (
+        _CG + "    return math.ceil(ridge * kv_itemsize / 2)\n",
+        ["case 0", "leaving out q and o"],
+    ),
+    "rounded down": (
+        _CG
+        + "    room = 2 * M - ridge * qo_itemsize\n"
+        + "    return max(1, int(ridge * M * kv_itemsize / room)) if room > 0 else 0\n",
+        ["case 0", "just short of the ridge", "rounded up"],
+    ),
+    "one itemsize for all": (
+        _CG
+        + "    room = 2 * M - ridge * kv_itemsize\n"
+        + "    return max(1, math.ceil(ridge * M * kv_itemsize / room)) if room > 0 else 0\n",
+        ["case 1", "every byte at kv_itemsize"],
+    ),
+    "half the FLOPs": (
+        _CG
+        + "    room = M - ridge * qo_itemsize\n"
+        + "    return max(1, math.ceil(ridge * M * kv_itemsize / room)) if room > 0 else 0\n",
+        ["case 0", "half the FLOPs", "4Md per query head"],
+    ),
+    "K/V read per query head: never grows with G": (
+        _CG + "    return 0\n",
+        ["case 0", "K and V are read once per query head"],
+    ),
+    "a G returned where none reaches the ridge": (
+        _CG
+        + "    room = 2 * M - ridge * qo_itemsize\n"
+        + "    return max(1, math.ceil(ridge * M * kv_itemsize / abs(room)))\n",
+        ["case 2", "no group reaches this ridge", "return 0"],
+    ),
+}
+
+
+def test_crossing_group_by_labs_intensity_is_refused():
+    _fails(
+        "crossing",
+        "import lab\n"
+        + _CG
+        + "    at = (lab.decode_intensity(g, d, M, kv_itemsize) for g in range(1, 2**16))\n"
+        + "    return next((g for g, x in enumerate(at, 1) if x >= ridge), 0)\n",
+        "case 0",
+        "lab.decode_intensity",
+    )
+
+
+def test_crossing_group_search_over_an_own_intensity_passes():
+    out = run_check(
+        EX["crossing"],
+        _CG
+        + "    def i(G):\n"
+        + "        return 4 * G * M * d / (2 * M * d * kv_itemsize + 2 * G * d * qo_itemsize)\n"
+        + "    if 2 * M <= ridge * qo_itemsize:\n"
+        + "        return 0\n"
+        + "    g = 1\n"
+        + "    while i(g) < ridge:\n"
+        + "        g += 1\n"
+        + "    return g\n",
+    )
+    assert "✓" in out and "✗" not in out, out
+
+
+def test_crossing_group_cases_are_drawn_fresh_so_a_table_fails():
+    _fails(
+        "crossing",
+        _CG + "    return {(295.2, 128, 4096, 2, 2): 319}.get((ridge, d, M), 300)\n",
+    )
+
+
+_LW = "def largest_window(budget, tokens, layers, kv_heads, head_dim, itemsize):\n"
+_PER = "    per = 2 * kv_heads * head_dim * itemsize\n"
+WRONG_W = {
+    "the global layers forgotten": (
+        _LW + _PER + "    return min(tokens, budget // per // ((layers + 1) // 2))\n",
+        ["case 0", ("count the global layers", "the global layers keep every token")],
+    ),
+    "every layer windowed": (
+        _LW + _PER + "    return min(tokens, budget // per // layers)\n",
+        ["case 0", "every layer windowed"],
+    ),
+    "the odd layers taken as local": (
+        _LW
+        + _PER
+        + "    w = (budget // per - (layers - layers // 2) * tokens) // (layers // 2)\n"
+        + "    return min(tokens, w) if w >= 1 else 0\n",
+        ["case 1", "one more local layer"],
+    ),
+    "rounded up": (
+        _LW
+        + _PER
+        + "    local = (layers + 1) // 2\n"
+        + "    w = -(-(budget // per - (layers - local) * tokens) // local)\n"
+        + "    return min(tokens, w) if w >= 1 else 0\n",
+        [("rounded up", "over the budget")],
+    ),
+    "no cap at tokens": (
+        _LW
+        + _PER
+        + "    local = (layers + 1) // 2\n"
+        + "    w = (budget // per - (layers - local) * tokens) // local\n"
+        + "    return w if w >= 1 else 0\n",
+        ["case 2", "cap it at `tokens`"],
+    ),
+    "a window where none fits": (
+        _LW
+        + _PER
+        + "    local = (layers + 1) // 2\n"
+        + "    w = (budget // per - (layers - local) * tokens) // local\n"
+        + "    return min(tokens, max(w, 1))\n",
+        ["case 3", "no window fits"],
+    ),
+    "K alone": (
+        _LW
+        + "    per = kv_heads * head_dim * itemsize\n"
+        + "    local = (layers + 1) // 2\n"
+        + "    w = (budget // per - (layers - local) * tokens) // local\n"
+        + "    return min(tokens, w) if w >= 1 else 0\n",
+        ["case 0", ("K alone", "every layer keeps K and V")],
+    ),
+}
+
+
+def test_largest_window_may_use_section_1s_cache_per_token():
+    out = run_check(
+        EX["window"],
+        "from lab.decoding import kv_cache_bytes_per_token as kv\n"
+        + _LW
+        + "    local = (layers + 1) // 2\n"
+        + "    w = (budget // kv(1, kv_heads, head_dim, itemsize) - (layers - local) * tokens) // local\n"
+        + "    return min(tokens, w) if w >= 1 else 0\n",
+    )
+    assert "✓" in out and "✗" not in out, out
 
 
 _CB = "def cache_bytes(tokens, layers, kv_heads, head_dim, itemsize, window):\n"
@@ -222,12 +369,18 @@ WRONG_1 = {
     "number,mistake",
     [("cache", m) for m in WRONG_1]
     + [("intensity", m) for m in WRONG_2]
-    + [("splits", m) for m in WRONG_3],
+    + [("splits", m) for m in WRONG_3]
+    + [("crossing", m) for m in WRONG_C]
+    + [("window", m) for m in WRONG_W],
 )
 def test_warm_ups_diagnose_planted_mistakes(number, mistake):
-    source, says = {"cache": WRONG_1, "intensity": WRONG_2, "splits": WRONG_3}[number][
-        mistake
-    ]
+    source, says = {
+        "cache": WRONG_1,
+        "intensity": WRONG_2,
+        "splits": WRONG_3,
+        "crossing": WRONG_C,
+        "window": WRONG_W,
+    }[number][mistake]
     _fails(number, source, *says)
 
 
@@ -239,7 +392,7 @@ def test_cache_per_token_check_diagnoses_planted_mistakes(mistake):
 
 def test_cache_bytes_may_use_section_3s_cache_per_token():
     out = run_check(
-        EX["cache"],
+        RETIRED["cache"],
         "from lab.decoding import kv_cache_bytes_per_token as kv\n"
         + _CB
         + _LOCAL
@@ -250,10 +403,7 @@ def test_cache_bytes_may_use_section_3s_cache_per_token():
 
 
 def test_cache_bytes_spec_says_section_3s_helper_may_be_used():
-    assert (
-        "lab.kv_cache_bytes_per_token" in EX["cache"].spec
-        or "kv_cache_bytes_per_token" in EX["cache"].spec
-    )
+    assert "lab.kv_cache_bytes_per_token" in EX["window"].spec
 
 
 TABLE_2 = (
@@ -680,7 +830,7 @@ def test_paged_cases_hold_what_their_labels_say():
         assert sorted(row[:n].tolist()) != list(range(n)) or n == 1  # pages scattered
         assert (row[n:] == -1).all() and len(set(row[:n].tolist())) == n
     last = cases[-1]
-    assert last[1].shape[0] == 64 and last[6].shape[0] == 1 and last[5] == 16000
+    assert last[1].shape[0] == 16 and last[6].shape[0] == 1 and last[5] == 16000
 
 
 # ------------------------------------------------------------------------------------ exercise 4: the build
@@ -993,7 +1143,7 @@ def _solutions() -> dict:
     ns = {"np": np, "lab": lab}
     for key, ex in EX.items():
         exec(compile(ex.solution, f"<solution {key}>", "exec"), ns)
-    for n in (1, 4, 5):
+    for n in (1, 2, 4, 5, 6):
         exec(compile(OLD[n].solution, f"<retired solution {n}>", "exec"), ns)
     return ns
 
@@ -1001,15 +1151,19 @@ def _solutions() -> dict:
 def test_passing_lines_are_fixed_text(capsys):
     ns = _solutions()
     checks.check_cache_bytes(ns["cache_bytes"])
+    checks.check_largest_window(ns["largest_window"])
     checks.check_cache_per_token(ns["cache_per_token"])
     checks.check_step_intensity(ns["intensity"])
+    checks.check_crossing_group(ns["crossing_group"])
     checks.check_best_splits(ns["best_splits"])
     paged.check_paged_decode(ns["paged_decode"])
     checks.check_split_decode(ns["split_decode"], ns["decode_chunk"])
     assert capsys.readouterr().out.splitlines() == [
         "cache_bytes: ✓ passed 6 cases",
+        "largest_window: ✓ passed 6 cases",
         "cache_per_token: ✓ passed 9 cases",
         "intensity: ✓ passed 5 cases",
+        "crossing_group: ✓ passed 5 cases",
         "best_splits: ✓ passed 6 cases",
         "paged_decode: ✓ passed 8 sequences on scattered pages: stale slots masked, no copy of the cache",
         "split_decode: ✓ passed 8 cases (splits not dividing M, more splits than keys, 1 to 16 query heads per K/V head, "
@@ -1206,13 +1360,18 @@ def test_cache_per_token_fresh_cases_repeat_with_the_seed(capsys):
 def test_paged_decode_spec_does_not_give_the_rule():
     spec = EX["paged"].spec
     assert "alpha" not in spec and "m - m'" not in spec and "block_row[i]" not in spec
-    assert "min(" not in EX["cache"].spec and "// 2" not in EX["cache"].spec
+    assert "min(" not in EX["window"].spec and "// 2" not in EX["window"].spec
 
 
 @pytest.mark.parametrize("how", list(EVASIONS))
 @pytest.mark.parametrize(
     "number, name",
-    [("splits", "best_splits"), ("cache", "cache_bytes"), ("paged", "paged_decode")],
+    [
+        ("splits", "best_splits"),
+        ("window", "largest_window"),
+        ("crossing", "crossing_group"),
+        ("paged", "paged_decode"),
+    ],
 )
 def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
     out = run_check(EX[number], evading(EX[number].solution, name, how))
@@ -1227,7 +1386,41 @@ def test_the_intensity_formula_appears_only_after_its_exercise():
     nb = nbformat.read(ROOT / "notebooks" / f"{NAME2}.ipynb", as_version=4)
     sources = [c.source for c in nb.cells]
     check = next(
-        i for i, s in enumerate(sources) if "check_step_intensity(intensity)" in s
+        i for i, s in enumerate(sources) if "check_crossing_group(crossing_group)" in s
     )
     shown = [i for i, s in enumerate(sources) if "4GMd" in s.replace(" ", "")]
     assert shown and min(shown) > check, shown
+
+
+def test_the_step_count_appears_only_after_its_exercise():
+    """Exercise 1 of part 1 derives the model's step count: no cell above its check prints the formula."""
+    import nbformat
+    from exercise_support import ROOT
+
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
+    sources = [c.source for c in nb.cells]
+    check = next(
+        i for i, s in enumerate(sources) if "check_best_splits(best_splits)" in s
+    )
+    shown = [
+        i
+        for i, s in enumerate(sources)
+        if "\\text{steps} =" in s
+        and "solution" not in nb.cells[i].metadata.get("tags", [])
+    ]
+    assert shown and min(shown) > check, shown
+
+
+def test_best_splits_hint_names_where_the_search_stopped():
+    case = (
+        128 * 131 - 5,
+        1,
+        1,
+        132,
+    )  # 131 key blocks, the last one partial: 131 is best
+    assert checks._best_splits(*case) == 131
+    for top in (128, 130):  # a cap at 128, or M // 128: both answer 66 (4 steps)
+        got = checks._search(*case, top=top)
+        hint = checks._best_splits_hint(case, got, 131)
+        assert f"{got} is the fastest count below 131" in hint, hint
+        assert "stopped before 131" in hint and "M // 128 = 130" in hint, hint

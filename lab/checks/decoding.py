@@ -2,7 +2,9 @@
 
 - `check_cache_per_token(fn)` : bytes of K and V cached per token, $2 \\cdot \\text{layers} \\cdot H_{kv} \\cdot d \\cdot \\text{itemsize}$.
 - `check_cache_bytes(fn)`     : the K/V cache of one sequence when local (sliding-window) and global layers alternate.
+- `check_largest_window(fn)`  : the largest window of the local layers whose cache fits a budget of bytes.
 - `check_step_intensity(fn)`  : FLOPs per byte of one decoding step, K/V at `kv`, q and o at `qo` bytes: $4GMd / (2Md\\,kv + 2Gd\\,qo)$.
+- `check_crossing_group(fn)`  : the smallest G at which a step reaches a ridge of R FLOP/B, 0 if none does.
 - `check_min_splits(fn)`      : the fewest splits that give each of P processors a work item.
 - `check_best_splits(fn)`     : the number of splits with the fewest steps in `lab.decode_schedule`'s model.
 - `check_split_decode(split_decode, decode_chunk)` : `decode_chunk` alone on single chunks, then `split_decode` against
@@ -33,7 +35,9 @@ from .paged import check_gather_pages, check_paged_decode
 __all__ = [
     "check_cache_per_token",
     "check_cache_bytes",
+    "check_largest_window",
     "check_step_intensity",
+    "check_crossing_group",
     "check_min_splits",
     "check_best_splits",
     "check_split_decode",
@@ -234,6 +238,124 @@ def check_cache_bytes(fn, *, name: str | None = None, seed: int | None = None) -
     )
 
 
+def _window(budget, T, L, Hkv, d, i):
+    """The largest window W <= T whose cache (layers 0, 2, 4, ... local) fits `budget` bytes, 0 if none."""
+    local = (L + 1) // 2
+    W = (budget // (2 * Hkv * d * i) - (L - local) * T) // local
+    return min(T, W) if W >= 1 else 0
+
+
+def _window_cases(rng):
+    """Kinds in a fixed order, values drawn: a budget that needs a window (even and odd layers), one the whole
+    cache fits, one the global layers alone overflow, anything."""
+
+    def draw(kind, odd):
+        T = int(rng.integers(2048, 65537))
+        L = 2 * int(rng.integers(4, 40)) + odd
+        kv = int(rng.choice([1, 2, 4, 8, 16]))
+        d, i = int(rng.choice([64, 128, 256])), int(rng.choice([1, 2, 4]))
+        per, local = 2 * kv * d * i, (L + 1) // 2
+        low, full = per * ((L - local) * T + local), per * L * T
+        budget = {
+            "window": lambda: int(
+                rng.integers(low + per * local * 2, full - per * local)
+            ),
+            "fits": lambda: int(rng.integers(full, 2 * full)),
+            "overflow": lambda: int(rng.integers(low // 2, low - per)),
+        }[kind]()
+        return (budget, T, L, kv, d, i)
+
+    return [
+        draw("window", 0),
+        draw("window", 1),
+        draw("fits", 0),
+        draw("overflow", 1),
+        draw("window", 1),
+        draw(str(rng.choice(["window", "fits", "overflow"])), int(rng.integers(0, 2))),
+    ]
+
+
+def _window_hint(case, got, want):
+    budget, T, L, Hkv, d, i = case
+    try:
+        W = int(got)
+        if W != got or W < 0:
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        return "return a whole number of tokens, or 0 if no window fits the budget"
+    if W == want:
+        return None
+    used = _cache_bytes(T, L, Hkv, d, i, W) if W else 0
+    if want == 0:
+        return (
+            "no window fits: the global layers alone keep every token and already take more than the "
+            "budget; return 0"
+        )
+    if W > T:
+        return f"a window longer than the sequence ({T} tokens) keeps only what there is: cap it at `tokens`"
+    if W == T and used > budget:  # a capped answer: the whole cache, which does not fit
+        return (
+            f"a window of all {T} tokens makes a cache of {used:,} bytes, over the budget of "
+            f"{budget:,}: the global layers keep every token, and every layer keeps K and V"
+        )
+    per, local = 2 * Hkv * d * i, (L + 1) // 2
+    variants = (
+        (
+            (budget // (per // 2) - (L - local) * T) // local,
+            "that counts K alone: each layer caches V as well",
+        ),
+        (
+            (budget // per - (L - L // 2) * T) // (L // 2),
+            "layers 0, 2, 4, ... are the local ones: "
+            "with an odd number of layers there is one more local layer than global",
+        ),
+        (
+            budget // per // L,
+            "every layer windowed: only layers 0, 2, 4, ... are local, the others keep every token",
+        ),
+    )
+    for wrong, text in variants:
+        if W == max(wrong, 0):
+            return text
+    if W > want and used > budget:
+        return (
+            f"a window of {W} tokens makes a cache of {used:,} bytes, over the budget of {budget:,}: "
+            + (
+                "rounded up; the largest window that fits rounds down"
+                if W == want + 1
+                else "count the global layers, which keep every token"
+            )
+        )
+    return (
+        f"a window of {W} tokens makes a cache of {used:,} bytes against a budget of {budget:,}: count "
+        "each layer's tokens (local: the window; global: all), then find the largest window that fits"
+    )
+
+
+def check_largest_window(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
+    """Check `fn(budget, tokens, layers, kv_heads, head_dim, itemsize)` -> the largest window (at most `tokens`) for which a sequence's K/V cache, layers 0, 2, 4, ... local, fits `budget` bytes, 0 if none; print one verdict.
+
+    Hints for the global layers forgotten, every layer windowed, the local layers miscounted, K alone,
+    rounding up, no cap at `tokens`, a window returned where the global layers alone overflow. Six cases
+    drawn afresh on each run (`seed` draws the same again); `lab.kv_cache_bytes_per_token` may be used.
+    Taught in: notebooks/10_gqa_and_paging.ipynb
+    """
+    rng, seed = _fresh(seed)
+    check(
+        fn,
+        _window,
+        _window_cases(rng),
+        name=name or "largest_window",
+        rtol=0,
+        atol=0,
+        hint=_window_hint,
+        properties=(_own_work(),),
+        seed=seed,
+    )
+
+
 def _intensity(G, d, M, kv, qo):
     return 4 * G * M * d / (2 * M * d * kv + 2 * G * d * qo)
 
@@ -286,8 +408,8 @@ def check_step_intensity(
             ),
             (
                 lambda G, d, M, kv, qo: _intensity(G, d, M, kv, qo) / 2,
-                "half the FLOPs: QK^T and PV are each a multiply and "
-                "an add per element, 2Md FLOPs per query head",
+                "half the FLOPs: QK^T and PV are each a multiply and an add per "
+                "element, 2Md FLOPs each, so 4Md per query head",
             ),
         ],
         "FLOPs: QK^T and PV for the G query heads; bytes: K and V once for the group, q read and o written per query head",
@@ -298,6 +420,133 @@ def check_step_intensity(
         cases,
         name=name or "intensity",
         hint=hint,
+        properties=(_own_work("decode_intensity", "latent_decode_intensity"),),
+        seed=seed,
+    )
+
+
+def _crossing(R, d, M, kv, qo):
+    """The smallest whole G whose step reaches `R` FLOP/B (`_intensity(G, ...) >= R`), 0 if none: solve
+    G (2M - R qo) >= R M kv."""
+    if 2 * M <= R * qo:  # I -> 2M / qo as G grows: q and o grow with G as the FLOPs do
+        return 0
+    G = max(1, math.ceil(R * M * kv / (2 * M - R * qo)))
+    while G > 1 and _intensity(G - 1, d, M, kv, qo) >= R:
+        G -= 1
+    while _intensity(G, d, M, kv, qo) < R:
+        G += 1
+    return G
+
+
+def _crossing_cases(rng):
+    """Kinds in a fixed order, values drawn: 16-bit and an H100-like ridge, an 8-bit cache of 512-2,048 keys (q and o
+    matter), a short cache no
+    group lifts to the ridge, a float32 step against a CPU's ridge, anything. A ridge that one G meets exactly
+    is drawn again (float rounding would decide it)."""
+
+    def draw(ridge, M, kv, qo):
+        while True:
+            R, m = round(float(ridge()), 1), int(M())
+            d = int(rng.choice([64, 128, 256]))
+            if (
+                2 * m <= R * qo
+                or abs((x := R * m * kv / (2 * m - R * qo)) - round(x)) > 1e-6
+            ):
+                return (R, d, m, kv, qo)
+
+    return [
+        draw(lambda: rng.uniform(250, 320), lambda: rng.integers(2048, 32769), 2, 2),
+        draw(lambda: rng.uniform(150, 320), lambda: rng.integers(512, 2049), 1, 2),
+        draw(lambda: rng.uniform(150, 320), lambda: rng.integers(16, 120), 1, 2),
+        draw(lambda: rng.uniform(5, 30), lambda: rng.integers(256, 4097), 4, 4),
+        draw(
+            lambda: rng.uniform(20, 400),
+            lambda: rng.integers(64, 8193),
+            int(rng.choice([1, 2])),
+            int(rng.choice([2, 4])),
+        ),
+    ]
+
+
+def _crossing_hint(case, got, want):
+    R, d, M, kv, qo = case
+    try:
+        g = int(got)
+        if g != got or g < 0:
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        return "return a whole number of query heads per K/V head, or 0 if no group reaches the ridge"
+    if g == want:
+        return None
+    top = 2 * M / qo  # what I approaches as G grows
+    if want == 0:
+        return (
+            f"no group reaches this ridge: as G grows the q and o bytes grow with the FLOPs, and the "
+            f"intensity approaches 2M / qo_itemsize = {top:.1f} FLOP/B, below the ridge {R}: return 0"
+        )
+    at = _intensity(g, d, M, kv, qo) if g > 0 else 0.0
+    if g == 0:
+        return (
+            f"{want} query heads reach it: the intensity grows with G toward {top:.1f} FLOP/B, above the "
+            "ridge; if yours never grows, K and V are read once per query head, but the G heads of a "
+            "group share one read, which is what grouping buys"
+        )
+    variants = (
+        (
+            math.ceil(R * kv / 2),
+            "that is where 2G / kv_itemsize reaches the ridge, leaving out q and o: their bytes grow "
+            f"with G, so {g} query heads do only {at:.2f} FLOP/B",
+        ),
+        (
+            want - 1,
+            f"{g} query heads do {at:.2f} FLOP/B, just short of the ridge {R}: the smallest G that "
+            "reaches it is rounded up",
+        ),
+        (
+            _crossing(R, d, M, kv, kv),
+            "every byte at kv_itemsize: q and o are at qo_itemsize, only K and V are stored at "
+            "kv_itemsize",
+        ),
+        (
+            _crossing(R, d, M, qo, qo),
+            "every byte at qo_itemsize: K and V are stored at kv_itemsize",
+        ),
+        (
+            _crossing(2 * R, d, M, kv, qo),
+            "half the FLOPs: QK^T and PV are each a multiply and an add per element, 2Md FLOPs "
+            "each, so 4Md per query head",
+        ),
+    )
+    for wrong, text in variants:
+        if g == wrong:
+            return text
+    return (
+        f"at G = {g} the step does {at:.2f} FLOP/B against a ridge of {R}: count the FLOPs of the G "
+        "query heads, K and V read once, q and o per head, then solve for the smallest G that reaches it"
+    )
+
+
+def check_crossing_group(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
+    """Check `fn(ridge, d, M, kv_itemsize, qo_itemsize)` -> the smallest whole G whose decoding step does at least `ridge` FLOP/B, or 0 if none does; print one verdict.
+
+    The step's intensity is $4GMd / (2Md \\cdot kv + 2Gd \\cdot qo)$, so $G = \\lceil R M kv / (2M - R qo) \\rceil$
+    when $2M > R \\cdot qo$, else 0. Five cases drawn afresh on each run (`seed` draws the same again): 16-bit against
+    an H100-like ridge, an 8-bit cache, a short cache that no group lifts to the ridge, float32 against a
+    CPU's ridge, anything. Hints for q and o left out, rounding down, one itemsize for all, half the FLOPs,
+    K/V read per query head, a G returned where none reaches the ridge. Running `lab.decode_intensity`
+    (by any name) is refused. Taught in: notebooks/10_gqa_and_paging.ipynb
+    """
+    rng, seed = _fresh(seed)
+    check(
+        fn,
+        _crossing,
+        _crossing_cases(rng),
+        name=name or "crossing_group",
+        rtol=0,
+        atol=0,
+        hint=_crossing_hint,
         properties=(_own_work("decode_intensity", "latent_decode_intensity"),),
         seed=seed,
     )
@@ -404,7 +653,7 @@ def _best_splits(M, batch, heads, processors):
 def _best_splits_cases(rng):
     """Kinds in a fixed order, values drawn: one sequence on a long cache where the partials decide, a
     batch, a short cache where counts tie, one head on a cache of 129-132 blocks (the best count past
-    128), a batch that already fills the machine, anything."""
+    128, the last block partial, so a search stopped at M // 128 misses it), a batch that already fills the machine, anything."""
     return [
         (128 * int(rng.integers(400, 513)), 1, 8, 108),
         (
@@ -414,7 +663,7 @@ def _best_splits_cases(rng):
             132,
         ),
         (128 * int(rng.integers(20, 60)), 1, 8, 132),
-        (128 * int(rng.integers(129, 133)) - int(rng.integers(0, 100)), 1, 1, 132),
+        (128 * int(rng.integers(129, 133)) - int(rng.integers(1, 100)), 1, 1, 132),
         (128 * int(rng.integers(64, 257)), int(rng.integers(17, 33)), 8, 132),
         (
             int(rng.integers(1000, 100_000)),
@@ -458,10 +707,18 @@ def _best_splits_hint(case, got, want):
             f"steps, {want} take {t_want}: each item of a split spends a step writing its partial, "
             "once per wave, and the merge adds one"
         )
-    if s == _search(M, B, H, P, top=min(128, blocks)):
+    if (
+        s != fill and want > 1 and s == _search(M, B, H, P, top=want - 1)
+    ):  # the search ended too soon
+        floor = (
+            f", or at M // 128 = {M // 128}, which rounds the partial last block away"
+            if M // 128 < blocks
+            else ""
+        )
         return (
-            f"a search that stops at 128 splits misses {want}: any count up to the key blocks "
-            f"({blocks} here) can be the best one"
+            f"{s} is the fastest count below {want}, but {want} splits take {t_want} steps "
+            f"against {t}: your search stopped before {want} (at 128, say{floor}); try "
+            f"every count up to the key blocks ({blocks} here)"
         )
     for up, what in (((False, True), "the waves"), ((True, False), "the chunk")):
         if s == _search(M, B, H, P, up=up) or s == _search(
@@ -490,7 +747,7 @@ def check_best_splits(fn, *, name: str | None = None, seed: int | None = None) -
 
     Six cases drawn afresh on each run (`seed` draws the same again): one sequence on a long cache, a batch,
     a short cache where counts tie, one head whose best count passes 128, a batch that fills the machine by
-    itself, anything. Hints for the partials forgotten, rounding down, a search stopped at 128, ties, the
+    itself, anything. Hints for the partials forgotten, rounding down, a search stopped short (at 128, at M // 128), ties, the
     batch forgotten, the count that fills one wave taken without computing the steps. Running
     `lab.decode_schedule` or `lab.schedule_table` (by any name), the check's own oracle, is refused. Taught in: notebooks/10_decoding.ipynb
     """

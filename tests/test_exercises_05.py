@@ -1221,7 +1221,21 @@ WRONG_FA1 = {
     ),
     "O written back but never read": (
         {"per_tile": "2 * row"},
-        ["case 0", "never read", "first reads the O_i"],
+        [
+            "case 0",
+            "either of two",
+            "Q_i, which fa1 reads again",
+            "O_i, which it reads back",
+        ],
+    ),
+    "Q_i never read": (
+        {"per_tile": "(d * itemsize + 2 * stat) + row"},  # O_i, l_i, m_i in and out
+        [
+            "case 0",
+            "either of two",
+            "Q_i, which fa1 reads again",
+            "O_i, which it reads back",
+        ],
     ),
     "l, m at the input's itemsize": (
         {"stat": "itemsize"},

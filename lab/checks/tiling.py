@@ -794,8 +794,9 @@ def _fa1_hint(case, got, want):
         ),
         (
             _fa1_bytes(*case, o_read=False),
-            "O_i is written back but never read: to update O_i at key block j, fa1 "
-            "first reads the O_i that key block j - 1 wrote",
+            "one read of r × d values per computed tile is missing, and at d = d_v it could "
+            "be either of two: Q_i, which fa1 reads again at every tile (i, j), or O_i, which "
+            "it reads back from HBM (as key block j - 1 wrote it) before updating it; check both",
         ),
         (
             _fa1_bytes(*case, stats=isz),

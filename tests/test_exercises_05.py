@@ -27,7 +27,7 @@ PASSED = {
     "tiles": "causal_tiles: ✓ passed 10 cases\n",
     "bytes": "fa2_bytes: ✓ passed 9 cases\n",
     "widest": "widest_key_block: ✓ passed 9 cases\n",
-    "fits": "a100_fits: ✓ passed 30 cases: the 18 candidates at d = 128, 12 steps at a fresh d\n",
+    "fits": "a100_fits: ✓ passed 32 cases: the 18 candidates at d = 128, 14 steps at a fresh d\n",
     "forward": "flash_forward: ✓ passed 14 cases, exact to 1e-9; no N × M array held;\n  K_j, V_j loaded "
     "once per reported tile, at most Bc rows; 35 hidden tiles skipped (fixed cases)\n",
     "fa1bytes": "fa1_bytes: ✓ passed 9 cases\n",
@@ -354,6 +354,21 @@ def widest_key_block(sram_bytes, d, Br, itemsize):
         {"tile": "Br * 4"},
         ["expected 268, got 335", "P_ij is left out", "beside S_ij"],
     ),
+    "S_ij at itemsize": (
+        {"tile": "Br * itemsize + Br * itemsize"},
+        ["expected 268, got 335", "S_ij counted at itemsize", "float32 (4 bytes)"],
+    ),
+    "every buffer at itemsize": (
+        {
+            "tile": "Br * itemsize + Br * itemsize",
+            "state": "(2 * Br + Br * d) * itemsize",
+        },
+        [
+            "expected 268, got 351",
+            "every buffer counted at itemsize",
+            "m, l, acc stay in float32",
+        ],
+    ),
     "P_ij in float32": (
         {"tile": "Br * 4 + Br * 4"},
         ["expected 268, got 223", "P_ij counted in float32"],
@@ -407,13 +422,14 @@ def test_widest_m_and_l_left_out_names_only_that():
 @pytest.mark.parametrize("mistake", WRONG_3)
 def test_exercise_3_mistakes(mistake):
     changes, says = WRONG_3[mistake]
-    _fails(
+    out = _fails(
         "widest",
         changes
         if isinstance(changes, str)
         else WIDEST.format(**{**WIDEST_OK, **changes}),
         *says,
     )
+    assert "— or:" not in out, out  # one diagnosis, the one planted
 
 
 # ------------------------------------------------------------------------------------ part 2, exercise 2: the tiled forward
@@ -1056,7 +1072,7 @@ WRONG_TILE = {
     "the wide tile shipped": (
         FITTING,
         (64, 128, 4),
-        ["same area as 128 × 64", "ceil(N / B_r)"],
+        ["as large as any tile 4 warps hold", "how many times are all of K and V read"],
     ),
     "the set at d = 64": (
         tiling._fitting_a100(64),
@@ -1089,6 +1105,7 @@ def test_fa2_tile_choice_mistakes(mistake, capsys):
     assert "✗" in out and "✓" not in out, out
     for text in says:
         assert text in out, (text, out)
+    assert "taller" not in out and "128 × 64" not in out.split("hint:")[-1], out
 
 
 FITS = """
@@ -1113,6 +1130,14 @@ WRONG_FITS = {
     "no warp limit": ({"budget": "256 * 1024"}, ["it does not fit", "32·w·255·4 B"]),
     "two copies of K, V": ({"kv": "2"}, ["it fits", "one copy of K_j, V_j (n_kv = 1)"]),
     "P in float32": ({"p": "4"}, ["it fits", "P_ij in fp16"]),
+    "the SM's 164 KiB": (
+        {"verdict": "regs <= budget and shared <= 164 * 1024"},
+        [
+            "it does not fit",
+            "within the SM's 164 KiB",
+            "163 KiB one thread block may use",
+        ],
+    ),
 }
 
 
@@ -1196,7 +1221,21 @@ WRONG_FA1 = {
     ),
     "O written back but never read": (
         {"per_tile": "2 * row"},
-        ["case 0", "never read", "first reads the O_i"],
+        [
+            "case 0",
+            "either of two",
+            "Q_i, which fa1 reads again",
+            "O_i, which it reads back",
+        ],
+    ),
+    "Q_i never read": (
+        {"per_tile": "(d * itemsize + 2 * stat) + row"},  # O_i, l_i, m_i in and out
+        [
+            "case 0",
+            "either of two",
+            "Q_i, which fa1 reads again",
+            "O_i, which it reads back",
+        ],
     ),
     "l, m at the input's itemsize": (
         {"stat": "itemsize"},

@@ -366,57 +366,85 @@ def _widest_slip(
     return max(0, -(-room // per_key) if up else room // per_key)
 
 
+_WIDEST_SLIPS = [
+    (
+        {"up": True},
+        "rounded up: a step with one key more than fits does not fit; round the division down (//)",
+    ),
+    (
+        {"p": 0},
+        "P_ij is left out: the probabilities are a Br × Bc buffer of their own (in the input dtype, "
+        "the operand of the second matmul), beside S_ij",
+    ),
+    (
+        {"s": 0},
+        "S_ij is left out: the scores are a Br × Bc buffer in float32, beside P_ij",
+    ),
+    (
+        {"state": "acc"},
+        "m and l are left out: beside acc, the state holds m and l, Br floats each (float32)",
+    ),
+    (
+        {"state": False},
+        "the state is left out: m and l (Br each) and acc (Br × d) stay on chip for the whole step, in float32",
+    ),
+    (
+        {"p": 4},
+        "P_ij counted in float32: it is cast to the input dtype (itemsize bytes) for the second matmul",
+    ),
+    (
+        {"s": "isz"},
+        "S_ij counted at itemsize: the scores come out of the first matmul in float32 (4 bytes)",
+    ),
+    (
+        {"s": "isz", "st": "isz"},
+        "every buffer counted at itemsize: only Q_i, K_j, V_j and P_ij are in the input dtype; S_ij "
+        "(out of the first matmul) and m, l, acc stay in float32, 4 bytes each, whatever the inputs",
+    ),
+    (
+        {"s": 0, "p": 0},
+        "S_ij and P_ij are both left out: the scores (Br × Bc, float32) and the probabilities "
+        "(Br × Bc, itemsize) are buffers of the step too, Br · (4 + itemsize) bytes per key",
+    ),
+    (
+        {"s": 0, "p": 0, "st": "isz"},
+        "S_ij and P_ij are left out, and m, l, acc counted at itemsize: the scores (float32) and "
+        "probabilities (itemsize) are Br × Bc buffers of the step, and the state stays in float32",
+    ),
+    (
+        {"st": "isz"},
+        "m, l and acc counted at itemsize: the state is kept in float32 (4 bytes), whatever the inputs",
+    ),
+]
+
+
+def _slip_value(case, kw):
+    """`_widest_slip` on `case`, with "isz" standing for the case's itemsize."""
+    return _widest_slip(
+        *case, **{k: case[3] if v == "isz" else v for k, v in kw.items()}
+    )
+
+
+def _probe_cases(case, want):
+    """Further sizes that tell apart slips giving the same Bc in `case`: the other itemsize, and a budget
+    just short of the next key plus m, l (where rounding up is wrong and m, l are not missed)."""
+    sram, d, Br, isz = case
+    fixed = Br * d * isz + (2 * Br + Br * d) * 4
+    per_key = 2 * d * isz + Br * (4 + isz)
+    return [
+        (fixed + (want + 2) * per_key - 8 * Br - 1, d, Br, isz),
+        (sram, d, Br, 6 - isz),
+        (2**18, 64, 64, 2),
+        (2**18, 64, 64, 4),
+    ]
+
+
 def _widest_hint(case, got, want, probe=None):
     sram, d, Br, isz = case
     if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
         return "a block size is a whole number of keys: round down (//)"
     if got < 0:
         return "no negative sizes: return 0 when even Bc = 1 does not fit (max(0, ...))"
-    slips = [
-        (
-            _widest_slip(*case, up=True),
-            "rounded up: a step with one key more than fits does not fit; round the division down (//)",
-        ),
-        (
-            _widest_slip(*case, p=0),
-            "P_ij is left out: the probabilities are a Br × Bc buffer of their own (in the input dtype, "
-            "the operand of the second matmul), beside S_ij",
-        ),
-        (
-            _widest_slip(*case, s=0),
-            "S_ij is left out: the scores are a Br × Bc buffer in float32, beside P_ij",
-        ),
-        (
-            _widest_slip(*case, state="acc"),
-            "m and l are left out: beside acc, the state holds m and l, Br floats each (float32)",
-        ),
-        (
-            _widest_slip(*case, state=False),
-            "the state is left out: m and l (Br each) and acc (Br × d) stay on chip for the whole step, in float32",
-        ),
-        (
-            _widest_slip(*case, p=4),
-            "P_ij counted in float32: it is cast to the input dtype (itemsize bytes) for the second matmul",
-        ),
-        (
-            _widest_slip(*case, s=isz),
-            "S_ij counted at itemsize: the scores come out of the first matmul in float32 (4 bytes)",
-        ),
-        (
-            _widest_slip(*case, s=0, p=0),
-            "S_ij and P_ij are both left out: the scores (Br × Bc, float32) and the probabilities "
-            "(Br × Bc, itemsize) are buffers of the step too, Br · (4 + itemsize) bytes per key",
-        ),
-        (
-            _widest_slip(*case, s=0, p=0, st=isz),
-            "S_ij and P_ij are left out, and m, l, acc counted at itemsize: the scores (float32) and "
-            "probabilities (itemsize) are Br × Bc buffers of the step, and the state stays in float32",
-        ),
-        (
-            _widest_slip(*case, st=isz),
-            "m, l and acc counted at itemsize: the state is kept in float32 (4 bytes), whatever the inputs",
-        ),
-    ]
     if got >= 1 and _footprint(d, Br, got, isz) > sram:
         default = (
             f"a step with Bc = {got} takes {_footprint(d, Br, got, isz):,} bytes, more than the {sram:,} there "
@@ -429,23 +457,21 @@ def _widest_hint(case, got, want, probe=None):
         )
     else:
         default = "the largest Bc whose step fits; 0 when even Bc = 1 does not"
-    said = [t for a, t in slips if a != want and _first([(a, t)], got, None)]
-    ml = [t for t in said if t.startswith("m and l")]
-    if probe is not None and ml and said[0].startswith("rounded up"):
-        # the two give the same Bc here: ask one more size, where rounding up is wrong and m, l are not missed
-        fixed = Br * d * isz + (2 * Br + Br * d) * 4
-        per_key = 2 * d * isz + Br * (4 + isz)
-        room = fixed + (want + 2) * per_key - 8 * Br - 1
-        try:
-            again = probe(room, d, Br, isz)
-        except Exception:
-            again = None
-        said = (
-            [t for t in said if t not in ml]
-            if again != _widest(room, d, Br, isz)
-            else ml
-        )
-    return " — or: ".join(said) if said else default  # slips that give the same Bc here
+    said = [
+        (kw, t)
+        for kw, t in _WIDEST_SLIPS
+        if _slip_value(case, kw) != want and _slip_value(case, kw) == got
+    ]
+    if probe is not None and len(said) > 1:
+        # slips that give the same Bc here: ask further sizes and keep the ones the answers follow
+        for more in _probe_cases(case, want):
+            try:
+                again = probe(*more)
+            except Exception:
+                continue
+            kept = [(kw, t) for kw, t in said if _slip_value(more, kw) == again]
+            said = kept or said
+    return " — or: ".join(t for _, t in said) if said else default
 
 
 def check_widest_key_block(
@@ -529,9 +555,9 @@ def _ship_hint(Br, Bc, w) -> str | None:
         )
     if (Br, Bc) == (64, 128):
         return (
-            "64 × 128 has the same area as 128 × 64 (8,192 scores); what tells them apart is B_r: the fa2 "
-            "loop reads all of K and V once per query block, ceil(N / B_r) times, so the taller B_r reads "
-            "them half as often"
+            "64 × 128 is as large as any tile 4 warps hold (8,192 scores), but tiles of one area differ in "
+            "shape: in section 1's fa2 loop, how many times are all of K and V read, and which block size "
+            "sets that count?"
         )
     return (
         f"{Br} × {Bc} with 4 warps fits, and so does a tile of twice its area: fewer, larger steps, each "
@@ -564,12 +590,18 @@ def _fit_hint(d, Br, Bc, w, got) -> str:
         f"shared memory {shared:,} B of {room:,}"
     )
     if got:
-        over = (
-            "the registers are over min(256 KiB, 32·w·255·4 B): a thread block of w warps holds "
-            "no more"
-            if regs > budget
-            else "Q_i, K_j, V_j are over the 163 KiB of shared memory one thread block may use"
-        )
+        if regs > budget:
+            over = (
+                "the registers are over min(256 KiB, 32·w·255·4 B): a thread block of w warps holds "
+                "no more"
+            )
+        elif shared <= 164 * 1024:
+            over = (
+                "Q_i, K_j, V_j are within the SM's 164 KiB but over the 163 KiB one thread block may "
+                "use: compare with the per-block limit, not the SM's"
+            )
+        else:
+            over = "Q_i, K_j, V_j are over the 163 KiB of shared memory one thread block may use"
         return f"it does not fit: {sizes}; {over}"
     causes = []
     if regs + shared > 256 * 1024:
@@ -589,6 +621,17 @@ def _fit_hint(d, Br, Bc, w, got) -> str:
     return f"it fits: {sizes}; " + " — or: ".join(causes)
 
 
+def _edge_cases(d):
+    """Two steps at head dimension d with registers well within 8 warps' budget: shared memory at most 163 KiB
+    (fits), and over 163 KiB but within the SM's 164 KiB (does not fit a thread block)."""
+    out = []
+    for limit in (163 * 1024, 164 * 1024):
+        n = limit // (2 * d)  # Br + 2·Bc, shared = 2·d·(Br + 2·Bc) bytes
+        Br = 16 if n % 2 == 0 else 15
+        out.append((d, Br, (n - Br) // 2, 8))
+    return out
+
+
 def check_a100_fits(fn, *, name: str | None = None, seed: int | None = None) -> None:
     """Check `fn(d, Br, Bc, warps) -> bool`: does one step fit an A100 SM, fp16 inputs, dv = d, one copy of K_j, V_j?
     registers = Br·Bc·(4 + 2) + (2·Br + Br·d)·4 within min(256 KiB, 32·warps·255·4 B), and
@@ -606,6 +649,7 @@ def check_a100_fits(fn, *, name: str | None = None, seed: int | None = None) -> 
             rng.choice(_WARPS, 12),
         )
     ]
+    cases += _edge_cases(d_new)  # shared memory within 163 KiB, and just over it
     for case in cases:
         shown = "case (d = {}, Br = {}, Bc = {}, warps = {})".format(*case)
         ok, got = _attempt(name, fn, shown, case, course=_FIT_COURSE)
@@ -626,7 +670,7 @@ def check_a100_fits(fn, *, name: str | None = None, seed: int | None = None) -> 
                 end="",
             )
     print(
-        f"{name}: ✓ passed {len(cases)} cases: the 18 candidates at d = 128, 12 steps at a fresh d"
+        f"{name}: ✓ passed {len(cases)} cases: the 18 candidates at d = 128, 14 steps at a fresh d"
     )
 
 
@@ -750,8 +794,9 @@ def _fa1_hint(case, got, want):
         ),
         (
             _fa1_bytes(*case, o_read=False),
-            "O_i is written back but never read: to update O_i at key block j, fa1 "
-            "first reads the O_i that key block j - 1 wrote",
+            "one read of r × d values per computed tile is missing, and at d = d_v it could "
+            "be either of two: Q_i, which fa1 reads again at every tile (i, j), or O_i, which "
+            "it reads back from HBM (as key block j - 1 wrote it) before updating it; check both",
         ),
         (
             _fa1_bytes(*case, stats=isz),

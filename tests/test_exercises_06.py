@@ -33,6 +33,8 @@ PASSED = {
     "acc normalized once (FA2)\n",
     3: "split_k_tile: ✓ passed 5 cases: each warp's state from its own keys, "
     "merged into the tile's\n",
+    6: "fa1_keys_outer: ✓ 3 cases: keys outside; O, m, l read from HBM and written back "
+    "every key block\n",
 }
 
 
@@ -44,16 +46,16 @@ def _fails(number: int, text: str, *says: str) -> str:
     return assert_fails(EX[number], text, *says)
 
 
-def test_the_notebook_has_five_checked_exercises():
-    assert sorted(n for n in EX if isinstance(n, int)) == [1, 2, 3, 4, 5]
+def test_the_notebook_has_six_checked_exercises():
+    assert sorted(n for n in EX if isinstance(n, int)) == [1, 2, 3, 4, 5, 6]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("number", [1, 2, 3, 4, 5, 6])
 def test_worked_solution_passes_with_one_fixed_line(number):
     assert run_check(EX[number], EX[number].solution) == PASSED[number]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("number", [1, 2, 3, 4, 5, 6])
 def test_stub_reports_not_implemented(number):
     assert "not implemented yet" in run_check(EX[number], EX[number].stub)
 
@@ -67,6 +69,7 @@ def test_the_exercise_section_needs_only_the_setup():
         "check_affordable_nonmatmul",
         "check_causal_fa2_ops",
         "check_fa1_block",
+        "check_fa1_keys_outer",
         "check_split_k_tile",
     } <= set(ns)
     assert not {"q", "k", "v", "split", "whole"} & set(ns)
@@ -1081,3 +1084,101 @@ def test_loop_record_tells_the_two_forms_apart():
         "key_blocks": 4,
     }
     assert fa2 == {"normalized_after": [3], "divides": 8 * 12, "key_blocks": 4}
+
+
+# ------------------------------------------------------------------------------------ exercise 6: FA1's loop order
+
+
+def _keys_outer(change: dict | None = None) -> str:
+    """The worked solution of exercise 6 with each `old: new` of `change` applied (each must occur)."""
+    src = EX[6].solution
+    for old, new in (change or {}).items():
+        assert old in src, old
+        src = src.replace(old, new)
+    return src
+
+
+def test_keys_outer_with_the_query_blocks_outside_is_named():
+    src = _keys_outer(
+        {
+            "    for j0 in range(0, len(k), Bc):  # key blocks outside\n"
+            "        for rows in (slice(i0, i0 + Br) for i0 in range(0, len(q), Br)):\n": (
+                "    for rows in (slice(i0, i0 + Br) for i0 in range(0, len(q), Br)):\n"
+                "        for j0 in range(0, len(k), Bc):\n"
+            )
+        }
+    )
+    _fails(6, src, "with the query blocks outside")
+
+
+def test_keys_outer_keeping_o_on_chip_is_named():
+    src = _keys_outer(
+        {
+            "    O, m, l = hbm": "    on_chip = {}\n    O, m, l = hbm",
+            "O_old = m[rows], l[rows], O[rows]": (
+                "O_old = m[rows], l[rows], on_chip.get(rows.start, 0.0)"
+            ),
+            "            O[rows] = ((a": "            O[rows] = on_chip[rows.start] = ((a",
+        }
+    )
+    _fails(6, src, "the old O of a query block is not read back from HBM")
+
+
+def test_keys_outer_writing_o_once_per_query_block_is_named():
+    src = """
+    def fa1_keys_outer(q, k, v, Br, Bc, hbm):
+        for i0 in range(0, len(q), Br):
+            s = q[i0 : i0 + Br] @ k.T / np.sqrt(q.shape[1])
+            m = s.max(axis=1)
+            p = np.exp(s - m[:, None])
+            hbm["O"][i0 : i0 + Br] = p @ v / p.sum(axis=1)[:, None]
+            hbm["m"][i0 : i0 + Br], hbm["l"][i0 : i0 + Br] = m, p.sum(axis=1)
+    """
+    _fails(6, src, "O is written once per query block")
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({"m_new = np.maximum(m_old, m_tile)": "m_new = m_tile"}, "m (element 1)"),
+        (
+            {
+                "l_new = a * l_old + b * p_tile.sum(axis=1)": "l_new = l_old + p_tile.sum(axis=1)"
+            },
+            "O (element 0)",
+        ),
+        ({"(a * l_old)[:, None] * O_old": "a[:, None] * O_old"}, "O (element 0)"),
+    ],
+)
+def test_keys_outer_wrong_rule_fails_on_values(change, says):
+    _fails(6, _keys_outer(change), says)
+
+
+def test_keys_outer_may_not_call_lab_or_compute_on_a_whole_hbm_array():
+    _fails(
+        6,
+        """
+        def fa1_keys_outer(q, k, v, Br, Bc, hbm):
+            o, lse = lab.attention_reference(q, k, v)
+            hbm["O"][:] = o
+        """,
+        "calls lab.attention_reference",
+    )
+    _fails(
+        6,
+        _keys_outer(
+            {
+                "O_old = m[rows], l[rows], O[rows]": "O_old = m[rows], l[rows], (O * 1)[rows]"
+            }
+        ),
+        "raised TypeError",
+    )
+
+
+def test_hbm_array_refuses_conversion_and_logs_rows():
+    log = []
+    a = checks.HBM(np.zeros((5, 2)), log, "O")
+    a[1:3] = 1.0
+    assert a[2:5].sum() == 2.0 and log == [("O", "write", 1, 2), ("O", "read", 2, 3)]
+    with pytest.raises(TypeError, match="O lives in HBM"):
+        np.asarray(a)

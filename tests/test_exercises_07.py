@@ -481,6 +481,24 @@ def test_round_by_the_array_method_is_not_seen_and_the_notebook_says_so():
     assert ".round()" in EX[2].spec and "Python's `round`" in EX[2].spec
 
 
+@pytest.mark.parametrize(
+    "n",
+    [
+        "(a / step + 2**52) - 2**52",
+        "(a / step + 2.0**52) - 2.0**52",
+        "(a / step + 6755399441055744.0) - 6755399441055744.0",
+    ],
+)
+def test_round_may_not_let_float64_settle_ties_by_a_magic_constant(n):
+    _fails(2, _round(n=n), "your code holds the constant", "settle the tie for you")
+
+
+def test_round_with_a_magic_constant_built_at_run_time_goes_unseen_and_the_notebook_says_so():
+    src = _round(n="(a / step + np.ldexp(1.0, 52)) - np.ldexp(1.0, 52)")
+    assert run_check(EX[2], _src(src)) == PASSED[2]
+    assert "2**52" in EX[2].spec
+
+
 def test_round_through_a_library_fails_on_the_layout_no_library_has():
     src = """
     import ml_dtypes
@@ -488,7 +506,7 @@ def test_round_through_a_library_fails_on_the_layout_no_library_has():
         kinds = {(5, 10): np.float16, (8, 7): ml_dtypes.bfloat16, (5, 2): ml_dtypes.float8_e5m2}
         return np.asarray(x, np.float32).astype(kinds.get((e, t), np.float16)).astype(np.float32)
     """
-    _fails(2, src, "case 7 (a layout no library has, e=6, t=5")
+    _fails(2, src, "case 7 (a layout no library has, w_e=6, t=5")
 
 
 def test_round_losing_inf():

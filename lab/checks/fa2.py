@@ -1,6 +1,6 @@
 """Checks for the exercises of notebook 06: one query block in FA1's form (exercise 1) and in FA2's form (2),
 split-K inside a thread block (3), the A100 time model inverted (4) and FA2's operations under a causal mask
-(5). `loop_record` shows a learner what their two block loops did (when each held the normalized output, and
+(5), FA1's own loop order with its state in HBM (6). `loop_record` shows a learner what their two block loops did (when each held the normalized output, and
 its divides).
 
 - `check_split_k_tile`         : one key block over w warps, warp u owning keys u·c .. (u+1)·c - 1,
@@ -27,6 +27,11 @@ its divides).
   the normalized output $\\mathrm{softmax}(S_{:, :j})V_{:j}$ after each key block, as FA1 does, or only after
   the last, as FA2 does; lab's attention, by any name, is refused. Hints name a missing $1/\\sqrt d$ (o equals the output with scale 1) and, in FA1's
   form, $lse = m + \\log l$ returned in place of $l$.
+- `check_fa1_keys_outer`       : FA1's loop order on whole q, k, v: `O`, `m`, `l` handed over as `HBM` arrays that
+  log every block read and written; the values against the reference (a key block near +400 before blocks near
+  -400 among the cases), then the log: key blocks outside, each query block's state written once per key block
+  and read back before each update. Hints name the query blocks outside, a state written once per query block,
+  an `O` kept on chip. `hbm_record` runs a loop on such arrays and returns their log.
 
 Taught in: notebooks/06_flashattention2.ipynb
 """
@@ -50,6 +55,9 @@ __all__ = [
     "check_fa1_block",
     "check_fa2_block",
     "check_split_k_tile",
+    "check_fa1_keys_outer",
+    "HBM",
+    "hbm_record",
     "loop_record",
 ]
 
@@ -1092,3 +1100,178 @@ def _split_form(log, parts, merged, q_i, k_j, v_j, w) -> str | None:
                 "the warps' partial states to combine; merge those"
             )
     return None
+
+
+# ------------------------------------------------------------------------------------ Exercise 6: FA1's loop order
+
+
+class HBM:
+    """An array in HBM as one step of FA1's loop sees it: `a[rows]` reads a block (a copy, now on chip) and
+    `a[rows] = x` writes one back, each logged as `(name, "read" | "write", first row, rows)`; no arithmetic on the
+    whole array. Taught in: notebooks/06_flashattention2.ipynb"""
+
+    def __init__(self, a: np.ndarray, log: list, name: str):
+        self._a, self._log, self._name = a, log, name
+        self.shape, self.dtype = a.shape, a.dtype
+
+    def __len__(self) -> int:
+        return len(self._a)
+
+    def _rows(self, key) -> tuple:
+        idx = np.atleast_1d(
+            np.arange(len(self._a))[key[0] if isinstance(key, tuple) else key]
+        )
+        return (int(idx[0]) if idx.size else 0, int(idx.size))
+
+    def __getitem__(self, key):
+        self._log.append((self._name, "read", *self._rows(key)))
+        return np.array(self._a[key])
+
+    def __setitem__(self, key, value):
+        self._log.append((self._name, "write", *self._rows(key)))
+        self._a[key] = value
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError(
+            f"{self._name} lives in HBM: read a block with {self._name}[rows], "
+            f"write one back with {self._name}[rows] = ..."
+        )
+
+
+def _hbm(N: int, dv: int) -> tuple:
+    """`(hbm, log)`: HBM arrays O (N, d_v) = 0, m (N,) = -inf, l (N,) = 0, and the log of their reads and writes."""
+    log = []
+    start = {"O": np.zeros((N, dv)), "m": np.full(N, -np.inf), "l": np.zeros(N)}
+    return {name: HBM(a, log, name) for name, a in start.items()}, log
+
+
+def hbm_record(fn, q, k, v, Br: int, Bc: int) -> tuple:
+    """`(out, log)`: run `fn(q, k, v, Br, Bc, hbm)` on HBM arrays O (N, d_v) = 0, m (N,) = -inf, l (N,) = 0; `out`
+    holds their final values as plain arrays, `log` every read and write in order.
+    Taught in: notebooks/06_flashattention2.ipynb
+    """
+    hbm, log = _hbm(len(q), v.shape[1])
+    fn(q, k, v, Br, Bc, hbm)
+    return {name: a._a for name, a in hbm.items()}, log
+
+
+def _keys_outer_cases(seed: int):
+    rng = np.random.default_rng(seed)
+    N, M, d = (
+        int(rng.integers(20, 40)),
+        int(rng.integers(40, 70)),
+        int(rng.integers(4, 9)),
+    )
+    Br, Bc = int(rng.integers(6, 11)), int(rng.integers(8, 15))
+    fresh = (
+        rng.standard_normal((N, d)),
+        rng.standard_normal((M, d)),
+        rng.standard_normal((M, d + 1)),
+    )
+    q = 10 * (
+        1 + np.abs(rng.standard_normal((N, d)))
+    )  # scores near +400 in the first key block, -400 after
+    k = (
+        10
+        * (1 + np.abs(rng.standard_normal((M, d))))
+        * np.where(np.arange(M) < Bc, 1.0, -1.0)[:, None]
+    )
+    return [
+        ("fresh shapes, short last blocks", *fresh, Br, Bc),
+        (
+            "a key block near +400 before blocks near -400",
+            q,
+            k,
+            rng.standard_normal((M, d)),
+            Br,
+            Bc,
+        ),
+        (
+            "one query block, one key block",
+            *(a[:Br, :] for a in fresh[:1]),
+            fresh[1][:Bc],
+            fresh[2][:Bc],
+            Br,
+            Bc,
+        ),
+    ]
+
+
+def _order_problem(log, name: str, N: int, M: int, Br: int, Bc: int) -> str | None:
+    """Why the writes and reads of `name` are not FA1's: each query block's rows written once per key block, keys
+    outside, and read back (from the second key block on) before each write."""
+    Tc = -(-M // Bc)
+    blocks = [(i0, min(Br, N - i0)) for i0 in range(0, N, Br)]
+    writes = [(s, n) for x, kind, s, n in log if x == name and kind == "write"]
+    if writes == blocks * Tc:
+        reads = [(s, n) for x, kind, s, n in log if x == name and kind == "read"]
+        if any(reads.count(b) < Tc - 1 for b in blocks):
+            return (
+                f"the old {name} of a query block is not read back from HBM: between key blocks FA1's state waits "
+                f"there, so each step reads it ({name}[rows]) before it writes it"
+            )
+        return None
+    if writes == [b for b in blocks for _ in range(Tc)]:
+        return (
+            f"{name} is written key block by key block, but with the query blocks outside: FA1 puts the key blocks "
+            "outside and walks every query block for each"
+        )
+    if len(writes) == len(blocks):
+        return (
+            f"{name} is written once per query block: FA1 cannot keep every block's state on chip, it writes "
+            f"{name}[rows] back after every key block"
+        )
+    return (
+        f"{name}'s writes, in order (first row, rows), begin {writes[:4]}; FA1 writes each query block's "
+        f"{Br} rows once per key block, key blocks outside: {(blocks * Tc)[:4]}"
+    )
+
+
+def check_fa1_keys_outer(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
+    """Check `fn(q, k, v, Br, Bc, hbm)`, FA1's loop order: O, m, l in `hbm` (`HBM` arrays) end as the output, row
+    max and row sum; key blocks outside, each query block's O, m and l read from HBM and written back at every key
+    block; lab's attention and torch refused. Taught in: notebooks/06_flashattention2.ipynb"""
+    name = name or getattr(fn, "__name__", "your function")
+    _, seed = _fresh(seed)
+    cases = _keys_outer_cases(seed)
+    for i, (label, q, k, v, Br, Bc) in enumerate(cases):
+        hbm, log = _hbm(len(q), v.shape[1])
+        try:
+            with (
+                np.errstate(all="ignore"),
+                _watching(_COURSE, numpy_only=True) as called,
+            ):
+                fn(q.copy(), k.copy(), v.copy(), Br, Bc, hbm)
+        except NotImplementedError:
+            print(_NOT_YET.format(name))
+            return
+        except Exception as exc:  # a learner's bug: report it, do not stop the notebook
+            print(f"{name}: ✗ case {i} ({label}) raised {type(exc).__name__}: {exc}")
+            print(seed_note(seed), end="")
+            return
+        o, lse = attention_reference(q, k, v)
+        m = (q @ k.T / np.sqrt(q.shape[1])).max(axis=1)
+        want = (o, m, np.exp(lse - m))
+        got = (hbm["O"]._a, hbm["m"]._a, hbm["l"]._a)
+        problem = (
+            (_refusal(called) if called else None)
+            or diagnose(got, want, names=("O", "m", "l"), rtol=1e-9, atol=1e-12)
+            or next(
+                (
+                    p
+                    for x in "Oml"
+                    if (p := _order_problem(log, x, len(q), len(k), Br, Bc))
+                ),
+                None,
+            )
+        )
+        if problem is not None:
+            print(f"{name}: ✗ case {i} ({label}): {problem}")
+            print(seed_note(seed), end="")
+            return
+    print(
+        f"{name}: ✓ {len(cases)} cases: keys outside; O, m, l read from HBM and written back "
+        "every key block"
+    )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import sys
+import types
 
 import numpy as np
 
@@ -357,7 +358,7 @@ def _rounding_cases():
     s = 2.0**-24
     return [
         (
-            "fp16 layout e=5, t=10: values in [1, 2)",
+            "fp16 layout w_e=5, t=10: values in [1, 2)",
             (1 + rng.random(40)).astype(np.float32),
             5,
             10,
@@ -427,9 +428,14 @@ def _rounding_cases():
             5,
             10,
         ),
-        ("bf16 layout e=8, t=7: the whole range", spread(8, 7, 300), 8, 7),
-        ("fp8 e5m2 layout e=5, t=2: the whole range", spread(5, 2, 300), 5, 2),
-        ("a layout no library has, e=6, t=5: the whole range", spread(6, 5, 300), 6, 5),
+        ("bf16 layout w_e=8, t=7: the whole range", spread(8, 7, 300), 8, 7),
+        ("fp8 e5m2 layout w_e=5, t=2: the whole range", spread(5, 2, 300), 5, 2),
+        (
+            "a layout no library has, w_e=6, t=5: the whole range",
+            spread(6, 5, 300),
+            6,
+            5,
+        ),
     ]
 
 
@@ -487,15 +493,50 @@ def _explain(x: float, want: float, got: float, e: int, t: int) -> str:
     return f"{want!r} is the nearer neighbour"
 
 
+_MAGIC = (
+    2.0**52,
+    1.5 * 2.0**52,
+    1.5 * 2.0**23,
+)  # (q + c) - c rounds q to an integer, ties to even
+
+
+def _magic_constant(fn) -> float | None:
+    """The first constant of `_MAGIC` in `fn`'s code (nested functions too), or None: $(q + 2^{52}) - 2^{52}$ rounds $q$.
+
+    Seen only as a literal (Python folds `2.0**52` into one); a constant built at run time goes unseen.
+    """
+    stack = [getattr(fn, "__code__", None)]
+    while stack:
+        code = stack.pop()
+        for c in getattr(code, "co_consts", ()):
+            if isinstance(c, types.CodeType):
+                stack.append(c)
+            elif (
+                isinstance(c, (int, float))
+                and not isinstance(c, bool)
+                and abs(c) in _MAGIC
+            ):
+                return float(abs(c))
+    return None
+
+
 def check_round_nearest_even(fn, *, name: str | None = None) -> None:
-    """Check `fn(x, e, t)`, round to nearest even for a layout of `e` exponent and `t` mantissa bits, bit for bit.
+    """Check `fn(x, we, t)`, round to nearest even for a layout of `we` exponent and `t` mantissa bits, bit for bit.
 
     References: `lab.round_to` (ml_dtypes, numpy) for the fp16, bf16 and e5m2 layouts, `round_by_grid` for a
     layout no library has. The answer may not call `lab.round_to`, `np.rint`/`np.round`/`np.around` or the
-    builtin `round`; an array's `.round()` method is a C method that cannot be replaced, so it goes unseen.
+    builtin `round`, nor hold $2^{52}$ (or $1.5 \\cdot 2^{52}$, $1.5 \\cdot 2^{23}$) as a literal, the constant of
+    `(q + 2**52) - 2**52`; an array's `.round()` method is a C method that cannot be replaced, so it goes unseen.
     Taught in: notebooks/07_precision.ipynb
     """
     name = name or getattr(fn, "__name__", "your function")
+    magic = _magic_constant(fn)
+    if magic is not None:
+        print(
+            f"{name}: ✗ your code holds the constant {magic:g}: adding it and taking it away again lets the "
+            "hardware's own rounding settle the tie for you; decide from the remainder with np.floor"
+        )
+        return
     forbidden = _rounders(
         "{}, which applies the tie rule for you: decide from the remainder with np.floor"
     )

@@ -71,6 +71,8 @@ def _run(name, fn, args, shown):
             else " (the last block may be shorter than Br or Bc: take its indices up to N and M, "
             "e.g. np.arange(i0, min(i0 + Br, N)))"
             if "broadcast" in text
+            or "did not match" in text
+            or isinstance(exc, IndexError)
             else ""
         )
         print(f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}{extra}")

@@ -328,31 +328,31 @@ PLANTED = [
         "atomic_numbers",
         "swapped",
         ("return key_outer, query_outer", "return query_outer, key_outer"),
-        ["✗ case 0", "the two are swapped"],
+        ["✗ case ", "the two are swapped"],
     ),
     (
         "atomic_numbers",
         "d for dv",
         ("query_outer = M * d + M * dv", "query_outer = 2 * M * d"),
-        ["✗ case 0", "dV has d_v columns"],
+        ["✗ case ", "dV has d_v columns"],
     ),
     (
         "atomic_numbers",
         "dV forgotten",
         ("query_outer = M * d + M * dv", "query_outer = M * d"),
-        ["✗ case 0", "both dK and dV"],
+        ["✗ case ", "both dK and dV"],
     ),
     (
         "atomic_numbers",
         "rows",
         ("key_outer = N * d", "key_outer = N"),
-        ["✗ case 0", "that counts rows"],
+        ["✗ case ", "that counts rows"],
     ),
     (
         "atomic_numbers",
         "something else",
         ("key_outer = N * d", "key_outer = N * M"),
-        ["✗ case 0", "walk one outer block"],
+        ["✗ case ", "walk one outer block"],  # a drawn case with M = d passes it
     ),
     # Exercise 2 (b): D from o and dO
     (

@@ -30,6 +30,18 @@ def _same(got, wrong, case=None) -> bool:
         return False
 
 
+def _matches_everywhere(fn, wrong, cases, pick=lambda out: out) -> bool:
+    """Whether `pick(fn(*case))` equals the mistake `wrong(*case)` on every case (an error counts as no)."""
+    for c in cases:
+        try:
+            with np.errstate(all="ignore"):
+                if not _same(pick(fn(*c)), wrong, c):
+                    return False
+        except Exception:
+            return False
+    return True
+
+
 def _hint(mistakes, default: str, *, fn=None, cases=(), close=None):
     """A `lab.check` hint: the text of the first mistake `(wrong, text)` whose `wrong(*case)` equals yours, else `default`;
     None when the values agree (a property failed and says why itself).
@@ -39,14 +51,7 @@ def _hint(mistakes, default: str, *, fn=None, cases=(), close=None):
     matches and yours agrees with the reference to `rtol` (a precision lost, not a formula wrong)."""
 
     def everywhere(w):
-        for c in cases:
-            try:
-                with np.errstate(all="ignore"):
-                    if not _same(fn(*c), w, c):
-                        return False
-            except Exception:
-                return False
-        return True
+        return _matches_everywhere(fn, w, cases)
 
     def hint(case, got, want):
         with np.errstate(all="ignore"):
@@ -541,14 +546,7 @@ def _element_hint(names, mistakes, defaults, *, whole=None, fn=None, cases=()):
     that matches on the failing case by coincidence gives way to one that matches `fn` on every case."""
 
     def everywhere(i, w):
-        for c in cases:
-            try:
-                with np.errstate(all="ignore"):
-                    if not _same(fn(*c)[i], w, c):
-                        return False
-            except Exception:
-                return False
-        return True
+        return _matches_everywhere(fn, w, cases, lambda out: out[i])
 
     def hint(case, got, want):
         with np.errstate(all="ignore"):

@@ -300,23 +300,11 @@ def _bytes_hint(case, got, want):
     )
 
 
-def check_fa2_hbm_bytes(
-    fn, *, name: str | None = None, seed: int | None = None
-) -> None:
-    """Check `fn(N, d, Br, Bc, itemsize, causal)`, fa2's HBM bytes for one head, N = M, dv = d, against `lab.flash_counts`.
-
-    Reference: $\\big(2Nd + 2d\\sum_i K_i\\big)\\cdot\\text{itemsize} + N\\cdot\\max(\\text{itemsize}, 4)$, $K_i$ the keys block i loads.
-    Fixed cases and three drawn afresh each run (`seed` draws the same again); lab.flash_counts refused by any name.
-    Taught in: notebooks/05_tiling_traffic.ipynb"""
+def _check_hbm_bytes(fn, variant: str, fixed: list, hint, name, seed) -> None:
+    """`fn(N, d, Br, Bc, itemsize, causal)` against `flash_counts(..., variant=variant).total` on the `fixed`
+    cases and three drawn afresh (`seed` draws the same again)."""
     rng, seed = _fresh(seed)
-    cases = [
-        (4096, 64, 128, 128, 2, False),
-        (1000, 64, 64, 48, 2, True),
-        (333, 16, 50, 64, 8, True),
-        (1000, 64, 128, 128, 4, True),
-        (5, 3, 7, 2, 2, True),
-        (4096, 128, 128, 64, 2, True),
-    ] + [
+    drawn = [
         (
             int(rng.integers(50, 5000)),
             int(rng.choice([16, 32, 64, 80, 128])),
@@ -330,14 +318,46 @@ def check_fa2_hbm_bytes(
         fn,
         lambda N, d, Br, Bc, isz, causal: (
             flash_counts(
-                N, N, d, block_q=Br, block_k=Bc, causal=causal, itemsize=isz
+                N,
+                N,
+                d,
+                block_q=Br,
+                block_k=Bc,
+                causal=causal,
+                variant=variant,
+                itemsize=isz,
             ).total
         ),
-        cases,
+        fixed + drawn,
         "N d Br Bc itemsize causal",
-        _bytes_hint,
+        hint,
         name,
         seed=seed,
+    )
+
+
+def check_fa2_hbm_bytes(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
+    """Check `fn(N, d, Br, Bc, itemsize, causal)`, fa2's HBM bytes for one head, N = M, dv = d, against `lab.flash_counts`.
+
+    Reference: $\\big(2Nd + 2d\\sum_i K_i\\big)\\cdot\\text{itemsize} + N\\cdot\\max(\\text{itemsize}, 4)$, $K_i$ the keys block i loads.
+    Fixed cases and three drawn afresh each run (`seed` draws the same again); lab.flash_counts refused by any name.
+    Taught in: notebooks/05_tiling_traffic.ipynb"""
+    _check_hbm_bytes(
+        fn,
+        "fa2",
+        [
+            (4096, 64, 128, 128, 2, False),
+            (1000, 64, 64, 48, 2, True),
+            (333, 16, 50, 64, 8, True),
+            (1000, 64, 128, 128, 4, True),
+            (5, 3, 7, 2, 2, True),
+            (4096, 128, 128, 64, 2, True),
+        ],
+        _bytes_hint,
+        name,
+        seed,
     )
 
 
@@ -840,43 +860,20 @@ def check_fa1_hbm_bytes(
 
     Fixed cases and three drawn afresh each run (`seed` draws the same again); lab.flash_counts refused by any name.
     Taught in: notebooks/05_tiling_traffic.ipynb"""
-    rng, seed = _fresh(seed)
-    cases = [
-        (4096, 64, 128, 128, 2, False),
-        (1000, 64, 64, 48, 2, True),
-        (333, 16, 50, 64, 8, True),
-        (1000, 64, 128, 96, 4, False),
-        (5, 3, 2, 7, 2, True),
-        (4096, 128, 64, 128, 2, True),
-    ] + [
-        (
-            int(rng.integers(50, 5000)),
-            int(rng.choice([16, 32, 64, 80, 128])),
-            *(int(x) for x in rng.integers(8, 200, 2)),
-            int(rng.choice([2, 4, 8])),
-            causal,
-        )
-        for causal in (True, False, True)
-    ]
-    _check(
+    _check_hbm_bytes(
         fn,
-        lambda N, d, Br, Bc, isz, causal: (
-            flash_counts(
-                N,
-                N,
-                d,
-                block_q=Br,
-                block_k=Bc,
-                causal=causal,
-                variant="fa1",
-                itemsize=isz,
-            ).total
-        ),
-        cases,
-        "N d Br Bc itemsize causal",
+        "fa1",
+        [
+            (4096, 64, 128, 128, 2, False),
+            (1000, 64, 64, 48, 2, True),
+            (333, 16, 50, 64, 8, True),
+            (1000, 64, 128, 96, 4, False),
+            (5, 3, 2, 7, 2, True),
+            (4096, 128, 64, 128, 2, True),
+        ],
         _fa1_hint,
         name,
-        seed=seed,
+        seed,
     )
 
 

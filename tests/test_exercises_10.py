@@ -184,6 +184,18 @@ WRONG_3 = {
         + "    return min(range(1, K + 1), key=lambda s: (t(s), s))\n",
         ["the waves rounded down"],
     ),
+    "chunks of floor(T_c / splits) key blocks: the tail dropped": (
+        _BS
+        + _T.replace("-(-K // s)", "K // s")
+        + "    return min(range(1, K + 1), key=lambda s: (t(s), s))\n",
+        ["your chunks drop the tail of the cache", "⌊T_c / splits⌋", "never read"],
+    ),
+    "chunks of floor(M / splits) keys: the tail dropped": (
+        _BS
+        + _T.replace("-(-K // s)", "-(-(M // s) // 128)")
+        + "    return min(range(1, K + 1), key=lambda s: (t(s), s))\n",
+        ["your chunks drop the tail of the cache", "⌊M / splits⌋", "never read"],
+    ),
     "ties to the most splits": (
         _BS + _T + "    return min(range(1, K + 1), key=lambda s: (t(s), -s))\n",
         ["when counts tie, take the fewest"],

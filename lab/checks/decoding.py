@@ -625,15 +625,18 @@ def _steps(M, B, H, P, s):
     return decode_schedule(M, batch=B, heads=H, splits=s, processors=P)["steps"]
 
 
-def _model_steps(M, B, H, P, s, *, write=1, up=(True, True)):
+def _model_steps(M, B, H, P, s, *, write=1, up=(True, True), floor_keys=False):
     """The model's steps, or a known mistake's: `write=0` drops the partials and the merge, `up` says
-    whether the waves and the chunk round up (or down)."""
+    whether the waves and the chunk round up (or down); `floor_keys` cuts chunks of ⌊M / s⌋ keys (the
+    tail of M mod s keys in none), each then rounded up to whole key blocks."""
 
     def rnd(a, b, u):
         return -(-a // b) if u else max(a // b, 1)
 
     blocks = -(-M // 128)
     waves, chunk = rnd(B * H * min(s, M), P, up[0]), rnd(blocks, s, up[1])
+    if floor_keys:
+        chunk = max(-(-(M // s) // 128), 1)
     return waves * (chunk + write) + write if s > 1 else waves * chunk
 
 
@@ -674,7 +677,72 @@ def _best_splits_cases(rng):
     ]
 
 
-def _best_splits_hint(case, got, want):
+def _tail_hint(M, B, H, P, s, *, keys=False):
+    """The hint for chunks rounded down, in key blocks or (`keys`) in keys: they leave the tail of
+    the cache in no chunk."""
+    blocks = -(-M // 128)
+    longest = -(-blocks // s)  # the longest chunk when every key block is in one
+    total, unit = (M, "keys") if keys else (blocks, "key blocks")
+    cut = total // s
+    what = f"⌊{'M' if keys else 'T_c'} / splits⌋ = ⌊{total} / {s}⌋"
+    return (
+        f"your chunks drop the tail of the cache: {s} chunks of {what} = {cut} {unit} "
+        f"hold {s * cut:,} of the {total:,} {unit}, so the last {total - s * cut:,} are in "
+        f"no chunk and never read. Cut evenly with every key block in one chunk, the "
+        f"longest chunk holds ⌈T_c / splits⌉ = {longest} key blocks"
+    )
+
+
+def _mistakes(M, B, H, P, want):
+    """Each known mistake's answer to the case (M, B, H, P), by name."""
+    blocks = -(-M // 128)
+    return {
+        "short": _search(M, B, H, P, top=want - 1) if want > 1 else None,
+        "free": _search(M, B, H, P, write=0),
+        "tail blocks": _search(M, B, H, P, up=(True, False)),
+        "tail keys": _search(M, B, H, P, floor_keys=True),
+        "ties": min(
+            range(1, blocks + 1), key=lambda s: (_model_steps(M, B, H, P, s), -s)
+        ),
+        "batch": _search(M, 1, H, P) if B > 1 else None,
+        "waves": _search(M, B, H, P, up=(False, True)),
+        "waves and chunk": _search(M, B, H, P, up=(False, False)),
+        "fill": min(blocks, max(1, P // (B * H))),
+    }
+
+
+def _probe(kinds, fn):
+    """Which of `kinds` (mistakes whose answers coincide on the failing case) `fn` makes: asked on a
+    case where their answers differ; None if no such case is found or `fn` answers none of them."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        case = (
+            int(rng.integers(1000, 70_000)),
+            int(rng.integers(1, 5)),
+            int(rng.choice([1, 2, 4, 8])),
+            int(rng.choice([108, 132])),
+        )
+        want = _search(*case)
+        answers = {k: v for k, v in _mistakes(*case, want).items() if k in kinds}
+        if "short" in kinds:  # a search stopped at 128 splits, or at M // 128
+            stops = {
+                _search(*case, top=min(t, -(-case[0] // 128)))
+                for t in (128, case[0] // 128)
+            }
+            if len(stops) > 1:
+                continue
+            answers["short"] = stops.pop()
+        if len(set(answers.values())) == len(kinds):
+            try:
+                with np.errstate(all="ignore"):
+                    got = fn(*case)
+            except Exception:  # the learner's code: any failure leaves it undecided
+                return None
+            return next((k for k, v in answers.items() if v == got), None)
+    return None
+
+
+def _best_splits_hint(case, got, want, fn=None):
     M, B, H, P = case
     try:
         s = int(got)
@@ -686,30 +754,40 @@ def _best_splits_hint(case, got, want):
         return None
     t, t_want = _steps(M, B, H, P, s), _steps(M, B, H, P, want)
     blocks = -(-M // 128)
-    fill = min(blocks, max(1, P // (B * H)))  # the count that fills one wave
-    if t == t_want:
-        free = s == _search(M, B, H, P, write=0)
+    answers = _mistakes(M, B, H, P, want)
+    fill = answers["fill"]  # the count that fills one wave
+    tie = t == t_want
+    kinds = [k for k, v in answers.items() if v == s]
+    kinds = [
+        k
+        for k in kinds
+        if not (k == "ties" and not tie)  # most splits among the fastest: a tie
+        and not (k == "short" and s == fill)  # filling one wave is its own mistake
+    ]
+    if tie and "ties" not in kinds:
+        kinds.append("ties")
+    kind = (_probe(kinds, fn) if len(kinds) > 1 and fn is not None else None) or (
+        kinds[0] if kinds else None
+    )
+    if kind in ("tail blocks", "tail keys"):
+        return _tail_hint(M, B, H, P, s, keys=kind == "tail keys")
+    if tie and kind in ("ties", "free", "fill"):  # a tie, whatever led to it
         return (
             f"{s} splits take {t} steps, as {want} do: when counts tie, take the fewest "
             "(each split costs a partial result to write and merge)"
-        ) + (
-            "; if splitting were free it would win outright: count each wave's partials"
-            if free
-            else "; filling one wave is not the rule: compute each count's steps"
-            if s == fill
-            else ""
-        )
-    if B > 1 and s == _search(M, 1, H, P):
+        ) + {
+            "free": "; if splitting were free it would win outright: count each wave's partials",
+            "fill": "; filling one wave is not the rule: compute each count's steps",
+        }.get(kind, "")
+    if kind == "batch":
         return "each sequence of the batch brings its own work items: B·H per split"
-    if s == _search(M, B, H, P, write=0):
+    if kind == "free":
         return (
             f"{s} splits would win if splitting were free; with the partials counted they take {t} "
             f"steps, {want} take {t_want}: each item of a split spends a step writing its partial, "
             "once per wave, and the merge adds one"
         )
-    if (
-        s != fill and want > 1 and s == _search(M, B, H, P, top=want - 1)
-    ):  # the search ended too soon
+    if kind == "short":
         floor = (
             f", or at M // 128 = {M // 128}, which rounds the partial last block away"
             if M // 128 < blocks
@@ -720,16 +798,19 @@ def _best_splits_hint(case, got, want):
             f"against {t}: your search stopped before {want} (at 128, say{floor}); try "
             f"every count up to the key blocks ({blocks} here)"
         )
-    for up, what in (((False, True), "the waves"), ((True, False), "the chunk")):
-        if s == _search(M, B, H, P, up=up) or s == _search(
-            M, B, H, P, up=(False, False)
-        ):
-            return (
-                f"{what} rounded down: {s} splits make {B * H * min(s, M)} items on {P} processors "
-                f"and chunks of {blocks}/{s} key blocks; a partial wave or a partial chunk still "
-                "costs a whole one: round both up"
-            )
-    if s == fill:
+    if kind in ("waves", "waves and chunk"):
+        items = B * H * min(s, M)
+        return (
+            f"the waves rounded down: {items} items on {P} processors take "
+            f"⌈{items} / {P}⌉ = {-(-items // P)} wave(s); a wave only partly full still "
+            "costs a whole one"
+        ) + (
+            "; and a chunk of ⌊T_c / splits⌋ key blocks leaves the tail of the cache in "
+            "no chunk: the longest holds ⌈T_c / splits⌉"
+            if kind == "waves and chunk"
+            else ""
+        )
+    if kind == "fill":
         return (
             f"{s} splits fill one wave ({B * H * s} items on {P} processors) and take {t} steps, but "
             f"{want} take {t_want}: the fastest count is not always the one that fills a wave; "
@@ -747,8 +828,10 @@ def check_best_splits(fn, *, name: str | None = None, seed: int | None = None) -
 
     Six cases drawn afresh on each run (`seed` draws the same again): one sequence on a long cache, a batch,
     a short cache where counts tie, one head whose best count passes 128, a batch that fills the machine by
-    itself, anything. Hints for the partials forgotten, rounding down, a search stopped short (at 128, at M // 128), ties, the
-    batch forgotten, the count that fills one wave taken without computing the steps. Running
+    itself, anything. Hints for the partials forgotten, the waves rounded down, chunks of ⌊T_c / splits⌋ key
+    blocks or ⌊M / splits⌋ keys (the tail of the cache in no chunk), a search stopped short (at 128, at M // 128),
+    ties, the batch forgotten, the count that fills one wave taken without computing the steps. Where two
+    mistakes give the same answer, the hint asks `fn` one more case on which they differ. Running
     `lab.decode_schedule` or `lab.schedule_table` (by any name), the check's own oracle, is refused. Taught in: notebooks/10_decoding.ipynb
     """
     rng, seed = _fresh(seed)
@@ -759,7 +842,7 @@ def check_best_splits(fn, *, name: str | None = None, seed: int | None = None) -
         name=name or "best_splits",
         rtol=0,
         atol=0,
-        hint=_best_splits_hint,
+        hint=lambda case, got, want: _best_splits_hint(case, got, want, fn),
         properties=(_own_work("decode_schedule", "schedule_table", "heuristic_table"),),
         seed=seed,
     )

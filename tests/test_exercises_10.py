@@ -606,7 +606,27 @@ WRONG_PD = {
     ),
     "alpha inverted": (
         _pd(GOOD_LOOP, PD_STEP.replace("np.exp(m - m_new)", "np.exp(m_new - m)")),
-        ["α is inverted"],
+        ["α is inverted", "e^(+inf): the NaN"],
+    ),
+    "alpha inverted, the first page guarded (finite, no NaN)": (
+        _pd(
+            GOOD_LOOP,
+            PD_STEP.replace(
+                "alpha = np.exp(m - m_new)",
+                "alpha = np.exp(m_new - m) if i else np.zeros_like(m)",
+            ),
+        ),
+        ["case 0", "α is inverted", "e^(m_new - m_old) ≥ 1", "e^(m_old - m_new) ≤ 1"],
+    ),
+    "alpha inverted, -inf masked with np.where": (
+        _pd(
+            GOOD_LOOP,
+            PD_STEP.replace(
+                "alpha = np.exp(m - m_new)",
+                "alpha = np.where(np.isfinite(m), np.exp(m_new - m), 1.0)",
+            ),
+        ),
+        ["case 0", "α is inverted", "e^(m_old - m_new) ≤ 1"],
     ),
     "alpha missing on acc": (
         _pd(GOOD_LOOP, PD_STEP.replace("alpha[..., None] * acc", "acc")),

@@ -213,7 +213,8 @@ def _loop(
 ):
     """The running (m, l, acc) over `order` (physical pages, in the order read); variants for the hints
     (`carry=False`: each page's terms taken against that page's own max, never rescaled; `shift`: the last
-    page's valid slots off by that many; `rescale`: "both", "l" (acc never rescaled) or "inverted")."""
+    page's valid slots off by that many; `rescale`: "both", "l" (acc never rescaled), "inverted" (NaN
+    from the first page on) or "inverted, first page guarded" (finite, and wrong once the max rises))."""
     Hq, N, d = q.shape
     Hkv, S, dv = pages_k.shape[1], pages_k.shape[2], pages_v.shape[3]
     qg = q.reshape(Hkv, Hq // Hkv * N, d)
@@ -232,6 +233,8 @@ def _loop(
         a = np.exp(m - m_new) if alpha and carry else np.ones_like(m)
         if rescale == "inverted":
             a = np.exp(m_new - m)  # e^(+inf) on the first page: NaN follows
+        if rescale == "inverted, first page guarded":  # finite: l = acc = 0 there
+            a = np.where(np.isfinite(m), np.exp(m_new - m), 0.0)
         p = np.exp(s - m_new[..., None])
         a_acc = np.ones_like(a) if rescale == "l" else a
         l, acc, m = (
@@ -309,11 +312,20 @@ def _paged_hint(case, got, loose=False):
                     f"blocks, the last holding {partial} tokens; use ⌈length / page_size⌉, not length // page_size",
                 )
             )
+        inverted = (
+            "α is inverted: you rescale by e^(m_new - m_old) ≥ 1, which grows l and acc when a "
+            "page raises the max; what was summed against the old max must shrink: "
+            "α = e^(m_old - m_new) ≤ 1"
+        )
         known += [
             (
                 _loop(q, pk, pv, used, length, rescale="inverted"),
-                "α is inverted: what was summed against the old max m shrinks when the max rises, "
-                "α = e^(m_old - m_new) ≤ 1, not e^(m_new - m_old)",
+                inverted
+                + " (on the first page m_old = -inf, so yours is e^(+inf): the NaN)",
+            ),
+            (
+                _loop(q, pk, pv, used, length, rescale="inverted, first page guarded"),
+                inverted,
             ),
             (
                 _loop(q, pk, pv, used, length, rescale="l"),

@@ -58,7 +58,7 @@ def draw_kv_cache(itemsize: int = 2, tokens: int = 8192, ax=None) -> dict:
         color="none",
         edgecolor="gray",
         ls="--",
-        label="if multi-head (Hkv = Hq)",
+        label=r"if multi-head ($H_{kv} = H_q$)",
     )
     for layout in ("MHA", "GQA", "MQA"):
         idx = [i for i, r in enumerate(rows_r) if r["layout"] == layout]
@@ -269,7 +269,7 @@ def draw_gqa_intensity(
     for i, b in enumerate(kib):
         bx.text(i, b * 1.02, f"{b:,.0f}", ha="center", fontsize=10)
     bx.set(
-        xlabel="G  (Hkv = Hq / G)",
+        xlabel=r"$G$  ($H_{kv} = H_q \,/\, G$)",
         ylabel="KiB per token",
         title=f"K/V cache per token, {layers} layers × {q_heads} query heads",
     )

@@ -7,13 +7,17 @@ Taught in: notebooks/07_precision.ipynb, notebooks/07_precision_in_attention.ipy
 
 from __future__ import annotations
 
+import functools
+
 import matplotlib.pyplot as plt
 import matplotlib.ticker as mticker
 import numpy as np
 
+from ..attention import attention_reference
 from ..precision import format_info, round_to
 from ..precision_experiments import (
     FA3_TABLE3_RMSE,
+    _check_positive,
     _keys,
     gaussian_qkv,
     low_precision_sum,
@@ -21,6 +25,7 @@ from ..precision_experiments import (
     p_rounding_error,
     p_underflow,
 )
+from ..validate import check_block
 
 __all__ = [
     "draw_p_error_heatmaps",
@@ -216,6 +221,26 @@ def _log_counts_axis(ax) -> None:
     ax.yaxis.set_minor_locator(mticker.NullLocator())
 
 
+@functools.lru_cache(maxsize=8)
+def _explorer_inputs(M: int, d: int, spread: float, rows: int, seed: int, v_shift):
+    """`gaussian_qkv` with v + `v_shift`, and the float64 reference output: one draw per setting of the data.
+
+    A slider that moves the format or Bc reuses them (the arrays are read-only)."""
+    q, k, v = gaussian_qkv(M, d, spread, rows, seed)
+    v = v + np.float32(v_shift)
+    ref = attention_reference(
+        q.astype(np.float64), k.astype(np.float64), v.astype(np.float64)
+    )[0]
+    for a in (q, k, v, ref):
+        a.setflags(write=False)
+    return q, k, v, ref
+
+
+def _decade_above(x: float) -> float:
+    """The power of ten at or above x > 0 (a log axis's top that nearby settings share)."""
+    return 10.0 ** np.ceil(np.log10(x))
+
+
 def draw_p_explorer(
     fmt: str = "fp8_e4m3",
     M: int | None = 4096,
@@ -227,20 +252,29 @@ def draw_p_explorer(
     seed: int = 0,
     v_shift: float = 0.0,
     N: int | None = None,
+    ax=None,
 ) -> dict:
     """Histogram of $\\log_2 P_{ij}$ over M keys as the tiles form them, against the format's subnormal and underflow
-    limits; the error of $o$ (values $v$ + `v_shift`) in the title. `N` is the older keyword for `M`.
+    limits; the error of $o$ (values $v$ + `v_shift`) in the title. `N` is the older keyword for `M`; `ax`, an
+    Axes to draw on (a new figure by default).
 
     Entries already 0 in float32 are drawn in the leftmost bin and counted apart (`zero_fp32`) from those the
     format flushes (`flushed`: nonzero in float32, 0 in `fmt`); both are fractions of all entries."""
     M = _keys(None if N is not None else M, N)
-    q, k, v = gaussian_qkv(M, d, spread, rows, seed)
-    v = v + np.float32(v_shift)
+    q, k, v, ref = _explorer_inputs(
+        check_block(M, "M"),
+        check_block(d, "d"),
+        _check_positive(spread, "spread"),
+        check_block(rows, "rows"),
+        int(seed),
+        float(v_shift),
+    )
     under = p_underflow(q, k, fmt, block_k=block_k)
-    err = p_rounding_error(q, k, v, fmt, block_k=block_k)
+    err = p_rounding_error(q, k, v, fmt, block_k=block_k, ref=ref)
     info = format_info(fmt)
     lp = np.log2(np.maximum(under["p"].astype(np.float64), 2.0**-160))
-    fig, ax = plt.subplots(figsize=(8.5, 4.6))
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8.5, 4.6))
     counts, _, _ = ax.hist(
         lp,
         bins=np.linspace(-160, 1, 162),
@@ -266,20 +300,16 @@ def draw_p_explorer(
         label=f"subnormal: fewer bits (< 2^{tiny:.0f})",
     )
     _log_counts_axis(ax)
-    ax.set_ylim(
-        0.5, float(counts.max()) * 3e3
-    )  # headroom: the legend and the box sit above every bar
-    ax.set_xlim(
-        max(-162, min(sub - 12, float(lp.min()) - 2)), 1
-    )  # -162: the 0 bin shows
+    # Headroom above every bar for the legend and the box; limits on whole decades and tens, so that a
+    # slider's nearby settings share one frame. -162: the 0 bin shows.
+    ax.set_ylim(0.5, _decade_above(float(counts.max()) * 1e5))
+    ax.set_xlim(max(-162, 10 * np.floor(min(sub - 12, float(lp.min()) - 2) / 10)), 1)
     ax.set(
         xlabel="log2 P_ij  (P_ij = exp(S_ij − running max))",
         ylabel="entries",
         title=f"{FORMAT_LABELS[fmt]}, M = {M:,} keys, std(s) = {spread:g}, Bc = {block_k}, "
         f"{'v' if v_shift == 0 else f'v + {v_shift:g}'}: relative error {err:.1e}",
     )
-    lo, hi = ax.get_ylim()
-    ax.set_ylim(lo, hi * 30)  # headroom on the log axis: the boxes sit above the bars
     ax.text(
         0.98,
         0.95,

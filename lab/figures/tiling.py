@@ -561,7 +561,12 @@ def draw_hbm_traffic(
     """
     from ..tiling import fa_block_sizes
 
-    Ns = np.array([2**p for p in range(8, 17)] if Ns is None else Ns)
+    if (
+        Ns is None
+    ):  # from N = 256 (or the chosen N, if smaller: its marker then sits on the curves)
+        Ns = [2**p for p in range(8, 17)]
+        Ns = sorted({N, *Ns}) if N < Ns[0] else Ns
+    Ns = np.array(Ns)
     sram_bytes = CHIPS["A100"]["shared_per_sm"] if sram_bytes is None else sram_bytes
     if ax is None:
         _, ax = plt.subplots(1, 2, figsize=(13, 4.8))
@@ -636,7 +641,7 @@ def draw_hbm_traffic(
     right.set(
         xlabel=f"SRAM size, KiB (M_sram = bytes / {itemsize} elements)",
         ylabel="HBM traffic, MB",
-        title=f"against SRAM size: N={N:,}, d={d}; fa1 at Algorithm 1's blocks"
+        title=f"against SRAM: N={N:,}, d={d}; fa1 at Algorithm 1's blocks"
         + (", causal" if causal else ""),
     )
     right.legend(fontsize=10)

@@ -69,7 +69,7 @@ class FigureSliders(ipywidgets.interactive):
     """
 
     CACHE_SIZE = 128  # settings kept (PNG bytes, summary, result): a few MB
-    FRAMES = 4  # rendered frames kept (one RGBA buffer each, about 4 MB)
+    FRAMES = 16  # rendered frames kept (one RGBA buffer each, 1-4 MB): a slider moved back and forth redraws no frame
 
     def __init__(self, draw, summary=None, *, reuse: bool | str = False, **controls):
         self.summary_html = ipywidgets.HTML(
@@ -255,12 +255,14 @@ def _frame_key(fig) -> tuple:
 
 
 def _round_axes_out(ax) -> None:
-    """Round linear value axes' limits out to their own major ticks, so that nearby settings share a frame.
+    """Round value axes' limits out to their own major ticks, so that nearby settings share a frame.
 
-    Left alone: Axes with images or a fixed aspect (tile grids at their exact extent), log axes, axes with
-    fixed tick labels (categories), inverted axes.
+    A log y axis rounds out to its tick powers too (a log x axis, in these figures a fixed range such as
+    the sequence lengths, keeps its limits). Left alone: colorbars (their range is the colour map's),
+    Axes with images or a fixed aspect (tile grids at their exact extent), axes with fixed tick labels
+    (categories), inverted axes, scales other than linear and log.
     """
-    if ax.images or ax.get_aspect() != "auto":
+    if hasattr(ax, "_colorbar") or ax.images or ax.get_aspect() != "auto":
         return
     for axis, get, set_ in (
         (ax.xaxis, ax.get_xlim, ax.set_xlim),
@@ -269,7 +271,8 @@ def _round_axes_out(ax) -> None:
         lo, hi = get()
         if (
             lo >= hi
-            or axis.get_scale() != "linear"
+            or axis.get_scale() not in ("linear", "log")
+            or (axis.get_scale() == "log" and (lo <= 0 or axis is ax.xaxis))
             or isinstance(axis.get_major_formatter(), matplotlib.ticker.FixedFormatter)
         ):
             continue

@@ -49,6 +49,7 @@ def p_format_explorer(
         M = N
     return interactive_figure(
         draw_p_explorer,
+        reuse=True,
         summary=_p_summary,
         fmt=ipywidgets.ToggleButtons(
             options=[(FORMAT_LABELS[f], f) for f in _P_FORMATS],

@@ -730,7 +730,7 @@ def test_the_cases_cover_the_classic_failures():
 
 def test_the_memory_limit_is_a_few_tiles_refuses_half_an_n_by_m_mask_and_leaves_the_worked_solution_room():
     """Exercise 2 says "a few N × Bc tiles": the bound is 8 float64 tiles and numpy's 64 KiB scratch, far below an
-    N × M/2 array of booleans, and the worked solution holds under half of it."""
+    N × M/2 array of booleans, and the worked solution holds well under it."""
     case = next(c for c in checks._rows_cases() if c.kind == "memory")
     N, M, Bc = case.q.shape[0], case.k.shape[0], case.Bc
     limit = checks._tiles_cap(case)
@@ -745,7 +745,7 @@ def test_the_memory_limit_is_a_few_tiles_refuses_half_an_n_by_m_mask_and_leaves_
         CountingRows(case.v),
         True,
     )
-    assert 2 * held < limit and np.ones((N, M // 2), bool).nbytes > 2 * limit
+    assert 4 * held < 3 * limit and np.ones((N, M // 2), bool).nbytes > 2 * limit
 
 
 def test_the_exercise_text_states_the_bound_the_check_applies():

@@ -10,7 +10,8 @@ causal with N < M and with N > M) and print one verdict, checking in this order:
   2. the values: `(o, lse)` against `lab.attention_reference` (by `lab.diagnose`), with a hint read from
      the counts and the case (a dropped tail, m started at 0, a fully masked row, the causal alignment);
   3. every row read, in ceil(M / Bc) loads; on the large case, the peak bytes held (tracemalloc) below
-     half of a float64 array of length M (for all queries, half of an N × M boolean mask: N·M/2 bytes).
+     half of a float64 array of length M (for all queries, a few N × Bc tiles: 8 float64 tiles and numpy's
+     64 KiB of scratch, so an N × M/2 boolean array fails).
 
 Taught in: notebooks/03_one_pass_attention.ipynb
 """

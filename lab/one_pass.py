@@ -340,8 +340,8 @@ def compare_row_methods(q, k, v, *, block_k: int = 256, scale=None) -> list[dict
     """Run the three row methods on one query and tabulate what each read, wrote and held, and $\\max|o - o_{ref}|$.
 
     Passes, score-row bytes and exponentials are counted in the run (`SlowRows`, the counted `np.exp`);
-    `held (B)` is each method's declared sum of its working arrays (the block of K and V being read is
-    not among them: it is a view of the inputs); `K, V loads (B)` is the bytes of the largest load of K
+    `working arrays (B)` is each method's declared sum of its working arrays (the block of K and V being read is
+    not among them: it is a view of the inputs); `K, V in flight (B)` is the bytes of the largest load of K
     plus the largest of V, counted. The reference is `attention_reference` in float64. Taught in: notebooks/03_one_pass_attention.ipynb
     """
     from .kernels import attention_reference
@@ -362,8 +362,8 @@ def compare_row_methods(q, k, v, *, block_k: int = 256, scale=None) -> list[dict
                 "passes over V": run.passes_v,
                 "s written (B)": run.s_writes,
                 "s read (B)": run.s_reads,
-                "held (B)": run.held_bytes,
-                "K, V loads (B)": (K.largest * k.shape[1] + V.largest * v.shape[1])
+                "working arrays (B)": run.held_bytes,
+                "K, V in flight (B)": (K.largest * k.shape[1] + V.largest * v.shape[1])
                 * k.itemsize,
                 "exponentials": rec.op_counts["exp"],
                 "max |o - ref|": float(np.abs(run.o - ref[0]).max())

@@ -1,10 +1,12 @@
 """Notebook 01's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the checks of lab/checks/softmax.py used there behave when called directly."""
 
+import nbformat
 import numpy as np
 import pytest
 from exercise_support import (
     EVASIONS,
+    ROOT,
     assert_fails,
     evading,
     exercises,
@@ -792,3 +794,21 @@ def test_the_fp8_prediction_is_compared_with_the_derived_edge(predicted, says, c
     out = capsys.readouterr().out
     assert out.startswith("row_edges: ✓ passed 6 cases\n") and says in out, out
     assert np.exp(6) < 448 < np.exp(7)
+
+
+def test_the_opening_states_both_low_regimes_and_a_cell_computes_where_each_begins():
+    """Very negative scores: finite, summing to 1 and wrong in the subnormal band, then 0/0 = NaN once every
+    e^x rounds to 0. The opening says both; the scan cell prints where each begins, as lab computes it."""
+    cells = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4).cells
+    opening = next(c.source for c in cells if c.source.startswith("# 01"))
+    assert "subnormal" in opening and "0/0" in opening and "sum to 1" in opening
+    scan = next(
+        c for c in cells if c.source.startswith("# Going down: the first broken s")
+    )
+    printed = "".join(o.get("text", "") for o in scan.outputs)
+    s = np.arange(0, -801, -1)
+    for name in lab.SOFTMAX_DTYPES:
+        y = lab.softmax_naive(lab.score_row(s, name)).astype(np.float64)
+        first_nan = int(s[np.isnan(y).any(axis=1).argmax()])
+        line = next(ln for ln in printed.splitlines() if ln.startswith(name))
+        assert str(first_nan) in line.split() and line.split()[-1] == "True", line

@@ -15,7 +15,10 @@ PASSED = {
     1: "online_step: ✓ passed 11 cases\n",
     2: "online_softmax: ✓ passed 11 cases; each score loaded twice, each y_j stored once; no row held\n",
     3: "merge_ml: ✓ passed 9 cases\n",
-    4: "count_rescales: ✓ passed 9 cases\n",
+    4: "  as drawn: predicted (6, 3) ✓ right; counted (6, 3)\n"
+    " ascending: predicted (63, 7) ✓ right; counted (63, 7)\n"
+    "descending: predicted (0, 0) ✓ right; counted (0, 0)\n"
+    "3 of 3 predicted right (Bc = 1 and Bc = 8)\n",
 }
 
 
@@ -469,10 +472,13 @@ PLANTED = {
             ],
         ),
     ],
-    4: [
-        (
-            "the first block counted",
-            """
+}
+# lab.checks.softmax.check_count_rescales is no longer a notebook exercise (exercise 4 predicts the counts): its
+# planted mistakes run through the check called directly.
+PLANTED_COUNT = [
+    (
+        "the first block counted",
+        """
             def count_rescales(x, block):
                 m, count = -np.inf, 0
                 for j0 in range(0, len(x), block):
@@ -481,11 +487,11 @@ PLANTED = {
                         count, m = count + 1, top
                 return count
             """,
-            ["case 0", "expected 2, got 3", "counts the first block"],
-        ),
-        (
-            "the first block and ties counted",
-            """
+        ["case 0", "expected 2, got 3", "counts the first block"],
+    ),
+    (
+        "the first block and ties counted",
+        """
             def count_rescales(x, block):
                 m, count = -np.inf, 0
                 for j0 in range(0, len(x), block):
@@ -494,16 +500,16 @@ PLANTED = {
                         count, m = count + 1, top
                 return count
             """,
-            [
-                "expected 2, got 3",
-                "two faults",
-                "counts the first block",
-                "only equals m: α = e^0 = 1",
-            ],
-        ),
-        (
-            "ties counted",
-            """
+        [
+            "expected 2, got 3",
+            "two faults",
+            "counts the first block",
+            "only equals m: α = e^0 = 1",
+        ],
+    ),
+    (
+        "ties counted",
+        """
             def count_rescales(x, block):
                 m, count = float(np.max(x[:block])), 0
                 for j0 in range(block, len(x), block):
@@ -512,15 +518,15 @@ PLANTED = {
                         count, m = count + 1, top
                 return count
             """,
-            [
-                "case 3 ([1., 1., 1., 1., 1., 1.], 2)",
-                "expected 0, got 2",
-                "α = e^0 = 1",
-            ],
-        ),
-        (
-            "compared with the previous block",
-            """
+        [
+            "case 3 ([1., 1., 1., 1., 1., 1.], 2)",
+            "expected 0, got 2",
+            "α = e^0 = 1",
+        ],
+    ),
+    (
+        "compared with the previous block",
+        """
             def count_rescales(x, block):
                 prev, count = float(np.max(x[:block])), 0
                 for j0 in range(block, len(x), block):
@@ -529,22 +535,22 @@ PLANTED = {
                     prev = top
                 return count
             """,
-            ["case 4", "previous block's max"],
-        ),
-        (
-            "m never updated after the first block",
-            """
+        ["case 4", "previous block's max"],
+    ),
+    (
+        "m never updated after the first block",
+        """
             def count_rescales(x, block):
                 m, count = float(np.max(x[:block])), 0
                 for j0 in range(block, len(x), block):
                     count += float(np.max(x[j0:j0 + block])) > m
                 return count
             """,
-            ["expected 3, got 5", "m was never updated", "the first block's max"],
-        ),
-        (
-            "the last block dropped",
-            """
+        ["expected 3, got 5", "m was never updated", "the first block's max"],
+    ),
+    (
+        "the last block dropped",
+        """
             def count_rescales(x, block):
                 m, count = float(np.max(x[:block])), 0
                 for j0 in range(block, len(x) // block * block, block):
@@ -553,19 +559,19 @@ PLANTED = {
                         count, m = count + 1, top
                 return count
             """,
-            ["case 1", "expected 3, got 2", "last, shorter block"],
-        ),
-        (
-            "counted by lab's trace",
-            """
+        ["case 1", "expected 3, got 2", "last, shorter block"],
+    ),
+    (
+        "counted by lab's trace",
+        """
             def count_rescales(x, block):
                 return int((lab.online_trace(x, block)["alpha"][1:] < 1).sum())
             """,
-            ["calls lab.online_trace"],
-        ),
-        (
-            "block ignored: score by score",
-            """
+        ["calls lab.online_trace"],
+    ),
+    (
+        "block ignored: score by score",
+        """
             def count_rescales(x, block):
                 m, count = float(x[0]), 0
                 for top in x[1:]:
@@ -573,18 +579,17 @@ PLANTED = {
                         count, m = count + 1, float(top)
                 return count
             """,
-            ["case 0", "counts score by score", "once per block"],
-        ),
-        (
-            "a table of the fixed cases",
-            """
+        ["case 0", "counts score by score", "once per block"],
+    ),
+    (
+        "a table of the fixed cases",
+        """
             def count_rescales(x, block):
                 return {(24, 6): 2, (10, 3): 3, (10, 2): 0, (6, 2): 0, (5, 1): 0, (64, 8): 3}.get((len(x), block), 0)
             """,
-            ["expected", "drawn with seed="],
-        ),
-    ],
-}
+        ["expected", "drawn with seed="],
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -594,6 +599,33 @@ PLANTED = {
 )
 def test_planted_mistake_is_diagnosed(number, source, says):
     _fails(number, source, *says)
+
+
+def _fails_count(text: str, *says: str) -> str:
+    import contextlib
+    import io
+
+    import lab
+
+    ns = {"np": np, "lab": lab}
+    exec(compile(_src(text), "<planted>", "exec"), ns)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        checks.check_count_rescales(ns["count_rescales"])
+    out = out.getvalue()
+    assert "✗" in out, out
+    for said in says:
+        assert said in out, out
+    return out
+
+
+@pytest.mark.parametrize(
+    "source, says",
+    [(s, says) for _, s, says in PLANTED_COUNT],
+    ids=[name for name, _, _ in PLANTED_COUNT],
+)
+def test_planted_count_mistake_is_diagnosed(source, says):
+    _fails_count(source, *says)
 
 
 # ------------------------------------------------------------------------------------ the checks, called directly
@@ -674,8 +706,7 @@ def test_step_and_pass_references_follow_the_definition():
 
 
 def test_the_first_block_and_ties_are_not_told_they_count_score_by_score():
-    out = _fails(
-        4,
+    out = _fails_count(
         """
         def count_rescales(x, block):
             m, count = -np.inf, 0
@@ -690,8 +721,7 @@ def test_the_first_block_and_ties_are_not_told_they_count_score_by_score():
 
 
 def test_a_count_against_zero_reports_no_relative_error():
-    out = _fails(
-        4,
+    out = _fails_count(
         """
         def count_rescales(x, block):
             m, count = float(np.max(x[:block])), 0
@@ -716,6 +746,7 @@ def test_the_step_is_shown_only_after_exercise_1():
     rule = ("np.exp(m - m_new)", "e^{m - m'}", "e^(m − m′)", "alpha l", "\\alpha\\, l")
     above = [c.source for c in cells[:stub]]
     assert not any(r in s for r in rule for s in above)
+    assert not any("m_new" in s or "l_new" in s for s in above)  # nor the code's names
     after = [
         c.source for c in cells[stub:] if "solution" not in c.metadata.get("tags", [])
     ]
@@ -747,11 +778,36 @@ def test_rescale_predictions_are_compared_with_the_counts(capsys):
     right = {"as drawn": (6, 3), "ascending": (63, 7), "descending": (0, 0)}
     checks.check_rescale_predictions(right)
     out = capsys.readouterr().out
-    assert out.count("✓") == 3 and "3 of 3 predicted right" in out
+    assert out.count("✓ right") == 3 and "3 of 3 predicted right" in out
+    assert "ascending: predicted (63, 7) ✓ right; counted (63, 7)" in out
     checks.check_rescale_predictions(right | {"ascending": (63, 8)})
     out = capsys.readouterr().out
-    assert "ascending: predicted (63, 8) ✗" in out and "2 of 3" in out
-    assert "(63, 7)" not in out  # a wrong prediction is not told the count
+    assert (
+        "ascending: predicted (63, 8) ✗ wrong; counted (63, 7)" in out
+        and "2 of 3" in out
+    )
+
+
+def test_a_wrong_prediction_is_shown_the_count_as_the_placeholder_promises(capsys):
+    """The placeholder says the count is shown once you predict: so it is, right or wrong."""
+    checks.check_rescale_predictions(
+        {"as drawn": (1, 1), "ascending": (..., ...), "descending": (5, 5)}
+    )
+    out = capsys.readouterr().out
+    assert "as drawn: predicted (1, 1) ✗ wrong; counted (6, 3)" in out
+    assert "descending: predicted (5, 5) ✗ wrong; counted (0, 0)" in out
+    assert "ascending: not predicted yet (the count is shown once you predict)" in out
+    assert "63" not in out
+
+
+def test_predictions_from_a_stub_say_not_implemented(capsys):
+    def predicted_rescales():
+        raise NotImplementedError
+
+    checks.check_rescale_predictions(predicted_rescales)
+    assert "predicted_rescales: not implemented yet" in capsys.readouterr().out
+    checks.check_rescale_predictions(lambda: 5)
+    assert "return a dict" in capsys.readouterr().out
 
 
 def test_unwritten_predictions_do_not_give_the_counts_away(capsys):
@@ -766,3 +822,26 @@ def test_unwritten_predictions_do_not_give_the_counts_away(capsys):
         "write one (Bc = 1, Bc = 8) pair for ascending, descending"
         in capsys.readouterr().out
     )
+
+
+def test_sections_1_and_2_say_their_rows_are_one_draw():
+    cells = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4).cells
+    text = {i: c.source for i, c in enumerate(cells)}
+    one = next(i for i, s in text.items() if s.startswith("## 1."))
+    two = next(i for i, s in text.items() if s.startswith("## 2."))
+    assert "lab.demo_scores(24)" in text[one] and "its first 24 are these" in text[one]
+    assert (
+        "lab.demo_scores(64)" in text[two] and "first 24 are section 1's" in text[two]
+    )
+    import lab
+
+    assert np.array_equal(lab.demo_scores(24), lab.demo_scores(64)[:24])
+
+
+def test_exercises_3_and_4_ask_for_something_exercise_1_did_not():
+    """Exercise 3 merges two summarized halves (both sums may need converting); exercise 4 is a prediction,
+    not a second running-max loop."""
+    assert "with the second half already summarized" not in EX[3].spec
+    assert "What is new" in EX[3].spec and "$l_b$ stands for many terms" in EX[3].spec
+    assert "(predict)" in EX[4].spec and "count_rescales" not in EX[4].spec
+    assert "def predicted_rescales" in EX[4].stub

@@ -23,8 +23,8 @@ PASSED = {
     3: "expected_rescales: ✓ passed 7 cases\n",
     4: "          state with m known: ✓\n"
     "        alpha at every block: ✓\n"
-    " predicted rescales, Bc = 16: ✓\n"
-    "   counted rescales, Bc = 16: ✓\n"
+    "      most rescales, Bc = 16: ✓\n"
+    " exponentials saved, Bc = 16: ✓\n"
     "known_max_answers: ✓ 4 of 4 right\n",
 }
 
@@ -255,7 +255,7 @@ def one_pass_row(q, k, v, Bc):
 """,
         [
             "case (M = 16384, Bc = 32;",
-            "more than half the size of an array of length M = 16384",
+            "more than half an array of length M = 16384 in float64",
             "no list of blocks or scores",
         ],
     ),
@@ -570,7 +570,7 @@ def one_pass_rows(Q, K, V, Bc, causal=False):
         ),
         [
             "N = 64, M = 16384",
-            "more than half the size of an N × M array of booleans, a mask (64 × 16384 = 1,048,576 bytes",
+            "more than 8 float64 tiles of N × Bc (64 × 32) and 64 KiB of numpy scratch (196,608 bytes)",
             "no mask or bias for all M keys",
         ],
     ),
@@ -586,8 +586,19 @@ def one_pass_rows(Q, K, V, Bc, causal=False):
         ),
         [
             "causal, N = 64, M = 16384",
-            "more than half the size of an N × M array of booleans",
+            "more than 8 float64 tiles of N × Bc (64 × 32)",
             "no mask or bias for all M keys",
+        ],
+    ),
+    "an N x M/2 intermediate held through the loop": (
+        _rows().replace(
+            "    for j0",
+            "    half = np.ones((N, M // 2), bool)  # N·M/2 bytes, no use at all\n    for j0",
+        ),
+        [
+            "causal, N = 64, M = 16384",
+            "more than 8 float64 tiles of N × Bc (64 × 32)",
+            "fold each block into (m, l, acc), then drop it",
         ],
     ),
 }
@@ -717,11 +728,13 @@ def test_the_cases_cover_the_classic_failures():
     assert np.isneginf(lse).sum() == 4 and not np.isnan(o).any()
 
 
-def test_the_memory_limit_refuses_an_n_by_m_boolean_mask_and_leaves_the_worked_solution_room():
+def test_the_memory_limit_is_a_few_tiles_refuses_half_an_n_by_m_mask_and_leaves_the_worked_solution_room():
+    """Exercise 2 says "a few N × Bc tiles": the bound is 8 float64 tiles and numpy's 64 KiB scratch, far below an
+    N × M/2 array of booleans, and the worked solution holds well under it."""
     case = next(c for c in checks._rows_cases() if c.kind == "memory")
-    limit = (
-        case.q.shape[0] * case.k.shape[0] // 2
-    )  # N·M/2 bytes: an N × M bool mask takes twice that
+    N, M, Bc = case.q.shape[0], case.k.shape[0], case.Bc
+    limit = checks._tiles_cap(case)
+    assert limit == 8 * N * Bc * 8 + 64 * 1024 == 196_608
     ns = {"np": np, "lab": lab}
     exec(compile(EX[2].solution, "<solution 2>", "exec"), ns)
     held, _ = lab.peak_bytes(
@@ -732,10 +745,14 @@ def test_the_memory_limit_refuses_an_n_by_m_boolean_mask_and_leaves_the_worked_s
         CountingRows(case.v),
         True,
     )
-    assert (
-        4 * held < limit
-        and np.ones((case.q.shape[0], case.k.shape[0]), bool).nbytes > limit
-    )
+    assert 4 * held < 3 * limit and np.ones((N, M // 2), bool).nbytes > 2 * limit
+
+
+def test_the_exercise_text_states_the_bound_the_check_applies():
+    cells = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4).cells
+    text = "\n".join(c.source for c in cells)
+    assert "about one $N \\times B_c$ tile" not in text and "N M / 2$ bytes" not in text
+    assert "8 float64 tiles" in text and "64 KiB" in text
 
 
 @pytest.mark.parametrize(
@@ -995,9 +1012,10 @@ def test_the_expected_rescales_check_names_each_planted_mistake(case, capsys):
 _RIGHT_4 = {
     "state with m known": ("l", "acc"),
     "alpha at every block": 1,
-    "predicted rescales, Bc = 16": 5.12,
-    "counted rescales, Bc = 16": 5,
+    "most rescales, Bc = 16": 255,
+    "exponentials saved, Bc = 16": 256,
 }
+MOST, SAVED = "most rescales, Bc = 16", "exponentials saved, Bc = 16"
 WRONG_4 = {  # (the answer changed, what the check must say)
     "m kept in the state": (
         {"state with m known": ("m", "l", "acc")},
@@ -1013,32 +1031,22 @@ WRONG_4 = {  # (the answer changed, what the check must say)
         "is not state: it is a factor",
     ),
     "alpha of block 0": ({"alpha at every block": 0}, "0 is α at block 0"),
-    "predicted for 16 blocks": (
-        {"predicted rescales, Bc = 16": 2.38},
-        "that is for 16 blocks (Bc = 256)",
+    "most: block 0 counted": ({MOST: 256}, "that counts block 0, which sets m"),
+    "most: for 16 blocks": ({MOST: 15}, "that is for 16 blocks (Bc = 256)"),
+    "most: key by key": ({MOST: 4095}, "a block rescales once at most"),
+    "most: the i.i.d. expectation": ({MOST: 5}, "about the i.i.d. expectation"),
+    "most: with the oracle": ({MOST: 0}, "0 is the loop with the oracle"),
+    "most: not a whole number": ({MOST: 5.12}, "a count of blocks is a whole number"),
+    "saved: block 0 left out": ({SAVED: 255}, "block 0 evaluates α too"),
+    "saved: for 16 blocks": ({SAVED: 16}, "that is for Bc = 256 (16 blocks)"),
+    "saved: every exponential": (
+        {SAVED: 4352},
+        "each key's e^(s_j - m) is still needed",
     ),
-    "predicted with block 0": (
-        {"predicted rescales, Bc = 16": 6.12},
-        "that counts block 0, which sets m",
-    ),
-    "predicted as log n": ({"predicted rescales, Bc = 16": 5.545}, "log n is how"),
-    "predicted: every block": (
-        {"predicted rescales, Bc = 16": 255},
-        "every block after the first: the worst row",
-    ),
-    "predicted with the oracle": (
-        {"predicted rescales, Bc = 16": 0},
-        "with the oracle",
-    ),
-    "counted with block 0": (
-        {"counted rescales, Bc = 16": 6},
-        "its α = e^(-inf) = 0 is below 1 but rescales nothing",
-    ),
-    "counted alpha <= 1": ({"counted rescales, Bc = 16": 255}, "that counts α <= 1"),
-    "counted at Bc = 256": ({"counted rescales, Bc = 16": 2}, "the count at Bc = 256"),
-    "counted: the prediction copied": (
-        {"counted rescales, Bc = 16": 5.12},
-        "a count is a whole number",
+    "saved: none": ({SAVED: 0}, "each block saves one exponential"),
+    "saved: the count at Bc = 256 read off the table": (
+        {SAVED: 4112},
+        "each key's e^(s_j - m) is still needed",
     ),
 }
 
@@ -1055,15 +1063,32 @@ def test_the_known_max_check_names_each_planted_mistake(case):
 
 
 def test_the_known_max_check_waits_for_every_answer_and_hides_the_values():
-    text = "def known_max_answers():\n    return " + repr(
-        _RIGHT_4 | {"counted rescales, Bc = 16": ...}
-    )
+    text = "def known_max_answers():\n    return " + repr(_RIGHT_4 | {SAVED: ...})
     out = run_check(EX[4], text)
-    assert "not answered yet: 'counted rescales, Bc = 16'" in out and "✓" not in out
+    assert f"not answered yet: '{SAVED}'" in out and "✓" not in out
     wrong = run_check(
-        EX[4],
-        "def known_max_answers():\n    return "
-        + repr(_RIGHT_4 | {"counted rescales, Bc = 16": 7}),
+        EX[4], "def known_max_answers():\n    return " + repr(_RIGHT_4 | {SAVED: 7})
     )
-    assert "✗" in wrong and " 5" not in wrong.split("counted rescales, Bc = 16:")[1]
+    assert "✗" in wrong and "256" not in wrong.split(f"{SAVED}:")[1]
     assert "return a dict" in run_check(EX[4], "def known_max_answers():\n    return 5")
+
+
+def test_the_known_max_answers_are_derived_not_read_off_the_page():
+    """Items 3 and 4 ask for numbers no cell above prints: the worst case and the saving at Bc = 16."""
+    assert (
+        "predicted rescales" not in EX[4].spec and "counted rescales" not in EX[4].spec
+    )
+    assert "block_k=16).steps" not in EX[4].spec
+    cells = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4).cells
+    stub = next(
+        i
+        for i, c in enumerate(cells)
+        if c.source.startswith("# Exercise 4: your answers")
+    )
+    shown = "\n".join(
+        "".join(o.get("text", ""))
+        for c in cells[:stub]
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+    )
+    assert "255" not in shown and "4,352" not in shown and "4352" not in shown

@@ -140,7 +140,7 @@ def test_compare_row_methods_and_format_table():
     table = lab.compare_row_methods(q, k, v, block_k=64)
     assert [r["method"] for r in table] == list(lab.ROW_METHODS)
     assert [r["passes over K"] for r in table] == [1, 2, 1]
-    assert table[0]["held (B)"] > table[2]["held (B)"]
+    assert table[0]["working arrays (B)"] > table[2]["working arrays (B)"]
     assert max(r["max |o - ref|"] for r in table) < 1e-12
     text = lab.format_table(table)
     assert "passes over K" in text and "three-pass" in text and "4,096" in text

@@ -1518,11 +1518,26 @@ def check_count_rescales(fn, *, seed: int | None = None) -> None:
 _ORDERS = ("as drawn", "ascending", "descending")
 
 
-def check_rescale_predictions(predicted: dict, *, n: int = 64, blocks=(1, 8)) -> None:
-    """Compare written predictions `{order: (rescales at Bc = 1, at Bc = 8)}` for `lab.demo_scores(n)` as drawn,
-    sorted ascending and sorted descending with the counts of lab's reference (not the learner's function, so a
-    wrong `count_rescales` cannot confirm a wrong prediction). One line per order, ✓ or ✗ (the count itself is left to the learner's own count).
+def check_rescale_predictions(predicted, *, n: int = 64, blocks=(1, 8)) -> None:
+    """Compare written predictions `{order: (rescales at Bc = 1, at Bc = 8)}` (a dict, or a function returning one)
+    for `lab.demo_scores(n)` as drawn, sorted ascending and sorted descending with the counts of lab's reference.
+    One line per predicted order: the prediction, ✓ or ✗, and the count, shown once a prediction is written
+    (right or wrong); an order not yet predicted shows no count.
     Taught in: notebooks/02_online_softmax.ipynb"""
+    if callable(predicted):
+        name = getattr(predicted, "__name__", "your predictions")
+        try:
+            predicted = predicted()
+        except NotImplementedError:
+            print(
+                f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
+            )
+            return
+    if not isinstance(predicted, dict):
+        print(
+            f"predictions: return a dict with the keys {', '.join(map(repr, _ORDERS))}"
+        )
+        return
     x = demo_scores(n)
     rows = {"as drawn": x, "ascending": np.sort(x), "descending": np.sort(x)[::-1]}
     missing = [o for o in _ORDERS if o not in predicted]
@@ -1542,8 +1557,8 @@ def check_rescale_predictions(predicted: dict, *, n: int = 64, blocks=(1, 8)) ->
             continue
         ok = got == want
         right, written = right + ok, written + 1
-        said = "✓" if ok else "✗ (not both: count them below with your count_rescales)"
-        print(f"{order:>10}: predicted {got} {said}")
+        said = "✓ right" if ok else "✗ wrong"
+        print(f"{order:>10}: predicted {got} {said}; counted {want}")
     if written:
         print(
             f"{right} of {written} predicted right (Bc = {blocks[0]} and Bc = {blocks[1]})"

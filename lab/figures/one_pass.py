@@ -136,7 +136,7 @@ def draw_one_pass(
         bx.text(
             i,
             kv_read[i] + s_io[i],
-            f"holds {r['held (B)'] / 1024:.1f} KiB",
+            f"holds {r['working arrays (B)'] / 1024:.1f} KiB",
             ha="center",
             va="bottom",
             fontsize=10,

@@ -129,14 +129,14 @@ BAND_MISTAKES = {
             "full = (-(-M // Bc) if first + 1 + M - N >= M"
             " else max(0, first + 1 + M - N) // Bc)",
         ),
-        ("full counts the last key block", "a short last block is never full"),
+        ("full counting the last key block", "a short last block is never full"),
     ),
     "short last key block dropped": (
         (
             "seen = -(-max(0, min(M, last + 1 + M - N)) // Bc)",
             "seen = min(M // Bc, -(-max(0, min(M, last + 1 + M - N)) // Bc))",
         ),
-        ("seen drops the last key block", "inside that short block"),
+        ("seen dropping the last key block", "inside that short block"),
     ),
 }
 

@@ -1042,7 +1042,7 @@ def _band_hint(case, got, want):
     short = M % Bc  # keys in a last key block shorter than Bc (0: none)
     if short and full == up(M) and first + 1 + o >= M:
         hints.append(
-            f"full counts the last key block, {short} keys where Bc = {Bc}, as whole: its "
+            f"full counting the last key block, {short} keys where Bc = {Bc}, as whole: its "
             f"slots past M = {M} must be masked, so a short last block is never full, "
             "even when every row sees all its keys; count whole blocks only, M // Bc at most"
         )
@@ -1081,7 +1081,7 @@ def _band_hint(case, got, want):
         )
     if short and seen == M // Bc == want[1] - 1 and last + 1 + o > M - short:
         hints.append(
-            f"seen drops the last key block, {short} keys where Bc = {Bc}: the last row sees "
+            f"seen dropping the last key block, {short} keys where Bc = {Bc}: the last row sees "
             f"keys up to {min(M, last + 1 + o) - 1}, inside that short block, so it is loaded "
             "(with the mask); seen counts it, ⌈M / Bc⌉ blocks at most"
         )

@@ -278,7 +278,8 @@ def loop_overhead(
     """Cost model of a Python-level tile loop: steps $= \\lceil N/B_r \\rceil \\lceil N/B_c \\rceil$ ($B_r$ = block, $B_c$ = block_k, block by default),
     overhead = steps · ops_per_step · us_per_op, matmul time = $4 \\cdot heads \\cdot N^2 d$ / flops_per_s.
 
-    The default 155 GFLOP/s is a round figure between the fp32 matmul ceilings recorded on the course's 2-core
+    The default `ops_per_step`, 21, is what `lab.measure.ops_per_tile_step()` counts in rung 4's tile step (14 ops
+    that compute, 7 views; tests/test_hardware.py recounts it). The default 155 GFLOP/s is a round figure between the fp32 matmul ceilings recorded on the course's 2-core
     AMD EPYC (94 GFLOP/s on one torch thread, 195 on two; torch 2.13.0 CPU build, data/runs). Taught in: notebooks/08_hardware_runs.ipynb
     """
     for name, x in (

@@ -123,7 +123,29 @@ BAND_MISTAKES = {
         ("full = max(0, first + 1 + M - N)", "full = (first + 1 + M - N)"),
         ("a negative full",),
     ),
+    "short last key block counted full": (
+        (
+            "full = max(0, first + 1 + M - N) // Bc",
+            "full = (-(-M // Bc) if first + 1 + M - N >= M"
+            " else max(0, first + 1 + M - N) // Bc)",
+        ),
+        ("full counting the last key block", "a short last block is never full"),
+    ),
+    "short last key block dropped": (
+        (
+            "seen = -(-max(0, min(M, last + 1 + M - N)) // Bc)",
+            "seen = min(M // Bc, -(-max(0, min(M, last + 1 + M - N)) // Bc))",
+        ),
+        ("seen dropping the last key block", "inside that short block"),
+    ),
 }
+
+
+def test_the_short_block_hints_do_not_blame_the_rounding():
+    """A dropped short last key block is told so, not that a partly seen block must be rounded up."""
+    *edits, _ = BAND_MISTAKES["short last key block dropped"]
+    out = run_check(EX[1], planted(EX[1], *edits))
+    assert "rounded down" not in out and "seen past M" not in out, out
 
 
 @pytest.mark.parametrize("name", list(BAND_MISTAKES))
@@ -501,6 +523,28 @@ LOG2_MISTAKES = {
         ("lse[:, None]", "lse"),
         "subtract it as a column, lse[:, None]",
     ),
+    "the natural exp, right value": (
+        (
+            "np.exp2(t - lse[:, None] * log2e)",
+            "np.exp(t / log2e - lse[:, None])",
+        ),
+        "it calls exp (the natural exponential): the kernel's exponential is exp2",
+    ),
+    "math.exp, right value": (
+        (
+            "return np.exp2(t - lse[:, None] * log2e)",
+            "import math\n    return np.vectorize(math.exp)(t / log2e - lse[:, None])",
+        ),
+        "it calls exp (the natural exponential)",
+    ),
+    "torch's exp2": (
+        (
+            "return np.exp2(t - lse[:, None] * log2e)",
+            "import torch\n    t, lse = torch.from_numpy(t), torch.from_numpy(lse)\n"
+            "    return torch.exp2(t - lse[:, None] * log2e).numpy()",
+        ),
+        "this exercise asks for numpy",
+    ),
 }
 
 
@@ -508,6 +552,19 @@ LOG2_MISTAKES = {
 def test_log2_mistakes(name):
     edit, says = LOG2_MISTAKES[name]
     assert_fails(run_check(EX[3], planted(EX[3], edit)), says)
+
+
+def test_the_natural_exp_is_refused_through_a_helper_too():
+    """np.exp hidden in a helper of the learner's own is found as well."""
+    src = planted(
+        EX[3],
+        (
+            "return np.exp2(t - lse[:, None] * log2e)",
+            "return natural(t / log2e - lse[:, None])",
+        ),
+    )
+    out = run_check(EX[3], "def natural(x):\n    return np.exp(x)\n\n\n" + src)
+    assert_fails(out, "it calls exp (the natural exponential)")
 
 
 def test_log2_cases_are_drawn_fresh_and_a_table_fails():

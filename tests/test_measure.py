@@ -446,3 +446,39 @@ def test_round_ratios_says_within_noise_only_when_the_rounds_disagree():
     )
     assert "within noise" in lab.round_ratios([0.7, 0.99], [1.0, 1.0], "x", "y")
     assert "‹" in lab.round_ratios([1.0], [2.0])
+
+
+def test_ops_per_tile_step_is_the_default_of_the_overhead_model():
+    """The loop's tile step, recounted: its ops by name, and their sum is `loop_overhead`'s default op count."""
+    import inspect
+
+    from lab.measure import ops_per_tile_step, step_op_lines
+
+    step = ops_per_tile_step(block_q=32, block_k=16, heads=2, d=16)
+    assert step["bmm"] == step["baddbmm_"] == step["amax"] == 1
+    default = inspect.signature(lab.loop_overhead).parameters["ops_per_step"].default
+    assert sum(step.values()) == default
+    figure = lab.figures.hardware.draw_loop_overhead
+    assert inspect.signature(figure).parameters["ops_per_step"].default == default
+    lines = step_op_lines(step)
+    assert lines.endswith(f"torch operations per tile step: {default}")
+    with pytest.raises(ValueError, match="block_k"):
+        ops_per_tile_step(block_k=0)
+
+
+def test_notebook_verdict_helpers():
+    from lab.measure import exp_ulp, thread_verdicts, tiled_verdicts
+
+    by_exp, by_exp2 = exp_ulp(-8, 0, n=1001)
+    assert 0 <= by_exp <= 1 < by_exp2
+    with pytest.raises(ValueError, match="lo must"):
+        exp_ulp(1, 0)
+    quiet = {"loop, 1 thread": [2.0, 2.1], "loop, 2 threads": [1.0, 1.1]}
+    text = thread_verdicts(quiet, ["loop"], 2, load=0.5)
+    assert (
+        "helped in the quiet run: ‹True›" in text and "loaded machine: ‹False›" in text
+    )
+    row = lambda k, N, ms: dict(kernel=k, N=N, ms=ms, spread=0.1)  # noqa: E731
+    rows = [row("tiled", 256, 1.0), row("std", 256, 2.0), row("tiled", 512, 3.0)]
+    text = tiled_verdicts(rows, [("tiled", "std")])
+    assert text == "N =  256: tiled faster than std: ‹True›, clearly: ‹True›"

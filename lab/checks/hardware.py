@@ -21,9 +21,10 @@ loop, and the key-block loop of a Triton FlashAttention-2 forward kernel.
   range that misses key blocks, alpha applied after the new block was added.
 - `check_causal_band(fn)` : `fn(i, N, M, Br, Bc)` = (full, seen), the key blocks every row of causal query block i
   sees whole and those some row sees, against an element mask; hints for the deciding rows swapped, j < i + (M - N),
-  top-left alignment, the rounding of either, negative counts.
+  top-left alignment, the rounding of either, negative counts, a short last key block counted full or dropped.
 - `check_p_from_lse(fn)` : `fn(t, lse)` = 2^(t - lse·log2 e), P from log2-unit scores t = S·log2 e and natural-log
-  lse; hints for lse left in natural-log units, t converted twice, ln 2 for log2 e, exp for exp2, lse along keys.
+  lse; hints for lse left in natural-log units, t converted twice, ln 2 for log2 e, exp for exp2, lse along keys;
+  np.exp (or math.exp) and torch refused: the kernel's own exponential is exp2.
 - `launch_attention_kernel`, `triton_or_standins` : the host side of that kernel, and the modules to write it.
 
 Taught in: notebooks/08_hardware_runs.ipynb (the first three), notebooks/08_triton_kernel.ipynb (the kernel, the band)
@@ -76,6 +77,7 @@ def _explained(fn, hints):
             raise type(exc)(f"{exc} ({extra})") from None
 
     wrapped.__name__ = getattr(fn, "__name__", "your function")
+    wrapped.__wrapped__ = fn
     return wrapped
 
 
@@ -1037,7 +1039,14 @@ def _band_hint(case, got, want):
         return None
     up = lambda keys: -(-keys // Bc)  # noqa: E731
     hints = []
-    if full != want[0]:
+    short = M % Bc  # keys in a last key block shorter than Bc (0: none)
+    if short and full == up(M) and first + 1 + o >= M:
+        hints.append(
+            f"full counting the last key block, {short} keys where Bc = {Bc}, as whole: its "
+            f"slots past M = {M} must be masked, so a short last block is never full, "
+            "even when every row sees all its keys; count whole blocks only, M // Bc at most"
+        )
+    elif full != want[0]:
         known = [
             (
                 max(0, first + o) // Bc,
@@ -1070,7 +1079,13 @@ def _band_hint(case, got, want):
                 "(M - N); count the whole key blocks among them",
             )
         )
-    if seen != want[1]:
+    if short and seen == M // Bc == want[1] - 1 and last + 1 + o > M - short:
+        hints.append(
+            f"seen dropping the last key block, {short} keys where Bc = {Bc}: the last row sees "
+            f"keys up to {min(M, last + 1 + o) - 1}, inside that short block, so it is loaded "
+            "(with the mask); seen counts it, ⌈M / Bc⌉ blocks at most"
+        )
+    elif seen != want[1]:
         known = [
             (
                 up(max(0, min(M, last + o))),
@@ -1114,7 +1129,7 @@ def check_causal_band(fn, *, seed: int | None = None) -> None:
     """Check `fn(i, N, M, Br, Bc)` = (full, seen): the key blocks every row of causal query block i sees in full,
     and the key blocks some row of it sees, against an element mask (query r sees key j iff j <= r + M - N).
 
-    Nine fixed cases and five drawn afresh on each run (`seed` draws the same again); running
+    Eleven fixed cases and five drawn afresh on each run (`seed` draws the same again); running
     `lab.triton_tile_kinds`, `lab.block_mask` or `lab.tile_counts` (by any name) is refused.
     Taught in: notebooks/08_triton_kernel.ipynb
     """
@@ -1129,6 +1144,14 @@ def check_causal_band(fn, *, seed: int | None = None) -> None:
         (1, 40, 72, 32, 16),
         (0, 63, 64, 16, 16),  # the last row sees exactly one key of block 1
         (1, 49, 64, 16, 16),  # the first row sees block 1 to its last key
+        (
+            2,
+            33,
+            40,
+            16,
+            16,
+        ),  # one row, which sees all 40 keys: the short last block is not full
+        (4, 65, 50, 16, 16),  # the same with N > M
     ]
     for _ in range(5):
         N, M = int(rng.integers(1, 600)), int(rng.integers(1, 600))
@@ -1169,6 +1192,8 @@ def _p_from_lse_hint(case, got, want):
     got = np.asarray(got, dtype=float)
     if got.shape != want.shape:
         return f"P has one value per score: shape {want.shape}, yours {got.shape}"
+    if np.allclose(got, want, rtol=1e-6, atol=1e-12):
+        return None  # the value is right: the failure says what else is wrong
     wrong = {
         "lse subtracted in natural-log units from t in log2 units: convert it, lse·log2 e": np.exp2(
             t - lse[:, None]
@@ -1198,11 +1223,59 @@ def _p_from_lse_hint(case, got, want):
     return "P = e^(S - lse) with S = t·ln 2: write the exponent in log2 units, t - lse·log2 e, and use exp2"
 
 
+_NATURAL_EXP = {
+    "exp",
+    "expm1",
+}  # np.exp, math.exp, torch.exp, np.expm1 by attribute or name
+
+
+def _names_read(code) -> set:
+    """The global and attribute names that `code` and the functions defined inside it read."""
+    out = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            out |= _names_read(const)
+    return out
+
+
+def _natural_exp_in(fn, depth: int = 2) -> list:
+    """The natural-exp names that `fn`'s code reads, and that of the learner's own functions it calls by name."""
+    fn = inspect.unwrap(fn)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    names = _names_read(code)
+    used = sorted(names & _NATURAL_EXP)
+    scope = getattr(fn, "__globals__", {})
+    for name in sorted(names) if depth else ():
+        helper = scope.get(name)
+        if (
+            isinstance(helper, types.FunctionType)
+            and helper is not fn
+            and getattr(helper, "__module__", "") == getattr(fn, "__module__", None)
+        ):
+            used += _natural_exp_in(helper, depth - 1)
+    return used
+
+
+def _uses_exp2(fn, case, got):
+    """Property: `fn` exponentiates with exp2 as the kernel does, never with the natural exp."""
+    used = _natural_exp_in(getattr(fn, "raw", fn))
+    if used:
+        return (
+            f"P is right, but it calls {used[0]} (the natural exponential): the kernel's exponential "
+            "is exp2 (tl.exp2, the one a GPU's special-function units return natively), so "
+            "this exercise asks for np.exp2 on the log2-unit exponent, t - lse·log2 e"
+        )
+    return None
+
+
 def check_p_from_lse(fn, *, seed: int | None = None) -> None:
     """Check `fn(t, lse)` = $2^{t - lse \\log_2 e}$ = $e^{S - lse}$ for t = S·log2 e and lse the rows' natural-log
     log-sum-exp: every row of P sums to 1. Three fixed cases and three drawn afresh on each run (scores up to ±200,
     more keys than rows and fewer); hints for lse left in natural-log units, t converted twice, ln 2 in place of
-    log2 e, exp for exp2, lse broadcast along the keys. Taught in: notebooks/08_triton_kernel.ipynb
+    log2 e, exp for exp2, lse broadcast along the keys. The natural exp (np.exp, math.exp) and torch are refused:
+    the exercise asks for the kernel's own exponential, exp2. Taught in: notebooks/08_triton_kernel.ipynb
     """
     rng, seed = _fresh(seed)
     shapes = [(4, 8, 1.0), (8, 4, 30.0), (16, 16, 200.0)]
@@ -1233,6 +1306,9 @@ def check_p_from_lse(fn, *, seed: int | None = None) -> None:
         rtol=1e-6,
         atol=1e-12,
         hint=_p_from_lse_hint,
-        properties=(_own_work("attention_reference", "flash_attention_triton"),),
+        properties=(
+            _own_work("attention_reference", "flash_attention_triton", numpy_only=True),
+            _uses_exp2,
+        ),
         seed=seed,
     )

@@ -227,6 +227,7 @@ def draw_loop_overhead(
     """The share of a forward's time the tile loop spends on Python overhead, against the query block Br (log2 x):
     one curve with Bc = Br, one with Bc = 2·Br (the CPU default's shape, (256, 512)); marks (`block`, `block_k`,
     Br by default); returns `lab.loop_overhead` at it. The model has no cache term: see `lab.loop_overhead`.
+    `ops_per_step`: torch calls a tile step, 21 by default (`lab.measure.ops_per_tile_step()` counts them).
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """

@@ -4,7 +4,9 @@
 - `kernels`: the kernels compared, by name (`KERNELS`), their seeded inputs and whether each runs here.
 - `timing`: median seconds of a call, and of candidates in alternating rounds (`time_call`, `time_rounds`, `time_interleaved`, `spread`).
 - `pitfalls`: what goes wrong, shown: one cold call, busy programs, threads, torch's op count
-  (`time_once`, `other_programs`, `at_threads`, `thread_ratios`, `describe_rounds`, `round_ratios`, `ceiling_spread`, `count_torch_ops`).
+  (`time_once`, `other_programs`, `at_threads`, `thread_ratios`, `describe_rounds`, `round_ratios`, `ceiling_spread`, `count_torch_ops`);
+  the helpers behind its printed lines, reached as `lab.measure.NAME` (`ops_per_tile_step`, `step_op_lines`,
+  `thread_verdicts`, `tiled_verdicts`, `exp_ulp`).
 - `memory`: peak bytes of a torch call above its inputs (`peak_memory`); on a CPU through the child
   process `python -m lab.measure.probe`.
 - `machine`: the machine a run was measured on, whether it is fit to time on, and its ceilings
@@ -14,9 +16,9 @@
 - `runs`: the recorded runs, shipped and your own (`load_runs`, `user_runs_dir`, `RUNS_DIR`), the latest
   sweep of each machine (`latest_sweeps`, `sweep_lines`).
 
-The names below are the public ones, and `import lab` exports them all (`lab.run_sweep`, ...). The
-command line that runs a sweep and writes its record, `python -m lab.bench`, is tooling beside the
-package: `labbench/`.
+The names in `__all__` are the public ones, and `import lab` exports them all (`lab.run_sweep`, ...); the
+notebook helpers named above are not among them. The command line that runs a sweep and writes its record,
+`python -m lab.bench`, is tooling beside the package: `labbench/`.
 
 Taught in: notebooks/08_hardware_runs.ipynb
 """
@@ -36,6 +38,11 @@ from .pitfalls import (
     thread_ratios,
     time_once,
 )
+from .pitfalls import exp_ulp as exp_ulp  # notebook helpers, as lab.measure.NAME only
+from .pitfalls import ops_per_tile_step as ops_per_tile_step
+from .pitfalls import step_op_lines as step_op_lines
+from .pitfalls import thread_verdicts as thread_verdicts
+from .pitfalls import tiled_verdicts as tiled_verdicts
 from .runs import (
     RUNS_DIR,
     accuracy_lines,

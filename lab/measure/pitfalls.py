@@ -5,6 +5,8 @@
 - `other_programs(n)`: a context in which `n` busy Python processes compete for the cores, so that a timing
   taken inside it shows what a busy machine does to it.
 - `count_torch_ops(fn)`: the torch operations `fn()` dispatches (`TorchDispatchMode`), by name.
+- `ops_per_tile_step()`: those of one tile step of the torch loop (rung 4), by name, and `step_op_lines` to print them.
+- `thread_verdicts`, `tiled_verdicts`, `exp_ulp`: the verdicts and errors notebook 08 prints, computed here.
 
 Taught in: notebooks/08_hardware_runs.ipynb
 """
@@ -161,3 +163,107 @@ def round_ratios(t_a, t_b, a: str = "a", b: str = "b") -> str:
         f"{a} / {b} per round {measured(r.min(), '.2f')}-{measured(r.max(), '.2f')}, "
         f"median {measured(np.median(r), '.2f')}: {measured(verdict, '')}"
     )
+
+
+# The aten ops that move no data: a new view of the same memory
+_VIEWS = {"slice", "view", "transpose", "unsqueeze", "expand", "select", "reshape", "t"}
+
+
+def ops_per_tile_step(
+    *, block_q: int = 256, block_k: int = 512, heads: int = 8, d: int = 64
+) -> collections.Counter:
+    """The torch operations of one tile step of `lab.flash_attention_torch` (rung 4), by name: one query block
+    against 4 key blocks, less one against 2, halved (what the two runs share cancels)."""
+    import torch
+
+    from ..torch_kernels import flash_attention_torch
+
+    for name, x in (
+        ("block_q", block_q),
+        ("block_k", block_k),
+        ("heads", heads),
+        ("d", d),
+    ):
+        if int(x) != x or x < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {x!r}")
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, heads, block_q, d, generator=g)
+    counts = {}
+    for blocks in (2, 4):
+        k, v = (
+            torch.randn(1, heads, blocks * block_k, d, generator=g) for _ in range(2)
+        )
+        run = lambda k=k, v=v: flash_attention_torch(  # noqa: E731
+            q, k, v, block_q=block_q, block_k=block_k
+        )
+        counts[blocks] = count_torch_ops(run)
+    step = collections.Counter()
+    for name in counts[4]:
+        extra, odd = divmod(counts[4][name] - counts[2][name], 2)
+        if odd:
+            raise RuntimeError(f"{name}: an odd count over two tile steps")
+        if extra:
+            step[name] = extra
+    return step
+
+
+def step_op_lines(step) -> str:
+    """`ops_per_tile_step()`'s count in two lines: the ops that compute, and the views that move no data."""
+    views = {n: c for n, c in sorted(step.items()) if n in _VIEWS}
+    work = {n: c for n, c in sorted(step.items()) if n not in _VIEWS}
+    line = lambda ops: ", ".join(f"{n} ×{c}" if c > 1 else n for n, c in ops.items())  # noqa: E731
+    return (
+        f"compute, {sum(work.values())}: {line(work)}\n"
+        f"views, {sum(views.values())}: {line(views)}\n"
+        f"torch operations per tile step: {sum(step.values())}"
+    )
+
+
+def thread_verdicts(quiet: dict, names, cores: int, load: float) -> str:
+    """Whether every core beat one thread in `quiet` (`time_rounds` of `at_threads`), per kernel, by the medians;
+    and whether the 1-minute `load` already exceeded the cores. The verdicts are masked: they vary by machine."""
+    from ..notebook import measured
+
+    med = lambda n, c: float(np.median(quiet[f"{n}, {c} thread{'s' * (c > 1)}"]))  # noqa: E731
+    lines = [
+        f"{n:>5}: {cores} threads helped in the quiet run: "
+        + measured(med(n, cores) < med(n, 1), "")
+        for n in names
+    ]
+    lines.append(
+        "the quiet run was taken on a loaded machine: " + measured(load > cores, "")
+    )
+    return "\n".join(lines)
+
+
+def tiled_verdicts(rows, pairs) -> str:
+    """For each (tiled, standard) pair and each N of the sweep `rows`: is the tiled kernel's median faster, and
+    clearly so (the two times apart by half their spreads)? One line each, the verdicts masked."""
+    from ..notebook import measured
+
+    at = {(r["kernel"], r["N"]): r for r in rows if not r.get("skipped")}
+    lines = []
+    for tiled, standard in pairs:
+        for N in sorted(n for name, n in at if name == tiled and (standard, n) in at):
+            a, b = at[tiled, N], at[standard, N]
+            faster = a["ms"] < b["ms"]
+            clearly = a["ms"] * (1 + a["spread"] / 2) < b["ms"] * (1 - b["spread"] / 2)
+            lines.append(
+                f"N = {N:>4}: {tiled} faster than {standard}: "
+                f"{measured(faster, '')}, clearly: {measured(clearly, '')}"
+            )
+    return "\n".join(lines)
+
+
+def exp_ulp(lo: float, hi: float, n: int = 100_001) -> tuple[float, float]:
+    """Worst float32 error, in ulp of $e^x$, over n points of [lo, hi]: of `torch.exp(x)` and of
+    `torch.exp2(x·log2 e)` (x·log2 e rounded to float32 first), both against float64."""
+    import torch
+
+    if not lo < hi:
+        raise ValueError(f"lo must be below hi, got lo={lo!r}, hi={hi!r}")
+    x = torch.linspace(lo, hi, int(n))
+    exact = torch.exp(x.double())
+    ulp = (torch.nextafter(x.exp(), torch.tensor(np.inf)) - x.exp()).double()
+    worst = lambda y: float(((y.double() - exact).abs() / ulp).max())  # noqa: E731
+    return worst(torch.exp(x)), worst(torch.exp2(x * 1.4426950408889634))

@@ -306,16 +306,41 @@ def test_backward_tiles_slider_updates_result():
     controls = {c.description: c for c in w.children[:-1]}
     assert w.result["N"] == 256 and w.result["causal"]
     assert (
-        "max |tiled − standard| at N = 128: ‹" in w.summary_html.value
+        "max |tiled − standard| at N = 128, M = 128: ‹" in w.summary_html.value
         and "(&lt; 1e-10: True)" in w.summary_html.value
     )
     controls["N"].value = 128
-    assert w.result["N"] == 128 and w.result["tiles"] == 4
+    assert w.result["N"] == 128 and w.result["tiles"] == 2 * 4  # M stays 256
+    controls["M (keys)"].value = 128
+    assert w.result["M"] == 128 and w.result["tiles"] == 4
     controls["Br"].value = 16
     assert w.result["block_q"] == 16 and w.result["tiles"] == 16
-    assert w.result["checked_N"] == 128  # 2 blocks of the larger size, at least 32 rows
+    assert w.result["checked_N"] == 16 + 64  # a block of each size, at least 32 rows
     controls["causal"].value = False
     assert w.result["visited"] == w.result["tiles"] and w.result["max_err"] < 1e-10
+
+
+def test_backward_tiles_slider_moves_m_and_keeps_the_gap_in_its_check():
+    w = lab.widgets.backward_tiles(N=192, M=256, block_q=64, block_k=64)
+    controls = {c.description: c for c in w.children[:-1]}
+    assert (w.result["N"], w.result["M"]) == (192, 256)
+    assert w.result["tiles"] == 3 * 4 and w.result["visited"] < 12
+    assert w.result["kept_ratio"] == pytest.approx((256 + 64) / (64 + 1))
+    controls["M (keys)"].value = 64  # N > M: the first N − M queries see no key
+    r = w.result
+    assert r["M"] == 64 and r["tiles"] == 3 and r["checked_M"] < r["checked_N"]
+    assert r["max_err"] < 1e-10 and "M = 64" in w.summary_html.value
+    assert r["kept_ratio"] == pytest.approx((64 + 64) / (64 + 1))
+
+
+@pytest.mark.parametrize(
+    "N, M, check_N, want",
+    [(256, 256, 64, (64, 64)), (64, 512, 128, (64, 96)), (512, 64, 128, (128, 64))],
+)
+def test_the_checked_problem_keeps_the_sign_of_m_minus_n(N, M, check_N, want):
+    from lab.figures.backward import _checked_shape
+
+    assert _checked_shape(N, M, check_N) == want
 
 
 def test_backward_tiles_checks_on_check_n_rows_and_counts_tiles_at_n():

@@ -300,7 +300,7 @@ PLANTED = [
             "alpha, e = np.exp(m - m_new), np.exp(s - m_new[:, None])",
             "alpha, e = 1.0, np.exp(s)",
         ),
-        ["✗ case 3", "e^S without the max", "overflows"],
+        ["✗ case 4", "e^S without the max", "overflows"],
     ),
     (
         "delta_streamed",
@@ -309,7 +309,22 @@ PLANTED = [
             "for j0 in range(0, k.shape[0], Bc):",
             "for j0 in [0]:\n        Bc = k.shape[0]",
         ),
-        ["✗ case 4", "formed an array of shape (64, 4096)"],
+        ["✗ case 5", "formed an array of shape (64, 4096)"],
+    ),
+    (
+        "delta_streamed",
+        "max from the block",
+        ("m_new = np.maximum(m, s.max(axis=-1))", "m_new = s.max(axis=-1)"),
+        ["✗ case 3", "NaN in yours", "each block's own max, not the running max"],
+    ),
+    (
+        "delta_streamed",
+        "terms against the block max",
+        (
+            "np.exp(s - m_new[:, None])  # rescale",
+            "np.exp(s - s.max(axis=-1, keepdims=True))  # rescale",
+        ),
+        ["✗ case 0", "new terms are taken against that block's own max"],
     ),
     (
         "delta_streamed",
@@ -375,6 +390,18 @@ PLANTED = [
     ),
     (
         "delta",
+        "float32 returned",
+        ("(o * do).sum(axis=-1)", "(o * do).sum(axis=-1).astype(np.float32)"),
+        ["✗ case 0", "your D is float32 (the array you return)", "float64"],
+    ),
+    (
+        "delta",
+        "o in float32",
+        ("(o * do).sum(axis=-1)", "(o.astype(np.float32) * do).sum(axis=-1)"),
+        ["✗ case 0", "o was rounded to float32"],
+    ),
+    (
+        "delta",
         "everything summed",
         ("(o * do).sum(axis=-1)", "(o * do).sum()"),
         ["shape: yours is ()"],
@@ -406,6 +433,18 @@ PLANTED = [
         "causal top-left",
         ("+ M - N, s, -np.inf)", ", s, -np.inf)"),
         ["case 2", "top-left"],
+    ),
+    (
+        "my_backward",
+        "causal off by one",
+        ("<= np.arange(N)[:, None] + M - N", "< np.arange(N)[:, None] + M - N"),
+        ["case 2", "diagonal is off by one", "hides the key on the line"],
+    ),
+    (
+        "my_backward",
+        "causal one past",
+        ("+ M - N, s, -np.inf)", "+ M - N + 1, s, -np.inf)"),
+        ["case 2", "diagonal is off by one", "one key past the line"],
     ),
     (
         "my_backward",
@@ -517,7 +556,7 @@ PLANTED = [
             "dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)",
             "dq, dk, dv = (np.zeros(a.shape, np.float32) for a in (q, k, v))",
         ),
-        ["float32's precision", "zeros_like"],
+        ["your dq is float32", "np.zeros_like(q) keeps q's float64"],
     ),
     (
         "my_backward",
@@ -575,6 +614,39 @@ PLANTED = [
             "s = np.where(j <= i, s, -np.inf)",
         ),
         ["case 2", "top-left"],
+    ),
+    (
+        "tiled_backward",
+        "float32 tile",
+        ("dp = do_I @ v_J.T", "dp = (do_I @ v_J.T).astype(np.float32)"),
+        ["your dq is float64 but agrees only to float32's precision", "tile"],
+    ),
+    (
+        "tiled_backward",
+        "causal ignored",
+        ("if causal:", "if False:"),
+        ["case 2", "the causal flag is ignored", "never set to −inf"],
+    ),
+    (
+        "tiled_backward",
+        "causal off by one",
+        ("s = np.where(j <= i + M - N,", "s = np.where(j < i + M - N,"),
+        ["case 2", "diagonal is off by one", "hides the key on the line"],
+    ),
+    (
+        "tiled_backward",
+        "P divided by lse",
+        (
+            "p = np.exp(\n                s - lse_safe[i0:i0 + Br, None]\n            )",
+            "p = np.exp(s) / lse_safe[i0:i0 + Br, None]",
+        ),
+        ["case 0", "P computed as e^S / lse", "log of the row's sum"],
+    ),
+    (
+        "p_tile",
+        "divided by lse",
+        ("- lse_I[:, None])", ") / lse_I[:, None]"),
+        ["case 0", "e^S divided by lse", "inside the exponent"],
     ),
     (
         "tiled_backward",
@@ -666,6 +738,49 @@ def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
     visible = np.arange(M)[None, :] <= np.arange(N)[:, None] + M - N     # a full N × M mask, made from scratch
     return _tiled(q, k, v, o, lse, do, Br, Bc, causal)
 """
+ROWS = """
+def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
+    N, M, d = q.shape[0], k.shape[0], q.shape[1]
+    D = delta(o, do)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    for i in range(N):                                          # one query row against all M keys
+        s = q[i] @ k.T / np.sqrt(d)
+        if causal:
+            s = np.where(np.arange(M) <= i + M - N, s, -np.inf)
+        p = np.exp(s - (np.inf if np.isneginf(lse[i]) else lse[i]))
+        ds = p * (v @ do[i] - D[i])
+        dq[i] = ds @ k / np.sqrt(d)
+        dk += np.outer(ds, q[i]) / np.sqrt(d)
+        dv += np.outer(p, do[i])
+    return dq, dk, dv
+"""
+ROW_BLOCKS = """
+def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
+    N, M, d = q.shape[0], k.shape[0], q.shape[1]
+    D = delta(o, do)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    for j0 in range(0, M, Bc):
+        k_J, v_J = k[j0:j0 + Bc], v[j0:j0 + Bc]
+        for i in range(N):                                      # one query row against a key block
+            s = q[i] @ k_J.T / np.sqrt(d)
+            if causal:
+                s = np.where(np.arange(j0, j0 + len(k_J)) <= i + M - N, s, -np.inf)
+            p = np.exp(s - (np.inf if np.isneginf(lse[i]) else lse[i]))
+            ds = p * (v_J @ do[i] - D[i])
+            dq[i] += ds @ k_J / np.sqrt(d)
+            dk[j0:j0 + Bc] += np.outer(ds, q[i]) / np.sqrt(d)
+            dv[j0:j0 + Bc] += np.outer(p, do[i])
+    return dq, dk, dv
+"""
+STREAMED_ROWS = """
+def delta_streamed(q, k, v, do, Bc):
+    D = np.zeros(len(q))
+    for i in range(len(q)):                                     # one query row against all M keys
+        s = k @ q[i] / np.sqrt(q.shape[1])
+        p = np.exp(s - s.max())
+        D[i] = (p / p.sum()) @ (v @ do[i])
+    return D
+"""
 CALLS_LAB = """
 def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
     return lab.flash_attention_backward_numpy(q, k, v, o, lse, do, block_q=Br, block_k=Bc, causal=causal)
@@ -733,6 +848,29 @@ def my_backward(q, k, v, do, causal=False):
                 "an N × M array (S, P or a mask) was formed",
             ],
         ),
+        (
+            "tiled",
+            ROWS,
+            [
+                "the values agree on 4 cases",
+                "shape (1536,) = (M,)",
+                "one query row against all M keys",
+            ],
+        ),
+        (
+            "tiled",
+            ROW_BLOCKS,
+            [
+                "the values agree on 4 cases",
+                "no (Br, Bc) = (32, 64) tile was formed",
+                "one query row at a time against a key block",
+            ],
+        ),
+        (
+            "delta",
+            STREAMED_ROWS,
+            ["✗ case 5", "shape (4096,), one query row", "no key blocks at all"],
+        ),
         ("tiled", CALLS_LAB, ["case 0", "calls lab.flash_attention_backward_numpy"]),
         ("tiled", CALLS_REFERENCE, ["case 0", "calls lab.attention_backward"]),
         ("standard", AUTOGRAD, ["case 0", "calls torch autograd"]),
@@ -750,6 +888,9 @@ def my_backward(q, k, v, do, causal=False):
         "full-S",
         "row-strip",
         "full-mask",
+        "query-rows",
+        "query-rows-against-key-blocks",
+        "streamed-query-rows",
         "calls-lab-tiled",
         "calls-lab-standard",
         "autograd",
@@ -757,7 +898,14 @@ def my_backward(q, k, v, do, causal=False):
     ],
 )
 def test_planted_property_violation_is_diagnosed(key, source, expected):
-    name = "tiled_backward" if key == "tiled" else "my_backward"
+    name = {"tiled": "tiled_backward", "delta": "delta_streamed"}.get(
+        key, "my_backward"
+    )
+    if key == "delta":  # the worked delta(o, do) after it, so only step (a) fails
+        source += "\n" + EX["delta"].solution.split("def delta_streamed")[0]
+        source += (
+            "def delta(o, do):" + EX["delta"].solution.split("def delta(o, do):")[1]
+        )
     out = run_check(
         EX[key],
         (STEPS if key == "tiled" and "def delta" not in source else "") + source,

@@ -5,10 +5,12 @@ standard backward and the tiled one; each prints one verdict and names the class
   and `lab.attention_backward` (causal aligned bottom-right).
 - `check_tiled_backward` : against `lab.attention_backward` too, with block sizes that do not divide N or M
   and rows that see no key; then a large case on watched arrays (`arrays_formed`) fails when an N×M array,
-  or a block of rows against all M keys, is formed.
+  a block of rows against all M keys, a query row against all M keys, or rows one at a time (no (Br, Bc)
+  tile) are formed.
 - `check_streamed_delta` : $D_i = \\sum_j P_{ij}\\,dP_{ij}$ built by streaming key blocks (a running max, sum and
-  weighted sum), against `lab.backward_delta`; the block max without a rescale, a missing division by l, a dropped
-  last block and an inverted rescale are named, and a large case fails an N×M array.
+  weighted sum), against `lab.backward_delta`; the block max without a rescale, a max reset to each block's own,
+  a missing division by l, a dropped last block and an inverted rescale are named, and a large case fails an
+  N×M array and a query row against all M keys.
 - `check_loop_order` : the reads and writes of the tiled backward with the query blocks outside, against the
   counts of that loop walked block by block; the key-outer answer, a floor for a shorter last block and the
   two block counts swapped are named.
@@ -72,6 +74,14 @@ BACKWARD_MISTAKES = {
     "dk without transpose": "dk: a missing transpose, dS Q in place of dSᵀ Q (it runs only because the tile is square)",
     "causal top-left": "the causal mask is aligned top-left (key j ≤ i); it is aligned bottom-right, j ≤ i + M − N, "
     "so that the last query sees every key when N ≠ M",
+    "causal ignored": "the causal flag is ignored: the masked scores were never set to −inf, so P = e^(S − lse) "
+    "is not 0 past the line; with causal=True query i sees key j only when j ≤ i + M − N (mask inside each tile)",
+    "causal off by one": "the causal mask's diagonal is off by one: j < i + M − N hides the key on the line "
+    "itself; query i sees key j when j ≤ i + M − N (with N = M, query i sees key i)",
+    "causal one past": "the causal mask's diagonal is off by one: j ≤ i + M − N + 1 lets each query see one "
+    "key past the line; query i sees key j when j ≤ i + M − N",
+    "P = exp(S) / lse": "P computed as e^S / lse: lse_i = log Σ_j e^(S_ij) is the log of the row's sum, not the "
+    "sum; it is subtracted inside the exponent, P_ij = e^(S_ij − lse_i)",
     "last query block dropped": "the last query block was never visited: Br = {Br} does not divide N = {N}, so "
     "rows {N_tail}..{N_last} form a shorter block",
     "last key block dropped": "the last key block was never visited: Bc = {Bc} does not divide M = {M}, so "
@@ -105,7 +115,9 @@ def backward_with_mistake(
         do.sum(axis=-1) if "D = rowsum(dO)" in planted else (do * o).sum(axis=-1)
     )  # (N,)
     lse_safe = np.where(np.isneginf(lse), np.inf, lse)  # no key: P = 0
-    offset = 0 if "causal top-left" in planted else M - N
+    offset = M - N + ("causal one past" in planted) - ("causal off by one" in planted)
+    offset = 0 if "causal top-left" in planted else offset
+    masked = causal and "causal ignored" not in planted
     dq, dk, dv = (
         np.zeros_like(q, dtype=float),
         np.zeros_like(k, dtype=float),
@@ -124,7 +136,7 @@ def backward_with_mistake(
             for i0 in range(0, N_end, Br):
                 i1 = min(i0 + Br, N)
                 s = scale * (q[i0:i1] @ k[j0:j1].T)  # S_ij: (Br, Bc)
-                if causal:
+                if masked:
                     s = np.where(
                         np.arange(j0, j1)[None, :]
                         <= np.arange(i0, i1)[:, None] + offset,
@@ -137,6 +149,8 @@ def backward_with_mistake(
                     )
                 elif "P = exp(S - row max)" in planted:
                     p = np.exp(s - row_max[i0:i1, None])
+                elif "P = exp(S) / lse" in planted:
+                    p = np.exp(s) / lse_safe[i0:i1, None]
                 else:
                     p = np.exp(s - lse_safe[i0:i1, None])  # P_ij from lse
                 dp = do[i0:i1] @ v[j0:j1].T  # dP_ij: (Br, Bc)
@@ -179,23 +193,21 @@ def backward_with_mistake(
 class _Watched(np.ndarray):
     """An array that logs the shape of every array numpy derives from it (ufunc results, products, views) above a size."""
 
-    log: list = []
+    log: dict = {}
     above = 0
 
     def __array_finalize__(self, obj):
-        if (
-            self.size > _Watched.above
-        ):  # only the large ones: the log itself takes memory
-            _Watched.log.append(self.shape)
+        if self.size > _Watched.above:  # each shape once: the log stays small
+            _Watched.log[self.shape] = None
 
 
 def arrays_formed(fn, *args, above: int = 0):
     """Run `fn(*args)` with its numpy array arguments watched; return `(shapes, peak_bytes)`.
 
-    `shapes`: the shapes of the arrays of more than `above` elements that numpy computed from a watched one
-    (through ufuncs, `@`, views); `peak_bytes`: the peak of memory newly allocated during the call, from
-    `tracemalloc` (numpy reports its allocations to it), which also sees arrays made from scratch
-    (`np.zeros((N, M))`). Taught in: notebooks/09_tiled_backward.ipynb
+    `shapes`: the distinct shapes, in the order first seen, of the arrays of more than `above` elements that
+    numpy computed from a watched one (through ufuncs, `@`, views); `peak_bytes`: the peak of memory newly
+    allocated during the call, from `tracemalloc` (numpy reports its allocations to it), which also sees arrays
+    made from scratch (`np.zeros((N, M))`). Taught in: notebooks/09_tiled_backward.ipynb
     """
     args = [
         a.astype(float).view(_Watched) if isinstance(a, np.ndarray) else a for a in args
@@ -204,30 +216,48 @@ def arrays_formed(fn, *args, above: int = 0):
         tracemalloc.start()
     tracemalloc.reset_peak()
     base = tracemalloc.get_traced_memory()[0]
-    _Watched.log, _Watched.above = [], above
+    _Watched.log, _Watched.above = {}, above
     try:
         fn(*args)
         return list(_Watched.log), tracemalloc.get_traced_memory()[1] - base
     finally:
-        _Watched.log, _Watched.above = [], 0
+        _Watched.log, _Watched.above = {}, 0
         if started:
             tracemalloc.stop()
+
+
+def _spans(shape, n: int, widths) -> bool:
+    """Whether `shape` has an axis of `n` and is not an (n, width) array like an input or output (or a
+    per-row vector of them, axes of 1 aside)."""
+    core = tuple(x for x in shape if x != 1)
+    if n not in core:
+        return False
+    rest = list(core)
+    rest.remove(n)
+    return not (len(rest) == 1 and rest[0] in widths)
 
 
 def _formed_violation(fn, N, M, d, dv, Br, Bc, causal) -> str | None:
     """None when the tiled backward keeps to tiles on a large case; else what it formed, in words."""
     q, k, v, do, o, lse = _problem(N, M, d, dv, causal, seed=7)
     limit = max(N, M) * max(d, dv)  # the largest input or output
-    shapes, peak = arrays_formed(fn, q, k, v, o, lse, do, Br, Bc, causal, above=limit)
+    shapes, peak = arrays_formed(fn, q, k, v, o, lse, do, Br, Bc, causal)
     sizes = {"N": N, "M": M, "Br": Br, "Bc": Bc, "d": d, "dv": dv}
     label = lambda shape: (
         "("
         + ", ".join(
             next((k for k, x in sizes.items() if x == n), str(n)) for n in shape
         )
+        + ("," if len(shape) == 1 else "")
         + ")"
     )
-    big = [s for s in shapes if len(s) >= 2 and max(s) >= min(N, M)]
+    sizes_of = f"with N = {N}, M = {M}, Br = {Br}, Bc = {Bc}"
+    tiles = "the tiled backward holds one (Br, Bc) tile of S, P, dP and dS at a time"
+    big = [
+        s
+        for s in shapes
+        if len(s) >= 2 and max(s) >= min(N, M) and int(np.prod(s)) > limit
+    ]
     if big:
         s = max(big, key=lambda s: int(np.prod(s)))
         what = (
@@ -237,10 +267,21 @@ def _formed_violation(fn, N, M, d, dv, Br, Bc, causal) -> str | None:
             if M in s
             else "a block of keys against all N queries"
         )
+        return f"an array of shape {s} = {label(s)} was formed ({what}), {sizes_of}; {tiles}"
+    row = next((s for s in shapes if _spans(s, M, (d, dv))), None)
+    if row is not None:
         return (
-            f"an array of shape {s} = {label(s)} was formed ({what}), with N = {N}, M = {M}, Br = {Br}, Bc = {Bc}; "
-            f"the tiled backward holds one (Br, Bc) tile of S, P, dP and dS at a time"
+            f"an array of shape {row} = {label(row)} was formed (one query row against all M keys), "
+            f"{sizes_of}: that loop has no tiles; {tiles}"
         )
+    if shapes and (Br, Bc) not in shapes and (Bc, Br) not in shapes:
+        strips = [s for s in shapes if tuple(x for x in s if x != 1) == (Bc,)]
+        if strips:
+            return (
+                f"no (Br, Bc) = ({Br}, {Bc}) tile was formed, only rows of shape {strips[0]} = "
+                f"{label(strips[0])}: one query row at a time against a key block, {sizes_of}; "
+                f"the query rows come in blocks of Br too: {tiles}"
+            )
     if peak > N * M // 2:
         return (
             f"{peak / 2**20:.1f} MiB was allocated during the call, where an N × M array takes {N * M / 2**20:.1f} MiB "
@@ -384,6 +425,20 @@ def _close_f32(a, b) -> bool:
     return a.shape == b.shape and np.allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
+def _float32_hint(name: str, dtype) -> str:
+    """The hint for a gradient right to float32's rounding only: which array is float32, and what keeps float64."""
+    given = {"dq": "q", "dk": "k", "dv": "v"}[name]
+    if dtype != np.float64:
+        return (
+            f"your {name} is {dtype}, and the inputs are float64: the array you add into was made {dtype} "
+            f"(np.zeros(shape, np.float32)?); np.zeros_like({given}) keeps {given}'s float64"
+        )
+    return (
+        f"your {name} is float64 but agrees only to float32's precision: a tile on the way (S, P, dP or dS) "
+        "was made float32 (an astype(np.float32)?); keep every tile in the inputs' float64"
+    )
+
+
 def _backward_hint(got, want, case, variants) -> str:
     N, M, d, causal = case["N"], case["M"], case["d"], case["causal"]
     if isinstance(got, tuple) and len(got) == 3:
@@ -426,10 +481,7 @@ def _backward_hint(got, want, case, variants) -> str:
                 if _close(g, factor * np.asarray(w)):
                     return f"{name} is {text}"
             if np.asarray(g).dtype != np.float64 or _close_f32(g, w):
-                return (
-                    f"{name} agrees only to about float32's precision (dtype {np.asarray(g).dtype}): an accumulator "
-                    "or a tile in float32? The inputs are float64; np.zeros_like(q) keeps their dtype"
-                )
+                return _float32_hint(name, np.asarray(g).dtype)
             if causal and all(_close(g, u) for g, u in zip(got, case["unmasked"])):
                 return (
                     "yours equals the backward without the mask: the causal flag is ignored; with causal=True "
@@ -463,9 +515,27 @@ _DENSE = [
     "D down the column",
     ("P = exp(S - row max)", "D from one tile"),
     ("causal top-left", "D from one tile"),
+    ("causal off by one", "D from one tile"),
+    ("causal one past", "D from one tile"),
     "dv without transpose",
     "dk without transpose",
 ]
+
+
+_MASK_SHIFTS = {  # the diagonal offset of each planted mask: key j seen when j <= i + offset
+    "causal top-left": lambda N, M: 0,
+    "causal off by one": lambda N, M: M - N - 1,
+    "causal one past": lambda N, M: M - N + 1,
+}
+
+
+def _masked_lse(q, k, offset):
+    """lse of the dense scores under the mask j <= i + offset (−inf for a row that sees no key)."""
+    j, i = np.arange(len(k)), np.arange(len(q))[:, None]
+    s = np.where(j <= i + offset, q @ k.T / np.sqrt(q.shape[1]), -np.inf)
+    m = np.nan_to_num(s.max(axis=-1), neginf=0.0)
+    with np.errstate(divide="ignore"):
+        return np.log(np.exp(s - m[:, None]).sum(axis=-1)) + m
 
 
 def _variants(q, k, v, o, lse, do, case, tiled, want) -> list:
@@ -485,15 +555,9 @@ def _variants(q, k, v, o, lse, do, case, tiled, want) -> list:
             o_m, lse_m = attention_reference(
                 q * q.shape[1], k, v, causal=case["causal"]
             )  # (d·q)·kᵀ/√d = √d·q·kᵀ
-        if not tiled and "causal top-left" in mistake:  # softmax over keys j <= i
-            s = np.where(
-                np.arange(len(k)) <= np.arange(len(q))[:, None],
-                q @ k.T / np.sqrt(q.shape[1]),
-                -np.inf,
-            )
-            lse_m = np.log(
-                np.exp(s - s.max(axis=-1, keepdims=True)).sum(axis=-1)
-            ) + s.max(axis=-1)
+        shift = _MASK_SHIFTS.get(next((m for m in _MASK_SHIFTS if m in mistake), ""))
+        if not tiled and shift is not None:  # a softmax over the keys of that mask
+            lse_m = _masked_lse(q, k, shift(len(q), len(k)))
         try:
             alt = backward_with_mistake(
                 q, k, v, o_m, lse_m, do, case["Br"], case["Bc"], case["causal"], mistake
@@ -640,6 +704,22 @@ def _delta_hint(case, got, want) -> str | None:
         return "shape: D has one number per query row, shape (..., N): sum over the last axis only"
     if _close(g, do.sum(axis=-1)):
         return "that is rowsum(dO): D_i = Σ_j P_ij dP_ij, rewritten with O_i in place of Σ_j P_ij V_j"
+    f32 = lambda a: a.astype(np.float32).astype(float)
+    for cast, which in (
+        ((f32(o), do), "o was"),
+        ((o, f32(do)), "dO was"),
+        ((f32(o), f32(do)), "o and dO were"),
+    ):
+        if _close_f32(g, want) and _close(g, (cast[0] * cast[1]).sum(axis=-1)):
+            return (
+                f"right to float32's precision only: {which} rounded to float32 on the way "
+                "(an astype(np.float32)?); o and dO are float64, keep them so"
+            )
+    if _close_f32(g, want):
+        return (
+            "right to float32's precision only: a product or sum on the way was float32; "
+            "o and dO are float64, keep every step in float64"
+        )
     return "D_i = Σ_j P_ij dP_ij; write dP_ij = dO_i · V_j and move the sum over j inside: what is Σ_j P_ij V_j?"
 
 
@@ -657,7 +737,19 @@ def check_delta(fn, cases, *, name: str | None = None) -> None:
         rtol=RTOL,
         atol=ATOL,
         hint=_delta_hint,
-        properties=(_own_work("backward_delta", numpy_only=True),),
+        properties=(_own_work("backward_delta", numpy_only=True), _delta_dtype),
+    )
+
+
+def _delta_dtype(fn, case, got) -> str | None:
+    """Property: D comes back in the inputs' dtype (float64 here), not rounded to float32."""
+    want = np.result_type(*case)
+    have = np.asarray(got).dtype
+    if have == want:
+        return None
+    return (
+        f"your D is {have} (the array you return), and o and dO are {want}: an astype or a "
+        f"{have} accumulator rounds D; return it in the inputs' dtype, {want}"
     )
 
 
@@ -670,11 +762,17 @@ def _streamed_with(q, k, v, do, Bc, mistake=None):
     for j0 in range(0, end, Bc):
         s = q @ k[j0 : j0 + Bc].T / np.sqrt(q.shape[1])  # (N, Bc)
         dp = do @ v[j0 : j0 + Bc].T  # dP: (N, Bc)
-        m_new = s.max(axis=-1) if mistake == "block max" else np.maximum(m, s.max(-1))
+        m_new = (
+            s.max(axis=-1)
+            if mistake in ("block max", "max from the block")
+            else np.maximum(m, s.max(-1))
+        )
         alpha = np.exp(m_new - m) if mistake == "alpha inverted" else np.exp(m - m_new)
         if mistake in ("block max", "no rescale"):
             alpha = np.ones(N)
         e = np.exp(s if mistake == "no max" else s - m_new[:, None])  # (N, Bc)
+        if mistake == "terms against the block max":
+            e = np.exp(s - s.max(axis=-1, keepdims=True))
         l, a, m = alpha * l + e.sum(-1), alpha * a + (e * dp).sum(-1), m_new
     return a if mistake == "no division" else a / l  # the mistakes are planted
 
@@ -688,6 +786,11 @@ STREAMED_MISTAKES = {
     "against m_old is multiplied by e^(m_old − m_new) before the block's terms, taken against m_new, are added",
     "no division": "the weighted sum Σ_j e^(S_ij − m_i) dP_ij is not divided by l_i = Σ_j e^(S_ij − m_i): "
     "P_ij = e^(S_ij − m_i) / l_i",
+    "max from the block": "m is set to each block's own max, not the running max: when a later block's scores "
+    "are lower, e^(m_old − m_new) > 1, and where the scores fall along the row by more than about 709 it "
+    "overflows to inf; keep m = max(m_old, block max), so the rescale is at most 1",
+    "terms against the block max": "l and the weighted sum are rescaled to the running max, but each block's "
+    "new terms are taken against that block's own max: take them against the running max too, e^(S − m_new)",
     "last block dropped": "the last, shorter key block was never visited: Bc does not divide M",
     "alpha inverted": "the rescale is inverted: when the max moves from m_old to m_new, what was summed "
     "against m_old is multiplied by e^(m_old − m_new) ≤ 1",
@@ -698,20 +801,30 @@ def _streamed_reference(q, k, v, do, Bc):
     return backward_delta(attention_reference(q, k, v)[0], do)  # D = rowsum(dO ∘ O)
 
 
+_FALLING = 3  # the case whose scores fall along the row, from about +600 to −600
+
+
 def _streamed_cases(rng) -> list:
     """(q, k, v, do, Bc): a block size that divides M, one that does not, keys whose scores rise block by block,
-    every score near +800, and a large case (N = 64, M = 4096) that the check watches for N × M arrays."""
+    scores that fall along the row from about +600 to −600 (each block's max below the running max), every score
+    near +800, and a large case (N = 64, M = 4096) that the check watches for N × M arrays and rows of M."""
     out = []
     for N, M, d, dv, Bc, kind in (
         (4, 12, 4, 3, 4, ""),
         (5, 19, 8, 5, 6, ""),
         (6, 24, 4, 4, 8, "rising"),
+        (5, 32, 4, 4, 8, "falling"),
         (3, 10, 4, 4, 4, "large scores"),
         (64, 4096, 8, 8, 128, ""),
     ):
         q, k = rng.standard_normal((N, d)), rng.standard_normal((M, d))
         if kind == "rising":  # a later block's scores beat every earlier one's
             q[:, 0], k[:, 0] = 2.0, np.linspace(-3, 3, M)
+        if (
+            kind == "falling"
+        ):  # S_ij ≈ 600 (1 − 2j / (M − 1)): each block below the first
+            q[:, 0] = np.sqrt(600 * np.sqrt(d))
+            k[:, 0] = np.sqrt(600 * np.sqrt(d)) * np.linspace(1, -1, M)
         if kind == "large scores":
             q[:, 0] = k[:, 0] = np.sqrt(800 * np.sqrt(d))
         out.append(
@@ -721,14 +834,16 @@ def _streamed_cases(rng) -> list:
 
 
 def _tiles_only(fn, case, got) -> str | None:
-    """Property: on the large case, no (N, M) array and no block of rows against all M keys."""
+    """Property: on the large case, no (N, M) array, no block of rows against all M keys, no row of M."""
     q, k, v, do, Bc = case
     N, M = q.shape[0], k.shape[0]
     if M < 1024:
         return None
     limit = max(N, M) * max(q.shape[1], v.shape[1])  # the largest input
-    shapes, peak = arrays_formed(getattr(fn, "raw", fn), q, k, v, do, Bc, above=limit)
-    big = [s for s in shapes if len(s) >= 2]
+    shapes, peak = arrays_formed(getattr(fn, "raw", fn), q, k, v, do, Bc, above=M - 1)
+    big = [s for s in shapes if len(s) >= 2 and int(np.prod(s)) > limit]
+    row = next((s for s in shapes if _spans(s, M, (q.shape[1], v.shape[1]))), None)
+    held = "the streamed loop holds one (N, Bc) block of S, P and dP at a time"
     if big or peak > 4 * N * M:
         return (
             f"on N = {N}, M = {M}, Bc = {Bc} it formed "
@@ -737,7 +852,12 @@ def _tiles_only(fn, case, got) -> str | None:
                 if big
                 else f"{peak / 2**20:.1f} MiB at once"
             )
-            + ": the streamed loop holds one (N, Bc) block of S, P and dP at a time"
+            + f": {held}"
+        )
+    if row is not None:
+        return (
+            f"on N = {N}, M = {M}, Bc = {Bc} it formed an array of shape {row}, one query row "
+            f"against all M = {M} keys: no key blocks at all; {held}, all rows together"
         )
     return None
 
@@ -749,9 +869,11 @@ def check_streamed_delta(
     `lab.backward_delta`; print one verdict.
 
     The arrays are drawn afresh on each run (`seed` draws the same again): a block size that does not divide M, keys
-    whose scores rise block by block, every score near +800, and N = 64, M = 4096, where an N × M array (or a block of
-    rows against all M keys) fails. A wrong answer is told which of `STREAMED_MISTAKES` it matches; calling lab's
-    forward or `lab.backward_delta` is refused. Taught in: notebooks/09_backward.ipynb
+    whose scores rise block by block, scores that fall along the row by about 1200 (a max taken per block, not
+    running, overflows there), every score near +800, and N = 64, M = 4096, where an N × M array, a block of rows
+    against all M keys or one query row against all M keys (no key blocks) fails. A wrong answer is told which of
+    `STREAMED_MISTAKES` it matches; calling lab's forward or `lab.backward_delta` is refused.
+    Taught in: notebooks/09_backward.ipynb
     """
     name = name or getattr(fn, "__name__", "your function")
     rng, seed = _fresh(seed)
@@ -765,6 +887,14 @@ def check_streamed_delta(
         "l = Σ e^(S − m) and a running Σ e^(S − m) dP, both rescaled by e^(m_old − m_new) when m moves "
         "(notebook 02), and divide by l after the last block"
     )
+    named = _hint(mistakes, default, fn=fn, cases=cases)
+
+    def hint(case, got, want):  # inf or NaN where the scores fall: the max was reset
+        falling = case is cases[_FALLING]
+        if falling and not np.isfinite(np.asarray(got, dtype=float)).all():
+            return STREAMED_MISTAKES["max from the block"]
+        return named(case, got, want)
+
     with np.errstate(over="ignore", invalid="ignore"):
         check(
             fn,
@@ -773,7 +903,7 @@ def check_streamed_delta(
             name=name,
             rtol=RTOL,
             atol=ATOL,
-            hint=_hint(mistakes, default, fn=fn, cases=cases),
+            hint=hint,
             properties=(
                 _own_work(
                     "backward_delta",
@@ -849,6 +979,11 @@ def _p_tile_hint(got, s, lse, i0, i1, j0, j1) -> str:
         (
             np.exp(tile * np.sqrt(8) - lse[i0:i1, None]),
             "the scale is missing: S_ij = Q_i K_jᵀ / √d, as in the forward",
+        ),
+        (
+            np.exp(tile) / lse[i0:i1, None],
+            "e^S divided by lse: lse_i = log Σ_j e^(S_ij) is the log of the row's sum, not the sum; "
+            "subtract it inside the exponent, P_ij = e^(S_ij − lse_i)",
         ),
         (
             np.exp(tile - lse[i0:i1, None].T)

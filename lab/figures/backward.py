@@ -78,6 +78,13 @@ def backward_error(
     return max(float(np.abs(g - w).max()) for g, w in zip(got, want))
 
 
+def _checked_shape(N: int, M: int, check_N: int) -> tuple[int, int]:
+    """(n, m): at most `check_N` queries, and n + (M − N) keys with the gap held within ±n/2 (m ≥ 1)."""
+    n = min(N, check_N)
+    gap = max(-(n // 2), min(n // 2, M - N))
+    return n, max(1, min(M, n + gap))
+
+
 def draw_backward_tiles(
     N: int = 256,
     block_q: int = 64,
@@ -93,13 +100,16 @@ def draw_backward_tiles(
     outlined with the row block it adds to (dQ_I) and the key block it adds to (dK_J, dV_J). Right: bytes kept
     for the backward beyond q, k, v (kept by both): P and scale·q against o + lse.
 
-    `M` keys (default N), the causal mask bottom-right, $j \\le i + M - N$. Also runs
-    `flash_attention_backward_numpy` at these settings on the last N = min(N, `check_N`) query rows if given,
-    against their M − N + that many keys (cached per setting), and returns max |dQ, dK, dV − standard| as `max_err`, the N it ran at as `checked_N`.
+    `M` keys (default N), the causal mask bottom-right, $j \\le i + M - N$. The kept ratio is
+    $(NM + Nd) / (Nd + N) = (M + d) / (d + 1)$ (with $d_v = d$). Also runs
+    `flash_attention_backward_numpy` at these settings (cached per setting) and returns max |dQ, dK, dV −
+    standard| as `max_err`: on the whole problem, or with `check_N` on n = min(N, `check_N`) queries against
+    n + (M − N) keys, the gap M − N held within ±n/2 so that its sign (rows with no key when N > M) stays;
+    the queries it ran at as `checked_N`, the keys as `checked_M`.
     """
     M = N if M is None else M
-    n = N if check_N is None else min(N, check_N)
-    err = backward_error(n, block_q, block_k, bool(causal), d, seed, M - N + n)
+    n, m = (N, M) if check_N is None else _checked_shape(N, M, check_N)
+    err = backward_error(n, block_q, block_k, bool(causal), d, seed, m)
     grid = _tile_grid(N, M, block_q, block_k, causal)
     if axes is None:
         _, axes = plt.subplots(
@@ -180,7 +190,8 @@ def draw_backward_tiles(
         )
     bx.set(
         ylabel="KiB beyond q, k, v (float32)",
-        title=f"kept, N = {N}, M = {M}, d = {d}: {kept_std / kept_flash:.1f}× apart",
+        title=f"kept, N = {N}, M = {M}, d = {d}\n"
+        f"(M + d) / (d + 1) = {kept_std / kept_flash:.1f}×",
         ylim=(0, top * 1.15),
     )
     ax.figure.subplots_adjust(left=0.08, right=0.98, bottom=0.26, top=0.92, wspace=0.3)
@@ -200,6 +211,7 @@ def draw_backward_tiles(
         "kept_ratio": kept_std / kept_flash,
         "max_err": err,
         "checked_N": n,
+        "checked_M": m,
         "backward_flops": flops["backward"],
     }
 

@@ -82,6 +82,28 @@ def test_a_planted_block_quantizer_is_named(change, says):
     assert_fails(EX[4], _block(**change), *says)
 
 
+TORCH_CAST = (
+    "torch.from_numpy(np.ascontiguousarray(g * s)).to(torch.{fmt}).float().numpy()"
+)
+
+
+def test_torchs_float8_cast_is_accepted_as_the_same_rounding():
+    """The exercise teaches the scale, not the rounding: torch's e4m3fn cast rounds as lab.round_to does
+    (they differ only past 448, where torch saturates), so a torch quantizer passes, and its slips are named."""
+    torch_block = "import torch\n" + _block(
+        ret=TORCH_CAST.format(fmt="float8_e4m3fn") + " / s"
+    )
+    out = run_check(EX[4], torch_block)
+    assert "block_fp8: ✓" in out and "✗" not in out, out
+    not_abs = torch_block.replace(
+        "np.abs(g).max(axis=(-1, -2), keepdims=True)",
+        "g.max(axis=(-1, -2), keepdims=True)",
+    )
+    assert_fails(EX[4], not_abs, "max x, not max |x|", "torch's cast clips it")
+    fnuz = torch_block.replace("float8_e4m3fn)", "float8_e4m3fnuz)")
+    assert_fails(EX[4], fnuz, "e4m3fnuz", "448")
+
+
 def test_labs_quantizer_is_refused():
     src = "def block_fp8(x, rows):\n    return lab.quantize_fp8(x, rows)\n"
     assert_fails(EX[4], src, "calls lab.quantize_fp8")
@@ -210,6 +232,26 @@ def test_the_reference_pipeline_is_labs_tiled_kernel():
             "l = l + p.sum",
             ["more than float32's rounding", "alpha"],
         ),
+        (
+            "m_new = np.maximum(m, s.max(axis=-1, keepdims=True))",
+            "m_new = s.max(axis=-1, keepdims=True)",
+            ["m was set to the block's own max", "max(m, rowmax S_IJ)"],
+        ),
+        (
+            "p = np.exp(s - m_new)",
+            "p = np.exp(s - s.max(axis=-1, keepdims=True))",
+            ["P_IJ was taken against the block's own max", "e^(S_IJ - m')"],
+        ),
+        (
+            "alpha = np.exp(m - m_new)",
+            "alpha = np.exp(m_new - m)",
+            ["α is inverted", "inf · 0 = NaN", "e^(m - m') ≤ 1"],
+        ),
+        (
+            "alpha = np.exp(m - m_new)",
+            "alpha = np.exp(m_new - m) if j else np.float32(0)",
+            ["α is inverted", "e^(m - m') ≤ 1"],
+        ),
     ],
     ids=[
         "float16 matmul",
@@ -220,6 +262,10 @@ def test_the_reference_pipeline_is_labs_tiled_kernel():
         "last block",
         "O in FP16",
         "alpha missing",
+        "block max",
+        "P against block max",
+        "alpha inverted",
+        "alpha inverted, guarded",
     ],
 )
 def test_a_planted_pipeline_is_named(old, new, says):

@@ -406,6 +406,16 @@ def test_a_planted_window_count_is_named(old, new, says):
         assert s in out, f"{s!r} not in:\n{out}"
 
 
+def test_a_prefix_lm_derived_by_cases_passes():
+    """Exercise 2 asks for the mask derived by the query's position: the case split is the same mask."""
+    old = "return lambda b, h, i, j: (j < prefix) | (j <= i + off)"
+    new = (
+        "return lambda b, h, i, j: ((i + off < prefix) & (j < prefix)) | (j <= i + off)"
+    )
+    out = run_check(EX[2], replace_code(EX[2].solution, old, new))
+    assert "prefix_lm: ✓" in out and "✗" not in out, out
+
+
 def test_a_top_left_prefix_lm_is_named():
     old = "return lambda b, h, i, j: (j < prefix) | (j <= i + off)"
     new = "return lambda b, h, i, j: (j < prefix) | (j <= i)"
@@ -617,8 +627,34 @@ def test_a_planted_dilated_window_is_diagnosed(old, new, says):
             "(abs(i + off - j) * (abs(i + off - j) <= max_distance))",
             ["beyond max_distance no penalty", "slope * max_distance"],
         ),
+        (
+            2,
+            "(j < prefix) | (j <= i + off)",
+            "((i < prefix) & (j < prefix)) | (j <= i + off)",
+            ["tests whether the query is in the prompt with i", "i + off < prefix"],
+        ),
+        (
+            2,
+            "(j < prefix) | (j <= i + off)",
+            "((i + off < prefix) & (j < prefix)) | ((j <= i + off) & (j >= prefix))",
+            ["a query after the prompt does not see the prompt"],
+        ),
+        (
+            2,
+            "(j < prefix) | (j <= i + off)",
+            "(j <= i + off)",
+            ["yours is the causal mask", "j < prefix"],
+        ),
     ],
-    ids=["prefix j <= prefix", "prefix & for |", "alibi sign", "alibi zero beyond"],
+    ids=[
+        "prefix j <= prefix",
+        "prefix & for |",
+        "alibi sign",
+        "alibi zero beyond",
+        "prefix test on i",
+        "prefix hidden after",
+        "causal alone",
+    ],
 )
 def test_a_planted_mod_gets_its_own_hint(number, old, new, says):
     out = run_check(EX[number], replace_code(EX[number].solution, old, new))

@@ -1128,3 +1128,19 @@ def test_kernel_problem_names_a_refusal_and_a_difference_and_passes_the_spec():
     assert "refused yours" in _kernel_problem(
         lambda *c: "not a mod", spec, "score_mod", case, 2, "scores"
     )
+
+
+def test_the_gallery_says_alibi_drops_nothing_and_whose_share_is_kept():
+    """ALiBi is a bias: its line gives the causal mask's share, and says so, never 'ALiBi keeps x %'."""
+    import matplotlib.pyplot as plt
+
+    info = lab.figures.masks.draw_mask_gallery(N=32, window=8, docs=(10, 12, 10))
+    plt.close("all")
+    lines = dict(line.split(": ", 1) for line in lab.figures.masks.gallery_lines(info))
+    lines = {name.strip(): text for name, text in lines.items()}
+    assert info["ALiBi (causal)"]["kept"] == info["causal"]["kept"]
+    alibi = lines["ALiBi (causal)"]
+    assert "it drops none" in alibi and "causal keeps" in alibi, alibi
+    assert f"{info['causal']['kept']:.1%}" in alibi, alibi
+    assert "none dropped" in lines["soft-cap 5"], lines
+    assert lines["causal"].endswith("of the scores kept"), lines

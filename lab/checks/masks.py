@@ -394,7 +394,9 @@ def _edge_hint(got, spec, case, idx, shape) -> str | None:
 
 
 def _prefix_hint(got, case, idx, shape) -> str | None:
-    """A diagnosis for a prefix-LM mask one key too long or short, or joined with `&` instead of `|`."""
+    """A diagnosis for a prefix-LM mask one key too long or short, joined with `&` instead of `|`, or
+    derived by cases with a slip: the prompt test on i for i + off, the prompt hidden from the queries
+    after it, or the causal mask alone."""
     prefix, N, M = case
     b, h, i, j = idx
     causal = j <= i + M - N
@@ -412,6 +414,21 @@ def _prefix_hint(got, case, idx, shape) -> str | None:
             (j < prefix) & causal,
             "yours joins the two conditions with & (a key must be in the prefix AND causal): "
             "every query sees the prefix OR the causal keys, so join them with |",
+        ),
+        (
+            ((i < prefix) & (j < prefix)) | causal,
+            "yours tests whether the query is in the prompt with i, its index: its position "
+            f"is p = i + off (off = M - N = {M - N}), so the case test is i + off < prefix",
+        ),
+        (
+            ((i + M - N < prefix) & (j < prefix)) | (causal & (j >= prefix)),
+            "in yours a query after the prompt does not see the prompt: it sees every key up "
+            "to itself, j <= i + off, the prompt included",
+        ),
+        (
+            causal,
+            "yours is the causal mask: a query inside the prompt also sees the later prompt "
+            "keys, j < prefix (the bidirectional part)",
         ),
     )
     for mask, text in variants:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 
+import ml_dtypes
 import numpy as np
 
 from ..attention import attention_reference
@@ -301,12 +302,28 @@ def check_fp8_layout(prediction: dict, *, seed: int | None = None) -> None:
 # ------------------------------------------------------------------------- exercise 3: the block quantizer
 
 
+def _e4m3(x, variant="fn") -> np.ndarray:
+    """fl(x) in OCP e4m3fn as `lab.round_to` has it (NaN past 464); "saturated": as torch's
+    `.to(torch.float8_e4m3fn)` has it (±448 past 448, the same rounding inside); "fnuz": in e4m3fnuz,
+    another FP8 format (largest 240, NaN past it), as ml_dtypes and torch have it."""
+    if variant == "saturated":
+        return round_to(np.clip(x, -448, 448), "fp8_e4m3")
+    if variant == "fnuz":
+        with np.errstate(all="ignore"):
+            return (
+                np.asarray(x, np.float32)
+                .astype(ml_dtypes.float8_e4m3fnuz)
+                .astype(np.float32)
+            )
+    return round_to(x, "fp8_e4m3")
+
+
 def _groups_scaled(
-    x, rows, *, absolute=True, undo=True, guard=True, top=448.0
+    x, rows, *, absolute=True, undo=True, guard=True, top=448.0, cast="fn"
 ) -> np.ndarray:
     """A planted variant of the block quantizer: `absolute=False` scales by max x (not max |x|), `undo=False`
     returns fl(x·s) without dividing by s, `guard=False` divides by a group's max even when it is 0, `top`
-    maps max |x| onto another value than e4m3's largest, 448."""
+    maps max |x| onto another value than e4m3's largest, 448; `cast` is the rounding (`_e4m3`)."""
     x = np.asarray(x, np.float32)
     out = np.empty_like(x)
     with np.errstate(all="ignore"):
@@ -316,7 +333,7 @@ def _groups_scaled(
             if guard:
                 amax = np.where(amax > 0, amax, np.float32(1))
             s = np.float32(top) / amax
-            y = round_to(g * s, "fp8_e4m3")
+            y = _e4m3(g * s, cast)
             out[..., r0 : r0 + rows, :] = y / s if undo else y
     return out
 
@@ -327,6 +344,11 @@ _BLOCK_MISTAKES = {
     "per row": "a scale per row: a group is `rows` consecutive rows sharing one scale",
     "max not abs": "the scale uses max x, not max |x|: in a group whose largest entry is negative, "
     "x·s passes ±448 and e4m3 has no room above 448",
+    "max not abs, saturated": "the scale uses max x, not max |x|: in a group whose largest entry is "
+    "negative, x·s passes -448, and torch's cast clips it to -448 (ml_dtypes gives NaN): e4m3 has "
+    "no room above 448",
+    "fnuz": "the rounding is to e4m3fnuz (largest value 240, another FP8 variant), not to the OCP "
+    "e4m3 of the exercise (ml_dtypes.float8_e4m3fn, torch.float8_e4m3fn), whose largest value is 448",
     "not undone": "returned fl(x·s), still scaled: divide by s to come back to x's size",
     "no guard": "a group of zeros gave NaN (0 · 448/0): keep s = 1 where max|x| = 0",
     "top 240": "the scale maps max|x| onto 240, not 448: 240 is the largest value of e4m3fnuz, another "
@@ -375,7 +397,10 @@ def check_block_fp8(fn, *, name: str | None = None, seed: int | None = None) -> 
     group of `rows` consecutive rows (the last may be shorter, a group of zeros keeps s = 1); print one verdict.
 
     Cases drawn fresh each run on outlier inputs; names the classic mistakes (one scale per tensor or per row,
-    max x for max |x|, the scale not undone, no guard for a group of zeros) and refuses `lab.quantize_fp8`.
+    max x for max |x|, the scale not undone, no guard for a group of zeros, e4m3fnuz for e4m3) and refuses
+    `lab.quantize_fp8`. The rounding itself is not the exercise: `lab.round_to`, ml_dtypes'
+    `float8_e4m3fn` and torch's `.to(torch.float8_e4m3fn)` are the same rounding to nearest even to the
+    same format (they differ only past 448, which a right scale never reaches), so each is accepted.
     Taught in: notebooks/07_precision_in_attention.ipynb
     """
     name = name or getattr(fn, "__name__", "your function")
@@ -398,6 +423,10 @@ def check_block_fp8(fn, *, name: str | None = None, seed: int | None = None) -> 
             "per tensor": quantize_fp8(x),
             "per row": quantize_fp8(x, 1),
             "max not abs": _groups_scaled(x, rows, absolute=False),
+            "max not abs, saturated": _groups_scaled(
+                x, rows, absolute=False, cast="saturated"
+            ),
+            "fnuz": _groups_scaled(x, rows, cast="fnuz"),
             "not undone": _groups_scaled(x, rows, undo=False),
             "no guard": _groups_scaled(x, rows, guard=False),
             "top 240": _groups_scaled(x, rows, top=240.0),
@@ -476,7 +505,10 @@ def tiled_fp16_planted(q, k, v, Bc, fault=None) -> np.ndarray:
     """The tiled kernel's FP16 pipeline, one query block: $S_{ij}$, m, l, acc in FP32, each $P_{ij}$ rounded to
     FP16 before $P_{ij}V_j$, l summed from the unrounded $P_{ij}$; returns $o = acc/l$ in FP32. `fault` plants a
     mistake: "S in FP16", "P not rounded", "acc in FP16", "l from rounded P", "one block", "last block dropped",
-    "O in FP16", "standard" (standard attention: S and the normalized P stored in FP16)."""
+    "O in FP16", "standard" (standard attention: S and the normalized P stored in FP16); the update's slips
+    "block max" (m' = rowmax S_IJ, not max(m, rowmax S_IJ)), "P against block max" (P_IJ = e^(S_IJ - rowmax
+    S_IJ) while l, acc follow the running max), "alpha inverted" (e^(m' - m): NaN from the first block's
+    e^(m' + inf) · 0) and "alpha inverted, guarded" (the same, the first block's factor taken as 0)."""
     q, k, v = (np.asarray(a, np.float32) for a in (q, k, v))
     scale = np.float32(1 / np.sqrt(q.shape[-1]))
     if fault == "standard":
@@ -493,10 +525,15 @@ def tiled_fp16_planted(q, k, v, Bc, fault=None) -> np.ndarray:
         s = q @ k[j : j + Bc].T * scale  # S_IJ: (N, Bc), FP32
         if fault == "S in FP16":
             s = round_to(s, "fp16")
-        m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
-        p = np.exp(s - m_new)  # P_IJ <= 1, FP32
+        top = s.max(axis=-1, keepdims=True)  # rowmax S_IJ
+        m_new = top if fault == "block max" else np.maximum(m, top)
+        p = np.exp(s - (top if fault == "P against block max" else m_new))  # P_IJ <= 1
         p16 = p if fault == "P not rounded" else round_to(p, "fp16")
         alpha = np.exp(m - m_new)
+        if fault == "alpha inverted":
+            alpha = np.exp(m_new - m)  # inf at the first block, where m = -inf
+        if fault == "alpha inverted, guarded":
+            alpha = np.where(np.isneginf(m), np.float32(0), np.exp(m_new - m))
         l = alpha * l + (p16 if fault == "l from rounded P" else p).sum(
             -1, keepdims=True
         )
@@ -524,6 +561,18 @@ _PIPELINE_FAULTS = {
     "in both kernels and left out)",
     "standard": "this is standard attention (S and the normalized P stored in FP16): build the tiled "
     "pipeline",
+    "block max": "m was set to the block's own max, m' = rowmax S_IJ: the running max is m' = max(m, "
+    "rowmax S_IJ), the largest score seen so far. With the block's max, a block of smaller scores lowers "
+    "m, α = e^(m - m') exceeds 1 (and overflows once the blocks' maxima differ by 88), and P_IJ is "
+    "rounded against another m than the kernel's",
+    "P against block max": "P_IJ was taken against the block's own max, e^(S_IJ - rowmax S_IJ), while l "
+    "and acc are kept against the running max m': a block whose max is below m' is added too large by "
+    "e^(m' - rowmax S_IJ); take P_IJ = e^(S_IJ - m')",
+    "alpha inverted": "α is inverted, e^(m' - m) for e^(m - m'): at the first block m = -inf, so it is "
+    "e^(+inf) = inf and inf · 0 = NaN in l and acc. When the max rises from m to m', what was summed "
+    "against m shrinks by α = e^(m - m') ≤ 1",
+    "alpha inverted, guarded": "α is inverted, e^(m' - m) for e^(m - m'): when the max rises from m to "
+    "m', what was summed against m must shrink by α = e^(m - m') ≤ 1, not grow",
 }
 
 
@@ -549,6 +598,18 @@ def _rel(a, b) -> float:
     $P_{ij}$ only, and so moves a few rows."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.median(np.linalg.norm(a - b, axis=-1) / np.linalg.norm(b, axis=-1)))
+
+
+def _distance(got, planted) -> float:
+    """`_rel` over the rows finite in both, when `got` and `planted` hold NaN at the same entries (0 when
+    both are NaN everywhere: an inverted α); inf when their NaN differ."""
+    got, planted = np.asarray(got, np.float64), np.asarray(planted, np.float64)
+    if not np.array_equal(np.isnan(got), np.isnan(planted)):
+        return np.inf
+    rows = np.isfinite(got).all(axis=-1) & np.isfinite(planted).all(axis=-1)
+    if not rows.any():
+        return 0.0 if np.isnan(got).all() else np.inf
+    return _rel(got[rows], planted[rows])
 
 
 def check_tiled_fp16(fn, *, name: str | None = None, seed: int | None = None) -> None:
@@ -579,9 +640,11 @@ def check_tiled_fp16(fn, *, name: str | None = None, seed: int | None = None) ->
         far = _rel(got, want) if np.all(np.isfinite(got)) else np.inf
         if far < 1.5e-6:  # float32's own noise: below 5e-7 (d = 32, 64)
             continue
-        dist = {
-            f: _rel(got, tiled_fp16_planted(q, k, v, Bc, f)) for f in _PIPELINE_FAULTS
-        }
+        with np.errstate(all="ignore"):
+            dist = {
+                f: _distance(got, tiled_fp16_planted(q, k, v, Bc, f))
+                for f in _PIPELINE_FAULTS
+            }
         near = min(dist, key=dist.get)
         if dist[near] < min(far, 1) / 4:
             fault = _PIPELINE_FAULTS[near]

@@ -30,6 +30,7 @@ from ..rules import causal_key_end
 __all__ = [
     "gallery_mods",
     "draw_mask_gallery",
+    "gallery_lines",
     "draw_tile_kinds",
     "draw_window_tiles",
     "draw_work_saved",
@@ -141,7 +142,8 @@ def draw_mask_gallery(
                     label="bias added to s (head 0)",
                 )
                 result[name] = {
-                    "kept": float(keep.mean()),
+                    "kept": float(keep.mean()),  # the mask's (causal), not the bias's
+                    "biased": True,  # a score_mod: it moves scores, it drops none
                     "min_bias": float(np.nanmin(np.where(keep, bias, np.nan))),
                 }
             else:
@@ -449,3 +451,24 @@ def draw_softcap_numerics(
         "caps": list(caps),
         "errors": errors,
     }
+
+
+def gallery_lines(info: dict) -> list[str]:
+    """One line per panel of `draw_mask_gallery`'s result: the share of scores a mask keeps; for a score
+    modifier under a mask (ALiBi, causal), that it drops none and that the share kept is the mask's;
+    for the soft cap, the range of the modified scores.
+
+    Taught in: notebooks/11_masks_and_score_mods.ipynb
+    """
+    lines = []
+    for name, r in info.items():
+        if "bound" in r:
+            what = f"every score in ({-r['bound']:g}, {r['bound']:g}), none dropped"
+        elif r.get("biased"):
+            what = (
+                f"a bias on every score causal keeps ({r['kept']:.1%}); it drops none"
+            )
+        else:
+            what = f"{r['kept']:.1%} of the scores kept"
+        lines.append(f"{name:>31}: {what}")
+    return lines

@@ -183,7 +183,7 @@ def _check_softmax_balance(fn, seed) -> None:
     mistakes = [
         (
             lambda it, a, bw, f, e: t_mem(it, a, bw) / (7 / f),
-            "that prices the 2 exponentials at the FP32 rate: they run on their own units, at exp_rate",
+            "that prices the exponentials at the FP32 rate: they run on their own units, at exp_rate",
         ),
         (
             lambda it, a, bw, f, e: t_mem(it, a, bw) / (7 / e),

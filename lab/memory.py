@@ -44,7 +44,7 @@ __all__ = [
 
 # How notebook 00 shows the `fused: Q, K, V in, O out` row: a lower bound, every input read once. FlashAttention
 # itself reads K and V again for every block of queries (notebook 05).
-IDEAL_FUSED = "ideal fused: K, V read once"
+IDEAL_FUSED = "ideal fused: Q, K, V in, O out"
 
 # Operations per element of the safe softmax written as three passes over a row, the exponential counted as one:
 # the max (1 compare), l = Σ e^(x - m) (subtract, exp, add) and y = e^(x - m) / l (subtract, exp, divide).

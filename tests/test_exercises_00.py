@@ -467,7 +467,7 @@ PLANTED = {
             def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
                 return (accesses * itemsize / bandwidth) / (7 / exp_rate)
             """,
-            ["only 2 of them are exponentials"],
+            ["only the exponentials run on those units"],
         ),
         (
             "inverted",
@@ -515,7 +515,7 @@ PLANTED = {
             def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
                 return (accesses * itemsize / bandwidth) / (4 / flop_rate + 1 / exp_rate)
             """,
-            ["the fused kernel's 5 operations"],
+            ["computes each exponential once, as a fused kernel does"],
         ),
         (
             "lab's table",
@@ -1300,3 +1300,32 @@ def test_the_balance_check_says_when_float32_lost_the_digits(capsys):
     checks.check_softmax_balance(softmax_balance)
     out = capsys.readouterr().out
     assert "✗" in out and "a step ran in float32" in out, out
+
+
+@pytest.mark.parametrize("length", [3, 5])
+def test_the_hbm_bytes_check_names_the_expected_length_of_a_wrong_tuple(capsys, length):
+    checks.check_hbm_bytes(lambda *a: _hbm(*a)[:3] + (0,) * (length - 3))
+    out = capsys.readouterr().out
+    assert "✗" in out and f"it returns {length} values: return 4" in out, out
+
+
+def test_the_largest_n_check_refuses_a_search_over_lab_s_formula(capsys):
+    def largest_n(gib, itemsize, layers):
+        lo, hi = 0, 10**7
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            held = (layers - 1) * mid * mid * itemsize
+            held += lab.attention_bytes(mid, itemsize=itemsize)
+            lo, hi = (mid, hi) if held <= gib * 2**30 else (lo, mid - 1)
+        return lo
+
+    checks.check_largest_n(largest_n)
+    out = capsys.readouterr().out
+    assert "✗" in out and "calls lab.attention_bytes" in out, out
+
+
+def test_the_balance_check_s_fallback_hint_does_not_give_the_formula(capsys):
+    checks.check_softmax_balance(lambda *case: 2.39)
+    out = capsys.readouterr().out
+    assert "✗" in out and "count the three passes' operations" in out, out
+    assert "5 / flop_rate" not in out and "2 / exp_rate" not in out, out

@@ -652,7 +652,7 @@ def chunk_output(q, k_c, v_c):
         [
             "o (element 0)",
             "received 17 keys in one call",
-            "k[j0:j0 + chunk] holds `chunk` keys already",
+            "k[j0:j0 + chunk_size] holds `chunk_size` keys already",
         ],
     ),
     "loop: the course's merge": (
@@ -1053,3 +1053,44 @@ def test_exercise_5_refuses_lab_s_merge_plan():
         "    return n, (n - 1) * (dv + 1), 1, 0\n",
         "merge_plan",
     )
+
+
+def test_exercise_2_names_a_log_per_part_without_calling_it_a_fold():
+    out = _fails(
+        2,
+        """
+        def merge_partials(parts):
+            o_c = np.stack([o for o, _ in parts])
+            lse_c = np.stack([lse for _, lse in parts])
+            m = lse_c.max(axis=0)
+            m = np.where(np.isneginf(m), 0.0, m)
+            logw = np.stack([np.log(np.exp(x - m)) for x in lse_c])  # a log per part
+            w = np.exp(logw)
+            total = w.sum(axis=0)
+            seen = total > 0
+            total = np.where(seen, total, 1.0)
+            o = (w[:, :, None] * o_c).sum(axis=0) / total[:, None]
+            return o, np.where(seen, m + np.log(total), -np.inf)
+        """,
+        "logarithms for",
+        "one log call for all rows",
+        "a log per part or per pair is more",
+    )
+    assert "fold of pairwise merges" not in out
+
+
+def test_exercise_4_names_an_empty_round_at_c_1():
+    out = _fails(
+        4,
+        "def tree_rounds(C):\n"
+        "    rounds, live = [], list(range(C))\n"
+        "    while True:\n"
+        "        rounds.append([(live[i], live[i + 1]) for i in range(0, len(live) - 1, 2)])\n"
+        "        live = live[::2]\n"
+        "        if len(live) == 1:\n"
+        "            return rounds\n",
+        "C = 1",
+        "round 0 holds no merge",
+        "return [], no rounds",
+    )
+    assert "sequential chain" not in out

@@ -560,6 +560,8 @@ def _element_hint(names, mistakes, defaults, *, whole=None, fn=None, cases=()):
                 pairs = list(zip(got, want, strict=True))
             except TypeError:
                 return "; ".join(defaults)
+            except ValueError:  # a tuple of another length
+                return f"it returns {len(got)} values: return {len(want)}: ({', '.join(names)})"
             said = []
             for i, (g, w) in enumerate(pairs):
                 if _same(g, w):

@@ -183,11 +183,12 @@ def _check_softmax_balance(fn, seed) -> None:
     mistakes = [
         (
             lambda it, a, bw, f, e: t_mem(it, a, bw) / (7 / f),
-            "that prices the 2 exponentials at the FP32 rate: they run on their own units, at exp_rate",
+            "that prices the exponentials at the FP32 rate: they run on their own units, at exp_rate",
         ),
         (
             lambda it, a, bw, f, e: t_mem(it, a, bw) / (7 / e),
-            "that prices all 7 operations at exp_rate: only 2 of them are exponentials, 5 run at flop_rate",
+            "that prices every operation at exp_rate: only the exponentials run on those units, the rest "
+            "at flop_rate",
         ),
         (
             lambda it, a, bw, f, e: 1 / _softmax_balance(it, a, bw, f, e),
@@ -211,8 +212,8 @@ def _check_softmax_balance(fn, seed) -> None:
         ),
         (
             lambda it, a, bw, f, e: t_mem(it, a, bw) / (4 / f + 1 / e),
-            "that is the fused kernel's 5 operations with one exponential: this kernel's three passes do 7, "
-            "2 of them exponentials",
+            "that computes each exponential once, as a fused kernel does: this kernel's three passes "
+            "compute e^(S - m) in two of them; count its operations again",
         ),
     ]
     guarded = _guarded(fn, "softmax_balance")
@@ -226,7 +227,8 @@ def _check_softmax_balance(fn, seed) -> None:
         properties=[_own_work("attention_traffic", "bound_rows", "softmax_peak")],
         hint=_hint(
             mistakes,
-            "per score: t_memory = accesses·itemsize / bandwidth, t_compute = 5 / flop_rate + 2 / exp_rate; "
+            "per score: t_memory is one score's bytes over the bandwidth; t_compute adds each unit's "
+            "operations over its rate (count the three passes' operations, and which are exponentials); "
             "N·M cancels in the ratio",
             fn=guarded,
             cases=cases,
@@ -568,7 +570,7 @@ def _check_largest_n(fn, seed) -> None:
         rtol=0,
         atol=0,
         seed=seed,
-        properties=[_own_work(), whole],
+        properties=[_own_work("attention_bytes"), whole],
         hint=_hint(
             mistakes,
             "the largest N with (L + 1)·N²·itemsize <= gib·2³⁰ bytes (L saved P's, one S): it fits, N + 1 does not",

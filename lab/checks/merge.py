@@ -695,7 +695,10 @@ def check_merge_partials(
                     if folded
                     else f"your merge_partials took {len(logs)} logarithms for {len(given)} parts",
                     "that is a fold of pairwise merges, each a complete normalized result; merge all C parts "
-                    "at once: one max over the C values of lse_c per row, the C weights, one sum, one log",
+                    "at once: one max over the C values of lse_c per row, the C weights, one sum, one log"
+                    if folded or len(logs) == len(given) - 1  # one log a pairwise merge
+                    else "the merge needs one log call for all rows, of each row's total mass: a log per "
+                    "part or per pair is more (the weights e^(lse_c - m) need none, and lse_c is already a log)",
                 )
                 print(seed_note(seed), end="")
                 return
@@ -808,12 +811,12 @@ def _coverage(k, calls, chunk):
     ]
     if max(sizes) > chunk:
         return (
-            f"chunk_output received {max(sizes)} keys in one call; a chunk holds at most chunk = {chunk}",
+            f"chunk_output received {max(sizes)} keys in one call; a chunk holds at most chunk_size = {chunk}",
             _WHOLE
             if max(sizes) == M
-            else "k[j0:j0 + chunk] holds `chunk` keys already (a slice stops before its end)"
+            else "k[j0:j0 + chunk_size] holds `chunk_size` keys already (a slice stops before its end)"
             if max(sizes) == chunk + 1
-            else "cut the keys, in order, into chunks of at most `chunk` keys",
+            else "cut the keys, in order, into chunks of at most `chunk_size` keys",
         )
     index, seen = {row.tobytes(): j for j, row in enumerate(k)}, np.zeros(M, int)
     for args in calls:
@@ -836,7 +839,7 @@ def _coverage(k, calls, chunk):
             f"{M} keys are not a multiple of {chunk}: the last chunk is shorter "
             "and still counts"
             if tail and len(lost) < chunk
-            else f"the last key of every chunk is lost: k[j0:j0 + chunk] already holds {chunk} keys "
+            else f"the last key of every chunk is lost: k[j0:j0 + chunk_size] already holds {chunk} keys "
             "(a slice stops before its end), so do not subtract 1"
             if short
             else "every key belongs to one chunk"
@@ -850,7 +853,7 @@ def _coverage(k, calls, chunk):
     if len(calls) != -(-M // chunk):
         return (
             f"chunk_output was called {len(calls)} times; {M} keys in chunks of {chunk} make {-(-M // chunk)} chunks",
-            "cut the keys, in order, into chunks of exactly `chunk` keys; only the last may be shorter",
+            "cut the keys, in order, into chunks of exactly `chunk_size` keys; only the last may be shorter",
         )
     return None
 
@@ -910,10 +913,10 @@ def check_chunked_attention(
     name: str | None = None,
     seed: int | None = None,
 ) -> None:
-    """Check `chunk_output(q, k_c, v_c)` on single chunks, then `fn(q, k, v, chunk)` -> `attention_reference(q, k, v)`; print one verdict.
+    """Check `chunk_output(q, k_c, v_c)` on single chunks, then `fn(q, k, v, chunk_size)` -> `attention_reference(q, k, v)`; print one verdict.
 
     The calls `fn` makes to `chunk_output` and `merge_partials` are recorded: every key must reach
-    `chunk_output` exactly once, in ceil(M / chunk) chunks of at most `chunk` keys, and the results must go
+    `chunk_output` exactly once, in ceil(M / chunk_size) chunks of at most `chunk_size` keys, and the results must go
     through `merge_partials`. Cases: chunk not dividing M, chunk 1, chunk > M, one query, scores in the
     thousands, fixed and drawn afresh each run (`seed` draws the same again). Taught in: notebooks/04_merge_order.ipynb
     """
@@ -935,9 +938,7 @@ def check_chunked_attention(
             return
     cases = _attention_cases(rng)
     for i, (label, q, k, v, chunk) in enumerate(cases):
-        where = (
-            f"{i} ({_shapes(q, k, v)}, chunk={chunk}{', ' + label if label else ''})"
-        )
+        where = f"{i} ({_shapes(q, k, v)}, chunk_size={chunk}{', ' + label if label else ''})"
         returned: dict = {}
         with _spy_globals(fn, (chunk_output, merge_partials), returned) as calls:
             res = _attempt(name, fn, (q, k, v, chunk), where)
@@ -1099,6 +1100,13 @@ def _rounds_problem(C, rounds):
             "left over stays live and waits for the next round",
         ), None
     want = (C - 1).bit_length()
+    empty = next((n for n, r in enumerate(rounds) if not r), None)
+    if empty is not None:
+        return (
+            f"round {empty} holds no merge",
+            "a round with no pair does nothing and still counts as a step: leave it out"
+            + (" (C = 1 is already merged: return [], no rounds)" if C == 1 else ""),
+        ), None
     if len(rounds) > want:
         one = all(len(r) <= 1 for r in rounds)
         return (

@@ -64,44 +64,64 @@ def draw_merge_orders(
             layout="tight",
         )
     ax, bx = axes
+    # chunk c's colour in both panels: tab20's ten dark colours first, then its ten light ones
+    colour = [
+        plt.get_cmap("tab20")((2 * c) % 20 + (c // 10) % 2) for c in range(splits)
+    ]
     s = (k @ q[0]) / np.sqrt(d)
     ax.plot(s, ".", ms=1.5, color="0.55")
+    upright = (
+        splits <= 12
+    )  # more chunks: labels stand on end, narrow chunks go unlabelled
+    narrow = 0
     for c, (j0, j1) in enumerate(bounds):
-        ax.axvspan(j0, j1, color=f"C{c % 10}", alpha=0.12)
-        wide = j1 - j0 >= M / 30  # a narrow chunk's label stands on end
+        ax.axvspan(j0, j1, color=colour[c], alpha=0.35)
+        wide = j1 - j0 >= M / 30
+        if not upright and j1 - j0 < M / 80:  # too narrow for a 7-point label
+            narrow += 1
+            continue
+        flat = upright and wide
         ax.text(
             (j0 + j1) / 2,
             s.max() * 1.08,
             f"{w[c]:.2f}",
             ha="center",
-            va="bottom" if not wide else "baseline",
-            fontsize=9 if wide else 7,
-            rotation=0 if wide else 90,
+            va="baseline" if flat else "bottom",
+            fontsize=9 if flat else 7,
+            rotation=0 if flat else 90,
         )
     ax.set_ylim(s.min() * 1.1, s.max() * 1.45)
+    unlabelled = f"; {narrow} narrow unlabelled" if narrow else ""
     ax.set(
         xlabel="key index j",
         ylabel="score s_j",
         title=(f"{splits} random chunks" if splits > 1 else "1 chunk")
-        + f"; numbers: each chunk's share of the softmax mass (sum {w.sum():.3f})",
+        + f"; numbers: each chunk's share of the softmax mass (sum {w.sum():.3f})"
+        + unlabelled,
     )
     segs, ys = merge_depths(splits, order, seed=seed)
     bx.add_collection(
         LineCollection(
-            [[(x0, y0), (x1, y1)] for x0, y0, x1, y1 in segs], colors="C3", linewidths=2
+            [[(x0, y0), (x1, y1)] for x0, y0, x1, y1 in segs],
+            colors="0.3",
+            linewidths=2,
         )
     )
-    bx.plot(range(splits), [0] * splits, "o", color="C0", ms=9)
+    leaves = leaf_order(splits, order, seed=seed)
+    # each leaf in its chunk's colour: the link to the top panel when the order moves it
+    bx.scatter(
+        range(splits), [0] * splits, s=90, c=[colour[c] for c in leaves], zorder=3
+    )
     depth = max(ys) if splits > 1 else 0
     every = 1 if splits <= 16 else 2
-    leaves = leaf_order(splits, order, seed=seed)
     bx.set_xticks(
         range(0, splits, every), [f"c{leaves[i]}" for i in range(0, splits, every)]
     )
+    bx.tick_params(axis="x", labelsize=9 if splits <= 16 else 7)
     bx.set_xlim(-0.5, splits - 0.5)
-    bx.set_yticks(range(depth + 1))
+    bx.set_yticks(range(0, depth + 1, 1 if depth <= 12 else 4))
     bx.set(
-        xlabel="chunk",
+        xlabel="chunk (in the colour of its keys above)",
         ylabel="merge depth",
         title=f"order: {order}, depth {depth}; max |o - o_one-shot| = {errs[order]:.1e}",
     )

@@ -190,6 +190,14 @@ def causal_tiles(N, M, Br, Bc):
         {"ret": "computed"},
         ["returned int, expected a tuple of 2 (computed, masked)"],
     ),
+    "notebook 11's lab.block_mask": (
+        """
+def causal_tiles(N, M, Br, Bc):
+    kind = lab.block_mask(None, 1, 1, N, M, Br, Bc, causal=True).kind
+    return int((kind > 0).sum()), int((kind == 1).sum())
+""",
+        ["case 0", "calls lab.block_mask", "write it yourself"],
+    ),
 }
 
 
@@ -302,6 +310,25 @@ def fa2_bytes(N, d, Br, Bc, itemsize, causal):
         ["case 0", "N × d values are missing", "o is written once"],
     ),
     "K and V read once in all": ({"kv": "N"}, ["once per query block"]),
+    "the block's first query sets the keys it loads": (
+        BYTES.format(**BYTES_OK).replace("min(i0 + Br, N) if", "i0 + 1 if"),
+        ["case 1", "counted from the block's FIRST query", "min(i0 + Br, N) - 1"],
+    ),
+    "lse at 4 bytes for float64 too": (
+        {"lse": "4"},
+        ["case 2 (N = 333", "itemsize = 8", "lse counted at 4 bytes for float64"],
+    ),
+    "the (T+1)/2T shortcut for the causal K, V": (
+        """
+def fa2_bytes(N, d, Br, Bc, itemsize, causal):
+    T = -(-N // Br)
+    kv = 2 * N * T * d * itemsize
+    if causal:
+        kv = kv * (T + 1) // (2 * T)
+    return 2 * N * d * itemsize + kv + N * max(itemsize, 4)
+""",
+        ["case 1", "(T+1)/2T is the fraction", "Br = 64, Bc = 48"],
+    ),
 }
 
 
@@ -353,6 +380,10 @@ def widest_key_block(sram_bytes, d, Br, itemsize):
     "P_ij left out": (
         {"tile": "Br * 4"},
         ["expected 268, got 335", "P_ij is left out", "beside S_ij"],
+    ),
+    "V_j left out (at d = Br the same Bc as P_ij left out)": (
+        WIDEST.format(**WIDEST_OK).replace("2 * d * itemsize", "d * itemsize"),
+        ["expected 268, got 335", "K_j or V_j is left out"],
     ),
     "S_ij at itemsize": (
         {"tile": "Br * itemsize + Br * itemsize"},
@@ -1110,12 +1141,13 @@ def test_fa2_tile_choice_mistakes(mistake, capsys):
 
 FITS = """
 def a100_fits(d, Br, Bc, warps):
-    regs = Br * Bc * (4 + {p}) + ({ml} * Br + Br * d) * 4
+    regs = Br * Bc * (4 + {p}) + {ml} * Br * 4 + Br * d * {acc}
     shared = (Br * d + {kv} * Bc * 2 * d) * 2
     budget = {budget}
     return {verdict}
 """
 FITS_OK = {
+    "acc": "4",
     "p": "2",
     "ml": "2",
     "kv": "1",
@@ -1130,6 +1162,15 @@ WRONG_FITS = {
     "no warp limit": ({"budget": "256 * 1024"}, ["it does not fit", "32·w·255·4 B"]),
     "two copies of K, V": ({"kv": "2"}, ["it fits", "one copy of K_j, V_j (n_kv = 1)"]),
     "P in float32": ({"p": "4"}, ["it fits", "P_ij in fp16"]),
+    "acc in fp16": (
+        {"acc": "2"},
+        ["it does not fit", "acc counted in fp16", "stays in float32"],
+    ),
+    "P_ij left out": ({"p": "0"}, ["it does not fit", "P_ij is left out"]),
+    "the register budget in registers, not bytes": (
+        {"budget": "min(256 * 1024, 32 * warps * 255)"},
+        ["it fits", "in registers, not bytes", "32·w·255 registers of 4 bytes"],
+    ),
     "the SM's 164 KiB": (
         {"verdict": "regs <= budget and shared <= 164 * 1024"},
         [
@@ -1144,7 +1185,8 @@ WRONG_FITS = {
 @pytest.mark.parametrize("mistake", WRONG_FITS)
 def test_a100_fits_mistakes_are_named(mistake):
     change, says = WRONG_FITS[mistake]
-    _fails("fits", FITS.format(**{**FITS_OK, **change}), *says)
+    out = _fails("fits", FITS.format(**{**FITS_OK, **change}), *says)
+    assert "— or:" not in out, out  # one diagnosis, the one planted
 
 
 def test_a100_fits_right_passes_and_lab_is_refused():
@@ -1227,6 +1269,10 @@ WRONG_FA1 = {
             "Q_i, which fa1 reads again",
             "O_i, which it reads back",
         ],
+    ),
+    "the block's first query sets the tiles": (
+        FA1.format(**FA1_OK).replace("min(i0 + Br, N) if", "i0 + 1 if"),
+        ["case 1", "counted from the block's FIRST query", "min(i0 + Br, N) - 1"],
     ),
     "Q_i never read": (
         {"per_tile": "(d * itemsize + 2 * stat) + row"},  # O_i, l_i, m_i in and out

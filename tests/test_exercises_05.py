@@ -2,6 +2,9 @@
 the kernel): each worked solution passes its own check cell, each planted classic mistake fails with its diagnosis,
 and the instrument and checks of lab/checks/tiling.py behave."""
 
+import contextlib
+import io
+
 import nbformat
 import numpy as np
 import pytest
@@ -1345,9 +1348,46 @@ def test_fa1_bytes_template_is_the_worked_solution():
 def test_the_footprints_are_derived_before_they_are_shown():
     """Part 1's exercise 3 derives the register and shared-memory footprints: the summed formula appears after it."""
     cells = _cells(NAME)
-    ex3 = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 3"))
     formula = r"B_r B_c\,(4 + \text{itemsize})"
-    assert not any(formula in s for _, s, _ in cells[:ex3])
-    assert any(
-        formula in s and "solution" not in tags for _, s, tags in cells[ex3 + 1 :]
+    last_check = max(
+        i for i, (_, s, _) in enumerate(cells) if "check_fa2_tile_choice" in s
     )
+    assert not any(formula in s for _, s, _ in cells[:last_check])
+    assert any(
+        formula in s and "solution" not in tags
+        for _, s, tags in cells[last_check + 1 :]
+    )
+
+
+def test_exercise_2_of_part_1_answers_its_question_after_the_check():
+    """'By how much is yours smaller?' is answered, computed, after the check (in solution cells)."""
+    cells = _cells(NAME)
+    chk = next(i for i, (_, s, _) in enumerate(cells) if "check_widest_key_block" in s)
+    after = cells[chk + 1 : chk + 3]
+    assert all("solution" in tags for _, _, tags in after), after
+    assert "fa_block_sizes" in after[0][1] and "Algorithm 1" in after[1][1]
+
+
+def test_the_fa2_and_fa1_counts_in_code_come_after_their_checks():
+    """fa2_equation appears below exercise 1's check; fa1_equation below exercise 3's, as a worked solution."""
+    cells = _cells(NAME2)
+    at = {
+        key: next(i for i, (_, s, _) in enumerate(cells) if key in s)
+        for key in ("def fa2_equation", "check_fa2_hbm_bytes", "def fa1_equation")
+    }
+    assert at["def fa2_equation"] > at["check_fa2_hbm_bytes"]
+    assert "solution" in cells[at["def fa1_equation"]][2]
+
+
+def test_exercise_4_core_check_passes_a_kernel_without_the_mask():
+    """The in-class core passes a kernel that ignores `causal`; the full check still fails it."""
+    no_mask = _fwd().replace("if causal:", "if False:")
+    ns = {"lab": lab, "np": np}
+    exec(compile(_src(no_mask), "<no mask>", "exec"), ns)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        tiling.check_tiled_forward(ns["flash_forward"], core=True)
+    assert out.getvalue().startswith("flash_forward: ✓ the core: passed the 7 cases"), (
+        out.getvalue()
+    )
+    assert "✗" in run_check(EX["forward"], no_mask)

@@ -30,7 +30,8 @@ PASSED = {
     "tiles": "causal_tiles: ✓ passed 10 cases\n",
     "bytes": "fa2_bytes: ✓ passed 9 cases\n",
     "widest": "widest_key_block: ✓ passed 9 cases\n",
-    "fits": "a100_fits: ✓ passed 32 cases: the 18 candidates at d = 128, 14 steps at a fresh d\n",
+    "fits": "a100_fits: ✓ passed 33 cases: the 18 candidates at d = 128, 14 steps at a fresh d, "
+    "1 at the register budget's edge\n",
     "forward": "flash_forward: ✓ passed 14 cases, exact to 1e-9; no N × M array held;\n  K_j, V_j loaded "
     "once per reported tile, at most Bc rows; 35 hidden tiles skipped (fixed cases)\n",
     "fa1bytes": "fa1_bytes: ✓ passed 9 cases\n",
@@ -1170,6 +1171,10 @@ WRONG_FITS = {
         ["it does not fit", "acc counted in fp16", "stays in float32"],
     ),
     "P_ij left out": ({"p": "0"}, ["it does not fit", "P_ij is left out"]),
+    "m and l left out": (
+        {"ml": "0"},
+        ["case (d = 128, Br = 64, Bc = 254, warps = 4)", "m and l are left out"],
+    ),
     "the register budget in registers, not bytes": (
         {"budget": "min(256 * 1024, 32 * warps * 255)"},
         ["it fits", "in registers, not bytes", "32·w·255 registers of 4 bytes"],

@@ -814,6 +814,8 @@ def check_a100_fits(fn, *, name: str | None = None, seed: int | None = None) -> 
         )
     ]
     cases += _edge_cases(d_new)  # shared memory within 163 KiB, and just over it
+    # registers 256 B over 4 warps' budget, within it if m and l (8·Br bytes) are left out
+    cases += [(128, 64, 254, 4)]
     for case in cases:
         shown = "case (d = {}, Br = {}, Bc = {}, warps = {})".format(*case)
         ok, got = _attempt(name, fn, shown, case, course=_FIT_COURSE)
@@ -840,7 +842,8 @@ def check_a100_fits(fn, *, name: str | None = None, seed: int | None = None) -> 
                 end="",
             )
     print(
-        f"{name}: ✓ passed {len(cases)} cases: the 18 candidates at d = 128, 14 steps at a fresh d"
+        f"{name}: ✓ passed {len(cases)} cases: the 18 candidates at d = 128, 14 steps at a fresh d, "
+        "1 at the register budget's edge"
     )
 
 

@@ -2,6 +2,9 @@
 the kernel): each worked solution passes its own check cell, each planted classic mistake fails with its diagnosis,
 and the instrument and checks of lab/checks/tiling.py behave."""
 
+import contextlib
+import io
+
 import nbformat
 import numpy as np
 import pytest
@@ -27,7 +30,8 @@ PASSED = {
     "tiles": "causal_tiles: ✓ passed 10 cases\n",
     "bytes": "fa2_bytes: ✓ passed 9 cases\n",
     "widest": "widest_key_block: ✓ passed 9 cases\n",
-    "fits": "a100_fits: ✓ passed 32 cases: the 18 candidates at d = 128, 14 steps at a fresh d\n",
+    "fits": "a100_fits: ✓ passed 33 cases: the 18 candidates at d = 128, 14 steps at a fresh d, "
+    "1 at the register budget's edge\n",
     "forward": "flash_forward: ✓ passed 14 cases, exact to 1e-9; no N × M array held;\n  K_j, V_j loaded "
     "once per reported tile, at most Bc rows; 35 hidden tiles skipped (fixed cases)\n",
     "fa1bytes": "fa1_bytes: ✓ passed 9 cases\n",
@@ -190,6 +194,14 @@ def causal_tiles(N, M, Br, Bc):
         {"ret": "computed"},
         ["returned int, expected a tuple of 2 (computed, masked)"],
     ),
+    "notebook 11's lab.block_mask": (
+        """
+def causal_tiles(N, M, Br, Bc):
+    kind = lab.block_mask(None, 1, 1, N, M, Br, Bc, causal=True).kind
+    return int((kind > 0).sum()), int((kind == 1).sum())
+""",
+        ["case 0", "calls lab.block_mask", "write it yourself"],
+    ),
 }
 
 
@@ -302,6 +314,25 @@ def fa2_bytes(N, d, Br, Bc, itemsize, causal):
         ["case 0", "N × d values are missing", "o is written once"],
     ),
     "K and V read once in all": ({"kv": "N"}, ["once per query block"]),
+    "the block's first query sets the keys it loads": (
+        BYTES.format(**BYTES_OK).replace("min(i0 + Br, N) if", "i0 + 1 if"),
+        ["case 1", "counted from the block's FIRST query", "min(i0 + Br, N) - 1"],
+    ),
+    "lse at 4 bytes for float64 too": (
+        {"lse": "4"},
+        ["case 2 (N = 333", "itemsize = 8", "lse counted at 4 bytes for float64"],
+    ),
+    "the (T+1)/2T shortcut for the causal K, V": (
+        """
+def fa2_bytes(N, d, Br, Bc, itemsize, causal):
+    T = -(-N // Br)
+    kv = 2 * N * T * d * itemsize
+    if causal:
+        kv = kv * (T + 1) // (2 * T)
+    return 2 * N * d * itemsize + kv + N * max(itemsize, 4)
+""",
+        ["case 1", "(T+1)/2T is the fraction", "Br = 64, Bc = 48"],
+    ),
 }
 
 
@@ -353,6 +384,10 @@ def widest_key_block(sram_bytes, d, Br, itemsize):
     "P_ij left out": (
         {"tile": "Br * 4"},
         ["expected 268, got 335", "P_ij is left out", "beside S_ij"],
+    ),
+    "V_j left out (at d = Br the same Bc as P_ij left out)": (
+        WIDEST.format(**WIDEST_OK).replace("2 * d * itemsize", "d * itemsize"),
+        ["expected 268, got 335", "K_j or V_j is left out"],
     ),
     "S_ij at itemsize": (
         {"tile": "Br * itemsize + Br * itemsize"},
@@ -1110,12 +1145,13 @@ def test_fa2_tile_choice_mistakes(mistake, capsys):
 
 FITS = """
 def a100_fits(d, Br, Bc, warps):
-    regs = Br * Bc * (4 + {p}) + ({ml} * Br + Br * d) * 4
+    regs = Br * Bc * (4 + {p}) + {ml} * Br * 4 + Br * d * {acc}
     shared = (Br * d + {kv} * Bc * 2 * d) * 2
     budget = {budget}
     return {verdict}
 """
 FITS_OK = {
+    "acc": "4",
     "p": "2",
     "ml": "2",
     "kv": "1",
@@ -1130,6 +1166,19 @@ WRONG_FITS = {
     "no warp limit": ({"budget": "256 * 1024"}, ["it does not fit", "32·w·255·4 B"]),
     "two copies of K, V": ({"kv": "2"}, ["it fits", "one copy of K_j, V_j (n_kv = 1)"]),
     "P in float32": ({"p": "4"}, ["it fits", "P_ij in fp16"]),
+    "acc in fp16": (
+        {"acc": "2"},
+        ["it does not fit", "acc counted in fp16", "stays in float32"],
+    ),
+    "P_ij left out": ({"p": "0"}, ["it does not fit", "P_ij is left out"]),
+    "m and l left out": (
+        {"ml": "0"},
+        ["case (d = 128, Br = 64, Bc = 254, warps = 4)", "m and l are left out"],
+    ),
+    "the register budget in registers, not bytes": (
+        {"budget": "min(256 * 1024, 32 * warps * 255)"},
+        ["it fits", "in registers, not bytes", "32·w·255 registers of 4 bytes"],
+    ),
     "the SM's 164 KiB": (
         {"verdict": "regs <= budget and shared <= 164 * 1024"},
         [
@@ -1144,7 +1193,8 @@ WRONG_FITS = {
 @pytest.mark.parametrize("mistake", WRONG_FITS)
 def test_a100_fits_mistakes_are_named(mistake):
     change, says = WRONG_FITS[mistake]
-    _fails("fits", FITS.format(**{**FITS_OK, **change}), *says)
+    out = _fails("fits", FITS.format(**{**FITS_OK, **change}), *says)
+    assert "— or:" not in out, out  # one diagnosis, the one planted
 
 
 def test_a100_fits_right_passes_and_lab_is_refused():
@@ -1228,6 +1278,10 @@ WRONG_FA1 = {
             "O_i, which it reads back",
         ],
     ),
+    "the block's first query sets the tiles": (
+        FA1.format(**FA1_OK).replace("min(i0 + Br, N) if", "i0 + 1 if"),
+        ["case 1", "counted from the block's FIRST query", "min(i0 + Br, N) - 1"],
+    ),
     "Q_i never read": (
         {"per_tile": "(d * itemsize + 2 * stat) + row"},  # O_i, l_i, m_i in and out
         [
@@ -1299,9 +1353,46 @@ def test_fa1_bytes_template_is_the_worked_solution():
 def test_the_footprints_are_derived_before_they_are_shown():
     """Part 1's exercise 3 derives the register and shared-memory footprints: the summed formula appears after it."""
     cells = _cells(NAME)
-    ex3 = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 3"))
     formula = r"B_r B_c\,(4 + \text{itemsize})"
-    assert not any(formula in s for _, s, _ in cells[:ex3])
-    assert any(
-        formula in s and "solution" not in tags for _, s, tags in cells[ex3 + 1 :]
+    last_check = max(
+        i for i, (_, s, _) in enumerate(cells) if "check_fa2_tile_choice" in s
     )
+    assert not any(formula in s for _, s, _ in cells[:last_check])
+    assert any(
+        formula in s and "solution" not in tags
+        for _, s, tags in cells[last_check + 1 :]
+    )
+
+
+def test_exercise_2_of_part_1_answers_its_question_after_the_check():
+    """'By how much is yours smaller?' is answered, computed, after the check (in solution cells)."""
+    cells = _cells(NAME)
+    chk = next(i for i, (_, s, _) in enumerate(cells) if "check_widest_key_block" in s)
+    after = cells[chk + 1 : chk + 3]
+    assert all("solution" in tags for _, _, tags in after), after
+    assert "fa_block_sizes" in after[0][1] and "Algorithm 1" in after[1][1]
+
+
+def test_the_fa2_and_fa1_counts_in_code_come_after_their_checks():
+    """fa2_equation appears below exercise 1's check; fa1_equation below exercise 3's, as a worked solution."""
+    cells = _cells(NAME2)
+    at = {
+        key: next(i for i, (_, s, _) in enumerate(cells) if key in s)
+        for key in ("def fa2_equation", "check_fa2_hbm_bytes", "def fa1_equation")
+    }
+    assert at["def fa2_equation"] > at["check_fa2_hbm_bytes"]
+    assert "solution" in cells[at["def fa1_equation"]][2]
+
+
+def test_exercise_4_core_check_passes_a_kernel_without_the_mask():
+    """The in-class core passes a kernel that ignores `causal`; the full check still fails it."""
+    no_mask = _fwd().replace("if causal:", "if False:")
+    ns = {"lab": lab, "np": np}
+    exec(compile(_src(no_mask), "<no mask>", "exec"), ns)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        tiling.check_tiled_forward(ns["flash_forward"], core=True)
+    assert out.getvalue().startswith("flash_forward: ✓ the core: passed the 7 cases"), (
+        out.getvalue()
+    )
+    assert "✗" in run_check(EX["forward"], no_mask)

@@ -71,6 +71,7 @@ _COURSE = (
     "merge_states",
     "merge_outputs",
     "partial_state",
+    "block_mask",  # notebook 11's tile classifier: the tile kinds of exercise 1, whole
 )
 
 
@@ -224,12 +225,15 @@ def _fa2_bytes(
     lse=None,
     kv_once=False,
     visible=False,
+    first=False,
 ):
-    """fa2's bytes for N = M, dv = d; the keyword variants make the classic slips."""
+    """fa2's bytes for N = M, dv = d; the keyword variants make the classic slips (`first`: the keys the
+    block's first query sees, not its last)."""
     keys = 0
     for i0 in range(0, N, Br):
+        end = i0 + 1 if first else min(i0 + Br, N)
         last = (
-            min(i0 + Br, N) if causal and skip else N
+            end if causal and skip else N
         )  # keys 0..last-1: what the block's queries see
         n = -(-last // Bc)
         keys += n * Bc if whole else last if visible else min(n * Bc, N)
@@ -251,6 +255,20 @@ def _bytes_hint(case, got, want):
         "key, masked keys and all (only the last block, at N, may be short); count those, not the visible keys"
     )
     tri = (2 * N * d + N * (N + 1) * d) * isz + N * max(isz, 4)
+    stat = max(isz, 4)
+    shortcut = (
+        "(T+1)/2T is the fraction of tiles computed for N = M and square blocks that divide N "
+        f"(part 1); here Br = {Br}, Bc = {Bc}, N = {N}: count the key blocks each query block loads"
+    )
+    first = (
+        "the keys are counted from the block's FIRST query, which sees the fewest: it is its LAST query, r = min(i0 + Br, N) - 1, "
+        "that sees the most keys, and the block loads every key block up to the one holding that "
+        "query's last visible key"
+    )
+    frac = [
+        2 * N * d * isz + kv * (T + 1) / (2 * T) + N * stat
+        for T in {-(-N // Br), -(-N // Bc)}
+    ]
     alts = [
         (
             full,
@@ -263,6 +281,8 @@ def _bytes_hint(case, got, want):
                 (full - kv / 2, half),
                 (_fa2_bytes(*case, visible=True), seen),
                 (tri, seen),
+                *((x, shortcut) for f in frac for x in (f, int(f), round(f))),
+                (_fa2_bytes(*case, first=True), first),
             ]
             if causal
             else []
@@ -276,6 +296,11 @@ def _bytes_hint(case, got, want):
             _fa2_bytes(*case, lse=isz),
             "lse is saved in the accumulator's dtype: float32 (4 bytes) for fp16 and "
             "float32 inputs, float64 for float64",
+        ),
+        (
+            _fa2_bytes(*case, lse=4),
+            "lse counted at 4 bytes for float64 inputs: the accumulator follows a float64 input, "
+            "so lse is float64 there, 8 bytes a row (4 only for fp16 and float32)",
         ),
         (
             _fa2_bytes(*case, lse=0),
@@ -374,14 +399,14 @@ def _widest(sram_bytes, d, Br, itemsize):
 
 
 def _widest_slip(
-    sram_bytes, d, Br, itemsize, *, s=4, p=None, state=True, st=4, up=False
+    sram_bytes, d, Br, itemsize, *, s=4, p=None, state=True, st=4, up=False, kv=2
 ):
     """`_widest` with a classic slip: S_ij at `s` bytes (0: left out), P_ij at `p` (0: left out), the state left out
-    (or m, l left out) or at `st` bytes, or the division rounded up."""
+    (or m, l left out) or at `st` bytes, `kv` of K_j, V_j (1: one left out), or the division rounded up."""
     p = itemsize if p is None else p
     kept = 2 * Br + Br * d if state is True else Br * d if state == "acc" else 0
     fixed = Br * d * itemsize + kept * st
-    per_key = 2 * d * itemsize + Br * (s + p)
+    per_key = kv * d * itemsize + Br * (s + p)
     room = sram_bytes - fixed
     return max(0, -(-room // per_key) if up else room // per_key)
 
@@ -395,6 +420,11 @@ _WIDEST_SLIPS = [
         {"p": 0},
         "P_ij is left out: the probabilities are a Br × Bc buffer of their own (in the input dtype, "
         "the operand of the second matmul), beside S_ij",
+    ),
+    (
+        {"kv": 1},
+        "K_j or V_j is left out: each key brings a row of K_j (d values) and a row of V_j (d_v = d), "
+        "both at itemsize, beside its column of S_ij and P_ij",
     ),
     (
         {"s": 0},
@@ -456,6 +486,13 @@ def _probe_cases(case, want):
         (sram, d, Br, 6 - isz),
         (2**18, 64, 64, 2),
         (2**18, 64, 64, 4),
+        (
+            2**18,
+            128,
+            32,
+            2,
+        ),  # d ≠ Br: a row of K_j or V_j (d values) is not a column of P_ij (Br)
+        (2**18, 32, 128, 2),
     ]
 
 
@@ -641,6 +678,102 @@ def _fit_hint(d, Br, Bc, w, got) -> str:
     return f"it fits: {sizes}; " + " — or: ".join(causes)
 
 
+def _fit_slip(
+    d,
+    Br,
+    Bc,
+    w,
+    *,
+    p=2,
+    s=4,
+    acc=4,
+    ml=2,
+    kv=1,
+    per_reg=4,
+    cap=True,
+    limit=163 * 1024,
+    pool=False,
+):
+    """The verdict of `_a100_fit` made with a classic slip: P_ij at `p` bytes (0: left out), S_ij at `s`, acc at
+    `acc`, `ml` of m, l (0: left out), `kv` copies of K_j, V_j, `per_reg` bytes a register (1: the ×4 forgotten),
+    the 256 KiB cap dropped (`cap`), shared memory against `limit`, or one pool for both."""
+    regs = Br * Bc * (s + p) + ml * Br * 4 + Br * d * acc
+    shared = (Br * d + kv * Bc * 2 * d) * 2
+    budget = 32 * w * 255 * per_reg
+    budget = min(256 * 1024, budget) if cap else budget
+    if pool:
+        return regs + shared <= 256 * 1024
+    return regs <= budget and shared <= limit
+
+
+_FIT_SLIPS = [
+    (
+        {"pool": True},
+        "registers and shared memory are two memories with two budgets, not one 256 KiB pool",
+    ),
+    (
+        {"per_reg": 1},
+        "the register budget is in registers, not bytes: 32·w·255 registers of 4 bytes each, "
+        "so a block of w warps holds 32·w·255·4 B",
+    ),
+    (
+        {"per_reg": 2**20},
+        "the registers are over min(256 KiB, 32·w·255·4 B): a thread block of w warps holds no more "
+        "(255 registers a thread, 32 threads a warp), not the SM's whole 256 KiB",
+    ),
+    (
+        {"p": 0},
+        "P_ij is left out: the probabilities are a Br × Bc buffer in registers of their own, in fp16 "
+        "(the second matmul's operand), beside S_ij in float32",
+    ),
+    (
+        {"kv": 1},
+        "K_j or V_j is left out: each key brings a row of K_j (d values) and a row of V_j (d_v = d), "
+        "both at itemsize, beside its column of S_ij and P_ij",
+    ),
+    (
+        {"s": 0},
+        "S_ij is left out: the scores are a Br × Bc buffer in registers, float32, beside P_ij",
+    ),
+    (
+        {"p": 4},
+        "P_ij in fp16 (2 bytes), the operand of the second matmul; S_ij in float32",
+    ),
+    (
+        {"acc": 2},
+        "acc counted in fp16: the accumulator (Br × d) stays in float32, 4 bytes, whatever the inputs; "
+        "only P_ij, Q_i, K_j, V_j are fp16",
+    ),
+    (
+        {"ml": 0},
+        "m and l are left out: Br floats each, float32, in registers beside acc",
+    ),
+    (
+        {"kv": 2},
+        "one copy of K_j, V_j (n_kv = 1) here, not two",
+    ),
+    (
+        {"limit": 164 * 1024},
+        "Q_i, K_j, V_j are within the SM's 164 KiB but over the 163 KiB one thread block may use: "
+        "compare with the per-block limit, not the SM's",
+    ),
+]
+
+
+def _fit_slips_named(fn, cases) -> list[str]:
+    """The hints of the slips in `_FIT_SLIPS` whose verdicts equal `fn`'s on every case of `cases`."""
+    try:
+        got = [bool(fn(*case)) for case in cases]
+    except Exception:
+        return []
+    want = [_a100_fit(Br, Bc, w, d)["fits"] for d, Br, Bc, w in cases]
+    return [
+        text
+        for kw, text in _FIT_SLIPS
+        if got == [_fit_slip(*case, **kw) for case in cases] and got != want
+    ]
+
+
 def _edge_cases(d):
     """Two steps at head dimension d with registers well within 8 warps' budget: shared memory at most 163 KiB
     (fits), and over 163 KiB but within the SM's 164 KiB (does not fit a thread block)."""
@@ -650,6 +783,17 @@ def _edge_cases(d):
         Br = 16 if n % 2 == 0 else 15
         out.append((d, Br, (n - Br) // 2, 8))
     return out
+
+
+def _probe_fits():
+    """Further steps that tell the slips apart: 16 warps (where the 256 KiB cap binds) and a head dimension
+    unlike the key block (P_ij left out and acc in fp16 differ by 2·Br·(d - Bc) bytes)."""
+    return [
+        (128, 128, 128, 16),
+        (64, 256, 128, 16),
+        (32, 128, 160, 4),
+        (32, 64, 256, 4),
+    ]
 
 
 def check_a100_fits(fn, *, name: str | None = None, seed: int | None = None) -> None:
@@ -670,6 +814,8 @@ def check_a100_fits(fn, *, name: str | None = None, seed: int | None = None) -> 
         )
     ]
     cases += _edge_cases(d_new)  # shared memory within 163 KiB, and just over it
+    # registers 256 B over 4 warps' budget, within it if m and l (8·Br bytes) are left out
+    cases += [(128, 64, 254, 4)]
     for case in cases:
         shown = "case (d = {}, Br = {}, Bc = {}, warps = {})".format(*case)
         ok, got = _attempt(name, fn, shown, case, course=_FIT_COURSE)
@@ -684,13 +830,20 @@ def check_a100_fits(fn, *, name: str | None = None, seed: int | None = None) -> 
             return print(f"{name}: ✗ {shown}: returned {got!r}; expected True or False")
         want = _a100_fit(case[1], case[2], case[3], case[0])["fits"]
         if bool(got) != want:
+            hint = _fit_hint(*case, bool(got))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                named = _fit_slips_named(fn, cases + _probe_fits())
+            if named:  # the slip the learner's verdicts follow on every case
+                hint = hint.split("; ")[0] + "; " + " — or: ".join(named)
             return print(
-                f"{name}: ✗ {shown}: returned {bool(got)}\n  hint: {_fit_hint(*case, bool(got))}\n"
+                f"{name}: ✗ {shown}: returned {bool(got)}\n  hint: {hint}\n"
                 + seed_note(seed),
                 end="",
             )
     print(
-        f"{name}: ✓ passed {len(cases)} cases: the 18 candidates at d = 128, 14 steps at a fresh d"
+        f"{name}: ✓ passed {len(cases)} cases: the 18 candidates at d = 128, 14 steps at a fresh d, "
+        "1 at the register budget's edge"
     )
 
 
@@ -774,13 +927,15 @@ def _fa1_bytes(
     init=True,
     o_written=True,
     stats=None,
+    first=False,
 ):
     """fa1's bytes for N = M, dv = d (K, V once; Q, O, l, m read and O, l, m written per computed tile, O, l, m
     written once at the start); the keyword variants make the classic slips."""
     isz, ssz = itemsize, max(itemsize, 4) if stats is None else stats
     rows = 0  # Σ over computed tiles of their query rows
     for i0 in range(0, N, Br):
-        last = min(i0 + Br, N) if causal and skip else N  # keys 0..last-1 seen
+        end = i0 + 1 if first else min(i0 + Br, N)
+        last = end if causal and skip else N  # keys 0..last-1 seen
         rows += (Br if whole else min(Br, N - i0)) * -(-last // Bc)
     q = (N if q_once else rows) * d * isz
     reads = 2 * N * d * isz + q + (rows * d * isz if o_read else 0) + 2 * rows * ssz
@@ -835,6 +990,14 @@ def _fa1_hint(case, got, want):
         ),
     ]
     if causal:
+        alts.append(
+            (
+                _fa1_bytes(*case, first=True),
+                "the tiles are counted from the block's FIRST query, which sees the fewest keys: it is its LAST query, "
+                "r = min(i0 + Br, N) - 1, that sees the most keys; tile (i, j) is computed when that "
+                "query sees key block j's first key",
+            )
+        )
         alts.insert(
             1,
             (
@@ -1520,7 +1683,7 @@ def _forward_or_report_hint(case, got, want) -> str:
 
 
 def check_tiled_forward(
-    fn, *, name: str | None = None, seed: int | None = None
+    fn, *, name: str | None = None, seed: int | None = None, core: bool = False
 ) -> None:
     """Check `fn(q, k, v, Br, Bc, causal) -> (o, lse, tiles)`: FlashAttention-2's forward with causal tile skipping
     and a per-tile load report.
@@ -1530,11 +1693,14 @@ def check_tiled_forward(
     once with its key count j1 - j0, and each row of K and V was loaded exactly as often as the reported tiles
     hold it; last, the peak of the large case under tracemalloc below half a Br × M strip of float64 scores.
     Lab's answers and other array libraries are refused. Fixed cases and fresh ones each run (`seed` draws the
-    same again). Taught in: notebooks/05_tiling_traffic.ipynb"""
+    same again). `core=True`: only the cases without a mask (the in-class part), the same tests on each.
+    Taught in: notebooks/05_tiling_traffic.ipynb"""
     name = name or getattr(fn, "__name__", "your function")
     rng, seed = _fresh(seed)
     cases = _forward_cases(rng)
     fixed = len(_forward_cases())
+    if core:  # the same tests, on the cases without a mask; the large one stays last
+        cases, fixed = [c for c in cases if not c[1][5]], 0
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         for n, (label, case) in enumerate(cases):
@@ -1613,6 +1779,12 @@ def check_tiled_forward(
             f"{name}: ✗ {_shown(n, label, case)}: held {peak / 1024:,.0f} KiB at once, {what}; a tiled kernel "
             f"holds one Br × Bc tile of scores at a time ({Br * Bc * 8 // 1024} KiB here) besides its output\n"
             "  hint: compute each tile's scores, use them for the running max, l and acc, and let them go"
+        )
+    if core:
+        return print(
+            f"{name}: ✓ the core: passed the {len(cases)} cases without a mask, exact to 1e-9; no N × M "
+            "array held;\n  K_j, V_j loaded once per reported tile. Next (homework): causal=True, "
+            "checked by the cell above"
         )
     print(
         f"{name}: ✓ passed {len(cases)} cases, exact to 1e-9; no N × M array held;\n  K_j, V_j loaded "

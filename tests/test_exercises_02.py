@@ -845,3 +845,16 @@ def test_exercises_3_and_4_ask_for_something_exercise_1_did_not():
     assert "What is new" in EX[3].spec and "$l_b$ stands for many terms" in EX[3].spec
     assert "(predict)" in EX[4].spec and "count_rescales" not in EX[4].spec
     assert "def predicted_rescales" in EX[4].stub
+
+
+def test_rescale_predictions_end_in_one_verdict_the_grader_reads(capsys):
+    """✓ when both sorted orders (which can be derived) are right, whatever the guess as drawn; ✗ otherwise."""
+    guess = {"as drawn": (2, 2), "ascending": (63, 7), "descending": (0, 0)}
+    checks.check_rescale_predictions(guess)
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("predicted_rescales: ✓")
+    checks.check_rescale_predictions(guess | {"descending": (1, 1)})
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("predicted_rescales: ✗")
+    checks.check_rescale_predictions({o: (..., ...) for o in guess})
+    assert "predicted_rescales: ✗ no prediction written yet" in capsys.readouterr().out

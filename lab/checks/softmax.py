@@ -1524,8 +1524,9 @@ def check_rescale_predictions(predicted, *, n: int = 64, blocks=(1, 8)) -> None:
     One line per predicted order: the prediction, ✓ or ✗, and the count, shown once a prediction is written
     (right or wrong); an order not yet predicted shows no count.
     Taught in: notebooks/02_online_softmax.ipynb"""
+    name = "predicted_rescales"
     if callable(predicted):
-        name = getattr(predicted, "__name__", "your predictions")
+        name = getattr(predicted, "__name__", name)
         try:
             predicted = predicted()
         except NotImplementedError:
@@ -1562,4 +1563,19 @@ def check_rescale_predictions(predicted, *, n: int = 64, blocks=(1, 8)) -> None:
     if written:
         print(
             f"{right} of {written} predicted right (Bc = {blocks[0]} and Bc = {blocks[1]})"
+        )
+    # the verdict: the sorted orders can be derived; "as drawn" is a guess and is only shown
+    derived = [
+        o in predicted
+        and tuple(predicted[o]) == tuple(_rescales(rows[o], b) for b in blocks)
+        for o in ("ascending", "descending")
+    ]
+    if all(derived):
+        print(f"{name}: ✓ both sorted orders derived right (as drawn is a guess)")
+    else:
+        print(
+            f"{name}: ✗ predict the sorted orders again: ascending raises the max at every"
+            " block, descending meets it first"
+            if written
+            else f"{name}: ✗ no prediction written yet"
         )

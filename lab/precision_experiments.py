@@ -17,6 +17,8 @@ Taught in: notebooks/07_precision.ipynb, notebooks/07_precision_in_attention.ipy
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 
@@ -277,12 +279,38 @@ def _accumulate(x: np.ndarray, fmt: str, axis: int) -> np.ndarray:
         return np.add.accumulate(x.astype(_STORAGE[fmt]), axis=axis).astype(np.float32)
     # tf32 has no storage type: add in float32 (exact enough: 24 >= 2·11 + 2 bits) and round each step
     x = np.moveaxis(x, axis, 0)
+    if (
+        x.ndim == 1
+    ):  # one running sum: Python floats, the same roundings without an array per step
+        total, out = 0.0, []
+        for xi in x.tolist():
+            total = _tf32_float(total + xi)
+            out.append(total)
+        return np.array(out, np.float32)
     out = np.empty_like(x)
     total = np.zeros(x.shape[1:], np.float32)
     for i in range(x.shape[0]):
         total = round_to(total + x[i], fmt)
         out[i] = total
     return np.moveaxis(out, 0, axis)
+
+
+_FP32_MAX = float(np.finfo(np.float32).max)
+
+
+def _tf32_float(v: float) -> float:
+    """`round_to(v, "tf32")` for one Python float: $2^{e-10}$ steps (ties to even), $2^{-136}$ below $2^{-126}$.
+
+    The sum of two TF32 numbers in float64 rounds to the same TF32 value as their float32 sum: exact
+    while their exponents differ by at most 13 bits, and beyond that the smaller is under a quarter step."""
+    if v == 0.0 or not math.isfinite(v):
+        return v
+    _, e = math.frexp(v)  # v = f·2^e, f in [0.5, 1)
+    quantum_exp = max(e - 1, -126) - 10
+    r = math.ldexp(
+        round(math.ldexp(v, -quantum_exp)), quantum_exp
+    )  # round(): ties to even
+    return r if abs(r) <= _FP32_MAX else math.copysign(math.inf, r)
 
 
 def overflow_threshold(fmt: str) -> float:

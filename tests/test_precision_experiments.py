@@ -473,3 +473,24 @@ def test_lowp_store_o_leaves_out_only_the_final_store():
         o32, o16 = fn(q, k, v, "fp16", store_o=False), fn(q, k, v, "fp16")
         assert not np.array_equal(o32, o16)
         assert np.array_equal(lab.round_to(o32, "fp16"), o16)
+
+
+def test_tf32_running_sum_rounds_every_step_as_round_to_does():
+    """One running TF32 sum in Python floats gives the same bits as rounding each float32 sum with round_to."""
+    from lab.precision import round_to
+    from lab.precision_experiments import _accumulate
+
+    rng = np.random.default_rng(3)
+    wide = rng.standard_normal(3000) * 10.0 ** rng.uniform(
+        -45, 38, 3000
+    )  # signs, subnormals, overflow
+    for p in (rng.random(5000) * np.exp(-rng.uniform(0, 100, 5000)), wide):
+        x = round_to(p.astype(np.float32), "tf32")
+        total, want = np.zeros((), np.float32), []
+        with np.errstate(over="ignore", invalid="ignore"):
+            for xi in x:
+                total = round_to(total + xi, "tf32")
+                want.append(total[()])
+        np.testing.assert_array_equal(
+            _accumulate(x, "tf32", 0), np.array(want, np.float32)
+        )

@@ -118,10 +118,14 @@ def test_round_out_widens_limits_to_the_ticks_beyond_them():
 
 
 def test_decode_splits_summary_never_says_fewer_for_more_steps():
-    from lab.widgets.decoding import _fewer_or_more
+    from lab.widgets import _ratio_words
 
-    assert _fewer_or_more(2.0) == "2.0× fewer"
-    assert _fewer_or_more(0.5) == "2.0× more"
+    assert _ratio_words(2.0, "fewer") == "2.0× fewer"
+    assert _ratio_words(0.5, "fewer") == "2.0× more"
+    assert (
+        _ratio_words(3.9) == "3.9× less"
+    )  # io_traffic: fa2 against standard attention
+    assert _ratio_words(1 / 1.3) == "1.3× more"
 
 
 @pytest.mark.parametrize("name", [n for n in BUILDERS if getattr(widgets, n)()._reuse])

@@ -12,7 +12,6 @@ import os
 
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.collections import PolyCollection
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter, NullLocator
 
@@ -24,6 +23,7 @@ from ..decoding import (
     kv_cache_bytes_per_token,
     kv_cache_table,
 )
+from .tiling import add_tiles
 
 __all__ = [
     "draw_kv_cache",
@@ -155,16 +155,11 @@ def draw_decode_schedule(
         for p in range(processors)
     ]
     r, c = np.divmod(np.arange(processors), cols)
-    corner = np.stack(
-        [c, rows - 1 - r], axis=-1
-    )  # (processors, 2): each cell's lower left
-    square = np.array([[0, 0], [0.9, 0], [0.9, 0.9], [0, 0.9]])  # (4, 2)
-    # one collection of squares, not a patch each: drawn at once
-    ax.add_collection(
-        PolyCollection(
-            corner[:, None, :] + square, facecolors=colors, edgecolors="white"
-        ),
-        autolim=False,
+    boxes = np.stack(
+        [c, rows - 1 - r, np.full(processors, 0.9), np.full(processors, 0.9)], 1
+    )
+    add_tiles(  # one collection of squares, not a patch each: drawn at once
+        ax, boxes, colors, lw=plt.rcParams["patch.linewidth"], edgecolor="white"
     )
     extra = fd["working"] - processors * (fd["waves"] - 1)  # the last wave's items
     last = "" if fd["waves"] == 1 else f"; last wave: {extra} of {processors} busy"

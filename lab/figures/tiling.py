@@ -56,8 +56,10 @@ def _plain_log_labels(*axes, n_axis=None):
                 axis.set_minor_formatter(NullFormatter())
 
 
-def add_tiles(ax, boxes, facecolors, *, lw: float, hatch=None) -> None:
-    """Draw rectangles `boxes` (x, y, width, height rows) with black edges and their own `facecolors`, at once.
+def add_tiles(
+    ax, boxes, facecolors, *, lw: float, hatch=None, edgecolor="black"
+) -> None:
+    """Draw rectangles `boxes` (x, y, width, height rows) with `edgecolor` edges and their own `facecolors`, at once.
 
     Unhatched, one collection; hatched, one compound path (Agg draws a hatch per path, so thousands of
     hatched tiles drawn one by one take seconds). The picture is the same as one patch per tile.
@@ -71,7 +73,7 @@ def add_tiles(ax, boxes, facecolors, *, lw: float, hatch=None) -> None:
     )  # (tiles, 4 corners, xy)
     if hatch is None:
         ax.add_collection(
-            PolyCollection(verts, facecolors=facecolors, edgecolors="black", lw=lw),
+            PolyCollection(verts, facecolors=facecolors, edgecolors=edgecolor, lw=lw),
             autolim=False,
         )
     else:
@@ -79,7 +81,7 @@ def add_tiles(ax, boxes, facecolors, *, lw: float, hatch=None) -> None:
             PathPatch(
                 Path.make_compound_path_from_polys(verts),
                 facecolor=facecolors[0],
-                edgecolor="black",
+                edgecolor=edgecolor,
                 lw=lw,
                 hatch=hatch,
             )

@@ -323,6 +323,11 @@ def _block_sliders(options, block_q, block_k, **extra) -> dict:
     }
 
 
+def _ratio_words(ratio: float, less: str = "less") -> str:
+    """A ratio said the way round that reads: '3.9× less' for 3.9, '1.3× more' for 0.77 (`less`: the word below 1's other side)."""
+    return f"{ratio:.1f}× {less}" if ratio >= 1 else f"{1 / ratio:.1f}× more"
+
+
 def interactive_figure(
     draw, *, summary=None, reuse: bool | str = False, **controls
 ) -> FigureSliders:

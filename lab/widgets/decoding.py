@@ -8,7 +8,7 @@ from __future__ import annotations
 import ipywidgets
 
 from ..figures.decoding import draw_decode_schedule, draw_gqa_intensity
-from . import interactive_figure
+from . import _ratio_words, interactive_figure
 
 __all__ = ["decode_splits", "gqa_group"]
 
@@ -18,13 +18,8 @@ def _splits_summary(r: dict) -> str:
     return (
         f"M = {fd['M']:,}, splits = {fd['splits']}: {fd['busy']} of {fd['processors']} processors busy "
         f"(FA2: {fa2['busy']}); {fd['steps']} steps against {fa2['steps']}, "
-        + _fewer_or_more(fd["speedup"])
+        + _ratio_words(fd["speedup"], "fewer")
     )
-
-
-def _fewer_or_more(speedup: float) -> str:
-    """FA2's steps over flash-decoding's, said the way round that reads: '2.0× fewer' or '1.1× more'."""
-    return f"{speedup:.1f}× fewer" if speedup >= 1 else f"{1 / speedup:.1f}× more"
 
 
 def decode_splits(M: int = 32768, splits: int = 8) -> ipywidgets.interactive:

@@ -24,7 +24,7 @@ from ..figures.tiling import (
     draw_tile_grid,
 )
 from ..tiling import flash_counts, tile_counts
-from . import _block_sliders, interactive_figure
+from . import _block_sliders, _ratio_words, interactive_figure
 
 __all__ = ["tile_fill", "tile_walk", "block_footprint", "io_traffic"]
 
@@ -219,11 +219,6 @@ def block_footprint(
     )
 
 
-def _less_or_more(ratio: float) -> str:
-    """Standard attention's bytes over fa2's, said the way round that reads: '3.9× less' or '1.3× more'."""
-    return f"{ratio:.1f}× less" if ratio >= 1 else f"{1 / ratio:.1f}× more"
-
-
 def io_traffic(
     N: int = 1024,
     d: int = 64,
@@ -265,7 +260,7 @@ def io_traffic(
         summary=lambda r: (
             f"N = {r['N']}{', causal' if r['causal'] else ''}: standard {r['standard'] / 1e6:,.2f} MB, "
             f"fa2 {r['fa2'] / 1e6:,.2f} MB "
-            f"({_less_or_more(r['ratio_fa2'])}); instrumented fa2 run at N = {r['checked_N']}: {r['measured']:,} B, "
+            f"({_ratio_words(r['ratio_fa2'])}); instrumented fa2 run at N = {r['checked_N']}: {r['measured']:,} B, "
             f"formula {r['formula']:,} B, equal: {r['equal']}"
         ),
         **_instrumented_sliders(N, d, block_q, block_k),

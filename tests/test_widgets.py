@@ -4,9 +4,9 @@ before answers from the cache, and the frame is reused where only the content mo
 import io
 
 import ipywidgets
-import matplotlib.image
 import matplotlib.pyplot as plt
 import numpy as np
+import PIL.Image
 import pytest
 from matplotlib.ticker import MaxNLocator
 
@@ -19,13 +19,13 @@ BUILDERS = [
 ]
 
 
-def _pixels(png: bytes) -> np.ndarray:
-    """The PNG's red, green and blue (the figures are opaque)."""
-    return matplotlib.image.imread(io.BytesIO(png))[..., :3]
+def _pixels(picture: bytes) -> np.ndarray:
+    """The image's red, green and blue in [0, 1] (the figures are opaque)."""
+    return np.asarray(PIL.Image.open(io.BytesIO(picture)).convert("RGB")) / 255
 
 
 def _full_render(fig) -> np.ndarray:
-    """The figure drawn whole, frame and content together, as the widget's PNG would hold it."""
+    """The figure drawn whole, frame and content together, as the widget's image would hold it."""
     for a in fig.findobj():
         a.set_animated(False)
     fig.canvas.draw()

@@ -2,7 +2,7 @@
 
     .venv/bin/python tools/slider_times.py [--combos 12] [--only NAME ...]
 
-Builds every slider in `lab.widgets` and times one update (computation, figure and PNG included) at
+Builds every slider in `lab.widgets` and times one update (computation, figure and image encoding included) at
 each setting of a grid: every option of each control in turn, the others at their values of the
 moment (a reader moving one slider after another), then `combos` seeded combinations of all the
 controls, the first and the last option of every control among them. A discrete control contributes

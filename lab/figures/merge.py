@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.collections import LineCollection
+from matplotlib.collections import LineCollection, PolyCollection
 
 from ..attention import attention_reference
 from ..merge import merge_plan, random_chunk_bounds, reduce_states, split_states
@@ -74,8 +74,17 @@ def draw_merge_orders(
         splits <= 12
     )  # more chunks: labels stand on end, narrow chunks go unlabelled
     narrow = 0
+    # the chunks as one collection of bands the axes' height (x in keys, y in axes fractions)
+    ax.add_collection(
+        PolyCollection(
+            [[(j0, 0), (j1, 0), (j1, 1), (j0, 1)] for j0, j1 in bounds],
+            facecolors=colour,
+            edgecolors=colour,
+            alpha=0.35,
+            transform=ax.get_xaxis_transform(),
+        )
+    )
     for c, (j0, j1) in enumerate(bounds):
-        ax.axvspan(j0, j1, color=colour[c], alpha=0.35)
         wide = j1 - j0 >= M / 30
         if not upright and j1 - j0 < M / 80:  # too narrow for a 7-point label
             narrow += 1
@@ -99,33 +108,10 @@ def draw_merge_orders(
         + f"; numbers: each chunk's share of the softmax mass (sum {w.sum():.3f})"
         + unlabelled,
     )
-    segs, ys = merge_depths(splits, order, seed=seed)
-    bx.add_collection(
-        LineCollection(
-            [[(x0, y0), (x1, y1)] for x0, y0, x1, y1 in segs],
-            colors="0.3",
-            linewidths=2,
-        )
+    depth = _draw_merge_tree(bx, splits, order, seed, colour)
+    bx.set_title(
+        f"order: {order}, depth {depth}; max |o - o_one-shot| = {errs[order]:.1e}"
     )
-    leaves = leaf_order(splits, order, seed=seed)
-    # each leaf in its chunk's colour: the link to the top panel when the order moves it
-    bx.scatter(
-        range(splits), [0] * splits, s=90, c=[colour[c] for c in leaves], zorder=3
-    )
-    depth = max(ys) if splits > 1 else 0
-    every = 1 if splits <= 16 else 2
-    bx.set_xticks(
-        range(0, splits, every), [f"c{leaves[i]}" for i in range(0, splits, every)]
-    )
-    bx.tick_params(axis="x", labelsize=9 if splits <= 16 else 7)
-    bx.set_xlim(-0.5, splits - 0.5)
-    bx.set_yticks(range(0, depth + 1, 1 if depth <= 12 else 4))
-    bx.set(
-        xlabel="chunk (in the colour of its keys above)",
-        ylabel="merge depth",
-        title=f"order: {order}, depth {depth}; max |o - o_one-shot| = {errs[order]:.1e}",
-    )
-    bx.set_ylim(-0.5, depth + 0.5)
     return {
         "splits": int(splits),
         "order": order,
@@ -135,6 +121,56 @@ def draw_merge_orders(
         "weights": w,
         "weight_sum": float(w.sum()),
     }
+
+
+def _draw_merge_tree(bx, splits: int, order: str, seed: int, colour) -> int:
+    """The merge tree on `bx` in unit coordinates: leaf slot p at x = (p + 1/2) / splits, height h at y = h / depth.
+
+    Its depth and leaf labels are texts, not ticks, so every setting shares one frame (axes, limits,
+    labels) and a slider redraws only the tree. Returns the depth.
+    """
+    segs, ys = merge_depths(splits, order, seed=seed)
+    depth = max(ys) if splits > 1 else 0
+    sx, sy = 1 / splits, 1 / max(depth, 1)
+    bx.set(xlim=(0, 1), ylim=(-0.06, 1.06), xticks=[], yticks=[])
+    step = 1 if depth <= 12 else 4
+    levels = range(0, depth + 1, step)
+    bx.add_collection(
+        LineCollection(
+            [[(0, h * sy), (1, h * sy)] for h in levels], colors="0.9", linewidths=1
+        )
+    )
+    left = bx.get_yaxis_transform()  # x in axes fractions, y in data
+    for h in levels:
+        bx.text(-0.01, h * sy, str(h), transform=left, ha="right", va="center")
+    bx.add_collection(
+        LineCollection(
+            [
+                [((x0 + 0.5) * sx, y0 * sy), ((x1 + 0.5) * sx, y1 * sy)]
+                for x0, y0, x1, y1 in segs
+            ],
+            colors="0.3",
+            linewidths=2,
+        )
+    )
+    leaves = leaf_order(splits, order, seed=seed)
+    # each leaf in its chunk's colour: the link to the top panel when the order moves it
+    xs = [(p + 0.5) * sx for p in range(splits)]
+    bx.scatter(xs, [0] * splits, s=90, c=[colour[c] for c in leaves], zorder=3)
+    below = bx.get_xaxis_transform()  # x in data, y in axes fractions
+    for p in range(0, splits, 1 if splits <= 16 else 2):
+        bx.text(
+            xs[p],
+            -0.03,
+            f"c{leaves[p]}",
+            transform=below,
+            ha="center",
+            va="top",
+            fontsize=9 if splits <= 16 else 7,
+        )
+    bx.set_xlabel("chunk (in the colour of its keys above)", labelpad=16)
+    bx.set_ylabel("merge depth", labelpad=18)
+    return int(depth)
 
 
 def draw_work_items(

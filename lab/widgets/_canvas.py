@@ -8,7 +8,7 @@ Agg's compositor at the new origin in the current colour. The only visible chang
 that a text's origin snaps to the pixel grid (at most half a pixel). Math text (`$...$`, which also
 draws rules) and anything the recording does not recognise take matplotlib's own path.
 
-Taught in: every notebook with a slider (the figures' PNGs).
+Taught in: every notebook with a slider (the sliders' figures).
 """
 
 from __future__ import annotations

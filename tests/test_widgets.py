@@ -158,3 +158,27 @@ def test_a_reused_figure_after_many_settings_draws_what_a_fresh_one_draws(name):
     assert got.shape == want.shape
     differs = (np.abs(got - want).max(axis=2) > 0.15).mean()
     assert differs < 0.002, f"{differs:.2%} of the pixels differ"
+
+
+def test_nice_ceiling_takes_one_two_or_five_times_a_power_of_ten():
+    from lab.widgets import nice_ceiling
+
+    assert [
+        nice_ceiling(x) for x in (0.16, 2.3, 5.0, 7.0, 1e-3, 10.0)
+    ] == pytest.approx([0.2, 5.0, 5.0, 10.0, 1e-3, 10.0])
+
+
+def test_io_traffic_limits_hold_every_setting_of_their_frame():
+    from lab.widgets.tiling import _traffic_limits
+
+    (left_x, left_y), right_y = _traffic_limits(64, 2)
+    for N, br, bc, causal in ((128, 256, 256, True), (2048, 16, 16, False)):
+        r = lab.figures.tiling.draw_hbm_traffic(
+            N, 64, br, bc, itemsize=2, causal=causal
+        )
+        plt.close("all")
+        mb = [r[k] / 1e6 for k in ("standard", "fa1", "fa2")]
+        assert left_y[0] <= min(mb) and max(mb) <= left_y[1]
+        fa1 = [b / 1e6 for b in r["fa1_by_sram"]]
+        assert right_y[0] <= min(fa1) and max(fa1 + mb[:1]) <= right_y[1]
+        assert left_x[0] < N < left_x[1]

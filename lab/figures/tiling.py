@@ -551,6 +551,7 @@ def draw_hbm_traffic(
     Ns=None,
     causal: bool = False,
     ax=None,
+    limits=None,
 ) -> dict:
     """Left: HBM bytes of standard attention and the tiled kernels against N for the chosen blocks; right: against SRAM size.
 
@@ -558,7 +559,9 @@ def draw_hbm_traffic(
     M_sram = bytes / itemsize elements; Theorem 2's order N²d²/M_sram is drawn through the fa1 curve's first
     point (the theorem fixes no constant); the vertical line is `sram_bytes` (default: an A100 SM's shared
     memory, from `lab.hardware`); every line is in the legend. With `causal` the tiled kernels skip the masked tiles (close to half the
-    traffic for tiles small against N); standard attention computes and stores all of S.
+    traffic for tiles small against N); standard attention computes and stores all of S. `limits`,
+    if given, fixes the axes: ((x0, x1), (y0, y1)) of the left panel in N and MB, (y0, y1) of the
+    right in MB (a slider passes the widest of its settings, so that they share one frame).
     Taught in: notebooks/05_tiling_traffic.ipynb
     """
     from ..tiling import fa_block_sizes
@@ -647,6 +650,10 @@ def draw_hbm_traffic(
         + (", causal" if causal else ""),
     )
     right.legend(fontsize=10)
+    if limits is not None:
+        (left_x, left_y), right_y = limits
+        left.set(xlim=left_x, ylim=left_y)
+        right.set_ylim(right_y)
     _plain_log_labels(left, right, n_axis=left)
     here = {
         "standard": standard_traffic(N, d=d, itemsize=itemsize).total,

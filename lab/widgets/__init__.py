@@ -259,6 +259,8 @@ def _frame_key(fig) -> tuple:
 def _round_axes_out(ax) -> None:
     """Round value axes' limits out to their own major ticks, so that nearby settings share a frame.
 
+    A linear axis from 0 (bars, counts) goes up to `nice_ceiling` of its top instead.
+
     A log y axis rounds out to its tick powers too (a log x axis, in these figures a fixed range such as
     the sequence lengths, keeps its limits). Left alone: colorbars (their range is the colour map's),
     Axes with images or a fixed aspect (tile grids at their exact extent), axes with fixed tick labels
@@ -278,7 +280,22 @@ def _round_axes_out(ax) -> None:
             or isinstance(axis.get_major_formatter(), matplotlib.ticker.FixedFormatter)
         ):
             continue
-        set_(*round_out(lo, hi, axis.get_major_locator()))
+        if axis.get_scale() == "linear" and lo == 0 and hi > 0:
+            set_(
+                0, nice_ceiling(hi)
+            )  # bars and counts from 0: a few heights per decade
+        else:
+            set_(*round_out(lo, hi, axis.get_major_locator()))
+
+
+def nice_ceiling(x: float) -> float:
+    """The least of 1, 2 and 5 times a power of ten at or above `x` > 0 (a value axis from 0 takes
+    one of three heights a decade, so that settings near each other share a frame)."""
+    power = 10.0 ** np.floor(np.log10(x))
+    for m in (1, 2, 5, 10):
+        if m * power >= x * (1 - 1e-9):
+            return float(m * power)
+    return float(10 * power)
 
 
 def round_out(lo: float, hi: float, locator) -> tuple[float, float]:

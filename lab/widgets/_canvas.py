@@ -23,6 +23,7 @@ __all__ = ["TextCacheCanvas"]
 _GLYPHS: collections.OrderedDict = (
     collections.OrderedDict()
 )  # text key -> recorded calls
+_HEIGHTS: dict = {}  # (font properties, dpi) -> (ascent, descent, line gap) in pixels
 _GLYPHS_KEPT = 4096  # distinct texts kept (a few hundred bytes each)
 
 
@@ -49,7 +50,14 @@ class _Recorder:
 
 
 class TextCacheRenderer(RendererAgg):
-    """`RendererAgg` whose `draw_text` replays recorded glyph bitmaps for texts it has drawn before."""
+    """`RendererAgg` whose `draw_text` replays recorded glyph bitmaps for texts it has drawn before,
+    and which keeps each font's height metrics (`Text` asks for them at every layout)."""
+
+    def _get_font_height_metrics(self, prop):
+        key = (hash(prop), self.dpi)
+        if key not in _HEIGHTS:
+            _HEIGHTS[key] = _font_heights(prop, self.dpi)
+        return _HEIGHTS[key]
 
     def draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
         if ismath:
@@ -74,7 +82,8 @@ class TextCacheRenderer(RendererAgg):
                 self._renderer = inner
             if all(image is not None for image, *_ in recorder.calls):
                 _GLYPHS[key] = [
-                    (im, cx - xi, cy - yi, a) for im, cx, cy, a in recorder.calls
+                    (im, cx - xi, cy - yi, a)
+                    for im, cx, cy, a in _one_bitmap(recorder.calls)
                 ]
                 while len(_GLYPHS) > _GLYPHS_KEPT:
                     _GLYPHS.popitem(last=False)
@@ -83,6 +92,46 @@ class TextCacheRenderer(RendererAgg):
         for image, dx, dy, a in calls:
             self._renderer.draw_text_image(image, xi + dx, yi + dy, a, gc)
         return None
+
+
+def _one_bitmap(calls: list) -> list:
+    """Upright glyph bitmaps (matplotlib 3.11 draws a text glyph by glyph) merged into one, so that a
+    replay composites the text in one call.
+
+    Each bitmap is a coverage mask whose bottom-left pixel sits at (x, y), y counted downwards. Where
+    two overlap, coverage a then b composite like one of 1 - (1 - a)(1 - b), which is what is stored.
+    """
+    if len(calls) < 2 or any(angle != 0 for *_, angle in calls):
+        return calls
+    x0 = min(x for _, x, _, _ in calls)
+    x1 = max(x + im.shape[1] for im, x, _, _ in calls)
+    top = min(y - im.shape[0] for im, _, y, _ in calls)
+    bottom = max(y for _, _, y, _ in calls)
+    clear = np.ones((bottom - top, x1 - x0))  # 1 - coverage
+    for im, x, y, _ in calls:
+        h, w = im.shape
+        clear[y - h - top : y - top, x - x0 : x - x0 + w] *= 1 - im / 255
+    merged = np.round(255 * (1 - clear)).astype(np.uint8)
+    return [(merged, x0, bottom, 0)]
+
+
+def _font_heights(prop, dpi: float):
+    """Ascent, descent and line gap of `prop`'s font at `dpi`, in pixels, from its OS/2 or hhea table
+    (what `Text` reads for every text it lays out), or None where the font has neither."""
+    from matplotlib.font_manager import fontManager, get_font
+
+    font = get_font(fontManager._find_fonts_by_props(prop))
+    scale = (
+        prop.get_size_in_points() * dpi / 72 / font.get_sfnt_table("head")["unitsPerEm"]
+    )
+    for table, gap, ascent, descent in (
+        ("OS/2", "sTypoLineGap", "sTypoAscender", "sTypoDescender"),
+        ("hhea", "lineGap", "ascent", "descent"),
+    ):
+        t = font.get_sfnt_table(table)
+        if t is not None:
+            return t[ascent] * scale, -t[descent] * scale, t[gap] * scale
+    return None, None, None
 
 
 def _hashable_values(values) -> tuple:

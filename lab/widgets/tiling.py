@@ -23,7 +23,7 @@ from ..figures.tiling import (
     draw_tile_fill,
     draw_tile_grid,
 )
-from ..tiling import flash_counts, tile_counts
+from ..tiling import flash_counts, standard_traffic, theorem2_bytes, tile_counts
 from . import _block_sliders, _ratio_words, interactive_figure
 
 __all__ = ["tile_fill", "tile_walk", "block_footprint", "io_traffic"]
@@ -219,6 +219,48 @@ def block_footprint(
     )
 
 
+@functools.cache
+def _traffic_limits(d: int, itemsize: int):
+    """`draw_hbm_traffic`'s axes at head size `d` and `itemsize`, widened over N, the blocks and causal.
+
+    One frame per (d, inputs), so moving N, Br, Bc or causal moves only the curves. Bytes grow with
+    N, so the extremes lie at the slider's smallest and largest N (left: up to 2^16); the blocks and
+    causal are searched. Right: every SRAM size (16 KiB to 1 MiB), Theorem 2's line through fa1.
+    """
+    from ..tiling import fa_block_sizes
+
+    Ns = _instrumented_sliders(1024, 64, 128, 128)["N"].options
+    srams = [2**p * 1024 for p in range(4, 11)]
+    left, right = [], []
+    for N in (min(Ns), max(Ns)):
+        for causal in (False, True):
+            fa = [
+                flash_counts(n, n, d, block_q=br, block_k=bc, variant=v,
+                             itemsize=itemsize, causal=causal).total
+                for n in (N, 2**16) for v in ("fa1", "fa2")
+                for br in _BLOCKS[1:] for bc in _BLOCKS[1:]
+            ]  # fmt: skip
+            std = [
+                standard_traffic(n, d=d, itemsize=itemsize).total for n in (N, 2**16)
+            ]
+            left += fa + std
+            fa1 = [
+                flash_counts(N, N, d, variant="fa1", itemsize=itemsize, causal=causal,
+                             block_q=br, block_k=bc).total
+                for br, bc in (fa_block_sizes(m, d, itemsize) for m in srams)
+            ]  # fmt: skip
+            theorem = [theorem2_bytes(N, d, m, itemsize) for m in srams]
+            right += fa1 + [std[0]] + [t * fa1[0] / theorem[0] for t in theorem]
+    lo_hi = [  # (lo, hi) in MB, out to powers of two
+        tuple(
+            float(2.0 ** f(np.log2(g(v) / 1e6)))
+            for f, g in ((np.floor, min), (np.ceil, max))
+        )
+        for v in (left, right)
+    ]
+    return ((min(Ns) / 1.25, 2**16 * 1.25), lo_hi[0]), lo_hi[1]
+
+
 def io_traffic(
     N: int = 1024,
     d: int = 64,
@@ -243,6 +285,7 @@ def io_traffic(
             itemsize=np.dtype(dtype).itemsize,
             causal=causal,
             ax=ax,
+            limits=_traffic_limits(d, np.dtype(dtype).itemsize),
         )
         n = min(N, CHECK_N)
         rec, formula = _instrumented(n, d, block_q, block_k, causal, "fa2", dtype)

@@ -92,10 +92,12 @@ def test_loop_overhead_slider_updates_its_result():
     import lab.widgets
 
     w = lab.widgets.loop_overhead_explorer()
-    assert w.result["block"] == 256 and w.result["steps"] == 16**2
+    r = w.result  # the CPU default's shape: Br = 256, Bc = 512
+    assert (r["block"], r["block_k"], r["steps"]) == (256, 512, 16 * 8)
     controls = {c.description: c for c in w.children[:-1]}
-    assert set(controls) == {"N", "Br = Bc", "µs per op"}
-    controls["Br = Bc"].value = 64
+    assert set(controls) == {"N", "Br", "Bc", "µs per op"}
+    controls["Bc"].value = 1
+    controls["Br"].value = 64
     assert w.result["steps"] == 64**2 and w.result["overhead_ms"] > 0
     controls["µs per op"].value = 100.0
     assert w.result["overhead_ms"] == pytest.approx(

@@ -150,15 +150,17 @@ def draw_online_trace(
             ax_m.axvspan(a - 0.5, z - 0.5, color="gray", alpha=0.12, lw=0)
             ax_l.axvspan(a - 0.5, z - 0.5, color="gray", alpha=0.12, lw=0)
     ax_m.plot(j, x, "o", ms=4, color="C0", label="scores x_j")
-    ends = tr["stop"] - 0.5  # m′ is known once the block's last score is read
+    ends = tr["stop"] - 1  # m′ is known once the block's last score is read
     ax_m.step(
         np.r_[ends, n - 0.5],
         np.r_[tr["m_new"], tr["m_new"][-1]],
         where="post",
         color="C3",
         lw=2.5,
-        label="running max m′, from the end of each block",
+        label="running max m′ (from each block's end)",
     )
+    # where m′ ends up (one block, Bc ≥ n, has no steps to draw: this line is its m′)
+    ax_m.axhline(tr["m_new"][-1], color="C3", lw=1, ls=":", label="final m")
     grew = tr["alpha"] < 1
     grew[0] = False  # the first block has nothing to rescale
     ax_m.plot(
@@ -167,7 +169,7 @@ def draw_online_trace(
         "^",
         ms=9,
         color="C3",
-        label=f"m′ > m: a block that raised the max ({int(grew.sum())}×)",
+        label=f"m′ > m: the block raised the max ({int(grew.sum())}×)",
     )
     ax_m.set_ylabel("score")
     ax_m.set_title(
@@ -176,7 +178,7 @@ def draw_online_trace(
         pad=26,  # the legend sits between the title and the plot, on none of the dots
     )
     ax_m.legend(
-        loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=9, frameon=False
+        loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=9, frameon=False
     )
     centers = (tr["start"] + tr["stop"] - 1) / 2
     ax_l.bar(
@@ -193,6 +195,17 @@ def draw_online_trace(
     if len(tr["block"]) <= 16:
         for c, lv in zip(centers[fell], tr["l_new"][fell]):
             ax_l.text(c, lv, "l fell", ha="center", va="bottom", fontsize=9)
+    elif (
+        fell.any()
+    ):  # too many blocks for a word each: a mark above each bar where l fell
+        ax_l.plot(
+            centers[fell],
+            tr["l_new"][fell] * 1.08,
+            "v",
+            ms=5,
+            color="k",
+            label="l′ < l: l fell",
+        )
     ax_l.set(xlabel="index j of the score x_j (shaded: alternate blocks)", ylabel="l′")
     top = float(max(tr["l_new"].max(), tr["l_direct"].max()))
     ax_l.set_ylim(0, 1.4 * top)  # headroom: the legend sits above the bars, not on them

@@ -40,7 +40,7 @@ def backward_tiles(
     M − N held within ±checked_N / 2 (at most about 50 tiles, cached per setting), so that each move
     answers quickly. Taught in: notebooks/09_tiled_backward.ipynb
     """
-    sizes = [8, 16, 32, 64, 128]
+    sizes = [8, 16, 32, 48, 64, 128]  # 48: the static figure's Br
     lengths = [64, 128, 192, 256, 384, 512]
     return interactive_figure(
         lambda N, M, block_q, block_k, causal, axes=None: draw_backward_tiles(

@@ -88,10 +88,10 @@ def test_the_notebook_has_five_checked_exercises_and_no_unchecked_question():
     assert not any(s.strip().startswith("Your answer") for _, s, _ in texts)
     q = next(i for i, (_, s, _) in enumerate(texts) if s.startswith("### Exercise 5"))
     after = texts[q + 1 :]
-    assert any(
-        t == "markdown" and "solution" in tags and "log_2 C" in s and "1,290" in s
-        for t, s, tags in after
-    )
+    answer = "\n".join(
+        s for t, s, tags in after if t == "markdown" and "solution" in tags
+    )  # the worked answer, in blocks of one idea each
+    assert "log_2 C" in answer and "1,290" in answer
 
 
 @pytest.mark.parametrize("number", [1, 2, 3, 4, 5])
@@ -558,22 +558,44 @@ def chunked_attention(q, k, v, chunk):
 """
 
 
+GOOD_CASCADE = """
+def shared_prefix_decode(q, k_pre, v_pre, suffixes):
+    o, lse = chunk_output(q, k_pre, v_pre)
+    for s, (k_s, v_s) in enumerate(suffixes):
+        if len(k_s):
+            r = slice(s, s + 1)
+            o[r], lse[r] = merge_pair((o[r], lse[r]), chunk_output(q[r], k_s, v_s))
+    return o, lse
+"""
+
+
 def _chunk(body: str) -> str:
     return (
         "def chunk_output(q, k_c, v_c):\n    s = q @ k_c.T / np.sqrt(q.shape[1])\n"
         + textwrap.indent(_src(body), "    ")
-        + GOOD_LOOP
+        + GOOD_CASCADE
     )
 
 
-def _loop(body: str) -> str:
+def _cascade(body: str) -> str:
     return (
         GOOD_CHUNK
-        + "\ndef chunked_attention(q, k, v, chunk):\n"
+        + "\ndef shared_prefix_decode(q, k_pre, v_pre, suffixes):\n"
         + textwrap.indent(_src(body), "    ")
     )
 
 
+def _merged_by(merge: str) -> str:
+    """The worked cascade with its merge of the two pairs replaced by `merge(a, b)`'s body."""
+    return (
+        GOOD_CHUNK
+        + "\ndef _merge(a, b):\n"
+        + textwrap.indent(_src(merge), "    ")
+        + GOOD_CASCADE.replace("merge_pair(", "_merge(")
+    )
+
+
+LSE = "np.logaddexp(a[1], b[1])"
 WRONG_3 = {
     "chunk: no max subtracted": (
         _chunk("""
@@ -604,7 +626,7 @@ def chunk_output(q, k_c, v_c):
     p = np.exp(s - m[:, None])
     return p @ v_c / p.sum(axis=1)[:, None], m + np.log(p.sum(axis=1))
 """
-        + GOOD_LOOP,
+        + GOOD_CASCADE,
         ["o_c (element 0)", "1/√d is missing"],
     ),
     "chunk: not normalized": (
@@ -617,64 +639,118 @@ def chunk_output(q, k_c, v_c):
     ),
     "chunk: the course's reference": (
         "def chunk_output(q, k_c, v_c):\n    return lab.attention_reference(q, k_c, v_c)\n"
-        + GOOD_LOOP,
+        + GOOD_CASCADE,
         ["calls lab.attention_reference"],
     ),
-    "loop: the last short chunk dropped": (
-        _loop("""
-        parts = [chunk_output(q, k[j:j + chunk], v[j:j + chunk]) for j in range(0, len(k) - chunk + 1, chunk)]
-        return merge_partials(parts)
+    "merge: lse added": (
+        _merged_by(f"""
+        w_a, w_b = np.exp(a[1] - {LSE}), np.exp(b[1] - {LSE})
+        return w_a[:, None] * a[0] + w_b[:, None] * b[0], a[1] + b[1]
+    """),
+        ["case 0", "lse (element 1)", "lse_pre + lse_suf multiplies the two masses"],
+    ),
+    "merge: o a plain average": (
+        _merged_by(f"""
+        return (a[0] + b[0]) / 2, {LSE}
+    """),
+        ["o (element 0)", "o is not reweighted", "e^(lse_c - lse)"],
+    ),
+    "merge: o summed": (
+        _merged_by(f"""
+        return a[0] + b[0], {LSE}
+    """),
+        ["o (element 0)", "o is not reweighted"],
+    ),
+    "merge: the suffix left out of o": (
+        _merged_by(f"""
+        return a[0], {LSE}
+    """),
+        ["o (element 0)", "the suffix's pair never entered the merge"],
+    ),
+    "merge: weighed by e^lse itself": (
+        _merged_by("""
+        w_a, w_b = np.exp(a[1]), np.exp(b[1])
+        o = (w_a[:, None] * a[0] + w_b[:, None] * b[0]) / (w_a + w_b)[:, None]
+        return o, np.log(w_a + w_b)
+    """),
+        ["scores in the thousands", "NaN", "never by e^lse_c itself"],
+    ),
+    "an empty suffix sent to chunk_output": (
+        GOOD_CHUNK + GOOD_CASCADE.replace("if len(k_s):", "if True:"),
+        ["0 keys", "zero-size array", "the empty pair (o = 0, lse = -inf)"],
+    ),
+    "an empty suffix merged as NaN": (
+        _cascade("""
+        o, lse = chunk_output(q, k_pre, v_pre)
+        for s, (k_s, v_s) in enumerate(suffixes):
+            r = slice(s, s + 1)
+            mine = chunk_output(q[r], k_s, v_s) if len(k_s) else (np.full_like(o[r], np.nan), lse[r] * np.nan)
+            o[r], lse[r] = merge_pair((o[r], lse[r]), mine)
+        return o, lse
     """),
         [
-            "case 1",
-            "o (element 0)",
-            "keys 48..49 never reached chunk_output",
-            "not a multiple of 16",
+            "sequence 1 has no suffix key yet",
+            "NaN",
+            "its suffix part is the empty pair",
         ],
     ),
-    "loop: all keys at once": (
-        _loop("""
-        return lab.attention_reference(q, k, v)
-    """),
-        ["the values agree", "chunk_output was never called"],
+    "suffixes padded with zero keys": (
+        _cascade("""
+        n = max(len(k) for k, _ in suffixes)
+        pad = lambda a: np.concatenate([a, np.zeros((n - len(a), a.shape[1]))])
+        return GOOD(q, k_pre, v_pre, [(pad(k), pad(v)) for k, v in suffixes])
+    """).replace(
+            "def shared_prefix_decode",
+            GOOD_CASCADE.replace("shared_prefix_decode", "GOOD")
+            + "\n\ndef shared_prefix_decode",
+        ),
+        ["case 0", "padded to one length with zero keys", "carries mass e^0"],
     ),
-    "loop: one call with every key": (
-        _loop("""
-        return merge_partials([chunk_output(q, k, v)])
-    """),
-        ["the values agree", "received 48 keys in one call"],
+    "suffixes cut to the shortest": (
+        _cascade("""
+        n = min(len(k) for k, _ in suffixes)
+        return GOOD(q, k_pre, v_pre, [(k[:n], v[:n]) for k, v in suffixes])
+    """).replace(
+            "def shared_prefix_decode",
+            GOOD_CASCADE.replace("shared_prefix_decode", "GOOD")
+            + "\n\ndef shared_prefix_decode",
+        ),
+        ["cut to the shortest one's length"],
     ),
-    "loop: overlapping chunks": (
-        _loop("""
-        parts = [chunk_output(q, k[j:j + chunk + 1], v[j:j + chunk + 1]) for j in range(0, len(k), chunk)]
-        return merge_partials(parts)
+    "prefix and suffix joined": (
+        _cascade("""
+        rows = [chunk_output(q[s:s + 1], np.concatenate([k_pre, k]), np.concatenate([v_pre, v]))
+                for s, (k, v) in enumerate(suffixes)]
+        return np.concatenate([r[0] for r in rows]), np.concatenate([r[1] for r in rows])
     """),
-        [
-            "o (element 0)",
-            "received 17 keys in one call",
-            "k[j0:j0 + chunk_size] holds `chunk_size` keys already",
-        ],
+        ["the values agree", "prefix and suffix keys in one call", "never joins them"],
     ),
-    "loop: the course's merge": (
-        _loop("""
-        parts = [chunk_output(q, k[j:j + chunk], v[j:j + chunk]) for j in range(0, len(k), chunk)]
-        return lab.merge_outputs([p[0] for p in parts], [p[1] for p in parts])
+    "the prefix read once per sequence": (
+        _cascade("""
+        rows = []
+        for s, (k, v) in enumerate(suffixes):
+            x = chunk_output(q[s:s + 1], k_pre, v_pre)
+            rows.append(merge_pair(x, chunk_output(q[s:s + 1], k, v)) if len(k) else x)
+        return np.concatenate([r[0] for r in rows]), np.concatenate([r[1] for r in rows])
     """),
-        ["never went through merge_partials"],
+        ["the values agree", "the prefix reached chunk_output 3 times", "read it once"],
     ),
-    "loop: plain average of the chunks": (
-        _loop("""
-        parts = [chunk_output(q, k[j:j + chunk], v[j:j + chunk]) for j in range(0, len(k), chunk)]
-        return np.mean([p[0] for p in parts], axis=0), np.logaddexp.reduce([p[1] for p in parts], axis=0)
-    """),
-        ["o (element 0)", "look at the merge"],
+    "every query against every suffix": (
+        GOOD_CHUNK
+        + GOOD_CASCADE.replace(
+            "chunk_output(q[r], k_s, v_s)",
+            "tuple(x[r] for x in chunk_output(q, k_s, v_s))",
+        ),
+        ["the values agree", "suffix reached chunk_output with 3 query rows", "q[0:1]"],
     ),
-    "loop: chunks of half the size": (
-        _loop("""
-        c = max(1, chunk // 2)
-        return merge_partials([chunk_output(q, k[j:j + c], v[j:j + c]) for j in range(0, len(k), c)])
+    "the course's attention for the whole": (
+        _cascade("""
+        chunk_output(q, k_pre, v_pre)
+        rows = [lab.attention_reference(q[s:s + 1], np.concatenate([k_pre, k]), np.concatenate([v_pre, v]))
+                for s, (k, v) in enumerate(suffixes)]
+        return np.concatenate([r[0] for r in rows]), np.concatenate([r[1] for r in rows])
     """),
-        ["called 6 times", "make 3 chunks"],
+        ["calls lab.attention_reference"],
     ),
 }
 
@@ -685,24 +761,58 @@ def test_exercise_3_diagnoses_planted_mistakes(mistake):
     _fails(3, source, *says)
 
 
-def test_exercise_3_blames_a_wrong_merge_from_exercise_2():
-    wrong_merge = (
-        "def merge_partials(parts):\n    o = np.mean([p[0] for p in parts], axis=0)\n"
-        "    return o, np.logaddexp.reduce([p[1] for p in parts], axis=0)\n"
+def test_exercise_3_blames_a_wrong_merge_from_exercise_1():
+    wrong_pair = (
+        "def merge_pair(x, y):\n    lse = np.maximum(x[1], y[1])\n"
+        "    return np.where((x[1] >= y[1])[:, None], x[0], y[0]), lse\n"
     )
     out = _fails(
         3,
-        wrong_merge + GOOD_CHUNK + GOOD_LOOP,
-        "o (element 0)",
-        "does not pass exercise 2's check yet",
+        wrong_pair + GOOD_CHUNK + GOOD_CASCADE,
+        "shared_prefix_decode: ✗",
+        "does not pass exercise 1's check yet",
     )
-    assert out.startswith("chunked_attention: ✗")
+    assert "lse (element 1)" in out or "o (element 0)" in out
 
 
-def test_exercise_3_names_the_stub_of_exercise_2():
-    stub = "def merge_partials(parts):\n    raise NotImplementedError\n"
-    out = run_check(EX[3], stub + GOOD_CHUNK + GOOD_LOOP)
-    assert "not implemented yet (merge_partials, from an earlier exercise" in out, out
+def test_exercise_3_names_the_stub_of_exercise_1():
+    stub = "def merge_pair(x, y):\n    raise NotImplementedError\n"
+    out = run_check(EX[3], stub + GOOD_CHUNK + GOOD_CASCADE)
+    assert "not implemented yet (merge_pair, from an earlier exercise" in out, out
+
+
+def test_exercise_3_takes_exercise_2s_merge_too():
+    two = GOOD_CASCADE.replace(
+        "merge_pair((o[r], lse[r]), chunk_output(q[r], k_s, v_s))",
+        "merge_partials([(o[r], lse[r]), chunk_output(q[r], k_s, v_s)])",
+    )
+    assert "merge_partials" in two
+    out = run_check(EX[3], GOOD_CHUNK + two)
+    assert out.count("✓") == 1 and "✗" not in out, out
+
+
+def test_exercise_3_cases_are_fresh_and_hold_the_planted_traps():
+    """Unequal and empty suffixes, the batch reversed, lse in the thousands; fresh ones differ run to run."""
+    fixed = checks._cascade_cases()
+    labels = [c[0] for c in fixed]
+    assert any("reverse" in lb for lb in labels) and any(
+        "0 keys" in lb for lb in labels
+    )
+    for label, q, k_pre, v_pre, suffixes in fixed:
+        assert len(suffixes) == q.shape[0]
+        want = checks._per_row(q, k_pre, v_pre, suffixes)
+        for s, (k_s, v_s) in enumerate(suffixes):
+            k, v = np.concatenate([k_pre, k_s]), np.concatenate([v_pre, v_s])
+            o, lse = lab.attention_reference(q[s : s + 1], k, v)
+            assert np.allclose(want[0][s], o[0]) and np.isclose(want[1][s], lse[0]), (
+                label
+            )
+    big = next(c for c in fixed if "thousands" in c[0])
+    assert np.abs(checks._per_row(*big[1:])[1]).max() > 710  # e^lse overflows there
+    a = checks._cascade_cases(np.random.default_rng(1))[len(fixed) :]
+    b = checks._cascade_cases(np.random.default_rng(2))[len(fixed) :]
+    assert len(a) == 2 and not np.array_equal(a[0][1], b[0][1])
+    assert any(len(k) == 0 for k, _ in a[0][4])  # one fresh sequence has no suffix
 
 
 # ------------------------------------------------------------------------------------ the checks themselves
@@ -719,16 +829,14 @@ def test_passing_lines_are_fixed_text(capsys):
     ns = _solutions()
     checks.check_pair_merge(ns["merge_pair"], ns["empty_pair"])
     checks.check_merge_partials(ns["merge_partials"])
-    checks.check_chunked_attention(
-        ns["chunked_attention"], ns["chunk_output"], ns["merge_partials"]
-    )
+    checks.check_shared_prefix(ns["shared_prefix_decode"], ns["chunk_output"])
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
         "merge_pair: ✓ passed 10 cases (= attention, the laws with empty_pair, lse ±1000, "
         "empty rows)",
         "merge_partials: ✓ passed 10 cases (1 to 7 parts, lse ±1000, empty parts), in any order",
-        "chunked_attention: ✓ passed 8 cases; each key reached chunk_output once, "
-        "merge_partials merged",
+        "shared_prefix_decode: ✓ passed 8 cases (suffixes of unequal length, some empty, "
+        "any order; the prefix read once)",
     ]
 
 
@@ -871,40 +979,6 @@ def test_exercise_2_refuses_a_fold_written_inline():
     _fails(2, inline, "logarithms for", "a fold of pairwise merges")
 
 
-def test_exercise_3_refuses_a_softmax_of_its_own_beside_the_chunks():
-    """chunk_output called for show, one part through merge_partials: the answer is not built from the chunks."""
-    _fails(
-        3,
-        _loop("""
-        for j in range(0, len(k), chunk):
-            chunk_output(q, k[j:j + chunk], v[j:j + chunk])
-        return merge_partials([lab_free_whole(q, k, v)])
-    """).replace(
-            "def chunked_attention",
-            GOOD_CHUNK.replace("chunk_output", "lab_free_whole")
-            + "\n\ndef chunked_attention",
-        ),
-        "the values agree, but merge_partials received 1 part(s)",
-        "built from the chunks",
-    )
-
-
-def test_exercise_3_refuses_an_answer_that_is_not_the_merge_returned():
-    _fails(
-        3,
-        _loop("""
-        parts = [chunk_output(q, k[j:j + chunk], v[j:j + chunk]) for j in range(0, len(k), chunk)]
-        merge_partials(parts)
-        return lab_free_whole(q, k, v)
-    """).replace(
-            "def chunked_attention",
-            GOOD_CHUNK.replace("chunk_output", "lab_free_whole")
-            + "\n\ndef chunked_attention",
-        ),
-        "not what merge_partials returned",
-    )
-
-
 CHAIN = """
 def tree_rounds(C):
     return [[(0, b)] for b in range(1, C)]
@@ -983,18 +1057,6 @@ def test_exercise_1_names_the_larger_chunk_s_output():
             return np.where(big[:, None], x[0], y[0]), np.maximum(x[1], y[1])
         """,
         "the o_c of the chunk with the larger lse",
-    )
-
-
-def test_exercise_3_names_slices_one_short():
-    _fails(
-        3,
-        _loop("""
-        parts = [chunk_output(q, k[j:j + chunk - 1], v[j:j + chunk - 1]) for j in range(0, len(k), chunk)]
-        return merge_partials(parts)
-    """),
-        "never reached chunk_output",
-        "the last key of every chunk is lost",
     )
 
 

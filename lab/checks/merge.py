@@ -9,6 +9,8 @@
   row too), empty parts and rows, every case also on the parts reversed and shuffled, the parts left unchanged.
 - `check_chunked_attention(fn, chunk_output, merge_partials)` : `chunk_output` on single chunks, then `fn(q, k, v,
   chunk)` against `attention_reference`, each key reaching `chunk_output` once, in ceil(M / chunk) chunks.
+- `check_shared_prefix(fn, chunk_output)` : `chunk_output` on single chunks, then `fn(q, k_pre, v_pre, suffixes)`
+  against attention of each row over the shared prefix and its own suffix; the prefix read once, for all rows.
 - `check_merge_work(fn)`     : `fn(C, dv)` counts, per query row, the logs and the numbers stored between rounds of a
   tree of pairwise merges and of the all-at-once merge.
 
@@ -39,6 +41,7 @@ __all__ = [
     "check_pair_merge",
     "check_merge_partials",
     "check_chunked_attention",
+    "check_shared_prefix",
     "check_merge_steps",
     "check_tree_rounds",
     "check_merge_work",
@@ -68,6 +71,11 @@ _OVERFLOW = "float64 stops at e^709.8, and e^-1000 is 0"
 _BROADCAST = (
     "a factor per row, alpha of shape (N,), times acc of shape (N, dv) needs alpha[:, None]: numpy lines up "
     "shapes from the right, so (N,) meets the dv axis"
+)
+
+_NO_KEYS = (
+    "a chunk of 0 keys has no max: a sequence with no suffix key yet has no suffix part to "
+    "compute; its part is the empty pair (o = 0, lse = -inf), or skip it"
 )
 
 
@@ -156,7 +164,11 @@ def _attempt(name, fn, args, where, forbid=()):
             name,
             where,
             f"raised {type(exc).__name__}: {exc}{raised_at(exc)}",
-            _BROADCAST if "could not be broadcast" in str(exc) else None,
+            _BROADCAST
+            if "could not be broadcast" in str(exc)
+            else _NO_KEYS
+            if "zero-size array" in str(exc)
+            else None,
         )
         return _FAILED
     if out is None:
@@ -997,6 +1009,255 @@ def check_chunked_attention(
     print(
         f"{name}: ✓ passed {len(cases)} cases; each key reached chunk_output once, "
         "merge_partials merged"
+    )
+
+
+# ------------------------------------------------------------------------------------ exercise 3: a shared prefix
+
+
+def _cascade_case(rng, S, P, lengths, scale=1.0):
+    """q (S, 8), the shared prefix k_pre (P, 8), v_pre (P, 4), and one suffix (k_s, v_s) per sequence."""
+    q, k_pre, v_pre = _qkv(rng, S, P, scale)
+    suffixes = [tuple(_qkv(rng, 1, n, scale)[1:]) for n in lengths]
+    return q, k_pre, v_pre, suffixes
+
+
+def _cascade_cases(fresh=None):
+    rng = np.random.default_rng(45)
+    base = _cascade_case(rng, 3, 20, (5, 12, 2))
+    q, k_pre, v_pre, suffixes = base
+    cases = [
+        ("suffixes of 5, 12 and 2 keys", *base),
+        ("the same batch, its sequences in reverse order", q[::-1].copy(), k_pre,
+         v_pre, suffixes[::-1]),
+        ("sequence 1 has no suffix key yet (0 keys)", *_cascade_case(rng, 3, 9, (7, 0, 3))),
+        ("one sequence", *_cascade_case(rng, 1, 16, (9,))),
+        ("a prefix of 1 key", *_cascade_case(rng, 2, 1, (4, 1))),
+        ("scores in the thousands", *_cascade_case(rng, 3, 6, (4, 0, 7), scale=30.0)),
+    ]  # fmt: skip
+    if fresh is not None:
+        S, P = int(fresh.integers(2, 6)), int(fresh.integers(3, 30))
+        lengths = [int(n) for n in fresh.integers(0, 16, S)]
+        lengths[int(fresh.integers(S))] = 0  # one sequence has no suffix yet
+        cases += [
+            (f"fresh, suffixes of {lengths} keys", *_cascade_case(fresh, S, P, lengths)),
+            ("fresh, scores in the thousands",
+             *_cascade_case(fresh, S, P, lengths, scale=30.0)),
+        ]  # fmt: skip
+    return cases
+
+
+def _per_row(q, k_pre, v_pre, suffixes, cut=None, pad=None):
+    """Attention of each query row s over the prefix and its suffix: (o (S, dv), lse (S,)). `cut`: every suffix
+    cut to its first `cut` keys; `pad`: every suffix padded with zero keys and values to `pad` keys."""
+    rows = []
+    for s, (k_s, v_s) in enumerate(suffixes):
+        if cut is not None:
+            k_s, v_s = k_s[:cut], v_s[:cut]
+        if pad is not None:
+            z = pad - len(k_s)
+            k_s = np.concatenate([k_s, np.zeros((z, k_s.shape[1]))])
+            v_s = np.concatenate([v_s, np.zeros((z, v_s.shape[1]))])
+        k, v = np.concatenate([k_pre, k_s]), np.concatenate([v_pre, v_s])
+        rows.append(attention_reference(q[s : s + 1], k, v))
+    return np.concatenate([o for o, _ in rows]), np.concatenate(
+        [lse for _, lse in rows]
+    )
+
+
+def _parts(q, k_pre, v_pre, suffixes):
+    """The prefix's (o, lse) for every row, and each row's suffix (o, lse) ((0, -inf) for an empty suffix)."""
+    pre = attention_reference(q, k_pre, v_pre)
+    o_s, lse_s = np.zeros_like(pre[0]), np.full(len(suffixes), -np.inf)
+    for s, (k_s, v_s) in enumerate(suffixes):
+        if len(k_s):
+            o, lse = attention_reference(q[s : s + 1], k_s, v_s)
+            o_s[s], lse_s[s] = o[0], lse[0]
+    return pre, (o_s, lse_s)
+
+
+def _cascade_hint(label, case, got, problem, g, uses=()):
+    """What the planted mistakes of exercise 3 would have returned, against `got`: the mistake, in words."""
+    q, k_pre, v_pre, suffixes = case
+    (o_p, lse_p), (o_s, lse_s) = _parts(*case)
+    some = np.isfinite(lse_s)  # rows with a suffix
+    lengths = [len(k) for k, _ in suffixes]
+    empty = [s for s, n in enumerate(lengths) if n == 0]
+    bad = _bad_rows(got, problem)
+    if bad and "thousands" in label:
+        return (
+            f"lse is in the thousands here and e^lse overflows ({_OVERFLOW}): weigh the two parts by "
+            "e^(lse_c - m), m the larger lse of the row, never by e^lse_c itself"
+        )
+    if bad and set(bad) <= set(empty):
+        return (
+            f"sequence {bad[0]} has no suffix key yet: its suffix part is the empty pair (o = 0, "
+            "lse = -inf), which weighs nothing, so the row is the prefix's pair alone"
+        )
+
+    pair, empty_pair = g.get("merge_pair"), g.get("empty_pair")
+    if callable(pair) and callable(empty_pair) and "merge_pair" in uses:
+        if not _passes(lambda f: check_pair_merge(f, empty_pair), pair):
+            return "your merge_pair does not pass exercise 1's check yet: fix it first"
+
+    def like(k, want):
+        try:
+            g_ = np.asarray(got[k], dtype=float)
+        except (TypeError, ValueError, IndexError):
+            return False
+        return g_.shape == np.shape(want) and bool(
+            np.allclose(g_[some], np.asarray(want)[some], rtol=1e-7, atol=1e-10)
+        )
+
+    if some.any() and like(1, lse_p + lse_s):
+        return (
+            "lse_pre + lse_suf multiplies the two masses: masses add, so lse = "
+            "log(e^lse_pre + e^lse_suf), computed as m + log(e^(lse_pre - m) + e^(lse_suf - m))"
+        )
+    if some.any() and like(0, o_p) and not like(0, o_s):
+        return "o is the prefix's o alone: the suffix's pair never entered the merge"
+    if some.any() and (like(0, (o_p + o_s) / 2) or like(0, o_p + o_s)):
+        return (
+            "o is not reweighted: each part's o counts by its share of the mass, e^(lse_c - lse), "
+            "where lse is the row's total; not 1/2 each, not 1 each"
+        )
+    if len(set(lengths)) > 1:
+        if _close(got, 0, _per_row(*case, pad=max(lengths))[0]):
+            return (
+                "the suffixes were padded to one length with zero keys: a zero key is not absent, it "
+                "scores 0 and carries mass e^0; attend to each suffix's own M_s keys"
+            )
+        if _close(got, 0, _per_row(*case, cut=min(lengths))[0]):
+            return (
+                "every suffix was cut to the shortest one's length: the suffixes differ in length, "
+                "and each sequence keeps all of its M_s keys"
+            )
+        if _close(got, 0, _per_row(*case, cut=lengths[0])[0]):
+            return (
+                "every suffix was cut to the first one's length: the suffixes differ in length, "
+                "and each sequence keeps all of its M_s keys"
+            )
+    if "reverse" in label and _close(got, 0, _per_row(*_cascade_cases()[0][1:])[0]):
+        return "row s belongs to sequence s of this call: q[s] with suffixes[s], in the order given"
+    return (
+        "row s is attention of q[s] over the prefix and suffix s together: the prefix's pair of "
+        "row s merged with the suffix's pair, as in exercise 1"
+    )
+
+
+def _prefix_calls(case, calls) -> tuple[str, str] | None:
+    """What the recorded chunk_output calls say about the reads of the prefix and the suffixes, or None."""
+    q, k_pre, v_pre, suffixes = case
+    S = q.shape[0]
+    rows = lambda a: {r.tobytes() for r in np.asarray(a, dtype=float)}  # noqa: E731
+    pre = rows(k_pre)
+    suf = [rows(k) for k, _ in suffixes]
+    keys = [rows(a[1]) if len(a) > 1 and np.ndim(a[1]) == 2 else set() for a in calls]
+    n_q = [np.shape(a[0])[0] if a and np.ndim(a[0]) == 2 else -1 for a in calls]
+    with_pre = [i for i, ks in enumerate(keys) if ks & pre]
+    joined = [i for i in with_pre if any(keys[i] & ss for ss in suf)]
+    if not calls:
+        return (
+            "chunk_output was never called",
+            "the prefix's part and each suffix's part come from chunk_output",
+        )
+    if joined:
+        return (
+            "chunk_output received prefix and suffix keys in one call",
+            "a cascade never joins them: one call for the shared prefix, one for each suffix, "
+            "then merge the pairs",
+        )
+    if len(with_pre) > 1:
+        return (
+            f"the prefix reached chunk_output {len(with_pre)} times",
+            f"the prefix is shared: read it once, in one call with all {S} query rows against "
+            "k_pre, not once per sequence",
+        )
+    if not with_pre:
+        return (
+            "the prefix never reached chunk_output",
+            "the prefix's part, (o, lse) of all S queries against k_pre, comes from chunk_output",
+        )
+    if n_q[with_pre[0]] != S:
+        return (
+            f"the prefix's call of chunk_output had {n_q[with_pre[0]]} query rows, not {S}",
+            "the prefix is read once for the whole batch: pass every sequence's query, all of q",
+        )
+    for s, ss in enumerate(suf):
+        got = [i for i, ks in enumerate(keys) if ks & ss]
+        if ss and not got:
+            return (
+                f"sequence {s}'s suffix never reached chunk_output",
+                "each suffix's part comes from chunk_output too",
+            )
+        if any(n_q[i] != 1 for i in got):
+            return (
+                f"sequence {s}'s suffix reached chunk_output with "
+                f"{max(n_q[i] for i in got)} query rows",
+                f"only query s attends to suffix s: pass q[{s}:{s + 1}], one row, not all of q",
+            )
+    return None
+
+
+def check_shared_prefix(
+    fn, chunk_output, *, name: str | None = None, seed: int | None = None
+) -> None:
+    """Check `chunk_output(q, k_c, v_c)` on single chunks, then `fn(q, k_pre, v_pre, suffixes)`; print one verdict.
+
+    S sequences share a prefix of keys (k_pre, v_pre) and each has its own suffix `suffixes[s] = (k_s, v_s)`,
+    0 or more keys: row s of the answer is attention of q[s] over the prefix and suffix s. The calls `fn` makes to
+    `chunk_output` are recorded: the prefix must be read once, with all S query rows; each suffix with its own
+    query row, never joined with the prefix. Cases: unequal and empty suffixes, the batch reversed, one sequence,
+    a prefix of 1 key, scores in the thousands, fixed and drawn afresh each run (`seed` draws the same again).
+    Taught in: notebooks/04_merge_order.ipynb
+    """
+    name = name or getattr(fn, "__name__", "shared_prefix_decode")
+    sub = getattr(chunk_output, "__name__", "chunk_output")
+    rng, seed = _fresh(seed)
+    for i, (label, q, k_c, v_c) in enumerate(_chunk_cases(rng)):
+        where = f"{i} ({_shapes(q, k_c, v_c)}, {label})"
+        res = _attempt(sub, chunk_output, (q, k_c, v_c), where)
+        if res is _FAILED or not _judge(
+            sub,
+            where,
+            *res,
+            attention_reference(q, k_c, v_c),
+            ("o_c", "lse_c"),
+            lambda got, p: _chunk_hint(label, q, k_c, v_c, got, p),
+        ):
+            print(seed_note(seed), end="")
+            return
+    cases = _cascade_cases(rng)
+    g = getattr(fn, "__globals__", {})
+    uses = getattr(getattr(fn, "__code__", None), "co_names", ())
+    for i, (label, *case) in enumerate(cases):
+        q, k_pre = case[0], case[1]
+        where = (
+            f"{i} ({q.shape[0]} sequences, a prefix of {k_pre.shape[0]} keys, {label})"
+        )
+        with _spy_globals(fn, (chunk_output,)) as calls:
+            res = _attempt(name, fn, tuple(case), where)
+        if res is _FAILED:
+            print(seed_note(seed), end="")
+            return
+        want = _per_row(*case)
+        ok = _judge(
+            name,
+            where,
+            *res,
+            want,
+            ("o", "lse"),
+            lambda got, p: _cascade_hint(label, case, got, p, g, uses),
+        )
+        reads = _prefix_calls(case, calls[id(chunk_output)]) if ok else None
+        if reads is not None:
+            _fail(name, where, f"the values agree, but {reads[0]}", reads[1])
+        if not ok or reads is not None:
+            print(seed_note(seed), end="")
+            return
+    print(
+        f"{name}: ✓ passed {len(cases)} cases (suffixes of unequal length, some empty, "
+        "any order; the prefix read once)"
     )
 
 

@@ -930,3 +930,26 @@ def test_rescale_predictions_end_in_one_verdict_the_grader_reads(capsys):
     assert last.startswith("predicted_rescales: ✗")
     checks.check_rescale_predictions({o: (..., ...) for o in guess})
     assert "predicted_rescales: ✗ no prediction written yet" in capsys.readouterr().out
+
+
+def test_the_rescale_prediction_asks_for_counts_no_cell_above_prints():
+    """Section 2 prints the count as drawn at Bc = 8; exercise 4 asks for Bc = 1 and Bc = 4."""
+    assert "$B_c = 1$ and at $B_c = 4$" in EX[4].spec
+    cells = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4).cells
+    stub = next(
+        i
+        for i, c in enumerate(cells)
+        if c.source.startswith("# Exercise 4: your predictions")
+    )
+    shown = "\n".join(
+        "".join(o.get("text", ""))
+        for c in cells[:stub]
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+    )
+    assert "Bc = 4" not in shown and "(6, 5)" not in shown
+
+
+def test_the_online_step_hint_is_a_nudge_not_the_derivation():
+    assert "**A nudge:**" in EX[1].spec and "which terms go" in EX[1].spec
+    assert "write one old term against the new max" not in EX[1].spec

@@ -229,6 +229,8 @@ def attention_row_three_pass(q, k, v, *, scale=None) -> RowRun:
     s = S.load(0, M)  # pass 1: the max
     m = s.max() if M else dt.type(-np.inf)
     m_use = safe_exp_shift(m)
+    # pass 2 only sums its exponentials (notebook 01's pass 2): keeping them would store a second
+    # row, standard attention's P for N queries; pass 3 computes them again as the weights
     l = _exp(S.load(0, M) - m_use).sum(dtype=dt)  # pass 2: the normalizer
     p = _exp(S.load(0, M) - m_use)  # pass 3: the weights (M,), times V
     acc = p @ V.load(0, M).astype(dt, copy=False)  # (dv,)

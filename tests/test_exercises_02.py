@@ -14,11 +14,11 @@ EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
     1: "online_step: ✓ passed 11 cases\n",
     2: "online_softmax: ✓ passed 11 cases; each score loaded twice, each y_j stored once; no row held\n",
-    3: "merge_ml: ✓ passed 9 cases\n",
-    4: "  as drawn: predicted (6, 3) ✓ right; counted (6, 3)\n"
-    " ascending: predicted (63, 7) ✓ right; counted (63, 7)\n"
+    3: "merge_ml: ✓ passed 11 cases\n",
+    4: "  as drawn: predicted (6, 5) ✓ right; counted (6, 5)\n"
+    " ascending: predicted (63, 15) ✓ right; counted (63, 15)\n"
     "descending: predicted (0, 0) ✓ right; counted (0, 0)\n"
-    "3 of 3 predicted right (Bc = 1 and Bc = 8)\n"
+    "3 of 3 predicted right (Bc = 1 and Bc = 4)\n"
     "predicted_rescales: ✓ both sorted orders derived right (as drawn is a guess)\n",
 }
 
@@ -458,7 +458,52 @@ PLANTED = {
                     return m, 0.0
                 return m, float(l_a + np.exp(m_b - m) * l_b)
             """,
-            ["case 1", "l_a was added as it is, but here m_a < m"],
+            [
+                "case 0",
+                "with the two states swapped merge(b, a)",
+                "l_a was added as it is, but here m_a < m",
+            ],
+        ),
+        (
+            "l_b brought to m_a first: overflows, and NaN beside an empty state",
+            """
+            def merge_ml(m_a, l_a, m_b, l_b):
+                m = max(m_a, m_b)
+                if m == -np.inf:
+                    return m, 0.0
+                return m, float((l_a + np.exp(m_b - m_a) * l_b) * np.exp(m_a - m))
+            """,
+            [
+                "case 0",
+                "merged with the empty state (-inf, 0)",
+                "came back as",
+                "nan",
+                "l_b was brought to m_a first",
+            ],
+        ),
+        (
+            "an empty first half empties the merge (breaks the identity law)",
+            """
+            def merge_ml(m_a, l_a, m_b, l_b):
+                m = max(m_a, m_b)
+                if m_a == -np.inf:
+                    return -np.inf, 0.0
+                return m, float(np.exp(m_a - m) * l_a + np.exp(m_b - m) * l_b)
+            """,
+            ["case 0", "came back as (-inf, 0)", "must change nothing"],
+        ),
+        (
+            "the two states treated differently (breaks the order law)",
+            """
+            def merge_ml(m_a, l_a, m_b, l_b):
+                m = max(m_a, m_b)
+                if m == -np.inf:
+                    return m, 0.0
+                if m_a >= m_b:  # a holds the max: add b's sum to a's
+                    return m, float(l_a + np.exp(m_b - m) * l_b)
+                return m, float(l_b + np.exp(m_a - m) * l_a * (1 + 2**-40))
+            """,
+            ["merge(b, a) =", "but merge(a, b) =", "must not matter"],
         ),
         (
             "half b taken as one score",
@@ -776,15 +821,15 @@ def test_the_rule_for_when_l_falls_is_tested_not_asserted():
 
 
 def test_rescale_predictions_are_compared_with_the_counts(capsys):
-    right = {"as drawn": (6, 3), "ascending": (63, 7), "descending": (0, 0)}
+    right = {"as drawn": (6, 5), "ascending": (63, 15), "descending": (0, 0)}
     checks.check_rescale_predictions(right)
     out = capsys.readouterr().out
     assert out.count("✓ right") == 3 and "3 of 3 predicted right" in out
-    assert "ascending: predicted (63, 7) ✓ right; counted (63, 7)" in out
-    checks.check_rescale_predictions(right | {"ascending": (63, 8)})
+    assert "ascending: predicted (63, 15) ✓ right; counted (63, 15)" in out
+    checks.check_rescale_predictions(right | {"ascending": (63, 16)})
     out = capsys.readouterr().out
     assert (
-        "ascending: predicted (63, 8) ✗ wrong; counted (63, 7)" in out
+        "ascending: predicted (63, 16) ✗ wrong; counted (63, 15)" in out
         and "2 of 3" in out
     )
 
@@ -795,10 +840,33 @@ def test_a_wrong_prediction_is_shown_the_count_as_the_placeholder_promises(capsy
         {"as drawn": (1, 1), "ascending": (..., ...), "descending": (5, 5)}
     )
     out = capsys.readouterr().out
-    assert "as drawn: predicted (1, 1) ✗ wrong; counted (6, 3)" in out
+    assert "as drawn: predicted (1, 1) ✗ wrong; counted (6, 5)" in out
     assert "descending: predicted (5, 5) ✗ wrong; counted (0, 0)" in out
     assert "ascending: not predicted yet (the count is shown once you predict)" in out
     assert "63" not in out
+
+
+@pytest.mark.parametrize(
+    "written, says",
+    [
+        ("63, 15", "'63, 15' is a string: write a pair of whole numbers"),
+        (63, "63 is one value: write a pair of whole numbers"),
+        ((63, 15, 0), "(63, 15, 0) has 3 values"),
+        ((63, 7.5), "7.5 is not a whole number"),
+    ],
+)
+def test_a_prediction_not_written_as_a_pair_is_refused_with_a_hint(
+    written, says, capsys
+):
+    """A string is not split into characters: it is refused, and so is every other shape."""
+    right = {"as drawn": (6, 5), "ascending": (63, 15), "descending": (0, 0)}
+    checks.check_rescale_predictions(right | {"ascending": written})
+    out = capsys.readouterr().out
+    assert f"ascending: ✗ {says}" in out, out
+    assert "('6'," not in out and "counted (63, 15)" not in out
+    assert out.splitlines()[-1].startswith(
+        "predicted_rescales: ✗ write ascending as a pair of whole numbers"
+    )
 
 
 def test_predictions_from_a_stub_say_not_implemented(capsys):
@@ -818,9 +886,9 @@ def test_unwritten_predictions_do_not_give_the_counts_away(capsys):
     out = capsys.readouterr().out
     assert "not predicted yet" in out and "63" not in out and "counted" not in out
     assert "predicted right" not in out
-    checks.check_rescale_predictions({"as drawn": (6, 3)})
+    checks.check_rescale_predictions({"as drawn": (6, 5)})
     assert (
-        "write one (Bc = 1, Bc = 8) pair for ascending, descending"
+        "write one (Bc = 1, Bc = 4) pair for ascending, descending"
         in capsys.readouterr().out
     )
 
@@ -853,7 +921,7 @@ def test_exercises_3_and_4_ask_for_something_exercise_1_did_not():
 
 def test_rescale_predictions_end_in_one_verdict_the_grader_reads(capsys):
     """✓ when both sorted orders (which can be derived) are right, whatever the guess as drawn; ✗ otherwise."""
-    guess = {"as drawn": (2, 2), "ascending": (63, 7), "descending": (0, 0)}
+    guess = {"as drawn": (2, 2), "ascending": (63, 15), "descending": (0, 0)}
     checks.check_rescale_predictions(guess)
     last = capsys.readouterr().out.splitlines()[-1]
     assert last.startswith("predicted_rescales: ✓")
@@ -862,3 +930,26 @@ def test_rescale_predictions_end_in_one_verdict_the_grader_reads(capsys):
     assert last.startswith("predicted_rescales: ✗")
     checks.check_rescale_predictions({o: (..., ...) for o in guess})
     assert "predicted_rescales: ✗ no prediction written yet" in capsys.readouterr().out
+
+
+def test_the_rescale_prediction_asks_for_counts_no_cell_above_prints():
+    """Section 2 prints the count as drawn at Bc = 8; exercise 4 asks for Bc = 1 and Bc = 4."""
+    assert "$B_c = 1$ and at $B_c = 4$" in EX[4].spec
+    cells = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4).cells
+    stub = next(
+        i
+        for i, c in enumerate(cells)
+        if c.source.startswith("# Exercise 4: your predictions")
+    )
+    shown = "\n".join(
+        "".join(o.get("text", ""))
+        for c in cells[:stub]
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+    )
+    assert "Bc = 4" not in shown and "(6, 5)" not in shown
+
+
+def test_the_online_step_hint_is_a_nudge_not_the_derivation():
+    assert "**A nudge:**" in EX[1].spec and "which terms go" in EX[1].spec
+    assert "write one old term against the new max" not in EX[1].spec

@@ -87,10 +87,38 @@ def test_stub_reports_not_implemented(number):
 
 def test_the_exercise_section_needs_only_the_setup():
     """The checks build their own cases: nothing from the notebook's body (q, k, v, Bc, run1, ...) is used."""
-    ns = {}
-    for src in EX[2].setup + EX[2].before[:1]:
-        exec(compile(src, "<setup>", "exec"), ns)
+    ns = {"__name__": "__exercise__"}
+    with contextlib.redirect_stdout(io.StringIO()):
+        for src in EX[2].setup + EX[2].before:
+            exec(compile(src, "<setup>", "exec"), ns)
     assert {"CountingRows", "check_normalized_step", "check_one_pass_rows"} <= set(ns)
+
+
+def test_exercise_1_comes_before_the_step_for_acc_is_shown():
+    """Section 3 states the invariant, then exercise 1; acc' is shown only after its check."""
+    cells = _cells()
+    where = {
+        k: next(i for i, (_, s, _) in enumerate(cells) if s.startswith(p))
+        for k, p in (
+            ("section", "## 3. One pass"),
+            ("exercise", "### Exercise 1"),
+            ("check", "# Exercise 1: check"),
+            ("reveal", "### The step for $(m, l, acc)$, revealed"),
+        )
+    }
+    assert where["section"] < where["exercise"] < where["check"] < where["reveal"]
+    before = "\n".join(s for _, s, _ in cells[: where["check"]])
+    assert "acc' =" not in before and "alpha * acc" not in before
+
+
+def test_the_known_max_format_hint_does_not_give_the_state_away():
+    text = "def known_max_answers():\n    return " + repr(
+        _RIGHT_4 | {"state with m known": "l and acc"}
+    )
+    out = run_check(EX[4], text)
+    line = next(ln for ln in out.splitlines() if "state with m known" in ln)
+    assert "✗" in line and "a tuple of the code's names" in line, out
+    assert '"acc"' not in line and "'acc'" not in line and '"l"' not in line, line
 
 
 # ------------------------------------------------------------------------------------ exercise 1
@@ -845,6 +873,22 @@ WRONG_STEP = {
     "old o rescaled by alpha alone": (
         _step(o_new="(alpha * o + p @ v_b) / l_new"),
         ["block 1", "weighs 1, not l·α"],
+    ),
+    "alpha forgotten on l": (
+        _step(l_new="l + p.sum()"),
+        ["block 1", "l':", "α was forgotten on l", "l' = α·l + Σ e^(s_b - m')"],
+    ),
+    "alpha forgotten on o": (
+        _step(o_new="(l * o + p @ v_b) / l_new"),
+        ["block 1", "o':", "α was forgotten on o", "multiply it by α"],
+    ),
+    "divided by the block's own sum": (
+        _step(o_new="(alpha * l * o + p @ v_b) / p.sum()"),
+        ["block 1", "o':", "divided by the block's own sum", "divide by l'"],
+    ),
+    "the block's average added": (
+        _step(o_new="alpha * l * o / l_new + p @ v_b / p.sum()"),
+        ["block 1", "o':", "added as an average", "divide the total once by l'"],
     ),
     "no rescale when the max grows": (
         _step(alpha="1.0"),

@@ -961,6 +961,27 @@ _STEP_MISTAKES = (
         "without re-weighting; o' = (the old sum, rescaled, + the block's sum) / l'",
     ),
     (
+        lambda m, l, o, s, v: _half_rescaled(m, l, o, s, v, on="o"),
+        "α was forgotten on l: l' = l + Σ e^(s_b - m') adds terms against m' to an old l "
+        "still taken against m; l' = α·l + Σ e^(s_b - m'), with the same α as the old l·o",
+    ),
+    (
+        lambda m, l, o, s, v: _half_rescaled(m, l, o, s, v, on="l"),
+        "α was forgotten on o: the old sum l·o is still taken against m; multiply it by "
+        "α = e^(m - m') before adding the block's Σ e^(s_b - m') v, as you did for l",
+    ),
+    (
+        lambda m, l, o, s, v: _block_divided(m, l, o, s, v, average=False),
+        "o' was divided by the block's own sum Σ e^(s_b - m'), not by l': o' averages over "
+        "every key seen, so divide by l' = α·l + Σ e^(s_b - m')",
+    ),
+    (
+        lambda m, l, o, s, v: _block_divided(m, l, o, s, v, average=True),
+        "the block's sum was divided by its own Σ e^(s_b - m') and added as an average: "
+        "that weighs the block as much as all the old keys together; add the block's "
+        "unnormalized Σ e^(s_b - m') v to α·l·o, then divide the total once by l'",
+    ),
+    (
         lambda m, l, o, s, v: _stepped(m, l, o, s, v, rescale=False),
         "l and o were taken against the old max m: when the block raises the max "
         "to m', multiply the old terms by α = e^(m - m')",
@@ -975,6 +996,27 @@ _STEP_MISTAKES = (
         "of l·o must be e^(s_j - m') with one m', the max of everything seen",
     ),
 )
+
+
+def _half_rescaled(m, l, o, s, v, *, on: str):
+    """The normalized step with α applied to one of the two old sums only: `on="o"` leaves l' = l + Σ p
+    (α forgotten on l), `on="l"` leaves the old l·o unscaled (α forgotten on o)."""
+    m_new = max(m, s.max())
+    alpha, p = np.exp(m - m_new), np.exp(s - m_new)
+    l_new = (alpha if on == "l" else 1.0) * l + p.sum()
+    total = (alpha if on == "o" else 1.0) * l * o + p @ v
+    return m_new, l_new, total / l_new
+
+
+def _block_divided(m, l, o, s, v, *, average: bool):
+    """The normalized step divided by the block's own sum Σ p: the whole of o' (`average=False`), or the
+    block's sum alone, its average added to the old o (`average=True`)."""
+    m_new = max(m, s.max())
+    alpha, p = np.exp(m - m_new), np.exp(s - m_new)
+    l_new = alpha * l + p.sum()
+    if average:
+        return m_new, l_new, alpha * l * o / l_new + p @ v / p.sum()
+    return m_new, l_new, (alpha * l * o + p @ v) / p.sum()
 
 
 def _block_terms(m, l, o, s, v):
@@ -1150,7 +1192,10 @@ _KNOWN_MAX_KEYS = (
 def _state_hint(got) -> str | None:
     """None when `got` names the state (l, acc), else what is wrong with it."""
     if isinstance(got, str) or not hasattr(got, "__iter__"):
-        return 'write the state as a tuple of names, such as ("l", "acc")'
+        return (
+            "write the state as a tuple of the code's names, one string each, "
+            'such as ("x", "y") for two of them'
+        )
     names = {str(n).strip().lower().replace("α", "alpha") for n in got}
     if names == {"l", "acc"}:
         return None

@@ -52,6 +52,7 @@ from ._support import (
     _hint,
     _own_work,
     _refusal,
+    _same,
     _settled,
     _watching,
 )
@@ -1355,7 +1356,8 @@ def check_merge_ml(fn, *, seed: int | None = None) -> None:
         np.r_[rng.standard_normal(4), np.full(4, -inf)],
         np.full(6, -inf),
     ]
-    for gap in (0.0, 50.0, -50.0):  # halves alike, b far above a, b far below a
+    # halves alike, b far above a, b far below a, and too far apart for e^(m_b - m_a) to exist
+    for gap in (0.0, 50.0, -50.0, 800.0, -800.0):
         na, nb = (int(n) for n in fresh.integers(1, 9, 2))
         rows.append(np.r_[fresh.standard_normal(na), gap + fresh.standard_normal(nb)])
     table = {}
@@ -1397,8 +1399,20 @@ def check_merge_ml(fn, *, seed: int | None = None) -> None:
             lambda m_a, l_a, m_b, l_b: merged(m_a, l_a, m_b, 1.0),
             "half b counted as one score m_b: it stands for l_b of them",
         ),
+        (_via_a, _VIA_A),
     ]
     guarded = _guarded(fn, "merge_ml")
+    value_hint = _hint(
+        mistakes,
+        "the merged state must describe both halves: m the max of all, l the sum of e^(x - m) over all",
+        close=(_FLOAT32.format("1e-10", "your merge", "m and l"), 1e-5),
+        fn=guarded,
+        cases=cases,
+    )
+
+    def hint(case, got, want):  # a broken law has its words in the problem itself
+        return value_hint(case, got, want) if _state_differs(got, want) else None
+
     check(
         guarded,
         lambda *c: tuple(float(v) for v in online_normalizer(table[c], 5)),
@@ -1407,22 +1421,97 @@ def check_merge_ml(fn, *, seed: int | None = None) -> None:
         rtol=1e-10,
         atol=1e-12,
         seed=seed,
-        hint=_hint(
-            mistakes,
-            "the merged state must describe both halves: m the max of all, l the sum of e^(x - m) over all",
-            close=(_FLOAT32.format("1e-10", "your merge", "m and l"), 1e-5),
-            fn=guarded,
-            cases=cases,
-        ),
+        hint=hint,
         properties=[
             _own_work(
                 "merge_states",
                 "online_normalizer",
                 numpy_only=True,
                 forbid=(np.logaddexp,),
-            )
+            ),
+            _merge_laws(mistakes),
         ],
     )
+
+
+_VIA_A = (
+    "l_b was brought to m_a first, then the total to m: e^(m_b - m_a) overflows when m_b is "
+    "far above m_a, or m_a is -inf (inf · 0 = NaN); bring each sum straight to the common m"
+)
+
+
+def _via_a(m_a, l_a, m_b, l_b):
+    """The merge that converts l_b to m_a first, then the total to m (overflows far apart)."""
+    m = max(m_a, m_b)
+    if m == -inf:
+        return m, 0.0
+    with np.errstate(all="ignore"):
+        return m, float((l_a + np.exp(m_b - m_a) * l_b) * np.exp(m_a - m))
+
+
+def _state_differs(got, want) -> bool:
+    """`got` is not the state `want` to the merge check's tolerance."""
+    try:
+        return not all(
+            np.allclose(float(g), float(w), rtol=1e-10, atol=1e-12, equal_nan=True)
+            for g, w in zip(got, want, strict=True)
+        )
+    except (TypeError, ValueError):
+        return True
+
+
+def _merge_laws(mistakes):
+    """The property `_laws` of a merge, naming the value mistake a swapped merge makes (`mistakes`)."""
+    return lambda fn, case, got: _laws(fn, case, got, mistakes)
+
+
+def _laws(fn, case, got, mistakes):
+    """Property of a merge: the laws that let any number of workers merge in any order. (-inf, 0) changes
+    nothing, on either side (exactly); the order of the two states does not matter (exactly: + commutes);
+    the grouping of three does not matter (to rounding)."""
+    run = getattr(fn, "raw", fn)
+    m_a, l_a, m_b, l_b = case
+    a, b = (m_a, l_a), (m_b, l_b)
+    top = max(m_a, m_b)
+    c = (top + 0.5, 2.0) if top > -inf else (0.0, 1.0)  # a third worker's state
+    with np.errstate(all="ignore"):
+        for first, second in ((a, (-inf, 0.0)), ((-inf, 0.0), a)):
+            out = tuple(float(v) for v in run(*first, *second))
+            if out != (float(m_a), float(l_a)) and not (
+                np.isnan(out[1]) and np.isnan(l_a)
+            ):
+                said = (
+                    f"merged with the empty state (-inf, 0), ({m_a:.17g}, {l_a:.17g}) came back "
+                    f"as ({out[0]:.17g}, {out[1]:.17g}): a worker that saw no score must change "
+                    "nothing, so the merge must give the other state back exactly"
+                )
+                if np.isnan(out[1]) and _same(out, _via_a(*first, *second)):
+                    said += "\n  hint: " + _VIA_A
+                return said
+        swapped = tuple(float(v) for v in run(*b, *a))
+        if _state_differs(swapped, got):  # wrong in one order: a value mistake
+            said = (
+                f"merge(a, b) is right, but with the two states swapped merge(b, a) = "
+                f"({swapped[0]:.6g}, {swapped[1]:.6g}), not ({float(got[0]):.6g}, "
+                f"{float(got[1]):.6g}): the merge must not assume which state holds the max"
+            )
+            why = next((t for w, t in mistakes if _same(swapped, w(*b, *a))), None)
+            return said + (f"\n  hint: {why}" if why else "")
+        if swapped != tuple(float(v) for v in got):
+            return (
+                f"merge(b, a) = ({swapped[0]:.17g}, {swapped[1]:.17g}) but merge(a, b) = "
+                f"({float(got[0]):.17g}, {float(got[1]):.17g}): which worker reports first "
+                "must not matter; treat the two states alike (the same formula for each)"
+            )
+        left = run(*run(*a, *b), *c)
+        right = run(*a, *run(*b, *c))
+    if _state_differs(left, right):
+        return (
+            f"three workers grouped as (a, b), c give ({float(left[0]):.6g}, "
+            f"{float(left[1]):.6g}), as a, (b, c) give ({float(right[0]):.6g}, "
+            f"{float(right[1]):.6g}): the grouping must not matter"
+        )
+    return None
 
 
 def _rescales(
@@ -1518,8 +1607,29 @@ def check_count_rescales(fn, *, seed: int | None = None) -> None:
 _ORDERS = ("as drawn", "ascending", "descending")
 
 
-def check_rescale_predictions(predicted, *, n: int = 64, blocks=(1, 8)) -> None:
-    """Compare written predictions `{order: (rescales at Bc = 1, at Bc = 8)}` (a dict, or a function returning one)
+def _pair_problem(got, blocks) -> str | None:
+    """What is wrong with the shape of one written prediction: not a pair of whole numbers (a string, whose
+    characters a tuple() would split; a single number; three values; 2.5 rescales), else None."""
+    pair = (
+        f"a pair of whole numbers, (rescales at Bc = {blocks[0]}, at Bc = {blocks[1]})"
+    )
+    if isinstance(got, str):
+        return f"{got!r} is a string: write {pair}, such as (2, 1), without quotes"
+    if not isinstance(got, (tuple, list)):
+        return f"{got!r} is one value: write {pair}, such as (2, 1)"
+    if len(got) != 2:
+        return f"{tuple(got)!r} has {len(got)} values: write {pair}"
+    for v in got:
+        if v is Ellipsis or v is None:
+            continue
+        whole = isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+        if not whole and not (isinstance(v, float) and v.is_integer()):
+            return f"{v!r} is not a whole number: a count of rescales is one"
+    return None
+
+
+def check_rescale_predictions(predicted, *, n: int = 64, blocks=(1, 4)) -> None:
+    """Compare written predictions `{order: (rescales at Bc = 1, at Bc = 4)}` (a dict, or a function returning one)
     for `lab.demo_scores(n)` as drawn, sorted ascending and sorted descending with the counts of lab's reference.
     One line per predicted order: the prediction, ✓ or ✗, and the count, shown once a prediction is written
     (right or wrong); an order not yet predicted shows no count.
@@ -1550,7 +1660,13 @@ def check_rescale_predictions(predicted, *, n: int = 64, blocks=(1, 8)) -> None:
     right = written = 0
     for order in _ORDERS:
         want = tuple(_rescales(rows[order], b) for b in blocks)
-        got = tuple(predicted[order])
+        problem = _pair_problem(predicted[order], blocks)
+        if problem is not None:
+            print(f"{order:>10}: ✗ {problem}")
+            continue
+        got = tuple(
+            v if v is Ellipsis or v is None else int(v) for v in predicted[order]
+        )
         if Ellipsis in got or None in got:
             print(
                 f"{order:>10}: not predicted yet (the count is shown once you predict)"
@@ -1566,11 +1682,17 @@ def check_rescale_predictions(predicted, *, n: int = 64, blocks=(1, 8)) -> None:
         )
     # the verdict: the sorted orders can be derived; "as drawn" is a guess and is only shown
     derived = [
-        o in predicted
+        _pair_problem(predicted[o], blocks) is None
         and tuple(predicted[o]) == tuple(_rescales(rows[o], b) for b in blocks)
         for o in ("ascending", "descending")
     ]
-    if all(derived):
+    shapes = [o for o in _ORDERS if _pair_problem(predicted[o], blocks) is not None]
+    if shapes:
+        print(
+            f"{name}: ✗ write {', '.join(shapes)} as a pair of whole numbers "
+            "(see above)"
+        )
+    elif all(derived):
         print(f"{name}: ✓ both sorted orders derived right (as drawn is a guess)")
     else:
         print(

@@ -32,6 +32,7 @@ __all__ = [
     "p_rounding_error",
     "p_error_grid",
     "p_underflow",
+    "p_error_parts",
     "low_precision_sum",
     "overflow_threshold",
     "softmax_in_format",
@@ -247,6 +248,56 @@ def p_underflow(q, k, fmt: str, *, block_k: int = 128) -> dict:
         "mass_lost": float((weight * zero).sum() / weight.sum()),
         "fmt": fmt,
     }
+
+
+def p_error_parts(q, k, v, fmt: str, *, block_k: int = 128, scale: float = 1.0) -> dict:
+    """The relative error of o from rounding each $P_{ij}$ to `fmt`, and its two parts, one pass over the keys.
+
+    `both`: every entry rounded (as `p_rounding_error`); `flush`: only the entries that round to 0 are lost,
+    the others kept exact; `mantissa`: every entry rounded except those, kept exact. `scale`: each $P_{ij}$ is
+    multiplied by it before the rounding and divided by it after (a per-tensor scale, e.g. 256 for FP8 e4m3,
+    so that $P \\le 1$ uses more of the format's range). m, l (from the unrounded P) and acc stay float32.
+    Taught in: notebooks/07_precision.ipynb
+    """
+    _check_fmt(fmt)
+    Bc = check_block(block_k, "block_k")
+    q, k, v = (
+        as_float_array(a, n).astype(np.float32)
+        for a, n in ((q, "q"), (k, "k"), (v, "v"))
+    )
+    if q.ndim != 2 or k.shape != (k.shape[0], q.shape[1]) or len(v) != len(k):
+        raise ValueError(
+            f"q, k, v must be (N, d), (M, d), (M, dv), got {q.shape}, {k.shape}, {v.shape}"
+        )
+    if not (np.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a positive number, got {scale!r}")
+    ref = attention_reference(*(a.astype(np.float64) for a in (q, k, v)))[0]
+    s = (q / np.float32(np.sqrt(q.shape[1]))) @ k.T  # S: (N, M)
+    m = np.full(len(q), -np.inf, np.float32)
+    l = np.zeros(len(q), np.float32)
+    acc = {part: np.zeros((len(q), v.shape[1]), np.float32) for part in _PARTS}
+    sc = np.float32(scale)
+    for j0 in range(0, len(k), Bc):
+        s_j, v_j = s[:, j0 : j0 + Bc], v[j0 : j0 + Bc]
+        m_new = np.maximum(m, s_j.max(axis=1))
+        alpha, p = np.exp(m - m_new), np.exp(s_j - m_new[:, None])
+        r = round_to(p * sc, fmt) / sc  # fl(P), scaled into the format and back
+        lost = (r == 0) & (p > 0)
+        kept = {
+            "both": r,
+            "flush": np.where(lost, 0, p),
+            "mantissa": np.where(lost, p, r),
+        }
+        for part, x in kept.items():
+            acc[part] = alpha[:, None] * acc[part] + x.astype(np.float32) @ v_j
+        l, m = alpha * l + p.sum(axis=1), m_new
+    return {part: relative_error(a / l[:, None], ref) for part, a in acc.items()} | {
+        "fmt": fmt,
+        "scale": float(scale),
+    }
+
+
+_PARTS = ("both", "flush", "mantissa")
 
 
 def low_precision_sum(p, fmt: str, block: int = 1) -> np.ndarray:

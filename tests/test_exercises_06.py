@@ -1182,3 +1182,72 @@ def test_hbm_array_refuses_conversion_and_logs_rows():
     assert a[2:5].sum() == 2.0 and log == [("O", "write", 1, 2), ("O", "read", 2, 3)]
     with pytest.raises(TypeError, match="O lives in HBM"):
         np.asarray(a)
+
+
+@pytest.mark.parametrize(
+    "reciprocal",
+    [
+        "* (1 / l_new)[:, None]",
+        "* np.reciprocal(l_new)[:, None]",
+        "* (l_new**-1)[:, None]",
+    ],
+)
+def test_fa1_multiplying_by_a_reciprocal_passes_and_counts_as_divides(reciprocal):
+    """A multiply by 1/l normalizes as a divide does: the check passes it, and the count cell after the
+    exercises counts its T_c·Br·d_v multiplies by 1/l as divides, as it does FA2's."""
+    src = _fa1().replace(") / l_new[:, None]", ") " + reciprocal)
+    assert reciprocal in src
+    assert run_check(EX[1], _src(src)) == PASSED[1]
+    ns = {}
+    exec(compile(_src(src), "<fa1>", "exec"), {"np": np} | ns, ns)
+    fa2_src = _fa2(ret="acc * (1 / l)[:, None], m + np.log(l)")
+    exec(compile(_src(fa2_src), "<fa2>", "exec"), {"np": np} | ns, ns)
+    g = np.random.default_rng(3)
+    q_i, k, v = (g.standard_normal(s) for s in ((8, 16), (100, 16), (100, 12)))
+    assert checks.loop_record(ns["fa1_block"], q_i, k, v, 32)["divides"] == 4 * 8 * 12
+    assert checks.loop_record(ns["fa2_block"], q_i, k, v, 32)["divides"] == 8 * 12
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (
+            {
+                "pv = b[:, None] * (p_tile @ v[j0 : j0 + Bc])": "pv = p_tile @ v[j0 : j0 + Bc]",
+                "l_new = a * l_old + b * p_tile.sum(axis=1)": (
+                    "l_new = a * l_old + p_tile.sum(axis=1)"
+                ),
+            },
+            "neither the tile's P~V nor its row sum l~ has it",
+        ),
+        (
+            {
+                "pv = b[:, None] * (p_tile @ v[j0 : j0 + Bc])": "pv = p_tile @ v[j0 : j0 + Bc]"
+            },
+            "the tile's P~V lacks it",
+        ),
+        (
+            {
+                "l_new = a * l_old + b * p_tile.sum(axis=1)": (
+                    "l_new = a * l_old + p_tile.sum(axis=1)"
+                )
+            },
+            "the tile's row sum l~ lacks it",
+        ),
+    ],
+)
+def test_keys_outer_tile_max_without_the_correction_is_named(change, says):
+    """P~ against the tile's own max, merged without e^(m~ - m'): the hint names the missing factor."""
+    _fails(
+        6,
+        _keys_outer(change),
+        "hint: P~ = e^(S - m~) is taken against the tile's own max",
+        says,
+    )
+
+
+@pytest.mark.parametrize("x", ["l", "m"])
+def test_keys_outer_state_not_written_back_is_named(x):
+    keep = {"l": "m[rows] = m_new", "m": "l[rows] = l_new"}[x]
+    src = _keys_outer({"m[rows], l[rows] = m_new, l_new": keep})
+    _fails(6, src, f"hint: {x} is never written back to HBM")

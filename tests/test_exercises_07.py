@@ -20,7 +20,8 @@ NAME2 = "07_precision_in_attention"
 EX = {ex.number: ex for ex in exercises(NAME)}
 EX2 = {ex.number: ex for ex in exercises(NAME2)}
 PASSED = {
-    1: "rms_delta_uniform: ✓ passed 6 cases (t = 7, 10, 23 and 3 drawn for this run; to 0.1%)\n",
+    1: "rms_delta_uniform: ✓ passed 6 cases (t = 7, 10, 23 and 3 drawn for this run; "
+    "the formula, to 1e-9)\n",
     2: "round_nearest_even: ✓ 8 cases bit for bit (ties, subnormals, overflow, a layout no library has)\n",
     3: "first_bad_M: ✓ passed 7 rows (fresh ones, a stalling tile, entries rounding up, "
     "tol never reached)\n",
@@ -595,7 +596,12 @@ def test_rms_table_of_the_fixed_cases_fails_on_the_drawn_ones():
         "seed",
     )
     assert "expected" in out
-    _fails(1, "def rms_delta_uniform(t):\n    return 0.001594\n", "case 1 (t = 10)")
+    _fails(
+        1,
+        "def rms_delta_uniform(t):\n    return 0.001594\n",
+        "case 0 (t = 7)",
+        "a constant with too few digits",
+    )
 
 
 def test_rms_drawn_cases_repeat_with_the_seed(capsys):
@@ -823,3 +829,105 @@ def test_round_with_subnormals_flushed_to_zero_is_named():
         "subnormals",
     )
     assert "halfway" not in out
+
+
+TORCH_INSIDE = """
+import sys
+
+import numpy as np
+
+from lab.checks.precision import check_first_bad_M
+
+assert "torch" not in sys.modules
+
+
+def first_bad_M(p, fmt, block, tol):
+    import torch  # first imported here, inside the answer
+
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[fmt]
+
+    def fl(a):
+        return float(ROUNDING)
+
+    x = [fl(a) for a in np.asarray(p, np.float32)]
+    l_tiles = part = exact = 0.0
+    answer = None
+    for j, xj in enumerate(x):
+        if j % block == 0:
+            l_tiles, part = fl(l_tiles + part), 0.0
+        part, exact = fl(part + xj), exact + xj
+        off = abs(fl(l_tiles + part) - exact) > tol * exact
+        answer = None if not off else (j + 1 if answer is None else answer)
+    return answer
+
+
+check_first_bad_M(first_bad_M)
+"""
+
+
+@pytest.mark.parametrize(
+    "rounding, says",
+    [
+        ("torch.tensor([a], dtype=torch.float32).to(dt).float()[0]", PASSED[3]),
+        ("torch.round(torch.tensor(a * 2.0**7)) / 2.0**7", "calls torch.round"),
+    ],
+)
+def test_first_bad_M_importing_torch_inside_the_function(rounding, says):
+    """torch imported for the first time inside the answer: its cast passes (torch's own start-up processes
+    are not the answer's), and its torch.round is refused all the same."""
+    import subprocess
+    import sys
+
+    script = TORCH_INSIDE.replace("ROUNDING", rounding)
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+        timeout=240,
+    )
+    assert run.returncode == 0, run.stderr
+    assert says in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        (
+            "return 2.0**-t * 0.2041241",
+            "holds the constant 0.204124, the answer's number typed in",
+        ),
+        ("return 2.0**-t / 4.89898", "holds the constant 4.89898"),
+        ("return 2.0**-t * np.sqrt(0.0416667)", "holds the constant 0.0416667"),
+        (
+            "fmt = {7: 'bf16', 10: 'fp16'}.get(t, 'fp32')\n"
+            "    x = (1 + np.random.default_rng(0).random(10**6)).astype(np.float32)\n"
+            "    d = lab.round_to(x, fmt).astype(np.float64) / x - 1\n"
+            "    return np.sqrt(np.mean(d**2))",
+            "calls lab.round_to",
+        ),
+        (
+            "x = 1 + np.random.default_rng(0).random(10**6)\n"
+            "    d = np.round(x * 2.0**t) / 2.0**t / x - 1\n"
+            "    return np.sqrt(np.mean(d**2))",
+            "calls np.round: rms(δ) is asked as a formula in t, derived, not sampled",
+        ),
+        (
+            "x = 1 + np.random.default_rng(0).random(10**6)\n"
+            "    d = np.floor(x * 2.0**t + 0.5) / 2.0**t / x - 1\n"
+            "    return np.sqrt(np.mean(d**2))",
+            "from the closed form, not equal to it: a sampled (Monte Carlo) estimate",
+        ),
+        (
+            "x = 1 + np.random.default_rng().random(10**5)\n"
+            "    d = np.floor(x * 2.0**t + 0.5) / 2.0**t / x - 1\n"
+            "    return np.sqrt(np.mean(d**2))",
+            "two calls with the same t returned",
+        ),
+    ],
+)
+def test_rms_delta_typed_in_or_sampled_is_refused(body, says):
+    """The exercise asks for the derivation: the constant typed in, lab's rounding, a rounding of one's own
+    and a Monte Carlo estimate (seeded or not) each fail with their own hint."""
+    _fails(1, f"def rms_delta_uniform(t):\n    {body}\n", says)

@@ -494,3 +494,29 @@ def test_tf32_running_sum_rounds_every_step_as_round_to_does():
         np.testing.assert_array_equal(
             _accumulate(x, "tf32", 0), np.array(want, np.float32)
         )
+
+
+def test_p_error_parts_splits_the_rounding_error_of_o():
+    """`both` is the kernel's error (p_rounding_error); the flushed entries and the mantissa each give a
+    part, adding in quadrature; a scale of 256 before the e4m3 cast keeps the small entries."""
+    from lab.precision_experiments import p_error_parts
+
+    q, k, v = lab.gaussian_qkv(M=1024, d=64, spread=4.0, rows=4, seed=1)
+    e = p_error_parts(q, k, v, "fp8_e4m3", block_k=64)
+    kernel = lab.p_rounding_error(q, k, v, "fp8_e4m3", block_k=64)
+    assert abs(e["both"] / kernel - 1) < 1e-3
+    assert 0 < e["flush"] < e["both"] and 0 < e["mantissa"] < e["both"]
+    assert abs(np.hypot(e["flush"], e["mantissa"]) / e["both"] - 1) < 0.2
+    scaled = p_error_parts(q, k, v, "fp8_e4m3", block_k=64, scale=256)
+    assert scaled["flush"] < e["flush"] / 10
+    assert p_error_parts(q, k, v, "fp32", block_k=64)["flush"] < 1e-5  # nothing flushed
+
+
+def test_p_error_parts_names_bad_arguments():
+    from lab.precision_experiments import p_error_parts
+
+    q, k, v = lab.gaussian_qkv(M=64, d=8, spread=1.0, rows=2, seed=0)
+    with pytest.raises(ValueError, match="scale"):
+        p_error_parts(q, k, v, "fp16", scale=0)
+    with pytest.raises(ValueError, match="q, k, v"):
+        p_error_parts(q, k[:, :4], v, "fp16")

@@ -321,6 +321,22 @@ class Watched(np.ndarray):
                 out |= self._sources(x)
         return out
 
+    def _quotient(self, ufunc, inputs) -> str | None:
+        """ "made" for a reciprocal (a number over an array, np.reciprocal, a negative power), "used" for a multiply
+        by one, else None."""
+        if ufunc is np.reciprocal or (
+            ufunc in (np.divide, np.true_divide) and np.ndim(inputs[0]) == 0
+        ):
+            return "made"
+        if ufunc is np.power and np.ndim(inputs[1]) == 0 and float(inputs[1]) < 0:
+            return "made"
+        made = getattr(self.log, "quotients", {}).get("made", ())
+        if ufunc is np.multiply and any(
+            isinstance(x, Watched) and x.src and max(x.src) in made for x in inputs
+        ):
+            return "used"
+        return None
+
     def _record(self, what, result, src) -> frozenset:
         src = src | {len(self.log)}
         self.log.append((what, np.array(result, dtype=float), src))
@@ -341,9 +357,12 @@ class Watched(np.ndarray):
             what = ufunc.__name__
             if ufunc is np.power and np.ndim(plain[0]) == 0:
                 what = "exp"  # a number to an array's power, e.g. np.e ** s: an exponential all the same
+            quotient = self._quotient(ufunc, inputs)
             for r in result if isinstance(result, tuple) else (result,):
                 if isinstance(r, np.ndarray):
                     mine = self._record(what, r, src)
+                    if quotient and hasattr(self.log, "quotients"):
+                        self.log.quotients[quotient].add(max(mine))
                     if isinstance(r, Watched):
                         r.src = mine
                     elif out is not None and hasattr(self.log, "plain"):
@@ -377,6 +396,7 @@ class _Log(list):
     def __init__(self):
         super().__init__()
         self.plain = {}
+        self.quotients = {"made": set(), "used": set()}  # log positions
 
 
 def _watched(a: np.ndarray, log: list) -> Watched:
@@ -465,7 +485,8 @@ def _normalized_after(log, q_i, k, v, Bc) -> list:
 def loop_record(fn, q_i, k, v, Bc: int) -> dict:
     """Run `fn(q_i, k, v, Bc)` on watched inputs and say what its loop did: the key blocks after which one of its
     $(B_r, d_v)$ arrays held the normalized output $\\mathrm{softmax}(S_{:, :j})V_{:j}$ (`normalized_after`), the
-    elements it divided into $(B_r, d_v)$ arrays (`divides`) and the number of key blocks $T_c$ (`key_blocks`).
+    elements it divided into $(B_r, d_v)$ arrays (`divides`; each element multiplied by a reciprocal such as
+    `1 / l` counts as a divide) and the number of key blocks $T_c$ (`key_blocks`).
     Taught in: notebooks/06_flashattention2.ipynb
     """
     q_i, k, v = (np.asarray(a, dtype=np.float64) for a in (q_i, k, v))
@@ -473,7 +494,12 @@ def loop_record(fn, q_i, k, v, Bc: int) -> dict:
     with np.errstate(all="ignore"):
         fn(*(_watched(a, log) for a in (q_i, k, v)), Bc)
     shape = (len(q_i), v.shape[1])
-    divides = sum(a.size for name, a, _ in log if name == "divide" and a.shape == shape)
+    used = log.quotients["used"]  # a multiply by 1/l divides all the same
+    divides = sum(
+        a.size
+        for i, (name, a, _) in enumerate(log)
+        if a.shape == shape and (name == "divide" or i in used)
+    )
     return {
         "normalized_after": _normalized_after(log, q_i, k, v, Bc),
         "divides": int(divides),
@@ -1227,6 +1253,48 @@ def _order_problem(log, name: str, N: int, M: int, Br: int, Bc: int) -> str | No
     )
 
 
+def _fa1_outer(q, k, v, Br: int, Bc: int, b_in_pv=True, b_in_l=True) -> np.ndarray:
+    """FA1's O with its rule, or without the factor e^(m~ - m') on the tile's P~V (`b_in_pv`) or on its sum."""
+    O, m, l = np.zeros((len(q), v.shape[1])), np.full(len(q), -np.inf), np.zeros(len(q))
+    for j0 in range(0, len(k), Bc):
+        for i0 in range(0, len(q), Br):
+            r = slice(i0, i0 + Br)
+            s = q[r] @ k[j0 : j0 + Bc].T / np.sqrt(q.shape[1])
+            m_t = s.max(axis=1)
+            p = np.exp(s - m_t[:, None])
+            m_new = np.maximum(m[r], m_t)
+            a, b = np.exp(m[r] - m_new), np.exp(m_t - m_new)
+            l_new = a * l[r] + (b if b_in_l else 1.0) * p.sum(axis=1)
+            pv = (b[:, None] if b_in_pv else 1.0) * (p @ v[j0 : j0 + Bc])
+            O[r] = ((a * l[r])[:, None] * O[r] + pv) / l_new[:, None]
+            m[r], l[r] = m_new, l_new
+    return O
+
+
+def _keys_outer_hint(log, got_O, q, k, v, Br: int, Bc: int) -> str | None:
+    """The hint for a state never written back, or for a tile's P~ = e^(S - m~) merged without e^(m~ - m')."""
+    for x in "ml":
+        if not any(n == x and kind == "write" for n, kind, _, _ in log):
+            return (
+                f"{x} is never written back to HBM: after each step write {x}[rows] = the new {x}, "
+                f"or the next key block reads the starting {x} again"
+            )
+    where = {
+        (False, False): "neither the tile's P~V nor its row sum l~ has it",
+        (False, True): "the tile's P~V lacks it",
+        (True, False): "the tile's row sum l~ lacks it",
+    }
+    with np.errstate(all="ignore"):
+        for (in_pv, in_l), part in where.items():
+            wrong = _fa1_outer(q, k, v, Br, Bc, b_in_pv=in_pv, b_in_l=in_l)
+            if np.allclose(got_O, wrong, rtol=1e-7, atol=1e-10, equal_nan=True):
+                return (
+                    "P~ = e^(S - m~) is taken against the tile's own max m~, but merged without the "
+                    f"factor e^(m~ - m') that moves it to the new max m' = max(m, m~) ({part})"
+                )
+    return None
+
+
 def check_fa1_keys_outer(
     fn, *, name: str | None = None, seed: int | None = None
 ) -> None:
@@ -1269,6 +1337,9 @@ def check_fa1_keys_outer(
         )
         if problem is not None:
             print(f"{name}: ✗ case {i} ({label}): {problem}")
+            hint = None if called else _keys_outer_hint(log, got[0], q, k, v, Br, Bc)
+            if hint:
+                print(f"  hint: {hint}")
             print(seed_note(seed), end="")
             return
     print(

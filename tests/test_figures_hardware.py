@@ -88,6 +88,16 @@ def test_draw_loop_overhead_labels_the_block_in_the_course_symbols():
     )
 
 
+def test_draw_loop_overhead_takes_the_machines_matmul_rate():
+    here = lab.figures.hardware.draw_loop_overhead(
+        4096, 10.0, block=256, block_k=512, flops_per_s=130e9
+    )
+    title = plt.gca().get_title()
+    plt.close("all")
+    assert here == lab.loop_overhead(4096, 256, block_k=512, flops_per_s=130e9)
+    assert title.endswith("at 130 GFLOP/s")
+
+
 def test_loop_overhead_slider_updates_its_result():
     import lab.widgets
 

@@ -319,6 +319,25 @@ def test_run_sweep_refuses_fewer_than_three_rounds_and_keeps_each_round():
     assert "spread" in lab.results_table(rows).splitlines()[0]
 
 
+def test_results_table_prints_the_oracles_float64_arithmetic():
+    """The float64 oracle takes float32 inputs: the table names the dtype it computes in, and says so."""
+    rows = lab.run_sweep(
+        [16],
+        H=1,
+        kernels=["numpy reference", "torch naive"],
+        rounds=3,
+        min_run_time=0.001,
+        memory=False,
+        progress=False,
+    )
+    lines = lab.results_table(rows).splitlines()
+    ref = next(ln for ln in lines if ln.startswith("numpy reference "))
+    naive = next(ln for ln in lines if ln.startswith("torch naive "))
+    assert ref.split()[2] == "float64" and naive.split()[2] == "float32"
+    assert "  numpy reference: computes in float64 (float32 in and out)" in lines
+    assert rows[0]["dtype"] == "float32"  # the record keeps the inputs' dtype
+
+
 def test_time_once_calls_once_without_warm_up():
     calls = []
     assert lab.time_once(lambda: calls.append(1)) > 0 and calls == [1]
@@ -478,7 +497,28 @@ def test_notebook_verdict_helpers():
     assert (
         "helped in the quiet run: ‹True›" in text and "loaded machine: ‹False›" in text
     )
+    busy = {"loop, 1 thread": [2.0], "loop, 2 threads": [1.0]}
+    quiet2 = {**quiet, "sdpa, 1 thread": [2.0], "sdpa, 2 threads": [1.0]}
+    busy2 = {**busy, "sdpa, 1 thread": [2.0], "sdpa, 2 threads": [1.8]}
+    text = thread_verdicts(quiet2, ["loop", "sdpa"], 2, load=3.0, busy=busy2)
+    assert "hurt more by the busy cores: ‹sdpa›" in text
+    assert "loaded machine: ‹True›" in text
+    busy2["loop, 2 threads"] = [3.0]
+    text = thread_verdicts(quiet2, ["loop", "sdpa"], 2, load=0.5, busy=busy2)
+    assert "hurt more by the busy cores: ‹loop›" in text
     row = lambda k, N, ms: dict(kernel=k, N=N, ms=ms, spread=0.1)  # noqa: E731
     rows = [row("tiled", 256, 1.0), row("std", 256, 2.0), row("tiled", 512, 3.0)]
     text = tiled_verdicts(rows, [("tiled", "std")])
     assert text == "N =  256: tiled faster than std: ‹True›, clearly: ‹True›"
+
+
+def test_self_ratio_lines_judge_each_group_against_one():
+    from lab.measure import self_ratio_lines
+
+    a, b = [1.0, 1.02, 0.99, 1.2, 2.0, 1.5], [1.0] * 6
+    quiet, busy = self_ratio_lines(a, b, quiet=3).splitlines()
+    assert quiet.startswith("A / B, quiet rounds:") and quiet.endswith("of 1: ‹True›")
+    assert busy.startswith("A / B, busy rounds:") and busy.endswith("of 1: ‹False›")
+    assert "‹2.00›" in busy
+    with pytest.raises(ValueError, match="quiet must"):
+        self_ratio_lines(a, b, quiet=6)

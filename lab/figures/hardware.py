@@ -222,18 +222,26 @@ def draw_loop_overhead(
     ops_per_step: int = 21,
     d: int = 64,
     heads: int = 8,
+    flops_per_s: float = 155e9,
     ax=None,
 ) -> dict:
     """The share of a forward's time the tile loop spends on Python overhead, against the query block Br (log2 x):
     one curve with Bc = Br, one with Bc = 2·Br (the CPU default's shape, (256, 512)); marks (`block`, `block_k`,
     Br by default); returns `lab.loop_overhead` at it. The model has no cache term: see `lab.loop_overhead`.
-    `ops_per_step`: torch calls a tile step, 21 by default (`lab.measure.ops_per_tile_step()` counts them).
+    `ops_per_step`: torch calls a tile step, 21 by default (`lab.measure.ops_per_tile_step()` counts them);
+    `flops_per_s`: the products' rate (`lab.loop_overhead`'s default; notebook 08 passes its measured peak).
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
     if ax is None:
         _, ax = plt.subplots()
-    model = dict(d=d, heads=heads, us_per_op=us_per_op, ops_per_step=ops_per_step)
+    model = dict(
+        d=d,
+        heads=heads,
+        us_per_op=us_per_op,
+        ops_per_step=ops_per_step,
+        flops_per_s=flops_per_s,
+    )
     blocks = [2**p for p in range(4, 13) if 2**p <= max(N, 16)]
     for factor, style in ((1, "o-"), (2, "s--")):
         share = [
@@ -261,7 +269,7 @@ def draw_loop_overhead(
         xlabel="query block Br (the curves: key block Bc = Br, and Bc = 2·Br)",
         ylabel="Python overhead, % of the forward",
         title=f"Tile loop at N = {N:,}, H = {heads}, d = {d}: {us_per_op:g} µs per op, "
-        f"{ops_per_step} ops a step, matmuls {here['matmul_ms']:,.0f} ms at 155 GFLOP/s",
+        f"{ops_per_step} ops a step, matmuls {here['matmul_ms']:,.0f} ms at {flops_per_s / 1e9:,.0f} GFLOP/s",
     )
     ax.title.set_fontsize(10)
     ax.legend(fontsize=9, loc="upper right")

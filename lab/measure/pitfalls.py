@@ -6,7 +6,7 @@
   taken inside it shows what a busy machine does to it.
 - `count_torch_ops(fn)`: the torch operations `fn()` dispatches (`TorchDispatchMode`), by name.
 - `ops_per_tile_step()`: those of one tile step of the torch loop (rung 4), by name, and `step_op_lines` to print them.
-- `thread_verdicts`, `tiled_verdicts`, `exp_ulp`: the verdicts and errors notebook 08 prints, computed here.
+- `thread_verdicts`, `self_ratio_lines`, `tiled_verdicts`, `exp_ulp`: the verdicts and errors notebook 08 prints, computed here.
 
 Taught in: notebooks/08_hardware_runs.ipynb
 """
@@ -219,20 +219,49 @@ def step_op_lines(step) -> str:
     )
 
 
-def thread_verdicts(quiet: dict, names, cores: int, load: float) -> str:
+def thread_verdicts(
+    quiet: dict, names, cores: int, load: float, *, busy: dict | None = None
+) -> str:
     """Whether every core beat one thread in `quiet` (`time_rounds` of `at_threads`), per kernel, by the medians;
-    and whether the 1-minute `load` already exceeded the cores. The verdicts are masked: they vary by machine."""
+    with `busy` (the same, timed under `other_programs`), which kernel's many-thread ratio the busy cores raised
+    more; and whether the 1-minute `load`, read just before the quiet run, already exceeded the cores. The
+    verdicts are masked: they vary by machine."""
     from ..notebook import measured
 
-    med = lambda n, c: float(np.median(quiet[f"{n}, {c} thread{'s' * (c > 1)}"]))  # noqa: E731
+    label = lambda n, c: f"{n}, {c} thread{'s' * (c > 1)}"  # noqa: E731
+    med = lambda t, n, c: float(np.median(t[label(n, c)]))  # noqa: E731
     lines = [
         f"{n:>5}: {cores} threads helped in the quiet run: "
-        + measured(med(n, cores) < med(n, 1), "")
+        + measured(med(quiet, n, cores) < med(quiet, n, 1), "")
         for n in names
     ]
+    if busy is not None:
+        ratio = lambda t, n: med(t, n, cores) / med(t, n, 1)  # noqa: E731
+        rise = {n: ratio(busy, n) / ratio(quiet, n) for n in names}
+        worst = max(rise, key=rise.get)
+        lines.append(f"hurt more by the busy cores: {measured(worst, '')}")
     lines.append(
         "the quiet run was taken on a loaded machine: " + measured(load > cores, "")
     )
+    return "\n".join(lines)
+
+
+def self_ratio_lines(a, b, quiet: int, tol: float = 0.05) -> str:
+    """The rounds of one kernel timed against itself (`a`, `b`: seconds per round, the first `quiet` rounds quiet,
+    the rest busy): each group's ratios a / b, and whether every one lies within `tol` of the true ratio 1; masked."""
+    from ..notebook import measured
+
+    r = np.asarray(a, dtype=float) / np.asarray(b, dtype=float)
+    if not 0 < int(quiet) < r.size:
+        raise ValueError(f"quiet must be between 1 and {r.size - 1}, got {quiet!r}")
+    lines = []
+    for name, part in (("quiet", r[: int(quiet)]), ("busy", r[int(quiet) :])):
+        ratios = " ".join(measured(x, ".2f") for x in part)
+        near = bool(np.all(np.abs(part - 1) <= tol))
+        lines.append(
+            f"A / B, {name + ' rounds:':<13} {ratios}; all within "
+            f"{100 * tol:.0f} % of 1: {measured(near, '')}"
+        )
     return "\n".join(lines)
 
 

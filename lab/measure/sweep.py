@@ -211,7 +211,8 @@ def _add_ratios(rows):
 
 
 def results_table(rows) -> str:
-    """The sweep as a fixed-width text table: ms (median of the rounds), its spread across rounds, TFLOP/s, peak MiB and the throughput ratio to SDPA; skipped kernels listed below.
+    """The sweep as a fixed-width text table: the dtype of each kernel's arithmetic (the float64 oracle's, not its
+    inputs'), ms (median of the rounds), its spread across rounds, TFLOP/s, peak MiB and the throughput ratio to SDPA; skipped kernels listed below.
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
@@ -223,11 +224,22 @@ def results_table(rows) -> str:
         mb = "-" if r.get("peak_mb") is None else f"{r['peak_mb']:.1f}"
         ratio = "-" if r.get("vs_sdpa") is None else f"{r['vs_sdpa']:.2f}x"
         sp = "-" if r.get("spread") is None else f"{100 * r['spread']:.0f}%"
+        dtype = _COMPUTES.get(r["kernel"], r["dtype"])
         lines.append(
-            f"{r['kernel']:<16} {r['dtype']:<8} {r['N']:>6} {r['d']:>4} {str(r['causal']):>6} "
+            f"{r['kernel']:<16} {dtype:<8} {r['N']:>6} {r['d']:>4} {str(r['causal']):>6} "
             f"{r['ms']:>10.2f} {sp:>7} {r['tflops']:>8.4f} {mb:>9} {ratio:>8}"
         )
+    for name, dtype in _COMPUTES.items():
+        inputs = sorted({r["dtype"] for r in rows if r["kernel"] == name and "ms" in r})
+        if inputs:
+            lines.append(
+                f"  {name}: computes in {dtype} ({', '.join(inputs)} in and out)"
+            )
     for r in rows:
         if r.get("skipped"):
             lines.append(f"  {r['kernel']}: {r['skipped']}")
     return "\n".join(lines)
+
+
+# Kernels whose arithmetic is in another dtype than their inputs: the table prints the arithmetic's
+_COMPUTES = {"numpy reference": "float64"}  # attention_reference: S, P and O in float64

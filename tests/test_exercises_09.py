@@ -110,6 +110,27 @@ def test_the_derivations_come_after_the_checks():
     )
 
 
+def test_the_tiled_notebook_shows_the_formulas_after_its_check():
+    """Part 2 recalls only what makes the backward tileable before Exercise 2; part 1's formulas and
+    the tile updates are revealed after the check, and the symbols sit on one card at the top."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME2}.ipynb", as_version=4)
+    src = [c.source for c in nb.cells]
+    check_at = next(i for i, s in enumerate(src) if "check_tiled_backward(" in s)
+    formulas = (
+        "dP - D",
+        "P^\\top dO",
+        "dO\\,V^\\top",
+        "dS\\,K",
+    )  # D is the stub's given
+    shown = [i for i, s in enumerate(src) if any(f in s for f in formulas)]
+    assert shown and min(shown) > check_at, shown
+    card = next(i for i, s in enumerate(src) if s.startswith("**Symbols.**"))
+    assert card < 4 and "capitals for a block" in src[card]
+    assert not any(
+        "lab.FlashAttention" in s for s in src
+    )  # one name for the torch kernel
+
+
 def test_a_causal_case_puts_rows_with_and_without_keys_in_one_query_block():
     """A kernel that skips the tiles no row of the block sees meets a row with no key (lse = -inf) only when
     N - M is not a multiple of Br: the check cell must hold such a case, or exp(S - lse) = NaN passes."""
@@ -532,7 +553,7 @@ PLANTED = [
             "ds = p * (dp - D[i0:i0 + Br, None])",
             "ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))",
         ),
-        ["D_i taken as rowsum(P_ij ∘ dP_ij) over the current tile only"],
+        ["D_I taken as rowsum(P_IJ ∘ dP_IJ) over the current tile only"],
     ),
     (
         "tiled_backward",

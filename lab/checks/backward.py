@@ -60,7 +60,7 @@ NAMES = ("dq", "dk", "dv")
 BACKWARD_MISTAKES = {
     "D = rowsum(dO)": "D computed as rowsum(dO): D_i = Σ_j P_ij dP_ij, which can be turned into a sum over row i "
     "of dO ∘ O, not of dO alone",
-    "D from one tile": "D_i taken as rowsum(P_ij ∘ dP_ij) over the current tile only: D_i sums over all keys of the row; "
+    "D from one tile": "D_I taken as rowsum(P_IJ ∘ dP_IJ) over the current tile only: D_i sums over all keys of row i; "
     "rowsum(dO ∘ O) gives it before the loop, without P",
     "D missing": "dS = P ∘ dP with no D: the softmax's backward subtracts D_i = Σ_j P_ij dP_ij from every dP_ij "
     "of row i, dS = P ∘ (dP − D)",
@@ -90,8 +90,8 @@ BACKWARD_MISTAKES = {
     "− P_ik Σ_j P_ij dP_ij, so D is subtracted",
     "scale √d": "scale = √d in place of 1/√d: S = QKᵀ/√d, so scale = 1/√d, and the chain rule multiplies dQ and "
     "dK by that same 1/√d",
-    "dq assigned": "dq_i is assigned (=) in each tile, not accumulated (+=): every key block adds its part to dq_i",
-    "dk, dv assigned": "dk_j and dv_j are assigned (=) in each tile, not accumulated (+=): every query block adds its part",
+    "dq assigned": "dQ_I is assigned (=) in each tile, not accumulated (+=): every key block adds its part to dQ_I",
+    "dk, dv assigned": "dK_J and dV_J are assigned (=) in each tile, not accumulated (+=): every query block adds its part",
 }
 
 
@@ -451,8 +451,8 @@ def _error_hint(text: str, kind: str = "tiled") -> str:
                 "(N, M), dV = Pᵀ dO is (M, dv), dP = dO vᵀ is (N, M), dK = dSᵀ q is (M, d)"
             )
         return (
-            "shape: a matrix product's inner sizes differ, a missing or extra transpose: S_ij = Q_i K_jᵀ is (Br, Bc), "
-            "dV_j += P_ijᵀ dO_i is (Bc, dv), dK_j += dS_ijᵀ Q_i is (Bc, d)"
+            "shape: a matrix product's inner sizes differ, a missing or extra transpose: S_IJ = Q_I K_Jᵀ is (Br, Bc), "
+            "dV_J += P_IJᵀ dO_I is (Bc, dv), dK_J += dS_IJᵀ Q_I is (Bc, d)"
         )
     if "broadcast" in text:
         if kind == "standard":
@@ -461,7 +461,7 @@ def _error_hint(text: str, kind: str = "tiled") -> str:
                 "axis, [:, None], once (a sum with keepdims=True already has it)"
             )
         return (
-            "shape: a per-row vector (lse_i or D_i, shape (Br,)) met a (Br, Bc) tile: give it an axis, [:, None], once "
+            "shape: a per-row vector (lse_I or D_I, shape (Br,)) met a (Br, Bc) tile: give it an axis, [:, None], once "
             "(a sum with keepdims=True already has it; a second [:, None] makes it (Br, 1, 1))"
         )
     if kind == "standard":
@@ -1011,7 +1011,7 @@ def check_row_sum(answer) -> None:
 def _p_tile_hint(got, s, lse, i0, i1, j0, j1) -> str:
     g, tile = np.asarray(got, dtype=float), s[i0:i1, j0:j1]
     if g.shape != tile.shape:
-        return f"shape: the tile is (Br, Bc) = ({i1 - i0}, {j1 - j0}): Q_i K_jᵀ, with lse_i[:, None] subtracted from each row"
+        return f"shape: the tile is (Br, Bc) = ({i1 - i0}, {j1 - j0}): Q_I K_Jᵀ, with lse_I[:, None] subtracted from each row"
     if not np.isfinite(g).all():
         return (
             f"inf or NaN with scores up to {tile.max():.0f}: e^S overflows past S ≈ 709 before lse can be divided "
@@ -1047,7 +1047,7 @@ def _p_tile_hint(got, s, lse, i0, i1, j0, j1) -> str:
             np.exp(tile - lse[i0:i1, None].T)
             if tile.shape[0] == tile.shape[1]
             else None,
-            "lse_i is subtracted along the columns: it is one number per query row, lse_i[:, None]",
+            "lse_I is subtracted along the columns: it is one number per query row, lse_I[:, None]",
         ),
     ]
     for alt, text in known:

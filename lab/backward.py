@@ -317,7 +317,7 @@ def training_memory(
     dtype=torch.float32,
     seed: int = 0,
 ) -> list[dict]:
-    """Bytes autograd keeps between forward and backward, standard attention against `lab.FlashAttention`, for each N.
+    """Bytes autograd keeps between forward and backward, standard attention against `lab.flash_attention_torch`, for each N.
 
     Standard keeps P ($N^2$ per head, plus its inputs); FlashAttention keeps $q, k, v, o$ and $lse$
     ($4Nd + N$ per head). Counted with `saved_tensor_bytes` (exact, not a reading of the process);

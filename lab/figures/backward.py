@@ -232,7 +232,7 @@ def draw_training_memory(rows, ax=None) -> dict:
         "s-",
         base=2,
         color="#2a9d8f",
-        label="lab.FlashAttention (o, lse)",
+        label="lab.flash_attention_torch (o, lse)",
     )
     ax.loglog(Ns, p, ":", base=2, color="gray", label="P alone: N²·4 B")
     ax.set(

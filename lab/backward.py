@@ -317,7 +317,7 @@ def training_memory(
     dtype=torch.float32,
     seed: int = 0,
 ) -> list[dict]:
-    """Bytes autograd keeps between forward and backward, standard attention against `lab.FlashAttention`, for each N.
+    """Bytes autograd keeps between forward and backward, standard attention against `lab.flash_attention_torch`, for each N.
 
     Standard keeps P ($N^2$ per head, plus its inputs); FlashAttention keeps $q, k, v, o$ and $lse$
     ($4Nd + N$ per head). Counted with `saved_tensor_bytes` (exact, not a reading of the process);
@@ -423,10 +423,14 @@ def _flop_ratio(name: str) -> float:
     return 2.0 if "standard" in name.lower() else 2.5
 
 
-def backward_time_lines(timings: dict, *, far_below: float = 0.5) -> list[str]:
+def backward_time_lines(
+    timings: dict, *, far_below: float = 0.5, summary: bool = False
+) -> list[str]:
     """The lines to print for `{kernel: time_forward_backward(...)}`: forward and backward time, the measured ratio
     (median, and its range over the rounds) beside the FLOP ratio, and a warning for each ratio under `far_below` × its FLOP ratio.
 
+    With `summary`, one more line says what the run shows: the range of every round's ratio, and for how many
+    kernels that range holds the FLOP ratio (masked: both are the machine's).
     A backward that does 2-2.5× the forward's matrix FLOPs yet takes well under their time is not telling the
     arithmetic: the forward ran slower than its FLOPs say (vector kernels off, a fallback path, threads fighting).
     Taught in: notebooks/09_tiled_backward.ipynb
@@ -436,12 +440,13 @@ def backward_time_lines(timings: dict, *, far_below: float = 0.5) -> list[str]:
     if not 0 < far_below <= 1:
         raise ValueError(f"far_below must be in (0, 1], got {far_below}")
     lines, flagged = [], []
+    width = max((len(n) for n in timings), default=0)
     for name, t in timings.items():
         flops = _flop_ratio(name)
         line = (
-            f"{name:>18}: fwd {measured(t['forward'] * 1e3, '5.1f', 'ms')}, "
-            f"bwd {measured(t['backward'] * 1e3, '5.1f', 'ms')}; bwd / fwd: "
-            f"time {measured(t['ratio'], '3.1f')}"
+            f"{name:>{width}}: fwd {measured(t['forward'] * 1e3, '5.1f', 'ms')}, "
+            f"bwd {measured(t['backward'] * 1e3, '5.1f', 'ms')}; "
+            f"bwd / fwd {measured(t['ratio'], '3.1f')}"
         )
         rr = t.get("round_ratios")
         if rr:  # the range over the rounds, beside the median
@@ -452,5 +457,13 @@ def backward_time_lines(timings: dict, *, far_below: float = 0.5) -> list[str]:
     for name in flagged:
         lines.append(
             f"  ⚠ {name}: a time ratio under {far_below:g}× its FLOP ratio; do not read it as the backward's cost"
+        )
+    ranges = {n: t["round_ratios"] for n, t in timings.items() if t.get("round_ratios")}
+    if summary and ranges:
+        every = [r for rr in ranges.values() for r in rr]
+        held = sum(min(rr) <= _flop_ratio(n) <= max(rr) for n, rr in ranges.items())
+        lines.append(
+            f"every round: backward {measured(min(every), '.1f')} to {measured(max(every), '.1f')}× "
+            f"the forward; the FLOP ratio inside its kernel's range: {measured(held, 'd')} of {len(ranges)}"
         )
     return lines

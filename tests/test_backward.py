@@ -236,6 +236,39 @@ def test_backward_time_lines_flag_a_ratio_far_below_the_flops():
         lab.backward_time_lines({}, far_below=0)
 
 
+def test_backward_time_lines_summary_says_what_the_run_shows():
+    import lab
+
+    held = {"forward": 2e-3, "backward": 5e-3, "ratio": 2.5, "round_ratios": [2.1, 3.4]}
+    missed = {
+        "forward": 2e-3,
+        "backward": 7e-3,
+        "ratio": 3.5,
+        "round_ratios": [3.1, 4.0],
+    }
+    lines = lab.backward_time_lines(
+        {"lab.flash_attention_torch": held, "torch SDPA": missed}, summary=True
+    )
+    assert lines[1].startswith(
+        "               torch SDPA: fwd"
+    )  # padded to the longest name
+    assert lines[-1] == (
+        "every round: backward ‹2.1› to ‹4.0›× the forward; "
+        "the FLOP ratio inside its kernel's range: ‹1› of 2"
+    )
+    assert len(lab.backward_time_lines({"torch SDPA": held})) == 1  # no summary unasked
+
+
+def test_kernel_names_wrap_at_dots_and_underscores():
+    from lab.figures.backward import _wrap_name
+
+    assert _wrap_name("lab.flash_attention_torch") == "lab.flash_\nattention_torch"
+    assert _wrap_name("standard (torch)") == "standard (torch)"
+    assert (
+        _wrap_name("a_very_long_kernel name here") == "a_very_long_\nkernel name here"
+    )
+
+
 def test_backward_flops():
     f = backward_flops(128, d=64)
     assert f["forward"] == 4 * 128 * 128 * 64

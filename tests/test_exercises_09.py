@@ -110,6 +110,27 @@ def test_the_derivations_come_after_the_checks():
     )
 
 
+def test_the_tiled_notebook_shows_the_formulas_after_its_check():
+    """Part 2 recalls only what makes the backward tileable before Exercise 2; part 1's formulas and
+    the tile updates are revealed after the check, and the symbols sit on one card at the top."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME2}.ipynb", as_version=4)
+    src = [c.source for c in nb.cells]
+    check_at = next(i for i, s in enumerate(src) if "check_tiled_backward(" in s)
+    formulas = (
+        "dP - D",
+        "P^\\top dO",
+        "dO\\,V^\\top",
+        "dS\\,K",
+    )  # D is the stub's given
+    shown = [i for i, s in enumerate(src) if any(f in s for f in formulas)]
+    assert shown and min(shown) > check_at, shown
+    card = next(i for i, s in enumerate(src) if s.startswith("**Symbols.**"))
+    assert card < 4 and "capitals for a block" in src[card]
+    assert not any(
+        "lab.FlashAttention" in s for s in src
+    )  # one name for the torch kernel
+
+
 def test_a_causal_case_puts_rows_with_and_without_keys_in_one_query_block():
     """A kernel that skips the tiles no row of the block sees meets a row with no key (lse = -inf) only when
     N - M is not a multiple of Br: the check cell must hold such a case, or exp(S - lse) = NaN passes."""
@@ -532,7 +553,7 @@ PLANTED = [
             "ds = p * (dp - D[i0:i0 + Br, None])",
             "ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))",
         ),
-        ["D_i taken as rowsum(P_ij ∘ dP_ij) over the current tile only"],
+        ["D_I taken as rowsum(P_IJ ∘ dP_IJ) over the current tile only"],
     ),
     (
         "tiled_backward",
@@ -686,6 +707,45 @@ PLANTED = [
         "a list",
         ("return dq, dk, dv", "return [dq, dk, dv]"),
         ["returned list", "tuple"],
+    ),
+    # Tiles of a size of the learner's own: the values agree, the structure does not.
+    (
+        "tiled_backward",
+        "one tile larger than the problem",
+        ("scale = 1 / np.sqrt(d)", "scale = 1 / np.sqrt(d); Br = Bc = 4096"),
+        [
+            "the values agree on 4 cases",
+            "tiles are larger than its block sizes",
+            "query rows 1024 at a time (all N: a tile larger than the problem) where Br = 32",
+            "keys 1536 at a time (all M",
+            "one tile, of shape (1024, 1536) = (N, M)",
+            "the arguments Br and Bc",
+        ],
+    ),
+    (
+        "tiled_backward",
+        "key tiles larger than the problem",
+        ("scale = 1 / np.sqrt(d)", "scale = 1 / np.sqrt(d); Bc = 4096"),
+        [
+            "keys 1536 at a time (all M: a tile larger than the problem) where Bc = 64",
+            "one tile, of shape (32, 1536) = (Br, M)",
+        ],
+    ),
+    (
+        "tiled_backward",
+        "tiles of a fixed size",
+        ("scale = 1 / np.sqrt(d)", "scale = 1 / np.sqrt(d); Br = Bc = 128"),
+        [
+            "the values agree on 4 cases",
+            "query rows 128 at a time where Br = 32 and keys 128 at a time where Bc = 64",
+            "at most Br query rows by Bc keys",
+        ],
+    ),
+    (
+        "tiled_backward",
+        "Br and Bc swapped",
+        ("scale = 1 / np.sqrt(d)", "scale = 1 / np.sqrt(d); Br, Bc = Bc, Br"),
+        ["Br and Bc are swapped", "query rows 64 at a time and keys 32"],
     ),
 ]
 
@@ -962,6 +1022,35 @@ def test_unknown_mistake_and_non_square_transpose_raise():
         backward_with_mistake(q, k, v, o, lse, do, 4, 8, False, "typo")
     with pytest.raises(ValueError):
         backward_with_mistake(q, k, v, o, lse, do, 4, 8, False, "dv without transpose")
+
+
+def test_a_full_array_is_not_called_an_oversized_tile():
+    """An answer that slices nothing and forms all of S is told so, not that its tiles are too large."""
+    out = run_check(EX["tiled"], STEPS + FULL_S)
+    assert "all N × M scores or probabilities at once" in out, out
+    assert "larger than its block sizes" not in out and "swapped" not in out, out
+
+
+def test_the_large_case_must_be_tiled_smaller_than_the_problem():
+    worked = lambda *a: None
+    for large in [
+        (64, 96, 2, 2, 64, 32, False),
+        (64, 96, 2, 2, 16, 96, True),
+        (64, 96),
+    ]:
+        with pytest.raises(ValueError, match="large must be .* Br < N and Bc < M"):
+            check_tiled_backward(worked, [], large=large)
+
+
+def test_arrays_formed_records_the_slices_a_loop_takes():
+    q, k = np.ones((30, 2)), np.ones((40, 2))
+    cuts: dict = {}
+    arrays_formed(
+        lambda a, b: [a[i : i + 8] @ b[:50].T for i in range(0, 30, 8)], q, k, cuts=cuts
+    )
+    assert cuts == {30: 8, 40: 40}  # b[:50] takes all 40 keys
+    arrays_formed(lambda a, b: a[:, None] @ b.T[None], q, k, cuts=(cuts := {}))
+    assert cuts == {}  # a slice without an end is not a tile
 
 
 def test_arrays_formed_sees_products_and_allocations():

@@ -60,7 +60,7 @@ NAMES = ("dq", "dk", "dv")
 BACKWARD_MISTAKES = {
     "D = rowsum(dO)": "D computed as rowsum(dO): D_i = Σ_j P_ij dP_ij, which can be turned into a sum over row i "
     "of dO ∘ O, not of dO alone",
-    "D from one tile": "D_i taken as rowsum(P_ij ∘ dP_ij) over the current tile only: D_i sums over all keys of the row; "
+    "D from one tile": "D_I taken as rowsum(P_IJ ∘ dP_IJ) over the current tile only: D_i sums over all keys of row i; "
     "rowsum(dO ∘ O) gives it before the loop, without P",
     "D missing": "dS = P ∘ dP with no D: the softmax's backward subtracts D_i = Σ_j P_ij dP_ij from every dP_ij "
     "of row i, dS = P ∘ (dP − D)",
@@ -90,8 +90,8 @@ BACKWARD_MISTAKES = {
     "− P_ik Σ_j P_ij dP_ij, so D is subtracted",
     "scale √d": "scale = √d in place of 1/√d: S = QKᵀ/√d, so scale = 1/√d, and the chain rule multiplies dQ and "
     "dK by that same 1/√d",
-    "dq assigned": "dq_i is assigned (=) in each tile, not accumulated (+=): every key block adds its part to dq_i",
-    "dk, dv assigned": "dk_j and dv_j are assigned (=) in each tile, not accumulated (+=): every query block adds its part",
+    "dq assigned": "dQ_I is assigned (=) in each tile, not accumulated (+=): every key block adds its part to dQ_I",
+    "dk, dv assigned": "dK_J and dV_J are assigned (=) in each tile, not accumulated (+=): every query block adds its part",
 }
 
 
@@ -191,23 +191,35 @@ def backward_with_mistake(
 
 
 class _Watched(np.ndarray):
-    """An array that logs the shape of every array numpy derives from it (ufunc results, products, views) above a size."""
+    """An array that logs the shape of every array numpy derives from it (ufunc results, products, views) above a
+    size, and the length of every slice of its first axis with an explicit end (a loop's `q[i0 : i0 + Br]`)."""
 
     log: dict = {}
+    cuts: dict = {}  # first-axis length -> the longest explicit slice taken of it
     above = 0
 
     def __array_finalize__(self, obj):
         if self.size > _Watched.above:  # each shape once: the log stays small
             _Watched.log[self.shape] = None
 
+    def __getitem__(self, key):
+        first = key[0] if isinstance(key, tuple) and key else key
+        if isinstance(first, slice) and first.stop is not None and self.ndim:
+            n = self.shape[0]
+            taken = len(range(*first.indices(n)))  # q[0:2048] of 1024 rows takes 1024
+            _Watched.cuts[n] = max(_Watched.cuts.get(n, 0), taken)
+        return super().__getitem__(key)
 
-def arrays_formed(fn, *args, above: int = 0):
+
+def arrays_formed(fn, *args, above: int = 0, cuts: dict | None = None):
     """Run `fn(*args)` with its numpy array arguments watched; return `(shapes, peak_bytes)`.
 
     `shapes`: the distinct shapes, in the order first seen, of the arrays of more than `above` elements that
     numpy computed from a watched one (through ufuncs, `@`, views); `peak_bytes`: the peak of memory newly
     allocated during the call, from `tracemalloc` (numpy reports its allocations to it), which also sees arrays
-    made from scratch (`np.zeros((N, M))`). Taught in: notebooks/09_tiled_backward.ipynb
+    made from scratch (`np.zeros((N, M))`). A dict passed as `cuts` is filled with, for each first-axis length
+    that was sliced with an explicit end (`q[i0 : i0 + Br]`), the most elements one such slice took: the tile
+    sizes a loop used. Taught in: notebooks/09_tiled_backward.ipynb
     """
     args = [
         a.astype(float).view(_Watched) if isinstance(a, np.ndarray) else a for a in args
@@ -216,12 +228,14 @@ def arrays_formed(fn, *args, above: int = 0):
         tracemalloc.start()
     tracemalloc.reset_peak()
     base = tracemalloc.get_traced_memory()[0]
-    _Watched.log, _Watched.above = {}, above
+    _Watched.log, _Watched.cuts, _Watched.above = {}, {}, above
     try:
         fn(*args)
+        if cuts is not None:
+            cuts.update(_Watched.cuts)
         return list(_Watched.log), tracemalloc.get_traced_memory()[1] - base
     finally:
-        _Watched.log, _Watched.above = {}, 0
+        _Watched.log, _Watched.cuts, _Watched.above = {}, {}, 0
         if started:
             tracemalloc.stop()
 
@@ -241,7 +255,10 @@ def _formed_violation(fn, N, M, d, dv, Br, Bc, causal) -> str | None:
     """None when the tiled backward keeps to tiles on a large case; else what it formed, in words."""
     q, k, v, do, o, lse = _problem(N, M, d, dv, causal, seed=7)
     limit = max(N, M) * max(d, dv)  # the largest input or output
-    shapes, peak = arrays_formed(fn, q, k, v, o, lse, do, Br, Bc, causal)
+    cuts: dict = {}
+    shapes, peak = arrays_formed(fn, q, k, v, o, lse, do, Br, Bc, causal, cuts=cuts)
+    rows, keys = cuts.get(N), cuts.get(M)  # the longest slices of q's rows, of k's
+    oversized = _oversized(N, M, Br, Bc, rows, keys)
     sizes = {"N": N, "M": M, "Br": Br, "Bc": Bc, "d": d, "dv": dv}
     label = lambda shape: (
         "("
@@ -267,6 +284,13 @@ def _formed_violation(fn, N, M, d, dv, Br, Bc, causal) -> str | None:
             if M in s
             else "a block of keys against all N queries"
         )
+        if (
+            oversized
+        ):  # a loop, but its one tile was the whole problem (or a whole axis)
+            return (
+                f"{oversized}; so one tile, of shape {s} = {label(s)}, held {what}, {sizes_of}: "
+                f"{_OWN_SIZE}"
+            )
         return f"an array of shape {s} = {label(s)} was formed ({what}), {sizes_of}; {tiles}"
     row = next((s for s in shapes if _spans(s, M, (d, dv))), None)
     if row is not None:
@@ -274,6 +298,10 @@ def _formed_violation(fn, N, M, d, dv, Br, Bc, causal) -> str | None:
             f"an array of shape {row} = {label(row)} was formed (one query row against all M keys), "
             f"{sizes_of}: that loop has no tiles; {tiles}"
         )
+    if oversized:
+        if oversized.startswith("Br and Bc"):
+            return f"{oversized}, {sizes_of}: a tile is Br query rows by Bc keys"
+        return f"{oversized}, {sizes_of}: {_OWN_SIZE}; a tile is at most Br query rows by Bc keys"
     if shapes and (Br, Bc) not in shapes and (Bc, Br) not in shapes:
         strips = [s for s in shapes if tuple(x for x in s if x != 1) == (Bc,)]
         if strips:
@@ -289,6 +317,30 @@ def _formed_violation(fn, N, M, d, dv, Br, Bc, causal) -> str | None:
             f"{N * M / 2**21:.2f} MiB: an N × M array (S, P or a mask) was formed; form them a tile at a time"
         )
     return None
+
+
+def _oversized(N, M, Br, Bc, rows, keys) -> str | None:
+    """In words, how a loop's slices overran the block sizes: `rows` and `keys` are the longest slices it took
+    of the query rows and of the keys (None: not sliced); None when they keep to Br and Bc."""
+    if N == M:  # the two axes cannot be told apart: only the larger block size binds
+        rows = keys = max(rows or 0, keys or 0) or None
+        Br = Bc = max(Br, Bc)
+    if not ((rows or 0) > Br or (keys or 0) > Bc):
+        return None
+    if rows == Bc and keys == Br and Br != Bc:
+        return f"Br and Bc are swapped: your loop took query rows {rows} at a time and keys {keys}"
+    said = []
+    for n, size, got, what in ((N, Br, rows, "query rows"), (M, Bc, keys, "keys")):
+        if got is not None and got > size:
+            axis, block = ("N", "Br") if what == "query rows" else ("M", "Bc")
+            whole = f" (all {axis}: a tile larger than the problem)" if got == n else ""
+            said.append(f"{what} {got} at a time{whole} where {block} = {size}")
+    return "your loop's tiles are larger than its block sizes: it took " + " and ".join(
+        said
+    )
+
+
+_OWN_SIZE = "size each tile by the arguments Br and Bc, not by a size of your own"
 
 
 # ------------------------------------------------------------------------------------ the checks
@@ -399,8 +451,8 @@ def _error_hint(text: str, kind: str = "tiled") -> str:
                 "(N, M), dV = Pᵀ dO is (M, dv), dP = dO vᵀ is (N, M), dK = dSᵀ q is (M, d)"
             )
         return (
-            "shape: a matrix product's inner sizes differ, a missing or extra transpose: S_ij = Q_i K_jᵀ is (Br, Bc), "
-            "dV_j += P_ijᵀ dO_i is (Bc, dv), dK_j += dS_ijᵀ Q_i is (Bc, d)"
+            "shape: a matrix product's inner sizes differ, a missing or extra transpose: S_IJ = Q_I K_Jᵀ is (Br, Bc), "
+            "dV_J += P_IJᵀ dO_I is (Bc, dv), dK_J += dS_IJᵀ Q_I is (Bc, d)"
         )
     if "broadcast" in text:
         if kind == "standard":
@@ -409,7 +461,7 @@ def _error_hint(text: str, kind: str = "tiled") -> str:
                 "axis, [:, None], once (a sum with keepdims=True already has it)"
             )
         return (
-            "shape: a per-row vector (lse_i or D_i, shape (Br,)) met a (Br, Bc) tile: give it an axis, [:, None], once "
+            "shape: a per-row vector (lse_I or D_I, shape (Br,)) met a (Br, Bc) tile: give it an axis, [:, None], once "
             "(a sum with keepdims=True already has it; a second [:, None] makes it (Br, 1, 1))"
         )
     if kind == "standard":
@@ -663,9 +715,15 @@ def check_tiled_backward(
     `cases`: tuples `(N, M, d, dv, Br, Bc, causal)`, their arrays drawn afresh on each run (`seed` draws the same
     again). After the values agree, `large` (same form) is run
     on watched arrays (`arrays_formed`): forming an N×M array, or a block of rows against all M keys, fails,
-    and so does calling lab's backward or any torch op (tracemalloc does not see torch's memory; the exercise is
+    as do tiles larger than Br × Bc (named apart from an N×M array when the loop's one tile was the whole
+    problem; `large` must have Br < N and Bc < M), and so does calling lab's backward or any torch op (tracemalloc does not see torch's memory; the exercise is
     numpy's). Taught in: notebooks/09_tiled_backward.ipynb
     """
+    if len(large) != 7 or not (0 < large[4] < large[0] and 0 < large[5] < large[1]):
+        raise ValueError(
+            "large must be (N, M, d, dv, Br, Bc, causal) with Br < N and Bc < M, so that one tile "
+            f"is not the whole problem; got {large!r}"
+        )
     name = name or getattr(fn, "__name__", "your backward")
     _, seed = _fresh(seed)
     with noting_seed(seed):
@@ -953,7 +1011,7 @@ def check_row_sum(answer) -> None:
 def _p_tile_hint(got, s, lse, i0, i1, j0, j1) -> str:
     g, tile = np.asarray(got, dtype=float), s[i0:i1, j0:j1]
     if g.shape != tile.shape:
-        return f"shape: the tile is (Br, Bc) = ({i1 - i0}, {j1 - j0}): Q_i K_jᵀ, with lse_i[:, None] subtracted from each row"
+        return f"shape: the tile is (Br, Bc) = ({i1 - i0}, {j1 - j0}): Q_I K_Jᵀ, with lse_I[:, None] subtracted from each row"
     if not np.isfinite(g).all():
         return (
             f"inf or NaN with scores up to {tile.max():.0f}: e^S overflows past S ≈ 709 before lse can be divided "
@@ -989,7 +1047,7 @@ def _p_tile_hint(got, s, lse, i0, i1, j0, j1) -> str:
             np.exp(tile - lse[i0:i1, None].T)
             if tile.shape[0] == tile.shape[1]
             else None,
-            "lse_i is subtracted along the columns: it is one number per query row, lse_i[:, None]",
+            "lse_I is subtracted along the columns: it is one number per query row, lse_I[:, None]",
         ),
     ]
     for alt, text in known:

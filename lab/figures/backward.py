@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import math
-import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -233,7 +232,7 @@ def draw_training_memory(rows, ax=None) -> dict:
         "s-",
         base=2,
         color="#2a9d8f",
-        label="lab.FlashAttention (o, lse)",
+        label="lab.flash_attention_torch (o, lse)",
     )
     ax.loglog(Ns, p, ":", base=2, color="gray", label="P alone: N²·4 B")
     ax.set(
@@ -249,6 +248,20 @@ def draw_training_memory(rows, ax=None) -> dict:
         "flash_mib": fla.tolist(),
         "ratio_last": float(std[-1] / fla[-1]),
     }
+
+
+def _wrap_name(name: str, width: int = 16) -> str:
+    """`name` in lines of at most `width` characters, broken at spaces, or after a dot or an underscore
+    (`lab.flash_attention_torch`), a word longer than that being left whole."""
+    lines = []
+    while len(name) > width:
+        cut = max(name.rfind(c, 1, width + 1) for c in " ._")
+        if cut < 1:
+            break
+        keep = cut if name[cut] == " " else cut + 1
+        lines.append(name[:keep])
+        name = name[keep:].lstrip()
+    return "\n".join([*lines, name])
 
 
 def draw_backward_time(timings: dict, flop_ratios: dict | None = None, ax=None) -> dict:
@@ -267,7 +280,7 @@ def draw_backward_time(timings: dict, flop_ratios: dict | None = None, ax=None) 
         for n in names
     ]
     labels = [
-        f"{textwrap.fill(n, 16)}\n(FLOPs {f:g}×)" for n, f in zip(names, flop)
+        f"{_wrap_name(n)}\n(FLOPs {f:g}×)" for n, f in zip(names, flop)
     ]  # the FLOP ratio under the bar, where the measured label cannot overprint it
     ax.bar(labels, ratios, color=["#e76f51", "#2a9d8f", "#264653"][: len(names)])
     rounds = [timings[n].get("round_ratios") or [] for n in names]

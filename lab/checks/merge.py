@@ -917,6 +917,24 @@ def _passes(check, fn) -> bool:
     return "✓" in out.getvalue()
 
 
+def _chunk_output_passes(chunk_output, sub: str, rng, seed) -> bool:
+    """`chunk_output(q, k_c, v_c)` -> (o_c, lse_c) against attention on single chunks; prints the verdict of a failure."""
+    for i, (label, q, k_c, v_c) in enumerate(_chunk_cases(rng)):
+        where = f"{i} ({_shapes(q, k_c, v_c)}, {label})"
+        res = _attempt(sub, chunk_output, (q, k_c, v_c), where)
+        if res is _FAILED or not _judge(
+            sub,
+            where,
+            *res,
+            attention_reference(q, k_c, v_c),
+            ("o_c", "lse_c"),
+            lambda got, p: _chunk_hint(label, q, k_c, v_c, got, p),
+        ):
+            print(seed_note(seed), end="")
+            return False
+    return True
+
+
 def check_chunked_attention(
     fn,
     chunk_output,
@@ -935,19 +953,8 @@ def check_chunked_attention(
     name = name or getattr(fn, "__name__", "chunked_attention")
     sub = getattr(chunk_output, "__name__", "chunk_output")
     rng, seed = _fresh(seed)
-    for i, (label, q, k_c, v_c) in enumerate(_chunk_cases(rng)):
-        where = f"{i} ({_shapes(q, k_c, v_c)}, {label})"
-        res = _attempt(sub, chunk_output, (q, k_c, v_c), where)
-        if res is _FAILED or not _judge(
-            sub,
-            where,
-            *res,
-            attention_reference(q, k_c, v_c),
-            ("o_c", "lse_c"),
-            lambda got, p: _chunk_hint(label, q, k_c, v_c, got, p),
-        ):
-            print(seed_note(seed), end="")
-            return
+    if not _chunk_output_passes(chunk_output, sub, rng, seed):
+        return
     cases = _attention_cases(rng)
     for i, (label, q, k, v, chunk) in enumerate(cases):
         where = f"{i} ({_shapes(q, k, v)}, chunk_size={chunk}{', ' + label if label else ''})"
@@ -1214,19 +1221,8 @@ def check_shared_prefix(
     name = name or getattr(fn, "__name__", "shared_prefix_decode")
     sub = getattr(chunk_output, "__name__", "chunk_output")
     rng, seed = _fresh(seed)
-    for i, (label, q, k_c, v_c) in enumerate(_chunk_cases(rng)):
-        where = f"{i} ({_shapes(q, k_c, v_c)}, {label})"
-        res = _attempt(sub, chunk_output, (q, k_c, v_c), where)
-        if res is _FAILED or not _judge(
-            sub,
-            where,
-            *res,
-            attention_reference(q, k_c, v_c),
-            ("o_c", "lse_c"),
-            lambda got, p: _chunk_hint(label, q, k_c, v_c, got, p),
-        ):
-            print(seed_note(seed), end="")
-            return
+    if not _chunk_output_passes(chunk_output, sub, rng, seed):
+        return
     cases = _cascade_cases(rng)
     g = getattr(fn, "__globals__", {})
     uses = getattr(getattr(fn, "__code__", None), "co_names", ())

@@ -535,19 +535,21 @@ def _magic_constant(fn) -> float | None:
 
     Seen only as a literal (Python folds `2.0**52` into one); a constant built at run time goes unseen.
     """
+    for c in _code_constants(fn):
+        if isinstance(c, (int, float)) and not isinstance(c, bool) and abs(c) in _MAGIC:
+            return float(abs(c))
+    return None
+
+
+def _code_constants(fn):
+    """The constants of `fn`'s code and of the functions defined inside it, one by one."""
     stack = [getattr(fn, "__code__", None)]
     while stack:
-        code = stack.pop()
-        for c in getattr(code, "co_consts", ()):
+        for c in getattr(stack.pop(), "co_consts", ()):
             if isinstance(c, types.CodeType):
                 stack.append(c)
-            elif (
-                isinstance(c, (int, float))
-                and not isinstance(c, bool)
-                and abs(c) in _MAGIC
-            ):
-                return float(abs(c))
-    return None
+            else:
+                yield c
 
 
 def check_round_nearest_even(fn, *, name: str | None = None) -> None:
@@ -653,15 +655,10 @@ _RMS_CONSTANTS = (
 
 def _typed_constant(fn) -> float | None:
     """The first float literal of `fn`'s code (nested functions too) within 0.1% of 1/√24, √24 or 1/24, else None."""
-    stack = [getattr(fn, "__code__", None)]
-    while stack:
-        code = stack.pop()
-        for c in getattr(code, "co_consts", ()):
-            if isinstance(c, types.CodeType):
-                stack.append(c)
-            elif isinstance(c, float) and not c.is_integer():
-                if any(abs(abs(c) / k - 1) < 1e-3 for k in _RMS_CONSTANTS):
-                    return c
+    for c in _code_constants(fn):
+        if isinstance(c, float) and not c.is_integer():
+            if any(abs(abs(c) / k - 1) < 1e-3 for k in _RMS_CONSTANTS):
+                return c
     return None
 
 

@@ -931,3 +931,28 @@ def test_rms_delta_typed_in_or_sampled_is_refused(body, says):
     """The exercise asks for the derivation: the constant typed in, lab's rounding, a rounding of one's own
     and a Monte Carlo estimate (seeded or not) each fail with their own hint."""
     _fails(1, f"def rms_delta_uniform(t):\n    {body}\n", says)
+
+
+def test_rms_delta_written_with_whole_numbers_is_the_derivation_not_a_typed_constant():
+    """Python folds `1/24` and `24**-0.5` into one float of the code; read from the source they are a
+    formula, and pass. A decimal written out still fails."""
+    from lab.checks.precision import check_rms_delta_uniform
+
+    def folded_fraction(t):
+        return 2.0**-t * np.sqrt(1 / 24)
+
+    def folded_power(t):
+        return 2.0**-t * 24**-0.5
+
+    def typed(t):
+        return 2.0**-t * 0.2041241
+
+    for fn in (folded_fraction, folded_power):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            check_rms_delta_uniform(fn)
+        assert "✓" in out.getvalue() and "✗" not in out.getvalue(), out.getvalue()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        check_rms_delta_uniform(typed)
+    assert "holds the constant 0.204124" in out.getvalue()

@@ -314,3 +314,11 @@ def test_an_unreadable_copy_is_one_line_and_the_class_goes_on(tmp_path):
     )
     assert g.note.startswith("unreadable") and "\n" not in g.note
     assert {v.mark for v in g.verdicts.values()} == {"✗"}
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "learner").glob("*.ipynb")), ids=lambda p: p.stem
+)
+def test_no_learner_copy_holds_what_the_grader_counts_as_a_worked_solution(path):
+    """A learner copy the grader would refuse (a worked answer left in it) loses the class that notebook."""
+    assert grade.solution_cells(nbformat.read(path, as_version=4)) == 0

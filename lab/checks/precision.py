@@ -18,7 +18,11 @@ Taught in: notebooks/07_precision.ipynb
 from __future__ import annotations
 
 import builtins
+import inspect
+import io
 import sys
+import textwrap
+import tokenize
 import types
 
 import numpy as np
@@ -654,12 +658,39 @@ _RMS_CONSTANTS = (
 
 
 def _typed_constant(fn) -> float | None:
-    """The first float literal of `fn`'s code (nested functions too) within 0.1% of 1/√24, √24 or 1/24, else None."""
-    for c in _code_constants(fn):
+    """The first decimal number written in `fn` within 0.1% of 1/√24, √24 or 1/24, else None.
+
+    Read from the source, where it can be: Python folds `1/24` or `24**-0.5` into one constant of the
+    code, and a formula written with whole numbers is the derivation, not its value typed in. Without
+    a source (a function made by `exec`), the float constants of its code (nested functions too).
+    """
+    for c in _written_numbers(fn):
         if isinstance(c, float) and not c.is_integer():
             if any(abs(abs(c) / k - 1) < 1e-3 for k in _RMS_CONSTANTS):
                 return c
     return None
+
+
+def _written_numbers(fn) -> list:
+    """The decimal literals of `fn`'s source (0.2041, 4.9e0), or its code's constants if it has no source."""
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (OSError, TypeError, tokenize.TokenError, IndentationError, SyntaxError):
+        return list(_code_constants(fn))
+    numbers = []
+    for t in tokens:
+        text = t.string.lower().replace("_", "")
+        if (
+            t.type == tokenize.NUMBER
+            and ("." in text or "e" in text)
+            and "x" not in text
+        ):
+            try:
+                numbers.append(float(text))
+            except ValueError:  # a complex literal
+                pass
+    return numbers
 
 
 def check_rms_delta_uniform(

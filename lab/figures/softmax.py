@@ -174,7 +174,8 @@ def draw_online_trace(
     ax_m.set_ylabel("score")
     ax_m.set_title(
         f"Online softmax, n = {n}, Bc = {block}: "
-        f"{len(tr['block'])} blocks; max |online − safe| = {cmp['max_abs_diff']:.1e}",
+        f"{len(tr['block'])} block{'s' * (len(tr['block']) > 1)}; "
+        f"max |online − safe| = {cmp['max_abs_diff']:.1e}",
         pad=26,  # the legend sits between the title and the plot, on none of the dots
     )
     ax_m.legend(

@@ -58,7 +58,7 @@ def softmax_overflow(s: int = 100) -> ipywidgets.interactive:
 
 def _trace_summary(r: dict) -> str:
     return (
-        f"block = {r['block']}, shift = {r['shift']:g}, scale = {r['scale']:g}: {len(r['trace']['block'])} blocks, "
+        f"block = {r['block']}, shift = {r['shift']:g}, scale = {r['scale']:g}: {len(r['trace']['block'])} block{'s' * (len(r['trace']['block']) > 1)}, "
         f"{r['rescales']} rescales; final m = {r['m']:.3f}, l = {r['l']:.4f}; "
         f"max |online − safe| = {measured(r['max_abs_diff'])}  (< 1e-12: {r['max_abs_diff'] < 1e-12})"
     )

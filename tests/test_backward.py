@@ -334,8 +334,20 @@ def test_figures_return_their_numbers():
     plt.close("all")
 
 
-def test_backward_tiles_slider_updates_result():
+def test_backward_tiles_slider_starts_at_the_static_figures_setting():
     w = lab.widgets.backward_tiles()
+    r = w.result
+    assert (r["N"], r["M"], r["block_q"], r["block_k"], r["causal"]) == (
+        192,
+        256,
+        48,
+        64,
+        True,
+    )
+
+
+def test_backward_tiles_slider_updates_result():
+    w = lab.widgets.backward_tiles(N=256, block_q=64, M=None)
     controls = {c.description: c for c in w.children[:-1]}
     assert w.result["N"] == 256 and w.result["causal"]
     assert (

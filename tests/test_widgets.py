@@ -160,12 +160,15 @@ def test_a_reused_figure_after_many_settings_draws_what_a_fresh_one_draws(name):
     assert differs < 0.002, f"{differs:.2%} of the pixels differ"
 
 
-def test_nice_ceiling_takes_one_two_or_five_times_a_power_of_ten():
+def test_nice_ceiling_takes_four_steps_a_decade_and_leaves_under_half_empty():
     from lab.widgets import nice_ceiling
 
     assert [
-        nice_ceiling(x) for x in (0.16, 2.3, 5.0, 7.0, 1e-3, 10.0)
-    ] == pytest.approx([0.2, 5.0, 5.0, 10.0, 1e-3, 10.0])
+        nice_ceiling(x) for x in (0.16, 2.3, 5.0, 7.0, 1e-3, 10.0, 21.0, 8.1)
+    ] == pytest.approx([0.2, 2.5, 5.0, 10.0, 1e-3, 10.0, 25.0, 10.0])
+    x = np.geomspace(1e-3, 1e3, 2001)
+    tops = np.array([nice_ceiling(v) for v in x])
+    assert (tops >= x * (1 - 1e-9)).all() and (x / tops > 1 / 2 - 1e-9).all()
 
 
 def test_io_traffic_limits_hold_every_setting_of_their_frame():

@@ -288,11 +288,17 @@ def _round_axes_out(ax) -> None:
             set_(*round_out(lo, hi, axis.get_major_locator()))
 
 
+_NICE_STEPS = (1, 2, 2.5, 5, 10)
+
+
 def nice_ceiling(x: float) -> float:
-    """The least of 1, 2 and 5 times a power of ten at or above `x` > 0 (a value axis from 0 takes
-    one of three heights a decade, so that settings near each other share a frame)."""
+    """The least of 1, 2, 2.5 and 5 times a power of ten at or above `x` > 0.
+
+    A value axis from 0 takes one of four heights a decade, so that settings near each other share a
+    frame (2.5: a top just past 20 gets 25, not 50).
+    """
     power = 10.0 ** np.floor(np.log10(x))
-    for m in (1, 2, 5, 10):
+    for m in _NICE_STEPS:
         if m * power >= x * (1 - 1e-9):
             return float(m * power)
     return float(10 * power)

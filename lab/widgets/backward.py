@@ -26,13 +26,13 @@ def _summary(r: dict) -> str:
 
 
 def backward_tiles(
-    N: int = 256,
-    block_q: int = 64,
+    N: int = 192,
+    block_q: int = 48,
     block_k: int = 64,
     causal: bool = True,
-    M: int | None = None,
+    M: int | None = 256,
 ) -> ipywidgets.interactive:
-    """Sliders over N, M (default N), Br, Bc and causal; `.result` holds the tile counts, the bytes kept and the
+    """Sliders over N, M (None: N), Br, Bc and causal, starting at the static figure's setting; `.result` holds the tile counts, the bytes kept and the
     tiled backward's error.
 
     The tiled backward is checked against the standard one on `checked_N` = min(N, max(32, Br + Bc))

@@ -63,7 +63,16 @@ def p_format_explorer(
             continuous_update=False,
         ),
         spread=ipywidgets.SelectionSlider(
-            options=[1.0, 2.0, 4.0, 8.0, 16.0, 30.0],
+            options=[
+                1.0,
+                2.0,
+                3.0,
+                4.0,
+                8.0,
+                10.0,
+                16.0,
+                30.0,
+            ],  # with the heat map's 3 and 10
             value=spread,
             description="std(s)",
             continuous_update=False,

@@ -1156,3 +1156,52 @@ def test_exercise_4_names_an_empty_round_at_c_1():
         "return [], no rounds",
     )
     assert "sequential chain" not in out
+
+
+ALIASED_CASCADE = """
+co = chunk_output  # an alias made in the notebook
+def shared_prefix_decode(q, k_pre, v_pre, suffixes, merge=merge_pair):
+    o, lse = co(q, k_pre, v_pre)
+    for s, (k_s, v_s) in enumerate(suffixes):
+        if len(k_s):
+            r = slice(s, s + 1)
+            part = (lambda f: f(q[r], k_s, v_s))(chunk_output)  # passed as an argument
+            o[r], lse[r] = merge((o[r], lse[r]), part)
+    return o, lse
+"""
+
+
+def test_exercise_3_follows_its_functions_through_aliases_and_arguments():
+    """The calls are traced by the function's code, not read from names: an alias passes."""
+    out = run_check(EX[3], GOOD_CHUNK + ALIASED_CASCADE)
+    assert out.count("✓") == 1 and "✗" not in out and "never" not in out, out
+
+
+def test_exercise_3_blames_exercise_1s_merge_reached_by_an_alias():
+    wrong_pair = (
+        "def merge_pair(x, y):\n    lse = np.maximum(x[1], y[1])\n"
+        "    return np.where((x[1] >= y[1])[:, None], x[0], y[0]), lse\n"
+    )
+    _fails(
+        3,
+        wrong_pair + GOOD_CHUNK + ALIASED_CASCADE,
+        "shared_prefix_decode: ✗",
+        "does not pass exercise 1's check yet",
+    )
+
+
+def test_exercise_3_catches_a_missing_merge_behind_an_alias():
+    """chunk_output reached through an alias, the suffix's pair computed and dropped: no merge."""
+    no_merge = ALIASED_CASCADE.replace(
+        "o[r], lse[r] = merge((o[r], lse[r]), part)", "_ = part"
+    )
+    _fails(3, GOOD_CHUNK + no_merge, "the suffix's pair never entered the merge")
+
+
+def test_exercise_3_an_alias_never_called_is_still_never_called():
+    """A suffix that never reaches chunk_output, however it is named, is caught."""
+    skip = ALIASED_CASCADE.replace(
+        "part = (lambda f: f(q[r], k_s, v_s))(chunk_output)",
+        "part = lab.attention_reference(q[r], k_s, v_s)",
+    )
+    _fails(3, GOOD_CHUNK + skip, "calls lab.attention_reference")

@@ -64,10 +64,9 @@ def draw_merge_orders(
             layout="tight",
         )
     ax, bx = axes
-    # chunk c's colour in both panels: tab20's ten dark colours first, then its ten light ones
-    colour = [
-        plt.get_cmap("tab20")((2 * c) % 20 + (c // 10) % 2) for c in range(splits)
-    ]
+    # neighbouring chunks in two contrasting tones, told apart on a projector at any
+    # count; which chunk is which is its label c0, c1, ..., written in both panels
+    colour = [("tab:blue", "tab:orange")[c % 2] for c in range(splits)]
     s = (k @ q[0]) / np.sqrt(d)
     ax.plot(s, ".", ms=1.5, color="0.55")
     upright = (
@@ -93,19 +92,19 @@ def draw_merge_orders(
         ax.text(
             (j0 + j1) / 2,
             s.max() * 1.08,
-            f"{w[c]:.2f}",
+            f"c{c}\n{w[c]:.2f}" if flat else f"c{c} {w[c]:.2f}",
             ha="center",
             va="baseline" if flat else "bottom",
             fontsize=9 if flat else 7,
             rotation=0 if flat else 90,
         )
-    ax.set_ylim(s.min() * 1.1, s.max() * 1.45)
+    ax.set_ylim(s.min() * 1.1, s.max() * 1.75)
     unlabelled = f"; {narrow} narrow unlabelled" if narrow else ""
     ax.set(
         xlabel="key index j",
         ylabel="score s_j",
         title=(f"{splits} random chunks" if splits > 1 else "1 chunk")
-        + f"; numbers: each chunk's share of the softmax mass (sum {w.sum():.3f})"
+        + f"; under each label c: the chunk's share of the softmax mass (sum {w.sum():.3f})"
         + unlabelled,
     )
     depth = _draw_merge_tree(bx, splits, order, seed, colour)
@@ -168,7 +167,7 @@ def _draw_merge_tree(bx, splits: int, order: str, seed: int, colour) -> int:
             va="top",
             fontsize=9 if splits <= 16 else 7,
         )
-    bx.set_xlabel("chunk (in the colour of its keys above)", labelpad=16)
+    bx.set_xlabel("chunk (labelled as above)", labelpad=16)
     bx.set_ylabel("merge depth", labelpad=18)
     return int(depth)
 

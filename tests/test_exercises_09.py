@@ -111,24 +111,55 @@ def test_the_derivations_come_after_the_checks():
 
 
 def test_the_tiled_notebook_shows_the_formulas_after_its_check():
-    """Part 2 recalls only what makes the backward tileable before Exercise 2; part 1's formulas and
-    the tile updates are revealed after the check, and the symbols sit on one card at the top."""
+    """Part 2 recalls only what makes the backward tileable before Exercise 2, whose text gives part 1's
+    backward entry by entry (the invariants it derives from); the tile updates, in code names or in
+    blocks, come only after the check; D_i is defined where it first appears, and the symbols sit on
+    one card at the top."""
     nb = nbformat.read(ROOT / "notebooks" / f"{NAME2}.ipynb", as_version=4)
     src = [c.source for c in nb.cells]
     check_at = next(i for i, s in enumerate(src) if "check_tiled_backward(" in s)
-    formulas = (
-        "dP - D",
-        "P^\\top dO",
-        "dO\\,V^\\top",
-        "dS\\,K",
-    )  # D is the stub's given
-    shown = [i for i, s in enumerate(src) if any(f in s for f in formulas)]
+    exercise = next(i for i, s in enumerate(src) if s.startswith("### Exercise 2"))
+    tile_rules = (
+        "P_{IJ}^\\top dO_I",
+        "dO_I V_J^\\top",
+        "dS_{IJ} K_J",
+        "dS_{IJ}^\\top Q_I",
+        "dS_IJ K_J",
+        "dS_IJᵀ Q_I",
+    )
+    solution = next(
+        i for i, s in enumerate(src) if "a worked solution, key blocks" in s
+    )
+    shown = [
+        i
+        for i, s in enumerate(src)
+        if i != solution and any(f in s for f in tile_rules)
+    ]
     assert shown and min(shown) > check_at, shown
+    given = [i for i, s in enumerate(src) if "dS_{ij} = P_{ij}" in s]
+    assert given and exercise < min(given) < check_at, (
+        given
+    )  # the invariants, in the text
+    first_d = next(i for i, s in enumerate(src) if "D_i" in s)
+    assert "rowsum}(dO_i" in src[first_d] and "P_{ij}\\,dP_{ij}" in src[first_d]
     card = next(i for i, s in enumerate(src) if s.startswith("**Symbols.**"))
-    assert card < 4 and "capitals for a block" in src[card]
+    assert card == first_d and card < 4 and "capitals for a block" in src[card]
     assert not any(
         "lab.FlashAttention" in s for s in src
     )  # one name for the torch kernel
+
+
+def test_the_kept_ratio_names_what_standard_attention_keeps():
+    """scale·q is said where it first appears: the forward's new array, the left factor of
+    (scale·q) kᵀ, which the backward needs for dK; the cell under the figure reads as the formula."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME2}.ipynb", as_version=4)
+    src = [c.source for c in nb.cells]
+    first = next(
+        i for i, s in enumerate(src) if "scale}\\cdot q" in s or "scale·q" in s
+    )
+    assert "left factor" in src[first] and "for $dK$" in src[first], src[first]
+    cell = next(s for s in src if "def kept(" in s)
+    assert "P (N × M) and scale·q (N × d)" in cell and "o (N × d) and lse (N,)" in cell
 
 
 def test_a_causal_case_puts_rows_with_and_without_keys_in_one_query_block():

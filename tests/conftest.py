@@ -1,4 +1,9 @@
+import itertools
+import zlib
+
 import matplotlib
+import numpy as np
+import pytest
 
 # Library tests draw off screen. (Not through MPLBACKEND: nbval's kernels would inherit it.)
 matplotlib.use("Agg")
@@ -20,8 +25,6 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    import pytest
-
     if config.getoption("--installed"):
         return
     skip = pytest.mark.skip(
@@ -30,3 +33,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "installed" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _checks_draw_per_test(request, monkeypatch):
+    """The checks draw fresh cases from `np.random.SeedSequence()` (a new seed each run, for a learner). In the
+    tests each draw's entropy comes from the test's id and a counter instead: a planted mistake meets the same
+    cases every run, so a test cannot pass on one run and fail on the next; successive draws still differ."""
+    base, count = zlib.crc32(request.node.nodeid.encode()), itertools.count()
+
+    class PerTest(np.random.SeedSequence):
+        def __init__(self, entropy=None, **kwargs):
+            super().__init__(
+                base + next(count) if entropy is None else entropy, **kwargs
+            )
+
+    monkeypatch.setattr(np.random, "SeedSequence", PerTest)

@@ -979,6 +979,20 @@ def test_exercise_1_planted_mistakes(case):
     _fails(1, text, *says)
 
 
+@pytest.mark.parametrize("seed", [284494, 906176])
+def test_exercise_1_tells_the_average_added_from_the_block_divided_where_they_agree_to_1e5(
+    seed,
+):
+    """At these seeds α·l is tiny against the block's Σ e^(s_b - m'), so the two mistakes agree to 1e-5: the
+    hint is the one the function equals to the check's own tolerance."""
+    ns = {"np": np}
+    exec(WRONG_STEP["the block's average added"][0], ns)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        checks.check_normalized_step(ns["normalized_step"], seed=seed)
+    assert "added as an average" in out.getvalue(), out.getvalue()
+
+
 def test_exercise_1_accepts_the_step_written_from_acc():
     text = """
         def normalized_step(m, l, o, s_b, v_b):

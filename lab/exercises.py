@@ -12,6 +12,7 @@ Taught in: the exercises at the end of every notebook.
 
 from __future__ import annotations
 
+import functools
 import linecache
 import pathlib
 import sysconfig
@@ -93,14 +94,21 @@ _NOT_YOURS = tuple(
 )
 
 
+@functools.lru_cache(maxsize=4096)
+def not_yours(filename: str) -> bool:
+    """True when `filename` is lab's, an installed library's or Python's own, compared by its real path (a venv or
+    home reached through a symbolic link names the same files by another path); "<...>" names (cells) are yours."""
+    if filename.startswith("<"):
+        return False
+    return str(pathlib.Path(filename).resolve()).startswith(_NOT_YOURS)
+
+
 def raised_at(exc: BaseException) -> str:
     """Where in the learner's code `exc` was raised: " (line 3 of your code: `return e / s`)", the innermost frame
     outside lab, numpy and Python's own library; "" when there is none (lab raised it, given bad input)."""
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
         name = frame.filename
-        if not name.startswith("<") and str(pathlib.Path(name).resolve()).startswith(
-            _NOT_YOURS
-        ):
+        if not_yours(name):
             continue
         text = (frame.line or linecache.getline(name, frame.lineno)).strip()
         return f" (line {frame.lineno} of your code" + (f": `{text}`)" if text else ")")

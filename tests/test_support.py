@@ -204,3 +204,31 @@ def test_torch_imported_inside_an_answer_is_named_torch_not_another_process():
     )
     assert out.returncode == 0, out.stderr
     assert "torch" in out.stdout and "another process" not in out.stdout, out.stdout
+
+
+def test_a_library_reached_through_a_symbolic_link_is_not_the_learners(tmp_path):
+    """A venv reached through a link (Homebrew's opt/ → Cellar/, a linked home) names its files by the link's path:
+    the kernel's own threads running there are a library's, not the learner's code handing work away."""
+    import pathlib
+    import threading
+
+    from lab.checks._support import _watching
+    from lab.exercises import not_yours
+
+    link = tmp_path / "venv"
+    link.symlink_to(pathlib.Path(lab.__file__).parent, target_is_directory=True)
+    name = str(link / "kernel_thread.py")
+    assert not_yours(name) and not not_yours("<cell 3>")
+    assert not not_yours(str(tmp_path / "mine.py"))
+    scope: dict = {}
+    exec(compile("def idle(stop):\n    stop.wait(5)\n", name, "exec"), scope)
+    stop = threading.Event()
+    thread = threading.Thread(target=scope["idle"], args=(stop,))
+    thread.start()
+    try:
+        with _watching(()) as seen:
+            pass
+    finally:
+        stop.set()
+        thread.join()
+    assert "another thread" not in seen

@@ -14,7 +14,7 @@ import threading
 
 import numpy as np
 
-from ..exercises import _NOT_YOURS, diagnose
+from ..exercises import diagnose, not_yours
 
 
 def _same(got, wrong, case=None) -> bool:
@@ -229,8 +229,7 @@ _FRAME_READERS = {"stack", "currentframe", "getouterframes", "trace", "getinnerf
 
 def _theirs(frame) -> bool:
     """True when `frame` runs the learner's code (a notebook cell, their own file), not lab's, a library's or Python's."""
-    name = frame.f_code.co_filename
-    return name.startswith("<") or not name.startswith(_NOT_YOURS)
+    return not not_yours(frame.f_code.co_filename)
 
 
 def _evasion(frame, fn) -> str | None:

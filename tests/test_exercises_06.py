@@ -1059,10 +1059,20 @@ def test_split_k_stub_and_failure_name_the_seed(capsys):
     assert "seed=4" in capsys.readouterr().out
 
 
-def test_split_k_count_cell_counts_the_learners_partials():
-    """The cell after the check counts w·Br·(d_v + 2) values from the partials, the course's model."""
+def test_split_k_count_cell_counts_the_learners_partials(capsys):
+    """The cell after the check counts Br·(d_v + 2) values a warp and w·Br·(d_v + 2) in all from the learner's
+    partials, and prints the course's model beside them; without a solution it says so and still runs."""
     ex = EX[4]  # its `before` holds exercise 3's cells, the count cell among them
-    assert any("handed = sum(np.size(x)" in src for src in ex.before)
+    cell = next(src for src in ex.before if "per_warp = [sum(np.size(x)" in src)
+    for answer, says in (
+        (EX[3].solution, "each warp writes: [4224, 4224, 4224, 4224]; all 4: 16896"),
+        (EX[3].stub, "split_k_tile is not written yet"),
+    ):
+        ns = {"np": np, "lab": lab}
+        exec(compile(answer, "<answer>", "exec"), ns)
+        exec(compile(cell, "<count>", "exec"), ns)
+        out = capsys.readouterr().out
+        assert says in out and "the course's model: 4224 a warp, 16896 for all 4" in out
     assert (
         lab.warp_split_exchange(64, 64, 64, warps=4, split="K")["written"] // 4
         == 4 * 64 * 66
@@ -1251,3 +1261,85 @@ def test_keys_outer_state_not_written_back_is_named(x):
     keep = {"l": "m[rows] = m_new", "m": "l[rows] = l_new"}[x]
     src = _keys_outer({"m[rows], l[rows] = m_new, l_new": keep})
     _fails(6, src, f"hint: {x} is never written back to HBM")
+
+
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        (
+            """
+            with lab.trace.record() as rec:
+                q = np.zeros((N, d), np.float32)
+                lab.flash_attention_numpy(q, q, q, block_q=B, block_k=B, causal=True)
+            return rec.op_counts["mul"] + rec.op_counts["div"]
+            """,
+            "calls lab.trace.record",
+        ),
+        (
+            """
+            from lab.tiling import flop_split as split
+            s = split(N, d=d, block_q=B, block_k=B, causal=True, variant="fa2")
+            return s["mul"] + s["div"]
+            """,
+            "calls lab.",
+        ),
+        (
+            """
+            from lab.kernels.rung3_numpy_fa2 import flash_attention_numpy as run
+            with lab.trace.record() as rec:
+                q = np.zeros((N, d), np.float32)
+                run(q, q, q, block_q=B, block_k=B, causal=True)
+            return rec.op_counts["mul"] + rec.op_counts["div"]
+            """,
+            "calls lab.",
+        ),
+    ],
+)
+def test_causal_fa2_ops_through_lab_trace_or_a_kernel_is_refused(body, says):
+    """Exercise 5 is to count: lab's instrument, its kernels and its counts are refused."""
+    lines = "\n".join("    " + x for x in source(body).splitlines())
+    _fails(5, f"def causal_fa2_ops(N, d, B):\n{lines}\n", says)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {  # the whole of S, once, then sliced tile by tile
+            "    for j0 in range(0, len(k), Bc):  # key blocks outside\n": (
+                "    S = q @ k.T / np.sqrt(q.shape[1])\n"
+                "    for j0 in range(0, len(k), Bc):  # key blocks outside\n"
+            ),
+            "s = q[rows] @ k[j0 : j0 + Bc].T / np.sqrt(q.shape[1])": (
+                "s = S[rows, j0 : j0 + Bc]"
+            ),
+        },
+        {  # one key block's column of S for every query
+            "s = q[rows] @ k[j0 : j0 + Bc].T / np.sqrt(q.shape[1])": (
+                "s = (q @ k[j0 : j0 + Bc].T / np.sqrt(q.shape[1]))[rows]"
+            ),
+        },
+        {  # one query block's row of S, against every key
+            "s = q[rows] @ k[j0 : j0 + Bc].T / np.sqrt(q.shape[1])": (
+                "s = (q[rows] @ k.T / np.sqrt(q.shape[1]))[:, j0 : j0 + Bc]"
+            ),
+        },
+    ],
+)
+def test_keys_outer_holding_more_scores_than_one_tile_is_refused(change):
+    """Right values, right order of reads and writes, but more of S at once than one Br × Bc tile."""
+    _fails(6, _keys_outer(change), "array of scores, where one tile holds Br × Bc")
+
+
+def test_keys_outer_scaling_q_once_is_not_a_score_array():
+    src = _keys_outer(
+        {
+            "    for j0 in range(0, len(k), Bc):  # key blocks outside\n": (
+                "    q = q / np.sqrt(q.shape[1])\n"
+                "    for j0 in range(0, len(k), Bc):  # key blocks outside\n"
+            ),
+            "s = q[rows] @ k[j0 : j0 + Bc].T / np.sqrt(q.shape[1])": (
+                "s = q[rows] @ k[j0 : j0 + Bc].T"
+            ),
+        }
+    )
+    assert run_check(EX[6], src) == PASSED[6]

@@ -17,7 +17,7 @@ its divides).
   exponential alone takes more than `share`. An answer that also charges the exponential's multiply by
   $\\log_2 e$ as one FP32 FLOP (one fewer FLOP per score) is accepted, and the pass line says so.
 - `check_causal_fa2_ops`       : FA2's multiplies plus divides, causal, $N = M$, $B_r = B_c = B$, against
-  `lab.flash_counts` (which the answer may not run); names the classic miscounts (every tile, the diagonal left
+  `lab.flash_counts` (which the answer may not run, nor `lab.trace.record` or lab's kernels); names the classic miscounts (every tile, the diagonal left
   out, full last block). Both warm-ups add cases drawn afresh on each run to their fixed ones.
 - `check_fa1_block`, `check_fa2_block` : one query block against the float64 reference, $(o, m, l)$ and
   $(o, lse)$, on a short last key block, on very large and very negative scores and on a key block near +400
@@ -30,7 +30,8 @@ its divides).
 - `check_fa1_keys_outer`       : FA1's loop order on whole q, k, v: `O`, `m`, `l` handed over as `HBM` arrays that
   log every block read and written; the values against the reference (a key block near +400 before blocks near
   -400 among the cases), then the log: key blocks outside, each query block's state written once per key block
-  and read back before each update. Hints name the query blocks outside, a state written once per query block,
+  and read back before each update; q, k, v watched, so that no array of scores is larger than one Br × Bc tile
+  (all of S, or one block row or column of it, formed at once). Hints name the query blocks outside, a state written once per query block,
   an `O` kept on chip. `hbm_record` runs a loop on such arrays and returns their log.
 
 Taught in: notebooks/06_flashattention2.ipynb
@@ -251,7 +252,7 @@ def check_causal_fa2_ops(
     """Check `fn(N, d, B)`: FA2's multiplies plus divides, one head, causal, N = M, Br = Bc = B, against `flash_counts`.
 
     Five fixed cases, then four drawn afresh on each run (`seed` draws the same again); an answer that runs
-    `lab.flash_counts` (by any name) is refused. Taught in: notebooks/06_flashattention2.ipynb
+    `lab.flash_counts`, `lab.trace.record` or one of lab's kernels (by any name) is refused. Taught in: notebooks/06_flashattention2.ipynb
     """
     rng, seed = _fresh(seed)
     cases = [
@@ -276,7 +277,7 @@ def check_causal_fa2_ops(
         rtol=0,
         atol=0,
         hint=_causal_hint,
-        properties=(_own_work("flash_counts"),),
+        properties=(_own_work(*_COUNTERS),),
         seed=seed,
     )
 
@@ -695,6 +696,17 @@ _COURSE = (  # lab's attention, whole or tiled: calling one proves nothing about
     "attention_row_one_pass",
 )
 _EXPS = ("exp", "exp2", "expm1")
+_COUNTERS = (
+    (  # lab's counts and the kernels that count into lab.trace: the answer to exercise 5
+        "flash_counts",
+        "flop_split",
+        "trace.record",
+        "trace.Recorder",
+        "kernels.rung2_numpy_fa1.fa1_forward",
+        "kernels.rung3_numpy_fa2.fa2_forward",
+    )
+    + _COURSE
+)
 
 
 def _tiles(log, q_i, k, v, Bc) -> str | None:
@@ -1295,23 +1307,57 @@ def _keys_outer_hint(log, got_O, q, k, v, Br: int, Bc: int) -> str | None:
     return None
 
 
+def _sourced(arrays, log) -> tuple:
+    """`arrays` watched into `log`, each its own first entry, so that a result's sources say which it came from."""
+    out = []
+    for name, a in zip("qkv", arrays):
+        w = _watched(a, log)
+        log.append((name, np.array(a, dtype=float), frozenset({len(log)})))
+        w.src = log[-1][2]
+        out.append(w)
+    return tuple(out)
+
+
+def _one_tile(log, Br: int, Bc: int, dv: int) -> str | None:
+    """None when every 2-D array computed from both q and k (entries 0 and 1 of `log`) fits in one tile, at most
+    Br rows (or keys) by Bc keys (or rows); a block of output rows, (<= Br, d_v), is not scores."""
+    big = [
+        a.shape
+        for _, a, src in log[3:]
+        if a.ndim == 2
+        and {0, 1} <= src
+        and not (a.shape[1] == dv and a.shape[0] <= Br)
+        and (min(a.shape) > min(Br, Bc) or max(a.shape) > max(Br, Bc))
+    ]
+    if not big:
+        return None
+    return (
+        f"your loop formed a {big[0]} array of scores, where one tile holds Br × Bc = {Br} × {Bc}: the "
+        "kernel never holds S, not even one block row of it; compute S_ij = q_i K_jᵀ / √d for one query "
+        "block and one key block at a time"
+    )
+
+
 def check_fa1_keys_outer(
     fn, *, name: str | None = None, seed: int | None = None
 ) -> None:
     """Check `fn(q, k, v, Br, Bc, hbm)`, FA1's loop order: O, m, l in `hbm` (`HBM` arrays) end as the output, row
     max and row sum; key blocks outside, each query block's O, m and l read from HBM and written back at every key
-    block; lab's attention and torch refused. Taught in: notebooks/06_flashattention2.ipynb"""
+    block; no array of scores larger than one Br × Bc tile; lab's attention and torch refused.
+    Taught in: notebooks/06_flashattention2.ipynb"""
     name = name or getattr(fn, "__name__", "your function")
     _, seed = _fresh(seed)
     cases = _keys_outer_cases(seed)
     for i, (label, q, k, v, Br, Bc) in enumerate(cases):
         hbm, log = _hbm(len(q), v.shape[1])
+        seen = _Log()
+        given = _sourced((q, k, v), seen)
         try:
             with (
                 np.errstate(all="ignore"),
                 _watching(_COURSE, numpy_only=True) as called,
             ):
-                fn(q.copy(), k.copy(), v.copy(), Br, Bc, hbm)
+                fn(*given, Br, Bc, hbm)
         except NotImplementedError:
             print(_NOT_YET.format(name))
             return
@@ -1334,6 +1380,7 @@ def check_fa1_keys_outer(
                 ),
                 None,
             )
+            or _one_tile(seen, Br, Bc, v.shape[1])
         )
         if problem is not None:
             print(f"{name}: ✗ case {i} ({label}): {problem}")

@@ -288,8 +288,8 @@ def draw_warp_split(
             ("FlashAttention, split-K" if split == "K" else "FlashAttention-2, split-Q")
             + f"\neach warp: {e['per_warp_keys']} keys × {e['per_warp_rows']} rows\n"
             + (
-                f"{w} partial outputs summed in shared memory\n({e['written'] / 1024:,.1f} KiB written, "
-                f"{e['read'] / 1024:,.1f} KiB read per tile)"
+                f"{w} partial states merged through shared memory\n"
+                f"({e['written'] / 1e3:,.1f} kB written, {e['read'] / 1e3:,.1f} kB read per tile)"
                 if split == "K"
                 else "each warp owns its output rows\n(nothing exchanged)"
             ),

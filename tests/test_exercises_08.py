@@ -183,28 +183,6 @@ def test_roofline_mistakes(source, diagnosis):
             "    return np.asarray(roof(np.asarray(intensity, dtype=float), peak, bandwidth))\n",
             "calls lab.attainable_flops",
         ),
-        (
-            3,
-            "import lab.tiling as t\n"
-            "def tile_steps(N, M, Br, Bc, causal):\n"
-            "    return t.tile_counts(N, M, Br, Bc, causal)['computed']\n",
-            "calls lab.tile_counts",
-        ),
-        (
-            3,
-            "import lab\n"
-            "def tile_steps(N, M, Br, Bc, causal):\n"
-            "    return int((lab.triton_tile_kinds(N, M, Br, Bc, causal) > 0).sum())\n",
-            "calls lab.triton_tile_kinds",
-        ),
-        (
-            3,
-            "import lab\n"
-            "def tile_steps(N, M, Br, Bc, causal):\n"
-            "    t = lab.block_mask(None, 1, 1, N, M, Br, Bc, causal=causal)\n"
-            "    return int((t.kind[0, 0] > 0).sum())\n",
-            "calls lab.block_mask",
-        ),
     ],
 )
 def test_labs_own_answer_under_another_name_is_refused(number, source, says):
@@ -226,10 +204,9 @@ def test_a_table_of_the_fixed_cases_fails_on_a_drawn_one():
             (17, 17, 1, 1, True),
         ]
     }
-    out = run_check(
-        EX[3],
-        "def tile_steps(N, M, Br, Bc, causal):\n    return TABLE.get((N, M, Br, Bc, causal), 0)\n",
-        extra={"TABLE": table},
+    out = _say(
+        ct.check_causal_tile_steps,
+        lambda N, M, Br, Bc, causal: table.get((N, M, Br, Bc, causal), 0),
     )
     assert_fails(out, "seed")
     assert re.search(r"✗ case (8|9|10|11) ", out), out
@@ -260,59 +237,98 @@ def test_roofline_spec_asks_for_no_loop_the_check_cannot_see():
     )
 
 
+# ------------------------------------------------------------- the tile-step check (no longer an exercise here)
+
+TILE_STEPS = """
+def tile_steps(N, M, Br, Bc, causal):
+    steps = 0
+    for i0 in range(0, N, Br):
+        last_row = min(i0 + Br, N) - 1
+        visible = (M if not causal else max(0, min(M, last_row + 1 + M - N)))
+        steps += -(-visible // Bc)
+    return steps
+"""
+
+
+def _tile_check(source):
+    """What `lab.checks.hardware.check_causal_tile_steps` prints for the `tile_steps` that `source` defines."""
+    ns = {}
+    exec(compile(source, "<tile_steps>", "exec"), ns)
+    return _say(ct.check_causal_tile_steps, ns["tile_steps"])
+
+
 # ---------------------------------------------------------------------------------------- exercise 3
 
 
 @pytest.mark.parametrize(
     "edits, diagnosis",
     [
-        ([("last_row + 1 + M - N", "last_row + 1")], "aligned top-left"),
+        ([("math.ceil(excess)", "math.floor(excess)")], "one call short"),
+        ([("math.ceil(excess)", "math.ceil(excess) + 1")], "already bring the mean"),
+        ([("max(1, math.ceil(excess))", "math.ceil(excess)")], "at least one call"),
         (
-            [("last_row + 1 + M - N", "i0 + 1 + M - N")],
-            "decided by each block's first row",
+            [("(cold - warm) / (tolerance * warm)", "cold / (tolerance * warm)")],
+            "cold − warm",
         ),
         (
-            [("range(0, N, Br)", "range(0, N - Br + 1, Br)")],
-            "without the short last query block",
-        ),
-        ([("-(-visible // Bc)", "visible // Bc")], "only partly visible"),
-        (
-            [("max(0, min(M, last_row + 1 + M - N))", "min(M, last_row + 1 + M - N)")],
-            "see no key",
-        ),
-        ([("M if not causal else", "M if True else")], "without causal skipping"),
-        (
-            [
-                (
-                    "steps += -(-visible // Bc)",
-                    "steps += -(-M // Bc) // (2 if causal else 1)",
-                )
-            ],
-            "half the full count",
+            [("(cold - warm) / (tolerance * warm)", "(cold - warm) / tolerance")],
+            "not the bare",
         ),
         (
-            [("last_row + 1 + M - N", "last_row + M - N")],
-            "the count for j < i + (M - N)",
+            [("max(1, math.ceil(excess))", "float(max(1, math.ceil(excess)))")],
+            "expected an int",
         ),
-        (
-            [("visible = (M if not causal", "visible = (N if not causal")],
-            "the count for N keys",
-        ),  # square attention assumed
+        ([("(cold - warm)", "(cold - 2 * warm)")], "too few"),
     ],
     ids=[
-        "top-left",
-        "first row",
-        "dropped row tail",
-        "dropped key tail",
-        "negative",
-        "no skipping",
-        "N keys",
-        "halved",
-        "strict <",
+        "floor",
+        "one more",
+        "below one",
+        "whole first call",
+        "bare tolerance",
+        "float",
+        "other",
     ],
 )
-def test_tile_steps_mistakes(edits, diagnosis):
+def test_warmup_calls_mistakes(edits, diagnosis):
     assert_fails(run_check(EX[3], planted(EX[3], *edits)), diagnosis)
+
+
+def test_warmup_calls_check_draws_fresh_cases_and_refuses_a_table():
+    import numpy as np
+
+    from lab.checks.measuring import _calls_reference, _warmup_cases
+
+    first, again = (_warmup_cases(np.random.default_rng(s)) for s in (1, 2))
+    assert first[:3] == again[:3] and first[3:] != again[3:]
+    table = {c: _calls_reference(*c) for c in first[:3]}
+    out = run_check(
+        EX[3],
+        "def calls_until_warm(cold, warm, tolerance):\n"
+        "    return TABLE.get((cold, warm, tolerance), 1)\n",
+        extra={"TABLE": table},
+    )
+    assert_fails(out, "seed")
+
+
+def test_warmup_reference_is_the_fewest_calls():
+    from lab.checks.measuring import _calls_reference, _lingers
+
+    for cold, warm, tol in [(32.1e-3, 1.3e-3, 0.05), (5.0, 1.0, 0.1), (0.9, 1.0, 0.05)]:
+        n = _calls_reference(cold, warm, tol)
+        assert n >= 1 and not _lingers(cold, warm, tol, n)
+        assert n == 1 or _lingers(cold, warm, tol, n - 1)
+
+
+def test_warmup_calls_on_this_machine_runs_after_the_last_check():
+    """The cell that applies exercise 3 to mistake 1's timings sits after every check (a check's cells are run
+    without section 2's globals), and runs when the learner's function is a stub."""
+    cells = _cells()
+    last = max(
+        i for i, c in enumerate(cells) if "check_fair_comparison(compare)" in c.source
+    )
+    at = next(i for i, c in enumerate(cells) if "= calls_until_warm(cold" in c.source)
+    assert at > last and "NotImplementedError" in cells[at].source
 
 
 # ---------------------------------------------------------------------------------------- exercise 5 (open)
@@ -373,6 +389,14 @@ HARNESS_MISTAKES = {
     return float(np.median(t_a) / np.median(t_b))""",
         ("measured cold, with no warm-up", "call (or measure) each candidate"),
     ),
+    "always a first": (
+        """    a(); b()
+    t_a, t_b = [], []
+    for _ in range(rounds):
+        t_a.append(measure(a)); t_b.append(measure(b))
+    return float(np.median(t_a) / np.median(t_b))""",
+        ("the second timing of each pair faster", "alternate which goes first"),
+    ),
     "inverted": (
         """    a(); b()
     t_a, t_b = [], []
@@ -410,6 +434,20 @@ HARNESS_MISTAKES = {
         ("measured a and b 50 times", "as many as you may"),
     ),
 }
+
+
+def test_the_order_machine_slows_no_harness_that_alternates():
+    """Alternating the order over an even number of rounds makes each candidate second as often."""
+    from lab.checks.measuring import _Machine
+
+    machine = _Machine({"a": 2.0, "b": 1.0}, second=0.7)
+    a, b = machine.kernels["a"], machine.kernels["b"]
+    times = {a: [], b: []}
+    for r in range(6):
+        for f in (a, b) if r % 2 == 0 else (b, a):
+            times[f].append(machine.measure(f))
+    assert sum(times[a]) / sum(times[b]) == pytest.approx(2.0)
+    assert min(times[a]) == pytest.approx(1.4) and max(times[a]) == pytest.approx(2.0)
 
 
 def test_a_warm_up_by_measurement_is_accepted():

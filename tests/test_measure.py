@@ -522,3 +522,57 @@ def test_self_ratio_lines_judge_each_group_against_one():
     assert "‹2.00›" in busy
     with pytest.raises(ValueError, match="quiet must"):
         self_ratio_lines(a, b, quiet=6)
+
+
+# --- the copy that measures bandwidth exceeds the last-level cache --------------------------------
+
+
+def _fake_cache(tmp_path, *levels):
+    """A sysfs cache folder: one index per (level, size text)."""
+    for i, (level, size) in enumerate(levels):
+        index = tmp_path / f"index{i}"
+        index.mkdir(parents=True)
+        (index / "level").write_text(f"{level}\n")
+        (index / "size").write_text(f"{size}\n")
+    return str(tmp_path)
+
+
+def test_last_level_cache_is_the_highest_level(tmp_path):
+    where = _fake_cache(tmp_path, (1, "48K"), (1, "32K"), (2, "2048K"), (3, "32M"))
+    assert lab.measure.last_level_cache(where) == 32 * 2**20
+    assert lab.measure.last_level_cache(str(tmp_path / "absent")) is None
+
+
+def test_copy_is_twice_the_last_level_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(lab.measure.machine, "_memory_total", lambda: 64 * 2**30)
+    big = _fake_cache(tmp_path / "a", (2, "1024K"), (3, "266240K"))
+    assert lab.measure.copy_mib(big) == 520  # 2 × 260 MiB
+    small = _fake_cache(tmp_path / "b", (2, "512K"), (3, "8192K"))
+    assert lab.measure.copy_mib(small) == 64  # 2 × 8 MiB is under the floor
+    assert (
+        lab.measure.copy_mib(str(tmp_path / "absent")) == 64
+    )  # no sysfs: the fallback
+    assert lab.measure.copy_mib(str(tmp_path / "absent"), fallback=16) == 16
+    with pytest.raises(ValueError, match="fallback"):
+        lab.measure.copy_mib(big, fallback=0)
+
+
+def test_copy_leaves_most_of_the_memory(tmp_path, monkeypatch):
+    monkeypatch.setattr(lab.measure.machine, "_memory_total", lambda: 2 * 2**30)
+    big = _fake_cache(tmp_path, (3, "1G"))
+    assert lab.measure.copy_mib(big) == 256  # 1/8 of 2 GiB, not 2 GiB
+
+
+def test_measure_ceilings_copies_beyond_the_cache_by_default(monkeypatch):
+    monkeypatch.setattr(lab.measure.machine, "copy_mib", lambda: 3)
+    monkeypatch.setattr(lab.measure.machine, "time_call", lambda fn, **kw: 1.0)
+    c = lab.measure_ceilings("cpu", n=4, repeats=1)
+    assert c["copy_mb"] == 3 and c["bandwidth_bytes_per_s"] == 2.0 * 3 * 2**20
+
+
+def test_copy_line_names_the_cache_it_exceeds(tmp_path):
+    where = _fake_cache(tmp_path / "a", (3, "32M"))
+    line = lab.measure.copy_line({"copy_mb": 64}, where)
+    assert line == "copy of ‹64› MiB a buffer, ‹2.0›× the ‹32› MiB last-level cache"
+    none = lab.measure.copy_line({"copy_mb": 64}, str(tmp_path / "absent"))
+    assert none == "copy of ‹64› MiB a buffer, no cache size readable here"

@@ -1,10 +1,14 @@
-"""Check for notebook 08's exercise on measurement method: a fair comparison of two kernels' times.
+"""Checks for notebook 08's exercises on measurement method: a first call in a mean, a fair comparison of two times.
 
 - `check_fair_comparison(fn)` : `fn(a, b, measure, rounds)` = time(a) / time(b), where `measure(f)` is the seconds of
   one timing of `f()`. Run on simulated machines with known costs: a quiet one, one where other programs start
   halfway through (a back-to-back harness measures a quiet and b busy), one where a single sample is caught by a
-  descheduled thread (a mean or a single sample follows it), and one whose first call is slow (each candidate must be
-  called once before it is measured). lab's own harness (`lab.time_interleaved`, `lab.time_rounds`) is refused.
+  descheduled thread (a mean or a single sample follows it), one whose first call is slow (each candidate must be
+  called once before it is measured), and one where the second of two timings in a row runs faster (a harness
+  that always times a before b is biased; one that alternates the order is not). lab's own harness
+  (`lab.time_interleaved`, `lab.time_rounds`) is refused.
+- `check_warmup_calls(fn)` : `fn(cold, warm, tolerance)`, the fewest calls n ≥ 1 whose mean, one cold first call
+  and n − 1 warm ones, is at most (1 + tolerance)·warm: how long a first call lingers in a mean without warm-up.
 
 Taught in: notebooks/08_hardware_runs.ipynb
 """
@@ -13,11 +17,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ._support import _fresh, watch_course
 
 _COLD = 20.0  # a cold first call, this many times the warm one
 _LOAD = 3.0  # other programs on every core: this many times slower
 _STRAY = 30.0  # one sample caught by a descheduled thread
+_SECOND = 0.7  # the second timing of each pair: warm caches, a clock still up
 
 
 class _Kernel:
@@ -37,13 +44,14 @@ class _Kernel:
 class _Machine:
     """A machine whose timings follow a script: `load(step)` and `stray` (step -> factor) by measurement number."""
 
-    def __init__(self, costs, *, busy_from=None, stray=None, cold=1.0):
+    def __init__(self, costs, *, busy_from=None, stray=None, cold=1.0, second=1.0):
         self.costs, self.busy_from, self.stray, self.cold = (
             costs,
             busy_from,
             stray or {},
             cold,
         )
+        self.second = second  # factor on measurements 1, 3, 5, ...: each pair's second
         self.log, self.warm, self.steps = [], set(), 0
         self.kernels = {n: _Kernel(self, n) for n in costs}
 
@@ -59,6 +67,8 @@ class _Machine:
             else 1.0
         )
         factor *= self.stray.get(self.steps, 1.0)
+        if self.steps % 2 == 1:
+            factor *= self.second
         if f.name not in self.warm:
             factor *= self.cold
             self.warm.add(f.name)
@@ -103,6 +113,14 @@ def _scenarios(rng):
             f"each candidate's first call was {_COLD:.0f}x slower: call (or measure) each once before "
             "the rounds, leave that warm-up's time out, and keep the median",
         ),
+        (
+            "the second timing of each pair faster",
+            6,
+            {"second": _SECOND},
+            f"on this machine the second of two timings in a row runs {1 / _SECOND:.2g}x faster "
+            "(caches still warm, a clock still up), and yours timed them in the same order every "
+            "round: alternate which goes first (a, b, then b, a), so each is second as often",
+        ),
     ):
         a, b = (float(f"{10 ** rng.uniform(-3, -1):.3g}") for _ in range(2))
         out.append((label, _Machine({"a": a, "b": b}, **kw), rounds, hint))
@@ -110,7 +128,7 @@ def _scenarios(rng):
 
 
 def check_fair_comparison(fn, *, seed: int | None = None) -> None:
-    """Check `fn(a, b, measure, rounds)` = time(a) / time(b) on four simulated machines; print one verdict.
+    """Check `fn(a, b, measure, rounds)` = time(a) / time(b) on five simulated machines; print one verdict.
 
     Costs are drawn afresh on each run (`seed` draws the same again). Each candidate must be called before it is
     first measured (a warm-up) and measured at least `rounds` times. Taught in: notebooks/08_hardware_runs.ipynb
@@ -145,7 +163,7 @@ def check_fair_comparison(fn, *, seed: int | None = None) -> None:
             print(again)
             return
     print(
-        f"{name}: ✓ passed 4 simulated machines (quiet, busy halfway, a stray sample, a slow first call)"
+        f"{name}: ✓ passed 5 simulated machines (quiet, busy, a stray sample, a cold start, order)"
     )
 
 
@@ -183,4 +201,98 @@ def _problem(got, want, machine, rounds, hint) -> str | None:
         return "yours is time(b) / time(a): the question is how many times slower a is than b"
     return f"yours is {got:.4g}; " + (
         hint or "time(a) / time(b): the median of a's rounds over the median of b's"
+    )
+
+
+# ---------------------------------------------------------------------------------------- how long a first call lingers
+
+
+def _lingers(cold, warm, tolerance, n) -> bool:
+    """Whether the mean of n calls, the first `cold` and the rest `warm`, is still above (1 + tolerance)·warm."""
+    return (cold + (n - 1) * warm) / n > (1 + tolerance) * warm * (1 + 1e-12)
+
+
+def _calls_reference(cold, warm, tolerance) -> int:
+    """The fewest calls n ≥ 1 whose mean is at most (1 + tolerance)·warm, by counting."""
+    n = max(1, math.ceil((cold / warm - 1) / tolerance) - 1)
+    while _lingers(cold, warm, tolerance, n):
+        n += 1
+    return n
+
+
+def _warmup_cases(rng):
+    """(cold, warm, tolerance): a first call about 25x at 5 %, one already within tolerance, one no slower than warm,
+    and fresh draws whose answer is not near a rounding boundary."""
+    cases = [(32.1e-3, 1.3e-3, 0.05), (1.03e-3, 1e-3, 0.05), (0.9e-3, 1e-3, 0.05)]
+    while len(cases) < 8:
+        warm = float(f"{10 ** rng.uniform(-4, -1):.3g}")
+        cold = float(f"{warm * 10 ** rng.uniform(0.2, 2.0):.3g}")
+        tolerance = float(rng.choice([0.01, 0.02, 0.05, 0.1, 0.2]))
+        x = (cold / warm - 1) / tolerance
+        if x > 2 and abs(x - round(x)) > 1e-3:
+            cases.append((cold, warm, tolerance))
+    return cases
+
+
+def check_warmup_calls(fn, *, seed: int | None = None) -> None:
+    """Check `fn(cold, warm, tolerance)`: the fewest calls n ≥ 1 whose mean, the first call `cold` seconds and
+    every later one `warm`, is at most (1 + tolerance)·warm; print one verdict.
+
+    Cases are drawn afresh on each run (`seed` draws the same again). Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    rng, seed = _fresh(seed)
+    name = getattr(fn, "__name__", "your function")
+    cases = _warmup_cases(rng)
+    for i, (cold, warm, tolerance) in enumerate(cases):
+        shown = f"case {i} (cold = {cold:g} s, warm = {warm:g} s, tolerance = {tolerance:g})"
+        try:
+            got = fn(cold, warm, tolerance)
+        except NotImplementedError:
+            print(
+                f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
+            )
+            return
+        except Exception as exc:  # a learner's bug: report it, do not stop the notebook
+            print(f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}")
+            return
+        want = _calls_reference(cold, warm, tolerance)
+        problem = _warmup_problem(got, want, cold, warm, tolerance)
+        if problem:
+            print(f"{name}: ✗ {shown}: {problem}")
+            print(
+                f"  (cases drawn with seed={seed}: pass seed={seed} to ask the same again)"
+            )
+            return
+    print(f"{name}: ✓ passed {len(cases)} cases")
+
+
+def _warmup_problem(got, want, cold, warm, tolerance) -> str | None:
+    """What is wrong with `got` calls, in words, else None."""
+    if isinstance(got, bool) or not isinstance(got, (int, np.integer)):
+        return f"returned {type(got).__name__}, expected an int: a number of calls"
+    got = int(got)
+    if got == want:
+        return None
+    if got < 1:
+        return f"yours is {got}: at least one call, the mean of no calls is no timing"
+    if got == want - 1 and want > 1:
+        return (
+            f"yours is {got}, one call short: the mean of {got} calls is still above "
+            f"(1 + tolerance)·warm; the count is the smallest whole n that gets there, so round up"
+        )
+    if got == want + 1:
+        return (
+            f"yours is {got}: {want} calls already bring the mean within the tolerance"
+        )
+    if abs(got - cold / warm / tolerance) <= 1:
+        return (
+            f"yours is {got}, about cold / (warm·tolerance): only the first call's excess over a "
+            "warm call, cold − warm, has to be spread over the calls"
+        )
+    if abs(got - (cold - warm) / tolerance) <= 1:
+        return f"yours is {got}: compare the excess with tolerance·warm, a time, not the bare tolerance"
+    too = "many" if got > want else "few"
+    return (
+        f"yours is {got}, too {too}: write the mean of n calls, one cold and n − 1 warm, and ask "
+        "when it falls to (1 + tolerance)·warm"
     )

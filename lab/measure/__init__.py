@@ -10,7 +10,8 @@
 - `memory`: peak bytes of a torch call above its inputs (`peak_memory`); on a CPU through the child
   process `python -m lab.measure.probe`.
 - `machine`: the machine a run was measured on, whether it is fit to time on, and its ceilings
-  (`describe_machine`, `fairness`, `machine_report`, `measure_ceilings`).
+  (`describe_machine`, `fairness`, `machine_report`, `measure_ceilings`; the copy's size beyond the
+  last-level cache, `lab.measure.copy_mib`, `last_level_cache`, `copy_line`).
 - `sweep`: every kernel at each setting, as rows and a table (`run_sweep`, `results_table`).
 - `accuracy`: max |flash − standard| in each dtype beside a reported run (`verify_accuracy`, `accuracy_table`).
 - `runs`: the recorded runs, shipped and your own (`load_runs`, `user_runs_dir`, `RUNS_DIR`), the latest
@@ -26,7 +27,12 @@ Taught in: notebooks/08_hardware_runs.ipynb
 from .accuracy import REPORTED_910B3_ACCURACY, accuracy_table, verify_accuracy
 from .flops import attention_flops
 from .kernels import KERNELS, kernel_available, make_inputs
+from .machine import (
+    copy_line as copy_line,
+)  # notebook helpers, as lab.measure.NAME only
+from .machine import copy_mib as copy_mib
 from .machine import describe_machine, fairness, machine_report, measure_ceilings
+from .machine import last_level_cache as last_level_cache
 from .memory import peak_memory
 from .pitfalls import (
     at_threads,

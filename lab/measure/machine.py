@@ -157,6 +157,68 @@ def machine_report(machine: dict) -> str:
     )
 
 
+_SYS_CACHE = "/sys/devices/system/cpu/cpu0/cache"
+_COPY_FALLBACK_MIB = 64  # where no cache size can be read (macOS, Windows)
+
+
+def _size_bytes(text: str) -> int:
+    """A sysfs cache size ("48K", "2048K", "32M") in bytes."""
+    text = text.strip().upper()
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+    return int(text.rstrip("KMG")) * scale
+
+
+def last_level_cache(cache_dir: str = _SYS_CACHE) -> int | None:
+    """The size in bytes of the highest cache level of cpu0 (`index*/level`, `index*/size` in sysfs), None
+    where sysfs has no cache (macOS, Windows) or a size cannot be read.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    import glob
+
+    levels = {}
+    for index in glob.glob(os.path.join(cache_dir, "index*")):
+        try:
+            with open(os.path.join(index, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(index, "size")) as f:
+                size = _size_bytes(f.read())
+        except (OSError, ValueError):
+            continue
+        levels[level] = max(size, levels.get(level, 0))
+    return levels[max(levels)] if levels else None
+
+
+def copy_mib(cache_dir: str = _SYS_CACHE, *, fallback: int = _COPY_FALLBACK_MIB) -> int:
+    """MiB of the copy that measures memory bandwidth: 2 × the last-level cache, at least `fallback`
+    (also used where no cache size can be read), at most 1/8 of the memory.
+
+    A copy that fits in the cache measures the cache: its "bandwidth" is not memory's.
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    if int(fallback) != fallback or fallback < 1:
+        raise ValueError(f"fallback must be an integer >= 1 (MiB), got {fallback!r}")
+    llc = last_level_cache(cache_dir)
+    mib = max(int(fallback), -(-2 * llc // 2**20) if llc else 0)
+    total = _memory_total()
+    if total:  # two buffers of `mib` each: leave the machine most of its memory
+        mib = min(mib, max(1, total // 8 // 2**20))
+    return mib
+
+
+def copy_line(ceilings: dict, cache_dir: str = _SYS_CACHE) -> str:
+    """ "copy of ‹m› MiB a buffer, ‹r›× the ‹c› MiB last-level cache": the size a `measure_ceilings` bandwidth
+    was measured with beside the cache it must exceed, masked (the cache unnamed where none is readable)."""
+    from ..notebook import measured
+
+    mib, llc = ceilings["copy_mb"], last_level_cache(cache_dir)
+    line = f"copy of {measured(mib, ',d')} MiB a buffer"
+    if llc is None:
+        return line + ", no cache size readable here"
+    ratio, llc_mib = measured(mib * 2**20 / llc, ".1f"), measured(llc / 2**20, ",.0f")
+    return line + f", {ratio}× the {llc_mib} MiB last-level cache"
+
+
 def measure_ceilings(
     device: str = "cpu",
     *,
@@ -167,7 +229,8 @@ def measure_ceilings(
 ) -> dict:
     """Measured matmul FLOP/s ($2n^3$ per n×n product) and memory bandwidth (bytes read + written by a large copy, per second).
 
-    CPU: fp32 n = 1024 and a 64 MB copy by default; CUDA: fp16 n = 8192 (and fp32) and a 1 GB copy.
+    CPU: fp32 n = 1024 and a copy of `copy_mib()` MiB by default (twice the last-level cache, so that it
+    measures memory, not the cache); CUDA: fp16 n = 8192 (and fp32) and a 1 GiB copy.
     Each is the fastest of `repeats` medians: a ceiling is the most the machine reaches, and other programs
     on a shared machine can only slow a measurement down, never speed it up. Every repeat's rate is kept too,
     under the key + "_repeats" (their range is the ceiling's own spread).
@@ -178,7 +241,7 @@ def measure_ceilings(
     if cuda and not torch.cuda.is_available():
         raise ValueError("device is cuda but torch.cuda.is_available() is False")
     n = n or (8192 if cuda else 1024)
-    mbytes = mbytes or (1024 if cuda else 64)
+    mbytes = mbytes or (1024 if cuda else copy_mib())
     if n < 1 or mbytes < 1:
         raise ValueError(f"n and mbytes must be >= 1, got n={n}, mbytes={mbytes}")
     if int(repeats) != repeats or repeats < 1:
@@ -193,7 +256,7 @@ def measure_ceilings(
         out[f"{key}_repeats"] = [work / t for t in times]
         return min(times)
 
-    out = {"device": dev.type, "n": n, "copy_mb": mbytes}
+    out = {"device": dev.type, "n": n, "copy_mb": mbytes}  # MiB of each buffer
     dtypes = [("fp32", torch.float32)] + (
         [("fp16", torch.float16), ("bf16", torch.bfloat16)] if cuda else []
     )
@@ -205,7 +268,7 @@ def measure_ceilings(
         t = best(lambda a=a, b=b, c=c: torch.mm(a, b, out=c), key, 2.0 * n**3)
         out[key] = 2.0 * n**3 / t
         del a, b, c
-    x = torch.empty(mbytes * 2**20 // 4, device=dev).normal_()
+    x = torch.full((mbytes * 2**20 // 4,), 1.0, device=dev)  # touched: no lazy pages
     y = torch.empty_like(x)
     t = best(lambda: y.copy_(x), "bandwidth_bytes_per_s", 2.0 * x.numel() * 4)
     out["bandwidth_bytes_per_s"] = 2.0 * x.numel() * 4 / t

@@ -464,6 +464,6 @@ def backward_time_lines(
         held = sum(min(rr) <= _flop_ratio(n) <= max(rr) for n, rr in ranges.items())
         lines.append(
             f"every round: backward {measured(min(every), '.1f')} to {measured(max(every), '.1f')}× "
-            f"the forward; the FLOP ratio inside its kernel's range: {measured(held, 'd')} of {len(ranges)}"
+            f"the forward; FLOP ratio within its kernel's range: {measured(held, 'd')} of {len(ranges)}"
         )
     return lines

@@ -95,7 +95,12 @@ def exercises(name: str) -> list[Exercise]:
                     number,
                     "\n".join(spec),
                     c.source,
-                    _runnable(cells[sol].source),
+                    # a solution may span cells (prose between): its code cells, joined
+                    "\n".join(
+                        _runnable(cells[j].source)
+                        for j in range(sol, chk)
+                        if cells[j].cell_type == "code"
+                    ),
                     _runnable(cells[chk].source),
                     setup,
                     list(before),

@@ -254,7 +254,7 @@ def test_backward_time_lines_summary_says_what_the_run_shows():
     )  # padded to the longest name
     assert lines[-1] == (
         "every round: backward ‹2.1› to ‹4.0›× the forward; "
-        "the FLOP ratio inside its kernel's range: ‹1› of 2"
+        "FLOP ratio within its kernel's range: ‹1› of 2"
     )
     assert len(lab.backward_time_lines({"torch SDPA": held})) == 1  # no summary unasked
 

@@ -127,13 +127,13 @@ def test_the_tiled_notebook_shows_the_formulas_after_its_check():
         "dS_IJ K_J",
         "dS_IJᵀ Q_I",
     )
-    solution = next(
-        i for i, s in enumerate(src) if "a worked solution, key blocks" in s
-    )
+    hidden = {
+        i for i, c in enumerate(nb.cells) if "solution" in c.metadata.get("tags", [])
+    }
     shown = [
         i
         for i, s in enumerate(src)
-        if i != solution and any(f in s for f in tile_rules)
+        if i not in hidden and any(f in s for f in tile_rules)
     ]
     assert shown and min(shown) > check_at, shown
     given = [i for i, s in enumerate(src) if "dS_{ij} = P_{ij}" in s]
@@ -147,6 +147,28 @@ def test_the_tiled_notebook_shows_the_formulas_after_its_check():
     assert not any(
         "lab.FlashAttention" in s for s in src
     )  # one name for the torch kernel
+
+
+def test_the_tiled_worked_solution_is_short_cells_with_prose_between():
+    """The worked tiled backward is read in class: pieces of at most 16 lines under their title, each after a
+    hidden paragraph that says what it does, all tagged solution (a learner's copy drops them)."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME2}.ipynb", as_version=4)
+    stub = next(i for i, c in enumerate(nb.cells) if "def tiled_backward" in c.source)
+    check = next(
+        i for i, c in enumerate(nb.cells) if "check_tiled_backward(" in c.source
+    )
+    pieces = nb.cells[stub + 1 : check]
+    assert all("solution" in c.metadata.get("tags", []) for c in pieces)
+    code = [c for c in pieces if c.cell_type == "code"]
+    assert len(code) >= 3 and all(len(c.source.splitlines()) <= 17 for c in code)
+    kinds = [c.cell_type for c in pieces]
+    assert "code" not in {
+        a for a, b in zip(kinds, kinds[1:]) if a == b
+    }  # prose between
+    for name in ("p_tile", "visible", "tile_grads", "tiled_backward"):
+        assert (
+            f"def {name}" in EX["tiled"].solution
+        )  # the pieces, joined, are the solution
 
 
 def test_the_kept_ratio_names_what_standard_attention_keeps():
@@ -581,7 +603,7 @@ PLANTED = [
         "tiled_backward",
         "D from the tile",
         (
-            "ds = p * (dp - D[i0:i0 + Br, None])",
+            "ds = p * (dp - D_I[:, None])",
             "ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))",
         ),
         ["D_I taken as rowsum(P_IJ ∘ dP_IJ) over the current tile only"],
@@ -589,14 +611,14 @@ PLANTED = [
     (
         "tiled_backward",
         "D missing",
-        ("ds = p * (dp - D[i0:i0 + Br, None])", "ds = p * dp"),
+        ("ds = p * (dp - D_I[:, None])", "ds = p * dp"),
         ["dq (element 0)", "with no D"],
     ),
     (
         "tiled_backward",
         "D down the column",
         (
-            "ds = p * (dp - D[i0:i0 + Br, None])",
+            "ds = p * (dp - D_I[:, None])",
             "ds = p * (dp - (p * dp).sum(axis=0, keepdims=True))",
         ),
         ["summed down a column"],
@@ -619,20 +641,21 @@ PLANTED = [
     (
         "tiled_backward",
         "no scale in dq",
-        ("dq[i0:i0 + Br] += scale * ds @ k_J", "dq[i0:i0 + Br] += ds @ k_J"),
+        ("return scale * ds @ k_J,", "return ds @ k_J,"),
         ["dq (element 0)", "√d times too large"],
     ),
     (
         "tiled_backward",
         "no scale in dk",
-        ("dk[j0:j0 + Bc] += scale * ds.T @ q_I", "dk[j0:j0 + Bc] += ds.T @ q_I"),
+        ("scale * ds.T @ q_I, p.T", "ds.T @ q_I, p.T"),
         ["dk (element 1)", "√d times too large"],
     ),
     (
         "tiled_backward",
         "P = exp(S - m)",
         (
-            "p = np.exp(s - lse_safe[i0:i0 + Br, None])",
+            "p = p_tile(q[I], k[J], lse[I])",
+            "s = q[I] @ k[J].T / np.sqrt(q.shape[1]); "
             "p = np.exp(s - s.max(axis=-1, keepdims=True))",
         ),
         ["case 0", "tile's own max"],
@@ -641,15 +664,17 @@ PLANTED = [
         "tiled_backward",
         "softmax of the tile",
         (
-            "p = np.exp(s - lse_safe[i0:i0 + Br, None])",
-            "p = np.exp(s - s.max(axis=-1, keepdims=True)); p = p / p.sum(axis=-1, keepdims=True)",
+            "p = p_tile(q[I], k[J], lse[I])",
+            "s = q[I] @ k[J].T / np.sqrt(q.shape[1]); "
+            "p = np.exp(s - s.max(axis=-1, keepdims=True)); "
+            "p = p / p.sum(axis=-1, keepdims=True)",
         ),
         ["case 0", "dq and dv wrong", "so P is wrong", "not a softmax of the tile"],
     ),
     (
         "tiled_backward",
         "dv without transpose",
-        ("dv[j0:j0 + Bc] += p.T @ do_I", "dv[j0:j0 + Bc] += p @ do_I"),
+        ("p.T @ do_I", "p @ do_I"),
         ["case 0", "dv (element 2)", "missing transpose"],
     ),
     (
@@ -662,8 +687,8 @@ PLANTED = [
         "tiled_backward",
         "causal top-left",
         (
-            "s = np.where(j <= i + M - N, s, -np.inf)",
-            "s = np.where(j <= i, s, -np.inf)",
+            "return j <= i + M - N",
+            "return j <= i",
         ),
         ["case 2", "top-left"],
     ),
@@ -682,15 +707,15 @@ PLANTED = [
     (
         "tiled_backward",
         "causal off by one",
-        ("s = np.where(j <= i + M - N,", "s = np.where(j < i + M - N,"),
+        ("return j <= i + M - N", "return j < i + M - N"),
         ["case 2", "diagonal is off by one", "hides the key on the line"],
     ),
     (
         "tiled_backward",
         "P divided by lse",
         (
-            "p = np.exp(\n                s - lse_safe[i0:i0 + Br, None]\n            )",
-            "p = np.exp(s) / lse_safe[i0:i0 + Br, None]",
+            "p = p_tile(q[I], k[J], lse[I])",
+            "p = np.exp(q[I] @ k[J].T / np.sqrt(q.shape[1])) / lse[I, None]",
         ),
         ["case 0", "P computed as e^S / lse", "log of the row's sum"],
     ),
@@ -715,15 +740,15 @@ PLANTED = [
     (
         "tiled_backward",
         "dq assigned",
-        ("dq[i0:i0 + Br] += scale", "dq[i0:i0 + Br] = scale"),
+        ("dq[I] += dq_I", "dq[I] = dq_I"),
         ["accumulated"],
     ),
     (
         "tiled_backward",
         "NaN on rows with no key",
         (
-            "p = np.exp(s - lse_safe[i0:i0 + Br, None])",
-            "p = np.exp(s - lse[i0:i0 + Br, None])",
+            "p = np.where(visible(i0, j0, *p.shape, N, M), p, 0.0)",
+            "p = p * visible(i0, j0, *p.shape, N, M)",
         ),
         ["case 3", "NaN in yours", "see no key"],
     ),
@@ -743,7 +768,7 @@ PLANTED = [
     (
         "tiled_backward",
         "one tile larger than the problem",
-        ("scale = 1 / np.sqrt(d)", "scale = 1 / np.sqrt(d); Br = Bc = 4096"),
+        ("D = delta(o, do)", "D = delta(o, do); Br = Bc = 4096"),
         [
             "the values agree on 4 cases",
             "tiles are larger than its block sizes",
@@ -756,7 +781,7 @@ PLANTED = [
     (
         "tiled_backward",
         "key tiles larger than the problem",
-        ("scale = 1 / np.sqrt(d)", "scale = 1 / np.sqrt(d); Bc = 4096"),
+        ("D = delta(o, do)", "D = delta(o, do); Bc = 4096"),
         [
             "keys 1536 at a time (all M: a tile larger than the problem) where Bc = 64",
             "one tile, of shape (32, 1536) = (Br, M)",
@@ -765,7 +790,7 @@ PLANTED = [
     (
         "tiled_backward",
         "tiles of a fixed size",
-        ("scale = 1 / np.sqrt(d)", "scale = 1 / np.sqrt(d); Br = Bc = 128"),
+        ("D = delta(o, do)", "D = delta(o, do); Br = Bc = 128"),
         [
             "the values agree on 4 cases",
             "query rows 128 at a time where Br = 32 and keys 128 at a time where Bc = 64",
@@ -775,7 +800,7 @@ PLANTED = [
     (
         "tiled_backward",
         "Br and Bc swapped",
-        ("scale = 1 / np.sqrt(d)", "scale = 1 / np.sqrt(d); Br, Bc = Bc, Br"),
+        ("D = delta(o, do)", "D = delta(o, do); Br, Bc = Bc, Br"),
         ["Br and Bc are swapped", "query rows 64 at a time and keys 32"],
     ),
 ]

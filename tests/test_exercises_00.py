@@ -1,8 +1,10 @@
 """Notebook 00's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the checks of lab/checks/memory.py used there behave when called directly."""
 
+import contextlib
 import functools
 import inspect
+import io
 import math
 import subprocess
 import sys
@@ -456,8 +458,8 @@ PLANTED = {
                 return (accesses * itemsize / bandwidth) / (7 / flop_rate)
             """,
             [
-                "case 0 (2, 2,",
-                "expected 2.39047, got 7.16582",
+                "case 0 (4, 2,",
+                "expected 4.78095, got 14.3316",
                 "exponentials at the FP32 rate",
             ],
         ),
@@ -483,7 +485,7 @@ PLANTED = {
             def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
                 return (2 * itemsize / bandwidth) / (5 / flop_rate + 2 / exp_rate)
             """,
-            ["case 1 (4, 4,", "2 accesses whatever the argument"],
+            ["case 1 (2, 4,", "2 accesses whatever the argument"],
         ),
         (
             "itemsize left out",
@@ -491,7 +493,15 @@ PLANTED = {
             def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
                 return (accesses / bandwidth) / (5 / flop_rate + 2 / exp_rate)
             """,
-            ["leaves out itemsize"],
+            ["case 0 (4, 2,", "leaves out itemsize"],
+        ),
+        (
+            "accesses left out",
+            """
+            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
+                return (itemsize / bandwidth) / (5 / flop_rate + 2 / exp_rate)
+            """,
+            ["case 0 (4, 2,", "counts one access per score"],
         ),
         (
             "bits",
@@ -1324,8 +1334,71 @@ def test_the_largest_n_check_refuses_a_search_over_lab_s_formula(capsys):
     assert "✗" in out and "calls lab.attention_bytes" in out, out
 
 
+def test_the_ridge_check_refuses_a_search_at_a_large_n_for_the_limit(capsys):
+    """A bisection on d at N = 1e12 comes within 1e-9 of r/2, not to it: the limit is asked exactly."""
+
+    def qk_ridge(N, itemsize, ridge):
+        N = 1e12 if N == math.inf else N
+        if N <= ridge * itemsize:
+            return math.inf
+        lo, hi = 0.0, 1e6
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            ok = 2 * N * N * mid >= ridge * (2 * N * mid + N * N) * itemsize
+            lo, hi = (lo, mid) if ok else (mid, hi)
+        return hi
+
+    checks.check_qk_ridge(qk_ridge)
+    out = capsys.readouterr().out
+    assert "✗ case 1 (inf," in out and "a search at a large finite N" in out, out
+
+
 def test_the_balance_check_s_fallback_hint_does_not_give_the_formula(capsys):
     checks.check_softmax_balance(lambda *case: 2.39)
     out = capsys.readouterr().out
     assert "✗" in out and "count the three passes' operations" in out, out
     assert "5 / flop_rate" not in out and "2 / exp_rate" not in out, out
+
+
+def test_the_measured_prediction_of_exercise_3_stays_in_the_learner_copy_and_runs_on_the_stub():
+    """The cell that measures the three versions, the learner's lean_attention among them, is feedback on the
+    learner's own function: not a solution cell, and it says 'not written yet' for a stub."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import student
+
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
+    title = "# Exercise 3: the prediction, measured"
+    kept = [c.source for c in student.student_copy(nb).cells if title in c.source]
+    assert len(kept) == 1, "the learner's copy drops the measured prediction"
+    ns = {"lab": lab, "np": np, "rng": np.random.default_rng(0)}
+    exec(compile(EX[3].stub, "<stub>", "exec"), ns)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(kept[0], "<measured>", "exec"), ns)
+    assert "lean_attention   : not written yet (exercise 3 above)" in out.getvalue()
+    assert "upcast_attention : " in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "fused, says, never",
+    [
+        ("N * d + M * d + M * dv + N * dv", ["hint: o: O = PV also writes"], "fused"),
+        (
+            "N * d + M * d + M * dv",
+            ["hint: o and fused are wrong here; o: ", "; fused: "],
+            None,
+        ),
+    ],
+)
+def test_the_hbm_bytes_hint_names_only_the_wrong_elements(capsys, fused, says, never):
+    """O's write left out of o alone: the hint names o only; left out of o and fused: it says both are wrong."""
+
+    def hbm_bytes(N, M, d, dv, itemsize):
+        s = (N * d + M * d + N * M) * itemsize
+        p = 2 * N * M * itemsize
+        return s, p, (N * M + M * dv) * itemsize, eval(fused) * itemsize
+
+    checks.check_hbm_bytes(hbm_bytes)
+    out = capsys.readouterr().out
+    assert "✗ case 0" in out and all(s in out for s in says), out
+    assert never is None or never not in out.split("hint:")[1], out

@@ -21,8 +21,7 @@ NAME = "01_three_pass_softmax"
 EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
     1: "row_edges: ✓ passed 6 cases\n"
-    "  your prediction (fp16, first s that breaks): not written yet (shown once you write yours)\n"
-    "  your prediction (fp8 e4m3, first s that breaks): not written yet (shown once you write yours)\n",
+    "  your prediction (fp16, first s that breaks): not written yet (shown once you write yours)\n",
     2: "row_overflow: ✓ passed 9 cases\n"
     "  your prediction (fp16, n = 4096): not written yet (predicted_4096, above the stub)\n",
     3: "safe_softmax: ✓ passed 11 cases; each score loaded 3 times, each y_i stored once; no row held\n",
@@ -781,6 +780,25 @@ def test_each_block_s_own_max_is_named(capsys):
     checks.check_safe_softmax(own_max)
     out = capsys.readouterr().out
     assert "✗" in out and "shifted by its own max, in l and in y" in out, out
+
+
+def test_a_block_max_in_pass_3_only_is_named(capsys):
+    """m and l right (passes 1 and 2), but pass 3 shifts each block by its own max."""
+
+    def pass_3_own_max(x, y, block):
+        starts = range(0, len(x), block)
+        m = max(float(np.max(x[j : j + block])) for j in starts)
+        m = 0.0 if m == -np.inf else m
+        l = sum(float(np.exp(x[j : j + block] - m).sum()) for j in starts)
+        for j in starts:
+            top = float(np.max(x[j : j + block]))
+            e = np.exp(x[j : j + block] - (0.0 if top == -np.inf else top))
+            y[j : j + block] = e / l if l > 0 else 0 * e
+
+    checks.check_safe_softmax(pass_3_own_max)
+    out = capsys.readouterr().out
+    assert "✗" in out and "m and l are right, but pass 3 shifted each block" in out, out
+    assert "in l and in y" not in out, out
 
 
 @pytest.mark.parametrize(

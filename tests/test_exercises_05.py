@@ -30,8 +30,8 @@ PASSED = {
     "tiles": "causal_tiles: ✓ passed 10 cases\n",
     "bytes": "fa2_bytes: ✓ passed 9 cases\n",
     "widest": "widest_key_block: ✓ passed 9 cases\n",
-    "fits": "a100_fits: ✓ passed 33 cases: the 18 candidates at d = 128, 14 steps at a fresh d, "
-    "1 at the register budget's edge\n",
+    "fits": "a100_fits: ✓ passed 35 cases: the 18 candidates at d = 128, 14 steps at a fresh d, "
+    "1 at the register budget's edge, 2 at 16 warps\n",
     "forward": "flash_forward: ✓ passed 14 cases, exact to 1e-9; no N × M array held;\n  K_j, V_j loaded "
     "once per reported tile, at most Bc rows; 35 hidden tiles skipped (fixed cases)\n",
     "fa1bytes": "fa1_bytes: ✓ passed 9 cases\n",
@@ -176,6 +176,14 @@ def causal_tiles(N, M, Br, Bc):
             "case 1 (N = 200, M = 200, Br = 64, Bc = 32)",
             "T(T+1)/2 holds for N = M and square blocks only",
         ],
+    ),
+    "masked one key off (the tile's end j1 for its last key)": (
+        {"corner": "i0 + M - N - 1"},
+        ["masked (element 1)", "one key off", "its end j1"],
+    ),
+    "masked one key off, the other way": (
+        {"corner": "i0 + M - N + 1"},
+        ["masked (element 1)", "one key off the other way"],
     ),
     "masked from the wrong corner": (
         {"corner": "i1 - 1 + M - N"},
@@ -419,6 +427,10 @@ def widest_key_block(sram_bytes, d, Br, itemsize):
     "S_ij and P_ij left out, the state at itemsize": (
         {"tile": "0", "state": "(2 * Br + Br * d) * itemsize"},
         ["S_ij and P_ij are left out, and m, l, acc counted at itemsize"],
+    ),
+    "acc at itemsize": (
+        {"state": "2 * Br * 4 + Br * d * itemsize"},
+        ["expected 268, got 280", "acc counted at itemsize", "in float32"],
     ),
     "state left out": (
         {"state": "0"},
@@ -1179,6 +1191,14 @@ WRONG_FITS = {
         {"budget": "min(256 * 1024, 32 * warps * 255)"},
         ["it fits", "in registers, not bytes", "32·w·255 registers of 4 bytes"],
     ),
+    "no 256 KiB cap": (
+        {"budget": "32 * warps * 255 * 4"},
+        [
+            "case (d = 128, Br = 256, Bc = 128, warps = 16)",
+            "it does not fit",
+            "from 9 warps on",
+        ],
+    ),
     "the SM's 164 KiB": (
         {"verdict": "regs <= budget and shared <= 164 * 1024"},
         [
@@ -1365,12 +1385,23 @@ def test_the_footprints_are_derived_before_they_are_shown():
 
 
 def test_exercise_2_of_part_1_answers_its_question_after_the_check():
-    """'By how much is yours smaller?' is answered, computed, after the check (in solution cells)."""
+    """'By how much is yours smaller?' is answered after the check: the learner's own Bc against Algorithm 1's
+    (a cell the learner's copy keeps, which runs on the stub too), then the worked answer (a solution cell)."""
     cells = _cells(NAME)
     chk = next(i for i, (_, s, _) in enumerate(cells) if "check_widest_key_block" in s)
-    after = cells[chk + 1 : chk + 3]
-    assert all("solution" in tags for _, _, tags in after), after
-    assert "fa_block_sizes" in after[0][1] and "Algorithm 1" in after[1][1]
+    (_, yours, tags), (_, answer, answer_tags) = cells[chk + 1 : chk + 3]
+    assert "solution" not in tags and "solution" in answer_tags
+    assert "fa_block_sizes" in yours and "widest_key_block(" in yours
+    assert "except NotImplementedError" in yours and "Algorithm 1" in answer
+    ns = {"lab": lab, "np": np}
+    exec(compile(EX["widest"].stub, "<stub>", "exec"), ns)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(yours, "<yours>", "exec"), ns)
+    assert (
+        out.getvalue()
+        == "yours: not written yet (exercise 2 above); Algorithm 1: Bc = 328\n"
+    )
 
 
 def test_the_fa2_and_fa1_counts_in_code_come_after_their_checks():

@@ -169,7 +169,8 @@ def check_softmax_balance(fn, *, seed: int | None = None, predicted=None) -> Non
 
 def _check_softmax_balance(fn, seed) -> None:
     rng, seed = _fresh(seed)
-    cases = [(2, 2, 1.555e12, 19.5e12, 2.44e12), (4, 4, 3.35e12, 67e12, 3.86e12)] + [
+    # itemsize and accesses differ in the fixed cases, so a missing one is told from the other
+    cases = [(4, 2, 1.555e12, 19.5e12, 2.44e12), (2, 4, 3.35e12, 67e12, 3.86e12)] + [
         (
             int(rng.choice([1, 2, 4, 8])),
             int(rng.choice([2, 3, 4, 5])),
@@ -201,6 +202,11 @@ def _check_softmax_balance(fn, seed) -> None:
         (
             lambda it, a, bw, f, e: _softmax_balance(1, a, bw, f, e),
             "that leaves out itemsize: each access moves itemsize bytes",
+        ),
+        (
+            lambda it, a, bw, f, e: _softmax_balance(it, 1, bw, f, e),
+            "that counts one access per score: each score is touched `accesses` times, "
+            "itemsize bytes each time",
         ),
         (
             lambda it, a, bw, f, e: 8 * _softmax_balance(it, a, bw, f, e),
@@ -680,23 +686,38 @@ def check_hbm_bytes(fn, *, seed: int | None = None) -> None:
         "the fused kernel reads Q, K, V and writes O, once each",
     )
     guarded = _guarded(fn, "hbm_bytes")
+    names = ("s", "p", "o", "fused")
+    each = _element_hint(
+        names,
+        mistakes,
+        defaults,
+        whole=_hint(together, None, fn=guarded, cases=cases),
+        fn=guarded,
+        cases=cases,
+    )
+
+    def hint(case, got, want):
+        """The elements' hints, led by which elements are wrong when the line above names only the first."""
+        said = each(case, got, want)
+        try:
+            wrong = [n for n, g, w in zip(names, got, want, strict=True) if g != w]
+        except (TypeError, ValueError):
+            return said
+        if len(wrong) > 1 and said and said.startswith(f"{wrong[0]}: "):
+            listed = ", ".join(wrong[:-1]) + f" and {wrong[-1]}"
+            return f"{listed} are wrong here; " + said
+        return said
+
     check(
         guarded,
         want,
         cases,
-        names=("s", "p", "o", "fused"),
+        names=names,
         rtol=0,
         atol=0,
         seed=seed,
         properties=[_own_work("attention_traffic")],
-        hint=_element_hint(
-            ("s", "p", "o", "fused"),
-            mistakes,
-            defaults,
-            whole=_hint(together, None, fn=guarded, cases=cases),
-            fn=guarded,
-            cases=cases,
-        ),
+        hint=hint,
     )
 
 
@@ -773,6 +794,17 @@ def check_qk_ridge(fn, *, seed: int | None = None, predicted=None) -> None:
         ),
     ]
 
+    def exact_limit(fn, case, got):
+        """At N = ∞ the limit r/2 itself, to rounding: a search at a large finite N lands near it only."""
+        N, it, R = case
+        if N != math.inf or abs(got - R * it / 2) <= 1e-14 * R * it:
+            return None
+        return (
+            f"at N = ∞ yours is {got!r}, the limit is {R * it / 2!r}: off by "
+            f"{abs(got / (R * it / 2) - 1):.1e} relative, the gap a search at a large finite N "
+            "leaves; let N grow in your formula for d* and write the limit itself"
+        )
+
     def hint(case, got, want):
         if want == math.inf and got != math.inf:
             N, it, R = case
@@ -796,7 +828,7 @@ def check_qk_ridge(fn, *, seed: int | None = None, predicted=None) -> None:
         rtol=1e-9,
         atol=0,
         seed=seed,
-        properties=[_own_work("attention_traffic", "ridge_point")],
+        properties=[_own_work("attention_traffic", "ridge_point"), exact_limit],
         hint=hint,
     )
     if predicted is not None:

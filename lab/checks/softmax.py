@@ -496,11 +496,14 @@ def _fresh_scores(rng) -> list:
     return [(rng.standard_normal((N, M)),), (far,), (some,)]
 
 
-def _three_pass(x, block, *, shift="max", masked="zero", l_from="final"):
+def _three_pass(
+    x, block, *, shift="max", masked="zero", l_from="final", y_from="final"
+):
     """The softmax of one row, with a choice of classic mistakes: no max (`shift="none"`), the first block's max
     (`shift="first"`), a masked row shifted by
     -inf (`masked="nan"`), l summed against the running max without a rescale (`l_from="running"`), each block's
-    terms of l against that block's own max (`l_from="block"`)."""
+    terms of l against that block's own max (`l_from="block"`), pass 3's outputs against each block's own max
+    (`y_from="block"`)."""
     x = np.asarray(x, dtype=np.float64)
     if shift == "block":  # every block shifted by its own max, in l and in y
         with np.errstate(all="ignore"):
@@ -540,6 +543,11 @@ def _three_pass(x, block, *, shift="max", masked="zero", l_from="final"):
         else:
             l = float(np.exp(x - m).sum())
         e = np.exp(x - m)
+        if y_from == "block":
+            for j0 in range(0, len(x), block):
+                top = float(x[j0 : j0 + block].max())
+                top = 0.0 if top == -inf else top
+                e[j0 : j0 + block] = np.exp(x[j0 : j0 + block] - top)
         if masked == "zero" and l == 0:
             return np.zeros_like(e)
         return e / l
@@ -571,6 +579,11 @@ _THREE_MISTAKES = [
         lambda x, b: _three_pass(x, b, l_from="running"),
         "l was summed against the max found so far, which grew after some terms were added: pass 2 starts only "
         "once pass 1 has seen every score (notebook 02 repairs a growing max with a rescale)",
+    ),
+    (
+        lambda x, b: _three_pass(x, b, y_from="block"),
+        "m and l are right, but pass 3 shifted each block by its own max: y_j = e^(x_j - m) / l "
+        "needs the same m that l was summed against, the row's max from pass 1, in every block",
     ),
     (
         lambda x, b: _three_pass(x, b, l_from="block"),

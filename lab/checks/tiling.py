@@ -120,7 +120,7 @@ def _check(
 
 # ------------------------------------------------------------------------------ exercise 1: causal tiles
 def _tile_kinds(
-    N, M, Br, Bc, off=None, slack=0, whole=False, corner="first", clip=True
+    N, M, Br, Bc, off=None, slack=0, whole=False, corner="first", clip=True, mslack=0
 ):
     """(computed, masked) tiles under the mask j <= i + off: computed when the block's last query sees its
     first key, masked when a computed tile's `corner` query misses its last key. Variants make the classic slips."""
@@ -129,7 +129,7 @@ def _tile_kinds(
     j0 = np.arange(0, M - M % Bc if whole else M, Bc)[None, :]
     i1, j1 = np.minimum(i0 + Br, N), np.minimum(j0 + Bc, M) if clip else j0 + Bc
     computed = j0 <= i1 - 1 + off + slack
-    masked = computed & (j1 - 1 > (i0 if corner == "first" else i1 - 1) + off)
+    masked = computed & (j1 - 1 > (i0 if corner == "first" else i1 - 1) + off + mslack)
     return int(computed.sum()), int(masked.sum())
 
 
@@ -159,6 +159,17 @@ def _tiles_hint(case, got, want):
             _tile_kinds(*case, clip=False),
             f"the last key block ends at M = {case[1]}: with j1 = j0 + Bc it seems "
             "to hold keys past M, so a tile that needs no mask counts as masked; end it at j1 = min(j0 + Bc, M)",
+        ),
+        (
+            _tile_kinds(*case, mslack=-1),
+            "the masked count is one key off: a tile whose last key j1 - 1 is exactly the last one its "
+            "first query sees, j1 - 1 = i0 + (M - N), is fully visible and needs no mask: compare "
+            "j1 - 1 > i0 + (M - N), with the tile's last key j1 - 1, not its end j1",
+        ),
+        (
+            _tile_kinds(*case, mslack=1),
+            "the masked count is one key off the other way: a tile whose last key is one past what its "
+            "first query sees, j1 - 1 = i0 + (M - N) + 1, needs the mask: compare j1 - 1 > i0 + (M - N)",
         ),
         (
             _tile_kinds(*case, corner="last"),
@@ -399,13 +410,27 @@ def _widest(sram_bytes, d, Br, itemsize):
 
 
 def _widest_slip(
-    sram_bytes, d, Br, itemsize, *, s=4, p=None, state=True, st=4, up=False, kv=2
+    sram_bytes,
+    d,
+    Br,
+    itemsize,
+    *,
+    s=4,
+    p=None,
+    state=True,
+    st=4,
+    up=False,
+    kv=2,
+    acc=None,
 ):
     """`_widest` with a classic slip: S_ij at `s` bytes (0: left out), P_ij at `p` (0: left out), the state left out
-    (or m, l left out) or at `st` bytes, `kv` of K_j, V_j (1: one left out), or the division rounded up."""
+    (or m, l left out) or at `st` bytes, acc alone at `acc` bytes, `kv` of K_j, V_j (1: one left out), or the
+    division rounded up."""
     p = itemsize if p is None else p
     kept = 2 * Br + Br * d if state is True else Br * d if state == "acc" else 0
     fixed = Br * d * itemsize + kept * st
+    if acc is not None and state is True:
+        fixed += Br * d * (acc - st)  # acc at `acc` bytes, m and l at `st`
     per_key = kv * d * itemsize + Br * (s + p)
     room = sram_bytes - fixed
     return max(0, -(-room // per_key) if up else room // per_key)
@@ -464,6 +489,11 @@ _WIDEST_SLIPS = [
     (
         {"st": "isz"},
         "m, l and acc counted at itemsize: the state is kept in float32 (4 bytes), whatever the inputs",
+    ),
+    (
+        {"acc": "isz"},
+        "acc counted at itemsize: the output accumulator (Br × d) adds up e^(s - m)·v in float32, "
+        "4 bytes a number, whatever the inputs; only Q_i, K_j, V_j and P_ij are at itemsize",
     ),
 ]
 
@@ -647,7 +677,12 @@ def _fit_hint(d, Br, Bc, w, got) -> str:
         f"shared memory {shared:,} B of {room:,}"
     )
     if got:
-        if regs > budget:
+        if regs > budget and 32 * w * 255 * 4 > 256 * 1024:
+            over = (
+                f"the registers are over the SM's 256 KiB: {w} warps could address "
+                f"32·{w}·255·4 B, but no thread block holds more registers than the SM has"
+            )
+        elif regs > budget:
             over = (
                 "the registers are over min(256 KiB, 32·w·255·4 B): a thread block of w warps holds "
                 "no more"
@@ -720,6 +755,11 @@ _FIT_SLIPS = [
         {"per_reg": 2**20},
         "the registers are over min(256 KiB, 32·w·255·4 B): a thread block of w warps holds no more "
         "(255 registers a thread, 32 threads a warp), not the SM's whole 256 KiB",
+    ),
+    (
+        {"cap": False},
+        "the budget is min(256 KiB, 32·w·255·4 B): from 9 warps on, the SM's 256 KiB of registers "
+        "binds, not 255 registers a thread",
     ),
     (
         {"p": 0},
@@ -816,6 +856,8 @@ def check_a100_fits(fn, *, name: str | None = None, seed: int | None = None) -> 
     cases += _edge_cases(d_new)  # shared memory within 163 KiB, and just over it
     # registers 256 B over 4 warps' budget, within it if m and l (8·Br bytes) are left out
     cases += [(128, 64, 254, 4)]
+    # 16 warps: 32·w·255·4 B is 510 KiB, so the SM's 256 KiB binds (322 KiB over it, 161 KiB within)
+    cases += [(128, 256, 128, 16), (128, 128, 128, 16)]
     for case in cases:
         shown = "case (d = {}, Br = {}, Bc = {}, warps = {})".format(*case)
         ok, got = _attempt(name, fn, shown, case, course=_FIT_COURSE)
@@ -843,7 +885,7 @@ def check_a100_fits(fn, *, name: str | None = None, seed: int | None = None) -> 
             )
     print(
         f"{name}: ✓ passed {len(cases)} cases: the 18 candidates at d = 128, 14 steps at a fresh d, "
-        "1 at the register budget's edge"
+        "1 at the register budget's edge, 2 at 16 warps"
     )
 
 

@@ -283,9 +283,13 @@ def draw_tile_fill(
         if not st["computed"]
         else f"S[{r0}:{r1}, {k0}:{k1}] on chip"
     )
+    # the key blocks block i has computed: up to j, or under the mask up to the last one it sees
+    seen = (r1 - 1 + M - N) // block_k if causal else st["tile"][1]
+    last = min(st["tile"][1], seen)
+    held = f"over key blocks 0..{last}" if last >= 0 else "over no key block yet"
     ax.set_title(
         f"tile (i, j) = ({st['tile'][0]}, {st['tile'][1]}): {what}\n"
-        f"rows {r0}-{r1 - 1} hold (m, l) over key blocks 0..{st['tile'][1]}; rows above: final; below: not started",
+        f"rows {r0}-{r1 - 1} hold (m, l) {held}; rows above: final; below: not started",
         fontsize=13,
     )
     return {k: v for k, v in st.items() if k not in ("S", "visible")}

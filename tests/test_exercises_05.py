@@ -1302,6 +1302,10 @@ WRONG_FA1 = {
         FA1.format(**FA1_OK).replace("min(i0 + Br, N) if", "i0 + 1 if"),
         ["case 1", "counted from the block's FIRST query", "min(i0 + Br, N) - 1"],
     ),
+    "T_r key blocks, not T_c": (
+        FA1.format(**FA1_OK).replace("-(-seen // Bc)", "-(-seen // Br)"),
+        ["case 1 (N = 1000", "in steps of Br", "not T_r = ⌈N/Br⌉"],
+    ),
     "Q_i never read": (
         {"per_tile": "(d * itemsize + 2 * stat) + row"},  # O_i, l_i, m_i in and out
         [

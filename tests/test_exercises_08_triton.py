@@ -537,6 +537,20 @@ LOG2_MISTAKES = {
         ),
         "it calls exp (the natural exponential)",
     ),
+    "math.e ** x, right value": (
+        (
+            "return np.exp2(t - lse[:, None] * log2e)",
+            "import math\n    return math.e ** (t / log2e - lse[:, None])",
+        ),
+        "it calls a power of base 2.71828",
+    ),
+    "numpy's exp under another name, right value": (
+        (
+            "return np.exp2(t - lse[:, None] * log2e)",
+            "from numpy import exp as ex\n    return ex(t / log2e - lse[:, None])",
+        ),
+        "it calls exp (the natural exponential)",
+    ),
     "torch's exp2": (
         (
             "return np.exp2(t - lse[:, None] * log2e)",
@@ -565,6 +579,39 @@ def test_the_natural_exp_is_refused_through_a_helper_too():
     )
     out = run_check(EX[3], "def natural(x):\n    return np.exp(x)\n\n\n" + src)
     assert_fails(out, "it calls exp (the natural exponential)")
+
+
+def test_the_natural_exp_is_refused_under_a_global_alias():
+    """`from numpy import exp as ex` at the top of the notebook, and np.power with base e."""
+    src = planted(
+        EX[3],
+        (
+            "return np.exp2(t - lse[:, None] * log2e)",
+            "return ex(t / log2e - lse[:, None])",
+        ),
+    )
+    out = run_check(EX[3], "from numpy import exp as ex\n\n\n" + src)
+    assert_fails(out, "ex, which is numpy.exp")
+    src = planted(
+        EX[3],
+        (
+            "return np.exp2(t - lse[:, None] * log2e)",
+            "return np.power(np.e, t / log2e - lse[:, None])",
+        ),
+    )
+    assert_fails(run_check(EX[3], src), "a power of base 2.71828")
+
+
+def test_a_power_of_two_is_the_kernel_s_exponential():
+    src = planted(
+        EX[3],
+        (
+            "return np.exp2(t - lse[:, None] * log2e)",
+            "return 2.0 ** (t - lse[:, None] * log2e)",
+        ),
+    )
+    out = run_check(EX[3], src)
+    assert "✓" in out and "✗" not in out, out
 
 
 def test_log2_cases_are_drawn_fresh_and_a_table_fails():

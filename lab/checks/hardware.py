@@ -1238,15 +1238,29 @@ def _names_read(code) -> set:
     return out
 
 
+def _natural_exps() -> dict:
+    """id -> name of every natural exponential a learner could reach by another name."""
+    found = {np.exp: "numpy.exp", np.expm1: "numpy.expm1", math.exp: "math.exp"}
+    found.update({math.expm1: "math.expm1", torch.exp: "torch.exp"})
+    return {id(f): name for f, name in found.items()}
+
+
 def _natural_exp_in(fn, depth: int = 2) -> list:
-    """The natural-exp names that `fn`'s code reads, and that of the learner's own functions it calls by name."""
+    """The natural exponentials `fn`'s code reaches by name (exp, expm1, or an alias such as
+    `from numpy import exp as ex`), and those of the learner's own functions it calls."""
     fn = inspect.unwrap(fn)
     code = getattr(fn, "__code__", None)
     if code is None:
         return []
     names = _names_read(code)
     used = sorted(names & _NATURAL_EXP)
-    scope = getattr(fn, "__globals__", {})
+    scope = dict(getattr(fn, "__globals__", {}))
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        scope[name] = cell.cell_contents if cell.cell_contents is not None else None
+    natural = _natural_exps()
+    for name in sorted(names):
+        if name not in _NATURAL_EXP and id(scope.get(name)) in natural:
+            used.append(f"{name}, which is {natural[id(scope[name])]},")
     for name in sorted(names) if depth else ():
         helper = scope.get(name)
         if (
@@ -1258,14 +1272,64 @@ def _natural_exp_in(fn, depth: int = 2) -> list:
     return used
 
 
+class _Traced(np.ndarray):
+    """An array that records the ufuncs applied to it and to every array computed from it."""
+
+    def __array_finalize__(self, obj):
+        self.ops = getattr(obj, "ops", None)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        ops = next(x.ops for x in inputs if isinstance(x, _Traced))
+        plain = [x.view(np.ndarray) if isinstance(x, _Traced) else x for x in inputs]
+        ops.append((ufunc, plain))
+        if "out" in kwargs:
+            kwargs["out"] = tuple(
+                o.view(np.ndarray) if isinstance(o, _Traced) else o
+                for o in kwargs["out"]
+            )
+        out = getattr(ufunc, method)(*plain, **kwargs)
+        results = out if isinstance(out, tuple) else (out,)
+        traced = tuple(_traced(r, ops) for r in results)
+        return traced if isinstance(out, tuple) else traced[0]
+
+
+def _traced(a, ops):
+    if not isinstance(a, np.ndarray):
+        return a
+    out = a.view(_Traced)
+    out.ops = ops
+    return out
+
+
+def _natural_exp_applied(fn, case) -> str | None:
+    """The natural exponential `fn` applies to its inputs, or to what it computes from them:
+    np.exp or np.expm1 by any name, or a power whose base is not 2 (`math.e ** x`)."""
+    ops = []
+    args = [_traced(np.array(a), ops) for a in case]
+    try:
+        fn(*args)
+    except Exception:
+        return None  # the check's own run reports the error
+    for ufunc, inputs in ops:
+        if ufunc in (np.exp, np.expm1):
+            return f"numpy.{ufunc.__name__}"
+        if ufunc in (np.power, np.float_power) and not np.all(
+            np.asarray(inputs[0]) == 2
+        ):
+            return f"a power of base {np.ravel(inputs[0])[0]:.6g} (`**`, np.power)"
+    return None
+
+
 def _uses_exp2(fn, case, got):
     """Property: `fn` exponentiates with exp2 as the kernel does, never with the natural exp."""
-    used = _natural_exp_in(getattr(fn, "raw", fn))
-    if used:
+    raw = getattr(fn, "raw", fn)
+    used = _natural_exp_in(raw) or [_natural_exp_applied(raw, case)]
+    if used[0]:
         return (
-            f"P is right, but it calls {used[0]} (the natural exponential): the kernel's exponential "
-            "is exp2 (tl.exp2, the one a GPU's special-function units return natively), so "
-            "this exercise asks for np.exp2 on the log2-unit exponent, t - lse·log2 e"
+            f"P is right, but it calls {used[0]} (the natural exponential): the "
+            "kernel's exponential is exp2 (tl.exp2, the one a GPU's special-function units "
+            "return natively), so this exercise asks for np.exp2 on the log2-unit exponent, "
+            "t - lse·log2 e"
         )
     return None
 

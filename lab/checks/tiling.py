@@ -970,6 +970,7 @@ def _fa1_bytes(
     o_written=True,
     stats=None,
     first=False,
+    per_query_block=False,
 ):
     """fa1's bytes for N = M, dv = d (K, V once; Q, O, l, m read and O, l, m written per computed tile, O, l, m
     written once at the start); the keyword variants make the classic slips."""
@@ -978,7 +979,10 @@ def _fa1_bytes(
     for i0 in range(0, N, Br):
         end = i0 + 1 if first else min(i0 + Br, N)
         last = end if causal and skip else N  # keys 0..last-1 seen
-        rows += (Br if whole else min(Br, N - i0)) * -(-last // Bc)
+        width = (
+            Br if per_query_block else Bc
+        )  # the T_r-for-T_c slip counts query blocks
+        rows += (Br if whole else min(Br, N - i0)) * -(-last // width)
     q = (N if q_once else rows) * d * isz
     reads = 2 * N * d * isz + q + (rows * d * isz if o_read else 0) + 2 * rows * ssz
     passes = (N if init else 0) + rows
@@ -993,6 +997,12 @@ def _fa1_hint(case, got, want):
             _fa2_bytes(*case),
             "that is fa2's count: fa1 puts the key blocks outside, so it reads K and V once "
             "and reads Q, O, l, m (and writes O, l, m) once per computed tile",
+        ),
+        (
+            _fa1_bytes(*case, per_query_block=True),
+            "the key blocks are counted in steps of Br: a query block meets "
+            "T_c = ⌈M/Bc⌉ key blocks (⌈seen/Bc⌉ under the mask), not T_r = ⌈N/Br⌉; "
+            "fa1's outer loop runs over key blocks of Bc rows",
         ),
         (
             _fa1_bytes(*case, q_once=True),

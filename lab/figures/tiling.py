@@ -608,7 +608,7 @@ def draw_hbm_traffic(
     left.axvline(N, color="k", lw=0.8, label=f"N = {N:,} (the right panel's N)")
     left.set(
         xlabel="sequence length N (= M keys)",
-        ylabel="HBM traffic, MB (one head)",
+        ylabel="bytes requested, MB (one head)",
         title=f"against N: d={d}, {itemsize}-byte inputs, both tiled at {block_q} × {block_k}"
         + (", causal" if causal else ""),
     )
@@ -648,8 +648,8 @@ def draw_hbm_traffic(
         label=f"{sram_bytes // 1024} KiB: an A100 SM's shared memory",
     )
     right.set(
-        xlabel=f"SRAM size, KiB (M_sram = bytes / {itemsize} elements)",
-        ylabel="HBM traffic, MB",
+        xlabel=f"SRAM size, KiB (M_sram: these bytes ÷ {itemsize}, in elements)",
+        ylabel="bytes requested, MB",
         title=f"against SRAM: N={N:,}, d={d}; fa1 at Algorithm 1's blocks"
         + (", causal" if causal else ""),
     )

@@ -273,7 +273,7 @@ def io_traffic(
 
     The instrumented run (`measured`, against `formula`) is at N = `checked_N` = min(N, 256).
     With causal the figure's tiled curves and the instrumented run skip the masked tiles.
-    Taught in: notebooks/05_tiling.ipynb
+    Taught in: notebooks/05_tiling_traffic.ipynb
     """
 
     def draw(N, d, block_q, block_k, dtype, causal, ax=None):

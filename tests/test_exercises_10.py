@@ -456,6 +456,15 @@ def test_intensity_by_labs_own_answer_is_refused():
     )
 
 
+def test_best_splits_ties_to_the_most_splits_says_so_on_every_seed(capsys):
+    ns: dict = {}
+    exec(WRONG_3["ties to the most splits"][0], ns)
+    for seed in range(200):  # every run's cases hold a tie (the short cache's)
+        checks.check_best_splits(ns["best_splits"], seed=seed)
+        out = capsys.readouterr().out
+        assert "✗" in out and "when counts tie, take the fewest" in out, (seed, out)
+
+
 def test_best_splits_with_the_batch_forgotten_says_so(capsys):
     def best_splits(M, batch, heads, processors):
         K = -(-M // 128)

@@ -205,21 +205,28 @@ def cache_table(itemsize: int = 2, tokens: int = 8192) -> str:
     return "\n".join(rows)
 
 
-def decode_intensity(group, head_dim: int = 128, M: int = 4096, itemsize: int = 2):
-    """FLOPs per byte of one decoding step of one K/V head: $\\frac{4 G M d}{(2 M d + 2 G d)\\,\\text{itemsize}}$ ($\\approx 2G/\\text{itemsize}$).
+def decode_intensity(
+    group, head_dim: int = 128, M: int = 4096, itemsize: int = 2, qo_itemsize=None
+):
+    """FLOPs per byte of one decoding step of one K/V head: $\\frac{4 G M d}{2 M d\\,\\text{itemsize} + 2 G d\\,\\text{qo\\_itemsize}}$ ($\\approx 2G/\\text{itemsize}$).
 
     The $G$ query heads of a group each do $QK^\\top$ and $PV$ ($2Md$ FLOPs each) against the same K and V,
-    read once ($2Md$ elements); q and o add $2Gd$. Accepts an array of group sizes.
+    read once ($2Md$ elements at `itemsize` bytes); q and o add $2Gd$ elements at `qo_itemsize` bytes. By
+    default q and o have the cache's itemsize, but stay 16-bit (2 bytes) when the cache is quantised to
+    8 bits. Accepts an array of group sizes.
     Taught in: notebooks/10_decoding.ipynb, notebooks/10_gqa_and_paging.ipynb
     """
     for name, x in (("head_dim", head_dim), ("M", M), ("itemsize", itemsize)):
         _positive_int(x, name)
+    if qo_itemsize is None:
+        qo_itemsize = max(itemsize, 2)  # an 8-bit cache keeps q and o in 16 bits
+    _positive_int(qo_itemsize, "qo_itemsize")
     G = np.asarray(group)
     if not np.issubdtype(G.dtype, np.number) or np.any(G < 1):
         raise ValueError(f"group must be >= 1, got {group!r}")
     G = G.astype(np.float64)
     flops = 4.0 * G * M * head_dim
-    nbytes = (2.0 * M * head_dim + 2.0 * G * head_dim) * itemsize
+    nbytes = 2.0 * M * head_dim * itemsize + 2.0 * G * head_dim * qo_itemsize
     out = flops / nbytes
     return float(out) if out.ndim == 0 else out
 

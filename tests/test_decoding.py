@@ -81,6 +81,22 @@ def test_decode_intensity_array_and_errors():
         decode_intensity(2, M=0)
 
 
+def test_decode_intensity_of_an_8_bit_cache_keeps_q_and_o_16_bit():
+    G, d, M = 8, 128, 4096
+    want = 4 * G * M * d / (2 * M * d * 1 + 2 * G * d * 2)  # K, V at 1 byte; q, o at 2
+    assert decode_intensity(G, d, M, 1) == pytest.approx(want, rel=1e-12)
+    assert decode_intensity(G, d, M, 1, qo_itemsize=2) == decode_intensity(G, d, M, 1)
+    all_8 = 4 * G * M * d / ((2 * M * d + 2 * G * d) * 1)
+    assert decode_intensity(G, d, M, 1, qo_itemsize=1) == pytest.approx(all_8)
+    assert decode_intensity(G, d, M, 1) < all_8
+    # 16 and 32 bits: q and o as the cache
+    for size in (2, 4):
+        same = 4 * G * M * d / ((2 * M * d + 2 * G * d) * size)
+        assert decode_intensity(G, d, M, size) == pytest.approx(same, rel=1e-12)
+    with pytest.raises(ValueError, match="qo_itemsize"):
+        decode_intensity(G, d, M, 1, qo_itemsize=0)
+
+
 @given(st.integers(1, 2**17), st.integers(1, 8), st.integers(1, 64), st.integers(1, 64))
 def test_decode_schedule_invariants(M, batch, heads, splits):
     s = decode_schedule(M, batch=batch, heads=heads, splits=splits)

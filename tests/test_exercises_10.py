@@ -24,28 +24,27 @@ from lab.checks import paged
 NAME, NAME2 = "10_decoding", "10_gqa_and_paging"
 _PART1 = {ex.number: ex for ex in exercises(NAME)}
 _PART2 = {ex.number: ex for ex in exercises(NAME2)}
-# the exercises by what they build: part 1's 1, part 2's 1, 2 and 3
+# the exercises by what they build: part 1's 1 and 2, part 2's 1, 2 and 3
 EX = {
     "window": _PART2[1],
     "crossing": _PART2[2],
     "splits": _PART1[1],
     "paged": _PART2[3],
+    "split": _PART1[2],
 }
 
-# Exercises the notebook retired (the cache per token, flash-decoding by split and merge, the gather through a
-# block table): their checks stay in lab and are still tested, on the worked solutions they had.
+# Exercises the notebook retired (the cache per token, the intensity of a step, the cache with local layers, the
+# gather through a block table): their checks stay in lab and are still tested, on the worked solutions they had.
 OLD_SOLUTIONS = {
     6: "# @title Exercise 1: a worked solution (double-click or 'show code' to open)\ndef cache_bytes(tokens, layers, kv_heads, head_dim, itemsize, window):\n    per_token_layer = 2 * kv_heads * head_dim * itemsize  # K and V of the K/V heads\n    local = (layers + 1) // 2  # layers 0, 2, 4, ...: one more than the global if odd\n    kept = local * min(tokens, window) + (layers - local) * tokens  # tokens, all layers\n    return per_token_layer * kept",
     2: "# @title Exercise 2: a worked solution (double-click or 'show code' to open)\ndef intensity(G, d, M, kv_itemsize, qo_itemsize):\n    flops = G * 2 * (2 * M * d)  # per query head: QK^T and PV, a multiply and an add\n    kv_bytes = 2 * M * d * kv_itemsize  # K and V, read once for the whole group\n    qo_bytes = 2 * G * d * qo_itemsize  # each query head reads its q and writes its o\n    return flops / (kv_bytes + qo_bytes)",
     1: "# @title Exercise 1: a worked solution (double-click or 'show code' to open)\ndef cache_per_token(layers, q_heads, kv_heads, head_dim, itemsize):\n    # K and V, of the K/V heads only (queries are not cached), in every layer\n    return 2 * layers * kv_heads * head_dim * itemsize",
-    4: "# @title Exercise 4: a worked solution (double-click or 'show code' to open)\ndef decode_chunk(q, k_c, v_c):\n    Hq, N, d = q.shape\n    Hkv, Mc, dv = v_c.shape\n    G = Hq // Hkv\n    if Mc == 0:  # an empty chunk: no mass, weight 0 in the merge\n        return np.zeros((Hq, N, dv)), np.full((Hq, N), -np.inf)\n    qg = q.reshape(Hkv, G * N, d)  # query heads g*G .. g*G+G-1 share K/V head g\n    s = (\n        qg @ np.swapaxes(k_c, 1, 2) / np.sqrt(d)\n    )  # (Hkv, G*N, Mc): K read once per K/V head\n    m = s.max(axis=2)  # (Hkv, G*N)\n    p = np.exp(s - m[..., None])  # all <= 1: no overflow\n    l = p.sum(axis=2)\n    o_c = (p @ v_c) / l[..., None]  # (Hkv, G*N, dv)\n    return o_c.reshape(Hq, N, dv), (m + np.log(l)).reshape(Hq, N)\n\n\ndef split_decode(q, k, v, splits):\n    M = k.shape[1]\n    edges = [\n        M * c // splits for c in range(splits + 1)\n    ]  # splits contiguous chunks, sizes differ by at most 1\n    parts = [\n        decode_chunk(q, k[:, j0:j1], v[:, j0:j1])\n        for j0, j1 in zip(edges[:-1], edges[1:])\n    ]\n    o_c = np.stack([o for o, _ in parts])  # (splits, Hq, N, dv)\n    lse_c = np.stack([lse for _, lse in parts])  # (splits, Hq, N)\n    m = lse_c.max(axis=0)  # finite: M >= 1, so some chunk holds a key\n    w = np.exp(lse_c - m)  # an empty chunk: e^-inf = 0\n    total = w.sum(axis=0)\n    return (w[..., None] * o_c).sum(axis=0) / total[..., None], m + np.log(total)",
     5: "# @title Exercise 5: a worked solution (double-click or 'show code' to open)\ndef gather_pages(pages, block_row, length):\n    size = pages.shape[2]\n    n = -(-length // size)  # blocks in use: a partly filled last page counts\n    blocks = [\n        pages[block_row[i]] for i in range(n)\n    ]  # logical block i lives in physical page block_row[i]\n    return np.concatenate(blocks, axis=1)[\n        :, :length\n    ]  # (Hkv, n * size, d), cut before the stale slots",
 }
 OLD_CHECKS = {
     6: "from lab.checks.decoding import check_cache_bytes\ncheck_cache_bytes(cache_bytes)\n",
     2: "from lab.checks.decoding import check_step_intensity\ncheck_step_intensity(intensity)\n",
     1: "from lab.checks.decoding import check_cache_per_token\ncheck_cache_per_token(cache_per_token)\n",
-    4: "from lab.checks.decoding import check_split_decode\ncheck_split_decode(split_decode, decode_chunk)\n",
     5: "from lab.checks.paged import check_gather_pages\ncheck_gather_pages(gather_pages)\n",
 }
 OLD = {
@@ -72,8 +71,8 @@ def _fails(number, source: str, *says: str | tuple[str, ...]) -> str:
     return out
 
 
-def test_the_two_parts_have_one_and_three_checked_exercises():
-    assert sorted(_PART1) == [1] and sorted(_PART2) == [1, 2, 3]
+def test_the_two_parts_have_two_and_three_checked_exercises():
+    assert sorted(_PART1) == [1, 2] and sorted(_PART2) == [1, 2, 3]
 
 
 @pytest.mark.parametrize("number", list(EX))
@@ -454,6 +453,15 @@ def test_intensity_by_labs_own_answer_is_refused():
         "case 0",
         "lab.decode_intensity",
     )
+
+
+def test_best_splits_ties_to_the_most_splits_says_so_on_every_seed(capsys):
+    ns: dict = {}
+    exec(WRONG_3["ties to the most splits"][0], ns)
+    for seed in range(200):  # every run's cases hold a tie (the short cache's)
+        checks.check_best_splits(ns["best_splits"], seed=seed)
+        out = capsys.readouterr().out
+        assert "✗" in out and "when counts tie, take the fewest" in out, (seed, out)
 
 
 def test_best_splits_with_the_batch_forgotten_says_so(capsys):
@@ -867,8 +875,8 @@ def test_paged_cases_hold_what_their_labels_say():
 
 # ------------------------------------------------------------------------------------ exercise 4: the build
 
-GOOD_CHUNK = OLD[4].solution.split("def split_decode")[0]
-GOOD_SPLIT = "def split_decode" + OLD[4].solution.split("def split_decode")[1]
+GOOD_CHUNK = EX["split"].solution.split("def split_decode")[0]
+GOOD_SPLIT = "def split_decode" + EX["split"].solution.split("def split_decode")[1]
 CHUNK_HEAD = """
 def decode_chunk(q, k_c, v_c):
     Hq, N, d = q.shape
@@ -1151,18 +1159,64 @@ WRONG_4 = {
 @pytest.mark.parametrize("mistake", WRONG_4)
 def test_split_decode_check_diagnoses_planted_mistakes(mistake):
     source, says = WRONG_4[mistake]
-    _fails(OLD[4], source, *says)
+    _fails("split", source, *says)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        GOOD_CHUNK
+        + "from lab import flash_decoding as decode_by_chunks\n"
+        + "def split_decode(q, k, v, splits):\n"
+        + "    return decode_by_chunks(q, k, v, splits=splits)\n",
+        GOOD_CHUNK
+        + "import lab\n"
+        + "join = lab.merge_outputs\n"
+        + "def split_decode(q, k, v, splits):\n"
+        + "    M = k.shape[1]\n"
+        + "    edges = [M * c // splits for c in range(splits + 1)]\n"
+        + "    parts = [decode_chunk(q, k[:, a:b], v[:, a:b]) for a, b in zip(edges, edges[1:])]\n"
+        + "    return join([o for o, _ in parts], [lse for _, lse in parts])\n",
+    ],
+    ids=["flash_decoding renamed", "merge_outputs renamed"],
+)
+def test_split_decode_by_labs_answer_under_another_name_is_refused(source):
+    _fails(
+        "split",
+        source,
+        "case 0",
+        ("calls lab.flash_decoding", "calls lab.merge_outputs"),
+    )
+
+
+def test_the_merge_appears_only_after_its_exercise():
+    """Exercise 2 of part 1 builds the split and the merge: no cell a learner sees above its check prints the
+    chunk's state or the merge's formula; the worked answer is a solution cell."""
+    import nbformat
+    from exercise_support import ROOT
+
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
+    sources = [c.source for c in nb.cells]
+    check = next(
+        i
+        for i, s in enumerate(sources)
+        if "check_split_decode(split_decode, decode_chunk)" in s
+    )
+    formulas = ("lse_c - lse", "\\sum_c e^{lse_c}", "acc_c}{l_c", "m_c + \\log l_c")
+    shown = [i for i, s in enumerate(sources) if any(f in s for f in formulas)]
+    assert shown and min(shown) > check, shown
+    assert all("solution" in nb.cells[i].metadata.get("tags", []) for i in shown), shown
 
 
 def test_split_decode_check_names_the_stub_still_left():
     out = run_check(
-        OLD[4],
+        EX["split"],
         GOOD_CHUNK
         + "def split_decode(q, k, v, splits):\n    raise NotImplementedError\n",
     )
     assert out.startswith("split_decode: not implemented yet"), out
     out = run_check(
-        OLD[4],
+        EX["split"],
         "def decode_chunk(q, k_c, v_c):\n    raise NotImplementedError\n" + GOOD_SPLIT,
     )
     assert out.startswith("decode_chunk: not implemented yet"), out
@@ -1175,7 +1229,7 @@ def _solutions() -> dict:
     ns = {"np": np, "lab": lab}
     for key, ex in EX.items():
         exec(compile(ex.solution, f"<solution {key}>", "exec"), ns)
-    for n in (1, 2, 4, 5, 6):
+    for n in (1, 2, 5, 6):
         exec(compile(OLD[n].solution, f"<retired solution {n}>", "exec"), ns)
     return ns
 
@@ -1207,7 +1261,7 @@ def test_passing_lines_are_fixed_text(capsys):
 def test_the_references_are_the_course_figures():
     for G, d, M, kv, qo in [(1, 128, 4096, 2, 2), (8, 64, 100, 1, 1)]:
         assert checks._intensity(G, d, M, kv, qo) == pytest.approx(
-            lab.decode_intensity(G, d, M, kv), rel=1e-12
+            lab.decode_intensity(G, d, M, kv, qo_itemsize=qo), rel=1e-12
         )
     assert [
         checks._fills(*c)
@@ -1403,6 +1457,7 @@ def test_paged_decode_spec_does_not_give_the_rule():
         ("window", "largest_window"),
         ("crossing", "crossing_group"),
         ("paged", "paged_decode"),
+        ("split", "split_decode"),
     ],
 )
 def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):

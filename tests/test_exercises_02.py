@@ -15,10 +15,10 @@ PASSED = {
     1: "online_step: ✓ passed 11 cases\n",
     2: "online_softmax: ✓ passed 11 cases; each score loaded twice, each y_j stored once; no row held\n",
     3: "merge_ml: ✓ passed 11 cases\n",
-    4: "  as drawn: predicted (6, 5) ✓ right; counted (6, 5)\n"
-    " ascending: predicted (63, 15) ✓ right; counted (63, 15)\n"
-    "descending: predicted (0, 0) ✓ right; counted (0, 0)\n"
-    "3 of 3 predicted right (Bc = 1 and Bc = 4)\n"
+    4: "  as drawn: Bc = 1: 6 predicted, 6 counted ✓; Bc = 4: 5 predicted, 5 counted ✓\n"
+    " ascending: Bc = 1: 63 predicted, 63 counted ✓; Bc = 4: 15 predicted, 15 counted ✓\n"
+    "descending: Bc = 1: 0 predicted, 0 counted ✓; Bc = 4: 0 predicted, 0 counted ✓\n"
+    "3 of 3 orders predicted right at both Bc = 1 and Bc = 4\n"
     "predicted_rescales: ✓ both sorted orders derived right (as drawn is a guess)\n",
 }
 
@@ -796,9 +796,20 @@ def test_the_step_is_shown_only_after_exercise_1():
     after = [
         c.source for c in cells[stub:] if "solution" not in c.metadata.get("tags", [])
     ]
-    assert any(
-        "## 3. The step, revealed" in s and "np.exp(m - m_new)" in s for s in after
+    assert any("## 3. The step, revealed" in s and "\\alpha\\, l" in s for s in after)
+
+
+def test_exercise_2_writes_the_pass_no_cell_above_prints_in_code():
+    """Exercise 2 builds the loop over blocks: no teaching cell above its stub prints the step in the code's
+    names (`m_new`, `alpha = np.exp(m - m_new)`) for the learner to copy."""
+    cells = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4).cells
+    stub = next(
+        i for i, c in enumerate(cells) if c.source.startswith("# Exercise 2: your code")
     )
+    above = [
+        c.source for c in cells[:stub] if "solution" not in c.metadata.get("tags", [])
+    ]
+    assert not any("np.exp(m - m_new)" in s or "m_new =" in s for s in above)
 
 
 def test_the_rule_for_when_l_falls_is_tested_not_asserted():
@@ -824,14 +835,11 @@ def test_rescale_predictions_are_compared_with_the_counts(capsys):
     right = {"as drawn": (6, 5), "ascending": (63, 15), "descending": (0, 0)}
     checks.check_rescale_predictions(right)
     out = capsys.readouterr().out
-    assert out.count("✓ right") == 3 and "3 of 3 predicted right" in out
-    assert "ascending: predicted (63, 15) ✓ right; counted (63, 15)" in out
+    assert out.count("✓") == 7 and "3 of 3 orders predicted right" in out
+    assert "ascending: Bc = 1: 63 predicted, 63 counted ✓; Bc = 4: 15 predicted" in out
     checks.check_rescale_predictions(right | {"ascending": (63, 16)})
     out = capsys.readouterr().out
-    assert (
-        "ascending: predicted (63, 16) ✗ wrong; counted (63, 15)" in out
-        and "2 of 3" in out
-    )
+    assert "Bc = 4: 16 predicted, 15 counted ✗" in out and "2 of 3" in out
 
 
 def test_a_wrong_prediction_is_shown_the_count_as_the_placeholder_promises(capsys):
@@ -840,8 +848,10 @@ def test_a_wrong_prediction_is_shown_the_count_as_the_placeholder_promises(capsy
         {"as drawn": (1, 1), "ascending": (..., ...), "descending": (5, 5)}
     )
     out = capsys.readouterr().out
-    assert "as drawn: predicted (1, 1) ✗ wrong; counted (6, 5)" in out
-    assert "descending: predicted (5, 5) ✗ wrong; counted (0, 0)" in out
+    assert (
+        "as drawn: Bc = 1: 1 predicted, 6 counted ✗; Bc = 4: 1 predicted, 5 co" in out
+    )
+    assert "descending: Bc = 1: 5 predicted, 0 counted ✗" in out
     assert "ascending: not predicted yet (the count is shown once you predict)" in out
     assert "63" not in out
 
@@ -863,7 +873,7 @@ def test_a_prediction_not_written_as_a_pair_is_refused_with_a_hint(
     checks.check_rescale_predictions(right | {"ascending": written})
     out = capsys.readouterr().out
     assert f"ascending: ✗ {says}" in out, out
-    assert "('6'," not in out and "counted (63, 15)" not in out
+    assert "('6'," not in out and "15 counted" not in out
     assert out.splitlines()[-1].startswith(
         "predicted_rescales: ✗ write ascending as a pair of whole numbers"
     )

@@ -1687,11 +1687,15 @@ def check_rescale_predictions(predicted, *, n: int = 64, blocks=(1, 4)) -> None:
             continue
         ok = got == want
         right, written = right + ok, written + 1
-        said = "✓ right" if ok else "✗ wrong"
-        print(f"{order:>10}: predicted {got} {said}; counted {want}")
+        each = [
+            f"Bc = {b}: {g} predicted, {w} counted {'✓' if g == w else '✗'}"
+            for b, g, w in zip(blocks, got, want)
+        ]
+        print(f"{order:>10}: " + "; ".join(each))
     if written:
         print(
-            f"{right} of {written} predicted right (Bc = {blocks[0]} and Bc = {blocks[1]})"
+            f"{right} of {written} orders predicted right at both Bc = {blocks[0]}"
+            f" and Bc = {blocks[1]}"
         )
     # the verdict: the sorted orders can be derived; "as drawn" is a guess and is only shown
     derived = [

@@ -136,15 +136,19 @@ def draw_one_pass(
         bx.text(
             i,
             kv_read[i] + s_io[i],
-            f"holds {r['working arrays (B)'] / 1024:.1f} KiB",
+            f"arrays {r['working arrays (B)'] / 1024:.1f} KiB\n"
+            f"K, V {r['K, V in flight (B)'] / 1024:,.0f} KiB",
             ha="center",
             va="bottom",
-            fontsize=10,
+            fontsize=9,
         )
     bx.set_xticks(x, short)
     bx.grid(False)
-    bx.set_ylim(0, 1.5 * float((kv_read + s_io).max()))
-    bx.set(ylabel="MiB moved (float64)", title="memory traffic of one query row")
+    bx.set_ylim(0, 1.6 * float((kv_read + s_io).max()))
+    bx.set(
+        ylabel="MiB moved (float64)",
+        title="traffic of one query row; on top, what it holds",
+    )
     bx.legend(loc="upper left", fontsize=10)
     for a in (ax, bx):
         a.yaxis.set_major_locator(

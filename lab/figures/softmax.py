@@ -256,10 +256,8 @@ def draw_rescale(
         ylabel="term",
     )
     ax1.bar(j_old, old, color="none", edgecolor="C0", width=0.8, ls=":", label="before")
-    ax1.bar(
-        j_old, alpha * old, color="C0", width=0.8, label=f"old terms × α = {alpha:.3f}"
-    )
-    ax1.bar(j_new, new, color="C1", width=0.8, label="the block's terms e^(x_j − m′)")
+    ax1.bar(j_old, alpha * old, color="C0", width=0.8, label=f"old × α = {alpha:.3f}")
+    ax1.bar(j_new, new, color="C1", width=0.8, label="block's terms e^(x_j − m′)")
     l_new = alpha * old.sum() + new.sum()
     ax1.set(
         title=f"after it: m′ = {m_new:.3f}, l′ = α·l + {new.sum():.2f} = {l_new:.2f}",
@@ -270,7 +268,8 @@ def draw_rescale(
             0, 1.45
         )  # headroom: the legend sits above the tallest term, e^0 = 1
         ax.axhline(1.0, color="gray", lw=0.8, ls="--")
-        ax.legend(loc="upper left", fontsize=9, ncol=2, frameon=False)
+    axes[0].legend(loc="upper left", fontsize=9, frameon=False)
+    axes[1].legend(loc="upper left", fontsize=9, ncol=3, frameon=False, columnspacing=1)
     return {
         "m": m,
         "m_new": m_new,

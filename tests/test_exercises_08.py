@@ -450,6 +450,28 @@ def test_the_order_machine_slows_no_harness_that_alternates():
     assert min(times[a]) == pytest.approx(1.4) and max(times[a]) == pytest.approx(2.0)
 
 
+def test_a_median_of_per_round_ratios_over_alternated_rounds_is_accepted(capsys):
+    """Section 2's statistic, the median of t_a / t_b round by round, with the order alternated: a fair harness."""
+    import statistics
+
+    from lab.checks.measuring import check_fair_comparison
+
+    def compare(a, b, measure, rounds):
+        a(), b()
+        ratios = []
+        for r in range(rounds):
+            if r % 2 == 0:
+                t_a, t_b = measure(a), measure(b)
+            else:
+                t_b, t_a = measure(b), measure(a)
+            ratios.append(t_a / t_b)
+        return float(statistics.median(ratios))
+
+    for seed in range(20):
+        check_fair_comparison(compare, seed=seed)
+        assert "✓ passed 5" in capsys.readouterr().out
+
+
 def test_a_warm_up_by_measurement_is_accepted():
     """Measuring each candidate once before the rounds and dropping that time is a real warm-up."""
     body = """    measure(a); measure(b)

@@ -367,7 +367,12 @@ HARNESS_MISTAKES = {
     t_a = [measure(a) for _ in range(rounds)]
     t_b = [measure(b) for _ in range(rounds)]
     return float(np.median(t_a) / np.median(t_b))""",
-        ("other programs start halfway", "measure them in alternating rounds"),
+        (
+            "other programs start halfway",
+            "measured all of a's rounds, then all of b's",
+            "other programs started at measurement 7",
+            "measure them in alternating rounds",
+        ),
     ),
     "mean": (
         """    a(); b()
@@ -375,12 +380,16 @@ HARNESS_MISTAKES = {
     for _ in range(rounds):
         t_a.append(measure(a)); t_b.append(measure(b))
     return float(np.mean(t_a) / np.mean(t_b))""",
-        ("descheduled thread", "30x slow: a mean, or a single sample, follows it"),
+        (
+            "descheduled thread",
+            "the mean of a's rounds over the mean of b's",
+            "b's measurement 2, 30x slow",
+        ),
     ),
     "one sample": (
         """    a(); b()
     return measure(a) / measure(b)""",
-        ("measured a and b 1 time(s)", "once per round, 5 rounds"),
+        ("one round only", "measured a and b 1 time(s)", "once per round, 5 rounds"),
     ),
     "no warm-up": (
         """    t_a, t_b = [], []
@@ -395,7 +404,32 @@ HARNESS_MISTAKES = {
     for _ in range(rounds):
         t_a.append(measure(a)); t_b.append(measure(b))
     return float(np.median(t_a) / np.median(t_b))""",
-        ("the second timing of each pair faster", "alternate which goes first"),
+        (
+            "the second timing of each pair faster",
+            "your rounds time a before b every time",
+            "so b gains in every round",
+            "alternate which goes first",
+        ),
+    ),
+    "always b first": (
+        """    a(); b()
+    t_a, t_b = [], []
+    for _ in range(rounds):
+        t_b.append(measure(b)); t_a.append(measure(a))
+    return float(np.median(t_a) / np.median(t_b))""",
+        ("your rounds time b before a every time", "so a gains in every round"),
+    ),
+    "one round's ratio kept": (
+        """    a(); b()
+    ratios = []
+    for r in range(rounds):
+        if r % 2 == 0:
+            ratios.append(measure(a) / measure(b))
+        else:
+            t_b = measure(b)
+            ratios.append(measure(a) / t_b)
+    return ratios[0]""",
+        ("descheduled thread", "yours is one round's ratio"),
     ),
     "inverted": (
         """    a(); b()

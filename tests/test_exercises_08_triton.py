@@ -166,6 +166,77 @@ def test_band_from_labs_tile_kinds_is_refused():
     )
 
 
+BRUTE_FORCE_BANDS = {
+    "the full N x M mask": (
+        "def key_blocks(i, N, M, Br, Bc):\n"
+        "    mask = np.arange(M)[None, :] <= np.arange(N)[:, None] + (M - N)\n"
+        "    rows = mask[i * Br : min((i + 1) * Br, N)]\n"
+        "    every, some = rows.all(0), rows.any(0)\n"
+        "    full = 0\n"
+        "    while (full + 1) * Bc <= M and every[full * Bc : (full + 1) * Bc].all():\n"
+        "        full += 1\n"
+        "    cols = np.nonzero(some)[0]\n"
+        "    return full, (int(cols[-1]) // Bc + 1 if cols.size else 0)\n",
+        "it held",
+    ),
+    "the block's own mask": (
+        "def key_blocks(i, N, M, Br, Bc):\n"
+        "    rows = np.arange(i * Br, min((i + 1) * Br, N))\n"
+        "    seen = (np.arange(M)[None, :] <= rows[:, None] + (M - N)).sum(1)\n"
+        "    return int(seen.min()) // Bc, -(-int(seen.max()) // Bc)\n",
+        "it held",
+    ),
+    "a loop over the rows": (
+        "def key_blocks(i, N, M, Br, Bc):\n"
+        "    rows = range(i * Br, min((i + 1) * Br, N))\n"
+        "    n = [max(0, min(M, r + 1 + M - N)) for r in rows]\n"
+        "    return min(n) // Bc, -(-max(n) // Bc)\n",
+        "Python lines",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(BRUTE_FORCE_BANDS))
+def test_a_right_band_from_every_row_or_key_is_refused(name):
+    """The pair from an element mask, or a loop over the rows, is right and still fails: two rows decide."""
+    src, says = BRUTE_FORCE_BANDS[name]
+    assert_fails(
+        run_check(EX[1], "import numpy as np\n" + src),
+        "the pair is right, but for one block of 1,024 rows",
+        says,
+        "two rows decide",
+        "which row of the block sees the fewest keys",
+    )
+
+
+def test_a_band_from_a_loop_over_key_blocks_passes():
+    """Looking at each key block's edges (a few blocks) is work the kernel's bounds allow: it passes."""
+    src = (
+        "def key_blocks(i, N, M, Br, Bc):\n"
+        "    first, last = i * Br, min((i + 1) * Br, N) - 1\n"
+        "    full = seen = 0\n"
+        "    for j in range(-(-M // Bc)):\n"
+        "        lo, hi = j * Bc, min((j + 1) * Bc, M) - 1\n"
+        "        if hi - lo + 1 == Bc and hi <= first + M - N and full == j:\n"
+        "            full += 1\n"
+        "        if lo <= last + M - N:\n"
+        "            seen = j + 1\n"
+        "    return full, seen\n"
+    )
+    out = run_check(EX[1], src)
+    assert "✓" in out and "✗" not in out, out
+
+
+def test_the_band_work_watch_restores_the_tracer_and_tracemalloc():
+    import sys
+    import tracemalloc
+
+    before = sys.gettrace()
+    lines, peak = ct._work(lambda *a: sum(range(10)), ct._WORK_CASE)
+    assert sys.gettrace() is before and not tracemalloc.is_tracing()
+    assert lines <= ct._WORK_LINES and peak <= ct._WORK_BYTES
+
+
 def test_band_reference_agrees_with_the_kernels_bounds():
     import itertools
 

@@ -21,7 +21,8 @@ loop, and the key-block loop of a Triton FlashAttention-2 forward kernel.
   range that misses key blocks, alpha applied after the new block was added.
 - `check_causal_band(fn)` : `fn(i, N, M, Br, Bc)` = (full, seen), the key blocks every row of causal query block i
   sees whole and those some row sees, against an element mask; hints for the deciding rows swapped, j < i + (M - N),
-  top-left alignment, the rounding of either, negative counts, a short last key block counted full or dropped.
+  top-left alignment, the rounding of either, negative counts, a short last key block counted full or dropped; a
+  right pair from every row or key (a mask, a loop over rows) fails on a block of 1,024 rows, its work watched.
 - `check_p_from_lse(fn)` : `fn(t, lse)` = 2^(t - lse·log2 e), P from log2-unit scores t = S·log2 e and natural-log
   lse; hints for lse left in natural-log units, t converted twice, ln 2 for log2 e, exp for exp2, lse along keys;
   np.exp (or math.exp) and torch refused: the kernel's own exponential is exp2.
@@ -1125,12 +1126,84 @@ def _band_hint(case, got, want):
     return "yours has " + "; and ".join(hints)
 
 
+_WORK_CASE = (
+    1,
+    2048,
+    2048,
+    1024,
+    1024,
+)  # a block of 1,024 rows against 2,048 keys, in 2 key blocks
+_WORK_LINES = 400  # Python lines one call may run: a formula takes a few, a loop over rows or keys thousands
+_WORK_BYTES = (
+    4 * 1024
+)  # memory one call may hold at once: an array of the block's rows or keys is 8 KiB or more
+
+
+class _TooMuchWork(Exception):
+    """Raised inside the learner's function once it has run more lines than `_WORK_LINES`."""
+
+
+def _work(fn, case) -> tuple[int, int]:
+    """(Python lines run, peak bytes allocated) of one call `fn(*case)`, the lines counted up to `_WORK_LINES` + 1."""
+    import tracemalloc
+
+    lines = 0
+
+    def count(frame, event, arg):
+        nonlocal lines
+        if event == "line":
+            lines += 1
+            if lines > _WORK_LINES:
+                raise _TooMuchWork
+        return count
+
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    tracemalloc.reset_peak()
+    previous = sys.gettrace()
+    sys.settrace(lambda frame, event, arg: count)
+    try:
+        fn(*case)
+    except _TooMuchWork:
+        pass
+    finally:
+        sys.settrace(previous)
+        peak = tracemalloc.get_traced_memory()[1] - before
+        if started:
+            tracemalloc.stop()
+    return lines, max(0, peak)
+
+
+def _band_work(fn, case, got):
+    """Property: on `_WORK_CASE`, the pair comes from the two rows that decide, not from every row or key."""
+    if tuple(case) != _WORK_CASE:
+        return None
+    lines, peak = _work(fn, case)
+    if lines <= _WORK_LINES and peak <= _WORK_BYTES:
+        return None
+    did = (
+        f"it ran more than {_WORK_LINES} Python lines"
+        if lines > _WORK_LINES
+        else f"it held {peak / 1024:,.0f} KiB of arrays"
+    )
+    return (
+        f"the pair is right, but for one block of 1,024 rows against 2,048 keys {did}: it looks "
+        "at every row or every key (a mask, or a loop over them). The kernel cannot afford that, "
+        "and needs none of it: two rows decide. Find which row of the block sees the fewest keys "
+        "and which the most, write how many each sees from its index, and round to key blocks"
+    )
+
+
 def check_causal_band(fn, *, seed: int | None = None) -> None:
     """Check `fn(i, N, M, Br, Bc)` = (full, seen): the key blocks every row of causal query block i sees in full,
     and the key blocks some row of it sees, against an element mask (query r sees key j iff j <= r + M - N).
 
-    Eleven fixed cases and five drawn afresh on each run (`seed` draws the same again); running
-    `lab.triton_tile_kinds`, `lab.block_mask` or `lab.tile_counts` (by any name) is refused.
+    Twelve fixed cases and five drawn afresh on each run (`seed` draws the same again); running
+    `lab.triton_tile_kinds`, `lab.block_mask` or `lab.tile_counts` (by any name) is refused. On one block of
+    1,024 rows the work is watched: more than `_WORK_LINES` Python lines or `_WORK_BYTES` of arrays held at once
+    (an element mask, a loop over rows or keys) fails, since two rows decide the pair.
     Taught in: notebooks/08_triton_kernel.ipynb
     """
     rng, seed = _fresh(seed)
@@ -1152,6 +1225,7 @@ def check_causal_band(fn, *, seed: int | None = None) -> None:
             16,
         ),  # one row, which sees all 40 keys: the short last block is not full
         (4, 65, 50, 16, 16),  # the same with N > M
+        _WORK_CASE,  # large: the work is watched (`_band_work`)
     ]
     for _ in range(5):
         N, M = int(rng.integers(1, 600)), int(rng.integers(1, 600))
@@ -1173,6 +1247,7 @@ def check_causal_band(fn, *, seed: int | None = None) -> None:
         properties=(
             _own_work("triton_tile_kinds", "block_mask", "tile_counts", "tile_grid"),
             as_pair,
+            _band_work,
         ),
         seed=seed,
     )

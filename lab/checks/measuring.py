@@ -5,8 +5,9 @@
   halfway through (a back-to-back harness measures a quiet and b busy), one where a single sample is caught by a
   descheduled thread (a mean or a single sample follows it), one whose first call is slow (each candidate must be
   called once before it is measured), and one where the second of two timings in a row runs faster (a harness
-  that always times a before b is biased; one that alternates the order is not). lab's own harness
-  (`lab.time_interleaved`, `lab.time_rounds`) is refused.
+  that always times a before b is biased; one that alternates the order is not). A failure says what the harness
+  did, read from the machine's log: one round only, no warm-up, all of a's rounds before b's, a before b in every
+  round, a mean, one round's ratio. lab's own harness (`lab.time_interleaved`, `lab.time_rounds`) is refused.
 - `check_warmup_calls(fn)` : `fn(cold, warm, tolerance)`, the fewest calls n ≥ 1 whose mean, one cold first call
   and n − 1 warm ones, is at most (1 + tolerance)·warm: how long a first call lingers in a mean without warm-up.
 
@@ -55,6 +56,7 @@ class _Machine:
         )
         self.second = second  # factor on measurements 1, 3, 5, ...: each pair's second
         self.log, self.warm, self.steps = [], set(), 0
+        self.samples = []  # (name, seconds) of every measurement, in order
         self.kernels = {n: _Kernel(self, n) for n in costs}
 
     def measure(self, f):
@@ -76,6 +78,7 @@ class _Machine:
             self.warm.add(f.name)
         self.log.append(("measure", f.name))
         self.steps += 1
+        self.samples.append((f.name, self.costs[f.name] * factor))
         return self.costs[f.name] * factor
 
     def measured(self, name):
@@ -179,7 +182,8 @@ def _problem(got, want, machine, rounds, hint) -> str | None:
     allowed = {n: rounds + (n in machine.cold_measured()) for n in ("a", "b")}
     few = [n for n in ("a", "b") if machine.measured(n) < rounds]
     if few:
-        return (
+        once = min(machine.measured(n) for n in few) == 1
+        return ("one round only: " if once else "") + (
             f"measured {' and '.join(few)} {min(machine.measured(n) for n in few)} time(s); "
             f"measure each candidate once per round, {rounds} rounds"
         )
@@ -202,8 +206,74 @@ def _problem(got, want, machine, rounds, hint) -> str | None:
     if hint is None and math.isclose(got, 1 / want, rel_tol=0.02):
         return "yours is time(b) / time(a): the question is how many times slower a is than b"
     return f"yours is {got:.4g}; " + (
-        hint or "time(a) / time(b): the median of a's rounds over the median of b's"
+        _observed(machine, rounds, got, want)
+        or hint
+        or "time(a) / time(b): the median of a's rounds over the median of b's"
     )
+
+
+def _rounds_of(machine, rounds) -> list:
+    """The (name, seconds) samples of the rounds: every measurement but a warm-up one (a candidate's first, taken
+    before any call of it, when the candidate was measured `rounds` + 1 times)."""
+    dropped = {
+        next(k for k, (name, _) in enumerate(machine.samples) if name == n)
+        for n in machine.cold_measured()
+        if machine.measured(n) == rounds + 1
+    }
+    return [s for k, s in enumerate(machine.samples) if k not in dropped]
+
+
+def _observed(machine, rounds, got, want) -> str | None:
+    """What the harness did, read from the machine's log of measurements, in words, where that explains a wrong
+    ratio: its order (blocks, or a before b in every round) or its statistic (a mean, one round's ratio)."""
+    samples = _rounds_of(machine, rounds)
+    names = [n for n, _ in samples]
+    t = {n: [s for m, s in samples if m == n] for n in ("a", "b")}
+    if not t["a"] or not t["b"]:
+        return None
+    close = lambda x: math.isclose(got, x, rel_tol=1e-6)  # noqa: E731
+    switches = sum(1 for x, y in zip(names, names[1:]) if x != y)
+    if switches == 1 and len(names) > 2:
+        first, second = names[0], names[-1]
+        where = (
+            f" (on this machine other programs started at measurement {machine.busy_from + 1})"
+            if machine.busy_from is not None
+            else ""
+        )
+        return (
+            f"your harness measured all of {first}'s rounds, then all of {second}'s: when the machine "
+            f"changes between the two{where}, the ratio measures the machine; measure them in "
+            "alternating rounds (a, b, a, b, ...), so a change of load hits both alike"
+        )
+    pairs = [tuple(names[k : k + 2]) for k in range(0, len(names) - 1, 2)]
+    if machine.second != 1 and len(set(pairs)) == 1 and len(pairs) > 1:
+        x, y = pairs[0]
+        return (
+            f"your rounds time {x} before {y} every time, and on this machine the second of two "
+            f"timings in a row runs {1 / machine.second:.2g}x faster (caches still warm, a clock "
+            f"still up), so {y} gains in every round: alternate which goes first (a, b, then b, a), "
+            "so each is second as often"
+        )
+    mean = float(np.mean(t["a"]) / np.mean(t["b"]))
+    if close(mean) and not math.isclose(mean, want, rel_tol=0.02):
+        slow = [
+            f"{machine.samples[k][0]}'s measurement {k + 1}"
+            for k, f in sorted(machine.stray.items())
+            if k < len(machine.samples)
+        ]
+        caught = f" ({', '.join(slow)}, {_STRAY:.0f}x slow)" if slow else ""
+        return (
+            f"yours is the mean of a's rounds over the mean of b's, {mean:.4g}: one sample caught "
+            f"by a descheduled thread{caught} pulls a mean (and a single sample) with it; "
+            "the median over the rounds does not follow it"
+        )
+    singles = [s_a / s_b for s_a, s_b in zip(t["a"], t["b"])]
+    if any(close(r) for r in singles) and len(singles) > 1:
+        return (
+            "yours is one round's ratio, where the rounds disagree: keep every round and "
+            "take the median, which a stray sample does not move"
+        )
+    return None
 
 
 # ---------------------------------------------------------------------------------------- how long a first call lingers

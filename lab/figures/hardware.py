@@ -1,5 +1,5 @@
 """Figures for notebook 08: time and memory against N, a roofline of measured ceilings, recorded runs, the
-Python overhead of a tile loop, the Triton kernel's launch grid. The cost models they draw (`estimated_bytes`, `loop_overhead`) live in
+Python overhead of a tile loop, the Triton kernel's launch grid and how many of its programs one SM holds. The cost models they draw (`estimated_bytes`, `loop_overhead`) live in
 lab/hardware.py.
 
 Taught in: notebooks/08_hardware_runs.ipynb, notebooks/08_triton_kernel.ipynb
@@ -22,6 +22,7 @@ __all__ = [
     "draw_recorded_memory",
     "draw_loop_overhead",
     "draw_launch_grid",
+    "draw_occupancy",
     "KERNEL_STYLE",
 ]
 
@@ -331,3 +332,98 @@ def draw_launch_grid(
     )
     ax.set_xlim(-0.5, Tc + 2.6)
     return {"kinds": kinds, "counts": counts}
+
+
+def draw_occupancy(
+    Br: int = 128,
+    Bc: int = 64,
+    d: int = 64,
+    *,
+    num_warps: int = 4,
+    num_stages: int = 2,
+    dtype: str = "float16",
+    chip: str = "A100",
+    B: int = 4,
+    H: int = 16,
+    N: int = 4096,
+    ax=None,
+) -> dict:
+    """Left: one program's shared memory (Q_i, then K_j and V_j per stage) against what one SM of `chip` has and
+    what one program may take; right: how many programs per SM each limit allows, the one that decides in red.
+    Returns `lab.occupancy.occupancy` at these settings; `ax`: a pair of Axes to draw on.
+
+    Taught in: notebooks/08_triton_kernel.ipynb
+    """
+    from ..occupancy import occupancy
+
+    r = occupancy(
+        Br, Bc, d, num_warps=num_warps, num_stages=num_stages, dtype=dtype,
+        chip=chip, B=B, H=H, N=N,
+    )  # fmt: skip
+    if ax is None:
+        _, ax = plt.subplots(
+            1, 2, figsize=(11, 3.2), gridspec_kw={"width_ratios": [3, 2]}
+        )
+    left, right = ax
+    kib = 1024
+    parts = [("Q_i", r["q_tile_bytes"], "C0")]
+    parts += [
+        (f"K,V {s + 1}", r["kv_stage_bytes"], "C1" if s % 2 == 0 else "C2")
+        for s in range(num_stages)
+    ]
+    start, wide = 0.0, 0.09 * r["shared_per_sm"] / kib  # a label fits a part this wide
+    for name, size, color in parts:
+        left.barh([0], [size / kib], left=[start], color=color, edgecolor="k")
+        if size / kib >= wide and start + size / kib <= 1.25 * r["shared_per_sm"] / kib:
+            left.text(
+                start + size / kib / 2, 0, name, ha="center", va="center", fontsize=9
+            )
+        start += size / kib
+    per_sm, per_program = r["shared_per_sm"] / kib, r["shared_per_block"] / kib
+    left.axvline(per_sm, color="k", lw=1.5)
+    left.text(
+        per_sm,
+        0.45,
+        f"per SM: {per_sm:,.0f} KiB, one program: {per_program:,.0f} at most ",
+        fontsize=9,
+        va="bottom",
+        ha="right",
+    )
+    right_edge = (
+        1.25 * r["shared_per_sm"] / kib
+    )  # fixed per chip: the frame is drawn once
+    if start > right_edge:
+        left.text(
+            right_edge,
+            -0.45,
+            f"→ {start:,.0f} KiB  ",
+            ha="right",
+            fontsize=9,
+            color="C3",
+        )
+    left.set_xlim(0, right_edge)
+    left.set_ylim(-0.6, 0.8)
+    left.set_yticks([])
+    left.set_xlabel("shared memory of one program (KiB)")
+    left.set_title(
+        f"{chip}, {dtype}: Br = {Br}, Bc = {Bc}, d = {d}, num_stages = {num_stages}: "
+        f"{r['shared_bytes'] / kib:,.0f} KiB",
+        fontsize=10,
+    )
+    names = list(r["limits"])
+    values = [min(r["limits"][n], 33) for n in names]
+    colors = ["C3" if r["limits"][n] == r["programs_per_sm"] else "0.7" for n in names]
+    rows = np.arange(len(names))
+    right.barh(rows, values, color=colors, edgecolor="k")
+    for y, n in enumerate(names):
+        right.text(values[y] + 0.3, y, f"{r['limits'][n]}", va="center", fontsize=9)
+    right.set_yticks(rows, names, fontsize=9)
+    right.set_xlim(0, 36)
+    right.set_ylim(len(names) - 0.5, -0.5)
+    right.set_xlabel("programs per SM this limit allows")
+    right.set_title(
+        f"num_warps = {num_warps}: {r['programs_per_sm']} per SM, "
+        f"{r['in_flight']:,} in flight, grid {r['grid']:,}",
+        fontsize=10,
+    )
+    return r

@@ -44,6 +44,7 @@ __all__ = [
     "loop_overhead_explorer",
     "mask_tiles",
     "merge_order_explorer",
+    "occupancy_explorer",
     "one_pass_explorer",
     "online_softmax_trace",
     "p_format_explorer",
@@ -368,7 +369,7 @@ def interactive_figure(
 from .backward import backward_tiles  # noqa: E402
 from .decoding import decode_splits, gqa_group  # noqa: E402
 from .fa2 import fa_variants  # noqa: E402
-from .hardware import loop_overhead_explorer  # noqa: E402
+from .hardware import loop_overhead_explorer, occupancy_explorer  # noqa: E402
 from .masks import mask_tiles  # noqa: E402
 from .memory import roofline_explorer  # noqa: E402  (builders below use interactive_figure)
 from .merge import merge_order_explorer  # noqa: E402

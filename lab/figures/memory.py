@@ -39,8 +39,8 @@ def draw_memory_hierarchy(
     each with its capacity and bandwidth from `lab.hardware`, and what lives in each: standard attention's
     S and P (N×M each, `itemsize` bytes a number) in HBM, FlashAttention's tiles on chip.
 
-    Returns the figures drawn, in bytes and bytes/s, and their sources. Taught in:
-    notebooks/00_the_memory_wall.ipynb
+    Returns the figures drawn, in bytes and bytes/s, and their sources.
+    Taught in: notebooks/00_the_memory_wall.ipynb
     """
     for name, x in (("N", N), ("itemsize", itemsize)):
         if int(x) != x or x < 1:

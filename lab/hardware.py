@@ -60,6 +60,7 @@ CHIPS = {
         "matmul_flops": 312e12,
         "nonmatmul_flops": 19.5e12,
         "hbm_bytes_per_s": 1.555e12,
+        "hbm_bytes": 40e9,
         "sram_bytes_per_s": 19e12,
         "l2_bytes": 40 * KiB * KiB,
         "registers_per_sm": 256 * KiB,
@@ -76,6 +77,7 @@ CHIPS = {
         "matmul_flops": 989e12,
         "nonmatmul_flops": 67e12,
         "hbm_bytes_per_s": 3.35e12,
+        "hbm_bytes": 80e9,
         "sram_bytes_per_s": None,
         "l2_bytes": 50 * KiB * KiB,
         "registers_per_sm": 256 * KiB,
@@ -98,6 +100,7 @@ SOURCES = {
         + " (A100 40GB; the 80GB SXM part has 2.039 TB/s, A100 datasheet); "
         + _FA1
         + " gives 1.5-2.0 TB/s",
+        "hbm_bytes": _A100_WP + " (40 GB of HBM2; the 80GB parts have twice it)",
         "sram_bytes_per_s": _FA1 + ' ("estimated around 19 TB/s")',
         "l2_bytes": _A100_WP
         + ' ("40 MB L2 cache"; the CUDA device query reports 40 MiB)',
@@ -123,6 +126,7 @@ SOURCES = {
         "matmul_flops": _H100_DS + " (FP16/BF16 tensor cores)",
         "nonmatmul_flops": _H100_DS + " (FP32)",
         "hbm_bytes_per_s": _H100_DS + " (HBM3)",
+        "hbm_bytes": _H100_DS + " (GPU memory: 80GB of HBM3)",
         "sram_bytes_per_s": "not published",
         "l2_bytes": _H100_WP
         + ' ("50 MB L2 cache"; the CUDA device query reports 50 MiB)',

@@ -1,15 +1,18 @@
 """What standard attention costs in memory traffic (the roofline) and in memory held (bytes of S and P, measured).
 
-Traffic first, because it sets the time. A GPU keeps Q, K, V, S, P and O in its main memory (HBM) and computes
-on chip, in SRAM (registers and shared memory) that is an order of magnitude faster and far smaller
-(FlashAttention, Dao et al. 2022, arXiv 2205.14135, §1 and §2.1). A kernel that performs F FLOPs and moves `bytes` through
-HBM takes at least max(F / peak, bytes / bandwidth): its *arithmetic intensity* I = F / bytes decides which wins,
-and the roofline $\\min(\\text{peak}, I \\cdot \\text{bandwidth})$ is the rate it can attain at best.
+Traffic first, because it sets the time. A GPU keeps Q, K, V, S, P and O in its main memory (HBM) and
+computes on chip, in SRAM (registers and shared memory) that is an order of magnitude faster and far
+smaller (FlashAttention, Dao et al. 2022, arXiv 2205.14135, §1 and §2.1). A kernel that performs F matmul
+FLOPs and moves `bytes` through HBM takes at least max(t_compute, bytes / bandwidth): its *arithmetic
+intensity* I = F / bytes decides which wins, and the roofline $\\min(\\text{peak}, I \\cdot \\text{bandwidth})$
+is the rate it can attain at best. F counts the two matmuls only (4·N·M·d for a forward with d_v = d, as
+`lab.attention_flops` and notebook 08 count it); the softmax's operations are non-matmul operations,
+priced at their own units' rates in t_compute and left out of F.
   1. `attainable_flops`      : the roofline at intensity I.
-  2. `attention_traffic`     : FLOPs, HBM bytes, intensity and roofline time of each piece of standard attention
-                               (S = scale·QKᵀ, P = softmax(S), O = PV, each a kernel that reads its inputs from HBM
-                               and writes its output back, FlashAttention's Algorithm 0) and of a fused kernel
-                               that reads Q, K, V and writes O only.
+  2. `attention_traffic`     : F, the other operations, HBM bytes, intensity and roofline time of each piece of
+                               standard attention (S = scale·QKᵀ, P = softmax(S), O = PV, each a kernel that
+                               reads its inputs from HBM and writes its output back, FlashAttention's
+                               Algorithm 0) and of a fused kernel that reads Q, K, V and writes O only.
 Then capacity: `attention_bytes` ($2 \\cdot N \\cdot M \\cdot$ itemsize per head) and `peak_bytes`, which measures it
 with `tracemalloc` (numpy's array allocations).
 
@@ -93,22 +96,23 @@ def attention_traffic(
     chip_name: str = "A100",
     softmax_accesses: int = 2,
 ) -> list[dict]:
-    """Per piece of standard attention for one head: FLOPs, HBM bytes, intensity = FLOPs / bytes, and roofline time.
+    """Per piece of standard attention for one head: $F$, the other operations, HBM bytes, intensity and time.
 
-    Pieces (FlashAttention's Algorithm 0, one kernel each, every matrix read from and written to HBM):
-    `S = scale·QKᵀ` ($2NMd$ FLOPs; reads Q, K, writes S), `P = softmax(S)` (`SOFTMAX_OPS_PER_ELEMENT`·NM operations;
-    `softmax_accesses` loads and stores of each of its N·M elements: 2 reads S once and writes P, 4 is the three-pass
-    safe softmax of notebook 01 when a row does not stay on chip), `O = PV` ($2NMd_v$ FLOPs; reads P, V, writes O);
-    then `standard, total` and `fused: Q, K, V in, O out` (the same matmuls, HBM traffic of the inputs and output
-    only, and a softmax of `FUSED_SOFTMAX_OPS_PER_ELEMENT`·NM operations: each exponential computed once and kept
-    on chip, `FUSED_SOFTMAX_EXPS_PER_ELEMENT` per score).
-    Matmuls run against the chip's matmul peak; the softmax's exponentials (`SOFTMAX_EXPS_PER_ELEMENT`·NM)
-    against the chip's exponential rate and its other operations against the non-matmul (FP32) peak. A
-    kernel's time is max(compute time, bytes / HBM bandwidth) and `bound` names the larger term; the standard
-    total adds its three kernels' times. The fused kernel's compute time adds its matmuls' and its softmax's
-    (tensor cores, FP32 units and exponential units are not overlapped, a simplification). Figures from `lab.hardware`; each row has `piece`, `kind`, `flops`, `bytes`, `intensity`,
-    `t_compute`, `t_memory`, `time` (seconds) and `bound`.
-    Taught in: notebooks/00_the_memory_wall.ipynb
+    $F$ (`flops`) counts the matmuls' FLOPs only, as notebook 08 and FlashAttention-2 §4.1 do: $2NMd$ for
+    `S = scale·QKᵀ` (reads Q, K, writes S), $2NMd_v$ for `O = PV` (reads P, V, writes O), none for
+    `P = softmax(S)`. The softmax's work is `ops`, non-matmul operations (`SOFTMAX_OPS_PER_ELEMENT`·NM, of
+    them `exps` exponentials), priced at the chip's exponential rate and its FP32 peak; `softmax_accesses`
+    loads and stores of each of its N·M elements (2: read S once, write P; 4: notebook 01's three passes
+    when a row does not stay on chip). Then `standard, total` and `fused: Q, K, V in, O out` (the same
+    matmuls, HBM traffic of the inputs and output only, a softmax of `FUSED_SOFTMAX_OPS_PER_ELEMENT`·NM
+    operations, each exponential computed once and kept on chip).
+
+    $t_\\text{compute} = F / \\text{peak}_\\text{matmul} + \\sum \\text{ops}_\\text{unit} / \\text{rate}_\\text{unit}$
+    (the units not overlapped, a simplification), $t_\\text{memory}$ = bytes / HBM bandwidth; a kernel's `time` is
+    the larger and `bound` names it; the standard total adds its kernels' times. `intensity` is $F$ / bytes,
+    `op_intensity` the other operations per byte. Figures from `lab.hardware`; each row has `piece`, `kind`,
+    `flops`, `ops`, `exps`, `bytes`, `intensity`, `op_intensity`, `t_compute`, `t_memory`, `time` (seconds)
+    and `bound`. Taught in: notebooks/00_the_memory_wall.ipynb
     """
     M = N if M is None else M
     dv = d if dv is None else dv
@@ -122,68 +126,54 @@ def attention_traffic(
     ):
         check_positive(x, name)
     c = chip(chip_name)
-    bw = c["hbm_bytes_per_s"]
     nm = N * M
-    pieces = [
-        ("S = scale·QKᵀ", "matmul", 2 * nm * d, (N * d + M * d + nm) * itemsize),
-        (
-            "P = softmax(S)",
-            "non-matmul",
-            SOFTMAX_OPS_PER_ELEMENT * nm,
-            softmax_accesses * nm * itemsize,
-        ),
-        ("O = PV", "matmul", 2 * nm * dv, (nm + M * dv + N * dv) * itemsize),
-    ]
-    total_flops = sum(p[2] for p in pieces)
-    pieces.append(("standard, total", "mixed", total_flops, sum(p[3] for p in pieces)))
-    fused_softmax = FUSED_SOFTMAX_OPS_PER_ELEMENT * nm
-    pieces.append(
-        (
-            "fused: Q, K, V in, O out",
-            "mixed",
-            pieces[0][2] + fused_softmax + pieces[2][2],
-            (N * d + M * d + M * dv + N * dv) * itemsize,
-        )
+    soft = (SOFTMAX_OPS_PER_ELEMENT * nm, SOFTMAX_EXPS_PER_ELEMENT * nm)
+    fused_soft = (
+        FUSED_SOFTMAX_OPS_PER_ELEMENT * nm,
+        FUSED_SOFTMAX_EXPS_PER_ELEMENT * nm,
     )
-    rows = []
-    for name, kind, flops, nbytes in pieces:
-        if (
-            name == "standard, total"
-        ):  # three kernels one after another: their times add
-            t_compute, t_memory = (
-                sum(r["t_compute"] for r in rows),
-                sum(r["t_memory"] for r in rows),
-            )
-            time = sum(r["time"] for r in rows)
-        else:
-            if kind == "mixed":  # the fused kernel: its matmuls, then its softmax
-                exps = FUSED_SOFTMAX_EXPS_PER_ELEMENT * nm
-                t_compute = rows[0]["t_compute"] + rows[2]["t_compute"]
-                t_compute += (fused_softmax - exps) / c["nonmatmul_flops"]
-                t_compute += exps / c["exp_per_s"]
-            elif kind == "matmul":
-                t_compute = flops / c["matmul_flops"]
-            else:  # the exponentials on their own units, the rest at the FP32 rate
-                exps = SOFTMAX_EXPS_PER_ELEMENT * nm
-                t_compute = (flops - exps) / c["nonmatmul_flops"] + exps / c[
-                    "exp_per_s"
-                ]
-            t_memory = nbytes / bw
-            time = max(t_compute, t_memory)
-        rows.append(
-            {
-                "piece": name,
-                "kind": kind,
-                "flops": int(flops),
-                "bytes": int(nbytes),
-                "intensity": flops / nbytes,
-                "t_compute": t_compute,
-                "t_memory": t_memory,
-                "time": time,
-                "bound": "memory" if t_memory > t_compute else "compute",
-            }
-        )
-    return rows
+    qk, pv = 2 * nm * d, 2 * nm * dv  # F of each matmul
+    # (piece, kind, F, (non-matmul operations, of them exponentials), HBM bytes)
+    kernels = [
+        ("S = scale·QKᵀ", "matmul", qk, (0, 0), (N * d + M * d + nm) * itemsize),
+        ("P = softmax(S)", "non-matmul", 0, soft, softmax_accesses * nm * itemsize),
+        ("O = PV", "matmul", pv, (0, 0), (nm + M * dv + N * dv) * itemsize),
+    ]
+    fused_bytes = (N * d + M * d + M * dv + N * dv) * itemsize
+    rows = [_priced(*k, c) for k in kernels]
+    total = _priced(
+        "standard, total", "mixed", qk + pv, soft, sum(k[4] for k in kernels), c
+    )
+    for key in ("t_compute", "t_memory", "time"):  # three kernels in turn: times add
+        total[key] = sum(r[key] for r in rows)
+    total["bound"] = "memory" if total["t_memory"] > total["t_compute"] else "compute"
+    fused = _priced(
+        "fused: Q, K, V in, O out", "mixed", qk + pv, fused_soft, fused_bytes, c
+    )
+    return rows + [total, fused]
+
+
+def _priced(piece, kind, flops, ops, nbytes, c) -> dict:
+    """One row of `attention_traffic`: F at the matmul peak, the other operations at the FP32 peak
+    and the exponentials at the exponential rate, the bytes at the HBM bandwidth."""
+    other, exps = ops
+    t_compute = flops / c["matmul_flops"]
+    t_compute += (other - exps) / c["nonmatmul_flops"] + exps / c["exp_per_s"]
+    t_memory = nbytes / c["hbm_bytes_per_s"]
+    return {
+        "piece": piece,
+        "kind": kind,
+        "flops": int(flops),
+        "ops": int(other),
+        "exps": int(exps),
+        "bytes": int(nbytes),
+        "intensity": flops / nbytes,
+        "op_intensity": other / nbytes,
+        "t_compute": t_compute,
+        "t_memory": t_memory,
+        "time": max(t_compute, t_memory),
+        "bound": "memory" if t_memory > t_compute else "compute",
+    }
 
 
 def chip_rows(names=("A100", "H100")) -> list[dict]:
@@ -211,16 +201,19 @@ def chip_rows(names=("A100", "H100")) -> list[dict]:
 def traffic_rows(
     N: int, d: int = 64, itemsize: int = 2, chip_name: str = "A100"
 ) -> list[dict]:
-    """`attention_traffic`'s rows for `lab.format_table`: GFLOP, MiB moved, FLOP/byte, bound and µs; the fused row
-    labelled `IDEAL_FUSED`. Taught in: notebooks/00_the_memory_wall.ipynb"""
+    """`attention_traffic`'s rows for `lab.format_table`: F in GFLOP, the softmax's other operations in G,
+    MiB moved, t_memory and t_compute in µs, the bound and the time in µs; the fused row labelled
+    `IDEAL_FUSED`. Taught in: notebooks/00_the_memory_wall.ipynb"""
     return [
         {
             "piece": IDEAL_FUSED if r["piece"].startswith("fused") else r["piece"],
-            "GFLOP": r["flops"] / 1e9,
+            "F GFLOP": r["flops"] / 1e9,
+            "other G ops": r["ops"] / 1e9,
             "MiB moved": r["bytes"] / 2**20,
-            "FLOP/byte": round(r["intensity"], 2),
+            "t_mem µs": r["t_memory"] * 1e6,
+            "t_comp µs": r["t_compute"] * 1e6,
             "bound": r["bound"],
-            "µs": round(r["time"] * 1e6, 1),
+            "µs": r["time"] * 1e6,
         }
         for r in attention_traffic(N, d=d, itemsize=itemsize, chip_name=chip_name)
     ]

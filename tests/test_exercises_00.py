@@ -678,7 +678,7 @@ def softmax_row(N, M, itemsize, bandwidth):
         ),
         (
             lambda N, M, it, bw: softmax_row(N, M, it, bw)[:2] + (7 * N * M / bw,),
-            "divides the bytes, not the FLOPs",
+            "divides the bytes, not the operations",
         ),
         (
             lambda N, M, it, bw: (5 * N * M,) + softmax_row(N, M, it, bw)[1:],
@@ -786,7 +786,7 @@ def test_the_qk_ridge_check_refuses_lab_s_traffic():
 @pytest.mark.parametrize(
     "check, fn, right, wrong, shown",
     [
-        ("check_softmax_row", softmax_row, 1.75, 3.5, "1.75 FLOP/B"),
+        ("check_softmax_row", softmax_row, 1.75, 3.5, "1.75"),
         (
             "check_softmax_balance",
             lambda it, a, bw, f, e: (a * it / bw) / (5 / f + 2 / e),
@@ -828,7 +828,7 @@ def test_the_lean_prediction_is_compared_and_explained_when_wrong():
 def test_the_softmax_row_check_refuses_lab_s_table(capsys):
     def softmax_row(N, M, itemsize, bandwidth):
         r = lab.attention_traffic(N, M, itemsize=itemsize)[1]
-        return r["flops"], r["bytes"], r["bytes"] / bandwidth
+        return r["ops"], r["bytes"], r["bytes"] / bandwidth
 
     checks.check_softmax_row(softmax_row)
     assert "calls lab.attention_traffic" in capsys.readouterr().out
@@ -1402,3 +1402,121 @@ def test_the_hbm_bytes_hint_names_only_the_wrong_elements(capsys, fused, says, n
     out = capsys.readouterr().out
     assert "✗ case 0" in out and all(s in out for s in says), out
     assert never is None or never not in out.split("hint:")[1], out
+
+
+# ------------------------------------------------------------------ section 2: kernel 1 priced by hand
+
+_N, _d, _it = 4096, 64, 2
+_F = 2 * _N * _N * _d
+_BYTES = (2 * _N * _d + _N * _N) * _it
+_HBM, _PEAK = 1.555e12, 312e12
+_RIGHT = dict(
+    F=_F, nbytes=_BYTES, t_memory=_BYTES / _HBM, t_compute=_F / _PEAK, bound="memory"
+)
+
+
+def _priced(**wrong):
+    return {**_RIGHT, **wrong}
+
+
+def test_the_qk_row_check_agrees_with_lab_s_row():
+    row = lab.attention_traffic(4096, d=64, itemsize=2, chip_name="A100")[0]
+    assert (row["flops"], row["bytes"], row["bound"]) == (_F, _BYTES, "memory")
+    assert row["t_memory"] == pytest.approx(_RIGHT["t_memory"])
+    assert row["t_compute"] == pytest.approx(_RIGHT["t_compute"])
+
+
+def test_the_qk_row_check_passes_a_hand_computation_to_three_figures(capsys):
+    checks.check_qk_row(
+        F=2.15e9, nbytes=3.46e7, t_memory=2.23e-5, t_compute=6.88e-6, bound="Memory"
+    )
+    out = capsys.readouterr().out
+    assert "✗" not in out and out.count("✓") == 6, out
+    assert "all five match lab's row" in out, out
+
+
+@pytest.mark.parametrize(
+    "wrong, field, says",
+    [
+        (dict(F=_N * _N * _d), "F", "counts multiply-adds"),
+        (dict(F=4 * _N * _N * _d), "F", "both matmuls"),
+        (dict(F=_F + 7 * _N * _N), "F", "the softmax's operations"),
+        (dict(F=_F / 1e9), "F", "in GFLOP"),
+        (dict(nbytes=2 * _N * _d * _it), "nbytes", "leaves out the write of S"),
+        (dict(nbytes=_BYTES * 2), "nbytes", "float32"),
+        (dict(nbytes=_BYTES / 2), "nbytes", "those are numbers"),
+        (dict(nbytes=_N * _N * _it), "nbytes", "reads Q and K"),
+        (dict(nbytes=_BYTES + _N * _N * _it), "nbytes", "reads S back"),
+        (dict(nbytes=_BYTES / 2**20), "nbytes", "in MiB"),
+        (dict(t_memory=_BYTES / 19e12), "t_memory", "SRAM's bandwidth"),
+        (dict(t_memory=_BYTES / 2.039e12), "t_memory", "80 GB A100"),
+        (dict(t_memory=_BYTES / _HBM * 1e6), "t_memory", "in µs"),
+        (dict(t_compute=_F / 19.5e12), "t_compute", "FP32 rate"),
+        (dict(t_compute=_F / 989e12), "t_compute", "H100"),
+        (dict(t_compute=_F / _PEAK * 1e6), "t_compute", "in µs"),
+        (dict(bound="compute"), "bound", "the larger of the two times"),
+        (dict(bound="slow"), "bound", 'write "memory" or "compute"'),
+        # a time worked from a wrong count is traced to it; a wrong rate on a wrong count still named
+        (
+            dict(nbytes=2 * _N * _d * _it, t_memory=2 * _N * _d * _it / _HBM),
+            "t_memory",
+            "right from your nbytes",
+        ),
+        (
+            dict(F=_N * _N * _d, t_compute=_N * _N * _d / 19.5e12),
+            "t_compute",
+            "FP32 rate",
+        ),
+        (
+            dict(t_memory=1e-6, bound="compute"),
+            "bound",
+            "right from your times",
+        ),
+    ],
+)
+def test_the_qk_row_check_names_each_planted_mistake(capsys, wrong, field, says):
+    checks.check_qk_row(**_priced(**wrong))
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith(field))
+    at = out.index(line)
+    assert "✗" in line and says in " ".join(out[at:].split()), out
+    assert "all five match" not in out, out
+    if field != "bound":  # lab's value is shown once the learner's is written
+        assert "lab's" in line, out
+
+
+def test_the_qk_row_check_says_what_is_not_written_and_shows_nothing_of_lab_s_row(
+    capsys,
+):
+    checks.check_qk_row(F=..., nbytes=..., t_memory=..., t_compute=..., bound=...)
+    out = capsys.readouterr().out
+    assert "not written yet" in out and "lab's row shown once you write yours" in out
+    assert "2.147" not in out and "e+" not in out and "✓" not in out, out
+    checks.check_qk_row(**_priced(t_compute=..., bound=...))
+    out = capsys.readouterr().out
+    assert "not written yet: t_compute, bound" in out and "all five" not in out, out
+    checks.check_qk_row(**_priced(F="2e9"))
+    assert "write a number" in capsys.readouterr().out
+
+
+def test_the_qk_row_check_prints_lines_a_room_can_read(capsys):
+    checks.check_qk_row(F=1.0, nbytes=2.0, t_memory=3.0, t_compute=4.0, bound="compute")
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100, out
+
+
+def test_the_notebook_prices_kernel_1_before_the_table_and_works_it_after():
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
+    sources = [c.source for c in nb.cells]
+    check = next(i for i, s in enumerate(sources) if "check_qk_row(" in s)
+    table = next(i for i, s in enumerate(sources) if "lab.traffic_rows(" in s)
+    ex1 = next(i for i, s in enumerate(sources) if s.startswith("### Exercise 1"))
+    assert check < ex1 < table
+    assert "qk_F = ..." in sources[check - 1] and "qk_bound = ..." in sources[check - 1]
+    # the worked row follows the table that reveals it (not a solution: it sits before the exercises)
+    answer = [i for i, s in enumerate(sources) if "Kernel 1, worked" in s]
+    assert answer == [table + 1]
+    # nothing above the check gives its numbers away
+    above = "\n".join(sources[:check])
+    for given in ("34,603,008", "34{,}603{,}008", "22.3", "6.88", "2.15"):
+        assert given not in above, given

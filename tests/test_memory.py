@@ -41,20 +41,25 @@ def test_attention_traffic_counts(N, M, d, dv, itemsize):
     }
     s, p, o = rows["S = scale·QKᵀ"], rows["P = softmax(S)"], rows["O = PV"]
     std, fused = rows["standard, total"], rows["fused: Q, K, V in, O out"]
+    # F counts the matmuls only, as notebook 08's lab.attention_flops does; the softmax's are other ops
     assert s["flops"] == 2 * N * M * d and o["flops"] == 2 * N * M * dv
-    assert p["flops"] == lab.SOFTMAX_OPS_PER_ELEMENT * N * M
+    assert p["flops"] == 0 and p["ops"] == lab.SOFTMAX_OPS_PER_ELEMENT * N * M
+    assert s["ops"] == o["ops"] == 0
     assert s["bytes"] == (N * d + M * d + N * M) * itemsize
     assert p["bytes"] == 2 * N * M * itemsize
     assert o["bytes"] == (N * M + M * dv + N * dv) * itemsize
-    assert std["flops"] == s["flops"] + p["flops"] + o["flops"]
+    assert std["flops"] == s["flops"] + o["flops"] and std["ops"] == p["ops"]
+    if d == dv:
+        assert std["flops"] == lab.attention_flops(1, 1, N, d, M=M)
     # the fused kernel: the same matmuls, each exponential computed once and kept on chip
-    fused_softmax = lab.memory.FUSED_SOFTMAX_OPS_PER_ELEMENT * N * M
-    assert fused["flops"] == s["flops"] + fused_softmax + o["flops"]
+    assert fused["flops"] == std["flops"]
+    assert fused["ops"] == lab.memory.FUSED_SOFTMAX_OPS_PER_ELEMENT * N * M
     assert std["bytes"] == s["bytes"] + p["bytes"] + o["bytes"]
     assert fused["bytes"] == (N * d + M * d + M * dv + N * dv) * itemsize
     assert std["time"] == pytest.approx(s["time"] + p["time"] + o["time"])
     for r in rows.values():
         assert r["intensity"] == pytest.approx(r["flops"] / r["bytes"])
+        assert r["op_intensity"] == pytest.approx(r["ops"] / r["bytes"])
         assert r["time"] >= max(r["t_compute"], r["t_memory"]) * (1 - 1e-12)
 
 
@@ -79,6 +84,7 @@ def test_standard_attention_is_memory_bound_and_the_fused_kernel_is_not(chip_nam
     assert fused["time"] < rows["standard, total"]["time"] / 1.5
     # below the matmul roof: its softmax runs at the FP32 and exponential rates, not overlapped
     assert fused["flops"] / fused["time"] < lab.chip(chip_name)["matmul_flops"]
+    assert fused["t_compute"] > fused["flops"] / lab.chip(chip_name)["matmul_flops"]
 
 
 def test_the_softmax_prices_its_exponentials_at_the_exponential_rate():
@@ -108,9 +114,7 @@ def test_more_passes_over_s_cost_time_in_proportion():
     four = {r["piece"]: r for r in lab.attention_traffic(4096, softmax_accesses=4)}[
         "P = softmax(S)"
     ]
-    assert four["flops"] == two["flops"] and four["time"] == pytest.approx(
-        2 * two["time"]
-    )
+    assert four["ops"] == two["ops"] and four["time"] == pytest.approx(2 * two["time"])
 
 
 def test_attention_traffic_errors():
@@ -130,6 +134,7 @@ def test_roofline_figure_and_slider():
     d.value = 128
     t128 = {x["piece"]: x for x in w.result["rows"]}
     assert t128["S = scale·QKᵀ"]["flops"] == 2 * t64["S = scale·QKᵀ"]["flops"]
+    assert "operations/B" in w.summary_html.value
     accesses.value = 4
     assert w.result["softmax_accesses"] == 4
     chip_name.value = "H100"
@@ -171,3 +176,53 @@ def test_notebooks_00_to_02_use_one_set_of_symbols(name):
     text = "\n".join(_sources(name))
     for old in ("m_{old}", "m_{new}", "m_old", "l_{old}", "l_old"):
         assert old not in text, (name, old)
+
+
+def test_traffic_rows_show_f_and_the_other_operations_apart_within_100_characters():
+    rows = lab.traffic_rows(4096, d=64)
+    soft = rows[1]
+    assert soft["F GFLOP"] == 0 and soft["other G ops"] == pytest.approx(
+        0.117, rel=0.01
+    )
+    assert rows[3]["F GFLOP"] == pytest.approx(
+        lab.attention_flops(1, 1, 4096, 64) / 1e9
+    )
+    table = lab.format_table(rows, floats=".3g")
+    assert max(len(line) for line in table.splitlines()) <= 100
+
+
+@pytest.mark.parametrize("chip_name", list(lab.CHIPS))
+def test_the_memory_picture_draws_lab_s_figures_and_cites_their_sources(chip_name):
+    c = lab.chip(chip_name)
+    r = lab.figures.memory.draw_memory_hierarchy(chip_name, N=4096, itemsize=2)
+    fig = plt.gcf()
+    assert r["sram"] == c["sms"] * (c["registers_per_sm"] + c["l1_shared_per_sm"])
+    assert r["hbm"] == c["hbm_bytes"] and r["hbm_bw"] == c["hbm_bytes_per_s"]
+    assert r["s_bytes"] == 4096 * 4096 * 2
+    texts = [t.get_text() for t in fig.axes[0].texts] + [fig.axes[0].get_title()]
+    drawn = "\n".join(texts)
+    assert f"{c['hbm_bytes'] / 1e9:.0f} GB" in drawn
+    assert f"{c['hbm_bytes_per_s'] / 1e12:g} TB/s" in drawn
+    assert f"{r['sram'] / 2**20:.0f} MiB" in drawn and "32 MiB" in drawn
+    assert ("not published" in drawn) == (c["sram_bytes_per_s"] is None)
+    # every figure drawn has its source, and the sources are on the figure
+    assert set(r["sources"]) <= set(lab.hardware.SOURCES[chip_name])
+    assert all(cited in drawn for cited in r["cited"]) and r["cited"]
+    assert "not published" not in " ".join(r["cited"])
+    # legible projected: no text under 12 points, the message in 15 or more
+    sizes = [t.get_fontsize() for t in fig.axes[0].texts if t.get_text()]
+    assert min(sizes) >= 12 and sorted(sizes)[len(sizes) // 2] >= 15
+
+
+def test_the_memory_picture_follows_the_hardware_table(monkeypatch):
+    monkeypatch.setitem(lab.hardware.CHIPS["A100"], "hbm_bytes", 80e9)
+    r = lab.figures.memory.draw_memory_hierarchy("A100")
+    drawn = "\n".join(t.get_text() for t in plt.gcf().axes[0].texts)
+    assert r["hbm"] == 80e9 and "80 GB" in drawn
+
+
+def test_the_memory_picture_names_a_bad_argument():
+    with pytest.raises(ValueError, match="N"):
+        lab.figures.memory.draw_memory_hierarchy("A100", N=0)
+    with pytest.raises(ValueError, match="chip"):
+        lab.figures.memory.draw_memory_hierarchy("V100")

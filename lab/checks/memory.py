@@ -1,5 +1,6 @@
-"""Checks for notebook 00's exercises: the softmax kernel's cost, the bytes of S and P, the memory attention
-holds, the largest N that fits, HBM traffic, the head width at which QKᵀ reaches the ridge.
+"""Checks for notebook 00's exercises: the QKᵀ kernel priced by hand, the softmax kernel's cost, the bytes of
+S and P, the memory attention holds, the largest N that fits, HBM traffic, the head width at which QKᵀ
+reaches the ridge.
 
 Taught in: notebooks/00_the_memory_wall.ipynb
 """
@@ -7,6 +8,7 @@ Taught in: notebooks/00_the_memory_wall.ipynb
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 
@@ -25,6 +27,7 @@ from ._support import (
 )
 
 __all__ = [
+    "check_qk_row",
     "check_softmax_balance",
     "check_softmax_row",
     "check_score_bytes",
@@ -48,22 +51,218 @@ def _say_prediction(what: str, predicted, want, ok: bool, unit: str = "") -> Non
     )
 
 
+# The QKᵀ kernel a learner prices by hand: the 40 GB A100, N = M = 4096, d = 64, float16
+QK_ROW_CASE = {"N": 4096, "M": 4096, "d": 64, "itemsize": 2, "chip_name": "A100"}
+_QK_FIELDS = ("F", "nbytes", "t_memory", "t_compute", "bound")
+_QK_UNITS = {"F": "FLOP", "nbytes": "B", "t_memory": "s", "t_compute": "s"}
+_QK_RTOL = 0.01  # a hand computation to three figures
+
+
+def _qk_mistakes(F=None, nbytes=None) -> dict:
+    """For each number of the QKᵀ row, the values its classic mistakes give, each with what it means;
+    the times' from `F` and `nbytes` where given (the learner's own), else from the right ones."""
+    from ..hardware import chip
+
+    N, M, d, it = (QK_ROW_CASE[k] for k in ("N", "M", "d", "itemsize"))
+    c = chip(QK_ROW_CASE["chip_name"])
+    right_F, numbers = 2 * N * M * d, N * d + M * d + N * M
+    F = right_F if F is None else F
+    right_bytes = numbers * it
+    nbytes = right_bytes if nbytes is None else nbytes
+    hbm, peak = c["hbm_bytes_per_s"], c["matmul_flops"]
+    S = "S, N·M numbers"
+    return {
+        "F": [
+            (
+                N * M * d,
+                "that counts multiply-adds: a multiply and an add are 2 FLOPs, so 2·N·M·d",
+            ),
+            (
+                4 * N * M * d,
+                "that is both matmuls, the forward's F: this kernel is QKᵀ alone, 2·N·M·d",
+            ),
+            (
+                2 * N * M,
+                "that leaves out d: each of the N·M scores is a dot product of length d",
+            ),
+            (
+                right_F + 7 * N * M,
+                "that adds the softmax's operations: they are the next kernel's, and never in F",
+            ),
+            (right_F / 1e9, "that is in GFLOP: write FLOPs"),
+        ],
+        "nbytes": [
+            (2 * numbers * it, "that is 4 bytes a number, float32: float16 takes 2"),
+            (numbers, "those are numbers: float16 takes 2 bytes each"),
+            (
+                (N * d + M * d) * it,
+                f"that leaves out the write of {S}, the kernel's result",
+            ),
+            (
+                N * M * it,
+                "that is S alone: the kernel also reads Q and K, N·d + M·d numbers",
+            ),
+            (
+                (numbers + N * M) * it,
+                "that reads S back as well: the softmax kernel reads it; this one writes it once",
+            ),
+            (
+                (numbers + M * d) * it,
+                "this kernel reads Q and K and writes S: V and O are the O = PV kernel's",
+            ),
+            (right_bytes / 2**20, "that is in MiB: write bytes"),
+            (right_bytes / 1e6, "that is in MB: write bytes"),
+        ],
+        "t_memory": [
+            (
+                nbytes / c["sram_bytes_per_s"],
+                "that is the SRAM's bandwidth: the operands come from HBM",
+            ),
+            (nbytes / 2.039e12, "that is the 80 GB A100's HBM: this is the 40 GB part"),
+            (nbytes / (hbm / 1e12 * 2**40), "a TB/s is 10¹² bytes a second, not 2⁴⁰"),
+            (nbytes / hbm * 1e6, "that is in µs: write seconds"),
+            (
+                nbytes * hbm,
+                "the time is the bytes divided by the bandwidth, bytes per second",
+            ),
+        ],
+        "t_compute": [
+            (
+                F / c["nonmatmul_flops"],
+                "that is the FP32 rate: a matmul runs on the tensor cores, at the matmul peak",
+            ),
+            (
+                F / c["exp_per_s"],
+                "that is the exponential units' rate: a matmul runs on the tensor cores",
+            ),
+            (F / 989e12, "that is the H100's matmul peak: this is the A100"),
+            (F / peak * 1e6, "that is in µs: write seconds"),
+            (F * peak, "the time is F divided by the rate, FLOPs per second"),
+        ],
+    }
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(
+        x, bool
+    )
+
+
+def _close(x, want) -> bool:
+    return _number(x) and math.isfinite(x) and abs(x - want) <= _QK_RTOL * abs(want)
+
+
+def check_qk_row(
+    *, F=None, nbytes=None, t_memory=None, t_compute=None, bound=None
+) -> None:
+    """Check the QKᵀ kernel priced by hand (the 40 GB A100, N = M = 4096, d = 64, float16, `QK_ROW_CASE`)
+    against lab's row of `lab.attention_traffic`: $F = 2NMd$ FLOPs, the bytes of Q and K read and S written,
+    $t_\\text{memory}$ = bytes / HBM bandwidth, $t_\\text{compute}$ = F / the matmul peak, and `bound`, the
+    larger time ("memory" or "compute"); each number to 1 %. A value left `...` is not written yet; a
+    wrong one is named with the classic mistake it matches and shown against lab's.
+    Taught in: notebooks/00_the_memory_wall.ipynb"""
+    got = dict(zip(_QK_FIELDS, (F, nbytes, t_memory, t_compute, bound)))
+    row = attention_traffic(
+        QK_ROW_CASE["N"],
+        QK_ROW_CASE["M"],
+        d=QK_ROW_CASE["d"],
+        itemsize=QK_ROW_CASE["itemsize"],
+        chip_name=QK_ROW_CASE["chip_name"],
+    )[0]
+    want = {
+        "F": row["flops"],
+        "nbytes": row["bytes"],
+        "t_memory": row["t_memory"],
+        "t_compute": row["t_compute"],
+        "bound": row["bound"],
+    }
+    unwritten = [k for k, v in got.items() if v is None or v is Ellipsis]
+    print("your QKᵀ row (A100 40 GB, N = M = 4096, d = 64, float16):")
+    if len(unwritten) == len(_QK_FIELDS):
+        print("  not written yet (lab's row shown once you write yours)")
+        return
+    mistakes, lines = _qk_mistakes(), []
+    # the times' mistakes made from the learner's own F and bytes too (a number, else the right ones)
+    theirs = _qk_mistakes(
+        *(got[k] if _number(got[k]) and got[k] > 0 else None for k in ("F", "nbytes"))
+    )
+    bw = want["nbytes"] / want["t_memory"]  # the HBM bandwidth
+    peak = want["F"] / want["t_compute"]  # the matmul peak
+    upstream = {
+        "t_memory": ("nbytes", lambda b: b / bw),
+        "t_compute": ("F", lambda f: f / peak),
+    }
+    for k in _QK_FIELDS:
+        if k in unwritten:
+            continue
+        g, w = got[k], want[k]
+        if k == "bound":
+            said = _bound_said(g, w, got)
+        elif not _number(g):
+            said = f"✗ {g!r}: write a number, in {_QK_UNITS[k]}"
+        elif _close(g, w):
+            said = f"✓ {g:.4g} {_QK_UNITS[k]}"
+        else:
+            known = mistakes[k] + (theirs[k] if k in upstream else [])
+            why = next((text for value, text in known if _close(g, value)), None)
+            if why is None and k in upstream:
+                name, follow = upstream[k]
+                mine = got[name]
+                if (
+                    _number(mine)
+                    and not _close(mine, want[name])
+                    and _close(g, follow(mine))
+                ):
+                    why = f"right from your {name}, which is off: fix it first"
+            if why is None:
+                why = {
+                    "F": "count the dot products and the FLOPs of each",
+                    "nbytes": "count what the kernel reads and writes, 2 bytes a number",
+                    "t_memory": "the bytes over the HBM bandwidth, in seconds",
+                    "t_compute": "F over the rate of the units a matmul runs on, in seconds",
+                }[k]
+            said = f"✗ {g:.4g}, lab's {w:.4g} {_QK_UNITS[k]}: {why}"
+        lines.append(f"{k:<10} {said}")
+    if unwritten:
+        lines.append("not written yet: " + ", ".join(unwritten))
+    for line in lines:
+        print(textwrap.fill(line, 98, initial_indent="  ", subsequent_indent=" " * 13))
+    if not unwritten and all(s.split()[1] == "✓" for s in lines):
+        print(
+            "  ✓ all five match lab's row: the table below prints it beside the others"
+        )
+
+
+def _bound_said(g, w, got) -> str:
+    """The line for the learner's bound: right, a word other than the two, or wrong (from their times or not)."""
+    word = g.strip().lower() if isinstance(g, str) else g
+    if word not in ("memory", "compute"):
+        return f'✗ {g!r}: write "memory" or "compute"'
+    if word == w:
+        return f"✓ {word}"
+    tm, tc = got["t_memory"], got["t_compute"]
+    if _number(tm) and _number(tc) and (tm > tc) == (word == "memory"):
+        return f"✗ {word}, lab's {w}: right from your times, which are off"
+    return f"✗ {word}, lab's {w}: the larger of the two times sets the bound"
+
+
 def _softmax_row(N, M, itemsize, bandwidth):
-    """The softmax kernel's (FLOPs, HBM bytes, memory time): 7·N·M, 2·N·M·itemsize, bytes / bandwidth."""
+    """The softmax kernel's (operations, HBM bytes, memory time): 7·N·M, 2·N·M·itemsize, bytes / bandwidth
+    (its operations are non-matmul ones: none of them is in F)."""
     nbytes = 2 * N * M * itemsize
     return 7 * N * M, nbytes, nbytes / bandwidth
 
 
 def check_softmax_row(fn, *, seed: int | None = None, predicted=None) -> None:
-    """Check `fn(N, M, itemsize, bandwidth)`, the softmax kernel's `(flops, bytes, seconds)`: $7NM$ operations,
+    """Check `fn(N, M, itemsize, bandwidth)`, the softmax kernel's `(ops, bytes, seconds)`: $7NM$ operations,
     $2NM\\cdot$itemsize bytes (read S once, write P), and bytes / bandwidth; two fixed cases and three drawn afresh
-    each run (`seed` draws the same again). `predicted`: the learner's intensity I = FLOPs / bytes for N = M = 4096 in
+    each run (`seed` draws the same again). `predicted`: the learner's operations per byte for N = M = 4096 in
     float16, shown against the right value once written. Taught in: notebooks/00_the_memory_wall.ipynb"""
     _check_softmax_row(fn, seed)
     if predicted is not None:
         want = 7 / (2 * 2)
         ok = isinstance(predicted, (int, float)) and abs(predicted - want) <= 0.01
-        _say_prediction("I at N = M = 4096, float16", predicted, want, ok, " FLOP/B")
+        _say_prediction("ops per byte, N = M = 4096, float16", predicted, want, ok)
 
 
 def _check_softmax_row(fn, seed) -> None:
@@ -101,7 +300,7 @@ def _check_softmax_row(fn, seed) -> None:
         ),
         (
             lambda N, M, it, bw: _softmax_row(N, M, it, bw)[:2] + (7 * N * M / bw,),
-            "the time divides the bytes, not the FLOPs, by the bandwidth (bytes per second)",
+            "the time divides the bytes, not the operations, by the bandwidth (bytes per second)",
         ),
         (
             lambda N, M, it, bw: (5 * N * M,) + _softmax_row(N, M, it, bw)[1:],
@@ -128,14 +327,15 @@ def _check_softmax_row(fn, seed) -> None:
         guarded,
         _softmax_row,
         cases,
-        names=("flops", "bytes", "seconds"),
+        names=("ops", "bytes", "seconds"),
         rtol=1e-9,
         atol=0,
         seed=seed,
         properties=[_own_work("attention_traffic", "softmax_peak")],
         hint=_hint(
             mistakes,
-            "F = 7 operations per score; bytes = S read once and P written once, itemsize each; "
+            "7 operations per score (none of them in F); bytes = S read once and P written once, "
+            "itemsize each; "
             "time = bytes / bandwidth",
             fn=guarded,
             cases=cases,

@@ -1,17 +1,159 @@
-"""Figures for notebook 00: the roofline of standard attention's pieces, and the time of each piece.
+"""Figures for notebook 00: the chip's two memories (SRAM on chip, HBM off it), the roofline of standard
+attention's pieces, and the time of each piece.
 
 Taught in: notebooks/00_the_memory_wall.ipynb
 """
 
 from __future__ import annotations
 
+import re
+
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..hardware import chip
+from ..hardware import SOURCES, chip
 from ..memory import IDEAL_FUSED, attainable_flops, attention_traffic, softmax_peak
 
-__all__ = ["draw_attention_roofline"]
+__all__ = ["draw_memory_hierarchy", "draw_attention_roofline"]
+
+# The figures the memory picture draws, each with its source in `lab.hardware.SOURCES`
+HIERARCHY_FIELDS = (
+    "sms",
+    "registers_per_sm",
+    "l1_shared_per_sm",
+    "sram_bytes_per_s",
+    "hbm_bytes",
+    "hbm_bytes_per_s",
+)
+
+
+def _short_source(text: str) -> str:
+    """A source's title and section, its remarks in parentheses and after a semicolon left out."""
+    return re.match(r"[^(;]*(\([^)]*\))?[^(;]*", text).group(0).strip(" ,")
+
+
+def draw_memory_hierarchy(
+    chip_name: str = "A100", N: int = 4096, itemsize: int = 2, ax=None
+) -> dict:
+    """Two boxes: the SRAM on chip (registers and L1 / shared memory of every SM) and the HBM off chip,
+    each with its capacity and bandwidth from `lab.hardware`, and what lives in each: standard attention's
+    S and P (N×M each, `itemsize` bytes a number) in HBM, FlashAttention's tiles on chip.
+
+    Returns the figures drawn, in bytes and bytes/s, and their sources.
+    Taught in: notebooks/00_the_memory_wall.ipynb
+    """
+    for name, x in (("N", N), ("itemsize", itemsize)):
+        if int(x) != x or x < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {x!r}")
+    c = chip(chip_name)
+    regs, shared = c["sms"] * c["registers_per_sm"], c["sms"] * c["l1_shared_per_sm"]
+    sram, hbm = regs + shared, c["hbm_bytes"]
+    sram_bw, hbm_bw = c["sram_bytes_per_s"], c["hbm_bytes_per_s"]
+    s_bytes = N * N * itemsize
+    MiB = 2**20
+    if ax is None:
+        _, ax = plt.subplots(figsize=(14, 6.4), layout="constrained")
+    ax.set(xlim=(0, 14), ylim=(0, 6.4))
+    ax.axis("off")
+    big, mid = 18, 15
+    boxes = (  # x, width, colour, heading, figures, what lives there
+        (
+            0.2,
+            5.0,
+            "#d9ead3",
+            "on chip: SRAM",
+            f"{c['sms']} SMs × ({c['registers_per_sm'] // 1024} KiB registers\n"
+            f"+ {c['l1_shared_per_sm'] // 1024} KiB L1 / shared memory)\n"
+            f"= {sram / MiB:.0f} MiB in all",
+            "FlashAttention keeps here:\ntiles of Q, K, V (shared memory),\n"
+            "tiles of S, P and the output (registers)",
+        ),
+        (
+            8.3,
+            5.5,
+            "#f4cccc",
+            "off chip: HBM",
+            f"{hbm / 1e9:.0f} GB",
+            f"Q, K, V, O: N × d each\nstandard attention writes here\n"
+            f"S and P: {s_bytes / MiB:,.0f} MiB each per head (N = M = {N:,})",
+        ),
+    )
+    for x, w, colour, heading, figures, holds in boxes:
+        ax.add_patch(plt.Rectangle((x, 0.9), w, 4.6, fc=colour, ec="0.25", lw=2))
+        ax.text(
+            x + w / 2,
+            5.05,
+            heading,
+            ha="center",
+            va="center",
+            fontsize=big,
+            weight="bold",
+        )
+        ax.text(x + w / 2, 3.95, figures, ha="center", va="center", fontsize=mid)
+        ax.text(
+            x + w / 2,
+            1.95,
+            holds,
+            ha="center",
+            va="center",
+            fontsize=mid,
+            style="italic",
+        )
+    sram_said = (
+        "not published"
+        if sram_bw is None
+        else f"~{sram_bw / 1e12:.0f} TB/s (estimated)"
+    )
+    ax.text(
+        2.7, 0.55, f"bandwidth {sram_said}", ha="center", fontsize=mid, weight="bold"
+    )
+    ax.text(
+        11.05,
+        0.55,
+        f"bandwidth {hbm_bw / 1e12:g} TB/s",
+        ha="center",
+        fontsize=mid,
+        weight="bold",
+    )
+    ax.annotate(
+        "",
+        (8.25, 3.2),
+        (5.25, 3.2),
+        arrowprops=dict(arrowstyle="<->", lw=3, color="0.25"),
+    )
+    ax.text(
+        6.75,
+        3.5,
+        "every operand\nand result\ncrosses here",
+        ha="center",
+        va="bottom",
+        fontsize=mid,
+    )
+    faster = "" if sram_bw is None else f"SRAM {sram_bw / hbm_bw:.0f}× faster, "
+    ax.set_title(
+        f"{chip_name}: {faster}HBM {hbm / sram:,.0f}× larger",
+        fontsize=big + 2,
+        weight="bold",
+    )
+    # the figures drawn and their sources (an unpublished figure has none to cite)
+    sources = {f: SOURCES[chip_name][f] for f in HIERARCHY_FIELDS if c[f] is not None}
+    cited = list(dict.fromkeys(_short_source(t) for t in sources.values()))
+    ax.text(
+        0.2, 0.0, "Sources: " + "; ".join(cited), fontsize=12, color="0.35", wrap=True
+    )
+    return {
+        "chip": chip_name,
+        "registers": regs,
+        "l1_shared": shared,
+        "sram": sram,
+        "hbm": hbm,
+        "sram_bw": sram_bw,
+        "hbm_bw": hbm_bw,
+        "s_bytes": s_bytes,
+        "sources": sources,
+        "cited": cited,
+    }
+
 
 _PIECE_STYLE = {
     "S = scale·QKᵀ": ("C0", "o"),
@@ -31,9 +173,10 @@ def draw_attention_roofline(
     axes=None,
 ) -> dict:
     """Left: the roofline of `chip_name` (matmul and softmax peaks, HBM and, where published, SRAM
-    bandwidth) with each piece of standard attention at its intensity and at the rate its time implies,
-    FLOPs / time (on a roof when one term sets the time; the fused kernel below it). Right: each piece's
-    time, memory against compute.
+    bandwidth) with each piece of standard attention at its intensity and at the rate its time implies:
+    F / time for the matmuls and the fused kernel (below the matmul roof: its softmax adds time, not F),
+    the softmax's own operations per byte and per second under its own roof. Right: each piece's time,
+    memory against compute.
 
     Returns the rows of `attention_traffic` and the chip's figures. Taught in: notebooks/00_the_memory_wall.ipynb
     """
@@ -70,7 +213,7 @@ def draw_attention_roofline(
         color="k",
         lw=1.8,
         ls="--",
-        label=f"softmax roof: {soft_peak / 1e12:.1f} TFLOP/s (exp at "
+        label=f"softmax roof: {soft_peak / 1e12:.1f} T operations/s (exp at "
         f"{c['exp_per_s'] / 1e12:.2f} T/s, the rest FP32)",
     )
     if sram:
@@ -97,26 +240,26 @@ def draw_attention_roofline(
     labels = {}  # pieces at the same intensity share one label
     shown = {r["piece"]: r["piece"] for r in rows} | {rows[4]["piece"]: IDEAL_FUSED}
     for r in rows[:3] + rows[4:]:
-        labels.setdefault(round(r["intensity"], 9), []).append(r)
+        x = r["intensity"] or r["op_intensity"]  # the softmax has no F: its operations
+        labels.setdefault(round(x, 9), []).append(r)
     for group in labels.values():
         r = group[0]
         color, marker = _PIECE_STYLE[r["piece"]]
-        y = (
-            r["flops"] / r["time"] / 1e12
-        )  # the rate its time implies: on a roof, or below
+        # the rate its time implies, on a roof or below: F / time, the softmax's operations / time
+        y = (r["flops"] or r["ops"]) / r["time"] / 1e12
+        i = r["intensity"] or r["op_intensity"]
         ax.plot(
-            [r["intensity"]],
+            [i],
             [y],
             marker=marker,
             color=color,
             ms=16 if marker == "*" else 12,
             ls="none",
         )
-        i = r["intensity"]
         text = (
             " and ".join(shown[g["piece"]] for g in group) + f"\n{i:,.0f} FLOP/B"
-            if i >= 10
-            else shown[r["piece"]] + f"\n{i:.2f} FLOP/B"
+            if r["flops"]
+            else shown[r["piece"]] + f"\n{i:.2f} operations/B"
         )
         if (
             r["kind"] == "mixed"
@@ -147,8 +290,8 @@ def draw_attention_roofline(
         )
     ax.set_ylim(0.1, c["matmul_flops"] / 1e12 * 30)
     ax.set(
-        xlabel="arithmetic intensity (FLOP per byte of HBM traffic)",
-        ylabel="attainable TFLOP/s",
+        xlabel="intensity: F (softmax: its operations) per byte of HBM traffic",
+        ylabel="attainable TFLOP/s (softmax: T operations/s)",
         title=f"{chip_name}: standard attention's pieces, d = {d}, N = M = {N:,}",
     )
     ax.legend(
@@ -172,7 +315,7 @@ def draw_attention_roofline(
         [r["t_compute"] * 1e6 for r in rows],
         0.4,
         color="C1",
-        label="compute: FLOPs / each unit's peak",
+        label="compute: F and other operations, each at its unit's peak",
     )
     for yv, r in zip(yy, rows):
         ax_t.text(

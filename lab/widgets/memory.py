@@ -20,7 +20,8 @@ def _roofline_summary(r: dict) -> str:
     rows = {row["piece"]: row for row in r["rows"]}
     soft = rows["P = softmax(S)"]
     return (
-        f"{r['chip']}, d = {r['d']}: softmax {soft['intensity']:.2f} FLOP/B against a ridge of {r['ridge']:.0f}; "
+        f"{r['chip']}, d = {r['d']}: softmax {soft['op_intensity']:.2f} operations/B against a ridge of "
+        f"{r['ridge']:.0f} FLOP/B; "
         f"standard {rows['standard, total']['time'] * 1e6:.1f} µs per head ({soft['time'] / rows['standard, total']['time']:.0%} "
         f"of it the softmax), fused {rows['fused: Q, K, V in, O out']['time'] * 1e6:.1f} µs: {r['speedup']:.1f}× less"
     )

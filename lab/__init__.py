@@ -315,6 +315,8 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "latent_decode_intensity",
         "decode_torch",
         "time_decoding",
+        "cpu_speedup_model",
+        "decode_timing_table",
         "PagedCache",
         "paged_kv",
         "gather_pages",

@@ -16,6 +16,7 @@ A ladder:
      multi-query attention over one shared latent K/V, so every query head of a layer is one group.
   4. `decode_torch`, `time_decoding` : the same split in torch on this machine's cores: each chunk's
      `(o_c, lse_c)` on a worker thread, then merged; timed with `torch.utils.benchmark`.
+     `cpu_speedup_model`, `decode_timing_table` : the cores as the processors, each streaming its share.
   5. `paged_kv`, `gather_pages`, `decode_paged` : the cache no longer contiguous. K and V live in fixed-size
      pages of `page_size` tokens anywhere in a pool; a block table maps each sequence's logical block i to
      a physical page (vLLM's PagedAttention, Kwon et al. 2023, arXiv 2309.06180, §4.1-4.2). A decoding
@@ -64,6 +65,8 @@ __all__ = [
     "latent_decode_intensity",
     "decode_torch",
     "time_decoding",
+    "cpu_speedup_model",
+    "decode_timing_table",
     "PagedCache",
     "paged_kv",
     "gather_pages",
@@ -422,7 +425,7 @@ def flash_attn_num_splits(
         key_blocks=n_blocks,
         efficiency=n_waves / math.ceil(n_waves),
         best_efficiency=max(eff.values()),
-        best_splits=max(eff, key=eff.get),
+        most_efficient_splits=max(eff, key=eff.get),
     )
 
 
@@ -572,6 +575,47 @@ def time_decoding(
         )
         for s, w in runs
     ]
+
+
+def cpu_speedup_model(splits: int, workers: int) -> int:
+    """Speed-up of a decoding step over one chunk on one worker when each busy core streams its own share: $\\min(\\text{splits}, \\text{workers})$.
+
+    One chunk keeps one core busy however many workers wait; `splits` chunks on `workers` threads keep
+    $\\min(\\text{splits}, \\text{workers})$ busy. The model assumes that many free cores, and a memory system
+    that does not saturate before they all stream: a ceiling, not a prediction.
+    Taught in: notebooks/10_decoding.ipynb
+    """
+    return min(_positive_int(splits, "splits"), _positive_int(workers, "workers"))
+
+
+def decode_timing_table(runs) -> str:
+    """`time_decoding`'s runs, one row each: time, K/V bytes per second, speed-up over the first run, the model's.
+
+    Times and measured speed-ups are printed between ‹ and › (`lab.measured`): they vary by machine and
+    load. The model's column (`cpu_speedup_model`) is exact.
+    Taught in: notebooks/10_decoding.ipynb
+    """
+    from .notebook import measured
+
+    runs = list(runs)
+    if not runs:
+        raise ValueError("runs must hold at least one run of time_decoding")
+    base = runs[0]
+    model0 = cpu_speedup_model(base["splits"], base["workers"])
+    first = f"({base['splits']}, {base['workers']})"
+    rows = [
+        f"splits | workers | ms per step |  K/V read at | speed-up over {first} | model"
+    ]
+    for r in runs:
+        ms = measured(r["seconds"] * 1e3, "6.1f")
+        bw = measured(r["gb_per_s"], "5.1f", "GB/s")
+        up = measured(base["seconds"] / r["seconds"], "4.2f") + "×"
+        model = cpu_speedup_model(r["splits"], r["workers"]) / model0
+        rows.append(
+            f"{r['splits']:>6} | {r['workers']:>7} | {ms:>11} | {bw:>12} | "
+            f"{up:>{15 + len(first)}} | {model:.2f}×"
+        )
+    return "\n".join(rows)
 
 
 # ------------------------------------------------------------------------------------ paged K/V cache

@@ -174,6 +174,37 @@ def test_time_decoding_shape_of_result():
         time_decoding(16, q_heads=3, kv_heads=2)
 
 
+def test_cpu_speedup_model_counts_one_busy_core_per_chunk_up_to_the_workers():
+    from lab.decoding import cpu_speedup_model
+
+    runs = ((1, 1), (1, 2), (2, 1), (2, 2), (8, 2))
+    assert [cpu_speedup_model(s, w) for s, w in runs] == [1, 1, 1, 2, 2]
+    with pytest.raises(ValueError, match="splits"):
+        cpu_speedup_model(0, 1)
+    with pytest.raises(ValueError, match="workers"):
+        cpu_speedup_model(1, 0)
+
+
+def test_decode_timing_table_masks_what_was_measured_and_not_the_model():
+    import re
+
+    from lab.decoding import decode_timing_table
+
+    runs = [
+        dict(splits=1, workers=1, seconds=0.02, gb_per_s=10.0),
+        dict(splits=1, workers=2, seconds=0.04, gb_per_s=5.0),
+        dict(splits=2, workers=2, seconds=0.01, gb_per_s=20.0),
+    ]
+    lines = decode_timing_table(runs).splitlines()
+    assert len(lines) == 4 and all(len(ln) <= 100 for ln in lines)
+    assert "‹0.50›×" in lines[2] and lines[2].endswith("| 1.00×")
+    assert "‹2.00›×" in lines[3] and lines[3].endswith("| 2.00×")
+    masked = [re.sub("‹[^›]*›", "‹…›", ln) for ln in lines]
+    assert len({len(ln) for ln in masked[1:]}) == 1  # the same width on every machine
+    with pytest.raises(ValueError, match="runs"):
+        decode_timing_table([])
+
+
 def test_decoding_figures_return_their_numbers():
     import matplotlib.pyplot as plt
 
@@ -332,7 +363,10 @@ def test_num_splits_heuristic_is_flash_attns():
     fa = lab.flash_attn_num_splits(32768, batch=1, heads=8, head_dim=128)
     assert fa["splits"] == 29 and fa["slots"] == 264 and fa["key_blocks"] == 256
     assert fa["efficiency"] == pytest.approx(232 / 264)
-    assert fa["best_splits"] == 32 and fa["efficiency"] >= 0.85 * fa["best_efficiency"]
+    assert (
+        fa["most_efficient_splits"] == 32
+        and fa["efficiency"] >= 0.85 * fa["best_efficiency"]
+    )
     # d = 64 takes key blocks of 256: 128 of them, and 29 would leave a split empty
     assert lab.flash_attn_num_splits(32768, heads=8, head_dim=64)["splits"] == 32
     with pytest.raises(ValueError, match="num_SMs"):

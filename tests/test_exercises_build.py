@@ -20,7 +20,7 @@ BUILDS = {
     "08_triton_kernel": [2],  # 1 derives the causal band
     "09_backward": [1],
     "09_tiled_backward": [2],
-    "10_decoding": [1],
+    "10_decoding": [1, 2],
     "10_gqa_and_paging": [3],
     "11_masks_and_score_mods": [5],
 }

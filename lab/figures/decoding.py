@@ -18,6 +18,7 @@ from matplotlib.ticker import FuncFormatter, NullLocator
 from ..decoding import (
     H100_RIDGE,
     PROCESSORS,
+    cpu_speedup_model,
     decode_intensity,
     decode_schedule,
     kv_cache_bytes_per_token,
@@ -300,19 +301,36 @@ def draw_gqa_intensity(
 
 
 def draw_decode_timings(runs, ax=None) -> dict:
-    """Bars of measured milliseconds per decoding step for each (splits, workers) of `lab.time_decoding`."""
+    """Bars of the measured speed-up of each (splits, workers) of `lab.time_decoding` over the first run, beside the
+    model's (`lab.cpu_speedup_model`: one busy core per chunk, up to the workers). Returns the milliseconds by label."""
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
     labels = [f"splits {r['splits']}\nworkers {r['workers']}" for r in runs]
     ms = [r["seconds"] * 1e3 for r in runs]
-    ax.bar(labels, ms, color="#2a9d8f")
-    for i, t in enumerate(ms):
-        ax.text(i, t * 1.02, f"{t:.1f} ms", ha="center", fontsize=11)
-    ax.set(
-        ylabel="ms per decoding step",
-        title=f"One decoding step on this machine: {os.cpu_count()} CPU cores, "
-        f"up to {max(r['workers'] for r in runs)} workers (noisy)",
+    model0 = cpu_speedup_model(runs[0]["splits"], runs[0]["workers"])
+    model = [cpu_speedup_model(r["splits"], r["workers"]) / model0 for r in runs]
+    x = np.arange(len(runs))
+    ax.bar(x - 0.2, [ms[0] / t for t in ms], 0.4, color="#2a9d8f", label="measured")
+    ax.bar(
+        x + 0.2,
+        model,
+        0.4,
+        color="none",
+        edgecolor="#264653",
+        hatch="//",
+        label="model: one busy core per chunk",
     )
+    for i, t in enumerate(ms):
+        ax.text(
+            i - 0.2, ms[0] / t * 1.02, f"{ms[0] / t:.2f}×", ha="center", fontsize=10
+        )
+    ax.set_xticks(x, labels)
+    ax.set(
+        ylabel=f"speed-up over splits {runs[0]['splits']}, workers {runs[0]['workers']}",
+        ylim=(0, 1.25 * max(max(model), max(ms[0] / t for t in ms))),
+        title=f"One decoding step on this machine's {os.cpu_count()} CPU cores (noisy)",
+    )
+    ax.legend(loc="upper left")
     return {lab: t for lab, t in zip(labels, ms)}
 
 

@@ -365,7 +365,9 @@ def test_other_figures_return_their_numbers():
     cost = lab.figures.fa2.draw_exchange_cost(4096, 64, 64, 64, warps=4)
     tiles = lab.tile_counts(4096, 4096, 64, 64)["computed"]
     assert cost["bytes"]["split-K exchange"] == 2 * warp["K"]["written"] * tiles
-    assert cost["bytes"]["fa2 HBM"] == lab.flash_counts(4096, 4096, 64, itemsize=2).total
+    assert (
+        cost["bytes"]["fa2 HBM"] == lab.flash_counts(4096, 4096, 64, itemsize=2).total
+    )
     assert cost["bytes"]["split-K exchange"] > cost["bytes"]["fa1 HBM"]  # more bytes
     assert cost["us"]["split-K exchange"] < cost["us"]["fa1 HBM"]  # yet less time
     peak = fig.draw_peak_memory(

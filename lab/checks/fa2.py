@@ -886,7 +886,7 @@ _COURSE = (  # lab's attention, whole or tiled: calling one proves nothing about
 )
 _EXPS = ("exp", "exp2", "expm1")
 _COUNTERS = (
-    (  # lab's counts and the kernels that count into lab.trace: the answer to exercise 5
+    (  # lab's counts and the kernels that count into lab.trace: the answer to exercise 6
         "flash_counts",
         "flop_split",
         "trace.record",

@@ -25,15 +25,16 @@ NAME = "06_flashattention2"
 EX = {ex.number: ex for ex in exercises(NAME)}
 EX["fa2"] = EX[2]  # FA2's form of exercise 1
 PASSED = {
-    4: "affordable_nonmatmul: ✓ passed 8 cases\n",
-    5: "causal_fa2_ops: ✓ passed 9 cases\n",
+    3: "time_share: ✓ passed 8 cases\n",
+    5: "affordable_nonmatmul: ✓ passed 8 cases\n",
+    6: "causal_fa2_ops: ✓ passed 9 cases\n",
     1: "fa1_block: ✓ passed 6 cases: tiles of <= Bc keys, one exp a score, "
     "O normalized every block (FA1)\n",
     2: "fa2_block: ✓ passed 6 cases: tiles of <= Bc keys, one exp a score, "
     "acc normalized once (FA2)\n",
-    3: "split_k_tile: ✓ passed 5 cases: each warp's state from its own keys, "
+    4: "split_k_tile: ✓ passed 5 cases: each warp's state from its own keys, "
     "merged into the tile's\n",
-    6: "fa1_keys_outer: ✓ 3 cases: keys outside; O, m, l read from HBM and written back "
+    7: "fa1_keys_outer: ✓ 3 cases: keys outside; O, m, l read from HBM and written back "
     "every key block\n",
 }
 
@@ -47,15 +48,15 @@ def _fails(number: int, text: str, *says: str) -> str:
 
 
 def test_the_notebook_has_six_checked_exercises():
-    assert sorted(n for n in EX if isinstance(n, int)) == [1, 2, 3, 4, 5, 6]
+    assert sorted(n for n in EX if isinstance(n, int)) == [1, 2, 3, 4, 5, 6, 7]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("number", [1, 2, 3, 4, 5, 6, 7])
 def test_worked_solution_passes_with_one_fixed_line(number):
     assert run_check(EX[number], EX[number].solution) == PASSED[number]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("number", [1, 2, 3, 4, 5, 6, 7])
 def test_stub_reports_not_implemented(number):
     assert "not implemented yet" in run_check(EX[number], EX[number].stub)
 
@@ -63,7 +64,7 @@ def test_stub_reports_not_implemented(number):
 def test_the_exercise_section_needs_only_the_setup():
     """The checks build their own cases: nothing from the notebook's body (q, k, v, split, ...) is used."""
     ns = {}
-    for src in EX[4].setup + EX[4].before:
+    for src in EX[5].setup + EX[5].before:
         exec(compile(src, "<setup>", "exec"), ns)
     assert {
         "check_affordable_nonmatmul",
@@ -71,16 +72,17 @@ def test_the_exercise_section_needs_only_the_setup():
         "check_fa1_block",
         "check_fa1_keys_outer",
         "check_split_k_tile",
+        "check_time_share",
     } <= set(ns)
     assert not {"q", "k", "v", "split", "whole"} & set(ns)
 
 
-def test_exercise_2_comes_before_the_exchange_it_counts():
+def test_exercise_4_comes_before_the_exchange_it_counts():
     """Split-K's exchange, w·Br·(d_v + 2) values, is stated only after the exercise that builds it."""
     nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
     text = [c.source for c in nb.cells]
     start = next(i for i, t in enumerate(text) if t.startswith("## 5."))
-    ex2 = next(i for i, t in enumerate(text) if t.startswith("### Exercise 3"))
+    ex2 = next(i for i, t in enumerate(text) if t.startswith("### Exercise 4"))
     cost = next(i for i, t in enumerate(text) if t.startswith("### What the exchange"))
     assert start < ex2 < cost and "d_v + 2" in text[cost]
     shown = "\n".join(
@@ -123,7 +125,7 @@ def test_exercises_1_and_2_come_before_the_rules_they_derive():
         assert rule not in shown, rule
 
 
-def test_exercise_3_accepts_the_exponential_s_multiply_charged():
+def test_exercise_5_accepts_the_exponential_s_multiply_charged():
     with_multiply = """
 def affordable_nonmatmul(d, share):
     a100 = lab.chip("A100")
@@ -132,11 +134,210 @@ def affordable_nonmatmul(d, share):
     t_exp = 1 / lab.exp_rate("A100") + 1 / a100["nonmatmul_flops"]  # exp2 and x * log2(e)
     return (t_non - t_exp) * a100["nonmatmul_flops"]
 """
-    out = run_check(EX[4], _src(with_multiply))
+    out = run_check(EX[5], _src(with_multiply))
     assert "✓ passed 8 cases" in out and "multiply by log2 e" in out, out
 
 
-# ------------------------------------------------------------------------------------ exercise 4: the time model
+# ------------------------------------------------------------------------------------ exercise 3: the time-share model
+
+
+TIME_SHARE = """
+def time_share(N, d, B, variant, chip):
+    T, rate = N // B, lab.chip(chip)
+    fa1 = variant == "fa1"
+    n_exp = N * N + (2 if fa1 else 1) * N * T
+    n_mul = N * T * ((2 * d + 3) if fa1 else (d + 1))
+    n_div = N * T * d if fa1 else N * d
+    t_matmul = 4 * N * N * d / rate["matmul_flops"]
+    t_exp = n_exp / rate["exp_per_s"]
+    t_rest = (3 * N * N + n_mul + n_div) / rate["nonmatmul_flops"]
+    share = (t_exp + t_rest) / (t_matmul + t_exp + t_rest)
+    return t_matmul, t_exp, t_rest, share
+"""
+
+
+def _time(old: str, new: str) -> str:
+    assert old in TIME_SHARE, old
+    return "import lab\n" + TIME_SHARE.replace(old, new)
+
+
+def test_time_share_written_otherwise_passes():
+    assert run_check(EX[3], _src("import lab\n" + TIME_SHARE)) == PASSED[3]
+
+
+@pytest.mark.parametrize(
+    "old, new, says",
+    [
+        (
+            '/ rate["matmul_flops"]',
+            '/ rate["nonmatmul_flops"]',
+            "matmuls priced at the FP32",
+        ),
+        (
+            'n_exp / rate["exp_per_s"]',
+            'n_exp / rate["nonmatmul_flops"]',
+            "exponentials priced as FP32",
+        ),
+        ('fa1 = variant == "fa1"', "fa1 = True", "the other variant's rescaling"),
+        (" + n_div) /", ") /", "the divides left out"),
+        ("(3 * N * N + n_mul", "(n_mul", "max, subtraction and sum left out"),
+        ("(2 if fa1 else 1) * N * T", "0", "rescale factors' exponentials left out"),
+        (
+            "N * T * d if fa1 else N * d",
+            "N * T * d",
+            "FA2's division at every key block",
+        ),
+        ("t_matmul = 4 *", "t_matmul = 2 *", "half the matmul FLOPs"),
+        (
+            '/ rate["nonmatmul_flops"]\n',
+            '/ rate["nonmatmul_flops"] * 2\n',
+            "one operation a slot",
+        ),
+        ("/ (t_matmul + t_exp + t_rest)", "/ t_matmul", "share of the total time"),
+        ("share = (t_exp", "share = 1 - (t_exp", "the matmuls' share"),
+    ],
+)
+def test_time_share_mistakes(old, new, says):
+    _fails(3, _time(old, new), "✗ case", says)
+
+
+def test_time_share_exponentials_folded_into_the_rest_are_named():
+    src = _time('t_exp = n_exp / rate["exp_per_s"]', "t_exp = 0.0").replace(
+        "(3 * N * N + n_mul", "(3 * N * N + n_exp + n_mul"
+    )
+    _fails(3, src, "exponentials counted among the FP32 operations")
+
+
+def test_time_share_fa1_counts_for_fa2_only_are_named():
+    """FA1's rescaling used for FA2 (and FA2 right for FA1 where it is right): the hint names the variant's count."""
+    src = _time('fa1 = variant == "fa1"', "fa1 = True")
+    out = run_check(EX[3], _src(src))
+    assert "✗ case 0" in out and "other variant's rescaling" in out, out
+
+
+def test_time_share_flop_share_is_named():
+    src = _time(
+        "share = (t_exp + t_rest) / (t_matmul + t_exp + t_rest)",
+        "share = (n_exp + 3 * N * N + n_mul + n_div) / (4 * N * N * d + n_exp + 3 * N * N + n_mul + n_div)",
+    )
+    _fails(3, src, "a share of the FLOPs, not of the time")
+
+
+def test_time_share_returning_one_number_is_told_the_shape():
+    out = _fails(
+        3, _time("return t_matmul, t_exp, t_rest, share", "return share"), "✗ case 0"
+    )
+    assert "hint" not in out or "yours is" not in out
+
+
+@pytest.mark.parametrize(
+    "src, says",
+    [
+        (
+            """
+            import lab
+            def time_share(N, d, B, variant, chip):
+                s = lab.flop_split(N, d=d, block_q=B, block_k=B, variant=variant)
+                t = lab.gpu_time_share(s["matmul"], s["nonmatmul"], chip, exp=s["exp"])
+                return t["t_matmul"], t["t_exp"], t["t_nonmatmul"] - t["t_exp"], t["share"]
+            """,
+            "calls lab.",
+        ),
+        (
+            """
+            import lab
+            from lab.tiling import gpu_time_share as model
+            def time_share(N, d, B, variant, chip):
+                T, rate = N // B, lab.chip(chip)
+                fa1 = variant == "fa1"
+                e = N * N + (2 if fa1 else 1) * N * T
+                rest = 3 * N * N + N * T * ((2 * d + 3) if fa1 else (d + 1))
+                rest += N * T * d if fa1 else N * d
+                t = model(4 * N * N * d, rest + e, chip, exp=e)
+                return t["t_matmul"], t["t_exp"], t["t_nonmatmul"] - t["t_exp"], t["share"]
+            """,
+            "calls lab.gpu_time_share",
+        ),
+        (
+            """
+            import lab
+            from lab.tiling import time_rows
+            def time_share(N, d, B, variant, chip):
+                s = lab.flop_split(N, d=d, block_q=B, block_k=B, variant=variant)
+                r = time_rows({variant: s}, chip)[0]
+                share = (r["exp"] + r["rest"]) / (r["matmul"] + r["exp"] + r["rest"])
+                return r["matmul"] / 1e6, r["exp"] / 1e6, r["rest"] / 1e6, share
+            """,
+            "calls lab.",
+        ),
+    ],
+)
+def test_time_share_through_lab_s_model_is_refused(src, says):
+    _fails(3, src, says)
+
+
+def test_time_share_reference_is_the_closed_form():
+    """The check's planted model without a slip is lab's: flop_split's counts priced by gpu_time_share."""
+    for case in [
+        (4096, 128, 128, "fa2", "A100"),
+        (1024, 64, 64, "fa1", "H100"),
+        (96, 32, 32, "fa1", "A100"),
+    ]:
+        assert np.allclose(
+            checks._time_model(*case), checks._time_reference(*case), rtol=1e-12, atol=0
+        )
+    t = checks._time_reference(4096, 128, 128, "fa2", "A100")
+    assert round(t[3], 3) == 0.274  # section 3's table: 27.4 %
+
+
+def test_time_share_fresh_cases_come_again_from_the_seed(capsys):
+    wrong = lambda N, d, B, variant, chip: checks._time_model(
+        N, d, B, variant, chip, no_div=True
+    )  # noqa: E731
+    checks.check_time_share(wrong, seed=7)
+    first = capsys.readouterr().out
+    checks.check_time_share(wrong, seed=7)
+    assert capsys.readouterr().out == first and "seed=7" in first
+
+
+def test_time_share_table_of_fixed_cases_fails_on_the_fresh_ones():
+    table = {
+        c: checks._time_reference(*c)
+        for c in [
+            (4096, 128, 128, "fa2", "A100"),
+            (4096, 128, 128, "fa1", "A100"),
+            (1024, 64, 64, "fa1", "H100"),
+            (2048, 64, 128, "fa2", "H100"),
+        ]
+    }
+    out = run_check(
+        EX[3],
+        "def time_share(N, d, B, variant, chip):\n    return TABLE.get((N, d, B, variant, chip), (0, 0, 0, 0))\n",
+        extra={"TABLE": table},
+    )
+    assert re.search(r"✗ case [4-7] ", out) and "seed" in out, out
+
+
+def test_exercise_3_comes_before_the_model_it_builds():
+    """lab.gpu_time_share and the time table appear only after exercise 3's check."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
+    text = [c.source for c in nb.cells]
+    start = next(i for i, t in enumerate(text) if t.startswith("## 3."))
+    ex = next(i for i, t in enumerate(text) if t.startswith("### Exercise 3"))
+    reveal = next(
+        i for i, t in enumerate(text) if t.startswith("### The model, revealed")
+    )
+    assert start < ex < reveal
+    shown = "\n".join(
+        t
+        for t, c in zip(text[:reveal], nb.cells)
+        if "solution" not in c.metadata.get("tags", [])
+    )
+    for name in ("gpu_time_share", "time_rows", "t_matmul =", "t_rest ="):
+        assert name not in shown, name
+
+
+# ------------------------------------------------------------------------------------ exercise 5: the time model inverted
 
 
 _A100 = "R_mm, R_non, R_exp = 312e12, 19.5e12, lab.exp_rate('A100')\n    odds = share / (1 - share)\n    "
@@ -164,7 +365,7 @@ _A100 = "R_mm, R_non, R_exp = 312e12, 19.5e12, lab.exp_rate('A100')\n    odds = 
 )
 def test_affordable_nonmatmul_mistakes(body, says):
     _fails(
-        4,
+        5,
         f"import lab\ndef affordable_nonmatmul(d, share):\n    {_A100}{body}\n",
         "case 0 (128, 0.3)",
         "expected 5.71094",
@@ -187,7 +388,7 @@ def test_affordable_reference_is_the_closed_form_and_inverts_the_time_model():
     )  # at d = 64 the exponential alone takes more than 10%
 
 
-# ------------------------------------------------------------------------------------ exercise 5: causal counts
+# ------------------------------------------------------------------------------------ exercise 6: causal counts
 
 
 CAUSAL = """
@@ -222,7 +423,7 @@ def causal_fa2_ops(N, d, B):
     ],
 )
 def test_causal_fa2_ops_mistakes(expr, says):
-    _fails(5, CAUSAL.format(expr=expr), says)
+    _fails(6, CAUSAL.format(expr=expr), says)
 
 
 def test_causal_reference_matches_section_2_table():
@@ -644,7 +845,7 @@ def test_float16_accumulator_is_told_about_its_rounding():
 
 def test_causal_fa2_ops_through_flash_counts_under_another_name_is_refused():
     _fails(
-        5,
+        6,
         """
         from lab.tiling import flash_counts as fc
         def causal_fa2_ops(N, d, B):
@@ -667,7 +868,7 @@ def test_a_table_of_the_fixed_cases_fails_on_the_fresh_ones():
         ]
     }
     out = run_check(
-        EX[5],
+        EX[6],
         "def causal_fa2_ops(N, d, B):\n    return TABLE.get((N, d, B), 0)\n",
         extra={"TABLE": table},
     )
@@ -732,9 +933,9 @@ def test_prefix_outputs_end_at_the_reference():
     "number, name",
     [
         (2, "fa2_block"),
-        (3, "split_k_tile"),
-        (4, "affordable_nonmatmul"),
-        (5, "causal_fa2_ops"),
+        (4, "split_k_tile"),
+        (5, "affordable_nonmatmul"),
+        (6, "causal_fa2_ops"),
     ],
 )
 def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
@@ -874,7 +1075,7 @@ def test_fa1_returning_l_times_e_to_the_m_is_named():
 def test_affordable_nonmatmul_by_bisection_on_the_model_is_refused():
     """A bisection through lab.gpu_time_share gets the positive cases right: refused all the same."""
     out = _fails(
-        4,
+        5,
         """
         import lab
         def affordable_nonmatmul(d, share):
@@ -909,10 +1110,10 @@ def test_affordable_nonmatmul_by_bisection_on_the_model_is_refused():
     ],
 )
 def test_causal_fa2_ops_more_mistakes(expr, says):
-    _fails(5, CAUSAL.format(expr=expr), says)
+    _fails(6, CAUSAL.format(expr=expr), says)
 
 
-# ------------------------------------------------------------------------------------ exercise 3: split-K
+# ------------------------------------------------------------------------------------ exercise 4: split-K
 
 SPLIT = """
 def split_k_tile(q_i, k_j, v_j, w):
@@ -947,7 +1148,7 @@ def _split(**change):
 
 
 def test_split_k_template_passes():
-    assert run_check(EX[3], _src(_split())) == PASSED[3]
+    assert run_check(EX[4], _src(_split())) == PASSED[4]
 
 
 @pytest.mark.parametrize(
@@ -973,11 +1174,11 @@ def test_split_k_template_passes():
     ],
 )
 def test_split_k_mistakes(change, says):
-    _fails(3, _split(**change), says)
+    _fails(4, _split(**change), says)
 
 
 def test_split_k_without_the_scale_is_named():
-    _fails(3, _split().replace(" / np.sqrt(d)", ""), "1/√d is missing")
+    _fails(4, _split().replace(" / np.sqrt(d)", ""), "1/√d is missing")
 
 
 def test_split_k_whole_tile_scores_are_refused():
@@ -996,7 +1197,7 @@ def test_split_k_whole_tile_scores_are_refused():
         p = np.exp(s - m[:, None])
         return parts, (m, p.sum(axis=1), p @ v_j)
     """
-    _fails(3, src, "(8, 32) array, scores of 32 keys at once", "ceil(Bc / w) = 8")
+    _fails(4, src, "(8, 32) array, scores of 32 keys at once", "ceil(Bc / w) = 8")
 
 
 def test_split_k_merged_state_not_from_the_partials_is_refused():
@@ -1018,7 +1219,7 @@ def test_split_k_merged_state_not_from_the_partials_is_refused():
             L, A, M = al * L + p2.sum(axis=1), al[:, None] * A + p2 @ v_j[u * c : (u + 1) * c], mn
         return parts, (M, L, A)
     """
-    _fails(3, src, "merged acc was not computed from warp 0's acc")
+    _fails(4, src, "merged acc was not computed from warp 0's acc")
 
 
 def test_split_k_through_lab_states_is_refused():
@@ -1033,7 +1234,7 @@ def test_split_k_through_lab_states_is_refused():
             mg = lab.merge_states(mg, x)
         return [tuple(x) for x in st], tuple(mg)
     """
-    _fails(3, src, "calls lab.partial_state")
+    _fails(4, src, "calls lab.partial_state")
 
 
 def test_split_k_in_torch_is_refused():
@@ -1041,12 +1242,12 @@ def test_split_k_in_torch_is_refused():
         "        p = np.exp(s - m[:, None])\n",
         "        p = torch.exp(torch.from_numpy(np.asarray(s - m[:, None]))).numpy()\n",
     )
-    _fails(3, "import torch\n" + src, "torch")
+    _fails(4, "import torch\n" + src, "torch")
 
 
 def test_split_k_wrong_return_shape_is_named():
     _fails(
-        3,
+        4,
         _split().replace("return partials, (m, l, acc)", "return (m, l, acc)"),
         "return (partials, merged)",
     )
@@ -1062,11 +1263,11 @@ def test_split_k_stub_and_failure_name_the_seed(capsys):
 def test_split_k_count_cell_counts_the_learners_partials(capsys):
     """The cell after the check counts Br·(d_v + 2) values a warp and w·Br·(d_v + 2) in all from the learner's
     partials, and prints the course's model beside them; without a solution it says so and still runs."""
-    ex = EX[4]  # its `before` holds exercise 3's cells, the count cell among them
+    ex = EX[5]  # its `before` holds exercise 4's cells, the count cell among them
     cell = next(src for src in ex.before if "per_warp = [sum(np.size(x)" in src)
     for answer, says in (
-        (EX[3].solution, "each warp writes: [4224, 4224, 4224, 4224]; all 4: 16896"),
-        (EX[3].stub, "split_k_tile is not written yet"),
+        (EX[4].solution, "each warp writes: [4224, 4224, 4224, 4224]; all 4: 16896"),
+        (EX[4].stub, "split_k_tile is not written yet"),
     ):
         ns = {"np": np, "lab": lab}
         exec(compile(answer, "<answer>", "exec"), ns)
@@ -1096,12 +1297,12 @@ def test_loop_record_tells_the_two_forms_apart():
     assert fa2 == {"normalized_after": [3], "divides": 8 * 12, "key_blocks": 4}
 
 
-# ------------------------------------------------------------------------------------ exercise 6: FA1's loop order
+# ------------------------------------------------------------------------------------ exercise 7: FA1's loop order
 
 
 def _keys_outer(change: dict | None = None) -> str:
     """The worked solution of exercise 6 with each `old: new` of `change` applied (each must occur)."""
-    src = EX[6].solution
+    src = EX[7].solution
     for old, new in (change or {}).items():
         assert old in src, old
         src = src.replace(old, new)
@@ -1118,7 +1319,7 @@ def test_keys_outer_with_the_query_blocks_outside_is_named():
             )
         }
     )
-    _fails(6, src, "with the query blocks outside")
+    _fails(7, src, "with the query blocks outside")
 
 
 def test_keys_outer_keeping_o_on_chip_is_named():
@@ -1131,7 +1332,7 @@ def test_keys_outer_keeping_o_on_chip_is_named():
             "            O[rows] = ((a": "            O[rows] = on_chip[rows.start] = ((a",
         }
     )
-    _fails(6, src, "the old O of a query block is not read back from HBM")
+    _fails(7, src, "the old O of a query block is not read back from HBM")
 
 
 def test_keys_outer_writing_o_once_per_query_block_is_named():
@@ -1144,7 +1345,7 @@ def test_keys_outer_writing_o_once_per_query_block_is_named():
             hbm["O"][i0 : i0 + Br] = p @ v / p.sum(axis=1)[:, None]
             hbm["m"][i0 : i0 + Br], hbm["l"][i0 : i0 + Br] = m, p.sum(axis=1)
     """
-    _fails(6, src, "O is written once per query block")
+    _fails(7, src, "O is written once per query block")
 
 
 @pytest.mark.parametrize(
@@ -1161,12 +1362,12 @@ def test_keys_outer_writing_o_once_per_query_block_is_named():
     ],
 )
 def test_keys_outer_wrong_rule_fails_on_values(change, says):
-    _fails(6, _keys_outer(change), says)
+    _fails(7, _keys_outer(change), says)
 
 
 def test_keys_outer_may_not_call_lab_or_compute_on_a_whole_hbm_array():
     _fails(
-        6,
+        7,
         """
         def fa1_keys_outer(q, k, v, Br, Bc, hbm):
             o, lse = lab.attention_reference(q, k, v)
@@ -1175,7 +1376,7 @@ def test_keys_outer_may_not_call_lab_or_compute_on_a_whole_hbm_array():
         "calls lab.attention_reference",
     )
     _fails(
-        6,
+        7,
         _keys_outer(
             {
                 "O_old = m[rows], l[rows], O[rows]": "O_old = m[rows], l[rows], (O * 1)[rows]"
@@ -1249,7 +1450,7 @@ def test_fa1_multiplying_by_a_reciprocal_passes_and_counts_as_divides(reciprocal
 def test_keys_outer_tile_max_without_the_correction_is_named(change, says):
     """P~ against the tile's own max, merged without e^(m~ - m'): the hint names the missing factor."""
     _fails(
-        6,
+        7,
         _keys_outer(change),
         "hint: P~ = e^(S - m~) is taken against the tile's own max",
         says,
@@ -1260,7 +1461,7 @@ def test_keys_outer_tile_max_without_the_correction_is_named(change, says):
 def test_keys_outer_state_not_written_back_is_named(x):
     keep = {"l": "m[rows] = m_new", "m": "l[rows] = l_new"}[x]
     src = _keys_outer({"m[rows], l[rows] = m_new, l_new": keep})
-    _fails(6, src, f"hint: {x} is never written back to HBM")
+    _fails(7, src, f"hint: {x} is never written back to HBM")
 
 
 @pytest.mark.parametrize(
@@ -1296,9 +1497,9 @@ def test_keys_outer_state_not_written_back_is_named(x):
     ],
 )
 def test_causal_fa2_ops_through_lab_trace_or_a_kernel_is_refused(body, says):
-    """Exercise 5 is to count: lab's instrument, its kernels and its counts are refused."""
+    """Exercise 6 is to count: lab's instrument, its kernels and its counts are refused."""
     lines = "\n".join("    " + x for x in source(body).splitlines())
-    _fails(5, f"def causal_fa2_ops(N, d, B):\n{lines}\n", says)
+    _fails(6, f"def causal_fa2_ops(N, d, B):\n{lines}\n", says)
 
 
 @pytest.mark.parametrize(
@@ -1327,7 +1528,7 @@ def test_causal_fa2_ops_through_lab_trace_or_a_kernel_is_refused(body, says):
 )
 def test_keys_outer_holding_more_scores_than_one_tile_is_refused(change):
     """Right values, right order of reads and writes, but more of S at once than one Br × Bc tile."""
-    _fails(6, _keys_outer(change), "array of scores, where one tile holds Br × Bc")
+    _fails(7, _keys_outer(change), "array of scores, where one tile holds Br × Bc")
 
 
 def test_keys_outer_scaling_q_once_is_not_a_score_array():
@@ -1342,4 +1543,4 @@ def test_keys_outer_scaling_q_once_is_not_a_score_array():
             ),
         }
     )
-    assert run_check(EX[6], src) == PASSED[6]
+    assert run_check(EX[7], src) == PASSED[7]

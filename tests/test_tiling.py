@@ -360,6 +360,16 @@ def test_other_figures_return_their_numbers():
     assert split["writers_per_output_block"] == {"fa1": 1, "fa2": 1}
     warp = lab.figures.fa2.draw_warp_split(64, 64, 64, warps=4)
     assert warp["K"]["written"] == 4 * 64 * 66 * 4 and warp["Q"]["written"] == 0
+    bare = lab.figures.fa2.draw_warp_split(64, 64, 64, warps=4, counts=False)
+    assert bare == warp  # the counts left out of the titles, not out of the result
+    cost = lab.figures.fa2.draw_exchange_cost(4096, 64, 64, 64, warps=4)
+    tiles = lab.tile_counts(4096, 4096, 64, 64)["computed"]
+    assert cost["bytes"]["split-K exchange"] == 2 * warp["K"]["written"] * tiles
+    assert (
+        cost["bytes"]["fa2 HBM"] == lab.flash_counts(4096, 4096, 64, itemsize=2).total
+    )
+    assert cost["bytes"]["split-K exchange"] > cost["bytes"]["fa1 HBM"]  # more bytes
+    assert cost["us"]["split-K exchange"] < cost["us"]["fa1 HBM"]  # yet less time
     peak = fig.draw_peak_memory(
         [1024, 2048], [8e6, 32e6], [1e6, 1.2e6], [8e6, 32e6], [1e6, 1.2e6]
     )

@@ -1,8 +1,13 @@
 """Checks for the exercises of notebook 06: one query block in FA1's form (exercise 1) and in FA2's form (2),
-split-K inside a thread block (3), the A100 time model inverted (4) and FA2's operations under a causal mask
-(5), FA1's own loop order with its state in HBM (6). `loop_record` shows a learner what their two block loops did (when each held the normalized output, and
-its divides).
+the time-share model at peak rates (3), split-K inside a thread block (4), the A100 time model inverted (5),
+FA2's operations under a causal mask (6), FA1's own loop order with its state in HBM (7). `loop_record` shows a
+learner what their two block loops did (when each held the normalized output, and its divides).
 
+- `check_time_share`           : `(t_matmul, t_exp, t_rest, share)` of one unmasked head at peak rates, each unit's
+  operations over its rate, against `gpu_time_share` on `flop_split`'s counts (both refused to the answer, by any
+  name, with lab's counts and kernels). Hints name the classic slips (matmuls at the FP32 rate, exponentials as
+  FP32 operations, the other variant's rescaling, the divides or the softmax's three operations left out, FA2's
+  division at every tile, half the matmul FLOPs, a share over the matmul time or of the FLOPs).
 - `check_split_k_tile`         : one key block over w warps, warp u owning keys u·c .. (u+1)·c - 1,
   c = ceil(Bc / w): each partial $(m_u, l_u, acc_u)$ against its own keys alone, the merge against the whole
   tile's unnormalized state; watched inputs show that no score array spans more than c keys and that the merged
@@ -46,7 +51,7 @@ import numpy as np
 
 from ..attention import attention_reference
 from ..exercises import check, diagnose, seed_note
-from ..tiling import HARDWARE, flash_counts, gpu_time_share
+from ..tiling import HARDWARE, flash_counts, flop_split, gpu_time_share
 from ._support import _fresh, _own_work, _refusal, _settled, _watching
 
 __all__ = [
@@ -56,6 +61,7 @@ __all__ = [
     "check_fa1_block",
     "check_fa2_block",
     "check_split_k_tile",
+    "check_time_share",
     "check_fa1_keys_outer",
     "HBM",
     "hbm_record",
@@ -65,7 +71,190 @@ __all__ = [
 _NOT_YET = "{}: not implemented yet (fill in the stub above, then run this cell again)"
 
 
-# ------------------------------------------------------------------------------------ Exercise 3: the time model
+# ------------------------------------------------------------------------------------ Exercise 3: the time-share model
+
+_UNITS = ("t_matmul", "t_exp", "t_rest", "share")
+
+
+def _time_counts(N: int, d: int, B: int, variant: str, **slip) -> dict:
+    """One unmasked head, $N = M$ a multiple of $B = B_r = B_c$, $d_v = d$: matmul FLOPs, exponentials, the rest.
+
+    $T = N / B$ key blocks; per row-tile FA2 does $d + 1$ multiplies and one $\\alpha$, FA1 $2d + 3$ multiplies,
+    $d$ divides and two factors; FA2 divides $N d$ once; every score costs a max, a subtraction and a sum.
+    `slip` plants a learner's miscount: `other` (the other variant's rescaling), `no_div`, `no_softmax`,
+    `no_alpha`, `div_every_tile`, `half_matmul`."""
+    T = N // B
+    counted = "fa1" if (variant == "fa1") != bool(slip.get("other")) else "fa2"
+    if counted == "fa1":
+        exp, mul, div = N * N + 2 * N * T, N * T * (2 * d + 3), N * T * d
+    else:
+        exp, mul = N * N + N * T, N * T * (d + 1)
+        div = N * T * d if slip.get("div_every_tile") else N * d
+    if slip.get("no_alpha"):
+        exp = N * N
+    rest = (0 if slip.get("no_softmax") else 3 * N * N) + mul
+    rest += 0 if slip.get("no_div") else div
+    matmul = (2 if slip.get("half_matmul") else 4) * N * N * d
+    return {"matmul": matmul, "exp": exp, "rest": rest}
+
+
+def _time_model(N, d, B, variant, chip, **slip) -> tuple:
+    """$t_u = F_u / R_u$ per unit and the share $(t_{exp} + t_{rest}) / \\sum_u t_u$; `slip` plants a pricing or
+    counting mistake (see `_time_counts`, and `mm_fp32`, `exp_fp32`, `exp_in_rest`, `half_slot`, `over_mm`,
+    `mm_share`, `flop_share`)."""
+    f, r = _time_counts(N, d, B, variant, **slip), HARDWARE[chip]
+    t_mm = f["matmul"] / (r["nonmatmul"] if slip.get("mm_fp32") else r["matmul"])
+    t_exp = f["exp"] / (r["nonmatmul"] if slip.get("exp_fp32") else r["exp"])
+    t_rest = f["rest"] / r["nonmatmul"] * (2 if slip.get("half_slot") else 1)
+    if slip.get("exp_in_rest"):
+        t_exp, t_rest = 0.0, t_rest + f["exp"] / r["nonmatmul"]
+    share = (t_exp + t_rest) / (t_mm + t_exp + t_rest)
+    if slip.get("over_mm"):
+        share = (t_exp + t_rest) / t_mm
+    if slip.get("mm_share"):
+        share = 1 - share
+    if slip.get("flop_share"):
+        share = (f["exp"] + f["rest"]) / (f["matmul"] + f["exp"] + f["rest"])
+    return t_mm, t_exp, t_rest, share
+
+
+def _time_reference(N, d, B, variant, chip) -> tuple:
+    """lab's model: `flop_split`'s counts priced by `gpu_time_share`, the rest = its non-matmul time less the exps'."""
+    s = flop_split(N, d=d, block_q=B, block_k=B, variant=variant)
+    t = gpu_time_share(s["matmul"], s["nonmatmul"], chip, exp=s["exp"])
+    return t["t_matmul"], t["t_exp"], t["t_nonmatmul"] - t["t_exp"], t["share"]
+
+
+_TIME_SLIPS = (
+    (
+        {"mm_fp32": True},
+        "the matmuls priced at the FP32 rate: they run on the tensor cores, at "
+        "lab.chip(chip)['matmul_flops'], 16 times the FP32 rate on an A100",
+    ),
+    (
+        {"exp_fp32": True},
+        "the exponentials priced as FP32 operations: they run on the special-function "
+        "units, at lab.chip(chip)['exp_per_s'], about 8 times slower than FP32 on an A100",
+    ),
+    (
+        {"exp_in_rest": True},
+        "the exponentials counted among the FP32 operations (t_exp = 0): they run on the "
+        "special-function units, at lab.chip(chip)['exp_per_s']",
+    ),
+    (
+        {"other": True},
+        "the other variant's rescaling counted: per row and key block FA1 does 2 d_v + 3 "
+        "multiplies, d_v divides and 2 factors; FA2 d_v + 1 multiplies and one α, and "
+        "divides N d_v once (section 2's table)",
+    ),
+    (
+        {"no_div": True},
+        "the divides left out: they run on the FP32 units too (FA1 d_v a row at every "
+        "key block, FA2 d_v a row once)",
+    ),
+    (
+        {"no_softmax": True},
+        "each score's max, subtraction and sum left out of the rest: 3 FP32 operations "
+        "a score, most of the rest",
+    ),
+    (
+        {"no_alpha": True},
+        "the rescale factors' exponentials left out: FA2 computes one α per row and key "
+        "block, FA1 two factors",
+    ),
+    (
+        {"div_every_tile": True},
+        "FA2's division at every key block: it divides acc by l once, after the last",
+    ),
+    (
+        {"half_matmul": True},
+        "half the matmul FLOPs: QKᵀ and PV each do 2·N·M·d, 4 N² d in all",
+    ),
+    (
+        {"half_slot": True},
+        "the rest at one operation a slot (half the FP32 rate): the model charges 2 FLOPs "
+        "a slot, as FlashAttention-2's paper does (section 3's first 'Under the hood')",
+    ),
+    (
+        {"over_mm": True},
+        "the share as (t_exp + t_rest) / t_matmul: it is the share of the total time, "
+        "t_matmul + t_exp + t_rest",
+    ),
+    ({"mm_share": True}, "the matmuls' share: asked is the time outside them"),
+    (
+        {"flop_share": True},
+        "a share of the FLOPs, not of the time: price each unit at its own rate first",
+    ),
+)
+
+
+def _time_hint(case, got, want):
+    try:
+        got = tuple(float(x) for x in got)
+    except (TypeError, ValueError):
+        return None
+    if len(got) != 4 or np.allclose(got, want, rtol=1e-9, atol=0):
+        return None
+    planted = [(_time_model(*case, **slip), text) for slip, text in _TIME_SLIPS]
+    whole = next(
+        (t for w, t in planted if np.allclose(got, w, rtol=1e-9, atol=0)), None
+    )
+    if whole:
+        return f"yours is {whole}"
+    for i in range(4):  # one element wrong, the others right or wrong in their own way
+        if np.isclose(got[i], want[i], rtol=1e-9, atol=0):
+            continue
+        part = next(
+            (t for w, t in planted if np.isclose(got[i], w[i], rtol=1e-9, atol=0)),
+            None,
+        )
+        if part:
+            return f"your {_UNITS[i]} is {part}"
+    return (
+        "each unit's time is its operations over its rate: 4 N² d matmul FLOPs at "
+        "matmul_flops, every exponential at exp_per_s, the rest (3 a score, then the "
+        "variant's multiplies and divides) at nonmatmul_flops"
+    )
+
+
+def check_time_share(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(N, d, B, variant, chip)`: `(t_matmul, t_exp, t_rest, share)` of one unmasked head at peak rates.
+
+    Four fixed cases (both variants, both chips), then four drawn afresh on each run (`seed` draws the same
+    again), against `gpu_time_share` on `flop_split`'s counts; an answer that runs either, lab's counts, its
+    kernels or `time_rows` (by any name) is refused. Taught in: notebooks/06_flashattention2.ipynb
+    """
+    rng, seed = _fresh(seed)
+    cases = [
+        (4096, 128, 128, "fa2", "A100"),
+        (4096, 128, 128, "fa1", "A100"),
+        (1024, 64, 64, "fa1", "H100"),
+        (2048, 64, 128, "fa2", "H100"),
+    ] + [
+        (
+            int(B * rng.integers(1, 65)),
+            int(rng.choice([32, 64, 128, 256])),
+            int(B),
+            str(rng.choice(["fa1", "fa2"])),
+            str(rng.choice(["A100", "H100"])),
+        )
+        for B in rng.choice([32, 64, 128], size=4)
+    ]
+    check(
+        fn,
+        _time_reference,
+        cases,
+        name=name or getattr(fn, "__name__", None) or "time_share",
+        rtol=1e-9,
+        atol=0,
+        names=_UNITS,
+        hint=_time_hint,
+        properties=(_own_work(*_TIME_MODEL),),
+        seed=seed,
+    )
+
+
+# ------------------------------------------------------------------------------------ Exercise 5: the model inverted
 
 
 def _affordable_reference(d: int, share: float) -> float:
@@ -180,7 +369,7 @@ def check_affordable_nonmatmul(
     print(text, end="")
 
 
-# ------------------------------------------------------------------------------------ Exercise 4: causal counts
+# ------------------------------------------------------------------------------------ Exercise 6: causal counts
 
 
 def _causal_reference(N: int, d: int, B: int) -> int:
@@ -697,7 +886,7 @@ _COURSE = (  # lab's attention, whole or tiled: calling one proves nothing about
 )
 _EXPS = ("exp", "exp2", "expm1")
 _COUNTERS = (
-    (  # lab's counts and the kernels that count into lab.trace: the answer to exercise 5
+    (  # lab's counts and the kernels that count into lab.trace: the answer to exercise 6
         "flash_counts",
         "flop_split",
         "trace.record",
@@ -707,6 +896,7 @@ _COUNTERS = (
     )
     + _COURSE
 )
+_TIME_MODEL = ("gpu_time_share", "tiling.time_rows") + _COUNTERS  # exercise 3's answer
 
 
 def _tiles(log, q_i, k, v, Bc) -> str | None:
@@ -884,7 +1074,7 @@ def check_fa2_block(fn, *, name: str | None = None, seed: int | None = None) -> 
     _check_block(fn, "fa2", name, seed)
 
 
-# ------------------------------------------------------------------------------------ Exercise 2: split-K in a block
+# ------------------------------------------------------------------------------------ Exercise 4: split-K in a block
 
 _MERGE = _COURSE + ("partial_state", "merge_states", "finalize", "reduce_states")
 
@@ -1140,7 +1330,7 @@ def _split_form(log, parts, merged, q_i, k_j, v_j, w) -> str | None:
     return None
 
 
-# ------------------------------------------------------------------------------------ Exercise 6: FA1's loop order
+# ------------------------------------------------------------------------------------ Exercise 7: FA1's loop order
 
 
 class HBM:

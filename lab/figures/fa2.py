@@ -12,10 +12,22 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Rectangle
 
-from ..tiling import flop_split, gpu_time_share, warp_split_exchange
+from ..hardware import chip as chip_figures
+from ..tiling import (
+    flash_counts,
+    flop_split,
+    gpu_time_share,
+    tile_counts,
+    warp_split_exchange,
+)
 from .tiling import loop_order
 
-__all__ = ["draw_op_counts", "draw_work_split", "draw_warp_split"]
+__all__ = [
+    "draw_op_counts",
+    "draw_work_split",
+    "draw_warp_split",
+    "draw_exchange_cost",
+]
 
 
 def draw_op_counts(
@@ -197,13 +209,20 @@ def draw_work_split(
 
 
 def draw_warp_split(
-    block_q: int = 64, block_k: int = 64, dv: int = 64, warps: int = 4, ax=None
+    block_q: int = 64,
+    block_k: int = 64,
+    dv: int = 64,
+    warps: int = 4,
+    ax=None,
+    *,
+    counts: bool = True,
 ) -> dict:
     """Inside one thread block: which warp computes which part of a tile S_ij and of the output block, when the
     warps split K_j, V_j (FlashAttention, "split-K", left) or Q_i (FlashAttention-2, "split-Q", right).
 
     Under split-K every warp holds a partial output for all Br rows (stacked on the left), to be summed through
-    shared memory; under split-Q each warp owns whole rows. Counts from `lab.warp_split_exchange`.
+    shared memory; under split-Q each warp owns whole rows. Counts from `lab.warp_split_exchange`, named in the
+    titles unless `counts=False` (the figure drawn before the exercise that counts them).
     Taught in: notebooks/06_flashattention2.ipynb
     """
     if ax is None:
@@ -288,11 +307,72 @@ def draw_warp_split(
             ("FlashAttention, split-K" if split == "K" else "FlashAttention-2, split-Q")
             + f"\neach warp: {e['per_warp_keys']} keys × {e['per_warp_rows']} rows\n"
             + (
-                f"{w} partial states merged through shared memory\n"
-                f"({e['written'] / 1e3:,.1f} kB written, {e['read'] / 1e3:,.1f} kB read per tile)"
+                f"{w} partial states merged through shared memory"
+                + (
+                    f"\n({e['written'] / 1e3:,.1f} kB written, "
+                    f"{e['read'] / 1e3:,.1f} kB read per tile)"
+                    if counts
+                    else ""
+                )
                 if split == "K"
-                else "each warp owns its output rows\n(nothing exchanged)"
+                else "each warp owns its output rows"
+                + ("\n(nothing exchanged)" if counts else "")
             ),
             fontsize=11,
         )
     return {"K": out["K"], "Q": out["Q"]}
+
+
+def draw_exchange_cost(
+    N: int = 4096,
+    d: int = 64,
+    block_q: int = 64,
+    block_k: int = 64,
+    warps: int = 4,
+    chip: str = "A100",
+    ax=None,
+) -> dict:
+    """Split-K's shared-memory exchange over one head against the head's HBM traffic (fp16), counted FA1's way and
+    FA2's: in MB (left) and in µs at peak bandwidth (right): shared memory at 128 bytes a clock per SM
+    (32 banks of 4 bytes), HBM at `chip`'s figure. Counts from `lab.warp_split_exchange` and `lab.flash_counts`.
+
+    Returns `bytes` and `us`, each `{"split-K exchange": ..., "fa1 HBM": ..., "fa2 HBM": ...}`, and `smem_bytes_per_s`.
+    Taught in: notebooks/06_flashattention2.ipynb
+    """
+    e = warp_split_exchange(block_q, block_k, d, warps=warps, split="K")
+    tiles = tile_counts(N, N, block_q, block_k)["computed"]
+    hbm = {
+        v: flash_counts(
+            N, N, d, block_q=block_q, block_k=block_k, itemsize=2, variant=v
+        ).total
+        for v in ("fa1", "fa2")
+    }
+    c = chip_figures(chip)
+    smem = c["sms"] * 128 * c["clock_hz"]  # bytes a second, all SMs
+    moved = {
+        "split-K exchange": (e["written"] + e["read"]) * tiles,
+        "fa1 HBM": hbm["fa1"],
+        "fa2 HBM": hbm["fa2"],
+    }
+    rate = {"split-K exchange": smem, "fa1 HBM": c["hbm_bytes_per_s"]}
+    rate["fa2 HBM"] = c["hbm_bytes_per_s"]
+    us = {k: b / rate[k] * 1e6 for k, b in moved.items()}
+    if ax is None:
+        _, ax = plt.subplots(1, 2, figsize=(11, 3.8))
+    colors = ["tab:red", "tab:blue", "tab:green"]
+    for a, values, unit in ((ax[0], moved, "MB"), (ax[1], us, "µs")):
+        scale = 1e6 if unit == "MB" else 1
+        y = [v / scale for v in values.values()]
+        a.barh(list(values), y, color=colors)
+        for n, v in enumerate(y):
+            a.text(v, n, f" {v:,.0f}", va="center", fontsize=11)
+        a.set_xlim(0, max(y) * 1.2)
+        a.invert_yaxis()
+        a.set_xlabel(unit)
+    ax[0].set_title(f"bytes moved, one head\nN = {N:,}, d = {d}, fp16")
+    ax[1].set_title(
+        f"time at {chip}'s peak bandwidth\nshared memory {smem / 1e12:.1f} TB/s, "
+        f"HBM {c['hbm_bytes_per_s'] / 1e12:.3f} TB/s"
+    )
+    plt.tight_layout()
+    return {"bytes": moved, "us": us, "smem_bytes_per_s": smem}

@@ -13,7 +13,7 @@ BUILDS = {
     "04_merge_order": [2, 3],
     "05_tiling": [1],
     "05_tiling_traffic": [2],
-    "06_flashattention2": [1, 2],
+    "06_flashattention2": [1, 2, 3],
     "07_precision": [2],
     "07_precision_in_attention": [1, 2],
     "08_hardware_runs": [4],

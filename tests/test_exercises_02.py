@@ -416,21 +416,21 @@ PLANTED = {
         (
             "sums added as they are",
             """
-            def merge_ml(m_a, l_a, m_b, l_b):
-                return max(m_a, m_b), l_a + l_b
+            def merge_ml(m_left, l_left, m_right, l_right):
+                return max(m_left, m_right), l_left + l_right
             """,
             [
                 "case 0",
                 "l (element 1): expected 4.36778, got 5.09479",
-                "l_b was added as it is",
+                "l_right was added as it is",
             ],
         ),
         (
             "two empty halves give NaN",
             """
-            def merge_ml(m_a, l_a, m_b, l_b):
-                m = max(m_a, m_b)
-                return m, float(np.exp(m_a - m) * l_a + np.exp(m_b - m) * l_b)
+            def merge_ml(m_left, l_left, m_right, l_right):
+                m = max(m_left, m_right)
+                return m, float(np.exp(m_left - m) * l_left + np.exp(m_right - m) * l_right)
             """,
             [
                 "case 5 (-inf, 0.0, -inf, 0.0)",
@@ -441,80 +441,80 @@ PLANTED = {
         (
             "rescaled the wrong way",
             """
-            def merge_ml(m_a, l_a, m_b, l_b):
-                m = max(m_a, m_b)
+            def merge_ml(m_left, l_left, m_right, l_right):
+                m = max(m_left, m_right)
                 if m == -np.inf:
                     return m, 0.0
-                return m, float(np.exp(m - m_a) * l_a + np.exp(m - m_b) * l_b)
+                return m, float(np.exp(m - m_left) * l_left + np.exp(m - m_right) * l_right)
             """,
             ["case 0", "wrong way"],
         ),
         (
-            "only l_b rescaled",
+            "only l_right rescaled",
             """
-            def merge_ml(m_a, l_a, m_b, l_b):
-                m = max(m_a, m_b)
+            def merge_ml(m_left, l_left, m_right, l_right):
+                m = max(m_left, m_right)
                 if m == -np.inf:
                     return m, 0.0
-                return m, float(l_a + np.exp(m_b - m) * l_b)
+                return m, float(l_left + np.exp(m_right - m) * l_right)
             """,
             [
                 "case 0",
-                "with the two states swapped merge(b, a)",
-                "l_a was added as it is, but here m_a < m",
+                "with the two states swapped merge(right, left)",
+                "l_left was added as it is, but here m_left < m",
             ],
         ),
         (
-            "l_b brought to m_a first: overflows, and NaN beside an empty state",
+            "l_right brought to m_left first: overflows, and NaN beside an empty state",
             """
-            def merge_ml(m_a, l_a, m_b, l_b):
-                m = max(m_a, m_b)
+            def merge_ml(m_left, l_left, m_right, l_right):
+                m = max(m_left, m_right)
                 if m == -np.inf:
                     return m, 0.0
-                return m, float((l_a + np.exp(m_b - m_a) * l_b) * np.exp(m_a - m))
+                return m, float((l_left + np.exp(m_right - m_left) * l_right) * np.exp(m_left - m))
             """,
             [
                 "case 0",
                 "merged with the empty state (-inf, 0)",
                 "came back as",
                 "nan",
-                "l_b was brought to m_a first",
+                "l_right was brought to m_left first",
             ],
         ),
         (
             "an empty first half empties the merge (breaks the identity law)",
             """
-            def merge_ml(m_a, l_a, m_b, l_b):
-                m = max(m_a, m_b)
-                if m_a == -np.inf:
+            def merge_ml(m_left, l_left, m_right, l_right):
+                m = max(m_left, m_right)
+                if m_left == -np.inf:
                     return -np.inf, 0.0
-                return m, float(np.exp(m_a - m) * l_a + np.exp(m_b - m) * l_b)
+                return m, float(np.exp(m_left - m) * l_left + np.exp(m_right - m) * l_right)
             """,
             ["case 0", "came back as (-inf, 0)", "must change nothing"],
         ),
         (
             "the two states treated differently (breaks the order law)",
             """
-            def merge_ml(m_a, l_a, m_b, l_b):
-                m = max(m_a, m_b)
+            def merge_ml(m_left, l_left, m_right, l_right):
+                m = max(m_left, m_right)
                 if m == -np.inf:
                     return m, 0.0
-                if m_a >= m_b:  # a holds the max: add b's sum to a's
-                    return m, float(l_a + np.exp(m_b - m) * l_b)
-                return m, float(l_b + np.exp(m_a - m) * l_a * (1 + 2**-40))
+                if m_left >= m_right:  # left holds the max: add right's sum to left's
+                    return m, float(l_left + np.exp(m_right - m) * l_right)
+                return m, float(l_right + np.exp(m_left - m) * l_left * (1 + 2**-40))
             """,
-            ["merge(b, a) =", "but merge(a, b) =", "must not matter"],
+            ["merge(right, left) =", "but merge(left, right) =", "must not matter"],
         ),
         (
-            "half b taken as one score",
+            "the right half taken as one score",
             """
-            def merge_ml(m_a, l_a, m_b, l_b):
-                return online_step(m_a, l_a, np.array([m_b]))
+            def merge_ml(m_left, l_left, m_right, l_right):
+                return online_step(m_left, l_left, np.array([m_right]))
             """,
             [
                 "case 0",
                 "l (element 1): expected 4.36778, got 2.86833",
-                "it stands for l_b of them",
+                "it stands for l_right of them",
             ],
         ),
     ],
@@ -921,7 +921,10 @@ def test_exercises_3_and_4_ask_for_something_exercise_1_did_not():
     """Exercise 3 merges two summarized halves (both sums may need converting); exercise 4 is a prediction,
     not a second running-max loop."""
     assert "with the second half already summarized" not in EX[3].spec
-    assert "What is new" in EX[3].spec and "$l_b$ stands for many terms" in EX[3].spec
+    assert (
+        "What is new" in EX[3].spec
+        and "$l_{\\text{right}}$ stands for many terms" in EX[3].spec
+    )
     assert (
         "**Predict, before anything counts them" in EX[4].spec
         and "count_rescales" not in EX[4].spec
@@ -963,3 +966,23 @@ def test_the_rescale_prediction_asks_for_counts_no_cell_above_prints():
 def test_the_online_step_hint_is_a_nudge_not_the_derivation():
     assert "**A nudge:**" in EX[1].spec and "which terms go" in EX[1].spec
     assert "write one old term against the new max" not in EX[1].spec
+
+
+def test_b_is_a_block_number_only_and_the_halves_are_left_and_right():
+    """b numbers the blocks (as in notebook 03); exercise 3's two halves are named left and right, in
+    the prose, the code and the check's messages."""
+    import re
+
+    cells = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4).cells
+    text = "\n".join(c.source for c in cells)
+    assert "| $b$ | a block's number" in text
+    for other in (
+        r"\b[ml]_[abc]\b",
+        r"\$[ml]_[abc]\$",
+        r"merge\$?\(\$?a, \$?b",
+        "half b",
+    ):
+        assert not re.search(other, text), other
+    assert "def merge_ml(m_left, l_left, m_right, l_right)" in EX[3].stub
+    hints = " ".join(assert_fails(EX[3], s, *says) for _, s, says in PLANTED[3])
+    assert "left" in hints and not re.search(r"\b[ml]_[ab]\b|merge\((a|b), ", hints)

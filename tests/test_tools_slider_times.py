@@ -40,3 +40,18 @@ def test_a_sweep_visits_every_option_of_every_control_and_times_each_new_setting
     assert r["build"] > 0 and r["first"] == r["runs"][0]
     assert all(t > 0 for t in r["runs"]) and len(r["cpu"]) == len(r["runs"])
     assert len(r["runs"]) <= len(grid)
+
+
+def test_the_sweep_times_the_builders_import_apart_from_its_build():
+    r = slider_times.time_slider("gqa_group", combos=0)
+    assert r["import"] >= 0 and r["build"] > 0 and r["cache"] == len(r["runs"]) + 1
+
+
+def test_a_fresh_interpreter_builds_the_traffic_slider_without_torch_or_other_sliders():
+    """The traffic slider, built first in a new kernel, loads its own module only: no torch."""
+    r = slider_times.cold_build("io_traffic")
+    assert r["heavy"] == [] and r["widget_modules"] == [
+        "lab.widgets._canvas",
+        "lab.widgets.tiling",
+    ]
+    assert r["import"] > 0 and r["build"] > 0

@@ -185,3 +185,58 @@ def test_io_traffic_limits_hold_every_setting_of_their_frame():
         fa1 = [b / 1e6 for b in r["fa1_by_sram"]]
         assert right_y[0] <= min(fa1) and max(fa1 + mb[:1]) <= right_y[1]
         assert left_x[0] < N < left_x[1]
+
+
+def test_every_builder_is_reached_through_its_module_on_first_use():
+    """`lab.widgets` imports a builder's module when a notebook first reaches the builder."""
+    assert sorted(widgets._BUILDERS) == sorted(BUILDERS)
+    for name, module in widgets._BUILDERS.items():
+        builder = getattr(widgets, name)
+        assert builder.__module__ == f"lab.widgets.{module}"
+    assert widgets.memory.roofline_explorer is widgets.roofline_explorer
+    with pytest.raises(AttributeError, match="no_such_slider"):
+        widgets.no_such_slider  # noqa: B018
+
+
+@pytest.mark.parametrize("name", BUILDERS)
+def test_building_a_slider_computes_only_its_starting_setting(name):
+    w = getattr(widgets, name)()
+    assert len(w.cache) == 1 and len(w._frames) == 1
+
+
+def test_io_traffic_builds_one_setting_and_each_frame_when_first_shown(monkeypatch):
+    """Building the traffic slider draws once, runs one instrumented kernel and computes the axes of
+    one (d, inputs); a setting computes what it needs when it is first shown, no other."""
+    from lab.widgets import tiling
+
+    calls = {"draw": 0, "counts": 0}
+
+    def counted(key, f):
+        def wrapper(*args, **kwargs):
+            calls[key] += 1
+            return f(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(
+        tiling, "draw_hbm_traffic", counted("draw", tiling.draw_hbm_traffic)
+    )
+    for module in (tiling, lab.figures.tiling):
+        monkeypatch.setattr(
+            module, "flash_counts", counted("counts", module.flash_counts)
+        )
+    tiling._traffic_limits.cache_clear()
+    tiling._instrumented.cache_clear()
+    w = widgets.io_traffic()
+    assert calls["draw"] == 1 and len(w.cache) == 1
+    assert tiling._traffic_limits.cache_info().misses == 1
+    assert tiling._instrumented.cache_info().misses == 1
+    # a few hundred closed-form counts, against 2,000 settings of the sliders times ~40 counts each
+    assert calls["counts"] < 500
+    c = {x.description: x for x in w.kwargs_widgets}
+    c["N = M"].value = 2048  # the same frame, the same instrumented run (at N = 256)
+    assert calls["draw"] == 2 and tiling._traffic_limits.cache_info().misses == 1
+    assert tiling._instrumented.cache_info().misses == 1
+    c["d"].value = 128  # a new frame: its axes computed now
+    assert calls["draw"] == 3 and tiling._traffic_limits.cache_info().misses == 2
+    assert tiling._instrumented.cache_info().misses == 2

@@ -1,6 +1,6 @@
 """How long each slider takes to answer, over a grid of its settings: a benchmark, printed, never a test.
 
-    .venv/bin/python tools/slider_times.py [--combos 12] [--only NAME ...]
+    .venv/bin/python tools/slider_times.py [--combos 12] [--only NAME ...] [--cold]
 
 Builds every slider in `lab.widgets` and times one update (computation, figure and image encoding included) at
 each setting of a grid: every option of each control in turn, the others at their values of the
@@ -9,7 +9,11 @@ controls, the first and the last option of every control among them. A discrete 
 all its options; an integer or float slider nine evenly spaced values of its range. A setting is timed
 the first time it comes up (a setting seen before answers from the slider's cache). Prints per slider
 the time to build it, the first update after building, the median and the worst update (the first
-included) and how many updates were timed. The course aims at a median at or under 100 ms and a
+included) and how many updates were timed. `import` is the first use of the builder, which imports
+its module and what that needs (in this one process a module another slider imported comes free).
+With `--cold` each slider is also built in a fresh interpreter, as a learner's new kernel meets it:
+the time of `import lab.widgets` and the builder's import, of the build, and the heavy libraries
+(torch, triton) loaded on the way. The course aims at a median at or under 100 ms and a
 worst at or under 250 ms (wall time), so that sliders answer at once on a projector. On a loaded
 machine the CPU time of this process, printed beside them, tells the slider's own cost.
 """
@@ -17,9 +21,12 @@ machine the CPU time of this process, printed beside them, tells the slider's ow
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import statistics
+import subprocess
+import sys
 import time
 
 import ipywidgets
@@ -89,8 +96,10 @@ def time_slider(name: str, combos: int = 12) -> dict:
     """Build slider `name`, then time `update` over its grid; seconds of the build, the first update and each update."""
     lab.setup_notebook()
     t0 = time.perf_counter()
-    w = getattr(widgets, name)()
-    build = time.perf_counter() - t0
+    builder = getattr(widgets, name)  # its module is imported on first use
+    t1 = time.perf_counter()
+    w = builder()
+    build, first_use = time.perf_counter() - t1, t1 - t0
     runs, cpu = [], []
     seen = {tuple((c, c.value) for c in w.kwargs_widgets)}
     for s in settings(w, combos):
@@ -104,7 +113,51 @@ def time_slider(name: str, combos: int = 12) -> dict:
             runs.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
             seen.add(setting)
-    return {"build": build, "first": runs[0], "runs": runs, "cpu": cpu}
+    return {
+        "import": first_use,
+        "build": build,
+        "first": runs[0],
+        "runs": runs,
+        "cpu": cpu,
+        "cache": len(w.cache),
+    }
+
+
+HEAVY = (
+    "torch",
+    "triton",
+)  # libraries a slider should load only if its drawing needs them
+
+_COLD = """
+import json, sys, time
+t0 = time.perf_counter()
+import matplotlib
+matplotlib.use("Agg")
+import lab
+lab.setup_notebook()
+t1 = time.perf_counter()
+builder = getattr(lab.widgets, sys.argv[1])
+t2 = time.perf_counter()
+w = builder()
+t3 = time.perf_counter()
+print(json.dumps({"setup": t1 - t0, "import": t2 - t1, "build": t3 - t2,
+    "heavy": [m for m in sys.argv[2:] if m in sys.modules],
+    "widget_modules": sorted(m for m in sys.modules if m.startswith("lab.widgets."))}))
+"""
+
+
+def cold_build(name: str) -> dict:
+    """Build slider `name` in a fresh interpreter: seconds of `import lab` and setup, of the builder's
+    import, of the build; the `HEAVY` libraries and the `lab.widgets` modules it loaded."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH")) if p
+    )}  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _COLD, name, *HEAVY],
+        capture_output=True, text=True, check=True, env=env,
+    )  # fmt: skip
+    return json.loads(out.stdout.splitlines()[-1])
 
 
 def slider_times(combos: int = 12, only=None) -> dict[str, dict]:
@@ -116,11 +169,14 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--combos", type=int, default=12)
     parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument(
+        "--cold", action="store_true", help="also build each in a fresh interpreter"
+    )
     args = parser.parse_args(argv)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{os.cpu_count()} CPUs, load average {load:.2f} at the start")
     print(
-        f"{'slider':>24}  {'build':>7}  {'first':>7}  {'median':>7}  {'worst':>7}  updates"
+        f"{'slider':>24}  {'import':>7}  {'build':>7}  {'first':>7}  {'median':>7}  {'worst':>7}  updates"
         "  (CPU time of this process: median, worst)"
     )
     rows = slider_times(args.combos, args.only)
@@ -130,10 +186,20 @@ def main(argv=None) -> None:
         med, worst = statistics.median(r["runs"]), max(r["runs"])
         aim = "" if med <= MEDIAN_AIM and worst <= WORST_AIM else "  (over the aim)"
         print(
-            f"{name:>24}  {r['build'] * 1e3:5.0f}ms  {r['first'] * 1e3:5.0f}ms  "
+            f"{name:>24}  {r['import'] * 1e3:5.0f}ms  {r['build'] * 1e3:5.0f}ms  {r['first'] * 1e3:5.0f}ms  "
             f"{med * 1e3:5.0f}ms  {worst * 1e3:5.0f}ms  {len(r['runs']):5d}    "
             f"({statistics.median(r['cpu']) * 1e3:4.0f}ms, {max(r['cpu']) * 1e3:4.0f}ms){aim}"
         )
+    if args.cold:
+        print(
+            f"\n{'fresh interpreter':>24}  {'import':>7}  {'build':>7}  heavy libraries loaded"
+        )
+        for name in sorted(rows):
+            c = cold_build(name)
+            heavy = ", ".join(c["heavy"]) or "none"
+            print(
+                f"{name:>24}  {c['import'] * 1e3:5.0f}ms  {c['build'] * 1e3:5.0f}ms  {heavy}"
+            )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"aim: median <= {MEDIAN_AIM * 1e3:.0f} ms, worst <= {WORST_AIM * 1e3:.0f} ms; load average {load:.2f} at the end"

@@ -1356,7 +1356,7 @@ def check_online_softmax(
 
 
 def check_merge_ml(fn, *, seed: int | None = None) -> None:
-    """Check `fn(m_a, l_a, m_b, l_b)` -> the state of a whole row from its halves' states, against the row's own online pass;
+    """Check `fn(m_left, l_left, m_right, l_right)` -> the state of a whole row from its halves' states, against the row's own online pass;
     cases with halves of only -inf, fixed and drawn afresh each run (`seed` draws the same again).
     Taught in: notebooks/02_online_softmax.ipynb"""
     rng = np.random.default_rng(6)
@@ -1369,26 +1369,28 @@ def check_merge_ml(fn, *, seed: int | None = None) -> None:
         np.r_[rng.standard_normal(4), np.full(4, -inf)],
         np.full(6, -inf),
     ]
-    # halves alike, b far above a, b far below a, and too far apart for e^(m_b - m_a) to exist
+    # halves alike, right far above left, far below, and too far apart for e^(m_right - m_left) to exist
     for gap in (0.0, 50.0, -50.0, 800.0, -800.0):
         na, nb = (int(n) for n in fresh.integers(1, 9, 2))
         rows.append(np.r_[fresh.standard_normal(na), gap + fresh.standard_normal(nb)])
     table = {}
     for r in rows:
-        (m_a, l_a), (m_b, l_b) = (
+        (m_left, l_left), (m_right, l_right) = (
             online_normalizer(r[: len(r) // 2], 3),
             online_normalizer(r[len(r) // 2 :], 3),
         )
-        table[(float(m_a), float(l_a), float(m_b), float(l_b))] = r
+        table[(float(m_left), float(l_left), float(m_right), float(l_right))] = r
     cases = list(table)
 
-    def merged(m_a, l_a, m_b, l_b, a=True, b=True, sign=1, skip=True):
-        m = max(m_a, m_b)
+    def merged(
+        m_left, l_left, m_right, l_right, left=True, right=True, sign=1, skip=True
+    ):
+        m = max(m_left, m_right)
         if skip and m == -inf:
             return m, 0.0
         return m, float(
-            (np.exp(sign * (m_a - m)) if a else 1) * l_a
-            + (np.exp(sign * (m_b - m)) if b else 1) * l_b
+            (np.exp(sign * (m_left - m)) if left else 1) * l_left
+            + (np.exp(sign * (m_right - m)) if right else 1) * l_right
         )
 
     mistakes = [
@@ -1397,22 +1399,26 @@ def check_merge_ml(fn, *, seed: int | None = None) -> None:
             "two halves of only -inf: e^(-inf - (-inf)) is NaN; the merge of nothing is (-inf, 0)",
         ),
         (
-            lambda *c: merged(*c, a=False),
-            "l_a was added as it is, but here m_a < m: l_a is a sum relative to m_a; bring it to m",
+            lambda *c: merged(*c, left=False),
+            "l_left was added as it is, but here m_left < m: l_left is a sum relative to m_left; "
+            "bring it to m",
         ),
         (
-            lambda *c: merged(*c, b=False),
-            "l_b was added as it is, but here m_b < m: l_b is a sum relative to m_b; bring it to m",
+            lambda *c: merged(*c, right=False),
+            "l_right was added as it is, but here m_right < m: l_right is a sum relative to m_right; "
+            "bring it to m",
         ),
         (
             lambda *c: merged(*c, sign=-1),
             "the rescaling points the wrong way: moving a sum to a larger m must shrink it",
         ),
         (
-            lambda m_a, l_a, m_b, l_b: merged(m_a, l_a, m_b, 1.0),
-            "half b counted as one score m_b: it stands for l_b of them",
+            lambda m_left, l_left, m_right, l_right: merged(
+                m_left, l_left, m_right, 1.0
+            ),
+            "the right half counted as one score m_right: it stands for l_right of them",
         ),
-        (_via_a, _VIA_A),
+        (_via_left, _VIA_LEFT),
     ]
     guarded = _guarded(fn, "merge_ml")
     value_hint = _hint(
@@ -1447,19 +1453,22 @@ def check_merge_ml(fn, *, seed: int | None = None) -> None:
     )
 
 
-_VIA_A = (
-    "l_b was brought to m_a first, then the total to m: e^(m_b - m_a) overflows when m_b is "
-    "far above m_a, or m_a is -inf (inf · 0 = NaN); bring each sum straight to the common m"
+_VIA_LEFT = (
+    "l_right was brought to m_left first, then the total to m: e^(m_right - m_left) overflows "
+    "when m_right is far above m_left, or m_left is -inf (inf · 0 = NaN); bring each sum straight "
+    "to the common m"
 )
 
 
-def _via_a(m_a, l_a, m_b, l_b):
-    """The merge that converts l_b to m_a first, then the total to m (overflows far apart)."""
-    m = max(m_a, m_b)
+def _via_left(m_left, l_left, m_right, l_right):
+    """The merge that converts l_right to m_left first, then the total to m (overflows far apart)."""
+    m = max(m_left, m_right)
     if m == -inf:
         return m, 0.0
     with np.errstate(all="ignore"):
-        return m, float((l_a + np.exp(m_b - m_a) * l_b) * np.exp(m_a - m))
+        return m, float(
+            (l_left + np.exp(m_right - m_left) * l_right) * np.exp(m_left - m)
+        )
 
 
 def _state_differs(got, want) -> bool:
@@ -1483,46 +1492,51 @@ def _laws(fn, case, got, mistakes):
     nothing, on either side (exactly); the order of the two states does not matter (exactly: + commutes);
     the grouping of three does not matter (to rounding)."""
     run = getattr(fn, "raw", fn)
-    m_a, l_a, m_b, l_b = case
-    a, b = (m_a, l_a), (m_b, l_b)
-    top = max(m_a, m_b)
-    c = (top + 0.5, 2.0) if top > -inf else (0.0, 1.0)  # a third worker's state
+    m_left, l_left, m_right, l_right = case
+    left, right = (m_left, l_left), (m_right, l_right)
+    top = max(m_left, m_right)
+    third = (top + 0.5, 2.0) if top > -inf else (0.0, 1.0)  # a third worker's state
     with np.errstate(all="ignore"):
-        for first, second in ((a, (-inf, 0.0)), ((-inf, 0.0), a)):
+        for first, second in ((left, (-inf, 0.0)), ((-inf, 0.0), left)):
             out = tuple(float(v) for v in run(*first, *second))
-            if out != (float(m_a), float(l_a)) and not (
-                np.isnan(out[1]) and np.isnan(l_a)
+            if out != (float(m_left), float(l_left)) and not (
+                np.isnan(out[1]) and np.isnan(l_left)
             ):
                 said = (
-                    f"merged with the empty state (-inf, 0), ({m_a:.17g}, {l_a:.17g}) came back "
-                    f"as ({out[0]:.17g}, {out[1]:.17g}): a worker that saw no score must change "
-                    "nothing, so the merge must give the other state back exactly"
+                    f"merged with the empty state (-inf, 0), ({m_left:.17g}, {l_left:.17g}) came "
+                    f"back as ({out[0]:.17g}, {out[1]:.17g}): a worker that saw no score must "
+                    "change nothing, so the merge must give the other state back exactly"
                 )
-                if np.isnan(out[1]) and _same(out, _via_a(*first, *second)):
-                    said += "\n  hint: " + _VIA_A
+                if np.isnan(out[1]) and _same(out, _via_left(*first, *second)):
+                    said += "\n  hint: " + _VIA_LEFT
                 return said
-        swapped = tuple(float(v) for v in run(*b, *a))
+        swapped = tuple(float(v) for v in run(*right, *left))
         if _state_differs(swapped, got):  # wrong in one order: a value mistake
             said = (
-                f"merge(a, b) is right, but with the two states swapped merge(b, a) = "
-                f"({swapped[0]:.6g}, {swapped[1]:.6g}), not ({float(got[0]):.6g}, "
-                f"{float(got[1]):.6g}): the merge must not assume which state holds the max"
+                f"merge(left, right) is correct, but with the two states swapped "
+                f"merge(right, left) = ({swapped[0]:.6g}, {swapped[1]:.6g}), not "
+                f"({float(got[0]):.6g}, {float(got[1]):.6g}): the merge must not assume "
+                "which state holds the max"
             )
-            why = next((t for w, t in mistakes if _same(swapped, w(*b, *a))), None)
+            why = next(
+                (t for w, t in mistakes if _same(swapped, w(*right, *left))), None
+            )
             return said + (f"\n  hint: {why}" if why else "")
         if swapped != tuple(float(v) for v in got):
             return (
-                f"merge(b, a) = ({swapped[0]:.17g}, {swapped[1]:.17g}) but merge(a, b) = "
-                f"({float(got[0]):.17g}, {float(got[1]):.17g}): which worker reports first "
-                "must not matter; treat the two states alike (the same formula for each)"
+                f"merge(right, left) = ({swapped[0]:.17g}, {swapped[1]:.17g}) but "
+                f"merge(left, right) = ({float(got[0]):.17g}, {float(got[1]):.17g}): which "
+                "worker reports first must not matter; treat the two states alike (the same "
+                "formula for each)"
             )
-        left = run(*run(*a, *b), *c)
-        right = run(*a, *run(*b, *c))
-    if _state_differs(left, right):
+        grouped_first = run(*run(*left, *right), *third)
+        grouped_last = run(*left, *run(*right, *third))
+    if _state_differs(grouped_first, grouped_last):
         return (
-            f"three workers grouped as (a, b), c give ({float(left[0]):.6g}, "
-            f"{float(left[1]):.6g}), as a, (b, c) give ({float(right[0]):.6g}, "
-            f"{float(right[1]):.6g}): the grouping must not matter"
+            f"three workers grouped as merge(merge(left, right), third) give "
+            f"({float(grouped_first[0]):.6g}, {float(grouped_first[1]):.6g}), as "
+            f"merge(left, merge(right, third)) give ({float(grouped_last[0]):.6g}, "
+            f"{float(grouped_last[1]):.6g}): the grouping must not matter"
         )
     return None
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import html
+import importlib
 import io
 
 import ipywidgets
@@ -366,14 +367,40 @@ def interactive_figure(
     return FigureSliders(draw, summary, reuse=reuse, **controls)
 
 
-from .backward import backward_tiles  # noqa: E402
-from .decoding import decode_splits, gqa_group  # noqa: E402
-from .fa2 import fa_variants  # noqa: E402
-from .hardware import loop_overhead_explorer, occupancy_explorer  # noqa: E402
-from .masks import mask_tiles  # noqa: E402
-from .memory import roofline_explorer  # noqa: E402  (builders below use interactive_figure)
-from .merge import merge_order_explorer  # noqa: E402
-from .one_pass import one_pass_explorer  # noqa: E402
-from .precision import accumulation_explorer, p_format_explorer  # noqa: E402
-from .softmax import online_softmax_trace, softmax_overflow  # noqa: E402
-from .tiling import block_footprint, io_traffic, tile_fill, tile_walk  # noqa: E402
+# Each builder's module, imported the first time a notebook reaches the builder (PEP 562): a notebook
+# that shows one slider loads that slider's drawing and kernels only (not torch for the backward's).
+_BUILDERS = {
+    "backward_tiles": "backward",
+    "decode_splits": "decoding",
+    "gqa_group": "decoding",
+    "fa_variants": "fa2",
+    "loop_overhead_explorer": "hardware",
+    "occupancy_explorer": "hardware",
+    "mask_tiles": "masks",
+    "roofline_explorer": "memory",
+    "merge_order_explorer": "merge",
+    "one_pass_explorer": "one_pass",
+    "accumulation_explorer": "precision",
+    "p_format_explorer": "precision",
+    "online_softmax_trace": "softmax",
+    "softmax_overflow": "softmax",
+    "block_footprint": "tiling",
+    "io_traffic": "tiling",
+    "tile_fill": "tiling",
+    "tile_walk": "tiling",
+}
+
+
+def __getattr__(name: str):
+    """`lab.widgets.NAME`: import the module of builder NAME (or the submodule NAME) on first use."""
+    if name in _BUILDERS:
+        value = getattr(importlib.import_module(f".{_BUILDERS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("_") and name in set(_BUILDERS.values()):
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

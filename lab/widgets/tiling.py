@@ -224,33 +224,36 @@ def _traffic_limits(d: int, itemsize: int):
     """`draw_hbm_traffic`'s axes at head size `d` and `itemsize`, widened over N, the blocks and causal.
 
     One frame per (d, inputs), so moving N, Br, Bc or causal moves only the curves. Bytes grow with
-    N, so the extremes lie at the slider's smallest and largest N (left: up to 2^16); the blocks and
-    causal are searched. Right: every SRAM size (16 KiB to 1 MiB), Theorem 2's line through fa1.
+    N, so the extremes lie at the ends of each panel's N: left, the slider's smallest N and 2^16
+    (every N draws the curves out to it); right, the slider's smallest and largest N. The blocks
+    and causal are searched. Right: every SRAM size (16 KiB to 1 MiB), Theorem 2's line through fa1.
+    Computed once per (d, inputs), when the slider first shows it (a few hundred closed-form counts).
     """
     from ..tiling import fa_block_sizes
 
     Ns = _instrumented_sliders(1024, 64, 128, 128)["N"].options
     srams = [2**p * 1024 for p in range(4, 11)]
-    left, right = [], []
-    for N in (min(Ns), max(Ns)):
+    ends = (
+        min(Ns),
+        2**16,
+    )  # the left panel's smallest and largest N, whatever N is set
+    left = [
+        flash_counts(n, n, d, block_q=br, block_k=bc, variant=v, itemsize=itemsize,
+                     causal=causal).total
+        for n in ends for causal in (False, True) for v in ("fa1", "fa2")
+        for br in _BLOCKS[1:] for bc in _BLOCKS[1:]
+    ] + [standard_traffic(n, d=d, itemsize=itemsize).total for n in ends]  # fmt: skip
+    right = []
+    for N in (min(Ns), max(Ns)):  # the right panel is drawn at the slider's N
         for causal in (False, True):
-            fa = [
-                flash_counts(n, n, d, block_q=br, block_k=bc, variant=v,
-                             itemsize=itemsize, causal=causal).total
-                for n in (N, 2**16) for v in ("fa1", "fa2")
-                for br in _BLOCKS[1:] for bc in _BLOCKS[1:]
-            ]  # fmt: skip
-            std = [
-                standard_traffic(n, d=d, itemsize=itemsize).total for n in (N, 2**16)
-            ]
-            left += fa + std
             fa1 = [
                 flash_counts(N, N, d, variant="fa1", itemsize=itemsize, causal=causal,
                              block_q=br, block_k=bc).total
                 for br, bc in (fa_block_sizes(m, d, itemsize) for m in srams)
             ]  # fmt: skip
             theorem = [theorem2_bytes(N, d, m, itemsize) for m in srams]
-            right += fa1 + [std[0]] + [t * fa1[0] / theorem[0] for t in theorem]
+            std = standard_traffic(N, d=d, itemsize=itemsize).total
+            right += fa1 + [std] + [t * fa1[0] / theorem[0] for t in theorem]
     lo_hi = [  # (lo, hi) in MB, out to powers of two
         tuple(
             float(2.0 ** f(np.log2(g(v) / 1e6)))

@@ -370,12 +370,16 @@ def test_backward_tiles_slider_moves_m_and_keeps_the_gap_in_its_check():
     controls = {c.description: c for c in w.children[:-1]}
     assert (w.result["N"], w.result["M"]) == (192, 256)
     assert w.result["tiles"] == 3 * 4 and w.result["visited"] < 12
-    assert w.result["kept_ratio"] == pytest.approx((256 + 64) / (64 + 1))
+    assert w.result["kept_ratio"] == pytest.approx(
+        (1.25 * 256 + 64) / (64 + 1)
+    )  # + mask
     controls["M (keys)"].value = 64  # N > M: the first N − M queries see no key
     r = w.result
     assert r["M"] == 64 and r["tiles"] == 3 and r["checked_M"] < r["checked_N"]
     assert r["max_err"] < 1e-10 and "M = 64" in w.summary_html.value
-    assert r["kept_ratio"] == pytest.approx((64 + 64) / (64 + 1))
+    assert r["kept_ratio"] == pytest.approx(
+        (1.25 * 64 + 64) / (64 + 1)
+    )  # causal: + mask
 
 
 @pytest.mark.parametrize(
@@ -402,7 +406,26 @@ def test_backward_tiles_checks_on_check_n_rows_and_counts_tiles_at_n():
     r = draw_backward_tiles(N=192, M=256, block_q=48, block_k=64, causal=True)
     plt.close("all")
     assert (r["M"], r["tiles"], r["visited"], r["masked"]) == (256, 16, 13, 6)
-    assert r["standard_bytes"] == (192 * 256 + 192 * 64) * 4 and r["max_err"] < 1e-10
+    assert (
+        r["standard_bytes"] == (192 * 256 + 192 * 64) * 4 + 192 * 256
+    )  # + the bool mask
+    assert r["max_err"] < 1e-10
+
+
+def test_the_kept_bytes_are_what_autograd_saves():
+    """The figure's standard bytes beyond q, k, v equal saved_tensor_bytes' count, causal (mask) or not."""
+    import matplotlib.pyplot as plt
+
+    from lab.figures.backward import draw_backward_tiles
+
+    q, k, v = (torch.randn(1, 1, n, 64, requires_grad=True) for n in (192, 256, 256))
+    for causal in (False, True):
+        r = draw_backward_tiles(N=192, M=256, block_q=48, block_k=64, causal=causal)
+        plt.close("all")
+        fn = lambda a, b, c: lab.standard_attention_torch(a, b, c, causal=causal)
+        assert r["standard_bytes"] == lab.saved_tensor_bytes(fn, q, k, v)["extra_bytes"]
+        fa = lambda a, b, c: lab.flash_attention_torch(a, b, c, causal=causal)
+        assert r["flash_bytes"] == lab.saved_tensor_bytes(fa, q, k, v)["extra_bytes"]
 
 
 def test_the_backward_graph_marks_what_each_design_keeps():
@@ -431,7 +454,9 @@ def test_the_graph_draws_p_recomputed_and_the_kept_bars_are_linear():
     for N in (64, 128, 256):
         r = draw_backward_tiles(N=N, block_q=32, block_k=32, axes=axes)
         ratios.append(r["kept_ratio"])
-        assert r["kept_ratio"] == pytest.approx((N + 64) / 65)  # (N² + Nd) / (Nd + N)
+        assert r["kept_ratio"] == pytest.approx(
+            (1.25 * N + 64) / 65
+        )  # causal: + the mask
     assert axes[1].get_yscale() == "linear" and ratios == sorted(ratios)
     plt.close("all")
 

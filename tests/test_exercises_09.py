@@ -110,11 +110,11 @@ def test_the_derivations_come_after_the_checks():
     )
 
 
-def test_the_tiled_notebook_shows_the_formulas_after_its_check():
-    """Part 2 recalls only what makes the backward tileable before Exercise 2, whose text gives part 1's
-    backward entry by entry (the invariants it derives from); the tile updates, in code names or in
-    blocks, come only after the check; D_i is defined where it first appears, and the symbols sit on
-    one card at the top."""
+def test_the_tiled_notebook_shows_the_method_and_hides_the_skip():
+    """Part 2's text gives the method (P_IJ = exp(S_IJ - lse_I) and the tile updates) before Exercise 2, so a
+    lecture has no hole; the exercise asks for what the text does not give, the causal skip, whose test
+    appears only after the check or in the hidden solution; D_i is defined where it first appears, and the
+    symbols sit on one card at the top, m and l among them, with how notebook 05's indices differ."""
     nb = nbformat.read(ROOT / "notebooks" / f"{NAME2}.ipynb", as_version=4)
     src = [c.source for c in nb.cells]
     check_at = next(i for i, s in enumerate(src) if "check_tiled_backward(" in s)
@@ -124,26 +124,23 @@ def test_the_tiled_notebook_shows_the_formulas_after_its_check():
         "dO_I V_J^\\top",
         "dS_{IJ} K_J",
         "dS_{IJ}^\\top Q_I",
-        "dS_IJ K_J",
-        "dS_IJᵀ Q_I",
     )
+    for rule in tile_rules:
+        assert any(rule in s for s in src[:exercise]), rule
+    assert any("\\exp\\bigl(S_{IJ} - lse_I\\bigr)" in s for s in src[:exercise])
     hidden = {
         i for i, c in enumerate(nb.cells) if "solution" in c.metadata.get("tags", [])
     }
+    skip = ("j_0 > (i_1 - 1)", "j0 > i1 - 1", "i1 - 1 + M - N")
     shown = [
-        i
-        for i, s in enumerate(src)
-        if i not in hidden and any(f in s for f in tile_rules)
+        i for i, s in enumerate(src) if i not in hidden and any(f in s for f in skip)
     ]
     assert shown and min(shown) > check_at, shown
-    given = [i for i, s in enumerate(src) if "dS_{ij} = P_{ij}" in s]
-    assert given and exercise < min(given) < check_at, (
-        given
-    )  # the invariants, in the text
     first_d = next(i for i, s in enumerate(src) if "D_i" in s)
     assert "rowsum}(dO_i" in src[first_d] and "P_{ij}\\,dP_{ij}" in src[first_d]
     card = next(i for i, s in enumerate(src) if s.startswith("**Symbols.**"))
     assert card == first_d and card < 4 and "capitals for a block" in src[card]
+    assert "m_i = \\max_j" in src[card] and "notebook 05" in src[card]
     assert not any(
         "lab.FlashAttention" in s for s in src
     )  # one name for the torch kernel
@@ -596,7 +593,7 @@ PLANTED = [
     (
         "tiled_backward",
         "D = rowsum(dO)",
-        ("D = delta(o, do)", "D = do.sum(axis=-1)"),
+        ("len(k), delta(o, do)", "len(k), do.sum(axis=-1)"),
         ["dq (element 0)", "D computed as rowsum(dO)"],
     ),
     (
@@ -701,8 +698,20 @@ PLANTED = [
     (
         "tiled_backward",
         "causal ignored",
-        ("if causal:", "if False:"),
+        ("causal=False):", "causal=False):\n    causal = False"),
         ["case 2", "the causal flag is ignored", "never set to −inf"],
+    ),
+    (
+        "tiled_backward",
+        "causal skip off by one",
+        ("if causal and j0 > i1 - 1 + M - N:", "if causal and j0 >= i1 - 1 + M - N:"),
+        ["case 4", "its only visible entry is its bottom-left", "not when j0 ≥ that"],
+    ),
+    (
+        "tiled_backward",
+        "causal skip by the first row",
+        ("if causal and j0 > i1 - 1 + M - N:", "if causal and j0 > i0 + M - N:"),
+        ["skipped by the tile's first row", "j0 > (i1 − 1) + M − N"],
     ),
     (
         "tiled_backward",
@@ -755,7 +764,7 @@ PLANTED = [
     (
         "tiled_backward",
         "keepdims twice",
-        ("D = delta(o, do)", "D = (o * do).sum(axis=-1, keepdims=True)"),
+        ("len(k), delta(o, do)", "len(k), (o * do).sum(axis=-1, keepdims=True)"),
         ["raised ValueError", "shape"],
     ),
     (
@@ -768,9 +777,9 @@ PLANTED = [
     (
         "tiled_backward",
         "one tile larger than the problem",
-        ("D = delta(o, do)", "D = delta(o, do); Br = Bc = 4096"),
+        ("len(k), delta(o, do)", "len(k), delta(o, do); Br = Bc = 4096"),
         [
-            "the values agree on 4 cases",
+            "the values agree on 5 cases",
             "tiles are larger than its block sizes",
             "query rows 1024 at a time (all N: a tile larger than the problem) where Br = 32",
             "keys 1536 at a time (all M",
@@ -781,7 +790,7 @@ PLANTED = [
     (
         "tiled_backward",
         "key tiles larger than the problem",
-        ("D = delta(o, do)", "D = delta(o, do); Bc = 4096"),
+        ("len(k), delta(o, do)", "len(k), delta(o, do); Bc = 4096"),
         [
             "keys 1536 at a time (all M: a tile larger than the problem) where Bc = 64",
             "one tile, of shape (32, 1536) = (Br, M)",
@@ -790,9 +799,9 @@ PLANTED = [
     (
         "tiled_backward",
         "tiles of a fixed size",
-        ("D = delta(o, do)", "D = delta(o, do); Br = Bc = 128"),
+        ("len(k), delta(o, do)", "len(k), delta(o, do); Br = Bc = 128"),
         [
-            "the values agree on 4 cases",
+            "the values agree on 5 cases",
             "query rows 128 at a time where Br = 32 and keys 128 at a time where Bc = 64",
             "at most Br query rows by Bc keys",
         ],
@@ -800,7 +809,7 @@ PLANTED = [
     (
         "tiled_backward",
         "Br and Bc swapped",
-        ("D = delta(o, do)", "D = delta(o, do); Br, Bc = Bc, Br"),
+        ("len(k), delta(o, do)", "len(k), delta(o, do); Br, Bc = Bc, Br"),
         ["Br and Bc are swapped", "query rows 64 at a time and keys 32"],
     ),
 ]
@@ -944,13 +953,13 @@ def my_backward(q, k, v, do, causal=False):
         (
             "tiled",
             FULL_S,
-            ["the values agree on 4 cases", "shape (1024, 1536) = (N, M)", "all N × M"],
+            ["the values agree on 5 cases", "shape (1024, 1536) = (N, M)", "all N × M"],
         ),
         (
             "tiled",
             STRIP,
             [
-                "the values agree on 4 cases",
+                "the values agree on 5 cases",
                 "shape (32, 1536) = (Br, M)",
                 "a block of rows against all M keys",
             ],
@@ -959,7 +968,7 @@ def my_backward(q, k, v, do, causal=False):
             "tiled",
             EX["tiled"].solution + FULL_MASK,
             [
-                "the values agree on 4 cases",
+                "the values agree on 5 cases",
                 "MiB was allocated",
                 "an N × M array (S, P or a mask) was formed",
             ],
@@ -968,7 +977,7 @@ def my_backward(q, k, v, do, causal=False):
             "tiled",
             ROWS,
             [
-                "the values agree on 4 cases",
+                "the values agree on 5 cases",
                 "shape (1536,) = (M,)",
                 "one query row against all M keys",
             ],
@@ -977,7 +986,7 @@ def my_backward(q, k, v, do, causal=False):
             "tiled",
             ROW_BLOCKS,
             [
-                "the values agree on 4 cases",
+                "the values agree on 5 cases",
                 "no (Br, Bc) = (32, 64) tile was formed",
                 "one query row at a time against a key block",
             ],
@@ -1065,7 +1074,7 @@ def test_backward_with_no_mistake_is_the_backward(N, M, Br, Bc, causal):
 @pytest.mark.parametrize("mistake", list(BACKWARD_MISTAKES))
 def test_each_mistake_changes_the_gradients(mistake):
     square = "transpose" in mistake  # P dO runs only on a square tile
-    N, M, Br, Bc, causal = (16, 16, 4, 4, False) if square else (13, 21, 4, 8, True)
+    N, M, Br, Bc, causal = (16, 16, 4, 4, False) if square else (21, 29, 5, 4, True)
     q, k, v, o, lse, do = _problem(N, M, 4, 4, causal)
     got = backward_with_mistake(q, k, v, o, lse, do, Br, Bc, causal, mistake)
     want = lab.attention_backward(q, k, v, do, causal=causal)
@@ -1201,7 +1210,7 @@ def test_the_standard_check_names_an_ignored_causal_flag_and_a_wrong_signature()
 
 def test_the_standard_check_says_which_case_it_adds():
     out = run_check(EX["standard"], EX["standard"].solution)
-    assert "passed your 4 cases and 1 more with every score near +800" in out, out
+    assert "passed your 4 cases, the course's 4 and 1 with scores near +800" in out, out
 
 
 def test_check_delta_and_p_tile_pass_right_answers(capsys):
@@ -1260,7 +1269,7 @@ def test_standard_backward_without_the_row_max_fails_on_large_scores():
         "p = np.exp(s)",
     )
     out = run_check(EX["standard"], src)
-    assert "✗ case 4" in out and "scores near +800" in out, out
+    assert "✗ case 8" in out and "scores near +800" in out, out
     assert "subtract each row's max before the exp" in out
 
 

@@ -80,6 +80,11 @@ BACKWARD_MISTAKES = {
     "itself; query i sees key j when j ≤ i + M − N (with N = M, query i sees key i)",
     "causal one past": "the causal mask's diagonal is off by one: j ≤ i + M − N + 1 lets each query see one "
     "key past the line; query i sees key j when j ≤ i + M − N",
+    "causal skip off by one": "a tile was skipped that a query sees: its only visible entry is its bottom-left "
+    "corner, (i1 − 1, j0), on the line j = i + M − N itself. Skip tile (I, J) only when j0 > (i1 − 1) + M − N "
+    "(its first key past its last row's line), not when j0 ≥ that",
+    "causal skip by first row": "tiles were skipped by the tile's first row: a tile is empty only when its first "
+    "key lies past the line of its last row, j0 > (i1 − 1) + M − N; a later row of the tile sees more keys",
     "P = exp(S) / lse": "P computed as e^S / lse: lse_i = log Σ_j e^(S_ij) is the log of the row's sum, not the "
     "sum; it is subtracted inside the exponent, P_ij = e^(S_ij − lse_i)",
     "last query block dropped": "the last query block was never visited: Br = {Br} does not divide N = {N}, so "
@@ -118,6 +123,9 @@ def backward_with_mistake(
     offset = M - N + ("causal one past" in planted) - ("causal off by one" in planted)
     offset = 0 if "causal top-left" in planted else offset
     masked = causal and "causal ignored" not in planted
+    skip_gap = (  # tile (I, J) skipped when j0 > (i1 - 1) + offset - skip_gap
+        1 if "causal skip off by one" in planted else 0
+    )
     dq, dk, dv = (
         np.zeros_like(q, dtype=float),
         np.zeros_like(k, dtype=float),
@@ -135,6 +143,9 @@ def backward_with_mistake(
             j1 = min(j0 + Bc, M)
             for i0 in range(0, N_end, Br):
                 i1 = min(i0 + Br, N)
+                last = i0 if "causal skip by first row" in planted else i1 - 1
+                if masked and j0 > last + offset - skip_gap:
+                    continue  # no entry of the tile visible (or a planted skip)
                 s = scale * (q[i0:i1] @ k[j0:j1].T)  # S_ij: (Br, Bc)
                 if masked:
                     s = np.where(
@@ -548,6 +559,14 @@ def _backward_hint(got, want, case, variants) -> str:
                         else ""
                     )
                 )
+            if not np.any(np.asarray(g, dtype=float)):
+                return f"{name} is all zeros: is it still the array you started from, never added into?"
+            if not case["tiled"] and (name == "dv" or not _close(got[2], want[2])):
+                return (  # the standard backward: no lse, no tiles
+                    f"{name}{' and dv' * (name != 'dv')} wrong: dv = Pᵀ dO needs only P and dO, so check P "
+                    "(softmax of scale·q kᵀ by rows, each row summing to 1, masked where causal) and the "
+                    "transpose, Pᵀ dO, with no factor of its own"
+                )
             if name == "dv" or not _close(
                 got[2], want[2]
             ):  # dv = Pᵀ dO: a wrong dv means a wrong P
@@ -679,27 +698,46 @@ def _backward_cases(name, fn, cases, tiled, large_scores=(), seed=0) -> bool:
     return True
 
 
+COURSE_STANDARD_CASES = (  # run after the learner's own list, which may have been edited
+    (5, 11, 4, 3, False),
+    (3, 3, 8, 8, False),
+    (6, 13, 4, 4, True),
+    (9, 9, 8, 2, True),
+)
+
+
 def check_standard_backward(
     fn, cases, *, name: str | None = None, seed: int | None = None
 ) -> None:
     """Check `fn(q, k, v, do, causal)` (one head, keeps P) against `lab.attention_backward`; print one verdict.
 
     `cases`: tuples `(N, M, d, dv[, causal])`; the arrays are drawn afresh on each run (`seed` draws the same
-    again); one more case
-    has every score near +800, where e^S without the row max overflows. A failure names dq, dk or dv, the worst
+    again). The course's `COURSE_STANDARD_CASES` (two causal) run after them, so that a shortened list cannot
+    pass a backward that ignores `causal`; one more case has every score near +800, where e^S without the row max overflows. A failure names dq, dk or dv, the worst
     element and the mistake it matches. Taught in: notebooks/09_backward.ipynb
     """
     name = name or getattr(fn, "__name__", "your backward")
     _, seed = _fresh(seed)
     with noting_seed(seed):
         passed = _backward_cases(
-            name, fn, cases, tiled=False, large_scores=[(6, 10, 8, 4)], seed=seed
+            name,
+            fn,
+            list(cases) + list(COURSE_STANDARD_CASES),
+            tiled=False,
+            large_scores=[(6, 10, 8, 4)],
+            seed=seed,
         )
     if passed:
         print(
-            f"{name}: ✓ passed your {len(cases)} cases and 1 more with every score near +800 "
-            "(dq, dk, dv)"
+            f"{name}: ✓ passed your {len(cases)} cases, the course's {len(COURSE_STANDARD_CASES)} "
+            "and 1 with scores near +800 (dq, dk, dv)"
         )
+
+
+COURSE_TILED_CASES = (  # causal, Br not dividing M − N: tiles whose one visible entry is a corner
+    (21, 29, 8, 4, 5, 4, True),
+    (45, 37, 4, 4, 8, 6, True),
+)
 
 
 def check_tiled_backward(
@@ -713,7 +751,8 @@ def check_tiled_backward(
     """Check `fn(q, k, v, o, lse, do, Br, Bc, causal)` against `lab.attention_backward`, then that it keeps to tiles; print one verdict.
 
     `cases`: tuples `(N, M, d, dv, Br, Bc, causal)`, their arrays drawn afresh on each run (`seed` draws the same
-    again). After the values agree, `large` (same form) is run
+    again), then `COURSE_TILED_CASES`: causal, with tiles whose only visible entry is their bottom-left corner, so
+    that a causal skip off by one fails even when the learner's own list has none. After the values agree, `large` (same form) is run
     on watched arrays (`arrays_formed`): forming an N×M array, or a block of rows against all M keys, fails,
     as do tiles larger than Br × Bc (named apart from an N×M array when the loop's one tile was the whole
     problem; `large` must have Br < N and Bc < M), and so does calling lab's backward or any torch op (tracemalloc does not see torch's memory; the exercise is
@@ -727,7 +766,9 @@ def check_tiled_backward(
     name = name or getattr(fn, "__name__", "your backward")
     _, seed = _fresh(seed)
     with noting_seed(seed):
-        passed = _backward_cases(name, fn, cases, tiled=True, seed=seed)
+        passed = _backward_cases(
+            name, fn, list(cases) + list(COURSE_TILED_CASES), tiled=True, seed=seed
+        )
     if not passed:
         return
     try:
@@ -740,7 +781,8 @@ def check_tiled_backward(
         )
         return
     print(
-        f"{name}: ✓ passed {len(cases)} cases (dq, dk, dv)\n"
+        f"{name}: ✓ passed your {len(cases)} cases and the course's {len(COURSE_TILED_CASES)} "
+        "(corner-only tiles) (dq, dk, dv)\n"
         f"{name}: ✓ N = {large[0]}, M = {large[1]}: no array beyond a tile and the (N, ·), (M, ·) ones"
     )
 
@@ -762,6 +804,9 @@ def _delta_hint(case, got, want) -> str | None:
         return "shape: D has one number per query row, shape (..., N): sum over the last axis only"
     if _close(g, do.sum(axis=-1)):
         return "that is rowsum(dO): D_i = Σ_j P_ij dP_ij, rewritten with O_i in place of Σ_j P_ij V_j"
+    given = np.result_type(o, do)
+    if np.asarray(got).dtype != given:  # the dtype, not the arithmetic, is what differs
+        return _delta_dtype(None, case, got)
     f32 = lambda a: a.astype(np.float32).astype(float)
     for cast, which in (
         ((f32(o), do), "o was"),
@@ -771,12 +816,12 @@ def _delta_hint(case, got, want) -> str | None:
         if _close_f32(g, want) and _close(g, (cast[0] * cast[1]).sum(axis=-1)):
             return (
                 f"right to float32's precision only: {which} rounded to float32 on the way "
-                "(an astype(np.float32)?); o and dO are float64, keep them so"
+                f"(an astype(np.float32)?); o and dO are {given}, keep them so"
             )
     if _close_f32(g, want):
         return (
             "right to float32's precision only: a product or sum on the way was float32; "
-            "o and dO are float64, keep every step in float64"
+            f"o and dO are {given}, keep every step in {given}"
         )
     return "D_i = Σ_j P_ij dP_ij; write dP_ij = dO_i · V_j and move the sum over j inside: what is Σ_j P_ij V_j?"
 
@@ -805,6 +850,11 @@ def _delta_dtype(fn, case, got) -> str | None:
     have = np.asarray(got).dtype
     if have == want:
         return None
+    if np.dtype(have).itemsize > np.dtype(want).itemsize:  # wider than the inputs
+        return (
+            f"your D is {have} (the array you return), and o and dO are {want}: D comes back in the "
+            f"inputs' dtype, {want} (a sum with dtype={have}, or an astype, widened it)"
+        )
     return (
         f"your D is {have} (the array you return), and o and dO are {want}: an astype or a "
         f"{have} accumulator rounds D; return it in the inputs' dtype, {want}"

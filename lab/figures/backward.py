@@ -97,10 +97,11 @@ def draw_backward_tiles(
 ) -> dict:
     """Left: the backward's tiles (key blocks outer), entry by entry: visible, masked, skipped; one tile (I, J)
     outlined with the row block it adds to (dQ_I) and the key block it adds to (dK_J, dV_J). Right: bytes kept
-    for the backward beyond q, k, v (kept by both): P and scale·q against o + lse.
+    for the backward beyond q, k, v (kept by both): P and scale·q (and, causal, the N × M bool mask that
+    `standard_attention_torch`'s autograd saves, 1 byte an entry) against o + lse.
 
     `M` keys (default N), the causal mask bottom-right, $j \\le i + M - N$. The kept ratio is
-    $(NM + Nd) / (Nd + N) = (M + d) / (d + 1)$ (with $d_v = d$). Also runs
+    $(NM + Nd) / (Nd + N) = (M + d) / (d + 1)$ (with $d_v = d$; causal, $(1.25M + d) / (d + 1)$ in float32). Also runs
     `flash_attention_backward_numpy` at these settings (cached per setting) and returns max |dQ, dK, dV −
     standard| as `max_err`: on the whole problem, or with `check_N` on n = min(N, `check_N`) queries against
     n + (M − N) keys, the gap M − N held within ±n/2 so that its sign (rows with no key when N > M) stays;
@@ -175,10 +176,13 @@ def draw_backward_tiles(
         frameon=False,
     )
     kept_p = N * M * 4
-    kept_std = kept_p + N * d * 4  # P and scale·q
+    kept_std = kept_p + N * d * 4 + (N * M if causal else 0)  # P, scale·q, bool mask
     kept_flash = (N * d + N) * 4
     bx.bar(
-        ["P + scale·q\n(standard)", "o + lse\n(flash)"],
+        [
+            "P + scale·q" + (" + mask" if causal else "") + "\n(standard)",
+            "o + lse\n(flash)",
+        ],
         [kept_std / 1024, kept_flash / 1024],
         color=["#e76f51", "#2a9d8f"],
     )
@@ -190,7 +194,7 @@ def draw_backward_tiles(
     bx.set(
         ylabel="KiB beyond q, k, v (float32)",
         title=f"kept, N = {N}, M = {M}, d = {d}\n"
-        f"(M + d) / (d + 1) = {kept_std / kept_flash:.1f}×",
+        f"{'(1.25 M + d)' if causal else '(M + d)'} / (d + 1) = {kept_std / kept_flash:.1f}×",
         ylim=(0, top * 1.15),
     )
     ax.figure.subplots_adjust(left=0.08, right=0.98, bottom=0.26, top=0.92, wspace=0.3)

@@ -208,14 +208,15 @@ def p_error_grid(
     return grid
 
 
-def p_underflow(q, k, fmt: str, *, block_k: int = 128) -> dict:
+def p_underflow(q, k, fmt: str, *, block_k: int = 128, scale: float = 1.0) -> dict:
     """What rounding to `fmt` does to the tiles' $P_{ij} = e^{S_{ij} - m_{running}}$ of one pass over the keys.
 
     Returns `p` (every P entry as the kernel forms it, float32, shape `(..., N, M)` flattened), the
     fraction of all entries that are nonzero in float32 and round to 0 in `fmt` (`flushed`), the
     fraction already 0 in float32 (`zero_fp32`: $e^{s - m}$ below float32's smallest subnormal), the
     fraction 0 in `fmt` for either reason (`zero`, = flushed + zero_fp32), and the share of the
-    softmax mass the flushed entries held (`mass_lost`, against the final l).
+    softmax mass the flushed entries held (`mass_lost`, against the final l). `scale`: each $P_{ij}$ is
+    multiplied by it before the rounding (FlashAttention-3's FP8 kernel uses 256), as in `p_error_parts`.
     Taught in: notebooks/07_precision.ipynb
     """
     _check_fmt(fmt)
@@ -228,6 +229,8 @@ def p_underflow(q, k, fmt: str, *, block_k: int = 128) -> dict:
         )
     check_finite(q, "q")
     check_finite(k, "k")
+    if not (np.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a positive number, got {scale!r}")
     s = (q / np.float32(np.sqrt(q.shape[1]))) @ k.T  # S: (N, M)
     m = np.full(q.shape[0], -np.inf, np.float32)  # running max, (N,)
     tiles = []
@@ -239,12 +242,13 @@ def p_underflow(q, k, fmt: str, *, block_k: int = 128) -> dict:
     weight = np.exp(
         s - s.max(axis=1, keepdims=True)
     )  # its final softmax weight, unnormalized
-    zero = (round_to(p, fmt) == 0) & (p > 0)
+    rounded = round_to(p * np.float32(scale), fmt)
+    zero = (rounded == 0) & (p > 0)
     return {
         "p": p.ravel(),
         "flushed": float(zero.mean()),
         "zero_fp32": float((p == 0).mean()),
-        "zero": float((round_to(p, fmt) == 0).mean()),
+        "zero": float((rounded == 0).mean()),
         "mass_lost": float((weight * zero).sum() / weight.sum()),
         "fmt": fmt,
     }

@@ -8,7 +8,7 @@ Hadamard matrix, §3.3), each also switched off. This module models every column
   `quantize_fp8`           : a scaled cast to FP8 e4m3 and back, one scale per tensor or per block of rows.
   `random_hadamard`        : the random orthogonal matrix of incoherent processing.
   `attention_fp8_baseline` : standard attention, FP8 inputs and P with a scale per tensor, S and P stored in FP16.
-  `attention_fp8_fa3`      : the tiled kernel, Q and K rotated, inputs cast per block, each P_ij <= 1 in e4m3.
+  `attention_fp8_fa3`      : the tiled kernel, Q and K rotated, inputs cast per block, 256·P_ij (<= 256) in e4m3.
   `fa3_table3`             : every column, with the RMSE taken against the draws and against the FP16-cast inputs.
 The paper's figures are quoted in `FA3_TABLE3_RMSE` (lab/precision_experiments.py) and `FA3_TABLE3_ABLATION_RMSE`.
 
@@ -108,12 +108,14 @@ def _qkv64(q, k, v):
     return q, k, v
 
 
-def _tiled_p_rounded(q, k, v, fmt: str, Bc: int) -> np.ndarray:
+def _tiled_p_rounded(q, k, v, fmt: str, Bc: int, p_scale: float = 1.0) -> np.ndarray:
     """The tiled kernel's output with each $P_{ij} = e^{S_{ij} - m}$ ($m$ the running max after key block j) rounded to
     `fmt`, all key blocks at once: $o = \\sum_j e^{m_j - m}\\,\\mathrm{fl}(P_{ij}) V_j / \\sum_j e^{m_j - m}\\,\\mathrm{rowsum}(P_{ij})$.
 
     The model of `flash_attention_numpy(..., p_format=fmt)` with S scaled after the product and the sums taken in
     another order: the same rounding steps, so errors of the same size (not the same bits), much faster. float32.
+    `p_scale`: each $P_{ij}$ is multiplied by it before the rounding and divided by it after, as FlashAttention-3's
+    FP8 kernel forms $2^8 e^{S_{ij} - m}$ (its `Max_offset` = 8) and divides l by $2^8$ at the end.
     """
     q, k, v = (a.astype(np.float32) for a in (q, k, v))
     M = k.shape[-2]
@@ -130,7 +132,10 @@ def _tiled_p_rounded(q, k, v, fmt: str, Bc: int) -> np.ndarray:
     p = np.exp(sb - m_run[..., None])  # P_ij against the running max, <= 1
     w = np.exp(m_run - m_run[..., -1:])  # alpha products: e^(m_j - m_final)
     l = (w * p.sum(axis=-1)).sum(axis=-1)  # (..., N), from the unrounded P
-    pr = (round_to(p, fmt) * w[..., None]).reshape(s.shape[:-1] + (nb * Bc,))[..., :M]
+    sc = np.float32(p_scale)
+    pr = (round_to(p * sc, fmt) / sc * w[..., None]).reshape(s.shape[:-1] + (nb * Bc,))[
+        ..., :M
+    ]
     return (pr @ v) / l[..., None]  # (..., N, dv)
 
 
@@ -162,10 +167,14 @@ def attention_fp8_fa3(
     block_quant: bool = True,
     incoherent: bool = True,
     seed: int = 0,
+    p_scale: float = 256.0,
 ) -> np.ndarray:
     """A model of FlashAttention-3 in FP8: Q and K rotated by `random_hadamard` (incoherent processing), Q, K, V cast with
     a scale per block of `block` rows (block quantization; per tensor with `block_quant=False`), then the tiled kernel
-    with each $P_{ij} \\le 1$ in e4m3 and $S_{ij}$, m, l, acc in FP32; O stored in FP16.
+    with each $P_{ij}$ in e4m3 and $S_{ij}$, m, l, acc in FP32; O stored in FP16. `p_scale`: P is cast as
+    $\\mathrm{fl}(p_{scale} P_{ij})/p_{scale}$; the released kernel's 256 (`Max_offset` = 8 in hopper/softmax.h,
+    exp2 of $x - \\max + 8$, "so that the value after exp2 is in the range of [0, 256]") is the default, and
+    `p_scale=1` casts $P_{ij} \\le 1$ as it is.
 
     Taught in: notebooks/07_precision_in_attention.ipynb
     """
@@ -176,7 +185,10 @@ def attention_fp8_fa3(
         q, k = q @ M, k @ M  # (QM)(KM)ᵀ = QKᵀ
     g = B if block_quant else None
     q, k, v = quantize_fp8(q, g), quantize_fp8(k, g), quantize_fp8(v, g)
-    return round_to(_tiled_p_rounded(q, k, v, "fp8_e4m3", B), "fp16")  # (..., N, dv)
+    if not (np.isfinite(p_scale) and p_scale > 0):
+        raise ValueError(f"p_scale must be a positive number, got {p_scale!r}")
+    p8 = _tiled_p_rounded(q, k, v, "fp8_e4m3", B, p_scale)
+    return round_to(p8, "fp16")  # (..., N, dv)
 
 
 def fa3_table3(

@@ -252,6 +252,21 @@ def test_the_reference_pipeline_is_labs_tiled_kernel():
             "alpha = np.exp(m_new - m) if j else np.float32(0)",
             ["α is inverted", "e^(m - m') ≤ 1"],
         ),
+        (
+            "s = q @ k[j : j + Bc].T / np.float32(np.sqrt(d))",
+            "s = q @ k[j : j + Bc].T",
+            ["the scores were not scaled", "1/√d is missing"],
+        ),
+        (
+            "s = q @ k[j : j + Bc].T / np.float32(np.sqrt(d))",
+            "s = q @ k[j : j + Bc].T / np.float32(d)",
+            ["divided by d", "square root"],
+        ),
+        (
+            "s = q @ k[j : j + Bc].T / np.float32(np.sqrt(d))",
+            "s = q @ k[j : j + Bc].T * np.float32(np.sqrt(d))",
+            ["multiplied by √d"],
+        ),
     ],
     ids=[
         "float16 matmul",
@@ -266,6 +281,9 @@ def test_the_reference_pipeline_is_labs_tiled_kernel():
         "P against block max",
         "alpha inverted",
         "alpha inverted, guarded",
+        "no 1/sqrt(d)",
+        "1/d",
+        "sqrt(d)",
     ],
 )
 def test_a_planted_pipeline_is_named(old, new, says):

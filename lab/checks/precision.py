@@ -434,6 +434,7 @@ def _rounding_cases():
                     2.0**-14 - s / 4,
                     s / 4,
                     -7.5 * s,
+                    -s / 4,
                 ],
                 np.float32,
             ),
@@ -485,6 +486,11 @@ def _explain(x: float, want: float, got: float, e: int, t: int) -> str:
         return "x is ±inf: it stays ±inf"
     if np.isnan(got):
         return "yours is NaN (log2 of 0? 0 · inf?): 0 rounds to 0"
+    if got == 0 and want == 0:
+        return (
+            "the sign of zero is lost: -0 stays -0, and a negative x that rounds to 0 gives -0 "
+            "(give the result x's sign bit, e.g. with np.copysign)"
+        )
     if a > xmax:
         return (
             f"x is past the largest finite value x_max = {xmax:g}: up to x_max + half a step "
@@ -597,7 +603,10 @@ def check_round_nearest_even(fn, *, name: str | None = None) -> None:
             return
         g = g.astype(np.float64)
         w = want.astype(np.float64)
-        wrong = ~((g == w) | (np.isnan(g) & np.isnan(w)))
+        same = ((g == w) & (np.signbit(g) == np.signbit(w))) | (
+            np.isnan(g) & np.isnan(w)
+        )
+        wrong = ~same  # bit for bit: -0 is not +0
         if wrong.any():
             j = int(np.argmax(wrong))
             print(

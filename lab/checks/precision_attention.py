@@ -4,8 +4,9 @@ FP8 layout for P, and the block quantizer.
 - `check_block_fp8` : `fn(x, rows)` must be FlashAttention-3's block quantization (one scale 448/max|x| per group
   of `rows` rows), equal to `lab.quantize_fp8(x, rows)` on fresh outlier inputs; names the classic mistakes.
 
-- `check_fp8_layout` : exercise 2's three predictions (which layout flushes fewer P entries, which errs less
-  with values of mean 0, and of mean 1), each compared with a measurement on inputs drawn fresh for the run.
+- `check_fp8_layout` : exercise 3's three predictions (which layout flushes fewer P entries, which errs less
+  with values of mean 0, and of mean 1), each compared with a measurement on inputs drawn fresh for the run, pooled over draws until
+  the layouts are 25% apart (one answer per question, never both).
 
 - `check_rotation` : `fn(d, rng)` must be FlashAttention-3's incoherent processing matrix (arXiv 2407.08608, §3.3):
   orthogonal ($R R^\\top = I$), every entry of size $1/\\sqrt d$ (so one outlier entry is spread over all d), random
@@ -237,32 +238,48 @@ _WHY = {
 }
 
 
-def fp8_layout_measured(seed: int) -> dict:
-    """Exercise 2's three answers measured at its setting (M = 4096, std(s) = 4, Bc = 64) on inputs drawn with `seed`."""
-    q, k, v = gaussian_qkv(4096, 64, 4.0, 8, seed)
+def _layout_scores(seed: int, rows: int = 16) -> dict:
+    """Each question's measured value per layout on one draw of `rows` query rows at Exercise 3's setting
+    (M = 4096, std(s) = 4, Bc = 64): the share of P_IJ flushed, the error of o for v and for v + 1."""
+    q, k, v = gaussian_qkv(4096, 64, 4.0, rows, seed)
     flushed = {f: p_underflow(q, k, f, block_k=64)["flushed"] for f in _LAYOUTS}
     err = {
         (f, shift): p_rounding_error(q, k, v + np.float32(shift), f, block_k=64)
         for f in _LAYOUTS
         for shift in (0, 1)
     }
-    scores = {
+    return {
         "flushes fewer": flushed,
         "smaller error, v": {f: err[(f, 0)] for f in _LAYOUTS},
         "smaller error, v + 1": {f: err[(f, 1)] for f in _LAYOUTS},
     }
-    return {key: _winners(values) for key, values in scores.items()}
 
 
-def _winners(values: dict) -> tuple:
-    """The layouts that win a question: the smaller value, or both when they are within 25% of each other
-    (one draw of inputs cannot tell them apart then)."""
+def fp8_layout_measured(seed: int, *, margin: float = 1.25, max_draws: int = 6) -> dict:
+    """Exercise 3's three answers measured at its setting (M = 4096, std(s) = 4, Bc = 64): one layout per
+    question, never both. Draws of 16 query rows (seeded from `seed`, so one seed gives one answer) are pooled,
+    each question's values averaged over the draws so far, until the two layouts are `margin` apart on every
+    question (or `max_draws` draws are in): one draw of 16 rows can put them close, the average of several
+    cannot, and a wrong answer never passes as a tie."""
+    rng = np.random.default_rng(seed)
+    pooled = {key: dict.fromkeys(_LAYOUTS, 0.0) for key in _QUESTIONS}
+    for _ in range(max_draws):
+        for key, values in _layout_scores(int(rng.integers(2**31))).items():
+            for f, x in values.items():
+                pooled[key][f] += x
+        if all(_apart(values, margin) for values in pooled.values()):
+            break
+    return {key: min(values, key=values.get) for key, values in pooled.items()}
+
+
+def _apart(values: dict, margin: float) -> bool:
+    """True when the larger of the two layouts' values is over `margin` times the smaller."""
     lo, hi = sorted(values.values())
-    return tuple(_LAYOUTS) if hi <= 1.25 * lo else (min(values, key=values.get),)
+    return hi > margin * lo
 
 
 def check_fp8_layout(prediction: dict, *, seed: int | None = None) -> None:
-    """Exercise 2: `prediction` maps each question of `_QUESTIONS` to "fp8_e4m3" or "fp8_e5m2"; each is compared
+    """Exercise 3: `prediction` maps each question of `_QUESTIONS` to "fp8_e4m3" or "fp8_e5m2"; each is compared
     with the layout measured on inputs drawn fresh for this run (`fp8_layout_measured`)."""
     if not isinstance(prediction, dict):
         print(
@@ -285,11 +302,11 @@ def check_fp8_layout(prediction: dict, *, seed: int | None = None) -> None:
         return
     rng, seed = _fresh(seed)
     truth = fp8_layout_measured(int(rng.integers(1_000_000)))
-    wrong = [key for key in _QUESTIONS if prediction[key] not in truth[key]]
+    wrong = [key for key in _QUESTIONS if prediction[key] != truth[key]]
     if wrong:
         for key in wrong:
             print(
-                f"check_fp8_layout: ✗ {key!r}: measured {truth[key][0]}, you said {prediction[key]} "
+                f"check_fp8_layout: ✗ {key!r}: measured {truth[key]}, you said {prediction[key]} "
                 f"({_WHY[key]})"
             )
         print(seed_note(seed), end="")
@@ -299,7 +316,7 @@ def check_fp8_layout(prediction: dict, *, seed: int | None = None) -> None:
     )
 
 
-# ------------------------------------------------------------------------- exercise 3: the block quantizer
+# ------------------------------------------------------------------------- exercise 4: the block quantizer
 
 
 def _e4m3(x, variant="fn") -> np.ndarray:
@@ -508,9 +525,12 @@ def tiled_fp16_planted(q, k, v, Bc, fault=None) -> np.ndarray:
     "O in FP16", "standard" (standard attention: S and the normalized P stored in FP16); the update's slips
     "block max" (m' = rowmax S_IJ, not max(m, rowmax S_IJ)), "P against block max" (P_IJ = e^(S_IJ - rowmax
     S_IJ) while l, acc follow the running max), "alpha inverted" (e^(m' - m): NaN from the first block's
-    e^(m' + inf) · 0) and "alpha inverted, guarded" (the same, the first block's factor taken as 0)."""
+    e^(m' + inf) · 0) and "alpha inverted, guarded" (the same, the first block's factor taken as 0); the
+    scale's slips "no 1/sqrt(d)", "1/d for 1/sqrt(d)" and "sqrt(d) for 1/sqrt(d)"."""
     q, k, v = (np.asarray(a, np.float32) for a in (q, k, v))
     scale = np.float32(1 / np.sqrt(q.shape[-1]))
+    if fault in _SCALE_SLIPS:
+        scale, fault = np.float32(_SCALE_SLIPS[fault](q.shape[-1])), None
     if fault == "standard":
         s = round_to(q @ k.T * scale, "fp16")
         p = np.exp(s - s.max(axis=-1, keepdims=True))
@@ -545,7 +565,17 @@ def tiled_fp16_planted(q, k, v, Bc, fault=None) -> np.ndarray:
     return round_to(o, "fp16") if fault == "O in FP16" else o
 
 
+_SCALE_SLIPS = {
+    "no 1/sqrt(d)": lambda d: 1.0,
+    "1/d for 1/sqrt(d)": lambda d: 1.0 / d,
+    "sqrt(d) for 1/sqrt(d)": lambda d: np.sqrt(d),
+}
+
 _PIPELINE_FAULTS = {
+    "no 1/sqrt(d)": "the scores were not scaled: S_IJ = Q_I K_Jᵀ / √d (the 1/√d is missing, so every "
+    "row of P is far more peaked than the softmax's)",
+    "1/d for 1/sqrt(d)": "the scores were divided by d: S_IJ = Q_I K_Jᵀ / √d, the square root of d",
+    "sqrt(d) for 1/sqrt(d)": "the scores were multiplied by √d: S_IJ = Q_I K_Jᵀ / √d, divided by it",
     "S in FP16": "S_IJ was stored in FP16 (as standard attention stores S; a float16 matmul does it too): "
     "upcast Q_I, K_J to float32 and keep S_IJ, m in FP32; only P_IJ is rounded",
     "P not rounded": "no P_IJ was rounded to FP16: this is the FP32 kernel; round P_IJ = e^(S_IJ - m) "

@@ -302,7 +302,7 @@ def draw_p_explorer(
     _log_counts_axis(ax)
     # Headroom above every bar for the legend and the box; limits on whole decades and tens, so that a
     # slider's nearby settings share one frame. -162: the 0 bin shows.
-    ax.set_ylim(0.5, _decade_above(float(counts.max()) * 1e5))
+    ax.set_ylim(0.5, _decade_above(float(counts.max()) * 300))
     ax.set_xlim(max(-162, 10 * np.floor(min(sub - 12, float(lp.min()) - 2) / 10)), 1)
     ax.set(
         xlabel="log2 P_ij  (P_ij = exp(S_ij − running max))",

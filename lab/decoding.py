@@ -599,7 +599,9 @@ def stream_bandwidth(
     cores = cores or os.cpu_count() or 1
     counts = [cores if n is None else _positive_int(n, "threads") for n in threads]
     if not counts:
-        raise ValueError("threads must hold at least one thread count (None: every core)")
+        raise ValueError(
+            "threads must hold at least one thread count (None: every core)"
+        )
     mbytes = _positive_int(mbytes or copy_mib(), "mbytes")
     _positive_int(rounds, "rounds")
     x = torch.ones(mbytes * 2**20 // 4)  # written once: no lazily mapped pages

@@ -702,7 +702,12 @@ def _best_splits_cases(rng):
             int(rng.choice([1, 2, 4, 8])),
             int(rng.choice([108, 114, 132])),
         ),
-        (256, 1, 8, 132),  # 2 key blocks: 1 split wins unless it pays partials and a merge
+        (
+            256,
+            1,
+            8,
+            132,
+        ),  # 2 key blocks: 1 split wins unless it pays partials and a merge
         (32768, 17, 8, 132),  # 17 waves at 16 splits: a merge charged per wave picks 8
     ]
 
@@ -787,7 +792,9 @@ def _probe(kinds, fn):
             return None if left[0] == "right" else left[0]
         if not left:
             return None
-        left = [k for k in left if k != "right"] + (["right"] if "right" in left else [])
+        left = [k for k in left if k != "right"] + (
+            ["right"] if "right" in left else []
+        )
     return None
 
 
@@ -815,7 +822,9 @@ def _best_splits_hint(case, got, want, fn=None):
     ]
     if tie and "ties" not in kinds:
         kinds.append("ties")
-    probe = len(kinds) > 1 or "short" in kinds  # a stopped search is told only by asking
+    probe = (
+        len(kinds) > 1 or "short" in kinds
+    )  # a stopped search is told only by asking
     kind = _probe(kinds, fn) if probe and fn is not None else (kinds or [None])[0]
     if kind is None and kinds and "short" not in kinds:
         kind = kinds[0]

@@ -317,6 +317,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "time_decoding",
         "cpu_speedup_model",
         "decode_timing_table",
+        "stream_bandwidth",
         "PagedCache",
         "paged_kv",
         "gather_pages",

@@ -17,6 +17,7 @@ A ladder:
   4. `decode_torch`, `time_decoding` : the same split in torch on this machine's cores: each chunk's
      `(o_c, lse_c)` on a worker thread, then merged; timed with `torch.utils.benchmark`.
      `cpu_speedup_model`, `decode_timing_table` : the cores as the processors, each streaming its share.
+     `stream_bandwidth` : what that share is on this machine: a large read on 1 thread and on every core.
   5. `paged_kv`, `gather_pages`, `decode_paged` : the cache no longer contiguous. K and V live in fixed-size
      pages of `page_size` tokens anywhere in a pool; a block table maps each sequence's logical block i to
      a physical page (vLLM's PagedAttention, Kwon et al. 2023, arXiv 2309.06180, §4.1-4.2). A decoding
@@ -575,6 +576,39 @@ def time_decoding(
         )
         for s, w in runs
     ]
+
+
+def stream_bandwidth(
+    threads=(1, None), *, mbytes: int | None = None, rounds: int = 5
+) -> dict:
+    """Bytes per second of a large streaming read, $\text{bytes} / t$ of one `x.sum()`, at each torch thread count in `threads` (None: every core).
+
+    The tensor holds `mbytes` MiB of float32 (default `lab.copy_mib()`: twice the last-level cache, so
+    the read comes from memory, not the cache); the counts are timed in alternating rounds
+    (`lab.measure.time_interleaved`), torch's own count restored. A decoding step is such a read: its
+    time is the cache's bytes over this rate. Returns {threads: bytes per second}.
+    Taught in: notebooks/10_decoding.ipynb
+    """
+    import os
+
+    from .measure.machine import copy_mib
+    from .measure.pitfalls import at_threads
+    from .measure.timing import time_interleaved
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    cores = cores or os.cpu_count() or 1
+    counts = [cores if n is None else _positive_int(n, "threads") for n in threads]
+    if not counts:
+        raise ValueError(
+            "threads must hold at least one thread count (None: every core)"
+        )
+    mbytes = _positive_int(mbytes or copy_mib(), "mbytes")
+    _positive_int(rounds, "rounds")
+    x = torch.ones(mbytes * 2**20 // 4)  # written once: no lazily mapped pages
+    fns = at_threads({"read": x.sum}, sorted(set(counts)))
+    t = time_interleaved(fns, rounds=rounds, min_run_time=0.1)
+    by = {int(name.split(", ")[1].split()[0]): sec for name, sec in t.items()}
+    return {n: x.nbytes / by[n] for n in counts}
 
 
 def cpu_speedup_model(splits: int, workers: int) -> int:

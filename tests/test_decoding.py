@@ -425,3 +425,30 @@ def test_decode_splits_slider_reaches_the_cliff_and_never_loses_to_fa2():
     ) in cache:  # a split costs its partials, so some counts lose; the best never does
         best = max(lab.decode_schedule(M, heads=8, splits=s)["speedup"] for s in splits)
         assert best >= 1, M
+
+
+def test_stream_bandwidth_reads_at_each_thread_count_and_restores_torch():
+    import torch
+
+    before = torch.get_num_threads()
+    bw = lab.stream_bandwidth(threads=(1, None), mbytes=8, rounds=1)
+    assert 1 in bw and all(v > 0 for v in bw.values())
+    assert max(bw) >= 1 and torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads"):
+        lab.stream_bandwidth(threads=(0,), mbytes=8)
+    with pytest.raises(ValueError, match="mbytes"):
+        lab.stream_bandwidth(mbytes=-1)
+
+
+def test_schedule_title_fits_its_panel_at_every_slider_setting():
+    import matplotlib.pyplot as plt
+
+    w = lab.widgets.decode_splits()
+    splits = {c.description: c for c in w.kwargs_widgets}["splits"].options
+    for s in (1, 17, max(splits)):
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+        lab.figures.decoding.draw_decode_schedule(524288, s, axes=axes)
+        fig.canvas.draw()
+        box = axes[0].title.get_window_extent()
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width / 2, s  # in its half, not cut
+        plt.close(fig)

@@ -154,7 +154,7 @@ _T = (
 WRONG_3 = {
     "min_splits: a second wave": (
         _BS + "    return -(-processors // (batch * heads))\n",
-        ["case 0", "count the waves"],
+        ["case 0", "check your step count"],
     ),
     "the partials and the merge left out": (
         _BS
@@ -198,6 +198,24 @@ WRONG_3 = {
     "ties to the most splits": (
         _BS + _T + "    return min(range(1, K + 1), key=lambda s: (t(s), -s))\n",
         ["when counts tie, take the fewest"],
+    ),
+    "the partials and the merge charged at 1 split too": (
+        _BS
+        + "    K = -(-M // 128)\n"
+        + "    def t(s):\n"
+        + "        w = -(-batch * heads * min(s, M) // processors)\n"
+        + "        return w * (-(-K // s) + 1) + 1\n"
+        + "    return min(range(1, K + 1), key=lambda s: (t(s), s))\n",
+        ["case 6 (256, 1, 8, 132)", "one split writes no partials and merges nothing"],
+    ),
+    "the merge charged once per wave": (
+        _BS
+        + "    K = -(-M // 128)\n"
+        + "    def t(s):\n"
+        + "        w = -(-batch * heads * min(s, M) // processors)\n"
+        + "        return w * (-(-K // s) + 2) if s > 1 else w * K\n"
+        + "    return min(range(1, K + 1), key=lambda s: (t(s), s))\n",
+        ["the merge is one small launch after the last wave, one step in all"],
     ),
 }
 
@@ -1250,7 +1268,7 @@ def test_passing_lines_are_fixed_text(capsys):
         "cache_per_token: ✓ passed 9 cases",
         "intensity: ✓ passed 5 cases",
         "crossing_group: ✓ passed 5 cases",
-        "best_splits: ✓ passed 6 cases",
+        "best_splits: ✓ passed 8 cases",
         "paged_decode: ✓ passed 8 sequences on scattered pages: stale slots masked, no copy of the cache",
         "split_decode: ✓ passed 8 cases: uneven, empty chunks, G to 16, huge scores; "
         "merge followed, no copy",

@@ -163,14 +163,12 @@ def draw_decode_schedule(
         ax, boxes, colors, lw=plt.rcParams["patch.linewidth"], edgecolor="white"
     )
     extra = fd["working"] - processors * (fd["waves"] - 1)  # the last wave's items
-    last = "" if fd["waves"] == 1 else f"; last wave: {extra} of {processors} busy"
-    ax.set(
-        xlim=(-0.1, cols),
-        ylim=(-0.1, rows),
-        aspect="equal",
-        xticks=[],
-        yticks=[],
-        title=f"{processors} processors: {fd['items']} items in {fd['waves']} wave(s){last}",
+    last = "" if fd["waves"] == 1 else f"; last: {extra} of {processors} busy"
+    waves = f"{fd['waves']} wave{'s' * (fd['waves'] > 1)}"
+    ax.set(xlim=(-0.1, cols), ylim=(-0.1, rows), aspect="equal", xticks=[], yticks=[])
+    # two short lines: the panel is narrow, and a slider keeps its first axes box
+    ax.set_title(
+        f"{fd['items']:,} items on {processors} processors\n{waves}{last}", fontsize=10
     )
     ax.grid(False)
     for side in ("left", "bottom"):
@@ -214,7 +212,7 @@ def draw_decode_schedule(
     bx.set_ylim(min(steps) / 2, fa2["steps"] * 12)
     bx.legend(loc="upper right", fontsize=9)
     _plain_log_axes(bx)
-    bx.figure.subplots_adjust(left=0.05, right=0.97, bottom=0.2, top=0.9, wspace=0.18)
+    bx.figure.subplots_adjust(left=0.05, right=0.97, bottom=0.2, top=0.88, wspace=0.18)
     return {"fa2": fa2, "flash_decoding": fd}
 
 

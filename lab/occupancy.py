@@ -5,11 +5,11 @@ as meta-parameters and `num_warps`, `num_stages` beside them
 (https://triton-lang.org/main/python-api/generated/triton.Config.html):
 
 - shared memory of one program = the Q_i tile + `num_stages` × (one K_j tile + one V_j tile), each tile
-  (rows × d) elements of the input dtype: with `num_stages` = s the loop keeps s key blocks in flight, loading
-  the next ones while it computes on the current one;
+  (rows × d) elements of the input dtype: with `num_stages` = s the loop holds s buffers of K_j, V_j, one
+  being computed while the loads of the next s - 1 are in flight;
 - registers of one program, spread over its `num_warps` × 32 threads: the fp32 block values that live for
   the whole loop, acc (Br × d) and the score tile S_ij, then P_ij (Br × Bc), and Q_i as a matmul operand
-  (Br × d of the input dtype); the compiler adds registers of its own (pointers, indices), so this is a floor,
+  (Br × d of the input dtype, packed: two fp16 or bf16 values a 32-bit register); the compiler adds registers of its own (pointers, indices), so this is a floor,
   and past 255 a thread spills the rest to local memory, in HBM (`spills`);
 - programs per SM = the least of what shared memory, registers, threads (2,048 per SM) and block slots
   (32 per SM) allow; programs in flight = that × SMs; the grid is ⌈N / Br⌉ × B·H programs, run in

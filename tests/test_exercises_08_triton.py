@@ -576,19 +576,34 @@ def test_an_object_with_a_grid_that_is_no_triton_kernel_is_refused():
 LOG2_MISTAKES = {
     "lse left in natural-log units": (
         ("t - lse[:, None] * log2e", "t - lse[:, None]"),
-        "lse subtracted in natural-log units",
+        "yours subtracts lse in natural-log units",
     ),
     "t converted twice": (
         ("t - lse[:, None] * log2e", "(t - lse[:, None]) * log2e"),
-        "t already holds S·log2 e",
+        "yours multiplies t by log2 e again, but t already holds S·log2 e",
     ),
     "ln 2 for log2 e": (
         ("t - lse[:, None] * log2e", "t - lse[:, None] * 0.6931471805599453"),
-        "lse·ln 2 goes the wrong way",
+        "yours converts lse with ln 2, which goes the wrong way",
     ),
     "exp for exp2": (
         ("np.exp2(", "np.exp("),
         "the kernel's exponential is exp2",
+    ),
+    "the tile normalised by its own row sum, lse ignored": (
+        (
+            "return np.exp2(t - lse[:, None] * log2e)",
+            "e = np.exp2(t - t.max(axis=1, keepdims=True))\n"
+            "    return e / e.sum(axis=1, keepdims=True)",
+        ),
+        "yours makes each row of the tile sum to 1, but the tile holds only some of the row's keys",
+    ),
+    "the tile's own max in place of lse": (
+        (
+            "return np.exp2(t - lse[:, None] * log2e)",
+            "return np.exp2(t - t.max(axis=1, keepdims=True))",
+        ),
+        "one tile's max is not the row's",
     ),
     "lse along the keys": (
         ("lse[:, None]", "lse"),
@@ -683,6 +698,21 @@ def test_a_power_of_two_is_the_kernel_s_exponential():
     )
     out = run_check(EX[3], src)
     assert "✓" in out and "✗" not in out, out
+
+
+def test_log2_cases_are_tiles_whose_rows_sum_to_less_than_one():
+    """Every case is a tile of some of a row's keys, lse over the whole row: P's rows sum to less than 1."""
+    seen = []
+
+    def record(t, lse):
+        seen.append(np.exp2(t - lse[:, None] * 1.4426950408889634))
+        return seen[-1]
+
+    for seed in range(20):
+        seen.clear()
+        _say(lambda f: ct.check_p_from_lse(f, seed=seed), record)
+        assert len(seen) >= 6  # each case at least once
+        assert all(p.sum(axis=1).max() < 0.99 for p in seen)
 
 
 def test_log2_cases_are_drawn_fresh_and_a_table_fails():

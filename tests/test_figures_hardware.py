@@ -118,6 +118,20 @@ def test_loop_overhead_slider_updates_its_result():
     plt.close("all")
 
 
+def test_loop_overhead_slider_opens_at_its_static_figure_with_the_same_rate():
+    """Given the figure's op count and matmul rate, the slider's first result is the figure's."""
+    import lab.widgets
+
+    model = dict(ops_per_step=19, flops_per_s=63e9)
+    w = lab.widgets.loop_overhead_explorer(**model)
+    figure = lab.figures.hardware.draw_loop_overhead(
+        4096, 10.0, block=256, block_k=512, **model
+    )
+    plt.close("all")
+    assert w.result == figure
+    assert w.result == lab.loop_overhead(4096, 256, block_k=512, **model)
+
+
 def test_draw_launch_grid_draws_the_kernels_tile_kinds():
     got = lab.figures.hardware.draw_launch_grid(256, 256, 64, 32, causal=True)
     plt.close("all")

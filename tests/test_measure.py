@@ -576,3 +576,12 @@ def test_copy_line_names_the_cache_it_exceeds(tmp_path):
     assert line == "copy of ‹64› MiB a buffer, ‹2.0›× the ‹32› MiB last-level cache"
     none = lab.measure.copy_line({"copy_mb": 64}, str(tmp_path / "absent"))
     assert none == "copy of ‹64› MiB a buffer, no cache size readable here"
+
+
+def test_exp2_without_vector_units_times_both_and_refuses_bad_counts():
+    got = lab.measure.exp2_without_vector_units(rounds=1, calls=1)
+    assert got["vector"] > 0 and got["default"] > 0
+    assert got["ratio"] == pytest.approx(got["default"] / got["vector"])
+    for bad in (dict(rounds=0), dict(calls=1.5)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            lab.measure.exp2_without_vector_units(**bad)

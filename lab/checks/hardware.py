@@ -23,8 +23,9 @@ loop, and the key-block loop of a Triton FlashAttention-2 forward kernel.
   sees whole and those some row sees, against an element mask; hints for the deciding rows swapped, j < i + (M - N),
   top-left alignment, the rounding of either, negative counts, a short last key block counted full or dropped; a
   right pair from every row or key (a mask, a loop over rows) fails on a block of 1,024 rows, its work watched.
-- `check_p_from_lse(fn)` : `fn(t, lse)` = 2^(t - lse·log2 e), P from log2-unit scores t = S·log2 e and natural-log
-  lse; hints for lse left in natural-log units, t converted twice, ln 2 for log2 e, exp for exp2, lse along keys;
+- `check_p_from_lse(fn)` : `fn(t, lse)` = 2^(t - lse·log2 e), P of one tile of keys from log2-unit scores
+  t = S·log2 e and the whole row's natural-log lse (the tile alone does not sum to 1); hints for the tile normalised
+  by itself, lse left in natural-log units, t converted twice, ln 2 for log2 e, exp for exp2, lse along keys;
   np.exp (or math.exp) and torch refused: the kernel's own exponential is exp2.
 - `launch_attention_kernel`, `triton_or_standins` : the host side of that kernel, and the modules to write it.
 
@@ -1269,20 +1270,25 @@ def _p_from_lse_hint(case, got, want):
         return f"P has one value per score: shape {want.shape}, yours {got.shape}"
     if np.allclose(got, want, rtol=1e-6, atol=1e-12):
         return None  # the value is right: the failure says what else is wrong
+    own = np.exp2(t - t.max(axis=1, keepdims=True))
     wrong = {
-        "lse subtracted in natural-log units from t in log2 units: convert it, lse·log2 e": np.exp2(
+        "yours makes each row of the tile sum to 1, but the tile holds only some of the row's keys: "
+        "only lse, saved over the whole row, accounts for the others": own
+        / own.sum(axis=1, keepdims=True),
+        "yours is 2^(t - the tile's max): one tile's max is not the row's, and the row's sum is "
+        "missing; lse holds both for the whole row": own,
+        "yours subtracts lse in natural-log units from t in log2 units: convert it, lse·log2 e": np.exp2(
             t - lse[:, None]
         ),
-        "t already holds S·log2 e: multiply only lse by log2 e, not t too": np.exp2(
+        "yours multiplies t by log2 e again, but t already holds S·log2 e: convert only lse": np.exp2(
             (t - lse[:, None]) * _LOG2E
         ),
-        "lse·ln 2 goes the wrong way: a natural log becomes log2 units times log2 e = 1 / ln 2": np.exp2(
-            t - lse[:, None] * math.log(2)
-        ),
-        "exp of a log2-unit score: with t = S·log2 e the kernel's exponential is exp2": np.exp(
+        "yours converts lse with ln 2, which goes the wrong way: a natural log becomes log2 units "
+        "times log2 e = 1 / ln 2": np.exp2(t - lse[:, None] * math.log(2)),
+        "yours takes exp of a log2-unit score: with t = S·log2 e the kernel's exponential is exp2": np.exp(
             t - lse[:, None] * _LOG2E
         ),
-        "lse subtracted along the keys: it holds one value per query row, a column lse[:, None]": (
+        "yours subtracts lse along the keys: it holds one value per query row, a column lse[:, None]": (
             np.exp2(t - lse[None, : t.shape[1]] * _LOG2E)
             if t.shape[1] <= lse.size
             else None
@@ -1294,8 +1300,8 @@ def _p_from_lse_hint(case, got, want):
             and value.shape == got.shape
             and np.allclose(got, value, rtol=1e-6, atol=1e-12)
         ):
-            return "yours is " + text
-    return "P = e^(S - lse) with S = t·ln 2: write the exponent in log2 units, t - lse·log2 e, and use exp2"
+            return text
+    return "P = e^(S - lse) with S = t·ln 2: write the exponent in log2 units, then use exp2"
 
 
 _NATURAL_EXP = {
@@ -1410,11 +1416,13 @@ def _uses_exp2(fn, case, got):
 
 
 def check_p_from_lse(fn, *, seed: int | None = None) -> None:
-    """Check `fn(t, lse)` = $2^{t - lse \\log_2 e}$ = $e^{S - lse}$ for t = S·log2 e and lse the rows' natural-log
-    log-sum-exp: every row of P sums to 1. Three fixed cases and three drawn afresh on each run (scores up to ±200,
-    more keys than rows and fewer); hints for lse left in natural-log units, t converted twice, ln 2 in place of
-    log2 e, exp for exp2, lse broadcast along the keys. The natural exp (np.exp, math.exp) and torch are refused:
-    the exercise asks for the kernel's own exponential, exp2. Taught in: notebooks/08_triton_kernel.ipynb
+    """Check `fn(t, lse)` = $2^{t - lse \\log_2 e}$ = $e^{S - lse}$ for t = S·log2 e on one tile of keys and lse each
+    row's natural-log log-sum-exp over its whole row. The tile holds only some of the row's keys (at least one key
+    outside it carries as much weight as the tile's largest), so its rows sum to less than 1 and normalising the tile
+    by its own sum fails. Three fixed cases and three drawn afresh on each run (scores up to ±200, more keys than
+    rows and fewer); hints for the tile normalised by itself, lse left in natural-log units, t converted twice, ln 2
+    in place of log2 e, exp for exp2, lse broadcast along the keys. The natural exp (np.exp, math.exp) and torch are
+    refused: the exercise asks for the kernel's own exponential, exp2. Taught in: notebooks/08_triton_kernel.ipynb
     """
     rng, seed = _fresh(seed)
     shapes = [(4, 8, 1.0), (8, 4, 30.0), (16, 16, 200.0)]
@@ -1428,10 +1436,18 @@ def check_p_from_lse(fn, *, seed: int | None = None) -> None:
     ]
     cases = []
     for rows, keys, spread in shapes:
-        s = rng.uniform(-spread, spread, size=(rows, keys))
-        peak = s.max(axis=1)
-        lse = peak + np.log(np.exp(s - peak[:, None]).sum(axis=1))  # natural-log units
-        cases.append((s * _LOG2E, lse))
+        tile = rng.uniform(-spread, spread, size=(rows, keys))  # S_ij, one tile of keys
+        # the rest of each row: keys before and after the tile, one as large as the tile's max
+        rest = rng.uniform(
+            -spread, spread, size=(rows, int(rng.integers(1, 2 * keys + 1)))
+        )
+        rest[:, 0] = tile.max(axis=1) + rng.uniform(0.0, 1.0, size=rows)
+        row = np.concatenate([rest, tile], axis=1)
+        peak = row.max(axis=1)
+        lse = peak + np.log(
+            np.exp(row - peak[:, None]).sum(axis=1)
+        )  # natural-log units
+        cases.append((tile * _LOG2E, lse))
     fn = _explained(
         fn,
         {

@@ -44,6 +44,7 @@ from .pitfalls import (
     thread_ratios,
     time_once,
 )
+from .pitfalls import exp2_without_vector_units as exp2_without_vector_units
 from .pitfalls import exp_ulp as exp_ulp  # notebook helpers, as lab.measure.NAME only
 from .pitfalls import ops_per_tile_step as ops_per_tile_step
 from .pitfalls import self_ratio_lines as self_ratio_lines

@@ -7,6 +7,7 @@
 - `count_torch_ops(fn)`: the torch operations `fn()` dispatches (`TorchDispatchMode`), by name.
 - `ops_per_tile_step()`: those of one tile step of the torch loop (rung 4), by name, and `step_op_lines` to print them.
 - `thread_verdicts`, `self_ratio_lines`, `tiled_verdicts`, `exp_ulp`: the verdicts and errors notebook 08 prints, computed here.
+- `exp2_without_vector_units()`: `torch.exp2` timed with torch's vector kernels and without (two child processes).
 
 Taught in: notebooks/08_hardware_runs.ipynb
 """
@@ -296,3 +297,45 @@ def exp_ulp(lo: float, hi: float, n: int = 100_001) -> tuple[float, float]:
     ulp = (torch.nextafter(x.exp(), torch.tensor(np.inf)) - x.exp()).double()
     worst = lambda y: float(((y.double() - exact).abs() / ulp).max())  # noqa: E731
     return worst(torch.exp(x)), worst(torch.exp2(x * 1.4426950408889634))
+
+
+_EXP2_TIMING = """
+import statistics, time, torch
+torch.set_num_threads(1)
+x, out = torch.randn(8, 256, 512), torch.empty(8, 256, 512)
+torch.exp2(x, out=out)
+times = []
+for _ in range({rounds}):
+    t0 = time.perf_counter()
+    for _ in range({calls}):
+        torch.exp2(x, out=out)
+    times.append((time.perf_counter() - t0) / {calls})
+print(statistics.median(times))
+"""
+
+
+def exp2_without_vector_units(rounds: int = 5, calls: int = 5) -> dict:
+    """Seconds of one `torch.exp2` on a default tile, 8 × 256 × 512 fp32, on one thread, in two child
+    processes: with torch's vector kernels as this machine picks them, and with `ATEN_CPU_CAPABILITY=default`
+    (none); each the median of `rounds` rounds of `calls` calls. Returns {"vector": s, "default": s, "ratio"}.
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    for name, value in (("rounds", rounds), ("calls", calls)):
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    code = _EXP2_TIMING.format(rounds=int(rounds), calls=int(calls))
+    out = {}
+    for key, capability in (("vector", None), ("default", "default")):
+        env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+        if capability:
+            env["ATEN_CPU_CAPABILITY"] = capability
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        out[key] = float(done.stdout.split()[-1])
+    out["ratio"] = out["default"] / out["vector"]
+    return out

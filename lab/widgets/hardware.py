@@ -10,16 +10,25 @@ from . import interactive_figure
 
 
 def loop_overhead_explorer(
-    N: int = 4096, block: int = 256, us_per_op: float = 10.0, factor: int = 2
+    N: int = 4096,
+    block: int = 256,
+    us_per_op: float = 10.0,
+    factor: int = 2,
+    *,
+    ops_per_step: int = 21,
+    flops_per_s: float = 155e9,
 ) -> ipywidgets.interactive:
     """Sliders over N, the query block Br, Bc = Br or 2·Br (`factor`; 2 is the CPU default's shape,
-    (256, 512)) and µs per op; `.result` holds `lab.loop_overhead` at those settings.
+    (256, 512)) and µs per op; `.result` holds `lab.loop_overhead` at those settings. `ops_per_step`
+    and `flops_per_s` are fixed, as in `draw_loop_overhead`: pass the same ones as its static figure
+    (notebook 08 passes its counted ops and measured peak) and both show the same numbers.
 
     Taught in: notebooks/08_hardware_runs.ipynb
     """
+    model = dict(ops_per_step=ops_per_step, flops_per_s=flops_per_s)
     return interactive_figure(
         lambda N, block, factor, us_per_op, ax=None: draw_loop_overhead(
-            N, us_per_op, block=block, block_k=factor * block, ax=ax
+            N, us_per_op, block=block, block_k=factor * block, ax=ax, **model
         ),
         reuse=True,
         summary=lambda r: (

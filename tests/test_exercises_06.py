@@ -1544,3 +1544,86 @@ def test_keys_outer_scaling_q_once_is_not_a_score_array():
         }
     )
     assert run_check(EX[7], src) == PASSED[7]
+
+
+def test_keys_outer_fa2_rule_in_fa1_order_is_named():
+    """FA2's unnormalized acc kept in HBM's O and divided by l only at the last key block: the final values and
+    the traffic are FA1's, but what HBM holds between key blocks is not."""
+    src = _keys_outer(
+        {
+            "            O[rows] = ((a * l_old)[:, None] * O_old + pv) / l_new[:, None]\n": (
+                "            last = j0 + Bc >= len(k)  # divide only at the last key block\n"
+                "            acc = a[:, None] * O_old + pv\n"
+                "            O[rows] = acc / l_new[:, None] if last else acc\n"
+            )
+        }
+    )
+    _fails(7, src, "HBM's O holds acc", "FA2's rule in FA1's loop order")
+
+
+def test_keys_outer_final_values_written_in_keys_outer_order_are_named():
+    """The whole answer computed on chip in FA2's order, then the final values written keys-outer."""
+    src = """
+    def fa1_keys_outer(q, k, v, Br, Bc, hbm):
+        done = {}
+        for i0 in range(0, len(q), Br):
+            m = np.full(len(q[i0 : i0 + Br]), -np.inf)
+            l, acc = np.zeros_like(m), np.zeros((len(m), v.shape[1]))
+            for j0 in range(0, len(k), Bc):
+                s = q[i0 : i0 + Br] @ k[j0 : j0 + Bc].T / np.sqrt(q.shape[1])
+                mn = np.maximum(m, s.max(axis=1))
+                a, p = np.exp(m - mn), np.exp(s - mn[:, None])
+                l, acc, m = a * l + p.sum(axis=1), a[:, None] * acc + p @ v[j0 : j0 + Bc], mn
+            done[i0] = (acc / l[:, None], m, l)
+        for j0 in range(0, len(k), Bc):
+            for i0 in range(0, len(q), Br):
+                r = slice(i0, i0 + Br)
+                _ = hbm["O"][r], hbm["m"][r], hbm["l"][r]
+                hbm["O"][r], hbm["m"][r], hbm["l"][r] = done[i0]
+    """
+    _fails(7, src, "the tiles came query block by query block")
+
+
+def test_keys_outer_final_values_with_tiles_in_order_are_named():
+    """Tiles formed keys-outer, every query block's state kept on chip, then the final values written keys-outer
+    in a second pass: the traffic is FA1's, what HBM holds after the first key block is not."""
+    src = """
+    def fa1_keys_outer(q, k, v, Br, Bc, hbm):
+        st, blocks = {}, range(0, len(q), Br)
+        for j0 in range(0, len(k), Bc):
+            for i0 in blocks:
+                s = q[i0 : i0 + Br] @ k[j0 : j0 + Bc].T / np.sqrt(q.shape[1])
+                m, l, acc = st.get(i0, (-np.inf, 0.0, 0.0))
+                mn = np.maximum(m, s.max(axis=1))
+                a, p = np.exp(m - mn), np.exp(s - mn[:, None])
+                st[i0] = (mn, a * l + p.sum(axis=1), a[:, None] * acc + p @ v[j0 : j0 + Bc])
+        for j0 in range(0, len(k), Bc):
+            for i0 in blocks:
+                r, (m, l, acc) = slice(i0, i0 + Br), st[i0]
+                _ = hbm["O"][r], hbm["m"][r], hbm["l"][r]
+                hbm["O"][r], hbm["m"][r], hbm["l"][r] = acc / l[:, None], m, l
+    """
+    _fails(7, src, "HBM's O already holds the output over all")
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (
+            {"(a * l_old)[:, None] * O_old": "a[:, None] * O_old"},
+            "hint: the old O is rescaled by e^(m - m') alone",
+        ),
+        (
+            {
+                "range(0, len(k), Bc):  # key": "range(0, len(k) - len(k) % Bc, Bc):  # key"
+            },
+            "hint: your O is the output over the first",
+        ),
+        (
+            {" / np.sqrt(q.shape[1])  # (Br, Bc)": "  # (Br, Bc)"},
+            "hint: your O is the output with scale 1",
+        ),
+    ],
+)
+def test_keys_outer_value_slips_get_hints(change, says):
+    _fails(7, _keys_outer(change), says)

@@ -1341,6 +1341,7 @@ class HBM:
     def __init__(self, a: np.ndarray, log: list, name: str):
         self._a, self._log, self._name = a, log, name
         self.shape, self.dtype = a.shape, a.dtype
+        self.written = []  # (first row, rows, a copy of what was written), in order
 
     def __len__(self) -> int:
         return len(self._a)
@@ -1358,6 +1359,7 @@ class HBM:
     def __setitem__(self, key, value):
         self._log.append((self._name, "write", *self._rows(key)))
         self._a[key] = value
+        self.written.append((*self._rows(key), np.array(self._a[key], dtype=float)))
 
     def __array__(self, *args, **kwargs):
         raise TypeError(
@@ -1455,8 +1457,11 @@ def _order_problem(log, name: str, N: int, M: int, Br: int, Bc: int) -> str | No
     )
 
 
-def _fa1_outer(q, k, v, Br: int, Bc: int, b_in_pv=True, b_in_l=True) -> np.ndarray:
-    """FA1's O with its rule, or without the factor e^(m~ - m') on the tile's P~V (`b_in_pv`) or on its sum."""
+def _fa1_outer(
+    q, k, v, Br: int, Bc: int, b_in_pv=True, b_in_l=True, l_old=True
+) -> np.ndarray:
+    """FA1's O with its rule, or without the factor e^(m~ - m') on the tile's P~V (`b_in_pv`) or on its sum, or
+    with the old O rescaled without multiplying by the old l (`l_old`)."""
     O, m, l = np.zeros((len(q), v.shape[1])), np.full(len(q), -np.inf), np.zeros(len(q))
     for j0 in range(0, len(k), Bc):
         for i0 in range(0, len(q), Br):
@@ -1468,7 +1473,8 @@ def _fa1_outer(q, k, v, Br: int, Bc: int, b_in_pv=True, b_in_l=True) -> np.ndarr
             a, b = np.exp(m[r] - m_new), np.exp(m_t - m_new)
             l_new = a * l[r] + (b if b_in_l else 1.0) * p.sum(axis=1)
             pv = (b[:, None] if b_in_pv else 1.0) * (p @ v[j0 : j0 + Bc])
-            O[r] = ((a * l[r])[:, None] * O[r] + pv) / l_new[:, None]
+            a_O = a * l[r] if l_old else a
+            O[r] = (a_O[:, None] * O[r] + pv) / l_new[:, None]
             m[r], l[r] = m_new, l_new
     return O
 
@@ -1486,7 +1492,25 @@ def _keys_outer_hint(log, got_O, q, k, v, Br: int, Bc: int) -> str | None:
         (False, True): "the tile's P~V lacks it",
         (True, False): "the tile's row sum l~ lacks it",
     }
+    close = lambda a, b: np.allclose(a, b, rtol=1e-7, atol=1e-10, equal_nan=True)  # noqa: E731
+    M, d = k.shape
     with np.errstate(all="ignore"):
+        if close(got_O, attention_reference(q, k, v, scale=1.0)[0]):
+            return (
+                f"your O is the output with scale 1: the 1/√d is missing; S_ij = q_i K_jᵀ / √d, here d = {d}, "
+                "in every tile"
+            )
+        cut = M - M % Bc
+        if M % Bc and close(got_O, attention_reference(q, k[:cut], v[:cut])[0]):
+            return (
+                f"your O is the output over the first {cut} keys only: range(0, M, Bc) visits the short last "
+                f"key block too (M = {M}, Bc = {Bc})"
+            )
+        if close(got_O, _fa1_outer(q, k, v, Br, Bc, l_old=False)):
+            return (
+                "the old O is rescaled by e^(m - m') alone: O is a sum divided by the old l, so FA1 multiplies it "
+                "by l_old (undoing that division) before moving it to m' and dividing by l_new"
+            )
         for (in_pv, in_l), part in where.items():
             wrong = _fa1_outer(q, k, v, Br, Bc, b_in_pv=in_pv, b_in_l=in_l)
             if np.allclose(got_O, wrong, rtol=1e-7, atol=1e-10, equal_nan=True):
@@ -1526,6 +1550,90 @@ def _one_tile(log, Br: int, Bc: int, dv: int) -> str | None:
         "kernel never holds S, not even one block row of it; compute S_ij = q_i K_jᵀ / √d for one query "
         "block and one key block at a time"
     )
+
+
+def _tile_order(seen, q, k, Br: int, Bc: int) -> str | None:
+    """None when the score tiles S_ij (matched by value among the arrays computed from q and k) were first formed
+    key block by key block, every query block for each: j outside, i inside. Else the first tile out of order."""
+    d, Tr = q.shape[1], -(-len(q) // Br)
+    tiles = {
+        (j0 // Bc, i0 // Br): q[i0 : i0 + Br] @ k[j0 : j0 + Bc].T
+        for j0 in range(0, len(k), Bc)
+        for i0 in range(0, len(q), Br)
+    }
+    order = []
+    for _, a, src in seen[3:]:
+        if a.ndim != 2 or not {0, 1} <= src:
+            continue
+        for ji, t in tiles.items():
+            if ji not in order and a.shape == t.shape:
+                if any(
+                    np.allclose(a, x, rtol=1e-12, atol=1e-12)
+                    for x in (t, t / np.sqrt(d))
+                ):
+                    order.append(ji)
+                    break
+    if len(order) < len(tiles) or Tr == 1:
+        return None  # scores formed some other way: the values and the HBM log judge the loop
+    for (j, i), (j1, i1) in zip(order, order[1:]):
+        if (j1, i1) < (j, i):
+            return (
+                f"your loop formed the scores of query block {i1} against key block {j1} after those of query "
+                f"block {i} against key block {j}: the tiles came query block by query block, FA2's order. FA1 "
+                "forms S_ij key block by key block, every query block i for each j, since its state waits in HBM"
+            )
+    return None
+
+
+def _prefix_states(q, k, v, rows: slice, j1: int) -> tuple:
+    """Rows `rows` over keys 0..j1-1: (the normalized output, acc = Σ e^(s - m) v unnormalized, m, l)."""
+    s = q[rows] @ k[:j1].T / np.sqrt(q.shape[1])
+    m = s.max(axis=1)
+    p = np.exp(s - m[:, None])
+    acc = p @ v[:j1]
+    return acc / p.sum(axis=1)[:, None], acc, m, p.sum(axis=1)
+
+
+def _held_after_each_block(hbm, q, k, v, Br: int, Bc: int) -> str | None:
+    """None when every write of O, m and l holds FA1's state over the keys so far: after key block j, query block
+    i's O is normalized over keys 0..j, m and l are their max and sum. The writes are FA1's order already
+    (`_order_problem`), so write number t is key block t // Tr, query block t % Tr."""
+    Tr = -(-len(q) // Br)
+    final = attention_reference(q, k, v)[0]
+    close = lambda a, b: np.allclose(a, b, rtol=1e-8, atol=1e-11)  # noqa: E731
+    for t, (start, n, got) in enumerate(hbm["O"].written):
+        j = t // Tr
+        j1, rows = min((j + 1) * Bc, len(k)), slice(start, start + n)
+        if j1 == len(k):
+            return None
+        o, acc, m, l = _prefix_states(q, k, v, rows, j1)
+        if (
+            close(got, o)
+            and close(hbm["m"].written[t][2], m)
+            and close(hbm["l"].written[t][2], l)
+        ):
+            continue
+        if close(o, final[rows]):
+            continue  # the later keys weigh nothing here: nothing to tell apart
+        at = f"after key block {j} (keys 0..{j1 - 1}), rows {start}..{start + n - 1}"
+        if close(got, acc):
+            return (
+                f"{at}: HBM's O holds acc = Σ e^(s - m) v, unnormalized, divided by l only at the last key "
+                "block: that is FA2's rule in FA1's loop order. FA1's O is normalized after every key block, "
+                "O = softmax(S_i,0..j) V_0..j, so each step divides by the new l"
+            )
+        if close(got, final[rows]):
+            return (
+                f"{at}: HBM's O already holds the output over all {len(k)} keys, though only keys 0..{j1 - 1} "
+                "have been seen: your loop computed ahead and wrote the final values. At each key block FA1 "
+                "knows only the keys so far, and O holds the output normalized over them"
+            )
+        if not close(got, o):
+            return f"{at}: HBM's O is not the output normalized over the keys so far, softmax(S_i,0..j) V_0..j"
+        return (
+            f"{at}: HBM's m and l are not the max and Σ e^(s - m) of the scores so far"
+        )
+    return None
 
 
 def check_fa1_keys_outer(
@@ -1571,6 +1679,8 @@ def check_fa1_keys_outer(
                 None,
             )
             or _one_tile(seen, Br, Bc, v.shape[1])
+            or _tile_order(seen, q, k, Br, Bc)
+            or _held_after_each_block(hbm, q, k, v, Br, Bc)
         )
         if problem is not None:
             print(f"{name}: ✗ case {i} ({label}): {problem}")

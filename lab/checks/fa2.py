@@ -22,7 +22,7 @@ learner what their two block loops did (when each held the normalized output, an
   exponential alone takes more than `share`. An answer that also charges the exponential's multiply by
   $\\log_2 e$ as one FP32 FLOP (one fewer FLOP per score) is accepted, and the pass line says so.
 - `check_causal_fa2_ops`       : FA2's multiplies plus divides, causal, $N = M$, $B_r = B_c = B$, against
-  `lab.flash_counts` (which the answer may not run, nor `lab.trace.record` or lab's kernels); names the classic miscounts (every tile, the diagonal left
+  `lab.flash_counts` (which the answer may not run, nor `lab.tile_counts`, `lab.trace.record` or lab's kernels); names the classic miscounts (every tile, the diagonal left
   out, full last block). Both warm-ups add cases drawn afresh on each run to their fixed ones.
 - `check_fa1_block`, `check_fa2_block` : one query block against the float64 reference, $(o, m, l)$ and
   $(o, lse)$, on a short last key block, on very large and very negative scores and on a key block near +400
@@ -210,6 +210,17 @@ def _time_hint(case, got, want):
         )
         if part:
             return f"your {_UNITS[i]} is {part}"
+    if np.isclose(got[3], 100 * want[3], rtol=1e-9, atol=0):
+        return "your share is a percent: return it as a fraction of 1 (0.274, not 27.4)"
+    N, _, _, _, chip = case
+    if np.isclose(
+        got[2], want[2] + N * N / HARDWARE[chip]["nonmatmul"], rtol=1e-9, atol=0
+    ):
+        return (
+            "your t_rest counts 4 FP32 operations a score, one more than the max, subtraction and sum: "
+            "the 1/√d multiply? Kernels fold it with log2 e into the FMA that forms the exponent, "
+            "x·scale - m·scale (flash-attn's softmax.h), and the model already counts that subtraction"
+        )
     return (
         "each unit's time is its operations over its rate: 4 N² d matmul FLOPs at "
         "matmul_flops, every exponential at exp_per_s, the rest (3 a score, then the "
@@ -310,14 +321,19 @@ def _affordable_hint(case, got, want):
         g, want, rtol=1e-6
     ):  # right, and refused for another reason: that reason says it all
         return None
+    if g == 0 and want < 0:
+        return (
+            "yours is 0 where the answer is negative: the exponential alone already takes more than "
+            "`share` of the time here, and the check asks for that negative number, not a clamp"
+        )
     return next(
         (
             f"yours is {what}"
             for value, what in slips
             if np.isclose(g, value, rtol=1e-6)
         ),
-        "solve share = t_non / (t_mm + t_non) for the FP32 FLOPs, with t_mm = 4d / R_mm and "
-        "t_non = f / R_non + 1 / R_exp per score",
+        "price one score on each unit (its matmul FLOPs, its exponential, your f FP32 FLOPs, each at "
+        "its own rate), write the share outside the matmuls from those times, and solve that for f",
     )
 
 
@@ -441,7 +457,8 @@ def check_causal_fa2_ops(
     """Check `fn(N, d, B)`: FA2's multiplies plus divides, one head, causal, N = M, Br = Bc = B, against `flash_counts`.
 
     Five fixed cases, then four drawn afresh on each run (`seed` draws the same again); an answer that runs
-    `lab.flash_counts`, `lab.trace.record` or one of lab's kernels (by any name) is refused. Taught in: notebooks/06_flashattention2.ipynb
+    `lab.flash_counts`, `lab.tile_counts`, `lab.trace.record` or one of lab's kernels (by any name) is refused.
+    Taught in: notebooks/06_flashattention2.ipynb
     """
     rng, seed = _fresh(seed)
     cases = [
@@ -466,7 +483,7 @@ def check_causal_fa2_ops(
         rtol=0,
         atol=0,
         hint=_causal_hint,
-        properties=(_own_work(*_COUNTERS),),
+        properties=(_own_work("tile_counts", *_COUNTERS),),
         seed=seed,
     )
 
@@ -899,7 +916,7 @@ _COUNTERS = (
 _TIME_MODEL = ("gpu_time_share", "tiling.time_rows") + _COUNTERS  # exercise 3's answer
 
 
-def _tiles(log, q_i, k, v, Bc) -> str | None:
+def _tiles(log, q_i, k, v, Bc, variant="fa2") -> str | None:
     """None when every score array was a tile of at most Bc keys and each score was exponentiated once; else what
     the loop did instead. A score array is one with Br rows (or columns) against more than Bc keys."""
     Br, (M, d), dv = len(q_i), k.shape, v.shape[1]
@@ -915,14 +932,41 @@ def _tiles(log, q_i, k, v, Bc) -> str | None:
             f"your loop formed a {wide[0]} array, scores of {n} keys at once, where a tile holds at most Bc = {Bc}: "
             f"compute S_ij = q_i K_jᵀ / √d for one key block K_j = k[j0:j0 + Bc] at a time (M = {M} here)"
         )
+    full = q_i @ k.T
+    for (
+        _,
+        a,
+        _,
+    ) in (
+        log
+    ):  # a row, or a few, against more than Bc keys: rows one at a time is no tiling
+        L = a.shape[-1] if a.ndim in (1, 2) else 0
+        if Bc < L <= M and L not in (d, dv) and (a.ndim == 1 or a.shape[0] < Br):
+            x = a.reshape(-1, L)[0]
+            if any(
+                np.isclose(t[:, :L], x, rtol=1e-12, atol=1e-12).all(axis=1).any()
+                for t in (full, full / np.sqrt(d))
+            ):
+                return (
+                    f"your loop formed the scores of one query row against {L} keys at once, where a tile "
+                    f"holds at most Bc = {Bc}: going row by row is still no tiling; compute S_ij = "
+                    "q_i K_jᵀ / √d for all the block's rows and one key block K_j = k[j0:j0 + Bc] at a time"
+                )
     T = -(-M // Bc)
     taken = sum(a.size for name, a, _ in log if name in _EXPS)
+    factors = 2 if variant == "fa1" else 1
     if taken > Br * M + 4 * Br * T:
+        what = (
+            "two rescale factors, e^(m - m′) and e^(m̃ - m′), per row and key block"
+            if variant == "fa1"
+            else "one rescale e^(m - m′) per row and key block"
+        )
         return (
-            f"your loop took {taken} exponentials where one per score, Br·M = {Br * M}, and one rescale "
-            f"e^(m - m_new) per row and key block ({Br * T}) do: the probabilities of earlier key blocks were "
-            "computed again (a softmax over all the keys so far at every block?); each tile's e^(S_ij - m) is "
-            "computed once, and what came before is only rescaled"
+            f"your loop took {taken} exponentials where one per score, Br·M = {Br * M}, and {what} "
+            f"({factors * Br * T}) do, {Br * M + factors * Br * T} in all: some scores were exponentiated "
+            "more than once (a tile's exponential taken twice, or the probabilities of earlier key blocks "
+            "computed again); each tile's exponential is computed once, and what came before is only "
+            "rescaled"
         )
     return None
 
@@ -1019,7 +1063,7 @@ def _property(variant, log, q_i, k, v, Bc):
             "the check could not watch your loop: q_i, k and v were converted (np.asarray / np.array?); "
             "use them as given"
         )
-    tiles = _tiles(log, q_i, k, v, Bc) or _one_pass(log, q_i, k, v, Bc)
+    tiles = _tiles(log, q_i, k, v, Bc, variant) or _one_pass(log, q_i, k, v, Bc)
     if tiles:
         return tiles
     prefixes = _prefix_outputs(q_i, k, v, Bc)

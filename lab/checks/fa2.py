@@ -36,8 +36,11 @@ learner what their two block loops did (when each held the normalized output, an
   log every block read and written; the values against the reference (a key block near +400 before blocks near
   -400 among the cases), then the log: key blocks outside, each query block's state written once per key block
   and read back before each update; q, k, v watched, so that no array of scores is larger than one Br × Bc tile
-  (all of S, or one block row or column of it, formed at once). Hints name the query blocks outside, a state written once per query block,
-  an `O` kept on chip. `hbm_record` runs a loop on such arrays and returns their log.
+  (all of S, or one block row or column of it, formed at once), and the score tiles are first formed key block
+  by key block; then what HBM holds after every key block: O normalized over the keys so far, m and l theirs
+  (FA2's unnormalized acc in FA1's order, or final values written ahead, are named). Hints name the query blocks
+  outside, a state written once per query block, an `O` kept on chip, the old O rescaled without l_old, the short
+  last key block dropped, a missing 1/√d. `hbm_record` runs a loop on such arrays and returns their log.
 
 Taught in: notebooks/06_flashattention2.ipynb
 """
@@ -1685,7 +1688,8 @@ def check_fa1_keys_outer(
 ) -> None:
     """Check `fn(q, k, v, Br, Bc, hbm)`, FA1's loop order: O, m, l in `hbm` (`HBM` arrays) end as the output, row
     max and row sum; key blocks outside, each query block's O, m and l read from HBM and written back at every key
-    block; no array of scores larger than one Br × Bc tile; lab's attention and torch refused.
+    block, holding FA1's state over the keys so far; score tiles formed key block by key block, none larger than
+    one Br × Bc tile; lab's attention and torch refused.
     Taught in: notebooks/06_flashattention2.ipynb"""
     name = name or getattr(fn, "__name__", "your function")
     _, seed = _fresh(seed)

@@ -336,7 +336,8 @@ def wave_rows(shapes, chip: str = "A100", block_q: int = 128) -> list:
 
     FA1 runs $B H$ thread blocks, FA2 $B H T_r$ with $T_r = \lceil N / B_r \rceil$; a wave is one thread block
     per SM, so waves $= blocks / SMs$, and the last wave keeps $blocks - (\lceil waves \rceil - 1) \cdot SMs$
-    SMs busy. One thread block per SM at a time, all taking the same time: a model.
+    SMs busy; SM use = blocks / (ceil(waves) SMs), the share of SM-time that computes. One thread block per SM
+    at a time, all taking the same time: a model.
     Taught in: notebooks/06_flashattention2.ipynb
     """
     sms = CHIPS[check_choice(chip, tuple(CHIPS), "chip")]["sms"]
@@ -345,6 +346,10 @@ def wave_rows(shapes, chip: str = "A100", block_q: int = 128) -> list:
     for B, H, N in shapes:
         fa1, fa2 = B * H, B * H * -(-N // Br)
         last = fa1 - (-(-fa1 // sms) - 1) * sms  # thread blocks in FA1's last wave
+        use = {
+            n: f"{x / (-(-x // sms) * sms):.1%}"
+            for n, x in (("FA1", fa1), ("FA2", fa2))
+        }
         rows.append(
             {
                 "B": B,
@@ -353,8 +358,10 @@ def wave_rows(shapes, chip: str = "A100", block_q: int = 128) -> list:
                 "FA1 blocks": fa1,
                 "FA1 waves": f"{fa1 / sms:.2f}",
                 "FA1's last wave": f"{last} of {sms} SMs",
+                "FA1 SM use": use["FA1"],
                 "FA2 blocks": fa2,
                 "FA2 waves": f"{fa2 / sms:.1f}",
+                "FA2 SM use": use["FA2"],
             }
         )
     return rows

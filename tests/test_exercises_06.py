@@ -1,6 +1,8 @@
 """Notebook 06's exercises: each worked solution passes its own check cell, each planted classic mistake fails
 with its diagnosis, and the instrument and checks of lab/checks/fa2.py behave."""
 
+import contextlib
+import io
 import re
 
 import nbformat
@@ -360,7 +362,7 @@ _A100 = "R_mm, R_non, R_exp = 312e12, 19.5e12, lab.exp_rate('A100')\n    odds = 
             "return odds * 2 * d * R_non / R_mm - R_non / R_exp",
             "2d matmul FLOPs per score",
         ),
-        ("return (odds * 4 * d / R_mm - 1 / R_exp) * R_mm", "solve share = t_non"),
+        ("return (odds * 4 * d / R_mm - 1 / R_exp) * R_mm", "solve that for f"),
     ],
 )
 def test_affordable_nonmatmul_mistakes(body, says):
@@ -1266,14 +1268,20 @@ def test_split_k_count_cell_counts_the_learners_partials(capsys):
     ex = EX[5]  # its `before` holds exercise 4's cells, the count cell among them
     cell = next(src for src in ex.before if "per_warp = [sum(np.size(x)" in src)
     for answer, says in (
-        (EX[4].solution, "each warp writes: [4224, 4224, 4224, 4224]; all 4: 16896"),
+        (
+            EX[4].solution,
+            "each warp writes (float32 on a GPU): [4224, 4224, 4224, 4224]; all 4: 16896",
+        ),
         (EX[4].stub, "split_k_tile is not written yet"),
     ):
         ns = {"np": np, "lab": lab}
         exec(compile(answer, "<answer>", "exec"), ns)
         exec(compile(cell, "<count>", "exec"), ns)
         out = capsys.readouterr().out
-        assert says in out and "the course's model: 4224 a warp, 16896 for all 4" in out
+        assert (
+            says in out
+            and "the course's model: 4224 a warp (of 4), 16896 for all 4" in out
+        )
     assert (
         lab.warp_split_exchange(64, 64, 64, warps=4, split="K")["written"] // 4
         == 4 * 64 * 66
@@ -1544,3 +1552,163 @@ def test_keys_outer_scaling_q_once_is_not_a_score_array():
         }
     )
     assert run_check(EX[7], src) == PASSED[7]
+
+
+def test_keys_outer_fa2_rule_in_fa1_order_is_named():
+    """FA2's unnormalized acc kept in HBM's O and divided by l only at the last key block: the final values and
+    the traffic are FA1's, but what HBM holds between key blocks is not."""
+    src = _keys_outer(
+        {
+            "            O[rows] = ((a * l_old)[:, None] * O_old + pv) / l_new[:, None]\n": (
+                "            last = j0 + Bc >= len(k)  # divide only at the last key block\n"
+                "            acc = a[:, None] * O_old + pv\n"
+                "            O[rows] = acc / l_new[:, None] if last else acc\n"
+            )
+        }
+    )
+    _fails(7, src, "HBM's O holds acc", "FA2's rule in FA1's loop order")
+
+
+def test_keys_outer_final_values_written_in_keys_outer_order_are_named():
+    """The whole answer computed on chip in FA2's order, then the final values written keys-outer."""
+    src = """
+    def fa1_keys_outer(q, k, v, Br, Bc, hbm):
+        done = {}
+        for i0 in range(0, len(q), Br):
+            m = np.full(len(q[i0 : i0 + Br]), -np.inf)
+            l, acc = np.zeros_like(m), np.zeros((len(m), v.shape[1]))
+            for j0 in range(0, len(k), Bc):
+                s = q[i0 : i0 + Br] @ k[j0 : j0 + Bc].T / np.sqrt(q.shape[1])
+                mn = np.maximum(m, s.max(axis=1))
+                a, p = np.exp(m - mn), np.exp(s - mn[:, None])
+                l, acc, m = a * l + p.sum(axis=1), a[:, None] * acc + p @ v[j0 : j0 + Bc], mn
+            done[i0] = (acc / l[:, None], m, l)
+        for j0 in range(0, len(k), Bc):
+            for i0 in range(0, len(q), Br):
+                r = slice(i0, i0 + Br)
+                _ = hbm["O"][r], hbm["m"][r], hbm["l"][r]
+                hbm["O"][r], hbm["m"][r], hbm["l"][r] = done[i0]
+    """
+    _fails(7, src, "the tiles came query block by query block")
+
+
+def test_keys_outer_final_values_with_tiles_in_order_are_named():
+    """Tiles formed keys-outer, every query block's state kept on chip, then the final values written keys-outer
+    in a second pass: the traffic is FA1's, what HBM holds after the first key block is not."""
+    src = """
+    def fa1_keys_outer(q, k, v, Br, Bc, hbm):
+        st, blocks = {}, range(0, len(q), Br)
+        for j0 in range(0, len(k), Bc):
+            for i0 in blocks:
+                s = q[i0 : i0 + Br] @ k[j0 : j0 + Bc].T / np.sqrt(q.shape[1])
+                m, l, acc = st.get(i0, (-np.inf, 0.0, 0.0))
+                mn = np.maximum(m, s.max(axis=1))
+                a, p = np.exp(m - mn), np.exp(s - mn[:, None])
+                st[i0] = (mn, a * l + p.sum(axis=1), a[:, None] * acc + p @ v[j0 : j0 + Bc])
+        for j0 in range(0, len(k), Bc):
+            for i0 in blocks:
+                r, (m, l, acc) = slice(i0, i0 + Br), st[i0]
+                _ = hbm["O"][r], hbm["m"][r], hbm["l"][r]
+                hbm["O"][r], hbm["m"][r], hbm["l"][r] = acc / l[:, None], m, l
+    """
+    _fails(7, src, "HBM's O already holds the output over all")
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (
+            {"(a * l_old)[:, None] * O_old": "a[:, None] * O_old"},
+            "hint: the old O is rescaled by e^(m - m') alone",
+        ),
+        (
+            {
+                "range(0, len(k), Bc):  # key": "range(0, len(k) - len(k) % Bc, Bc):  # key"
+            },
+            "hint: your O is the output over the first",
+        ),
+        (
+            {" / np.sqrt(q.shape[1])  # (Br, Bc)": "  # (Br, Bc)"},
+            "hint: your O is the output with scale 1",
+        ),
+    ],
+)
+def test_keys_outer_value_slips_get_hints(change, says):
+    _fails(7, _keys_outer(change), says)
+
+
+def test_affordable_nonmatmul_generic_hint_keeps_the_formula_back():
+    out = _fails(
+        5,
+        f"import lab\ndef affordable_nonmatmul(d, share):\n    {_A100}return max(0.0, 2 * d * share)\n",
+        "solve that for f",
+    )
+    assert "share / (1 - share)" not in out and "t_mm = 4d" not in out
+
+
+def test_affordable_nonmatmul_clamped_at_zero_is_named():
+    body = "f = (odds * 4 * d / R_mm - 1 / R_exp) * R_non\n    return max(f, 0.0)"
+    ns = {"lab": lab}
+    exec(f"def fn(d, share):\n    {_A100}{body}\n", ns)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        checks.check_affordable_nonmatmul(ns["fn"], seed=0)
+    text = out.getvalue()
+    assert "✗" in text, text
+    if "yours is 0 where the answer is negative" not in text:
+        assert "case" in text and "0.1" in text, text
+
+
+def test_causal_ops_through_tile_counts_is_refused():
+    src = """
+    def causal_fa2_ops(N, d, B):
+        t = lab.tile_counts(N, N, B, B, causal=True)["computed"]
+        short = (-N) % B  # rows the last query block lacks, in each of its tiles
+        return (t * B - short * (-(-N // B))) * (d + 1) + N * d
+    """
+    _fails(6, src, "lab.tile_counts")
+
+
+@pytest.mark.parametrize(
+    "slip, says",
+    [
+        ("share * 100", "your share is a percent"),
+        ("share", "4 FP32 operations a score"),
+    ],
+)
+def test_time_share_percent_and_fourth_operation_are_named(slip, says):
+    src = EX[3].solution
+    if slip == "share * 100":
+        src = src.replace(
+            "return t_matmul, t_exp, t_rest, share",
+            "return t_matmul, t_exp, t_rest, 100 * share",
+        )
+    else:
+        src = src.replace("(3 * N * N + n_mul", "(4 * N * N + n_mul")
+        src = src.replace("    share = (t_exp", "    share = (t_exp")
+    _fails(3, src, says)
+
+
+def test_fa1_exponential_budget_quotes_fa1s_two_factors():
+    src = EX[1].solution.replace(
+        "p_tile = np.exp(s - m_tile[:, None])",
+        "p_tile = np.exp(s - m_tile[:, None]) * 0 + np.exp(s - m_tile[:, None])",
+    )
+    assert "* 0 + np.exp" in src
+    _fails(1, src, "two rescale factors", "exponentiated more than once")
+
+
+def test_fa1_row_by_row_is_named_as_no_tiling():
+    src = """
+    def fa1_block(q_i, k, v, Bc):
+        o, m, l = [], [], []
+        for r in range(len(q_i)):
+            s = q_i[r : r + 1] @ k.T / np.sqrt(q_i.shape[1])  # (1, M): one row, every key
+            mr = s.max(axis=1)
+            p = np.exp(s - mr[:, None])
+            o.append(p @ v / p.sum(axis=1)[:, None])
+            m.append(mr)
+            l.append(p.sum(axis=1))
+        return np.vstack(o), np.concatenate(m), np.concatenate(l)
+    """
+    _fails(1, src, "one query row against", "row by row is still no tiling")

@@ -644,6 +644,7 @@ def test_wave_rows_counts_fa1_and_fa2_waves():
     assert row["FA1 blocks"] == 128 and row["FA2 blocks"] == 2048
     assert row["FA1 waves"] == "1.19" and row["FA2 waves"] == "19.0"
     assert row["FA1's last wave"] == "20 of 108 SMs"
+    assert row["FA1 SM use"] == f"{128 / 216:.1%}" and row["FA2 SM use"] == "99.8%"
 
 
 def test_time_rows_price_the_rest_both_ways():
@@ -669,3 +670,21 @@ def test_op_counts_outline_the_highlighted_variant_and_fade_the_other():
     assert {b.get_alpha() for c in plt.gcf().axes[0].containers for b in c} == {None}
     with pytest.raises(ValueError, match="highlight"):
         lab.figures.fa2.draw_op_counts(256, 64, 64, 64, highlight="fa3")
+
+
+def test_time_split_figure_stacks_the_time_rows():
+    from lab.tiling import time_rows
+
+    plt.close("all")
+    split = {
+        v: lab.flop_split(4096, d=128, block_q=128, block_k=128, variant=v)
+        for v in ("fa1", "fa2")
+    }
+    rows = lab.figures.fa2.draw_time_split(split)
+    assert (
+        rows["A100"] == time_rows(split, "A100")
+        and rows["A100"][1]["outside"] == "27.4%"
+    )
+    ax = plt.gcf().axes[0]
+    assert len(ax.patches) == 3 * 4  # matmul, exp, rest for 2 variants on 2 chips
+    plt.close("all")

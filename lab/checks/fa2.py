@@ -22,7 +22,7 @@ learner what their two block loops did (when each held the normalized output, an
   exponential alone takes more than `share`. An answer that also charges the exponential's multiply by
   $\\log_2 e$ as one FP32 FLOP (one fewer FLOP per score) is accepted, and the pass line says so.
 - `check_causal_fa2_ops`       : FA2's multiplies plus divides, causal, $N = M$, $B_r = B_c = B$, against
-  `lab.flash_counts` (which the answer may not run, nor `lab.trace.record` or lab's kernels); names the classic miscounts (every tile, the diagonal left
+  `lab.flash_counts` (which the answer may not run, nor `lab.tile_counts`, `lab.trace.record` or lab's kernels); names the classic miscounts (every tile, the diagonal left
   out, full last block). Both warm-ups add cases drawn afresh on each run to their fixed ones.
 - `check_fa1_block`, `check_fa2_block` : one query block against the float64 reference, $(o, m, l)$ and
   $(o, lse)$, on a short last key block, on very large and very negative scores and on a key block near +400
@@ -36,8 +36,11 @@ learner what their two block loops did (when each held the normalized output, an
   log every block read and written; the values against the reference (a key block near +400 before blocks near
   -400 among the cases), then the log: key blocks outside, each query block's state written once per key block
   and read back before each update; q, k, v watched, so that no array of scores is larger than one Br × Bc tile
-  (all of S, or one block row or column of it, formed at once). Hints name the query blocks outside, a state written once per query block,
-  an `O` kept on chip. `hbm_record` runs a loop on such arrays and returns their log.
+  (all of S, or one block row or column of it, formed at once), and the score tiles are first formed key block
+  by key block; then what HBM holds after every key block: O normalized over the keys so far, m and l theirs
+  (FA2's unnormalized acc in FA1's order, or final values written ahead, are named). Hints name the query blocks
+  outside, a state written once per query block, an `O` kept on chip, the old O rescaled without l_old, the short
+  last key block dropped, a missing 1/√d. `hbm_record` runs a loop on such arrays and returns their log.
 
 Taught in: notebooks/06_flashattention2.ipynb
 """
@@ -210,6 +213,17 @@ def _time_hint(case, got, want):
         )
         if part:
             return f"your {_UNITS[i]} is {part}"
+    if np.isclose(got[3], 100 * want[3], rtol=1e-9, atol=0):
+        return "your share is a percent: return it as a fraction of 1 (0.274, not 27.4)"
+    N, _, _, _, chip = case
+    if np.isclose(
+        got[2], want[2] + N * N / HARDWARE[chip]["nonmatmul"], rtol=1e-9, atol=0
+    ):
+        return (
+            "your t_rest counts 4 FP32 operations a score, one more than the max, subtraction and sum: "
+            "the 1/√d multiply? Kernels fold it with log2 e into the FMA that forms the exponent, "
+            "x·scale - m·scale (flash-attn's softmax.h), and the model already counts that subtraction"
+        )
     return (
         "each unit's time is its operations over its rate: 4 N² d matmul FLOPs at "
         "matmul_flops, every exponential at exp_per_s, the rest (3 a score, then the "
@@ -310,14 +324,19 @@ def _affordable_hint(case, got, want):
         g, want, rtol=1e-6
     ):  # right, and refused for another reason: that reason says it all
         return None
+    if g == 0 and want < 0:
+        return (
+            "yours is 0 where the answer is negative: the exponential alone already takes more than "
+            "`share` of the time here, and the check asks for that negative number, not a clamp"
+        )
     return next(
         (
             f"yours is {what}"
             for value, what in slips
             if np.isclose(g, value, rtol=1e-6)
         ),
-        "solve share = t_non / (t_mm + t_non) for the FP32 FLOPs, with t_mm = 4d / R_mm and "
-        "t_non = f / R_non + 1 / R_exp per score",
+        "price one score on each unit (its matmul FLOPs, its exponential, your f FP32 FLOPs, each at "
+        "its own rate), write the share outside the matmuls from those times, and solve that for f",
     )
 
 
@@ -441,7 +460,8 @@ def check_causal_fa2_ops(
     """Check `fn(N, d, B)`: FA2's multiplies plus divides, one head, causal, N = M, Br = Bc = B, against `flash_counts`.
 
     Five fixed cases, then four drawn afresh on each run (`seed` draws the same again); an answer that runs
-    `lab.flash_counts`, `lab.trace.record` or one of lab's kernels (by any name) is refused. Taught in: notebooks/06_flashattention2.ipynb
+    `lab.flash_counts`, `lab.tile_counts`, `lab.trace.record` or one of lab's kernels (by any name) is refused.
+    Taught in: notebooks/06_flashattention2.ipynb
     """
     rng, seed = _fresh(seed)
     cases = [
@@ -466,7 +486,7 @@ def check_causal_fa2_ops(
         rtol=0,
         atol=0,
         hint=_causal_hint,
-        properties=(_own_work(*_COUNTERS),),
+        properties=(_own_work("tile_counts", *_COUNTERS),),
         seed=seed,
     )
 
@@ -899,7 +919,7 @@ _COUNTERS = (
 _TIME_MODEL = ("gpu_time_share", "tiling.time_rows") + _COUNTERS  # exercise 3's answer
 
 
-def _tiles(log, q_i, k, v, Bc) -> str | None:
+def _tiles(log, q_i, k, v, Bc, variant="fa2") -> str | None:
     """None when every score array was a tile of at most Bc keys and each score was exponentiated once; else what
     the loop did instead. A score array is one with Br rows (or columns) against more than Bc keys."""
     Br, (M, d), dv = len(q_i), k.shape, v.shape[1]
@@ -915,14 +935,41 @@ def _tiles(log, q_i, k, v, Bc) -> str | None:
             f"your loop formed a {wide[0]} array, scores of {n} keys at once, where a tile holds at most Bc = {Bc}: "
             f"compute S_ij = q_i K_jᵀ / √d for one key block K_j = k[j0:j0 + Bc] at a time (M = {M} here)"
         )
+    full = q_i @ k.T
+    for (
+        _,
+        a,
+        _,
+    ) in (
+        log
+    ):  # a row, or a few, against more than Bc keys: rows one at a time is no tiling
+        L = a.shape[-1] if a.ndim in (1, 2) else 0
+        if Bc < L <= M and L not in (d, dv) and (a.ndim == 1 or a.shape[0] < Br):
+            x = a.reshape(-1, L)[0]
+            if any(
+                np.isclose(t[:, :L], x, rtol=1e-12, atol=1e-12).all(axis=1).any()
+                for t in (full, full / np.sqrt(d))
+            ):
+                return (
+                    f"your loop formed the scores of one query row against {L} keys at once, where a tile "
+                    f"holds at most Bc = {Bc}: going row by row is still no tiling; compute S_ij = "
+                    "q_i K_jᵀ / √d for all the block's rows and one key block K_j = k[j0:j0 + Bc] at a time"
+                )
     T = -(-M // Bc)
     taken = sum(a.size for name, a, _ in log if name in _EXPS)
+    factors = 2 if variant == "fa1" else 1
     if taken > Br * M + 4 * Br * T:
+        what = (
+            "two rescale factors, e^(m - m′) and e^(m̃ - m′), per row and key block"
+            if variant == "fa1"
+            else "one rescale e^(m - m′) per row and key block"
+        )
         return (
-            f"your loop took {taken} exponentials where one per score, Br·M = {Br * M}, and one rescale "
-            f"e^(m - m_new) per row and key block ({Br * T}) do: the probabilities of earlier key blocks were "
-            "computed again (a softmax over all the keys so far at every block?); each tile's e^(S_ij - m) is "
-            "computed once, and what came before is only rescaled"
+            f"your loop took {taken} exponentials where one per score, Br·M = {Br * M}, and {what} "
+            f"({factors * Br * T}) do, {Br * M + factors * Br * T} in all: some scores were exponentiated "
+            "more than once (a tile's exponential taken twice, or the probabilities of earlier key blocks "
+            "computed again); each tile's exponential is computed once, and what came before is only "
+            "rescaled"
         )
     return None
 
@@ -1019,7 +1066,7 @@ def _property(variant, log, q_i, k, v, Bc):
             "the check could not watch your loop: q_i, k and v were converted (np.asarray / np.array?); "
             "use them as given"
         )
-    tiles = _tiles(log, q_i, k, v, Bc) or _one_pass(log, q_i, k, v, Bc)
+    tiles = _tiles(log, q_i, k, v, Bc, variant) or _one_pass(log, q_i, k, v, Bc)
     if tiles:
         return tiles
     prefixes = _prefix_outputs(q_i, k, v, Bc)
@@ -1341,6 +1388,7 @@ class HBM:
     def __init__(self, a: np.ndarray, log: list, name: str):
         self._a, self._log, self._name = a, log, name
         self.shape, self.dtype = a.shape, a.dtype
+        self.written = []  # (first row, rows, a copy of what was written), in order
 
     def __len__(self) -> int:
         return len(self._a)
@@ -1358,6 +1406,7 @@ class HBM:
     def __setitem__(self, key, value):
         self._log.append((self._name, "write", *self._rows(key)))
         self._a[key] = value
+        self.written.append((*self._rows(key), np.array(self._a[key], dtype=float)))
 
     def __array__(self, *args, **kwargs):
         raise TypeError(
@@ -1455,8 +1504,11 @@ def _order_problem(log, name: str, N: int, M: int, Br: int, Bc: int) -> str | No
     )
 
 
-def _fa1_outer(q, k, v, Br: int, Bc: int, b_in_pv=True, b_in_l=True) -> np.ndarray:
-    """FA1's O with its rule, or without the factor e^(m~ - m') on the tile's P~V (`b_in_pv`) or on its sum."""
+def _fa1_outer(
+    q, k, v, Br: int, Bc: int, b_in_pv=True, b_in_l=True, l_old=True
+) -> np.ndarray:
+    """FA1's O with its rule, or without the factor e^(m~ - m') on the tile's P~V (`b_in_pv`) or on its sum, or
+    with the old O rescaled without multiplying by the old l (`l_old`)."""
     O, m, l = np.zeros((len(q), v.shape[1])), np.full(len(q), -np.inf), np.zeros(len(q))
     for j0 in range(0, len(k), Bc):
         for i0 in range(0, len(q), Br):
@@ -1468,7 +1520,8 @@ def _fa1_outer(q, k, v, Br: int, Bc: int, b_in_pv=True, b_in_l=True) -> np.ndarr
             a, b = np.exp(m[r] - m_new), np.exp(m_t - m_new)
             l_new = a * l[r] + (b if b_in_l else 1.0) * p.sum(axis=1)
             pv = (b[:, None] if b_in_pv else 1.0) * (p @ v[j0 : j0 + Bc])
-            O[r] = ((a * l[r])[:, None] * O[r] + pv) / l_new[:, None]
+            a_O = a * l[r] if l_old else a
+            O[r] = (a_O[:, None] * O[r] + pv) / l_new[:, None]
             m[r], l[r] = m_new, l_new
     return O
 
@@ -1486,7 +1539,25 @@ def _keys_outer_hint(log, got_O, q, k, v, Br: int, Bc: int) -> str | None:
         (False, True): "the tile's P~V lacks it",
         (True, False): "the tile's row sum l~ lacks it",
     }
+    close = lambda a, b: np.allclose(a, b, rtol=1e-7, atol=1e-10, equal_nan=True)  # noqa: E731
+    M, d = k.shape
     with np.errstate(all="ignore"):
+        if close(got_O, attention_reference(q, k, v, scale=1.0)[0]):
+            return (
+                f"your O is the output with scale 1: the 1/√d is missing; S_ij = q_i K_jᵀ / √d, here d = {d}, "
+                "in every tile"
+            )
+        cut = M - M % Bc
+        if M % Bc and close(got_O, attention_reference(q, k[:cut], v[:cut])[0]):
+            return (
+                f"your O is the output over the first {cut} keys only: range(0, M, Bc) visits the short last "
+                f"key block too (M = {M}, Bc = {Bc})"
+            )
+        if close(got_O, _fa1_outer(q, k, v, Br, Bc, l_old=False)):
+            return (
+                "the old O is rescaled by e^(m - m') alone: O is a sum divided by the old l, so FA1 multiplies it "
+                "by l_old (undoing that division) before moving it to m' and dividing by l_new"
+            )
         for (in_pv, in_l), part in where.items():
             wrong = _fa1_outer(q, k, v, Br, Bc, b_in_pv=in_pv, b_in_l=in_l)
             if np.allclose(got_O, wrong, rtol=1e-7, atol=1e-10, equal_nan=True):
@@ -1528,12 +1599,97 @@ def _one_tile(log, Br: int, Bc: int, dv: int) -> str | None:
     )
 
 
+def _tile_order(seen, q, k, Br: int, Bc: int) -> str | None:
+    """None when the score tiles S_ij (matched by value among the arrays computed from q and k) were first formed
+    key block by key block, every query block for each: j outside, i inside. Else the first tile out of order."""
+    d, Tr = q.shape[1], -(-len(q) // Br)
+    tiles = {
+        (j0 // Bc, i0 // Br): q[i0 : i0 + Br] @ k[j0 : j0 + Bc].T
+        for j0 in range(0, len(k), Bc)
+        for i0 in range(0, len(q), Br)
+    }
+    order = []
+    for _, a, src in seen[3:]:
+        if a.ndim != 2 or not {0, 1} <= src:
+            continue
+        for ji, t in tiles.items():
+            if ji not in order and a.shape == t.shape:
+                if any(
+                    np.allclose(a, x, rtol=1e-12, atol=1e-12)
+                    for x in (t, t / np.sqrt(d))
+                ):
+                    order.append(ji)
+                    break
+    if len(order) < len(tiles) or Tr == 1:
+        return None  # scores formed some other way: the values and the HBM log judge the loop
+    for (j, i), (j1, i1) in zip(order, order[1:]):
+        if (j1, i1) < (j, i):
+            return (
+                f"your loop formed the scores of query block {i1} against key block {j1} after those of query "
+                f"block {i} against key block {j}: the tiles came query block by query block, FA2's order. FA1 "
+                "forms S_ij key block by key block, every query block i for each j, since its state waits in HBM"
+            )
+    return None
+
+
+def _prefix_states(q, k, v, rows: slice, j1: int) -> tuple:
+    """Rows `rows` over keys 0..j1-1: (the normalized output, acc = Σ e^(s - m) v unnormalized, m, l)."""
+    s = q[rows] @ k[:j1].T / np.sqrt(q.shape[1])
+    m = s.max(axis=1)
+    p = np.exp(s - m[:, None])
+    acc = p @ v[:j1]
+    return acc / p.sum(axis=1)[:, None], acc, m, p.sum(axis=1)
+
+
+def _held_after_each_block(hbm, q, k, v, Br: int, Bc: int) -> str | None:
+    """None when every write of O, m and l holds FA1's state over the keys so far: after key block j, query block
+    i's O is normalized over keys 0..j, m and l are their max and sum. The writes are FA1's order already
+    (`_order_problem`), so write number t is key block t // Tr, query block t % Tr."""
+    Tr = -(-len(q) // Br)
+    final = attention_reference(q, k, v)[0]
+    close = lambda a, b: np.allclose(a, b, rtol=1e-8, atol=1e-11)  # noqa: E731
+    for t, (start, n, got) in enumerate(hbm["O"].written):
+        j = t // Tr
+        j1, rows = min((j + 1) * Bc, len(k)), slice(start, start + n)
+        if j1 == len(k):
+            return None
+        o, acc, m, l = _prefix_states(q, k, v, rows, j1)
+        if (
+            close(got, o)
+            and close(hbm["m"].written[t][2], m)
+            and close(hbm["l"].written[t][2], l)
+        ):
+            continue
+        if close(o, final[rows]):
+            continue  # the later keys weigh nothing here: nothing to tell apart
+        at = f"after key block {j} (keys 0..{j1 - 1}), rows {start}..{start + n - 1}"
+        if close(got, acc):
+            return (
+                f"{at}: HBM's O holds acc = Σ e^(s - m) v, unnormalized, divided by l only at the last key "
+                "block: that is FA2's rule in FA1's loop order. FA1's O is normalized after every key block, "
+                "O = softmax(S_i,0..j) V_0..j, so each step divides by the new l"
+            )
+        if close(got, final[rows]):
+            return (
+                f"{at}: HBM's O already holds the output over all {len(k)} keys, though only keys 0..{j1 - 1} "
+                "have been seen: your loop computed ahead and wrote the final values. At each key block FA1 "
+                "knows only the keys so far, and O holds the output normalized over them"
+            )
+        if not close(got, o):
+            return f"{at}: HBM's O is not the output normalized over the keys so far, softmax(S_i,0..j) V_0..j"
+        return (
+            f"{at}: HBM's m and l are not the max and Σ e^(s - m) of the scores so far"
+        )
+    return None
+
+
 def check_fa1_keys_outer(
     fn, *, name: str | None = None, seed: int | None = None
 ) -> None:
     """Check `fn(q, k, v, Br, Bc, hbm)`, FA1's loop order: O, m, l in `hbm` (`HBM` arrays) end as the output, row
     max and row sum; key blocks outside, each query block's O, m and l read from HBM and written back at every key
-    block; no array of scores larger than one Br × Bc tile; lab's attention and torch refused.
+    block, holding FA1's state over the keys so far; score tiles formed key block by key block, none larger than
+    one Br × Bc tile; lab's attention and torch refused.
     Taught in: notebooks/06_flashattention2.ipynb"""
     name = name or getattr(fn, "__name__", "your function")
     _, seed = _fresh(seed)
@@ -1571,6 +1727,8 @@ def check_fa1_keys_outer(
                 None,
             )
             or _one_tile(seen, Br, Bc, v.shape[1])
+            or _tile_order(seen, q, k, Br, Bc)
+            or _held_after_each_block(hbm, q, k, v, Br, Bc)
         )
         if problem is not None:
             print(f"{name}: ✗ case {i} ({label}): {problem}")

@@ -18,6 +18,7 @@ from ..tiling import (
     flop_split,
     gpu_time_share,
     tile_counts,
+    time_rows,
     warp_split_exchange,
 )
 from .tiling import loop_order
@@ -27,6 +28,7 @@ __all__ = [
     "draw_work_split",
     "draw_warp_split",
     "draw_exchange_cost",
+    "draw_time_split",
 ]
 
 
@@ -332,7 +334,7 @@ def draw_exchange_cost(
     chip: str = "A100",
     ax=None,
 ) -> dict:
-    """Split-K's shared-memory exchange over one head against the head's HBM traffic (fp16), counted FA1's way and
+    """Split-K's shared-memory exchange (float32 partials) over one head against the head's HBM traffic (fp16), counted FA1's way and
     FA2's: in MB (left) and in µs at peak bandwidth (right): shared memory at 128 bytes a clock per SM
     (32 banks of 4 bytes), HBM at `chip`'s figure. Counts from `lab.warp_split_exchange` and `lab.flash_counts`.
 
@@ -369,10 +371,45 @@ def draw_exchange_cost(
         a.set_xlim(0, max(y) * 1.2)
         a.invert_yaxis()
         a.set_xlabel(unit)
-    ax[0].set_title(f"bytes moved, one head\nN = {N:,}, d = {d}, fp16")
+    ax[0].set_title(
+        f"bytes moved, one head, N = {N:,}, d = {d}\nHBM in fp16; the exchange in fp32 (P·V partials)"
+    )
     ax[1].set_title(
         f"time at {chip}'s peak bandwidth\nshared memory {smem / 1e12:.1f} TB/s, "
         f"HBM {c['hbm_bytes_per_s'] / 1e12:.3f} TB/s"
     )
     plt.tight_layout()
     return {"bytes": moved, "us": us, "smem_bytes_per_s": smem}
+
+
+def draw_time_split(split: dict, chips=("A100", "H100"), ax=None) -> dict:
+    """One head's time at peak rates, stacked by unit (matmul, exponentials, the rest), for each variant of
+    `split` (`flop_split` results) on each chip: section 3's model, from `lab.tiling.time_rows`.
+
+    Returns `{chip: time_rows(split, chip)}`. Taught in: notebooks/06_flashattention2.ipynb
+    """
+    rows = {c: time_rows(split, c) for c in chips}
+    if ax is None:
+        _, ax = plt.subplots(figsize=(11, 3.6))
+    units = (("matmul", "tab:blue"), ("exp", "tab:red"), ("rest", "tab:orange"))
+    labels = [f"{c} {r['variant']}" for c in chips for r in rows[c]]
+    flat = [r for c in chips for r in rows[c]]
+    left = np.zeros(len(flat))
+    for unit, color in units:
+        widths = np.array([r[unit] for r in flat])
+        ax.barh(labels, widths, left=left, color=color, label=unit)
+        left += widths
+    for n, r in enumerate(flat):
+        ax.text(
+            left[n],
+            n,
+            f" {left[n]:.1f} µs, {r['outside']} outside matmuls",
+            va="center",
+        )
+    ax.set_xlim(0, left.max() * 1.55)
+    ax.invert_yaxis()
+    ax.set_xlabel("µs at peak rates, no overlap")
+    ax.legend(loc="lower right", ncol=3, frameon=False)
+    ax.set_title("where one head's time goes (the model)")
+    plt.tight_layout()
+    return rows

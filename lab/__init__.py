@@ -74,6 +74,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "SOURCES",
         "chip",
         "exp_rate",
+        "fp32_op_rate",
         "ridge_point",
         "hardware_table",
         "estimated_bytes",

@@ -7,6 +7,10 @@ figures (the exponential rate, the ridge point) are computed from the table, nev
 - exponentials per second = SMs × special-function units per SM × clock (the units return 16 `exp2f`
   results per SM per clock: CUDA C++ Programming Guide, "Arithmetic Instructions" throughput table, compute
   capability 8.0 and 9.0; e^x is one exp2 of x · log2(e), a multiply more);
+- lone FP32 operations per second = SMs × FP32 lanes per SM × the FP32 clock (one add, subtract, multiply or
+  compare a lane a clock: 64 results per SM per clock at compute capability 8.0, 128 at 9.0, CUDA C++ Programming
+  Guide, "Arithmetic Instructions" throughput table). The datasheets' FP32 TFLOP/s is twice it: they count a
+  fused multiply-add as two FLOPs;
 - ridge point = matmul FLOP/s ÷ HBM bytes/s: the arithmetic intensity above which a kernel is compute-bound.
 
 On chip, a FlashAttention kernel keeps the score tile S, its exponentials P and the output accumulator
@@ -27,6 +31,7 @@ __all__ = [
     "SOURCES",
     "chip",
     "exp_rate",
+    "fp32_op_rate",
     "ridge_point",
     "hardware_table",
     "estimated_bytes",
@@ -49,6 +54,10 @@ _CUDA_CC = (
     'CUDA C++ Programming Guide, "Compute Capabilities", technical specifications table'
 )
 _CUDA_TP = 'CUDA C++ Programming Guide, "Arithmetic Instructions" throughput table (special functions)'
+_CUDA_FP32 = (
+    'CUDA C++ Programming Guide, "Arithmetic Instructions" throughput table '
+    "(32-bit floating-point add, multiply, multiply-add: results per clock per SM)"
+)
 _FA1 = "FlashAttention (Dao et al. 2022, arXiv 2205.14135), §2.1"
 _FA2 = "FlashAttention-2 (Dao 2023, arXiv 2307.08691), §3.1"
 
@@ -59,6 +68,8 @@ CHIPS = {
         "sfu_per_sm": 16,
         "matmul_flops": 312e12,
         "nonmatmul_flops": 19.5e12,
+        "fp32_lanes_per_sm": 64,
+        "fp32_clock_hz": 1.41e9,
         "hbm_bytes_per_s": 1.555e12,
         "hbm_bytes": 40e9,
         "sram_bytes_per_s": 19e12,
@@ -76,6 +87,8 @@ CHIPS = {
         "sfu_per_sm": 16,
         "matmul_flops": 989e12,
         "nonmatmul_flops": 67e12,
+        "fp32_lanes_per_sm": 128,
+        "fp32_clock_hz": 1.98e9,
         "hbm_bytes_per_s": 3.35e12,
         "hbm_bytes": 80e9,
         "sram_bytes_per_s": None,
@@ -96,6 +109,12 @@ SOURCES = {
         "sfu_per_sm": _CUDA_TP + ", compute capability 8.0",
         "matmul_flops": _FA2 + " and " + _A100_WP + " (FP16/BF16 tensor cores, dense)",
         "nonmatmul_flops": _FA2 + " (FP32)",
+        "fp32_lanes_per_sm": _CUDA_FP32
+        + ", compute capability 8.0 (64); "
+        + _A100_WP
+        + " (64 FP32 cores per SM)",
+        "fp32_clock_hz": _A100_WP
+        + " (boost clock: 19.5 TFLOP/s = 108 × 64 FP32 cores × 2 FLOP × 1.41 GHz)",
         "hbm_bytes_per_s": _A100_WP
         + " (A100 40GB; the 80GB SXM part has 2.039 TB/s, A100 datasheet); "
         + _FA1
@@ -125,6 +144,13 @@ SOURCES = {
         "sfu_per_sm": _CUDA_TP + ", compute capability 9.0",
         "matmul_flops": _H100_DS + " (FP16/BF16 tensor cores)",
         "nonmatmul_flops": _H100_DS + " (FP32)",
+        "fp32_lanes_per_sm": _CUDA_FP32
+        + ", compute capability 9.0 (128); "
+        + _H100_WP
+        + " (128 FP32 cores per SM)",
+        "fp32_clock_hz": "the clock behind the datasheet's 67 TFLOP/s FP32: "
+        + _H100_DS
+        + " ÷ (132 SMs × 128 FP32 cores × 2 FLOP per fused multiply-add) = 1.98 GHz",
         "hbm_bytes_per_s": _H100_DS + " (HBM3)",
         "hbm_bytes": _H100_DS + " (GPU memory: 80GB of HBM3)",
         "sram_bytes_per_s": "not published",
@@ -142,10 +168,12 @@ SOURCES = {
 
 
 def chip(name: str) -> dict:
-    """The figures of chip `name` ("A100" or "H100"), with the derived `exp_per_s` and `ridge_flops_per_byte`."""
+    """The figures of chip `name` ("A100" or "H100"), with the derived `exp_per_s`, `fp32_ops_per_s` and
+    `ridge_flops_per_byte`."""
     check_choice(name, CHIPS, "chip")
     out = dict(CHIPS[name])
     out["exp_per_s"] = exp_rate(name)
+    out["fp32_ops_per_s"] = fp32_op_rate(name)
     out["ridge_flops_per_byte"] = ridge_point(name)
     return out
 
@@ -155,6 +183,17 @@ def exp_rate(name: str) -> float:
     check_choice(name, CHIPS, "chip")
     c = CHIPS[name]
     return c["sms"] * c["sfu_per_sm"] * c["clock_hz"]
+
+
+def fp32_op_rate(name: str) -> float:
+    """Lone FP32 operations (an add, a subtract, a multiply, a compare) per second: SMs × FP32 lanes per SM × FP32
+    clock, one result a lane a clock. Half the datasheet's FP32 FLOP/s, which counts a fused multiply-add as two.
+
+    Taught in: notebooks/00_the_memory_wall.ipynb
+    """
+    check_choice(name, CHIPS, "chip")
+    c = CHIPS[name]
+    return c["sms"] * c["fp32_lanes_per_sm"] * c["fp32_clock_hz"]
 
 
 def ridge_point(name: str) -> float:
@@ -178,6 +217,8 @@ def hardware_table(
     scale = {
         "flops": (1e12, "TFLOP/s"),
         "exp_per_s": (1e12, "T exp/s"),
+        "ops_per_s": (1e12, "T ops/s"),
+        "lanes_per_sm": (1, ""),
         "bytes_per_s": (1e12, "TB/s"),
         "per_sm": (KiB, "KiB"),
         "per_block": (KiB, "KiB"),
@@ -205,11 +246,10 @@ def hardware_table(
             src = SOURCES[name].get(
                 f,
                 "computed: "
-                + (
-                    "SMs × units per SM × clock"
-                    if f == "exp_per_s"
-                    else "matmul FLOP/s ÷ HBM bytes/s"
-                ),
+                + {
+                    "exp_per_s": "SMs × units per SM × clock",
+                    "fp32_ops_per_s": "SMs × FP32 lanes per SM × FP32 clock",
+                }.get(f, "matmul FLOP/s ÷ HBM bytes/s"),
             )
             lines.append(f"  {name} {f}: {src}")
     return "\n".join(lines)

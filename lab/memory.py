@@ -7,7 +7,9 @@ FLOPs and moves `bytes` through HBM takes at least max(t_compute, bytes / bandwi
 intensity* I = F / bytes decides which wins, and the roofline $\\min(\\text{peak}, I \\cdot \\text{bandwidth})$
 is the rate it can attain at best. F counts the two matmuls only (4·N·M·d for a forward with d_v = d, as
 `lab.attention_flops` and notebook 08 count it); the softmax's operations are non-matmul operations,
-priced at their own units' rates in t_compute and left out of F.
+priced at their own units' rates in t_compute and left out of F: the exponentials at `lab.exp_rate`, every other
+operation at `lab.fp32_op_rate` (one result a lane a clock, half the datasheet's FP32 FLOP/s, which counts a
+fused multiply-add as two FLOPs).
   1. `attainable_flops`      : the roofline at intensity I.
   2. `attention_traffic`     : F, the other operations, HBM bytes, intensity and roofline time of each piece of
                                standard attention (S = scale·QKᵀ, P = softmax(S), O = PV, each a kernel that
@@ -50,11 +52,13 @@ __all__ = [
 IDEAL_FUSED = "ideal fused: Q, K, V in, O out"
 
 # Operations per element of the safe softmax written as three passes over a row, the exponential counted as one:
-# the max (1 compare), l = Σ e^(x - m) (subtract, exp, add) and y = e^(x - m) / l (subtract, exp, divide).
+# the max (1 compare), l = Σ e^(x - m) (subtract, exp, add) and y = e^(x - m) · (1/l) (subtract, exp, multiply: the
+# reciprocal 1/l is computed once per row, so a score pays one multiply, not a division).
 SOFTMAX_OPS_PER_ELEMENT = 7
-# Of those, the exponentials: they run on the special-function units, at `lab.exp_rate`, not the FP32 rate.
+# Of those, the exponentials: they run on the special-function units, at `lab.exp_rate`; the rest at
+# `lab.fp32_op_rate`.
 SOFTMAX_EXPS_PER_ELEMENT = 2
-# A fused kernel keeps each e^(x - m) on chip once computed: max, subtract, exp, add, divide; one exponential.
+# A fused kernel keeps each e^(x - m) on chip once computed: max, subtract, exp, add, multiply; one exponential.
 FUSED_SOFTMAX_OPS_PER_ELEMENT = 5
 FUSED_SOFTMAX_EXPS_PER_ELEMENT = 1
 
@@ -73,7 +77,8 @@ def attainable_flops(intensity, peak: float, bandwidth: float):
 
 def softmax_peak(chip_name: str = "A100") -> float:
     """The softmax's compute roof in operations per second: its `SOFTMAX_OPS_PER_ELEMENT` operations per
-    element over their time, the exponentials at the chip's exponential rate, the rest at its FP32 peak.
+    element over their time, the exponentials at the chip's exponential rate, the rest at its lone-operation FP32
+    rate (`lab.fp32_op_rate`, half the FP32 FLOP/s: an FMA counts as two FLOPs, a lone add as one operation).
 
     Taught in: notebooks/00_the_memory_wall.ipynb
     """
@@ -83,7 +88,7 @@ def softmax_peak(chip_name: str = "A100") -> float:
         SOFTMAX_OPS_PER_ELEMENT - SOFTMAX_EXPS_PER_ELEMENT,
     )
     return SOFTMAX_OPS_PER_ELEMENT / (
-        rest / c["nonmatmul_flops"] + exps / c["exp_per_s"]
+        rest / c["fp32_ops_per_s"] + exps / c["exp_per_s"]
     )
 
 
@@ -101,7 +106,8 @@ def attention_traffic(
     $F$ (`flops`) counts the matmuls' FLOPs only, as notebook 08 and FlashAttention-2 §4.1 do: $2NMd$ for
     `S = scale·QKᵀ` (reads Q, K, writes S), $2NMd_v$ for `O = PV` (reads P, V, writes O), none for
     `P = softmax(S)`. The softmax's work is `ops`, non-matmul operations (`SOFTMAX_OPS_PER_ELEMENT`·NM, of
-    them `exps` exponentials), priced at the chip's exponential rate and its FP32 peak; `softmax_accesses`
+    them `exps` exponentials), priced at the chip's exponential rate and its lone-operation FP32 rate
+    (`lab.fp32_op_rate`); `softmax_accesses`
     loads and stores of each of its N·M elements (2: read S once, write P; 4: notebook 01's three passes
     when a row does not stay on chip). Then `standard, total` and `fused: Q, K, V in, O out` (the same
     matmuls, HBM traffic of the inputs and output only, a softmax of `FUSED_SOFTMAX_OPS_PER_ELEMENT`·NM
@@ -154,11 +160,11 @@ def attention_traffic(
 
 
 def _priced(piece, kind, flops, ops, nbytes, c) -> dict:
-    """One row of `attention_traffic`: F at the matmul peak, the other operations at the FP32 peak
-    and the exponentials at the exponential rate, the bytes at the HBM bandwidth."""
+    """One row of `attention_traffic`: F at the matmul peak, the other operations at the lone-operation FP32
+    rate and the exponentials at the exponential rate, the bytes at the HBM bandwidth."""
     other, exps = ops
     t_compute = flops / c["matmul_flops"]
-    t_compute += (other - exps) / c["nonmatmul_flops"] + exps / c["exp_per_s"]
+    t_compute += (other - exps) / c["fp32_ops_per_s"] + exps / c["exp_per_s"]
     t_memory = nbytes / c["hbm_bytes_per_s"]
     return {
         "piece": piece,
@@ -178,7 +184,8 @@ def _priced(piece, kind, flops, ops, nbytes, c) -> dict:
 
 def chip_rows(names=("A100", "H100")) -> list[dict]:
     """One row per chip for `lab.format_table`: HBM and on-chip bandwidth (TB/s), matmul and FP32 peaks
-    (TFLOP/s), exponentials (T/s) and the ridge peak / HBM bandwidth (FLOP/B).
+    (TFLOP/s), lone FP32 operations (T/s, `lab.fp32_op_rate`), exponentials (T/s) and the ridge peak / HBM
+    bandwidth (FLOP/B).
     Taught in: notebooks/00_the_memory_wall.ipynb"""
     rows = []
     for name in names:
@@ -191,6 +198,7 @@ def chip_rows(names=("A100", "H100")) -> list[dict]:
                 "SRAM TB/s": "not published" if sram is None else f"~{sram / 1e12:g}",
                 "matmul TFLOP/s": f"{c['matmul_flops'] / 1e12:g}",
                 "FP32 TFLOP/s": f"{c['nonmatmul_flops'] / 1e12:g}",
+                "FP32 T ops/s": f"{c['fp32_ops_per_s'] / 1e12:.2f}",
                 "exp T/s": f"{c['exp_per_s'] / 1e12:.2f}",
                 "ridge FLOP/B": f"{c['matmul_flops'] / c['hbm_bytes_per_s']:.0f}",
             }
@@ -244,7 +252,7 @@ def bound_rows(
                     "d": d,
                     "QKᵀ FLOP/B": f"{qk['intensity']:.0f}",
                     "QKᵀ bound": qk["bound"],
-                    "softmax t_mem / t_comp": f"{soft['t_memory'] / soft['t_compute']:.1f}",
+                    "softmax t_mem / t_comp": f"{soft['t_memory'] / soft['t_compute']:.2f}",
                     "S, P share of bytes": f"{4 * N * N * itemsize / std['bytes']:.0%}",
                     "ideal fused speed-up": f"{std['time'] / fused['time']:.1f}x",
                 }

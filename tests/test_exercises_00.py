@@ -454,19 +454,19 @@ PLANTED = {
         (
             "exponentials at the FP32 rate",
             """
-            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
-                return (accesses * itemsize / bandwidth) / (7 / flop_rate)
+            def softmax_balance(itemsize, accesses, bandwidth, op_rate, exp_rate):
+                return (accesses * itemsize / bandwidth) / (7 / op_rate)
             """,
             [
                 "case 0 (4, 2,",
-                "expected 4.78095, got 14.3316",
+                "expected 3.86096, got 7.16582",
                 "exponentials at the FP32 rate",
             ],
         ),
         (
             "all at the exp rate",
             """
-            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
+            def softmax_balance(itemsize, accesses, bandwidth, op_rate, exp_rate):
                 return (accesses * itemsize / bandwidth) / (7 / exp_rate)
             """,
             ["only the exponentials run on those units"],
@@ -474,65 +474,73 @@ PLANTED = {
         (
             "inverted",
             """
-            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
-                return (5 / flop_rate + 2 / exp_rate) / (accesses * itemsize / bandwidth)
+            def softmax_balance(itemsize, accesses, bandwidth, op_rate, exp_rate):
+                return (5 / op_rate + 2 / exp_rate) / (accesses * itemsize / bandwidth)
             """,
             ["compute time over memory time"],
         ),
         (
             "2 accesses always",
             """
-            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
-                return (2 * itemsize / bandwidth) / (5 / flop_rate + 2 / exp_rate)
+            def softmax_balance(itemsize, accesses, bandwidth, op_rate, exp_rate):
+                return (2 * itemsize / bandwidth) / (5 / op_rate + 2 / exp_rate)
             """,
             ["case 1 (2, 4,", "2 accesses whatever the argument"],
         ),
         (
             "itemsize left out",
             """
-            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
-                return (accesses / bandwidth) / (5 / flop_rate + 2 / exp_rate)
+            def softmax_balance(itemsize, accesses, bandwidth, op_rate, exp_rate):
+                return (accesses / bandwidth) / (5 / op_rate + 2 / exp_rate)
             """,
             ["case 0 (4, 2,", "leaves out itemsize"],
         ),
         (
             "accesses left out",
             """
-            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
-                return (itemsize / bandwidth) / (5 / flop_rate + 2 / exp_rate)
+            def softmax_balance(itemsize, accesses, bandwidth, op_rate, exp_rate):
+                return (itemsize / bandwidth) / (5 / op_rate + 2 / exp_rate)
             """,
             ["case 0 (4, 2,", "counts one access per score"],
         ),
         (
             "bits",
             """
-            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
-                return (8 * accesses * itemsize / bandwidth) / (5 / flop_rate + 2 / exp_rate)
+            def softmax_balance(itemsize, accesses, bandwidth, op_rate, exp_rate):
+                return (8 * accesses * itemsize / bandwidth) / (5 / op_rate + 2 / exp_rate)
             """,
             ["that counts bits"],
         ),
         (
             "the slower unit only",
             """
-            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
-                return (accesses * itemsize / bandwidth) / max(5 / flop_rate, 2 / exp_rate)
+            def softmax_balance(itemsize, accesses, bandwidth, op_rate, exp_rate):
+                return (accesses * itemsize / bandwidth) / max(5 / op_rate, 2 / exp_rate)
             """,
             ["adds the units' times"],
         ),
         (
             "the fused kernel's operations",
             """
-            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
-                return (accesses * itemsize / bandwidth) / (4 / flop_rate + 1 / exp_rate)
+            def softmax_balance(itemsize, accesses, bandwidth, op_rate, exp_rate):
+                return (accesses * itemsize / bandwidth) / (4 / op_rate + 1 / exp_rate)
             """,
             ["computes each exponential once, as a fused kernel does"],
         ),
         (
+            "op_rate halved again, as if it were the FLOP rate",
+            """
+            def softmax_balance(itemsize, accesses, bandwidth, op_rate, exp_rate):
+                return (accesses * itemsize / bandwidth) / (5 / (op_rate / 2) + 2 / exp_rate)
+            """,
+            ["halves op_rate"],
+        ),
+        (
             "lab's table",
             """
-            def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
+            def softmax_balance(itemsize, accesses, bandwidth, op_rate, exp_rate):
                 row = lab.attention_traffic(64, 64, itemsize=itemsize)[1]
-                return (accesses * itemsize / bandwidth) / (5 / flop_rate + 2 / exp_rate)
+                return (accesses * itemsize / bandwidth) / (5 / op_rate + 2 / exp_rate)
             """,
             ["calls lab.attention_traffic"],
         ),
@@ -790,9 +798,9 @@ def test_the_qk_ridge_check_refuses_lab_s_traffic():
         (
             "check_softmax_balance",
             lambda it, a, bw, f, e: (a * it / bw) / (5 / f + 2 / e),
-            2.39,
+            1.93,
             7.17,
-            "2.39",
+            "1.93",
         ),
         (
             "check_largest_n",
@@ -1303,9 +1311,9 @@ def test_the_derived_exercises_refuse_lab_s_own_answer(capsys, check, wrong):
 
 
 def test_the_balance_check_says_when_float32_lost_the_digits(capsys):
-    def softmax_balance(itemsize, accesses, bandwidth, flop_rate, exp_rate):
+    def softmax_balance(itemsize, accesses, bandwidth, op_rate, exp_rate):
         t = np.float32(accesses * itemsize / bandwidth)
-        return float(t / np.float32(5 / flop_rate + 2 / exp_rate))
+        return float(t / np.float32(5 / op_rate + 2 / exp_rate))
 
     checks.check_softmax_balance(softmax_balance)
     out = capsys.readouterr().out
@@ -1354,10 +1362,45 @@ def test_the_ridge_check_refuses_a_search_at_a_large_n_for_the_limit(capsys):
 
 
 def test_the_balance_check_s_fallback_hint_does_not_give_the_formula(capsys):
-    checks.check_softmax_balance(lambda *case: 2.39)
+    checks.check_softmax_balance(lambda *case: (case[0] * 2.1 + case[1]) / 3)
     out = capsys.readouterr().out
     assert "✗" in out and "count the three passes' operations" in out, out
-    assert "5 / flop_rate" not in out and "2 / exp_rate" not in out, out
+    assert "5 / op_rate" not in out and "2 / exp_rate" not in out, out
+
+
+@pytest.mark.parametrize("typed", [1.93, 2.39])
+def test_the_balance_check_says_a_typed_in_number_is_one(capsys, typed):
+    """A number typed in matches some slip on some case by chance: the hint says what it is instead."""
+    checks.check_softmax_balance(lambda *case: typed)
+    out = capsys.readouterr().out
+    assert "✗" in out and f"it returns {typed} whatever its arguments" in out, out
+    assert "one access per score" not in out, out
+
+
+def test_the_balance_check_refuses_lab_s_operation_counts(capsys):
+    def softmax_balance(itemsize, accesses, bandwidth, op_rate, exp_rate):
+        ops, exps = lab.SOFTMAX_OPS_PER_ELEMENT, lab.memory.SOFTMAX_EXPS_PER_ELEMENT
+        t_memory = accesses * itemsize / bandwidth
+        return t_memory / ((ops - exps) / op_rate + exps / exp_rate)
+
+    checks.check_softmax_balance(softmax_balance)
+    out = capsys.readouterr().out
+    assert "✗" in out and "reads lab's count" in out, out
+    assert "SOFTMAX_OPS_PER_ELEMENT" in out and "SOFTMAX_EXPS_PER_ELEMENT" in out, out
+
+
+def test_the_balance_prediction_at_the_flop_rate_is_named(capsys):
+    """2.39 is the ratio with the lone operations at 19.5 T, the FLOP rate that counts an FMA as two."""
+
+    def mine(it, a, bw, f, e):
+        return (a * it / bw) / (5 / f + 2 / e)
+
+    checks.check_softmax_balance(mine, predicted=2.39)
+    out = capsys.readouterr().out
+    assert "the right value: 1.93 ✗" in out, out
+    assert "at the FP32 FLOP rate, 19.5 T" in out and "half, 9.75 T/s" in out, out
+    checks.check_softmax_balance(mine, predicted=1.93)
+    assert "FLOP rate" not in capsys.readouterr().out
 
 
 def test_the_measured_prediction_of_exercise_3_stays_in_the_learner_copy_and_runs_on_the_stub():

@@ -25,6 +25,23 @@ def test_exponential_rate_is_units_times_sms_times_clock():
     )
 
 
+def test_lone_fp32_operations_are_lanes_times_sms_times_clock():
+    # one add, subtract, multiply or compare a lane a clock: 64 lanes per SM at cc 8.0, 128 at 9.0
+    assert lab.fp32_op_rate("A100") == pytest.approx(108 * 64 * 1.41e9)  # 9.75e12
+    assert lab.fp32_op_rate("H100") == pytest.approx(132 * 128 * 1.98e9)  # 33.5e12
+    for name in CHIPS:
+        c = lab.chip(name)
+        assert c["fp32_ops_per_s"] == lab.fp32_op_rate(name)
+        # the datasheet's FP32 FLOP/s counts a fused multiply-add as two FLOPs: twice the lone rate
+        assert 2 * c["fp32_ops_per_s"] == pytest.approx(c["nonmatmul_flops"], rel=0.002)
+        assert "Arithmetic Instructions" in SOURCES[name]["fp32_lanes_per_sm"]
+    assert "T ops/s" in lab.hardware_table(
+        fields=("fp32_ops_per_s", "fp32_lanes_per_sm")
+    )
+    with pytest.raises(ValueError, match="chip"):
+        lab.fp32_op_rate("V100")
+
+
 def test_clocks_match_the_published_rates():
     # the clock in the table is the tensor cores': 4,096 dense FP16 FLOP per SM per clock on the H100, 2,048 on the A100
     assert 132 * 4096 * CHIPS["H100"]["clock_hz"] == pytest.approx(

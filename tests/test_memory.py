@@ -91,9 +91,14 @@ def test_the_softmax_prices_its_exponentials_at_the_exponential_rate():
     c = lab.chip("A100")
     soft = {r["piece"]: r for r in lab.attention_traffic(1024, d=64)}["P = softmax(S)"]
     nm, exps = 1024 * 1024, lab.memory.SOFTMAX_EXPS_PER_ELEMENT * 1024 * 1024
-    want = (7 * nm - exps) / c["nonmatmul_flops"] + exps / c["exp_per_s"]
+    # a lone max, subtract, add or multiply: 108 SMs × 64 FP32 lanes × 1.41 GHz, not the FMA-counting 19.5e12
+    lone = 108 * 64 * 1.41e9
+    want = (7 * nm - exps) / lone + exps / c["exp_per_s"]
     assert soft["t_compute"] == pytest.approx(want)
-    assert soft["t_compute"] > 7 * nm / c["nonmatmul_flops"]  # slower than FP32 alone
+    assert soft["t_compute"] > 7 * nm / lone  # slower than FP32 alone
+    ratio = soft["t_memory"] / soft["t_compute"]
+    assert ratio == pytest.approx((4 / 1.555e12) / (5 / lone + 2 / (108 * 16 * 1.41e9)))
+    assert round(ratio, 2) == 1.93
     assert soft["t_compute"] == pytest.approx(7 * nm / lab.memory.softmax_peak("A100"))
 
 
@@ -103,7 +108,7 @@ def test_the_fused_kernel_exponentiates_each_score_once():
     fused, s = rows["fused: Q, K, V in, O out"], rows["S = scale·QKᵀ"]
     ops = lab.memory.FUSED_SOFTMAX_OPS_PER_ELEMENT
     assert lab.memory.FUSED_SOFTMAX_EXPS_PER_ELEMENT == 1
-    want = 2 * s["t_compute"] + (ops - 1) * nm / c["nonmatmul_flops"]
+    want = 2 * s["t_compute"] + (ops - 1) * nm / c["fp32_ops_per_s"]
     assert fused["t_compute"] == pytest.approx(want + nm / c["exp_per_s"])
 
 
@@ -193,15 +198,20 @@ def test_traffic_rows_show_f_and_the_other_operations_apart_within_100_character
 
 @pytest.mark.parametrize("chip_name", list(lab.CHIPS))
 def test_the_memory_picture_draws_lab_s_figures_and_cites_their_sources(chip_name):
+    """Capacities in binary units on both sides: the A100's HBM 867 times its on-chip SRAM (40 GiB / 47.25 MiB)."""
     c = lab.chip(chip_name)
     r = lab.figures.memory.draw_memory_hierarchy(chip_name, N=4096, itemsize=2)
     fig = plt.gcf()
     assert r["sram"] == c["sms"] * (c["registers_per_sm"] + c["l1_shared_per_sm"])
-    assert r["hbm"] == c["hbm_bytes"] and r["hbm_bw"] == c["hbm_bytes_per_s"]
+    # NVIDIA's GB of HBM read as GiB, binary like the L2's MB: the ratio divides bytes by bytes
+    assert (
+        r["hbm"] == c["hbm_bytes"] / 1e9 * 2**30 and r["hbm_bw"] == c["hbm_bytes_per_s"]
+    )
     assert r["s_bytes"] == 4096 * 4096 * 2
     texts = [t.get_text() for t in fig.axes[0].texts] + [fig.axes[0].get_title()]
     drawn = "\n".join(texts)
-    assert f"{c['hbm_bytes'] / 1e9:.0f} GB" in drawn
+    assert f"{c['hbm_bytes'] / 1e9:.0f} GiB" in drawn
+    assert f"HBM {r['hbm'] / r['sram']:,.0f}× larger" in drawn
     assert f"{c['hbm_bytes_per_s'] / 1e12:g} TB/s" in drawn
     assert f"{r['sram'] / 2**20:.0f} MiB" in drawn and "32 MiB" in drawn
     assert ("not published" in drawn) == (c["sram_bytes_per_s"] is None)
@@ -209,6 +219,8 @@ def test_the_memory_picture_draws_lab_s_figures_and_cites_their_sources(chip_nam
     assert set(r["sources"]) <= set(lab.hardware.SOURCES[chip_name])
     assert all(cited in drawn for cited in r["cited"]) and r["cited"]
     assert "not published" not in " ".join(r["cited"])
+    if chip_name == "A100":
+        assert "HBM 867× larger" in drawn
     # legible projected: no text under 12 points, the message in 15 or more
     sizes = [t.get_fontsize() for t in fig.axes[0].texts if t.get_text()]
     assert min(sizes) >= 12 and sorted(sizes)[len(sizes) // 2] >= 15
@@ -218,7 +230,7 @@ def test_the_memory_picture_follows_the_hardware_table(monkeypatch):
     monkeypatch.setitem(lab.hardware.CHIPS["A100"], "hbm_bytes", 80e9)
     r = lab.figures.memory.draw_memory_hierarchy("A100")
     drawn = "\n".join(t.get_text() for t in plt.gcf().axes[0].texts)
-    assert r["hbm"] == 80e9 and "80 GB" in drawn
+    assert r["hbm"] == 80 * 2**30 and "80 GiB" in drawn
 
 
 def test_the_memory_picture_names_a_bad_argument():

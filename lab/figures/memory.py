@@ -47,7 +47,9 @@ def draw_memory_hierarchy(
             raise ValueError(f"{name} must be an integer >= 1, got {x!r}")
     c = chip(chip_name)
     regs, shared = c["sms"] * c["registers_per_sm"], c["sms"] * c["l1_shared_per_sm"]
-    sram, hbm = regs + shared, c["hbm_bytes"]
+    # NVIDIA's "40 GB" of HBM2 is 5 stacks of 8 GiB, binary like the L2's "40 MB" (40 MiB): the capacity is
+    # drawn in GiB, so that the ratio to the on-chip MiB divides bytes by bytes
+    sram, hbm = regs + shared, c["hbm_bytes"] / 1e9 * 2**30
     sram_bw, hbm_bw = c["sram_bytes_per_s"], c["hbm_bytes_per_s"]
     s_bytes = N * N * itemsize
     MiB = 2**20
@@ -73,7 +75,7 @@ def draw_memory_hierarchy(
             5.5,
             "#f4cccc",
             "off chip: HBM",
-            f"{hbm / 1e9:.0f} GB",
+            f"{hbm / 2**30:.0f} GiB",
             f"Q, K, V, O: N × d each\nstandard attention writes here\n"
             f"S and P: {s_bytes / MiB:,.0f} MiB each per head (N = M = {N:,})",
         ),
@@ -213,8 +215,8 @@ def draw_attention_roofline(
         color="k",
         lw=1.8,
         ls="--",
-        label=f"softmax roof: {soft_peak / 1e12:.1f} T operations/s (exp at "
-        f"{c['exp_per_s'] / 1e12:.2f} T/s, the rest FP32)",
+        label=f"softmax roof: {soft_peak / 1e12:.2f} T operations/s, not FLOP/s (exp at "
+        f"{c['exp_per_s'] / 1e12:.2f} T/s, the rest at {c['fp32_ops_per_s'] / 1e12:.2f} T/s)",
     )
     if sram:
         ax.loglog(
@@ -291,7 +293,7 @@ def draw_attention_roofline(
     ax.set_ylim(0.1, c["matmul_flops"] / 1e12 * 30)
     ax.set(
         xlabel="intensity: F (softmax: its operations) per byte of HBM traffic",
-        ylabel="attainable TFLOP/s (softmax: T operations/s)",
+        ylabel="attainable TFLOP/s\n(softmax: T operations/s)",
         title=f"{chip_name}: standard attention's pieces, d = {d}, N = M = {N:,}",
     )
     ax.legend(

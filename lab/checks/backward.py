@@ -796,7 +796,9 @@ def _backward_cases(
     """Compare `fn` with lab.attention_backward on each case, then on each of `large_scores` (same form) with every
     score near +800, case n's arrays drawn from `seed + n`; print a diagnosis and return False at the first failure.
     With a list as `tiles`, a tiled causal case whose values agree is run again with its tiles traced
-    (`_tile_violation`): a tile with no visible entry formed fails; else `(computed, total)` or None is appended."""
+    (`_tile_violation`), and appended: the verdict when it formed a tile with no visible entry (printed by the
+    caller after the structure is checked, which names a loop without tiles better), else `(computed, total)`, or
+    None when its tiles could not be traced."""
     cases = [(c, 0.0) for c in cases] + [(c, 800.0) for c in large_scores]
     for n, (c, score) in enumerate(cases):
         N, M, d, dv = c[:4]
@@ -844,13 +846,14 @@ def _backward_cases(
         problem = diagnose(got, want, names=NAMES, rtol=RTOL, atol=ATOL)
         if problem is None and tiled and causal and tiles is not None:
             wasted, counts = _tile_violation(fn, q, k, v, o, lse, do, Br, Bc)
-            if wasted:
-                print(
+            tiles.append(
+                (
                     f"{name}: ✗ case {shown}: a tile no query sees\n"
                     + _wrapped("hint: the values agree, but " + wasted)
                 )
-                return False
-            tiles.append(counts)
+                if wasted
+                else counts
+            )
         if problem is None:
             continue
         print(f"{name}: ✗ case {shown}: {problem}")
@@ -919,7 +922,9 @@ def check_tiled_backward(
     on watched arrays (`arrays_formed`): forming an N×M array, or a block of rows against all M keys, fails,
     as do tiles larger than Br × Bc (named apart from an N×M array when the loop's one tile was the whole
     problem; `large` must have Br < N and Bc < M), and so does calling lab's backward or any torch op (tracemalloc does not see torch's memory; the exercise is
-    numpy's). Taught in: notebooks/09_tiled_backward.ipynb
+    numpy's). On each causal case the values agree on, the tiles the loop forms are traced (`tiles_formed`): one
+    with no visible entry fails ("tile (I, J) has no visible entry: skip it"), once the structure has passed; the
+    verdict then counts the tiles computed and skipped. Taught in: notebooks/09_tiled_backward.ipynb
     """
     if len(large) != 7 or not (0 < large[4] < large[0] and 0 < large[5] < large[1]):
         raise ValueError(
@@ -949,6 +954,10 @@ def check_tiled_backward(
             f"{name}: ✗ the values agree on {len(cases)} cases, but on N = {large[0]}, M = {large[1]}: {problem}"
         )
         return
+    wasted = next((t for t in tiles if isinstance(t, str)), None)
+    if wasted:  # the values agree and the loop keeps to tiles, but computes empty ones
+        print(wasted)
+        return
     print(
         f"{name}: ✓ passed your {len(cases)} cases and the course's {len(COURSE_TILED_CASES)} "
         "(corner-only tiles) (dq, dk, dv)"
@@ -956,8 +965,8 @@ def check_tiled_backward(
     if tiles and None not in tiles:  # every causal case's tiles were traced
         done, total = (sum(c[i] for c in tiles) for i in (0, 1))
         print(
-            f"{name}: ✓ causal cases: {done} of {total} tiles computed, each with a visible entry; "
-            f"the {total - done} with none skipped"
+            f"{name}: ✓ causal cases: {done} of {total} tiles computed (each with a visible "
+            f"entry), {total - done} skipped"
         )
     print(
         f"{name}: ✓ N = {large[0]}, M = {large[1]}: no array beyond a tile and the (N, ·), (M, ·) ones"

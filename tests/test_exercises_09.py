@@ -8,6 +8,7 @@ for lab/checks/backward.py.
 """
 
 import ast
+import dataclasses
 import sys
 import tracemalloc
 
@@ -1332,3 +1333,207 @@ def test_the_atomic_numbers_are_drawn_afresh_and_refuse_the_checks_reference(cap
 
     check_atomic_numbers(backward._atomic_reference, name="a")
     assert "lab's own answer" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------ the causal tiles skipped
+
+NO_SKIP = replace_code(
+    EX["tiled"].solution, "if causal and j0 > i1 - 1 + M - N:\n continue", ""
+)
+BREAKS_EARLY = """
+def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
+    N, M, D = len(q), len(k), delta(o, do)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    for i0 in range(0, N, Br):                                  # query blocks outside
+        i1 = min(i0 + Br, N)
+        for j0 in range(0, M, Bc):
+            if causal and j0 > i1 - 1 + M - N:
+                break                                           # every later key block is past the line too
+            j1 = min(j0 + Bc, M)
+            p = p_tile(q[i0:i1], k[j0:j1], lse[i0:i1])
+            if causal:
+                p = np.where(visible(i0, j0, *p.shape, N, M), p, 0.0)
+            dq_I, dk_J, dv_J = tile_grads(q[i0:i1], k[j0:j1], v[j0:j1], do[i0:i1], p, D[i0:i1])
+            dq[i0:i1] += dq_I
+            dk[j0:j1] += dk_J
+            dv[j0:j1] += dv_J
+    return dq, dk, dv
+"""
+CONTINUES = """
+def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
+    N, M, d = q.shape[0], k.shape[0], q.shape[1]
+    D = (o * do).sum(axis=-1)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    lse_safe = np.where(np.isneginf(lse), np.inf, lse)
+    for j0 in range(0, M, Bc):
+        k_J, v_J = k[j0:j0 + Bc], v[j0:j0 + Bc]
+        for i0 in range(0, N, Br):
+            q_I, do_I = q[i0:i0 + Br], do[i0:i0 + Br]
+            if causal and j0 > i0 + len(q_I) - 1 + M - N:
+                continue                                        # no row of the block sees a key of the tile
+            s = np.einsum("id,jd->ij", q_I / np.sqrt(d), k_J)
+            if causal:
+                i, j = np.arange(i0, i0 + len(q_I))[:, None], np.arange(j0, j0 + len(k_J))
+                s = np.where(j <= i + M - N, s, -np.inf)
+            p = np.exp(s - lse_safe[i0:i0 + Br, None])
+            ds = p * (np.dot(do_I, v_J.T) - D[i0:i0 + Br, None])
+            dq[i0:i0 + Br] += ds @ k_J / np.sqrt(d)
+            dk[j0:j0 + Bc] += ds.T @ q_I / np.sqrt(d)
+            dv[j0:j0 + Bc] += p.T @ do_I
+    return dq, dk, dv
+"""
+SKIPPED = (
+    "causal cases: 99 of 150 tiles computed (each with a visible entry), 51 skipped"
+)
+
+
+def test_a_causal_loop_that_never_skips_a_tile_fails_though_its_values_agree():
+    out = run_check(EX["tiled"], NO_SKIP)
+    line = _verdict(out, "tiled_backward")
+    assert "✗ case 2 (N=40, M=56" in line and "a tile no query sees" in line, out
+    flat = " ".join(out.split())  # the hint is wrapped to lines a projector shows whole
+    assert "the values agree, but tile (0, 2) has no visible entry: skip it" in flat, (
+        out
+    )
+    assert "rows 0:16 against keys 32:48" in flat and "(i1 − 1) + M − N = 31" in flat
+    assert "S_IJ = Q_I K_Jᵀ" in flat and all(
+        len(s) <= 100 for s in out.splitlines()[2:]
+    )
+
+
+@pytest.mark.parametrize("source", [BREAKS_EARLY, CONTINUES], ids=["break", "continue"])
+def test_a_causal_loop_that_skips_the_empty_tiles_passes(source):
+    out = run_check(EX["tiled"], STEPS + source)
+    assert "✗" not in out and "tiled_backward: ✓ passed your 5 cases" in out, out
+    assert f"tiled_backward: ✓ {SKIPPED}" in out, out
+
+
+def test_the_worked_loop_says_how_many_tiles_it_skipped():
+    assert SKIPPED in run_check(EX["tiled"], EX["tiled"].solution)
+
+
+def test_a_loop_that_forms_a_masked_tile_only_for_dp_is_named():
+    src = replace_code(
+        EX["tiled"].solution,
+        "if causal and j0 > i1 - 1 + M - N:\n continue",
+        "if causal and j0 > i1 - 1 + M - N:\n"
+        "                _ = do[I] @ v[J].T\n"
+        "                continue",
+    )
+    out = run_check(EX["tiled"], src)
+    flat = " ".join(out.split())
+    assert "has no visible entry: skip it" in flat and "dP_IJ = dO_I V_Jᵀ" in flat, out
+
+
+def test_tiles_formed_sees_products_through_views_scales_and_functions():
+    from lab.checks.backward import tiles_formed
+
+    def loop(q, k, v, o, lse, do, Br, Bc, causal):
+        (q[0:4] * 0.5) @ k[4:8].T  # a scaled block against a transposed one
+        np.dot(k[0:2], q[4:8].T)  # S transposed, through np.dot
+        np.einsum("id,jd->ij", do[2:6], v[0:3])  # dP through einsum
+        np.zeros_like(q) @ k[0:2].T  # a fresh array holds none of q's rows
+        q[1] @ k.T  # one row against every key
+
+    q, k, v, o, lse, do = _problem(8, 8, 4, 4, True)
+    assert tiles_formed(loop, q, k, v, o, lse, do, 4, 4) == [
+        ("S_IJ = Q_I K_Jᵀ", 0, 4, 4, 8),
+        ("S_IJ = Q_I K_Jᵀ", 4, 8, 0, 2),
+        ("dP_IJ = dO_I V_Jᵀ", 2, 6, 0, 3),
+        ("S_IJ = Q_I K_Jᵀ", 1, 2, 0, 8),
+    ]
+
+
+# ------------------------------------------------------------------------------------ part 1's hints, planted
+
+
+def test_the_standard_check_names_a_wrong_dv_from_an_unnormalized_p():
+    src = replace_code(
+        EX["standard"].solution,
+        "p /= p.sum(axis=-1, keepdims=True)  # P: (N, M), kept\n dv = p.T @ do",
+        "dv = p.T @ do\n    p /= p.sum(axis=-1, keepdims=True)",
+    )
+    out = run_check(EX["standard"], src)
+    assert "✗ case 0" in out and "dv (element 2)" in out, out
+    assert "dv wrong: dv = Pᵀ dO needs only P and dO, so check P" in out, out
+
+
+def test_the_standard_check_names_a_scaled_dv():
+    src = replace_code(
+        EX["standard"].solution, "dv = p.T @ do", "dv = scale * p.T @ do"
+    )
+    out = run_check(EX["standard"], src)
+    assert "✗ case 0" in out and "dv is off by a factor √d" in out, out
+    assert "no scale of its own" in out and "applied twice" not in out, out
+
+
+def test_the_standard_check_names_a_gradient_left_at_zero():
+    src = replace_code(
+        EX["standard"].solution, "scale * ds.T @ q, dv", "np.zeros_like(k), dv"
+    )
+    out = run_check(EX["standard"], src)
+    assert "✗ case 0" in out and "dk (element 1)" in out, out
+    assert "dk is all zeros: is it still the array you started from" in out, out
+
+
+def test_check_delta_names_a_dtype_that_is_not_the_inputs():
+    src = replace_code(
+        EX["delta"].solution,
+        "(o * do).sum(axis=-1)",
+        "(o * do).sum(axis=-1).astype(np.float16)",
+    )
+    out = run_check(EX["delta"], src)
+    assert "✗ case 0" in _verdict(out, "delta"), out
+    assert (
+        "your D is float16 (the array you return), and o and dO are float64" in out
+    ), out
+    assert "rounds D; return it in the inputs' dtype, float64" in out, out
+
+
+@pytest.mark.skipif(
+    np.dtype(np.longdouble).itemsize <= 8,
+    reason="long double is float64 on this machine",
+)
+def test_check_delta_names_a_widened_dtype():
+    src = replace_code(
+        EX["delta"].solution,
+        "(o * do).sum(axis=-1)",
+        "(o * do).sum(axis=-1, dtype=np.longdouble)",
+    )
+    out = run_check(EX["delta"], src)
+    assert "✗ case 0" in _verdict(out, "delta") and "widened it" in out, out
+
+
+def _with_cases(ex, first: str, shorter: str):
+    """Exercise `ex` with its check cell's case list cut to `shorter` (the list opens with `first`)."""
+    start = ex.check.index(first)
+    end = ex.check.index("]", start) + 1
+    return dataclasses.replace(ex, check=ex.check[:start] + shorter + ex.check[end:])
+
+
+def test_the_course_cases_run_after_a_shortened_standard_list():
+    short = _with_cases(EX["standard"], "cases = [", "cases = [(6, 9, 8, 4, False)]")
+    out = run_check(short, EX["standard"].solution)
+    assert "passed your 1 cases, the course's 4 and 1 with scores near +800" in out, out
+    ignored = replace_code(EX["standard"].solution, "if causal:", "if False:")
+    out = run_check(short, ignored)  # the learner's one case has no causal=True
+    assert "✗ case 3 (N=6, M=13" in out and "the causal flag is ignored" in out, out
+
+
+def test_the_course_cases_run_after_a_shortened_tiled_list():
+    short = _with_cases(
+        EX["tiled"], "cases = [", "cases = [(32, 32, 8, 8, 8, 8, False)]"
+    )
+    out = run_check(short, EX["tiled"].solution)
+    assert "passed your 1 cases and the course's 2" in out, out
+    out = run_check(short, NO_SKIP)
+    assert "✗ case 1 (N=21, M=29" in out and "no visible entry: skip it" in " ".join(
+        out.split()
+    )
+    off = replace_code(
+        EX["tiled"].solution,
+        "if causal and j0 > i1 - 1 + M - N:",
+        "if causal and j0 >= i1 - 1 + M - N:",
+    )
+    out = run_check(short, off)
+    assert "✗ case 1" in out and "its only visible entry is its bottom-left" in out, out

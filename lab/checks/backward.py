@@ -251,6 +251,149 @@ def arrays_formed(fn, *args, above: int = 0, cuts: dict | None = None):
             tracemalloc.stop()
 
 
+# ------------------------------------------------------------------------------------ the tiles a loop computes
+
+
+class _Rows(np.ndarray):
+    """An input that knows which of its source's rows it holds, `rows = (name, lo, hi)`: a slice or an index of its
+    first axis narrows them, a view (a transpose) keeps them, an elementwise op of one such array (`q_I * scale`)
+    passes them on. A product (`@`, `np.dot`, `np.einsum`, ...) of a block of q with a block of k, or of dO with V,
+    logs the tile it forms in `_Rows.seen`: `(what, i0, i1, j0, j1)`."""
+
+    seen: list = []
+
+    def __array_finalize__(self, obj):
+        self.rows = getattr(obj, "rows", None)
+
+    def __getitem__(self, key):
+        out = super().__getitem__(key)
+        if isinstance(out, _Rows):
+            out.rows = self._narrowed(key)
+        return out
+
+    def _narrowed(self, key):
+        first = key[0] if isinstance(key, tuple) and key else key
+        if self.rows is None or not self.ndim or first is None or first is Ellipsis:
+            return self.rows
+        name, lo, hi = self.rows
+        if (
+            self.shape[0] != hi - lo
+        ):  # a transposed view: its first axis is not the rows
+            return self.rows
+        try:
+            idx = np.arange(lo, hi)[first]
+        except (IndexError, TypeError, ValueError):
+            return None
+        if idx.ndim > 1 or not idx.size:
+            return None
+        return (name, int(idx.min()), int(idx.max()) + 1)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        tags = {x.rows for x in inputs if isinstance(x, _Rows) and x.rows is not None}
+        if ufunc is np.matmul or (ufunc is np.multiply and len(tags) > 1):
+            _Rows._log(tags)
+        plain = [x.view(np.ndarray) if isinstance(x, _Rows) else x for x in inputs]
+        if "out" in kwargs:
+            kwargs["out"] = tuple(
+                x.view(np.ndarray) if isinstance(x, _Rows) else x for x in kwargs["out"]
+            )
+        result = getattr(ufunc, method)(*plain, **kwargs)
+        if not isinstance(result, np.ndarray) or ufunc is np.matmul:
+            return result
+        out = result.view(_Rows)  # one source's rows, elementwise: still those rows
+        (tag,) = tags if len(tags) == 1 else (None,)
+        keeps = tag is not None and out.ndim and out.shape[0] == tag[2] - tag[1]
+        out.rows = tag if keeps else None
+        return out
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func in _PRODUCTS:
+            _Rows._log({a.rows for a in _flat(args) if isinstance(a, _Rows) and a.rows})
+        result = super().__array_function__(func, types, args, kwargs)
+        if isinstance(result, _Rows) and (func in _PRODUCTS or func in _LIKE):
+            result.rows = None  # np.zeros_like(q) holds none of q's rows
+        return result
+
+    @staticmethod
+    def _log(tags):
+        by = {name: (lo, hi) for name, lo, hi in tags}
+        for what, a, b in (
+            ("S_IJ = Q_I K_Jᵀ", "q", "k"),
+            ("dP_IJ = dO_I V_Jᵀ", "do", "v"),
+        ):
+            if a in by and b in by:
+                _Rows.seen.append((what, *by[a], *by[b]))
+
+
+_PRODUCTS = {np.dot, np.einsum, np.inner, np.tensordot, np.outer, np.matmul, np.vdot}
+_LIKE = {np.zeros_like, np.ones_like, np.empty_like, np.full_like}
+
+
+def _flat(args):
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from _flat(a)
+        else:
+            yield a
+
+
+def tiles_formed(fn, q, k, v, o, lse, do, Br, Bc, causal=True):
+    """Run `fn(q, k, v, o, lse, do, Br, Bc, causal)` with q, k, v and dO tracked; return the tiles whose
+    $S_{IJ} = Q_I K_J^T$ or $dP_{IJ} = dO_I V_J^T$ it formed, as `(what, i0, i1, j0, j1)` in the order formed
+    (a product traced through `@`, `np.matmul`, `np.dot`, `np.einsum`, `np.inner`, `np.tensordot`, `np.outer`
+    or a broadcast `*`). Taught in: notebooks/09_tiled_backward.ipynb
+    """
+    tracked = []
+    for name, a in (("q", q), ("k", k), ("v", v), ("do", do)):
+        t = np.array(a, dtype=float).view(_Rows)
+        t.rows = (name, 0, len(a))
+        tracked.append(t)
+    tq, tk, tv, tdo = tracked
+    _Rows.seen = []
+    try:
+        fn(tq, tk, tv, np.array(o), np.array(lse), tdo, Br, Bc, causal)
+        return list(_Rows.seen)
+    finally:
+        _Rows.seen = []
+
+
+def _tile_violation(fn, q, k, v, o, lse, do, Br, Bc) -> tuple[str | None, tuple | None]:
+    """On a causal case whose values agreed: `(problem, None)` when the loop formed a tile with no visible entry,
+    else `(None, (computed, total))` counted on the (Br, Bc) grid; `(None, None)` when the tiles it formed could not
+    be traced (a product this tracker does not see), so that nothing is claimed about them."""
+    N, M = len(q), len(k)
+    try:
+        seen = tiles_formed(fn, q, k, v, o, lse, do, Br, Bc)
+    except Exception:  # the values agreed on plain arrays: the tracking is what failed
+        return None, None
+    last_seen = lambda i1: i1 - 1 + M - N  # the last key row i1 - 1 sees
+    for what, i0, i1, j0, j1 in seen:
+        if j0 > last_seen(i1):
+            I, J = i0 // Br, j0 // Bc
+            return (
+                f"tile ({I}, {J}) has no visible entry: skip it. It is rows {i0}:{i1} against keys "
+                f"{j0}:{j1}, and its first key, j0 = {j0}, lies past the line of its last row, "
+                f"(i1 − 1) + M − N = {last_seen(i1)}; yet your loop formed its {what}, work the mask "
+                "then throws away"
+            ), None
+    Tr, Tc = -(-N // Br), -(-M // Bc)
+    touched = {
+        (I, J)
+        for _, i0, i1, j0, j1 in seen
+        for I in range(i0 // Br, -(-i1 // Br))
+        for J in range(j0 // Bc, -(-j1 // Bc))
+    }
+    visible = {
+        (I, J)
+        for I in range(Tr)
+        for J in range(Tc)
+        if J * Bc <= last_seen(min((I + 1) * Br, N))
+    }
+    if not visible <= touched:  # a tile it needed was formed out of sight
+        return None, None
+    return None, (len(touched), Tr * Tc)
+
+
 def _spans(shape, n: int, widths) -> bool:
     """Whether `shape` has an axis of `n` and is not an (n, width) array like an input or output (or a
     per-row vector of them, axes of 1 aside)."""
@@ -532,6 +675,13 @@ def _backward_hint(got, want, case, variants) -> str:
                 return "NaN: an inf − inf or a 0/0 (a row of S all −inf?); P = exp(S − lse) needs no max and no division"
             if np.shape(g) != np.shape(w):
                 return "shape: dq has q's shape (N, d), dk k's (M, d), dv v's (M, dv) (a keepdims=True or a transpose?)"
+            if name == "dv" and any(
+                _close(g, f * np.asarray(w)) for f in (np.sqrt(d), 1 / np.sqrt(d))
+            ):
+                return (
+                    "dv is off by a factor √d: dv = Pᵀ dO carries no scale of its own; the "
+                    "scale 1/√d reaches dv only through P"
+                )
             for factor, text in (
                 (
                     np.sqrt(d),
@@ -640,9 +790,15 @@ def _variants(q, k, v, o, lse, do, case, tiled, want) -> list:
     return out
 
 
-def _backward_cases(name, fn, cases, tiled, large_scores=(), seed=0) -> bool:
+def _backward_cases(
+    name, fn, cases, tiled, large_scores=(), seed=0, tiles=None
+) -> bool:
     """Compare `fn` with lab.attention_backward on each case, then on each of `large_scores` (same form) with every
-    score near +800, case n's arrays drawn from `seed + n`; print a diagnosis and return False at the first failure."""
+    score near +800, case n's arrays drawn from `seed + n`; print a diagnosis and return False at the first failure.
+    With a list as `tiles`, a tiled causal case whose values agree is run again with its tiles traced
+    (`_tile_violation`), and appended: the verdict when it formed a tile with no visible entry (printed by the
+    caller after the structure is checked, which names a loop without tiles better), else `(computed, total)`, or
+    None when its tiles could not be traced."""
     cases = [(c, 0.0) for c in cases] + [(c, 800.0) for c in large_scores]
     for n, (c, score) in enumerate(cases):
         N, M, d, dv = c[:4]
@@ -688,6 +844,16 @@ def _backward_cases(name, fn, cases, tiled, large_scores=(), seed=0) -> bool:
         want = attention_backward(q, k, v, do, causal=causal)
         case["unmasked"] = attention_backward(q, k, v, do) if causal else want
         problem = diagnose(got, want, names=NAMES, rtol=RTOL, atol=ATOL)
+        if problem is None and tiled and causal and tiles is not None:
+            wasted, counts = _tile_violation(fn, q, k, v, o, lse, do, Br, Bc)
+            tiles.append(
+                (
+                    f"{name}: ✗ case {shown}: a tile no query sees\n"
+                    + _wrapped("hint: the values agree, but " + wasted)
+                )
+                if wasted
+                else counts
+            )
         if problem is None:
             continue
         print(f"{name}: ✗ case {shown}: {problem}")
@@ -756,7 +922,9 @@ def check_tiled_backward(
     on watched arrays (`arrays_formed`): forming an N×M array, or a block of rows against all M keys, fails,
     as do tiles larger than Br × Bc (named apart from an N×M array when the loop's one tile was the whole
     problem; `large` must have Br < N and Bc < M), and so does calling lab's backward or any torch op (tracemalloc does not see torch's memory; the exercise is
-    numpy's). Taught in: notebooks/09_tiled_backward.ipynb
+    numpy's). On each causal case the values agree on, the tiles the loop forms are traced (`tiles_formed`): one
+    with no visible entry fails ("tile (I, J) has no visible entry: skip it"), once the structure has passed; the
+    verdict then counts the tiles computed and skipped. Taught in: notebooks/09_tiled_backward.ipynb
     """
     if len(large) != 7 or not (0 < large[4] < large[0] and 0 < large[5] < large[1]):
         raise ValueError(
@@ -766,8 +934,14 @@ def check_tiled_backward(
     name = name or getattr(fn, "__name__", "your backward")
     _, seed = _fresh(seed)
     with noting_seed(seed):
+        tiles: list = []
         passed = _backward_cases(
-            name, fn, list(cases) + list(COURSE_TILED_CASES), tiled=True, seed=seed
+            name,
+            fn,
+            list(cases) + list(COURSE_TILED_CASES),
+            tiled=True,
+            seed=seed,
+            tiles=tiles,
         )
     if not passed:
         return
@@ -780,9 +954,21 @@ def check_tiled_backward(
             f"{name}: ✗ the values agree on {len(cases)} cases, but on N = {large[0]}, M = {large[1]}: {problem}"
         )
         return
+    wasted = next((t for t in tiles if isinstance(t, str)), None)
+    if wasted:  # the values agree and the loop keeps to tiles, but computes empty ones
+        print(wasted)
+        return
     print(
         f"{name}: ✓ passed your {len(cases)} cases and the course's {len(COURSE_TILED_CASES)} "
-        "(corner-only tiles) (dq, dk, dv)\n"
+        "(corner-only tiles) (dq, dk, dv)"
+    )
+    if tiles and None not in tiles:  # every causal case's tiles were traced
+        done, total = (sum(c[i] for c in tiles) for i in (0, 1))
+        print(
+            f"{name}: ✓ causal cases: {done} of {total} tiles computed (each with a visible "
+            f"entry), {total - done} skipped"
+        )
+    print(
         f"{name}: ✓ N = {large[0]}, M = {large[1]}: no array beyond a tile and the (N, ·), (M, ·) ones"
     )
 

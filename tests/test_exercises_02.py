@@ -19,7 +19,7 @@ PASSED = {
     " ascending: Bc = 1: 63 predicted, 63 counted ✓; Bc = 4: 15 predicted, 15 counted ✓\n"
     "descending: Bc = 1: 0 predicted, 0 counted ✓; Bc = 4: 0 predicted, 0 counted ✓\n"
     "3 of 3 orders predicted right at both Bc = 1 and Bc = 4\n"
-    "predicted_rescales: ✓ both sorted orders derived right (as drawn is a guess)\n",
+    "predicted_rescales: ✓ both sorted orders derived right (as drawn: counted above)\n",
 }
 
 
@@ -837,23 +837,57 @@ def test_rescale_predictions_are_compared_with_the_counts(capsys):
     out = capsys.readouterr().out
     assert out.count("✓") == 7 and "3 of 3 orders predicted right" in out
     assert "ascending: Bc = 1: 63 predicted, 63 counted ✓; Bc = 4: 15 predicted" in out
-    checks.check_rescale_predictions(right | {"ascending": (63, 16)})
+    checks.check_rescale_predictions(right | {"as drawn": (6, 4)})
     out = capsys.readouterr().out
-    assert "Bc = 4: 16 predicted, 15 counted ✗" in out and "2 of 3" in out
+    assert "Bc = 4: 4 predicted, 5 counted ✗" in out and "2 of 3" in out
 
 
-def test_a_wrong_prediction_is_shown_the_count_as_the_placeholder_promises(capsys):
-    """The placeholder says the count is shown once you predict: so it is, right or wrong."""
+def test_the_counts_are_withheld_until_both_sorted_orders_are_right(capsys):
+    """A retry is not free: no count is printed while a sorted order is wrong or missing; each pair is
+    still marked ✓ or ✗."""
     checks.check_rescale_predictions(
         {"as drawn": (1, 1), "ascending": (..., ...), "descending": (5, 5)}
     )
     out = capsys.readouterr().out
-    assert (
-        "as drawn: Bc = 1: 1 predicted, 6 counted ✗; Bc = 4: 1 predicted, 5 co" in out
+    assert "as drawn: Bc = 1: 1 predicted ✗; Bc = 4: 1 predicted ✗" in out
+    assert "descending: Bc = 1: 5 predicted ✗" in out
+    assert "ascending: not predicted yet" in out
+    assert "counted" not in out and "63" not in out and " 6 " not in out
+    assert "the counts are shown once both sorted orders are right" in out
+    checks.check_rescale_predictions(
+        {"as drawn": (1, 1), "ascending": (64, 16), "descending": (0, 0)}
     )
-    assert "descending: Bc = 1: 5 predicted, 0 counted ✗" in out
-    assert "ascending: not predicted yet (the count is shown once you predict)" in out
-    assert "63" not in out
+    out = capsys.readouterr().out
+    assert "counted" not in out and "ascending: Bc = 1: 64 predicted ✗" in out
+    assert "every step after the first" in out.splitlines()[-1]
+    checks.check_rescale_predictions(
+        {"as drawn": (1, 1), "ascending": (63, 15), "descending": (0, 0)}
+    )
+    out = capsys.readouterr().out
+    assert "as drawn: Bc = 1: 1 predicted, 6 counted ✗" in out
+
+
+def test_the_paper_form_of_the_step_is_told_only_of_its_missing_guard():
+    """The block's sum against its own max, moved to m_new by e^(m_b - m_new), is right (the FlashAttention
+    paper's form); without a guard for a block of only -inf it makes NaN, and the hint says just that."""
+    text = """
+def online_step(m, l, x_b):
+    m_b = float(np.max(x_b))
+    m_new = max(m, m_b)
+    if m_new == -np.inf:
+        return m, l
+    l_b = float(np.exp(x_b - m_b).sum())
+    return m_new, float(np.exp(m - m_new) * l + np.exp(m_b - m_new) * l_b)
+"""
+    out = run_check(EX[1], source(text))
+    assert (
+        "✗" in out
+        and "your form is right" in out
+        and "Only the guard is missing" in out
+    )
+    assert "every term of l must be" not in out
+    guarded = text.replace("if m_new == -np.inf:", "if m_b == -np.inf:")
+    assert run_check(EX[1], source(guarded)) == PASSED[1]
 
 
 @pytest.mark.parametrize(

@@ -894,6 +894,17 @@ WRONG_STEP = {
         _step(alpha="1.0"),
         ["block 1", "l':", "multiply the old terms by α"],
     ),
+    "the block's values averaged (.mean), not summed": (
+        _step(o_new="(alpha * l * o + (p[:, None] * v_b).mean(axis=0)) / l_new"),
+        ["block 0", "o':", "averaged (.mean), not summed", "p @ v_b"],
+    ),
+    "the block's terms averaged in l and o": (
+        _step(
+            l_new="alpha * l + p.mean()",
+            o_new="(alpha * l * o + (p[:, None] * v_b).mean(axis=0)) / l_new",
+        ),
+        ["block 0", "averaged (.mean), not summed"],
+    ),
     "the block's max": (
         _step(m_new="s_b.max()"),
         ["m':", "max(m, max s_b)"],

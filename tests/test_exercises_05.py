@@ -3,6 +3,7 @@ the kernel): each worked solution passes its own check cell, each planted classi
 and the instrument and checks of lab/checks/tiling.py behave."""
 
 import contextlib
+import dataclasses
 import io
 
 import nbformat
@@ -23,7 +24,10 @@ EX = {
     "widest": _PART1[2],
     "fits": _PART1[3],
     "bytes": _PART2[1],
-    "forward": _PART2[2],
+    # the full check (the second check cell; the first, the in-class core, leaves out the mask)
+    "forward": dataclasses.replace(
+        _PART2[2], check="tiling.check_tiled_forward(flash_forward)\n"
+    ),
     "fa1bytes": _PART2[3],
 }
 PASSED = {
@@ -304,6 +308,14 @@ def fa2_bytes(N, d, Br, Bc, itemsize, causal):
     return 2 * N * d * itemsize + (kv // 2 if causal else kv) + N * max(itemsize, 4)
 """,
         ["case 1", "half the non-causal count"],
+    ),
+    "T_r = N // Br: the partial query block dropped": (
+        BYTES.format(**BYTES_OK).replace("range(0, N, Br)", "range(0, N - N % Br, Br)"),
+        [
+            "case 1",
+            "the last query block is partial (40 of N = 1000",
+            "T_r = ⌈N / Br⌉ = 16",
+        ],
     ),
     "partial key block counted whole": (
         {"keys": "-(-seen // Bc) * Bc"},
@@ -656,6 +668,18 @@ def flash_forward(q, k, v, Br, Bc, causal=False):
         ["lse (element 1)", "your lse is log l", "lse = m + log l"],
     ),
     "scores not scaled": (_fwd(scale="1.0"), ["not scaled"]),
+    "scores scaled by 1/d": (
+        _fwd(scale="d"),
+        ["scaled by 1/d", "1/√d", "np.sqrt(d), not d"],
+    ),
+    "acc returned, / l forgotten": (
+        _fwd(
+            finish=FINISH.format(lse="m + np.log(np.where(seen, l, 1.0))").replace(
+                "acc / np.where(seen, l, 1.0)[:, None]", "acc"
+            )
+        ),
+        ["o is acc, not acc / l", "divide it by l once"],
+    ),
     "alpha inverted, e^(m' - m)": (
         _fwd().replace("alpha = np.exp(m - m_use)", "alpha = np.exp(m_use - m)"),
         ["case 0", "α is inverted", "α = e^(m - m′) ≤ 1"],

@@ -923,7 +923,23 @@ def _stepped(
     return m_new, l_new, total / by
 
 
+def _mean_step(m, l, o, s, v, *, on_l=False):
+    """One block's step with the block's terms averaged (`.mean`) instead of summed: in o's new
+    terms, and in l's too when `on_l`."""
+    m_new = max(m, s.max())
+    alpha, p = np.exp(m - m_new), np.exp(s - m_new)
+    l_new = alpha * l + (p.mean() if on_l else p.sum())
+    return m_new, l_new, (alpha * l * o + (p[:, None] * v).mean(axis=0)) / l_new
+
+
+_MEAN = (
+    "the block's terms are averaged (.mean), not summed: o' = (α·l·o + Σ_j e^(s_j - m') v_j) / l', "
+    "the block's B_c terms added up, p @ v_b; a mean divides them by B_c"
+)
+
 _STEP_MISTAKES = (
+    (_mean_step, _MEAN),
+    (lambda m, l, o, s, v: _mean_step(m, l, o, s, v, on_l=True), _MEAN),
     (
         lambda m, l, o, s, v: _stepped(m, l, o, s, v, rescale="inverted"),
         "α is inverted: e^(m' - m) >= 1 grows the old terms (and is inf at the first block, "

@@ -932,7 +932,9 @@ def _step(
     alpha_to="new",
 ):
     """One online step (m, l) -> (m_new, l_new), with a choice of classic mistakes: `terms` the new terms
-    against the new max, the old m ("old"), the block's own max ("block") or no max at all ("none");
+    against the new max, the old m ("old"), the block's own max ("block") or no max at all ("none"), or
+    against the block's own max and then moved to the new max ("paper": right, but NaN for a block of only
+    -inf after a finite m, which has no max of its own to subtract);
     `alpha_new` the factor on the new terms too; `m_out="block"` the block's max returned as m;
     `alpha_to="block"` the old l rescaled to the block's max instead of the new running max."""
     top = float(np.max(x_b))
@@ -943,8 +945,10 @@ def _step(
         return m_new, l + float(np.exp(x_b).sum())
     to = top if alpha_to == "block" else m_new
     a = float(np.exp(sign * (m - to))) if alpha else 1.0
-    against = {"new": m_new, "old": m, "block": top}[terms]
+    against = {"new": m_new, "old": m, "block": top, "paper": top}[terms]
     new = float(np.exp(x_b - against).sum())
+    if terms == "paper":  # the block's sum against its own max, then moved to m_new
+        new *= float(np.exp(top - m_new))
     l_new = a * (l + new) if alpha_new else a * l + new
     return (top if m_out == "block" else m_new), l_new
 
@@ -981,6 +985,12 @@ _STEP_MISTAKES = [  # (keyword arguments of _step, what went wrong)
         {"alpha_to": "block"},
         "the old l was rescaled by e^(m - the block's max), not e^(m - m_new): when the block's "
         "max is below m that factor is above 1; rescale to the running max m_new",
+    ),
+    (
+        {"terms": "paper"},
+        "your form is right: the block's sum against its own max m_b, moved to the new max by "
+        "e^(m_b - m_new). Only the guard is missing: a block of only -inf has m_b = -inf, and "
+        "e^(-inf - (-inf)) is NaN; such a block adds nothing, so keep (m, l)",
     ),
     (
         {"terms": "block"},
@@ -1658,8 +1668,8 @@ def _pair_problem(got, blocks) -> str | None:
 def check_rescale_predictions(predicted, *, n: int = 64, blocks=(1, 4)) -> None:
     """Compare written predictions `{order: (rescales at Bc = 1, at Bc = 4)}` (a dict, or a function returning one)
     for `lab.demo_scores(n)` as drawn, sorted ascending and sorted descending with the counts of lab's reference.
-    One line per predicted order: the prediction, ✓ or ✗, and the count, shown once a prediction is written
-    (right or wrong); an order not yet predicted shows no count.
+    One line per predicted order: the prediction, ✓ or ✗, and the count, shown once both sorted orders (which
+    can be derived) are right; an order not yet predicted shows no count.
     Taught in: notebooks/02_online_softmax.ipynb"""
     name = "predicted_rescales"
     if callable(predicted):
@@ -1684,6 +1694,12 @@ def check_rescale_predictions(predicted, *, n: int = 64, blocks=(1, 4)) -> None:
             f"predictions: write one (Bc = {blocks[0]}, Bc = {blocks[1]}) pair for {', '.join(missing)}"
         )
         return
+    # the counts are shown only once both sorted orders, which can be derived, are right
+    sorted_right = all(
+        _pair_problem(predicted[o], blocks) is None
+        and tuple(predicted[o]) == tuple(_rescales(rows[o], b) for b in blocks)
+        for o in ("ascending", "descending")
+    )
     right = written = 0
     for order in _ORDERS:
         want = tuple(_rescales(rows[order], b) for b in blocks)
@@ -1695,14 +1711,14 @@ def check_rescale_predictions(predicted, *, n: int = 64, blocks=(1, 4)) -> None:
             v if v is Ellipsis or v is None else int(v) for v in predicted[order]
         )
         if Ellipsis in got or None in got:
-            print(
-                f"{order:>10}: not predicted yet (the count is shown once you predict)"
-            )
+            print(f"{order:>10}: not predicted yet")
             continue
         ok = got == want
         right, written = right + ok, written + 1
         each = [
             f"Bc = {b}: {g} predicted, {w} counted {'✓' if g == w else '✗'}"
+            if sorted_right
+            else f"Bc = {b}: {g} predicted {'✓' if g == w else '✗'}"
             for b, g, w in zip(blocks, got, want)
         ]
         print(f"{order:>10}: " + "; ".join(each))
@@ -1711,6 +1727,8 @@ def check_rescale_predictions(predicted, *, n: int = 64, blocks=(1, 4)) -> None:
             f"{right} of {written} orders predicted right at both Bc = {blocks[0]}"
             f" and Bc = {blocks[1]}"
         )
+    if written and not sorted_right:
+        print("(the counts are shown once both sorted orders are right)")
     # the verdict: the sorted orders can be derived; "as drawn" is a guess and is only shown
     derived = [
         _pair_problem(predicted[o], blocks) is None
@@ -1724,11 +1742,12 @@ def check_rescale_predictions(predicted, *, n: int = 64, blocks=(1, 4)) -> None:
             "(see above)"
         )
     elif all(derived):
-        print(f"{name}: ✓ both sorted orders derived right (as drawn is a guess)")
+        print(f"{name}: ✓ both sorted orders derived right (as drawn: counted above)")
     else:
         print(
             f"{name}: ✗ predict the sorted orders again: ascending raises the max at every"
-            " block, descending meets it first"
+            " step after the first (the first block sets m, nothing to rescale), descending"
+            " meets it first"
             if written
             else f"{name}: ✗ no prediction written yet"
         )

@@ -237,11 +237,12 @@ def _fa2_bytes(
     kv_once=False,
     visible=False,
     first=False,
+    floor=False,
 ):
     """fa2's bytes for N = M, dv = d; the keyword variants make the classic slips (`first`: the keys the
-    block's first query sees, not its last)."""
+    block's first query sees, not its last; `floor`: T_r = N // Br, the partial query block dropped)."""
     keys = 0
-    for i0 in range(0, N, Br):
+    for i0 in range(0, N - N % Br if floor else N, Br):
         end = i0 + 1 if first else min(i0 + Br, N)
         last = (
             end if causal and skip else N
@@ -296,6 +297,19 @@ def _bytes_hint(case, got, want):
                 (_fa2_bytes(*case, first=True), first),
             ]
             if causal
+            else []
+        ),
+        *(
+            [
+                (
+                    _fa2_bytes(*case, floor=True),
+                    f"the last query block is partial ({N % Br} of N = {N} queries, past "
+                    f"{N // Br} whole blocks of Br = {Br}) and yours leaves out its K and V "
+                    "loads: it loads key blocks like any other, so T_r = ⌈N / Br⌉ = "
+                    f"{-(-N // Br)}, not N // Br = {N // Br}",
+                )
+            ]
+            if N % Br
             else []
         ),
         (
@@ -1478,12 +1492,21 @@ def _forward_hint(case, got, want) -> str:
                 "the mask is off by one: query r sees keys up to c = r + (M - N), not one more",
             ),
         ]
+    d = q.shape[1]
     alts.append(
         (
             _reference(q, k, v, vis, scale=1.0),
             "the scores are not scaled: s = q kᵀ / √d",
         )
     )
+    if d > 1:
+        alts.append(
+            (
+                _reference(q, k, v, vis, scale=1.0 / d),
+                f"the scores are scaled by 1/d = {1 / d:.4g}; the scale is 1/√d = "
+                f"{1 / np.sqrt(d):.4g} for d = {d}: s = q kᵀ / √d (np.sqrt(d), not d)",
+            )
+        )
     if M % Bc:
         alts.append(
             (
@@ -1497,6 +1520,17 @@ def _forward_hint(case, got, want) -> str:
             lse, a[1], rtol=1e-9, atol=1e-12, equal_nan=True
         ):
             return text
+    m_end = np.where(
+        np.isneginf(want[1]), 0.0, s.max(axis=1)
+    )  # the final m of each row
+    l_end = np.where(np.isneginf(want[1]), 0.0, np.exp(want[1] - m_end))  # its final l
+    if np.abs(l_end - 1).max() > 1e-6 and np.allclose(
+        o, want[0] * l_end[:, None], rtol=1e-9, atol=1e-12
+    ):
+        return (
+            "o is acc, not acc / l: acc = Σ e^(s - m) v is the unnormalized sum, so divide it by "
+            "l once, after the last key block of the query block (o = acc / l, 0 where l = 0)"
+        )
     if np.allclose(o, want[0], rtol=1e-9, atol=1e-12):
         m = np.where(np.isneginf(want[1]), 0.0, s.max(axis=1))
         if np.allclose(lse, want[1] - m, rtol=1e-9, atol=1e-12):
@@ -1836,7 +1870,7 @@ def check_tiled_forward(
         return print(
             f"{name}: ✓ the core: passed the {len(cases)} cases without a mask, exact to 1e-9; no N × M "
             "array held;\n  K_j, V_j loaded once per reported tile. Next (homework): causal=True, "
-            "checked by the cell above"
+            "checked by the next cell"
         )
     print(
         f"{name}: ✓ passed {len(cases)} cases, exact to 1e-9; no N × M array held;\n  K_j, V_j loaded "

@@ -163,13 +163,19 @@ def draw_online_trace(
     ax_m.axhline(tr["m_new"][-1], color="C3", lw=1, ls=":", label="final m")
     grew = tr["alpha"] < 1
     grew[0] = False  # the first block has nothing to rescale
+    # ring the score that raised the max (the block's largest), so the dot stays visible inside
+    top = np.array(
+        [a + int(np.argmax(x[a:z])) for a, z in zip(tr["start"], tr["stop"])]
+    )
     ax_m.plot(
-        ends[grew],
-        tr["m_new"][grew],
-        "^",
-        ms=9,
+        top[grew],
+        x[top[grew]],
+        "o",
+        ms=11,
+        mfc="none",
+        mew=2,
         color="C3",
-        label=f"m′ > m: the block raised the max ({int(grew.sum())}×)",
+        label=f"m′ > m: the score that raised the max ({int(grew.sum())}×)",
     )
     ax_m.set_ylabel("score")
     ax_m.set_title(

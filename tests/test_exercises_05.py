@@ -1406,16 +1406,15 @@ def test_fa1_bytes_template_is_the_worked_solution():
 
 
 def test_the_footprints_are_derived_before_they_are_shown():
-    """Part 1's exercise 3 derives the register and shared-memory footprints: the summed formula appears after it."""
+    """Part 1's exercise 3 derives the register and shared-memory footprints: the summed formula appears only
+    after its check, folded in a worked answer."""
     cells = _cells(NAME)
     formula = r"B_r B_c\,(4 + \text{itemsize})"
-    last_check = max(
-        i for i, (_, s, _) in enumerate(cells) if "check_fa2_tile_choice" in s
-    )
-    assert not any(formula in s for _, s, _ in cells[:last_check])
-    assert any(
-        formula in s and "solution" not in tags
-        for _, s, tags in cells[last_check + 1 :]
+    check = next(i for i, (_, s, _) in enumerate(cells) if "check_a100_fits" in s)
+    assert not any(formula in s for _, s, _ in cells[:check])
+    shown = [(s, tags) for _, s, tags in cells[check + 1 :] if formula in s]
+    assert shown and all(
+        "solution" in tags and s.startswith("<details>") for s, tags in shown
     )
 
 

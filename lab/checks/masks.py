@@ -509,8 +509,9 @@ def check_mask_mod(
     kind = block_mask(build(*cases[-1]), 1, heads, N, M, block, block).kind[0, 0]
     counts = {k: int((kind == code).sum()) for code, k in KINDS.items()}
     print(
-        f"{name}: ✓ passed {len(cases)} cases; last case (N = {N}, M = {M}), one head's {kind.size} tiles of "
-        f"{block}×{block}: {counts['empty']} empty, {counts['partial']} partial, {counts['full']} full (as the spec)\n"
+        f"{name}: ✓ passed {len(cases)} cases; last case (N = {N}, M = {M}), one head's {kind.size} "
+        f"tiles of {block}×{block}:\n  {counts['empty']} empty, {counts['partial']} partial, "
+        f"{counts['full']} full (as the spec)\n"
         f"  {_kernels_run()} match the reference"
     )
 

@@ -34,8 +34,8 @@ PASSED = {
     "tiles": "causal_tiles: ✓ passed 10 cases\n",
     "bytes": "fa2_bytes: ✓ passed 9 cases\n",
     "widest": "widest_key_block: ✓ passed 9 cases\n",
-    "fits": "a100_fits: ✓ passed 35 cases: the 18 candidates at d = 128, 14 steps at a fresh d, "
-    "1 at the register budget's edge, 2 at 16 warps\n",
+    "fits": "a100_fits: ✓ passed 37 cases:\n  the 18 candidates at d = 128, 14 steps at a fresh d, "
+    "3 at a budget's edge (2 exactly at it), 2 at 16 warps\n",
     "forward": "flash_forward: ✓ passed 14 cases, exact to 1e-9; no N × M array held;\n  K_j, V_j loaded "
     "once per reported tile, at most Bc rows; 35 hidden tiles skipped (fixed cases)\n",
     "fa1bytes": "fa1_bytes: ✓ passed 9 cases\n",
@@ -1234,6 +1234,37 @@ WRONG_FITS = {
 }
 
 
+@pytest.mark.parametrize(
+    "verdict, says",
+    [
+        (
+            "regs < budget and shared < 163 * 1024",
+            ["case (d = 64, Br = 64, Bc = 296, warps = 4)", "it fits", "<=, not <"],
+        ),
+        (
+            "regs < budget and shared <= 163 * 1024",
+            ["case (d = 64, Br = 64, Bc = 296, warps = 4)", "<=, not <"],
+        ),
+        (
+            "regs <= budget and shared < 163 * 1024",
+            ["shared memory fill the budget exactly", "<=, not <"],
+        ),
+    ],
+)
+def test_a100_fits_strict_at_a_budget_fails(verdict, says):
+    _fails("fits", FITS.format(**{**FITS_OK, "verdict": verdict}), *says)
+
+
+def test_a100_fits_q_in_registers_is_named():
+    src = FITS.format(**FITS_OK).replace(
+        "+ Br * d * 4\n", "+ Br * d * 4 + Br * d * 2\n"
+    )
+    src = src.replace("(Br * d + 1 * Bc * 2 * d) * 2", "(1 * Bc * 2 * d) * 2")
+    assert "Br * d * 2" in src and "(1 * Bc * 2 * d)" in src, src
+    out = _fails("fits", src, "Q_i", "shared memory")
+    assert "P_ij in fp16" not in out, out
+
+
 @pytest.mark.parametrize("mistake", WRONG_FITS)
 def test_a100_fits_mistakes_are_named(mistake):
     change, says = WRONG_FITS[mistake]
@@ -1399,17 +1430,14 @@ def test_fa1_bytes_template_is_the_worked_solution():
 
 
 def test_the_footprints_are_derived_before_they_are_shown():
-    """Part 1's exercise 3 derives the register and shared-memory footprints: the summed formula appears after it."""
+    """Part 1's exercise 3 derives the register and shared-memory footprints: the summed formula appears only
+    after its check, folded in a worked answer (which the learner copy keeps)."""
     cells = _cells(NAME)
     formula = r"B_r B_c\,(4 + \text{itemsize})"
-    last_check = max(
-        i for i, (_, s, _) in enumerate(cells) if "check_fa2_tile_choice" in s
-    )
-    assert not any(formula in s for _, s, _ in cells[:last_check])
-    assert any(
-        formula in s and "solution" not in tags
-        for _, s, tags in cells[last_check + 1 :]
-    )
+    check = next(i for i, (_, s, _) in enumerate(cells) if "check_a100_fits" in s)
+    assert not any(formula in s for _, s, _ in cells[:check])
+    shown = [(s, tags) for _, s, tags in cells[check + 1 :] if formula in s]
+    assert shown and all(s.startswith("<details>") for s, _ in shown)
 
 
 def test_exercise_2_of_part_1_answers_its_question_after_the_check():

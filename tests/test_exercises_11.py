@@ -536,6 +536,42 @@ LOOP_HINTS = [
         ],
         ["raised", "the last block may be shorter"],
     ),
+    (
+        "lse without m",
+        [
+            (
+                "lse[i0 : i0 + len(i)][seen] = m[seen, 0] + np.log(l[seen, 0])",
+                "lse[i0 : i0 + len(i)][seen] = np.log(l[seen, 0])",
+            )
+        ],
+        ["o is right but lse is not", "yours is log l, without m"],
+    ),
+    (
+        "lse plus one",
+        [
+            (
+                "lse[i0 : i0 + len(i)][seen] = m[seen, 0] + np.log(l[seen, 0])",
+                "lse[i0 : i0 + len(i)][seen] = m[seen, 0] + np.log(l[seen, 0]) + 1",
+            )
+        ],
+        ["lse is off by +1 on every row"],
+    ),
+    (
+        "lse 0 on a row with no key",
+        [("np.full(N, -np.inf)", "np.zeros(N)")],
+        ["sees no key and got lse = 0", "keeps lse = −∞"],
+    ),
+    (
+        "tile-local indices",
+        [
+            ("s = score_mod(s, 0, 0, i, j)", "s = score_mod(s, 0, 0, i - i0, j - j0)"),
+            (
+                "s = np.where(mask_mod(0, 0, i, j), s, -np.inf)",
+                "s = np.where(mask_mod(0, 0, i - i0, j - j0), s, -np.inf)",
+            ),
+        ],
+        ["starting at 0", "local", "global ones"],
+    ),
 ]
 
 

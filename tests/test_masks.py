@@ -1062,6 +1062,21 @@ def test_window_tiles_legend_shows_the_colours_drawn():
     assert drawn == legend
 
 
+def test_the_documents_toggle_cuts_tiles():
+    """The slider's four documents have boundaries inside tiles, so the tile
+    kinds differ from the window's alone; the kernel computes exactly the non-empty tiles."""
+    import matplotlib.pyplot as plt
+
+    for block in (8, 16, 32):  # (at 64 the default window keeps no tile full)
+        fig, axes = plt.subplots(1, 2)
+        alone = lab.figures.masks.draw_window_tiles(256, 64, block, ax=axes[0])
+        docs = lab.figures.masks.draw_window_tiles(256, 64, block, True, ax=axes[1])
+        plt.close(fig)
+        kinds = ("empty", "partial", "full")
+        assert [docs[k] for k in kinds] != [alone[k] for k in kinds], (block, docs)
+        assert docs["kernel_tiles"] == docs["partial"] + docs["full"]
+
+
 def test_softcap_fixed_reference_error_is_inf_only_where_l_underflows():
     fp16 = lab.softcap_fixed_reference_detail(
         30.0, "fp16"

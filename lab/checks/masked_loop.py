@@ -423,6 +423,59 @@ def _tiles_of(calls, what, Br, Bc, N, M):
     return tiles, None
 
 
+def _local_indices(calls, mask_mod, N, M, Br, Bc) -> str | None:
+    """A hint when every score_mod call saw query (or key) indices starting at 0 although the non-empty tiles
+    span several query (or key) blocks: the hooks were given the tile's own r, c, not the global i, j."""
+    score = [c for c in calls if c[0] == "score"]
+    kinds = _kinds(mask_mod, N, M, Br, Bc)
+    rows, cols = np.nonzero(kinds)
+    for what, start, blocks, idx in (
+        ("query", 1, len(set(rows.tolist())), "i = i0 + r"),
+        ("key", 3, len(set(cols.tolist())), "j = j0 + c"),
+    ):
+        if len(score) > 1 and blocks > 1 and all(c[start] == 0 for c in score):
+            return (
+                f"every score_mod call saw {what} indices starting at 0, though the tiles to compute "
+                f"span {blocks} {what} blocks: those are the tile's own (local) indices; the hooks "
+                f"take global ones, {idx} (a mask or a bias depends on where the tile sits)"
+            )
+    return None
+
+
+def _lse_problem(lse, want_lse, q, k, score_mod, mask_mod) -> str:
+    """Why a right o comes with a wrong lse."""
+    fin = ~np.isneginf(want_lse)
+    if not np.isneginf(lse[~fin]).all():
+        r = int(np.argwhere(~fin & ~np.isneginf(lse))[0, 0])
+        return (
+            f"o is right but row {r} sees no key and got lse = {lse[r]:.4g}: a row with l = 0 "
+            "keeps lse = −∞"
+        )
+    if not fin.any() or not np.isfinite(lse[fin]).all():
+        return "o is right but lse is not: lse = m + log l, finite on every row that sees a key"
+    diff = lse[fin] - want_lse[fin]
+    e = float(np.abs(diff).max())
+    N, M = q.shape[0], k.shape[0]
+    i, j = np.arange(N)[:, None], np.arange(M)[None, :]
+    with np.errstate(all="ignore"):
+        s = score_mod(q @ k.T / np.sqrt(q.shape[-1]), 0, 0, i, j)
+        row_max = np.where(_keep(mask_mod, N, M), s, -np.inf).max(axis=1)
+    if np.allclose(lse[fin], want_lse[fin] - row_max[fin], rtol=1e-9, atol=1e-12):
+        return (
+            f"o is right but lse is not (max |lse - ref| = {e:.2e}): yours is log l, without m; "
+            "lse = m + log l, with m the row's final running max"
+        )
+    if np.ptp(diff) < 1e-9:
+        return (
+            f"o is right but lse is off by {float(diff[0]):+.3g} on every row: lse = m + log l, "
+            "nothing added"
+        )
+    return (
+        f"o is right but lse is not (max |lse - ref| = {e:.2e}): lse = m + log l, with m the "
+        "row's final running max and l its final sum"
+    )
+
+
 def _close(a, b) -> bool:
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     same_inf = np.isneginf(a) == np.isneginf(b)
@@ -444,6 +497,9 @@ def _loop_problem(got, case, q, k, v, Br, Bc) -> str | None:
     o, lse = (np.asarray(x, dtype=float) for x in out)
     if o.shape != (N, v.shape[1]) or lse.shape != (N,):
         return f"o has shape {o.shape} and lse {lse.shape}; expected ({N}, {v.shape[1]}) and ({N},)"
+    local = _local_indices(hooks.calls, mask_mod, N, M, Br, Bc)
+    if local:
+        return local
     tiles, bad = _tiles_of(hooks.calls, "score", Br, Bc, N, M)
     if tiles is None:
         i0, i1, j0, j1 = bad
@@ -525,6 +581,8 @@ def _loop_problem(got, case, q, k, v, Br, Bc) -> str | None:
     want_o, want_lse = _reference(q, k, v, score_mod, mask_mod)
     if _close(o, want_o) and _close(lse, want_lse):
         return None
+    if _close(o, want_o):
+        return _lse_problem(lse, want_lse, q, k, score_mod, mask_mod)
     in_tiles = np.kron(kinds > 0, np.ones((Br, Bc), dtype=bool))[:N, :M]
     if _close(o, _reference(q, k, v, score_mod, mask_mod, in_tiles, "no mask")[0]):
         return (
@@ -570,10 +628,6 @@ def _loop_problem(got, case, q, k, v, Br, Bc) -> str | None:
         )
     err = float(np.nanmax(np.abs(o - want_o)))
     r = int(np.argmax(np.nanmax(np.abs(o - want_o), axis=1)))
-    if _close(o, want_o):
-        fin = ~np.isneginf(want_lse)
-        e = float(np.abs(lse[fin] - want_lse[fin]).max()) if fin.any() else np.inf
-        return f"o is right but lse is not (max |lse - ref| = {e:.2e}): lse = m + log l of the whole row"
     return f"max |o - ref| = {err:.2e}, largest in row {r}, which sees {int(keep[r].sum())} keys"
 
 

@@ -476,21 +476,25 @@ def check_mask_mod(
         wrong = got != want
         if wrong.any():
             pos = np.argwhere(wrong)[0]
-            extra, missing = int((got & ~want).sum()), int((~got & want).sum())
-            kg = block_mask(mod, 1, heads, N, M, block, block).kind
-            kw = block_mask(spec(*case), 1, heads, N, M, block, block).kind
+            h = int(
+                pos[1]
+            )  # counts in that one head, of the N × M grid the learner pictures
+            g, w = got[0, h], want[0, h]
+            extra, missing = int((g & ~w).sum()), int((~g & w).sum())
+            kg = block_mask(mod, 1, heads, N, M, block, block).kind[0, h]
+            kw = block_mask(spec(*case), 1, heads, N, M, block, block).kind[0, h]
             bad = np.argwhere(kg != kw)
             tiles = ""
             if len(bad):
                 t = tuple(int(x) for x in bad[0])
                 tiles = (
-                    f"; {len(bad)} of {kg.size} tiles ({block}×{block}) misclassified, first (query block {t[2]}, key block "
-                    f"{t[3]}): yours {KINDS[int(kg[t])]}, the spec's {KINDS[int(kw[t])]}"
+                    f"; {len(bad)} of its {kg.size} tiles ({block}×{block}) misclassified, first (query block {t[0]}, "
+                    f"key block {t[1]}): yours {KINDS[int(kg[t])]}, the spec's {KINDS[int(kw[t])]}"
                 )
             print(
                 f"{name}: ✗ case {n} {_show(case)}: at {_where(pos)} yours {'keeps' if got[tuple(pos)] else 'drops'} the key, the spec "
-                f"{'keeps' if want[tuple(pos)] else 'drops'} it; {extra} kept that should be dropped, {missing} dropped that "
-                f"should be kept{tiles}"
+                f"{'keeps' if want[tuple(pos)] else 'drops'} it; in head {h}, {extra} kept that should be dropped, {missing} "
+                f"dropped that should be kept{tiles}"
             )
             if N != M and _top_left(got, spec, case, idx, (1, heads, N, M)):
                 print(f"  hint: {_TOP_LEFT.format(off=M - N)}")
@@ -501,12 +505,13 @@ def check_mask_mod(
     if problem:
         print(f"{name}: ✗ {problem}")
         return
-    counts = block_mask(
-        build(*cases[-1]), 1, heads, *cases[-1][-2:], block, block
-    ).counts
+    N, M = cases[-1][-2:]
+    kind = block_mask(build(*cases[-1]), 1, heads, N, M, block, block).kind[0, 0]
+    counts = {k: int((kind == code).sum()) for code, k in KINDS.items()}
     print(
-        f"{name}: ✓ passed {len(cases)} cases; last case's {block}×{block} tiles: {counts['empty']} empty, "
-        f"{counts['partial']} partial, {counts['full']} full (as the spec)\n"
+        f"{name}: ✓ passed {len(cases)} cases; last case (N = {N}, M = {M}), one head's {kind.size} "
+        f"tiles of {block}×{block}:\n  {counts['empty']} empty, {counts['partial']} partial, "
+        f"{counts['full']} full (as the spec)\n"
         f"  {_kernels_run()} match the reference"
     )
 

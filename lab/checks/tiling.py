@@ -709,7 +709,15 @@ def _fit_hint(d, Br, Bc, w, got) -> str:
         else:
             over = "Q_i, K_j, V_j are over the 163 KiB of shared memory one thread block may use"
         return f"it does not fit: {sizes}; {over}"
+    if regs == budget or shared == room:
+        full = "registers" if regs == budget else "shared memory"
+        return (
+            f"it fits: {sizes}; the {full} fill the budget exactly, and a step that fills a "
+            "budget still fits: compare with <=, not <"
+        )
     causes = []
+    if regs + Br * d * 2 > budget and shared - Br * d * 2 <= room:
+        causes.append("Q_i is a tile loaded from HBM: in shared memory, not registers")
     if regs + shared > 256 * 1024:
         causes.append(
             "registers and shared memory are two memories with two budgets, not one 256 KiB pool"
@@ -742,16 +750,22 @@ def _fit_slip(
     cap=True,
     limit=163 * 1024,
     pool=False,
+    strict=False,
+    q_regs=False,
 ):
     """The verdict of `_a100_fit` made with a classic slip: P_ij at `p` bytes (0: left out), S_ij at `s`, acc at
     `acc`, `ml` of m, l (0: left out), `kv` copies of K_j, V_j, `per_reg` bytes a register (1: the ×4 forgotten),
     the 256 KiB cap dropped (`cap`), shared memory against `limit`, or one pool for both."""
     regs = Br * Bc * (s + p) + ml * Br * 4 + Br * d * acc
     shared = (Br * d + kv * Bc * 2 * d) * 2
+    if q_regs:  # Q_i held in registers, not shared memory
+        regs, shared = regs + Br * d * 2, shared - Br * d * 2
     budget = 32 * w * 255 * per_reg
     budget = min(256 * 1024, budget) if cap else budget
     if pool:
         return regs + shared <= 256 * 1024
+    if strict:
+        return regs < budget and shared < limit
     return regs <= budget and shared <= limit
 
 
@@ -777,8 +791,18 @@ _FIT_SLIPS = [
     ),
     (
         {"p": 0},
-        "P_ij is left out: the probabilities are a Br × Bc buffer in registers of their own, in fp16 "
-        "(the second matmul's operand), beside S_ij in float32",
+        "P_ij is left out: section 3's count gives the probabilities registers of their own, Br × Bc "
+        "in fp16 beside S_ij in float32 (conservative: a kernel may write P into S's registers, "
+        "but this exercise follows section 3's count)",
+    ),
+    (
+        {"strict": True},
+        "a step that fills a budget exactly still fits: compare with <=, not <",
+    ),
+    (
+        {"q_regs": True},
+        "Q_i counted in registers: it is a tile loaded from HBM, so it sits in shared memory beside "
+        "K_j, V_j; the registers hold S_ij, P_ij, m, l and acc",
     ),
     (
         {"kv": 1},
@@ -870,6 +894,8 @@ def check_a100_fits(fn, *, name: str | None = None, seed: int | None = None) -> 
     cases += _edge_cases(d_new)  # shared memory within 163 KiB, and just over it
     # registers 256 B over 4 warps' budget, within it if m and l (8·Br bytes) are left out
     cases += [(128, 64, 254, 4)]
+    # exactly at a budget, which still fits: registers 130,560 B = 4 warps' budget; shared 163 KiB
+    cases += [(64, 64, 296, 4), (128, 64, 294, 8)]
     # 16 warps: 32·w·255·4 B is 510 KiB, so the SM's 256 KiB binds (322 KiB over it, 161 KiB within)
     cases += [(128, 256, 128, 16), (128, 128, 128, 16)]
     for case in cases:
@@ -898,8 +924,8 @@ def check_a100_fits(fn, *, name: str | None = None, seed: int | None = None) -> 
                 end="",
             )
     print(
-        f"{name}: ✓ passed {len(cases)} cases: the 18 candidates at d = 128, 14 steps at a fresh d, "
-        "1 at the register budget's edge, 2 at 16 warps"
+        f"{name}: ✓ passed {len(cases)} cases:\n  the 18 candidates at d = 128, 14 steps at a fresh d, "
+        "3 at a budget's edge (2 exactly at it), 2 at 16 warps"
     )
 
 

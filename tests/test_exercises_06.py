@@ -80,7 +80,7 @@ def test_each_part_states_its_time_and_names_the_other(name):
 def test_part_2_opens_with_a_recap_of_part_1():
     """Five lines on what part 1 found, before the question of part 2."""
     header = _cells(NAME2)[1][1]
-    recap = header.split("In five lines:")[1].split("\n\n")[1]
+    recap = header.split("Part 1 in five lines:")[1].split("\n\n")[1]
     assert len([ln for ln in recap.splitlines() if ln.startswith("- ")]) == 5
 
 

@@ -18,7 +18,8 @@ the statistics m, l, lse in the accumulator dtype (`acc_itemsize`, float32 at le
 `flash_counts` predicts, tile by tile, exactly what `lab.trace.record()` counts in an instrumented run
 of `lab.flash_attention_numpy`.
 
-Taught in: notebooks/05_tiling.ipynb, notebooks/05_tiling_traffic.ipynb, notebooks/06_flashattention2.ipynb
+Taught in: notebooks/05_tiling.ipynb, notebooks/05_tiling_traffic.ipynb, notebooks/06_flashattention2.ipynb,
+notebooks/06_flashattention2_parallelism.ipynb
 """
 
 from __future__ import annotations
@@ -290,7 +291,7 @@ def warp_split_exchange(
     $w B_r (d_v + 2)$ values written and read per tile. `split="Q"` (FlashAttention-2, §3.3): each warp owns
     $B_r/w$ rows and sees all of $K_j$, $V_j$; its rows need no one else's values: 0.
     Returns `written`, `read` (bytes), `per_warp_rows` and `per_warp_keys`.
-    Taught in: notebooks/06_flashattention2.ipynb
+    Taught in: notebooks/06_flashattention2_parallelism.ipynb
     """
     Br, Bc = check_block(block_q, "block_q"), check_block(block_k, "block_k")
     dv, w = check_positive(dv, "dv"), check_positive(warps, "warps")
@@ -338,7 +339,7 @@ def wave_rows(shapes, chip: str = "A100", block_q: int = 128) -> list:
     per SM, so waves $= blocks / SMs$, and the last wave keeps $blocks - (\lceil waves \rceil - 1) \cdot SMs$
     SMs busy; SM use = blocks / (ceil(waves) SMs), the share of SM-time that computes. One thread block per SM
     at a time, all taking the same time: a model.
-    Taught in: notebooks/06_flashattention2.ipynb
+    Taught in: notebooks/06_flashattention2_parallelism.ipynb
     """
     sms = CHIPS[check_choice(chip, tuple(CHIPS), "chip")]["sms"]
     Br = check_block(block_q, "block_q")

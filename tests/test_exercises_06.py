@@ -1,5 +1,6 @@
-"""Notebook 06's exercises: each worked solution passes its own check cell, each planted classic mistake fails
-with its diagnosis, and the instrument and checks of lab/checks/fa2.py behave."""
+"""Notebook 06's exercises, in its two parts (06_flashattention2: the arithmetic and its time;
+06_flashattention2_parallelism: the parallel work): each worked solution passes its own check cell, each planted
+classic mistake fails with its diagnosis, and the instrument and checks of lab/checks/fa2.py behave."""
 
 import contextlib
 import io
@@ -23,20 +24,30 @@ from lab.checks import fa2 as checks
 from lab.checks._support import _fresh
 from lab.checks.fa2 import Watched
 
-NAME = "06_flashattention2"
-EX = {ex.number: ex for ex in exercises(NAME)}
-EX["fa2"] = EX[2]  # FA2's form of exercise 1
+NAME, NAME2 = "06_flashattention2", "06_flashattention2_parallelism"
+_PART1 = {ex.number: ex for ex in exercises(NAME)}
+_PART2 = {ex.number: ex for ex in exercises(NAME2)}
+# the exercises by what they build: part 1's 1 to 5, part 2's 1 and 2
+EX = {
+    "fa1": _PART1[1],
+    "fa2": _PART1[2],
+    "time": _PART1[3],
+    "afford": _PART1[4],
+    "causal": _PART1[5],
+    "split_k": _PART2[1],
+    "keys_outer": _PART2[2],
+}
 PASSED = {
-    3: "time_share: ✓ passed 8 cases\n",
-    5: "affordable_nonmatmul: ✓ passed 8 cases\n",
-    6: "causal_fa2_ops: ✓ passed 9 cases\n",
-    1: "fa1_block: ✓ passed 6 cases: tiles of <= Bc keys, one exp a score, "
+    "time": "time_share: ✓ passed 8 cases\n",
+    "afford": "affordable_nonmatmul: ✓ passed 8 cases\n",
+    "causal": "causal_fa2_ops: ✓ passed 9 cases\n",
+    "fa1": "fa1_block: ✓ passed 6 cases: tiles of <= Bc keys, one exp a score, "
     "O normalized every block (FA1)\n",
-    2: "fa2_block: ✓ passed 6 cases: tiles of <= Bc keys, one exp a score, "
+    "fa2": "fa2_block: ✓ passed 6 cases: tiles of <= Bc keys, one exp a score, "
     "acc normalized once (FA2)\n",
-    4: "split_k_tile: ✓ passed 5 cases: each warp's state from its own keys, "
+    "split_k": "split_k_tile: ✓ passed 5 cases: each warp's state from its own keys, "
     "merged into the tile's\n",
-    7: "fa1_keys_outer: ✓ 3 cases: keys outside; O, m, l read from HBM and written back "
+    "keys_outer": "fa1_keys_outer: ✓ 3 cases: keys outside; O, m, l read from HBM and written back "
     "every key block\n",
 }
 
@@ -45,46 +56,72 @@ def _src(text: str) -> str:
     return source(text)
 
 
-def _fails(number: int, text: str, *says: str) -> str:
-    return assert_fails(EX[number], text, *says)
+def _fails(key: str, text: str, *says: str) -> str:
+    return assert_fails(EX[key], text, *says)
 
 
-def test_the_notebook_has_six_checked_exercises():
-    assert sorted(n for n in EX if isinstance(n, int)) == [1, 2, 3, 4, 5, 6, 7]
+def _cells(name):
+    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4, 5, 6, 7])
-def test_worked_solution_passes_with_one_fixed_line(number):
-    assert run_check(EX[number], EX[number].solution) == PASSED[number]
+def test_each_part_has_its_checked_exercises():
+    assert sorted(_PART1) == [1, 2, 3, 4, 5] and sorted(_PART2) == [1, 2]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4, 5, 6, 7])
-def test_stub_reports_not_implemented(number):
-    assert "not implemented yet" in run_check(EX[number], EX[number].stub)
+@pytest.mark.parametrize("name", [NAME, NAME2])
+def test_each_part_states_its_time_and_names_the_other(name):
+    cells = _cells(name)
+    other = NAME2 if name == NAME else NAME
+    assert "**Time: about" in cells[1][1] and f"{other}.ipynb" in cells[1][1]
+    assert cells[2][1].startswith("| symbol | meaning |")
+
+
+def test_part_2_opens_with_a_recap_of_part_1():
+    """Five lines on what part 1 found, before the question of part 2."""
+    header = _cells(NAME2)[1][1]
+    recap = header.split("Part 1 in five lines:")[1].split("\n\n")[1]
+    assert len([ln for ln in recap.splitlines() if ln.startswith("- ")]) == 5
+
+
+@pytest.mark.parametrize("key", list(EX))
+def test_worked_solution_passes_with_one_fixed_line(key):
+    assert run_check(EX[key], EX[key].solution) == PASSED[key]
+
+
+@pytest.mark.parametrize("key", list(EX))
+def test_stub_reports_not_implemented(key):
+    assert "not implemented yet" in run_check(EX[key], EX[key].stub)
 
 
 def test_the_exercise_section_needs_only_the_setup():
     """The checks build their own cases: nothing from the notebook's body (q, k, v, split, ...) is used."""
     ns = {}
-    for src in EX[5].setup + EX[5].before:
-        exec(compile(src, "<setup>", "exec"), ns)
-    assert {
-        "check_affordable_nonmatmul",
-        "check_causal_fa2_ops",
-        "check_fa1_block",
-        "check_fa1_keys_outer",
-        "check_split_k_tile",
-        "check_time_share",
-    } <= set(ns)
-    assert not {"q", "k", "v", "split", "whole"} & set(ns)
+    for key, names in (
+        (
+            "causal",
+            {
+                "check_affordable_nonmatmul",
+                "check_causal_fa2_ops",
+                "check_fa1_block",
+                "check_time_share",
+            },
+        ),
+        ("keys_outer", {"check_fa1_keys_outer", "check_split_k_tile"}),
+    ):
+        ns = {}
+        for src in EX[key].setup + EX[key].before:
+            exec(compile(src, "<setup>", "exec"), ns)
+        assert names <= set(ns)
+        assert not {"q", "k", "v", "split", "whole"} & set(ns)
 
 
-def test_exercise_4_comes_before_the_exchange_it_counts():
+def test_part_2_exercise_1_comes_before_the_exchange_it_counts():
     """Split-K's exchange, w·Br·(d_v + 2) values, is stated only after the exercise that builds it."""
-    nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME2}.ipynb", as_version=4)
     text = [c.source for c in nb.cells]
-    start = next(i for i, t in enumerate(text) if t.startswith("## 5."))
-    ex2 = next(i for i, t in enumerate(text) if t.startswith("### Exercise 4"))
+    start = next(i for i, t in enumerate(text) if t.startswith("## 2."))
+    ex2 = next(i for i, t in enumerate(text) if t.startswith("### Exercise 1"))
     cost = next(i for i, t in enumerate(text) if t.startswith("### What the exchange"))
     assert start < ex2 < cost and "d_v + 2" in text[cost]
     shown = "\n".join(
@@ -127,7 +164,7 @@ def test_exercises_1_and_2_come_before_the_rules_they_derive():
         assert rule not in shown, rule
 
 
-def test_exercise_5_accepts_the_exponential_s_multiply_charged():
+def test_exercise_4_accepts_the_exponential_s_multiply_charged():
     with_multiply = """
 def affordable_nonmatmul(d, share):
     a100 = lab.chip("A100")
@@ -136,11 +173,11 @@ def affordable_nonmatmul(d, share):
     t_exp = 1 / lab.exp_rate("A100") + 1 / a100["nonmatmul_flops"]  # exp2 and x * log2(e)
     return (t_non - t_exp) * a100["nonmatmul_flops"]
 """
-    out = run_check(EX[5], _src(with_multiply))
+    out = run_check(EX["afford"], _src(with_multiply))
     assert "✓ passed 8 cases" in out and "multiply by log2 e" in out, out
 
 
-# ------------------------------------------------------------------------------------ exercise 3: the time-share model
+# ------------------------------------------------------------------------------------ part 1, exercise 3: the time-share model
 
 
 TIME_SHARE = """
@@ -164,7 +201,7 @@ def _time(old: str, new: str) -> str:
 
 
 def test_time_share_written_otherwise_passes():
-    assert run_check(EX[3], _src("import lab\n" + TIME_SHARE)) == PASSED[3]
+    assert run_check(EX["time"], _src("import lab\n" + TIME_SHARE)) == PASSED["time"]
 
 
 @pytest.mark.parametrize(
@@ -200,20 +237,20 @@ def test_time_share_written_otherwise_passes():
     ],
 )
 def test_time_share_mistakes(old, new, says):
-    _fails(3, _time(old, new), "✗ case", says)
+    _fails("time", _time(old, new), "✗ case", says)
 
 
 def test_time_share_exponentials_folded_into_the_rest_are_named():
     src = _time('t_exp = n_exp / rate["exp_per_s"]', "t_exp = 0.0").replace(
         "(3 * N * N + n_mul", "(3 * N * N + n_exp + n_mul"
     )
-    _fails(3, src, "exponentials counted among the FP32 operations")
+    _fails("time", src, "exponentials counted among the FP32 operations")
 
 
 def test_time_share_fa1_counts_for_fa2_only_are_named():
     """FA1's rescaling used for FA2 (and FA2 right for FA1 where it is right): the hint names the variant's count."""
     src = _time('fa1 = variant == "fa1"', "fa1 = True")
-    out = run_check(EX[3], _src(src))
+    out = run_check(EX["time"], _src(src))
     assert "✗ case 0" in out and "other variant's rescaling" in out, out
 
 
@@ -222,12 +259,14 @@ def test_time_share_flop_share_is_named():
         "share = (t_exp + t_rest) / (t_matmul + t_exp + t_rest)",
         "share = (n_exp + 3 * N * N + n_mul + n_div) / (4 * N * N * d + n_exp + 3 * N * N + n_mul + n_div)",
     )
-    _fails(3, src, "a share of the FLOPs, not of the time")
+    _fails("time", src, "a share of the FLOPs, not of the time")
 
 
 def test_time_share_returning_one_number_is_told_the_shape():
     out = _fails(
-        3, _time("return t_matmul, t_exp, t_rest, share", "return share"), "✗ case 0"
+        "time",
+        _time("return t_matmul, t_exp, t_rest, share", "return share"),
+        "✗ case 0",
     )
     assert "hint" not in out or "yours is" not in out
 
@@ -275,7 +314,7 @@ def test_time_share_returning_one_number_is_told_the_shape():
     ],
 )
 def test_time_share_through_lab_s_model_is_refused(src, says):
-    _fails(3, src, says)
+    _fails("time", src, says)
 
 
 def test_time_share_reference_is_the_closed_form():
@@ -313,7 +352,7 @@ def test_time_share_table_of_fixed_cases_fails_on_the_fresh_ones():
         ]
     }
     out = run_check(
-        EX[3],
+        EX["time"],
         "def time_share(N, d, B, variant, chip):\n    return TABLE.get((N, d, B, variant, chip), (0, 0, 0, 0))\n",
         extra={"TABLE": table},
     )
@@ -339,7 +378,7 @@ def test_exercise_3_comes_before_the_model_it_builds():
         assert name not in shown, name
 
 
-# ------------------------------------------------------------------------------------ exercise 5: the time model inverted
+# ------------------------------------------------------------------------------------ part 1, exercise 4: the time model inverted
 
 
 _A100 = "R_mm, R_non, R_exp = 312e12, 19.5e12, lab.exp_rate('A100')\n    odds = share / (1 - share)\n    "
@@ -367,7 +406,7 @@ _A100 = "R_mm, R_non, R_exp = 312e12, 19.5e12, lab.exp_rate('A100')\n    odds = 
 )
 def test_affordable_nonmatmul_mistakes(body, says):
     _fails(
-        5,
+        "afford",
         f"import lab\ndef affordable_nonmatmul(d, share):\n    {_A100}{body}\n",
         "case 0 (128, 0.3)",
         "expected 5.71094",
@@ -390,7 +429,7 @@ def test_affordable_reference_is_the_closed_form_and_inverts_the_time_model():
     )  # at d = 64 the exponential alone takes more than 10%
 
 
-# ------------------------------------------------------------------------------------ exercise 6: causal counts
+# ------------------------------------------------------------------------------------ part 1, exercise 5: causal counts
 
 
 CAUSAL = """
@@ -425,7 +464,7 @@ def causal_fa2_ops(N, d, B):
     ],
 )
 def test_causal_fa2_ops_mistakes(expr, says):
-    _fails(6, CAUSAL.format(expr=expr), says)
+    _fails("causal", CAUSAL.format(expr=expr), says)
 
 
 def test_causal_reference_matches_section_2_table():
@@ -433,7 +472,7 @@ def test_causal_reference_matches_section_2_table():
     assert checks._causal_reference(1024, 64, 64) == 565_760 + 65_536
 
 
-# ------------------------------------------------------------------------------------ exercise 1: FA1's block
+# ------------------------------------------------------------------------------------ part 1, exercise 1: FA1's block
 
 FA1 = """
 def fa1_block(q_i, k, v, Bc):
@@ -462,12 +501,12 @@ def _fa1(**change):
 
 def test_fa1_in_fa2_style_exponents_passes():
     """FA1 written with P = e^(S - m_new) (not the tile's own max) is FA1 all the same."""
-    assert run_check(EX[1], _src(_fa1())) == PASSED[1]
+    assert run_check(EX["fa1"], _src(_fa1())) == PASSED["fa1"]
 
 
 def test_fa1_submitted_in_fa2_form_is_refused():
     _fails(
-        1,
+        "fa1",
         """
         def fa1_block(q_i, k, v, Bc):
             Br, d = q_i.shape
@@ -490,7 +529,7 @@ def test_fa1_submitted_in_fa2_form_is_refused():
 
 def test_fa1_running_max_from_zero_gives_nan_on_very_negative_scores():
     _fails(
-        1,
+        "fa1",
         _fa1(m0="np.zeros(Br)"),
         "case 3 (very negative scores",
         "NaN",
@@ -500,7 +539,7 @@ def test_fa1_running_max_from_zero_gives_nan_on_very_negative_scores():
 
 def test_fa1_dropped_last_key_block():
     _fails(
-        1,
+        "fa1",
         _fa1(stop="len(k) - len(k) % Bc"),
         "case 0",
         "first 96 keys only",
@@ -509,12 +548,12 @@ def test_fa1_dropped_last_key_block():
 
 
 def test_fa1_without_l_old():
-    _fails(1, _fa1(old="alpha[:, None]"), "o (element 0)", "multiplies O by l_old")
+    _fails("fa1", _fa1(old="alpha[:, None]"), "o (element 0)", "multiplies O by l_old")
 
 
 def test_fa1_returns_the_last_tiles_sum_as_l():
     out = _fails(
-        1,
+        "fa1",
         _fa1().replace("return O, m, l", "return O, m, p.sum(axis=1)"),
         "l (element 2)",
     )
@@ -524,7 +563,7 @@ def test_fa1_returns_the_last_tiles_sum_as_l():
 def test_fa1_without_the_scale_is_named():
     """Scores without 1/√d: o is the output with scale 1, and the hint says so (not the rescaling hint)."""
     out = _fails(
-        1,
+        "fa1",
         _fa1().replace(" / np.sqrt(d)", ""),
         "case 0",
         "o (element 0)",
@@ -536,7 +575,7 @@ def test_fa1_without_the_scale_is_named():
 
 def test_fa1_returning_lse_for_l_is_named():
     out = _fails(
-        1,
+        "fa1",
         _fa1().replace("return O, m, l", "return O, m, m + np.log(l)"),
         "l (element 2)",
         "your l is lse = m + log l",
@@ -550,10 +589,10 @@ def test_fa1_converted_inputs_cannot_be_watched():
         "    Br, d = q_i.shape\n",
         "    q_i, k, v = np.asarray(q_i), np.asarray(k), np.asarray(v)\n    Br, d = q_i.shape\n",
     )
-    _fails(1, src, "could not watch your loop")
+    _fails("fa1", src, "could not watch your loop")
 
 
-# ------------------------------------------------------------------------------------ exercise 2: FA2's block
+# ------------------------------------------------------------------------------------ part 1, exercise 2: FA2's block
 
 FA2 = """
 def fa2_block(q_i, k, v, Bc):
@@ -589,7 +628,7 @@ def test_fa2_with_in_place_updates_and_a_reciprocal_passes():
         "        acc *= alpha[:, None]\n        acc += p @ v[j0:j0 + Bc]\n",
     )
     assert "acc *= alpha" in src
-    assert run_check(EX["fa2"], _src(src)) == PASSED[2]
+    assert run_check(EX["fa2"], _src(src)) == PASSED["fa2"]
 
 
 def test_fa2_submitted_in_fa1_form_is_refused():
@@ -714,7 +753,7 @@ def test_fa2_plain_untiled_softmax_is_refused():
 
 def test_fa1_recomputing_the_prefix_softmax_at_every_block_is_refused():
     _fails(
-        1,
+        "fa1",
         """
         def fa1_block(q_i, k, v, Bc):
             d = q_i.shape[1]
@@ -734,7 +773,7 @@ def test_fa1_recomputing_the_prefix_softmax_at_every_block_is_refused():
 def test_fa1_recomputing_every_earlier_tile_is_refused():
     """Tiles of Bc keys, but the earlier ones exponentiated again at each block: more than one exponential a score."""
     _fails(
-        1,
+        "fa1",
         """
         def fa1_block(q_i, k, v, Bc):
             Br, d = q_i.shape
@@ -795,7 +834,7 @@ def test_block_max_in_place_of_the_running_max_overflows_on_a_high_block_first()
         "m must be the running max",
     )
     _fails(  # FA1 returns m: the last block's max is wrong already
-        1,
+        "fa1",
         _fa1().replace("np.maximum(m, s.max(axis=1))", "s.max(axis=1)"),
         "case 0",
         "m (element 1)",
@@ -819,7 +858,7 @@ def test_raw_exponentials_with_m_from_minus_inf_are_told_about_the_overflow():
         return O, m, l * np.exp(-m)
     """
     out = _fails(
-        1, src, "case 2 (very large scores", "e^s overflows", "exponentiate s - m"
+        "fa1", src, "case 2 (very large scores", "e^s overflows", "exponentiate s - m"
     )
     assert "m must start at -inf" not in out
 
@@ -847,7 +886,7 @@ def test_float16_accumulator_is_told_about_its_rounding():
 
 def test_causal_fa2_ops_through_flash_counts_under_another_name_is_refused():
     _fails(
-        6,
+        "causal",
         """
         from lab.tiling import flash_counts as fc
         def causal_fa2_ops(N, d, B):
@@ -870,7 +909,7 @@ def test_a_table_of_the_fixed_cases_fails_on_the_fresh_ones():
         ]
     }
     out = run_check(
-        EX[6],
+        EX["causal"],
         "def causal_fa2_ops(N, d, B):\n    return TABLE.get((N, d, B), 0)\n",
         extra={"TABLE": table},
     )
@@ -932,16 +971,16 @@ def test_prefix_outputs_end_at_the_reference():
 
 @pytest.mark.parametrize("how", list(EVASIONS))
 @pytest.mark.parametrize(
-    "number, name",
+    "key, name",
     [
-        (2, "fa2_block"),
-        (4, "split_k_tile"),
-        (5, "affordable_nonmatmul"),
-        (6, "causal_fa2_ops"),
+        ("fa2", "fa2_block"),
+        ("split_k", "split_k_tile"),
+        ("afford", "affordable_nonmatmul"),
+        ("causal", "causal_fa2_ops"),
     ],
 )
-def test_an_answer_that_hides_from_the_watch_is_refused(number, name, how):
-    out = run_check(EX[number], evading(EX[number].solution, name, how))
+def test_an_answer_that_hides_from_the_watch_is_refused(key, name, how):
+    out = run_check(EX[key], evading(EX[key].solution, name, how))
     assert "✗" in out and "✓" not in out and EVASIONS[how][1] in out, out
 
 
@@ -970,7 +1009,7 @@ def fa1_block(q_i, k, v, Bc):
 def test_fa1_as_an_fa2_accumulator_normalized_on_the_side_is_refused(o_step):
     """O = acc / l after every block holds FA1's invariant, but the state carried is FA2's acc."""
     _fails(
-        1,
+        "fa1",
         FA2_ACC_WITH_O.format(o_step=o_step),
         "your O after key block 1 was not computed from your O after block 0",
         "kept beside O",
@@ -984,7 +1023,7 @@ def test_fa1_in_place_updates_of_a_plain_o_pass():
         "O *= (alpha * l)[:, None]\n        O += p @ v[j0:j0 + Bc]\n        O /= l_new[:, None]",
     )
     assert "O *=" in src
-    assert run_check(EX[1], _src(src)) == PASSED[1]
+    assert run_check(EX["fa1"], _src(src)) == PASSED["fa1"]
 
 
 def test_fa1_rescale_factor_upside_down_is_named():
@@ -993,13 +1032,16 @@ def test_fa1_rescale_factor_upside_down_is_named():
         "np.where(np.isneginf(m), 0.0, np.exp(m_new - m))",
     ):
         _fails(
-            1, _fa1().replace("np.exp(m - m_new)", alpha), "exceeds 1", "upside down"
+            "fa1",
+            _fa1().replace("np.exp(m - m_new)", alpha),
+            "exceeds 1",
+            "upside down",
         )
 
 
 def test_fa1_block_max_for_the_running_max_is_named():
     _fails(
-        1,
+        "fa1",
         _fa1().replace("np.maximum(m, s.max(axis=1))", "s.max(axis=1)"),
         "m (element 1)",
         "last key block's own max",
@@ -1060,12 +1102,12 @@ def test_watched_carries_provenance():
     assert e.src == {0, 1, 2} and log[2][2] == e.src
 
 
-# ------------------------------------------------------------------------------------ exercise 1, more hints
+# ------------------------------------------------------------------------------------ part 1, exercise 1, more hints
 
 
 def test_fa1_returning_l_times_e_to_the_m_is_named():
     out = _fails(
-        1,
+        "fa1",
         _fa1().replace("return O, m, l", "return O, m, l * np.exp(m)"),
         "l (element 2)",
         "l·e^m",
@@ -1077,7 +1119,7 @@ def test_fa1_returning_l_times_e_to_the_m_is_named():
 def test_affordable_nonmatmul_by_bisection_on_the_model_is_refused():
     """A bisection through lab.gpu_time_share gets the positive cases right: refused all the same."""
     out = _fails(
-        5,
+        "afford",
         """
         import lab
         def affordable_nonmatmul(d, share):
@@ -1112,10 +1154,10 @@ def test_affordable_nonmatmul_by_bisection_on_the_model_is_refused():
     ],
 )
 def test_causal_fa2_ops_more_mistakes(expr, says):
-    _fails(6, CAUSAL.format(expr=expr), says)
+    _fails("causal", CAUSAL.format(expr=expr), says)
 
 
-# ------------------------------------------------------------------------------------ exercise 4: split-K
+# ------------------------------------------------------------------------------------ part 2, exercise 1: split-K
 
 SPLIT = """
 def split_k_tile(q_i, k_j, v_j, w):
@@ -1150,7 +1192,7 @@ def _split(**change):
 
 
 def test_split_k_template_passes():
-    assert run_check(EX[4], _src(_split())) == PASSED[4]
+    assert run_check(EX["split_k"], _src(_split())) == PASSED["split_k"]
 
 
 @pytest.mark.parametrize(
@@ -1176,11 +1218,11 @@ def test_split_k_template_passes():
     ],
 )
 def test_split_k_mistakes(change, says):
-    _fails(4, _split(**change), says)
+    _fails("split_k", _split(**change), says)
 
 
 def test_split_k_without_the_scale_is_named():
-    _fails(4, _split().replace(" / np.sqrt(d)", ""), "1/√d is missing")
+    _fails("split_k", _split().replace(" / np.sqrt(d)", ""), "1/√d is missing")
 
 
 def test_split_k_whole_tile_scores_are_refused():
@@ -1199,7 +1241,9 @@ def test_split_k_whole_tile_scores_are_refused():
         p = np.exp(s - m[:, None])
         return parts, (m, p.sum(axis=1), p @ v_j)
     """
-    _fails(4, src, "(8, 32) array, scores of 32 keys at once", "ceil(Bc / w) = 8")
+    _fails(
+        "split_k", src, "(8, 32) array, scores of 32 keys at once", "ceil(Bc / w) = 8"
+    )
 
 
 def test_split_k_merged_state_not_from_the_partials_is_refused():
@@ -1221,7 +1265,7 @@ def test_split_k_merged_state_not_from_the_partials_is_refused():
             L, A, M = al * L + p2.sum(axis=1), al[:, None] * A + p2 @ v_j[u * c : (u + 1) * c], mn
         return parts, (M, L, A)
     """
-    _fails(4, src, "merged acc was not computed from warp 0's acc")
+    _fails("split_k", src, "merged acc was not computed from warp 0's acc")
 
 
 def test_split_k_through_lab_states_is_refused():
@@ -1236,7 +1280,7 @@ def test_split_k_through_lab_states_is_refused():
             mg = lab.merge_states(mg, x)
         return [tuple(x) for x in st], tuple(mg)
     """
-    _fails(4, src, "calls lab.partial_state")
+    _fails("split_k", src, "calls lab.partial_state")
 
 
 def test_split_k_in_torch_is_refused():
@@ -1244,12 +1288,12 @@ def test_split_k_in_torch_is_refused():
         "        p = np.exp(s - m[:, None])\n",
         "        p = torch.exp(torch.from_numpy(np.asarray(s - m[:, None]))).numpy()\n",
     )
-    _fails(4, "import torch\n" + src, "torch")
+    _fails("split_k", "import torch\n" + src, "torch")
 
 
 def test_split_k_wrong_return_shape_is_named():
     _fails(
-        4,
+        "split_k",
         _split().replace("return partials, (m, l, acc)", "return (m, l, acc)"),
         "return (partials, merged)",
     )
@@ -1265,14 +1309,16 @@ def test_split_k_stub_and_failure_name_the_seed(capsys):
 def test_split_k_count_cell_counts_the_learners_partials(capsys):
     """The cell after the check counts Br·(d_v + 2) values a warp and w·Br·(d_v + 2) in all from the learner's
     partials, and prints the course's model beside them; without a solution it says so and still runs."""
-    ex = EX[5]  # its `before` holds exercise 4's cells, the count cell among them
+    ex = EX[
+        "keys_outer"
+    ]  # its `before` holds part 2's exercise 1 cells, the count cell among them
     cell = next(src for src in ex.before if "per_warp = [sum(np.size(x)" in src)
     for answer, says in (
         (
-            EX[4].solution,
+            EX["split_k"].solution,
             "each warp writes (float32 on a GPU): [4224, 4224, 4224, 4224]; all 4: 16896",
         ),
-        (EX[4].stub, "split_k_tile is not written yet"),
+        (EX["split_k"].stub, "split_k_tile is not written yet"),
     ):
         ns = {"np": np, "lab": lab}
         exec(compile(answer, "<answer>", "exec"), ns)
@@ -1291,8 +1337,8 @@ def test_split_k_count_cell_counts_the_learners_partials(capsys):
 def test_loop_record_tells_the_two_forms_apart():
     """FA1 holds the normalized output after every key block and divides T_c·Br·d_v times; FA2 once, Br·d_v."""
     ns = {}
-    for number in (1, 2):
-        exec(compile(EX[number].solution, "<solution>", "exec"), {"np": np} | ns, ns)
+    for key in ("fa1", "fa2"):
+        exec(compile(EX[key].solution, "<solution>", "exec"), {"np": np} | ns, ns)
     g = np.random.default_rng(3)
     q_i, k, v = (g.standard_normal(s) for s in ((8, 16), (100, 16), (100, 12)))
     fa1 = checks.loop_record(ns["fa1_block"], q_i, k, v, 32)
@@ -1305,12 +1351,12 @@ def test_loop_record_tells_the_two_forms_apart():
     assert fa2 == {"normalized_after": [3], "divides": 8 * 12, "key_blocks": 4}
 
 
-# ------------------------------------------------------------------------------------ exercise 7: FA1's loop order
+# ------------------------------------------------------------------------------------ part 2, exercise 2: FA1's loop order
 
 
 def _keys_outer(change: dict | None = None) -> str:
-    """The worked solution of exercise 6 with each `old: new` of `change` applied (each must occur)."""
-    src = EX[7].solution
+    """The worked solution of part 2's exercise 2 with each `old: new` of `change` applied (each must occur)."""
+    src = EX["keys_outer"].solution
     for old, new in (change or {}).items():
         assert old in src, old
         src = src.replace(old, new)
@@ -1327,7 +1373,7 @@ def test_keys_outer_with_the_query_blocks_outside_is_named():
             )
         }
     )
-    _fails(7, src, "with the query blocks outside")
+    _fails("keys_outer", src, "with the query blocks outside")
 
 
 def test_keys_outer_keeping_o_on_chip_is_named():
@@ -1340,7 +1386,7 @@ def test_keys_outer_keeping_o_on_chip_is_named():
             "            O[rows] = ((a": "            O[rows] = on_chip[rows.start] = ((a",
         }
     )
-    _fails(7, src, "the old O of a query block is not read back from HBM")
+    _fails("keys_outer", src, "the old O of a query block is not read back from HBM")
 
 
 def test_keys_outer_writing_o_once_per_query_block_is_named():
@@ -1353,7 +1399,7 @@ def test_keys_outer_writing_o_once_per_query_block_is_named():
             hbm["O"][i0 : i0 + Br] = p @ v / p.sum(axis=1)[:, None]
             hbm["m"][i0 : i0 + Br], hbm["l"][i0 : i0 + Br] = m, p.sum(axis=1)
     """
-    _fails(7, src, "O is written once per query block")
+    _fails("keys_outer", src, "O is written once per query block")
 
 
 @pytest.mark.parametrize(
@@ -1370,12 +1416,12 @@ def test_keys_outer_writing_o_once_per_query_block_is_named():
     ],
 )
 def test_keys_outer_wrong_rule_fails_on_values(change, says):
-    _fails(7, _keys_outer(change), says)
+    _fails("keys_outer", _keys_outer(change), says)
 
 
 def test_keys_outer_may_not_call_lab_or_compute_on_a_whole_hbm_array():
     _fails(
-        7,
+        "keys_outer",
         """
         def fa1_keys_outer(q, k, v, Br, Bc, hbm):
             o, lse = lab.attention_reference(q, k, v)
@@ -1384,7 +1430,7 @@ def test_keys_outer_may_not_call_lab_or_compute_on_a_whole_hbm_array():
         "calls lab.attention_reference",
     )
     _fails(
-        7,
+        "keys_outer",
         _keys_outer(
             {
                 "O_old = m[rows], l[rows], O[rows]": "O_old = m[rows], l[rows], (O * 1)[rows]"
@@ -1416,7 +1462,7 @@ def test_fa1_multiplying_by_a_reciprocal_passes_and_counts_as_divides(reciprocal
     exercises counts its T_c·Br·d_v multiplies by 1/l as divides, as it does FA2's."""
     src = _fa1().replace(") / l_new[:, None]", ") " + reciprocal)
     assert reciprocal in src
-    assert run_check(EX[1], _src(src)) == PASSED[1]
+    assert run_check(EX["fa1"], _src(src)) == PASSED["fa1"]
     ns = {}
     exec(compile(_src(src), "<fa1>", "exec"), {"np": np} | ns, ns)
     fa2_src = _fa2(ret="acc * (1 / l)[:, None], m + np.log(l)")
@@ -1458,7 +1504,7 @@ def test_fa1_multiplying_by_a_reciprocal_passes_and_counts_as_divides(reciprocal
 def test_keys_outer_tile_max_without_the_correction_is_named(change, says):
     """P~ against the tile's own max, merged without e^(m~ - m'): the hint names the missing factor."""
     _fails(
-        7,
+        "keys_outer",
         _keys_outer(change),
         "hint: P~ = e^(S - m~) is taken against the tile's own max",
         says,
@@ -1469,7 +1515,7 @@ def test_keys_outer_tile_max_without_the_correction_is_named(change, says):
 def test_keys_outer_state_not_written_back_is_named(x):
     keep = {"l": "m[rows] = m_new", "m": "l[rows] = l_new"}[x]
     src = _keys_outer({"m[rows], l[rows] = m_new, l_new": keep})
-    _fails(7, src, f"hint: {x} is never written back to HBM")
+    _fails("keys_outer", src, f"hint: {x} is never written back to HBM")
 
 
 @pytest.mark.parametrize(
@@ -1505,9 +1551,9 @@ def test_keys_outer_state_not_written_back_is_named(x):
     ],
 )
 def test_causal_fa2_ops_through_lab_trace_or_a_kernel_is_refused(body, says):
-    """Exercise 6 is to count: lab's instrument, its kernels and its counts are refused."""
+    """Part 1's exercise 5 is to count: lab's instrument, its kernels and its counts are refused."""
     lines = "\n".join("    " + x for x in source(body).splitlines())
-    _fails(6, f"def causal_fa2_ops(N, d, B):\n{lines}\n", says)
+    _fails("causal", f"def causal_fa2_ops(N, d, B):\n{lines}\n", says)
 
 
 @pytest.mark.parametrize(
@@ -1536,7 +1582,11 @@ def test_causal_fa2_ops_through_lab_trace_or_a_kernel_is_refused(body, says):
 )
 def test_keys_outer_holding_more_scores_than_one_tile_is_refused(change):
     """Right values, right order of reads and writes, but more of S at once than one Br × Bc tile."""
-    _fails(7, _keys_outer(change), "array of scores, where one tile holds Br × Bc")
+    _fails(
+        "keys_outer",
+        _keys_outer(change),
+        "array of scores, where one tile holds Br × Bc",
+    )
 
 
 def test_keys_outer_scaling_q_once_is_not_a_score_array():
@@ -1551,7 +1601,7 @@ def test_keys_outer_scaling_q_once_is_not_a_score_array():
             ),
         }
     )
-    assert run_check(EX[7], src) == PASSED[7]
+    assert run_check(EX["keys_outer"], src) == PASSED["keys_outer"]
 
 
 def test_keys_outer_fa2_rule_in_fa1_order_is_named():
@@ -1566,7 +1616,7 @@ def test_keys_outer_fa2_rule_in_fa1_order_is_named():
             )
         }
     )
-    _fails(7, src, "HBM's O holds acc", "FA2's rule in FA1's loop order")
+    _fails("keys_outer", src, "HBM's O holds acc", "FA2's rule in FA1's loop order")
 
 
 def test_keys_outer_final_values_written_in_keys_outer_order_are_named():
@@ -1589,7 +1639,7 @@ def test_keys_outer_final_values_written_in_keys_outer_order_are_named():
                 _ = hbm["O"][r], hbm["m"][r], hbm["l"][r]
                 hbm["O"][r], hbm["m"][r], hbm["l"][r] = done[i0]
     """
-    _fails(7, src, "the tiles came query block by query block")
+    _fails("keys_outer", src, "the tiles came query block by query block")
 
 
 def test_keys_outer_final_values_with_tiles_in_order_are_named():
@@ -1611,7 +1661,7 @@ def test_keys_outer_final_values_with_tiles_in_order_are_named():
                 _ = hbm["O"][r], hbm["m"][r], hbm["l"][r]
                 hbm["O"][r], hbm["m"][r], hbm["l"][r] = acc / l[:, None], m, l
     """
-    _fails(7, src, "HBM's O already holds the output over all")
+    _fails("keys_outer", src, "HBM's O already holds the output over all")
 
 
 @pytest.mark.parametrize(
@@ -1634,12 +1684,12 @@ def test_keys_outer_final_values_with_tiles_in_order_are_named():
     ],
 )
 def test_keys_outer_value_slips_get_hints(change, says):
-    _fails(7, _keys_outer(change), says)
+    _fails("keys_outer", _keys_outer(change), says)
 
 
 def test_affordable_nonmatmul_generic_hint_keeps_the_formula_back():
     out = _fails(
-        5,
+        "afford",
         f"import lab\ndef affordable_nonmatmul(d, share):\n    {_A100}return max(0.0, 2 * d * share)\n",
         "solve that for f",
     )
@@ -1666,7 +1716,7 @@ def test_causal_ops_through_tile_counts_is_refused():
         short = (-N) % B  # rows the last query block lacks, in each of its tiles
         return (t * B - short * (-(-N // B))) * (d + 1) + N * d
     """
-    _fails(6, src, "lab.tile_counts")
+    _fails("causal", src, "lab.tile_counts")
 
 
 @pytest.mark.parametrize(
@@ -1677,7 +1727,7 @@ def test_causal_ops_through_tile_counts_is_refused():
     ],
 )
 def test_time_share_percent_and_fourth_operation_are_named(slip, says):
-    src = EX[3].solution
+    src = EX["time"].solution
     if slip == "share * 100":
         src = src.replace(
             "return t_matmul, t_exp, t_rest, share",
@@ -1686,16 +1736,16 @@ def test_time_share_percent_and_fourth_operation_are_named(slip, says):
     else:
         src = src.replace("(3 * N * N + n_mul", "(4 * N * N + n_mul")
         src = src.replace("    share = (t_exp", "    share = (t_exp")
-    _fails(3, src, says)
+    _fails("time", src, says)
 
 
 def test_fa1_exponential_budget_quotes_fa1s_two_factors():
-    src = EX[1].solution.replace(
+    src = EX["fa1"].solution.replace(
         "p_tile = np.exp(s - m_tile[:, None])",
         "p_tile = np.exp(s - m_tile[:, None]) * 0 + np.exp(s - m_tile[:, None])",
     )
     assert "* 0 + np.exp" in src
-    _fails(1, src, "two rescale factors", "exponentiated more than once")
+    _fails("fa1", src, "two rescale factors", "exponentiated more than once")
 
 
 def test_fa1_row_by_row_is_named_as_no_tiling():
@@ -1711,4 +1761,4 @@ def test_fa1_row_by_row_is_named_as_no_tiling():
             l.append(p.sum(axis=1))
         return np.vstack(o), np.concatenate(m), np.concatenate(l)
     """
-    _fails(1, src, "one query row against", "row by row is still no tiling")
+    _fails("fa1", src, "one query row against", "row by row is still no tiling")

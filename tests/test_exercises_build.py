@@ -14,6 +14,7 @@ BUILDS = {
     "05_tiling": [1],
     "05_tiling_traffic": [2],
     "06_flashattention2": [1, 2, 3],
+    "06_flashattention2_parallelism": [1, 2],
     "07_precision": [2],
     "07_precision_in_attention": [1, 2],
     "08_hardware_runs": [4],

@@ -1,6 +1,7 @@
-"""Checks for the exercises of notebook 06: one query block in FA1's form (exercise 1) and in FA2's form (2),
-the time-share model at peak rates (3), split-K inside a thread block (4), the A100 time model inverted (5),
-FA2's operations under a causal mask (6), FA1's own loop order with its state in HBM (7). `loop_record` shows a
+"""Checks for the exercises of notebook 06. Part 1 (06_flashattention2): one query block in FA1's form
+(exercise 1) and in FA2's form (2), the time-share model at peak rates (3), the A100 time model inverted (4),
+FA2's operations under a causal mask (5). Part 2 (06_flashattention2_parallelism): split-K inside a thread
+block (1), FA1's own loop order with its state in HBM (2). `loop_record` shows a
 learner what their two block loops did (when each held the normalized output, and its divides).
 
 - `check_time_share`           : `(t_matmul, t_exp, t_rest, share)` of one unmasked head at peak rates, each unit's
@@ -42,7 +43,8 @@ learner what their two block loops did (when each held the normalized output, an
   outside, a state written once per query block, an `O` kept on chip, the old O rescaled without l_old, the short
   last key block dropped, a missing 1/√d. `hbm_record` runs a loop on such arrays and returns their log.
 
-Taught in: notebooks/06_flashattention2.ipynb
+Taught in: notebooks/06_flashattention2.ipynb (exercises 1 to 5),
+notebooks/06_flashattention2_parallelism.ipynb (exercises 1 and 2)
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ __all__ = [
 _NOT_YET = "{}: not implemented yet (fill in the stub above, then run this cell again)"
 
 
-# ------------------------------------------------------------------------------------ Exercise 3: the time-share model
+# ------------------------------------------------------------------------------------ Part 1, exercise 3: the time-share model
 
 _UNITS = ("t_matmul", "t_exp", "t_rest", "share")
 
@@ -268,7 +270,7 @@ def check_time_share(fn, *, name: str | None = None, seed: int | None = None) ->
     )
 
 
-# ------------------------------------------------------------------------------------ Exercise 5: the model inverted
+# ------------------------------------------------------------------------------------ Part 1, exercise 4: the model inverted
 
 
 def _affordable_reference(d: int, share: float) -> float:
@@ -388,7 +390,7 @@ def check_affordable_nonmatmul(
     print(text, end="")
 
 
-# ------------------------------------------------------------------------------------ Exercise 6: causal counts
+# ------------------------------------------------------------------------------------ Part 1, exercise 5: causal counts
 
 
 def _causal_reference(N: int, d: int, B: int) -> int:
@@ -491,7 +493,7 @@ def check_causal_fa2_ops(
     )
 
 
-# ------------------------------------------------------------------------------------ Exercises 1 and 2: one query block
+# ------------------------------------------------------------------------------------ Part 1, exercises 1 and 2: one query block
 
 
 class Watched(np.ndarray):
@@ -906,7 +908,7 @@ _COURSE = (  # lab's attention, whole or tiled: calling one proves nothing about
 )
 _EXPS = ("exp", "exp2", "expm1")
 _COUNTERS = (
-    (  # lab's counts and the kernels that count into lab.trace: the answer to exercise 6
+    (  # lab's counts and the kernels that count into lab.trace: the answer to part 1's exercise 5
         "flash_counts",
         "flop_split",
         "trace.record",
@@ -916,7 +918,10 @@ _COUNTERS = (
     )
     + _COURSE
 )
-_TIME_MODEL = ("gpu_time_share", "tiling.time_rows") + _COUNTERS  # exercise 3's answer
+_TIME_MODEL = (
+    "gpu_time_share",
+    "tiling.time_rows",
+) + _COUNTERS  # part 1's exercise 3 answer
 
 
 def _tiles(log, q_i, k, v, Bc, variant="fa2") -> str | None:
@@ -1121,7 +1126,7 @@ def check_fa2_block(fn, *, name: str | None = None, seed: int | None = None) -> 
     _check_block(fn, "fa2", name, seed)
 
 
-# ------------------------------------------------------------------------------------ Exercise 4: split-K in a block
+# ------------------------------------------------------------------------------------ Part 2, exercise 1: split-K in a block
 
 _MERGE = _COURSE + ("partial_state", "merge_states", "finalize", "reduce_states")
 
@@ -1284,7 +1289,7 @@ def check_split_k_tile(fn, *, name: str | None = None, seed: int | None = None) 
     keys alone; the merged state is the tile's $(m, l, acc)$, unnormalized. The inputs are watched: no score array
     may span more than c keys, and the merged acc must be computed from the partials. lab's states and attention
     are refused. The cases' kinds are fixed, their values drawn afresh each run (`seed` draws the same again).
-    Taught in: notebooks/06_flashattention2.ipynb
+    Taught in: notebooks/06_flashattention2_parallelism.ipynb
     """
     name = name or getattr(fn, "__name__", "your function")
     _, seed = _fresh(seed)
@@ -1377,13 +1382,13 @@ def _split_form(log, parts, merged, q_i, k_j, v_j, w) -> str | None:
     return None
 
 
-# ------------------------------------------------------------------------------------ Exercise 7: FA1's loop order
+# ------------------------------------------------------------------------------------ Part 2, exercise 2: FA1's loop order
 
 
 class HBM:
     """An array in HBM as one step of FA1's loop sees it: `a[rows]` reads a block (a copy, now on chip) and
     `a[rows] = x` writes one back, each logged as `(name, "read" | "write", first row, rows)`; no arithmetic on the
-    whole array. Taught in: notebooks/06_flashattention2.ipynb"""
+    whole array. Taught in: notebooks/06_flashattention2_parallelism.ipynb"""
 
     def __init__(self, a: np.ndarray, log: list, name: str):
         self._a, self._log, self._name = a, log, name
@@ -1425,7 +1430,7 @@ def _hbm(N: int, dv: int) -> tuple:
 def hbm_record(fn, q, k, v, Br: int, Bc: int) -> tuple:
     """`(out, log)`: run `fn(q, k, v, Br, Bc, hbm)` on HBM arrays O (N, d_v) = 0, m (N,) = -inf, l (N,) = 0; `out`
     holds their final values as plain arrays, `log` every read and write in order.
-    Taught in: notebooks/06_flashattention2.ipynb
+    Taught in: notebooks/06_flashattention2_parallelism.ipynb
     """
     hbm, log = _hbm(len(q), v.shape[1])
     fn(q, k, v, Br, Bc, hbm)
@@ -1690,7 +1695,7 @@ def check_fa1_keys_outer(
     max and row sum; key blocks outside, each query block's O, m and l read from HBM and written back at every key
     block, holding FA1's state over the keys so far; score tiles formed key block by key block, none larger than
     one Br × Bc tile; lab's attention and torch refused.
-    Taught in: notebooks/06_flashattention2.ipynb"""
+    Taught in: notebooks/06_flashattention2_parallelism.ipynb"""
     name = name or getattr(fn, "__name__", "your function")
     _, seed = _fresh(seed)
     cases = _keys_outer_cases(seed)

@@ -3,7 +3,7 @@ of one head's tiles across thread blocks, and the split of one tile across warps
 
 Each function draws one figure from `lab.tiling` numbers and returns those numbers in a dict.
 
-Taught in: notebooks/06_flashattention2.ipynb
+Taught in: notebooks/06_flashattention2.ipynb, notebooks/06_flashattention2_parallelism.ipynb
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def draw_work_split(
     also gives each query block its own thread block (right: colour = which of `workers` SMs runs it).
 
     Neither splits a query block's keys across thread blocks, so each output block has one writer in both.
-    Taught in: notebooks/06_flashattention2.ipynb
+    Taught in: notebooks/06_flashattention2_parallelism.ipynb
     """
     if ax is None:
         _, ax = plt.subplots(1, 2, figsize=(12, 5.4))
@@ -225,7 +225,7 @@ def draw_warp_split(
     Under split-K every warp holds a partial output for all Br rows (stacked on the left), to be summed through
     shared memory; under split-Q each warp owns whole rows. Counts from `lab.warp_split_exchange`, named in the
     titles unless `counts=False` (the figure drawn before the exercise that counts them).
-    Taught in: notebooks/06_flashattention2.ipynb
+    Taught in: notebooks/06_flashattention2_parallelism.ipynb
     """
     if ax is None:
         _, ax = plt.subplots(1, 2, figsize=(12, 5.2))
@@ -339,7 +339,7 @@ def draw_exchange_cost(
     (32 banks of 4 bytes), HBM at `chip`'s figure. Counts from `lab.warp_split_exchange` and `lab.flash_counts`.
 
     Returns `bytes` and `us`, each `{"split-K exchange": ..., "fa1 HBM": ..., "fa2 HBM": ...}`, and `smem_bytes_per_s`.
-    Taught in: notebooks/06_flashattention2.ipynb
+    Taught in: notebooks/06_flashattention2_parallelism.ipynb
     """
     e = warp_split_exchange(block_q, block_k, d, warps=warps, split="K")
     tiles = tile_counts(N, N, block_q, block_k)["computed"]

@@ -7,7 +7,7 @@ What it buys: fewer passes per tile, paid for with torch's exp in place of exp2 
 where exp2's premultiplication would round). Which rung is faster depends on the CPU: 1.06-1.12× rung
 4's time on a 2-core AMD EPYC, 0.87× on a 2-core Intel Xeon (B = 1, H = 8, N = 4096, d = 64, float32).
 
-Taught in: notebooks/06_flashattention2.ipynb (FA3/FA4), notebooks/08_hardware_runs.ipynb
+Taught in: notebooks/06_flashattention2_parallelism.ipynb (FA3/FA4), notebooks/08_hardware_runs.ipynb
 """
 
 from __future__ import annotations

@@ -363,7 +363,16 @@ PLANTED = [
         "delta_streamed",
         "alpha inverted",
         ("np.exp(m - m_new),", "np.exp(m_new - m),"),
-        ["✗ case 0", "the rescale is inverted"],
+        ["✗ case 0", "on the first block m = −inf", "the rescale is e^(m_old − m_new)"],
+    ),
+    (
+        "delta_streamed",
+        "alpha inverted, the first block guarded",
+        (
+            "np.exp(m - m_new),",
+            "np.where(np.isneginf(m), 0, np.exp(m_new - m)),",
+        ),
+        ["✗ case 0", "the rescale is inverted", "e^(m_old − m_new) ≤ 1"],
     ),
     (
         "delta_streamed",
@@ -517,6 +526,26 @@ PLANTED = [
         "causal one past",
         ("+ M - N, s, -np.inf)", "+ M - N + 1, s, -np.inf)"),
         ["case 2", "diagonal is off by one", "one key past the line"],
+    ),
+    (
+        "my_backward",
+        "mask after the softmax, not renormalised",
+        (
+            "p /= p.sum(axis=-1, keepdims=True)  # P: (N, M), kept\n",
+            "p /= p.sum(axis=-1, keepdims=True)  # P: (N, M), kept\n"
+            "    if causal:  # planted: the mask after the softmax, the row not renormalised\n"
+            "        s = scale * q @ k.T\n"
+            "        p = np.exp(s - s.max(axis=-1, keepdims=True))\n"
+            "        p = p / p.sum(axis=-1, keepdims=True)\n"
+            "        seen = np.arange(M)[None, :] <= np.arange(N)[:, None] + M - N\n"
+            "        p = np.where(seen, p, 0.0)\n",
+        ),
+        [
+            "✗ case 2",
+            "applied after the softmax",
+            "not the fault",
+            "before the softmax",
+        ],
     ),
     (
         "my_backward",
@@ -734,6 +763,12 @@ PLANTED = [
         "divided by lse",
         ("- lse_I[:, None])", ") / lse_I[:, None]"),
         ["case 0", "e^S divided by lse", "inside the exponent"],
+    ),
+    (
+        "tiled_backward",
+        "tiles skipped, no mask inside",
+        ("if causal:  # hidden entries", "if False:  # hidden entries"),
+        ["✗ case 2", "the empty tiles are skipped", "nothing is masked"],
     ),
     (
         "tiled_backward",

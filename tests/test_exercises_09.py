@@ -126,7 +126,9 @@ def test_the_tiled_notebook_shows_the_method_and_hides_the_skip():
         "dS_{IJ} K_J",
         "dS_{IJ}^\\top Q_I",
     )
-    for rule in tile_rules:  # derived in the exercise: shown only after its check, collapsed
+    for (
+        rule
+    ) in tile_rules:  # derived in the exercise: shown only after its check, collapsed
         shown_at = [i for i, s in enumerate(src) if rule in s]
         assert shown_at and min(shown_at) > check_at, (rule, shown_at)
         assert all("<details>" in src[i] for i in shown_at)

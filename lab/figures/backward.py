@@ -249,7 +249,12 @@ def draw_training_memory(rows, ax=None) -> dict:
     fla = np.array([r["flash_extra"] for r in rows]) / 2**20
     p = np.array([r["p_bytes"] for r in rows]) / 2**20
     ax.loglog(
-        Ns, std, "o-", base=2, color="#e76f51", label="standard, scale before QKᵀ (P, scale·q)"
+        Ns,
+        std,
+        "o-",
+        base=2,
+        color="#e76f51",
+        label="standard, scale before QKᵀ (P, scale·q)",
     )
     ax.loglog(
         Ns,

@@ -465,3 +465,40 @@ def test_training_memory_counts_beyond_the_inputs():
     (r,) = lab.training_memory([128], d=16)
     assert r["flash_extra"] == (128 * 16 + 128) * 4  # o and lse
     assert r["standard_extra"] == (128 * 128 + 128 * 16) * 4  # P and scale·q
+
+
+@pytest.mark.parametrize(
+    "N, M, block_q, block_k",
+    [(64, 512, 8, 8), (512, 128, 16, 128), (192, 256, 48, 64)],
+    ids=["wide", "tall", "default"],
+)
+def test_the_tile_figure_keeps_its_labels_inside_and_apart(N, M, block_q, block_k):
+    """At thin score matrices the legend stays clear of the x label, the line's label sits inside the
+    axes, every text inside the figure, and the outlined tile is shaded, not a bare line."""
+    import matplotlib.pyplot as plt
+
+    from lab.figures.backward import draw_backward_tiles
+
+    draw_backward_tiles(N=N, M=M, block_q=block_q, block_k=block_k, causal=True)
+    fig = plt.gcf()
+    fig.canvas.draw()
+    ren = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    frame = fig.bbox
+    inside = lambda b: (  # noqa: E731
+        b.x0 >= frame.x0 - 1
+        and b.x1 <= frame.x1 + 1
+        and b.y0 >= frame.y0 - 1
+        and b.y1 <= frame.y1 + 1
+    )
+    (legend,) = fig.legends
+    xlabel = ax.xaxis.label.get_window_extent(ren)
+    texts = [ax.xaxis.label, ax.yaxis.label, ax.title, fig.axes[1].title]
+    assert all(inside(t.get_window_extent(ren)) for t in texts)
+    assert inside(legend.get_window_extent(ren))
+    assert not legend.get_window_extent(ren).overlaps(xlabel)
+    (line_label,) = [t for t in ax.texts if "M − N" in t.get_text()]
+    assert ax.bbox.contains(*line_label.get_window_extent(ren).p0)
+    assert ax.bbox.contains(*line_label.get_window_extent(ren).p1)
+    assert any(p.get_fill() and p.get_facecolor()[3] > 0 for p in ax.patches)
+    plt.close(fig)

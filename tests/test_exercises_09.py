@@ -112,9 +112,9 @@ def test_the_derivations_come_after_the_checks():
 
 
 def test_the_tiled_notebook_shows_the_method_and_hides_the_skip():
-    """Part 2's text gives the method (P_IJ = exp(S_IJ - lse_I) and the tile updates) before Exercise 2, so a
-    lecture has no hole; the exercise asks for what the text does not give, the causal skip, whose test
-    appears only after the check or in the hidden solution; D_i is defined where it first appears, and the
+    """Part 2's text gives P_IJ = exp(S_IJ - lse_I) and the method (cut part 1's sums at the block edges)
+    before Exercise 2; the exercise derives what the text does not give, the five tile updates and the causal
+    skip, which appear only after the check (collapsed) or in the hidden solution; D_i is defined where it first appears, and the
     symbols sit on one card at the top, m and l among them, with how notebook 05's indices differ."""
     nb = nbformat.read(ROOT / "notebooks" / f"{NAME2}.ipynb", as_version=4)
     src = [c.source for c in nb.cells]
@@ -126,8 +126,12 @@ def test_the_tiled_notebook_shows_the_method_and_hides_the_skip():
         "dS_{IJ} K_J",
         "dS_{IJ}^\\top Q_I",
     )
-    for rule in tile_rules:
-        assert any(rule in s for s in src[:exercise]), rule
+    for (
+        rule
+    ) in tile_rules:  # derived in the exercise: shown only after its check, collapsed
+        shown_at = [i for i, s in enumerate(src) if rule in s]
+        assert shown_at and min(shown_at) > check_at, (rule, shown_at)
+        assert all("<details>" in src[i] for i in shown_at)
     assert any("\\exp\\bigl(S_{IJ} - lse_I\\bigr)" in s for s in src[:exercise])
     hidden = {
         i for i, c in enumerate(nb.cells) if "solution" in c.metadata.get("tags", [])
@@ -149,15 +153,24 @@ def test_the_tiled_notebook_shows_the_method_and_hides_the_skip():
 
 def test_the_tiled_worked_solution_is_short_cells_with_prose_between():
     """The worked tiled backward is read in class: pieces of at most 16 lines under their title, each after a
-    hidden paragraph that says what it does, all tagged solution (a learner's copy drops them)."""
+    collapsed hint that says what it does; the code is tagged solution (a learner's copy drops it), the three
+    hints are not, and give neither the tile updates nor the skip test."""
     nb = nbformat.read(ROOT / "notebooks" / f"{NAME2}.ipynb", as_version=4)
     stub = next(i for i, c in enumerate(nb.cells) if "def tiled_backward" in c.source)
     check = next(
         i for i, c in enumerate(nb.cells) if "check_tiled_backward(" in c.source
     )
     pieces = nb.cells[stub + 1 : check]
-    assert all("solution" in c.metadata.get("tags", []) for c in pieces)
     code = [c for c in pieces if c.cell_type == "code"]
+    hints = [c for c in pieces if c.cell_type == "markdown"]
+    assert all("solution" in c.metadata.get("tags", []) for c in code)
+    assert len(hints) == 3 and all(  # staged hints stay in a learner's copy, collapsed
+        "solution" not in c.metadata.get("tags", [])
+        and c.source.startswith("<details><summary>Hint")
+        for c in hints
+    )
+    rules = ("P_{IJ}^\\top dO_I", "dS_{IJ} K_J", "j0 > i1 - 1", "j_0 > (i_1 - 1)")
+    assert not any(r in c.source for c in hints for r in rules)
     assert len(code) >= 3 and all(len(c.source.splitlines()) <= 17 for c in code)
     kinds = [c.cell_type for c in pieces]
     assert "code" not in {
@@ -363,7 +376,16 @@ PLANTED = [
         "delta_streamed",
         "alpha inverted",
         ("np.exp(m - m_new),", "np.exp(m_new - m),"),
-        ["✗ case 0", "the rescale is inverted"],
+        ["✗ case 0", "on the first block m = −inf", "the rescale is e^(m_old − m_new)"],
+    ),
+    (
+        "delta_streamed",
+        "alpha inverted, the first block guarded",
+        (
+            "np.exp(m - m_new),",
+            "np.where(np.isneginf(m), 0, np.exp(m_new - m)),",
+        ),
+        ["✗ case 0", "the rescale is inverted", "e^(m_old − m_new) ≤ 1"],
     ),
     (
         "delta_streamed",
@@ -517,6 +539,26 @@ PLANTED = [
         "causal one past",
         ("+ M - N, s, -np.inf)", "+ M - N + 1, s, -np.inf)"),
         ["case 2", "diagonal is off by one", "one key past the line"],
+    ),
+    (
+        "my_backward",
+        "mask after the softmax, not renormalised",
+        (
+            "p /= p.sum(axis=-1, keepdims=True)  # P: (N, M), kept\n",
+            "p /= p.sum(axis=-1, keepdims=True)  # P: (N, M), kept\n"
+            "    if causal:  # planted: the mask after the softmax, the row not renormalised\n"
+            "        s = scale * q @ k.T\n"
+            "        p = np.exp(s - s.max(axis=-1, keepdims=True))\n"
+            "        p = p / p.sum(axis=-1, keepdims=True)\n"
+            "        seen = np.arange(M)[None, :] <= np.arange(N)[:, None] + M - N\n"
+            "        p = np.where(seen, p, 0.0)\n",
+        ),
+        [
+            "✗ case 2",
+            "applied after the softmax",
+            "not the fault",
+            "before the softmax",
+        ],
     ),
     (
         "my_backward",
@@ -734,6 +776,12 @@ PLANTED = [
         "divided by lse",
         ("- lse_I[:, None])", ") / lse_I[:, None]"),
         ["case 0", "e^S divided by lse", "inside the exponent"],
+    ),
+    (
+        "tiled_backward",
+        "tiles skipped, no mask inside",
+        ("if causal:  # hidden entries", "if False:  # hidden entries"),
+        ["✗ case 2", "the empty tiles are skipped", "nothing is masked"],
     ),
     (
         "tiled_backward",

@@ -83,6 +83,13 @@ BACKWARD_MISTAKES = {
     "causal skip off by one": "a tile was skipped that a query sees: its only visible entry is its bottom-left "
     "corner, (i1 − 1, j0), on the line j = i + M − N itself. Skip tile (I, J) only when j0 > (i1 − 1) + M − N "
     "(its first key past its last row's line), not when j0 ≥ that",
+    "causal skip without mask": "the empty tiles are skipped, but inside a tile the line j = i + M − N "
+    "crosses nothing is masked: there P must be 0 past the line, P = np.where(j <= i + M − N, P, 0), "
+    "or the keys a query does not see still add to its gradients",
+    "causal mask after the softmax": "the mask is applied after the softmax, to P, and the rows are not "
+    "renormalised: the mask's alignment is not the fault, but each masked row of P now sums to less than 1. "
+    "Mask the scores before the softmax (S = −inf where j > i + M − N), so each row is normalised over the "
+    "keys it sees",
     "causal skip by first row": "tiles were skipped by the tile's first row: a tile is empty only when its first "
     "key lies past the line of its last row, j0 > (i1 − 1) + M − N; a later row of the tile sees more keys",
     "P = exp(S) / lse": "P computed as e^S / lse: lse_i = log Σ_j e^(S_ij) is the log of the row's sum, not the "
@@ -123,6 +130,10 @@ def backward_with_mistake(
     offset = M - N + ("causal one past" in planted) - ("causal off by one" in planted)
     offset = 0 if "causal top-left" in planted else offset
     masked = causal and "causal ignored" not in planted
+    after = (
+        "causal mask after the softmax" in planted
+    )  # P of the unmasked row, zeroed after
+    inner = masked and "causal skip without mask" not in planted and not after
     skip_gap = (  # tile (I, J) skipped when j0 > (i1 - 1) + offset - skip_gap
         1 if "causal skip off by one" in planted else 0
     )
@@ -134,6 +145,10 @@ def backward_with_mistake(
     N_end = N - N % Br if "last query block dropped" in planted else N
     M_end = M - M % Bc if "last key block dropped" in planted else M
     with np.errstate(invalid="ignore", over="ignore"):
+        if after:  # the unmasked rows' lse: a check may form (N, M), a kernel not
+            s_all = scale * (q @ k.T)
+            top = s_all.max(axis=-1)
+            lse_safe = np.log(np.exp(s_all - top[:, None]).sum(axis=-1)) + top
         if "P = exp(S - row max)" in planted:
             s_all = scale * (q @ k.T)  # (N, M): a check may
             if causal:  # form it, a kernel not
@@ -147,7 +162,7 @@ def backward_with_mistake(
                 if masked and j0 > last + offset - skip_gap:
                     continue  # no entry of the tile visible (or a planted skip)
                 s = scale * (q[i0:i1] @ k[j0:j1].T)  # S_ij: (Br, Bc)
-                if masked:
+                if inner:
                     s = np.where(
                         np.arange(j0, j1)[None, :]
                         <= np.arange(i0, i1)[:, None] + offset,
@@ -164,6 +179,12 @@ def backward_with_mistake(
                     p = np.exp(s) / lse_safe[i0:i1, None]
                 else:
                     p = np.exp(s - lse_safe[i0:i1, None])  # P_ij from lse
+                if after and masked:  # zeroed past the line, not renormalised
+                    seen = (
+                        np.arange(j0, j1)[None, :]
+                        <= np.arange(i0, i1)[:, None] + offset
+                    )
+                    p = np.where(seen, p, 0.0)
                 dp = do[i0:i1] @ v[j0:j1].T  # dP_ij: (Br, Bc)
                 D_i = (
                     (p * dp).sum(axis=-1) if "D from one tile" in planted else D[i0:i1]
@@ -670,7 +691,9 @@ def _backward_hint(got, want, case, variants) -> str:
                 if causal and N > M:
                     return (
                         f"NaN: with causal and N > M the first N − M = {N - M} queries see no key; the forward gave them "
-                        "lse = −inf, and exp(−inf − (−inf)) is NaN. Give those rows P = 0 (their gradients are 0)"
+                        "lse = −inf, so e^(S − lse) is +inf there (NaN where S is −inf too), and a 0/1 mask multiplied "
+                        "in leaves inf · 0 = NaN. Give those rows P = 0 with np.where(visible, P, 0), not P * visible "
+                        "(their gradients are 0)"
                     )
                 return "NaN: an inf − inf or a 0/0 (a row of S all −inf?); P = exp(S − lse) needs no max and no division"
             if np.shape(g) != np.shape(w):
@@ -738,6 +761,7 @@ _DENSE = [
     ("causal top-left", "D from one tile"),
     ("causal off by one", "D from one tile"),
     ("causal one past", "D from one tile"),
+    ("causal mask after the softmax", "D from one tile"),
     "dv without transpose",
     "dk without transpose",
 ]
@@ -1061,7 +1085,13 @@ def _streamed_with(q, k, v, do, Bc, mistake=None):
             if mistake in ("block max", "max from the block")
             else np.maximum(m, s.max(-1))
         )
-        alpha = np.exp(m_new - m) if mistake == "alpha inverted" else np.exp(m - m_new)
+        alpha = np.exp(m - m_new)
+        if (
+            mistake == "alpha inverted"
+        ):  # e^(m_new − m), 0 on the first block (l = 0 there)
+            alpha = np.where(
+                np.isneginf(m), 0.0, np.exp(m_new - np.where(np.isneginf(m), 0, m))
+            )
         if mistake in ("block max", "no rescale"):
             alpha = np.ones(N)
         e = np.exp(s if mistake == "no max" else s - m_new[:, None])  # (N, Bc)
@@ -1185,8 +1215,14 @@ def check_streamed_delta(
 
     def hint(case, got, want):  # inf or NaN where the scores fall: the max was reset
         falling = case is cases[_FALLING]
-        if falling and not np.isfinite(np.asarray(got, dtype=float)).all():
+        finite = np.isfinite(np.asarray(got, dtype=float)).all()
+        if falling and not finite:
             return STREAMED_MISTAKES["max from the block"]
+        if not finite and np.abs(case[0] @ case[1].T).max() < 600:
+            return (  # ordinary scores: an inf from the rescale on the first block
+                "inf or NaN on ordinary scores: on the first block m = −inf, so e^(m_new − m) is inf, and "
+                "inf times l = 0 is NaN; the rescale is e^(m_old − m_new), which is 0 there, at most 1 after"
+            )
         return named(case, got, want)
 
     with np.errstate(over="ignore", invalid="ignore"):

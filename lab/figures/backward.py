@@ -125,13 +125,28 @@ def draw_backward_tiles(
     rgb = np.ones((N, M, 3))  # skipped: white
     rgb[(tile > 0) & seen] = (0.16, 0.62, 0.56)  # computed and visible
     rgb[(tile > 0) & ~seen] = (0.96, 0.64, 0.38)  # computed, then masked to -inf
-    ax.imshow(rgb, extent=(0, M, N, 0), interpolation="nearest", aspect="equal")
+    thin = not 0.5 <= N / M <= 2  # a thin matrix fills its panel, not a sliver of it
+    ax.imshow(
+        rgb,
+        extent=(0, M, N, 0),
+        interpolation="nearest",
+        aspect="auto" if thin else "equal",
+    )
     ax.vlines(range(0, M + 1, block_k), 0, N, color="black", lw=0.5)  # one collection
     ax.hlines(range(0, N + 1, block_q), 0, M, color="black", lw=0.5)
     if causal and M != N:
         ax.plot([0, M], [N - M, N], color="black", ls=":", lw=1.2)
-        ax.text(
-            M * 0.5, N - M * 0.5 - N * 0.04, "j = i + M − N", fontsize=9, ha="right"
+        x = (max(0, M - N) + M) / 2  # the middle of the line's visible part
+        ax.annotate(
+            "j = i + M − N",
+            (x, x + N - M),
+            xytext=(-4, 4),
+            textcoords="offset points",
+            fontsize=9,
+            ha="right",
+            va="bottom",
+            bbox=dict(fc="white", ec="none", alpha=0.8, pad=1),
+            annotation_clip=True,
         )
     visited = np.argwhere(grid > 0)
     I, J = visited[len(visited) // 2]  # one visited tile, outlined with what it updates
@@ -139,7 +154,9 @@ def draw_backward_tiles(
     h, w = min(block_q, N - y0), min(block_k, M - x0)
     ax.add_patch(Rectangle((0, y0), M, h, fill=False, ec="#e63946", lw=2, ls="--"))
     ax.add_patch(Rectangle((x0, 0), w, N, fill=False, ec="#7b2cbf", lw=2, ls="--"))
-    ax.add_patch(Rectangle((x0, y0), w, h, fill=False, ec="black", lw=2.5))
+    ax.add_patch(  # shaded too, so that a thin tile still shows
+        Rectangle((x0, y0), w, h, fc=(0, 0, 0, 0.3), ec="black", lw=2.5, zorder=3)
+    )
     ax.set(
         xlim=(0, M),
         ylim=(N, 0),
@@ -160,7 +177,12 @@ def draw_backward_tiles(
     ]
     for hd, c in zip(handles[3:], ("#e63946", "#7b2cbf")):
         hd.set_edgecolor(c)
-    ax.legend(  # below the axes, clear of the tiles
+    ax.figure.subplots_adjust(left=0.08, right=0.98, bottom=0.26, top=0.87, wspace=0.3)
+    box = (
+        ax.get_position()
+    )  # the panel's box: the legend sits under it, at the figure's foot
+    ax.figure.legends.clear()  # a slider redraws on the same figure: one legend at a time
+    ax.figure.legend(  # clear of the tiles and of the x label, however thin the matrix
         handles,
         [
             "computed, visible",
@@ -169,8 +191,8 @@ def draw_backward_tiles(
             f"tile ({I}, {J}) reads dO_I, D_I; adds to dQ_I",
             "reads K_J, V_J; adds to dK_J, dV_J",
         ],
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.13),
+        loc="lower center",
+        bbox_to_anchor=((box.x0 + box.x1) / 2, 0.0),
         ncol=2,
         fontsize=9,
         frameon=False,
@@ -197,7 +219,6 @@ def draw_backward_tiles(
         f"{'(1.25 M + d)' if causal else '(M + d)'} / (d + 1) = {kept_std / kept_flash:.1f}×",
         ylim=(0, top * 1.15),
     )
-    ax.figure.subplots_adjust(left=0.08, right=0.98, bottom=0.26, top=0.92, wspace=0.3)
     flops = backward_flops(N, d=d, causal=causal)
     return {
         "N": N,
@@ -228,7 +249,12 @@ def draw_training_memory(rows, ax=None) -> dict:
     fla = np.array([r["flash_extra"] for r in rows]) / 2**20
     p = np.array([r["p_bytes"] for r in rows]) / 2**20
     ax.loglog(
-        Ns, std, "o-", base=2, color="#e76f51", label="standard attention (P, scale·q)"
+        Ns,
+        std,
+        "o-",
+        base=2,
+        color="#e76f51",
+        label="standard, scale before QKᵀ (P, scale·q)",
     )
     ax.loglog(
         Ns,

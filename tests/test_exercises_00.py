@@ -825,6 +825,44 @@ def test_a_written_prediction_is_compared_and_the_right_value_shown(
     )
 
 
+_PREDICTION_CASES = [
+    ("check_softmax_row", 1.75, "1.75"),
+    ("check_softmax_balance", 1.93, "1.93"),
+    ("check_largest_n", 36076, "36,076"),
+    ("check_qk_ridge", 223, "223"),
+    ("check_lean_attention", 6, "6"),
+]
+
+
+def _stub(*args):
+    raise NotImplementedError
+
+
+def _wrong(*args):
+    return 0.5  # a function that runs and fails every case
+
+
+@pytest.mark.parametrize("check, right, shown", _PREDICTION_CASES)
+@pytest.mark.parametrize("fn", [_stub, _wrong], ids=["stub", "wrong function"])
+@pytest.mark.parametrize("placeholder", [0, 1, -3.0])
+def test_a_prediction_written_before_the_function_passes_reveals_nothing(
+    capsys, check, right, shown, fn, placeholder
+):
+    getattr(checks, check)(fn, predicted=placeholder)
+    out = capsys.readouterr().out
+    assert "the right value:" not in out and "why 6" not in out, out
+    assert "shown once your function passes" in out and "✗" in out, out
+
+
+@pytest.mark.parametrize("check, right, shown", _PREDICTION_CASES)
+def test_a_right_prediction_is_confirmed_before_the_function_works(
+    capsys, check, right, shown
+):
+    getattr(checks, check)(_stub, predicted=right)
+    out = capsys.readouterr().out
+    assert f"the right value: {shown} ✓" in out, out
+
+
 def test_the_lean_prediction_is_compared_and_explained_when_wrong():
     right = run_check(EX[3], EX[3].solution, extra={"predicted_arrays": 6})
     assert "the right value: 6 ✓" in right, right
@@ -1524,8 +1562,7 @@ def test_the_qk_row_check_names_each_planted_mistake(capsys, wrong, field, says)
     at = out.index(line)
     assert "✗" in line and says in " ".join(out[at:].split()), out
     assert "all five match" not in out, out
-    if field != "bound":  # lab's value is shown once the learner's is written
-        assert "lab's" in line, out
+    assert "lab's" not in line, out  # a wrong number never reveals lab's row
 
 
 def test_the_qk_row_check_says_what_is_not_written_and_shows_nothing_of_lab_s_row(
@@ -1533,7 +1570,7 @@ def test_the_qk_row_check_says_what_is_not_written_and_shows_nothing_of_lab_s_ro
 ):
     checks.check_qk_row(F=..., nbytes=..., t_memory=..., t_compute=..., bound=...)
     out = capsys.readouterr().out
-    assert "not written yet" in out and "lab's row shown once you write yours" in out
+    assert "not written yet" in out and "the table after this check" in out
     assert "2.147" not in out and "e+" not in out and "✓" not in out, out
     checks.check_qk_row(**_priced(t_compute=..., bound=...))
     out = capsys.readouterr().out

@@ -11,6 +11,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 UNIT = re.compile(r"vector unit ‹(\w+)›")
 # The notebooks whose published timings must carry the vector unit they ran on.
 MUST_SAY = [
+    "00_the_memory_wall.ipynb",
     "08_hardware_runs.ipynb",
     "09_tiled_backward.ipynb",
     "10_decoding.ipynb",

@@ -7,6 +7,8 @@ Taught in: notebooks/00_the_memory_wall.ipynb
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import re
 import textwrap
@@ -39,17 +41,39 @@ __all__ = [
 ]
 
 
-def _say_prediction(what: str, predicted, want, ok: bool, unit: str = "") -> None:
-    """One line after a check: the learner's written prediction against the right value, shown only once written."""
+def _passes(run, *args, **kwargs) -> bool:
+    """Run the check `run(*args)`, print what it prints, and say whether the learner's function passed it."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        run(*args, **kwargs)
+    text = buf.getvalue()
+    print(text, end="")
+    return "✓ passed" in text and "✗" not in text and "not implemented" not in text
+
+
+def _say_prediction(
+    what: str, predicted, want, ok: bool, unit: str = "", passed: bool = True
+) -> bool:
+    """One line after a check: the learner's written prediction, and the right value beside it only once it is
+    right or the learner's function has passed (a placeholder typed before the function works reveals nothing).
+    Returns whether the right value was shown."""
     if predicted is None or predicted is Ellipsis:
         print(
             f"  your prediction ({what}): not written yet (shown once you write yours)"
         )
-        return
+        return False
+    if not ok and not passed:
+        shown = f"{predicted:,}" if _number(predicted) else repr(predicted)
+        print(
+            f"  your prediction ({what}): {shown}{unit} ✗ (the right value is shown once "
+            "your function passes)"
+        )
+        return False
     verdict = "✓" if ok else "✗"
     print(
         f"  your prediction ({what}): {predicted:,}{unit}; the right value: {want:,}{unit} {verdict}"
     )
+    return True
 
 
 # The QKᵀ kernel a learner prices by hand: the 40 GB A100, N = M = 4096, d = 64, float16
@@ -165,7 +189,8 @@ def check_qk_row(
     against lab's row of `lab.attention_traffic`: $F = 2NMd$ FLOPs, the bytes of Q and K read and S written,
     $t_\\text{memory}$ = bytes / HBM bandwidth, $t_\\text{compute}$ = F / the matmul peak, and `bound`, the
     larger time ("memory" or "compute"); each number to 1 %. A value left `...` is not written yet; a
-    wrong one is named with the classic mistake it matches and shown against lab's.
+    wrong one is named with the classic mistake it matches, never with lab's value (the table after the
+    check shows it).
     Taught in: notebooks/00_the_memory_wall.ipynb"""
     got = dict(zip(_QK_FIELDS, (F, nbytes, t_memory, t_compute, bound)))
     row = attention_traffic(
@@ -185,7 +210,7 @@ def check_qk_row(
     unwritten = [k for k, v in got.items() if v is None or v is Ellipsis]
     print("your QKᵀ row (A100 40 GB, N = M = 4096, d = 64, float16):")
     if len(unwritten) == len(_QK_FIELDS):
-        print("  not written yet (lab's row shown once you write yours)")
+        print("  not written yet (lab's row is the table after this check)")
         return
     mistakes, lines = _qk_mistakes(), []
     # the times' mistakes made from the learner's own F and bytes too (a number, else the right ones)
@@ -227,7 +252,7 @@ def check_qk_row(
                     "t_memory": "the bytes over the HBM bandwidth, in seconds",
                     "t_compute": "F over the rate of the units a matmul runs on, in seconds",
                 }[k]
-            said = f"✗ {g:.4g}, lab's {w:.4g} {_QK_UNITS[k]}: {why}"
+            said = f"✗ {g:.4g} {_QK_UNITS[k]}: {why}"
         lines.append(f"{k:<10} {said}")
     if unwritten:
         lines.append("not written yet: " + ", ".join(unwritten))
@@ -248,8 +273,8 @@ def _bound_said(g, w, got) -> str:
         return f"✓ {word}"
     tm, tc = got["t_memory"], got["t_compute"]
     if _number(tm) and _number(tc) and (tm > tc) == (word == "memory"):
-        return f"✗ {word}, lab's {w}: right from your times, which are off"
-    return f"✗ {word}, lab's {w}: the larger of the two times sets the bound"
+        return f"✗ {word}: right from your times, which are off"
+    return f"✗ {word}: the larger of the two times sets the bound"
 
 
 def _softmax_row(N, M, itemsize, bandwidth):
@@ -264,11 +289,12 @@ def check_softmax_row(fn, *, seed: int | None = None, predicted=None) -> None:
     $2NM\\cdot$itemsize bytes (read S once, write P), and bytes / bandwidth; two fixed cases and three drawn afresh
     each run (`seed` draws the same again). `predicted`: the learner's operations per byte for N = M = 4096 in
     float16, shown against the right value once written. Taught in: notebooks/00_the_memory_wall.ipynb"""
-    _check_softmax_row(fn, seed)
+    passed = _passes(_check_softmax_row, fn, seed)
     if predicted is not None:
         want = 7 / (2 * 2)
         ok = isinstance(predicted, (int, float)) and abs(predicted - want) <= 0.01
-        _say_prediction("ops per byte, N = M = 4096, float16", predicted, want, ok)
+        what = "ops per byte, N = M = 4096, float16"
+        _say_prediction(what, predicted, want, ok, passed=passed)
 
 
 def _check_softmax_row(fn, seed) -> None:
@@ -387,7 +413,7 @@ def check_softmax_balance(fn, *, seed: int | None = None, predicted=None) -> Non
     (`seed` draws the same again). `predicted`: the learner's ratio for the 40 GB A100 in float16 at 2 accesses,
     shown against the right value once written; a ratio priced at the FP32 FLOP rate is named.
     Taught in: notebooks/00_the_memory_wall.ipynb"""
-    _check_softmax_balance(fn, seed)
+    passed = _passes(_check_softmax_balance, fn, seed)
     if predicted is not None:
         from ..hardware import chip
 
@@ -395,11 +421,13 @@ def check_softmax_balance(fn, *, seed: int | None = None, predicted=None) -> Non
         rates = (a["hbm_bytes_per_s"], a["fp32_ops_per_s"], a["exp_per_s"])
         want = _softmax_balance(2, 2, *rates)
         ok = _number(predicted) and abs(predicted - want) <= 0.05
-        _say_prediction("A100, float16, 2 accesses", predicted, round(want, 2), ok)
+        what = "A100, float16, 2 accesses"
+        shown = _say_prediction(what, predicted, round(want, 2), ok, passed=passed)
         flops = _softmax_balance(
             2, 2, a["hbm_bytes_per_s"], a["nonmatmul_flops"], rates[2]
         )
-        if not ok and _number(predicted) and abs(predicted - flops) <= 0.05:
+        near = _number(predicted) and abs(predicted - flops) <= 0.05
+        if shown and not ok and near:
             print(
                 f"  {predicted} prices the lone operations at the FP32 FLOP rate, "
                 f"{a['nonmatmul_flops'] / 1e12:g} T: it counts a multiply-add as 2 FLOPs, "
@@ -660,11 +688,11 @@ def check_lean_attention(fn, *, seed: int | None = None, predicted=None) -> None
     run (`seed` draws the same again). `predicted`: the learner's count of N×M float32 arrays that the
     `np.sqrt` / `np.exp` version holds (3 float64 ones: 6), shown against it once written.
     Taught in: notebooks/00_the_memory_wall.ipynb"""
-    _check_lean_attention(fn, seed)
+    passed = _passes(_check_lean_attention, fn, seed)
     if predicted is not None:
         ok = isinstance(predicted, (int, float)) and abs(predicted - 6) <= 0.5
-        _say_prediction("N×M float32 arrays", predicted, 6, ok)
-        if ok or predicted is None or predicted is Ellipsis:
+        shown = _say_prediction("N×M float32 arrays", predicted, 6, ok, passed=passed)
+        if ok or not shown:
             return
         print(
             "    why 6: np.sqrt(d) is a numpy float64 scalar, so s is float64 (2 float32 arrays' "
@@ -776,12 +804,11 @@ def check_largest_n(fn, *, seed: int | None = None, predicted=None) -> None:
     $(L + 1) N^2 \\cdot \\text{itemsize} \\le \\text{gib} \\cdot 2^{30}$; six fixed cases and three drawn afresh each run
     (`seed` draws the same again). `predicted`: the learner's N for 80 GiB, float16, 32 layers, worked by hand, shown
     against the right one once written. Taught in: notebooks/00_the_memory_wall.ipynb"""
-    _check_largest_n(fn, seed)
+    passed = _passes(_check_largest_n, fn, seed)
     if predicted is not None:
         want = _largest_n(80, 2, 32)
-        _say_prediction(
-            "80 GiB, float16, 32 layers", predicted, want, predicted == want
-        )
+        what = "80 GiB, float16, 32 layers"
+        _say_prediction(what, predicted, want, predicted == want, passed=passed)
 
 
 def _check_largest_n(fn, seed) -> None:
@@ -1095,7 +1122,8 @@ def check_qk_ridge(fn, *, seed: int | None = None, predicted=None) -> None:
         )(case, got, want)
 
     guarded = _guarded(fn, "qk_ridge")
-    check(
+    passed = _passes(
+        check,
         guarded,
         _qk_ridge,
         cases,
@@ -1107,6 +1135,5 @@ def check_qk_ridge(fn, *, seed: int | None = None, predicted=None) -> None:
     )
     if predicted is not None:
         want = math.ceil(_qk_ridge(4096, 2, a100))
-        _say_prediction(
-            "A100, N = M = 4096, float16", predicted, want, predicted == want
-        )
+        what = "A100, N = M = 4096, float16"
+        _say_prediction(what, predicted, want, predicted == want, passed=passed)

@@ -961,7 +961,9 @@ def test_rms_delta_typed_in_or_sampled_is_refused(body, says):
 )
 def test_rms_delta_constant_parsed_from_a_string_is_refused(body):
     """A constant typed into a string and parsed is the answer's number typed in all the same."""
-    _fails(1, f"def rms_delta_uniform(t):\n    {body}\n", "the answer's number typed in")
+    _fails(
+        1, f"def rms_delta_uniform(t):\n    {body}\n", "the answer's number typed in"
+    )
 
 
 def test_rms_delta_constant_in_a_global_or_default_is_refused():

@@ -523,13 +523,18 @@ def matmul_error(a, b, fmt: str = "tf32", *, truncate: bool = False) -> float:
 
 
 def compare_inputs(
-    inputs: dict, formats=("bf16", "fp16", "fp8_e4m3"), *, block: int = 64
+    inputs: dict,
+    formats=("bf16", "fp16", "fp8_e4m3"),
+    *,
+    block: int = 64,
+    store_o: bool = True,
 ) -> dict:
     """Experiments 1 and 4b on several input sets: `{name: {"p": {fmt: rel. error}, "rmse": {(alg, fmt): RMSE}, "spread", "rms_ref"}}`.
 
     `inputs` maps a name to `(q, k, v)` of shapes `(..., N, d)`, `(..., M, d)`, `(..., M, dv)`; "p" rounds
     only P (`p_rounding_error`), "rmse" runs `attention_standard_lowp` and `attention_tiled_lowp` for
-    fp16 and fp8_e4m3, all against the float64 `attention_reference`; "spread" is the std of the scores
+    fp16 and fp8_e4m3 (`store_o` passed on: False leaves out their final FP16 store of O), all
+    against the float64 `attention_reference`; "spread" is the std of the scores
     $s = qk^\\top/\\sqrt d$ (all heads pooled; "spread_heads" one per head) and "rms_ref" the RMS of the reference output (to compare RMSEs across sets).
     Taught in: notebooks/07_precision_in_attention.ipynb
     """
@@ -551,7 +556,7 @@ def compare_inputs(
         out[name] = {
             "p": {f: p_rounding_error(q, k, v, f, block_k=B, ref=ref) for f in formats},
             "rmse": {
-                (alg, f): rmse(fn(q, k, v, f), ref)
+                (alg, f): rmse(fn(q, k, v, f, store_o=store_o), ref)
                 for f in ("fp16", "fp8_e4m3")
                 for alg, fn in (
                     ("standard", attention_standard_lowp),

@@ -951,6 +951,38 @@ def test_rms_delta_typed_in_or_sampled_is_refused(body, says):
     _fails(1, f"def rms_delta_uniform(t):\n    {body}\n", says)
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        'return 2.0**-t * float("0.2041241")',
+        "return 2.0**-t / float('4.89898')",
+        'return 2.0**-t * float(f"0.2041{241}")',
+    ],
+)
+def test_rms_delta_constant_parsed_from_a_string_is_refused(body):
+    """A constant typed into a string and parsed is the answer's number typed in all the same."""
+    _fails(
+        1, f"def rms_delta_uniform(t):\n    {body}\n", "the answer's number typed in"
+    )
+
+
+def test_rms_delta_constant_in_a_global_or_default_is_refused():
+    """The number kept outside the function, in a global string or a default argument, is still read."""
+    from lab.checks.precision import check_rms_delta_uniform
+
+    namespace = {"np": np, "C": "0.2041241"}
+    exec("def from_global(t):\n    return 2.0**-t * float(C)\n", namespace)
+
+    def from_default(t, c=0.2041241):
+        return 2.0**-t * c
+
+    for fn in (namespace["from_global"], from_default):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            check_rms_delta_uniform(fn)
+        assert "the answer's number typed in" in out.getvalue(), out.getvalue()
+
+
 def test_rms_delta_written_with_whole_numbers_is_the_derivation_not_a_typed_constant():
     """Python folds `1/24` and `24**-0.5` into one float of the code; read from the source they are a
     formula, and pass. A decimal written out still fails."""

@@ -520,3 +520,24 @@ def test_p_error_parts_names_bad_arguments():
         p_error_parts(q, k, v, "fp16", scale=0)
     with pytest.raises(ValueError, match="q, k, v"):
         p_error_parts(q, k[:, :4], v, "fp16")
+
+
+def test_compare_inputs_passes_store_o_on():
+    """`store_o=False` reaches both kernels: the FP8 and FP16 RMSEs are those of the unstored outputs."""
+    g = np.random.default_rng(3)
+    qkv = tuple(g.standard_normal((1, 64, 16)).astype(np.float32) for _ in range(3))
+    ref, _ = lab.attention_reference(*(x.astype(np.float64) for x in qkv))
+    out = lab.compare_inputs({"g": qkv}, ("fp16",), store_o=False)["g"]["rmse"]
+    o32 = lab.attention_tiled_lowp(*qkv, "fp16", store_o=False)
+    assert out[("tiled", "fp16")] == lab.rmse(o32, ref)
+
+
+def test_draw_l_stall_matches_the_exact_sum_and_low_precision_sum():
+    """The figure's numbers: the exact sum of the rounded row and l in BF16 at the last key."""
+
+    out = lab.figures.precision.draw_l_stall(M=2048, blocks=(1, 64), fmt="bf16")
+    plt.close("all")
+    s = np.random.default_rng(0).standard_normal(2048)
+    p = np.exp(s - s.max())
+    assert out["final"][64] == lab.low_precision_sum(p, "bf16", 64)[-1]
+    assert out["final"][1] < out["exact"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import builtins
 import inspect
 import io
+import re
 import sys
 import textwrap
 import tokenize
@@ -680,17 +681,46 @@ def _typed_constant(fn) -> float | None:
     return None
 
 
+_DECIMAL = re.compile(r"\d*\.\d+(?:e[-+]?\d+)?|\d+e[-+]?\d+", re.IGNORECASE)
+
+
+def _numbers_in_text(text: str) -> list:
+    """The decimal numbers written inside a piece of text ("0.2041", "4.9e0")."""
+    return [float(m.replace("_", "")) for m in _DECIMAL.findall(text)]
+
+
 def _written_numbers(fn) -> list:
-    """The decimal literals of `fn`'s source (0.2041, 4.9e0), or its code's constants if it has no source."""
+    """The decimal numbers written in `fn`: its source's decimal literals (0.2041, 4.9e0) and those
+    inside its strings ("0.2041" for float()), or its code's constants if it has no source; plus the
+    numbers it reads from globals or default arguments (a float, or a string holding one)."""
+    numbers = []
+    code = getattr(fn, "__code__", None)
+    names = getattr(code, "co_names", ())
+    glob = getattr(fn, "__globals__", {})
+    outside = [glob[n] for n in names if n in glob] + list(
+        getattr(fn, "__defaults__", None) or ()
+    )
+    for value in outside:
+        if isinstance(value, float):
+            numbers.append(value)
+        elif isinstance(value, str):
+            numbers.extend(_numbers_in_text(value))
     try:
         source = textwrap.dedent(inspect.getsource(fn))
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
     except (OSError, TypeError, tokenize.TokenError, IndentationError, SyntaxError):
-        return list(_code_constants(fn))
-    numbers = []
+        for c in _code_constants(fn):
+            if isinstance(c, str):
+                numbers.extend(_numbers_in_text(c))
+            else:
+                numbers.append(c)
+        return numbers
+    strings = {tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
     for t in tokens:
         text = t.string.lower().replace("_", "")
-        if (
+        if t.type in strings:
+            numbers.extend(_numbers_in_text(t.string))
+        elif (
             t.type == tokenize.NUMBER
             and ("." in text or "e" in text)
             and "x" not in text
@@ -706,7 +736,8 @@ def check_rms_delta_uniform(
     fn, *, name: str | None = None, seed: int | None = None
 ) -> None:
     """Check `fn(t)`, the rms of δ = fl(x)/x - 1 for x uniform on [1, 2) with t mantissa bits, the first-order
-    formula to 1e-9; name the classic slips. Refused: the answer's constant typed in, a rounding inside the
+    formula to 1e-9; name the classic slips. Refused: the answer's constant typed in (as a number, in a
+    string, in a global or a default argument), a rounding inside the
     function (lab.round_to, np.round, ...), an answer that changes from call to call (a Monte Carlo).
 
     t = 7, 10 and 23, then three t drawn afresh on each run (`seed` draws the same again), so no table of the

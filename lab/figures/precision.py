@@ -448,3 +448,48 @@ def draw_real_vs_gaussian(results: dict) -> dict:
         }
         for name, r in results.items()
     }
+
+
+def draw_l_stall(
+    M: int = 16384,
+    blocks=(1, 16, 128, 256),
+    fmt: str = "bf16",
+    *,
+    spread: float = 1.0,
+    seed: int = 0,
+) -> dict:
+    """Where a low-precision $l$ falls behind: top, $l$ in `fmt` (tiles of $B_c$ keys) and the exact sum
+    against M; bottom, half a step of the exact $l$ against the typical tile sum $B_c\\,\\bar p$, which is
+    lost once it sits below that band. Section 2's row: $p_j = e^{s_j - \\max s}$, $s \\sim N(0, spread^2)$.
+    Taught in: notebooks/07_precision.ipynb
+    """
+    s = np.random.default_rng(seed).standard_normal(M) * spread
+    p = np.exp(s - s.max())  # (M,)
+    exact = np.cumsum(round_to(p, fmt).astype(np.float64))
+    eps = format_info(fmt)["eps"]
+    half = eps * 2.0 ** np.floor(np.log2(exact)) / 2  # half a step of l, (M,)
+    fig, (top, low) = plt.subplots(2, 1, figsize=(8.5, 6.4), sharex=True)
+    top.loglog(np.arange(1, M + 1), exact, color="k", lw=2.2, label="exact sum")
+    low.fill_between(
+        np.arange(1, M + 1), half, 1e-4, color="0.85", label="below half a step"
+    )
+    out = {"final": {}, "exact": float(exact[-1]), "mean_p": float(p.mean())}
+    for i, bc in enumerate(blocks):
+        l_fmt = low_precision_sum(p, fmt, bc)
+        ends = np.minimum(np.arange(1, l_fmt.size + 1) * bc, M)
+        top.loglog(ends, l_fmt, color=f"C{i}", lw=1.6, label=f"l in {fmt}, Bc = {bc}")
+        low.axhline(
+            bc * p.mean(),
+            color=f"C{i}",
+            lw=1.4,
+            ls="--",
+            label=f"Bc × mean p_j, Bc = {bc}",
+        )
+        out["final"][bc] = float(l_fmt[-1])
+    top.set(ylabel="l", title=f"l in {fmt} against the exact sum (M = {M:,} keys)")
+    top.legend(fontsize=9, ncol=2)
+    low.set_yscale("log")
+    low.set(xlabel="keys summed so far (M)", ylabel="size", ylim=(1e-3, 100))
+    low.legend(fontsize=8, ncol=3, loc="upper left")
+    fig.tight_layout()
+    return out

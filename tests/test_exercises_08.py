@@ -76,6 +76,8 @@ def test_stub_reports_not_implemented(number):
             ],
             "counts the kept scores exactly",
         ),
+        ([("N * N * d", "N * d")], "1/N of the expected"),
+        ([("N * N * d", "N * N")], "1/d of the expected"),
     ],
     ids=[
         "no causal halving",
@@ -85,10 +87,25 @@ def test_stub_reports_not_implemented(number):
         "no H",
         "no B",
         "exact causal count",
+        "N for N squared",
+        "no d",
     ],
 )
 def test_tflops_mistakes(edits, diagnosis):
     assert_fails(run_check(EX[1], planted(EX[1], *edits)), diagnosis)
+
+
+@pytest.mark.parametrize(
+    "edits",
+    [[("N * N * d", "N * N * N")], [("return flops", "return 0 * flops")]],
+    ids=["d for N", "zero"],
+)
+def test_tflops_generic_hint_points_without_the_formula(edits):
+    """A wrong rate no known slip explains gets a hint that names what to recount, not F itself."""
+    out = run_check(EX[1], planted(EX[1], *edits))
+    assert_fails(out, "none of the usual slips", "which of B, H, N, d")
+    for formula in ("4BHN", "4·B·H", "N²·d", "N²d"):
+        assert formula not in out, out
 
 
 # ---------------------------------------------------------------------------------------- exercise 2

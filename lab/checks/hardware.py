@@ -107,7 +107,7 @@ def _tflops_hint(case, got, want):
             2.0,
             "twice the expected: a causal forward computes half the scores, so F is halved"
             if causal
-            else "twice the expected: F = 4BHN²d counts both matmuls, QKᵀ and PV, once each",
+            else "twice the expected: each of the two matmuls, QKᵀ and PV, counts once",
         ),
         (
             0.5,
@@ -128,7 +128,13 @@ def _tflops_hint(case, got, want):
     ):
         if math.isclose(ratio, r, rel_tol=1e-6):
             texts.append(text)
-    B, H = case[0], case[1]
+    B, H, N, d = case[:4]
+    for count, letter, what in (
+        (N, "N", "keys each query scores: a head has N² scores, not N"),
+        (d, "d", "multiply-adds of each score's dot product"),
+    ):
+        if count > 1 and math.isclose(ratio, 1 / count, rel_tol=1e-6):
+            texts.append(f"1/{letter} of the expected: F counts the {what}")
     for count, letter, what in ((H, "H", "heads"), (B, "B", "sequences")):
         if count > 1 and math.isclose(ratio, 1 / count, rel_tol=1e-6):
             texts.append(
@@ -140,7 +146,11 @@ def _tflops_hint(case, got, want):
         return "yours is the rate of one head of one sequence: F counts all B·H of them"
     if causal and math.isclose(ratio, (case[2] + 1) / case[2], rel_tol=1e-9):
         return "yours counts the kept scores exactly, N(N+1)/2 per head; section 3 counts a causal forward as half: F / 2"
-    return "F = 4·B·H·N²·d FLOPs (section 3), halved when causal, divided by the time in seconds and by 10¹²"
+    return (
+        f"yours is {ratio:.3g}× the expected, a factor none of the usual slips gives: count F "
+        "again from section 3, the multiply-adds of QKᵀ and of PV at 2 FLOPs each, and ask "
+        "which of B, H, N, d your count leaves out or repeats; then seconds, then 10¹²"
+    )
 
 
 def check_attention_tflops(fn, *, seed: int | None = None) -> None:

@@ -1523,3 +1523,51 @@ def test_best_splits_hint_names_where_the_search_stopped():
         hint = checks._best_splits_hint(case, got, 131)
         assert f"{got} is the fastest count below 131" in hint, hint
         assert "stopped before 131" in hint and "M // 128 = 130" in hint, hint
+
+
+# ------------------------------------------------------------------------------------ exercise 1a: the step count
+
+_SS = (
+    "def split_steps(M, batch, heads, slots, splits):\n"
+    "    T = -(-M // 128)\n"
+    "    w = -(-batch * heads * min(splits, M) // slots)\n"
+    "    c = -(-T // splits)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        ("    return w * (c + 1) + 1 if splits > 1 else w * T\n", "✓"),
+        ("    return w * c\n", "the partials and the merge are missing"),
+        ("    return w * (c + 1) + 1\n", "one split writes no partials"),
+        (
+            "    w = max(batch * heads * splits // slots, 1)\n"
+            "    return w * (c + 1) + 1 if splits > 1 else w * T\n",
+            "the waves rounded down",
+        ),
+        (
+            "    c = max(T // splits, 1)\n"
+            "    return w * (c + 1) + 1 if splits > 1 else w * T\n",
+            "the chunk rounded down",
+        ),
+        ("    return w * (c + 2) if splits > 1 else w * T\n", "not one per wave"),
+    ],
+)
+def test_split_steps_names_each_planted_mistake(capsys, body, says):
+    ns = {}
+    exec(_SS + body, ns)
+    checks.check_split_steps(ns["split_steps"], seed=3)
+    out = capsys.readouterr().out
+    assert says in out, out
+
+
+def test_split_steps_refuses_the_oracle(capsys):
+    import lab as _lab
+
+    checks.check_split_steps(
+        lambda M, B, H, P, s: _lab.decode_schedule(
+            M, batch=B, heads=H, splits=s, processors=P, per_processor=1
+        )["steps"]
+    )
+    assert "lab.decode_schedule" in capsys.readouterr().out

@@ -39,6 +39,7 @@ __all__ = [
     "check_step_intensity",
     "check_crossing_group",
     "check_min_splits",
+    "check_split_steps",
     "check_best_splits",
     "check_split_decode",
     "check_gather_pages",
@@ -1346,4 +1347,60 @@ def _split_decode_cases(split_decode, decode_chunk, name, seed) -> None:
     print(
         f"{name}: ✓ passed {len(cases)} cases: uneven, empty chunks, G to 16, huge scores; "
         "merge followed, no copy"
+    )
+
+
+def _split_steps_cases(rng):
+    """Kinds in a fixed order, values drawn: 1 split, a count in one wave, a spill into a second wave,
+    a partial last key block, a batch; then section 2's table row (32 splits on 264 slots)."""
+    blocks = int(rng.integers(200, 400))
+    return [
+        (128 * blocks, 1, 8, 264, 1),
+        (128 * blocks, 1, 8, 264, int(rng.integers(2, 33))),
+        (128 * blocks, 1, 8, 264, int(rng.integers(34, 66))),
+        (128 * blocks - int(rng.integers(1, 100)), 1, 8, 228, int(rng.integers(3, 28))),
+        (128 * blocks, int(rng.integers(2, 9)), 8, 264, int(rng.integers(2, 40))),
+        (32768, 1, 8, 264, 32),
+    ]
+
+
+def _split_steps_hint(case, got, want):
+    M, B, H, P, s = case
+    named = [
+        (_model_steps(M, B, H, P, s, write=0), "the partials and the merge are missing: "
+         "with splits > 1 each wave spends one step writing its partials, and the merge one more"),
+        (_model_steps(M, B, H, P, s, one=True), "one split writes no partials and merges "
+         "nothing: its steps are waves × T_c alone"),
+        (_model_steps(M, B, H, P, s, up=(False, True)), "the waves rounded down: a wave only "
+         "partly full still costs a whole one, ⌈items / slots⌉"),
+        (_model_steps(M, B, H, P, s, up=(True, False)), "the chunk rounded down: the longest "
+         "chunk holds ⌈T_c / splits⌉ key blocks, every key block in one chunk"),
+        (_model_steps(M, B, H, P, s, merge_each_wave=True), "the merge is one small launch "
+         "after the last wave, one step in all, not one per wave"),
+        (_model_steps(M, 1, H, P, s), "each sequence of the batch brings its own work items"),
+    ]
+    for value, hint in named:
+        if value == got and value != want:
+            return hint
+    return "count the waves, the longest chunk in key blocks, the partials, the merge"
+
+
+def check_split_steps(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(M, batch, heads, slots, splits)` -> the steps of one decoding step in section 2's model; print one verdict.
+
+    Hints for the partials or the merge left out, partials charged at 1 split, the waves or the chunk
+    rounded down, the merge charged per wave, the batch forgotten. Cases drawn afresh on each run;
+    `lab.decode_schedule` (by any name) is refused. Taught in: notebooks/10_decoding.ipynb
+    """
+    rng, seed = _fresh(seed)
+    check(
+        fn,
+        lambda M, B, H, P, s: _steps(M, B, H, P, s),
+        _split_steps_cases(rng),
+        name=name or "split_steps",
+        rtol=0,
+        atol=0,
+        hint=_split_steps_hint,
+        properties=(_own_work("decode_schedule", "schedule_table", "heuristic_table"),),
+        seed=seed,
     )

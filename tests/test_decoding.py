@@ -102,7 +102,9 @@ def test_decode_schedule_invariants(M, batch, heads, splits):
     s = decode_schedule(M, batch=batch, heads=heads, splits=splits)
     assert s["items"] == batch * heads * splits
     assert s["working"] == batch * heads * min(splits, M)  # a chunk with no key idles
-    assert s["busy"] == min(s["working"], s["slots"]) and s["slots"] == 2 * s["processors"]
+    assert (
+        s["busy"] == min(s["working"], s["slots"]) and s["slots"] == 2 * s["processors"]
+    )
     assert 0 < s["busy_fraction"] <= 1
     one = decode_schedule(M, batch=batch, heads=heads, splits=1)
     assert one["steps"] == one["fa2_steps"] == s["fa2_steps"]

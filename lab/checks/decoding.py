@@ -558,7 +558,12 @@ def _fills(batch, heads, processors):
         s
         for s in range(1, processors + 1)
         if decode_schedule(
-            4096, batch=batch, heads=heads, splits=s, processors=processors, per_processor=1
+            4096,
+            batch=batch,
+            heads=heads,
+            splits=s,
+            processors=processors,
+            per_processor=1,
         )["busy"]
         == processors
     )
@@ -1087,7 +1092,8 @@ def _coverage(k, calls, splits):
     Hkv, M, d = k.shape
     if not calls:
         return (
-            "split_decode never called decode_chunk",
+            "split_decode never called decode_chunk (the check watches calls made through "
+            "the global name decode_chunk, not through another name or a closure)",
             "each chunk is its own work item: get its (o_c, lse_c) from "
             "decode_chunk, then merge; never take the softmax over all M keys at once",
         )
@@ -1161,7 +1167,29 @@ def _merge_hint(label, calls, got, problem):
     with np.errstate(all="ignore"):
         m = L.max(axis=0)
         w = np.exp(L - m)
+        lo = L.min(axis=0)
+        inv = np.exp(lo - L)  # e^(-lse_c), scaled: the weights inverted
+        swap_o, swap_l = O[0], L[0]  # a running merge with the two factors swapped
+        for c in range(1, len(O)):
+            new = np.logaddexp(swap_l, L[c])
+            swap_o = (
+                swap_o * np.exp(L[c] - new)[..., None]
+                + O[c] * np.exp(swap_l - new)[..., None]
+            )
+            swap_l = new
         known = [
+            (
+                0,
+                (inv[..., None] * O).sum(axis=0) / inv.sum(axis=0)[..., None],
+                "your weights are inverted: chunk c weighs e^(lse_c - lse), its share of the "
+                "mass, so the chunk with the largest lse_c weighs most, not least",
+            ),
+            (
+                0,
+                swap_o,
+                "your running merge rescales by the wrong lse: the running o keeps the share "
+                "e^(lse_run - lse_new) and the new chunk's o_c gets e^(lse_c - lse_new)",
+            ),
             (
                 0,
                 O.mean(axis=0),
@@ -1190,7 +1218,8 @@ def _merge_hint(label, calls, got, problem):
     text = next((t for j, cand, t in known if j == k and _close(got, j, cand)), None)
     return (
         text
-        or "decode_chunk passes on its own and every key reached it once: look at the merge"
+        or "decode_chunk passes on its own and every key reached it once, so the merge is "
+        "wrong: lse = log Σ_c e^(lse_c), and o = Σ_c e^(lse_c - lse) o_c"
     )
 
 
@@ -1367,17 +1396,35 @@ def _split_steps_cases(rng):
 def _split_steps_hint(case, got, want):
     M, B, H, P, s = case
     named = [
-        (_model_steps(M, B, H, P, s, write=0), "the partials and the merge are missing: "
-         "with splits > 1 each wave spends one step writing its partials, and the merge one more"),
-        (_model_steps(M, B, H, P, s, one=True), "one split writes no partials and merges "
-         "nothing: its steps are waves × T_c alone"),
-        (_model_steps(M, B, H, P, s, up=(False, True)), "the waves rounded down: a wave only "
-         "partly full still costs a whole one, ⌈items / slots⌉"),
-        (_model_steps(M, B, H, P, s, up=(True, False)), "the chunk rounded down: the longest "
-         "chunk holds ⌈T_c / splits⌉ key blocks, every key block in one chunk"),
-        (_model_steps(M, B, H, P, s, merge_each_wave=True), "the merge is one small launch "
-         "after the last wave, one step in all, not one per wave"),
-        (_model_steps(M, 1, H, P, s), "each sequence of the batch brings its own work items"),
+        (
+            _model_steps(M, B, H, P, s, write=0),
+            "the partials and the merge are missing: "
+            "with splits > 1 each wave spends one step writing its partials, and the merge one more",
+        ),
+        (
+            _model_steps(M, B, H, P, s, one=True),
+            "one split writes no partials and merges "
+            "nothing: its steps are waves × T_c alone",
+        ),
+        (
+            _model_steps(M, B, H, P, s, up=(False, True)),
+            "the waves rounded down: a wave only "
+            "partly full still costs a whole one, ⌈items / slots⌉",
+        ),
+        (
+            _model_steps(M, B, H, P, s, up=(True, False)),
+            "the chunk rounded down: the longest "
+            "chunk holds ⌈T_c / splits⌉ key blocks, every key block in one chunk",
+        ),
+        (
+            _model_steps(M, B, H, P, s, merge_each_wave=True),
+            "the merge is one small launch "
+            "after the last wave, one step in all, not one per wave",
+        ),
+        (
+            _model_steps(M, 1, H, P, s),
+            "each sequence of the batch brings its own work items",
+        ),
     ]
     for value, hint in named:
         if value == got and value != want:

@@ -157,9 +157,7 @@ def draw_decode_schedule(
         for p in range(slots)
     ]
     r, c = np.divmod(np.arange(slots), cols)
-    boxes = np.stack(
-        [c, rows - 1 - r, np.full(slots, 0.9), np.full(slots, 0.9)], 1
-    )
+    boxes = np.stack([c, rows - 1 - r, np.full(slots, 0.9), np.full(slots, 0.9)], 1)
     add_tiles(  # one collection of squares, not a patch each: drawn at once
         ax, boxes, colors, lw=plt.rcParams["patch.linewidth"], edgecolor="white"
     )
@@ -169,7 +167,8 @@ def draw_decode_schedule(
     ax.set(xlim=(-0.1, cols), ylim=(-0.1, rows), aspect="equal", xticks=[], yticks=[])
     # two short lines: the panel is narrow, and a slider keeps its first axes box
     ax.set_title(
-        f"{fd['items']:,} items on {slots} slots ({processors} processors)\n{waves}{last}", fontsize=10
+        f"{fd['items']:,} items on {slots} slots ({processors} processors)\n{waves}{last}",
+        fontsize=10,
     )
     ax.grid(False)
     for side in ("left", "bottom"):

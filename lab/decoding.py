@@ -245,15 +245,18 @@ def decode_schedule(
     block_q: int = 128,
     block_k: int = 128,
     processors: int = PROCESSORS,
+    per_processor: int = 2,
 ) -> dict:
-    """How many processors a decoding step keeps busy: work items $= B \\cdot H \\cdot \\lceil N / B_r \\rceil \\cdot$ splits, busy $= \\min(\\text{working}, P)$.
+    """How many slots a decoding step keeps busy: work items $= B \\cdot H \\cdot \\lceil N / B_r \\rceil \\cdot$ splits, busy $= \\min(\\text{working}, \\text{slots})$.
 
-    A model, with its simplifications: one work item per processor at a time (a real SM holds several);
+    A model, with its simplifications: `per_processor` work items resident on each processor at a time,
+    slots $= P \\cdot$ `per_processor` (2, as flash-attn's launcher counts for its split-K/V kernel), each
+    slot streaming at an even share of the bandwidth;
     the M keys cut evenly into `splits` chunks, as `lab.flash_decoding` does (flash-attn cuts at key-block
     boundaries); a chunk with no key (more splits than keys) is launched but idle, so `working` items,
     not `items`, occupy processors. `heads` counts the heads that each get their own work item: the query
     heads for a prompt, the K/V heads when a kernel packs a group's G query heads into the rows of one
-    query block. Time, in key blocks one processor works through: waves $\\lceil \\text{working} / P \\rceil$
+    query block. Time, in key blocks one slot works through: waves $\\lceil \\text{working} / \\text{slots} \\rceil$
     times $\\lceil \\lceil M/B_c \\rceil / \\text{splits} \\rceil$; when splits > 1 each item also spends one step
     writing its partial $(o_c, lse_c)$ (so waves $\\times$ (chunk + 1)) and the merge adds one step: a coarse
     charge for what a split costs (the write, a second launch), not a measured one; `fa2_steps`
@@ -269,33 +272,36 @@ def decode_schedule(
         ("block_q", block_q),
         ("block_k", block_k),
         ("processors", processors),
+        ("per_processor", per_processor),
     ):
         _positive_int(x, name)
+    slots = processors * per_processor  # work items resident at once
     items = batch * heads * math.ceil(N / block_q) * splits
     working = (
         batch * heads * math.ceil(N / block_q) * min(splits, M)
     )  # a split holds a key
-    busy = min(working, processors)
-    waves = math.ceil(working / processors)
+    busy = min(working, slots)
+    waves = math.ceil(working / slots)
     key_blocks = math.ceil(M / block_k)
     chunk = math.ceil(key_blocks / splits)  # key blocks of the longest chunk
     steps = (
         waves * (chunk + 1) + 1 if splits > 1 else waves * chunk
     )  # partials written, merge
     fa2_items = batch * heads * math.ceil(N / block_q)
-    fa2_steps = math.ceil(fa2_items / processors) * key_blocks
+    fa2_steps = math.ceil(fa2_items / slots) * key_blocks
     return dict(
         M=M,
         splits=splits,
         items=items,
         working=working,
         busy=busy,
-        busy_fraction=busy / processors,
+        busy_fraction=busy / slots,
         waves=waves,
         steps=steps,
         fa2_steps=fa2_steps,
         speedup=fa2_steps / steps,
         processors=processors,
+        slots=slots,
     )
 
 

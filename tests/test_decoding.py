@@ -102,7 +102,9 @@ def test_decode_schedule_invariants(M, batch, heads, splits):
     s = decode_schedule(M, batch=batch, heads=heads, splits=splits)
     assert s["items"] == batch * heads * splits
     assert s["working"] == batch * heads * min(splits, M)  # a chunk with no key idles
-    assert s["busy"] == min(s["working"], s["processors"])
+    assert (
+        s["busy"] == min(s["working"], s["slots"]) and s["slots"] == 2 * s["processors"]
+    )
     assert 0 < s["busy_fraction"] <= 1
     one = decode_schedule(M, batch=batch, heads=heads, splits=1)
     assert one["steps"] == one["fa2_steps"] == s["fa2_steps"]
@@ -114,7 +116,7 @@ def test_decode_schedule_one_query_leaves_processors_idle():
     fd = decode_schedule(32768, batch=1, heads=8, splits=16)
     assert fd["busy"] == 128 and fd["speedup"] > 10
     # prefill: many query blocks already fill the machine
-    assert decode_schedule(32768, heads=8, N=32768)["busy"] == 132
+    assert decode_schedule(32768, heads=8, N=32768)["busy"] == 264  # every slot
     with pytest.raises(ValueError, match="splits"):
         decode_schedule(10, splits=0)
     with pytest.raises(TypeError, match="heads"):

@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from ..attention import attention_reference
-from ..decoding import decode_schedule, kv_cache_bytes_per_token
+from ..decoding import decode_schedule, kv_cache_bytes_per_token, num_splits_heuristic
 from ..exercises import check, diagnose
 from ..memory import peak_bytes
 from ..merge import merge_outputs
@@ -39,6 +39,7 @@ __all__ = [
     "check_step_intensity",
     "check_crossing_group",
     "check_min_splits",
+    "check_split_steps",
     "check_best_splits",
     "check_split_decode",
     "check_gather_pages",
@@ -557,7 +558,12 @@ def _fills(batch, heads, processors):
         s
         for s in range(1, processors + 1)
         if decode_schedule(
-            4096, batch=batch, heads=heads, splits=s, processors=processors
+            4096,
+            batch=batch,
+            heads=heads,
+            splits=s,
+            processors=processors,
+            per_processor=1,
         )["busy"]
         == processors
     )
@@ -622,7 +628,10 @@ def check_min_splits(fn, *, name: str | None = None, seed: int | None = None) ->
 
 
 def _steps(M, B, H, P, s):
-    return decode_schedule(M, batch=B, heads=H, splits=s, processors=P)["steps"]
+    """The model's steps on P slots (one item each; `best_splits` is asked for slots)."""
+    return decode_schedule(
+        M, batch=B, heads=H, splits=s, processors=P, per_processor=1
+    )["steps"]
 
 
 def _model_steps(
@@ -674,41 +683,41 @@ def _fastest_tie(M, B, H, P):
     return steps.count(min(steps)) > 1
 
 
-# caches of 20-59 key blocks on which one sequence's fastest counts tie (8 heads, 132
+# caches of 20-59 key blocks on which one sequence's fastest counts tie (8 heads, 264
 # processors): 31, 32 and 46-48 blocks have one fastest count, 16, and no tie to test
-_TIED_BLOCKS = [n for n in range(20, 60) if _fastest_tie(128 * n, 1, 8, 132)]
+_TIED_BLOCKS = [n for n in range(20, 60) if _fastest_tie(128 * n, 1, 8, 264)]
 
 
 def _best_splits_cases(rng):
     """Kinds in a fixed order, values drawn: one sequence on a long cache where the partials decide, a
-    batch, a short cache where counts tie, one head on a cache of 129-132 blocks (the best count past
+    batch, a short cache where counts tie, one head on a cache of 129-264 blocks (the best count past
     128, the last block partial, so a search stopped at M // 128 misses it), a batch that already fills
     the machine, anything; then always a cache of 2 key blocks, where 1 split is fastest only if it
-    writes no partials and merges nothing, and batch 17, where a merge charged per wave picks 8."""
+    writes no partials and merges nothing, and batch 9, where a merge charged per wave picks 7."""
     return [
-        (128 * int(rng.integers(400, 513)), 1, 8, 108),
+        (128 * int(rng.integers(400, 513)), 1, 8, 228),  # 28.5 items a slot: a spill
         (
             128 * int(rng.integers(128, 513)),
             int(rng.integers(2, 5)),
             int(rng.choice([2, 4, 8])),
-            132,
+            264,
         ),
-        (128 * int(rng.choice(_TIED_BLOCKS)), 1, 8, 132),
-        (128 * int(rng.integers(129, 133)) - int(rng.integers(1, 100)), 1, 1, 132),
-        (128 * int(rng.integers(64, 257)), int(rng.integers(17, 33)), 8, 132),
+        (128 * int(rng.choice(_TIED_BLOCKS)), 1, 8, 264),
+        (128 * int(rng.integers(129, 133)) - int(rng.integers(1, 100)), 1, 1, 264),
+        (128 * int(rng.integers(64, 257)), int(rng.integers(17, 33)), 8, 264),
         (
             int(rng.integers(1000, 100_000)),
             int(rng.integers(1, 9)),
             int(rng.choice([1, 2, 4, 8])),
-            int(rng.choice([108, 114, 132])),
+            int(rng.choice([216, 228, 264])),
         ),
         (
             256,
             1,
             8,
-            132,
+            264,
         ),  # 2 key blocks: 1 split wins unless it pays partials and a merge
-        (32768, 17, 8, 132),  # 17 waves at 16 splits: a merge charged per wave picks 8
+        (32768, 9, 8, 264),  # 9 waves at 11 splits: a merge charged per wave picks 7
     ]
 
 
@@ -745,6 +754,7 @@ def _mistakes(M, B, H, P, want):
         "fill": min(blocks, max(1, P // (B * H))),
         "one charged": _search(M, B, H, P, one=True),
         "merge each wave": _search(M, B, H, P, merge_each_wave=True),
+        "launcher": num_splits_heuristic(B * H, P, blocks, 128),
     }
 
 
@@ -754,8 +764,8 @@ def _probe(kinds, fn):
     left; None if `fn` answers none of them (or a stopped search's answer and the right one alike:
     then the step count is wrong, not the search), or if no case tells them apart."""
     rng = np.random.default_rng(0)
-    # first one head on 130-132 key blocks, the last partial: the best count passes 128 and M // 128
-    fixed = [(128 * n - 7, 1, 1, 132) for n in (130, 131, 132)]
+    # first one head on 130-264 key blocks, the last partial: the best count passes 128 and M // 128
+    fixed = [(128 * n - 7, 1, 1, 264) for n in (130, 131, 264)]
     left, asked = list(kinds), 0
     for i in range(300 + len(fixed)):
         case = (
@@ -765,7 +775,7 @@ def _probe(kinds, fn):
                 int(rng.integers(1000, 70_000)),
                 int(rng.integers(1, 5)),
                 int(rng.choice([1, 2, 4, 8])),
-                int(rng.choice([108, 132])),
+                int(rng.choice([216, 264])),
             )
         )
         want = _search(*case)
@@ -830,12 +840,24 @@ def _best_splits_hint(case, got, want, fn=None):
         kind = kinds[0]
     if kind in ("tail blocks", "tail keys"):
         return _tail_hint(M, B, H, P, s, keys=kind == "tail keys")
-    if tie and kind in ("ties", "free", "fill"):  # a tie, whatever led to it
+    if kind == "launcher":
+        return (
+            f"{s} is what flash-attn's launcher picks (the fewest splits within 0.85 of the best "
+            f"wave efficiency, section 3); the model asks for the fewest steps: {want} splits "
+            f"take {t_want}, {s} take {t}. Compute each count's steps and keep the fewest"
+        )
+    if kind == "free":
+        return (
+            "your step count leaves out what a split costs: each item of a split spends a step "
+            "writing its partial, once per wave, and the merge adds one. Counted, "
+            f"{s} splits take {t} steps, {want} take {t_want}"
+            + (" (a tie: take the fewest)" if tie else "")
+        )
+    if tie and kind in ("ties", "fill"):  # a tie, whatever led to it
         return (
             f"{s} splits take {t} steps, as {want} do: when counts tie, take the fewest "
             "(each split costs a partial result to write and merge)"
         ) + {
-            "free": "; if splitting were free it would win outright: count each wave's partials",
             "fill": "; filling one wave is not the rule: compute each count's steps",
         }.get(kind, "")
     if kind == "one charged":
@@ -852,12 +874,6 @@ def _best_splits_hint(case, got, want, fn=None):
         )
     if kind == "batch":
         return "each sequence of the batch brings its own work items: B·H per split"
-    if kind == "free":
-        return (
-            f"{s} splits would win if splitting were free; with the partials counted they take {t} "
-            f"steps, {want} take {t_want}: each item of a split spends a step writing its partial, "
-            "once per wave, and the merge adds one"
-        )
     if kind == "short":
         floor = (
             f", or at M // 128 = {M // 128}, which rounds the partial last block away"
@@ -873,7 +889,7 @@ def _best_splits_hint(case, got, want, fn=None):
     if kind in ("waves", "waves and chunk"):
         items = B * H * min(s, M)
         return (
-            f"the waves rounded down: {items} items on {P} processors take "
+            f"the waves rounded down: {items} items on {P} slots take "
             f"⌈{items} / {P}⌉ = {-(-items // P)} wave(s); a wave only partly full still "
             "costs a whole one"
         ) + (
@@ -884,24 +900,24 @@ def _best_splits_hint(case, got, want, fn=None):
         )
     if kind == "fill":
         return (
-            f"{s} splits fill one wave ({B * H * s} items on {P} processors) and take {t} steps, but "
+            f"{s} splits fill one wave ({B * H * s} items on {P} slots) and take {t} steps, but "
             f"{want} take {t_want}: the fastest count is not always the one that fills a wave; "
             "compute each count's steps and keep the fewest"
         )
     waves = -(-B * H * min(s, M) // P)
     return (
-        f"{s} splits make {B * H * s} items, {waves} wave(s) on {P} processors, and take {t} steps; "
+        f"{s} splits make {B * H * s} items, {waves} wave(s) on {P} slots, and take {t} steps; "
         f"{want} take {t_want}: check your step count (the waves, each one's longest chunk and "
         "its partial, the merge) against section 2's table before the search"
     )
 
 
 def check_best_splits(fn, *, name: str | None = None, seed: int | None = None) -> None:
-    """Check `fn(M, batch, heads, processors)` -> the number of splits with the fewest steps in `lab.decode_schedule`'s model (ties: the fewest splits); print one verdict.
+    """Check `fn(M, batch, heads, slots)` -> the number of splits with the fewest steps in `lab.decode_schedule`'s model (ties: the fewest splits); print one verdict.
 
     Six cases drawn afresh on each run (`seed` draws the same again): one sequence on a long cache, a batch,
     a short cache where counts tie, one head whose best count passes 128, a batch that fills the machine by
-    itself, anything; then two fixed: a cache of 2 key blocks (1 split fastest) and batch 17. Hints for the partials forgotten, the
+    itself, anything; then two fixed: a cache of 2 key blocks (1 split fastest) and batch 9. Hints for the partials forgotten, the
     partials and merge charged at 1 split, the merge charged per wave, the waves rounded down, chunks of ⌊T_c / splits⌋ key
     blocks or ⌊M / splits⌋ keys (the tail of the cache in no chunk), a search stopped short (at 128, at M // 128),
     ties, the batch forgotten, the count that fills one wave taken without computing the steps. Where two
@@ -1076,7 +1092,8 @@ def _coverage(k, calls, splits):
     Hkv, M, d = k.shape
     if not calls:
         return (
-            "split_decode never called decode_chunk",
+            "split_decode never called decode_chunk (the check watches calls made through "
+            "the global name decode_chunk, not through another name or a closure)",
             "each chunk is its own work item: get its (o_c, lse_c) from "
             "decode_chunk, then merge; never take the softmax over all M keys at once",
         )
@@ -1150,7 +1167,29 @@ def _merge_hint(label, calls, got, problem):
     with np.errstate(all="ignore"):
         m = L.max(axis=0)
         w = np.exp(L - m)
+        lo = L.min(axis=0)
+        inv = np.exp(lo - L)  # e^(-lse_c), scaled: the weights inverted
+        swap_o, swap_l = O[0], L[0]  # a running merge with the two factors swapped
+        for c in range(1, len(O)):
+            new = np.logaddexp(swap_l, L[c])
+            swap_o = (
+                swap_o * np.exp(L[c] - new)[..., None]
+                + O[c] * np.exp(swap_l - new)[..., None]
+            )
+            swap_l = new
         known = [
+            (
+                0,
+                (inv[..., None] * O).sum(axis=0) / inv.sum(axis=0)[..., None],
+                "your weights are inverted: chunk c weighs e^(lse_c - lse), its share of the "
+                "mass, so the chunk with the largest lse_c weighs most, not least",
+            ),
+            (
+                0,
+                swap_o,
+                "your running merge rescales by the wrong lse: the running o keeps the share "
+                "e^(lse_run - lse_new) and the new chunk's o_c gets e^(lse_c - lse_new)",
+            ),
             (
                 0,
                 O.mean(axis=0),
@@ -1179,7 +1218,8 @@ def _merge_hint(label, calls, got, problem):
     text = next((t for j, cand, t in known if j == k and _close(got, j, cand)), None)
     return (
         text
-        or "decode_chunk passes on its own and every key reached it once: look at the merge"
+        or "decode_chunk passes on its own and every key reached it once, so the merge is "
+        "wrong: lse = log Σ_c e^(lse_c), and o = Σ_c e^(lse_c - lse) o_c"
     )
 
 
@@ -1336,4 +1376,78 @@ def _split_decode_cases(split_decode, decode_chunk, name, seed) -> None:
     print(
         f"{name}: ✓ passed {len(cases)} cases: uneven, empty chunks, G to 16, huge scores; "
         "merge followed, no copy"
+    )
+
+
+def _split_steps_cases(rng):
+    """Kinds in a fixed order, values drawn: 1 split, a count in one wave, a spill into a second wave,
+    a partial last key block, a batch; then section 2's table row (32 splits on 264 slots)."""
+    blocks = int(rng.integers(200, 400))
+    return [
+        (128 * blocks, 1, 8, 264, 1),
+        (128 * blocks, 1, 8, 264, int(rng.integers(2, 33))),
+        (128 * blocks, 1, 8, 264, int(rng.integers(34, 66))),
+        (128 * blocks - int(rng.integers(1, 100)), 1, 8, 228, int(rng.integers(3, 28))),
+        (128 * blocks, int(rng.integers(2, 9)), 8, 264, int(rng.integers(2, 40))),
+        (32768, 1, 8, 264, 32),
+    ]
+
+
+def _split_steps_hint(case, got, want):
+    M, B, H, P, s = case
+    named = [
+        (
+            _model_steps(M, B, H, P, s, write=0),
+            "the partials and the merge are missing: "
+            "with splits > 1 each wave spends one step writing its partials, and the merge one more",
+        ),
+        (
+            _model_steps(M, B, H, P, s, one=True),
+            "one split writes no partials and merges "
+            "nothing: its steps are waves × T_c alone",
+        ),
+        (
+            _model_steps(M, B, H, P, s, up=(False, True)),
+            "the waves rounded down: a wave only "
+            "partly full still costs a whole one, ⌈items / slots⌉",
+        ),
+        (
+            _model_steps(M, B, H, P, s, up=(True, False)),
+            "the chunk rounded down: the longest "
+            "chunk holds ⌈T_c / splits⌉ key blocks, every key block in one chunk",
+        ),
+        (
+            _model_steps(M, B, H, P, s, merge_each_wave=True),
+            "the merge is one small launch "
+            "after the last wave, one step in all, not one per wave",
+        ),
+        (
+            _model_steps(M, 1, H, P, s),
+            "each sequence of the batch brings its own work items",
+        ),
+    ]
+    for value, hint in named:
+        if value == got and value != want:
+            return hint
+    return "count the waves, the longest chunk in key blocks, the partials, the merge"
+
+
+def check_split_steps(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(M, batch, heads, slots, splits)` -> the steps of one decoding step in section 2's model; print one verdict.
+
+    Hints for the partials or the merge left out, partials charged at 1 split, the waves or the chunk
+    rounded down, the merge charged per wave, the batch forgotten. Cases drawn afresh on each run;
+    `lab.decode_schedule` (by any name) is refused. Taught in: notebooks/10_decoding.ipynb
+    """
+    rng, seed = _fresh(seed)
+    check(
+        fn,
+        lambda M, B, H, P, s: _steps(M, B, H, P, s),
+        _split_steps_cases(rng),
+        name=name or "split_steps",
+        rtol=0,
+        atol=0,
+        hint=_split_steps_hint,
+        properties=(_own_work("decode_schedule", "schedule_table", "heuristic_table"),),
+        seed=seed,
     )

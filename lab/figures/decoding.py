@@ -149,26 +149,26 @@ def draw_decode_schedule(
             1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [1, 1.2]}
         )
     ax, bx = axes
-    cols = 12
-    rows = math.ceil(processors / cols)
+    cols = 24  # two slots a processor: a row of 12 processors
+    slots = fd["slots"]
+    rows = math.ceil(slots / cols)
     colors = [
         "#264653" if p < fa2["busy"] else "#2a9d8f" if p < fd["busy"] else "#eeeeee"
-        for p in range(processors)
+        for p in range(slots)
     ]
-    r, c = np.divmod(np.arange(processors), cols)
-    boxes = np.stack(
-        [c, rows - 1 - r, np.full(processors, 0.9), np.full(processors, 0.9)], 1
-    )
+    r, c = np.divmod(np.arange(slots), cols)
+    boxes = np.stack([c, rows - 1 - r, np.full(slots, 0.9), np.full(slots, 0.9)], 1)
     add_tiles(  # one collection of squares, not a patch each: drawn at once
         ax, boxes, colors, lw=plt.rcParams["patch.linewidth"], edgecolor="white"
     )
-    extra = fd["working"] - processors * (fd["waves"] - 1)  # the last wave's items
-    last = "" if fd["waves"] == 1 else f"; last: {extra} of {processors} busy"
+    extra = fd["working"] - slots * (fd["waves"] - 1)  # the last wave's items
+    last = "" if fd["waves"] == 1 else f"; last: {extra} of {slots} busy"
     waves = f"{fd['waves']} wave{'s' * (fd['waves'] > 1)}"
     ax.set(xlim=(-0.1, cols), ylim=(-0.1, rows), aspect="equal", xticks=[], yticks=[])
     # two short lines: the panel is narrow, and a slider keeps its first axes box
     ax.set_title(
-        f"{fd['items']:,} items on {processors} processors\n{waves}{last}", fontsize=10
+        f"{fd['items']:,} items on {slots} slots ({processors} processors)\n{waves}{last}",
+        fontsize=10,
     )
     ax.grid(False)
     for side in ("left", "bottom"):

@@ -16,7 +16,7 @@ __all__ = ["decode_splits", "gqa_group"]
 def _splits_summary(r: dict) -> str:
     fa2, fd = r["fa2"], r["flash_decoding"]
     return (
-        f"M = {fd['M']:,}, splits = {fd['splits']}: {fd['busy']} of {fd['processors']} processors busy "
+        f"M = {fd['M']:,}, splits = {fd['splits']}: {fd['busy']} of {fd['slots']} slots busy "
         f"(FA2: {fa2['busy']}); {fd['steps']} steps against {fa2['steps']}, "
         + _ratio_words(fd["speedup"], "fewer")
     )

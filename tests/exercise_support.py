@@ -116,6 +116,12 @@ def exercises(name: str) -> list[Exercise]:
     return out
 
 
+def notebook_cells(name: str) -> list[tuple[str, str, list[str]]]:
+    """(cell type, source, tags) of each cell of notebooks/NAME.ipynb."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]
+
+
 def run_check(ex: Exercise, solution: str, extra: dict | None = None) -> str:
     """Run the setup and the section's earlier cells, then `solution` (source defining the learner's function),
     then the check cell; return what the check printed."""

@@ -6,10 +6,15 @@ import contextlib
 import dataclasses
 import io
 
-import nbformat
 import numpy as np
 import pytest
-from exercise_support import ROOT, assert_fails, exercises, run_check, source
+from exercise_support import (
+    assert_fails,
+    exercises,
+    notebook_cells,
+    run_check,
+    source,
+)
 
 import lab
 from lab.checks import tiling
@@ -50,9 +55,7 @@ def _fails(key: str, text: str, *says: str) -> str:
     return assert_fails(EX[key], text, *says)
 
 
-def _cells(name):
-    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
-    return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]
+_cells = notebook_cells
 
 
 def test_each_part_has_three_checked_exercises():

@@ -15,6 +15,7 @@ from exercise_support import (
     assert_fails,
     evading,
     exercises,
+    notebook_cells,
     run_check,
     source,
 )
@@ -60,9 +61,7 @@ def _fails(key: str, text: str, *says: str) -> str:
     return assert_fails(EX[key], text, *says)
 
 
-def _cells(name):
-    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
-    return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]
+_cells = notebook_cells
 
 
 def test_each_part_has_its_checked_exercises():

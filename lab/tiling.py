@@ -646,8 +646,10 @@ def gpu_time_share(
     """Time at peak rates: $t_{mm} = F_{mm}/R_{mm}$, $t_{non} = (F_{non} - E)/R_{non} + E/R_{exp}$; share outside matmuls $t_{non}/(t_{mm} + t_{non})$.
 
     `exp` = E of the `nonmatmul_flops` are exponentials, charged at the special-function rate
-    `lab.exp_rate(chip)` (A100: 108 SMs × 16 × 1.41 GHz ≈ 2.4 T/s, eight times slower than its FP32 rate);
-    the rest at the FP32 rate. Rates from `HARDWARE` (that is, `lab.hardware`).
+    `lab.exp_rate(chip)` (A100: 108 SMs × 16 × 1.41 GHz ≈ 2.4 T/s: eight times slower than the
+    datasheet's 19.5 TFLOP/s, which counts a fused multiply-add as two, and four times slower than
+    `lab.fp32_op_rate`'s 9.75 T lone operations/s); the rest at `HARDWARE[chip]["nonmatmul"]`, the
+    datasheet's FP32 rate. Rates from `HARDWARE` (that is, `lab.hardware`).
     Returns `t_matmul`, `t_exp`, `t_nonmatmul` (seconds, exponentials included), `share` and `ratio` = R_mm / R_non.
     Taught in: notebooks/06_flashattention2.ipynb
     """

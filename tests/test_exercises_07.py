@@ -374,6 +374,15 @@ ROUND_OK = dict(
 )
 
 
+_ROUNDED = """def rounded(z):
+    f = np.floor(z)
+    r = z - f
+    return f + ((r > 0.5) | ((r == 0.5) & (f % 2 == 1)))
+
+
+"""
+
+
 def _round(**change):
     return ROUND.format(**{**ROUND_OK, **change})
 
@@ -484,10 +493,25 @@ def test_round_may_not_let_a_library_settle_ties(n, says):
     _fails(2, src, f"{says}, which applies the tie rule for you")
 
 
-def test_round_by_the_array_method_is_not_seen_and_the_notebook_says_so():
-    assert (
-        run_check(EX[2], _src(_round(n="(a / step).round()"))) == PASSED[2]
-    )  # a C method: cannot be replaced
+@pytest.mark.parametrize(
+    "n",
+    [
+        "(a / step).round()",
+        "np.ndarray.round(a / step)",
+        "getattr(a / step, 'round')()",
+    ],
+)
+def test_round_by_the_array_method_is_refused_by_its_name(n):
+    # a C method that cannot be replaced: refused after the cases, by its name in the code
+    _fails(
+        2, _src(_round(n=n)), "an array's .round(), which applies the tie rule for you"
+    )
+
+
+def test_round_names_of_ones_own_are_not_refused():
+    src = _src(_round(n="rounded(a / step)"))
+    src = src.replace("def round_nearest_even", _ROUNDED + "def round_nearest_even", 1)
+    assert run_check(EX[2], src) == PASSED[2]
     assert ".round()" in EX[2].spec and "Python's `round`" in EX[2].spec
 
 

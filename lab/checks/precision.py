@@ -552,6 +552,26 @@ def _magic_constant(fn) -> float | None:
     return None
 
 
+def _round_method(fn) -> bool:
+    """Whether `fn`'s code (nested functions too) names `round`, `rint` or `around`: an array's `.round()`.
+
+    Asked only after every case ran without calling a replaced rounder, so the name can only be a method
+    that cannot be replaced (numpy's `ndarray.round`), or one reached by `getattr(x, "round")`.
+    """
+    names = {"round", "rint", "around"}
+    stack = [getattr(fn, "__code__", None)]
+    while stack:
+        code = stack.pop()
+        if names & set(getattr(code, "co_names", ())):
+            return True
+        for c in getattr(code, "co_consts", ()):
+            if isinstance(c, types.CodeType):
+                stack.append(c)
+            elif isinstance(c, str) and c in names:
+                return True
+    return False
+
+
 def _code_constants(fn):
     """The constants of `fn`'s code and of the functions defined inside it, one by one."""
     stack = [getattr(fn, "__code__", None)]
@@ -569,7 +589,8 @@ def check_round_nearest_even(fn, *, name: str | None = None) -> None:
     References: `lab.round_to` (ml_dtypes, numpy) for the fp16, bf16 and e5m2 layouts, `round_by_grid` for a
     layout no library has. The answer may not call `lab.round_to`, `np.rint`/`np.round`/`np.around` or the
     builtin `round`, nor hold $2^{52}$ (or $1.5 \\cdot 2^{52}$, $1.5 \\cdot 2^{23}$) as a literal, the constant of
-    `(q + 2**52) - 2**52`; an array's `.round()` method is a C method that cannot be replaced, so it goes unseen.
+    `(q + 2**52) - 2**52`; an array's `.round()` method, a C method that cannot be replaced, is refused by its
+    name in the code (a constant built at run time still goes unseen).
     Taught in: notebooks/07_precision.ipynb
     """
     name = name or getattr(fn, "__name__", "your function")
@@ -616,6 +637,12 @@ def check_round_nearest_even(fn, *, name: str | None = None) -> None:
             )
             print(f"  hint: {_explain(float(x[j]), float(w[j]), float(g[j]), e, t)}")
             return
+    if _round_method(fn):
+        print(
+            f"{name}: ✗ your code calls an array's .round(), which applies the tie rule for you: "
+            "decide from the remainder with np.floor"
+        )
+        return
     print(
         f"{name}: ✓ {len(cases)} cases bit for bit (ties, subnormals, overflow, a layout no library has)"
     )

@@ -502,3 +502,21 @@ def test_the_tile_figure_keeps_its_labels_inside_and_apart(N, M, block_q, block_
     assert ax.bbox.contains(*line_label.get_window_extent(ren).p1)
     assert any(p.get_fill() and p.get_facecolor()[3] > 0 for p in ax.patches)
     plt.close(fig)
+
+
+def test_the_jacobian_figure_draws_the_matrix_it_is_given():
+    import matplotlib.pyplot as plt
+
+    from lab.figures.backward import draw_jacobian
+
+    s = np.array([1.0, 2.0, 0.5, -1.0])
+    p = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+    J = np.diag(p) - np.outer(p, p)
+    r = draw_jacobian(J, p)
+    assert np.allclose(r["row_sums"], 0) and r["diagonal_positive"]
+    assert r["off_diagonal_negative"]
+    flipped = draw_jacobian(-J, p)  # what it reports is read from the matrix drawn
+    assert not flipped["diagonal_positive"] and not flipped["off_diagonal_negative"]
+    with pytest.raises(ValueError, match="J must be"):
+        draw_jacobian(J[:3], p)
+    plt.close("all")

@@ -23,6 +23,7 @@ from ..backward import (
 from ..rules import causal_key_end
 
 __all__ = [
+    "draw_jacobian",
     "draw_backward_tiles",
     "draw_training_memory",
     "draw_backward_time",
@@ -237,6 +238,51 @@ def draw_backward_tiles(
         "checked_N": n,
         "checked_M": m,
         "backward_flops": flops["backward"],
+    }
+
+
+def draw_jacobian(J, p, axes=None) -> dict:
+    """One row's $P$ (bars) beside its Jacobian $J_{jj'} = \\partial P_j / \\partial S_{j'}$ (a diverging heatmap, 0 white).
+
+    Draws the `J` it is given (the notebook's finite steps): each entry printed in its square, each
+    row's sum at its right. Returns the row sums and the signs of the diagonal and the rest.
+    """
+    J, p = np.asarray(J, np.float64), np.asarray(p, np.float64)
+    if J.ndim != 2 or J.shape != (p.size, p.size):
+        raise ValueError(
+            f"J must be (M, M) for p of M = {p.size} entries, got {J.shape}"
+        )
+    if axes is None:
+        _, axes = plt.subplots(
+            1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [1, 1.6]}
+        )
+    M, keys = p.size, np.arange(p.size)
+    axes[0].bar(keys, p, color="#2a9d8f")
+    axes[0].set(xticks=keys, xlabel="key j", ylabel="$P_j$", title="One row of P")
+    top = np.abs(J).max()
+    axes[1].imshow(J, cmap="RdBu_r", vmin=-top, vmax=top)
+    for (r, c), x in np.ndenumerate(J):
+        ink = "white" if abs(x) > 0.6 * top else "black"  # legible on the dark squares
+        axes[1].text(
+            c, r, f"{x:+.3f}", ha="center", va="center", fontsize=11, color=ink
+        )
+    sums = J.sum(axis=1)
+    for r, x in enumerate(sums):
+        shown = round(float(x), 3) + 0.0  # rounding noise prints as 0.000, never -0.000
+        axes[1].text(M - 0.3, r, f"sum {shown:.3f}", va="center", fontsize=11)
+    axes[1].set(
+        xticks=keys,
+        yticks=keys,
+        xlim=(-0.5, M + 1.2),
+        xlabel="score moved: $S_{j'}$",
+        ylabel="entry that moves: $P_j$",
+        title="$\\partial P_j / \\partial S_{j'}$: red up, blue down",
+    )
+    off = ~np.eye(M, dtype=bool)
+    return {
+        "row_sums": sums.tolist(),
+        "diagonal_positive": bool((np.diag(J) > 0).all()),
+        "off_diagonal_negative": bool((J[off] < 0).all()),
     }
 
 

@@ -332,6 +332,25 @@ def time_rows(split: dict, chip: str) -> list:
     return rows
 
 
+def wave_counts(blocks: int, sms: int) -> dict:
+    r"""Waves of `blocks` equal thread blocks on `sms` SMs, one at a time per SM: a model.
+
+    `waves` $= blocks / SMs$; `rounds` $= \lceil waves \rceil$; the last round keeps
+    `last` $= blocks - (rounds - 1) \cdot SMs$ SMs busy; `use` $= blocks / (rounds \cdot SMs)$, the
+    share of SM-time that computes.
+    Taught in: notebooks/06_flashattention2_parallelism.ipynb
+    """
+    blocks, sms = check_positive(blocks, "blocks"), check_positive(sms, "sms")
+    rounds = -(-blocks // sms)
+    return {
+        "blocks": blocks,
+        "waves": blocks / sms,
+        "rounds": rounds,
+        "last": blocks - (rounds - 1) * sms,
+        "use": blocks / (rounds * sms),
+    }
+
+
 def wave_rows(shapes, chip: str = "A100", block_q: int = 128) -> list:
     r"""Thread blocks and waves of FA1 and FA2 for each `(B, H, N)` in `shapes` on `chip`'s SMs.
 
@@ -345,24 +364,20 @@ def wave_rows(shapes, chip: str = "A100", block_q: int = 128) -> list:
     Br = check_block(block_q, "block_q")
     rows = []
     for B, H, N in shapes:
-        fa1, fa2 = B * H, B * H * -(-N // Br)
-        last = fa1 - (-(-fa1 // sms) - 1) * sms  # thread blocks in FA1's last wave
-        use = {
-            n: f"{x / (-(-x // sms) * sms):.1%}"
-            for n, x in (("FA1", fa1), ("FA2", fa2))
-        }
+        fa1 = wave_counts(B * H, sms)
+        fa2 = wave_counts(B * H * -(-N // Br), sms)
         rows.append(
             {
                 "B": B,
                 "H": H,
                 "N": N,
-                "FA1 blocks": fa1,
-                "FA1 waves": f"{fa1 / sms:.2f}",
-                "FA1's last wave": f"{last} of {sms} SMs",
-                "FA1 SM use": use["FA1"],
-                "FA2 blocks": fa2,
-                "FA2 waves": f"{fa2 / sms:.1f}",
-                "FA2 SM use": use["FA2"],
+                "FA1 blocks": fa1["blocks"],
+                "FA1 waves": f"{fa1['waves']:.2f}",
+                "FA1's last wave": f"{fa1['last']} of {sms} SMs",
+                "FA1 SM use": f"{fa1['use']:.1%}",
+                "FA2 blocks": fa2["blocks"],
+                "FA2 waves": f"{fa2['waves']:.1f}",
+                "FA2 SM use": f"{fa2['use']:.1%}",
             }
         )
     return rows

@@ -688,3 +688,33 @@ def test_time_split_figure_stacks_the_time_rows():
     ax = plt.gcf().axes[0]
     assert len(ax.patches) == 3 * 4  # matmul, exp, rest for 2 variants on 2 chips
     plt.close("all")
+
+
+def test_wave_counts_fill_the_sms_round_by_round():
+    from lab.tiling import wave_counts
+
+    c = wave_counts(128, 108)  # FA1 at B = 8, H = 16 on an A100
+    assert (c["rounds"], c["last"]) == (2, 20)
+    assert c["use"] == pytest.approx(128 / 216)
+    assert wave_counts(108, 108)["last"] == 108 and wave_counts(108, 108)["use"] == 1
+    assert wave_counts(1, 108)["rounds"] == 1
+    with pytest.raises(ValueError, match="blocks"):
+        wave_counts(0, 108)
+
+
+def test_the_wave_figure_and_its_slider_count_fa1_and_fa2():
+    import matplotlib.pyplot as plt
+
+    r = lab.figures.fa2.draw_waves(1, 16, 16384, block_q=128)
+    assert r["fa1"]["blocks"] == 16 and r["fa2"]["blocks"] == 16 * 128
+    assert r["Tr"] == 128 and r["sms"] == 108
+    with pytest.raises(ValueError, match="block_q"):
+        lab.figures.fa2.draw_waves(block_q=0)
+    plt.close("all")
+    w = lab.widgets.wave_explorer()
+    controls = {c.description: c for c in w.children[:-1]}
+    assert w.result["fa1"]["last"] == 20  # 128 blocks: one full round and 20
+    controls["N"].value = 4096  # FA2's blocks double; FA1's stay B·H
+    assert w.result["fa2"]["blocks"] == 4096 and w.result["fa1"]["blocks"] == 128
+    controls["batch B"].value = 1
+    assert w.result["fa1"]["use"] == pytest.approx(16 / 108)

@@ -8,7 +8,9 @@ Taught in: notebooks/06_flashattention2.ipynb, notebooks/06_flashattention2_para
 
 from __future__ import annotations
 
+import matplotlib
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 import numpy as np
 from matplotlib.patches import Rectangle
 
@@ -20,12 +22,15 @@ from ..tiling import (
     tile_counts,
     time_rows,
     warp_split_exchange,
+    wave_counts,
 )
+from ..validate import check_block, check_positive
 from .tiling import loop_order
 
 __all__ = [
     "draw_op_counts",
     "draw_work_split",
+    "draw_waves",
     "draw_warp_split",
     "draw_exchange_cost",
     "draw_time_split",
@@ -208,6 +213,53 @@ def draw_work_split(
         "thread_blocks_per_head": {"fa1": 1, "fa2": Tr},
         "writers_per_output_block": {"fa1": 1, "fa2": 1},
     }
+
+
+def draw_waves(
+    B: int = 8,
+    H: int = 16,
+    N: int = 2048,
+    block_q: int = 128,
+    chip: str = "A100",
+    axes=None,
+) -> dict:
+    """The SMs of `chip` wave by wave: FA1's $BH$ thread blocks (left) against FA2's $BHT_r$ (right).
+
+    Down the page the rounds of one thread block per SM, across it the SMs: coloured busy, grey idle
+    (`lab.tiling.wave_counts`, a model in which every thread block takes the same time). Returns
+    each design's counts.
+    """
+    sms = chip_figures(chip)["sms"]
+    Br = check_block(block_q, "block_q")
+    B, H, N = (check_positive(x, n) for x, n in ((B, "B"), (H, "H"), (N, "N")))
+    counts = {
+        "fa1": wave_counts(B * H, sms),
+        "fa2": wave_counts(B * H * -(-N // Br), sms),
+    }
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, (name, c), colour in zip(axes, counts.items(), ("#e76f51", "#2a9d8f")):
+        # every round but the last fills all SMs
+        full, last = c["rounds"] - 1, c["last"]
+        for x, y, w, h, fill in (
+            (0, 0, sms, full, colour),
+            (0, full, last, 1, colour),
+            (last, full, sms - last, 1, "#dddddd"),  # idle in the last round
+        ):
+            if w and h:
+                ax.add_patch(Rectangle((x, y), w, h, color=fill, lw=0))
+        ax.set_xlim(0, sms)
+        ax.set_ylim(c["rounds"], 0)
+        ax.set(
+            xlabel=f"SM (of {sms})",
+            ylabel="round (one thread block per SM)",
+            title=f"{name.upper()}: {c['blocks']:,} thread blocks, {c['waves']:.2f} waves,"
+            f" SM use {c['use']:.1%}",
+        )
+        ax.title.set_fontsize(11)
+        ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.grid(False)
+    return {**counts, "sms": sms, "Tr": -(-N // Br)}
 
 
 def draw_warp_split(

@@ -53,6 +53,7 @@ __all__ = [
     "softmax_overflow",
     "tile_fill",
     "tile_walk",
+    "wave_explorer",
 ]
 
 
@@ -388,6 +389,7 @@ _BUILDERS = {
     "io_traffic": "tiling",
     "tile_fill": "tiling",
     "tile_walk": "tiling",
+    "wave_explorer": "fa2",
 }
 
 

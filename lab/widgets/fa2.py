@@ -3,18 +3,20 @@
 The slider also runs the chosen variant of the numpy kernel under `lab.trace.record()` at N = min(N, 256)
 (the same d, Br, Bc and causal) and reports whether its op counts equal the formula.
 
-Taught in: notebooks/06_flashattention2.ipynb
+`wave_explorer` fills the A100's SMs with FA1's and FA2's thread blocks, wave by wave.
+
+Taught in: notebooks/06_flashattention2.ipynb, notebooks/06_flashattention2_parallelism.ipynb
 """
 
 from __future__ import annotations
 
 import ipywidgets
 
-from ..figures.fa2 import draw_op_counts
+from ..figures.fa2 import draw_op_counts, draw_waves
 from . import interactive_figure
 from .tiling import CHECK_N, _instrumented, _instrumented_sliders
 
-__all__ = ["fa_variants"]
+__all__ = ["fa_variants", "wave_explorer"]
 
 
 def fa_variants(
@@ -60,4 +62,33 @@ def fa_variants(
             options=["fa1", "fa2"], value=variant, description="variant"
         ),
         causal=ipywidgets.Checkbox(value=causal, description="causal"),
+    )
+
+
+def _choice(options, value, description):
+    return ipywidgets.SelectionSlider(
+        options=options, value=value, description=description, continuous_update=False
+    )
+
+
+def wave_explorer(
+    B: int = 8, H: int = 16, N: int = 2048, block_q: int = 128
+) -> ipywidgets.interactive:
+    """Sliders over the batch B, the heads H, the sequence length N and Br; `.result` holds FA1's and FA2's
+    thread blocks, waves and SM use on the A100 (`lab.figures.fa2.draw_waves`).
+
+    Taught in: notebooks/06_flashattention2_parallelism.ipynb
+    """
+    return interactive_figure(
+        draw_waves,
+        reuse="axes",
+        summary=lambda r: (
+            f"FA1 {r['fa1']['blocks']:,} thread blocks, SM use {r['fa1']['use']:.1%}; "
+            f"FA2 {r['fa2']['blocks']:,} (T_r = {r['Tr']:,} per head), "
+            f"SM use {r['fa2']['use']:.1%}"
+        ),
+        B=_choice([1, 2, 4, 8, 16, 32], B, "batch B"),
+        H=_choice([1, 4, 8, 16, 32, 64], H, "heads H"),
+        N=_choice([2**p for p in range(9, 18)], N, "N"),
+        block_q=_choice([64, 128], block_q, "Br"),
     )

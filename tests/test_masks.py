@@ -784,6 +784,13 @@ WRONG_TILES = {
         _tiles_shifted(-1),
         "case 3 window_tiles(N=77, W=1, Br=8, Bc=13): yours 14, expected 15",
     ),
+    "the last query block not cut at N": (
+        lambda N, W, Br, Bc: sum(
+            (i0 + Br - 1) // Bc - max(0, i0 - (W - 1)) // Bc + 1
+            for i0 in range(0, N, Br)
+        ),
+        "the last query block's rows running to i0 + Br",
+    ),
     "a float": (
         lambda N, W, Br, Bc: _tiles_shifted(0)(N, W, Br, Bc) + 0.5,
         "yours 21.5, expected 21",

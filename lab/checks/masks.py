@@ -198,15 +198,16 @@ def _window_computed(
     drop_short=False,
     first_from_last_row=False,
     unclamped=False,
+    uncut_last=False,
 ) -> int:
     """Tiles a causal window of W keys computes (N = M), one number per query block.
 
     Query block i0..i1-1 needs key blocks max(0, i0 - (W - 1)) // Bc through (i1 - 1) // Bc; equal to
     `window_tile_counts(N, N, W - 1, 0, Br, Bc)["computed"]` at O(N / Br) cost, so N = 10^7 is cheap.
-    The keywords plant four classic mistakes for the hints.
+    The keywords plant five classic mistakes for the hints.
     """
     i0 = np.arange(0, N - N % Br if drop_short else N, Br, dtype=np.int64)
-    i1 = np.minimum(i0 + Br, N)
+    i1 = i0 + Br if uncut_last else np.minimum(i0 + Br, N)
     start = (i1 - 1 if first_from_last_row else i0) - (W - 1)
     first = (start if unclamped else np.maximum(0, start)) // Bc
     last = (i0 if last_from_first_row else i1 - 1) // Bc
@@ -224,7 +225,8 @@ def check_window_tiles(
     of causal attention or of full attention. After `cases`, `fresh` cases drawn afresh on each run (`seed` draws
     the same again), so no table of the fixed ones passes, the last with N between 10^6 and 10^7 (no mask of
     N^2 elements can be evaluated there); running lab's count or `lab.block_mask` is refused. Also named:
-    the last key block taken from a block's first row, and the last, shorter query block dropped.
+    the last key block taken from a block's first row, and the last, shorter query block dropped or not
+    cut at N.
     Taught in: notebooks/11_masks_and_score_mods.ipynb
     """
     name = name or getattr(build, "__name__", "<lambda>")
@@ -321,6 +323,14 @@ def _window_cases(build, cases, name) -> None:
             ),
         ]
         if N % Br:
+            known.append(
+                (
+                    _window_computed(N, W, Br, Bc, uncut_last=True),
+                    f"the count with the last query block's rows running to i0 + Br: Br = {Br} does not "
+                    f"divide N = {N}, so the last block ends at row N - 1 = {N - 1} (i1 = min(i0 + Br, N)), "
+                    "and its last key block is (N - 1) // Bc",
+                )
+            )
             known.append(
                 (
                     _window_computed(N, W, Br, Bc, drop_short=True),

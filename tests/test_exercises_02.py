@@ -19,7 +19,8 @@ PASSED = {
     " ascending: Bc = 1: 63 predicted, 63 counted ✓; Bc = 4: 15 predicted, 15 counted ✓\n"
     "descending: Bc = 1: 0 predicted, 0 counted ✓; Bc = 4: 0 predicted, 0 counted ✓\n"
     "3 of 3 orders predicted right at both Bc = 1 and Bc = 4\n"
-    "predicted_rescales: ✓ both sorted orders derived right (as drawn: counted above)\n",
+    "predicted_rescales: ✓ both sorted orders derived right (as drawn is a guess, not graded:"
+    " its true counts are above)\n",
 }
 
 

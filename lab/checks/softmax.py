@@ -1742,7 +1742,10 @@ def check_rescale_predictions(predicted, *, n: int = 64, blocks=(1, 4)) -> None:
             "(see above)"
         )
     elif all(derived):
-        print(f"{name}: ✓ both sorted orders derived right (as drawn: counted above)")
+        print(
+            f"{name}: ✓ both sorted orders derived right (as drawn is a guess, not graded:"
+            " its true counts are above)"
+        )
     else:
         print(
             f"{name}: ✗ predict the sorted orders again: ascending raises the max at every"

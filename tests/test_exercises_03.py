@@ -874,6 +874,14 @@ WRONG_STEP = {
         _step(o_new="(alpha * o + p @ v_b) / l_new"),
         ["block 1", "weighs 1, not l·α"],
     ),
+    "the old average kept at weight alpha": (
+        _step(o_new="alpha * o + p @ v_b / l_new"),
+        ["block 1", "o':", "keeps the old average at weight α", "α·l / l'"],
+    ),
+    "divided by an l' without alpha": (
+        _step(o_new="(alpha * l * o + p @ v_b) / (l + p.sum())"),
+        ["block 1", "o':", "an l' whose old l was not rescaled by α"],
+    ),
     "alpha forgotten on l": (
         _step(l_new="l + p.sum()"),
         ["block 1", "l':", "α was forgotten on l", "l' = α·l + Σ e^(s_b - m')"],

@@ -923,6 +923,17 @@ def _stepped(
     return m_new, l_new, total / by
 
 
+def _split_step(m, l, o, s, v, *, unrescaled=False):
+    """Two slips of the divided form: $o' = \\alpha o + \\sum e^{s_b - m'} v / l'$ (the old average kept at
+    weight α), or, with `unrescaled`, the right sum divided by $l + \\sum e^{s_b - m'}$, an $l'$ without α."""
+    m_new = max(m, s.max())
+    alpha, p = np.exp(m - m_new), np.exp(s - m_new)
+    l_new = alpha * l + p.sum()
+    if unrescaled:
+        return m_new, l_new, (alpha * l * o + p @ v) / (l + p.sum())
+    return m_new, l_new, alpha * o + p @ v / l_new
+
+
 def _mean_step(m, l, o, s, v, *, on_l=False):
     """One block's step with the block's terms averaged (`.mean`) instead of summed: in o's new
     terms, and in l's too when `on_l`."""
@@ -939,6 +950,16 @@ _MEAN = (
 
 _STEP_MISTAKES = (
     (_mean_step, _MEAN),
+    (
+        _split_step,
+        "o' = α·o + (the block's Σ e^(s_b - m') v) / l' keeps the old average at weight α, but in "
+        "the new average the old keys weigh α·l / l': o' = (α·l·o + Σ e^(s_b - m') v) / l'",
+    ),
+    (
+        lambda m, l, o, s, v: _split_step(m, l, o, s, v, unrescaled=True),
+        "o' was divided by l + Σ e^(s_b - m'), an l' whose old l was not rescaled by α: divide by "
+        "the l' you return, α·l + Σ e^(s_b - m')",
+    ),
     (lambda m, l, o, s, v: _mean_step(m, l, o, s, v, on_l=True), _MEAN),
     (
         lambda m, l, o, s, v: _stepped(m, l, o, s, v, rescale="inverted"),

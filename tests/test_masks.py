@@ -886,6 +886,28 @@ WRONG_SCORE = {
         ),
         "largest difference",
     ),
+    "the penalty clipped, not the distance": (
+        lambda sl, D, N, M: (
+            lambda s, b, h, i, j: (
+                s - np.minimum(np.asarray(sl)[h] * np.abs(i + M - N - j), D)
+            )
+        ),
+        "clip the distance",
+    ),
+    "a signed distance": (
+        lambda sl, D, N, M: (
+            lambda s, b, h, i, j: s - np.asarray(sl)[h] * np.minimum(i + M - N - j, D)
+        ),
+        "the distance is |i + off - j|",
+    ),
+    "clipped one short": (
+        lambda sl, D, N, M: (
+            lambda s, b, h, i, j: (
+                s - np.asarray(sl)[h] * np.minimum(np.abs(i + M - N - j), D - 1)
+            )
+        ),
+        "clips at max_distance - 1",
+    ),
     "slope of the batch": (
         lambda sl, D, N, M: (
             lambda s, b, h, i, j: (

@@ -533,7 +533,8 @@ _SCORE_HINT = (
 
 
 def _score_hint(spec, case, got, s, idx) -> str | None:
-    """A diagnosis for a clipped ALiBi with the penalty's sign flipped or dropped past max_distance."""
+    """A diagnosis for a clipped ALiBi with the penalty's sign flipped, dropped past max_distance, clipped
+    instead of the distance, on a signed distance, or clipped one off."""
     if getattr(spec, "__name__", "") != "clipped_alibi":
         return None
     slopes, max_distance, N, M = case
@@ -549,6 +550,26 @@ def _score_hint(spec, case, got, s, idx) -> str | None:
             s - np.where(dist <= max_distance, penalty, 0.0),
             "yours gives keys beyond max_distance no penalty at all: clipping keeps the penalty "
             "at its value for max_distance (slope * max_distance), it does not drop it",
+        ),
+        (
+            s - np.minimum(np.asarray(slopes)[h] * dist, max_distance),
+            "yours clips the penalty slope * distance at max_distance; clip the distance: "
+            "slope * min(distance, max_distance)",
+        ),
+        (
+            s - np.asarray(slopes)[h] * np.minimum(i + M - N - j, max_distance),
+            "yours uses the signed i + off - j: a key after the query (j > i + off) then gets a "
+            "bonus; the distance is |i + off - j|",
+        ),
+        (
+            s - np.asarray(slopes)[h] * np.minimum(dist, max_distance - 1),
+            "yours clips at max_distance - 1: the penalty grows up to the distance max_distance "
+            "itself, min(distance, max_distance)",
+        ),
+        (
+            s - np.asarray(slopes)[h] * np.minimum(dist, max_distance + 1),
+            "yours clips at max_distance + 1: the penalty stops at the distance max_distance, "
+            "min(distance, max_distance)",
         ),
     )
     for want, text in variants:

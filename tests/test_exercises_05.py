@@ -217,6 +217,22 @@ def causal_tiles(N, M, Br, Bc):
 """,
         ["case 0", "calls lab.block_mask", "write it yourself"],
     ),
+    "lab's private row counts": (
+        """
+from lab.tiling import _row_blocks as visited
+
+
+def causal_tiles(N, M, Br, Bc):
+    computed = int(visited(N, M, Br, Bc, True)[1].sum())
+    masked = sum(
+        min(i0 + Br, N) - 1 + M - N >= j0 and min(j0 + Bc, M) - 1 > i0 + M - N
+        for i0 in range(0, N, Br)
+        for j0 in range(0, M, Bc)
+    )
+    return computed, masked
+""",
+        ["case 0", "calls lab.tiling._row_blocks", "write it yourself"],
+    ),
 }
 
 

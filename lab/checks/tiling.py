@@ -72,6 +72,7 @@ _COURSE = (
     "merge_outputs",
     "partial_state",
     "block_mask",  # notebook 11's tile classifier: the tile kinds of exercise 1, whole
+    "tiling._row_blocks",  # the key blocks each query block visits: tile_counts' own sum
 )
 
 

@@ -508,6 +508,25 @@ def test_round_by_the_array_method_is_refused_by_its_name(n):
     )
 
 
+@pytest.mark.parametrize(
+    "alias, says",
+    [("_r = np.rint", "np.rint (as '_r')"), ("_r = np.around", "np.around (as '_r')")],
+)
+def test_round_by_a_rounder_bound_to_another_name_is_refused(alias, says):
+    src = _src(_round(n="_r(a / step)"))
+    src = src.replace(
+        "def round_nearest_even", alias + "\n\n\ndef round_nearest_even", 1
+    )
+    _fails(2, src, f"{says}, which applies the tie rule for you")
+
+
+def test_round_in_a_helper_of_ones_own_is_refused():
+    helper = "def nearest(z):\n    return z.round()\n\n\n"
+    src = _src(_round(n="nearest(a / step)"))
+    src = src.replace("def round_nearest_even", helper + "def round_nearest_even", 1)
+    _fails(2, src, "an array's .round(), which applies the tie rule for you")
+
+
 def test_round_names_of_ones_own_are_not_refused():
     src = _src(_round(n="rounded(a / step)"))
     src = src.replace("def round_nearest_even", _ROUNDED + "def round_nearest_even", 1)

@@ -552,24 +552,85 @@ def _magic_constant(fn) -> float | None:
     return None
 
 
-def _round_method(fn) -> bool:
-    """Whether `fn`'s code (nested functions too) names `round`, `rint` or `around`: an array's `.round()`.
+def _reached_functions(fn, depth: int = 3) -> list:
+    """`fn` and the Python functions its code reaches by a global or closure name, `depth` calls deep
+    (helpers of the learner's own, not lab's, numpy's or torch's)."""
+    out, todo = [], [(fn, 0)]
+    while todo:
+        f, level = todo.pop()
+        if f in out or not isinstance(f, types.FunctionType):
+            continue
+        out.append(f)
+        if level == depth:
+            continue
+        for v in _resolved_names(f).values():
+            home = getattr(v, "__module__", "") or ""
+            if isinstance(v, types.FunctionType) and not home.startswith(
+                ("lab", "numpy", "torch")
+            ):
+                todo.append((v, level + 1))
+    return out
 
-    Asked only after every case ran without calling a replaced rounder, so the name can only be a method
-    that cannot be replaced (numpy's `ndarray.round`), or one reached by `getattr(x, "round")`.
-    """
-    names = {"round", "rint", "around"}
-    stack = [getattr(fn, "__code__", None)]
+
+def _resolved_names(f) -> dict:
+    """What the names `f`'s code (nested functions too) loads are bound to: its globals, its closure
+    cells, the builtins."""
+    names, stack = set(), [f.__code__]
     while stack:
         code = stack.pop()
-        if names & set(getattr(code, "co_names", ())):
-            return True
-        for c in getattr(code, "co_consts", ()):
-            if isinstance(c, types.CodeType):
-                stack.append(c)
-            elif isinstance(c, str) and c in names:
-                return True
-    return False
+        names.update(code.co_names, code.co_freevars)
+        stack += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    cells = dict(zip(f.__code__.co_freevars, f.__closure__ or ()))
+    out = {}
+    for n in names:
+        if n in cells:
+            try:
+                out[n] = cells[n].cell_contents
+            except ValueError:  # an empty cell
+                pass
+        elif n in f.__globals__:
+            out[n] = f.__globals__[n]
+        elif hasattr(builtins, n):
+            out[n] = getattr(builtins, n)
+    return out
+
+
+def _round_method(fn) -> str | None:
+    """How `fn` or a helper it reaches still rounds to integers after every case ran without calling a
+    replaced rounder: an array's `.round()` (its name in the code, or `getattr(x, "round")`), or a
+    rounder bound to another name before the check ran (`_r = np.rint`). None if neither."""
+    names = {"round", "rint", "around"}
+    torch = sys.modules.get("torch")
+    rounders = {
+        id(getattr(np, n)): f"np.{n}"
+        for n in ("rint", "round", "around")
+        if hasattr(np, n)
+    }
+    rounders[id(builtins.round)] = "Python's round"
+    if torch is not None:
+        rounders.update(
+            {
+                id(torch.round): "torch.round",
+                id(torch.Tensor.round): "a tensor's .round()",
+            }
+        )
+    for f in _reached_functions(fn):
+        for n, v in _resolved_names(f).items():
+            if (
+                n not in names and id(v) in rounders
+            ):  # `round` itself: the method, below
+                return f"{rounders[id(v)]} (as {n!r})"
+        stack = [f.__code__]
+        while stack:
+            code = stack.pop()
+            if names & set(code.co_names):
+                return "an array's .round()"
+            for c in code.co_consts:
+                if isinstance(c, types.CodeType):
+                    stack.append(c)
+                elif isinstance(c, str) and c in names:
+                    return "an array's .round()"
+    return None
 
 
 def _code_constants(fn):
@@ -590,7 +651,8 @@ def check_round_nearest_even(fn, *, name: str | None = None) -> None:
     layout no library has. The answer may not call `lab.round_to`, `np.rint`/`np.round`/`np.around` or the
     builtin `round`, nor hold $2^{52}$ (or $1.5 \\cdot 2^{52}$, $1.5 \\cdot 2^{23}$) as a literal, the constant of
     `(q + 2**52) - 2**52`; an array's `.round()` method, a C method that cannot be replaced, is refused by its
-    name in the code (a constant built at run time still goes unseen).
+    name in the code or a helper's, and a rounder bound to another name (`_r = np.rint`) by what the name holds
+    (a constant built at run time still goes unseen).
     Taught in: notebooks/07_precision.ipynb
     """
     name = name or getattr(fn, "__name__", "your function")
@@ -637,9 +699,10 @@ def check_round_nearest_even(fn, *, name: str | None = None) -> None:
             )
             print(f"  hint: {_explain(float(x[j]), float(w[j]), float(g[j]), e, t)}")
             return
-    if _round_method(fn):
+    used = _round_method(fn)
+    if used:
         print(
-            f"{name}: ✗ your code calls an array's .round(), which applies the tie rule for you: "
+            f"{name}: ✗ your code calls {used}, which applies the tie rule for you: "
             "decide from the remainder with np.floor"
         )
         return

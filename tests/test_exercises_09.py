@@ -679,6 +679,12 @@ PLANTED = [
         ["dq (element 0)", "with no D"],
     ),
     (
+        "my_backward",
+        "the Jacobian's diagonal only",
+        ("(dp - (p * dp).sum(axis=-1, keepdims=True))", "(1 - p) * dp"),
+        ["dq (element 0)", "keeps only the Jacobian's diagonal"],
+    ),
+    (
         "tiled_backward",
         "no scale in dq",
         ("return scale * ds @ k_J,", "return ds @ k_J,"),

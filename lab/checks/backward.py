@@ -98,6 +98,9 @@ BACKWARD_MISTAKES = {
     "rows {N_tail}..{N_last} form a shorter block",
     "last key block dropped": "the last key block was never visited: Bc = {Bc} does not divide M = {M}, so "
     "keys {M_tail}..{M_last} form a shorter block",
+    "Jacobian diagonal only": "dS = P ∘ (1 − P) ∘ dP keeps only the Jacobian's diagonal: raising S_ij' also "
+    "lowers every other P_ij of the row (the −P_ij P_ij' off the diagonal), and summing those terms over j gives "
+    "dS = P ∘ (dP − D) with D_i = Σ_j P_ij dP_ij",
     "D added": "dS = P ∘ (dP + D): the sign of D is flipped; dS_ik = Σ_j dP_ij P_ij (δ_jk − P_ik) = P_ik dP_ik "
     "− P_ik Σ_j P_ij dP_ij, so D is subtracted",
     "scale √d": "scale = √d in place of 1/√d: S = QKᵀ/√d, so scale = 1/√d, and the chain rule multiplies dQ and "
@@ -194,6 +197,8 @@ def backward_with_mistake(
                     ds = p * dp
                 elif "D added" in planted:
                     ds = p * (dp + D_i[:, None])
+                elif "Jacobian diagonal only" in planted:
+                    ds = p * (1 - p) * dp
                 elif "D down the column" in planted:
                     ds = p * (dp - (p * dp).sum(axis=0, keepdims=True))
                 dv_part = (
@@ -755,6 +760,7 @@ _DENSE = [
     "D = rowsum(dO)",
     "D missing",
     "D added",
+    "Jacobian diagonal only",
     "scale √d",
     "D down the column",
     ("P = exp(S - row max)", "D from one tile"),

@@ -283,8 +283,8 @@ def draw_gqa_intensity(
         bx.text(i, b * 1.02, f"{b:,.0f}", ha="center", fontsize=10)
     bx.set(
         xlabel=r"$G$  ($H_{kv} = H_q \,/\, G$)",
-        ylabel="KiB per token",
-        title=f"K/V cache per token, {layers} layers × {q_heads} query heads",
+        ylabel=f"KiB per token, {layers} layers",
+        title=f"K/V cache per token, $H_q$ = {q_heads}",
     )
     _plain_log_axes(ax)
     ax.figure.subplots_adjust(left=0.08, right=0.98, bottom=0.13, top=0.92, wspace=0.25)

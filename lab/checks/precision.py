@@ -572,17 +572,21 @@ def _reached_functions(fn, depth: int = 3) -> list:
     return out
 
 
-def _resolved_names(f) -> dict:
-    """What the names `f`'s code (nested functions too) loads are bound to: its globals, its closure
-    cells, the builtins."""
+def _code_names(f) -> set:
+    """The names `f`'s code and the functions defined inside it load: globals, attributes, free variables."""
     names, stack = set(), [f.__code__]
     while stack:
         code = stack.pop()
         names.update(code.co_names, code.co_freevars)
         stack += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return names
+
+
+def _resolved_names(f) -> dict:
+    """What the names `f`'s code loads are bound to: its closure cells, its globals, the builtins."""
     cells = dict(zip(f.__code__.co_freevars, f.__closure__ or ()))
     out = {}
-    for n in names:
+    for n in _code_names(f):
         if n in cells:
             try:
                 out[n] = cells[n].cell_contents
@@ -598,38 +602,17 @@ def _resolved_names(f) -> dict:
 def _round_method(fn) -> str | None:
     """How `fn` or a helper it reaches still rounds to integers after every case ran without calling a
     replaced rounder: an array's `.round()` (its name in the code, or `getattr(x, "round")`), or a
-    rounder bound to another name before the check ran (`_r = np.rint`). None if neither."""
+    rounder of `_rounders` bound to another name before the check ran (`_r = np.rint`). None if neither."""
     names = {"round", "rint", "around"}
-    torch = sys.modules.get("torch")
-    rounders = {
-        id(getattr(np, n)): f"np.{n}"
-        for n in ("rint", "round", "around")
-        if hasattr(np, n)
-    }
-    rounders[id(builtins.round)] = "Python's round"
-    if torch is not None:
-        rounders.update(
-            {
-                id(torch.round): "torch.round",
-                id(torch.Tensor.round): "a tensor's .round()",
-            }
-        )
+    rounders = {id(getattr(home, attr)): shown for home, attr, shown in _rounders("{}")}
     for f in _reached_functions(fn):
         for n, v in _resolved_names(f).items():
             if (
                 n not in names and id(v) in rounders
             ):  # `round` itself: the method, below
                 return f"{rounders[id(v)]} (as {n!r})"
-        stack = [f.__code__]
-        while stack:
-            code = stack.pop()
-            if names & set(code.co_names):
-                return "an array's .round()"
-            for c in code.co_consts:
-                if isinstance(c, types.CodeType):
-                    stack.append(c)
-                elif isinstance(c, str) and c in names:
-                    return "an array's .round()"
+        if names & _code_names(f) or any(c in names for c in _code_constants(f)):
+            return "an array's .round()"
     return None
 
 

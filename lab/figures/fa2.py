@@ -8,7 +8,6 @@ Taught in: notebooks/06_flashattention2.ipynb, notebooks/06_flashattention2_para
 
 from __future__ import annotations
 
-import matplotlib
 import matplotlib.pyplot as plt
 import matplotlib.ticker
 import numpy as np

@@ -1220,6 +1220,38 @@ def test_split_k_mistakes(change, says):
     _fails("split_k", _split(**change), says)
 
 
+def test_split_k_floor_split_with_the_rest_to_the_last_warp_is_told_it_is_another_split():
+    src = _split(c="len(k_j) // w").replace(
+        "k_j[u * c : (u + 1) * c]", "k_j[u * c : (u + 1) * c if u < w - 1 else None]"
+    )
+    src = src.replace(
+        "v_j[u * c : (u + 1) * c]", "v_j[u * c : (u + 1) * c if u < w - 1 else None]"
+    )
+    out = _fails(
+        "split_k", src, "That split covers every key, but it is not the spec's"
+    )
+    assert "to no warp" not in out
+
+
+@pytest.mark.parametrize("edge", ["(u + 1) * c - 1", "(u + 1) * c - (u == w - 1)"])
+def test_split_k_a_key_dropped_at_a_slice_edge_is_named(edge):
+    src = _split().replace("(u + 1) * c]", f"{edge}]")
+    _fails("split_k", src, "a slice k_j[lo:hi] holds keys lo..hi - 1")
+
+
+def test_split_k_float32_state_is_told_its_dtype():
+    src = _split().replace(
+        "s = q_i @ k_j[u * c : (u + 1) * c].T / np.sqrt(d)",
+        "s = (q_i @ k_j[u * c : (u + 1) * c].T / np.sqrt(d)).astype(np.float32)",
+    )
+    _fails(
+        "split_k",
+        src,
+        "right to float32 rounding",
+        "keep the state in the inputs' dtype",
+    )
+
+
 def test_split_k_without_the_scale_is_named():
     _fails("split_k", _split().replace(" / np.sqrt(d)", ""), "1/√d is missing")
 
@@ -1416,6 +1448,51 @@ def test_keys_outer_writing_o_once_per_query_block_is_named():
 )
 def test_keys_outer_wrong_rule_fails_on_values(change, says):
     _fails("keys_outer", _keys_outer(change), says)
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("m[rows], l[rows] = m_new, l_new", "m[rows], l[rows] = m_tile, l_new"),
+        ("m_new = np.maximum(m_old, m_tile)", "m_new = m_tile"),
+    ],
+)
+def test_keys_outer_block_max_for_the_running_max_is_named(old, new):
+    _fails(
+        "keys_outer",
+        _keys_outer({old: new}),
+        "your m is the last key block's own max m~",
+    )
+
+
+@pytest.mark.parametrize(
+    "new",
+    [
+        "O[rows] = a[:, None] * O_old + pv",
+        "O[rows] = (a * l_old)[:, None] * O_old + pv",
+    ],
+)
+def test_keys_outer_o_never_divided_by_l_is_named(new):
+    old = "O[rows] = ((a * l_old)[:, None] * O_old + pv) / l_new[:, None]"
+    _fails("keys_outer", _keys_outer({old: new}), "your O is never divided by l")
+
+
+def test_keys_outer_a_division_after_the_loop_is_named():
+    src = _keys_outer(
+        {
+            "O[rows] = ((a * l_old)[:, None] * O_old + pv) / l_new[:, None]": (
+                "O[rows] = a[:, None] * O_old + pv"
+            )
+        }
+    )
+    src += (
+        "\n    for i0 in range(0, len(q), Br):\n"
+        "        O[i0 : i0 + Br] = O[i0 : i0 + Br] / l[i0 : i0 + Br][:, None]\n"
+    )
+    out = _fails(
+        "keys_outer", src, "more time(s) after the last key block", "FA2's rule"
+    )
+    assert "begin" not in out
 
 
 def test_keys_outer_may_not_call_lab_or_compute_on_a_whole_hbm_array():

@@ -1183,11 +1183,45 @@ def _split_shape(got, w: int) -> str | None:
     return None
 
 
-def _partial_hint(u, got, q_i, k_j, v_j, w, s) -> str:
+def _keys_held(got, s, v_j, a: int, b: int) -> tuple | None:
+    """(a2, b2) when `got` is the state of keys a2..b2 - 1 instead of a..b - 1, one key off at either edge."""
+    m, l, _ = got
+    for a2 in (a - 1, a, a + 1):
+        for b2 in (b - 1, b, b + 1):
+            if (a2, b2) != (a, b) and 0 <= a2 < b2 <= len(v_j):
+                m2, l2, _ = _state(s[:, a2:b2], v_j[a2:b2])
+                if (
+                    np.shape(m) == m2.shape
+                    and np.allclose(m, m2)
+                    and np.allclose(l, l2)
+                ):
+                    return a2, b2
+    return None
+
+
+def _low_precision(got) -> str | None:
+    """The dtype of the first array in `got` that is floating point but narrower than float64, else None."""
+    for x in got:
+        dt = np.asarray(x).dtype
+        if dt.kind == "f" and dt.itemsize < 8:
+            return str(dt)
+    return None
+
+
+def _partial_hint(u, got, q_i, k_j, v_j, w, s, parts=()) -> str:
     """What warp u's partial state is instead of its own slice's (m, l, acc)."""
     a, b = _slices(len(k_j), w)[u]
+    narrow = _low_precision(got)
     m, l, acc = (np.asarray(x, dtype=float) for x in got)
     own = _state(s[:, a:b], v_j[a:b])
+    if narrow and all(
+        np.allclose(x, y, rtol=1e-3, atol=1e-6) for x, y in zip((m, l, acc), own)
+    ):
+        return (
+            f"warp {u}'s state is right to {narrow} rounding: it is held in {narrow}. The inputs "
+            "are float64, and the check asks for float64 (rtol 1e-9): keep the state in the "
+            "inputs' dtype"
+        )
     seen = s[:, :b].max(axis=1)  # the max over warps 0..u: a running max
     with np.errstate(all="ignore"):
         raw_l = np.exp(s[:, a:b]).sum(axis=1)  # no max subtracted
@@ -1218,17 +1252,41 @@ def _partial_hint(u, got, q_i, k_j, v_j, w, s) -> str:
         raw = _state(s[:, a:b] * np.sqrt(q_i.shape[1]), v_j[a:b])
         if np.shape(m) == raw[0].shape and np.allclose(m, raw[0]):
             return "the 1/√d is missing: S = q_i K_jᵀ / √d for every warp's slice"
-        short = len(k_j) // w  # c rounded down: the last keys belong to no warp
+        short = len(k_j) // w  # c rounded down
+        c = -(-len(k_j) // w)
         if len(k_j) % w and np.shape(m) == own[0].shape:
             cut = _state(
                 s[:, u * short : (u + 1) * short], v_j[u * short : (u + 1) * short]
             )
             if np.allclose(m, cut[0]) and np.allclose(l, cut[1]):
+                rest = _state(s[:, (w - 1) * short :], v_j[(w - 1) * short :])
+                last = (
+                    [np.asarray(_unwatch(x), float) for x in parts[-1][:2]]
+                    if parts
+                    else ()
+                )
+                if len(last) == 2 and all(
+                    np.shape(x) == y.shape and np.allclose(x, y)
+                    for x, y in zip(last, rest)
+                ):
+                    return (
+                        f"warp {u} took keys {u * short}..{(u + 1) * short - 1}: your warps hold "
+                        f"Bc // w = {short} keys each and the last {len(k_j) - (w - 1) * short}. That "
+                        f"split covers every key, but it is not the spec's: ceil(Bc / w) = {c} keys "
+                        f"a warp, the last warp taking what is left ({len(k_j) - (w - 1) * c})"
+                    )
                 return (
                     f"warp {u} took keys {u * short}..{(u + 1) * short - 1}: Bc // w = {short} leaves "
-                    f"the last {len(k_j) - w * short} keys to no warp; ceil(Bc / w) = {-(-len(k_j) // w)}, "
+                    f"the last {len(k_j) - w * short} keys to no warp; ceil(Bc / w) = {c}, "
                     "and the last warp takes what is left"
                 )
+        held = _keys_held((m, l, acc), s, v_j, a, b)
+        if held:
+            return (
+                f"warp {u}'s state is that of keys {held[0]}..{held[1] - 1}, its keys are "
+                f"{a}..{b - 1}: a slice k_j[lo:hi] holds keys lo..hi - 1, so warp u's is "
+                "k_j[u·c : (u + 1)·c], c = ceil(Bc / w)"
+            )
         if len(k_j) % w and u == w - 1 and np.shape(acc) == own[2].shape:
             c = -(-len(k_j) // w)
             return (
@@ -1314,7 +1372,7 @@ def check_split_k_tile(fn, *, name: str | None = None, seed: int | None = None) 
                 )
                 if trouble:
                     problem = f"warp {u}'s partial, {trouble}"
-                    hint = _partial_hint(u, plain, q_i, k_j, v_j, w, s)
+                    hint = _partial_hint(u, plain, q_i, k_j, v_j, w, s, parts)
                     break
         if problem is None:
             want = _state(s, v_j)
@@ -1503,17 +1561,30 @@ def _order_problem(log, name: str, N: int, M: int, Br: int, Bc: int) -> str | No
             f"{name} is written once per query block: FA1 cannot keep every block's state on chip, it writes "
             f"{name}[rows] back after every key block"
         )
+    if writes[: len(blocks) * Tc] == blocks * Tc:
+        extra = len(writes) - len(blocks) * Tc
+        return (
+            f"{name} is written {extra} more time(s) after the last key block, {writes[len(blocks) * Tc :][:4]}"
+            f"{' ...' if extra > 4 else ''}: a pass after the loop (a final division by l is FA2's rule). "
+            f"FA1's {name} is complete when the last key block is done, so nothing is written after it"
+        )
+    want = blocks * Tc
+    at = next(
+        (t for t, (a, b) in enumerate(zip(writes, want)) if a != b),
+        min(len(writes), len(want)),
+    )
     return (
-        f"{name}'s writes, in order (first row, rows), begin {writes[:4]}; FA1 writes each query block's "
-        f"{Br} rows once per key block, key blocks outside: {(blocks * Tc)[:4]}"
+        f"{name}'s writes, in order (first row, rows), part from FA1's at write {at}: yours "
+        f"{writes[at : at + 4]}, FA1's {want[at : at + 4]}. FA1 writes each query block's {Br} rows once "
+        "per key block, key blocks outside"
     )
 
 
 def _fa1_outer(
-    q, k, v, Br: int, Bc: int, b_in_pv=True, b_in_l=True, l_old=True
+    q, k, v, Br: int, Bc: int, b_in_pv=True, b_in_l=True, l_old=True, divide=True
 ) -> np.ndarray:
     """FA1's O with its rule, or without the factor e^(m~ - m') on the tile's P~V (`b_in_pv`) or on its sum, or
-    with the old O rescaled without multiplying by the old l (`l_old`)."""
+    with the old O rescaled without multiplying by the old l (`l_old`), or never divided by the new l (`divide`)."""
     O, m, l = np.zeros((len(q), v.shape[1])), np.full(len(q), -np.inf), np.zeros(len(q))
     for j0 in range(0, len(k), Bc):
         for i0 in range(0, len(q), Br):
@@ -1526,13 +1597,15 @@ def _fa1_outer(
             l_new = a * l[r] + (b if b_in_l else 1.0) * p.sum(axis=1)
             pv = (b[:, None] if b_in_pv else 1.0) * (p @ v[j0 : j0 + Bc])
             a_O = a * l[r] if l_old else a
-            O[r] = (a_O[:, None] * O[r] + pv) / l_new[:, None]
+            O[r] = (a_O[:, None] * O[r] + pv) / (l_new[:, None] if divide else 1.0)
             m[r], l[r] = m_new, l_new
     return O
 
 
-def _keys_outer_hint(log, got_O, q, k, v, Br: int, Bc: int) -> str | None:
-    """The hint for a state never written back, or for a tile's P~ = e^(S - m~) merged without e^(m~ - m')."""
+def _keys_outer_hint(log, got, q, k, v, Br: int, Bc: int) -> str | None:
+    """The hint for a state never written back, an m that is the last key block's own max, an O never divided by
+    l, or a tile's P~ = e^(S - m~) merged without e^(m~ - m')."""
+    got_O, got_m = got[0], got[1]
     for x in "ml":
         if not any(n == x and kind == "write" for n, kind, _, _ in log):
             return (
@@ -1546,7 +1619,31 @@ def _keys_outer_hint(log, got_O, q, k, v, Br: int, Bc: int) -> str | None:
     }
     close = lambda a, b: np.allclose(a, b, rtol=1e-7, atol=1e-10, equal_nan=True)  # noqa: E731
     M, d = k.shape
+    s = q @ k.T / np.sqrt(d)
+    last = s[:, (M - 1) // Bc * Bc :].max(axis=1)  # the last key block's own max m~
+    if (
+        M > Bc
+        and np.shape(got_m) == last.shape
+        and close(got_m, last)
+        and not close(last, s.max(axis=1))
+    ):
+        return (
+            "your m is the last key block's own max m~: m' = max(m, m~) keeps the largest score of every "
+            "key block so far, and O and l are against it"
+        )
     with np.errstate(all="ignore"):
+        o, lse = attention_reference(q, k, v)
+        l_final = np.exp(lse - s.max(axis=1))
+        undivided = np.shape(got_O) == o.shape and (
+            close(got_O, o * l_final[:, None])
+            or close(got_O, _fa1_outer(q, k, v, Br, Bc, divide=False))
+            or close(got_O, _fa1_outer(q, k, v, Br, Bc, l_old=False, divide=False))
+        )
+        if undivided:
+            return (
+                "your O is never divided by l: it is a sum Σ e^(s - m) v. FA1 keeps O normalized at every "
+                "step: O' = (e^(m - m') l O + e^(m~ - m') P~V) / l'"
+            )
         if close(got_O, attention_reference(q, k, v, scale=1.0)[0]):
             return (
                 f"your O is the output with scale 1: the 1/√d is missing; S_ij = q_i K_jᵀ / √d, here d = {d}, "
@@ -1737,7 +1834,7 @@ def check_fa1_keys_outer(
         )
         if problem is not None:
             print(f"{name}: ✗ case {i} ({label}): {problem}")
-            hint = None if called else _keys_outer_hint(log, got[0], q, k, v, Br, Bc)
+            hint = None if called else _keys_outer_hint(log, got, q, k, v, Br, Bc)
             if hint:
                 print(f"  hint: {hint}")
             print(seed_note(seed), end="")

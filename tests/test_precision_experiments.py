@@ -316,6 +316,27 @@ def test_figures_return_their_numbers():
     assert r["g"]["p"]["fp16"] == res["g"]["p"]["fp16"]
 
 
+@pytest.mark.parametrize(
+    "fmts, panels", [(("fp32", "fp16"), 2), (("fp32", "bf16", "fp16"), 3)]
+)
+def test_error_heatmaps_two_a_row_and_no_empty_panel(fmts, panels):
+    import matplotlib.pyplot as plt
+
+    grid = lab.p_error_grid([64, 128], [1.0, 4.0], fmts, d=16, rows=2)
+    figs.draw_p_error_heatmaps(grid, [64, 128], [1.0, 4.0])
+    fig = plt.gcf()
+    heat = [ax for ax in fig.axes if ax.images and ax.get_title()]
+    assert len(heat) == panels
+    assert (
+        {round(ax.get_position().x0, 2) for ax in heat}
+        == {  # at most two columns
+            round(ax.get_position().x0, 2) for ax in heat[:2]
+        }
+    )
+    assert fig.get_size_inches()[0] <= 12.5
+    plt.close(fig)
+
+
 def test_p_format_explorer_slider():
     w = p_format_explorer(M=512)
     w.update()

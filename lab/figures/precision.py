@@ -50,14 +50,21 @@ FORMAT_LABELS = {
 def draw_p_error_heatmaps(grid: dict, Ms, spreads) -> dict:
     """One heatmap per format of $\\log_{10}$ relative error (from `p_error_grid`) over the keys M and the score spread."""
     fmts = list(grid)
+    cols = (
+        2 if len(fmts) > 2 else len(fmts)
+    )  # two a row: each panel wide enough to read its numbers
+    rows = -(-len(fmts) // cols)
     fig, axes = plt.subplots(
-        1,
-        len(fmts),
-        figsize=(4.2 * len(fmts), 4.4),
+        rows,
+        cols,
+        figsize=(6.2 * cols, 4.3 * rows),
         sharey=True,
+        squeeze=False,
         constrained_layout=True,
     )
-    axes = np.atleast_1d(axes)
+    for ax in axes.flat[len(fmts) :]:
+        ax.remove()
+    axes = axes.flat[: len(fmts)]
     logs = {f: np.log10(np.maximum(grid[f], 1e-12)) for f in fmts}
     lo = min(float(v.min()) for v in logs.values())
     hi = max(float(v.max()) for v in logs.values())
@@ -72,20 +79,22 @@ def draw_p_error_heatmaps(grid: dict, Ms, spreads) -> dict:
                 f"{val:.1f}",
                 ha="center",
                 va="center",
-                fontsize=8,
+                fontsize=11,
                 color="white" if val < (lo + hi) / 2 else "black",
             )
         ax.set_xticks(
             range(len(Ms)),
             [f"{n // 1024}K" if n >= 1024 else str(n) for n in Ms],
-            fontsize=9,
+            fontsize=11,
         )
-        ax.set_yticks(range(len(spreads)), [f"{s:g}" for s in spreads])
-        base = "\n(baseline: float32 arithmetic, P not rounded)" if f == "fp32" else ""
-        ax.set(title=FORMAT_LABELS[f] + base, xlabel="M (keys)")
+        ax.set_yticks(range(len(spreads)), [f"{s:g}" for s in spreads], fontsize=11)
+        base = " (baseline: P not rounded)" if f == "fp32" else ""
+        ax.set_title(FORMAT_LABELS[f] + base, fontsize=13)
+        ax.set_xlabel("M (keys)", fontsize=11)
         ax.grid(False)
-    axes[0].set_ylabel("std of the scores")
-    fig.colorbar(im, ax=axes, label="log10 relative error of o", shrink=0.9)
+    for ax in axes[::cols]:
+        ax.set_ylabel("std of the scores", fontsize=11)
+    fig.colorbar(im, ax=list(axes), label="log10 relative error of o", shrink=0.9)
     fig.suptitle(
         "P rounded before P·V, m, l, acc in FP32: error against float64", fontsize=13
     )

@@ -91,3 +91,15 @@ def test_references_page_lists_the_primary_sources():
         "1805.02867",
     ):  # FlashAttention 1-3, online softmax
         assert source in text
+
+
+NOTEBOOKS = sorted(ROOT.glob("notebooks/*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_links_between_notebooks_are_to_siblings(path):
+    """A link from one notebook to another names the sibling file, so that it opens the copy beside it in
+    exercises/ or learner/ as well as in notebooks/; each linked notebook exists."""
+    links = re.findall(r"\]\(([^)\s]+\.ipynb)(?:#[^)]*)?\)", _text(path))
+    assert not [x for x in links if "/" in x], f"{path.name} links by a folder: {links}"
+    assert all((path.parent / x).exists() for x in links), links

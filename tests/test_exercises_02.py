@@ -507,6 +507,33 @@ PLANTED = {
             ["merge(right, left) =", "but merge(left, right) =", "must not matter"],
         ),
         (
+            "no return in the branch for an empty left half (the laws' call gets None)",
+            """
+            def merge_ml(m_left, l_left, m_right, l_right):
+                m = max(m_left, m_right)
+                if m_left == -np.inf:
+                    pass
+                elif m == -np.inf:
+                    return m, 0.0
+                else:
+                    return m, float(np.exp(m_left - m) * l_left + np.exp(m_right - m) * l_right)
+            """,
+            ["returned None", "from every branch"],
+        ),
+        (
+            "an error raised in the laws' call",
+            """
+            def merge_ml(m_left, l_left, m_right, l_right):
+                m = max(m_left, m_right)
+                if m_left > -np.inf and m_right == -np.inf:
+                    return m, l_left / 0
+                if m == -np.inf:
+                    return m, 0.0
+                return m, float(np.exp(m_left - m) * l_left + np.exp(m_right - m) * l_right)
+            """,
+            ["raised ZeroDivisionError", "the empty state (-inf, 0)"],
+        ),
+        (
             "the right half taken as one score",
             """
             def merge_ml(m_left, l_left, m_right, l_right):

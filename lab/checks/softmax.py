@@ -1497,11 +1497,43 @@ def _merge_laws(mistakes):
     return lambda fn, case, got: _laws(fn, case, got, mistakes)
 
 
+class _NotAState(Exception):
+    """A merge called by the laws' cases returned something other than (m, l), or raised."""
+
+
 def _laws(fn, case, got, mistakes):
+    """`_merge_laws_of`, with a merge that returns no (m, l) or raises in one of the laws' calls named."""
+    try:
+        return _merge_laws_of(fn, case, got, mistakes)
+    except _NotAState as exc:
+        return str(exc)
+
+
+def _merge_laws_of(fn, case, got, mistakes):
     """Property of a merge: the laws that let any number of workers merge in any order. (-inf, 0) changes
     nothing, on either side (exactly); the order of the two states does not matter (exactly: + commutes);
     the grouping of three does not matter (to rounding)."""
-    run = getattr(fn, "raw", fn)
+    raw = getattr(fn, "raw", fn)
+
+    def run(*args):
+        shown = ", ".join(f"{a:.6g}" for a in args)
+        try:
+            out = raw(*args)
+        except Exception as exc:  # a learner's bug: name the call
+            raise _NotAState(
+                f"merge({shown}) raised {type(exc).__name__}: {exc}; the laws' cases merge a state "
+                "with the empty state (-inf, 0), the two states swapped, and three states"
+            ) from None
+        try:
+            m, l = (float(v) for v in out)
+        except (TypeError, ValueError):
+            raise _NotAState(
+                f"merge({shown}) returned {out!r}: return (m, l), two numbers, from every branch "
+                "(here the laws' cases: a state with the empty state (-inf, 0), the states swapped, "
+                "three states)"
+            ) from None
+        return m, l
+
     m_left, l_left, m_right, l_right = case
     left, right = (m_left, l_left), (m_right, l_right)
     top = max(m_left, m_right)

@@ -345,6 +345,37 @@ def test_the_rescale_figure_adds_up_to_the_step_of_the_trace():
     assert np.isclose(r["alpha"] * r["l"] + r["block_sum"], r["l_new"], rtol=1e-13)
 
 
+def test_the_rescale_figure_keeps_its_legends_inside_the_axes():
+    import matplotlib.pyplot as plt
+
+    lab.setup_notebook()
+    draw_rescale(block=8, step=5)
+    fig = plt.gcf()
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        box, frame = (
+            ax.get_legend().get_window_extent(renderer),
+            ax.get_window_extent(renderer),
+        )
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1 + 1, ax.get_title()
+    plt.close(fig)
+
+
+def test_the_trace_figure_writes_shifted_scores_without_an_offset():
+    import matplotlib.pyplot as plt
+
+    draw_online_trace(shift=1000.0, scale=0.25)
+    fig = plt.gcf()
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    assert ax.yaxis.get_offset_text().get_text() == ""
+    assert any(
+        float(t.get_text().replace("−", "-")) > 900 for t in ax.get_yticklabels()
+    )
+    plt.close(fig)
+
+
 # --- sliders ------------------------------------------------------------------------------------------
 
 

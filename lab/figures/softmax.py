@@ -178,6 +178,7 @@ def draw_online_trace(
         label=f"m′ > m: the score that raised the max ({int(grew.sum())}×)",
     )
     ax_m.set_ylabel("score")
+    ax_m.ticklabel_format(axis="y", useOffset=False)  # 1000.4, not 0.4 and "+1e3"
     ax_m.set_title(
         f"Online softmax, n = {n}, Bc = {block}: "
         f"{len(tr['block'])} block{'s' * (len(tr['block']) > 1)}; "
@@ -271,11 +272,11 @@ def draw_rescale(
     )
     for ax in axes:
         ax.set_ylim(
-            0, 1.45
+            0, 1.75
         )  # headroom: the legend sits above the tallest term, e^0 = 1
         ax.axhline(1.0, color="gray", lw=0.8, ls="--")
-    axes[0].legend(loc="upper left", fontsize=9, frameon=False)
-    axes[1].legend(loc="upper left", fontsize=9, ncol=3, frameon=False, columnspacing=1)
+    axes[0].legend(loc="upper left", fontsize=10, frameon=False)
+    axes[1].legend(loc="upper left", fontsize=10, frameon=False)
     return {
         "m": m,
         "m_new": m_new,

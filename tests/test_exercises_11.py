@@ -527,6 +527,20 @@ LOOP_HINTS = [
         ["float32 rounding", "float64"],
     ),
     (
+        "float16 state",
+        [
+            (
+                "acc = np.zeros((len(i), v.shape[1]))",
+                "acc = np.zeros((len(i), v.shape[1]), np.float16)",
+            ),
+            (
+                "p, alpha = np.exp(s - shift), np.exp(m - shift)",
+                "p, alpha = np.exp(s - shift).astype(np.float16), np.exp(m - shift)",
+            ),
+        ],
+        ["about 3 significant digits", "float16", "float64"],
+    ),
+    (
         "last block not clipped",
         [
             (

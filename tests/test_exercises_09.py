@@ -1285,6 +1285,30 @@ def test_check_delta_and_p_tile_pass_right_answers(capsys):
     assert "calls lab.backward_delta" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        (
+            "np.diagonal(do @ np.swapaxes(o, -1, -2), axis1=-2, axis2=-1)",
+            ["formed a (256, 256) array", "row i's own d_v products"],
+        ),
+        (
+            "(o.astype(np.float64) * do).sum(axis=-1)",
+            ["on float32 o and dO", "float64"],
+        ),
+        ("(o * do).sum(axis=-1, dtype=np.float64)", ["on float32 o and dO", "float64"]),
+    ],
+)
+def test_check_delta_refuses_a_square_product_and_a_widened_d(body, says, capsys):
+    rng = np.random.default_rng(0)
+    case = [(rng.standard_normal((4, 3)), rng.standard_normal((4, 3)))]
+    check_delta(eval("lambda o, do: " + body), case, name="delta")
+    out = capsys.readouterr().out
+    assert "✗" in out, out
+    for said in says:
+        assert said in out, out
+
+
 UNTILED_TORCH = """
 import torch
 def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):

@@ -1056,7 +1056,47 @@ def check_delta(fn, cases, *, name: str | None = None) -> None:
         rtol=RTOL,
         atol=ATOL,
         hint=_delta_hint,
-        properties=(_own_work("backward_delta", numpy_only=True), _delta_dtype),
+        properties=(
+            _own_work("backward_delta", numpy_only=True),
+            _delta_dtype,
+            _delta_float32,
+            _delta_rowwise,
+        ),
+    )
+
+
+def _delta_float32(fn, case, got) -> str | None:
+    """Property: on float32 o and dO, D comes back in float32 too (to float32's rounding), whatever the
+    notebook's cases are."""
+    run = getattr(fn, "raw", fn)
+    rng = np.random.default_rng(9)
+    o, do = (rng.standard_normal((2, 6, 5)).astype(np.float32) for _ in range(2))
+    have = np.asarray(run(o, do))
+    want = backward_delta(o.astype(float), do.astype(float))
+    if have.dtype != np.float32:
+        return (
+            f"on float32 o and dO (shape (2, 6, 5)) your D is {have.dtype}: D comes back in the "
+            "inputs' dtype (a sum with dtype=, an astype or a float64 constant widened it)"
+        )
+    if have.shape != want.shape or not np.allclose(have, want, rtol=1e-5, atol=1e-5):
+        return "on float32 o and dO (shape (2, 6, 5)) your D is not rowsum(dO ∘ O)"
+    return None
+
+
+def _delta_rowwise(fn, case, got, N: int = 256) -> str | None:
+    """Property: D is formed row by row, from each row's own d_v products: no (N, N) array on the way
+    (the diagonal of dO Oᵀ is right, at N² products for N numbers)."""
+    run = getattr(fn, "raw", fn)
+    rng = np.random.default_rng(3)
+    o, do = (rng.standard_normal((N, 4)) for _ in range(2))
+    shapes, _ = arrays_formed(run, o, do, above=4 * N)
+    square = [sh for sh in shapes if len(sh) >= 2 and sh[-2:] == (N, N)]
+    if not square:
+        return None
+    return (
+        f"on o and dO of shape ({N}, 4) your D formed a {square[0]} array: the diagonal of "
+        "dO Oᵀ is D, but it takes N² products to keep N of them; D_i = Σ_c dO_ic O_ic "
+        "needs only row i's own d_v products"
     )
 
 

@@ -1339,7 +1339,8 @@ def test_split_k_stub_and_failure_name_the_seed(capsys):
 
 def test_split_k_count_cell_counts_the_learners_partials(capsys):
     """The cell after the check counts Br·(d_v + 2) values a warp and w·Br·(d_v + 2) in all from the learner's
-    partials, and prints the course's model beside them; without a solution it says so and still runs."""
+    partials, and prints the course's model beside them; without a solution it says so, still runs, and
+    keeps the model's count back (the prediction above it asks for that count)."""
     ex = EX[
         "keys_outer"
     ]  # its `before` holds part 2's exercise 1 cells, the count cell among them
@@ -1355,10 +1356,8 @@ def test_split_k_count_cell_counts_the_learners_partials(capsys):
         exec(compile(answer, "<answer>", "exec"), ns)
         exec(compile(cell, "<count>", "exec"), ns)
         out = capsys.readouterr().out
-        assert (
-            says in out
-            and "the course's model: 4224 a warp (of 4), 16896 for all 4" in out
-        )
+        model = "the course's model: 4224 a warp (of 4), 16896 for all 4" in out
+        assert says in out and model == (answer == EX["split_k"].solution), out
     assert (
         lab.warp_split_exchange(64, 64, 64, warps=4, split="K")["written"] // 4
         == 4 * 64 * 66
@@ -1475,6 +1474,20 @@ def test_keys_outer_block_max_for_the_running_max_is_named(old, new):
 def test_keys_outer_o_never_divided_by_l_is_named(new):
     old = "O[rows] = ((a * l_old)[:, None] * O_old + pv) / l_new[:, None]"
     _fails("keys_outer", _keys_outer({old: new}), "your O is never divided by l")
+
+
+def test_keys_outer_both_rescales_upside_down_are_named():
+    old = "a, b = np.exp(m_old - m_new), np.exp(m_tile - m_new)"
+    new = (
+        "a = np.where(np.isneginf(m_old), 0.0, np.exp(m_new - m_old))\n"
+        "            b = np.exp(m_new - m_tile)"
+    )
+    _fails("keys_outer", _keys_outer({old: new}), "both rescales are upside down")
+
+
+def test_keys_outer_no_max_at_all_is_named():
+    src = _keys_outer({"m_tile = s.max(axis=1)": "m_tile = np.zeros(len(s))"})
+    _fails("keys_outer", src, "your m ends as 0.0 in every row")
 
 
 def test_keys_outer_a_division_after_the_loop_is_named():

@@ -103,3 +103,26 @@ def test_links_between_notebooks_are_to_siblings(path):
     links = re.findall(r"\]\(([^)\s]+\.ipynb)(?:#[^)]*)?\)", _text(path))
     assert not [x for x in links if "/" in x], f"{path.name} links by a folder: {links}"
     assert all((path.parent / x).exists() for x in links), links
+
+
+def _sections(path: pathlib.Path) -> set:
+    cells = json.loads(path.read_text())["cells"]
+    heads = (re.match(r"## (\d+)\.", "".join(c["source"])) for c in cells)
+    return {int(m.group(1)) for m in heads if m}
+
+
+def test_references_name_notebook_sections_that_exist():
+    """REFERENCES.md's "Notebook NN_name (§k)" names one notebook (a bare NN only where one notebook has
+    that number) and sections it has."""
+    secs = {p.stem: _sections(p) for p in NOTEBOOKS}
+    text = (ROOT / "REFERENCES.md").read_text()
+    wrong = []
+    for m in re.finditer(r"\b(\d\d[a-z_]*) \(§([^)]*)\)", text):
+        name, where = m.group(1), m.group(2).split("exercise")[0]
+        named = [n for n in secs if n == name or (name.isdigit() and n[:2] == name)]
+        nums = {int(x) for x in re.findall(r"\d+", where)}
+        if len(named) != 1 or not nums <= secs[named[0]] | set(
+            range(1, max(secs[named[0]]) + 1)
+        ):
+            wrong.append(m.group(0))
+    assert not wrong, wrong

@@ -718,3 +718,13 @@ def test_the_wave_figure_and_its_slider_count_fa1_and_fa2():
     assert w.result["fa2"]["blocks"] == 4096 and w.result["fa1"]["blocks"] == 128
     controls["batch B"].value = 1
     assert w.result["fa1"]["use"] == pytest.approx(16 / 108)
+
+
+def test_the_wave_slider_draws_the_sms_from_0_to_108_at_every_setting():
+    """The live figure keeps the static one's frame: no SM axis rounded out past the chip's 108."""
+    w = lab.widgets.wave_explorer()
+    controls = {c.description: c for c in w.children[:-1]}
+    for N in (2048, 512, 131072):
+        controls["N"].value = N
+        for ax in w._axes:
+            assert ax.get_xlim() == (0, 108), (N, ax.get_xlim())

@@ -1581,10 +1581,20 @@ def _order_problem(log, name: str, N: int, M: int, Br: int, Bc: int) -> str | No
 
 
 def _fa1_outer(
-    q, k, v, Br: int, Bc: int, b_in_pv=True, b_in_l=True, l_old=True, divide=True
+    q,
+    k,
+    v,
+    Br: int,
+    Bc: int,
+    b_in_pv=True,
+    b_in_l=True,
+    l_old=True,
+    divide=True,
+    inverted=False,
 ) -> np.ndarray:
     """FA1's O with its rule, or without the factor e^(m~ - m') on the tile's P~V (`b_in_pv`) or on its sum, or
-    with the old O rescaled without multiplying by the old l (`l_old`), or never divided by the new l (`divide`)."""
+    with the old O rescaled without multiplying by the old l (`l_old`), or never divided by the new l (`divide`),
+    or with both factors upside down, e^(m' - m) and e^(m' - m~), the first block guarded (`inverted`)."""
     O, m, l = np.zeros((len(q), v.shape[1])), np.full(len(q), -np.inf), np.zeros(len(q))
     for j0 in range(0, len(k), Bc):
         for i0 in range(0, len(q), Br):
@@ -1594,6 +1604,9 @@ def _fa1_outer(
             p = np.exp(s - m_t[:, None])
             m_new = np.maximum(m[r], m_t)
             a, b = np.exp(m[r] - m_new), np.exp(m_t - m_new)
+            if inverted:
+                a = np.where(np.isneginf(m[r]), 0.0, np.exp(m_new - m[r]))
+                b = np.exp(m_new - m_t)
             l_new = a * l[r] + (b if b_in_l else 1.0) * p.sum(axis=1)
             pv = (b[:, None] if b_in_pv else 1.0) * (p @ v[j0 : j0 + Bc])
             a_O = a * l[r] if l_old else a
@@ -1631,7 +1644,20 @@ def _keys_outer_hint(log, got, q, k, v, Br: int, Bc: int) -> str | None:
             "your m is the last key block's own max m~: m' = max(m, m~) keeps the largest score of every "
             "key block so far, and O and l are against it"
         )
+    flat = np.asarray(got_m, dtype=float)
+    if flat.size and np.all(flat == flat.flat[0]) and flat.flat[0] in (0.0, -np.inf):
+        return (
+            f"your m ends as {flat.flat[0]} in every row: it must end as each row's largest score, "
+            "m' = max(m, m~) at every key block, and P~ and the old O are taken against it"
+        )
     with np.errstate(all="ignore"):
+        if np.shape(got_O) == (len(q), v.shape[1]) and close(
+            got_O, _fa1_outer(q, k, v, Br, Bc, inverted=True)
+        ):
+            return (
+                "both rescales are upside down, e^(m' - m) and e^(m' - m~): a sum taken against a "
+                "smaller max moves to the larger m' by e^(m - m') <= 1, and the tile's by e^(m~ - m')"
+            )
         o, lse = attention_reference(q, k, v)
         l_final = np.exp(lse - s.max(axis=1))
         undivided = np.shape(got_O) == o.shape and (

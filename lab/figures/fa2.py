@@ -248,6 +248,8 @@ def draw_waves(
             if w and h:
                 ax.add_patch(Rectangle((x, y), w, h, color=fill, lw=0))
         ax.set_xlim(0, sms)
+        ax.set_xticks([round(sms * f) for f in (0, 0.25, 0.5, 0.75, 1)])
+        ax.fixed_limits = True  # a slider keeps 0 to sms, the chip's SMs (lab.widgets)
         ax.set_ylim(c["rounds"], 0)
         ax.set(
             xlabel=f"SM (of {sms})",

@@ -267,9 +267,15 @@ def _round_axes_out(ax) -> None:
     A log y axis rounds out to its tick powers too (a log x axis, in these figures a fixed range such as
     the sequence lengths, keeps its limits). Left alone: colorbars (their range is the colour map's),
     Axes with images or a fixed aspect (tile grids at their exact extent), axes with fixed tick labels
-    (categories), inverted axes, scales other than linear and log.
+    (categories), inverted axes, scales other than linear and log, and Axes whose drawing marked its
+    limits as exact (`ax.fixed_limits = True`, e.g. an axis of a chip's 108 SMs).
     """
-    if hasattr(ax, "_colorbar") or ax.images or ax.get_aspect() != "auto":
+    if (
+        hasattr(ax, "_colorbar")
+        or ax.images
+        or ax.get_aspect() != "auto"
+        or getattr(ax, "fixed_limits", False)
+    ):
         return
     for axis, get, set_ in (
         (ax.xaxis, ax.get_xlim, ax.set_xlim),

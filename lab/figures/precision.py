@@ -314,7 +314,7 @@ def draw_p_explorer(
     ax.set_ylim(0.5, _decade_above(float(counts.max()) * 300))
     ax.set_xlim(max(-162, 10 * np.floor(min(sub - 12, float(lp.min()) - 2) / 10)), 1)
     ax.set(
-        xlabel="log2 P_ij  (P_ij = exp(S_ij − running max))",
+        xlabel="log2 P_IJ  (P_IJ = exp(S_IJ − running max))",
         ylabel="entries",
         title=f"{FORMAT_LABELS[fmt]}, M = {M:,} keys, std(s) = {spread:g}, Bc = {block_k}, "
         f"{'v' if v_shift == 0 else f'v + {v_shift:g}'}: relative error {err:.1e}",

@@ -228,6 +228,15 @@ def test_one_pass_explorer_reacts_to_its_sliders():
     )
 
 
+def test_one_pass_explorer_keeps_the_blocks_axis_at_every_setting():
+    """The live figure's block axis spans the blocks, as the static one does (not rounded out past them)."""
+    w = one_pass_explorer()
+    M, block = w.children[:2]
+    for m, b in ((16384, 16), (256, 1024), (4096, 64)):
+        M.value, block.value = m, b
+        assert w._axes[0].get_xlim() == (-0.5, max(m // b - 0.5, 1.5)), (m, b)
+
+
 def test_draw_holdings_counts_what_each_method_holds():
     r = draw_holdings(Ms=(256, 1024), block_k=64, d=8)
     three, two, one = r["held"].values()

@@ -109,6 +109,7 @@ def draw_one_pass(
     ax.set_xlim(
         -0.5, max(len(steps) - 0.5, 1.5)
     )  # one block (M <= Bc) still has an axis
+    ax.fixed_limits = "x"  # a slider keeps the blocks' own axis (lab.widgets)
     ax.set(
         xlabel=f"key block b (Bc = {block_k}, {_count(len(steps), 'block')})",
         ylabel="score",

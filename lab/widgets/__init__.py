@@ -267,23 +267,22 @@ def _round_axes_out(ax) -> None:
     A log y axis rounds out to its tick powers too (a log x axis, in these figures a fixed range such as
     the sequence lengths, keeps its limits). Left alone: colorbars (their range is the colour map's),
     Axes with images or a fixed aspect (tile grids at their exact extent), axes with fixed tick labels
-    (categories), inverted axes, scales other than linear and log, and Axes whose drawing marked its
-    limits as exact (`ax.fixed_limits = True`, e.g. an axis of a chip's 108 SMs).
+    (categories), inverted axes, scales other than linear and log, and limits the drawing marked as
+    exact: `ax.fixed_limits = True` for both axes, `"x"` or `"y"` for one (an axis of a chip's 108 SMs,
+    of the key blocks).
     """
-    if (
-        hasattr(ax, "_colorbar")
-        or ax.images
-        or ax.get_aspect() != "auto"
-        or getattr(ax, "fixed_limits", False)
-    ):
+    if hasattr(ax, "_colorbar") or ax.images or ax.get_aspect() != "auto":
         return
-    for axis, get, set_ in (
-        (ax.xaxis, ax.get_xlim, ax.set_xlim),
-        (ax.yaxis, ax.get_ylim, ax.set_ylim),
+    fixed = getattr(ax, "fixed_limits", "")
+    fixed = "xy" if fixed is True else fixed or ""
+    for name, axis, get, set_ in (
+        ("x", ax.xaxis, ax.get_xlim, ax.set_xlim),
+        ("y", ax.yaxis, ax.get_ylim, ax.set_ylim),
     ):
         lo, hi = get()
         if (
-            lo >= hi
+            name in fixed
+            or lo >= hi
             or axis.get_scale() not in ("linear", "log")
             or (axis.get_scale() == "log" and (lo <= 0 or axis is ax.xaxis))
             or isinstance(axis.get_major_formatter(), matplotlib.ticker.FixedFormatter)

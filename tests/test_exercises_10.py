@@ -32,13 +32,14 @@ _SEARCH = dataclasses.replace(
     _EX1, check=_CHECK_1B, before=[*_EX1.before, _EX1.solution, _EX1.check]
 )
 _PART2 = {ex.number: ex for ex in exercises(NAME2)}
-# the exercises by what they build: part 1's 1 and 2, part 2's 1, 2 and 3
+# the exercises by what they build: part 1's 1 and 2, part 2's 1 to 4
 EX = {
     "window": _PART2[1],
     "crossing": _PART2[2],
     "steps": _STEPS,
     "splits": _SEARCH,
-    "paged": _PART2[3],
+    "append": _PART2[3],
+    "paged": _PART2[4],
     "split": _PART1[2],
 }
 
@@ -80,8 +81,8 @@ def _fails(number, source: str, *says: str | tuple[str, ...]) -> str:
     return out
 
 
-def test_the_two_parts_have_two_and_three_checked_exercises():
-    assert sorted(_PART1) == [1, 2] and sorted(_PART2) == [1, 2, 3]
+def test_the_two_parts_have_two_and_four_checked_exercises():
+    assert sorted(_PART1) == [1, 2] and sorted(_PART2) == [1, 2, 3, 4]
     assert _EX1.check.strip().endswith("check_split_steps(split_steps)")
     assert any(
         _CHECK_1B in b for b in exercises(NAME)[1].before
@@ -565,6 +566,289 @@ def test_min_splits_cases_drawn_fresh_and_oracle_refused(capsys):
     assert "✗" in out and "lab.decode_schedule" in out, out
 
 
+# ------------------------------------------------------------------------------------ part 2, exercise 3: append_token
+
+AT_HEAD = """
+def append_token(cache, free, b, k_new, v_new):
+    S, row = cache.page_size, cache.block_table[b]
+    length = int(cache.lengths[b])
+    block, slot = divmod(length, S)
+"""
+AT_TAKE = """
+if slot == 0:
+    row[block] = free.pop()
+"""
+AT_WRITE = """
+page = row[block]
+cache.pages_k[page, :, slot] = k_new
+cache.pages_v[page, :, slot] = v_new
+"""
+AT_GROW = """
+cache.lengths[b] = length + 1
+"""
+
+
+def _at(take=AT_TAKE, write=AT_WRITE, grow=AT_GROW, head=AT_HEAD) -> str:
+    body = "".join(textwrap.indent(_src(x), "    ") for x in (take, write, grow))
+    return _src(head) + body
+
+
+WRONG_AT = {
+    "a page one token early (>= for >)": (
+        _at(
+            take="""
+            used = int((row >= 0).sum())
+            if length + 1 >= used * S:
+                row[used] = free.pop()
+            """
+        ),
+        ["case 1", "a page taken one token early"],
+    ),
+    "a page one token late (> for >=)": (
+        _at(
+            take="""
+            used = int((row >= 0).sum())
+            if length > used * S:
+                row[used] = free.pop()
+            """
+        ),
+        ["case 2", "a page taken one token late"],
+    ),
+    "a page for every token": (
+        _at(take="row[block] = free.pop()\n"),
+        ["case 0", "a page taken for every token"],
+    ),
+    "a new sequence left without a page": (
+        _at(
+            take="""
+            if slot == 0 and length > 0:
+                row[block] = free.pop()
+            """
+        ),
+        ["case 4", "a new sequence (length 0) owns no page"],
+    ),
+    "the length not updated": (
+        _at(grow=""),
+        ["case 0", "length not updated"],
+    ),
+    "every sequence's length grown": (
+        _at(grow="cache.lengths[:] += 1\n"),
+        ["case 0", "only sequence b = 0 grows"],
+    ),
+    "the free list not popped": (
+        _at(
+            take="""
+            if slot == 0:
+                row[block] = free[-1]
+            """
+        ),
+        ["case 2", "the free list not popped"],
+    ),
+    "a page popped for every token, recorded when needed": (
+        _at(
+            take="""
+            page = free.pop()
+            if slot == 0:
+                row[block] = page
+            """
+        ),
+        ["case 0", "leave free as it is when no page is taken"],
+    ),
+    "the new page recorded one entry too far": (
+        _at(
+            take="""
+            if slot == 0:
+                row[block + 1] = free.pop()
+            """
+        ),
+        ["case 2", "record the new page at entry"],
+    ),
+    "the slot of the grown length: a stale slot": (
+        _at(
+            head="""
+            def append_token(cache, free, b, k_new, v_new):
+                S, row = cache.page_size, cache.block_table[b]
+                cache.lengths[b] += 1
+                length = int(cache.lengths[b])
+                block, slot = divmod(length, S)
+            """,
+            grow="",
+        ),
+        ["case 0", "a stale slot past the token's place"],
+    ),
+    "the slot before the token's: a slot in use": (
+        _at(
+            write="""
+            page = row[block]
+            cache.pages_k[page, :, (length - 1) % S] = k_new
+            cache.pages_v[page, :, (length - 1) % S] = v_new
+            """
+        ),
+        ["case 0", "a slot in use: it holds the sequence's token"],
+    ),
+    "block_row[-1] taken for the last page": (
+        _at(
+            write="""
+            page = row[-1]
+            cache.pages_k[page, :, slot] = k_new
+            cache.pages_v[page, :, slot] = v_new
+            """
+        ),
+        ["block_row[-1] is the row's last entry", "the pool's last page"],
+    ),
+    "v not written": (
+        _at(
+            write="""
+            page = row[block]
+            cache.pages_k[page, :, slot] = k_new
+            """
+        ),
+        ["case 0", "v_new is nowhere in pages_v"],
+    ),
+    "the position as the slot": (
+        _at(
+            write="""
+            page = row[block]
+            cache.pages_k[page, :, length] = k_new
+            cache.pages_v[page, :, length] = v_new
+            """
+        ),
+        ["case 0", "raised IndexError", "slots, 0 to page_size - 1"],
+    ),
+    "a new cache returned, the given one untouched": (
+        """
+        def append_token(cache, free, b, k_new, v_new):
+            lengths = cache.lengths.copy()
+            lengths[b] += 1
+            return cache._replace(lengths=lengths)
+        """,
+        ["case 0", "the cache is unchanged", "changed in place"],
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", WRONG_AT)
+def test_append_token_diagnoses_planted_mistakes(mistake):
+    source, says = WRONG_AT[mistake]
+    _fails("append", source, *says)
+
+
+def test_append_token_hints_each_name_their_own_mistake():
+    """The phrase each planted mistake is tested for is said for that mistake only: a check without that hint
+    would fail its test."""
+    outs = {m: run_check(EX["append"], _src(s)) for m, (s, _) in WRONG_AT.items()}
+    for m, (_, says) in WRONG_AT.items():
+        phrase = says[-1]
+        assert [n for n, out in outs.items() if phrase in out] == [m], (m, phrase)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from lab.checks.paged import _append as append_token\n",
+        "import lab\n"
+        + _at(
+            write="""
+            lab.gather_pages(cache.pages_k, row, max(length, 1))
+            page = row[block]
+            cache.pages_k[page, :, slot] = k_new
+            cache.pages_v[page, :, slot] = v_new
+            """
+        ),
+        "import torch\n"
+        + _at(
+            write="""
+            page = row[block]
+            torch.from_numpy(cache.pages_k)[page, :, slot] = torch.from_numpy(k_new)
+            cache.pages_v[page, :, slot] = v_new
+            """
+        ),
+    ],
+    ids=["the check's reference", "lab.gather_pages", "torch"],
+)
+def test_append_token_by_labs_answer_or_torch_is_refused(source):
+    out = _fails("append", source, "case 0")
+    assert "proves nothing" in out, out
+    assert any(
+        w in out for w in ("lab.checks.paged._append", "lab.gather_pages", "torch")
+    ), out
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        (
+            "row[block] = free.pop()",
+            "row[block] = free.pop(0)",
+        ),  # any free page will do
+        (
+            "row[block] = free.pop()",
+            "row[block] = free.pop()\n        cache.pages_k[row[block]] = 0.0",
+        ),  # the new page's stale slots cleared first
+        ("cache.lengths[b] = length + 1", "cache.lengths[b] += 1\n    return None"),
+    ],
+    ids=["free.pop(0)", "the new page cleared", "return None"],
+)
+def test_append_token_other_honest_forms_pass(change):
+    source = _at().replace(*change)
+    assert change[1] in source
+    out = run_check(EX["append"], source)
+    assert out.count("✓") == 1 and "✗" not in out, out
+
+
+def test_append_token_cases_hold_what_the_check_says():
+    for seed in range(5):
+        cache, free, steps = paged._append_trace(seed)
+        S = cache.page_size
+        assert S >= 4 and cache.pages_v.shape[-1] == cache.pages_k.shape[-1] + 1
+        lengths = cache.lengths.copy()
+        slots = []
+        for b, _, _ in steps[:5]:
+            slots.append((b, int(lengths[b]) % S, int(lengths[b])))
+            lengths[b] += 1
+        # mid-page, the last slot, after a full page; a sequence with one full page; a new sequence
+        assert slots == [
+            (0, S - 2, 2 * S - 2),
+            (0, S - 1, 2 * S - 1),
+            (0, 0, 2 * S),
+            (1, 0, S),
+            (2, 0, 0),
+        ]
+        owned = [int(p) for p in cache.block_table[cache.block_table >= 0]]
+        assert sorted(owned + free) == list(
+            range(cache.pages_k.shape[0])
+        )  # every page once
+        assert len(free) >= 3 and len(steps) == 17
+
+
+def test_append_token_cases_are_drawn_fresh_and_repeat_with_the_seed(capsys):
+    assert paged._append_trace(1)[0].pages_k.shape != paged._append_trace(2)[
+        0
+    ].pages_k.shape or not (
+        np.array_equal(paged._append_trace(1)[2][0][1], paged._append_trace(2)[2][0][1])
+    )
+    ns = {"np": np}
+    exec(WRONG_AT["the length not updated"][0], ns)
+    paged.check_append_token(ns["append_token"], seed=4)
+    first = capsys.readouterr().out
+    paged.check_append_token(ns["append_token"], seed=4)
+    assert (
+        capsys.readouterr().out == first and "seed=4" in first and "✗ case 0" in first
+    )
+
+
+def test_append_token_spec_does_not_give_the_rule():
+    spec = EX["append"].spec
+    assert (
+        "% page_size" not in spec
+        and "// page_size" not in spec
+        and "divmod" not in spec
+    )
+    assert (
+        "free.pop()" in spec
+    )  # how to take a page is given; when to take one is the exercise
+
+
 # ------------------------------------------------------------------------------------ exercise 4: paged decode
 
 PD = "def paged_decode(q, pages_k, pages_v, block_row, length):\n"
@@ -727,7 +1011,7 @@ WRONG_PD = {
                 "m_new = np.maximum(m, s.max(axis=2))", "m_new = s.max(axis=2)"
             ),
         ),
-        ["case 4", "NaN in yours"],
+        ["case 4", "NaN in yours", "m is the page's own max, not the running one"],
     ),
     "lse without m": (
         _pd(GOOD_LOOP, tail=PD_TAIL.replace("(m + np.log(l))", "np.log(l)")),
@@ -1507,6 +1791,7 @@ def test_paged_decode_spec_does_not_give_the_rule():
         ("window", "largest_window"),
         ("crossing", "crossing_group"),
         ("paged", "paged_decode"),
+        ("append", "append_token"),
         ("split", "split_decode"),
     ],
 )

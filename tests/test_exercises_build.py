@@ -22,7 +22,7 @@ BUILDS = {
     "09_backward": [1],
     "09_tiled_backward": [2],
     "10_decoding": [1, 2],
-    "10_gqa_and_paging": [3],
+    "10_gqa_and_paging": [3, 4],
     "11_masks_and_score_mods": [5],
 }
 LAYOUT = re.compile(r"[\w.'\"]*[)\]}]*[,:]?|.*[(\[{]")

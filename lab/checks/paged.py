@@ -1,5 +1,9 @@
-"""Checks for notebook 10's paged cache: decoding through a block table, and one sequence gathered through it.
+"""Checks for notebook 10's paged cache: a token appended to it, decoding through a block table, and one sequence
+gathered through it.
 
+- `check_append_token(fn)` : one token of one sequence appended in place to a pool of pages: a page taken from the
+  free list exactly when the sequence's last page is full (or it has none) and recorded in its block-table row,
+  the token's k and v written in the slot of position `length`, the length grown by one, nothing else touched.
 - `check_paged_decode(fn)` : one decoding step of one sequence read page by page through its block-table row,
   with the running (m, l, acc) of notebook 02: exact against contiguous decoding, stale slots of the last page
   masked, pages looked up in the table, scores in the thousands, the max rising page by page, and a long
@@ -19,13 +23,13 @@ import io
 import numpy as np
 
 from ..attention import attention_reference
-from ..decoding import gather_pages, paged_kv
+from ..decoding import PagedCache, gather_pages, paged_kv
 from ..exercises import check, diagnose
 from ..memory import peak_bytes
 from ._seeded import noting_seed
-from ._support import _fresh, _own_work, _refusal
+from ._support import _fresh, _own_work, _refusal, _watching
 
-__all__ = ["check_paged_decode", "check_gather_pages"]
+__all__ = ["check_append_token", "check_paged_decode", "check_gather_pages"]
 
 RTOL, ATOL = 1e-9, 1e-12
 F32_RTOL, F32_ATOL = (
@@ -210,11 +214,14 @@ def _loop(
     carry=True,
     shift=0,
     rescale="both",
+    own_max=False,
 ):
     """The running (m, l, acc) over `order` (physical pages, in the order read); variants for the hints
     (`carry=False`: each page's terms taken against that page's own max, never rescaled; `shift`: the last
     page's valid slots off by that many; `rescale`: "both", "l" (acc never rescaled), "inverted" (NaN
-    from the first page on) or "inverted, first page guarded" (finite, and wrong once the max rises))."""
+    from the first page on) or "inverted, first page guarded" (finite, and wrong once the max rises);
+    `own_max`: m set to each page's own max and the state rescaled by e^(m_old - m_new), above 1 when a
+    page scores lower than an earlier one: exact in real numbers, inf once the scores differ by hundreds)."""
     Hq, N, d = q.shape
     Hkv, S, dv = pages_k.shape[1], pages_k.shape[2], pages_v.shape[3]
     qg = q.reshape(Hkv, Hq // Hkv * N, d)
@@ -229,7 +236,8 @@ def _loop(
         if valid <= 0:
             continue
         s = qg @ np.swapaxes(pages_k[page, :, :valid], -1, -2) / np.sqrt(d)
-        m_new = np.maximum(m, s.max(axis=-1)) if carry else s.max(axis=-1)
+        own = own_max or not carry  # the page's own max, not the running one
+        m_new = s.max(axis=-1) if own else np.maximum(m, s.max(axis=-1))
         a = np.exp(m - m_new) if alpha and carry else np.ones_like(m)
         if rescale == "inverted":
             a = np.exp(m_new - m)  # e^(+inf) on the first page: NaN follows
@@ -282,13 +290,22 @@ def _paged_hint(case, got, loose=False):
         bad = any(not np.isfinite(np.asarray(x, dtype=float)).all() for x in got)
     except (TypeError, ValueError):
         bad = False
+    n = -(-length // S)
+    used = [int(p) for p in row[:n]]
+    tol = (1e-3, 1e-4) if loose else (1e-7, 1e-10)
+    with np.errstate(all="ignore"):
+        own = _loop(q, pk, pv, used, length, own_max=True)
+    if _matches(got, own, tol) and not _matches(got, attention_reference(q, k, v), tol):
+        return (
+            "m is the page's own max, not the running one: when a page scores lower than an earlier "
+            "one, α = e^(m_old - m_new) is above 1, and with scores hundreds apart it overflows to inf "
+            "(float64 stops at e^709.8). Keep m_new = max(m_old, the page's max), so that α ≤ 1"
+        )
     if bad and "thousands" in label:
         return (
             "e^s overflows for scores in the thousands (float64 stops at e^709.8): subtract the running "
             "max before exponentiating, and rescale what was summed when the max rises"
         )
-    n = -(-length // S)
-    used = [int(p) for p in row[:n]]
     partial = length % S
     o_ref, lse_ref = attention_reference(q, k, v)
     with np.errstate(all="ignore"):
@@ -395,7 +412,6 @@ def _paged_hint(case, got, loose=False):
                     "K/V head 0), not h % Hkv",
                 )
             )
-    tol = (1e-3, 1e-4) if loose else (1e-7, 1e-10)
     for want, text in known:
         if _matches(got, want, tol):
             return text
@@ -420,7 +436,7 @@ def check_paged_decode(fn, *, name: str | None = None, seed: int | None = None) 
     against `attention_reference` on the contiguous K and V, at float64's tolerance, or float32's when the
     answer comes back in float32. Hints for the mask off by one, the partial last page dropped, stale slots
     read, -1 entries read, logical for physical pages, pages in the wrong order, α inverted, missing, or
-    missing on acc, lse without m or in base 2, the first query's answer given to all N, the scale, h % Hkv.
+    missing on acc, m the page's own max instead of the running one, lse without m or in base 2, the first query's answer given to all N, the scale, h % Hkv.
     On the long case the memory held (tracemalloc) must stay below what a page-at-a-time decode needs (4 pages
     of K and V repeated for the G query heads, and the running state): a contiguous copy, or all M scores at
     once, fails. No course answer and no torch op may run. Values are
@@ -480,3 +496,319 @@ def _paged_decode_cases(fn, name, seed) -> None:
         f"{name}: ✓ passed {len(cases)} sequences on scattered pages: stale slots masked, "
         "no copy of the cache"
     )
+
+
+# ------------------------------------------------------------------------------------ the build: append_token
+
+
+def _append(cache, free, b, k_new, v_new) -> None:
+    """The check's reference: token `lengths[b]` of sequence b written into its slot, a page popped from `free`
+    first when the last page is full or the sequence has none."""
+    block, slot = divmod(int(cache.lengths[b]), cache.page_size)
+    if slot == 0:
+        cache.block_table[b, block] = free.pop()
+    page = cache.block_table[b, block]
+    cache.pages_k[page, :, slot], cache.pages_v[page, :, slot] = k_new, v_new
+    cache.lengths[b] += 1
+
+
+def _append_trace(seed: int):
+    """A pool of stale pages holding three sequences (2·S - 2 tokens, S tokens, none), its free list, and the appends
+    to check: a token mid-page, one that fills the last slot, one after a full page, on each kind of sequence, then
+    twelve more in a random order."""
+    rng = np.random.default_rng(seed)
+    S, Hkv, d = (
+        int(rng.choice([4, 5, 8])),
+        int(rng.integers(1, 3)),
+        int(rng.integers(3, 6)),
+    )
+    start, order = [2 * S - 2, S, 0], [0, 0, 0, 1, 2, *rng.integers(0, 3, 12).tolist()]
+    final = [n + order.count(b) for b, n in enumerate(start)]
+    P = sum(-(-n // S) for n in final) + 3  # the pages the trace needs, and three spare
+    T = -(-max(final) // S) + 2  # a row of the table wider than any sequence needs
+    cache = PagedCache(
+        rng.standard_normal((P, Hkv, S, d)),  # stale values in every slot
+        rng.standard_normal((P, Hkv, S, d + 1)),  # (P, Hkv, S, dv), dv = d + 1
+        np.full((len(start), T), -1, np.int64),
+        np.zeros(len(start), np.int64),
+        S,
+    )
+    free = [int(p) for p in rng.permutation(P)]
+    fill = [b for b, n in enumerate(start) for _ in range(n)]
+    for b in rng.permutation(
+        fill
+    ):  # the sequences grown so far, their pages interleaved
+        _append(
+            cache,
+            free,
+            int(b),
+            rng.standard_normal((Hkv, d)),
+            rng.standard_normal((Hkv, d + 1)),
+        )
+    steps = [
+        (b, rng.standard_normal((Hkv, d)), rng.standard_normal((Hkv, d + 1)))
+        for b in order
+    ]
+    return cache, free, steps
+
+
+def _owners(table, lengths, S) -> dict:
+    """{physical page: (sequence, logical block)} of the pages in use."""
+    return {
+        int(table[c, i]): (c, i)
+        for c in range(len(lengths))
+        for i in range(-(-int(lengths[c]) // S))
+    }
+
+
+def _where_written(pages, before, x, page, slot, owners, b, block, last_entry):
+    """Where `x` (k_new or v_new) landed instead of page `page`, slot `slot`, in words; None if nowhere."""
+    S = pages.shape[2]
+    hits = [
+        (p, s)
+        for p in range(pages.shape[0])
+        for s in range(S)
+        if np.array_equal(pages[p, :, s], x) and not np.array_equal(before[p, :, s], x)
+    ]
+    if not hits:
+        return None
+    p, s = hits[0]
+    c, i = owners.get(p, (None, None))
+    if p == page:
+        if s < slot:
+            return (
+                f"you wrote slot {s} of the token's page, a slot in use: it holds the sequence's token "
+                f"{block * S + s}. The new token takes the page's first free slot, {slot}"
+            )
+        return (
+            f"you wrote slot {s} of the token's page, a stale slot past the token's place: the new token "
+            f"takes the page's first free slot, {slot}; a reader of length + 1 tokens never reads slot {s}"
+        )
+    note = ""
+    if p == pages.shape[0] - 1 and last_entry == -1:
+        note = f" block_row[-1] is the row's last entry, -1 here: pages_k[-1] is the pool's last page, {p}."
+    if c == b:
+        return (
+            f"you wrote into page {p}, the sequence's logical block {i}: this token lies in logical block "
+            f"{block}, page {page}.{note}"
+        )
+    held = (
+        f"it holds sequence {c}'s block {i}"
+        if c is not None
+        else "no sequence holds it"
+    )
+    return (
+        f"you wrote into page {p}, a page sequence {b} does not own ({held}): the token goes in the page "
+        f"its block_row records for logical block {block}, page {page}.{note}"
+    )
+
+
+def _append_fault(pre, cache, free, b, k_new, v_new, out):
+    """(what is wrong, hint) with the cache and free list after one call, or None when the call did what it must."""
+    pk0, pv0, table0, len0, free0 = pre
+    S = cache.page_size
+    table, lengths = cache.block_table, cache.lengths
+    L0 = int(len0[b])
+    block, slot = divmod(L0, S)
+    owners = _owners(table0, len0, S)
+    same = [
+        np.array_equal(a, a0)
+        for a, a0 in (
+            (cache.pages_k, pk0),
+            (cache.pages_v, pv0),
+            (table, table0),
+            (lengths, len0),
+        )
+    ]
+    if all(same) and list(free) == free0:
+        told = (
+            " (it returned a value: the caller keeps the cache it passed)"
+            if out is not None
+            else ""
+        )
+        return (
+            f"the cache is unchanged after your call{told}",
+            "the pool is changed in place: write into cache.pages_k and cache.pages_v, set cache.lengths[b] "
+            "and cache.block_table[b, i], take pages with free.pop(); return nothing",
+        )
+    for c in range(len(len0)):
+        said = (
+            [f"length {len0[c]} -> {lengths[c]}"]
+            if c != b and lengths[c] != len0[c]
+            else []
+        )
+        if c != b and not np.array_equal(table[c], table0[c]):
+            said.append(f"block_row {table0[c].tolist()} -> {table[c].tolist()}")
+        if said:
+            return (
+                f"sequence {c} changed ({', '.join(said)}), though the token is sequence {b}'s",
+                f"only sequence b = {b} grows: leave the other sequences' lengths and rows as they are",
+            )
+    if lengths[b] == L0:
+        return (
+            f"lengths[{b}] is still {L0} after the call",
+            "length not updated: grow cache.lengths[b] by one, or the sequence's next token takes the same "
+            "slot and overwrites this one, and a reader never sees it",
+        )
+    if lengths[b] != L0 + 1:
+        return (
+            f"lengths[{b}] went from {L0} to {lengths[b]}",
+            "one token makes the sequence one longer",
+        )
+    new = [i for i in range(table.shape[1]) if table[b, i] != table0[b, i]]
+    took = f"it took page {table[b, new[0]]}" if new else ""
+    if slot == 0 and not new:
+        if L0 == 0:
+            return (
+                f"sequence {b} had no page and still has none: its block_row is {table[b].tolist()}",
+                "a new sequence (length 0) owns no page: its first token needs one, taken from free",
+            )
+        return (
+            f"sequence {b}'s last page was full ({L0} tokens in pages of {S}) and no page was taken",
+            f"a page taken one token late: {L0} tokens fill {block} pages to the last slot, so this token "
+            "needs a new page; the test for a full page is off by one",
+        )
+    if slot and new:
+        if slot == S - 1:
+            return (
+                f"{took}, but the last page holds {slot} of its {S} tokens: slot {slot} is free",
+                "a page taken one token early: a page is full once all its slots hold tokens; this token "
+                "goes in the last page's last slot, and the next token takes the new page",
+            )
+        return (
+            f"{took}, but the last page holds {slot} of its {S} tokens",
+            "a page taken for every token: take one only when the sequence's last page is full (or it has "
+            "none); until then each token takes the next slot of that page",
+        )
+    if new and new != [block]:
+        return (
+            f"block_row changed at entries {new}: {table0[b].tolist()} -> {table[b].tolist()}",
+            f"record the new page at entry {block}, this token's logical block (the row's first -1); the "
+            "entries before it map the sequence's earlier blocks and stay as they are",
+        )
+    if new:
+        page = int(table[b, block])
+        if page not in free0:
+            held = (
+                f"sequence {owners[page][0]}'s block {owners[page][1]}"
+                if page in owners
+                else "a page that is not free"
+            )
+            return (
+                f"the page recorded for block {block}, {page}, is not in free: it holds {held}",
+                "take the new page from the free list: the other pages belong to sequences",
+            )
+        if sorted(free) == sorted(free0):
+            return (
+                f"page {page} is still in free after your call: free is {list(free)}",
+                "the free list not popped: remove the page you take (free.pop(), on the list you were given), "
+                "or the next sequence that needs a page gets the same one and overwrites this one's tokens",
+            )
+        rest = list(free0)
+        rest.remove(page)
+        if sorted(free) != sorted(rest):
+            return (
+                f"free went from {free0} to {list(free)}",
+                f"take one page, the one you record: free loses page {page} and nothing else",
+            )
+    elif list(free) != free0:
+        return (
+            f"free changed ({free0} -> {list(free)}) though the token fits in the last page",
+            "leave free as it is when no page is taken",
+        )
+    page = int(table[b, block])
+    for x, pages, before, name in (
+        (k_new, cache.pages_k, pk0, "k"),
+        (v_new, cache.pages_v, pv0, "v"),
+    ):
+        if not np.array_equal(pages[page, :, slot], x):
+            told = _where_written(
+                pages, before, x, page, slot, owners, b, block, table0[b, -1]
+            )
+            return (
+                f"page {page}, slot {slot} does not hold {name}_new (token {L0} of sequence {b})",
+                told
+                or f"{name}_new is nowhere in pages_{name}: write it into pages_{name}[page, :, slot], "
+                "every K/V head at once, in the page and slot of the token",
+            )
+    for p, (c, i) in owners.items():
+        n = min(S, int(len0[c]) - i * S)
+        for pages, before in ((cache.pages_k, pk0), (cache.pages_v, pv0)):
+            moved = [
+                s
+                for s in range(n)
+                if not np.array_equal(pages[p, :, s], before[p, :, s])
+            ]
+            if moved:
+                return (
+                    f"token {i * S + moved[0]} of sequence {c} (page {p}, slot {moved[0]}) changed",
+                    "write the new token's slot only: the slots in use hold the sequences' earlier tokens",
+                )
+    return None
+
+
+def _append_raised(exc) -> str | None:
+    if isinstance(exc, IndexError):
+        return (
+            "a page has page_size slots, 0 to page_size - 1, and a row of block_table one entry per logical "
+            "block: the token at position `length` lies in logical block length // page_size"
+        )
+    return None
+
+
+def check_append_token(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(cache, free, b, k_new, v_new)`, which appends one token of sequence b to a paged cache in place;
+    print one verdict.
+
+    Seventeen appends to three sequences on one pool of stale pages (a page partly filled, one full, a new sequence;
+    the first five: a token mid-page, one into the last slot, one after a full page on each kind), each call
+    checked on what it changed: `lengths[b]` one more, a page taken from `free` (and removed from it) exactly when
+    the last page is full or the sequence has none and recorded at its logical block, k_new and v_new in the page
+    and slot of position `lengths[b]`, no other sequence's row, length or tokens changed. Hints for a page taken
+    one token early or late, a page for every token, a new sequence left without a page, the length not updated,
+    the free list not popped, a write into a slot in use, a stale slot, or a page the sequence does not own
+    (block_row[-1]). lab's paged cache (`paged_kv`, `gather_pages`, `decode_paged`), the check's own reference and
+    torch are refused. Values, page size, head counts and the pool's order are drawn afresh on each run (`seed`
+    draws the same again). Taught in: notebooks/10_gqa_and_paging.ipynb
+    """
+    _, seed = _fresh(seed)
+    with noting_seed(seed):
+        _append_cases(fn, name or getattr(fn, "__name__", "append_token"), seed)
+
+
+def _append_cases(fn, name, seed) -> None:
+    from .decoding import _fail
+
+    cache, free, steps = _append_trace(seed)
+    for i, (b, k_new, v_new) in enumerate(steps):
+        L0, row = int(cache.lengths[b]), cache.block_table[b]
+        where = (
+            f"{i} (sequence {b}: length {L0}, page_size {cache.page_size}, block_row {row.tolist()}, "
+            f"{len(free)} free pages)"
+        )
+        pre = tuple(a.copy() for a in cache[:4]) + (list(free),)
+        try:
+            with np.errstate(all="ignore"), _watching(_PAGED, numpy_only=True) as used:
+                out = fn(cache, free, b, k_new.copy(), v_new.copy())
+        except NotImplementedError:
+            return print(
+                f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
+            )
+        except Exception as exc:  # a learner's bug: report it, do not stop the notebook
+            hint = _append_raised(exc)
+            return print(
+                f"{name}: ✗ case {where} raised {type(exc).__name__}: {exc}"
+                + (f"\n  hint: {hint}" if hint else "")
+            )
+        if used:
+            return _fail(name, where, _refusal(used))
+        fault = _append_fault(pre, cache, free, b, k_new, v_new, out)
+        if fault is not None:
+            return _fail(name, where, *fault)
+    print(
+        f"{name}: ✓ passed {len(steps)} appends to {len(cache.lengths)} sequences: a page taken only "
+        "when the last is full"
+    )
+
+
+_PAGED = ("paged_kv", "gather_pages", "decode_paged")

@@ -264,7 +264,8 @@ def draw_gqa_intensity(
         xlabel="query heads per K/V head, G",
         ylabel="FLOPs per byte",
         ylim=(0.5, 5000),
-        title=f"Arithmetic intensity (M = {M:,}, d = {head_dim}, {itemsize}-byte elements)",
+        # the cache's bytes per element: q and o stay 16-bit under an 8-bit cache
+        title=f"Arithmetic intensity (M = {M:,}, d = {head_dim}, {itemsize}-byte K/V)",
     )
     ax.legend(
         loc="upper center",
@@ -367,7 +368,7 @@ def draw_block_table(cache, axes=None) -> dict:
                 f"{page}",
                 ha="center",
                 va="center",
-                fontsize=10,
+                fontsize=12,
             )
     ax.set_xlim(0, T)
     ax.set_ylim(-0.2, B)
@@ -382,6 +383,8 @@ def draw_block_table(cache, axes=None) -> dict:
     ax.set_xlabel("logical block i\n(number: its physical page)")
     ax.set_title(f"block table, pages of {S} tokens")
     ax.grid(False)
+    # horizontal labels, as large as a page's box allows (12 pt up to 12 pages: legible projected)
+    label = 12 if P <= 12 else max(7, 144 // P)
     for page in range(P):
         b, i, used = owner.get(page, (None, None, 0.0))
         ax2.add_patch(
@@ -397,13 +400,12 @@ def draw_block_table(cache, axes=None) -> dict:
             "free" if b is None else f"{b}·{i}",
             ha="center",
             va="center",
-            fontsize=8,
-            rotation=90,
+            fontsize=label,
         )
     ax2.set_xlim(0, P)
     ax2.set_ylim(-0.2, 1.2)
     ax2.set_yticks([])
-    ax2.set_xticks(np.arange(P) + 0.45, [str(p) for p in range(P)], fontsize=8)
+    ax2.set_xticks(np.arange(P) + 0.45, [str(p) for p in range(P)], fontsize=label)
     ax2.set_xlabel(
         "physical page\n(label: sequence · logical block; coloured: slots in use)"
     )

@@ -322,3 +322,46 @@ def test_an_unreadable_copy_is_one_line_and_the_class_goes_on(tmp_path):
 def test_no_learner_copy_holds_what_the_grader_counts_as_a_worked_solution(path):
     """A learner copy the grader would refuse (a worked answer left in it) loses the class that notebook."""
     assert grade.solution_cells(nbformat.read(path, as_version=4)) == 0
+
+
+FAKE = "print('{name}: ✓ passed')"
+
+
+@pytest.mark.parametrize(
+    "stem, old, new, says",
+    [
+        (  # the check imported in an earlier cell, then redefined by the learner
+            "03_one_pass_attention",
+            "def one_pass_rows(Q, K, V, Bc, causal=False):",
+            "def check_one_pass_rows(fn):\n    "
+            + FAKE.format(name="one_pass_rows")
+            + "\n\n\ndef one_pass_rows(Q, K, V, Bc, causal=False):",
+            "check_one_pass_rows is not the course's",
+        ),
+        (  # the check replaced in its module
+            NB,
+            "def row_edges(",
+            "import lab.checks.softmax as _s\n\n_s.check_row_edges = lambda *a, **k: "
+            + FAKE.format(name="row_edges")
+            + "\n\n\ndef row_edges(",
+            "lab.checks.softmax.check_row_edges is not the course's",
+        ),
+        (  # print rewritten so that a ✗ reads as a ✓
+            NB,
+            "def row_edges(",
+            "import builtins\n\n_p = builtins.print\nbuiltins.print = lambda *a, **k: "
+            "_p(*(str(x).replace('✗', '✓') for x in a), **k)\n\n\ndef row_edges(",
+            "print or sys.stdout is not the course's",
+        ),
+    ],
+)
+def test_a_replaced_check_is_not_credited(tmp_path, stem, old, new, says):
+    """A learner's stand-in for a check (redefined, patched into lab's module, or print rewritten) makes the
+    check cells it reaches fail, with the reason in the report: no ✓ comes from a stand-in."""
+    course = grade.Course(ROOT / "notebooks" / f"{stem}.ipynb")
+    path = tmp_path / f"{stem}.ipynb"
+    nbformat.write(_edit(_blank(stem), old, new), path)
+    g = grade.run(path, course, timeout=120)
+    marks = {n: v.mark for n, v in g.verdicts.items()}
+    assert "✓" not in marks.values(), g.verdicts
+    assert any(says in v.why for v in g.verdicts.values()), g.verdicts

@@ -12,7 +12,8 @@ question, as in the course's notebook (notebooks/NN_*.ipynb) and INSTRUCTORS.md.
 
 A copy is run top to bottom in its own kernel, its saved outputs cleared first, errors allowed; a kernel
 that dies or a cell that runs past the timeout ends that notebook (what did not run is ✗) and grading goes
-on with the next. A check counts only from the course's own check cell, unchanged. A copy that still holds
+on with the next. A check counts only from the course's own check cell, unchanged, calling the course's
+own check: one redefined, replaced in lab's modules, or under a replaced print fails its cell. A copy that still holds
 the worked solutions (a copy of notebooks/, not of exercises/) is refused, every exercise ✗, with the reason.
 A copy whose cells are exactly the blank learner copy's is not run: every exercise is ·.
 
@@ -242,6 +243,56 @@ def judge(course: Course, nb, stopped: str = "") -> dict[int, Verdict]:
     return out
 
 
+# Run first in every copy's kernel, before the learner's cells: the course's check functions as imported, to
+# hold each check cell to them. A learner who redefines a check, replaces one in lab's modules, or replaces
+# print or sys.stdout gets an error in the check cell (✗), not the verdict a stand-in would print.
+GUARD = r"""
+import builtins as _b, importlib as _il, pkgutil as _pk, sys as _sys, types as _ty
+
+import lab.checks as _checks
+
+for _info in _pk.iter_modules(_checks.__path__):
+    _il.import_module(f"lab.checks.{_info.name}")
+
+
+def _course_functions():
+    return {
+        (name, attr): val
+        for name, mod in list(_sys.modules.items())
+        if (name == "lab" or name.startswith("lab.")) and isinstance(mod, _ty.ModuleType)
+        for attr, val in list(vars(mod).items())
+        if callable(val)
+    }
+
+
+def _course_guard(ns, names, _first=_course_functions(), _print=print, _out=_sys.stdout):
+    known = {id(v) for v in _first.values()}
+    by_name = {attr: val for (_, attr), val in _first.items()}
+    wrong = [f"{m}.{a}" for (m, a), v in _course_functions().items()
+             if ((m, a) in _first and _first[m, a] is not v)
+             or ((m, a) not in _first and a.startswith("check") and id(v) not in known)]
+    wrong += [n for n in names
+              if n.startswith("check") and n in by_name and n in ns and ns[n] is not by_name[n]]
+    if _b.print is not _print or _sys.stdout is not _out:
+        wrong.append("print or sys.stdout")
+    if wrong:
+        raise RuntimeError(
+            f"{', '.join(wrong[:3])} is not the course's: it was redefined or replaced, "
+            "and only the course's own check counts"
+        )
+
+
+_b.__course_guard__ = _course_guard
+del _course_guard, _info
+"""
+
+
+def _guarded(source: str) -> str:
+    """A check cell's source with the guard's call first, on the names the cell uses."""
+    names = sorted(set(re.findall(r"\b[A-Za-z_]\w*\b", source)))
+    return f"__course_guard__(globals(), {names!r})\n{source}"
+
+
 def run(path: pathlib.Path, course: Course, timeout: int = 300) -> Graded:
     """Grade one copy: refuse it, pass it as untouched, or run it (outputs cleared) and judge it."""
     start = time.perf_counter()
@@ -265,9 +316,16 @@ def run(path: pathlib.Path, course: Course, timeout: int = 300) -> Graded:
             "untouched (the blank copy): not run",
             time.perf_counter() - start,
         )
+    checks = set().union(*course.checks.values())
+    originals = {}  # each check cell, its source before the guard's call went first
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
+            if cell.source in checks:
+                originals[id(cell)] = cell.source
+                cell.source = _guarded(cell.source)
+    guard = nbformat.v4.new_code_cell(GUARD)
+    nb.cells.insert(0, guard)
     stopped = ""
     try:
         NotebookClient(
@@ -287,6 +345,9 @@ def run(path: pathlib.Path, course: Course, timeout: int = 300) -> Graded:
         Exception
     ) as err:  # the kernel did not start, or the notebook is not one nbclient can run
         stopped = f"the run stopped: {type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+    nb.cells.remove(guard)
+    for cell in nb.cells:
+        cell.source = originals.get(id(cell), cell.source)
     if stopped:
         ran = [c for c in nb.cells if c.cell_type == "code" and c.execution_count]
         stopped += f" after {len(ran)} cell(s)"

@@ -520,3 +520,27 @@ def test_the_jacobian_figure_draws_the_matrix_it_is_given():
     with pytest.raises(ValueError, match="J must be"):
         draw_jacobian(J[:3], p)
     plt.close("all")
+
+
+def test_row_jacobian_slider_starts_at_the_notebooks_row_and_shrinks_as_it_peaks():
+    """At scale 1 the slider draws section 3's row (1, 2, 0.5, -1); J's rows sum to 0 at every scale, and
+    its largest entry falls toward 0 as the row saturates."""
+    import matplotlib.pyplot as plt
+
+    r = lab.figures.backward.draw_row_jacobian(1.0)
+    p = lab.softmax_safe(np.array([1.0, 2.0, 0.5, -1.0]))
+    assert np.allclose(r["p"], p) and np.allclose(
+        r["J"], np.diag(p) - np.outer(p, p), atol=1e-5
+    )
+    plt.close("all")
+    w = lab.widgets.jacobian_explorer()
+    assert w.result["scale"] == 1.0 and np.allclose(w.result["p"], p)
+    (scale,) = w.children[:-1]
+    largest = []
+    for c in (0.0, 4.0, 16.0):
+        scale.value = c
+        assert all(abs(x) < 1e-5 for x in w.result["row_sums"])
+        largest.append(w.result["largest"])
+    assert largest[0] > largest[1] > largest[2] and largest[2] < 1e-3
+    with pytest.raises(ValueError, match="scores"):
+        lab.figures.backward.draw_row_jacobian(1.0, scores=[1.0])

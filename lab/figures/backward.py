@@ -21,6 +21,7 @@ from ..backward import (
     flash_attention_backward_numpy,
 )
 from ..rules import causal_key_end
+from ..softmax import softmax_safe
 
 __all__ = [
     "draw_jacobian",
@@ -283,6 +284,31 @@ def draw_jacobian(J, p, axes=None) -> dict:
         "row_sums": sums.tolist(),
         "diagonal_positive": bool((np.diag(J) > 0).all()),
         "off_diagonal_negative": bool((J[off] < 0).all()),
+    }
+
+
+def draw_row_jacobian(
+    scale: float = 1.0, scores=(1.0, 2.0, 0.5, -1.0), axes=None
+) -> dict:
+    """The Jacobian of one row's softmax at scores `scale · scores`, by finite steps as in the notebook, drawn
+    by `draw_jacobian`: a larger scale peaks the row. Returns the row of P, J, its row sums and its largest
+    entry |J| (the most one score moves any P per unit)."""
+    s = scale * np.asarray(scores, np.float64)
+    if s.ndim != 1 or s.size < 2:
+        raise ValueError(
+            f"scores must be a row of at least 2, got shape {np.shape(scores)}"
+        )
+    p = softmax_safe(s)
+    h = 1e-6  # column j': how P moves when S_j' moves by h
+    J = np.stack([(softmax_safe(s + h * e) - p) / h for e in np.eye(s.size)], axis=1)
+    out = draw_jacobian(J, p, axes=axes)
+    (axes if axes is not None else plt.gcf().axes)[0].set_ylim(0, 1)
+    return {
+        **out,
+        "scale": scale,
+        "p": p.tolist(),
+        "J": J,
+        "largest": float(np.abs(J).max()),
     }
 
 

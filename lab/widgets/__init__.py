@@ -42,6 +42,7 @@ __all__ = [
     "fa_variants",
     "gqa_group",
     "io_traffic",
+    "jacobian_explorer",
     "loop_overhead_explorer",
     "mask_tiles",
     "merge_order_explorer",
@@ -377,6 +378,7 @@ def interactive_figure(
 # that shows one slider loads that slider's drawing and kernels only (not torch for the backward's).
 _BUILDERS = {
     "backward_tiles": "backward",
+    "jacobian_explorer": "backward",
     "decode_splits": "decoding",
     "gqa_group": "decoding",
     "fa_variants": "fa2",

@@ -1,17 +1,18 @@
-"""Slider for notebook 09: N, M, block sizes and the causal mask of the tiled backward.
+"""Sliders for notebook 09: the softmax's Jacobian of one row as its scores are scaled (09_backward); N, M,
+block sizes and the causal mask of the tiled backward (09_tiled_backward).
 
-Taught in: notebooks/09_tiled_backward.ipynb
+Taught in: notebooks/09_backward.ipynb, notebooks/09_tiled_backward.ipynb
 """
 
 from __future__ import annotations
 
 import ipywidgets
 
-from ..figures.backward import draw_backward_tiles
+from ..figures.backward import draw_backward_tiles, draw_row_jacobian
 from ..notebook import measured
 from . import _block_sliders, interactive_figure
 
-__all__ = ["backward_tiles"]
+__all__ = ["backward_tiles", "jacobian_explorer"]
 
 
 def _summary(r: dict) -> str:
@@ -65,4 +66,26 @@ def backward_tiles(
         ),
         **_block_sliders(sizes, block_q, block_k, continuous_update=False),
         causal=ipywidgets.Checkbox(value=causal, description="causal"),
+    )
+
+
+def jacobian_explorer(scale: float = 1.0) -> ipywidgets.interactive:
+    """A slider over the scale of one row of 4 scores, (1, 2, 0.5, -1) times it: the row of P and its Jacobian
+    $\\partial P_j / \\partial S_{j'}$ by finite steps (`lab.figures.backward.draw_row_jacobian`); `.result`
+    holds P, J, its row sums and its largest entry.
+
+    Taught in: notebooks/09_backward.ipynb
+    """
+    return interactive_figure(
+        draw_row_jacobian,
+        reuse="axes",
+        summary=lambda r: (
+            f"scores × {r['scale']:g}: largest P {max(r['p']):.3f}, largest |J| {r['largest']:.3f}; "
+            f"every row of J sums to 0: {all(abs(x) < 1e-5 for x in r['row_sums'])}"
+        ),
+        scale=ipywidgets.SelectionSlider(
+            options=[0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0],
+            value=scale,
+            description="scale",
+        ),
     )

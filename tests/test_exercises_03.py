@@ -1024,6 +1024,22 @@ def test_exercise_1_accepts_the_step_written_from_acc():
     assert run_check(EX[1], source(text)) == PASSED[1]
 
 
+def test_exercise_1_refuses_a_step_that_keeps_the_earlier_blocks():
+    """A closure over every block it was given recomputes the softmax of all of them: right on the check's
+    own loop, wrong on a state handed over from keys it never saw."""
+    text = """
+        def normalized_step(m, l, o, s_b, v_b, _seen=[]):
+            if m == -np.inf:
+                _seen.clear()
+            _seen.append((s_b, v_b))
+            s = np.concatenate([x for x, _ in _seen])
+            v = np.concatenate([y for _, y in _seen])
+            p = np.exp(s - s.max())
+            return s.max(), p.sum(), p @ v / p.sum()
+        """
+    _fails(1, text, "given a state it did not build", "may use only (m, l, o)")
+
+
 def test_the_normalized_step_cases_change_with_the_seed_and_raise_the_max_in_block_1():
     first = checks._step_blocks(np.random.default_rng(1))
     again = checks._step_blocks(np.random.default_rng(1))

@@ -1152,10 +1152,40 @@ def check_normalized_step(fn, *, seed: int | None = None) -> None:
                 print(seed_note(seed), end="")
                 return
             m, l, o = (float(got[0]), float(got[1]), np.asarray(got[2], dtype=float))
+    problem = _handed_over(fn, rng, dv=cases[-1][0][1].shape[1])
+    if problem is not None:
+        print(f"{name}: ✗ {problem}")
+        print(seed_note(seed), end="")
+        return
     n = sum(len(b) for b in cases)
     print(
         f"{name}: ✓ passed {len(cases)} cases, {n} blocks; o an average after every block"
     )
+
+
+def _handed_over(fn, rng, dv: int) -> str | None:
+    """None when `fn` continues a state it did not build: (m, l, o) of keys it never saw, then one block.
+    A step that keeps the scores of its earlier calls (a closure, a global) answers for those instead."""
+    s_old, v_old = 1.5 * rng.standard_normal(7), rng.standard_normal((7, dv))
+    s_b, v_b = 1.5 * rng.standard_normal(4) + 1.0, rng.standard_normal((4, dv))
+    m, l, o = _seen_state(s_old, v_old)
+    given = (
+        "given a state it did not build, (m, l, o) of 7 keys it never saw, and a block of 4, "
+        "your step"
+    )
+    rule = (
+        "the step may use only (m, l, o) and the new block (a closure or a global that keeps "
+        "earlier calls' scores answers for those)"
+    )
+    try:
+        with np.errstate(all="ignore"):
+            got = _settled(fn(float(m), float(l), np.array(o), s_b.copy(), v_b.copy()))
+    except Exception as exc:  # noqa: BLE001 - a learner's bug: report it
+        return f"{given} raised {type(exc).__name__}: {exc}; {rule}"
+    want = _seen_state(np.r_[s_old, s_b], np.r_[v_old, v_b])
+    if isinstance(got, tuple) and len(got) == 3 and _step_problem(got, want) is None:
+        return None
+    return f"{given} does not return the state of all 11: {rule}"
 
 
 def _rescales(n_blocks):

@@ -35,6 +35,7 @@ def check(
     hint=None,
     properties=(),
     seed: int | None = None,
+    tolerance=None,
 ) -> None:
     """Call `fn(*case)` and `reference(*case)` for every case; print one line when all agree, a diagnosis when not.
 
@@ -43,6 +44,8 @@ def check(
     `prop(fn, case, got) -> None | str`, each returning a violation in words (run on every case after the
     values agree; a property with a `run(fn, case)` gives the value too, e.g. one that watches what `fn` calls). `hint`: a string, or `hint(case, got, want) -> None | str`, printed under a failure. `seed`: the
     seed the cases were drawn with, named under a failure so that the same cases can be asked again.
+    `tolerance`: `tolerance(case) -> (rtol, atol)`, a case's own in place of `rtol`, `atol` (float32 cases
+    among float64 ones).
     """
     name = name or getattr(fn, "__name__", "your function")
     run = next((p.run for p in properties if hasattr(p, "run")), None)
@@ -61,7 +64,8 @@ def check(
             print(seed_note(seed), end="")
             return
         want = reference(*case)
-        problem = diagnose(got, want, names=names, rtol=rtol, atol=atol)
+        tol = tolerance(case) if tolerance else (rtol, atol)
+        problem = diagnose(got, want, names=names, rtol=tol[0], atol=tol[1])
         if problem is None:
             problem = next(
                 (p for p in (prop(fn, case, got) for prop in properties) if p), None

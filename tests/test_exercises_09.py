@@ -1293,6 +1293,14 @@ def test_check_delta_and_p_tile_pass_right_answers(capsys):
             ["formed a (256, 256) array", "row i's own d_v products"],
         ),
         (
+            "np.diagonal(np.einsum('...id,...jd->...ij', do, o), axis1=-2, axis2=-1)",
+            ["an N × N product", "row i's own d_v products"],
+        ),
+        (
+            "np.array([o[i] @ do[i] for i in range(len(o))])",  # 2-D only: raises on (2, 6, 5)
+            ["your D raised", "any shape (..., N, d_v)"],
+        ),
+        (
             "(o.astype(np.float64) * do).sum(axis=-1)",
             ["on float32 o and dO", "float64"],
         ),
@@ -1307,6 +1315,21 @@ def test_check_delta_refuses_a_square_product_and_a_widened_d(body, says, capsys
     assert "✗" in out, out
     for said in says:
         assert said in out, out
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "(o * do).sum(axis=-1)",
+        "np.einsum('...d,...d->...', o, do)",
+        "(o.astype(np.float64) * do).sum(axis=-1).astype(o.dtype)",
+    ],
+)
+def test_check_delta_takes_float32_cases_at_float32_s_rounding(body, capsys):
+    rng = np.random.default_rng(0)
+    case = [tuple(rng.standard_normal((2, 7, 5)).astype(np.float32) for _ in range(2))]
+    check_delta(eval("lambda o, do: " + body), case, name="delta")
+    assert capsys.readouterr().out == "delta: ✓ passed 1 cases\n"
 
 
 UNTILED_TORCH = """

@@ -232,3 +232,16 @@ def test_a_library_reached_through_a_symbolic_link_is_not_the_learners(tmp_path)
         stop.set()
         thread.join()
     assert "another thread" not in seen
+
+
+def test_check_takes_each_cases_own_tolerance(capsys):
+    """`tolerance(case)` replaces rtol and atol case by case: an error of 1e-6 passes a case that asks
+    for 1e-5 and fails one that asks for 1e-9."""
+    from lab.exercises import check
+
+    off = lambda x: x * (1 + 1e-6)  # noqa: E731
+    loose = lambda case: (1e-5, 0.0) if case[0].dtype == np.float32 else (1e-9, 0.0)  # noqa: E731
+    check(off, lambda x: x, [(np.ones(3, np.float32),)], tolerance=loose, name="f")
+    assert capsys.readouterr().out == "f: ✓ passed 1 cases\n"
+    check(off, lambda x: x, [(np.ones(3),)], tolerance=loose, name="f")
+    assert "✗ case 0" in capsys.readouterr().out

@@ -543,8 +543,8 @@ def draw_backward_graph(ax=None) -> dict:
         for c, ls in (("#999999", "-"), ("black", "-"), ("#1d6fa5", "--"))
     ]
     arrow_text = [
-        "forward: is made from",
-        "backward: is made from",
+        "forward: A → B, B is made from A",
+        "backward: A → B, B is made from A",
         "FlashAttention's backward recomputes: S from Q, K; P from S and lse",
     ]
     ax.legend(

@@ -478,8 +478,9 @@ def _paged_decode_cases(fn, name, seed) -> None:
             held, allowed = k.nbytes + v.nbytes, _allowed(q, pk, pv)
             if peak > allowed:
                 what = (
-                    "as much as a contiguous copy of its K and V, or a row of all M scores"
-                    if peak >= held / 2
+                    "the size of a contiguous copy (of its K and V, in whatever dtype), or of a row "
+                    "of all M scores"
+                    if peak >= held / 4
                     else "more than a few pages at a time, even repeated for the G query heads"
                 )
                 return _fail(

@@ -562,3 +562,14 @@ def test_draw_l_stall_matches_the_exact_sum_and_low_precision_sum():
     p = np.exp(s - s.max())
     assert out["final"][64] == lab.low_precision_sum(p, "bf16", 64)[-1]
     assert out["final"][1] < out["exact"]
+
+
+def test_shares_never_round_to_all_or_none():
+    from lab.figures.precision import _share
+
+    assert _share(0.99974) == "> 99.9%" and _share(1.0) == "100.0%"
+    assert (
+        _share(0.0002) == "< 0.1%"
+        and _share(0.0) == "0.0%"
+        and _share(0.934) == "93.4%"
+    )

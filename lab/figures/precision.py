@@ -47,6 +47,16 @@ FORMAT_LABELS = {
 }
 
 
+def _share(x: float) -> str:
+    """A share as a percentage to 0.1, never rounded to 100.0% or 0.0% unless it is exactly that."""
+    pct = 100 * x
+    if 99.95 <= pct < 100:
+        return "> 99.9%"
+    if 0 < pct < 0.05:
+        return "< 0.1%"
+    return f"{pct:.1f}%"
+
+
 def draw_p_error_heatmaps(grid: dict, Ms, spreads) -> dict:
     """One heatmap per format of $\\log_{10}$ relative error (from `p_error_grid`) over the keys M and the score spread."""
     fmts = list(grid)
@@ -322,9 +332,9 @@ def draw_p_explorer(
     ax.text(
         0.98,
         0.95,
-        f"flushed by {FORMAT_LABELS[fmt]}: {100 * under['flushed']:.1f}% of the entries\n"
-        f"already 0 in float32 (leftmost bin): {100 * under['zero_fp32']:.1f}%\n"
-        f"0 in all: {100 * under['zero']:.1f}%",
+        f"flushed by {FORMAT_LABELS[fmt]}: {_share(under['flushed'])} of the entries\n"
+        f"already 0 in float32 (leftmost bin): {_share(under['zero_fp32'])}\n"
+        f"0 in all: {_share(under['zero'])}",
         transform=ax.transAxes,
         ha="right",
         va="top",

@@ -1490,6 +1490,32 @@ def test_keys_outer_no_max_at_all_is_named():
     _fails("keys_outer", src, "your m ends as 0.0 in every row")
 
 
+@pytest.mark.parametrize(
+    "old, new, says",
+    [
+        (
+            "O[rows] = ((a * l_old)[:, None] * O_old + pv) / l_new[:, None]",
+            "O[rows] = (l_old[:, None] * O_old + pv) / l_new[:, None]",
+            "missing on the old l·O",
+        ),
+        (
+            "l_new = a * l_old + b * p_tile.sum(axis=1)",
+            "l_new = l_old + b * p_tile.sum(axis=1)",
+            "missing on the old l",
+        ),
+        (
+            "for rows in (slice(i0, i0 + Br) for i0 in range(0, len(q), Br)):",
+            "for rows in (slice(i0, i0 + Br) for i0 in range(0, len(q) - len(q) % Br, Br)):",
+            "the short last query block was left out",
+        ),
+    ],
+)
+def test_keys_outer_a_missing_old_factor_and_a_dropped_last_block_are_named(
+    old, new, says
+):
+    _fails("keys_outer", _keys_outer({old: new}), says)
+
+
 def test_keys_outer_a_division_after_the_loop_is_named():
     src = _keys_outer(
         {

@@ -1503,6 +1503,10 @@ def _keys_outer_cases(seed: int):
         int(rng.integers(4, 9)),
     )
     Br, Bc = int(rng.integers(6, 11)), int(rng.integers(8, 15))
+    N, M = (
+        N + (N % Br == 0),
+        M + (M % Bc == 0),
+    )  # the last blocks short, as the label says
     fresh = (
         rng.standard_normal((N, d)),
         rng.standard_normal((M, d)),
@@ -1591,10 +1595,13 @@ def _fa1_outer(
     l_old=True,
     divide=True,
     inverted=False,
+    a_in_O=True,
+    a_in_l=True,
 ) -> np.ndarray:
     """FA1's O with its rule, or without the factor e^(m~ - m') on the tile's P~V (`b_in_pv`) or on its sum, or
     with the old O rescaled without multiplying by the old l (`l_old`), or never divided by the new l (`divide`),
-    or with both factors upside down, e^(m' - m) and e^(m' - m~), the first block guarded (`inverted`)."""
+    or with both factors upside down, e^(m' - m) and e^(m' - m~), the first block guarded (`inverted`), or
+    without the old state's factor e^(m - m') on l O (`a_in_O`) or on l (`a_in_l`)."""
     O, m, l = np.zeros((len(q), v.shape[1])), np.full(len(q), -np.inf), np.zeros(len(q))
     for j0 in range(0, len(k), Bc):
         for i0 in range(0, len(q), Br):
@@ -1607,9 +1614,11 @@ def _fa1_outer(
             if inverted:
                 a = np.where(np.isneginf(m[r]), 0.0, np.exp(m_new - m[r]))
                 b = np.exp(m_new - m_t)
-            l_new = a * l[r] + (b if b_in_l else 1.0) * p.sum(axis=1)
+            l_new = (a if a_in_l else 1.0) * l[r] + (b if b_in_l else 1.0) * p.sum(
+                axis=1
+            )
             pv = (b[:, None] if b_in_pv else 1.0) * (p @ v[j0 : j0 + Bc])
-            a_O = a * l[r] if l_old else a
+            a_O = (a if a_in_O else 1.0) * (l[r] if l_old else 1.0)
             O[r] = (a_O[:, None] * O[r] + pv) / (l_new[:, None] if divide else 1.0)
             m[r], l[r] = m_new, l_new
     return O
@@ -1658,6 +1667,26 @@ def _keys_outer_hint(log, got, q, k, v, Br: int, Bc: int) -> str | None:
                 "both rescales are upside down, e^(m' - m) and e^(m' - m~): a sum taken against a "
                 "smaller max moves to the larger m' by e^(m - m') <= 1, and the tile's by e^(m~ - m')"
             )
+        N = len(q)
+        if N % Br and N > Br and np.shape(got_O) == (N, v.shape[1]):
+            tail = slice(N - N % Br, N)
+            if np.all(np.asarray(got_O)[tail] == 0):
+                return (
+                    f"rows {N - N % Br}..{N - 1} of O are still 0: the short last query block was "
+                    f"left out; range(0, N, Br) visits it too (N = {N}, Br = {Br})"
+                )
+        for kw, what in (
+            ({"a_in_O": False}, "on the old l·O"),
+            ({"a_in_l": False}, "on the old l"),
+            ({"a_in_O": False, "a_in_l": False}, "on the old l·O and on the old l"),
+        ):
+            if np.shape(got_O) == (N, v.shape[1]) and close(
+                got_O, _fa1_outer(q, k, v, Br, Bc, **kw)
+            ):
+                return (
+                    f"the old state's factor e^(m - m') is missing {what}: both the old sum l and "
+                    "the old l·O were taken against the old max m, so both move to m' by it"
+                )
         o, lse = attention_reference(q, k, v)
         l_final = np.exp(lse - s.max(axis=1))
         undivided = np.shape(got_O) == o.shape and (
@@ -1722,7 +1751,7 @@ def _one_tile(log, Br: int, Bc: int, dv: int) -> str | None:
         return None
     return (
         f"your loop formed a {big[0]} array of scores, where one tile holds Br × Bc = {Br} × {Bc}: the "
-        "kernel never holds S, not even one block row of it; compute S_ij = q_i K_jᵀ / √d for one query "
+        "kernel never holds S, not even one block row or column of it; compute S_ij = q_i K_jᵀ / √d for one query "
         "block and one key block at a time"
     )
 

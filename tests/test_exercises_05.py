@@ -467,6 +467,14 @@ def widest_key_block(sram_bytes, d, Br, itemsize):
         {"state": "0"},
         ["got 294", "the state is left out", "m and l (Br each) and acc"],
     ),
+    "rounded to the nearest": (
+        {"div": "round((sram_bytes - fixed) / per_key)"},
+        ["rounded to the nearest", "round the division down"],
+    ),
+    "Q_i left out": (
+        WIDEST.format(**WIDEST_OK).replace("fixed = Br * d * itemsize + ", "fixed = "),
+        ["Q_i is left out"],
+    ),
     "a float": (
         {"div": "(sram_bytes - fixed) / per_key"},
         ["case 0", "a float", "whole number of keys"],
@@ -1164,10 +1172,14 @@ WRONG_TILE = {
         (64, 128, 4),
         ["as large as any tile 4 warps hold", "how many times are all of K and V read"],
     ),
-    "the set at d = 64": (
+    "the set at d = 64 (the same as with P_ij in S_ij's registers)": (
         tiling._fitting_a100(64),
         (128, 64, 4),
-        ["fit at d = 64", "this exercise is d = 128"],
+        [
+            "fit at d = 64",
+            "P_ij in S_ij's registers, which are the same set",
+            "d = 128",
+        ],
     ),
     "one pool for both memories": (
         tiling._pooled(),

@@ -437,17 +437,21 @@ def _widest_slip(
     up=False,
     kv=2,
     acc=None,
+    q=True,
+    nearest=False,
 ):
     """`_widest` with a classic slip: S_ij at `s` bytes (0: left out), P_ij at `p` (0: left out), the state left out
-    (or m, l left out) or at `st` bytes, acc alone at `acc` bytes, `kv` of K_j, V_j (1: one left out), or the
-    division rounded up."""
+    (or m, l left out) or at `st` bytes, acc alone at `acc` bytes, `kv` of K_j, V_j (1: one left out), Q_i left
+    out (`q`), or the division rounded up (`up`) or to the nearest (`nearest`)."""
     p = itemsize if p is None else p
     kept = 2 * Br + Br * d if state is True else Br * d if state == "acc" else 0
-    fixed = Br * d * itemsize + kept * st
+    fixed = Br * d * itemsize * q + kept * st
     if acc is not None and state is True:
         fixed += Br * d * (acc - st)  # acc at `acc` bytes, m and l at `st`
     per_key = kv * d * itemsize + Br * (s + p)
     room = sram_bytes - fixed
+    if nearest:
+        return max(0, round(room / per_key))
     return max(0, -(-room // per_key) if up else room // per_key)
 
 
@@ -455,6 +459,15 @@ _WIDEST_SLIPS = [
     (
         {"up": True},
         "rounded up: a step with one key more than fits does not fit; round the division down (//)",
+    ),
+    (
+        {"nearest": True},
+        "rounded to the nearest: a step with one key more than fits does not fit, however close; "
+        "round the division down (//)",
+    ),
+    (
+        {"q": False},
+        "Q_i is left out: the query block (Br × d, at itemsize) stays on chip for the whole step",
     ),
     (
         {"p": 0},
@@ -564,15 +577,15 @@ def _widest_hint(case, got, want, probe=None):
         for kw, t in _WIDEST_SLIPS
         if _slip_value(case, kw) != want and _slip_value(case, kw) == got
     ]
-    if probe is not None and len(said) > 1:
-        # slips that give the same Bc here: ask further sizes and keep the ones the answers follow
+    if probe is not None and said:
+        # slips that give this Bc here: ask further sizes and keep the ones the answers follow at all
+        # of them (none left: the slip is another, and the hint says what is wrong in general)
         for more in _probe_cases(case, want):
             try:
                 again = probe(*more)
             except Exception:
                 continue
-            kept = [(kw, t) for kw, t in said if _slip_value(more, kw) == again]
-            said = kept or said
+            said = [(kw, t) for kw, t in said if _slip_value(more, kw) == again]
     return " — or: ".join(t for _, t in said) if said else default
 
 
@@ -637,6 +650,19 @@ def _fitting_a100(d=128):
         for w in _WARPS
         if _a100_fit(Br, Bc, w, d)["fits"]
     }
+
+
+def _fitting_reused() -> set:
+    """`_fitting_a100` at d = 128 with P_ij written into S_ij's registers (section 3's other count)."""
+    out = set()
+    for Br in _SIZES:
+        for Bc in _SIZES:
+            for w in _WARPS:
+                f = _a100_fit(Br, Bc, w)
+                regs = f["registers"]["total"] - f["registers"]["P_ij"]
+                if regs <= f["register_budget"] and f["fits_shared"]:
+                    out.add((Br, Bc, w))
+    return out
 
 
 def _why_not(Br, Bc, w) -> str:
@@ -957,10 +983,22 @@ def check_fa2_tile_choice(fitting, ship, *, name: str = "fa2_tile") -> None:
             f"{name}: ✗ {outside[0]} is not a candidate: Br, Bc in {{64, 128, 256}}, warps 4 or 8"
         )
     extra, missing = sorted(got - want), sorted(want - got)
+    reused = got != want and got == _fitting_reused()
     if got != want and got == _fitting_a100(64):
+        also = (
+            " — or the tiles that fit with P_ij in S_ij's registers, which are the same set: "
+            "this exercise counts P_ij in registers of its own, beside S_ij"
+            if reused
+            else ""
+        )
         return print(
-            f"{name}: ✗ these are the tiles that fit at d = 64, section 3's case\n"
+            f"{name}: ✗ these are the tiles that fit at d = 64, section 3's case{also}\n"
             "  hint: this exercise is d = 128: acc holds Br × 128 floats, Q_i, K_j, V_j 128 columns each"
+        )
+    if reused:
+        return print(
+            f"{name}: ✗ these are the tiles that fit with P_ij written into S_ij's registers\n"
+            "  hint: this exercise counts P_ij in registers of its own (fp16), beside S_ij (float32)"
         )
     if got != want and got == _pooled():
         return print(

@@ -103,6 +103,15 @@ PLANTED = {
             ["round() gives the nearest integer"],
         ),
         (
+            "exercise 1's factor kept beside n",
+            _LIMIT
+            + """
+            def row_overflow(name, k):
+                return int(np.floor(np.log(_max(name)) - np.log(k) - np.log(1.553))) + 1
+            """,
+            ["keeps exercise 1's factor 1.553 beside n"],
+        ),
+        (
             "ignores k: where e^s alone overflows",
             _LIMIT
             + """
@@ -830,3 +839,19 @@ def test_the_opening_states_both_low_regimes_and_a_cell_computes_where_each_begi
         first_nan = int(s[np.isnan(y).any(axis=1).argmax()])
         line = next(ln for ln in printed.splitlines() if ln.startswith(name))
         assert str(first_nan) in line.split() and line.split()[-1] == "True", line
+
+
+def test_exercise_3_a_masked_row_may_skip_pass_3_s_loads():
+    """A row of only -inf has l = 0: its zeros need no score, so a pass 3 that stores them without loading
+    x passes."""
+    skip = """
+        def safe_softmax(x, y, block):
+            starts = range(0, len(x), block)
+            m = max(float(np.max(x[j0 : j0 + block])) for j0 in starts)
+            m = 0.0 if m == -np.inf else m
+            l = sum(float(np.exp(x[j0 : j0 + block] - m).sum()) for j0 in starts)
+            for j0 in starts:
+                n = min(block, len(x) - j0)
+                y[j0 : j0 + block] = np.exp(x[j0 : j0 + block] - m) / l if l > 0 else np.zeros(n)
+        """
+    assert "✓" in run_check(EX[3], source(skip))

@@ -335,6 +335,11 @@ def _check_row_overflow(fn, seed) -> None:
                 "so the sum is n·e^s",
             ),
             (
+                lambda n, k: math.floor(log_max(n) - math.log(k) - math.log(1.553)) + 1,
+                "that keeps exercise 1's factor 1.553 beside n: that factor is the sum of the four-score "
+                "row (s, s-1, s-2, s-3); here the n terms are all equal, so the sum is n·e^s exactly",
+            ),
+            (
                 lambda n, k: math.floor(log_max(n) - math.log2(k)) + 1,
                 "that subtracts log2(n): e^s needs the natural log",
             ),
@@ -599,9 +604,10 @@ _FLOAT32 = (
 )
 
 
-def _three_pass_problem(x: CountingArray, y: CountingArray, block: int):
+def _three_pass_problem(x: CountingArray, y: CountingArray, block: int, row=None):
     """What the accesses of one run did wrong, and a hint: not three loads per score, a load of y, stores into x,
-    not one store per output, loads not block by block."""
+    not one store per output, loads not block by block. A `row` of only -inf may skip pass 3's loads: with
+    l = 0 its zeros need no score."""
     per_pass = -(-len(x) // block)
     if x.stores.any():
         return "it writes into x; the scores are input only", None
@@ -620,6 +626,11 @@ def _three_pass_problem(x: CountingArray, y: CountingArray, block: int):
             else "store e^(x - m) / l once, in pass 3, not e^(x - m) first and the quotient after",
         )
     loads = x.loads
+    empty = row is not None and np.isneginf(np.asarray(row, dtype=float)).all()
+    if empty and (loads == 2).all():
+        loads = (
+            loads + 1
+        )  # pass 3 stored the zeros of l = 0 without loading the scores: as good
     if (loads != 3).any():
         j = int(np.flatnonzero(loads != 3)[0])
         times = f"{int(loads[j])} time" + ("" if loads[j] == 1 else "s")
@@ -638,7 +649,7 @@ def _three_pass_problem(x: CountingArray, y: CountingArray, block: int):
             said,
             "one load per score per pass: m in pass 1, l in pass 2, y in pass 3",
         )
-    if x.load_calls != 3 * per_pass:
+    if x.load_calls != 3 * per_pass and not (empty and x.load_calls == 2 * per_pass):
         return (
             f"x was read in {x.load_calls} loads; three passes in blocks of {block} take {3 * per_pass}",
             "load one block per step, x[j0:j0 + block], not score by score",
@@ -826,7 +837,7 @@ def check_safe_softmax(
         mistakes=_THREE_MISTAKES,
         rule="three passes: m = the row's max, then l = the sum of e^(x - m), then y = e^(x - m) / l",
         nan_hint="avoid the NaN instead: shift a row of only -inf by 0, and store zeros where l = 0",
-        accesses=lambda xs, ys, block, x: _three_pass_problem(xs, ys, block),
+        accesses=lambda xs, ys, block, x: _three_pass_problem(xs, ys, block, x),
         held_hint="keep only m and l between passes: no copy of the row, no list of its exponentials",
         passed="each score loaded 3 times, each y_i stored once",
     )

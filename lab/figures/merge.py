@@ -95,17 +95,17 @@ def draw_merge_orders(
             f"c{c}\n{w[c]:.2f}" if flat else f"c{c} {w[c]:.2f}",
             ha="center",
             va="baseline" if flat else "bottom",
-            fontsize=9 if flat else 7,
+            fontsize=9 if flat else 8,
             rotation=0 if flat else 90,
         )
     ax.set_ylim(s.min() * 1.1, s.max() * 1.75)
-    unlabelled = f"; {narrow} narrow unlabelled" if narrow else ""
+    unlabelled = f" ({narrow} too narrow to label)" if narrow else ""
     ax.set(
         xlabel="key index j",
         ylabel="score s_j",
         title=(f"{splits} random chunks" if splits > 1 else "1 chunk")
-        + f"; under each label c: the chunk's share of the softmax mass (sum {w.sum():.3f})"
-        + unlabelled,
+        + unlabelled
+        + f"\nby each label c: the chunk's share of the softmax mass (sum {w.sum():.3f})",
     )
     depth = _draw_merge_tree(bx, splits, order, seed, colour)
     bx.set_title(
@@ -168,7 +168,7 @@ def _draw_merge_tree(bx, splits: int, order: str, seed: int, colour) -> int:
             fontsize=9 if splits <= 16 else 7,
         )
     bx.set_xlabel("chunk (labelled as above)", labelpad=16)
-    bx.set_ylabel("merge depth", labelpad=18)
+    bx.set_ylabel("merge depth", labelpad=30)
     return int(depth)
 
 

@@ -396,8 +396,9 @@ def _loop_with(q, k, v, score_mod, mask_mod, Br, Bc, mistake):
 
 _UPDATE_MISTAKES = {
     "tile max": "the running max was replaced by the tile's own max, m' = rowmax S'_IJ: it must be "
-    "m' = max(m, rowmax S'_IJ), or a tile with smaller scores lowers m and the earlier acc and l are "
-    "rescaled by e^(m - m') > 1 as if they were larger",
+    "m' = max(m, rowmax S'_IJ). With the tile's own max, a later tile of smaller scores makes "
+    "α = e^(m - m') > 1, which overflows once the scores are hundreds apart, and a row whose tile "
+    "keeps no key gets m' = -inf and α = inf: the rescale is exact only while α <= 1",
     "alpha inverted, guarded": "the rescale is inverted, e^(m' - m) in place of α = e^(m - m'): when m rises to m', "
     "the old acc and l were measured against the smaller m, so they shrink by e^(m - m') ≤ 1",
     "alpha inverted": "the rescale is inverted, e^(m' - m) in place of α = e^(m - m'): when m rises to m', "

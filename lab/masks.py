@@ -12,7 +12,7 @@ A ladder (each rung: what changed):
      only, apply score_mod to every computed tile before the running max.
 
 Builders (each returns a mod for both numpy and torch): `sliding_window`, `document_mask`, `and_masks`,
-`alibi`, `softcap`; `prefix_lm`, `dilated_window` and `clipped_alibi` are the specs of the exercises.
+`alibi`, `softcap`; `prefix_lm` and `dilated_window` are the specs of two exercises; `clipped_alibi` is ALiBi with a maximum distance.
 Offsets follow flash-attn's bottom-right alignment, `off = M - N`.
 
 Taught in: notebooks/11_masks_and_score_mods.ipynb

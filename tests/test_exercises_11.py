@@ -3,6 +3,7 @@ kernels and in flex_attention, as the notebook's objective promises (the planted
 tests/test_masks.py)."""
 
 import contextlib
+import dataclasses
 import io
 import re
 import sys
@@ -49,7 +50,7 @@ def test_the_notebook_has_five_checked_exercises():
     assert sorted(EX) == [1, 2, 3, 4, 5]
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4])
+@pytest.mark.parametrize("number", [1, 2, 3])
 def test_worked_solutions_pass_in_every_kernel(number):
     out = run_check(EX[number], EX[number].solution)
     assert out.count("✓") == 1 and "✗" not in out, out
@@ -117,26 +118,68 @@ def test_window_tiles_by_labs_count_is_refused(text, says):
             "import lab.masks\ndilated_window = lab.masks.dilated_window\n",
             "calls lab.dilated_window",
         ),
-        (
-            4,
-            """
-            from lab.masks import clipped_alibi as ca
-            def clipped_alibi(slopes, max_distance, N, M):
-                return ca(slopes, max_distance, N, M)
-            """,
-            "calls lab.clipped_alibi",
-        ),
     ],
     ids=[
         "the spec itself",
         "wrapped, an alias",
         "built beforehand",
         "through its module",
-        "score: an alias",
     ],
 )
 def test_mods_built_by_lab_are_refused(number, text, says):
     _refused(number, text, "case 0", says)
+
+
+# ---------------------------------------------- lab.check_score_mod, on a clipped ALiBi (lab.clipped_alibi)
+
+CLIPPED_ALIBI = """
+def clipped_alibi(slopes, max_distance, N, M):
+    off = M - N
+
+    def score_mod(s, b, h, i, j):  # numpy arrays or torch tensors alike
+        table = np.asarray(slopes)
+        if isinstance(s, torch.Tensor):
+            table = torch.as_tensor(slopes, dtype=s.dtype, device=s.device)
+        return s - table[h] * abs(i + off - j).clip(max=max_distance)
+
+    return score_mod
+"""
+SCORE_CHECK = """
+lab.check_score_mod(
+    clipped_alibi,
+    lab.clipped_alibi,
+    [
+        (np.array([0.5, 0.25]), 4, 12, 12),
+        (np.array([1.0, 0.1]), 2, 9, 15),
+        (np.array([0.5, 2.0]), 3, 20, 12),
+        (np.array([0.3, 0.3]), 100, 40, 40),
+    ],
+)
+"""
+
+
+def _score_check(solution: str) -> str:
+    """lab.check_score_mod on `solution` (defining clipped_alibi), after the notebook's setup."""
+    return run_check(dataclasses.replace(EX[1], check=SCORE_CHECK, before=[]), solution)
+
+
+def test_the_score_check_passes_a_clipped_alibi():
+    out = _score_check(CLIPPED_ALIBI)
+    assert "clipped_alibi: ✓" in out and "✗" not in out, out
+    assert "the numpy and torch kernels" in out
+
+
+def test_a_score_mod_built_by_lab_is_refused():
+    out = _score_check(
+        source(
+            """
+            from lab.masks import clipped_alibi as ca
+            def clipped_alibi(slopes, max_distance, N, M):
+                return ca(slopes, max_distance, N, M)
+            """
+        )
+    )
+    assert "✗ case 0" in out and "calls lab.clipped_alibi" in out, out
 
 
 def test_a_table_of_the_fixed_window_cases_fails_on_a_drawn_one():
@@ -169,16 +212,21 @@ def test_a_table_of_the_fixed_window_cases_fails_on_a_drawn_one():
 
 def test_a_numpy_only_score_mod_is_told_how_to_run_in_torch():
     """The form the worked answer had before: right on numpy arrays, a TypeError on torch tensors."""
-    out = _refused(
-        4,
-        """
-        def clipped_alibi(slopes, max_distance, N, M):
-            slopes, off = np.asarray(slopes), M - N
-            return lambda s, b, h, i, j: s - slopes[h] * np.minimum(np.abs(i + off - j), max_distance)
-        """,
-        "the scores agree, but lab.flash_attention_torch refused yours: TypeError",
-        "torch.as_tensor(slopes, dtype=s.dtype, device=s.device)",
+    out = _score_check(
+        source(
+            """
+            def clipped_alibi(slopes, max_distance, N, M):
+                slopes, off = np.asarray(slopes), M - N
+                return lambda s, b, h, i, j: s - slopes[h] * np.minimum(np.abs(i + off - j), max_distance)
+            """
+        )
     )
+    assert "✗" in out and "✓" not in out, out
+    assert (
+        "the scores agree, but lab.flash_attention_torch refused yours: TypeError"
+        in out
+    )
+    assert "torch.as_tensor(slopes, dtype=s.dtype, device=s.device)" in out
     assert "flash_attention_numpy" not in out
 
 
@@ -426,7 +474,7 @@ def test_a_top_left_prefix_lm_is_named():
 def test_a_top_left_clipped_alibi_is_named():
     old = "abs(i + off - j)"
     new = "abs(i - j)"
-    out = run_check(EX[4], replace_code(EX[4].solution, old, new))
+    out = _score_check(replace_code(CLIPPED_ALIBI, old, new))
     assert "✗ case 1" in out and "aligned top-left" in out, out
 
 
@@ -666,18 +714,6 @@ def test_a_planted_dilated_window_is_diagnosed(old, new, says):
             ["joins the two conditions with &", "|"],
         ),
         (
-            4,
-            "return s - table[h]",
-            "return s + table[h]",
-            ["yours adds the penalty", "s - slope * distance"],
-        ),
-        (
-            4,
-            "abs(i + off - j).clip(max=max_distance)",
-            "(abs(i + off - j) * (abs(i + off - j) <= max_distance))",
-            ["beyond max_distance no penalty", "slope * max_distance"],
-        ),
-        (
             2,
             "(j < prefix) | (j <= i + off)",
             "((i < prefix) & (j < prefix)) | (j <= i + off)",
@@ -699,8 +735,6 @@ def test_a_planted_dilated_window_is_diagnosed(old, new, says):
     ids=[
         "prefix j <= prefix",
         "prefix & for |",
-        "alibi sign",
-        "alibi zero beyond",
         "prefix test on i",
         "prefix hidden after",
         "causal alone",
@@ -713,6 +747,29 @@ def test_a_planted_mod_gets_its_own_hint(number, old, new, says):
         assert s in out, f"{s!r} not in:\n{out}"
 
 
+@pytest.mark.parametrize(
+    "old, new, says",
+    [
+        (
+            "return s - table[h]",
+            "return s + table[h]",
+            ["yours adds the penalty", "s - slope * distance"],
+        ),
+        (
+            "abs(i + off - j).clip(max=max_distance)",
+            "(abs(i + off - j) * (abs(i + off - j) <= max_distance))",
+            ["beyond max_distance no penalty", "slope * max_distance"],
+        ),
+    ],
+    ids=["alibi sign", "alibi zero beyond"],
+)
+def test_a_planted_score_mod_gets_its_own_hint(old, new, says):
+    out = _score_check(replace_code(CLIPPED_ALIBI, old, new))
+    assert "✗" in out and "✓" not in out, out
+    for s in says:
+        assert s in out, f"{s!r} not in:\n{out}"
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_a_loop_without_the_guard_is_named():
     old = "shift = np.where(\n                np.isneginf(m_new), 0.0, m_new\n            )"
@@ -720,3 +777,328 @@ def test_a_loop_without_the_guard_is_named():
     out = _run5(src)
     assert "✗" in _verdict(out, "masked_attention"), out
     assert "guard" in out and "e^(−∞ − (−∞)) is NaN" in out, out
+
+
+# -------------------------------------------------- Exercise 4: the tiles of a causal document mask
+
+
+def _run4(solution: str, check: str | None = None) -> str:
+    """Exercise 4's check (or `check`) on `solution`, after the notebook's setup only: the count needs none of
+    the earlier exercises' cells (whose checks run flex_attention, slowly)."""
+    ns, out = {"__name__": "__exercise__"}, io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()):
+        for src in EX[4].setup:
+            exec(compile(src, "<setup>", "exec"), ns)
+    with contextlib.redirect_stdout(out):
+        exec(compile(solution, "<solution>", "exec"), ns)
+        exec(compile(check or EX[4].check, "<check>", "exec"), ns)
+    return out.getvalue()
+
+
+def test_the_worked_document_count_passes():
+    out = _run4(EX[4].solution)
+    assert out.count("✓") == 1 and "✗" not in out, out
+    assert (
+        "case 0, (32, 32, 64) in tiles of 32 × 32: 11 empty, 4 partial, 1 full" in out
+    )
+    assert "(plain causal: 6, 4, 6)" in out and "N = 10,000,000 within 3 s" in out
+
+
+def test_the_document_stub_reports_not_implemented():
+    out = _run4(EX[4].stub)
+    assert "document_tiles: not implemented yet" in out and "✗" not in out, out
+
+
+LAST_FULL = "last = (i0 + 1) // Bc - 1 if i0 + 1 < N else -(-N // Bc) - 1"
+DOCUMENT_PLANTED = [
+    (
+        "plain causal",
+        [
+            (
+                "key_blocks(i0, min(i0 + Br, N), s, e, N, Bc)",
+                "key_blocks(i0, min(i0 + Br, N), 0, N, N, Bc)",
+            )
+        ],
+        ["✗ case 0 ", "the plain causal mask", "its own document"],
+    ),
+    (
+        "a boundary across the rows ignored",
+        [("if i1 > e:", "if False:")],
+        ["✗ case 3 ", "a document boundary crosses", "no full tile"],
+    ),
+    (
+        "a boundary across the keys ignored",
+        [("first = -(-s // Bc)", "first = s // Bc")],
+        ["✗ case 2 ", "ceil(s / Bc), not s // Bc"],
+    ),
+    (
+        "the diagonal tile full",
+        [(LAST_FULL, "last = i1 // Bc - 1 if i1 < N else -(-N // Bc) - 1")],
+        ["✗ case 0 ", "the tile on the diagonal as full", "FIRST row i0"],
+    ),
+    (
+        "the first row's own key left out",
+        [(LAST_FULL, "last = i0 // Bc - 1")],
+        ["✗ case 5 ", "j1 - 1 <= i0, not j1 <= i0"],
+    ),
+    (
+        "off by one at a boundary",
+        [("while ends[d] <= i0:", "while ends[d] < i0:")],
+        [
+            "✗ case 0 ",
+            "the first token of a document in the previous one",
+            "end is > i",
+        ],
+    ),
+    (
+        "the document of the last row",
+        [("while ends[d] <= i0:", "while ends[d] <= min(i0 + Br, N) - 1:")],
+        ["✗ case 3 ", "document from its LAST row", "the document of row i0"],
+    ),
+    (
+        "the last, shorter key block never full",
+        [(LAST_FULL, "last = (i0 + 1) // Bc - 1")],
+        ["✗ case 7 ", "the last, shorter key block as full", "ends at key N - 1"],
+    ),
+    (
+        "floor for ceil",
+        [("tiles = -(-N // Br) * -(-N // Bc)", "tiles = (N // Br) * (N // Bc)")],
+        ["✗ case 1 ", "yours add up to 36 tiles", "49", "a floor", "(ceil)"],
+    ),
+    (
+        "the counts in another order",
+        [
+            (
+                "return tiles - computed, computed - full, full",
+                "return full, computed - full, tiles - computed",
+            )
+        ],
+        [
+            "✗ case 0 ",
+            "yours (empty, partial, full) = (1, 4, 11), expected (11, 4, 1)",
+            "another order",
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "label, changes, says", DOCUMENT_PLANTED, ids=[p[0] for p in DOCUMENT_PLANTED]
+)
+def test_a_planted_document_count_gets_its_own_hint(label, changes, says):
+    src = EX[4].solution
+    for old, new in changes:
+        src = replace_code(src, old, new)
+    out = _run4(src)
+    assert "✗" in out and "✓" not in out, out
+    for text in says:
+        assert text in out, f"{text!r} not in:\n{out}"
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        (
+            """
+            def document_tiles(lengths, Br, Bc):
+                doc = np.repeat(np.arange(len(lengths)), lengths)
+                N = len(doc)
+                c = lab.block_mask(lab.document_mask(doc, doc), 1, 1, N, N, Br, Bc, causal=True).counts
+                return c["empty"], c["partial"], c["full"]
+            """,
+            "calls lab.document_mask",
+        ),
+        (
+            """
+            from lab.masks import block_mask as bm
+            def document_tiles(lengths, Br, Bc):
+                doc = np.repeat(np.arange(len(lengths)), lengths)
+                N = len(doc)
+                keep = lambda b, h, i, j: doc[i] == doc[j]
+                kind = bm(keep, 1, 1, N, N, Br, Bc, causal=True).kind
+                return tuple(int((kind == k).sum()) for k in (0, 1, 2))
+            """,
+            "calls lab.block_mask",
+        ),
+        (
+            """
+            import lab.masks
+            def document_tiles(lengths, Br, Bc):
+                doc = np.repeat(np.arange(len(lengths)), lengths)
+                N = len(doc)
+                kind = lab.masks._tile_kinds(lambda b, h, i, j: doc[i] == doc[j], 1, 1, N, N, Br, Bc, True)
+                return tuple(int((kind == k).sum()) for k in (0, 1, 2))
+            """,
+            "calls lab._tile_kinds",
+        ),
+        (
+            "from lab.checks.masks import _document_counts as document_tiles\n",
+            "calls lab.checks.masks._document_counts",
+        ),
+    ],
+    ids=[
+        "lab's document mask",
+        "its block mask, an alias",
+        "the block mask's helper",
+        "the check's reference",
+    ],
+)
+def test_labs_masks_and_the_checks_reference_are_refused(text, says):
+    out = _run4(source(text))
+    assert "✗ case 0 " in out and "✓" not in out and says in out, out
+
+
+WHOLE_MASK = """
+def document_tiles(lengths, Br, Bc):
+    doc = np.repeat(np.arange(len(lengths)), lengths)
+    N = len(doc)
+    keep = (doc[:, None] == doc[None, :]) & (np.arange(N)[None, :] <= np.arange(N)[:, None])
+    counts = [0, 0, 0]
+    for i0 in range(0, N, Br):
+        for j0 in range(0, N, Bc):
+            tile = keep[i0 : i0 + Br, j0 : j0 + Bc]
+            counts[2 if tile.all() else 1 if tile.any() else 0] += 1
+    return tuple(counts)
+"""
+PER_TILE = """
+def document_tiles(lengths, Br, Bc):
+    doc = np.repeat(np.arange(len(lengths)), lengths)
+    N, counts = len(doc), [0, 0, 0]
+    for i0 in range(0, N, Br):
+        for j0 in range(0, N, Bc):
+            i = np.arange(i0, min(i0 + Br, N))[:, None]
+            j = np.arange(j0, min(j0 + Bc, N))[None, :]
+            tile = (doc[i] == doc[j]) & (j <= i)
+            counts[2 if tile.all() else 1 if tile.any() else 0] += 1
+    return tuple(counts)
+"""
+TILE_BY_TILE = """
+import bisect
+
+
+def document_tiles(lengths, Br, Bc):
+    ends = np.cumsum(lengths).tolist()
+    N, counts = ends[-1], [0, 0, 0]
+    for i0 in range(0, N, Br):
+        i1 = min(i0 + Br, N)
+        d0, d1 = bisect.bisect_right(ends, i0), bisect.bisect_right(ends, i1 - 1)
+        s = ends[d0] - lengths[d0]
+        for j0 in range(0, N, Bc):
+            j1 = min(j0 + Bc, N)
+            full = d0 == d1 and j0 >= s and j1 - 1 <= i0
+            counts[2 if full else 1 if s <= j1 - 1 and j0 <= i1 - 1 else 0] += 1
+    return tuple(counts)
+"""
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        (
+            WHOLE_MASK,
+            [
+                "✗ the memory case",
+                "one tile of booleans is 1.00 MiB",
+                "document boundaries",
+            ],
+        ),
+        (
+            PER_TILE,
+            [
+                "✗ the memory case",
+                "one tile of booleans",
+                "without evaluating the mask on a tile",
+            ],
+        ),
+        (
+            TILE_BY_TILE,
+            ["✗ the speed case", "still running after 3 s", "count per query block"],
+        ),
+    ],
+    ids=["the whole mask", "the mask tile by tile", "interval arithmetic tile by tile"],
+)
+def test_a_count_that_evaluates_the_mask_or_walks_every_tile_is_refused(text, says):
+    out = _run4(text)
+    assert "✗" in out and "✓" not in out, out
+    for s in says:
+        assert s in out, f"{s!r} not in:\n{out}"
+
+
+def test_the_mask_tile_by_tile_passes_the_small_cases():
+    """What the memory case refuses is right on the fixed cases: the memory, not the counts, refuses it."""
+    check = EX[4].check.replace("check_document_tiles(document_tiles, cases)", "")
+    check += "\ncheck_document_tiles(document_tiles, [c for c in cases if sum(c[0]) < 10**4], fresh=0)\n"
+    out = _run4(PER_TILE, check)
+    assert "✗ the memory case" in out and "✗ case" not in out, out
+
+
+def _drawn_cases(seed: int) -> list:
+    """The cases check_document_tiles gives a (correct) answer with `seed`, fixed ones included."""
+    from lab.checks.masks import check_document_tiles
+
+    ns, seen = {"__name__": "__exercise__"}, []
+    exec("import numpy as np\n" + EX[4].solution, ns)
+    count = ns["document_tiles"]
+
+    def document_tiles(lengths, Br, Bc):
+        seen.append((tuple(lengths), Br, Bc))
+        return count(lengths, Br, Bc)
+
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        check_document_tiles(document_tiles, [((32, 32, 64), 32, 32)], seed=seed)
+    assert "✓" in out.getvalue(), out.getvalue()
+    return seen
+
+
+def test_the_drawn_document_cases_repeat_with_their_seed():
+    first, again, other = _drawn_cases(7), _drawn_cases(7), _drawn_cases(8)
+    assert first == again and first != other
+    assert (
+        len(first) == 1 + 4 + 1 + 2
+    )  # the fixed case, four drawn, a long one drawn, memory and speed
+    assert 10**6 <= sum(first[-1][0]) < 10**7
+
+
+def test_a_table_of_the_fixed_document_cases_fails_on_a_drawn_one():
+    ns = {}
+    exec("import numpy as np\n" + EX[4].solution, ns)
+    fixed = re.findall(r"\(\([\d, _*]+\), \d+, \d+\)", EX[4].check)
+    table = {eval(c)[0]: ns["document_tiles"](*eval(c)) for c in fixed if "**" not in c}
+    out = _run4(
+        "TABLE = "
+        + repr(table)
+        + "\ndocument_tiles = lambda L, Br, Bc: TABLE.get(tuple(L), (0, 0, 0))\n"
+    )
+    assert re.search(r"✗ case 1[1-4] ", out) and "seed=" in out, out
+
+
+@pytest.mark.parametrize("how", list(EVASIONS))
+def test_a_document_count_that_hides_from_the_watch_is_refused(how):
+    out = _run4(evading(EX[4].solution, "document_tiles", how))
+    assert "✗" in out and "✓" not in out and EVASIONS[how][1] in out, out
+
+
+def test_the_checks_document_count_equals_the_block_mask():
+    import numpy as np
+
+    import lab
+    from lab.checks.masks import _document_counts
+
+    rng = np.random.default_rng(0)
+    for n in range(300):
+        high = 4 if n % 3 == 0 else 60  # a third with documents of 1 to 3 tokens
+        lengths = rng.integers(1, high, size=int(rng.integers(1, 8)))
+        Br, Bc, N = (
+            int(rng.integers(1, 40)),
+            int(rng.integers(1, 40)),
+            int(lengths.sum()),
+        )
+        doc = np.repeat(np.arange(len(lengths)), lengths)
+        c = lab.block_mask(
+            lab.document_mask(doc, doc), 1, 1, N, N, Br, Bc, causal=True
+        ).counts
+        assert _document_counts(lengths, Br, Bc) == (
+            c["empty"],
+            c["partial"],
+            c["full"],
+        ), (lengths, Br, Bc)

@@ -23,7 +23,7 @@ BUILDS = {
     "09_tiled_backward": [2],
     "10_decoding": [1, 2],
     "10_gqa_and_paging": [3, 4],
-    "11_masks_and_score_mods": [5],
+    "11_masks_and_score_mods": [4, 5],
 }
 LAYOUT = re.compile(r"[\w.'\"]*[)\]}]*[,:]?|.*[(\[{]")
 CASES = [(name, number) for name, numbers in BUILDS.items() for number in numbers]

@@ -730,19 +730,47 @@ def _notebook_solutions() -> dict:
     return namespace
 
 
-SOLUTIONS = _notebook_solutions()
+def clipped_alibi(slopes, max_distance, N, M):
+    """A score_mod the course's score check is tried on: ALiBi with the distance capped."""
+    off = M - N
+
+    def score_mod(s, b, h, i, j):  # numpy arrays or torch tensors alike
+        table = np.asarray(slopes)
+        if isinstance(s, torch.Tensor):
+            table = torch.as_tensor(slopes, dtype=s.dtype, device=s.device)
+        return s - table[h] * abs(i + off - j).clip(max=max_distance)
+
+    return score_mod
+
+
+SOLUTIONS = {**_notebook_solutions(), "clipped_alibi": clipped_alibi}
 CHECK_CELLS = {
     k: _notebook_cells(prefix=f"# Exercise {k}: check") for k in (1, 2, 3, 4)
 }
+# lab.check_score_mod, run as a notebook's check cell would run it
+CHECK_CELLS["score"] = [
+    """lab.check_score_mod(
+    clipped_alibi,
+    lab.clipped_alibi,
+    [
+        (np.array([0.5, 0.25]), 4, 12, 12),
+        (np.array([1.0, 0.1]), 2, 9, 15),
+        (np.array([0.5, 2.0]), 3, 20, 12),
+        (np.array([0.3, 0.3]), 100, 40, 40),
+    ],
+)
+"""
+]
 EXERCISE_NAMES = {
     1: "window_tiles",
     2: "prefix_lm",
     3: "dilated_window",
-    4: "clipped_alibi",
+    4: "document_tiles",
+    "score": "clipped_alibi",
 }
 
 
-def _run_check(k: int, fn, capsys) -> str:
+def _run_check(k: int | str, fn, capsys) -> str:
     """Run the notebook's own check cell of exercise k with `fn` as the learner's answer; return what it printed."""
     (source,) = CHECK_CELLS[k]
     exec(
@@ -1027,7 +1055,7 @@ def test_mask_check_catches_planted_dilated_window_errors(name, capsys):
 @pytest.mark.parametrize("name", WRONG_SCORE)
 def test_score_check_catches_planted_errors(name, capsys):
     wrong, says = WRONG_SCORE[name]
-    out = _run_check(4, wrong, capsys)
+    out = _run_check("score", wrong, capsys)
     assert "✗" in out and "✓" not in out and says in out, out
 
 

@@ -1,4 +1,5 @@
-"""Checks for the exercises of notebook 11: a learner's sliding-window tile count, mask_mod and score_mod builders.
+"""Checks for the exercises of notebook 11: a learner's sliding-window and document-mask tile counts, mask_mod and
+score_mod builders.
 
 Each prints one verdict line for a learner's answer, saying what is wrong and where.
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import tracemalloc
 import types
 import warnings
 
@@ -18,12 +20,24 @@ import torch
 
 from ..attention import attention_reference, flash_attention_numpy
 from ..mask_experiments import flex_reference, window_tile_counts
-from ..masks import KINDS, block_mask, index_arrays
+from ..masks import (
+    KINDS,
+    _tile_kinds,
+    block_mask,
+    document_mask,
+    index_arrays,
+    sliding_window,
+)
 from ..torch_kernels import flash_attention_torch
 from ._seeded import noting_seed
 from ._support import _fresh, _refusal, _settled, _watching
 
-__all__ = ["check_window_tiles", "check_mask_mod", "check_score_mod"]
+__all__ = [
+    "check_window_tiles",
+    "check_mask_mod",
+    "check_score_mod",
+    "check_document_tiles",
+]
 
 
 _FAILED = object()
@@ -638,3 +652,321 @@ def check_score_mod(
     print(
         f"{name}: ✓ passed {len(cases)} cases\n  {_kernels_run()} with it match the reference"
     )
+
+
+# ------------------------------------------------------------ Exercise 4: the tiles of a causal document mask
+
+_SECONDS = 3.0  # a case's time limit: per query block is milliseconds at N = 10^7, per tile is hours
+
+
+def _document_counts(lengths, Br: int, Bc: int, *, mistake: str | None = None) -> tuple:
+    """(empty, partial, full) tiles of causal ∧ documents (documents of `lengths` packed, N = M = their sum).
+
+    Query block i0..i1-1, row i0 in document s..e-1: its rows see the keys s..i1-1, so key blocks s // Bc to
+    (i1 - 1) // Bc are non-empty; with no boundary in its rows (i1 <= e) key block J is full when J·Bc >= s
+    and min((J + 1)·Bc, N) - 1 <= i0. Numpy over query blocks, O(N / Br): N = 10^7 is cheap. `mistake`
+    plants one of the classic mistakes of `_DOCUMENT_MISTAKES`, for the hints.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if mistake == "causal":  # one document: the plain causal mask
+        lengths = lengths.sum(keepdims=True)
+    ends = np.cumsum(lengths)
+    N, nk = int(ends[-1]), -(-int(ends[-1]) // Bc)
+    i0 = np.arange(0, N, Br, dtype=np.int64)
+    i1 = np.minimum(i0 + Br, N)
+    # the document of row i0 (side "left" puts row s_d in document d - 1)
+    side = "left" if mistake == "boundary" else "right"
+    d0 = np.searchsorted(ends, i1 - 1 if mistake == "last_row" else i0, side=side)
+    s, e = ends[d0] - lengths[d0], ends[d0]  # its tokens s .. e - 1
+    computed = (i1 - 1) // Bc - s // Bc + 1
+    first = s // Bc if mistake == "keys_cross" else -(-s // Bc)
+    # the last key block with j1 - 1 <= i0 (the planted ones: j1 <= i1, j1 <= i0, no short block)
+    last = {
+        "diagonal": np.where(i1 < N, i1 // Bc - 1, nk - 1),
+        "strict": i0 // Bc - 1,
+        "short_key": (i0 + 1) // Bc - 1,
+    }.get(mistake, np.where(i0 + 1 < N, (i0 + 1) // Bc - 1, nk - 1))
+    one_doc = np.ones_like(i0, dtype=bool) if mistake == "rows_cross" else i1 <= e
+    full = int(np.where(one_doc, np.maximum(0, last - first + 1), 0).sum())
+    computed = int(computed.sum())
+    return len(i0) * nk - computed, computed - full, full
+
+
+_DOCUMENT_MISTAKES = (
+    (
+        "causal",
+        "these are the counts of the plain causal mask (one document of N tokens): a query sees only the "
+        "keys of its own document, from its first token s to the query itself, so every tile left of "
+        "the document's start is empty",
+    ),
+    (
+        "rows_cross",
+        "yours counts full tiles in a query block that a document boundary crosses: its rows after the "
+        "boundary are in another document and drop every key before it, so a block whose rows span two "
+        "documents has no full tile",
+    ),
+    (
+        "keys_cross",
+        "yours counts as full a tile whose keys a document's first token s falls inside (its keys before "
+        "s belong to the previous document): the first full key block is ceil(s / Bc), not s // Bc",
+    ),
+    (
+        "diagonal",
+        "yours counts the tile on the diagonal as full: a tile is full only when its last key j1 - 1 is at "
+        "or before its FIRST row i0; on the diagonal the first rows do not see the later keys",
+    ),
+    (
+        "strict",
+        "yours misses the full tiles whose last key is the first row's own, j1 - 1 = i0: a query sees "
+        "itself (j <= i), so a key block is full when j1 - 1 <= i0, not j1 <= i0",
+    ),
+    (
+        "boundary",
+        "yours puts the first token of a document in the previous one: document d holds tokens "
+        "s_d ... s_(d+1) - 1, so with ends = cumsum(lengths) the document of row i is the first whose "
+        "end is > i (a block that starts on a boundary starts a new document)",
+    ),
+    (
+        "last_row",
+        "yours takes each query block's document from its LAST row: in a block that a boundary crosses, "
+        "the rows before the boundary see back to their own document's first token (the document of "
+        "row i0), and none of the later document's keys",
+    ),
+    (
+        "short_key",
+        "yours never counts the last, shorter key block as full: it ends at key N - 1, not at (J + 1)·Bc - 1, "
+        "so a query block whose first row is N - 1 sees all of it",
+    ),
+)
+
+
+def _lengths_shown(lengths) -> str:
+    if len(lengths) <= 8:
+        return (
+            "("
+            + ", ".join(str(n) for n in lengths)
+            + ("," if len(lengths) == 1 else "")
+            + ")"
+        )
+    return f"({lengths[0]}, {lengths[1]}, ..., {lengths[-1]}: {len(lengths)} documents)"
+
+
+def _document_hint(got: tuple, lengths, Br: int, Bc: int, passed=()) -> str:
+    """The mistake that gives `got` on this case (of those that also give the right counts on the cases
+    `passed` before it, when one does), or what is wrong with its total."""
+    want = _document_counts(lengths, Br, Bc)
+    if sorted(got) == sorted(want):
+        return "; these are the right three counts in another order: return (empty, partial, full)"
+    found = [
+        (mistake, text)
+        for mistake, text in _DOCUMENT_MISTAKES
+        if got == _document_counts(lengths, Br, Bc, mistake=mistake)
+    ]
+    fits = [
+        text
+        for mistake, text in found
+        if all(
+            _document_counts(*c, mistake=mistake) == _document_counts(*c)
+            for c in passed
+        )
+    ]
+    if fits or found:
+        return f"; {(fits or [t for _, t in found])[0]}"
+    N = int(sum(lengths))
+    tiles = sum(want)
+    if sum(got) != tiles:
+        floors = {
+            (N // Br) * (N // Bc),
+            (N // Br) * -(-N // Bc),
+            -(-N // Br) * (N // Bc),
+        }
+        why = (
+            ": that is a floor, N // Br or N // Bc; the last, shorter block of queries or keys is a "
+            "block too (ceil)"
+            if sum(got) in floors - {tiles}
+            else ""
+        )
+        return (
+            f"; yours add up to {sum(got)} tiles, but there are ceil(N / Br) · ceil(N / Bc) = {tiles} "
+            f"(N = {N}){why}"
+        )
+    return (
+        "; per query block: its non-empty key blocks run from row i0's document start s to its last "
+        "row, s // Bc to (i1 - 1) // Bc; a tile is full when its rows lie in one document and its keys "
+        "run from s or later to i0 at most"
+    )
+
+
+class _TooSlow(
+    BaseException
+):  # not an Exception: an answer's `except Exception` cannot swallow it
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Interrupt the block with `_TooSlow` after `seconds` (SIGALRM, main thread only; elsewhere no limit)."""
+    import signal
+    import threading
+
+    if (
+        not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+
+    def stop(signum, frame):
+        raise _TooSlow
+
+    before = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+
+
+def _counted(name: str, build, case, shown: str, memory: bool = False):
+    """`build(list(lengths), Br, Bc)` watched (lab's answers refused), timed, and with `memory` its peak
+    traced; the three counts as ints, or `_FAILED` after printing why not."""
+    lengths, Br, Bc = case
+    answers = _codes(
+        (block_mask, _tile_kinds, document_mask, window_tile_counts, sliding_window)
+    )
+    if memory and (started := not tracemalloc.is_tracing()):
+        tracemalloc.start()
+    try:
+        if memory:
+            tracemalloc.reset_peak()
+            base = tracemalloc.get_traced_memory()[0]
+        with _time_limit(_SECONDS), _watching_codes(answers) as seen:
+            got = _settled(build(list(lengths), Br, Bc))
+        peak = tracemalloc.get_traced_memory()[1] - base if memory else 0
+    except NotImplementedError:
+        print(
+            f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
+        )
+        return _FAILED
+    except _TooSlow:
+        N = int(sum(lengths))
+        tiles = -(-N // Br) * -(-N // Bc)
+        print(
+            f"{name}: ✗ {shown}: still running after {_SECONDS:g} s: count per query block "
+            f"({-(-N // Br):,} of them here), not per tile ({tiles:,}) nor per token"
+        )
+        return _FAILED
+    except Exception as exc:  # a learner's bug: report it, do not stop the notebook
+        print(f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}")
+        return _FAILED
+    finally:
+        if memory and started:
+            tracemalloc.stop()
+    if seen:
+        lab_mask = seen[0].startswith("lab.") and not seen[0].startswith("lab.checks.")
+        why = (
+            f"it calls {seen[0]}: this exercise counts the tiles from the document boundaries, "
+            "without lab's masks or block masks, so write it yourself"
+            if lab_mask
+            else _refusal(seen[0])
+        )
+        print(f"{name}: ✗ {shown}: {why}")
+        return _FAILED
+    if peak >= Br * Bc // 4:
+        print(
+            f"{name}: ✗ {shown}: your function held {peak / 2**20:.2f} MiB at its peak, and one tile of "
+            f"booleans is {Br * Bc / 2**20:.2f} MiB: count from the document boundaries, without "
+            "evaluating the mask on a tile or on the N × M grid"
+        )
+        return _FAILED
+    if not isinstance(got, (tuple, list, np.ndarray)) or len(got) != 3:
+        print(
+            f"{name}: ✗ {shown}: returned {got!r}, not three counts (empty, partial, full)"
+        )
+        return _FAILED
+    if not all(float(x).is_integer() for x in np.ravel(got)):
+        print(
+            f"{name}: ✗ {shown}: returned {tuple(got)!r}: the counts are whole numbers of tiles"
+        )
+        return _FAILED
+    return tuple(int(x) for x in np.ravel(got))
+
+
+def _document_drawn(rng, fresh: int) -> list:
+    """`fresh` short cases (boundaries on block edges, one-token documents, many in a block) and a long one."""
+    drawn = []
+    for _ in range(fresh):
+        Br, Bc = (int(rng.choice([7, 16, 24, 25, 32, 48, 64])) for _ in range(2))
+        kinds = rng.integers(0, 3, size=int(rng.integers(1, 9)))
+        sizes = {0: lambda: rng.integers(1, 4), 1: lambda: Br * rng.integers(1, 4)}
+        lengths = [int(sizes.get(k, lambda: rng.integers(1, 300))()) for k in kinds]
+        drawn.append((tuple(lengths), Br, Bc))
+    if fresh:  # N from 10^6 to 10^7, in up to 2,000 documents
+        N = int(rng.integers(10**6, 10**7))
+        cuts = np.unique(rng.integers(1, N, size=int(rng.integers(0, 2000))))
+        lengths = np.diff(np.concatenate([[0], cuts, [N]]))
+        drawn.append(
+            (tuple(int(n) for n in lengths), 128, int(rng.choice([64, 128, 256])))
+        )
+    return drawn
+
+
+# a tile of a mebibyte of booleans and, of about 50,000 tokens, 10^7 tiles of 16 × 16: what an answer that
+# evaluates the mask, or counts tile by tile, cannot pass
+_MEMORY_CASE = ((1000, 1, 999, 1000), 1024, 1024)
+_SPEED_CASE = ((20000, 1, 29999), 16, 16)
+
+
+def check_document_tiles(
+    build, cases, *, name: str | None = None, fresh: int = 4, seed: int | None = None
+) -> None:
+    """Check `build(lengths, Br, Bc)`, the (empty, partial, full) tiles of a causal document mask, and print one verdict.
+
+    Documents of `lengths` packed one after another (N = M = sum(lengths)); query i sees key j when both lie in
+    one document and j <= i. The reference counts from the boundaries (`_document_counts`). After `cases`, `fresh`
+    cases drawn afresh each run (`seed` draws the same again), the last with N from 10^6 to 10^7; before the
+    cases of over 10^5 tokens, one whose tile of booleans is a mebibyte (the memory held must stay under a quarter
+    of it) and one of 10^7 tiles; every case within 3 s. Refused: lab.block_mask, lab.document_mask and lab's
+    window count. A wrong count names the case, yours against the expected, and the classic mistake it matches.
+    Taught in: notebooks/11_masks_and_score_mods.ipynb
+    """
+    name = name or getattr(build, "__name__", "<lambda>")
+    name = "document_tiles" if name.startswith("<") else name
+    rng, seed = _fresh(seed)
+    given = [(tuple(int(n) for n in c[0]), int(c[1]), int(c[2])) for c in cases]
+    every = given + _document_drawn(rng, fresh)
+    short = [c for c in every if sum(c[0]) <= 10**5]
+    long = [c for c in every if sum(c[0]) > 10**5]
+    with noting_seed(seed if fresh else None):
+        order = short + [_MEMORY_CASE, _SPEED_CASE] + long
+        for case in order:
+            lengths, Br, Bc = case
+            n = every.index(case) if case in every else None
+            label = (
+                f"case {n}"
+                if n is not None
+                else "the memory case"
+                if case is _MEMORY_CASE
+                else "the speed case"
+            )
+            shown = f"{label} {name}({_lengths_shown(lengths)}, Br={Br}, Bc={Bc}), N = {sum(lengths):,}"
+            got = _counted(name, build, case, shown, memory=case is _MEMORY_CASE)
+            if got is _FAILED:
+                return
+            want = _document_counts(lengths, Br, Bc)
+            if got != want:
+                print(
+                    f"{name}: ✗ {shown}: yours (empty, partial, full) = {got}, expected {want}"
+                    f"{_document_hint(got, lengths, Br, Bc, order[: order.index(case)])}"
+                )
+                return
+        lengths, Br, Bc = given[0] if given else every[0]
+        e, p, f = _document_counts(lengths, Br, Bc)
+        ce, cp, cf = _document_counts(lengths, Br, Bc, mistake="causal")
+        print(
+            f"{name}: ✓ passed {len(every)} cases\n  case 0, {_lengths_shown(lengths)} in tiles of "
+            f"{Br} × {Bc}: {e} empty, {p} partial, {f} full (plain causal: {ce}, {cp}, {cf})\n"
+            "  counted from the boundaries: no array of a tile's size; "
+            f"N = {max(sum(c[0]) for c in every):,} within {_SECONDS:g} s"
+        )

@@ -648,6 +648,20 @@ PLANTED = {
             """,
             ["calls lab.attention_traffic"],
         ),
+        (
+            "read off lab's recorder of standard attention's traffic",
+            """
+            from lab.tiling import standard_traffic as traffic
+            def hbm_bytes(N, M, d, dv, itemsize):
+                r, w = traffic(N, M, d=d, dv=dv, itemsize=itemsize).read_by, None
+                w = traffic(N, M, d=d, dv=dv, itemsize=itemsize).write_by
+                s = r["q"] + r["k"] + w["s"]
+                p = r["s"] + w["p"]
+                o = r["p"] + r["v"] + w["o"]
+                return s, p, o, r["q"] + r["k"] + r["v"] + w["o"]
+            """,
+            ["calls lab.standard_traffic"],
+        ),
     ],
 }
 

@@ -1017,7 +1017,7 @@ def check_hbm_bytes(fn, *, seed: int | None = None) -> None:
         rtol=0,
         atol=0,
         seed=seed,
-        properties=[_own_work("attention_traffic")],
+        properties=[_own_work("attention_traffic", "standard_traffic")],
         hint=hint,
     )
 

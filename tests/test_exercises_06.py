@@ -1516,6 +1516,12 @@ def test_keys_outer_a_missing_old_factor_and_a_dropped_last_block_are_named(
     _fails("keys_outer", _keys_outer({old: new}), says)
 
 
+def test_keys_outer_an_inverted_old_factor_is_told_where_its_nan_comes_from():
+    old = "a, b = np.exp(m_old - m_new), np.exp(m_tile - m_new)"
+    new = "a, b = np.exp(m_new - m_old), np.exp(m_tile - m_new)"
+    _fails("keys_outer", _keys_outer({old: new}), "NaN in O", "e^(m - m') <= 1")
+
+
 def test_keys_outer_a_division_after_the_loop_is_named():
     src = _keys_outer(
         {

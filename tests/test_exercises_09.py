@@ -1332,6 +1332,12 @@ def test_check_delta_takes_float32_cases_at_float32_s_rounding(body, capsys):
     assert capsys.readouterr().out == "delta: ✓ passed 1 cases\n"
 
 
+def test_check_delta_with_no_cases_is_no_pass(capsys):
+    check_delta(lambda o, do: o.sum(axis=-1), [], name="delta")
+    out = capsys.readouterr().out
+    assert "✗ no cases given" in out and "✓" not in out
+
+
 UNTILED_TORCH = """
 import torch
 def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):

@@ -1048,6 +1048,10 @@ def check_delta(fn, cases, *, name: str | None = None) -> None:
     A keepdims slip or a sum over the wrong axis is a "shape"; rowsum(dO) is named; running `lab.backward_delta` (by
     any name) is refused. Taught in: notebooks/09_backward.ipynb
     """
+    if not list(cases):
+        shown = name or getattr(fn, "__name__", "your function")
+        print(f"{shown}: ✗ no cases given: pass at least one (o, dO) pair")
+        return
     check(
         fn,
         backward_delta,

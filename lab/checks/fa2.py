@@ -1653,6 +1653,12 @@ def _keys_outer_hint(log, got, q, k, v, Br: int, Bc: int) -> str | None:
             "your m is the last key block's own max m~: m' = max(m, m~) keeps the largest score of every "
             "key block so far, and O and l are against it"
         )
+    if np.isnan(np.asarray(got_O, dtype=float)).any():
+        return (
+            "NaN in O: at the first key block m = -inf, so a factor e^(m' - m) is inf, and inf · 0 "
+            "(l = 0, O = 0 there) is NaN. The old state moves to the larger max by e^(m - m') <= 1, "
+            "0 at the first block"
+        )
     flat = np.asarray(got_m, dtype=float)
     if flat.size and np.all(flat == flat.flat[0]) and flat.flat[0] in (0.0, -np.inf):
         return (

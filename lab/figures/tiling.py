@@ -609,7 +609,7 @@ def draw_hbm_traffic(
     left.set(
         xlabel="sequence length N (= M keys)",
         ylabel="bytes requested, MB (one head)",
-        title=f"against N: d={d}, {itemsize}-byte inputs, both tiled at {block_q} × {block_k}"
+        title=f"against N: d={d}, {itemsize}-byte inputs,\nboth tiled at {block_q} × {block_k}"
         + (", causal" if causal else ""),
     )
     left.legend(fontsize=10)
@@ -650,7 +650,7 @@ def draw_hbm_traffic(
     right.set(
         xlabel=f"SRAM size, KiB (M_sram: these bytes ÷ {itemsize}, in elements)",
         ylabel="bytes requested, MB",
-        title=f"against SRAM: N={N:,}, d={d}; fa1 at Algorithm 1's blocks"
+        title=f"against SRAM: N={N:,}, d={d};\nfa1 at Algorithm 1's blocks"
         + (", causal" if causal else ""),
     )
     right.legend(fontsize=10)

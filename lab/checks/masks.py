@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-import tracemalloc
 import types
 import warnings
 
@@ -28,6 +27,7 @@ from ..masks import (
     index_arrays,
     sliding_window,
 )
+from ..memory import peak_bytes
 from ..torch_kernels import flash_attention_torch
 from ._seeded import noting_seed
 from ._support import _fresh, _refusal, _settled, _watching
@@ -835,15 +835,13 @@ def _counted(name: str, build, case, shown: str, memory: bool = False):
     answers = _codes(
         (block_mask, _tile_kinds, document_mask, window_tile_counts, sliding_window)
     )
-    if memory and (started := not tracemalloc.is_tracing()):
-        tracemalloc.start()
+
+    def run():
+        return _settled(build(list(lengths), Br, Bc))
+
     try:
-        if memory:
-            tracemalloc.reset_peak()
-            base = tracemalloc.get_traced_memory()[0]
         with _time_limit(_SECONDS), _watching_codes(answers) as seen:
-            got = _settled(build(list(lengths), Br, Bc))
-        peak = tracemalloc.get_traced_memory()[1] - base if memory else 0
+            peak, got = peak_bytes(run) if memory else (0, run())
     except NotImplementedError:
         print(
             f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
@@ -860,9 +858,6 @@ def _counted(name: str, build, case, shown: str, memory: bool = False):
     except Exception as exc:  # a learner's bug: report it, do not stop the notebook
         print(f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}")
         return _FAILED
-    finally:
-        if memory and started:
-            tracemalloc.stop()
     if seen:
         lab_mask = seen[0].startswith("lab.") and not seen[0].startswith("lab.checks.")
         why = (

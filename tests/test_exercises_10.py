@@ -1584,7 +1584,7 @@ def test_passing_lines_are_fixed_text(capsys):
         "cache_per_token: ✓ passed 9 cases",
         "intensity: ✓ passed 5 cases",
         "crossing_group: ✓ passed 5 cases",
-        "split_steps: ✓ passed 6 cases",
+        "split_steps: ✓ passed 7 cases",
         "best_splits: ✓ passed 8 cases",
         "paged_decode: ✓ passed 8 sequences on scattered pages: stale slots masked, no copy of the cache",
         "split_decode: ✓ passed 8 cases: uneven, empty chunks, G to 16, huge scores; "
@@ -1872,6 +1872,13 @@ _SS = (
             "the chunk rounded down",
         ),
         ("    return w * (c + 2) if splits > 1 else w * T\n", "not one per wave"),
+        ("    return w * (c + 1) if splits > 1 else w * T\n", "the merge is missing"),
+        (
+            "    T = M // 128\n"
+            "    c = -(-T // splits)\n"
+            "    return w * (c + 1) + 1 if splits > 1 else w * T\n",
+            "the partial last key block is dropped",
+        ),
     ],
 )
 def test_split_steps_names_each_planted_mistake(capsys, body, says):
@@ -1891,3 +1898,27 @@ def test_split_steps_refuses_the_oracle(capsys):
         )["steps"]
     )
     assert "lab.decode_schedule" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_split_steps_catches_a_dropped_last_block_on_every_draw(capsys, seed):
+    """T_c = M // 128 fails on every run, not only on some draws."""
+    ns = {}
+    exec(
+        _SS.replace("T = -(-M // 128)", "T = M // 128")
+        + "    return w * (c + 1) + 1 if splits > 1 else w * T\n",
+        ns,
+    )
+    checks.check_split_steps(ns["split_steps"], seed=seed)
+    out = capsys.readouterr().out
+    assert "✗" in out and "partial last key block" in out, out
+
+
+def test_split_steps_names_both_mistakes_that_give_one_count():
+    """61 key blocks in 6 chunks, one wave: no merge (1 · 12) and the chunk rounded down (1 · 11 + 1)
+    give the same 12 steps, so the hint names both rather than blaming one."""
+    case = (128 * 61, 1, 8, 264, 6)
+    got = checks._model_steps(*case, merge=False)
+    assert got == checks._model_steps(*case, up=(True, False)) == 12
+    hint = checks._split_steps_hint(case, got, checks._model_steps(*case))
+    assert "the merge is missing" in hint and "the chunk rounded down" in hint, hint

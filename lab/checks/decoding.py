@@ -646,22 +646,28 @@ def _model_steps(
     floor_keys=False,
     one=False,
     merge_each_wave=False,
+    merge=True,
+    last_block=True,
 ):
     """The model's steps, or a known mistake's: `write=0` drops the partials and the merge, `up` says
     whether the waves and the chunk round up (or down); `floor_keys` cuts chunks of ⌊M / s⌋ keys (the
     tail of M mod s keys in none), each then rounded up to whole key blocks; `one` charges the partials
-    and the merge at 1 split too; `merge_each_wave` charges the merge once per wave."""
+    and the merge at 1 split too; `merge_each_wave` charges the merge once per wave; `merge=False`
+    keeps the partials but drops the merge; `last_block=False` counts T_c = ⌊M / 128⌋, the partial
+    last key block dropped."""
 
     def rnd(a, b, u):
         return -(-a // b) if u else max(a // b, 1)
 
-    blocks = -(-M // 128)
+    blocks = -(-M // 128) if last_block else max(M // 128, 1)
     waves, chunk = rnd(B * H * min(s, M), P, up[0]), rnd(blocks, s, up[1])
     if floor_keys:
         chunk = max(-(-(M // s) // 128), 1)
     if merge_each_wave and s > 1:
         return waves * (chunk + 2 * write)
-    return waves * (chunk + write) + write if s > 1 or one else waves * chunk
+    if s > 1 or one:
+        return waves * (chunk + write) + (write if merge else 0)
+    return waves * chunk
 
 
 def _search(M, B, H, P, top=None, **kw):
@@ -1381,13 +1387,19 @@ def _split_decode_cases(split_decode, decode_chunk, name, seed) -> None:
 
 def _split_steps_cases(rng):
     """Kinds in a fixed order, values drawn: 1 split, a count in one wave, a spill into a second wave,
-    a partial last key block, a batch; then section 2's table row (32 splits on 264 slots)."""
+    s chunks of c key blocks and one partial block more (the chunk then holds c + 1), a partial last
+    key block at 1 split, a batch; then section 2's table row (32 splits on 264 slots)."""
     blocks = int(rng.integers(200, 400))
+    s, c = (
+        int(rng.integers(3, 28)),
+        int(rng.integers(8, 15)),
+    )  # s chunks of c blocks, one more key
     return [
         (128 * blocks, 1, 8, 264, 1),
         (128 * blocks, 1, 8, 264, int(rng.integers(2, 33))),
         (128 * blocks, 1, 8, 264, int(rng.integers(34, 66))),
-        (128 * blocks - int(rng.integers(1, 100)), 1, 8, 228, int(rng.integers(3, 28))),
+        (128 * s * c + int(rng.integers(1, 128)), 1, 8, 228, s),
+        (128 * blocks - int(rng.integers(1, 128)), 1, 8, 264, 1),
         (128 * blocks, int(rng.integers(2, 9)), 8, 264, int(rng.integers(2, 40))),
         (32768, 1, 8, 264, 32),
     ]
@@ -1400,6 +1412,16 @@ def _split_steps_hint(case, got, want):
             _model_steps(M, B, H, P, s, write=0),
             "the partials and the merge are missing: "
             "with splits > 1 each wave spends one step writing its partials, and the merge one more",
+        ),
+        (
+            _model_steps(M, B, H, P, s, merge=False),
+            "the merge is missing: after the last wave one small launch merges the partials, "
+            "one step",
+        ),
+        (
+            _model_steps(M, B, H, P, s, last_block=False),
+            "the partial last key block is dropped: T_c = ⌈M / 128⌉, and a partial block "
+            "costs a whole step",
         ),
         (
             _model_steps(M, B, H, P, s, one=True),
@@ -1426,17 +1448,20 @@ def _split_steps_hint(case, got, want):
             "each sequence of the batch brings its own work items",
         ),
     ]
-    for value, hint in named:
-        if value == got and value != want:
-            return hint
+    fits = [hint for value, hint in named if value == got and value != want]
+    if len(fits) == 1:
+        return fits[0]
+    if fits:  # two mistakes give the same count here: name both
+        return "one of these (both give this count here): " + "; or ".join(fits)
     return "count the waves, the longest chunk in key blocks, the partials, the merge"
 
 
 def check_split_steps(fn, *, name: str | None = None, seed: int | None = None) -> None:
     """Check `fn(M, batch, heads, slots, splits)` -> the steps of one decoding step in section 2's model; print one verdict.
 
-    Hints for the partials or the merge left out, partials charged at 1 split, the waves or the chunk
-    rounded down, the merge charged per wave, the batch forgotten. Cases drawn afresh on each run;
+    Hints for the partials or the merge left out, the merge alone left out, the partial last key block
+    dropped, partials charged at 1 split, the waves or the chunk rounded down, the merge charged per
+    wave, the batch forgotten (both named where two give the same count). Cases drawn afresh on each run;
     `lab.decode_schedule` (by any name) is refused. Taught in: notebooks/10_decoding.ipynb
     """
     rng, seed = _fresh(seed)

@@ -38,7 +38,7 @@ def decode_splits(M: int = 32768, splits: int = 8) -> ipywidgets.interactive:
             continuous_update=False,
         ),
         splits=ipywidgets.SelectionSlider(
-            options=[1, 2, 4, 8, 12, 15, 16, 17, 18, 24, 29, 32, 33, 64, 128, 255, 256],
+            options=[1, 2, 4, 8, 16, 17, 24, 28, 29, 32, 33, 34, 64, 128, 255, 256],
             value=splits,
             description="splits",
             continuous_update=False,

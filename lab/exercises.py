@@ -36,6 +36,7 @@ def check(
     properties=(),
     seed: int | None = None,
     tolerance=None,
+    labels=None,
 ) -> None:
     """Call `fn(*case)` and `reference(*case)` for every case; print one line when all agree, a diagnosis when not.
 
@@ -45,7 +46,7 @@ def check(
     values agree; a property with a `run(fn, case)` gives the value too, e.g. one that watches what `fn` calls). `hint`: a string, or `hint(case, got, want) -> None | str`, printed under a failure. `seed`: the
     seed the cases were drawn with, named under a failure so that the same cases can be asked again.
     `tolerance`: `tolerance(case) -> (rtol, atol)`, a case's own in place of `rtol`, `atol` (float32 cases
-    among float64 ones).
+    among float64 ones). `labels`: the arguments' names, shown in a failing case (`N=40, M=96`).
     """
     name = name or getattr(fn, "__name__", "your function")
     run = next((p.run for p in properties if hasattr(p, "run")), None)
@@ -59,7 +60,7 @@ def check(
             return
         except Exception as exc:  # a learner's bug: report it, do not stop the notebook
             print(
-                f"{name}: ✗ case {i} {describe_case(case)} raised {type(exc).__name__}: {exc}{raised_at(exc)}"
+                f"{name}: ✗ case {i} {describe_case(case, labels=labels)} raised {type(exc).__name__}: {exc}{raised_at(exc)}"
             )
             print(seed_note(seed), end="")
             return
@@ -71,7 +72,7 @@ def check(
                 (p for p in (prop(fn, case, got) for prop in properties) if p), None
             )
         if problem is not None:
-            print(f"{name}: ✗ case {i} {describe_case(case)}: {problem}")
+            print(f"{name}: ✗ case {i} {describe_case(case, labels=labels)}: {problem}")
             text = hint(case, got, want) if callable(hint) else hint
             if text:
                 print(f"  hint: {text}")
@@ -119,9 +120,12 @@ def raised_at(exc: BaseException) -> str:
     return ""
 
 
-def describe_case(case, small: int = 8) -> str:
-    """The arguments of a case in a few words: numbers as they are, arrays with at most `small` values shown, larger ones by shape and dtype."""
-    return "(" + ", ".join(_describe(a, small) for a in case) + ")"
+def describe_case(case, small: int = 8, labels=None) -> str:
+    """The arguments of a case in a few words: numbers as they are, arrays with at most `small` values shown, larger ones by shape and dtype; each named when `labels` gives the names."""
+    parts = [_describe(a, small) for a in case]
+    if labels:
+        parts = [f"{n}={p}" for n, p in zip(labels, parts)]
+    return "(" + ", ".join(parts) + ")"
 
 
 def _describe(a, small: int) -> str:

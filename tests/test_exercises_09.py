@@ -1442,6 +1442,14 @@ def test_the_atomic_numbers_are_drawn_afresh_and_refuse_the_checks_reference(cap
     assert "lab's own answer" in capsys.readouterr().out
 
 
+def test_a_wrong_atomic_count_names_each_argument_of_its_case(capsys):
+    check_atomic_numbers(lambda N, M, d, dv: (M * d + M * dv, N * d), seed=0)
+    out = capsys.readouterr().out
+    assert (
+        "✗ case 0 (N=" in out and ", M=" in out and ", d=" in out and ", dv=" in out
+    ), out
+
+
 # ------------------------------------------------------------------------------------ the causal tiles skipped
 
 NO_SKIP = replace_code(

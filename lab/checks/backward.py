@@ -1657,6 +1657,7 @@ def check_atomic_numbers(
         rtol=0,
         atol=0,
         names=("key_outer", "query_outer"),
+        labels=("N", "M", "d", "dv"),
         hint=_hint(_ATOMIC_MISTAKES, default, fn=fn, cases=drawn),
         properties=(_own_work(),),
         seed=seed,

@@ -62,6 +62,10 @@ def test_the_worked_block_quantizer_and_a_written_one_pass():
             ["per tensor", "`rows` consecutive rows"],
         ),
         (dict(amax="np.abs(g).max(axis=-1, keepdims=True)"), ["a scale per row"]),
+        (
+            dict(amax="np.abs(g).max(keepdims=True)"),
+            ["shared by every matrix", "a head"],
+        ),
         (dict(amax="g.max(axis=(-1, -2), keepdims=True)"), ["max x, not max |x|"]),
         (dict(ret='lab.round_to(g * s, "fp8_e4m3")'), ["still scaled", "divide by s"]),
         (dict(guard="amax"), ["group of zeros gave NaN", "s = 1"]),
@@ -71,6 +75,7 @@ def test_the_worked_block_quantizer_and_a_written_one_pass():
     ids=[
         "per tensor",
         "per row",
+        "across heads",
         "max not abs",
         "not undone",
         "no guard",

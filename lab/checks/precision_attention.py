@@ -336,17 +336,28 @@ def _e4m3(x, variant="fn") -> np.ndarray:
 
 
 def _groups_scaled(
-    x, rows, *, absolute=True, undo=True, guard=True, top=448.0, cast="fn"
+    x,
+    rows,
+    *,
+    absolute=True,
+    undo=True,
+    guard=True,
+    top=448.0,
+    cast="fn",
+    per_matrix=True,
 ) -> np.ndarray:
     """A planted variant of the block quantizer: `absolute=False` scales by max x (not max |x|), `undo=False`
     returns fl(x·s) without dividing by s, `guard=False` divides by a group's max even when it is 0, `top`
-    maps max |x| onto another value than e4m3's largest, 448; `cast` is the rounding (`_e4m3`)."""
+    maps max |x| onto another value than e4m3's largest, 448; `cast` is the rounding (`_e4m3`);
+    `per_matrix=False` shares each group's scale across the leading axes (the heads)."""
     x = np.asarray(x, np.float32)
     out = np.empty_like(x)
     with np.errstate(all="ignore"):
         for r0 in range(0, x.shape[-2], rows):
             g = x[..., r0 : r0 + rows, :]
             amax = (np.abs(g) if absolute else g).max(axis=(-1, -2), keepdims=True)
+            if not per_matrix:  # one scale per group, shared by every matrix (head)
+                amax = amax.max(axis=tuple(range(g.ndim - 2)), keepdims=True)
             if guard:
                 amax = np.where(amax > 0, amax, np.float32(1))
             s = np.float32(top) / amax
@@ -359,6 +370,9 @@ _BLOCK_MISTAKES = {
     "per tensor": "one scale for the whole matrix (per tensor): a group is `rows` consecutive rows, each "
     "with its own scale 448 / max|x| over the group",
     "per row": "a scale per row: a group is `rows` consecutive rows sharing one scale",
+    "across heads": "one scale per group shared by every matrix: x (…, N, d) holds one matrix per "
+    "leading index (a head), and each matrix's groups have their own scale: take max|x| over the "
+    "group's rows and columns only (axis=(-1, -2))",
     "max not abs": "the scale uses max x, not max |x|: in a group whose largest entry is negative, "
     "x·s passes ±448 and e4m3 has no room above 448",
     "max not abs, saturated": "the scale uses max x, not max |x|: in a group whose largest entry is "
@@ -413,8 +427,8 @@ def check_block_fp8(fn, *, name: str | None = None, seed: int | None = None) -> 
     """Check `fn(x, rows)`, FlashAttention-3's block quantization: fl_e4m3(x·s)/s with one s = 448/max|x| per
     group of `rows` consecutive rows (the last may be shorter, a group of zeros keeps s = 1); print one verdict.
 
-    Cases drawn fresh each run on outlier inputs; names the classic mistakes (one scale per tensor or per row,
-    max x for max |x|, the scale not undone, no guard for a group of zeros, e4m3fnuz for e4m3) and refuses
+    Cases drawn fresh each run on outlier inputs; names the classic mistakes (one scale per tensor or per row
+    or shared across the heads, max x for max |x|, the scale not undone, no guard for a group of zeros, e4m3fnuz for e4m3) and refuses
     `lab.quantize_fp8`. The rounding itself is not the exercise: `lab.round_to`, ml_dtypes'
     `float8_e4m3fn` and torch's `.to(torch.float8_e4m3fn)` are the same rounding to nearest even to the
     same format (they differ only past 448, which a right scale never reaches), so each is accepted.
@@ -439,6 +453,7 @@ def check_block_fp8(fn, *, name: str | None = None, seed: int | None = None) -> 
         planted = {
             "per tensor": quantize_fp8(x),
             "per row": quantize_fp8(x, 1),
+            "across heads": _groups_scaled(x, rows, per_matrix=False),
             "max not abs": _groups_scaled(x, rows, absolute=False),
             "max not abs, saturated": _groups_scaled(
                 x, rows, absolute=False, cast="saturated"

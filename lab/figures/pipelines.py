@@ -31,7 +31,7 @@ PIPELINES = (
         (
             "e4m3, 64-row scales",
             "FP32 (m, l too)",
-            "e4m3 (256·e^(S-m) ≤ 256)",
+            "e4m3 (256·P ≤ 256)",
             "FP32",
             "FP16",
         ),

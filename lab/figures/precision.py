@@ -456,7 +456,7 @@ def draw_real_vs_gaussian(results: dict) -> dict:
     a2.set(
         yscale="log",
         ylabel="RMSE / RMS of o",
-        title="Experiment 4b: standard vs tiled (FP8 unscaled), relative",
+        title="Experiment 4b: standard vs tiled, FP16 and unscaled FP8",
     )
     a1.legend(fontsize=9)
     a2.legend(fontsize=9)

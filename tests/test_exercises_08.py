@@ -328,6 +328,25 @@ def test_warmup_calls_check_draws_fresh_cases_and_refuses_a_table():
     assert_fails(out, "seed")
 
 
+@pytest.mark.parametrize("helper", ["_calls_reference", "_lingers"])
+def test_warmup_calls_refuses_the_checks_own_answer(helper):
+    body = {
+        "_calls_reference": "    return answer(cold, warm, tolerance)\n",
+        "_lingers": (
+            "    n = 1\n"
+            "    while answer(cold, warm, tolerance, n):\n"
+            "        n += 1\n"
+            "    return n\n"
+        ),
+    }[helper]
+    out = run_check(
+        EX[3],
+        f"from lab.checks.measuring import {helper} as answer\n\n"
+        "def calls_until_warm(cold, warm, tolerance):\n" + body,
+    )
+    assert_fails(out, f"lab.checks.measuring.{helper}")
+
+
 def test_warmup_reference_is_the_fewest_calls():
     from lab.checks.measuring import _calls_reference, _lingers
 
@@ -413,7 +432,17 @@ HARNESS_MISTAKES = {
     for _ in range(rounds):
         t_a.append(measure(a)); t_b.append(measure(b))
     return float(np.median(t_a) / np.median(t_b))""",
-        ("measured cold, with no warm-up", "call (or measure) each candidate"),
+        (
+            "measured cold, the first measurement before any call",
+            "call (or measure) each",
+        ),
+    ),
+    "first round dropped as the warm-up": (
+        """    t_a, t_b = [], []
+    for _ in range(rounds):
+        t_a.append(measure(a)); t_b.append(measure(b))
+    return float(np.median(t_a[1:]) / np.median(t_b[1:]))""",
+        ("measured cold", "a first round dropped as the warm-up leaves only 4"),
     ),
     "always a first": (
         """    a(); b()

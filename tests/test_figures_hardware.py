@@ -106,6 +106,7 @@ def test_loop_overhead_slider_updates_its_result():
     assert (r["block"], r["block_k"], r["steps"]) == (256, 512, 16 * 8)
     controls = {c.description: c for c in w.children[:-1]}
     assert set(controls) == {"N", "Br", "Bc", "µs per op"}
+    assert max(controls["Br"].options) <= min(controls["N"].options)  # Br never past N
     controls["Bc"].value = 1
     controls["Br"].value = 64
     assert w.result["steps"] == 64**2 and w.result["overhead_ms"] > 0

@@ -506,6 +506,12 @@ def test_notebook_verdict_helpers():
     busy2["loop, 2 threads"] = [3.0]
     text = thread_verdicts(quiet2, ["loop", "sdpa"], 2, load=0.5, busy=busy2)
     assert "hurt more by the busy cores: ‹loop›" in text
+    busy2["loop, 2 threads"] = [1.02]  # the loop's ratio held at 0.51, sdpa's rose 80 %
+    text = thread_verdicts(quiet2, ["loop", "sdpa"], 2, load=0.5, busy=busy2)
+    assert "hurt more by the busy cores: ‹sdpa›" in text
+    busy2["sdpa, 2 threads"] = [1.04]  # sdpa's rose 4 %: within the noise
+    text = thread_verdicts(quiet2, ["loop", "sdpa"], 2, load=0.5, busy=busy2)
+    assert "hurt more by the busy cores: ‹neither (within 5%)›" in text
     row = lambda k, N, ms: dict(kernel=k, N=N, ms=ms, spread=0.1)  # noqa: E731
     rows = [row("tiled", 256, 1.0), row("std", 256, 2.0), row("tiled", 512, 3.0)]
     text = tiled_verdicts(rows, [("tiled", "std")])

@@ -10,6 +10,7 @@
   round, a mean, one round's ratio. lab's own harness (`lab.time_interleaved`, `lab.time_rounds`) is refused.
 - `check_warmup_calls(fn)` : `fn(cold, warm, tolerance)`, the fewest calls n ≥ 1 whose mean, one cold first call
   and n − 1 warm ones, is at most (1 + tolerance)·warm: how long a first call lingers in a mean without warm-up.
+  The check's own answer (`_calls_reference`, `_lingers`) is refused.
 
 Taught in: notebooks/08_hardware_runs.ipynb
 """
@@ -20,7 +21,7 @@ import math
 
 import numpy as np
 
-from ._support import _fresh, watch_course
+from ._support import _fresh, _refusal, _watching, watch_course
 
 _COLD = 20.0  # a cold first call, this many times the warm one
 _LOAD = 3.0  # other programs on every core: this many times slower
@@ -197,8 +198,10 @@ def _problem(got, want, machine, rounds, hint) -> str | None:
     cold = [n for n in machine.cold_measured() if machine.measured(n) == rounds]
     if cold:
         return (
-            f"{' and '.join(cold)}: measured cold, with no warm-up; call (or measure) each candidate "
-            "once before the rounds and drop that time (the first call pays for what later calls reuse)"
+            f"{' and '.join(cold)}: measured cold, the first measurement before any call; call (or "
+            f"measure) each candidate once before the {rounds} rounds and drop that time (the first call "
+            f"pays for what later calls reuse); a first round dropped as the warm-up leaves only "
+            f"{rounds - 1}"
         )
     if math.isclose(got, want, rel_tol=0.02):
         return None
@@ -292,6 +295,13 @@ def _calls_reference(cold, warm, tolerance) -> int:
     return n
 
 
+# the check's own answer, refused by any route (`lab.checks.measuring._calls_reference`, an alias, its loop's test)
+_OWN_ANSWER = {
+    f.__code__: f"lab.checks.measuring.{f.__name__}"
+    for f in (_calls_reference, _lingers)
+}
+
+
 def _warmup_cases(rng):
     """(cold, warm, tolerance): a first call about 25x at 5 %, one already within tolerance, one no slower than warm,
     and fresh draws whose answer is not near a rounding boundary."""
@@ -318,7 +328,8 @@ def check_warmup_calls(fn, *, seed: int | None = None) -> None:
     for i, (cold, warm, tolerance) in enumerate(cases):
         shown = f"case {i} (cold = {cold:g} s, warm = {warm:g} s, tolerance = {tolerance:g})"
         try:
-            got = fn(cold, warm, tolerance)
+            with _watching(also=_OWN_ANSWER) as used:
+                got = fn(cold, warm, tolerance)
         except NotImplementedError:
             print(
                 f"{name}: not implemented yet (fill in the stub above, then run this cell again)"
@@ -326,6 +337,9 @@ def check_warmup_calls(fn, *, seed: int | None = None) -> None:
             return
         except Exception as exc:  # a learner's bug: report it, do not stop the notebook
             print(f"{name}: ✗ {shown} raised {type(exc).__name__}: {exc}")
+            return
+        if used:
+            print(f"{name}: ✗ {shown}: {_refusal(used)}")
             return
         want = _calls_reference(cold, warm, tolerance)
         problem = _warmup_problem(got, want, cold, warm, tolerance)

@@ -221,12 +221,19 @@ def step_op_lines(step) -> str:
 
 
 def thread_verdicts(
-    quiet: dict, names, cores: int, load: float, *, busy: dict | None = None
+    quiet: dict,
+    names,
+    cores: int,
+    load: float,
+    *,
+    busy: dict | None = None,
+    noise: float = 0.05,
 ) -> str:
     """Whether every core beat one thread in `quiet` (`time_rounds` of `at_threads`), per kernel, by the medians;
     with `busy` (the same, timed under `other_programs`), which kernel's many-thread ratio the busy cores raised
-    more; and whether the 1-minute `load`, read just before the quiet run, already exceeded the cores. The
-    verdicts are masked: they vary by machine."""
+    more (rise = busy ratio / quiet ratio), or neither when the rises differ by less than `noise`; and whether
+    the 1-minute `load`, read just before the quiet run, already exceeded the cores. The verdicts are masked:
+    they vary by machine."""
     from ..notebook import measured
 
     label = lambda n, c: f"{n}, {c} thread{'s' * (c > 1)}"  # noqa: E731
@@ -239,7 +246,9 @@ def thread_verdicts(
     if busy is not None:
         ratio = lambda t, n: med(t, n, cores) / med(t, n, 1)  # noqa: E731
         rise = {n: ratio(busy, n) / ratio(quiet, n) for n in names}
-        worst = max(rise, key=rise.get)
+        worst, best = max(rise, key=rise.get), min(rise, key=rise.get)
+        if rise[worst] < (1 + noise) * rise[best]:
+            worst = f"neither (within {noise:.0%})"
         lines.append(f"hurt more by the busy cores: {measured(worst, '')}")
     lines.append(
         "the quiet run was taken on a loaded machine: " + measured(load > cores, "")

@@ -18,7 +18,7 @@ def loop_overhead_explorer(
     ops_per_step: int = 21,
     flops_per_s: float = 155e9,
 ) -> ipywidgets.interactive:
-    """Sliders over N, the query block Br, Bc = Br or 2·Br (`factor`; 2 is the CPU default's shape,
+    """Sliders over N, the query block Br (16 to 1024, N's smallest), Bc = Br or 2·Br (`factor`; 2 is the CPU default's shape,
     (256, 512)) and µs per op; `.result` holds `lab.loop_overhead` at those settings. `ops_per_step`
     and `flops_per_s` are fixed, as in `draw_loop_overhead`: pass the same ones as its static figure
     (notebook 08 passes its counted ops and measured peak) and both show the same numbers.
@@ -39,8 +39,8 @@ def loop_overhead_explorer(
             options=[2**p for p in range(10, 15)], value=N, description="N"
         ),
         block=ipywidgets.SelectionSlider(
-            options=[2**p for p in range(4, 13)], value=block, description="Br"
-        ),
+            options=[2**p for p in range(4, 11)], value=block, description="Br"
+        ),  # up to N's smallest, 1024: a query block past N is the whole of Q
         factor=ipywidgets.ToggleButtons(
             options=[("Bc = Br", 1), ("Bc = 2·Br", 2)], value=factor, description="Bc"
         ),

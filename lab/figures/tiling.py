@@ -118,7 +118,7 @@ def tile_fill_state(
 ) -> dict:
     """The score matrix S and each row's running (m, l) after tile (i, j) of FlashAttention-2's loop (rows outer).
 
-    Tiles (i', j') with i' < i, or i' = i and j' <= j, are done (fully masked ones skipped); for a row of a
+    Tiles (i', j') with i' < i, or i' = i and j' <= j, are done (those with every pair hidden skipped); for a row of a
     finished query block m and l are final, for a row of block i they cover key blocks 0..j, for later rows
     they are NaN (not started). $m = \\max s$, $l = \\sum e^{s - m}$ over the visible keys seen.
     S = q kᵀ/√d on seeded standard normal q, k of head dim `d`.

@@ -115,7 +115,7 @@ def tile_fill(
         summary=lambda r: (
             f"tile ({r['tile'][0]}, {r['tile'][1]}) of {r['Tr']} × {r['Tc']}: rows "
             f"{r['rows'][0]}-{r['rows'][1] - 1} against keys {r['keys'][0]}-{r['keys'][1] - 1}"
-            + ("" if r["computed"] else " (skipped: fully masked)")
+            + ("" if r["computed"] else " (skipped: every pair hidden)")
         ),
         **controls,
     )

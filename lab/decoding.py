@@ -252,9 +252,9 @@ def decode_schedule(
     A model, with its simplifications: `per_processor` work items resident on each processor at a time,
     slots $= P \\cdot$ `per_processor` (2, as flash-attn's launcher counts for its split-K/V kernel), each
     slot streaming at an even share of the bandwidth;
-    the M keys cut evenly into `splits` chunks, as `lab.flash_decoding` does (flash-attn cuts at key-block
-    boundaries); a chunk with no key (more splits than keys) is launched but idle, so `working` items,
-    not `items`, occupy processors. `heads` counts the heads that each get their own work item: the query
+    the $\lceil M/B_c \rceil$ key blocks dealt out evenly into `splits` chunks (flash-attn cuts at key-block
+    boundaries too; `lab.flash_decoding` cuts the keys themselves); a chunk with no key block (more splits
+    than key blocks) is launched but idle, so `working` items, not `items`, occupy processors. `heads` counts the heads that each get their own work item: the query
     heads for a prompt, the K/V heads when a kernel packs a group's G query heads into the rows of one
     query block. Time, in key blocks one slot works through: waves $\\lceil \\text{working} / \\text{slots} \\rceil$
     times $\\lceil \\lceil M/B_c \\rceil / \\text{splits} \\rceil$; when splits > 1 each item also spends one step
@@ -277,12 +277,12 @@ def decode_schedule(
         _positive_int(x, name)
     slots = processors * per_processor  # work items resident at once
     items = batch * heads * math.ceil(N / block_q) * splits
+    key_blocks = math.ceil(M / block_k)
     working = (
-        batch * heads * math.ceil(N / block_q) * min(splits, M)
-    )  # a split holds a key
+        batch * heads * math.ceil(N / block_q) * min(splits, key_blocks)
+    )  # a split holds a key block
     busy = min(working, slots)
     waves = math.ceil(working / slots)
-    key_blocks = math.ceil(M / block_k)
     chunk = math.ceil(key_blocks / splits)  # key blocks of the longest chunk
     steps = (
         waves * (chunk + 1) + 1 if splits > 1 else waves * chunk

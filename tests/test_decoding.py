@@ -101,7 +101,8 @@ def test_decode_intensity_of_an_8_bit_cache_keeps_q_and_o_16_bit():
 def test_decode_schedule_invariants(M, batch, heads, splits):
     s = decode_schedule(M, batch=batch, heads=heads, splits=splits)
     assert s["items"] == batch * heads * splits
-    assert s["working"] == batch * heads * min(splits, M)  # a chunk with no key idles
+    blocks = -(-M // 128)
+    assert s["working"] == batch * heads * min(splits, blocks)  # no key block: it idles
     assert (
         s["busy"] == min(s["working"], s["slots"]) and s["slots"] == 2 * s["processors"]
     )
@@ -353,8 +354,14 @@ def test_hardware_figures_come_from_the_table():
 
 
 def test_decode_schedule_does_not_count_empty_splits_busy():
-    s = lab.decode_schedule(3, heads=8, splits=16)  # 16 chunks of 3 keys: 13 hold none
+    s = lab.decode_schedule(
+        384, heads=8, splits=16
+    )  # 16 chunks of 3 key blocks: 13 hold none
     assert s["items"] == 128 and s["working"] == 24 and s["busy"] == 24
+    partial = lab.decode_schedule(
+        3, heads=8, splits=16
+    )  # 3 keys: one partial block, in one chunk
+    assert partial["working"] == 8 and partial["steps"] == 1 * (1 + 1) + 1
 
 
 def test_num_splits_heuristic_is_flash_attns():

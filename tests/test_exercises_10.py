@@ -1584,7 +1584,7 @@ def test_passing_lines_are_fixed_text(capsys):
         "cache_per_token: ✓ passed 9 cases",
         "intensity: ✓ passed 5 cases",
         "crossing_group: ✓ passed 5 cases",
-        "split_steps: ✓ passed 7 cases",
+        "split_steps: ✓ passed 8 cases",
         "best_splits: ✓ passed 8 cases",
         "paged_decode: ✓ passed 8 sequences on scattered pages: stale slots masked, no copy of the cache",
         "split_decode: ✓ passed 8 cases: uneven, empty chunks, G to 16, huge scores; "
@@ -1850,7 +1850,7 @@ def test_best_splits_hint_names_where_the_search_stopped():
 _SS = (
     "def split_steps(M, batch, heads, slots, splits):\n"
     "    T = -(-M // 128)\n"
-    "    w = -(-batch * heads * min(splits, M) // slots)\n"
+    "    w = -(-batch * heads * min(splits, T) // slots)\n"
     "    c = -(-T // splits)\n"
 )
 
@@ -1873,6 +1873,11 @@ _SS = (
         ),
         ("    return w * (c + 2) if splits > 1 else w * T\n", "not one per wave"),
         ("    return w * (c + 1) if splits > 1 else w * T\n", "the merge is missing"),
+        ("    return w * c + 1 if splits > 1 else w * T\n", "the partials are missing"),
+        (
+            "    return w * c + 2 if splits > 1 else w * T\n",
+            "the partials are charged once",
+        ),
         (
             "    T = M // 128\n"
             "    c = -(-T // splits)\n"

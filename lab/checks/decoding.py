@@ -558,7 +558,7 @@ def _fills(batch, heads, processors):
         s
         for s in range(1, processors + 1)
         if decode_schedule(
-            4096,
+            2**20,  # a cache of 8,192 key blocks: every split holds one
             batch=batch,
             heads=heads,
             splits=s,
@@ -648,23 +648,30 @@ def _model_steps(
     merge_each_wave=False,
     merge=True,
     last_block=True,
+    partials=True,
+    partials_once=False,
 ):
     """The model's steps, or a known mistake's: `write=0` drops the partials and the merge, `up` says
     whether the waves and the chunk round up (or down); `floor_keys` cuts chunks of ⌊M / s⌋ keys (the
     tail of M mod s keys in none), each then rounded up to whole key blocks; `one` charges the partials
     and the merge at 1 split too; `merge_each_wave` charges the merge once per wave; `merge=False`
     keeps the partials but drops the merge; `last_block=False` counts T_c = ⌊M / 128⌋, the partial
-    last key block dropped."""
+    last key block dropped; `partials=False` keeps the merge but drops the partials; `partials_once`
+    charges the partials once, not once per wave."""
 
     def rnd(a, b, u):
         return -(-a // b) if u else max(a // b, 1)
 
     blocks = -(-M // 128) if last_block else max(M // 128, 1)
-    waves, chunk = rnd(B * H * min(s, M), P, up[0]), rnd(blocks, s, up[1])
+    waves, chunk = rnd(B * H * min(s, blocks), P, up[0]), rnd(blocks, s, up[1])
     if floor_keys:
         chunk = max(-(-(M // s) // 128), 1)
     if merge_each_wave and s > 1:
         return waves * (chunk + 2 * write)
+    if s > 1 and not partials:
+        return waves * chunk + write
+    if s > 1 and partials_once:
+        return waves * chunk + 2 * write
     if s > 1 or one:
         return waves * (chunk + write) + (write if merge else 0)
     return waves * chunk
@@ -1386,7 +1393,8 @@ def _split_decode_cases(split_decode, decode_chunk, name, seed) -> None:
 
 
 def _split_steps_cases(rng):
-    """Kinds in a fixed order, values drawn: 1 split, a count in one wave, a spill into a second wave,
+    """Kinds in a fixed order, values drawn: 1 split, three waves (where the partials left out, charged once
+    and the merge left out give three different counts), a count in one wave, a spill into a second wave,
     s chunks of c key blocks and one partial block more (the chunk then holds c + 1), a partial last
     key block at 1 split, a batch; then section 2's table row (32 splits on 264 slots)."""
     blocks = int(rng.integers(200, 400))
@@ -1396,6 +1404,7 @@ def _split_steps_cases(rng):
     )  # s chunks of c blocks, one more key
     return [
         (128 * blocks, 1, 8, 264, 1),
+        (128 * blocks, 1, 8, 264, int(rng.integers(67, 100))),  # 536-792 items: 3 waves
         (128 * blocks, 1, 8, 264, int(rng.integers(2, 33))),
         (128 * blocks, 1, 8, 264, int(rng.integers(34, 66))),
         (128 * s * c + int(rng.integers(1, 128)), 1, 8, 228, s),
@@ -1412,6 +1421,16 @@ def _split_steps_hint(case, got, want):
             _model_steps(M, B, H, P, s, write=0),
             "the partials and the merge are missing: "
             "with splits > 1 each wave spends one step writing its partials, and the merge one more",
+        ),
+        (
+            _model_steps(M, B, H, P, s, partials=False),
+            "the partials are missing: with splits > 1 each wave spends one step writing its "
+            "partials (o_c, lse_c), and then the merge one more",
+        ),
+        (
+            _model_steps(M, B, H, P, s, partials_once=True),
+            "the partials are charged once: the items of each wave write their own, one step per "
+            "wave, before the merge's one step",
         ),
         (
             _model_steps(M, B, H, P, s, merge=False),
@@ -1459,7 +1478,8 @@ def _split_steps_hint(case, got, want):
 def check_split_steps(fn, *, name: str | None = None, seed: int | None = None) -> None:
     """Check `fn(M, batch, heads, slots, splits)` -> the steps of one decoding step in section 2's model; print one verdict.
 
-    Hints for the partials or the merge left out, the merge alone left out, the partial last key block
+    Hints for the partials or the merge left out, the partials alone left out or charged once, the merge
+    alone left out, the partial last key block
     dropped, partials charged at 1 split, the waves or the chunk rounded down, the merge charged per
     wave, the batch forgotten (both named where two give the same count). Cases drawn afresh on each run;
     `lab.decode_schedule` (by any name) is refused. Taught in: notebooks/10_decoding.ipynb

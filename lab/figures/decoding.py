@@ -206,7 +206,7 @@ def draw_decode_schedule(
     )
     bx.set(
         xlabel="splits of the K/V cache",
-        ylabel="steps (key blocks per slot)",
+        ylabel="steps (key blocks + partials + merge)",
         title=f"M = {M:,} keys, batch {batch}, {heads} K/V heads",
     )
     bx.set_ylim(min(steps) / 2, fa2["steps"] * 12)

@@ -654,6 +654,17 @@ def test_error_hints_are_added_to_the_message():
     )
 
 
+def test_tflops_in_float32_is_accepted():
+    """A rate computed in float32 (relative error ~1e-7) is as right as in float64."""
+    source = (
+        "def tflops(B, H, N, d, causal, ms):\n"
+        "    f = np.float32(4) * B * H * np.float32(N) ** 2 * d / (2 if causal else 1)\n"
+        "    return np.float32(f / (np.float32(ms) * np.float32(1e-3)) / np.float32(1e12))\n"
+    )
+    out = run_check(EX[1], source)
+    assert "✓" in out and "✗" not in out, out
+
+
 def test_roofline_in_float32_is_accepted():
     """The roof computed in float32 (relative error ~1e-8) is as right as in float64."""
     source = (

@@ -512,6 +512,12 @@ def test_notebook_verdict_helpers():
     busy2["sdpa, 2 threads"] = [1.04]  # sdpa's rose 4 %: within the noise
     text = thread_verdicts(quiet2, ["loop", "sdpa"], 2, load=0.5, busy=busy2)
     assert "hurt more by the busy cores: ‹neither (within 5%)›" in text
+    for load, loaded in (
+        (1.4, False),
+        (1.6, True),
+    ):  # 3/4 of 2 cores, as fit-to-time warns
+        text = thread_verdicts(quiet2, ["loop", "sdpa"], 2, load=load, busy=busy2)
+        assert f"loaded machine: ‹{loaded}›" in text
     row = lambda k, N, ms: dict(kernel=k, N=N, ms=ms, spread=0.1)  # noqa: E731
     rows = [row("tiled", 256, 1.0), row("std", 256, 2.0), row("tiled", 512, 3.0)]
     text = tiled_verdicts(rows, [("tiled", "std")])

@@ -232,8 +232,8 @@ def thread_verdicts(
     """Whether every core beat one thread in `quiet` (`time_rounds` of `at_threads`), per kernel, by the medians;
     with `busy` (the same, timed under `other_programs`), which kernel's many-thread ratio the busy cores raised
     more (rise = busy ratio / quiet ratio), or neither when the rises differ by less than `noise`; and whether
-    the 1-minute `load`, read just before the quiet run, already exceeded the cores. The verdicts are masked:
-    they vary by machine."""
+    the 1-minute `load`, read just before the quiet run, already exceeded 3/4 of the cores (the threshold of
+    `lab.measure.machine.fairness`). The verdicts are masked: they vary by machine."""
     from ..notebook import measured
 
     label = lambda n, c: f"{n}, {c} thread{'s' * (c > 1)}"  # noqa: E731
@@ -250,8 +250,9 @@ def thread_verdicts(
         if rise[worst] < (1 + noise) * rise[best]:
             worst = f"neither (within {noise:.0%})"
         lines.append(f"hurt more by the busy cores: {measured(worst, '')}")
-    lines.append(
-        "the quiet run was taken on a loaded machine: " + measured(load > cores, "")
+    lines.append(  # the threshold of `describe_machine`'s fit-to-time verdict
+        "the quiet run was taken on a loaded machine: "
+        + measured(load > 0.75 * cores, "")
     )
     return "\n".join(lines)
 

@@ -142,7 +142,7 @@ def test_the_tiled_notebook_shows_the_method_and_hides_the_skip():
     ]
     assert shown and min(shown) > check_at, shown
     first_d = next(i for i, s in enumerate(src) if "D_i" in s)
-    assert "rowsum}(dO_i" in src[first_d] and "P_{ij}\\,dP_{ij}" in src[first_d]
+    assert "dO_i \\cdot O_i" in src[first_d] and "P_{ij}\\,dP_{ij}" in src[first_d]
     card = next(i for i, s in enumerate(src) if s.startswith("**Symbols.**"))
     assert card == first_d and card < 4 and "capitals for a block" in src[card]
     assert "m_i = \\max_j" in src[card] and "notebook 05" in src[card]

@@ -233,6 +233,60 @@ def causal_tiles(N, M, Br, Bc):
 """,
         ["case 0", "calls lab.tiling._row_blocks", "write it yourself"],
     ),
+    "notebook 11's private tile classifier": (
+        """
+def causal_tiles(N, M, Br, Bc):
+    kind = lab.masks._tile_kinds(None, 1, 1, N, M, Br, Bc, True)
+    return int((kind > 0).sum()), int((kind == 1).sum())
+""",
+        ["case 0", "calls lab.masks._tile_kinds", "write it yourself"],
+    ),
+    "only the diagonal tiles masked": (
+        """
+def causal_tiles(N, M, Br, Bc):
+    computed = masked = 0
+    for i0 in range(0, N, Br):
+        for j0 in range(0, M, Bc):
+            if j0 <= min(i0 + Br, N) - 1 + M - N:
+                computed += 1
+                masked += i0 // Br == j0 // Bc  # the diagonal tiles
+    return computed, masked
+""",
+        [
+            "case 1 (N = 200, M = 200, Br = 64, Bc = 32)",
+            "masked (element 1)",
+            "only the diagonal tiles (i == j)",
+            "first query against its last key",
+        ],
+    ),
+    "the hidden pairs of the computed tiles counted": (
+        """
+def causal_tiles(N, M, Br, Bc):
+    computed = masked = 0
+    for i0 in range(0, N, Br):
+        i1 = min(i0 + Br, N)
+        for j0 in range(0, M, Bc):
+            if j0 <= i1 - 1 + M - N:
+                computed += 1
+                for r in range(i0, i1):
+                    masked += max(0, min(j0 + Bc, M) - max(j0, r + M - N + 1))
+    return computed, masked
+""",
+        ["case 0", "masked (element 1)", "the pairs the mask hides, not the tiles"],
+    ),
+    "every hidden pair counted": (
+        """
+def causal_tiles(N, M, Br, Bc):
+    computed = sum(
+        j0 <= min(i0 + Br, N) - 1 + M - N
+        for i0 in range(0, N, Br)
+        for j0 in range(0, M, Bc)
+    )
+    r, c = np.arange(N)[:, None], np.arange(M)[None, :]
+    return computed, int((c > r + M - N).sum())
+""",
+        ["case 0", "every pair the mask hides", "once"],
+    ),
 }
 
 
@@ -1166,6 +1220,21 @@ WRONG_TILE = {
         ["the 9 tiles that fit are right", "28% slower", "4 warps hold"],
     ),
     "256 × 64 shipped": (FITTING, (256, 64, 8), ["28% slower"]),
+    "the wide tile only 8 warps hold shipped": (
+        FITTING,
+        (64, 256, 8),
+        ["64 × 256 needs 8 warps", "does not measure it", "Br = 64"],
+    ),
+    "a 4-warp tile shipped with 8 warps": (
+        FITTING,
+        (64, 64, 8),
+        ["4 warps hold this tile too", "no larger tile", "128 × 128 and 256 × 64 only"],
+    ),
+    "FA2's tile shipped with 8 warps": (
+        FITTING,
+        (128, 64, 8),
+        ["4 warps hold this tile too", "no larger tile"],
+    ),
     "a small tile shipped": (FITTING, (64, 64, 4), ["a tile of twice its area"]),
     "the wide tile shipped": (
         FITTING,
@@ -1462,13 +1531,15 @@ def test_fa1_bytes_template_is_the_worked_solution():
 
 def test_the_footprints_are_derived_before_they_are_shown():
     """Part 1's exercise 3 derives the register and shared-memory footprints: the summed formula appears only
-    after its check, folded in a worked answer (which the learner copy keeps)."""
+    after its check, folded in worked answers tagged `solution` (the learner copy drops them: part 2 is solved
+    with the learner's own footprints)."""
     cells = _cells(NAME)
     formula = r"B_r B_c\,(4 + \text{itemsize})"
     check = next(i for i, (_, s, _) in enumerate(cells) if "check_a100_fits" in s)
     assert not any(formula in s for _, s, _ in cells[:check])
     shown = [(s, tags) for _, s, tags in cells[check + 1 :] if formula in s]
     assert shown and all(s.startswith("<details>") for s, _ in shown)
+    assert all("solution" in tags for _, tags in shown)
 
 
 def test_exercise_2_of_part_1_answers_its_question_after_the_check():

@@ -73,6 +73,7 @@ _COURSE = (
     "partial_state",
     "block_mask",  # notebook 11's tile classifier: the tile kinds of exercise 1, whole
     "tiling._row_blocks",  # the key blocks each query block visits: tile_counts' own sum
+    "masks._tile_kinds",  # block_mask's classifier: empty, partial or full per tile
 )
 
 
@@ -134,6 +135,29 @@ def _tile_kinds(
     return int(computed.sum()), int(masked.sum())
 
 
+def _diagonal_masked(N, M, Br, Bc):
+    """(computed, masked) with only the diagonal tiles i == j counted as masked (right for N = M, Br = Bc only)."""
+    computed, _ = _tile_kinds(N, M, Br, Bc)
+    grid = np.arange(-(-M // Bc))[None, :] < _keys_seen(N, M, Br, Bc)[:, None]
+    return computed, int(np.trace(grid[:, : grid.shape[0]]))
+
+
+def _keys_seen(N, M, Br, Bc):
+    """Per query block, the key blocks it computes: ⌈clip(i1 + M - N, 0, M) / Bc⌉."""
+    i1 = np.minimum(np.arange(Br, N + Br, Br), N)
+    return -(-np.clip(i1 + M - N, 0, M) // Bc)
+
+
+def _hidden_pairs(N, M, Br, Bc, inside=True):
+    """(computed, hidden pairs) with the pairs the mask hides counted in place of the tiles: those inside computed
+    tiles (`inside`) or all of them."""
+    computed, _ = _tile_kinds(N, M, Br, Bc)
+    r = np.arange(N)
+    seen = np.clip(r + M - N + 1, 0, M)  # keys 0..seen-1 visible to query r
+    end = np.minimum(_keys_seen(N, M, Br, Bc)[r // Br] * Bc, M) if inside else M
+    return computed, int(np.maximum(end - seen, 0).sum())
+
+
 def _tiles_hint(case, got, want):
     alts = [
         (
@@ -176,6 +200,22 @@ def _tiles_hint(case, got, want):
             _tile_kinds(*case, corner="last"),
             "the masked count looks at the wrong corner: a computed tile "
             "needs the mask when its FIRST query cannot see its LAST key",
+        ),
+        (
+            _hidden_pairs(*case),
+            "masked counts the pairs the mask hides, not the tiles: a computed tile needs the mask "
+            "when at least one of its pairs is hidden, and it counts once however many are",
+        ),
+        (
+            _hidden_pairs(*case, inside=False),
+            "masked counts every pair the mask hides, not the tiles: count each computed tile "
+            "that hides at least one pair, once",
+        ),
+        (
+            _diagonal_masked(*case),
+            "masked counts only the diagonal tiles (i == j): that holds for N = M and Br = Bc only; "
+            "with N != M or Br != Bc the boundary c = r + (M - N) crosses other tiles, and a "
+            "diagonal tile may hide nothing: test each computed tile's first query against its last key",
         ),
     ]
     tri = {
@@ -676,10 +716,22 @@ def _ship_hint(Br, Bc, w) -> str | None:
     """None for FA2's choice; else what the measurement and the loop say against (Br, Bc, w)."""
     if (Br, Bc, w) == (128, 64, 4):
         return None
+    if w == 8 and (Br, Bc) in ((128, 128), (256, 64)):
+        return (
+            f"{Br} × {Bc} with 8 warps fits on paper, but FA2's authors measured 8 warps 28% slower at "
+            "d = 128 on 128 × 128 and 256 × 64 (the comment quoted in the exercise): ship a tile that 4 warps hold"
+        )
+    if w == 8 and _a100_fit(Br, Bc, 4)["fits"]:
+        return (
+            "4 warps hold this tile too: 8 warps buy no larger tile here, only the same step spread over "
+            "more threads (the comment quoted measures 8 warps on 128 × 128 and 256 × 64 only): which "
+            "tile would you ship with 4 warps?"
+        )
     if w == 8:
         return (
-            f"{Br} × {Bc} with 8 warps fits on paper, but FA2's authors measured 8 warps 28% slower at d = 128 "
-            "(the comment quoted in the exercise): ship a tile that 4 warps hold"
+            f"{Br} × {Bc} needs 8 warps in this count, and the comment quoted does not measure it (it names "
+            f"128 × 128 and 256 × 64); but in section 1's fa2 loop, how many times are all of K and V read "
+            f"with Br = {Br}, and which 4-warp tile reads them fewer times?"
         )
     if (Br, Bc) == (64, 128):
         return (

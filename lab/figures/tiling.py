@@ -38,6 +38,7 @@ __all__ = [
 ]
 
 _DONE, _TODO, _NOW, _SKIP = "#6fa8dc", "#d9e8f5", "#e69138", "#eeeeee"
+_MASKED = "#555555"  # the dots on a computed tile that the mask enters
 
 
 def _plain_log_labels(*axes, n_axis=None):
@@ -306,7 +307,7 @@ def draw_tile_grid(
     ax=None,
 ) -> dict:
     """The Tr × Tc tiles of S in element coordinates: done, on chip at `step` (1 for the first tile), still to do,
-    skipped by the mask.
+    skipped (every pair hidden by the mask); dots mark a computed tile that hides some pairs (masked inside).
 
     Partial last tiles are drawn at their real size; the causal boundary j = i + (M - N) is the red line.
     Taught in: notebooks/05_tiling.ipynb
@@ -325,10 +326,13 @@ def draw_tile_grid(
         True: ([], []),
         False: ([], []),
     }  # skipped (hatched) or not: boxes, colours
+    masked = []  # computed tiles that hide some pairs: the mask applied inside (dotted)
     for i in range(counts["Tr"]):
         for j in range(counts["Tc"]):
             i0, j0 = i * Br, j * Bc
             h, w = min(Br, N - i0), min(Bc, M - j0)
+            if causal and grid[i, j] and j0 + w - 1 > i0 + M - N:
+                masked.append((j0, i0, w, h))  # its first query misses its last key
             color = (
                 _SKIP
                 if not grid[i, j]
@@ -343,6 +347,7 @@ def draw_tile_grid(
             colors.append(color)
     add_tiles(ax, *tiles[False], lw=0.8)
     add_tiles(ax, *tiles[True], lw=0.8, hatch="//")
+    add_tiles(ax, masked, ["none"], lw=0, hatch="..", edgecolor=_MASKED)
     if causal:
         ax.plot([M - N + 0.5, M + 0.5], [0, N], color="C3", lw=2)
     ax.set_xlim(0, M)
@@ -367,6 +372,7 @@ def draw_tile_grid(
         "tile": now,
         "partial_rows": N % Br,
         "partial_cols": M % Bc,
+        "masked": len(masked),  # computed tiles that hide some pairs (dotted)
     }
     if now is not None:
         i, j = now
@@ -388,11 +394,22 @@ def draw_tile_grid(
             Patch(facecolor=_DONE, edgecolor="k", label="done"),
             Patch(facecolor=_NOW, edgecolor="k", label="on chip now"),
             Patch(facecolor=_TODO, edgecolor="k", label="to do"),
-            Patch(facecolor=_SKIP, edgecolor="k", hatch="//", label="skipped (masked)"),
+            Patch(
+                facecolor=_SKIP,
+                edgecolor="k",
+                hatch="//",
+                label="skipped (every pair hidden)",
+            ),
+            Patch(
+                facecolor=_TODO,
+                edgecolor=_MASKED,
+                hatch="..",
+                label="masked (computed, some pairs hidden)",
+            ),
         ],
         loc="upper center",
         bbox_to_anchor=(0.5, -0.02),
-        ncol=4,
+        ncol=3,
         fontsize=10,
         frameon=False,
     )

@@ -652,6 +652,17 @@ def test_fa2_normalizing_a_copy_every_step_is_refused():
     _fails("fa2", src, "already held acc / l")
 
 
+def test_fa2_an_unused_debug_peek_at_acc_over_l_is_refused_as_the_spec_says():
+    """A mid-loop acc / l, computed only to look at it, is FA1's form to the check; the spec says so."""
+    src = _fa2().replace(
+        "        m = m_new\n",
+        "        m = m_new\n        _ = acc / l[:, None]  # a peek\n",
+    )
+    _fails("fa2", src, "already held acc / l", "that is FA1's form")
+    spec = " ".join(EX["fa2"].spec.split())
+    assert "debug `acc / l` inside the loop, used or not" in spec, spec
+
+
 def test_fa2_returns_fa1_statistics():
     _fails(
         "fa2",
@@ -1250,6 +1261,23 @@ def test_split_k_float32_state_is_told_its_dtype():
         "right to float32 rounding",
         "keep the state in the inputs' dtype",
     )
+
+
+def test_split_k_spec_says_the_state_stays_float64():
+    """The float32 state the check refuses (above) is ruled out by the spec, not only by the hint."""
+    spec = " ".join(EX["split_k"].spec.split())
+    assert "The inputs are float64 and the state stays in the inputs' dtype" in spec, (
+        spec
+    )
+
+
+def test_the_homework_exercises_say_they_are_homework():
+    """Exercises 4 and 5 of part 1 close the notebook as homework: no "warm-up" label on them."""
+    for key, number in (("afford", 4), ("causal", 5)):
+        spec = EX[key].spec
+        head = next(ln for ln in spec.splitlines() if ln.startswith("### Exercise"))
+        assert head.startswith(f"### Exercise {number} (build):"), head
+        assert "*Homework: about 15 minutes" in spec, spec
 
 
 def test_split_k_without_the_scale_is_named():

@@ -318,6 +318,22 @@ def test_loop_order_and_tile_grid_figure():
     )
 
 
+def test_tile_grid_figure_dots_the_masked_tiles_and_names_both_kinds():
+    """Skipped (every pair hidden, hatched) and masked (computed, some pairs hidden, dotted): the words of
+    05_tiling's exercise 1, and as many dotted tiles as the exercise's reference counts."""
+    from lab.checks.tiling import _tile_kinds
+
+    plt.close("all")
+    for N, Br, Bc in ((200, 64, 32), (200, 32, 64), (512, 16, 16)):
+        r = fig.draw_tile_grid(N, block_q=Br, block_k=Bc, causal=True)
+        assert (r["computed"], r["masked"]) == _tile_kinds(N, N, Br, Bc)
+    labels = [t.get_text() for t in plt.gca().get_legend().get_texts()]
+    assert "skipped (every pair hidden)" in labels
+    assert "masked (computed, some pairs hidden)" in labels
+    assert fig.draw_tile_grid(200, causal=False)["masked"] == 0
+    plt.close("all")
+
+
 def test_other_figures_return_their_numbers():
     r = fig.draw_footprint(128, 128, 64, itemsize=2)
     assert r["registers"] == lab.onchip_footprint(128, 128, 64)["registers"] and r[
@@ -666,7 +682,7 @@ def test_op_counts_outline_the_highlighted_variant_and_fade_the_other():
     assert all(b.get_linewidth() == 2 and b.get_alpha() is None for b in fa1)
     assert all(b.get_alpha() == 0.3 for b in fa2)
     plt.close("all")
-    lab.figures.fa2.draw_op_counts(256, 64, 64, 64)  # the static figure: both alike
+    lab.figures.fa2.draw_op_counts(256, 64, 64, 64)  # no highlight: both alike
     assert {b.get_alpha() for c in plt.gcf().axes[0].containers for b in c} == {None}
     with pytest.raises(ValueError, match="highlight"):
         lab.figures.fa2.draw_op_counts(256, 64, 64, 64, highlight="fa3")
@@ -690,6 +706,34 @@ def test_time_split_figure_stacks_the_time_rows():
     plt.close("all")
 
 
+def test_both_time_figures_give_each_kind_of_work_one_colour():
+    """The op-count figure's time panel and the time-split figure colour matmul, exp and the rest alike."""
+    from matplotlib.colors import to_hex
+
+    def colours(ax):
+        handles, labels = ax.get_legend_handles_labels()
+        return {
+            lab_: to_hex(h.patches[0].get_facecolor())
+            for h, lab_ in zip(handles, labels)
+        }
+
+    plt.close("all")
+    lab.figures.fa2.draw_op_counts(256, 64, 64, 64)
+    ops = colours(plt.gcf().axes[1])
+    plt.close("all")
+    split = {
+        v: lab.flop_split(1024, d=64, block_q=64, block_k=64, variant=v)
+        for v in ("fa1", "fa2")
+    }
+    lab.figures.fa2.draw_time_split(split)
+    times = colours(plt.gcf().axes[0])
+    plt.close("all")
+    assert ops == times and len(ops) == 3, (ops, times)
+    assert set(ops.values()) == {
+        to_hex(c) for c in lab.figures.fa2.UNIT_COLOURS.values()
+    }
+
+
 def test_wave_counts_fill_the_sms_round_by_round():
     from lab.tiling import wave_counts
 
@@ -705,8 +749,12 @@ def test_wave_counts_fill_the_sms_round_by_round():
 def test_the_wave_figure_and_its_slider_count_fa1_and_fa2():
     import matplotlib.pyplot as plt
 
+    plt.close("all")
     r = lab.figures.fa2.draw_waves(1, 16, 16384, block_q=128)
     assert r["fa1"]["blocks"] == 16 and r["fa2"]["blocks"] == 16 * 128
+    fa1_ax, fa2_ax = plt.gcf().axes  # rounds, not time: each axis says what a round is
+    assert "one head" in fa1_ax.get_ylabel()
+    assert "one query block" in fa2_ax.get_ylabel()
     assert r["Tr"] == 128 and r["sms"] == 108
     with pytest.raises(ValueError, match="block_q"):
         lab.figures.fa2.draw_waves(block_q=0)

@@ -26,7 +26,12 @@ from ..tiling import (
 from ..validate import check_block, check_positive
 from .tiling import loop_order
 
+# One colour per kind of work, in both time figures (draw_op_counts' right panel, draw_time_split)
+UNIT_COLOURS = {"matmul": "C7", "exp": "C3", "rest": "C9"}
+UNIT_LABELS = {"matmul": "matmul", "exp": "exp", "rest": "the rest (FP32)"}
+
 __all__ = [
+    "UNIT_COLOURS",
     "draw_op_counts",
     "draw_work_split",
     "draw_waves",
@@ -97,25 +102,17 @@ def draw_op_counts(
     for n, v in enumerate(("fa1", "fa2")):
         t_mm, t_exp = share[v]["t_matmul"] * 1e6, share[v]["t_exp"] * 1e6
         t_rest = share[v]["t_nonmatmul"] * 1e6 - t_exp
-        right.barh(
-            [n], [t_mm], color="C7", label="matmul" if n == 0 else None, **look[v]
-        )
-        right.barh(
-            [n],
-            [t_exp],
-            left=t_mm,
-            color="C3",
-            label="exp" if n == 0 else None,
-            **look[v],
-        )
-        right.barh(
-            [n],
-            [t_rest],
-            left=t_mm + t_exp,
-            color="C9",
-            label="the rest (FP32)" if n == 0 else None,
-            **look[v],
-        )
+        start = 0.0
+        for unit, width in (("matmul", t_mm), ("exp", t_exp), ("rest", t_rest)):
+            right.barh(
+                [n],
+                [width],
+                left=start,
+                color=UNIT_COLOURS[unit],
+                label=UNIT_LABELS[unit] if n == 0 else None,
+                **look[v],
+            )
+            start += width
         right.text(
             t_mm + t_exp + t_rest,
             n,
@@ -225,8 +222,9 @@ def draw_waves(
     """The SMs of `chip` wave by wave: FA1's $BH$ thread blocks (left) against FA2's $BHT_r$ (right).
 
     Down the page the rounds of one thread block per SM, across it the SMs: coloured busy, grey idle
-    (`lab.tiling.wave_counts`, a model in which every thread block takes the same time). Returns
-    each design's counts.
+    (`lab.tiling.wave_counts`, a model in which every thread block takes the same time). The y axes
+    count rounds, not time: an FA1 round walks a whole head, $T_r$ times an FA2 round's work, and each
+    panel's label says which. Returns each design's counts.
     """
     sms = chip_figures(chip)["sms"]
     Br = check_block(block_q, "block_q")
@@ -235,8 +233,15 @@ def draw_waves(
         "fa1": wave_counts(B * H, sms),
         "fa2": wave_counts(B * H * -(-N // Br), sms),
     }
-    if axes is None:
+    made = (
+        axes is None
+    )  # a figure of its own: laid out here (a slider lays out its own)
+    if made:
         _, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    rounds_of = {  # what one round of an SM is: FA1's thread block walks a head, FA2's one query block
+        "fa1": "rounds (one head each)",
+        "fa2": "rounds (one query block each)",
+    }
     for ax, (name, c), colour in zip(axes, counts.items(), ("#e76f51", "#2a9d8f")):
         # every round but the last fills all SMs
         full, last = c["rounds"] - 1, c["last"]
@@ -253,13 +258,15 @@ def draw_waves(
         ax.set_ylim(c["rounds"], 0)
         ax.set(
             xlabel=f"SM (of {sms})",
-            ylabel="round (one thread block per SM)",
+            ylabel=rounds_of[name],
             title=f"{name.upper()}: {c['blocks']:,} thread blocks, {c['waves']:.2f} waves,"
             f" SM use {c['use']:.1%}",
         )
         ax.title.set_fontsize(11)
         ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.grid(False)
+    if made:
+        axes[0].figure.tight_layout()
     return {**counts, "sms": sms, "Tr": -(-N // Br)}
 
 
@@ -444,13 +451,15 @@ def draw_time_split(split: dict, chips=("A100", "H100"), ax=None) -> dict:
     rows = {c: time_rows(split, c) for c in chips}
     if ax is None:
         _, ax = plt.subplots(figsize=(11, 3.6))
-    units = (("matmul", "tab:blue"), ("exp", "tab:red"), ("rest", "tab:orange"))
     labels = [f"{c} {r['variant']}" for c in chips for r in rows[c]]
     flat = [r for c in chips for r in rows[c]]
     left = np.zeros(len(flat))
-    for unit, color in units:
+    for (
+        unit,
+        color,
+    ) in UNIT_COLOURS.items():  # the colours of draw_op_counts' time panel
         widths = np.array([r[unit] for r in flat])
-        ax.barh(labels, widths, left=left, color=color, label=unit)
+        ax.barh(labels, widths, left=left, color=color, label=UNIT_LABELS[unit])
         left += widths
     for n, r in enumerate(flat):
         ax.text(

@@ -7,11 +7,18 @@ import io
 
 import numpy as np
 import pytest
-from exercise_support import assert_fails, exercises, replace_code, run_check
+from exercise_support import (
+    assert_fails,
+    exercises,
+    notebook_cells,
+    replace_code,
+    run_check,
+)
 
 from lab.checks import precision_attention
 
 EX = {ex.number: ex for ex in exercises("07_precision_in_attention")}
+_cells = notebook_cells
 
 
 @pytest.fixture(autouse=True)
@@ -61,6 +68,18 @@ def test_the_worked_block_quantizer_and_a_written_one_pass():
             dict(amax="np.abs(x).max(axis=(-1, -2), keepdims=True)"),
             ["per tensor", "`rows` consecutive rows"],
         ),
+        (
+            dict(amax="np.abs(x).max()"),
+            ["one scale for the whole tensor", "every head", "x[h, r0:r0 + rows]"],
+        ),
+        (
+            dict(amax="np.abs(g).max(axis=-2, keepdims=True)"),
+            ["a scale per column", "one number", "axis=(-1, -2)"],
+        ),
+        (
+            dict(amax="np.abs(x).max(axis=-2, keepdims=True)"),
+            ["a scale per column of the whole matrix", "axis=(-1, -2)"],
+        ),
         (dict(amax="np.abs(g).max(axis=-1, keepdims=True)"), ["a scale per row"]),
         (
             dict(amax="np.abs(g).max(keepdims=True)"),
@@ -74,6 +93,9 @@ def test_the_worked_block_quantizer_and_a_written_one_pass():
     ],
     ids=[
         "per tensor",
+        "whole tensor",
+        "per column",
+        "per column of the matrix",
         "per row",
         "across heads",
         "max not abs",
@@ -164,6 +186,40 @@ def _peak(predicted) -> str:
     return out.getvalue()
 
 
+def test_a_float64_pipeline_passes_and_is_not_called_fp32():
+    out = run_check(EX[1], _pipeline("x.astype(np.float32)", "x.astype(np.float64)"))
+    assert "tiled_fp16: ✓" in out and "FP32 or wider" in out, out
+
+
+def _noted(predicted) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        precision_attention.check_peak_prediction(predicted)  # before the measurement
+    return out.getvalue()
+
+
+def test_the_peak_prediction_is_written_before_it_is_measured():
+    """The prediction cell checks only that both numbers are written, and shows nothing measured; the cell
+    that measures comes after it (so the learner cannot copy the peaks into the prediction)."""
+    assert "not predicted yet" in _noted({"rows": None, "columns": None})
+    assert "both" in _noted({"rows": 0.25, "columns": None})
+    assert "as a number" in _noted({"rows": "big", "columns": 1.0})
+    out = _noted({"rows": 0.25, "columns": 1.0})
+    assert "noted" in out and "measured" not in out and "✓" not in out, out
+    cells = _cells("07_precision_in_attention")
+    wrote = next(
+        i
+        for i, (t, src, _) in enumerate(cells)
+        if 'predicted_peak = {"rows": None' in src
+    )
+    measures = next(i for i, (t, src, _) in enumerate(cells) if "peaks = {" in src)
+    assert wrote < measures and "peaks" not in cells[wrote][1], cells[wrote][1]
+    assert "check_peak_prediction(predicted_peak)" in cells[wrote][1]
+    assert not any(
+        "peaks" in src for _, src, tags in cells[wrote:measures] if "solution" in tags
+    )
+
+
 def test_the_peak_prediction_is_checked():
     assert "not predicted yet" in _peak({"rows": None, "columns": None})
     good = _peak({"rows": 0.3, "columns": 1.0})
@@ -186,6 +242,7 @@ def test_the_worked_tiled_pipeline_passes_and_beats_standard():
     out = run_check(EX[1], EX[1].solution)
     assert "tiled_fp16: ✓" in out and "✗" not in out, out
     assert "yours below: True" in out, out
+    assert "S_IJ, m, l, acc in FP32 or wider" in out, out  # a float64 kernel passes too
     assert "not implemented yet" in run_check(EX[1], EX[1].stub)
 
 
@@ -211,6 +268,16 @@ def test_the_reference_pipeline_is_labs_tiled_kernel():
             ["S_IJ was stored in FP16", "upcast"],
         ),
         ('lab.round_to(p, "fp16") @', "p @", ["no P_IJ was rounded"]),
+        (
+            'lab.round_to(p, "fp16") @',
+            'lab.round_to(p, "bf16") @',
+            ["rounded to BF16, not FP16", "8 significant bits"],
+        ),
+        (
+            'acc = alpha * acc + lab.round_to(p, "fp16") @ v[j : j + Bc]',
+            'acc = alpha * acc + lab.round_to(p @ v[j : j + Bc], "fp16")',
+            ["the product P_IJ V_J was rounded to FP16, not P_IJ", "before the matmul"],
+        ),
         (
             'acc = alpha * acc + lab.round_to(p, "fp16") @ v[j : j + Bc]',
             'acc = lab.round_to(alpha * acc + lab.round_to(p, "fp16") @ v[j:j+Bc], "fp16")',
@@ -276,6 +343,8 @@ def test_the_reference_pipeline_is_labs_tiled_kernel():
     ids=[
         "float16 matmul",
         "P not rounded",
+        "P in BF16",
+        "P V rounded",
         "acc in FP16",
         "l from rounded P",
         "one block",

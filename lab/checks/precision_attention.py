@@ -345,17 +345,21 @@ def _groups_scaled(
     top=448.0,
     cast="fn",
     per_matrix=True,
+    columns=False,
 ) -> np.ndarray:
     """A planted variant of the block quantizer: `absolute=False` scales by max x (not max |x|), `undo=False`
     returns fl(x·s) without dividing by s, `guard=False` divides by a group's max even when it is 0, `top`
     maps max |x| onto another value than e4m3's largest, 448; `cast` is the rounding (`_e4m3`);
-    `per_matrix=False` shares each group's scale across the leading axes (the heads)."""
+    `per_matrix=False` shares each group's scale across the leading axes (the heads); `columns` gives each column
+    of a group its own scale."""
     x = np.asarray(x, np.float32)
     out = np.empty_like(x)
     with np.errstate(all="ignore"):
         for r0 in range(0, x.shape[-2], rows):
             g = x[..., r0 : r0 + rows, :]
-            amax = (np.abs(g) if absolute else g).max(axis=(-1, -2), keepdims=True)
+            amax = (np.abs(g) if absolute else g).max(
+                axis=-2 if columns else (-1, -2), keepdims=True
+            )
             if not per_matrix:  # one scale per group, shared by every matrix (head)
                 amax = amax.max(axis=tuple(range(g.ndim - 2)), keepdims=True)
             if guard:
@@ -369,6 +373,14 @@ def _groups_scaled(
 _BLOCK_MISTAKES = {
     "per tensor": "one scale for the whole matrix (per tensor): a group is `rows` consecutive rows, each "
     "with its own scale 448 / max|x| over the group",
+    "whole tensor": "one scale for the whole tensor, every head and every row: a group is `rows` "
+    "consecutive rows of one matrix (x[h, r0:r0 + rows]), each group with its own scale 448 / max|x| "
+    "over that group",
+    "per column": "a scale per column: a group's scale is one number, 448 / max|x| over all of the "
+    "group's rows and columns (axis=(-1, -2)), not one per column (axis=-2)",
+    "per column of the matrix": "a scale per column of the whole matrix: a group is `rows` consecutive "
+    "rows, and its one scale is 448 / max|x| over all of that group's rows and columns "
+    "(axis=(-1, -2))",
     "per row": "a scale per row: a group is `rows` consecutive rows sharing one scale",
     "across heads": "one scale per group shared by every matrix: x (…, N, d) holds one matrix per "
     "leading index (a head), and each matrix's groups have their own scale: take max|x| over the "
@@ -385,6 +397,13 @@ _BLOCK_MISTAKES = {
     "top 240": "the scale maps max|x| onto 240, not 448: 240 is the largest value of e4m3fnuz, another "
     "FP8 variant; the e4m3 here (OCP e4m3fn, ml_dtypes.float8_e4m3fn) reaches 448, so s = 448 / max|x|",
 }
+
+
+def _scaled_by(x, amax) -> np.ndarray:
+    """fl_e4m3(x·s)/s with s = 448/amax (amax broadcast against x, a 0 kept at s = 1): a scale grouped otherwise."""
+    x = np.asarray(x, np.float32)
+    s = np.float32(448.0) / np.where(amax > 0, amax, np.float32(1)).astype(np.float32)
+    return round_to(x * s, "fp8_e4m3") / s
 
 
 def _block_cases(rng) -> list:
@@ -427,8 +446,8 @@ def check_block_fp8(fn, *, name: str | None = None, seed: int | None = None) -> 
     """Check `fn(x, rows)`, FlashAttention-3's block quantization: fl_e4m3(x·s)/s with one s = 448/max|x| per
     group of `rows` consecutive rows (the last may be shorter, a group of zeros keeps s = 1); print one verdict.
 
-    Cases drawn fresh each run on outlier inputs; names the classic mistakes (one scale per tensor or per row
-    or shared across the heads, max x for max |x|, the scale not undone, no guard for a group of zeros, e4m3fnuz for e4m3) and refuses
+    Cases drawn fresh each run on outlier inputs; names the classic mistakes (one scale per matrix, for the whole
+    tensor, per column or per row or shared across the heads, max x for max |x|, the scale not undone, no guard for a group of zeros, e4m3fnuz for e4m3) and refuses
     `lab.quantize_fp8`. The rounding itself is not the exercise: `lab.round_to`, ml_dtypes'
     `float8_e4m3fn` and torch's `.to(torch.float8_e4m3fn)` are the same rounding to nearest even to the
     same format (they differ only past 448, which a right scale never reaches), so each is accepted.
@@ -452,6 +471,11 @@ def check_block_fp8(fn, *, name: str | None = None, seed: int | None = None) -> 
             continue
         planted = {
             "per tensor": quantize_fp8(x),
+            "whole tensor": _scaled_by(x, np.abs(x).max()),
+            "per column": _groups_scaled(x, rows, columns=True),
+            "per column of the matrix": _scaled_by(
+                x, np.abs(x).max(axis=-2, keepdims=True)
+            ),
             "per row": quantize_fp8(x, 1),
             "across heads": _groups_scaled(x, rows, per_matrix=False),
             "max not abs": _groups_scaled(x, rows, absolute=False),
@@ -498,17 +522,38 @@ def check_block_fp8(fn, *, name: str | None = None, seed: int | None = None) -> 
     )
 
 
-def check_peak_prediction(predicted: dict, measured: dict, d: int = 128) -> None:
-    """Exercise 1's follow-up: `predicted` and `measured` map "rows" and "columns" to max|x R| / ‖x‖ for x a row
-    of Sylvester's H. Signs on the columns must be predicted at 1 (within 0.05); signs on the rows near the
-    largest of d entries of about N(0, 1/d): 2 to 4 standard deviations 1/√d. Prints one line per side."""
+def check_peak_prediction(
+    predicted: dict, measured: dict | None = None, d: int = 128
+) -> None:
+    """Exercise 2's follow-up: `predicted` and `measured` map "rows" and "columns" to max|x R| / ‖x‖ for x a row
+    of Sylvester's H. Without `measured` (the prediction's own cell, before anything is measured) it says only
+    whether both numbers are written. With it: signs on the columns must be predicted at 1 (within 0.05); signs
+    on the rows near the largest of d entries of about N(0, 1/d): 2 to 4 standard deviations 1/√d. Prints one
+    line per side."""
     if not isinstance(predicted, dict) or all(
         predicted.get(k) is None for k in ("rows", "columns")
     ):
         print(
             "predicted_peak: not predicted yet: write your two numbers, then run the cell again"
+            if measured is None
+            else "predicted_peak: not predicted yet: write your two numbers in the cell above, run it, "
+            "then this one"
         )
         return
+    if measured is None:
+        said = {k: predicted.get(k) for k in ("rows", "columns")}
+        if any(x is None for x in said.values()):
+            return print("predicted_peak: predict both, the rows and the columns")
+        try:
+            said = {k: float(x) for k, x in said.items()}
+        except (TypeError, ValueError):
+            return print(
+                "predicted_peak: write each prediction as a number, max|x R| / ‖x‖ (a float)"
+            )
+        return print(
+            f"predicted_peak: noted (signs on the rows {said['rows']:.2f}, on the columns "
+            f"{said['columns']:.2f}); the next cell measures both"
+        )
     for side in ("rows", "columns"):
         p, m = predicted.get(side), measured[side]
         if p is None:
@@ -536,7 +581,8 @@ def check_peak_prediction(predicted: dict, measured: dict, d: int = 128) -> None
 def tiled_fp16_planted(q, k, v, Bc, fault=None) -> np.ndarray:
     """The tiled kernel's FP16 pipeline, one query block: $S_{ij}$, m, l, acc in FP32, each $P_{ij}$ rounded to
     FP16 before $P_{ij}V_j$, l summed from the unrounded $P_{ij}$; returns $o = acc/l$ in FP32. `fault` plants a
-    mistake: "S in FP16", "P not rounded", "acc in FP16", "l from rounded P", "one block", "last block dropped",
+    mistake: "S in FP16", "P not rounded", "P in BF16", "PV rounded" (the product P_ij V_j rounded to FP16,
+    not P_ij), "acc in FP16", "l from rounded P", "one block", "last block dropped",
     "O in FP16", "standard" (standard attention: S and the normalized P stored in FP16); the update's slips
     "block max" (m' = rowmax S_IJ, not max(m, rowmax S_IJ)), "P against block max" (P_IJ = e^(S_IJ - rowmax
     S_IJ) while l, acc follow the running max), "alpha inverted" (e^(m' - m): NaN from the first block's
@@ -563,7 +609,11 @@ def tiled_fp16_planted(q, k, v, Bc, fault=None) -> np.ndarray:
         top = s.max(axis=-1, keepdims=True)  # rowmax S_IJ
         m_new = top if fault == "block max" else np.maximum(m, top)
         p = np.exp(s - (top if fault == "P against block max" else m_new))  # P_IJ <= 1
-        p16 = p if fault == "P not rounded" else round_to(p, "fp16")
+        p16 = (
+            p
+            if fault in ("P not rounded", "PV rounded")
+            else round_to(p, "bf16" if fault == "P in BF16" else "fp16")
+        )
         alpha = np.exp(m - m_new)
         if fault == "alpha inverted":
             alpha = np.exp(m_new - m)  # inf at the first block, where m = -inf
@@ -572,7 +622,8 @@ def tiled_fp16_planted(q, k, v, Bc, fault=None) -> np.ndarray:
         l = alpha * l + (p16 if fault == "l from rounded P" else p).sum(
             -1, keepdims=True
         )
-        acc = alpha * acc + p16 @ v[j : j + Bc]
+        pv = p16 @ v[j : j + Bc]
+        acc = alpha * acc + (round_to(pv, "fp16") if fault == "PV rounded" else pv)
         if fault == "acc in FP16":
             acc = round_to(acc, "fp16")
         m = m_new
@@ -595,6 +646,10 @@ _PIPELINE_FAULTS = {
     "upcast Q_I, K_J to float32 and keep S_IJ, m in FP32; only P_IJ is rounded",
     "P not rounded": "no P_IJ was rounded to FP16: this is the FP32 kernel; round P_IJ = e^(S_IJ - m) "
     "to FP16 before P_IJ V_J",
+    "P in BF16": "P_IJ was rounded to BF16, not FP16: BF16 keeps FP32's range with 8 significant "
+    "bits, FP16 has 11; round with lab.round_to(p, 'fp16') or astype(np.float16)",
+    "PV rounded": "the product P_IJ V_J was rounded to FP16, not P_IJ: round the operand "
+    "P_IJ = e^(S_IJ - m) before the matmul; the product adds into acc in FP32",
     "acc in FP16": "acc was rounded to FP16 after each block: the accumulator stays in FP32 (only the "
     "operand P_IJ of the matmul is FP16)",
     "l from rounded P": "l sums the rounded P_IJ: GPU kernels take the row sum of P_IJ in FP32, before "
@@ -713,7 +768,8 @@ def check_tiled_fp16(fn, *, name: str | None = None, seed: int | None = None) ->
     ti = rmse(np.asarray(got, np.float64), ref)
     st = rmse(tiled_fp16_planted(q, k, v, 64, "standard"), ref)
     print(
-        f"{name}: ✓ passed {len(cases)} fresh cases: only P_IJ rounded; S_IJ, m, l, acc in FP32"
+        f"{name}: ✓ passed {len(cases)} fresh cases: only P_IJ rounded, to FP16; S_IJ, m, l, acc in "
+        "FP32 or wider"
     )
     print(
         f"  a fresh outlier input (N = M = 512, d = 64), RMSE of o against float64: yours {measured(ti)}"

@@ -252,7 +252,7 @@ def decode_schedule(
     A model, with its simplifications: `per_processor` work items resident on each processor at a time,
     slots $= P \\cdot$ `per_processor` (2, as flash-attn's launcher counts for its split-K/V kernel), each
     slot streaming at an even share of the bandwidth;
-    the $\lceil M/B_c \rceil$ key blocks dealt out evenly into `splits` chunks (flash-attn cuts at key-block
+    the $\\lceil M/B_c \\rceil$ key blocks dealt out evenly into `splits` chunks (flash-attn cuts at key-block
     boundaries too; `lab.flash_decoding` cuts the keys themselves); a chunk with no key block (more splits
     than key blocks) is launched but idle, so `working` items, not `items`, occupy processors. `heads` counts the heads that each get their own work item: the query
     heads for a prompt, the K/V heads when a kernel packs a group's G query heads into the rows of one

@@ -461,3 +461,16 @@ def test_schedule_title_fits_its_panel_at_every_slider_setting():
         box = axes[0].title.get_window_extent()
         assert box.x0 >= 0 and box.x1 <= fig.bbox.width / 2, s  # in its half, not cut
         plt.close(fig)
+
+
+def test_the_schedule_figure_counts_only_chunks_that_hold_a_key_block():
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    lab.figures.decoding.draw_decode_schedule(1024, 256)  # 8 key blocks, 256 splits
+    title = plt.gcf().axes[0].get_title()
+    assert title.startswith("64 items on 264 slots") and "1,984 empty chunks" in title
+    plt.close("all")
+    lab.figures.decoding.draw_decode_schedule(32768, 8)
+    assert "empty" not in plt.gcf().axes[0].get_title()
+    plt.close("all")

@@ -1584,7 +1584,7 @@ def test_passing_lines_are_fixed_text(capsys):
         "cache_per_token: ✓ passed 9 cases",
         "intensity: ✓ passed 5 cases",
         "crossing_group: ✓ passed 5 cases",
-        "split_steps: ✓ passed 8 cases",
+        "split_steps: ✓ passed 9 cases",
         "best_splits: ✓ passed 8 cases",
         "paged_decode: ✓ passed 8 sequences on scattered pages: stale slots masked, no copy of the cache",
         "split_decode: ✓ passed 8 cases: uneven, empty chunks, G to 16, huge scores; "
@@ -1877,6 +1877,11 @@ _SS = (
         (
             "    return w * c + 2 if splits > 1 else w * T\n",
             "the partials are charged once",
+        ),
+        (
+            "    w = -(-batch * heads * splits // slots)\n"
+            "    return w * (c + 1) + 1 if splits > 1 else w * T\n",
+            "take no slot",
         ),
         (
             "    T = M // 128\n"

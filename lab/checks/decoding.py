@@ -650,6 +650,7 @@ def _model_steps(
     last_block=True,
     partials=True,
     partials_once=False,
+    empty_take_slots=False,
 ):
     """The model's steps, or a known mistake's: `write=0` drops the partials and the merge, `up` says
     whether the waves and the chunk round up (or down); `floor_keys` cuts chunks of ⌊M / s⌋ keys (the
@@ -657,13 +658,15 @@ def _model_steps(
     and the merge at 1 split too; `merge_each_wave` charges the merge once per wave; `merge=False`
     keeps the partials but drops the merge; `last_block=False` counts T_c = ⌊M / 128⌋, the partial
     last key block dropped; `partials=False` keeps the merge but drops the partials; `partials_once`
-    charges the partials once, not once per wave."""
+    charges the partials once, not once per wave; `empty_take_slots` gives the chunks without a key block a
+    slot too."""
 
     def rnd(a, b, u):
         return -(-a // b) if u else max(a // b, 1)
 
     blocks = -(-M // 128) if last_block else max(M // 128, 1)
-    waves, chunk = rnd(B * H * min(s, blocks), P, up[0]), rnd(blocks, s, up[1])
+    held = s if empty_take_slots else min(s, blocks)  # chunks that hold a key block
+    waves, chunk = rnd(B * H * held, P, up[0]), rnd(blocks, s, up[1])
     if floor_keys:
         chunk = max(-(-(M // s) // 128), 1)
     if merge_each_wave and s > 1:
@@ -1396,7 +1399,8 @@ def _split_steps_cases(rng):
     """Kinds in a fixed order, values drawn: 1 split, three waves (where the partials left out, charged once
     and the merge left out give three different counts), a count in one wave, a spill into a second wave,
     s chunks of c key blocks and one partial block more (the chunk then holds c + 1), a partial last
-    key block at 1 split, a batch; then section 2's table row (32 splits on 264 slots)."""
+    key block at 1 split, a batch, more splits than key blocks (the empty chunks take no slot); then section 2's
+    table row (32 splits on 264 slots)."""
     blocks = int(rng.integers(200, 400))
     s, c = (
         int(rng.integers(3, 28)),
@@ -1410,6 +1414,13 @@ def _split_steps_cases(rng):
         (128 * s * c + int(rng.integers(1, 128)), 1, 8, 228, s),
         (128 * blocks - int(rng.integers(1, 128)), 1, 8, 264, 1),
         (128 * blocks, int(rng.integers(2, 9)), 8, 264, int(rng.integers(2, 40))),
+        (
+            128 * int(rng.integers(3, 21)),
+            1,
+            8,
+            264,
+            int(rng.integers(34, 67)),
+        ),  # splits > T_c
         (32768, 1, 8, 264, 32),
     ]
 
@@ -1466,6 +1477,11 @@ def _split_steps_hint(case, got, want):
             _model_steps(M, 1, H, P, s),
             "each sequence of the batch brings its own work items",
         ),
+        (
+            _model_steps(M, B, H, P, s, empty_take_slots=True),
+            "the chunks left without a key block (more splits than key blocks) take no slot: "
+            "the items are B·H·min(splits, T_c)",
+        ),
     ]
     fits = [hint for value, hint in named if value == got and value != want]
     if len(fits) == 1:
@@ -1479,7 +1495,7 @@ def check_split_steps(fn, *, name: str | None = None, seed: int | None = None) -
     """Check `fn(M, batch, heads, slots, splits)` -> the steps of one decoding step in section 2's model; print one verdict.
 
     Hints for the partials or the merge left out, the partials alone left out or charged once, the merge
-    alone left out, the partial last key block
+    alone left out, the empty chunks given slots, the partial last key block
     dropped, partials charged at 1 split, the waves or the chunk rounded down, the merge charged per
     wave, the batch forgotten (both named where two give the same count). Cases drawn afresh on each run;
     `lab.decode_schedule` (by any name) is refused. Taught in: notebooks/10_decoding.ipynb

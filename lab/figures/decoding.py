@@ -166,8 +166,11 @@ def draw_decode_schedule(
     waves = f"{fd['waves']} wave{'s' * (fd['waves'] > 1)}"
     ax.set(xlim=(-0.1, cols), ylim=(-0.1, rows), aspect="equal", xticks=[], yticks=[])
     # two short lines: the panel is narrow, and a slider keeps its first axes box
+    empty = fd["items"] - fd["working"]  # chunks without a key block: no slot
+    idle = f"; {empty:,} empty chunks, no slot" if empty else ""
     ax.set_title(
-        f"{fd['items']:,} items on {slots} slots ({processors} processors)\n{waves}{last}",
+        f"{fd['working']:,} items on {slots} slots ({processors} processors)\n"
+        f"{waves}{last}{idle}",
         fontsize=10,
     )
     ax.grid(False)

@@ -459,6 +459,12 @@ PLANTED = [
     ),
     (
         "atomic_numbers",
+        "bytes",
+        ("return key_outer, query_outer", "return 4 * key_outer, 4 * query_outer"),
+        ["✗ case ", "that counts bytes (4 a number)"],
+    ),
+    (
+        "atomic_numbers",
         "something else",
         ("key_outer = N * d", "key_outer = N * M"),
         ["✗ case ", "walk one outer block"],  # a drawn case with M = d passes it
@@ -806,6 +812,18 @@ PLANTED = [
         "dq assigned",
         ("dq[I] += dq_I", "dq[I] = dq_I"),
         ["accumulated"],
+    ),
+    (
+        "tiled_backward",
+        "dv assigned",
+        ("dv[J] + dv_J", "dv_J"),
+        ["dV_J is assigned", "accumulated"],
+    ),
+    (
+        "tiled_backward",
+        "dk assigned",
+        ("dk[J] + dk_J", "dk_J"),
+        ["dK_J is assigned", "accumulated"],
     ),
     (
         "tiled_backward",

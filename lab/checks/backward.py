@@ -107,6 +107,10 @@ BACKWARD_MISTAKES = {
     "dK by that same 1/√d",
     "dq assigned": "dQ_I is assigned (=) in each tile, not accumulated (+=): every key block adds its part to dQ_I",
     "dk, dv assigned": "dK_J and dV_J are assigned (=) in each tile, not accumulated (+=): every query block adds its part",
+    "dv assigned": "dV_J is assigned (=) in each tile, not accumulated (+=): every query block adds its part, so "
+    "yours keeps the last one's alone",
+    "dk assigned": "dK_J is assigned (=) in each tile, not accumulated (+=): every query block adds its part, so "
+    "yours keeps the last one's alone",
 }
 
 
@@ -212,14 +216,13 @@ def backward_with_mistake(
                     else ds.T @ q[i0:i1]
                 )
                 dq_part = scale * (ds @ k[j0:j1])
-                keep_q, keep_kv = (
-                    ("dq assigned" not in planted),
-                    ("dk, dv assigned" not in planted),
-                )  # += or =
+                keep_q = "dq assigned" not in planted  # += or =
+                keep_k = not planted & {"dk, dv assigned", "dk assigned"}
+                keep_v = not planted & {"dk, dv assigned", "dv assigned"}
                 dq[i0:i1] = dq_part + keep_q * dq[i0:i1]
                 dk[j0:j1], dv[j0:j1] = (
-                    dk_part + keep_kv * dk[j0:j1],
-                    dv_part + keep_kv * dv[j0:j1],
+                    dk_part + keep_k * dk[j0:j1],
+                    dv_part + keep_v * dv[j0:j1],
                 )
     return dq, dk, dv
 
@@ -1596,35 +1599,45 @@ def _atomic_reference(N, M, d, dv):
     return N * d, M * d + M * dv
 
 
-_ATOMIC_MISTAKES = [
-    (
-        lambda N, M, d, dv: (M * d + M * dv, N * d),
-        "the two are swapped: with key blocks outside, each outer block holds its own dK_J, dV_J, and "
-        "every one of them adds into the rows of dQ",
-    ),
-    (
-        lambda N, M, d, dv: (N * d, 2 * M * d),
-        "dV has d_v columns, not d: M·d of dK and M·d_v of dV (the cases have d ≠ d_v)",
-    ),
-    (
-        lambda N, M, d, dv: (N * d, M * d),
-        "with query blocks outside both dK and dV collect a part from every query block",
-    ),
-    (
-        lambda N, M, d, dv: (N * dv, M * d + M * dv),
-        "dQ has q's shape, (N, d): its rows have d numbers, not d_v",
-    ),
-] + [
-    (
-        rows,
-        "that counts rows: the question asks for numbers, and a row of dQ holds d of them",
-    )
-    for rows in (
-        lambda N, M, d, dv: (N, 2 * M),
-        lambda N, M, d, dv: (N, M * d + M * dv),
-        lambda N, M, d, dv: (N * d, 2 * M),
-    )
-]
+_ATOMIC_MISTAKES = (
+    [
+        (
+            lambda N, M, d, dv: (M * d + M * dv, N * d),
+            "the two are swapped: with key blocks outside, each outer block holds its own dK_J, dV_J, and "
+            "every one of them adds into the rows of dQ",
+        ),
+        (
+            lambda N, M, d, dv: (N * d, 2 * M * d),
+            "dV has d_v columns, not d: M·d of dK and M·d_v of dV (the cases have d ≠ d_v)",
+        ),
+        (
+            lambda N, M, d, dv: (N * d, M * d),
+            "with query blocks outside both dK and dV collect a part from every query block",
+        ),
+        (
+            lambda N, M, d, dv: (N * dv, M * d + M * dv),
+            "dQ has q's shape, (N, d): its rows have d numbers, not d_v",
+        ),
+    ]
+    + [
+        (
+            rows,
+            "that counts rows: the question asks for numbers, and a row of dQ holds d of them",
+        )
+        for rows in (
+            lambda N, M, d, dv: (N, 2 * M),
+            lambda N, M, d, dv: (N, M * d + M * dv),
+            lambda N, M, d, dv: (N * d, 2 * M),
+        )
+    ]
+    + [
+        (
+            lambda N, M, d, dv, b=b: (b * N * d, b * (M * d + M * dv)),
+            f"that counts bytes ({b} a number): the question asks for numbers, N·d of dQ and so on",
+        )
+        for b in (2, 4, 8)
+    ]
+)
 
 
 def check_atomic_numbers(

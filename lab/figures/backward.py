@@ -190,7 +190,7 @@ def draw_backward_tiles(
             "computed, visible",
             "computed, then masked",
             "tile skipped",
-            f"tile ({I}, {J}) reads dO_I, D_I; adds to dQ_I",
+            f"tile ({I}, {J}) reads Q_I, dO_I, lse_I, D_I; adds to dQ_I",
             "reads K_J, V_J; adds to dK_J, dV_J",
         ],
         loc="lower center",

@@ -90,6 +90,11 @@ def test_the_worked_block_quantizer_and_a_written_one_pass():
         (dict(guard="amax"), ["group of zeros gave NaN", "s = 1"]),
         (dict(stop="0, x.shape[-2] - x.shape[-2] % rows, rows"), ["the last group"]),
         (dict(top="240.0"), ["onto 240, not 448", "s = 448 / max|x|"]),
+        (dict(top="464.0"), ["onto 464, not 448", "the tie"]),
+        (
+            dict(ret='lab.round_to(g / s, "fp8_e4m3") * s'),
+            ["upside down", "cast x·s"],
+        ),
     ],
     ids=[
         "per tensor",
@@ -103,6 +108,8 @@ def test_the_worked_block_quantizer_and_a_written_one_pass():
         "no guard",
         "last group",
         "240 for 448",
+        "464 for 448",
+        "scale inverted",
     ],
 )
 def test_a_planted_block_quantizer_is_named(change, says):

@@ -346,12 +346,13 @@ def _groups_scaled(
     cast="fn",
     per_matrix=True,
     columns=False,
+    inverted=False,
 ) -> np.ndarray:
     """A planted variant of the block quantizer: `absolute=False` scales by max x (not max |x|), `undo=False`
     returns fl(x·s) without dividing by s, `guard=False` divides by a group's max even when it is 0, `top`
     maps max |x| onto another value than e4m3's largest, 448; `cast` is the rounding (`_e4m3`);
     `per_matrix=False` shares each group's scale across the leading axes (the heads); `columns` gives each column
-    of a group its own scale."""
+    of a group its own scale; `inverted` casts x / s and multiplies back, the scale upside down."""
     x = np.asarray(x, np.float32)
     out = np.empty_like(x)
     with np.errstate(all="ignore"):
@@ -365,6 +366,9 @@ def _groups_scaled(
             if guard:
                 amax = np.where(amax > 0, amax, np.float32(1))
             s = np.float32(top) / amax
+            if inverted:
+                out[..., r0 : r0 + rows, :] = _e4m3(g / s, cast) * s
+                continue
             y = _e4m3(g * s, cast)
             out[..., r0 : r0 + rows, :] = y / s if undo else y
     return out
@@ -396,6 +400,10 @@ _BLOCK_MISTAKES = {
     "no guard": "a group of zeros gave NaN (0 · 448/0): keep s = 1 where max|x| = 0",
     "top 240": "the scale maps max|x| onto 240, not 448: 240 is the largest value of e4m3fnuz, another "
     "FP8 variant; the e4m3 here (OCP e4m3fn, ml_dtypes.float8_e4m3fn) reaches 448, so s = 448 / max|x|",
+    "top 464": "the scale maps max|x| onto 464, not 448: 464 is where rounding down to 448 stops (the "
+    "tie), not a value e4m3 holds; its largest value is 448, so s = 448 / max|x|",
+    "inverted": "the scale is upside down: yours casts x / s and multiplies back; cast x·s with "
+    "s = 448 / max|x|, so the group's largest magnitude lands on 448, then divide by s",
 }
 
 
@@ -447,7 +455,7 @@ def check_block_fp8(fn, *, name: str | None = None, seed: int | None = None) -> 
     group of `rows` consecutive rows (the last may be shorter, a group of zeros keeps s = 1); print one verdict.
 
     Cases drawn fresh each run on outlier inputs; names the classic mistakes (one scale per matrix, for the whole
-    tensor, per column or per row or shared across the heads, max x for max |x|, the scale not undone, no guard for a group of zeros, e4m3fnuz for e4m3) and refuses
+    tensor, per column or per row or shared across the heads, max x for max |x|, the scale not undone or upside down, 240 or 464 for 448, no guard for a group of zeros, e4m3fnuz for e4m3) and refuses
     `lab.quantize_fp8`. The rounding itself is not the exercise: `lab.round_to`, ml_dtypes'
     `float8_e4m3fn` and torch's `.to(torch.float8_e4m3fn)` are the same rounding to nearest even to the
     same format (they differ only past 448, which a right scale never reaches), so each is accepted.
@@ -486,6 +494,8 @@ def check_block_fp8(fn, *, name: str | None = None, seed: int | None = None) -> 
             "not undone": _groups_scaled(x, rows, undo=False),
             "no guard": _groups_scaled(x, rows, guard=False),
             "top 240": _groups_scaled(x, rows, top=240.0),
+            "top 464": _groups_scaled(x, rows, top=464.0),
+            "inverted": _groups_scaled(x, rows, inverted=True),
         }
         fault = next(
             (

@@ -670,7 +670,8 @@ def _streams(name, fn, rng, N: int = 768, B: int = 64) -> bool:
             f"{name}: ✗ causal, N = M = {N}, Br = Bc = {B}: your function held {peak / 2**20:.1f} MiB at its "
             f"peak, and one N × M float64 array is {8 * N * N / 2**20:.1f} MiB: the scores must live one tile "
             "at a time, in an online softmax (m, l, acc per row), not in a whole S or P; only the boolean "
-            "mask may be N × M"
+            "mask may be N × M, and only as booleans (a whole-grid count or sum of it in int32 or int64, in "
+            "tile_kinds too, is 4 or 8 bytes an entry: count per tile instead)"
         )
         return False
     want_o, want_lse = _reference(q, k, v, _identity, causal)

@@ -1801,9 +1801,9 @@ def check_rescale_predictions(predicted, *, n: int = 64, blocks=(1, 4)) -> None:
         )
     else:
         print(
-            f"{name}: ✗ predict the sorted orders again: ascending raises the max at every"
-            " step after the first (the first block sets m, nothing to rescale), descending"
-            " meets it first"
+            f"{name}: ✗ predict the sorted orders again: in each order, at which step does a"
+            " block first hold a score above every one before it, and how often after that?"
+            " (The first block sets m: there is nothing to rescale yet.)"
             if written
             else f"{name}: ✗ no prediction written yet"
         )

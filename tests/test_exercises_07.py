@@ -22,7 +22,7 @@ EX2 = {ex.number: ex for ex in exercises(NAME2)}
 PASSED = {
     1: "rms_delta_uniform: ✓ passed 6 cases (t = 7, 10, 23 and 3 drawn for this run; "
     "the formula, to 1e-9)\n",
-    2: "round_nearest_even: ✓ 8 cases bit for bit (ties, subnormals, overflow, a layout no library has)\n",
+    2: "round_nearest_even: ✓ 9 cases bit for bit (ties, subnormals, overflow, a layout no library has)\n",
     3: "first_bad_M: ✓ passed 7 rows (fresh ones, a stalling tile, entries rounding up, "
     "tol never reached)\n",
 }
@@ -444,6 +444,20 @@ def test_round_written_with_log2_passes_once_it_keeps_inf():
 )
 def test_round_mistakes(change, says):
     _fails(2, _round(**change), *says)
+
+
+@pytest.mark.parametrize(
+    "n, says",
+    [  # ties away from zero: no random value of the whole range is a tie, the edges case has them
+        ("np.floor(a / step + 0.5)", ("case 8 (w_e=6, t=5: ties", "exactly halfway")),
+        ("np.floor(a / step)", ("case 7 (a layout no library has", "cut toward zero")),
+    ],
+)
+def test_round_sloppy_only_for_the_layout_no_library_has_fails(n, says):
+    """A rounder right for the library layouts but not for w_e=6, t=5 fails on that layout's cases."""
+    right = ROUND_OK["n"]
+    src = _round(n=f"({n}) if (e, t) == (6, 5) else {right}")
+    _fails(2, src, *says)
 
 
 def test_round_losing_the_sign_of_zero_is_named():

@@ -472,7 +472,27 @@ def _rounding_cases():
             6,
             5,
         ),
+        (
+            "w_e=6, t=5: ties, subnormals, the edge past x_max, the sign of zero",
+            _edges(6, 5),
+            6,
+            5,
+        ),
     ]
+
+
+def _edges(e: int, t: int) -> np.ndarray:
+    """Values that only a round-to-nearest-even with the layout's own edges gets right: ties between two
+    neighbours (to even, both signs, normal and subnormal), x_max and half a step past it (±inf), half of
+    that (±x_max), and zeros of both signs."""
+    bias = 2 ** (e - 1) - 1
+    ulp1, sub = 2.0**-t, 2.0 ** (1 - bias - t)  # the step at 1, the smallest subnormal
+    xmax = (2 - ulp1) * 2.0**bias
+    half = 2.0 ** (bias - t - 1)  # half a step at the top
+    ties = [1 + ulp1 / 2, 1 + 3 * ulp1 / 2, 3 * sub / 2, 5 * sub / 2, sub / 2]
+    top = [xmax, xmax + half / 2, xmax + half, 2 * xmax]
+    x = ties + [-v for v in ties] + top + [-v for v in top] + [0.0, -0.0, -sub / 4]
+    return np.array(x, np.float32)
 
 
 def _explain(x: float, want: float, got: float, e: int, t: int) -> str:

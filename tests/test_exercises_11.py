@@ -664,8 +664,13 @@ def test_a_planted_loop_gets_its_own_hint(label, changes, says):
             "first = (i0 - (W - 1)) // Bc",
             ["no max(0, ·)", "before key 0"],
         ),
+        (
+            "last = (i1 - 1) // Bc",
+            "last = i1 // Bc",
+            ["taken from key i1, one past the block", "i1 - 1"],
+        ),
     ],
-    ids=["first key block from the last row", "no clamp at key 0"],
+    ids=["first key block from the last row", "no clamp at key 0", "last key from i1"],
 )
 def test_a_planted_window_start_is_named(old, new, says):
     out = run_check(EX[1], replace_code(EX[1].solution, old, new))
@@ -693,8 +698,13 @@ def test_an_estimated_window_count_is_told_to_count_exactly():
             "(j % dilation == 0)",
             ["counted from key 0", "i + off - j"],
         ),
+        (
+            "(j > i + off - window)",
+            "(j > i + off - window * dilation)",
+            ["taps spread over window · dilation", "i + off - j < window"],
+        ),
     ],
-    ids=["one wider", "one narrower", "dilation from key 0"],
+    ids=["one wider", "one narrower", "dilation from key 0", "window taps"],
 )
 def test_a_planted_dilated_window_is_diagnosed(old, new, says):
     out = run_check(EX[3], replace_code(EX[3].solution, old, new))
@@ -731,6 +741,12 @@ def test_a_planted_dilated_window_is_diagnosed(old, new, says):
             "(j <= i + off)",
             ["yours is the causal mask", "j < prefix"],
         ),
+        (
+            2,
+            "off = M - N",
+            "off = N - M",
+            ["shifts the diagonal the wrong way", "off = M - N"],
+        ),
     ],
     ids=[
         "prefix j <= prefix",
@@ -738,6 +754,7 @@ def test_a_planted_dilated_window_is_diagnosed(old, new, says):
         "prefix test on i",
         "prefix hidden after",
         "causal alone",
+        "prefix offset reversed",
     ],
 )
 def test_a_planted_mod_gets_its_own_hint(number, old, new, says):

@@ -213,18 +213,19 @@ def _window_computed(
     first_from_last_row=False,
     unclamped=False,
     uncut_last=False,
+    last_past_row=False,
 ) -> int:
     """Tiles a causal window of W keys computes (N = M), one number per query block.
 
     Query block i0..i1-1 needs key blocks max(0, i0 - (W - 1)) // Bc through (i1 - 1) // Bc; equal to
     `window_tile_counts(N, N, W - 1, 0, Br, Bc)["computed"]` at O(N / Br) cost, so N = 10^7 is cheap.
-    The keywords plant five classic mistakes for the hints.
+    The keywords plant six classic mistakes for the hints.
     """
     i0 = np.arange(0, N - N % Br if drop_short else N, Br, dtype=np.int64)
     i1 = i0 + Br if uncut_last else np.minimum(i0 + Br, N)
     start = (i1 - 1 if first_from_last_row else i0) - (W - 1)
     first = (start if unclamped else np.maximum(0, start)) // Bc
-    last = (i0 if last_from_first_row else i1 - 1) // Bc
+    last = (i0 if last_from_first_row else i1 if last_past_row else i1 - 1) // Bc
     return int((last - first + 1).sum())
 
 
@@ -317,6 +318,11 @@ def _window_cases(build, cases, name) -> None:
                 "causal attention's count, as if the window reached back to key 0",
             ),
             (nq * nk, "full attention's count"),
+            (
+                _window_computed(N, W, Br, Bc, last_past_row=True),
+                "the count with each query block's last key block taken from key i1, one past the "
+                "block: its last row is i1 - 1, and causally that row's last key is i1 - 1 too",
+            ),
             (
                 _window_computed(N, W, Br, Bc, last_from_first_row=True),
                 "the count with each query block's last key block taken from its first row, i0; "
@@ -414,6 +420,14 @@ def _edge_hint(got, spec, case, idx, shape) -> str | None:
                     "yours keeps the keys j that are multiples of the dilation, counted from key 0; "
                     "count the distance back from the query's own key, i + off - j"
                 )
+            dist = i + off - j
+            taps = (dist >= 0) & (dist < window * dilation) & (dist % dilation == 0)
+            if dilation > 1 and np.array_equal(got, np.broadcast_to(taps, shape)):
+                return (
+                    f"yours keeps `window` = {window} taps spread over window · dilation = "
+                    f"{window * dilation} keys: the window is `window` keys of distance, "
+                    "i + off - j < window, and the dilation keeps every dilation-th of them"
+                )
     return None
 
 
@@ -453,6 +467,12 @@ def _prefix_hint(got, case, idx, shape) -> str | None:
             causal,
             "yours is the causal mask: a query inside the prompt also sees the later prompt "
             "keys, j < prefix (the bidirectional part)",
+        ),
+        (
+            (j < prefix) | (j <= i + N - M),
+            f"yours shifts the diagonal the wrong way, off = N - M = {N - M}: the offset is "
+            f"off = M - N = {M - N}, so that the last query (i = N - 1) sees the last key "
+            "(j = M - 1)",
         ),
     )
     for mask, text in variants:

@@ -1586,6 +1586,7 @@ def test_keys_outer_may_not_call_lab_or_compute_on_a_whole_hbm_array():
             }
         ),
         "raised TypeError",
+        "O lives in HBM: read a block with O[rows]",
     )
 
 
@@ -1596,6 +1597,13 @@ def test_hbm_array_refuses_conversion_and_logs_rows():
     assert a[2:5].sum() == 2.0 and log == [("O", "write", 1, 2), ("O", "read", 2, 3)]
     with pytest.raises(TypeError, match="O lives in HBM"):
         np.asarray(a)
+    for whole in (lambda x: x * 2.0, lambda x: 2.0 * x, lambda x: x / 3, lambda x: -x):
+        with pytest.raises(
+            TypeError, match="O lives in HBM"
+        ):  # arithmetic on all of it
+            whole(a)
+    with pytest.raises(TypeError, match="O lives in HBM"):
+        a *= 2.0
 
 
 @pytest.mark.parametrize(

@@ -1477,6 +1477,14 @@ class HBM:
             f"write one back with {self._name}[rows] = ..."
         )
 
+    def _whole(self, *_):
+        """Arithmetic on the whole array: refused with the same words as a conversion."""
+        return self.__array__()
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _whole
+    __truediv__ = __rtruediv__ = __matmul__ = __rmatmul__ = __neg__ = _whole
+    __iadd__ = __isub__ = __imul__ = __itruediv__ = _whole
+
 
 def _hbm(N: int, dv: int) -> tuple:
     """`(hbm, log)`: HBM arrays O (N, d_v) = 0, m (N,) = -inf, l (N,) = 0, and the log of their reads and writes."""

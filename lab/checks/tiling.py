@@ -22,7 +22,7 @@ import numpy as np
 from ..attention import attention_reference, causal_mask
 from ..exercises import diagnose, raised_at, seed_note
 from ..memory import peak_bytes
-from ..tiling import flash_counts, onchip_fits, step_footprint
+from ..tiling import _row_blocks, flash_counts, onchip_fits, step_footprint
 from ._support import _fresh, _refusal, _settled, _watching
 from .one_pass import RUNNING_MAX
 
@@ -143,9 +143,8 @@ def _diagonal_masked(N, M, Br, Bc):
 
 
 def _keys_seen(N, M, Br, Bc):
-    """Per query block, the key blocks it computes: ⌈clip(i1 + M - N, 0, M) / Bc⌉."""
-    i1 = np.minimum(np.arange(Br, N + Br, Br), N)
-    return -(-np.clip(i1 + M - N, 0, M) // Bc)
+    """Per query block, the key blocks it computes under the causal mask (`lab.tiling._row_blocks`' n_i)."""
+    return _row_blocks(N, M, Br, Bc, True)[1]
 
 
 def _hidden_pairs(N, M, Br, Bc, inside=True):

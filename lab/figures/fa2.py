@@ -454,10 +454,8 @@ def draw_time_split(split: dict, chips=("A100", "H100"), ax=None) -> dict:
     labels = [f"{c} {r['variant']}" for c in chips for r in rows[c]]
     flat = [r for c in chips for r in rows[c]]
     left = np.zeros(len(flat))
-    for (
-        unit,
-        color,
-    ) in UNIT_COLOURS.items():  # the colours of draw_op_counts' time panel
+    # the colours of draw_op_counts' time panel
+    for unit, color in UNIT_COLOURS.items():
         widths = np.array([r[unit] for r in flat])
         ax.barh(labels, widths, left=left, color=color, label=UNIT_LABELS[unit])
         left += widths

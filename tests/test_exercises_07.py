@@ -121,14 +121,33 @@ def test_stub_reports_not_implemented(number):
 
 def test_the_exercise_section_needs_only_the_setup():
     ns = {}
-    for src in EX[1].setup + EX[1].before[:1]:
+    imports = next(s for s in EX[2].before if "import check_first_bad_M" in s)
+    for src in EX[2].setup + [imports]:
         exec(compile(src, "<setup>", "exec"), ns)
-    assert {
-        "check_first_bad_M",
-        "check_round_nearest_even",
-        "check_rms_delta_uniform",
-    } <= set(ns)
+    assert {"check_first_bad_M", "check_round_nearest_even"} <= set(ns)
     assert not {"q", "k", "v", "grid", "acc"} & set(ns)
+    # exercise 1 sits in section 1: its check cell imports its own check
+    assert "import check_rms_delta_uniform" in EX[1].check
+
+
+def test_exercise_1_is_derived_before_the_log_scale_model_is_shown():
+    """Section 1 gives the grid (step 1) only; the log-uniform E[1/f^2] comes after exercise 1's check."""
+    cells = _cells()
+    head = next(
+        i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 1")
+    )
+    check = next(
+        i
+        for i, (t, s, _) in enumerate(cells)
+        if t == "code" and "check_rms_delta_uniform(rms_delta_uniform)" in s
+    )
+    model = next(i for i, (_, s, _) in enumerate(cells) if r"\frac{3}{8 \ln 2}" in s)
+    assert head < check < model
+    for _, s, _ in cells[:head]:
+        assert r"\ln 2" not in s and "0.21" not in s  # neither the model nor its value
+    # the measurement of the learner's formula follows the check, in visible code
+    assert "rms_delta_uniform(t)" in cells[check + 1][1]
+    assert "lab.round_to(x, fmt)" in cells[check + 1][1]
 
 
 def test_the_sequel_exercise_section_needs_only_the_setup():

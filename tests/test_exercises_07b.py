@@ -385,3 +385,30 @@ def tiled_fp16(q, k, v, Bc):
     return lab.attention_tiled_lowp(q, k, v, "fp16", block_q=len(q), block_k=Bc)
 """
     assert_fails(EX[1], cheat, "lab.attention_tiled_lowp")
+
+
+def _measure_block_fp8(solution: str) -> str:
+    """Run the setup, `solution`, then the two cells after exercise 4's check that measure it."""
+    cells = _cells("07_precision_in_attention")
+    first = next(i for i, (_, s, _) in enumerate(cells) if "Exercise 4, measured" in s)
+    ns, out = {}, io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for src in EX[4].setup:
+            exec(compile(src, "<setup>", "exec"), ns)
+        exec(compile(solution, "<solution>", "exec"), ns)
+        for _, src, _ in cells[first : first + 2]:
+            exec(compile(src, "<measure>", "exec"), ns)
+    return out.getvalue()
+
+
+def test_exercise_4_measurement_shows_only_the_block_scale_holds():
+    """The worked quantizer holds on all three inputs; one scale per matrix fails the loud group,
+    so a quantizer that ignores `rows` is seen to, and the learner copy's stub is told to write it."""
+    assert "all three inputs: ['per 64 rows']" in _measure_block_fp8(EX[4].solution)
+    per_matrix = EX[4].solution.replace("range(0, x.shape[-2], rows)", "range(0, 1)")
+    per_matrix = per_matrix.replace(
+        "def block_fp8(x, rows):", "def block_fp8(x, rows):\n    rows = x.shape[-2]"
+    )
+    assert per_matrix != EX[4].solution
+    assert "all three inputs: []" in _measure_block_fp8(per_matrix)
+    assert "write block_fp8 first" in _measure_block_fp8(EX[4].stub)

@@ -17,7 +17,7 @@ from lab.checks import merge as checks
 
 @pytest.fixture(autouse=True)
 def _close_figures():
-    """The exercise section draws figures before exercises 4 and 5: close them after each test."""
+    """A check or an exercise cell may draw a figure: close them after each test."""
     yield
     import matplotlib.pyplot as plt
 
@@ -60,7 +60,7 @@ def _fails_state(source: str, *says: str) -> str:
     return out
 
 
-def test_exercise_1_comes_before_the_merge_it_derives():
+def test_exercise_1_comes_before_the_merge_it_derives_and_the_reveal_follows_its_check():
     nb = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4)
     text = [c.source for c in nb.cells]
     ex = next(i for i, t in enumerate(text) if t.startswith("### Exercise 1"))
@@ -69,9 +69,18 @@ def test_exercise_1_comes_before_the_merge_it_derives():
         for i, t in enumerate(text)
         if t.startswith("### The merge of $(o, lse)$, revealed")
     )
-    section = next(i for i, t in enumerate(text) if t.startswith("## 3."))
+    section = next(i for i, t in enumerate(text) if t.startswith("## 2."))
     ex2 = next(i for i, t in enumerate(text) if t.startswith("### Exercise 2"))
-    assert section < ex < ex2 < reveal  # shown after exercise 2 too
+    assert (
+        section < ex < reveal < ex2
+    )  # exercise 2 carries the revealed pair to C terms
+    between = text[ex + 1 : reveal]  # exercise 1's own cells, nothing else
+    assert "check_pair_merge(merge_pair, empty_pair)" in between[-1]
+    assert not any(
+        t.lstrip().startswith("#")
+        for t, c in zip(between, nb.cells[ex + 1 :])
+        if c.cell_type == "markdown"
+    )
     before = "\n".join(
         t
         for t, c in zip(text[:ex], nb.cells)

@@ -321,3 +321,21 @@ def test_draw_work_items_counts_the_grid():
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+def test_draw_pair_merge_puts_o_at_the_share_weighted_average():
+    import matplotlib.pyplot as plt
+
+    from lab.figures.merge import draw_pair_merge
+
+    flat, raised = draw_pair_merge(shift=0.0), draw_pair_merge(shift=3.0)
+    for r in (flat, raised):
+        assert sum(r["share"].values()) == pytest.approx(1.0, abs=1e-12)
+        assert r["o"] == pytest.approx(r["weighted"], abs=1e-12)
+    # raising chunk y's scores moves mass, and the merged o, towards y
+    assert raised["share"]["y"] > flat["share"]["y"] and raised["o"] > flat["o"]
+    with pytest.raises(ValueError, match="n_x"):
+        draw_pair_merge(n_x=0)
+    with pytest.raises(ValueError, match="shift"):
+        draw_pair_merge(shift=float("nan"))
+    plt.close("all")

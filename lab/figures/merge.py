@@ -10,10 +10,22 @@ import numpy as np
 from matplotlib.collections import LineCollection, PolyCollection
 
 from ..attention import attention_reference
-from ..merge import merge_plan, random_chunk_bounds, reduce_states, split_states
-from ..states import finalize
+from ..merge import (
+    merge_output_pair,
+    merge_plan,
+    random_chunk_bounds,
+    reduce_states,
+    split_states,
+)
+from ..states import finalize, partial_state
 
-__all__ = ["merge_depths", "leaf_order", "draw_merge_orders", "draw_work_items"]
+__all__ = [
+    "merge_depths",
+    "leaf_order",
+    "draw_merge_orders",
+    "draw_pair_merge",
+    "draw_work_items",
+]
 
 
 def leaf_order(n: int, order: str, *, seed: int = 0) -> list[int]:
@@ -215,3 +227,67 @@ def draw_work_items(
     for side in ("top", "right", "left", "bottom"):
         ax.spines[side].set_visible(False)
     return {"work_items": items, "query_rows_each": G, "columns": len(cols)}
+
+
+def draw_pair_merge(
+    shift: float = 1.0, n_x: int = 40, n_y: int = 60, seed: int = 4, ax=None
+) -> dict:
+    """Two chunks of one query row with one value coordinate, on a number line: each chunk's $o_c$ sized by
+    its share $e^{lse_c - lse}$ of the mass, and the merged $o$ at their share-weighted average.
+
+    Chunk y's scores are raised by `shift`, which moves mass from x to y. Taught in:
+    notebooks/04_merge_order.ipynb
+    """
+    for name, n in (("n_x", n_x), ("n_y", n_y)):
+        if not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"{name} must be a positive integer, got {n!r}")
+    if not np.isfinite(shift):
+        raise ValueError(f"shift must be a finite number, got {shift!r}")
+    rng = np.random.default_rng(seed)
+    s_x, s_y = rng.standard_normal(n_x), rng.standard_normal(n_y) + shift  # scores
+    v_x = rng.normal(-1.0, 0.35, (n_x, 1))  # (n_x, dv = 1) values of chunk x
+    v_y = rng.normal(1.0, 0.35, (n_y, 1))  # (n_y, dv = 1) values of chunk y
+    x = finalize(partial_state(s_x[None], v_x))  # (o_x (1, 1), lse_x (1,))
+    y = finalize(partial_state(s_y[None], v_y))
+    o, lse = merge_output_pair(x, y)
+    share = {c: float(np.exp(p[1][0] - lse[0])) for c, p in (("x", x), ("y", y))}
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 2.8), layout="tight")
+    top = np.exp(max(s_x.max(), s_y.max()) - lse[0])  # the largest key's share
+    for c, vals, s, part in (("x", v_x, s_x, x), ("y", v_y, s_y, y)):
+        w = np.exp(s - lse[0]) / top  # each key's share of the row's mass, <= 1
+        col = "C0" if c == "x" else "C1"
+        ax.vlines(vals[:, 0], 0, w * 0.35, color=col, alpha=0.35, lw=1)
+        ax.scatter(part[0][0, 0], 0.6, s=2000 * share[c], color=col, alpha=0.8)
+        ax.annotate(
+            f"$o_{c}$, share {share[c]:.2f}",
+            (part[0][0, 0], 0.6),
+            xytext=(0, 26),
+            textcoords="offset points",
+            ha="center",
+            fontsize=9,
+        )
+    ax.plot([x[0][0, 0], y[0][0, 0]], [0.6, 0.6], color="0.6", lw=1, zorder=0)
+    ax.plot([float(o[0, 0])], [0.6], marker="v", ms=14, color="k")
+    ax.annotate(
+        "merged $o$",
+        (float(o[0, 0]), 0.6),
+        xytext=(0, -24),
+        textcoords="offset points",
+        ha="center",
+        fontsize=9,
+    )
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_yticks([])
+    ax.set_xlabel(
+        "value (one coordinate); thin lines: each key's value, height its weight"
+    )
+    raised = f" (chunk y's scores raised by {shift:g})" if shift else ""
+    ax.set_title(
+        f"the merged o: the chunks' o_c weighted by their shares of the mass{raised}",
+        fontsize=10,
+    )
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    weighted = share["x"] * x[0][0, 0] + share["y"] * y[0][0, 0]
+    return {"share": share, "o": float(o[0, 0]), "weighted": float(weighted)}

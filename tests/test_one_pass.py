@@ -371,26 +371,65 @@ def test_draw_causal_blocks_draws_each_shape_and_rejects_a_bad_block():
         causal_geometry(4, 4, 0)
 
 
-def test_state_trace_records_the_one_pass_state_and_the_blocks_where_m_rose():
-    from lab.figures.one_pass import draw_state_trace, state_trace
+def test_rescale_trace_cuts_each_step_in_two_and_the_rescale_leaves_o_alone():
+    from lab.figures.one_pass import state_rescale_trace
 
     q, k, v = row_inputs(M=1000, d=8, seed=3)  # a short last block: 1000 = 3·256 + 232
-    tr = state_trace(q, k, v, block_k=256, components=(0, 2))
+    tr = state_rescale_trace(q, k, v, block_k=256, components=(0, 2))
     s = k @ q / np.sqrt(8)
+    l_prev, acc_prev = 0.0, np.zeros(v.shape[1])
     for b, j1 in enumerate((256, 512, 768, 1000)):  # the state against its definition
         m = s[:j1].max()
         p = np.exp(s[:j1] - m)
         assert tr["m"][b] == m and np.isclose(tr["l"][b], p.sum(), rtol=1e-12)
-        assert np.allclose(tr["acc"][b], (p @ v[:j1])[[0, 2]], rtol=1e-12)
-    block_max = [s[j0 : j0 + 256].max() for j0 in range(0, 1000, 256)]
-    assert tr["rose"] == [b for b in range(1, 4) if block_max[b] > max(block_max[:b])]
+        assert np.isclose(tr["l_scaled"][b], tr["alpha"][b] * l_prev, rtol=1e-12)
+        norm_a = tr["alpha"][b] * np.linalg.norm(acc_prev)
+        assert np.isclose(tr["acc_norm_scaled"][b], norm_a, rtol=1e-12)
+        assert np.isclose(tr["acc_norm"][b], np.linalg.norm(p @ v[:j1]), rtol=1e-12)
+        assert np.allclose(tr["o_seen"][b], (p @ v[:j1])[[0, 2]] / p.sum(), rtol=1e-12)
+        if b:  # the rescale multiplies acc and l by the same alpha: acc / l stays put
+            assert np.allclose(tr["o_scaled"][b], tr["o_seen"][b - 1], rtol=1e-12)
+        l_prev, acc_prev = p.sum(), p @ v[:j1]
+    assert np.isnan(tr["o_scaled"][0]).all()  # no key before block 0
+    assert tr["rose"] == [b for b in range(1, 4) if tr["alpha"][b] < 1]
+    for b in tr["rose"]:  # where m rose, l and |acc| shrank before the block was added
+        assert tr["l_scaled"][b] < tr["l"][b - 1]
     o_ref = lab.attention_reference(q[None], k, v)[0][0]
     assert np.allclose(tr["o"], o_ref, rtol=1e-12)
+    block_max = [s[j0 : j0 + 256].max() for j0 in range(0, 1000, 256)]
+    assert tr["rose"] == [b for b in range(1, 4) if block_max[b] > max(block_max[:b])]
     ascending = np.argsort(s)  # keys sorted by score: m rises at every block
-    tr_up = state_trace(q, k[ascending], v[ascending], block_k=100)
+    tr_up = state_rescale_trace(q, k[ascending], v[ascending], block_k=100)
     assert tr_up["rose"] == list(range(1, 10))
+    assert (tr_up["l_scaled"][1:] < tr_up["l"][:-1]).all()
+    with pytest.raises(ValueError, match="block_k"):
+        state_rescale_trace(q, k, v, block_k=0)
+
+
+def test_draw_rescale_draws_the_numbers_it_returns():
     import matplotlib.pyplot as plt
 
-    drawn = draw_state_trace(M=1024, block_k=128, d=8)
-    assert len(drawn["m"]) == 8 and len(plt.gcf().axes) == 3
+    from lab.figures.one_pass import draw_state_rescale
+
+    tr = draw_state_rescale(M=2048, block_k=128, d=16, seed=1)
+    axes = plt.gcf().axes
+    assert len(axes) == 4 and len(tr["m"]) == 16 and tr["rose"]
+    step, dots = axes[0].lines[:2]  # panel m: the staircase and the block maxima
+    assert np.array_equal(step.get_ydata(), tr["m"])
+    assert np.array_equal(dots.get_ydata(), tr["block_max"])
+    for ax, key in ((axes[1], "l"), (axes[2], "acc_norm")):
+        path, after, shrunk = ax.lines[:3]
+        assert np.array_equal(after.get_ydata(), tr[key])  # a dot after each block
+        assert np.array_equal(shrunk.get_ydata(), tr[key + "_scaled"][tr["rose"]])
+        assert np.array_equal(shrunk.get_xdata(), np.array(tr["rose"]) - 0.4)
+        assert len(path.get_xdata()) == len(tr["m"]) + len(tr["rose"])
+    drawn_o = [ln.get_ydata() for ln in axes[3].lines]
+    for i, c in enumerate(
+        tr["components"]
+    ):  # each component's dots, and its final line
+        assert any(np.array_equal(y, tr["o_seen"][:, i]) for y in drawn_o)
+        assert any(np.array_equal(y, [tr["o"][c]] * 2) for y in drawn_o)
+    assert np.array_equal(drawn_o[-1], tr["o_scaled"][tr["rose"]].ravel())
+    title = axes[0].get_title()
+    assert "m rose at blocks " + ", ".join(map(str, tr["rose"])) in title
     plt.close("all")

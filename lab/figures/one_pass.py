@@ -16,8 +16,8 @@ from ..one_pass import ROW_METHODS, attention_row_one_pass, compare_row_methods
 __all__ = [
     "row_inputs",
     "draw_one_pass",
-    "state_trace",
-    "draw_state_trace",
+    "state_rescale_trace",
+    "draw_state_rescale",
     "draw_holdings",
     "causal_geometry",
     "draw_causal_blocks",
@@ -165,49 +165,117 @@ def draw_one_pass(
     }
 
 
-def state_trace(q, k, v, block_k: int = 256, components=(0, 1, 2)) -> dict:
-    """Section 3's loop for one query, the state recorded after each key block b: $m$, $l$ and
-    `acc[components]`; `rose` lists the blocks after the first where $m' > m$ ($\\alpha < 1$)."""
+def state_rescale_trace(q, k, v, block_k: int = 256, components=(0, 1, 2)) -> dict:
+    r"""Section 3's loop for one query, each block's step cut in two: after the rescale
+    ($\alpha l$, $\alpha\, acc$) and after the block's terms are added ($l'$, $acc'$).
+
+    Per block b it records `block_max`, `m`, `alpha`, `l_scaled` $= \alpha l$, `l` $= l'$, the lengths
+    `acc_norm_scaled` $= \lVert \alpha\, acc \rVert$ and `acc_norm` $= \lVert acc' \rVert$, and
+    `o_scaled` $= \alpha\, acc / (\alpha l)$ and `o_seen` $= acc' / l'$ at `components` (block 0's
+    `o_scaled` is NaN: no key yet). `rose` lists the blocks after the first where $m$ rose, and
+    `o` is $acc / l$ after the last block. Taught in: notebooks/03_one_pass_attention.ipynb
+    """
+    if int(block_k) != block_k or block_k < 1:
+        raise ValueError(f"block_k must be a positive integer, got {block_k!r}")
+    cols = list(components)
     scale = 1 / np.sqrt(q.shape[0])
     m, l, acc = -np.inf, 0.0, np.zeros(v.shape[1])  # the state of no keys
-    rec = {"m": [], "l": [], "acc": [], "alpha": []}
+    names = ("block_max", "m", "alpha", "l_scaled", "l", "acc_norm_scaled", "acc_norm")
+    rec = {key: [] for key in (*names, "o_scaled", "o_seen")}
     for j0 in range(0, len(k), block_k):
         s_b = scale * (k[j0 : j0 + block_k] @ q)  # (Bc,)
         m_new = max(m, s_b.max())
         alpha = np.exp(m - m_new)  # 0 at the first block
+        l_a, acc_a = alpha * l, alpha * acc  # step 1: the old sums against m'
         p = np.exp(s_b - m_new)  # (Bc,)
-        l, acc, m = alpha * l + p.sum(), alpha * acc + p @ v[j0 : j0 + block_k], m_new
-        for key, val in zip(rec, (m, l, acc[list(components)].copy(), alpha)):
+        l, acc, m = l_a + p.sum(), acc_a + p @ v[j0 : j0 + block_k], m_new  # step 2
+        o_a = acc_a[cols] / l_a if l_a > 0 else np.full(len(cols), np.nan)
+        vals = (s_b.max(), m, alpha, l_a, l, np.linalg.norm(acc_a), np.linalg.norm(acc))
+        for key, val in zip(rec, (*vals, o_a, acc[cols] / l)):
             rec[key].append(val)
     out = {key: np.array(val) for key, val in rec.items()}
     out["rose"] = [int(b) for b in np.flatnonzero(out["alpha"][1:] < 1) + 1]
     return out | {"components": tuple(components), "o": acc / l}
 
 
-def draw_state_trace(
-    M: int = 4096, block_k: int = 256, d: int = 64, seed: int = 0, axes=None
+def _two_step(rose, scaled, after):
+    """The path of a state: at each block b its value after the block, (b, after[b]), preceded
+    at each block in `rose` by the value just after the rescale, (b - 0.4, scaled[b])."""
+    xs, ys = [], []
+    for b, y in enumerate(after):
+        if b in rose:
+            xs.append(b - 0.4)
+            ys.append(scaled[b])
+        xs.append(b)
+        ys.append(y)
+    return np.array(xs), np.array(ys)
+
+
+def draw_state_rescale(
+    M: int = 4096,
+    block_k: int = 256,
+    d: int = 64,
+    seed: int = 0,
+    components=(0, 1, 2),
+    axes=None,
 ) -> dict:
-    """One query's state $(m, l, acc_0, acc_1, acc_2)$ after each key block, three panels on one axis
-    of blocks; a dashed line marks each block where $m$ rose (there $l$ and $acc$ are multiplied by $\\alpha$)."""
-    tr = state_trace(*row_inputs(M, d, seed=seed), block_k=block_k)
+    r"""Four panels on one axis of key blocks: the running max $m$; $l$ and $\lVert acc \rVert$,
+    each block's step drawn in two (times $\alpha$, then plus the block's terms); and
+    $o = acc / l$ at `components`, which the rescale leaves where it is, against the final output.
+
+    Returns `state_rescale_trace` of the row it drew. Taught in: notebooks/03_one_pass_attention.ipynb
+    """
+    tr = state_rescale_trace(
+        *row_inputs(M, d, seed=seed), block_k=block_k, components=components
+    )
     if axes is None:
-        _, axes = plt.subplots(3, 1, figsize=(10, 6.4), sharex=True, layout="tight")
+        _, axes = plt.subplots(4, 1, figsize=(10, 10), sharex=True, layout="tight")
+    ax_m, ax_l, ax_a, ax_o = axes
     b = np.arange(len(tr["m"]))
-    axes[0].step(b, tr["m"], where="post", color="C3", lw=2, label="running max m")
-    axes[1].plot(b, tr["l"], "o-", color="C0", label="l = Σ e^(s_j − m)")
-    for c, col, color in zip(tr["components"], tr["acc"].T, ("C0", "C1", "C4")):
-        axes[2].plot(b, col, "o-", ms=4, color=color, label=f"acc[{c}]")
-    for ax, what in zip(axes, ("m", "l", "acc")):
+    ax_m.step(b, tr["m"], where="post", color="C3", lw=2.5, label="running max m")
+    ax_m.plot(b, tr["block_max"], "o", color="C0", ms=6, label="block max of s_b")
+    for r in tr["rose"]:
+        ax_m.annotate(
+            f"α = {tr['alpha'][r]:.2f}", (r, tr["m"][r]), xytext=(6, -18),
+            textcoords="offset points", fontsize=13, color="C3",
+        )  # fmt: skip
+    for ax, key, color, label in (
+        (ax_l, "l", "C0", "l"),
+        (ax_a, "acc_norm", "C1", "‖acc‖"),
+    ):
+        x, y = _two_step(tr["rose"], tr[key + "_scaled"], tr[key])
+        ax.plot(x, y, "-", color=color, lw=2, label=f"{label} after each block")
+        ax.plot(b, tr[key], "o", color=color, ms=7)
+        ax.plot(
+            np.array(tr["rose"]) - 0.4, tr[key + "_scaled"][tr["rose"]], "v",
+            color="C3", ms=11, label=f"× α: {label} shrinks",
+        )  # fmt: skip
+    for i, (c, color) in enumerate(zip(tr["components"], ("C0", "C1", "C4"))):
+        x, y = _two_step(tr["rose"], tr["o_scaled"][:, i], tr["o_seen"][:, i])
+        ax_o.plot(x, y, "-", lw=2, color=color, label=f"acc[{c}] / l")
+        ax_o.plot(b, tr["o_seen"][:, i], "o", ms=5, color=color)
+        ax_o.axhline(tr["o"][c], color=color, ls=":", lw=1.5)
+    ax_o.plot(
+        np.repeat(np.array(tr["rose"]) - 0.4, len(tr["components"])),
+        tr["o_scaled"][tr["rose"]].ravel(), "v", color="C3", ms=9,
+        label="× α: unchanged",
+    )  # fmt: skip
+    for ax, what in zip(axes, ("m", "l", "‖acc‖", "acc / l")):
         for r in tr["rose"]:
-            ax.axvline(r, color="C2", ls="--", lw=1.2)
-        ax.set_ylabel(what)
-        ax.legend(loc="upper left", fontsize=9, frameon=False)
+            ax.axvspan(r - 0.5, r - 0.3, color="C3", alpha=0.15, lw=0)
+        ax.set_ylabel(what, fontsize=14)
+        ax.legend(loc="upper left", fontsize=12, frameon=False, ncol=4)
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(lo, hi + 0.3 * (hi - lo))  # room for the legend
     axes[0].set_title(
         f"one query, M = {M:,} keys, Bc = {block_k}: m rose at blocks "
-        f"{', '.join(map(str, tr['rose'])) or 'none'} (dashed: l and acc times α < 1)"
+        f"{', '.join(map(str, tr['rose'])) or 'none'} (shaded: the step × α)",
+        fontsize=13,
     )
-    axes[2].set(xlabel="key block b")
-    axes[2].xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_o.set_xlabel(
+        "key block b   (dotted: the exact output o over all M keys)", fontsize=13
+    )
+    ax_o.xaxis.set_major_locator(MaxNLocator(integer=True))
     return tr
 
 

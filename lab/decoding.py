@@ -256,11 +256,12 @@ def decode_schedule(
     boundaries too; `lab.flash_decoding` cuts the keys themselves); a chunk with no key block (more splits
     than key blocks) is launched but idle, so `working` items, not `items`, occupy processors. `heads` counts the heads that each get their own work item: the query
     heads for a prompt, the K/V heads when a kernel packs a group's G query heads into the rows of one
-    query block. Time, in key blocks one slot works through: waves $\\lceil \\text{working} / \\text{slots} \\rceil$
-    times $\\lceil \\lceil M/B_c \\rceil / \\text{splits} \\rceil$; when splits > 1 each item also spends one step
-    writing its partial $(o_c, lse_c)$ (so waves $\\times$ (chunk + 1)) and the merge adds one step: a coarse
-    charge for what a split costs (the write, a second launch), not a measured one; `fa2_steps`
-    is the same for `splits=1` (FlashAttention-2's schedule) and `speedup` their ratio.
+    query block. Time, in *ticks* (one tick: one slot streams one key block): waves
+    $\\lceil \\text{working} / \\text{slots} \\rceil$ times $\\lceil \\lceil M/B_c \\rceil / \\text{splits} \\rceil$;
+    when splits > 1 each item also spends one tick writing its partial $(o_c, lse_c)$ (so waves $\\times$
+    (chunk + 1)) and the merge adds one tick: a coarse charge for what a split costs (the write, a second
+    launch), not a measured one; `fa2_ticks` is the same for `splits=1` (FlashAttention-2's schedule) and
+    `speedup` their ratio. `steps` and `fa2_steps` are the same numbers under their earlier names.
     Taught in: notebooks/10_decoding.ipynb
     """
     for name, x in (
@@ -284,11 +285,11 @@ def decode_schedule(
     busy = min(working, slots)
     waves = math.ceil(working / slots)
     chunk = math.ceil(key_blocks / splits)  # key blocks of the longest chunk
-    steps = (
+    ticks = (
         waves * (chunk + 1) + 1 if splits > 1 else waves * chunk
     )  # partials written, merge
     fa2_items = batch * heads * math.ceil(N / block_q)
-    fa2_steps = math.ceil(fa2_items / slots) * key_blocks
+    fa2_ticks = math.ceil(fa2_items / slots) * key_blocks
     return dict(
         M=M,
         splits=splits,
@@ -297,9 +298,11 @@ def decode_schedule(
         busy=busy,
         busy_fraction=busy / slots,
         waves=waves,
-        steps=steps,
-        fa2_steps=fa2_steps,
-        speedup=fa2_steps / steps,
+        ticks=ticks,
+        fa2_ticks=fa2_ticks,
+        speedup=fa2_ticks / ticks,
+        steps=ticks,  # the earlier names of ticks and fa2_ticks
+        fa2_steps=fa2_ticks,
         processors=processors,
         slots=slots,
     )
@@ -308,19 +311,19 @@ def decode_schedule(
 def schedule_table(
     M: int, splits=(1, 2, 4, 8, 16, 32, 64), *, batch: int = 1, heads: int = 8
 ) -> str:
-    """`decode_schedule` for each count in `splits`, one row each: items, busy processors, waves, steps.
+    """`decode_schedule` for each count in `splits`, one row each: items, busy processors, waves, ticks.
 
     Taught in: notebooks/10_decoding.ipynb
     """
-    rows = ["splits | items | busy | waves | steps | steps against FA2"]
+    rows = ["splits | items | busy | waves | ticks | ticks against FA2"]
     for n in splits:
         r = decode_schedule(M, batch=batch, heads=heads, splits=n)
         ratio = r["speedup"]
         versus = f"{ratio:.1f}× fewer" if ratio > 1 else f"{1 / ratio:.1f}× more"
-        versus = "the same" if r["steps"] == r["fa2_steps"] else versus
+        versus = "the same" if r["ticks"] == r["fa2_ticks"] else versus
         rows.append(
             f"{n:>6} | {r['items']:>5} | {r['busy']:>4} | {r['waves']:>5} | "
-            f"{r['steps']:>5} | {versus}"
+            f"{r['ticks']:>5} | {versus}"
         )
     return "\n".join(rows)
 
@@ -340,10 +343,10 @@ def heuristic_table(
     fa = flash_attn_num_splits(M, batch=batch, heads=heads, head_dim=head_dim)
     base, slots, nb = fa["items"] // fa["splits"], fa["slots"], fa["key_blocks"]
     rows = [
-        f"splits | model steps | flash-attn: items of {slots} slots | eligible | wave efficiency"
+        f"splits | model ticks | flash-attn: items of {slots} slots | eligible | wave efficiency"
     ]
     for n in splits:
-        model = decode_schedule(M, batch=batch, heads=heads, splits=n)["steps"]
+        model = decode_schedule(M, batch=batch, heads=heads, splits=n)["ticks"]
         ok = n == 1 or -(-nb // n) != -(-nb // (n - 1))
         waves = base * n / slots
         eff = waves / math.ceil(waves)

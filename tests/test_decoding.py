@@ -474,3 +474,38 @@ def test_the_schedule_figure_counts_only_chunks_that_hold_a_key_block():
     lab.figures.decoding.draw_decode_schedule(32768, 8)
     assert "empty" not in plt.gcf().axes[0].get_title()
     plt.close("all")
+
+
+def test_the_tick_timeline_draws_the_models_count():
+    """The toy's picture is the model: each panel's ticks are decode_schedule's; a wave ends with its
+    longest chunk; with splits > 1 each wave has a partials tick and one merge tick ends the step."""
+    import matplotlib.pyplot as plt
+
+    from lab.figures.decoding import _timeline, draw_tick_timeline
+
+    assert draw_tick_timeline() == {1: 11, 3: 6, 4: 9}
+    plt.close("all")
+    for blocks, heads, slots, s in [(11, 2, 6, 4), (7, 3, 4, 9), (30, 1, 5, 2)]:
+        r = _timeline(blocks, heads, slots, s)
+        want = lab.decode_schedule(
+            128 * blocks, heads=heads, splits=s, processors=slots, per_processor=1
+        )
+        assert r["ticks"] == want["ticks"] == want["steps"], (blocks, heads, slots, s)
+        kinds = [k for _, _, k, _ in r["cells"]]
+        assert (
+            kinds.count("block") == heads * blocks
+        )  # every key block streamed once a head
+        assert kinds.count("merge") == slots and kinds.count("partial") == r["items"]
+    one = _timeline(11, 2, 6, 1)
+    assert {k for _, _, k, _ in one["cells"]} == {"block"}  # no partials, no merge
+
+
+def test_schedule_tables_count_ticks():
+    """The schedule's unit is the tick (a decoding step is one new token): the tables say so."""
+    assert (
+        lab.schedule_table(32768, splits=(1,)).splitlines()[0].split(" | ")[4]
+        == "ticks"
+    )
+    assert "model ticks" in lab.heuristic_table(32768, splits=(8,))
+    r = lab.decode_schedule(32768, splits=32)
+    assert (r["ticks"], r["fa2_ticks"]) == (10, 256) == (r["steps"], r["fa2_steps"])

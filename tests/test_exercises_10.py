@@ -24,7 +24,7 @@ from lab.checks import paged
 
 NAME, NAME2 = "10_decoding", "10_gqa_and_paging"
 _PART1 = {ex.number: ex for ex in exercises(NAME)}
-# exercise 1's one stub holds (a) the step count, checked first, and (b) the search, checked next
+# exercise 1's one stub holds (a) the tick count, checked first, and (b) the search, checked next
 _EX1 = _PART1[1]
 _CHECK_1B = "check_best_splits(best_splits)"
 _STEPS = _EX1
@@ -83,7 +83,7 @@ def _fails(number, source: str, *says: str | tuple[str, ...]) -> str:
 
 def test_the_two_parts_have_two_and_four_checked_exercises():
     assert sorted(_PART1) == [1, 2] and sorted(_PART2) == [1, 2, 3, 4]
-    assert _EX1.check.strip().endswith("check_split_steps(split_steps)")
+    assert _EX1.check.strip().endswith("check_split_ticks(split_ticks)")
     assert any(
         _CHECK_1B in b for b in exercises(NAME)[1].before
     )  # the search's check cell
@@ -168,7 +168,7 @@ _T = (
 WRONG_3 = {
     "min_splits: a second wave": (
         _BS + "    return -(-processors // (batch * heads))\n",
-        ["case 0", "check your step count"],
+        ["case 0", "check your tick count"],
     ),
     "the partials and the merge left out": (
         _BS
@@ -229,7 +229,7 @@ WRONG_3 = {
         + "        w = -(-batch * heads * min(s, M) // processors)\n"
         + "        return w * (-(-K // s) + 2) if s > 1 else w * K\n"
         + "    return min(range(1, K + 1), key=lambda s: (t(s), s))\n",
-        ["the merge is one small launch after the last wave, one step in all"],
+        ["the merge is one small launch after the last wave, one tick in all"],
     ),
 }
 
@@ -715,6 +715,23 @@ WRONG_AT = {
         ),
         ["case 0", "raised IndexError", "slots, 0 to page_size - 1"],
     ),
+    "a free page written besides: the next page cleared ahead of time": (
+        _at(
+            write="""
+            page = row[block]
+            cache.pages_k[page, :, slot] = k_new
+            cache.pages_v[page, :, slot] = v_new
+            if slot == S - 1:  # the page is full now: ready the next one
+                cache.pages_k[free[-1]] = 0
+                cache.pages_v[free[-1]] = 0
+            """
+        ),
+        [
+            "case 1",
+            "a write into a page the sequence does not own",
+            "a free page: no sequence owns it",
+        ],
+    ),
     "a new cache returned, the given one untouched": (
         """
         def append_token(cache, free, b, k_new, v_new):
@@ -740,6 +757,29 @@ def test_append_token_hints_each_name_their_own_mistake():
     for m, (_, says) in WRONG_AT.items():
         phrase = says[-1]
         assert [n for n, out in outs.items() if phrase in out] == [m], (m, phrase)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_append_token_catches_a_write_through_the_minus_one_entry(capsys, seed):
+    """The token written through block_row's -1 entry before the page is taken (the pool's last page),
+    then again in its own page: the right slot holds it, so only a look at the pages the sequence does
+    not own catches it, free or another's, on every draw."""
+    ns = {}
+    source = _at(
+        write="""
+        cache.pages_k[row[block], :, slot] = k_new  # row[block] is -1 before a page is taken
+        cache.pages_v[row[block], :, slot] = v_new
+        if slot == 0:
+            row[block] = free.pop()
+            cache.pages_k[row[block], :, slot] = k_new
+            cache.pages_v[row[block], :, slot] = v_new
+        """,
+        take="",
+    )
+    exec(source, ns)
+    paged.check_append_token(ns["append_token"], seed=seed)
+    out = capsys.readouterr().out
+    assert "✗" in out and "before it held a page" in out and "pages_k[-1]" in out, out
 
 
 @pytest.mark.parametrize(
@@ -1574,7 +1614,7 @@ def test_passing_lines_are_fixed_text(capsys):
     checks.check_cache_per_token(ns["cache_per_token"])
     checks.check_step_intensity(ns["intensity"])
     checks.check_crossing_group(ns["crossing_group"])
-    checks.check_split_steps(ns["split_steps"])
+    checks.check_split_ticks(ns["split_ticks"])
     checks.check_best_splits(ns["best_splits"])
     paged.check_paged_decode(ns["paged_decode"])
     checks.check_split_decode(ns["split_decode"], ns["decode_chunk"])
@@ -1584,7 +1624,7 @@ def test_passing_lines_are_fixed_text(capsys):
         "cache_per_token: ✓ passed 9 cases",
         "intensity: ✓ passed 5 cases",
         "crossing_group: ✓ passed 5 cases",
-        "split_steps: ✓ passed 9 cases",
+        "split_ticks: ✓ passed 9 cases",
         "best_splits: ✓ passed 8 cases",
         "paged_decode: ✓ passed 8 sequences on scattered pages: stale slots masked, no copy of the cache",
         "split_decode: ✓ passed 8 cases: uneven, empty chunks, G to 16, huge scores; "
@@ -1814,8 +1854,9 @@ def test_the_intensity_formula_appears_only_after_its_exercise():
     assert shown and min(shown) > check, shown
 
 
-def test_the_step_count_appears_only_after_its_exercise():
-    """Exercise 1 of part 1 derives the model's step count: no cell above its check prints the formula."""
+def test_the_tick_count_appears_only_after_its_exercise():
+    """Exercise 1 of part 1 derives the model's tick count from the toy's picture: no cell above its
+    checks states the rules or the formula; the rules come after, in a cell the learner keeps."""
     import nbformat
     from exercise_support import ROOT
 
@@ -1824,10 +1865,23 @@ def test_the_step_count_appears_only_after_its_exercise():
     check = next(
         i for i, s in enumerate(sources) if "check_best_splits(best_splits)" in s
     )
-    shown = [i for i, s in enumerate(sources) if "\\text{steps} =" in s]
+    picture = next(i for i, s in enumerate(sources) if "draw_tick_timeline(" in s)
+    assert picture < check
+    shown = [i for i, s in enumerate(sources) if "\\text{ticks} =" in s]
     assert shown and min(shown) > check, shown
     # the worked answer: a solution cell (hidden until opened, dropped from the learner's copy)
     assert all("solution" in nb.cells[i].metadata.get("tags", []) for i in shown), shown
+    rules = [i for i, s in enumerate(sources) if "combine* kernel" in s]
+    assert rules and min(rules) > check, rules
+    assert all("solution" not in nb.cells[i].metadata.get("tags", []) for i in rules)
+    # one meaning of "step": a decoding step is one new token; the schedule's unit is the tick
+    for i, cell in enumerate(nb.cells):
+        outs = [o.get("text", "") for o in cell.get("outputs", [])]
+        text = re.sub(r"decoding steps?\b", "", "\n".join([cell.source, *outs]))
+        assert not re.search(r"\bsteps?\b", text), (
+            i,
+            re.findall(r".{30}\bsteps?\b.{30}", text),
+        )
 
 
 def test_best_splits_hint_names_where_the_search_stopped():
@@ -1845,10 +1899,10 @@ def test_best_splits_hint_names_where_the_search_stopped():
         assert "stopped before 131" in hint and "M // 128 = 130" in hint, hint
 
 
-# ------------------------------------------------------------------------------------ exercise 1a: the step count
+# ------------------------------------------------------------------------------------ exercise 1a: the tick count
 
 _SS = (
-    "def split_steps(M, batch, heads, slots, splits):\n"
+    "def split_ticks(M, batch, heads, slots, splits):\n"
     "    T = -(-M // 128)\n"
     "    w = -(-batch * heads * min(splits, T) // slots)\n"
     "    c = -(-T // splits)\n"
@@ -1894,7 +1948,7 @@ _SS = (
 def test_split_steps_names_each_planted_mistake(capsys, body, says):
     ns = {}
     exec(_SS + body, ns)
-    checks.check_split_steps(ns["split_steps"], seed=3)
+    checks.check_split_ticks(ns["split_ticks"], seed=3)
     out = capsys.readouterr().out
     assert says in out, out
 
@@ -1902,7 +1956,7 @@ def test_split_steps_names_each_planted_mistake(capsys, body, says):
 def test_split_steps_refuses_the_oracle(capsys):
     import lab as _lab
 
-    checks.check_split_steps(
+    checks.check_split_ticks(
         lambda M, B, H, P, s: _lab.decode_schedule(
             M, batch=B, heads=H, splits=s, processors=P, per_processor=1
         )["steps"]
@@ -1919,7 +1973,7 @@ def test_split_steps_catches_a_dropped_last_block_on_every_draw(capsys, seed):
         + "    return w * (c + 1) + 1 if splits > 1 else w * T\n",
         ns,
     )
-    checks.check_split_steps(ns["split_steps"], seed=seed)
+    checks.check_split_ticks(ns["split_ticks"], seed=seed)
     out = capsys.readouterr().out
     assert "✗" in out and "partial last key block" in out, out
 
@@ -1932,3 +1986,26 @@ def test_split_steps_names_both_mistakes_that_give_one_count():
     assert got == checks._model_steps(*case, up=(True, False)) == 12
     hint = checks._split_steps_hint(case, got, checks._model_steps(*case))
     assert "the merge is missing" in hint and "the chunk rounded down" in hint, hint
+
+
+def test_part2_gives_each_letter_one_meaning_and_folds_the_crossing():
+    """W is the sliding window in part 2 (and notebook 11), not a bandwidth; exercise 2's solved
+    inequality sits after the predictions' answer, folded in a details block."""
+    import nbformat
+    from exercise_support import ROOT
+
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME2}.ipynb", as_version=4)
+    sources = [c.source for c in nb.cells]
+    for i, s in enumerate(sources):
+        assert "/W" not in s and "W_gpu" not in s and "F/W" not in s, i
+    check = next(
+        i for i, s in enumerate(sources) if "check_crossing_group(crossing_group)" in s
+    )
+    solved = next(i for i, s in enumerate(sources) if "**Solving for the group.**" in s)
+    search = next(
+        i for i, s in enumerate(sources) if "the smallest G that reaches the ridge" in s
+    )
+    assert check < search < solved
+    folded = sources[solved]
+    assert folded.index("<details>") < folded.index("Solving for the group")
+    assert folded.index("Solving for the group") < folded.index("</details>")

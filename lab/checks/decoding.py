@@ -6,7 +6,9 @@
 - `check_step_intensity(fn)`  : FLOPs per byte of one decoding step, K/V at `kv`, q and o at `qo` bytes: $4GMd / (2Md\\,kv + 2Gd\\,qo)$.
 - `check_crossing_group(fn)`  : the smallest G at which a step reaches a ridge of R FLOP/B, 0 if none does.
 - `check_min_splits(fn)`      : the fewest splits that give each of P processors a work item.
-- `check_best_splits(fn)`     : the number of splits with the fewest steps in `lab.decode_schedule`'s model.
+- `check_split_ticks(fn)`     : the ticks of one decoding step in `lab.decode_schedule`'s model (the toy
+  machine's picture generalized); `check_split_steps` is its earlier name.
+- `check_best_splits(fn)`     : the number of splits with the fewest ticks in `lab.decode_schedule`'s model.
 - `check_split_decode(split_decode, decode_chunk)` : `decode_chunk` alone on single chunks, then `split_decode` against
   `attention_reference`, every call to `decode_chunk` recorded (`splits` contiguous chunks of all Hkv heads, each key in
   one); the answer must follow the partials (a second run changes them) and, with G = 16, the memory held (tracemalloc)
@@ -39,6 +41,7 @@ __all__ = [
     "check_step_intensity",
     "check_crossing_group",
     "check_min_splits",
+    "check_split_ticks",
     "check_split_steps",
     "check_best_splits",
     "check_split_decode",
@@ -628,10 +631,10 @@ def check_min_splits(fn, *, name: str | None = None, seed: int | None = None) ->
 
 
 def _steps(M, B, H, P, s):
-    """The model's steps on P slots (one item each; `best_splits` is asked for slots)."""
+    """The model's ticks on P slots (one item each; `best_splits` is asked for slots)."""
     return decode_schedule(
         M, batch=B, heads=H, splits=s, processors=P, per_processor=1
-    )["steps"]
+    )["ticks"]
 
 
 def _model_steps(
@@ -652,7 +655,7 @@ def _model_steps(
     partials_once=False,
     empty_take_slots=False,
 ):
-    """The model's steps, or a known mistake's: `write=0` drops the partials and the merge, `up` says
+    """The model's ticks, or a known mistake's: `write=0` drops the partials and the merge, `up` says
     whether the waves and the chunk round up (or down); `floor_keys` cuts chunks of ⌊M / s⌋ keys (the
     tail of M mod s keys in none), each then rounded up to whole key blocks; `one` charges the partials
     and the merge at 1 split too; `merge_each_wave` charges the merge once per wave; `merge=False`
@@ -694,9 +697,9 @@ def _best_splits(M, batch, heads, processors):
 
 
 def _fastest_tie(M, B, H, P):
-    """Whether two or more split counts share the fewest steps of the model."""
-    steps = [_model_steps(M, B, H, P, s) for s in range(1, -(-M // 128) + 1)]
-    return steps.count(min(steps)) > 1
+    """Whether two or more split counts share the fewest ticks of the model."""
+    ticks = [_model_steps(M, B, H, P, s) for s in range(1, -(-M // 128) + 1)]
+    return ticks.count(min(ticks)) > 1
 
 
 # caches of 20-59 key blocks on which one sequence's fastest counts tie (8 heads, 264
@@ -778,7 +781,7 @@ def _probe(kinds, fn):
     """Which of `kinds` (mistakes whose answers coincide on the failing case) `fn` makes: asked on
     cases where their answers differ, keeping the kinds that match `fn` each time, until one is
     left; None if `fn` answers none of them (or a stopped search's answer and the right one alike:
-    then the step count is wrong, not the search), or if no case tells them apart."""
+    then the tick count is wrong, not the search), or if no case tells them apart."""
     rng = np.random.default_rng(0)
     # first one head on 130-264 key blocks, the last partial: the best count passes 128 and M // 128
     fixed = [(128 * n - 7, 1, 1, 264) for n in (130, 131, 264)]
@@ -804,7 +807,7 @@ def _probe(kinds, fn):
             if len(stops) > 1:
                 continue
             answers["short"] = stops.pop()
-            answers["right"] = want  # a full search over a wrong step count
+            answers["right"] = want  # a full search over a wrong tick count
         if len(set(answers.values())) < 2 or asked == 20:
             continue
         try:
@@ -859,33 +862,33 @@ def _best_splits_hint(case, got, want, fn=None):
     if kind == "launcher":
         return (
             f"{s} is what flash-attn's launcher picks (the fewest splits within 0.85 of the best "
-            f"wave efficiency, section 3); the model asks for the fewest steps: {want} splits "
-            f"take {t_want}, {s} take {t}. Compute each count's steps and keep the fewest"
+            f"wave efficiency, section 3); the model asks for the fewest ticks: {want} splits "
+            f"take {t_want}, {s} take {t}. Compute each count's ticks and keep the fewest"
         )
     if kind == "free":
         return (
-            "your step count leaves out what a split costs: each item of a split spends a step "
+            "your tick count leaves out what a split costs: each item of a split spends a tick "
             "writing its partial, once per wave, and the merge adds one. Counted, "
-            f"{s} splits take {t} steps, {want} take {t_want}"
+            f"{s} splits take {t} ticks, {want} take {t_want}"
             + (" (a tie: take the fewest)" if tie else "")
         )
     if tie and kind in ("ties", "fill"):  # a tie, whatever led to it
         return (
-            f"{s} splits take {t} steps, as {want} do: when counts tie, take the fewest "
+            f"{s} splits take {t} ticks, as {want} do: when counts tie, take the fewest "
             "(each split costs a partial result to write and merge)"
         ) + {
-            "fill": "; filling one wave is not the rule: compute each count's steps",
+            "fill": "; filling one wave is not the rule: compute each count's ticks",
         }.get(kind, "")
     if kind == "one charged":
         return (
-            f"{s} splits take {t} steps, but 1 split takes {_steps(M, B, H, P, 1)}: one split "
-            "writes no partials and merges nothing, so its steps are waves × T_c alone; "
+            f"{s} splits take {t} ticks, but 1 split takes {_steps(M, B, H, P, 1)}: one split "
+            "writes no partials and merges nothing, so its ticks are waves × T_c alone; "
             "charge the partials and the merge only when splits > 1"
         )
     if kind == "merge each wave":
         return (
-            f"{s} splits take {t} steps, {want} take {t_want}: the merge is one small launch "
-            "after the last wave, one step in all, not one per wave; each wave pays only its "
+            f"{s} splits take {t} ticks, {want} take {t_want}: the merge is one small launch "
+            "after the last wave, one tick in all, not one per wave; each wave pays only its "
             "longest chunk and its partials"
         )
     if kind == "batch":
@@ -897,8 +900,8 @@ def _best_splits_hint(case, got, want, fn=None):
             else ""
         )
         return (
-            f"{s} is the fastest count below {want}, but {want} splits take {t_want} steps "
-            f"against {t}, and your step count agrees elsewhere: your search stopped "
+            f"{s} is the fastest count below {want}, but {want} splits take {t_want} ticks "
+            f"against {t}, and your tick count agrees elsewhere: your search stopped "
             f"before {want} (at 128, say{floor}); try every count up to the key blocks "
             f"({blocks} here)"
         )
@@ -916,27 +919,27 @@ def _best_splits_hint(case, got, want, fn=None):
         )
     if kind == "fill":
         return (
-            f"{s} splits fill one wave ({B * H * s} items on {P} slots) and take {t} steps, but "
+            f"{s} splits fill one wave ({B * H * s} items on {P} slots) and take {t} ticks, but "
             f"{want} take {t_want}: the fastest count is not always the one that fills a wave; "
-            "compute each count's steps and keep the fewest"
+            "compute each count's ticks and keep the fewest"
         )
     waves = -(-B * H * min(s, M) // P)
     return (
-        f"{s} splits make {B * H * s} items, {waves} wave(s) on {P} slots, and take {t} steps; "
-        f"{want} take {t_want}: check your step count (the waves, each one's longest chunk and "
+        f"{s} splits make {B * H * s} items, {waves} wave(s) on {P} slots, and take {t} ticks; "
+        f"{want} take {t_want}: check your tick count (the waves, each one's longest chunk and "
         "its partial, the merge) against section 2's table before the search"
     )
 
 
 def check_best_splits(fn, *, name: str | None = None, seed: int | None = None) -> None:
-    """Check `fn(M, batch, heads, slots)` -> the number of splits with the fewest steps in `lab.decode_schedule`'s model (ties: the fewest splits); print one verdict.
+    """Check `fn(M, batch, heads, slots)` -> the number of splits with the fewest ticks in `lab.decode_schedule`'s model (ties: the fewest splits); print one verdict.
 
     Six cases drawn afresh on each run (`seed` draws the same again): one sequence on a long cache, a batch,
     a short cache where counts tie, one head whose best count passes 128, a batch that fills the machine by
     itself, anything; then two fixed: a cache of 2 key blocks (1 split fastest) and batch 9. Hints for the partials forgotten, the
     partials and merge charged at 1 split, the merge charged per wave, the waves rounded down, chunks of ⌊T_c / splits⌋ key
     blocks or ⌊M / splits⌋ keys (the tail of the cache in no chunk), a search stopped short (at 128, at M // 128),
-    ties, the batch forgotten, the count that fills one wave taken without computing the steps. Where two
+    ties, the batch forgotten, the count that fills one wave taken without computing the ticks. Where two
     mistakes give the same answer, the hint asks `fn` one more case on which they differ. Running
     `lab.decode_schedule` or `lab.schedule_table` (by any name), the check's own oracle, is refused. Taught in: notebooks/10_decoding.ipynb
     """
@@ -1431,32 +1434,32 @@ def _split_steps_hint(case, got, want):
         (
             _model_steps(M, B, H, P, s, write=0),
             "the partials and the merge are missing: "
-            "with splits > 1 each wave spends one step writing its partials, and the merge one more",
+            "with splits > 1 each wave spends one tick writing its partials, and the merge one more",
         ),
         (
             _model_steps(M, B, H, P, s, partials=False),
-            "the partials are missing: with splits > 1 each wave spends one step writing its "
+            "the partials are missing: with splits > 1 each wave spends one tick writing its "
             "partials (o_c, lse_c), and then the merge one more",
         ),
         (
             _model_steps(M, B, H, P, s, partials_once=True),
-            "the partials are charged once: the items of each wave write their own, one step per "
-            "wave, before the merge's one step",
+            "the partials are charged once: the items of each wave write their own, one tick per "
+            "wave, before the merge's one tick",
         ),
         (
             _model_steps(M, B, H, P, s, merge=False),
             "the merge is missing: after the last wave one small launch merges the partials, "
-            "one step",
+            "one tick",
         ),
         (
             _model_steps(M, B, H, P, s, last_block=False),
             "the partial last key block is dropped: T_c = ⌈M / 128⌉, and a partial block "
-            "costs a whole step",
+            "costs a whole tick",
         ),
         (
             _model_steps(M, B, H, P, s, one=True),
             "one split writes no partials and merges "
-            "nothing: its steps are waves × T_c alone",
+            "nothing: its ticks are waves × T_c alone",
         ),
         (
             _model_steps(M, B, H, P, s, up=(False, True)),
@@ -1471,7 +1474,7 @@ def _split_steps_hint(case, got, want):
         (
             _model_steps(M, B, H, P, s, merge_each_wave=True),
             "the merge is one small launch "
-            "after the last wave, one step in all, not one per wave",
+            "after the last wave, one tick in all, not one per wave",
         ),
         (
             _model_steps(M, 1, H, P, s),
@@ -1491,8 +1494,8 @@ def _split_steps_hint(case, got, want):
     return "count the waves, the longest chunk in key blocks, the partials, the merge"
 
 
-def check_split_steps(fn, *, name: str | None = None, seed: int | None = None) -> None:
-    """Check `fn(M, batch, heads, slots, splits)` -> the steps of one decoding step in section 2's model; print one verdict.
+def check_split_ticks(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(M, batch, heads, slots, splits)` -> the ticks of one decoding step in section 2's model; print one verdict.
 
     Hints for the partials or the merge left out, the partials alone left out or charged once, the merge
     alone left out, the empty chunks given slots, the partial last key block
@@ -1505,10 +1508,13 @@ def check_split_steps(fn, *, name: str | None = None, seed: int | None = None) -
         fn,
         lambda M, B, H, P, s: _steps(M, B, H, P, s),
         _split_steps_cases(rng),
-        name=name or "split_steps",
+        name=name or "split_ticks",
         rtol=0,
         atol=0,
         hint=_split_steps_hint,
         properties=(_own_work("decode_schedule", "schedule_table", "heuristic_table"),),
         seed=seed,
     )
+
+
+check_split_steps = check_split_ticks  # the check's earlier name

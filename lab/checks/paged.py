@@ -743,8 +743,55 @@ def _append_fault(pre, cache, free, b, k_new, v_new, out):
             if moved:
                 return (
                     f"token {i * S + moved[0]} of sequence {c} (page {p}, slot {moved[0]}) changed",
-                    "write the new token's slot only: the slots in use hold the sequences' earlier tokens",
+                    "write the new token's slot only: the slots in use hold the sequences' earlier tokens"
+                    + _last_page_note(p, cache.pages_k.shape[0], table0[b, block]),
                 )
+    return _foreign_write(pk0, pv0, cache, owners, b, table0[b, block])
+
+
+def _last_page_note(p, n_pages, entry) -> str:
+    """The words for a write through block_row's -1 entry (the pool's last page), or ""."""
+    if p != n_pages - 1 or entry != -1:
+        return ""
+    return (
+        ". You indexed the pool with block_row's entry before it held a page: -1 there, and "
+        f"pages_k[-1] is the pool's last page, {p}. Take the page first"
+    )
+
+
+def _foreign_write(pk0, pv0, cache, owners, b, entry):
+    """(what is wrong, hint) for a write into a page sequence b does not own after the call (a free page, or
+    another sequence's stale slots), or None."""
+    mine = {int(p) for p in cache.block_table[b] if p >= 0}
+    n_pages = cache.pages_k.shape[0]
+    for p in range(n_pages):
+        if p in mine:
+            continue
+        for pages, before, name in (
+            (cache.pages_k, pk0, "k"),
+            (cache.pages_v, pv0, "v"),
+        ):
+            moved = [
+                s
+                for s in range(cache.page_size)
+                if not np.array_equal(pages[p, :, s], before[p, :, s])
+            ]
+            if not moved:
+                continue
+            note = _last_page_note(p, n_pages, entry)
+            if p in owners:
+                c, i = owners[p]
+                what = f"sequence {c}'s block {i}, its stale slot {moved[0]}"
+            else:
+                what = "a free page: no sequence owns it"
+            return (
+                f"pages_{name}[{p}], slot {moved[0]} changed, and page {p} is not sequence {b}'s "
+                f"({what})",
+                "a write into a page the sequence does not own: a sequence writes only into the pages "
+                "its block_row records; a free page belongs to the pool, which may hand it to another "
+                "sequence at the same moment. Write the token's slot of its own page alone"
+                + note,
+            )
     return None
 
 
@@ -768,7 +815,8 @@ def check_append_token(fn, *, name: str | None = None, seed: int | None = None) 
     and slot of position `lengths[b]`, no other sequence's row, length or tokens changed. Hints for a page taken
     one token early or late, a page for every token, a new sequence left without a page, the length not updated,
     the free list not popped, a write into a slot in use, a stale slot, or a page the sequence does not own
-    (block_row[-1]). lab's paged cache (`paged_kv`, `gather_pages`, `decode_paged`), the check's own reference and
+    (block_row[-1]), also when the token lands right and a free page or another sequence's stale slot is
+    written besides. lab's paged cache (`paged_kv`, `gather_pages`, `decode_paged`), the check's own reference and
     torch are refused. Values, page size, head counts and the pool's order are drawn afresh on each run (`seed`
     draws the same again). Taught in: notebooks/10_gqa_and_paging.ipynb
     """

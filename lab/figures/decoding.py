@@ -29,6 +29,7 @@ from .tiling import add_tiles
 __all__ = [
     "draw_kv_cache",
     "draw_decode_schedule",
+    "draw_tick_timeline",
     "draw_gqa_intensity",
     "draw_decode_timings",
     "draw_block_table",
@@ -108,26 +109,26 @@ def draw_kv_cache(itemsize: int = 2, tokens: int = 8192, ax=None) -> dict:
 
 
 def _against_fa2(speedup: float) -> str:
-    """ "3.9× fewer than FA2" or, when splitting costs steps, "2.1× more than FA2"."""
+    """ "3.9× fewer than FA2" or, when splitting costs ticks, "2.1× more than FA2"."""
     if speedup >= 1:
         return f"{speedup:.1f}× fewer than FA2"
     return f"{1 / speedup:.1f}× more than FA2"
 
 
 @functools.lru_cache(maxsize=32)
-def _steps_by_splits(M: int, batch: int, heads: int, processors: int) -> tuple:
-    """Modeled steps for every split count from 1 up to the key blocks (at most 1,024): `(splits, steps)`.
+def _ticks_by_splits(M: int, batch: int, heads: int, processors: int) -> tuple:
+    """Modeled ticks for every split count from 1 up to the key blocks (at most 1,024): `(splits, ticks)`.
 
     Every count, so a count one past a full wave shows."""
     top = min(max(256, math.ceil(M / 128)), 1024)
     ss = tuple(range(1, top + 1))
-    steps = tuple(
+    ticks = tuple(
         decode_schedule(M, batch=batch, heads=heads, splits=s, processors=processors)[
-            "steps"
+            "ticks"
         ]
         for s in ss
     )
-    return ss, steps
+    return ss, ticks
 
 
 def draw_decode_schedule(
@@ -139,7 +140,7 @@ def draw_decode_schedule(
     processors: int = PROCESSORS,
     axes=None,
 ) -> dict:
-    """Left: which of the processors one decoding step keeps busy with `splits` key chunks; right: modeled steps against splits."""
+    """Left: which of the processors one decoding step keeps busy with `splits` key chunks; right: modeled ticks against splits."""
     fa2 = decode_schedule(M, batch=batch, heads=heads, splits=1, processors=processors)
     fd = decode_schedule(
         M, batch=batch, heads=heads, splits=splits, processors=processors
@@ -192,31 +193,144 @@ def draw_decode_schedule(
         ncol=1,
         frameon=False,
     )
-    ss, steps = _steps_by_splits(M, batch, heads, processors)
-    bx.loglog(ss, steps, "-", base=2, color="#2a9d8f", label="flash-decoding (model)")
+    ss, ticks = _ticks_by_splits(M, batch, heads, processors)
+    bx.loglog(ss, ticks, "-", base=2, color="#2a9d8f", label="flash-decoding (model)")
     bx.axhline(
-        fa2["steps"], color="#264653", ls="--", label=f"FA2: {fa2['steps']} steps"
+        fa2["ticks"], color="#264653", ls="--", label=f"FA2: {fa2['ticks']} ticks"
     )
     bx.plot(
         [splits],
-        [fd["steps"]],
+        [fd["ticks"]],
         "o",
         ms=13,
         mfc="none",
         mec="C3",
         mew=2,
-        label=f"splits = {splits}: {fd['steps']} steps ({_against_fa2(fd['speedup'])})",
+        label=f"splits = {splits}: {fd['ticks']} ticks ({_against_fa2(fd['speedup'])})",
     )
     bx.set(
         xlabel="splits of the K/V cache",
-        ylabel="steps (key blocks + partials + merge)",
+        ylabel="ticks (key blocks + partials + merge)",
         title=f"M = {M:,} keys, batch {batch}, {heads} K/V heads",
     )
-    bx.set_ylim(min(steps) / 2, fa2["steps"] * 12)
+    bx.set_ylim(min(ticks) / 2, fa2["ticks"] * 12)
     bx.legend(loc="upper right", fontsize=9)
     _plain_log_axes(bx)
     bx.figure.subplots_adjust(left=0.05, right=0.97, bottom=0.2, top=0.88, wspace=0.18)
     return {"fa2": fa2, "flash_decoding": fd}
+
+
+def _timeline(key_blocks: int, heads: int, slots: int, splits: int) -> dict:
+    """One decoding step of a toy machine, tick by tick: each work item's key blocks, partial and the merge.
+
+    Returns `cells`, a list of (tick, slot, kind, label) with kind "block", "partial" or "merge", and the counts.
+    """
+    edges = [key_blocks * c // splits for c in range(splits + 1)]  # dealt out evenly
+    chunks = [
+        (a, b) for a, b in zip(edges, edges[1:]) if b > a
+    ]  # a chunk holds a block
+    items = [(h, a, b) for h in range(heads) for a, b in chunks]
+    longest = max(b - a for a, b in chunks)
+    wave_len = longest + (splits > 1)  # the partials: one tick per wave
+    waves = -(-len(items) // slots)
+    cells = []
+    for n, (h, a, b) in enumerate(items):
+        wave, slot = divmod(n, slots)
+        start = wave * wave_len
+        cells += [(start + t, slot, "block", f"{h}:{a + t}") for t in range(b - a)]
+        if splits > 1:
+            cells.append((start + longest, slot, "partial", "p"))
+    ticks = waves * wave_len + (splits > 1)  # the merge: one tick at the end
+    if splits > 1:
+        cells += [(ticks - 1, slot, "merge", "") for slot in range(slots)]
+    return dict(
+        cells=cells, items=len(items), waves=waves, longest=longest, ticks=ticks
+    )
+
+
+def draw_tick_timeline(
+    key_blocks: int = 11,
+    heads: int = 2,
+    slots: int = 6,
+    splits=(1, 3, 4),
+    axes=None,
+) -> dict:
+    """A toy machine's slots against time, one panel per count in `splits`: what a tick of the model is.
+
+    Each cell is one tick of one slot: a key block streamed (labelled head:block), a partial
+    $(o_c, lse_c)$ written (p), or the merge. One sequence, `heads` K/V heads, `key_blocks` blocks.
+    Returns {splits: the ticks of the panel}, which equal `lab.decode_schedule`'s.
+    Taught in: notebooks/10_decoding.ipynb
+    """
+    splits = tuple(splits)
+    runs = {s: _timeline(key_blocks, heads, slots, s) for s in splits}
+    for s, r in runs.items():  # the picture and the model agree, or the figure is wrong
+        model = decode_schedule(
+            128 * key_blocks, heads=heads, splits=s, processors=slots, per_processor=1
+        )
+        assert r["ticks"] == model["ticks"] and r["waves"] == model["waves"], s
+    if axes is None:
+        _, axes = plt.subplots(
+            len(splits), 1, figsize=(10, 1.35 * len(splits) * slots / 6 + 1.0)
+        )
+    axes = np.atleast_1d(axes)
+    top = max(r["ticks"] for r in runs.values())
+    head_colors = ("#2a9d8f", "#e9c46a", "#90be6d", "#f4a261")
+    kind_colors = {"partial": "#e76f51", "merge": "#264653"}
+    for ax, (s, r) in zip(axes, runs.items()):
+        boxes, colors = [], []
+        for tick, slot, kind, label in r["cells"]:
+            boxes.append((tick + 0.04, slots - 1 - slot + 0.06, 0.92, 0.88))
+            head = int(label.split(":")[0]) if kind == "block" else 0
+            colors.append(kind_colors.get(kind, head_colors[head % 4]))
+            if kind != "merge":
+                ax.text(
+                    tick + 0.5,
+                    slots - 0.5 - slot,
+                    label,
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if label == "p" else "black",
+                )
+        add_tiles(ax, boxes, colors, lw=0.5, edgecolor="white")
+        if s > 1:
+            ax.text(
+                r["ticks"] - 0.5,
+                slots / 2,
+                "merge",
+                rotation=90,
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white",
+            )
+        waves = f"{r['waves']} wave{'s' * (r['waves'] > 1)}"
+        ax.set_title(
+            f"splits = {s}: {r['items']} items on {slots} slots, {waves}, "
+            f"longest chunk {r['longest']} key blocks: {r['ticks']} ticks",
+            fontsize=10,
+            loc="left",
+        )
+        ax.set(xlim=(0, top), ylim=(0, slots), aspect="auto")
+        ax.set_xticks(np.arange(top) + 0.5, [str(t) for t in range(top)], fontsize=8)
+        ax.set_yticks(
+            np.arange(slots) + 0.5,
+            [f"slot {slots - 1 - i}" for i in range(slots)],
+            fontsize=8,
+        )
+        ax.grid(False)
+    axes[-1].set_xlabel("tick (one tick: one slot streams one key block)")
+    axes[0].figure.suptitle(
+        "h:j = K/V head h streams key block j;  p = its partial (o_c, lse_c) written;  "
+        "merge = the second launch",
+        fontsize=9,
+        y=0.995,
+    )
+    axes[0].figure.subplots_adjust(
+        left=0.08, right=0.98, top=0.9, bottom=0.1, hspace=0.6
+    )
+    return {s: r["ticks"] for s, r in runs.items()}
 
 
 def draw_gqa_intensity(

@@ -17,7 +17,7 @@ def _splits_summary(r: dict) -> str:
     fa2, fd = r["fa2"], r["flash_decoding"]
     return (
         f"M = {fd['M']:,}, splits = {fd['splits']}: {fd['busy']} of {fd['slots']} slots busy "
-        f"(FA2: {fa2['busy']}); {fd['steps']} steps against {fa2['steps']}, "
+        f"(FA2: {fa2['busy']}); {fd['ticks']} ticks against {fa2['ticks']}, "
         + _ratio_words(fd["speedup"], "fewer")
     )
 

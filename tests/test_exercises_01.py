@@ -22,8 +22,8 @@ EX = {ex.number: ex for ex in exercises(NAME)}
 PASSED = {
     1: "row_edges: ✓ passed 6 cases\n"
     "  your prediction (fp16, first s that breaks): not written yet (shown once you write yours)\n",
-    2: "row_overflow: ✓ passed 9 cases\n"
-    "  your prediction (fp16, n = 4096): not written yet (predicted_4096, above the stub)\n",
+    2: "row_overflow: ✓ passed 10 cases\n"
+    "  your prediction (fp16, M = 4096): not written yet (predicted_4096, above the stub)\n",
     3: "safe_softmax: ✓ passed 11 cases; each score loaded 3 times, each y_i stored once; no row held\n",
     4: "log_sum_exp: ✓ passed 8 cases\n",
 }
@@ -64,10 +64,10 @@ def test_the_build_spec_states_properties_not_the_code():
 
 
 def test_exercise_2_is_a_transfer_not_the_table():
-    """Exercise 2 asks for a row the text did not work (n equal scores), with n drawn afresh by its check."""
+    """Exercise 2 asks for a row the text did not work (M equal scores), with M drawn afresh by its check."""
     spec = EX[2].spec
-    assert "$n$ equal scores" in spec and "drawn afresh" in spec
-    assert "log n" not in spec and "np.log(n)" not in spec
+    assert "$M$ equal scores" in spec and "drawn afresh" in spec
+    assert "log M" not in spec and "np.log(M)" not in spec
 
 
 _FINFO = """
@@ -91,7 +91,7 @@ PLANTED = {
             def row_overflow(name, k):
                 return int(np.ceil(np.log(_max(name)) - np.log(k))) + 1
             """,
-            ["case 0 ('fp16', 1)", "expected 12, got 13", "ceil(log Ω - log n) + 1"],
+            ["case 0 ('fp16', 1)", "expected 12, got 13", "ceil(log Ω - log M) + 1"],
         ),
         (
             "rounded to the nearest",
@@ -103,13 +103,13 @@ PLANTED = {
             ["round() gives the nearest integer"],
         ),
         (
-            "exercise 1's factor kept beside n",
+            "exercise 1's factor kept beside M",
             _LIMIT
             + """
             def row_overflow(name, k):
                 return int(np.floor(np.log(_max(name)) - np.log(k) - np.log(1.553))) + 1
             """,
-            ["keeps exercise 1's factor 1.553 beside n"],
+            ["keeps exercise 1's factor 1.553 beside M"],
         ),
         (
             "ignores k: where e^s alone overflows",
@@ -118,7 +118,7 @@ PLANTED = {
             def row_overflow(name, k):
                 return int(np.floor(np.log(_max(name)))) + 1
             """,
-            ["case 1 ('fp16', 4096)", "expected 3, got 12", "n·e^s"],
+            ["case 1 ('fp16', 4096)", "expected 3, got 12", "M·e^s"],
         ),
         (
             "rounded down",
@@ -145,7 +145,7 @@ PLANTED = {
             def row_overflow(name, k):
                 return int(np.floor(np.log(_max(name)) - np.log2(k))) + 1
             """,
-            ["case 1 ('fp16', 4096)", "log2(n)"],
+            ["case 1 ('fp16', 4096)", "log2(M)"],
         ),
         (
             "subtracts k",
@@ -154,7 +154,7 @@ PLANTED = {
             def row_overflow(name, k):
                 return max(0, int(np.floor(np.log(_max(name)) - k)) + 1)
             """,
-            ["case 0 ('fp16', 1)", "expected 12, got 11", "subtracts n"],
+            ["case 0 ('fp16', 1)", "expected 12, got 11", "subtracts M"],
         ),
         (
             "calls the scan",
@@ -179,7 +179,7 @@ PLANTED = {
                 dtype = {"fp16": np.float16, "fp32": np.float32, "fp64": np.float64}[name]
                 return int(np.floor(np.log(float(np.finfo(dtype).max)) - np.log(k))) + 1
             """,
-            ["case 7 ('format_", "lab.SOFTMAX_DTYPES[name]"],
+            ["case 8 ('format_", "lab.SOFTMAX_DTYPES[name]"],
         ),
         (
             "tries values with lab's naive softmax",
@@ -559,7 +559,7 @@ def test_row_overflow_cases_drawn_afresh_agree_with_the_formula(seed, capsys):
     ns = {"np": np, "lab": lab}
     exec(EX[2].solution, ns)
     checks.check_row_overflow(ns["row_overflow"], seed=seed)
-    assert capsys.readouterr().out == "row_overflow: ✓ passed 9 cases\n"
+    assert capsys.readouterr().out == "row_overflow: ✓ passed 10 cases\n"
 
 
 def test_row_overflow_reference_is_a_scan_of_the_naive_softmax():
@@ -601,7 +601,7 @@ def test_no_cell_above_exercise_2_works_a_row_of_n_equal_scores():
     stub = next(
         i for i, c in enumerate(cells) if c.source.startswith("# Exercise 2: your code")
     )
-    assert not any("log n" in c.source or "np.log(n)" in c.source for c in cells[:stub])
+    assert not any("log M" in c.source or "np.log(M)" in c.source for c in cells[:stub])
 
 
 @pytest.mark.parametrize("how", sorted(EVASIONS))
@@ -646,7 +646,7 @@ def test_the_written_prediction_is_compared_with_the_scan(predicted, says, capsy
     exec(EX[2].solution, ns)
     checks.check_row_overflow(ns["row_overflow"], predicted=predicted)
     out = capsys.readouterr().out
-    assert out.startswith("row_overflow: ✓ passed 9 cases\n") and says in out, out
+    assert out.startswith("row_overflow: ✓ passed 10 cases\n") and says in out, out
 
 
 def test_an_unwritten_prediction_does_not_give_the_answer_away(capsys):
@@ -765,7 +765,7 @@ def test_a_table_of_row_breaks_gets_no_misleading_hint(capsys):
     }
     checks.check_row_overflow(lambda n, k: table.get((n, k), 5))
     out = capsys.readouterr().out
-    assert "✗" in out and "log2" not in out and "n·e^s exceeds Ω" in out, out
+    assert "✗" in out and "log2" not in out and "M·e^s exceeds Ω" in out, out
 
 
 def test_one_format_s_omega_for_every_name_is_named(capsys):
@@ -855,3 +855,26 @@ def test_exercise_3_a_masked_row_may_skip_pass_3_s_loads():
                 y[j0 : j0 + block] = np.exp(x[j0 : j0 + block] - m) / l if l > 0 else np.zeros(n)
         """
     assert "✓" in run_check(EX[3], source(skip))
+
+
+def test_the_safe_shift_is_asked_for_before_it_is_shown():
+    """Section 3 asks which shift c keeps every term <= 1 and the sum >= 1; the answer (the row's max, the
+    shifted sum, the guard for a masked row) appears only after exercise 3's check."""
+    cells = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4).cells
+    text = [c.source for c in cells]
+    stub = next(
+        i for i, s in enumerate(text) if s.startswith("# Exercise 3: your code")
+    )
+    check_cell = next(
+        i for i, s in enumerate(text) if s.startswith("# Exercise 3: check")
+    )
+    revealed = next(
+        i for i, s in enumerate(text) if s.startswith("### The shift, revealed")
+    )
+    above = "\n".join(text[:stub])
+    assert "**Which $c$**" in above
+    assert "e^{x_i - m}" not in above and "e^{x_j - m}" not in above
+    assert (
+        "max first" not in above and "A fully masked row needs one guard" not in above
+    )
+    assert revealed > check_cell and "m = \\max_j x_j" in text[revealed]

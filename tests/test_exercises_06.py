@@ -1919,3 +1919,148 @@ def test_fa1_row_by_row_is_named_as_no_tiling():
         return np.vstack(o), np.concatenate(m), np.concatenate(l)
     """
     _fails("fa1", src, "one query row against", "row by row is still no tiling")
+
+
+@pytest.mark.parametrize(
+    "name, read, kept",
+    [
+        (
+            "O",
+            "O_old = m[rows], l[rows], O[rows]",
+            "O_old = chip.get(rows.start, O_old)",
+        ),
+        (
+            "m",
+            "O_old = m[rows], l[rows], O[rows]",
+            "m_old = chip.get(rows.start, m_old)",
+        ),
+        (
+            "l",
+            "O_old = m[rows], l[rows], O[rows]",
+            "l_old = chip.get(rows.start, l_old)",
+        ),
+    ],
+)
+def test_keys_outer_reading_the_state_but_computing_from_a_kept_copy_is_named(
+    name, read, kept
+):
+    """A loop that reads O, m, l from HBM at every step (so the log of reads is FA1's) but computes from its
+    own copy of one of them: the check changes the stored state after key block 0 and sees nothing move."""
+    new = {"O": "O_new", "m": "m_new", "l": "l_new"}[name]
+    src = _keys_outer(
+        {
+            "    O, m, l = hbm": "    chip = {}\n    O, m, l = hbm",
+            read: f"{read}\n            {kept}",
+            "            m[rows], l[rows] = m_new, l_new": (
+                "            m[rows], l[rows] = m_new, l_new\n"
+                f"            chip[rows.start] = {new}"
+            ),
+        }
+    )
+    if name == "O":  # O's new value has no name of its own in the solution: give it one
+        src = src.replace("O[rows] = ((a", "O[rows] = O_new = ((a")
+    _fails(
+        "keys_outer",
+        src,
+        f"your loop ignores the {name} it reads from HBM",
+        f"compute each step from {name}[rows] as read",
+    )
+
+
+def test_hbm_tamper_changes_what_is_stored_not_what_was_written():
+    log = []
+    a = checks.HBM(np.zeros((4, 2)), log, "O")
+    a.tamper = (1, lambda x: x + 0.5)  # after the second write
+    a[0:2] = 1.0
+    a[2:4] = 2.0
+    assert a[0:4].tolist() == [[1.0, 1.0]] * 2 + [[2.5, 2.5]] * 2
+    assert [w[2].max() for w in a.written] == [1.0, 2.0]
+
+
+def test_loop_order_figure_draws_the_o_traffic_the_kernels_do():
+    """The figure's R and W marks and its per-block totals are what lab's fa1 and fa2 read and write of o,
+    counted by lab.trace: FA1 reads each O_i T_c times and writes it 1 + T_c times, FA2 writes it once."""
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    N, M, Br, Bc, dv = 256, 320, 64, 64, 8
+    r = lab.figures.fa2.draw_loop_order(N, M, Br, Bc)
+    Tr, Tc = 4, 5
+    assert (r["Tr"], r["Tc"]) == (Tr, Tc)
+    assert r["fa1"]["order"][:Tr] == [(i, 0) for i in range(Tr)]  # key blocks outer
+    assert r["fa2"]["order"][:Tc] == [(0, j) for j in range(Tc)]  # query blocks outer
+    assert r["fa1"]["marks"] == {"R": Tr * Tc, "W": Tr * Tc}
+    assert r["fa2"]["marks"] == {"R": 0, "W": Tr}
+    texts = [t.get_text() for ax in plt.gcf().axes for t in ax.texts]
+    assert texts.count(f"R {Tc}\nW {Tc + 1}") == Tr and texts.count("W 1") == Tr
+    g = np.random.default_rng(0)
+    q, k = (
+        g.standard_normal((N, 16), np.float32),
+        g.standard_normal((M, 16), np.float32),
+    )
+    v = g.standard_normal((M, dv), np.float32)
+    block = Br * dv * 4  # bytes of one O_i, float32
+    for var in ("fa1", "fa2"):
+        with lab.trace.record() as rec:
+            lab.flash_attention_numpy(q, k, v, block_q=Br, block_k=Bc, variant=var)
+        assert rec.read_by.get("o", 0) == r[var]["O_reads"] * block, var
+        assert rec.write_by["o"] == r[var]["O_writes"] * block, var
+    with pytest.raises(ValueError, match="more than 64"):
+        lab.figures.fa2.draw_loop_order(1024, 1024, 64, 64)
+    with pytest.raises(ValueError, match="block_k"):
+        lab.figures.fa2.draw_loop_order(block_k=0)
+    plt.close("all")
+
+
+def test_wave_timeline_draws_each_design_in_time_with_its_last_partial_wave():
+    """128 thread blocks of T_r = 16 units on 108 SMs: 1.19 waves, done at 32; FA2's 2,048 of 1 unit are done
+    at 19, just after the 18.96 of every SM busy. The busy bars cover exactly blocks × unit SM-time, the grey
+    last-wave gap the rest."""
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    r = lab.figures.fa2.draw_wave_timeline(8, 16, 2048, block_q=128)
+    assert r["sms"] == 108 and r["Tr"] == 16
+    assert (r["fa1"]["blocks"], r["fa1"]["unit"], r["fa1"]["done"]) == (128, 16, 32)
+    assert (r["fa2"]["blocks"], r["fa2"]["unit"], r["fa2"]["done"]) == (2048, 1, 19)
+    assert f"{r['fa1']['waves']:.2f}" == "1.19" and r["fa1"]["last"] == 20
+    assert r["ideal"] == pytest.approx(2048 / 108)
+    for ax, name in zip(plt.gcf().axes, ("fa1", "fa2")):
+        c = r[name]
+        area = {}
+        for p in ax.patches:
+            grey = p.get_facecolor()[:3] == pytest.approx((0xDD / 255,) * 3)
+            area[grey] = area.get(grey, 0) + p.get_width() * p.get_height()
+        assert area[False] == c["blocks"] * c["unit"], name  # every work item's bar
+        idle = (c["rounds"] * r["sms"] - c["blocks"]) * c["unit"]
+        assert area.get(True, 0) == idle, name  # the last wave's idle SMs
+        assert ax.get_ylim()[0] >= 32 and "time" in ax.get_ylabel()
+        assert f"done at {c['done']:g}" in [t.get_text() for t in ax.texts]
+    with pytest.raises(ValueError, match="block_q"):
+        lab.figures.fa2.draw_wave_timeline(block_q=0)
+    plt.close("all")
+    w = lab.widgets.wave_explorer()
+    assert (w.result["fa1"]["done"], w.result["fa2"]["done"]) == (32, 19)
+    controls = {c.description: c for c in w.children[:-1]}
+    controls["N"].value, controls["batch B"].value = 512, 1
+    controls["Br"].value = 64  # twice the thread blocks, each half as long: same finish
+    assert w.result["fa2"]["blocks"] == 128 and w.result["fa2"]["done"] == 1.0
+    assert w.result["fa1"]["done"] == 4.0  # a head of 512 rows: 4 units
+
+
+def test_part_2_exercise_2_shows_fa1_s_rule_only_after_its_check():
+    """The exercise states what FA1's state means; the rule it derives from that appears after the check."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{NAME2}.ipynb", as_version=4)
+    text = [c.source for c in nb.cells]
+    ex = next(i for i, t in enumerate(text) if t.startswith("### Exercise 2"))
+    check = next(i for i, t in enumerate(text) if t.startswith("# Exercise 2: check"))
+    rule = next(i for i, t in enumerate(text) if "O_i' = \\frac" in t)
+    assert ex < check < rule
+    assert "normalized over those keys" in text[ex]  # the invariant, stated
+    shown = "\n".join(
+        t
+        for t, c in zip(text[:check], nb.cells)
+        if "solution" not in c.metadata.get("tags", [])
+    )
+    for formula in ("O_i' =", "l' =", "e^{m - m'}", "diag(l')"):
+        assert formula not in shown, formula

@@ -1452,6 +1452,7 @@ class HBM:
         self._a, self._log, self._name = a, log, name
         self.shape, self.dtype = a.shape, a.dtype
         self.written = []  # (first row, rows, a copy of what was written), in order
+        self.tamper = None  # (write number, f): after that write the store holds f(what was written)
 
     def __len__(self) -> int:
         return len(self._a)
@@ -1470,6 +1471,8 @@ class HBM:
         self._log.append((self._name, "write", *self._rows(key)))
         self._a[key] = value
         self.written.append((*self._rows(key), np.array(self._a[key], dtype=float)))
+        if self.tamper and len(self.written) == self.tamper[0] + 1:
+            self._a[key] = self.tamper[1](self._a[key])
 
     def __array__(self, *args, **kwargs):
         raise TypeError(
@@ -1854,13 +1857,80 @@ def _held_after_each_block(hbm, q, k, v, Br: int, Bc: int) -> str | None:
     return None
 
 
+# What the check stores in HBM instead of query block 0's state after key block 0: still a state FA1's rule
+# can take on from (no NaN, no inf), but not the one written, so a loop that computes from what it reads ends
+# elsewhere than one that computes from copies it kept.
+_TAMPER = {
+    "O": ("adds 0.5 to", lambda x: x + 0.5),
+    "m": ("adds 1 to", lambda x: x + 1.0),
+    "l": ("doubles", lambda x: 2.0 * x),
+}
+
+
+def _fa1_tampered(q, k, v, Br: int, Bc: int, name: str) -> tuple:
+    """FA1's (O, m, l) when HBM's `name` of query block 0 is changed by `_TAMPER[name]` after key block 0."""
+    state = {"O": np.zeros((len(q), v.shape[1])), "m": np.full(len(q), -np.inf)}
+    state["l"] = np.zeros(len(q))
+    O, m, l = state["O"], state["m"], state["l"]
+    for j0 in range(0, len(k), Bc):
+        for i0 in range(0, len(q), Br):
+            r = slice(i0, i0 + Br)
+            s = q[r] @ k[j0 : j0 + Bc].T / np.sqrt(q.shape[1])
+            m_new = np.maximum(m[r], s.max(axis=1))
+            a, p = np.exp(m[r] - m_new), np.exp(s - m_new[:, None])
+            l_new = a * l[r] + p.sum(axis=1)
+            O[r] = ((a * l[r])[:, None] * O[r] + p @ v[j0 : j0 + Bc]) / l_new[:, None]
+            m[r], l[r] = m_new, l_new
+            if j0 == 0 and i0 == 0:
+                state[name][r] = _TAMPER[name][1](state[name][r])
+    return O, m, l
+
+
+def _reads_its_state(fn, q, k, v, Br: int, Bc: int, want) -> str | None:
+    """None when `fn` computes from the O, m and l it reads from HBM: with query block 0's stored O, m or l
+    changed after key block 0, its result moves to what FA1's rule gives from the changed state. Else what it
+    ignored."""
+    if len(k) <= Bc:
+        return None  # one key block: nothing is read back
+    close = lambda a, b: np.allclose(a, b, rtol=1e-8, atol=1e-11)  # noqa: E731
+    rows = f"rows 0..{min(Br, len(q)) - 1}"
+    for name, (what, f) in _TAMPER.items():
+        hbm, _ = _hbm(len(q), v.shape[1])
+        hbm[name].tamper = (0, f)
+        try:
+            with np.errstate(all="ignore"):
+                fn(q.copy(), k.copy(), v.copy(), Br, Bc, hbm)
+        except Exception as exc:  # a learner's bug: report it, do not stop the notebook
+            return (
+                f"with the {name} stored for {rows} changed after key block 0 (the check {what} "
+                f"it), your loop raised {type(exc).__name__}: {exc}"
+            )
+        got = [hbm[x]._a for x in "Oml"]
+        if all(close(a, b) for a, b in zip(got, _fa1_tampered(q, k, v, Br, Bc, name))):
+            continue
+        if all(close(a, b) for a, b in zip(got, want)):
+            return (
+                f"your loop ignores the {name} it reads from HBM: the check {what} the {name} "
+                f"stored for {rows} after key block 0, and your result did not move. Between key "
+                f"blocks FA1's state lives only in HBM: compute each step from {name}[rows] as "
+                "read, not from a copy kept in your own variables"
+            )
+        return (
+            f"after the check {what} the {name} stored for {rows} after key block 0, your "
+            f"result is not what FA1's rule gives from that state: compute each step from "
+            f"the O[rows], m[rows], l[rows] just read, and nothing else"
+        )
+    return None
+
+
 def check_fa1_keys_outer(
     fn, *, name: str | None = None, seed: int | None = None
 ) -> None:
     """Check `fn(q, k, v, Br, Bc, hbm)`, FA1's loop order: O, m, l in `hbm` (`HBM` arrays) end as the output, row
     max and row sum; key blocks outside, each query block's O, m and l read from HBM and written back at every key
-    block, holding FA1's state over the keys so far; score tiles formed key block by key block, none larger than
-    one Br × Bc tile; lab's attention and torch refused.
+    block, holding FA1's state over the keys so far, and each step computed from the state it read (a run with
+    query block 0's stored O, m or l changed after key block 0 must follow the change); score tiles formed key
+    block by key block, none larger than one Br × Bc tile; lab's attention and torch refused.
     Taught in: notebooks/06_flashattention2_parallelism.ipynb"""
     name = name or getattr(fn, "__name__", "your function")
     _, seed = _fresh(seed)
@@ -1900,6 +1970,7 @@ def check_fa1_keys_outer(
             or _one_tile(seen, Br, Bc, v.shape[1])
             or _tile_order(seen, q, k, Br, Bc)
             or _held_after_each_block(hbm, q, k, v, Br, Bc)
+            or _reads_its_state(fn, q, k, v, Br, Bc, want)
         )
         if problem is not None:
             print(f"{name}: ✗ case {i} ({label}): {problem}")

@@ -35,6 +35,8 @@ __all__ = [
     "draw_op_counts",
     "draw_work_split",
     "draw_waves",
+    "draw_loop_order",
+    "draw_wave_timeline",
     "draw_warp_split",
     "draw_exchange_cost",
     "draw_time_split",
@@ -268,6 +270,156 @@ def draw_waves(
     if made:
         axes[0].figure.tight_layout()
     return {**counts, "sms": sms, "Tr": -(-N // Br)}
+
+
+def _o_traffic(Tr: int, Tc: int) -> dict:
+    """HBM reads and writes of each O_i: FA1 zeroes it, then reads and writes it at each of its Tc tiles;
+    FA2 writes it once, after its last tile."""
+    return {
+        "fa1": {"reads": Tc, "writes": 1 + Tc},
+        "fa2": {"reads": 0, "writes": 1},
+    }
+
+
+def draw_loop_order(
+    N: int = 256, M: int = 320, block_q: int = 64, block_k: int = 64, ax=None
+) -> dict:
+    """The order in which FA1 (key blocks outer) and FA2 (query blocks outer) visit one head's tiles, with each
+    tile's HBM reads (R) and writes (W) of its output block O_i marked, and each O_i's totals beside the grid.
+
+    FA1 zeroes O_i in HBM, then reads and writes it at every one of its $T_c$ tiles: $T_c$ reads, $1 + T_c$
+    writes. FA2 keeps $acc$ on chip and writes O_i once, after its last tile. Returns the orders, the counts
+    drawn and each variant's totals over the head. Taught in: notebooks/06_flashattention2.ipynb
+    """
+    N, M = check_positive(N, "N"), check_positive(M, "M")
+    Br, Bc = check_block(block_q, "block_q"), check_block(block_k, "block_k")
+    Tr, Tc = -(-N // Br), -(-M // Bc)
+    if Tr * Tc > 64:
+        raise ValueError(
+            f"draw_loop_order labels every tile: N = {N}, M = {M} with block_q = {Br}, "
+            f"block_k = {Bc} make {Tr} × {Tc} tiles, more than 64"
+        )
+    if ax is None:
+        _, ax = plt.subplots(1, 2, figsize=(12, 4.6))
+    traffic = _o_traffic(Tr, Tc)
+    out = {"Tr": Tr, "Tc": Tc}
+    titles = {
+        "fa1": "FA1: key blocks outer\n$O_i$ read (R) and written (W) at every tile",
+        "fa2": "FA2: query blocks outer\n$O_i$ written (W) once, after its last tile",
+    }
+    for a, variant, colour in zip(ax, ("fa1", "fa2"), ("#e76f51", "#2a9d8f")):
+        order = loop_order(N, M, Br, Bc, False, variant)
+        marks = {"R": 0, "W": 0}
+        for n, (i, j) in enumerate(order):
+            a.add_patch(
+                Rectangle((j, i), 1, 1, facecolor=colour, alpha=0.25, edgecolor="k")
+            )
+            a.text(j + 0.5, i + 0.4, n + 1, ha="center", va="center", fontsize=15)
+            tag = "R W" if variant == "fa1" else ("W" if j == Tc - 1 else "")
+            for x in tag.split():
+                marks[x] += 1
+            if tag:
+                a.text(j + 0.5, i + 0.78, tag, ha="center", va="center", fontsize=11)
+        centres = np.array([(j + 0.5, i + 0.5) for i, j in order])
+        a.plot(*centres.T, color=colour, lw=1.5, alpha=0.45, zorder=1.5)
+        t = traffic[variant]
+        for i in range(Tr):
+            a.add_patch(
+                Rectangle((Tc + 0.3, i), 1.6, 1, facecolor="white", edgecolor="k")
+            )
+            text = f"R {t['reads']}\nW {t['writes']}" if t["reads"] else "W 1"
+            a.text(Tc + 1.1, i + 0.5, text, ha="center", va="center", fontsize=12)
+        a.text(Tc + 1.1, -0.25, "$O_i$ in HBM", ha="center", fontsize=12, weight="bold")
+        a.set_xlim(0, Tc + 2)
+        a.set_ylim(Tr, -0.6)
+        a.set_aspect("equal")
+        a.grid(False)
+        a.set_xticks(np.arange(Tc) + 0.5, [f"j={j}" for j in range(Tc)], fontsize=11)
+        a.set_yticks(np.arange(Tr) + 0.5, [f"i={i}" for i in range(Tr)], fontsize=11)
+        a.tick_params(length=0)
+        a.set_title(titles[variant], fontsize=13)
+        out[variant] = {
+            "order": order,
+            "marks": marks,
+            "O_reads": Tr * t["reads"],
+            "O_writes": Tr * t["writes"],
+        }
+    ax[0].figure.tight_layout()
+    return out
+
+
+def draw_wave_timeline(
+    B: int = 8,
+    H: int = 16,
+    N: int = 2048,
+    block_q: int = 128,
+    chip: str = "A100",
+    axes=None,
+    unit_rows: int = 128,
+) -> dict:
+    r"""The SMs of `chip` over time: FA1's $BH$ thread blocks (left) against FA2's $BHT_r$ (right), each a bar.
+
+    Across the page the SMs, down it time, in one unit: the time of `unit_rows` = 128 query rows against all
+    the keys. An FA2 thread block takes $B_r / 128$ units, an FA1 thread block walks a whole head, $T_r$ times
+    as long. One thread block per SM at a time, time in proportion to its rows (`lab.tiling.wave_counts`, a
+    model). Each panel marks when the last bar ends (`done`) and when the work would end with every SM busy
+    (`ideal`). Returns each design's counts with its bar length `unit`.
+    Taught in: notebooks/06_flashattention2_parallelism.ipynb
+    """
+    sms = chip_figures(chip)["sms"]
+    Br, unit_rows = (
+        check_block(block_q, "block_q"),
+        check_positive(unit_rows, "unit_rows"),
+    )
+    B, H, N = (check_positive(x, n) for x, n in ((B, "B"), (H, "H"), (N, "N")))
+    Tr = -(-N // Br)
+    counts = {
+        "fa1": {**wave_counts(B * H, sms), "unit": Tr * Br / unit_rows},
+        "fa2": {**wave_counts(B * H * Tr, sms), "unit": Br / unit_rows},
+    }
+    for c in counts.values():
+        c["done"] = c["rounds"] * c["unit"]
+    ideal = B * H * Tr * Br / unit_rows / sms  # every SM busy until the work is done
+    end = max(c["done"] for c in counts.values())
+    made = axes is None
+    if made:
+        _, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+    for ax, (name, c), colour in zip(axes, counts.items(), ("#e76f51", "#2a9d8f")):
+        full, last, u = c["rounds"] - 1, c["last"], c["unit"]
+        for x, y, w, h, fill in (
+            (0, 0, sms, full * u, colour),
+            (0, full * u, last, u, colour),
+            (last, full * u, sms - last, u, "#dddddd"),  # idle in the last wave
+        ):
+            if w and h:
+                ax.add_patch(Rectangle((x, y), w, h, color=fill, lw=0))
+        if c["rounds"] <= 120:  # a bar's ends: a white line between waves
+            for r in range(1, c["rounds"]):
+                ax.plot([0, sms], [r * u] * 2, "w", lw=0.8)
+        if sms - last >= sms // 4 and u * 4 >= end * 0.1:  # room for a label
+            ax.text((last + sms) / 2, (full + 0.5) * u, f"idle: {sms - last} SMs",
+                    ha="center", va="center", fontsize=12)  # fmt: skip
+        ax.axhline(ideal, color="k", ls="--", lw=1.2, zorder=3)
+        ax.axhline(c["done"], color=colour, lw=2.5)
+        ax.text(sms * 0.98, c["done"], f"done at {c['done']:,g}", ha="right",
+                va="bottom", fontsize=11, weight="bold")  # fmt: skip
+        ax.set_xlim(0, sms)
+        ax.set_xticks([round(sms * f) for f in (0, 0.25, 0.5, 0.75, 1)])
+        ax.fixed_limits = True  # a slider keeps 0 to sms and the shared time axis
+        ax.set_ylim(end * 1.04, 0)
+        ax.set(
+            xlabel=f"SM (of {sms})",
+            ylabel=f"time (1 = {unit_rows} query rows' loop)",
+            title=f"{name.upper()}: {c['blocks']:,} thread blocks × {u:,g}, "
+            f"{c['waves']:.2f} waves",
+        )
+        ax.title.set_fontsize(12)
+        ax.grid(False)
+    axes[0].text(sms * 0.02, ideal, f"every SM busy: {ideal:.2f}", va="bottom",
+                 fontsize=10)  # fmt: skip
+    if made:
+        axes[0].figure.tight_layout()
+    return {**counts, "sms": sms, "Tr": Tr, "ideal": ideal}
 
 
 def draw_warp_split(

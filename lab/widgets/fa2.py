@@ -3,7 +3,7 @@
 The slider also runs the chosen variant of the numpy kernel under `lab.trace.record()` at N = min(N, 256)
 (the same d, Br, Bc and causal) and reports whether its op counts equal the formula.
 
-`wave_explorer` fills the A100's SMs with FA1's and FA2's thread blocks, wave by wave.
+`wave_explorer` fills the A100's SMs with FA1's and FA2's thread blocks over time, wave by wave.
 
 Taught in: notebooks/06_flashattention2.ipynb, notebooks/06_flashattention2_parallelism.ipynb
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ipywidgets
 
-from ..figures.fa2 import draw_op_counts, draw_waves
+from ..figures.fa2 import draw_op_counts, draw_wave_timeline
 from . import interactive_figure
 from .tiling import CHECK_N, _instrumented, _instrumented_sliders
 
@@ -75,17 +75,17 @@ def wave_explorer(
     B: int = 8, H: int = 16, N: int = 2048, block_q: int = 128
 ) -> ipywidgets.interactive:
     """Sliders over the batch B, the heads H, the sequence length N and Br; `.result` holds FA1's and FA2's
-    thread blocks, waves and SM use on the A100 (`lab.figures.fa2.draw_waves`).
+    thread blocks, waves, SM use and finish time on the A100 (`lab.figures.fa2.draw_wave_timeline`).
 
     Taught in: notebooks/06_flashattention2_parallelism.ipynb
     """
     return interactive_figure(
-        draw_waves,
+        draw_wave_timeline,
         reuse="axes",
         summary=lambda r: (
-            f"FA1 {r['fa1']['blocks']:,} thread blocks, SM use {r['fa1']['use']:.1%}; "
-            f"FA2 {r['fa2']['blocks']:,} (T_r = {r['Tr']:,} per head), "
-            f"SM use {r['fa2']['use']:.1%}"
+            f"FA1: {r['fa1']['blocks']:,} thread blocks, SM use {r['fa1']['use']:.1%}, "
+            f"done at {r['fa1']['done']:,g}; FA2: {r['fa2']['blocks']:,} (T_r = {r['Tr']:,} "
+            f"a head), SM use {r['fa2']['use']:.1%}, done at {r['fa2']['done']:,g}"
         ),
         B=_choice([1, 2, 4, 8, 16, 32], B, "batch B"),
         H=_choice([1, 4, 8, 16, 32, 64], H, "heads H"),

@@ -27,6 +27,8 @@ from lab.checks.backward import (
     check_loop_order,
     check_p_tile,
     check_row_sum,
+    check_softcap_tile,
+    check_softmax_jacobian,
     check_standard_backward,
     check_streamed_delta,
     check_tiled_backward,
@@ -42,8 +44,10 @@ EX = {
     "delta": _PART1[2],
     "loop": _PART2[1],
     "tiled": _PART2[2],
+    "softcap": _PART2[3],
 }
 STEP = {
+    "softmax_jacobian": "standard",
     "my_backward": "standard",
     "delta": "delta",
     "delta_streamed": "delta",
@@ -51,6 +55,7 @@ STEP = {
     "atomic_numbers": "loop",
     "p_tile": "tiled",
     "tiled_backward": "tiled",
+    "softcap_tile": "softcap",
 }
 # The worked step (a) and the given delta, for the planted loops written whole below.
 STEPS = EX["tiled"].solution.split("def tiled_backward")[0]
@@ -67,7 +72,7 @@ def _verdict(out: str, name: str) -> str:
 
 
 def test_each_part_has_two_code_exercises():
-    assert sorted(_PART1) == [1, 2] and sorted(_PART2) == [1, 2]
+    assert sorted(_PART1) == [1, 2] and sorted(_PART2) == [1, 2, 3]
 
 
 @pytest.mark.parametrize("key", list(EX))
@@ -76,6 +81,8 @@ def test_worked_solution_passes(key):
     assert "✓" in out and "✗" not in out, out
     if key == "tiled":
         assert all(f"{n}: ✓" in out for n in ("p_tile", "tiled_backward"))
+    if key == "standard":
+        assert all(f"{n}: ✓" in out for n in ("softmax_jacobian", "my_backward"))
 
 
 @pytest.mark.parametrize("key", list(EX))
@@ -1104,6 +1111,8 @@ def test_planted_property_violation_is_diagnosed(key, source, expected):
         source += (
             "def delta(o, do):" + EX["delta"].solution.split("def delta(o, do):")[1]
         )
+    if key == "standard":  # the worked step (a) before it, so only step (b) fails
+        source = EX["standard"].solution.split("def my_backward")[0] + source
     out = run_check(
         EX[key],
         (STEPS if key == "tiled" and "def delta" not in source else "") + source,
@@ -1437,7 +1446,9 @@ def test_check_tiled_backward_reports_a_crash_on_watched_arrays(capsys):
 
 
 @pytest.mark.parametrize("how", list(EVASIONS))
-@pytest.mark.parametrize("name", ["my_backward", "delta", "p_tile"])
+@pytest.mark.parametrize(
+    "name", ["my_backward", "delta", "p_tile", "softmax_jacobian", "softcap_tile"]
+)
 def test_an_answer_that_hides_from_the_watch_is_refused(name, how):
     out = run_check(EX[STEP[name]], evading(EX[STEP[name]].solution, name, how))
     assert "✗" in _verdict(out, name) and EVASIONS[how][1] in out, out
@@ -1670,3 +1681,169 @@ def test_the_course_cases_run_after_a_shortened_tiled_list():
     )
     out = run_check(short, off)
     assert "✗ case 1" in out and "its only visible entry is its bottom-left" in out, out
+
+
+# ------------------------------------------------------------------ Exercise 1 (a): the softmax's Jacobian
+
+JACOBIAN = "return np.diag(p) - np.outer(p, p)"
+
+
+@pytest.mark.parametrize(
+    "wrong, says",
+    [
+        ("return np.diag(p * (1 - p))", "only the diagonal"),
+        ("return -np.outer(p, p)", "the diagonal lacks its P_j"),
+        ("return np.outer(p, p) - np.diag(p)", "every sign is flipped"),
+        ("return np.diag(p) + np.outer(p, p)", "the sign off the diagonal is wrong"),
+        ("return np.eye(len(p)) - np.outer(p, p)", "the diagonal is 1 − P_j²"),
+        ("return np.diag(p) - p * p", "outer product P_j P_j'"),
+        ("return np.diag(p)", "differentiate P_j = e^(S_j)"),
+        ("return p - p * p", "J of a row of M ="),
+    ],
+)
+def test_softmax_jacobian_mistakes_are_named(wrong, says):
+    out = run_check(EX["standard"], _planted("softmax_jacobian", JACOBIAN, wrong))
+    line = _verdict(out, "softmax_jacobian")
+    assert "✗" in line, out
+    assert says in out, out
+
+
+def test_softmax_jacobian_by_finite_steps_is_refused():
+    steps = (
+        "s, h = np.log(p), 1e-6\n"
+        "    f = lambda s: np.exp(s - s.max()) / np.exp(s - s.max()).sum()\n"
+        "    return np.stack([(f(s + h * e) - p) / h for e in np.eye(len(p))], axis=1)"
+    )
+    out = run_check(EX["standard"], _planted("softmax_jacobian", JACOBIAN, steps))
+    assert "✗" in _verdict(out, "softmax_jacobian"), out
+    assert "as finite steps are" in out, out
+
+
+def test_softmax_jacobian_by_torch_is_refused():
+    autograd = (
+        "import torch\n"
+        "    s = torch.log(torch.from_numpy(p))\n"
+        "    return torch.autograd.functional.jacobian(lambda x: torch.softmax(x, 0), s).numpy()"
+    )
+    out = run_check(EX["standard"], _planted("softmax_jacobian", JACOBIAN, autograd))
+    assert "✗" in _verdict(out, "softmax_jacobian"), out
+    assert "this exercise asks for numpy" in out, out
+
+
+def test_softmax_jacobian_rows_are_drawn_afresh(capsys):
+    seen = []
+    check_softmax_jacobian(
+        lambda p: seen.append(p.copy()) or np.diag(p) - np.outer(p, p), name="J", seed=1
+    )
+    check_softmax_jacobian(
+        lambda p: seen.append(p.copy()) or np.diag(p) - np.outer(p, p), name="J", seed=2
+    )
+    assert capsys.readouterr().out.count("J: ✓ passed 6 cases") == 2
+    assert not np.allclose(seen[2], seen[8])  # the same case, two seeds
+
+
+# ------------------------------------------------------------------ Exercise 3: a soft-capped tile
+
+
+@pytest.mark.parametrize(
+    "old, new, says",
+    [
+        ("* (1 - t**2)", "", "the chain rule has one more step, the cap"),
+        (
+            "np.exp(cap * t - lse_I[:, None])",
+            "np.exp(scale * q_I @ k_J.T - lse_I[:, None])",
+            "P taken from the uncapped scores",
+        ),
+        ("(1 - t**2)", "(1 - (cap * t) ** 2)", "the cap's derivative as 1 − S²"),
+        ("(1 - t**2)", "(1 - t)", "tanh′(u) = 1 − tanh²(u), a square"),
+        ("* (1 - t**2)", "* cap * (1 - t**2)", "derivative multiplied by cap"),
+        ("* (1 - t**2)", "* (1 - t**2) / cap", "derivative divided by cap"),
+        (
+            "p * (dp - D_I[:, None]) * (1 - t**2)",
+            "p * ((1 - t**2) * dp - D_I[:, None])",
+            "multiplies dP before D is subtracted",
+        ),
+        ("p.T @ do_I", "(p * (1 - t**2)).T @ do_I", "dV carries the cap's derivative"),
+        ("(dp - D_I[:, None])", "dp", "dS = P ∘ dP with no D"),
+        ("(o_I * do_I).sum(axis=-1)", "(p * dp).sum(axis=-1)", "over this tile only"),
+        (
+            "return scale * dx @ k_J, scale * dx.T @ q_I",
+            "return dx @ k_J, dx.T @ q_I",
+            "√d times too large",
+        ),
+    ],
+)
+def test_softcap_tile_mistakes_are_named(old, new, says):
+    out = run_check(EX["softcap"], _planted("softcap_tile", old, new))
+    line = _verdict(out, "softcap_tile")
+    assert "✗" in line, out
+    assert says in out, out
+
+
+def test_softcap_tile_refuses_lab_and_torch():
+    lab_own = (
+        EX["softcap"].solution
+        + "\nfrom lab.checks.backward import softcap_tile_reference as mine\n\n\n"
+        "def softcap_tile(*args):\n    return mine(*args)\n"
+    )
+    out = run_check(EX["softcap"], lab_own)
+    assert "✗" in _verdict(out, "softcap_tile") and "lab's own answer" in out, out
+    torch_way = _planted(
+        "softcap_tile",
+        "t = np.tanh(scale * q_I @ k_J.T / cap)",
+        "import torch\n    t = torch.tanh(torch.from_numpy(scale * q_I @ k_J.T / cap)).numpy()",
+    )
+    out = run_check(EX["softcap"], torch_way)
+    assert "✗" in _verdict(out, "softcap_tile") and "asks for numpy" in out, out
+
+
+def test_softcap_tile_refuses_lab_softcaps_derivative():
+    via_lab = _planted(
+        "softcap_tile",
+        "* (1 - t**2)",
+        "* lab.softcap(cap).derivative(scale * q_I @ k_J.T, 0, 0, 0, 0)",
+    )
+    out = run_check(EX["softcap"], via_lab)
+    assert "✗" in _verdict(out, "softcap_tile") and "lab.softcap" in out, out
+
+
+def test_softcap_tile_reference_sums_to_autograd():
+    """The check's reference, added over every tile, is the gradient of the dense capped attention."""
+    import torch
+
+    rng = np.random.default_rng(4)
+    N, M, d, cap, Br, Bc = 13, 17, 4, 2.5, 5, 6
+    q, k, v, do = (rng.standard_normal((n, d)) for n in (N, M, M, N))
+    t = [torch.tensor(a, requires_grad=True) for a in (3 * q, k, v)]
+    s = cap * torch.tanh(t[0] @ t[1].T / d**0.5 / cap)
+    out = torch.softmax(s, -1) @ t[2]
+    out.backward(torch.tensor(do))
+    o, lse = out.detach().numpy(), torch.logsumexp(s, -1).detach().numpy()
+    grads = [np.zeros_like(a) for a in (q, k, v)]
+    for i0 in range(0, N, Br):
+        for j0 in range(0, M, Bc):
+            I, J = slice(i0, i0 + Br), slice(j0, j0 + Bc)
+            parts = lab.checks.backward.softcap_tile_reference(
+                3 * q[I], k[J], v[J], o[I], do[I], lse[I], cap
+            )
+            for g, rows, part in zip(grads, (I, J, J), parts):
+                g[rows] += part
+    for g, x in zip(grads, t):
+        np.testing.assert_allclose(g, x.grad.numpy(), atol=1e-12)
+
+
+def test_softcap_tile_problem_is_drawn_afresh(capsys):
+    caps = []
+
+    def spy(q_I, k_J, v_J, o_I, do_I, lse_I, cap):
+        caps.append((cap, q_I[0, 0]))
+        scale = 1 / np.sqrt(q_I.shape[-1])
+        t = np.tanh(scale * q_I @ k_J.T / cap)
+        p = np.exp(cap * t - lse_I[:, None])
+        dx = p * (do_I @ v_J.T - (o_I * do_I).sum(-1)[:, None]) * (1 - t**2)
+        return scale * dx @ k_J, scale * dx.T @ q_I, p.T @ do_I
+
+    check_softcap_tile(spy, name="t", seed=1)
+    check_softcap_tile(spy, name="t", seed=2)
+    assert capsys.readouterr().out.count("t: ✓ passed 3 cases") == 2
+    assert caps[0] != caps[3]

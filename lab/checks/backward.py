@@ -17,6 +17,10 @@ standard backward and the tiled one; each prints one verdict and names the class
 - `check_atomic_numbers` : how many entries of the full gradients several outer blocks add into (atomic adds on a
   GPU), key blocks outside against query blocks outside; the two swapped, d for d_v, dV forgotten and rows for
   entries are named.
+- `check_softmax_jacobian` : one row's $J = \\mathrm{diag}(P) - PP^\\top$ from P alone, exactly (finite steps fail);
+  the diagonal alone, a flipped sign, 1 − P² on the diagonal and p * p for the outer product are named.
+- `check_softcap_tile` : one tile's parts of dQ, dK, dV for soft-capped scores, against `softcap_tile_reference`;
+  the cap's derivative missing or wrong, P from the raw scores, D from one tile and a missing scale are named.
 - `backward_with_mistake` : the tiled backward with one of `BACKWARD_MISTAKES` planted; an answer equal to
   one of them is told which.
 
@@ -49,6 +53,10 @@ __all__ = [
     "check_atomic_numbers",
     "check_row_sum",
     "check_streamed_delta",
+    "check_softmax_jacobian",
+    "check_softcap_tile",
+    "softcap_tile_reference",
+    "SOFTCAP_MISTAKES",
     "backward_with_mistake",
     "BACKWARD_MISTAKES",
     "arrays_formed",
@@ -1673,5 +1681,239 @@ def check_atomic_numbers(
         labels=("N", "M", "d", "dv"),
         hint=_hint(_ATOMIC_MISTAKES, default, fn=fn, cases=drawn),
         properties=(_own_work(),),
+        seed=seed,
+    )
+
+
+# ------------------------------------------------------------------------------------ the softmax's Jacobian
+
+
+def _jacobian_reference(p):
+    """$J_{jj'} = P_j(\\delta_{jj'} - P_{j'})$, that is $\\mathrm{diag}(P) - P P^\\top$."""
+    return np.diag(p) - np.outer(p, p)
+
+
+_JACOBIAN_MISTAKES = [
+    (
+        lambda p: np.diag(p * (1 - p)),
+        "only the diagonal, P_j (1 − P_j): raising S_j' also lowers every other P_j of the row, "
+        "so off the diagonal ∂P_j/∂S_j' = −P_j P_j'",
+    ),
+    (
+        lambda p: -np.outer(p, p),
+        "the diagonal lacks its P_j: for j' = j the quotient rule differentiates the numerator "
+        "e^(S_j) as well, which adds P_j there",
+    ),
+    (
+        lambda p: np.outer(p, p) - np.diag(p),
+        "every sign is flipped: raising S_j raises P_j (a positive diagonal) and lowers the others",
+    ),
+    (
+        lambda p: np.diag(p) + np.outer(p, p),
+        "the sign off the diagonal is wrong: raising S_j' takes share from every other P_j, "
+        "so ∂P_j/∂S_j' = −P_j P_j' < 0",
+    ),
+    (
+        lambda p: np.eye(len(p)) - np.outer(p, p),
+        "the diagonal is 1 − P_j², where it is P_j (1 − P_j): δ_jj' is multiplied by P_j too, "
+        "J = P_j (δ_jj' − P_j')",
+    ),
+    (
+        lambda p: np.diag(p) - p * p,
+        "p * p is a vector of M squares, broadcast along each row; the term off the diagonal is "
+        "the M × M outer product P_j P_j' (np.outer(p, p))",
+    ),
+]
+
+
+def _jacobian_hint(named):
+    """`named`, after a hint for a J of the wrong shape: one column per score it is differentiated by."""
+
+    def hint(case, got, want):
+        (p,) = case
+        shape = np.shape(got)
+        if shape != (len(p), len(p)):
+            return (
+                f"J of a row of M = {len(p)} keys is {len(p)} × {len(p)}, one column per score S_j' "
+                f"(yours has shape {shape}): the off-diagonal term is np.outer(p, p), not p * p"
+            )
+        return named(case, got, want)
+
+    return hint
+
+
+def check_softmax_jacobian(
+    fn, *, name: str | None = None, seed: int | None = None
+) -> None:
+    """Check `fn(p) -> J`, the softmax's Jacobian $J_{jj'} = \\partial P_j/\\partial S_{j'}$ from one row of P
+    alone, against $\\mathrm{diag}(P) - PP^\\top$; print one verdict.
+
+    The rows are drawn afresh on each run (`seed` draws the same again): a single key, a flat row, ordinary
+    rows and a peaked one. Held to 1e-10, so finite steps (right to about 1e-6) fail and are named, as are
+    the diagonal alone, a missing or flipped sign, 1 − P² on the diagonal and p * p for the outer product;
+    torch is refused. Taught in: notebooks/09_backward.ipynb
+    """
+    name = name or getattr(fn, "__name__", "your function")
+    rng, seed = _fresh(seed)
+    cases = []
+    for M, spread in ((1, 1.0), (4, 0.0), (4, 1.0), (7, 1.5), (12, 1.0), (6, 6.0)):
+        s = rng.standard_normal(M) * spread
+        p = np.exp(s - s.max())
+        cases.append((p / p.sum(),))
+    close = (
+        "right to about 1e-6 only, as finite steps are: derive J on paper from "
+        "P_j = e^(S_j) / Σ e^(S_j'') and form it from P alone, exactly",
+        1e-4,
+    )
+    default = (
+        "differentiate P_j = e^(S_j) / Σ_j'' e^(S_j'') by S_j', once for j' = j and once for j' ≠ j, "
+        "and write both with P alone; every row of J sums to 0"
+    )
+    check(
+        fn,
+        _jacobian_reference,
+        cases,
+        name=name,
+        rtol=1e-10,
+        atol=1e-12,
+        labels=("p",),
+        hint=_jacobian_hint(
+            _hint(_JACOBIAN_MISTAKES, default, fn=fn, cases=cases, close=close)
+        ),
+        properties=(_own_work(numpy_only=True),),
+        seed=seed,
+    )
+
+
+# ------------------------------------------------------------------------------------ a soft-capped tile
+
+
+def softcap_tile_reference(q_I, k_J, v_J, o_I, do_I, lse_I, cap):
+    """Tile $(I, J)$'s parts of dQ, dK, dV for soft-capped scores $S = c\\tanh(\\mathrm{scale}\\,QK^\\top/c)$:
+    $dS^{raw} = P \\circ (dP - D) \\circ (1 - \\tanh^2)$, $D = \\mathrm{rowsum}(dO \\circ O)$.
+
+    Returns `(dq_I, dk_J, dv_J)`. Taught in: notebooks/09_tiled_backward.ipynb
+    """
+    return _softcap_with(q_I, k_J, v_J, o_I, do_I, lse_I, cap)
+
+
+def _softcap_with(q_I, k_J, v_J, o_I, do_I, lse_I, cap, mistake=None):
+    """`softcap_tile_reference` with `mistake` (a key of `SOFTCAP_MISTAKES`) planted."""
+    d = q_I.shape[-1]
+    scale = 1.0 if mistake == "scale missing" else 1 / np.sqrt(d)
+    raw = scale * (q_I @ k_J.T)  # scale · Q_I K_Jᵀ: (Br, Bc)
+    t = np.tanh(raw / cap)
+    s = cap * t  # the capped scores S_IJ
+    p = np.exp((raw if mistake == "P from raw scores" else s) - lse_I[:, None])
+    dp = do_I @ v_J.T  # dP_IJ: (Br, Bc)
+    D = (p * dp).sum(axis=-1) if mistake == "D from one tile" else (o_I * do_I).sum(-1)
+    ds = p * (dp - D[:, None])  # dS_IJ, against the capped scores
+    if mistake == "D missing":
+        ds = p * dp
+    slope = {
+        "no derivative": 1.0,
+        "derivative 1 - S²": 1 - s**2,
+        "derivative 1 - tanh": 1 - t,
+        "derivative times cap": cap * (1 - t**2),
+        "derivative over cap": (1 - t**2) / cap,
+    }.get(mistake, 1 - t**2)  # d S / d raw
+    ds_raw = ds * slope
+    if mistake == "derivative inside the bracket":
+        ds_raw = p * ((1 - t**2) * dp - D[:, None])
+    dv_p = p * (1 - t**2) if mistake == "derivative on dV" else p
+    unscaled = mistake in ("scale missing", "scale once missing")
+    f = 1.0 if unscaled else scale
+    return f * (ds_raw @ k_J), f * (ds_raw.T @ q_I), dv_p.T @ do_I
+
+
+SOFTCAP_MISTAKES = {
+    "no derivative": "dS is passed to dQ and dK as it is: the chain rule has one more step, the cap. "
+    "S = cap·tanh(X / cap) with X = scale·QKᵀ, so dX = dS ∘ dS/dX, and dS/dX = 1 − tanh²(X / cap)",
+    "P from raw scores": "P taken from the uncapped scores, e^(X − lse): the forward's softmax ran on the "
+    "capped scores S = cap·tanh(X / cap), and lse is theirs, so P = e^(S − lse)",
+    "derivative 1 - S²": "the cap's derivative as 1 − S²: d/dX of cap·tanh(X / cap) is 1 − tanh²(X / cap) "
+    "= 1 − (S / cap)²; the cap cancels against the 1 / cap of the inner step",
+    "derivative 1 - tanh": "the cap's derivative as 1 − tanh: tanh′(u) = 1 − tanh²(u), a square",
+    "derivative times cap": "the cap's derivative multiplied by cap: cap·tanh(X / cap) gives "
+    "cap · (1 / cap) · (1 − tanh²), and the two cancel",
+    "derivative over cap": "the cap's derivative divided by cap: cap·tanh(X / cap) gives "
+    "cap · (1 / cap) · (1 − tanh²), and the two cancel",
+    "derivative inside the bracket": "the cap's derivative multiplies dP before D is subtracted: the "
+    "softmax's backward gives dS = P ∘ (dP − D) against the capped scores first; the cap's step comes "
+    "after it, dX = dS ∘ (1 − tanh²)",
+    "derivative on dV": "dV carries the cap's derivative: dV = Pᵀ dO does not pass through the scores, "
+    "so nothing of the cap enters it beyond P",
+    "D missing": "dS = P ∘ dP with no D: the softmax's backward subtracts D_i from every dP_ij of row i",
+    "D from one tile": "D taken as rowsum(P ∘ dP) over this tile only: D_i sums over every key of row i. "
+    "Does D = rowsum(dO ∘ O) still hold with the cap? O is still P V",
+    "scale missing": "the scale is missing: the raw scores are X = QKᵀ / √d before the cap, and the chain "
+    "rule multiplies dQ and dK by that 1 / √d",
+    "scale once missing": "dQ and dK are √d times too large: X = scale·QKᵀ, so dQ = scale · dX K and "
+    "dK = scale · dXᵀ Q",
+}
+
+
+def _softcap_problem(rng, N, M, d, dv, cap):
+    """q, k, v, dO of one head and the soft-capped forward's o, lse (all keys, dense: a check may)."""
+    q = rng.standard_normal((N, d)) * 3  # scores past the cap, so that tanh bends
+    k, v = rng.standard_normal((M, d)), rng.standard_normal((M, dv))
+    do = rng.standard_normal((N, dv))
+    s = cap * np.tanh(q @ k.T / np.sqrt(d) / cap)  # (N, M), every entry in (−cap, cap)
+    m = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - m)
+    lse = (m + np.log(e.sum(axis=-1, keepdims=True)))[:, 0]  # (N,)
+    o = (e / e.sum(axis=-1, keepdims=True)) @ v  # (N, dv)
+    return q, k, v, o, do, lse
+
+
+def check_softcap_tile(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(q_I, k_J, v_J, o_I, do_I, lse_I, cap) -> (dq_I, dk_J, dv_J)`, one tile's parts of the
+    gradients of soft-capped attention, against `softcap_tile_reference`; print one verdict.
+
+    The problem (N = 24, M = 40, d = 8, d_v = 5, the cap drawn in [2, 6]) is drawn afresh on each run
+    (`seed` draws the same again); the tiles are not square, at the problem's edges and inside it. A wrong
+    answer is told which of `SOFTCAP_MISTAKES` it matches; lab's backwards, `lab.softcap` and torch are
+    refused. Taught in: notebooks/09_tiled_backward.ipynb
+    """
+    name = name or getattr(fn, "__name__", "your function")
+    rng, seed = _fresh(seed)
+    cap = float(np.round(rng.uniform(2, 6), 2))
+    q, k, v, o, do, lse = _softcap_problem(rng, 24, 40, 8, 5, cap)
+    cases = []
+    for I, J in (
+        (slice(0, 8), slice(0, 12)),
+        (slice(8, 14), slice(12, 30)),
+        (slice(18, 24), slice(33, 40)),
+    ):
+        cases.append((q[I], k[J], v[J], o[I], do[I], lse[I], cap))
+    mistakes = [
+        (lambda *c, m=m: _softcap_with(*c, mistake=m), text)
+        for m, text in SOFTCAP_MISTAKES.items()
+    ]
+    default = (
+        "go backwards one line at a time: P from the capped scores and lse; dV = Pᵀ dO; "
+        "dS = P ∘ (dP − D) against the capped scores; then the cap's own step, "
+        "dX = dS ∘ d(cap·tanh(X / cap))/dX; then dQ, dK from X = scale·QKᵀ"
+    )
+    check(
+        fn,
+        softcap_tile_reference,
+        cases,
+        name=name,
+        rtol=RTOL,
+        atol=ATOL,
+        names=("dq_I", "dk_J", "dv_J"),
+        labels=("q_I", "k_J", "v_J", "o_I", "do_I", "lse_I", "cap"),
+        hint=_hint(mistakes, default, fn=fn, cases=cases),
+        properties=(
+            _own_work(
+                "attention_backward",
+                "flash_attention_backward_numpy",
+                "NumpyFlashAttention",
+                "softcap",
+                "softcap_tile_reference",
+                numpy_only=True,
+            ),
+        ),
         seed=seed,
     )

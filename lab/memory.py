@@ -16,13 +16,15 @@ fused multiply-add as two FLOPs).
                                reads its inputs from HBM and writes its output back, FlashAttention's
                                Algorithm 0) and of a fused kernel that reads Q, K, V and writes O only.
 Then capacity: `attention_bytes` ($2 \\cdot N \\cdot M \\cdot$ itemsize per head) and `peak_bytes`, which measures it
-with `tracemalloc` (numpy's array allocations).
+with `tracemalloc` (numpy's array allocations); `line_peaks` measures it line by line of a function.
 
 Taught in: notebooks/00_the_memory_wall.ipynb, notebooks/05_tiling_traffic.ipynb
 """
 
 from __future__ import annotations
 
+import inspect
+import sys
 import tracemalloc
 
 import numpy as np
@@ -32,6 +34,7 @@ from .validate import check_positive
 
 __all__ = [
     "peak_bytes",
+    "line_peaks",
     "attention_bytes",
     "measure_peak_memory",
     "SOFTMAX_OPS_PER_ELEMENT",
@@ -277,6 +280,69 @@ def peak_bytes(fn, *args, **kwargs) -> tuple[int, object]:
         if not was_tracing:
             tracemalloc.stop()
     return peak - start, result
+
+
+def line_peaks(fn, *args, **kwargs) -> tuple[list[dict], object]:
+    """Run `fn(*args, **kwargs)` and measure, for each line of `fn`'s own body that ran, the peak bytes
+    allocated above the start while that line ran; return (rows, result).
+
+    Each row is `{"line": number in the source, "source": the line's text, "peak": bytes}`, in source
+    order; a line that ran several times keeps its largest peak. Measured with `tracemalloc` (numpy's
+    buffers, not torch's) and a line tracer (`sys.settrace`) on `fn`'s frame only, so the lines of the
+    functions it calls count towards the line that called them. Reads `fn`'s source (a Python function
+    defined in a file or a notebook cell; without it a line's text is its number, "line 2").
+    Taught in: notebooks/00_the_memory_wall.ipynb
+    """
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        raise TypeError(f"fn must be a Python function, got {type(fn).__name__}")
+    try:
+        text, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError):  # defined by exec, say: each line named by its number
+        text, first = None, code.co_firstlineno
+    peaks: dict[int, int] = {}
+    state = {"line": None, "start": 0}
+
+    def close_line():
+        if state["line"] is not None:
+            used = tracemalloc.get_traced_memory()[1] - state["start"]
+            peaks[state["line"]] = max(peaks.get(state["line"], 0), used)
+        tracemalloc.reset_peak()
+
+    def in_fn(frame, event, arg):
+        if event in ("line", "return"):
+            close_line()
+            state["line"] = frame.f_lineno if event == "line" else None
+        return in_fn
+
+    def calls(frame, event, arg):
+        return in_fn if frame.f_code is code else None
+
+    was_tracing, old_trace = tracemalloc.is_tracing(), sys.gettrace()
+    if not was_tracing:
+        tracemalloc.start()
+    try:
+        state["start"] = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        sys.settrace(calls)
+        try:
+            result = fn(*args, **kwargs)
+        finally:
+            sys.settrace(old_trace)
+    finally:
+        if not was_tracing:
+            tracemalloc.stop()
+    rows = [
+        {"line": n, "source": _line(text, n - first), "peak": max(peak, 0)}
+        for n, peak in sorted(peaks.items())
+        if n >= first
+    ]
+    return rows, result
+
+
+def _line(text: list[str] | None, i: int) -> str:
+    """Line `i` of a function's source (0 is its `def`), or "line i" where the source is unknown."""
+    return text[i].rstrip() if text is not None and i < len(text) else f"line {i}"
 
 
 def attention_bytes(

@@ -24,7 +24,8 @@ _UNWRITTEN = "  your prediction ({}): not written yet (shown once you write your
 PASSED = {
     1: "softmax_balance: ✓ passed 6 cases\n"
     + _UNWRITTEN.format("A100, float16, 2 accesses"),
-    2: "score_bytes: ✓ passed 7 cases\n",
+    2: "my_attention: ✓ passed 4 cases\n"
+    + "  your count (N×M arrays alive at its peak): not written yet (measured once you write yours)\n",
     3: "lean_attention: ✓ passed 4 cases\n" + _UNWRITTEN.format("N×M float32 arrays"),
     4: "largest_n: ✓ passed 9 cases\n"
     + _UNWRITTEN.format("80 GiB, float16, 32 layers"),
@@ -83,112 +84,199 @@ _HBM = """
                 return s, p, o, fused
             """
 
-PLANTED = {
-    2: [
-        (
-            "S only",
-            """
+_MY_OBVIOUS = """
+def my_attention(q, k, v):
+    s = q @ k.T * q.shape[-1] ** -0.5
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p = p / p.sum(axis=-1, keepdims=True)
+    return p @ v
+"""
+_MY_LEAN = """
+def my_attention(q, k, v):
+    s = q @ k.T
+    s *= q.shape[-1] ** -0.5
+    s -= s.max(axis=-1, keepdims=True)
+    np.exp(s, out=s)
+    s /= s.sum(axis=-1, keepdims=True)
+    return s @ v
+"""
+
+# check_score_bytes (the bytes of S and P for a batch, from the code): called directly, as a learner's
+# function would be
+SCORE_BYTES_PLANTED = [
+    (
+        "S only",
+        """
             def score_bytes(B, H, N, M, itemsize):
                 return B * H * N * M * itemsize
             """,
-            ["case 0 (3, 4, 5, 7, 8)", "expected 6720, got 3360", "S alone"],
-        ),
-        (
-            "one head",
-            """
+        ["case 0 (3, 4, 5, 7, 8)", "expected 6720, got 3360", "S alone"],
+    ),
+    (
+        "one head",
+        """
             def score_bytes(B, H, N, M, itemsize):
                 return 2 * N * M * itemsize
             """,
-            ["expected 6720, got 560", "one head"],
-        ),
-        (
-            "the batch left out",
-            """
+        ["expected 6720, got 560", "one head"],
+    ),
+    (
+        "the batch left out",
+        """
             def score_bytes(B, H, N, M, itemsize):
                 return 2 * H * N * M * itemsize
             """,
-            [
-                "case 0 (3, 4, 5, 7, 8)",
-                "expected 6720, got 2240",
-                "the H heads of one sequence",
-            ],
-        ),
-        (
-            "the heads left out",
-            """
+        [
+            "case 0 (3, 4, 5, 7, 8)",
+            "expected 6720, got 2240",
+            "the H heads of one sequence",
+        ],
+    ),
+    (
+        "the heads left out",
+        """
             def score_bytes(B, H, N, M, itemsize):
                 return 2 * B * N * M * itemsize
             """,
-            ["expected 6720, got 1680", "one head of each sequence"],
-        ),
-        (
-            "N by N",
-            """
+        ["expected 6720, got 1680", "one head of each sequence"],
+    ),
+    (
+        "N by N",
+        """
             def score_bytes(B, H, N, M, itemsize):
                 return 2 * B * H * N * N * itemsize
             """,
-            ["got 4800", "N × N"],
-        ),
-        (
-            "bits",
-            """
+        ["got 4800", "N × N"],
+    ),
+    (
+        "bits",
+        """
             def score_bytes(B, H, N, M, itemsize):
                 return 2 * B * H * N * M * itemsize * 8
             """,
-            ["in bits"],
-        ),
-        (
-            "calls lab",
-            """
+        ["in bits"],
+    ),
+    (
+        "calls lab",
+        """
             def score_bytes(B, H, N, M, itemsize):
                 return lab.attention_bytes(N, M, itemsize, heads=B * H)
             """,
-            ["calls lab.attention_bytes"],
-        ),
-        (
-            "calls lab's module",
-            """
+        ["calls lab.attention_bytes"],
+    ),
+    (
+        "calls lab's module",
+        """
             import lab.memory
             def score_bytes(B, H, N, M, itemsize):
                 return lab.memory.attention_bytes(N, M, itemsize, heads=B * H)
             """,
-            ["calls lab.attention_bytes"],
-        ),
-        (
-            "calls an imported name",
-            """
+        ["calls lab.attention_bytes"],
+    ),
+    (
+        "calls an imported name",
+        """
             from lab.memory import attention_bytes
             def score_bytes(B, H, N, M, itemsize):
                 return attention_bytes(N, M, itemsize, heads=B * H)
             """,
-            ["calls lab.attention_bytes"],
-        ),
-        (
-            "itemsize fixed at 2 bytes",
-            """
+        ["calls lab.attention_bytes"],
+    ),
+    (
+        "itemsize fixed at 2 bytes",
+        """
             def score_bytes(B, H, N, M, itemsize):
                 return 2 * B * H * N * M * 2
             """,
-            ["case 0 (3, 4, 5, 7, 8)", "2 bytes per number whatever the format"],
-        ),
-        (
-            "a table of the fixed cases",
-            """
+        ["case 0 (3, 4, 5, 7, 8)", "2 bytes per number whatever the format"],
+    ),
+    (
+        "a table of the fixed cases",
+        """
             def score_bytes(B, H, N, M, itemsize):
                 table = {(3, 4, 5, 7, 8): 6720, (1, 1, 4096, 4096, 4): 134217728,
                          (8, 32, 2048, 2048, 2): 4294967296, (4, 16, 1000, 3000, 2): 768000000}
                 return table.get((B, H, N, M, itemsize), 0)
             """,
-            ["case 4", "expected", "got 0", "drawn with seed="],
-        ),
-        (
-            "lab's answer by alias, from its module",
-            """
+        ["case 4", "expected", "got 0", "drawn with seed="],
+    ),
+    (
+        "lab's answer by alias, from its module",
+        """
             from lab.memory import attention_bytes as count
             def score_bytes(B, H, N, M, itemsize):
                 return count(N, M, itemsize, heads=B * H)
             """,
-            ["calls lab.attention_bytes", "write it yourself"],
+        ["calls lab.attention_bytes", "write it yourself"],
+    ),
+]
+
+
+def _score_bytes_fails(text: str, *says) -> str:
+    """Run a planted `score_bytes` through `check_score_bytes`: it must print ✗ and every phrase in `says`."""
+    ns = {"lab": lab, "np": np, "__name__": "__exercise__"}
+    exec(compile(_src(text), "<solution>", "exec"), ns)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        checks.check_score_bytes(ns["score_bytes"])
+    text = out.getvalue()
+    assert "✗" in text and "✓" not in text, text
+    for said in says:
+        assert said in text, (said, text)
+    return text
+
+
+@pytest.mark.parametrize(
+    "source, says",
+    [(s, says) for _, s, says in SCORE_BYTES_PLANTED],
+    ids=[name for name, _, _ in SCORE_BYTES_PLANTED],
+)
+def test_a_planted_score_bytes_mistake_is_diagnosed(source, says):
+    _score_bytes_fails(source, *says)
+
+
+PLANTED = {
+    2: [
+        (
+            "no scale",
+            """
+            def my_attention(q, k, v):
+                s = q @ k.T
+                p = np.exp(s - s.max(axis=-1, keepdims=True))
+                return p / p.sum(axis=-1, keepdims=True) @ v
+            my_arrays = 3
+            """,
+            ["case 0", "not scaled", "measured once your function passes"],
+        ),
+        (
+            "softmax down the columns",
+            """
+            def my_attention(q, k, v):
+                s = q @ k.T * q.shape[-1] ** -0.5
+                p = np.exp(s - s.max(axis=0, keepdims=True))
+                return p / p.sum(axis=0, keepdims=True) @ v
+            """,
+            ["case 0", "each column of P sums to 1"],
+        ),
+        (
+            "float64 out for float32 in",
+            """
+            def my_attention(q, k, v):
+                s = q @ k.T / np.sqrt(q.shape[-1])
+                p = np.exp(s - s.max(axis=-1, keepdims=True))
+                return p / p.sum(axis=-1, keepdims=True) @ v
+            """,
+            ["returns float64 for float32 inputs", "NEP 50"],
+        ),
+        (
+            "lab's naive attention under another name",
+            """
+            from lab.attention import attention_naive as mine
+            def my_attention(q, k, v):
+                return mine(q, k, v)
+            my_arrays = 2
+            """,
+            ["calls lab.attention_naive", "write it yourself"],
         ),
     ],
     3: [
@@ -1251,7 +1339,7 @@ _EVASIONS = {
 @pytest.mark.parametrize("how", list(_EVASIONS))
 def test_an_answer_that_escapes_the_watch_is_refused(how):
     text, says = _EVASIONS[how]
-    assert_fails(EX[2], text.replace("LAB", _LAB_BYTES), *says)
+    _score_bytes_fails(text.replace("LAB", _LAB_BYTES), *says)
 
 
 def test_the_reference_of_a_check_without_a_lab_answer_is_refused_through_a_traceback():
@@ -1614,3 +1702,92 @@ def test_the_notebook_prices_kernel_1_before_the_table_and_works_it_after():
     above = "\n".join(sources[:check])
     for given in ("34,603,008", "34{,}603{,}008", "22.3", "6.88", "2.15"):
         assert given not in above, given
+
+
+def test_exercise_2_shows_the_measured_count_beside_a_right_one():
+    out = run_check(EX[2], EX[2].solution + "\nmy_arrays = 3\n")
+    assert out.startswith("my_attention: ✓ passed 4 cases\n"), out
+    assert "N×M arrays at its peak; your count: 3 ✓" in out and "hint" not in out, out
+    # an in-place version, counted right, passes too: the count is of the learner's own code
+    out = run_check(EX[2], _src(_MY_LEAN) + "my_arrays = 1\n")
+    assert "your count: 1 ✓" in out, out
+
+
+def test_exercise_2_hides_the_measured_count_until_one_is_written():
+    out = run_check(EX[2], EX[2].solution)
+    assert "not written yet" in out and "measured (float32" not in out, out
+
+
+def test_exercise_2_names_a_count_that_is_not_a_number():
+    with pytest.raises(TypeError, match="predicted must be a number"):
+        run_check(EX[2], EX[2].solution + "\nmy_arrays = 'three'\n")
+
+
+def test_exercise_2_measures_the_learner_s_function_not_lab_s():
+    # a lean body that hands the work to lab's attention only when it is measured is refused
+    out = run_check(
+        EX[2],
+        _src(
+            """
+            import tracemalloc
+            def my_attention(q, k, v):
+                if tracemalloc.is_tracing():
+                    return lab.attention_naive(q, k, v)
+                s = q @ k.T * q.shape[-1] ** -0.5
+                p = np.exp(s - s.max(axis=-1, keepdims=True))
+                return p / p.sum(axis=-1, keepdims=True) @ v
+            my_arrays = 2
+            """
+        ),
+    )
+    assert "✗" in out and "calls lab.attention_naive" in out, out
+
+
+# Exercise 2's count, wrong for a right function: the check passes the function, marks the count ✗ and says why
+COUNT_PLANTED = [
+    (
+        "the obvious code, counted as 2",
+        _MY_OBVIOUS + "my_arrays = 2\n",
+        [
+            "my_attention: ✓ passed",
+            "your count: 2 ✗",
+            "holds more than you counted",
+            "alive at the same moment",
+        ],
+    ),
+    (
+        "an in-place version, counted as 3",
+        _MY_LEAN + "my_arrays = 3\n",
+        [
+            "my_attention: ✓ passed",
+            "your count: 3 ✗",
+            "holds fewer than you counted",
+            "(`out=`, `s /= l`)",
+        ],
+    ),
+    (
+        "np.sqrt's float64 copies, cast back, counted as 3",
+        """
+            def my_attention(q, k, v):
+                s = q @ k.T / np.sqrt(q.shape[-1])
+                p = np.exp(s - s.max(axis=-1, keepdims=True))
+                return (p / p.sum(axis=-1, keepdims=True) @ v).astype(q.dtype)
+            my_arrays = 3
+            """,
+        ["your count: 3 ✗", "float64 copies", "NEP 50"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "source, says",
+    [(s, says) for _, s, says in COUNT_PLANTED],
+    ids=[name for name, _, _ in COUNT_PLANTED],
+)
+def test_a_wrong_count_of_a_right_function_is_explained(source, says):
+    out = " ".join(
+        run_check(EX[2], _src(source)).split()
+    )  # hints wrap at 100 characters
+    assert "✗" in out and "hint:" in out, out
+    for said in says:
+        assert said in out, (said, out)

@@ -238,3 +238,72 @@ def test_the_memory_picture_names_a_bad_argument():
         lab.figures.memory.draw_memory_hierarchy("A100", N=0)
     with pytest.raises(ValueError, match="chip"):
         lab.figures.memory.draw_memory_hierarchy("V100")
+
+
+def test_the_roofline_slider_draws_the_figure_s_numbers_on_one_frame():
+    """Every setting draws `draw_attention_roofline`'s rows, its bars as long as their times, against
+    axes that keep one range for every chip and d (so a move renders no new frame)."""
+    from lab.widgets.memory import frame_limits
+
+    w = lab.widgets.memory.roofline_explorer()
+    chip_name, d, accesses = w.children[:3]
+    (lo, top), (zero, longest) = frame_limits()
+    for name, dv, a in (("A100", 64, 2), ("H100", 256, 4), ("A100", 32, 4)):
+        chip_name.value, d.value, accesses.value = name, dv, a
+        want = draw_attention_roofline(name, d=dv, softmax_accesses=a)
+        plt.close("all")
+        assert (
+            w.result["rows"] == want["rows"] and w.result["speedup"] == want["speedup"]
+        )
+        roof, bars = w.figure.axes[:2]
+        assert roof.get_ylim() == (lo, top) and bars.get_xlim() == (zero, longest)
+        widths = sorted(round(p.get_width(), 9) for p in bars.patches)
+        times = [r[k] * 1e6 for r in want["rows"] for k in ("t_memory", "t_compute")]
+        assert widths == sorted(round(t, 9) for t in times)
+        title = roof.get_title()
+        assert name in title and f"d = {dv}" in title
+    assert len(w._frames) == 1  # one frame rendered, whatever the chip, d or accesses
+
+
+def test_line_peaks_measures_each_line_of_a_function():
+    from lab.memory import line_peaks
+
+    def three_arrays(q, k, v):
+        s = q @ k.T
+        p = np.exp(s - s.max(axis=-1, keepdims=True))  # s, s - max, exp of it
+        s += 0  # in place: nothing new
+        return p @ v
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((512, 16)) for _ in range(3))
+    rows, o = line_peaks(three_arrays, q, k, v)
+    one = 512 * 512 * 8
+    arrays = {r["source"].strip().split()[0]: r["peak"] / one for r in rows}
+    assert [r["source"].strip().split()[0] for r in rows] == ["s", "p", "s", "return"]
+    assert 0.95 < arrays["s"] < 2.2 and 2.9 < arrays["p"] < 3.2
+    assert rows[2]["peak"] / one < 2.2  # s and p alive, no third array
+    np.testing.assert_allclose(o, three_arrays(q, k, v))
+    with pytest.raises(TypeError, match="fn must be a Python function"):
+        line_peaks(np.exp, q)
+
+
+def test_the_line_figure_draws_each_line_and_says_what_is_not_written():
+    from lab.figures.memory import draw_line_peaks
+
+    def lean(q, k, v):
+        s = q @ k.T
+        np.exp(s, out=s)
+        return s @ v
+
+    def stub(q, k, v):
+        raise NotImplementedError
+
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((256, 8)).astype(np.float32) for _ in range(3))
+    out = draw_line_peaks([lean, stub], q, k, v)
+    assert out["stub"]["peak_arrays"] is None
+    assert len(out["lean"]["rows"]) == 3 and 0.95 < out["lean"]["peak_arrays"] < 1.3
+    ax = plt.gcf().axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()][0] == "s = q @ k.T"
+    with pytest.raises(TypeError, match="fns"):
+        draw_line_peaks([], q, k, v)

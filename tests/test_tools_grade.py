@@ -167,8 +167,8 @@ def test_a_class_is_graded_to_the_end_with_a_report_each(tmp_path):
     cls = tmp_path / "class"
     wrong = _edit(
         _blank(),
-        "def row_overflow(name, n):\n    raise NotImplementedError",
-        "def row_overflow(name, n):\n    return 88",
+        "def row_overflow(name, M):\n    raise NotImplementedError",
+        "def row_overflow(name, M):\n    return 88",
     )
     copies = {
         "ana": _solved(),  # correct
@@ -209,7 +209,7 @@ def test_a_class_is_graded_to_the_end_with_a_report_each(tmp_path):
     }
     summary = (cls / "grades" / "summary.md").read_text()
     assert (
-        "| 1 The edges of a format, and of a row | 2 When a row of $n$ equal scores breaks |"
+        "| 1 The edges of a format, and of a row | 2 When a row of $M$ equal scores breaks |"
         in summary
     )
     assert "refused" in summary and "kernel died" in summary

@@ -1,5 +1,5 @@
 """Checks for notebook 00's exercises: the QKᵀ kernel priced by hand, the softmax kernel's cost, the bytes of
-S and P, the memory attention holds, the largest N that fits, HBM traffic, the head width at which QKᵀ
+S and P, the N×M arrays a learner's own attention holds, the memory attention holds, the largest N that fits, HBM traffic, the head width at which QKᵀ
 reaches the ridge.
 
 Taught in: notebooks/00_the_memory_wall.ipynb
@@ -18,6 +18,7 @@ import numpy as np
 from ..attention import attention_reference
 from ..exercises import check, diagnose
 from ..memory import attention_bytes, attention_traffic, peak_bytes
+from ..notebook import measured
 from ._support import (
     _copies,
     _element_hint,
@@ -34,6 +35,7 @@ __all__ = [
     "check_softmax_balance",
     "check_softmax_row",
     "check_score_bytes",
+    "check_my_attention",
     "check_lean_attention",
     "check_largest_n",
     "check_hbm_bytes",
@@ -700,7 +702,85 @@ def check_lean_attention(fn, *, seed: int | None = None, predicted=None) -> None
         )
 
 
-def _check_lean_attention(fn, seed) -> None:
+# Exercise 2's measured case: float32, N != M, d != d_v, with N, M >= 16·max(d, d_v) so that q, k, v, o and the
+# row statistics stay under a quarter of one N×M array; the same case in float64 tells a float64 copy apart
+MY_CASE = {"N": 768, "M": 1024, "d": 48, "dv": 32}
+MY_TOLERANCE = 0.5  # a count of whole arrays: the O(N·d) rest keeps the measured one within a quarter
+
+
+def _arrays_held(fn, dtype) -> float:
+    """The peak of `fn` on `MY_CASE` in `dtype`, in N×M arrays of `dtype` (`lab.peak_bytes`)."""
+    c = MY_CASE
+    rng = np.random.default_rng(0)
+    shapes = ((c["N"], c["d"]), (c["M"], c["d"]), (c["M"], c["dv"]))
+    q, k, v = (rng.standard_normal(s).astype(dtype) for s in shapes)
+    with _watching(_ATTENTION_ANSWERS, numpy_only=True) as called:
+        peak, _ = peak_bytes(getattr(fn, "raw", fn), q, k, v)
+    if called:
+        raise RuntimeError(_refusal(called))
+    return peak / (c["N"] * c["M"] * np.dtype(dtype).itemsize)
+
+
+def check_my_attention(fn, *, seed: int | None = None, predicted=None) -> None:
+    """Check `fn(q, k, v)`, the learner's own standard attention in numpy, in the input's dtype (float32
+    and float64 cases drawn afresh each run; `seed` draws the same again); once it passes, measure with
+    `lab.peak_bytes` how many N×M arrays of the input's dtype it holds at its peak, and set that beside
+    `predicted`, the learner's count read from their own code (right within `MY_TOLERANCE`), with the
+    reason for a wrong count. The measured count is shown only once a count is written.
+    Taught in: notebooks/00_the_memory_wall.ipynb"""
+    if predicted is not None and predicted is not Ellipsis and not _number(predicted):
+        raise TypeError(
+            f"predicted must be a number of N×M arrays (such as 2), got {predicted!r}"
+        )
+    passed = _passes(_check_lean_attention, fn, seed, lean=False)
+    what = "N×M arrays alive at its peak"
+    if predicted is None or predicted is Ellipsis:
+        print(f"  your count ({what}): not written yet (measured once you write yours)")
+        return
+    if not passed:
+        print(
+            f"  your count ({what}): {predicted:g} (measured once your function passes)"
+        )
+        return
+    try:
+        held, held64 = (_arrays_held(fn, t) for t in (np.float32, np.float64))
+    except RuntimeError as refused:
+        print(f"  ✗ while measured, {refused}")
+        return
+    ok = abs(predicted - held) <= MY_TOLERANCE
+    c = MY_CASE
+    print(
+        f"  measured (float32, N = {c['N']}, M = {c['M']}): {measured(held, '.2f')} N×M "
+        f"arrays at its peak; your count: {predicted:g} {'✓' if ok else '✗'}"
+    )
+    if ok:
+        return
+    if held > held64 + 0.75:
+        why = (
+            f"in float64 it holds {measured(held64, '.2f')} arrays, in float32 more: a step "
+            "made float64 copies (8 bytes a number: 2 float32 arrays' worth each). np.sqrt(d) "
+            "is a numpy float64 scalar, and under numpy 2 (NEP 50) `s / np.sqrt(d)` is float64"
+        )
+    elif predicted < held:
+        why = (
+            "it holds more than you counted: `s - m`, `np.exp(x)` and `p / l` each make a new "
+            "N×M array while their operand is still alive, and `p = p / l` frees the old p "
+            "only once the new one exists. Count the arrays alive at the same moment"
+        )
+    else:
+        why = (
+            "it holds fewer than you counted: a step written into an existing array "
+            "(`out=`, `s /= l`) makes none, a row's max or sum, (N, 1), is not N×M, and an "
+            "array no name holds any more is freed at once"
+        )
+    print(
+        textwrap.fill(
+            f"hint: {why}", 100, initial_indent="  ", subsequent_indent="    "
+        )
+    )
+
+
+def _check_lean_attention(fn, seed, lean: bool = True) -> None:
     rng, seed = _fresh(seed)
     cases = _lean_cases(rng)
     own = _own_work(*_ATTENTION_ANSWERS, numpy_only=True)
@@ -718,7 +798,7 @@ def _check_lean_attention(fn, seed) -> None:
         )
         return f"it returns {got.dtype} for {case[0].dtype} inputs{why}"
 
-    def lean(fn, case, got):
+    def lean_held(fn, case, got):
         with _watching(_ATTENTION_ANSWERS, numpy_only=True) as called:
             peak, again = peak_bytes(getattr(fn, "raw", fn), *_copies(case))
         if called:
@@ -770,13 +850,13 @@ def _check_lean_attention(fn, seed) -> None:
         return "S = scale·QKᵀ is (N, M); softmax each row; O = PV is (N, d_v)"
 
     check(
-        _guarded(fn, "lean_attention"),
+        _guarded(fn, "lean_attention" if lean else "my_attention"),
         lambda q, k, v: attention_reference(q, k, v)[0],
         cases,
         **tol,
         seed=seed,
         hint=hint,
-        properties=[own, same_dtype, lean],
+        properties=[own, same_dtype, lean_held] if lean else [own, same_dtype],
     )
 
 

@@ -1,5 +1,5 @@
 """Figures for notebook 00: the chip's two memories (SRAM on chip, HBM off it), the roofline of standard
-attention's pieces, and the time of each piece.
+attention's pieces, the time of each piece, and the N×M arrays a version of attention holds, line by line.
 
 Taught in: notebooks/00_the_memory_wall.ipynb
 """
@@ -12,9 +12,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..hardware import SOURCES, chip
-from ..memory import IDEAL_FUSED, attainable_flops, attention_traffic, softmax_peak
+from ..memory import (
+    IDEAL_FUSED,
+    attainable_flops,
+    attention_traffic,
+    line_peaks,
+    softmax_peak,
+)
 
-__all__ = ["draw_memory_hierarchy", "draw_attention_roofline"]
+__all__ = ["draw_memory_hierarchy", "draw_attention_roofline", "draw_line_peaks"]
 
 # The figures the memory picture draws, each with its source in `lab.hardware.SOURCES`
 HIERARCHY_FIELDS = (
@@ -354,3 +360,65 @@ def draw_attention_roofline(
         "sram": sram,
         "speedup": rows[3]["time"] / rows[4]["time"],
     }
+
+
+def draw_line_peaks(fns, q, k, v, axes=None) -> dict:
+    """One panel per function of `fns` (each `f(q, k, v)`, a version of attention): a bar per line of
+    its body, as long as the peak memory while that line ran (`lab.memory.line_peaks`), counted in
+    N×M arrays of q's dtype. A function that raises NotImplementedError gets a panel that says so.
+
+    Returns, per function name, its `rows` (with `arrays`, the peak in N×M arrays) and its largest
+    `peak_arrays`, or None where it is not written yet.
+    Taught in: notebooks/00_the_memory_wall.ipynb
+    """
+    fns = list(fns)
+    if not fns or not all(callable(f) for f in fns):
+        raise TypeError("fns must be a non-empty list of functions f(q, k, v)")
+    unit = q.shape[0] * k.shape[0] * q.dtype.itemsize  # one N×M array, in bytes
+    if axes is None:
+        height = 1.1 + 0.45 * max(_body_lines(f) for f in fns)
+        _, axes = plt.subplots(
+            len(fns), 1, figsize=(12, height * len(fns)), layout="constrained"
+        )
+    axes = np.atleast_1d(axes)
+    out = {}
+    for ax, fn in zip(axes, fns):
+        name = getattr(fn, "__name__", "your function")
+        try:
+            rows, _ = line_peaks(fn, q, k, v)
+        except NotImplementedError:
+            ax.axis("off")
+            ax.text(0.5, 0.5, f"{name}: not written yet", ha="center", fontsize=14)
+            out[name] = {"rows": [], "peak_arrays": None}
+            continue
+        for r in rows:
+            r["arrays"] = r["peak"] / unit
+        y = np.arange(len(rows))[::-1]
+        ax.barh(y, [r["arrays"] for r in rows], 0.6, color="C3")
+        for yy, r in zip(y, rows):
+            ax.text(
+                r["arrays"] + 0.05, yy, f"{r['arrays']:.2f}", va="center", fontsize=12
+            )
+        labels = [r["source"].split("  #")[0].strip()[:60] for r in rows]  # no comment
+        ax.set_yticks(y, labels, fontsize=12, family="monospace")
+        peak = max((r["arrays"] for r in rows), default=0.0)
+        ax.set_xlim(0, max(3.5, peak * 1.15))
+        ax.axvline(1, color="0.6", lw=1, ls=":")
+        ax.set(
+            xlabel=f"peak while the line runs, in N×M arrays of {q.dtype} "
+            f"(N = {q.shape[0]:,}, M = {k.shape[0]:,})",
+            title=f"{name}: {peak:.2f} N×M arrays at its peak",
+        )
+        ax.grid(axis="y", visible=False)
+        out[name] = {"rows": rows, "peak_arrays": peak}
+    return out
+
+
+def _body_lines(fn) -> int:
+    """How many lines of source `fn` has (a panel's height), 4 where its source cannot be read."""
+    import inspect
+
+    try:
+        return len(inspect.getsourcelines(fn)[0])
+    except (OSError, TypeError):
+        return 4

@@ -6,14 +6,15 @@ Taught in: notebooks/00_the_memory_wall.ipynb
 from __future__ import annotations
 
 import ipywidgets
-import matplotlib.pyplot as plt
 
 from ..figures.memory import draw_attention_roofline
-from ..hardware import CHIPS
+from ..hardware import CHIPS, chip
 from ..memory import attention_traffic
 from . import interactive_figure
 
 __all__ = ["roofline_explorer"]
+
+_DS, _ACCESSES, _N = (32, 64, 128, 256), (2, 4), 4096
 
 
 def _roofline_summary(r: dict) -> str:
@@ -27,30 +28,49 @@ def _roofline_summary(r: dict) -> str:
     )
 
 
+def frame_limits() -> tuple[tuple[float, float], tuple[float, float]]:
+    """The slider's two fixed ranges, the same for every chip, d and count of accesses: the roofline's
+    rate axis (TFLOP/s) and the time axis (µs).
+
+    One frame for every setting: an update redraws the points and bars only (no axes, ticks or legend
+    frame are rendered again), and the bars of two chips compare against one scale.
+    """
+    top = max(chip(name)["matmul_flops"] for name in CHIPS) / 1e12 * 30
+    longest = max(
+        r["time"]
+        for name in CHIPS
+        for d in _DS
+        for a in _ACCESSES
+        for r in attention_traffic(
+            _N, d=d, itemsize=2, chip_name=name, softmax_accesses=a
+        )
+    )
+    return (0.1, top), (0.0, longest * 1e6 * 1.6)
+
+
 def roofline_explorer(
     chip_name: str = "A100", d: int = 64, softmax_accesses: int = 2
 ) -> ipywidgets.interactive:
     """A chip, the head dimension d and the softmax's accesses per element; the roofline and the time of each piece redraw.
 
-    `.result` holds `draw_attention_roofline`'s rows. Taught in: notebooks/00_the_memory_wall.ipynb
+    `.result` holds `draw_attention_roofline`'s rows. Both axes keep one range for every setting
+    (`frame_limits`), so a move redraws the content over a frame rendered once.
+    Taught in: notebooks/00_the_memory_wall.ipynb
     """
-    ds, accesses = [32, 64, 128, 256], [2, 4]
+    rates, times = frame_limits()  # computed once, at build
 
     def draw(chip_name, d, softmax_accesses, ax=None):
         result = draw_attention_roofline(
-            chip_name, d, softmax_accesses=softmax_accesses, axes=ax
+            chip_name, d, N=_N, softmax_accesses=softmax_accesses, axes=ax
         )
-        # one time axis for every d and softmax on this chip: the bars move against a fixed scale
-        # (and the slider redraws only the bars, not the axes)
-        longest = max(
-            r["time"]
-            for dd in ds
-            for a in accesses
-            for r in attention_traffic(
-                4096, d=dd, itemsize=2, chip_name=chip_name, softmax_accesses=a
-            )
-        )
-        (ax if ax is not None else plt.gcf().axes)[1].set_xlim(0, longest * 1e6 * 1.6)
+        if ax is None:  # the first drawing made the figure: its two Axes
+            import matplotlib.pyplot as plt
+
+            ax = plt.gcf().axes[:2]
+        roof, bars = ax
+        roof.set_ylim(*rates)
+        bars.set_xlim(*times)
+        roof.fixed_limits, bars.fixed_limits = "y", "x"
         return result
 
     return interactive_figure(
@@ -61,7 +81,7 @@ def roofline_explorer(
             options=list(CHIPS), value=chip_name, description="chip"
         ),
         d=ipywidgets.SelectionSlider(
-            options=ds, value=d, description="d", continuous_update=False
+            options=list(_DS), value=d, description="d", continuous_update=False
         ),
         softmax_accesses=ipywidgets.ToggleButtons(
             options=[("2 (read S, write P)", 2), ("4 (three passes, 01)", 4)],

@@ -356,15 +356,35 @@ def test_warmup_reference_is_the_fewest_calls():
         assert n == 1 or _lingers(cold, warm, tol, n - 1)
 
 
-def test_warmup_calls_on_this_machine_runs_after_the_last_check():
-    """The cell that applies exercise 3 to mistake 1's timings sits after every check (a check's cells are run
-    without section 2's globals), and runs when the learner's function is a stub."""
+def test_warmup_calls_on_this_machine_runs_outside_every_check():
+    """The cell that applies exercise 3 to mistake 1's timings follows both, under a heading of its own, so no
+    check runs it (a check's cells are run without section 3's globals); it runs when the function is a stub."""
     cells = _cells()
-    last = max(
-        i for i, c in enumerate(cells) if "check_fair_comparison(compare)" in c.source
-    )
     at = next(i for i, c in enumerate(cells) if "= calls_until_warm(cold" in c.source)
-    assert at > last and "NotImplementedError" in cells[at].source
+    mistake = next(i for i, c in enumerate(cells) if "cold = lab.time_once" in c.source)
+    check = next(
+        i
+        for i, c in enumerate(cells)
+        if "check_warmup_calls(calls_until_warm)" in c.source
+    )
+    assert mistake < check < at and "NotImplementedError" in cells[at].source
+    assert (
+        cells[at - 1].source.startswith("### ")
+        and "Exercise" not in cells[at - 1].source
+    )
+    for ex in EX.values():
+        assert not any("= calls_until_warm(cold" in src for src in ex.before)
+
+
+def test_the_harness_follows_the_mistakes_it_guards_against():
+    """Exercise 4 closes the section that makes the four timing mistakes, before any kernel is swept."""
+    cells = _cells()
+    heading = next(
+        i for i, c in enumerate(cells) if c.source.startswith("### Exercise 4 ")
+    )
+    mistakes = [i for i, c in enumerate(cells) if c.source.startswith("### Mistake ")]
+    sweep = next(i for i, c in enumerate(cells) if "lab.run_sweep(" in c.source)
+    assert len(mistakes) == 4 and max(mistakes) < heading < sweep
 
 
 # ---------------------------------------------------------------------------------------- exercise 5 (open)

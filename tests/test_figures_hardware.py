@@ -138,3 +138,19 @@ def test_draw_launch_grid_draws_the_kernels_tile_kinds():
     plt.close("all")
     assert (got["kinds"] == lab.triton_tile_kinds(256, 256, 64, 32, True)).all()
     assert got["counts"] == {"no mask": 12, "masked": 8, "skipped": 12}
+
+
+def test_ratio_strips_draw_one_row_per_group_and_refuse_bad_input():
+    fig, ax = plt.subplots()
+    got = lab.figures.hardware.draw_ratio_strips(
+        {"quiet": [0.9, 1.1], "busy": [1.4, 2.5, 0.8]}, ax=ax
+    )
+    assert got == {"quiet": (0.9, 1.1), "busy": (0.8, 2.5)}
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["busy", "quiet"]
+    assert ax.get_xlim()[0] < 0.8 and ax.get_xlim()[1] > 2.5
+    plt.close(fig)
+    for bad, word in (({}, "groups"), ({"x": [0.0]}, "groups"), ({"x": []}, "groups")):
+        with pytest.raises(ValueError, match=word):
+            lab.figures.hardware.draw_ratio_strips(bad)
+    with pytest.raises(ValueError, match="truth"):
+        lab.figures.hardware.draw_ratio_strips({"x": [1.0]}, truth=0)

@@ -524,18 +524,6 @@ def test_notebook_verdict_helpers():
     assert text == "N =  256: tiled faster than std: ‹True›, clearly: ‹True›"
 
 
-def test_self_ratio_lines_judge_each_group_against_one():
-    from lab.measure import self_ratio_lines
-
-    a, b = [1.0, 1.02, 0.99, 1.2, 2.0, 1.5], [1.0] * 6
-    quiet, busy = self_ratio_lines(a, b, quiet=3).splitlines()
-    assert quiet.startswith("A / B, quiet rounds:") and quiet.endswith("of 1: ‹True›")
-    assert busy.startswith("A / B, busy rounds:") and busy.endswith("of 1: ‹False›")
-    assert "‹2.00›" in busy
-    with pytest.raises(ValueError, match="quiet must"):
-        self_ratio_lines(a, b, quiet=6)
-
-
 # --- the copy that measures bandwidth exceeds the last-level cache --------------------------------
 
 

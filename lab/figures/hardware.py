@@ -17,6 +17,7 @@ from ..hardware import estimated_bytes, loop_overhead  # noqa: F401  (cost model
 from ..measure import attention_flops
 
 __all__ = [
+    "draw_ratio_strips",
     "draw_sweep",
     "draw_roofline",
     "draw_recorded_memory",
@@ -47,6 +48,47 @@ def _plain_log2_x(ax):
 
 def _done(rows):
     return [r for r in rows if not r.get("skipped")]
+
+
+def draw_ratio_strips(
+    groups: dict, *, truth: float = 1.0, xlabel: str = "ratio", title: str = "", ax=None
+) -> dict:
+    """One row of dots per group of `groups` ({label: ratios}), on a log x axis, with a line at `truth`: how far
+    each way of timing scatters around the answer it should give. Returns {label: (lowest, highest)}.
+
+    Taught in: notebooks/08_hardware_runs.ipynb
+    """
+    if not groups:
+        raise ValueError("groups must name at least one group of ratios")
+    values = {}
+    for label, x in groups.items():
+        x = np.atleast_1d(np.asarray(x, dtype=float))
+        if x.size == 0 or not np.all(np.isfinite(x) & (x > 0)):
+            raise ValueError(f"groups[{label!r}] must hold positive ratios, got {x!r}")
+        values[label] = x
+    if not truth > 0:
+        raise ValueError(f"truth must be positive, got {truth!r}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.7 + 0.55 * len(values)))
+    labels = list(values)[::-1]  # the first group on top
+    for row, label in enumerate(labels):
+        x = values[label]
+        ax.plot(x, np.full(x.size, row), "o", ms=8, alpha=0.7, color=f"C{row % 10}")
+        ax.plot([x.min(), x.max()], [row, row], "-", lw=1, color=f"C{row % 10}")
+    ax.axvline(truth, color="k", lw=1.5, ls="--")
+    ax.set_xscale("log")
+    lo = min(min(x.min() for x in values.values()), truth) / 1.15
+    hi = max(max(x.max() for x in values.values()), truth) * 1.15
+    ax.set_xlim(lo, hi)
+    ticks = [t for t in (0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4, 6, 10, 20) if lo <= t <= hi]
+    ax.xaxis.set_major_locator(plt.FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_ylim(-0.6, len(labels) - 0.1)
+    ax.text(truth, len(labels) - 0.45, f" the right answer, {truth:g}", fontsize=9)
+    ax.set(xlabel=xlabel, title=title)
+    return {label: (float(x.min()), float(x.max())) for label, x in values.items()}
 
 
 def draw_sweep(rows, *, what: str = "ms", ax=None) -> dict:

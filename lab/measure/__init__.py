@@ -6,7 +6,7 @@
 - `pitfalls`: what goes wrong, shown: one cold call, busy programs, threads, torch's op count
   (`time_once`, `other_programs`, `at_threads`, `thread_ratios`, `describe_rounds`, `round_ratios`, `ceiling_spread`, `count_torch_ops`);
   the helpers behind its printed lines, reached as `lab.measure.NAME` (`ops_per_tile_step`, `step_op_lines`,
-  `thread_verdicts`, `self_ratio_lines`, `tiled_verdicts`, `exp_ulp`).
+  `thread_verdicts`, `tiled_verdicts`, `exp_ulp`).
 - `memory`: peak bytes of a torch call above its inputs (`peak_memory`); on a CPU through the child
   process `python -m lab.measure.probe`.
 - `machine`: the machine a run was measured on, whether it is fit to time on, and its ceilings
@@ -47,7 +47,6 @@ from .pitfalls import (
 from .pitfalls import exp2_without_vector_units as exp2_without_vector_units
 from .pitfalls import exp_ulp as exp_ulp  # notebook helpers, as lab.measure.NAME only
 from .pitfalls import ops_per_tile_step as ops_per_tile_step
-from .pitfalls import self_ratio_lines as self_ratio_lines
 from .pitfalls import step_op_lines as step_op_lines
 from .pitfalls import thread_verdicts as thread_verdicts
 from .pitfalls import tiled_verdicts as tiled_verdicts

@@ -6,7 +6,7 @@
   taken inside it shows what a busy machine does to it.
 - `count_torch_ops(fn)`: the torch operations `fn()` dispatches (`TorchDispatchMode`), by name.
 - `ops_per_tile_step()`: those of one tile step of the torch loop (rung 4), by name, and `step_op_lines` to print them.
-- `thread_verdicts`, `self_ratio_lines`, `tiled_verdicts`, `exp_ulp`: the verdicts and errors notebook 08 prints, computed here.
+- `thread_verdicts`, `tiled_verdicts`, `exp_ulp`: the verdicts and errors notebook 08 prints, computed here.
 - `exp2_without_vector_units()`: `torch.exp2` timed with torch's vector kernels and without (two child processes).
 
 Taught in: notebooks/08_hardware_runs.ipynb
@@ -254,25 +254,6 @@ def thread_verdicts(
         "the quiet run was taken on a loaded machine: "
         + measured(load > 0.75 * cores, "")
     )
-    return "\n".join(lines)
-
-
-def self_ratio_lines(a, b, quiet: int, tol: float = 0.05) -> str:
-    """The rounds of one kernel timed against itself (`a`, `b`: seconds per round, the first `quiet` rounds quiet,
-    the rest busy): each group's ratios a / b, and whether every one lies within `tol` of the true ratio 1; masked."""
-    from ..notebook import measured
-
-    r = np.asarray(a, dtype=float) / np.asarray(b, dtype=float)
-    if not 0 < int(quiet) < r.size:
-        raise ValueError(f"quiet must be between 1 and {r.size - 1}, got {quiet!r}")
-    lines = []
-    for name, part in (("quiet", r[: int(quiet)]), ("busy", r[int(quiet) :])):
-        ratios = " ".join(measured(x, ".2f") for x in part)
-        near = bool(np.all(np.abs(part - 1) <= tol))
-        lines.append(
-            f"A / B, {name + ' rounds:':<13} {ratios}; all within "
-            f"{100 * tol:.0f} % of 1: {measured(near, '')}"
-        )
     return "\n".join(lines)
 
 

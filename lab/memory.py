@@ -118,7 +118,8 @@ def attention_traffic(
 
     $t_\\text{compute} = F / \\text{peak}_\\text{matmul} + \\sum \\text{ops}_\\text{unit} / \\text{rate}_\\text{unit}$
     (the units not overlapped, a simplification), $t_\\text{memory}$ = bytes / HBM bandwidth; a kernel's `time` is
-    the larger and `bound` names it; the standard total adds its kernels' times. `intensity` is $F$ / bytes,
+    the larger and `bound` names it; the standard total adds its kernels' times, and its `bound` is theirs
+    when they agree, `"mixed"` when they do not. `intensity` is $F$ / bytes,
     `op_intensity` the other operations per byte. Figures from `lab.hardware`; each row has `piece`, `kind`,
     `flops`, `ops`, `exps`, `bytes`, `intensity`, `op_intensity`, `t_compute`, `t_memory`, `time` (seconds)
     and `bound`. Taught in: notebooks/00_the_memory_wall.ipynb
@@ -155,7 +156,8 @@ def attention_traffic(
     )
     for key in ("t_compute", "t_memory", "time"):  # three kernels in turn: times add
         total[key] = sum(r[key] for r in rows)
-    total["bound"] = "memory" if total["t_memory"] > total["t_compute"] else "compute"
+    bounds = {r["bound"] for r in rows}  # one word only when every piece agrees
+    total["bound"] = bounds.pop() if len(bounds) == 1 else "mixed"
     fused = _priced(
         "fused: Q, K, V in, O out", "mixed", qk + pv, fused_soft, fused_bytes, c
     )

@@ -269,6 +269,17 @@ PLANTED = {
             ["returns float64 for float32 inputs", "NEP 50"],
         ),
         (
+            "the row's max not subtracted",
+            """
+            def my_attention(q, k, v):
+                s = q @ k.T * q.shape[-1] ** -0.5
+                p = np.exp(s)
+                return p / p.sum(axis=-1, keepdims=True) @ v
+            my_arrays = 2
+            """,
+            ["case 2", "NaN or inf in yours", "subtract each row's max"],
+        ),
+        (
             "lab's naive attention under another name",
             """
             from lab.attention import attention_naive as mine
@@ -838,6 +849,10 @@ def _loop(N, itemsize, ridge):
         (lambda N, it, R: R * it / 2, "the limit as N grows"),
         (lambda N, it, R: _qk_ridge(N, 1, R), "counts numbers, not bytes"),
         (
+            lambda N, it, R: _qk_ridge(N, it / 2, R),
+            "counts 4·N·M·d FLOPs, the forward's two products",
+        ),
+        (
             lambda N, it, R: (
                 x if (x := _qk_ridge(N, it, R)) == math.inf else math.ceil(x)
             ),
@@ -871,7 +886,17 @@ def _loop(N, itemsize, ridge):
             "no d gets there, return math.inf",
         ),
     ],
-    ids=["limit", "numbers", "ceil", "loop", "inf-over-inf", "r", "flops", "never"],
+    ids=[
+        "limit",
+        "numbers",
+        "4NMd",
+        "ceil",
+        "loop",
+        "inf-over-inf",
+        "r",
+        "flops",
+        "never",
+    ],
 )
 def test_the_qk_ridge_check_names_each_planted_mistake(capsys, wrong, says):
     checks.check_qk_ridge(_qk_ridge)

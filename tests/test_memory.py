@@ -87,6 +87,15 @@ def test_standard_attention_is_memory_bound_and_the_fused_kernel_is_not(chip_nam
     assert fused["t_compute"] > fused["flops"] / lab.chip(chip_name)["matmul_flops"]
 
 
+def test_the_standard_total_names_one_bound_only_when_its_pieces_agree():
+    rows = {r["piece"]: r for r in lab.attention_traffic(4096, d=256, chip_name="A100")}
+    pieces = [rows[p] for p in ("S = scale·QKᵀ", "P = softmax(S)", "O = PV")]
+    assert {r["bound"] for r in pieces} == {"compute", "memory"}
+    total = rows["standard, total"]
+    assert total["bound"] == "mixed"
+    assert total["time"] == pytest.approx(sum(r["time"] for r in pieces))
+
+
 def test_the_softmax_prices_its_exponentials_at_the_exponential_rate():
     c = lab.chip("A100")
     soft = {r["piece"]: r for r in lab.attention_traffic(1024, d=64)}["P = softmax(S)"]

@@ -643,11 +643,13 @@ _ATTENTION_ANSWERS = (
 )
 
 
-def _lean_cases(rng) -> list:
-    """Float32 cases (and one float64) with N != M, d != d_v, scores of order 1, and N, M >= 16·max(d, d_v):
-    arrays the size of q, k, v and o then stay under a quarter of one N×M array."""
+def _lean_cases(rng, large: bool = False) -> list:
+    """Float32 cases (and one float64) with N != M, d != d_v, and N, M >= 16·max(d, d_v): arrays the size of
+    q, k, v and o then stay under a quarter of one N×M array. The scores are of order 1; with `large`, the third
+    case's are all shifted by +200 (q and k share a constant first column), which leaves P as it was but
+    overflows float32's e^s unless each row's max is subtracted."""
     cases = []
-    for dtype in (np.float32, np.float32, np.float32, np.float64):
+    for n, dtype in enumerate((np.float32, np.float32, np.float32, np.float64)):
         d, dv = (int(x) for x in rng.choice([16, 24, 32, 40, 48, 64], 2, replace=False))
         low = 16 * max(d, dv)
         N, M = (
@@ -655,6 +657,8 @@ def _lean_cases(rng) -> list:
             int(rng.integers(low + 352, low + 720)),
         )
         q, k, v = (rng.standard_normal(s) for s in ((N, d), (M, d), (M, dv)))
+        if large and n == 2:  # every score shifted by +200, past float32's e^88.7:
+            q[:, 0] = k[:, 0] = math.sqrt(200 * math.sqrt(d))  # softmax ignores a shift
         cases.append(tuple(x.astype(dtype) for x in (q, k, v)))
     return cases
 
@@ -782,7 +786,7 @@ def check_my_attention(fn, *, seed: int | None = None, predicted=None) -> None:
 
 def _check_lean_attention(fn, seed, lean: bool = True) -> None:
     rng, seed = _fresh(seed)
-    cases = _lean_cases(rng)
+    cases = _lean_cases(rng, large=not lean)  # exercise 2 asks for the max, 3 not
     own = _own_work(*_ATTENTION_ANSWERS, numpy_only=True)
 
     def same_dtype(fn, case, got):
@@ -838,6 +842,15 @@ def _check_lean_attention(fn, seed, lean: bool = True) -> None:
     def hint(case, got, want):
         if diagnose(got, want, **tol) is None:
             return None  # a property failed, and says why itself
+        if not np.isfinite(got).all() and np.isfinite(want).all():
+            top = float(
+                np.abs(case[0] @ case[1].T).max() / math.sqrt(case[0].shape[-1])
+            )
+            return (
+                f"NaN or inf in yours: the scores reach {top:.0f} here, and e^s overflows "
+                f"{case[0].dtype} past {math.log(np.finfo(case[0].dtype).max):.1f}; subtract "
+                "each row's max before the exponential (notebook 01)"
+            )
         for wrong, text in mistakes:
             w = wrong(
                 *case
@@ -1146,6 +1159,11 @@ def check_qk_ridge(fn, *, seed: int | None = None, predicted=None) -> None:
         (
             lambda N, it, R: _qk_ridge(N, 1, R),
             "that counts numbers, not bytes: each takes itemsize bytes",
+        ),
+        (
+            lambda N, it, R: _qk_ridge(N, it / 2, R),
+            "that counts 4·N·M·d FLOPs, the forward's two products: this kernel computes QKᵀ "
+            "alone, 2·N·M·d",
         ),
         (
             lambda N, it, R: (

@@ -2064,3 +2064,99 @@ def test_part_2_exercise_2_shows_fa1_s_rule_only_after_its_check():
     )
     for formula in ("O_i' =", "l' =", "e^{m - m'}", "diag(l')"):
         assert formula not in shown, formula
+
+
+# ------------------------------------------------------------------------------------ conventions and refusals
+
+
+@pytest.mark.parametrize(
+    "old, new, says",
+    [
+        ("((2 * d + 3) if fa1", "((2 * d + 2) if fa1", "2r multiplies a row-tile"),
+        ("(3 * N * N + n_mul", "(3 * N * N + n_exp + n_mul", "multiply by log2 e"),
+        ("(3 * N * N + n_mul", "(3 * N * N + N * T + n_mul", "max(m, m̃) counted"),
+    ],
+)
+def test_time_share_another_convention_passes_and_is_named(old, new, says):
+    """A count that follows a known convention passes, and the note says by how much it differs."""
+    out = run_check(EX["time"], _src(_time(old, new)))
+    assert out.startswith(PASSED["time"]), out
+    assert "your convention differs by up to" in out and says in out, out
+
+
+def test_time_share_within_a_percent_passes_without_a_note():
+    src = _time('/ rate["nonmatmul_flops"]\n', '/ rate["nonmatmul_flops"] * 1.004\n')
+    assert run_check(EX["time"], _src(src)) == PASSED["time"]
+
+
+def test_time_share_two_percent_off_fails():
+    src = _time('/ rate["nonmatmul_flops"]\n', '/ rate["nonmatmul_flops"] * 1.03\n')
+    _fails("time", src, "✗ case", "t_rest")
+
+
+def test_fa1_without_the_tile_factor_on_pv_is_named():
+    """P̃V added under the tile's own max, without e^(m̃ - m′): the hint names that factor, not l_old."""
+    src = FA1_TILE.replace("b[:, None] * pv", "pv")
+    out = _fails("fa1", src, "o (element 0)", "without its factor e^(m̃ - m′)")
+    assert "l_old" not in out, out
+
+
+FA1_TILE = """
+def fa1_block(q_i, k, v, Bc):
+    m, l = np.full(len(q_i), -np.inf), np.zeros(len(q_i))
+    O = np.zeros((len(q_i), v.shape[1]))
+    for j0 in range(0, len(k), Bc):
+        s = q_i @ k[j0 : j0 + Bc].T / np.sqrt(q_i.shape[1])
+        m_tile = s.max(axis=1)
+        p_tile = np.exp(s - m_tile[:, None])
+        m_new = np.maximum(m, m_tile)
+        a, b = np.exp(m - m_new), np.exp(m_tile - m_new)
+        l_new = a * l + b * p_tile.sum(axis=1)
+        pv = p_tile @ v[j0 : j0 + Bc]
+        O = ((a * l)[:, None] * O + b[:, None] * pv) / l_new[:, None]
+        m, l = m_new, l_new
+    return O, m, l
+"""
+
+
+@pytest.mark.parametrize("key", ["fa1", "fa2"])
+def test_block_through_lab_s_states_is_refused_without_a_misleading_hint(key):
+    """lab.partial_state and lab.merge_states inside the loop: the standard refusal, no hint about key blocks."""
+    ret = (
+        "o, lse = lab.finalize(st)\n    return o, st[0], st[1]"
+        if key == "fa1"
+        else ("return lab.finalize(st)")
+    )
+    src = f"""
+import lab
+def {key}_block(q_i, k, v, Bc):
+    st = None
+    for j0 in range(0, len(k), Bc):
+        s = q_i @ k[j0 : j0 + Bc].T / np.sqrt(q_i.shape[1])
+        part = lab.partial_state(s, v[j0 : j0 + Bc])
+        st = part if st is None else lab.merge_states(st, part)
+    {ret}
+"""
+    out = _fails(key, src, "lab's own answer")
+    assert "hint:" not in out, out
+
+
+def test_keys_outer_all_query_rows_at_once_is_named():
+    """Key blocks outside, but every query row in one step: named as such, not as one write per query block."""
+    src = """
+    def fa1_keys_outer(q, k, v, Br, Bc, hbm):
+        rows = slice(0, len(q))
+        for j0 in range(0, len(k), Bc):
+            s = q @ k[j0 : j0 + Bc].T / np.sqrt(q.shape[1])
+            m_tile = s.max(axis=1)
+            p_tile = np.exp(s - m_tile[:, None])
+            m_old, l_old, O_old = hbm["m"][rows], hbm["l"][rows], hbm["O"][rows]
+            m_new = np.maximum(m_old, m_tile)
+            a, b = np.exp(m_old - m_new), np.exp(m_tile - m_new)
+            l_new = a * l_old + b * p_tile.sum(axis=1)
+            pv = b[:, None] * (p_tile @ v[j0 : j0 + Bc])
+            hbm["O"][rows] = ((a * l_old)[:, None] * O_old + pv) / l_new[:, None]
+            hbm["m"][rows], hbm["l"][rows] = m_new, l_new
+    """
+    out = _fails("keys_outer", src, "rows at once")
+    assert "once per query block" not in out, out

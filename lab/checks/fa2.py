@@ -97,6 +97,18 @@ def _time_counts(N: int, d: int, B: int, variant: str, **slip) -> dict:
         div = N * T * d if slip.get("div_every_tile") else N * d
     if slip.get("no_alpha"):
         exp = N * N
+    if (
+        slip.get("kept_product") and counted == "fa1"
+    ):  # l·e^(m - m′) formed once, not twice
+        mul -= N * T
+    if slip.get("row_max"):  # max(m, m̃) per row and key block counted too
+        mul += N * T
+    if slip.get(
+        "reciprocal"
+    ):  # a division as 1/l and d_v multiplies: one more op a row
+        div += N * T if counted == "fa1" else N
+    if slip.get("log2e"):  # the exponential's multiply by log2 e, one FP32 op each
+        mul += exp
     rest = (0 if slip.get("no_softmax") else 3 * N * N) + mul
     rest += 0 if slip.get("no_div") else div
     matmul = (2 if slip.get("half_matmul") else 4) * N * N * d
@@ -193,6 +205,45 @@ _TIME_SLIPS = (
 )
 
 
+_TIME_CONVENTIONS = (  # counts that differ from section 2's table by a convention, not a mistake
+    (
+        {"kept_product": True},
+        "2r multiplies a row-tile for FA1's l·e^(m - m′) (the table's 3r: the rule forms it twice)",
+    ),
+    (
+        {"row_max": True},
+        "the per-row max(m, m̃) counted, which the spec leaves out",
+    ),
+    (
+        {"reciprocal": True},
+        "a division counted as 1/l and d_v multiplies (one more operation a row)",
+    ),
+    (
+        {"log2e": True},
+        "the exponential's multiply by log2 e counted (kernels fold it into s - m)",
+    ),
+)
+
+
+def _time_convention(case, got) -> tuple | None:
+    """`(words, relative change of the share)` of the known convention `got` follows exactly (to 1e-9) where
+    section 2's table differs; None when it follows none."""
+    try:
+        got = tuple(float(x) for x in got)
+    except (TypeError, ValueError):
+        return None
+    if len(got) != 4:
+        return None
+    want = _time_model(*case)
+    for slip, text in _TIME_CONVENTIONS:
+        alt = _time_model(*case, **slip)
+        if np.allclose(got, alt, rtol=1e-9, atol=0) and not np.allclose(
+            alt, want, rtol=1e-9, atol=0
+        ):
+            return text, abs(alt[3] - want[3]) / want[3]
+    return None
+
+
 def _time_hint(case, got, want):
     try:
         got = tuple(float(x) for x in got)
@@ -256,18 +307,56 @@ def check_time_share(fn, *, name: str | None = None, seed: int | None = None) ->
         )
         for B in rng.choice([32, 64, 128], size=4)
     ]
-    check(
-        fn,
-        _time_reference,
-        cases,
-        name=name or getattr(fn, "__name__", None) or "time_share",
-        rtol=1e-9,
-        atol=0,
-        names=_UNITS,
-        hint=_time_hint,
-        properties=(_own_work(*_TIME_MODEL),),
-        seed=seed,
-    )
+    notes = {}  # a known convention the answer follows exactly: accepted, named, its largest effect
+
+    def reference(*case):
+        found = _time_convention(case, seen.get(case))
+        if found is None:
+            return _time_reference(*case)
+        text, off = found
+        notes[text] = max(off, notes.get(text, 0.0))
+        return _time_model(*case, **_convention_slip(text))
+
+    seen = {}
+
+    def recorded(*case):
+        seen[case] = got = fn(*case)
+        return got
+
+    recorded.__name__ = getattr(fn, "__name__", "time_share")
+    if hasattr(fn, "raw"):
+        recorded.raw = lambda *case: _recorded_raw(fn.raw, case, seen)
+    shown = name or getattr(fn, "__name__", None) or "time_share"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        check(
+            recorded,
+            reference,
+            cases,
+            name=shown,
+            rtol=1e-2,  # a model: conventions within a percent agree
+            atol=0,
+            names=_UNITS,
+            hint=_time_hint,
+            properties=(_own_work(*_TIME_MODEL),),
+            seed=seed,
+        )
+    print(out.getvalue(), end="")
+    if "✓" in out.getvalue():
+        for text, off in notes.items():
+            print(f"  note: your convention differs by up to {off:.2%} in the share:")
+            print(f"    {text}")
+
+
+def _recorded_raw(raw, case, seen):
+    """`raw(*case)`, its value remembered for the convention note."""
+    seen[case] = got = raw(*case)
+    return got
+
+
+def _convention_slip(note: str) -> dict:
+    """The planted convention a note names."""
+    return next(slip for slip, text in _TIME_CONVENTIONS if text == note)
 
 
 # ------------------------------------------------------------------------------------ Part 1, exercise 4: the model inverted
@@ -813,6 +902,12 @@ def _hint(problem: str, variant: str, got, want, q_i, k, v, Bc, case_hint, log=(
     low = _rounding_of(got, want)
     if low:
         return low
+    if variant == "fa1" and problem.startswith("o (element 0)"):
+        if _matches(got, _fa1_without_tile_factor(q_i, k, v, Bc)):
+            return (
+                "your O adds the tile's P̃V without its factor e^(m̃ - m′): P̃ = e^(S - m̃) is taken "
+                "against the tile's own max m̃, so its sum must move to the new max m′ too, as l′ does"
+            )
     hints = {
         "m (element 1)": "m is the row max of all the scores S = q_i k^T / sqrt(d), over every key block",
         "l (element 2)": (
@@ -828,6 +923,31 @@ def _hint(problem: str, variant: str, got, want, q_i, k, v, Bc, case_hint, log=(
         ),
     }
     return next((h for key, h in hints.items() if problem.startswith(key)), case_hint)
+
+
+def _matches(got, o) -> bool:
+    """True when `got`'s first element is `o`, to a relative 1e-9."""
+    g = got[0] if isinstance(got, tuple) and got else None
+    with np.errstate(all="ignore"):
+        return np.shape(g) == o.shape and np.allclose(g, o, rtol=1e-9, atol=1e-12)
+
+
+def _fa1_without_tile_factor(q_i, k, v, Bc) -> np.ndarray:
+    """FA1's loop with the tile's own max, its $\tilde P V$ added without $e^{\tilde m - m'}$ (l right)."""
+    q_i, k, v = (np.asarray(x).view(np.ndarray) for x in (q_i, k, v))
+    m, l = np.full(len(q_i), -np.inf), np.zeros(len(q_i))
+    O = np.zeros((len(q_i), v.shape[1]))
+    with np.errstate(all="ignore"):
+        for j0 in range(0, len(k), Bc):
+            s = q_i @ k[j0 : j0 + Bc].T / np.sqrt(q_i.shape[1])
+            m_t = s.max(axis=1)
+            p = np.exp(s - m_t[:, None])
+            m_new = np.maximum(m, m_t)
+            a, b = np.exp(m - m_new), np.exp(m_t - m_new)
+            l_new = a * l + b * p.sum(axis=1)
+            O = ((a * l)[:, None] * O + p @ v[j0 : j0 + Bc]) / l_new[:, None]
+            m, l = m_new, l_new
+    return O
 
 
 def _watched_call(fn, name: str, shown: str, arrays, size: int, course, seed):
@@ -853,7 +973,7 @@ def _check_block(fn, variant: str, name: str | None, seed: int | None) -> None:
     cases = _block_cases(seed)
     for i, (label, q_i, k, v, Bc, case_hint) in enumerate(cases):
         run = _watched_call(
-            fn, name, f"case {i} ({label})", (q_i, k, v), Bc, _COURSE, seed
+            fn, name, f"case {i} ({label})", (q_i, k, v), Bc, _BLOCK_COURSE, seed
         )
         if run is None:
             return
@@ -868,17 +988,16 @@ def _check_block(fn, variant: str, name: str | None, seed: int | None) -> None:
         o, lse = attention_reference(q_i, k, v)
         m = (q_i @ k.T / np.sqrt(q_i.shape[1])).max(axis=1)
         want = (o, m, np.exp(lse - m)) if variant == "fa1" else (o, lse)
-        problem = diagnose(got, want, names=names, rtol=1e-9, atol=1e-12)
+        refused = _refusal(called) if called else None  # lab's answer: no hint
+        problem = refused or diagnose(got, want, names=names, rtol=1e-9, atol=1e-12)
         hint = (
             None
-            if problem is None
+            if problem is None or refused
             else _hint(problem, variant, got, want, q_i, k, v, Bc, case_hint, log)
         )
         if problem is None:
-            problem = (
-                (_refusal(called) if called else None)
-                or _own_work(*_COURSE)(fn, (q_i, k, v, Bc), got)
-                or _property(variant, log, q_i, k, v, Bc)
+            problem = _own_work(*_BLOCK_COURSE)(fn, (q_i, k, v, Bc), got) or _property(
+                variant, log, q_i, k, v, Bc
             )
         if problem is not None:
             print(f"{name}: ✗ case {i} ({label}): {problem}")
@@ -906,6 +1025,7 @@ _COURSE = (  # lab's attention, whole or tiled: calling one proves nothing about
     "flash_attention_torch",
     "attention_row_one_pass",
 )
+_BLOCK_COURSE = _COURSE + ("partial_state", "merge_states", "finalize", "reduce_states")
 _EXPS = ("exp", "exp2", "expm1")
 _COUNTERS = (
     (  # lab's counts and the kernels that count into lab.trace: the answer to part 1's exercise 5
@@ -1566,6 +1686,11 @@ def _order_problem(log, name: str, N: int, M: int, Br: int, Bc: int) -> str | No
                 f"there, so each step reads it ({name}[rows]) before it writes it"
             )
         return None
+    if len(blocks) > 1 and writes and all(w == (0, N) for w in writes):
+        return (
+            f"{name} is written all {N} rows at once, {len(writes)} time(s): FA1 walks the query blocks "
+            f"inside each key block, {Br} rows at a time, and writes {name}[rows] back for each"
+        )
     if writes == [b for b in blocks for _ in range(Tc)]:
         return (
             f"{name} is written key block by key block, but with the query blocks outside: FA1 puts the key blocks "

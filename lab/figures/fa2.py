@@ -94,7 +94,10 @@ def draw_op_counts(
         title=f"N = {N}, d = {d}, Br = {block_q}, Bc = {block_k}, "
         + ("causal mask on" if causal else "no mask"),
     )
-    left.legend()
+    handles = [  # solid swatches: the legend names the colours, not the faded bar
+        plt.Rectangle((0, 0), 1, 1, facecolor=f"C{n + 1}") for n in range(2)
+    ]
+    left.legend(handles, ["fa1", "fa2"])
     share = {
         v: gpu_time_share(
             split[v]["matmul"], split[v]["nonmatmul"], chip, exp=split[v]["exp"]
@@ -131,6 +134,8 @@ def draw_op_counts(
         title=f"{chip}: time at peak rates, by kind of work",
     )
     right.legend(
+        [plt.Rectangle((0, 0), 1, 1, facecolor=UNIT_COLOURS[u]) for u in UNIT_COLOURS],
+        [UNIT_LABELS[u] for u in UNIT_COLOURS],
         loc="upper center",
         bbox_to_anchor=(0.5, -0.14),
         ncol=3,
@@ -400,13 +405,14 @@ def draw_wave_timeline(
             ax.text((last + sms) / 2, (full + 0.5) * u, f"idle: {sms - last} SMs",
                     ha="center", va="center", fontsize=12)  # fmt: skip
         ax.axhline(ideal, color="k", ls="--", lw=1.2, zorder=3)
-        ax.axhline(c["done"], color=colour, lw=2.5)
-        ax.text(sms * 0.98, c["done"], f"done at {c['done']:,g}", ha="right",
-                va="bottom", fontsize=11, weight="bold")  # fmt: skip
+        # a thin line, not a bar: only the last wave's SMs still work up to it
+        ax.axhline(c["done"], color=colour, ls="--", lw=1.2, zorder=3)
+        ax.text(sms * 0.98, c["done"] + end * 0.01, f"done at {c['done']:,g}",
+                ha="right", va="top", fontsize=11, weight="bold")  # fmt: skip
         ax.set_xlim(0, sms)
         ax.set_xticks([round(sms * f) for f in (0, 0.25, 0.5, 0.75, 1)])
         ax.fixed_limits = True  # a slider keeps 0 to sms and the shared time axis
-        ax.set_ylim(end * 1.04, 0)
+        ax.set_ylim(end * 1.1, 0)  # room under the last line for its label
         ax.set(
             xlabel=f"SM (of {sms})",
             ylabel=f"time (1 = {unit_rows} query rows' loop)",
@@ -615,13 +621,13 @@ def draw_time_split(split: dict, chips=("A100", "H100"), ax=None) -> dict:
         ax.text(
             left[n],
             n,
-            f" {left[n]:.1f} µs, {r['outside']} outside matmuls",
+            f" {left[n]:.1f} µs ({r['outside']} outside matmuls)",
             va="center",
         )
-    ax.set_xlim(0, left.max() * 1.55)
+    ax.set_xlim(0, left.max() * 1.38)  # room for the labels, no more
     ax.invert_yaxis()
     ax.set_xlabel("µs at peak rates, no overlap")
-    ax.legend(loc="lower right", ncol=3, frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
     ax.set_title("where one head's time goes (the model)")
     plt.tight_layout()
     return rows

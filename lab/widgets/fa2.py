@@ -20,10 +20,10 @@ __all__ = ["fa_variants", "wave_explorer"]
 
 
 def fa_variants(
-    N: int = 512,
-    d: int = 64,
-    block_q: int = 64,
-    block_k: int = 64,
+    N: int = 4096,
+    d: int = 128,
+    block_q: int = 128,
+    block_k: int = 128,
     variant: str = "fa2",
     causal: bool = False,
 ) -> ipywidgets.interactive:
@@ -57,12 +57,19 @@ def fa_variants(
             + f", equal to the formula: {r['equal']}; A100 time outside matmuls: "
             f"fa1 {r['share']['fa1']:.0%}, fa2 {r['share']['fa2']:.0%}"
         ),
-        **_instrumented_sliders(N, d, block_q, block_k),
+        **_variant_sliders(N, d, block_q, block_k),
         variant=ipywidgets.ToggleButtons(
             options=["fa1", "fa2"], value=variant, description="variant"
         ),
         causal=ipywidgets.Checkbox(value=causal, description="causal"),
     )
+
+
+def _variant_sliders(N, d, block_q, block_k) -> dict:
+    """The instrumented sliders, with N up to 4096 (the counts are formulas; the run stays at N <= 256)."""
+    sliders = _instrumented_sliders(min(N, 2048), d, block_q, block_k)
+    sliders["N"] = _choice([128, 256, 512, 1024, 2048, 4096], N, "N = M")
+    return sliders
 
 
 def _choice(options, value, description):

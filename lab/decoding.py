@@ -58,6 +58,7 @@ __all__ = [
     "cache_table",
     "decode_intensity",
     "decode_schedule",
+    "refill_ticks",
     "schedule_table",
     "heuristic_table",
     "num_splits_heuristic",
@@ -306,6 +307,47 @@ def decode_schedule(
         processors=processors,
         slots=slots,
     )
+
+
+def refill_ticks(
+    M: int,
+    *,
+    batch: int = 1,
+    heads: int = 8,
+    splits: int = 1,
+    block_k: int = 128,
+    processors: int = PROCESSORS,
+    per_processor: int = 2,
+) -> int:
+    """Ticks of one decoding step when a slot takes the next work item as soon as it frees, not at the wave's end.
+
+    The same items as `decode_schedule` (the key blocks dealt out evenly into `splits` chunks, a chunk with no
+    key block launched but idle, one tick per key block, one more for each item's partial when splits > 1, one
+    for the merge), placed in order, each on the slot that frees first: how a GPU hands out thread blocks.
+    `decode_schedule` instead lets every item of a wave wait for the wave's longest, so its ticks are never fewer.
+    Taught in: notebooks/10_decoding.ipynb
+    """
+    import heapq
+
+    for name, x in (
+        ("M", M),
+        ("batch", batch),
+        ("heads", heads),
+        ("splits", splits),
+        ("block_k", block_k),
+        ("processors", processors),
+        ("per_processor", per_processor),
+    ):
+        _positive_int(x, name)
+    blocks = math.ceil(M / block_k)
+    edges = [blocks * c // splits for c in range(splits + 1)]  # dealt out evenly
+    chunks = [b - a for a, b in zip(edges, edges[1:]) if b > a]  # a chunk holds a block
+    free = [0] * min(processors * per_processor, batch * heads * len(chunks))
+    for _ in range(batch * heads):
+        for n in chunks:
+            start = heapq.heappop(free)  # the slot that frees first
+            heapq.heappush(free, start + n + (splits > 1))  # its blocks, its partial
+    return max(free) + (splits > 1)  # the merge waits for the last item
 
 
 def schedule_table(

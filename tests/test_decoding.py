@@ -509,3 +509,39 @@ def test_schedule_tables_count_ticks():
     assert "model ticks" in lab.heuristic_table(32768, splits=(8,))
     r = lab.decode_schedule(32768, splits=32)
     assert (r["ticks"], r["fa2_ticks"]) == (10, 256) == (r["steps"], r["fa2_steps"])
+
+
+def test_refill_ticks_never_exceed_the_waves_and_keep_the_fastest_count():
+    """Slots refilled as they free: the toy's 4 splits take 8 ticks, not the waves' 9; no count is slower than in
+    waves; the fastest count stays 3 on the toy and 32 on the H100's 264 slots; the picture draws the same count."""
+    import matplotlib.pyplot as plt
+
+    from lab.decoding import refill_ticks
+    from lab.figures.decoding import _timeline, draw_tick_timeline
+
+    toy = dict(heads=2, processors=6, per_processor=1)
+    assert refill_ticks(11 * 128, splits=4, **toy) == 8
+    assert (
+        refill_ticks(11 * 128, splits=1, **toy) == 11
+    )  # 2 items, no partials, no merge
+    for M, kw in ((11 * 128, toy), (32768, {}), (32768, dict(batch=17))):
+        counts = range(1, -(-M // 128) + 1)
+        waves = {s: lab.decode_schedule(M, splits=s, **kw)["ticks"] for s in counts}
+        refill = {s: refill_ticks(M, splits=s, **kw) for s in counts}
+        assert all(refill[s] <= waves[s] for s in counts), M
+        best = [min(counts, key=lambda s: (t[s], s)) for t in (waves, refill)]
+        assert best[0] == best[1], (M, kw, best)
+    assert (
+        refill_ticks(32768, splits=34)
+        == 18
+        < lab.decode_schedule(32768, splits=34)["ticks"]
+    )
+    assert draw_tick_timeline(splits=(4,), refill=True) == {4: 8}
+    plt.close("all")
+    r = _timeline(11, 2, 6, 4, refill=True)
+    kinds = [k for _, _, k, _ in r["cells"]]
+    assert kinds.count("block") == 22 and kinds.count("partial") == 8
+    busy = {(t, s) for t, s, k, _ in r["cells"] if k != "merge"}
+    assert len(busy) == 30  # no slot holds two cells in one tick
+    with pytest.raises(ValueError, match="splits"):
+        refill_ticks(1024, splits=0)

@@ -2009,3 +2009,90 @@ def test_part2_gives_each_letter_one_meaning_and_folds_the_crossing():
     folded = sources[solved]
     assert folded.index("<details>") < folded.index("Solving for the group")
     assert folded.index("Solving for the group") < folded.index("</details>")
+
+
+# ------------------------------------------------------------------------------------ precision and None named
+
+
+def test_split_decode_in_float32_is_told_its_error_is_rounding():
+    """decode_chunk computed in float32 (returned as float64, so its dtype cannot tell) misses float64's
+    tolerance by rounding only: the hint names float32 and says to compute in float64."""
+    chunk = GOOD_CHUNK.replace(
+        "    Hq, N, d = q.shape\n",
+        "    Hq, N, d = q.shape\n"
+        "    q, k_c, v_c = (a.astype(np.float32) for a in (q, k_c, v_c))\n",
+    ).replace(
+        "    return o_c.reshape(Hq, N, dv), (m + np.log(l)).reshape(Hq, N)",
+        "    o_c, lse_c = o_c.reshape(Hq, N, dv), (m + np.log(l)).reshape(Hq, N)\n"
+        "    return o_c.astype(np.float64), lse_c.astype(np.float64)",
+    )
+    assert "astype(np.float32)" in chunk and "astype(np.float64)" in chunk
+    _fails(
+        "split",
+        chunk + GOOD_SPLIT,
+        "decode_chunk: ✗",
+        "float32 rounding",
+        "compute in float64",
+    )
+
+
+def test_split_decode_with_a_float32_merge_is_told_its_error_is_rounding():
+    source = _split("""
+        m = L.max(axis=0).astype(np.float32)
+        w = np.exp(L.astype(np.float32) - m)
+        o = (w[..., None] * O.astype(np.float32)).sum(axis=0) / w.sum(axis=0)[..., None]
+        return o, m + np.log(w.sum(axis=0))
+    """)
+    _fails("split", source, "split_decode: ✗", "float32 rounding", "compute in float64")
+
+
+def test_decode_chunk_returning_none_is_told_so_not_nan():
+    out = run_check(
+        EX["split"],
+        "def decode_chunk(q, k_c, v_c):\n    o_c = lse_c = None\n    return o_c, lse_c\n"
+        + GOOD_SPLIT,
+    )
+    assert "returned None as element 0" in out and "NaN" not in out, out
+    out = run_check(
+        EX["split"],
+        "def decode_chunk(q, k_c, v_c):\n"
+        "    o_c = np.zeros((q.shape[0], q.shape[1], v_c.shape[2]))\n"
+        "    return o_c, np.full(q.shape[:2], None)\n" + GOOD_SPLIT,
+    )
+    assert "returned None as element 1" in out and "NaN" not in out, out
+
+
+def test_paged_decode_computed_in_float32_returned_in_float64_is_told_its_error_is_rounding():
+    source = (
+        _pd(GOOD_LOOP)
+        .replace(
+            "    qg = q.reshape(Hkv, Hq // Hkv * N, d)\n",
+            "    qg = q.reshape(Hkv, Hq // Hkv * N, d).astype(np.float32)\n",
+        )
+        .replace("[page, :, :valid]", "[page, :, :valid].astype(np.float32)")
+    )
+    assert source.count("astype(np.float32)") >= 2
+    _fails("paged", source, "case 0", "float32 rounding", "compute in float64")
+
+
+def test_crossing_group_with_q_and_o_counted_once_is_named():
+    source = (
+        _CG
+        + "    bytes_ = lambda G: 2 * M * d * kv_itemsize + 2 * d * qo_itemsize  # q, o once\n"
+        + "    return next(G for G in range(1, 10**6) if G * 4 * M * d >= ridge * bytes_(G))\n"
+    )
+    _fails(
+        "crossing",
+        source,
+        "case 0",
+        ("counting them once for the whole group", "counted q and o once"),
+        "reads its own q and writes its own o",
+    )
+
+
+def test_crossing_group_case_0_is_the_h100_ridge_the_notebook_states():
+    """The prediction and its reveal use 295.2 (989 / 3.35): the check's first case uses the same ridge."""
+    assert checks.H100_CASE_RIDGE == 295.2 == round(lab.ridge_point("H100"), 1)
+    rng = np.random.default_rng(3)
+    assert checks._crossing_cases(rng)[0][0] == 295.2
+    assert checks._crossing(295.2, 128, 4096, 2, 2) == 319

@@ -14,7 +14,6 @@ MUST_SAY = [
     "00_the_memory_wall.ipynb",
     "08_hardware_runs.ipynb",
     "09_tiled_backward.ipynb",
-    "10_decoding.ipynb",
     "10_gqa_and_paging.ipynb",
 ]
 

@@ -28,6 +28,7 @@ import numpy as np
 from ..attention import attention_reference
 from ..decoding import decode_schedule, kv_cache_bytes_per_token, num_splits_heuristic
 from ..exercises import check, diagnose
+from ..hardware import ridge_point
 from ..memory import peak_bytes
 from ..merge import merge_outputs
 from ._seeded import noting_seed
@@ -429,6 +430,10 @@ def check_step_intensity(
     )
 
 
+# Case 0's ridge: the H100's, 989 / 3.35 = 295.2 FLOP/B to one decimal, as the notebook states it.
+H100_CASE_RIDGE = round(ridge_point("H100"), 1)
+
+
 def _crossing(R, d, M, kv, qo):
     """The smallest whole G whose step reaches `R` FLOP/B (`_intensity(G, ...) >= R`), 0 if none: solve
     G (2M - R qo) >= R M kv."""
@@ -459,7 +464,7 @@ def _crossing_cases(rng):
                 return (R, d, m, kv, qo)
 
     return [
-        draw(lambda: rng.uniform(250, 320), lambda: rng.integers(2048, 32769), 2, 2),
+        draw(lambda: H100_CASE_RIDGE, lambda: rng.integers(2048, 32769), 2, 2),
         draw(lambda: rng.uniform(150, 320), lambda: rng.integers(512, 2049), 1, 2),
         draw(lambda: rng.uniform(150, 320), lambda: rng.integers(16, 120), 1, 2),
         draw(lambda: rng.uniform(5, 30), lambda: rng.integers(256, 4097), 4, 4),
@@ -495,9 +500,24 @@ def _crossing_hint(case, got, want):
             "ridge; if yours never grows, K and V are read once per query head, but the G heads of a "
             "group share one read, which is what grouping buys"
         )
+    per_head = (
+        "each of the G query heads reads its own q and writes its own o, 2Gd · qo_itemsize bytes "
+        f"that grow with G, so {g} query heads do only {at:.2f} FLOP/B"
+    )
+    left_out, once = math.ceil(R * kv / 2), math.ceil(R * (M * kv + qo) / (2 * M))
     variants = (
         (
-            math.ceil(R * kv / 2),
+            left_out if left_out == once else None,
+            "that is where the ridge is met leaving out q and o, or counting them once for the "
+            f"whole group: {per_head}",
+        ),
+        (
+            once,
+            "you counted q and o once for the whole group, 2d · qo_itemsize bytes: "
+            f"{per_head}",
+        ),
+        (
+            left_out,
             "that is where 2G / kv_itemsize reaches the ridge, leaving out q and o: their bytes grow "
             f"with G, so {g} query heads do only {at:.2f} FLOP/B",
         ),
@@ -537,8 +557,8 @@ def check_crossing_group(
 
     The step's intensity is $4GMd / (2Md \\cdot kv + 2Gd \\cdot qo)$, so $G = \\lceil R M kv / (2M - R qo) \\rceil$
     when $2M > R \\cdot qo$, else 0. Five cases drawn afresh on each run (`seed` draws the same again): 16-bit against
-    an H100-like ridge, an 8-bit cache, a short cache that no group lifts to the ridge, float32 against a
-    CPU's ridge, anything. Hints for q and o left out, rounding down, one itemsize for all, half the FLOPs,
+    the H100's ridge (295.2, the cache length drawn), an 8-bit cache, a short cache that no group lifts to the ridge, float32 against a
+    CPU's ridge, anything. Hints for q and o left out or counted once for the group, rounding down, one itemsize for all, half the FLOPs,
     K/V read per query head, a G returned where none reaches the ridge. Running `lab.decode_intensity`
     (by any name) is refused. Taught in: notebooks/10_gqa_and_paging.ipynb
     """
@@ -985,7 +1005,8 @@ def _attempt(name, fn, args, where, hint=None, courses=_COURSE):
     """`fn(*args)` with the course's answers `courses` watched: (result, lab names called), or `_FAILED` after saying why (and `hint`)."""
     try:
         with np.errstate(all="ignore"), _watching(courses, numpy_only=True) as used:
-            out = _settled(fn(*args))
+            raw = fn(*args)
+            out = _settled(raw)
     except NotImplementedError as exc:
         tb = exc.__traceback__
         while tb.tb_next is not None:
@@ -1005,7 +1026,55 @@ def _attempt(name, fn, args, where, hint=None, courses=_COURSE):
     if out is None:
         print(f"{name}: ✗ case {where}: returned None (a missing `return`?)")
         return _FAILED
+    if (j := _none_part(raw)) is not None:
+        print(
+            f"{name}: ✗ case {where}: returned None as element {j} of its tuple, not an array "
+            "(a value never computed, or a helper without a `return`?)"
+        )
+        return _FAILED
     return (tuple(out) if isinstance(out, (tuple, list)) else out), used
+
+
+def _none_part(raw):
+    """The index of a part of a returned tuple that is None, or an array of None (a value never filled in), else None."""
+    if not isinstance(raw, (tuple, list)):
+        return None
+    for j, x in enumerate(raw):
+        if x is None or (
+            isinstance(x, np.ndarray)
+            and x.dtype == object
+            and any(e is None for e in x.flat)
+        ):
+            return j
+    return None
+
+
+def _precision(got, want, names=("o", "lse")) -> str | None:
+    """A hint when `got` misses float64's tolerance by float32's rounding only (computed in float32, whatever dtype
+    it is returned in): every part within relative 1e-3 of `want`, the largest error named."""
+    try:
+        g = [np.asarray(x, dtype=float) for x in got]
+        w = [np.asarray(x, dtype=float) for x in want]
+    except (TypeError, ValueError):
+        return None
+    if len(g) != len(w) or any(a.shape != b.shape for a, b in zip(g, w)):
+        return None
+    if not all(np.isfinite(a).all() for a in g):
+        return None
+    worst, part = 0.0, names[0]
+    for a, b, n in zip(g, w, names):
+        if not np.allclose(a, b, rtol=1e-3, atol=1e-5):
+            return None
+        rel = float((np.abs(a - b) / np.maximum(np.abs(b), 1e-30)).max(initial=0.0))
+        if rel > worst:
+            worst, part = rel, n
+    if worst < 1e-8:
+        return None
+    return (
+        f"your error is float32 rounding (largest relative error {worst:.1e}, in {part}), not a "
+        "fault in the method: compute in float64, the inputs' dtype (no astype(np.float32), no "
+        "float32 arrays or np.float32 constants on the way)"
+    )
 
 
 def _fail(name, where, problem, hint=None) -> None:
@@ -1312,8 +1381,13 @@ def _split_decode_cases(split_decode, decode_chunk, name, seed) -> None:
             atol=ATOL,
         )
         if problem is not None:
+            want = attention_reference(q, k_c, v_c)
             return _fail(
-                sub, where, problem, _chunk_hint(label, q, k_c, v_c, res[0], problem)
+                sub,
+                where,
+                problem,
+                _precision(res[0], want, ("o_c", "lse_c"))
+                or _chunk_hint(label, q, k_c, v_c, res[0], problem),
             )
     cases = _split_cases(seed + 1)
     for i, (label, q, k, v, splits) in enumerate(cases):
@@ -1347,7 +1421,8 @@ def _split_decode_cases(split_decode, decode_chunk, name, seed) -> None:
                 problem,
                 f"{cover[0]}; {cover[1]}"
                 if cover
-                else _merge_hint(label, calls, res[0], problem),
+                else _precision(res[0], attention_reference(q, k, v))
+                or _merge_hint(label, calls, res[0], problem),
             )
         if cover is not None:
             return _fail(name, where, f"the values agree, but {cover[0]}", cover[1])

@@ -448,7 +448,7 @@ def check_paged_decode(fn, *, name: str | None = None, seed: int | None = None) 
 
 
 def _paged_decode_cases(fn, name, seed) -> None:
-    from .decoding import _COURSE, _FAILED, _attempt, _fail
+    from .decoding import _COURSE, _FAILED, _attempt, _fail, _precision
 
     banned = (*_COURSE, "decode_paged", "gather_pages")
     cases = _decode_cases(seed)
@@ -471,7 +471,10 @@ def _paged_decode_cases(fn, name, seed) -> None:
             atol=atol,
         )
         if problem is not None:
-            return _fail(name, where, problem, _paged_hint(case, res[0], loose))
+            exact = None if loose else _precision(res[0], attention_reference(q, k, v))
+            return _fail(
+                name, where, problem, exact or _paged_hint(case, res[0], loose)
+            )
         if i == len(cases) - 1:
             with np.errstate(all="ignore"):
                 peak, _ = peak_bytes(fn, *args)

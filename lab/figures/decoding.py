@@ -23,6 +23,7 @@ from ..decoding import (
     decode_schedule,
     kv_cache_bytes_per_token,
     kv_cache_table,
+    refill_ticks,
 )
 from .tiling import add_tiles
 
@@ -220,10 +221,14 @@ def draw_decode_schedule(
     return {"fa2": fa2, "flash_decoding": fd}
 
 
-def _timeline(key_blocks: int, heads: int, slots: int, splits: int) -> dict:
+def _timeline(
+    key_blocks: int, heads: int, slots: int, splits: int, refill: bool = False
+) -> dict:
     """One decoding step of a toy machine, tick by tick: each work item's key blocks, partial and the merge.
 
-    Returns `cells`, a list of (tick, slot, kind, label) with kind "block", "partial" or "merge", and the counts.
+    Waves by default: every item of a wave starts when the wave before has ended. `refill=True`: an item takes
+    the slot that frees first, as soon as it frees. Returns `cells`, a list of (tick, slot, kind, label) with
+    kind "block", "partial" or "merge", and the counts.
     """
     edges = [key_blocks * c // splits for c in range(splits + 1)]  # dealt out evenly
     chunks = [
@@ -233,14 +238,21 @@ def _timeline(key_blocks: int, heads: int, slots: int, splits: int) -> dict:
     longest = max(b - a for a, b in chunks)
     wave_len = longest + (splits > 1)  # the partials: one tick per wave
     waves = -(-len(items) // slots)
-    cells = []
+    cells, free = [], [0] * slots  # when each slot frees (refill)
     for n, (h, a, b) in enumerate(items):
         wave, slot = divmod(n, slots)
         start = wave * wave_len
+        if refill:  # the slot that frees first, the lowest on a tie
+            slot = min(range(slots), key=lambda j: (free[j], j))
+            start = free[slot]
         cells += [(start + t, slot, "block", f"{h}:{a + t}") for t in range(b - a)]
+        end = start + (b - a if refill else longest)  # waves: wait for the longest
         if splits > 1:
-            cells.append((start + longest, slot, "partial", "p"))
-    ticks = waves * wave_len + (splits > 1)  # the merge: one tick at the end
+            cells.append((end, slot, "partial", "p"))
+        free[slot] = end + (splits > 1)
+    ticks = (max(free) if refill else waves * wave_len) + (
+        splits > 1
+    )  # the merge: one tick at the end
     if splits > 1:
         cells += [(ticks - 1, slot, "merge", "") for slot in range(slots)]
     return dict(
@@ -254,20 +266,25 @@ def draw_tick_timeline(
     slots: int = 6,
     splits=(1, 3, 4),
     axes=None,
+    *,
+    refill: bool = False,
 ) -> dict:
     """A toy machine's slots against time, one panel per count in `splits`: what a tick of the model is.
 
     Each cell is one tick of one slot: a key block streamed (labelled head:block), a partial
     $(o_c, lse_c)$ written (p), or the merge. One sequence, `heads` K/V heads, `key_blocks` blocks.
-    Returns {splits: the ticks of the panel}, which equal `lab.decode_schedule`'s.
+    Returns {splits: the ticks of the panel}, which equal `lab.decode_schedule`'s (in waves), or with
+    `refill=True` (each item on the slot that frees first) `lab.decoding.refill_ticks`'s.
     Taught in: notebooks/10_decoding.ipynb
     """
     splits = tuple(splits)
-    runs = {s: _timeline(key_blocks, heads, slots, s) for s in splits}
+    runs = {s: _timeline(key_blocks, heads, slots, s, refill) for s in splits}
     for s, r in runs.items():  # the picture and the model agree, or the figure is wrong
-        model = decode_schedule(
-            128 * key_blocks, heads=heads, splits=s, processors=slots, per_processor=1
-        )
+        kw = dict(heads=heads, splits=s, processors=slots, per_processor=1)
+        if refill:
+            assert r["ticks"] == refill_ticks(128 * key_blocks, **kw), s
+            continue
+        model = decode_schedule(128 * key_blocks, **kw)
         assert r["ticks"] == model["ticks"] and r["waves"] == model["waves"], s
     if axes is None:
         _, axes = plt.subplots(
@@ -306,6 +323,8 @@ def draw_tick_timeline(
                 color="white",
             )
         waves = f"{r['waves']} wave{'s' * (r['waves'] > 1)}"
+        if refill:
+            waves = "each slot refilled as it frees"
         ax.set_title(
             f"splits = {s}: {r['items']} items on {slots} slots, {waves}, "
             f"longest chunk {r['longest']} key blocks: {r['ticks']} ticks",

@@ -95,6 +95,13 @@ def test_the_worked_block_quantizer_and_a_written_one_pass():
             dict(ret='lab.round_to(g / s, "fp8_e4m3") * s'),
             ["upside down", "cast x·s"],
         ),
+        (
+            dict(
+                ret='lab.round_to(g * np.exp2(np.floor(np.log2(s))), "fp8_e4m3")'
+                " / np.exp2(np.floor(np.log2(s)))"
+            ),
+            ["a power-of-two scale", "not the course's model", "s = 448 / max|x|"],
+        ),
     ],
     ids=[
         "per tensor",
@@ -110,6 +117,7 @@ def test_the_worked_block_quantizer_and_a_written_one_pass():
         "240 for 448",
         "464 for 448",
         "scale inverted",
+        "power of two",
     ],
 )
 def test_a_planted_block_quantizer_is_named(change, says):
@@ -412,3 +420,84 @@ def test_exercise_4_measurement_shows_only_the_block_scale_holds():
     assert per_matrix != EX[4].solution
     assert "all three inputs: []" in _measure_block_fp8(per_matrix)
     assert "write block_fp8 first" in _measure_block_fp8(EX[4].stub)
+
+
+# ------------------------------------------------------------------------------------ exercise 3: the flush gap
+
+GAP = """
+def flush_gap(fmt, scale):
+    sub = lab.format_info(fmt)["{which}"]
+    return float({expr})
+"""
+
+
+def _gap(which="smallest_subnormal", expr="np.log(2 * scale / sub)") -> str:
+    return GAP.format(which=which, expr=expr)
+
+
+def test_the_worked_flush_gap_passes_and_the_stub_is_not_implemented():
+    for src in (EX[3].solution, _gap()):
+        out = run_check(EX[3], src)
+        assert "flush_gap: ✓ passed 4 cases" in out and "✗" not in out, out
+    assert "not implemented yet" in run_check(EX[3], EX[3].stub)
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (
+            dict(expr="np.log(scale / sub)"),
+            ["ln 2 short", "half the smallest subnormal"],
+        ),
+        (dict(which="tiny"), ["smallest *normal* number", "subnormals still hold"]),
+        (dict(expr="np.log(2 / sub)"), ["the scale is missing", "ln(scale)"]),
+        (dict(expr="np.log(2 / (sub * scale))"), ["the scale works the wrong way"]),
+        (dict(expr="np.log2(2 * scale / sub)"), ["powers of two (log2)", "take ln"]),
+        (dict(expr="-np.log(2 * scale / sub)"), ["the sign", "positive"]),
+    ],
+    ids=["no half", "smallest normal", "no scale", "scale inverted", "log2", "sign"],
+)
+def test_a_planted_flush_gap_is_named(change, says):
+    assert_fails(EX[3], _gap(**change), *says)
+
+
+def test_a_flush_gap_searched_with_round_to_or_read_from_lab_is_refused():
+    search = """
+    def flush_gap(fmt, scale):
+        lo, hi = 0.0, 200.0
+        for _ in range(80):
+            mid = (lo + hi) / 2
+            y = lab.round_to(np.float32([scale * np.exp(-mid)]), fmt)[0]
+            lo, hi = (lo, mid) if y == 0 else (mid, hi)
+        return hi
+    """
+    assert_fails(EX[3], search, "lab.round_to")
+    cheat = (
+        "from lab.checks.precision_attention import flush_gap_reference as f\n"
+        "def flush_gap(fmt, scale):\n    return f(fmt, scale)\n"
+    )
+    assert_fails(EX[3], cheat, "flush_gap_reference")
+
+
+def test_the_flush_gap_is_the_edge_of_the_cast():
+    """The reference's gap is where fl(scale·e^-g) turns 0: just short of it survives, at and past it not."""
+    import lab
+
+    for fmt in ("fp8_e4m3", "fp8_e5m2", "fp16"):
+        for scale in (1.0, 256.0):
+            g = precision_attention.flush_gap_reference(fmt, scale)
+            inside, past = (
+                np.float32([scale * np.exp(-g * (1 - 1e-4))]),
+                np.float32([scale * np.exp(-g * (1 + 1e-6))]),
+            )
+            assert lab.round_to(inside, fmt)[0] > 0 and lab.round_to(past, fmt)[0] == 0
+
+
+def test_the_flush_gap_cases_are_drawn_fresh_and_repeat_with_the_seed(capsys):
+    a = precision_attention._flush_cases(np.random.default_rng(1))
+    assert a[:3] == [("fp8_e4m3", 1.0), ("fp8_e5m2", 1.0), ("fp8_e4m3", 256.0)]
+    wrong = lambda fmt, scale: 1.0  # noqa: E731
+    precision_attention.check_flush_gap(wrong, seed=7)
+    first = capsys.readouterr().out
+    precision_attention.check_flush_gap(wrong, seed=7)
+    assert capsys.readouterr().out == first and "seed=7" in first

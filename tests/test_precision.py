@@ -271,3 +271,21 @@ def test_truncate_tf32_cuts_toward_zero_and_keeps_specials():
     assert np.array_equal(
         lab.round_to(lab.truncate_tf32(v), "tf32"), lab.truncate_tf32(v)
     )  # a TF32 value
+
+
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "bf16", "fp16"])
+def test_number_grid_steps_double_and_the_stall_is_half_a_step(fmt):
+    import matplotlib.pyplot as plt
+
+    from lab.figures.precision import draw_number_grid
+
+    out = draw_number_grid(fmt)
+    plt.close("all")
+    info = lab.format_info(fmt)
+    assert out["step"] == {x: info["eps"] * x for x in (1.0, 2.0, 4.0)}
+    assert out["stall"] == {x: info["eps"] * x / 2 for x in (1.0, 2.0, 4.0)}
+    assert len(out["values"]) == 3 * 2 ** info["mantissa_bits"]  # 2^t values an octave
+    with pytest.raises(ValueError, match="fmt"):
+        draw_number_grid("fp12")
+    with pytest.raises(ValueError, match="starts"):
+        draw_number_grid(fmt, starts=(1.0, 3.0))

@@ -3,7 +3,8 @@ nearest even from a format's bit layout, and the rms rounding error of uniform s
 
 - `check_first_bad_M`        : the M from which on $l = \\mathrm{fl}(l_{tiles} + \\mathrm{part})$, every addition rounded
   to the format, stays more than `tol` off the exact sum; names the classic wrong answer (block ignored,
-  tile ends only, the first crossing, a 0-based index, exact additions, the unrounded reference, the error relative to l).
+  tile ends only, the last
+  shorter tile dropped, the first crossing, a 0-based index or one past it, entries not rounded first, exact additions, the unrounded reference, the error relative to l).
 - `check_round_nearest_even` : $\\mathrm{fl}(x)$ for a layout of `e` exponent bits and `t` mantissa bits against
   the libraries and against `format_grid` (every value of the layout, searched), for ties, subnormals and
   overflow; says which of these the first wrong value is and refuses answers that call `lab.round_to`,
@@ -171,6 +172,30 @@ def _l_tiles_exact(p, fmt: str, block: int) -> np.ndarray:
     return l.astype(np.float64).ravel()[:M]
 
 
+def _l_unrounded_entries(p, fmt: str, block: int) -> np.ndarray:
+    """`_l_after_each_key` with the entries p left as given: only the additions rounded to `fmt`."""
+
+    def fl(a):
+        return round_to(np.asarray(a, np.float64).astype(np.float32), fmt).astype(
+            np.float64
+        )
+
+    p = np.asarray(p, np.float64)
+    M, nb = p.size, -(-p.size // block)
+    pb = np.zeros(nb * block)
+    pb[:M] = p
+    pb = pb.reshape(nb, block)
+    part, parts = np.zeros(nb), np.zeros((nb, block))
+    for i in range(block):  # the tiles' running sums, all tiles at once
+        part = fl(part + pb[:, i])
+        parts[:, i] = part
+    before, l_tiles = np.zeros(nb), 0.0
+    for t in range(nb):
+        before[t] = l_tiles
+        l_tiles = float(fl(l_tiles + parts[t, -1]))
+    return fl(before[:, None] + parts).ravel()[:M]
+
+
 def _first_over(l, exact, tol, at=None):
     """The M (1-based) from which on, up to the row's end, |l - exact| > tol·exact, among the positions `at` (all by
     default); None when the last is within tol."""
@@ -197,7 +222,27 @@ def _first_bad_variants(p, fmt: str, block: int, tol: float) -> dict:
     l = _l_after_each_key(p, fmt, block)
     right = _first_over(l, exact, tol)
     ends = np.r_[np.arange(block - 1, x.size, block), x.size - 1]
+    full = (x.size // block) * block  # keys in whole tiles
     out = {
+        "dropped last tile": (
+            _first_over(l[:full], exact[:full], tol) if 0 < full < x.size else right,
+            "the M of the row without its last, shorter tile: a row of M keys ends with a tile of "
+            "M mod block keys, and those keys count too",
+        ),
+        "one more": (
+            None if right is None else right + 1,
+            "one more than the answer: test l right after adding key j (from 0), which ends a row "
+            "of M = j + 1 keys, not before it",
+        ),
+        "no pre-rounding": (
+            _first_over(
+                _l_unrounded_entries(p, fmt, block),
+                np.cumsum(np.asarray(p, np.float64)),
+                tol,
+            ),
+            "the M of a sum whose entries were never rounded: the kernel stores each p_j in fmt "
+            "before it adds it (round p first, then every addition)",
+        ),
         "sequential": (
             _first_over(_l_after_each_key(p, fmt, 1), exact, tol),
             "the M of the one-key-at-a-time sum: `block` was ignored; each tile is summed on its own "
@@ -271,7 +316,18 @@ def _first_bad_cases(rng) -> list:
             "1,000 entries 1 - 2^-9 (a tie: each rounds to 1), bf16, one at a time, tol 0.1%",
             (np.full(1000, 1 - 2.0**-9), "bf16", 1, 1e-3),
         ),
+        (
+            "2,000 keys, bf16, block 96 (its last 80 keys bring l back within tol), tol 0.5%",
+            (_partial_tile_row(), "bf16", 96, 5e-3),
+        ),
     ]
+
+
+def _partial_tile_row() -> np.ndarray:
+    """A fixed row (seed 0, std(s) = 1, 2,000 keys) whose answer with block 96 is None while the row cut
+    to its 20 whole tiles is off for good from M = 1,911: only the last, shorter tile decides."""
+    s = np.random.default_rng(0).standard_normal(2000)
+    return np.exp(s - s.max())
 
 
 def check_first_bad_M(fn, *, name: str | None = None, seed: int | None = None) -> None:
@@ -316,11 +372,13 @@ def check_first_bad_M(fn, *, name: str | None = None, seed: int | None = None) -
             continue
         print(f"{name}: ✗ case {i} ({label}): expected M = {want}, got {got}")
         known = [
-            text
-            for m, text in _first_bad_variants(p, fmt, block, tol).values()
+            (key, text)
+            for key, (m, text) in _first_bad_variants(p, fmt, block, tol).items()
             if m == got
         ]
-        known = "; or ".join(known[:2])  # two mistakes can give the same M on one row
+        if known and known[0][0] == "dropped last tile":
+            known = known[:1]  # a dropped tile also gives None where exact sums would
+        known = "; or ".join(t for _, t in known[:2])  # two mistakes can give one M
         print(
             f"  hint: yours is {known}"
             if known
@@ -331,7 +389,7 @@ def check_first_bad_M(fn, *, name: str | None = None, seed: int | None = None) -
         return
     print(
         f"{name}: ✓ passed {len(cases)} rows (fresh ones, a stalling tile, entries rounding up, "
-        "tol never reached)"
+        "tol never reached, a last tile that decides)"
     )
 
 

@@ -1,7 +1,7 @@
 """Checks for the exercises of notebook 07_precision_in_attention: the random-sign Hadamard rotation, the
 FP8 layout for P, and the block quantizer.
 
-- `check_block_fp8` : `fn(x, rows)` must be FlashAttention-3's block quantization (one scale 448/max|x| per group
+- `check_block_fp8` : `fn(x, rows)` must be the course's model of FlashAttention-3's block quantization (one scale 448/max|x| per group
   of `rows` rows), equal to `lab.quantize_fp8(x, rows)` on fresh outlier inputs; names the classic mistakes.
 
 - `check_fp8_layout` : exercise 3's three predictions (which layout flushes fewer P entries, which errs less
@@ -52,6 +52,8 @@ __all__ = [
     "fp8_error_with_rotation",
     "check_fp8_layout",
     "fp8_layout_measured",
+    "check_flush_gap",
+    "flush_gap_reference",
 ]
 
 
@@ -316,6 +318,126 @@ def check_fp8_layout(prediction: dict, *, seed: int | None = None) -> None:
     )
 
 
+# ------------------------------------------------------------------------- exercise 3: the flush gap
+
+
+def flush_gap_reference(fmt: str, scale: float = 1.0) -> float:
+    """$g = \\ln(2\\,\\mathrm{scale} / x_{sub})$: an entry $p = e^{s - m}$ cast as $\\mathrm{fl}(\\mathrm{scale}\\cdot p)$
+    rounds to 0 exactly when $m - s \\ge g$ ($x_{sub}$ the format's smallest subnormal; half of it is a tie,
+    which goes to the even neighbour 0)."""
+    from ..precision import format_info
+
+    return float(np.log(2 * scale / format_info(fmt)["smallest_subnormal"]))
+
+
+def _flush_variants(fmt: str, scale: float) -> dict:
+    """{mistake: (g, hint)} for the classic wrong gaps."""
+    from ..precision import format_info
+
+    info = format_info(fmt)
+    sub, tiny = info["smallest_subnormal"], info["tiny"]
+    g = flush_gap_reference(fmt, scale)
+    return {
+        "no half": (
+            np.log(scale / sub),
+            "ln 2 short: an entry flushes up to half the smallest subnormal (the tie at exactly half goes "
+            "to 0), not up to the subnormal itself",
+        ),
+        "normal": (
+            np.log(2 * scale / tiny),
+            "the gap to the smallest *normal* number: below it the subnormals still hold nonzero values; "
+            "only under half the smallest subnormal is an entry lost",
+        ),
+        "normal no half": (
+            np.log(scale / tiny),
+            "the gap to the smallest *normal* number: below it the subnormals still hold nonzero values; "
+            "only under half the smallest subnormal is an entry lost",
+        ),
+        "no scale": (
+            np.log(2 / sub),
+            "the scale is missing: the cast sees scale·p, so the gap grows by ln(scale)",
+        ),
+        "scale inverted": (
+            np.log(2 / (sub * scale)),
+            "the scale works the wrong way: scale·p is larger than p, so a scale above 1 lets *more* "
+            "of the row survive: the gap grows by ln(scale)",
+        ),
+        "log2": (
+            g / np.log(2),
+            "a gap in powers of two (log2): the scores are in e's units, p = e^(s - m), so take ln",
+        ),
+        "sign": (
+            -g,
+            "the sign: m - s >= 0 for every key, and the gap is positive",
+        ),
+    }
+
+
+def _flush_cases(rng) -> list:
+    """(fmt, scale): the two FP8 layouts unscaled and at FlashAttention-3's 256, then a fresh format and scale."""
+    fresh = (
+        str(rng.choice(["fp16", "fp8_e4m3", "fp8_e5m2"])),
+        float(rng.choice([4.0, 32.0, 100.0, 448.0 / 2])),
+    )
+    return [("fp8_e4m3", 1.0), ("fp8_e5m2", 1.0), ("fp8_e4m3", 256.0), fresh]
+
+
+def check_flush_gap(fn, *, name: str | None = None, seed: int | None = None) -> None:
+    """Check `fn(fmt, scale)`: the score gap $m - s$ from which on $\\mathrm{fl}(\\mathrm{scale}\\cdot e^{s-m}) = 0$.
+
+    Compared with `flush_gap_reference` to 1e-9 and by its property: entries just past the gap round to 0 in
+    the format, entries just short of it do not (`round_to`). Names the classic mistakes (`_flush_variants`);
+    `round_to`, `p_underflow` and `flush_gap_reference` are refused (the gap is derived from the layout).
+    Taught in: notebooks/07_precision_in_attention.ipynb
+    """
+    name = name or getattr(fn, "__name__", "your function")
+    rng, seed = _fresh(seed)
+    cases = _flush_cases(rng)
+    for fmt, scale in cases:
+        label = f"({fmt!r}, scale={scale:g})"
+        ok, got = _call(
+            name,
+            fn,
+            (fmt, scale),
+            label,
+            [],
+            ("round_to", "p_underflow", "flush_gap_reference"),
+        )
+        if not ok:
+            print(seed_note(seed), end="")
+            return
+        try:
+            got = float(got)
+        except (TypeError, ValueError):
+            print(
+                f"{name}: ✗ case {label}: returned {got!r}, expected one number (a gap m - s)"
+            )
+            return
+        want = flush_gap_reference(fmt, scale)
+        if abs(got - want) <= 1e-9 * abs(want):
+            continue
+        hint = next(
+            (
+                text
+                for g, text in _flush_variants(fmt, scale).values()
+                if abs(got - g) <= 1e-6 * abs(g)
+            ),
+            "an entry p = e^(s - m) is cast as fl(scale·p); find the largest p that rounds to 0 "
+            "from the layout (lab.format_info(fmt)), then solve for m - s",
+        )
+        below = round_to(np.float32([scale * np.exp(-got)]), fmt)[0]
+        print(
+            f"{name}: ✗ case {label}: gap {got:.4g}, expected {want:.4g}; at your gap "
+            f"fl(scale·e^(-gap)) = {below:.3g}\n  hint: yours is {hint}"
+        )
+        print(seed_note(seed), end="")
+        return
+    print(
+        f"{name}: ✓ passed {len(cases)} cases (e4m3 and e5m2 unscaled, e4m3 at 256, "
+        "a fresh format and scale): the gap, to 1e-9"
+    )
+
+
 # ------------------------------------------------------------------------- exercise 4: the block quantizer
 
 
@@ -347,12 +469,14 @@ def _groups_scaled(
     per_matrix=True,
     columns=False,
     inverted=False,
+    pow2=False,
 ) -> np.ndarray:
     """A planted variant of the block quantizer: `absolute=False` scales by max x (not max |x|), `undo=False`
     returns fl(x·s) without dividing by s, `guard=False` divides by a group's max even when it is 0, `top`
     maps max |x| onto another value than e4m3's largest, 448; `cast` is the rounding (`_e4m3`);
     `per_matrix=False` shares each group's scale across the leading axes (the heads); `columns` gives each column
-    of a group its own scale; `inverted` casts x / s and multiplies back, the scale upside down."""
+    of a group its own scale; `inverted` casts x / s and multiplies back, the scale upside down; `pow2` rounds the
+    scale down to a power of two."""
     x = np.asarray(x, np.float32)
     out = np.empty_like(x)
     with np.errstate(all="ignore"):
@@ -366,6 +490,8 @@ def _groups_scaled(
             if guard:
                 amax = np.where(amax > 0, amax, np.float32(1))
             s = np.float32(top) / amax
+            if pow2:
+                s = np.exp2(np.floor(np.log2(s))).astype(np.float32)
             if inverted:
                 out[..., r0 : r0 + rows, :] = _e4m3(g / s, cast) * s
                 continue
@@ -404,6 +530,9 @@ _BLOCK_MISTAKES = {
     "tie), not a value e4m3 holds; its largest value is 448, so s = 448 / max|x|",
     "inverted": "the scale is upside down: yours casts x / s and multiplies back; cast x·s with "
     "s = 448 / max|x|, so the group's largest magnitude lands on 448, then divide by s",
+    "power of two": "a power-of-two scale, 2^floor(log2(448 / max|x|)): exact to apply, and a sound "
+    "choice (the OCP Microscaling formats share one), but not the course's model, which puts the "
+    "group's largest magnitude exactly on 448 with s = 448 / max|x| (yours leaves it up to 2x lower)",
 }
 
 
@@ -444,7 +573,7 @@ def _nan_only_in_zero_groups(got, x, rows) -> bool:
 
 
 def check_block_fp8(fn, *, name: str | None = None, seed: int | None = None) -> None:
-    """Check `fn(x, rows)`, FlashAttention-3's block quantization: fl_e4m3(x·s)/s with one s = 448/max|x| per
+    """Check `fn(x, rows)`, the course's model of FlashAttention-3's block quantization: fl_e4m3(x·s)/s with one s = 448/max|x| per
     group of `rows` consecutive rows (the last may be shorter, a group of zeros keeps s = 1); print one verdict.
 
     Cases drawn fresh each run on outlier inputs; names the classic mistakes (one scale per matrix, for the whole
@@ -488,6 +617,7 @@ def check_block_fp8(fn, *, name: str | None = None, seed: int | None = None) -> 
             "top 240": _groups_scaled(x, rows, top=240.0),
             "top 464": _groups_scaled(x, rows, top=464.0),
             "inverted": _groups_scaled(x, rows, inverted=True),
+            "power of two": _groups_scaled(x, rows, pow2=True),
         }
         fault = next(
             (
@@ -519,7 +649,7 @@ def check_block_fp8(fn, *, name: str | None = None, seed: int | None = None) -> 
         print(seed_note(seed), end="")
         return
     print(
-        f"{name}: ✓ passed {len(cases)} fresh cases, equal to FlashAttention-3's block quantization\n"
+        f"{name}: ✓ passed {len(cases)} fresh cases, equal to the course's model of block quantization\n"
         "  (a shorter last group, a group of zeros, a negative largest entry)"
     )
 

@@ -34,6 +34,7 @@ __all__ = [
     "draw_p_explorer",
     "draw_matmul_error",
     "draw_real_vs_gaussian",
+    "draw_number_grid",
     "FORMAT_LABELS",
 ]
 
@@ -512,3 +513,63 @@ def draw_l_stall(
     low.legend(fontsize=8, ncol=3, loc="upper left")
     fig.tight_layout()
     return out
+
+
+def draw_number_grid(fmt: str = "fp8_e4m3", starts=(1.0, 2.0, 4.0)) -> dict:
+    """Draw a format's numbers in the octaves $[2^E, 2^{E+1})$ from `starts`, the half-step band of rounding
+    around each octave's first value, and the share of $p$ that $\\mathrm{fl}(x + p) - x$ keeps for
+    $x$ = each start; return {"step": {x: step}, "stall": {x: the largest p with fl(x + p) = x}}.
+
+    The step is $\\epsilon\\,2^E$ (doubling with each octave) and the stall is half of it (a tie goes to the
+    even $x$), both read off `round_to`, not typed in.
+    Taught in: notebooks/07_precision.ipynb
+    """
+    if fmt not in FORMAT_LABELS:
+        raise ValueError(f"fmt must be one of {sorted(FORMAT_LABELS)}, got {fmt!r}")
+    starts = [float(x) for x in starts]
+    if not starts or any(x <= 0 or np.log2(x) % 1 for x in starts):
+        raise ValueError(f"starts must be positive powers of two, got {starts}")
+    t = format_info(fmt)["mantissa_bits"]
+    lo, hi = min(starts), 2 * max(starts)
+    n = 2**t * int(np.log2(hi / lo))  # values of the format in [lo, hi)
+    cand = np.unique(round_to(np.geomspace(lo, hi, 64 * n, endpoint=False), fmt))
+    values = cand[(cand >= lo) & (cand < hi)]  # every value of the format there
+    step = {x: float(values[values > x].min() - x) for x in starts}
+    p = np.geomspace(2.0**-8, 1.0, 3000).astype(np.float32) * hi / 8
+    kept = {x: (round_to(np.float32(x) + p, fmt) - np.float32(x)) / p for x in starts}
+    stall = {}
+    for x in (
+        starts
+    ):  # the largest x + p that rounds back to x: half a step (the tie goes to x)
+        edge = np.float32(x + step[x] / 2)
+        past = np.nextafter(edge, np.float32(np.inf))
+        assert round_to(edge, fmt) == x < round_to(past, fmt), (fmt, x)
+        stall[x] = float(edge - np.float32(x))
+    fig, (top, low) = plt.subplots(2, 1, figsize=(10, 6.2))
+    top.plot(values, np.zeros_like(values), "|", ms=26, mew=2, color="C0")
+    for i, x in enumerate(starts):
+        below = (
+            float(x - values[values < x].max()) if (values < x).any() else step[x] / 2
+        )
+        top.axvspan(x - below / 2, x + step[x] / 2, color=f"C{i + 1}", alpha=0.4)
+        top.annotate(f"step {step[x]:g}", (x * 1.5, 0.3), ha="center", fontsize=15)
+    top.set(yticks=[], ylim=(-0.5, 0.6), xlim=(lo - 0.3, hi + 0.1))
+    top.set_xticks(starts + [hi], [f"{x:g}" for x in starts + [hi]], fontsize=14)
+    top.set_title(
+        f"{FORMAT_LABELS[fmt]}: every value from {lo:g} to {hi:g}; shaded: what rounds to {lo:g}, "
+        f"{starts[1] if len(starts) > 1 else lo:g}, ...",
+        fontsize=13,
+    )
+    for i, x in enumerate(starts):
+        low.plot(p, kept[x], color=f"C{i + 1}", lw=2.5, label=f"x = {x:g}")
+        low.axvline(stall[x], color=f"C{i + 1}", ls=":", lw=2)
+    low.set(xscale="log", ylim=(-0.05, 2.1))
+    low.set_xlabel("p added to x", fontsize=13)
+    low.set_ylabel("share of p kept:\n(fl(x + p) - x) / p", fontsize=12)
+    low.legend(fontsize=12, loc="upper left")
+    low.set_title(
+        "below half a step (dotted) x + p rounds back to x: all of p is lost",
+        fontsize=13,
+    )
+    fig.tight_layout()
+    return {"fmt": fmt, "values": values, "step": step, "stall": stall}

@@ -9,6 +9,8 @@ A ladder of evidence, each step computed rather than typed in:
   4. `first_broken_score`   : the first integer largest score s, going up or down, where `softmax_naive` of a row
                               is broken by that rule (the sum can overflow before any single term; subnormal
                               exponentials lose relative precision long before they reach 0).
+  4b. `break_points`        : the same edges on a fine grid of s (0.01 apart): an integer scan flatters the lower
+                              edge, where some s still work by luck of the subnormal grid below the real break.
   5. `naive_vs_safe`        : both softmaxes of one row, per dtype, with their errors, for the slider.
 
 "Works" is an error bound, not "finite and sums to about 1": at s = -17 in fp16 the naive softmax of
@@ -19,9 +21,12 @@ Taught in: notebooks/01_three_pass_softmax.ipynb
 
 from __future__ import annotations
 
+import functools
+
 import ml_dtypes
 import numpy as np
 
+from .notebook import measured
 from .softmax import softmax_naive, softmax_safe
 from .validate import check_choice
 
@@ -37,6 +42,7 @@ __all__ = [
     "softmax_broken",
     "naive_vs_safe",
     "first_broken_score",
+    "break_points",
     "overflow_table",
     "overflow_rows",
 ]
@@ -52,9 +58,10 @@ SOFTMAX_DTYPES = {
 GAPS = (0.0, 1.0, 2.0, 3.0)
 
 # A softmax computed in a format works when every entry is within WORKS_EPS units of that format's epsilon of the
-# float64 answer, relative to the entry. The naive softmax rounds three times (exp, sum, divide), each at most
-# eps/2, so where it works it stays within about 2·eps (2.6·eps at worst over s = -1000..1000, every dtype); 8·eps
-# leaves room for another CPU's exp and summation order, and catches a subnormal exponential (which keeps fewer bits).
+# float64 answer, relative to the entry. With a correctly rounded exp each step (exp, sum, divide) rounds by at most
+# eps/2, about 3·eps in all; a library's exp is not correctly rounded and adds a few ulp (numpy's float32 exp, a
+# little over 3·eps at worst here). 8·eps leaves room for another CPU's exp and summation order, and still catches a
+# subnormal exponential (which keeps fewer bits).
 WORKS_EPS = 8
 
 
@@ -222,8 +229,52 @@ def first_broken_score(
     return int(s[hit[0]])
 
 
+@functools.lru_cache(maxsize=32)
+def _break_points(dtype: str, gaps: tuple, step: float, limit: float) -> dict:
+    k = int(round(limit / step))
+    out = {}
+    for key, direction in (("above", +1), ("below", -1)):
+        s = np.round(direction * np.arange(0, k + 1) * step, 10)  # (k + 1,)
+        x = score_row(s, dtype, gaps)  # (k + 1, n) in the dtype
+        broken = softmax_broken(softmax_naive(x), _reference(x), dtype)  # (k + 1,)
+        if not broken.any():
+            raise ValueError(
+                f"the naive softmax did not break in {dtype} for |s| <= limit={limit}"
+            )
+        first = int(np.argmax(broken))
+        out[key] = float(s[first])
+        if direction < 0:
+            works = np.flatnonzero(~broken[first:]) + first  # below the edge, by luck
+            last = int(works.max()) if works.size else first - 1
+            out["lowest_working"] = float(s[last])
+            between = broken[first : last + 1]  # empty when none works below the edge
+            out["share_broken"] = float(between.mean()) if between.size else 1.0
+    return out
+
+
+def break_points(
+    dtype: str, gaps=GAPS, step: float = 0.01, limit: float = 800.0
+) -> dict:
+    """Where the naive softmax of `score_row(s)` breaks, scanned on a grid of s `step` apart (not only integers).
+
+    `above`: the first broken s counting up from 0 (the sum overflows); `below`: the first broken s counting down,
+    the lower edge that holds for every s above it (just above $\\log(\\text{smallest normal})$); `lowest_working`:
+    the lowest s that still works, by luck of the subnormal grid; `share_broken`: the share of the grid's s from
+    `below` down to `lowest_working` that are broken. Taught in: notebooks/01_three_pass_softmax.ipynb
+    """
+    if not step > 0 or not limit > step:
+        raise ValueError(f"step must be > 0 and limit > step, got {step=}, {limit=}")
+    name = dtype if isinstance(dtype, str) else np.dtype(_dtype(dtype)).name
+    _dtype(dtype)  # a clear error for an unknown format
+    gaps = tuple(float(g) for g in np.atleast_1d(gaps))
+    return dict(_break_points(name, gaps, float(step), float(limit)))
+
+
 def overflow_table(dtypes=tuple(SOFTMAX_DTYPES), gaps=GAPS) -> list[dict]:
     """One row per dtype: `exp_limits`, `works_tolerance`, `first_exp_overflow`, and where the naive softmax breaks above and below.
+
+    `naive_breaks_above`/`below` are the first broken integers; `breaks_above`, `breaks_below`, `lowest_working` the
+    `break_points` of a grid 0.01 apart.
 
     Taught in: notebooks/01_three_pass_softmax.ipynb
     """
@@ -234,23 +285,27 @@ def overflow_table(dtypes=tuple(SOFTMAX_DTYPES), gaps=GAPS) -> list[dict]:
         row["first_exp_inf"] = first_exp_overflow(name)
         row["naive_breaks_above"] = first_broken_score(name, gaps, +1)
         row["naive_breaks_below"] = first_broken_score(name, gaps, -1)
+        fine = break_points(name, gaps)
+        row["breaks_above"], row["breaks_below"] = fine["above"], fine["below"]
+        row["lowest_working"] = fine["lowest_working"]
         rows.append(row)
     return rows
 
 
 def overflow_rows() -> list[dict]:
-    """`overflow_table`'s rows laid out for `lab.format_table`: eps, log Ω, the first integer s with e^s = inf, the
-    first broken s going up and going down for the row (s, s-1, s-2, s-3), log(smallest normal) and
-    log(smallest subnormal). Taught in: notebooks/01_three_pass_softmax.ipynb"""
+    """`overflow_table`'s rows laid out for `lab.format_table`: eps, log Ω, the first broken s going up, log(smallest
+    normal), the first broken s going down, the lowest s that still works by luck, and log(smallest subnormal), for
+    the row (s, s-1, s-2, s-3) on a grid of s 0.01 apart. The scanned edges go through `lab.measured`: near an edge
+    the verdict turns on the last bit of the library's exp, which differs by CPU. Taught in: notebooks/01_three_pass_softmax.ipynb"""
     return [
         {
             "dtype": r["dtype"],
             "eps": f"{r['eps']:.1e}",
             "log Ω": f"{r['log_max']:.2f}",
-            "1st s: e^s=inf": r["first_exp_inf"],
-            "breaks, s >=": r["naive_breaks_above"],
+            "1st break up": measured(r["breaks_above"], ".2f"),
             "log(normal)": f"{r['log_normal']:.2f}",
-            "breaks, s <=": r["naive_breaks_below"],
+            "1st break down": measured(r["breaks_below"], ".2f"),
+            "lowest working": measured(r["lowest_working"], ".2f"),
             "log(subnormal)": f"{r['log_smallest']:.2f}",
         }
         for r in overflow_table()

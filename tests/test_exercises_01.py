@@ -829,16 +829,46 @@ def test_the_opening_states_both_low_regimes_and_a_cell_computes_where_each_begi
     cells = nbformat.read(ROOT / "notebooks" / f"{NAME}.ipynb", as_version=4).cells
     opening = next(c.source for c in cells if c.source.startswith("# 01"))
     assert "subnormal" in opening and "0/0" in opening and "sum to 1" in opening
-    scan = next(
-        c for c in cells if c.source.startswith("# Going down: the first broken s")
-    )
-    printed = "".join(o.get("text", "") for o in scan.outputs)
-    s = np.arange(0, -801, -1)
+    scans = [
+        c
+        for c in cells
+        if c.source.startswith(("# fp16 going down", "# fp16, the same"))
+    ]
+    assert len(scans) == 2
+    printed = "".join(o.get("text", "") for c in scans for o in c.outputs)
+    s = np.round(np.arange(0, -20, -0.01), 2)
+    x = lab.score_row(s, "fp16")
+    y = lab.softmax_naive(x).astype(np.float64)
+    broken = lab.softmax_broken(y, lab.softmax_safe(x.astype(np.float64)), "fp16")
+    first_nan = s[np.isnan(y).any(axis=1)].max()
+    assert f"first NaN s: ‹{first_nan:.2f}›; NaN below it: True" in printed, printed
+    first = s[broken.argmax()]
+    assert f"first broken s: ‹{first:.2f}›, just above -9.70: True" in printed, printed
+    # an integer scan flatters fp16: -10 and -11 work, -10.25 between them does not
+    assert "s = -10: works, -10.25: broken, -11: works" in printed
+
+
+def test_the_fine_scan_finds_the_lower_edge_an_integer_scan_misses():
+    """`break_points` scans s 0.01 apart: fp16's first break going down sits just above log(smallest normal),
+    above the integer scan's, and some s below it still work."""
+    from lab.overflow import break_points
+
     for name in lab.SOFTMAX_DTYPES:
-        y = lab.softmax_naive(lab.score_row(s, name)).astype(np.float64)
-        first_nan = int(s[np.isnan(y).any(axis=1).argmax()])
-        line = next(ln for ln in printed.splitlines() if ln.startswith(name))
-        assert str(first_nan) in line.split() and line.split()[-1] == "True", line
+        fine, lim = break_points(name), lab.exp_limits(name)
+        assert 0 < fine["below"] - lim["log_normal"] < 0.5, (name, fine)
+        # the integers are on the grid: the fine edge is never below the integer one
+        assert fine["below"] >= lab.first_broken_score(name, direction=-1)
+        if name != "bf16":  # bf16's coarse grid of s leaves no lucky s below its edge
+            assert fine["lowest_working"] < fine["below"], (name, fine)
+        crowd = float(np.log(np.exp(-np.arange(4.0)).sum()))
+        assert abs(fine["above"] - (lim["log_max"] - crowd)) < 0.05, (name, fine)
+    assert (
+        break_points("fp16")["below"] > lab.first_broken_score("fp16", direction=-1) + 2
+    )
+    with pytest.raises(ValueError, match="step"):
+        break_points("fp16", step=0)
+    with pytest.raises(ValueError, match="dtype"):
+        break_points("fp12")
 
 
 def test_exercise_3_a_masked_row_may_skip_pass_3_s_loads():
@@ -878,3 +908,17 @@ def test_the_safe_shift_is_asked_for_before_it_is_shown():
         "max first" not in above and "A fully masked row needs one guard" not in above
     )
     assert revealed > check_cell and "m = \\max_j x_j" in text[revealed]
+
+
+def test_a_torch_imported_inside_the_function_is_named_plainly():
+    """A first `import torch` inside the learner's function records torch's own module code; the refusal says
+    "torch", not its internals."""
+    from lab.checks.softmax import _refusal
+
+    seen = ["torch.<module>", "torch.torch_version.TorchVersion", "torch.SymInt"]
+    said = _refusal(seen)
+    assert said.startswith("it calls torch:") and "asks for numpy" in said
+    assert "TorchVersion" not in said and "<module>" not in said
+    assert "calls torch.softmax" in _refusal(
+        ["torch.softmax"]
+    )  # an op, when seen, is named

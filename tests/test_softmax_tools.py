@@ -327,7 +327,15 @@ def test_figures_return_their_numbers():
         r["results"]["fp16"]["naive_broken"]
         and not r["results"]["fp64"]["naive_broken"]
     )
-    assert r["breaks"]["fp16"] == {"above": 11, "below": -12}
+    # the bars are drawn to the fine scan, not to the first broken integers (11 and -12)
+    from lab.overflow import break_points
+
+    fine = break_points("fp16")
+    assert r["breaks"]["fp16"] == {
+        k: fine[k] for k in ("above", "below", "lowest_working")
+    }
+    assert 10.6 < fine["above"] < 11 and -9.7 < fine["below"] < -9.2
+    assert fine["lowest_working"] < -11  # some s below the edge work, by luck
     r = draw_access_counts(n=64, block=4)
     assert r["per_element"] == {"naive": 3.0, "safe": 4.0, "online": 3.0}
     r = draw_online_trace(block=8)

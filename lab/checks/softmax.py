@@ -45,6 +45,7 @@ __all__ = [
     "check_count_rescales",
 ]
 
+from . import _support
 from ._support import (
     _copies,
     _element_hint,
@@ -52,11 +53,20 @@ from ._support import (
     _guarded,
     _hint,
     _own_work,
-    _refusal,
     _same,
     _settled,
     _watching,
 )
+
+
+def _refusal(seen) -> str:
+    """`_support._refusal`, with a torch imported inside the learner's function named plainly "torch": its import
+    runs torch's module code, whose internals (torch.<module>, TorchVersion, SymInt) say nothing to a learner."""
+    seen = [seen] if isinstance(seen, str) else list(seen)
+    if any(w.startswith("torch") and "<module>" in w for w in seen):
+        seen = ["torch"]
+    return _support._refusal(seen)
+
 
 # ------------------------------------------------------------------------------------ 01 three-pass softmax
 
@@ -233,6 +243,7 @@ def check_row_edges(
                     "overflow_table",
                     "first_exp_overflow",
                     "first_broken_score",
+                    "break_points",
                     "softmax_naive",
                 )
             ],
@@ -398,6 +409,7 @@ def _check_row_overflow(fn, seed) -> None:
                     "exp_limits",
                     "overflow_table",
                     "first_broken_score",
+                    "break_points",
                     "softmax_naive",
                 )
             ],
@@ -1377,7 +1389,7 @@ def check_online_softmax(
         ),
         held_hint="keep only (m, l) between the passes, no copy of the row and no list of its "
         "exponentials; load `block` scores at a time, x[j0:j0 + block], in each pass",
-        passed="each score loaded twice, each y_j stored once",
+        passed="each score loaded twice, each output stored once",
     )
 
 
@@ -1767,6 +1779,21 @@ _EMPTY_ROW = (
     "0.0 for it"
 )
 
+_ZERO_LOG_ZERO = (
+    "your H is NaN, the right H is finite: this row has finite scores so far below its max that "
+    "e^(x_j - m) underflows to 0, and in floating point 0 · log 0 = 0 · (-inf) is NaN (its limit, "
+    "0, is what H needs); never take the log of an exponential: log p_j = x_j - m - log l"
+)
+
+
+def _underflows(x) -> bool:
+    """Whether a finite score of row `x` lies so far below the row's max that its e^(x_j - m) is 0 in float64."""
+    x = np.asarray(x, dtype=np.float64)
+    seen = x[np.isfinite(x)]
+    with np.errstate(under="ignore"):
+        return bool(seen.size) and bool((np.exp(seen - seen.max()) == 0).any())
+
+
 _ENTROPY_MISTAKES = [
     (
         {"rescale": False},
@@ -1896,6 +1923,8 @@ def check_online_entropy(
             fn=lambda x, b: float(fn(CountingArray(x), b)),
             cases=cases,
         )((x, block), float(got), want)
+        if np.isnan(got) and np.isfinite(want) and _underflows(x):
+            hint = _ZERO_LOG_ZERO
         if problem is None:
             problem, hint = _read_problem(row)
         if problem is not None:

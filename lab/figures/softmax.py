@@ -13,8 +13,8 @@ from ..overflow import (
     GAPS,
     SOFTMAX_DTYPES,
     WORKS_EPS,
+    break_points,
     exp_limits,
-    first_broken_score,
     naive_vs_safe,
 )
 from ..softmax_steps import demo_scores, online_trace, online_vs_safe
@@ -36,7 +36,9 @@ def draw_overflow(s: float = 100.0, dtypes=tuple(SOFTMAX_DTYPES), ax=None) -> di
     """Per dtype, the range of largest scores s where the naive softmax of (s, s−1, s−2, s−3) works, with s marked.
 
     Works: every entry within `WORKS_EPS`·eps of the format, relative, of the float64 softmax of the same stored row.
-    A tick marks log(smallest normal) on each bar. Returns `naive_vs_safe(s)` plus the break points `above`/`below`.
+    Green from the first broken s going down to the first going up (`lab.overflow.break_points`, s 0.01 apart);
+    hatched below it, down to the lowest s that still works by luck. A tick marks log(smallest normal) on each bar.
+    Returns `naive_vs_safe(s)` plus the break points `above`, `below` and `lowest_working`.
     Taught in: notebooks/01_three_pass_softmax.ipynb
     """
     if ax is None:
@@ -46,19 +48,20 @@ def draw_overflow(s: float = 100.0, dtypes=tuple(SOFTMAX_DTYPES), ax=None) -> di
     breaks = {}
     for i, name in enumerate(dtypes):
         y = len(dtypes) - 1 - i
-        above, below = (
-            first_broken_score(name, GAPS, +1),
-            first_broken_score(name, GAPS, -1),
-        )
-        breaks[name] = {"above": above, "below": below}
-        ax.barh(y, above - below, left=below, height=0.55, color="C2", alpha=0.35)
-        ax.barh(y, below - lo_lim, left=lo_lim, height=0.55, color="C3", alpha=0.25)
-        ax.barh(y, hi_lim - above, left=above, height=0.55, color="C3", alpha=0.25)
+        edges = break_points(name, GAPS)  # a grid of s 0.01 apart, not only integers
+        above, below, luck = edges["above"], edges["below"], edges["lowest_working"]
+        breaks[name] = {"above": above, "below": below, "lowest_working": luck}
+        bar = {"height": 0.55}
+        ax.barh(y, above - below, left=below, color="C2", alpha=0.35, **bar)
+        # below the edge some s still work, by luck of the subnormal grid: hatched
+        ax.barh(y, below - luck, left=luck, color="C1", alpha=0.3, hatch="//", **bar)
+        ax.barh(y, luck - lo_lim, left=lo_lim, color="C3", alpha=0.25, **bar)
+        ax.barh(y, hi_lim - above, left=above, color="C3", alpha=0.25, **bar)
         for edge in (below, above):
             ax.text(
                 edge,
                 y + 0.33,
-                f"{edge:+d}",
+                f"{edge:+.2f}",
                 ha="center",
                 va="bottom",
                 fontsize=11,
@@ -85,8 +88,9 @@ def draw_overflow(s: float = 100.0, dtypes=tuple(SOFTMAX_DTYPES), ax=None) -> di
     ax.set_yticks(range(len(dtypes)), list(dtypes)[::-1])
     ax.grid(axis="y", visible=False)
     ax.set(
-        xlabel="largest score s (symlog axis); row x = (s, s−1, s−2, s−3); dotted: log(smallest normal)",
-        title=f"Naive softmax within {WORKS_EPS}·eps of float64 only in green (s = {s:g} marked); safe everywhere",
+        xlabel="largest score s (symlog axis); row x = (s, s−1, s−2, s−3); dotted: log(smallest normal);"
+        " hatched: some s work",
+        title=f"Naive softmax within {WORKS_EPS}·eps of float64 in green (s = {s:g} marked); safe everywhere",
     )
     return {"s": float(s), "results": res, "breaks": breaks}
 
@@ -110,7 +114,7 @@ def draw_access_counts(n: int = 256, block: int = 1, seed: int = 0, ax=None) -> 
     ax.set(
         ylabel="memory accesses per element",
         ylim=(0, 5),
-        title=f"Counted accesses, one row of n = {n} (block = {block})",
+        title=f"Counted accesses, one row of M = {n} scores (block = {block})",
     )
     ax.legend(loc="upper right", fontsize=10)
     return {
@@ -180,7 +184,7 @@ def draw_online_trace(
     ax_m.set_ylabel("score")
     ax_m.ticklabel_format(axis="y", useOffset=False)  # 1000.4, not 0.4 and "+1e3"
     ax_m.set_title(
-        f"Online softmax, n = {n}, Bc = {block}: "
+        f"Online softmax, M = {n}, Bc = {block}: "
         f"{len(tr['block'])} block{'s' * (len(tr['block']) > 1)}; "
         f"max |online − safe| = {cmp['max_abs_diff']:.1e}",
         pad=26,  # the legend sits between the title and the plot, on none of the dots
@@ -189,10 +193,11 @@ def draw_online_trace(
         loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=9, frameon=False
     )
     centers = (tr["start"] + tr["stop"] - 1) / 2
-    ax_l.bar(
-        centers,
+    ax_l.bar(  # each bar spans its block's scores, j = start to stop - 1
+        tr["start"] - 0.4,
         tr["l_new"],
-        width=(tr["stop"] - tr["start"]) * 0.8,
+        width=tr["stop"] - tr["start"] - 0.2,
+        align="edge",
         color="C2",
         label="l′ after the block",
     )

@@ -245,3 +245,12 @@ def test_check_takes_each_cases_own_tolerance(capsys):
     assert capsys.readouterr().out == "f: ✓ passed 1 cases\n"
     check(off, lambda x: x, [(np.ones(3),)], tolerance=loose, name="f")
     assert "✗ case 0" in capsys.readouterr().out
+
+
+def test_a_refusal_names_torch_not_its_import_internals():
+    from lab.checks._support import _shown
+
+    imported = ["torch.<module>", "torch.torch_version.TorchVersion", "torch.SymInt"]
+    assert _shown(imported) == "torch"
+    assert _shown([*imported, "torch.softmax"]) == "torch.softmax"
+    assert _shown(["lab.softmax_safe", "torch.softmax"]) == "lab.softmax_safe"

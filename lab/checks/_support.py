@@ -399,13 +399,18 @@ def _shown(seen: list) -> str:
         parts = w.split(".")
         if (
             parts[-1] in _CONVERSIONS
-            or any(p.startswith("_") for p in parts[1:])
+            or any(p.startswith(("_", "<")) for p in parts[1:])  # `<module>`: an import
+            or parts[-1][:1].isupper()  # a class built while importing (TorchVersion)
             or "overrides" in parts
         ):
             continue
         if parts[-1] not in last:
             ops.append(w)
             last.add(parts[-1])
+    if not ops and seen and all(w.split(".")[0] == "torch" for w in seen):
+        return (
+            "torch"  # only torch's import was seen: name the library, not its internals
+        )
     return ", ".join((ops or seen[:1])[:3])
 
 

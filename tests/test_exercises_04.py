@@ -287,7 +287,29 @@ WRONG_PAIR = {
     o = (w_x[:, None] * o_x + w_y[:, None] * o_y) / (w_x + w_y)[:, None]
     return o, np.log(w_x + w_y)
 """,
-        ["case 6 (lse near +1000 or -1000", "NaN", "subtract the row's largest lse_c"],
+        ["case 6 (lse near +1000 or -1000", "NaN", "the row's largest lse_c"],
+    ),
+    "log(e^lse_x + e^lse_y), no max taken out": (
+        PAIR_HEAD
+        + """
+    with np.errstate(all="ignore"):
+        lse = np.log(np.exp(lse_x) + np.exp(lse_y))
+        o = np.exp(lse_x - lse)[:, None] * o_x + np.exp(lse_y - lse)[:, None] * o_y
+    return o, lse
+""",
+        [
+            "case 6 (lse near +1000 or -1000",
+            "log(e^lse_x + e^lse_y) overflows",
+            "e^709.8",
+        ],
+    ),
+    "shares swapped": (
+        PAIR_HEAD
+        + """
+    lse = np.logaddexp(lse_x, lse_y)
+    return np.exp(lse_y - lse)[:, None] * o_x + np.exp(lse_x - lse)[:, None] * o_y, lse
+""",
+        ["case 0 (x ⊕ y equals attention", "o (element 0)", "your weights are swapped"],
     ),
     "lse added instead of log-sum-exp'd": (
         PAIR_HEAD
@@ -430,7 +452,7 @@ WRONG_2 = {
             "o (element 0)",
             "NaN",
             "is inf near lse = +1000",
-            "subtract the row's largest lse_c",
+            "the row's largest lse_c",
         ],
     ),
     "an empty row gives NaN": (
@@ -764,6 +786,32 @@ def chunk_output(q, k_c, v_c):
 }
 
 
+WRONG_3 |= {
+    "cascade: every suffix merged into every row": (
+        _cascade("""
+        o, lse = chunk_output(q, k_pre, v_pre)
+        for k_s, v_s in suffixes:
+            if len(k_s):
+                o, lse = merge_pair((o, lse), chunk_output(q, k_s, v_s))
+        return o, lse
+    """),
+        ["every suffix was merged into every row", "into row s only"],
+    ),
+    "cascade: suffix s merged into the next row": (
+        _cascade("""
+        o, lse = chunk_output(q, k_pre, v_pre)
+        S = len(suffixes)
+        for s, (k_s, v_s) in enumerate(suffixes):
+            r = slice((s + 1) % S, (s + 1) % S + 1)
+            if len(k_s):
+                o[r], lse[r] = merge_pair((o[r], lse[r]), chunk_output(q[r], k_s, v_s))
+        return o, lse
+    """),
+        ["row s got another sequence's suffix", "shifted by one"],
+    ),
+}
+
+
 @pytest.mark.parametrize("mistake", WRONG_3)
 def test_exercise_3_diagnoses_planted_mistakes(mistake):
     source, says = WRONG_3[mistake]
@@ -985,7 +1033,7 @@ def test_exercise_2_refuses_a_fold_written_inline():
         + "\n\ndef merge_partials(parts):\n    out = parts[0]\n"
         "    for p in parts[1:]:\n        out = _pair(out, p)\n    return out\n"
     )
-    _fails(2, inline, "logarithms for", "a fold of pairwise merges")
+    _fails(2, inline, "np.log calls for", "a fold of pairwise merges")
 
 
 CHAIN = """
@@ -1126,6 +1174,29 @@ def test_exercise_5_refuses_lab_s_merge_plan():
     )
 
 
+def test_exercise_2_names_a_log_per_row_as_rows_not_parts():
+    """One log per row in a Python loop: the message counts rows, and asks for one call over all rows."""
+    out = _fails(
+        2,
+        """
+        def merge_partials(parts):
+            N = len(parts[0][1])
+            o, lse = np.zeros((N, len(parts[0][0][0]))), np.full(N, -np.inf)
+            for r in range(N):
+                L = np.array([p[1][r] for p in parts])
+                O = np.stack([p[0][r] for p in parts])
+                m = 0.0 if np.isneginf(L.max()) else L.max()
+                w = np.exp(L - m)
+                if w.sum() > 0:
+                    o[r], lse[r] = w @ O / w.sum(), m + np.log(w.sum())
+            return o, lse
+        """,
+        "np.log calls for 7 parts of 3 rows",
+        "one np.log call per row, in a loop over the 3 rows",
+    )
+    assert "fold of pairwise merges" not in out
+
+
 def test_exercise_2_names_a_log_per_part_without_calling_it_a_fold():
     out = _fails(
         2,
@@ -1143,8 +1214,8 @@ def test_exercise_2_names_a_log_per_part_without_calling_it_a_fold():
             o = (w[:, :, None] * o_c).sum(axis=0) / total[:, None]
             return o, np.where(seen, m + np.log(total), -np.inf)
         """,
-        "logarithms for",
-        "one log call for all rows",
+        "np.log calls for",
+        "one np.log call over all rows",
         "a log per part or per pair is more",
     )
     assert "fold of pairwise merges" not in out

@@ -339,3 +339,26 @@ def test_draw_pair_merge_puts_o_at_the_share_weighted_average():
     with pytest.raises(ValueError, match="shift"):
         draw_pair_merge(shift=float("nan"))
     plt.close("all")
+
+
+def test_merge_order_explorer_float32_toggle_counts_bit_different_runs():
+    """The dtype toggle shows the float32 lesson: a shuffled order differs run to run, a tree does not,
+    and float32's spread is far above float64's."""
+    w = merge_order_explorer()
+    splits, order, dtype = w.children[:3]
+    spread = {}
+    for dt in ("float64", "float32"):
+        dtype.value, order.value = dt, "shuffled"
+        assert w.result["dtype"] == dt and w.result["runs"] == 10
+        assert w.result["distinct"] >= 2, w.result["distinct"]
+        assert "bit-different results in 10 runs" in w.summary_html.value
+        spread[dt] = w.result["spread"]
+        order.value = "tree"
+        assert w.result["distinct"] == 1 and w.result["spread"] == 0.0
+    assert spread["float32"] > 1e4 * spread["float64"] > 0
+    assert "(all &lt; 1e-05: True)" in w.summary_html.value
+
+
+def test_draw_merge_orders_refuses_an_unknown_dtype():
+    with pytest.raises(ValueError, match="dtype"):
+        draw_merge_orders(splits=4, dtype="float16")

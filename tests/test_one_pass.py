@@ -218,14 +218,31 @@ def test_one_pass_explorer_reacts_to_its_sliders():
     M.value = 256
     assert w.result["M"] == 256 and w.result["blocks"] == 1
     assert w.result["max_err"] < 1e-12
-    assert (
-        "M = 256" in w.summary_html.value
-        and "1 block, 0 rescalings;" in w.summary_html.value
-    )
-    assert (
-        "methods = ‹" in w.summary_html.value
-        and "(&lt; 1e-12: True)" in w.summary_html.value
-    )
+    text = w.summary_html.value
+    assert "M = 256" in text and "1 block, m grew at 0 blocks;" in text, text
+    assert "largest |o - ref| ‹" in text, text
+
+
+def test_one_pass_explorer_shows_what_changes_with_Bc_and_M():
+    """The summary is not the same line at every setting: what each method holds and the exponentials move."""
+    w = one_pass_explorer()
+    M, block = w.children[:2]
+    seen = {}
+    for m, b in ((4096, 256), (4096, 16), (16384, 16)):
+        M.value, block.value = m, b
+        seen[m, b] = (dict(w.result["held"]), dict(w.result["exponentials"]))
+        assert f"one-pass {w.result['held']['one-pass']:,} B" in w.summary_html.value
+    assert seen[4096, 16][0]["one-pass"] < seen[4096, 256][0]["one-pass"]
+    assert seen[4096, 16][1]["one-pass"] == 4096 + 256  # one α a block
+    assert seen[16384, 16][0]["three-pass"] > 3 * seen[4096, 16][0]["three-pass"]
+
+
+def test_draw_one_pass_labels_at_most_four_rescales_apart():
+    """At Bc = 16 the α labels do not pile up near block 0: at most 4, each 1/8 of the axis apart."""
+    r = draw_one_pass(M=16384, block_k=16)
+    got = r["labelled"]
+    assert 1 <= len(got) <= 4 and len(got) <= r["rescalings"]
+    assert all(b - a >= r["blocks"] / 8 for a, b in zip(got, got[1:])), got
 
 
 def test_one_pass_explorer_keeps_the_blocks_axis_at_every_setting():

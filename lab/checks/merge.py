@@ -647,18 +647,39 @@ def _merge_hint(label, parts, got, problem):
             "subtract the row's largest lse_c (the larger m), not any one part's nor their mean: parts of one row "
             "lie 2000 apart, so e^(lse_c - shift) overflows (or all vanish) for any other shift"
         )
-    if rows and "1000" in label:
-        return (
-            f"e^{{lse_c}} is inf near lse = +1000 and 0 near -1000 ({_OVERFLOW}), and inf/inf or 0/0 is NaN: "
-            "subtract the row's largest lse_c before exponentiating"
-        )
+    if "1000" in label:
+        try:
+            lse_got = np.asarray(got[1], dtype=float).reshape(-1)
+        except (TypeError, ValueError, IndexError):
+            lse_got = None
+        seen = ~np.isneginf(L).all(axis=0)  # rows whose merged lse is finite
+        if lse_got is not None and lse_got.shape == seen.shape:
+            if (~np.isfinite(lse_got[seen])).any():
+                total = "e^lse_x + e^lse_y" if len(parts) == 2 else "Σ e^lse_c"
+                return (
+                    f"your lse is inf or -inf where the merged lse is finite: log({total}) "
+                    f"overflows, since e^lse is inf near lse = +1000 and 0 near -1000 ({_OVERFLOW}); "
+                    "take the row's largest lse_c, m, out first: lse = m + log(Σ e^(lse_c - m))"
+                )
+        if rows:
+            return (
+                f"e^{{lse_c}} is inf near lse = +1000 and 0 near -1000 ({_OVERFLOW}), and inf/inf or 0/0 "
+                "is NaN: subtract the row's largest lse_c before exponentiating"
+            )
     if rows and np.isneginf(L).any():
         return "an empty part (lse_c = -inf, o_c = 0) must weigh exactly 0; subtracting its -inf from anything gives NaN"
     with np.errstate(all="ignore"):
         m = L.max(axis=0)
         w = np.exp(L - np.where(np.isneginf(m), 0.0, m))  # (C, N)
         top = np.take_along_axis(O, L.argmax(axis=0)[None, :, None], axis=0)[0]
+        share = w / np.where(w.sum(axis=0) > 0, w.sum(axis=0), 1.0)  # (C, N)
         known = [
+            (
+                0,
+                (share[::-1, :, None] * O).sum(axis=0) if len(parts) == 2 else None,
+                "your weights are swapped: o_x must go with x's own share e^(lse_x - lse) and o_y "
+                "with e^(lse_y - lse); yours gives each o the other chunk's share",
+            ),
             (
                 0,
                 top,
@@ -696,7 +717,14 @@ def _merge_hint(label, parts, got, problem):
             (1, L.mean(axis=0), "lse values are logs: masses add, their logs do not"),
         ]
     k = 0 if problem.startswith("o ") else 1 if problem.startswith("lse ") else None
-    text = next((t for j, cand, t in known if j == k and _close(got, k, cand)), None)
+    text = next(
+        (
+            t
+            for j, cand, t in known
+            if j == k and cand is not None and _close(got, k, cand)
+        ),
+        None,
+    )
     return text or {
         0: "o is the average of the o_c, each weighted by its chunk's share e^{lse_c} of the total mass",
         1: "lse is the log of the chunks' total mass",
@@ -739,18 +767,33 @@ def check_merge_partials(
                     name, fn, ([tuple(p) for p in given],), where, (_LOGADDEXP,)
                 )
             folded = sum(len(c) for c in pairs.values())
-            if res is not _FAILED and (folded or (len(given) >= 3 and len(logs) > 2)):
+            C, N = len(given), int(np.shape(given[0][1])[0])
+            if res is not _FAILED and (folded or (C >= 3 and len(logs) > 2)):
+                if folded or len(logs) == C - 1:  # one log a pairwise merge
+                    hint = (
+                        "that is a fold of pairwise merges, each a complete normalized result; merge all "
+                        "C parts at once: one max over the C values of lse_c per row, the C weights, one "
+                        "sum, one np.log call over all rows"
+                    )
+                elif len(logs) == N:
+                    hint = (
+                        f"that is one np.log call per row, in a loop over the {N} rows: take one np.log "
+                        "call of the (N,) array of total masses, all rows at once, as a GPU's final step does"
+                    )
+                else:
+                    hint = (
+                        "the merge needs one np.log call over all rows, of each row's total mass: a log "
+                        "per part or per pair is more (the weights e^(lse_c - m) need none, and lse_c is "
+                        "already a log)"
+                    )
                 _fail(
                     name,
                     where,
-                    f"your merge_partials called merge_pair {folded} times for {len(given)} parts"
+                    f"your merge_partials called merge_pair {folded} times for {C} parts"
                     if folded
-                    else f"your merge_partials took {len(logs)} logarithms for {len(given)} parts",
-                    "that is a fold of pairwise merges, each a complete normalized result; merge all C parts "
-                    "at once: one max over the C values of lse_c per row, the C weights, one sum, one log"
-                    if folded or len(logs) == len(given) - 1  # one log a pairwise merge
-                    else "the merge needs one log call for all rows, of each row's total mass: a log per "
-                    "part or per pair is more (the weights e^(lse_c - m) need none, and lse_c is already a log)",
+                    else f"your merge_partials made {len(logs)} np.log calls for {C} parts of {N} rows "
+                    "(one call over all rows is asked)",
+                    hint,
                 )
                 print(seed_note(seed), end="")
                 return
@@ -1168,6 +1211,28 @@ def _cascade_hint(label, case, got, problem, g, uses=()):
             "o is not reweighted: each part's o counts by its share of the mass, e^(lse_c - lse), "
             "where lse is the row's total; not 1/2 each, not 1 each"
         )
+    S = len(suffixes)
+    if S > 1 and any(lengths):
+        k_all = np.concatenate([k_pre] + [k for k, _ in suffixes])
+        v_all = np.concatenate([v_pre] + [v for _, v in suffixes])
+        if _close(got, 0, attention_reference(q, k_all, v_all)[0]):
+            return (
+                "every suffix was merged into every row: suffix s belongs to sequence s alone, so merge "
+                "the pair of q[s] over k_s into row s only, not into all S rows"
+            )
+        for name_, order in (
+            ("in reverse", suffixes[::-1]),
+            ("shifted by one", suffixes[1:] + suffixes[:1]),
+            ("shifted by one", suffixes[-1:] + suffixes[:-1]),
+        ):
+            if any(len(a[0]) != len(b[0]) or not np.array_equal(a[0], b[0])
+                   for a, b in zip(order, suffixes)) and _close(
+                got, 0, _per_row(q, k_pre, v_pre, order)[0]
+            ):  # fmt: skip
+                return (
+                    f"row s got another sequence's suffix (the suffixes {name_}): merge suffix s "
+                    "into row s, the pair of q[s] over k_s, and keep the rows in the order given"
+                )
     if len(set(lengths)) > 1:
         if _close(got, 0, _per_row(*case, pad=max(lengths))[0]):
             return (

@@ -19,6 +19,7 @@ Taught in: notebooks/03_one_pass_attention.ipynb
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from typing import NamedTuple
 
@@ -137,6 +138,8 @@ _COURSE = (
     "chunk_state",
     "reduce_states",
     "merge_outputs",
+    "merge_output_pair",
+    "split_states",
     "flash_decoding",
 )
 
@@ -853,6 +856,13 @@ _STEP_ANSWERS = (
     "flash_attention_numpy",
     "softmax_safe",
     "softmax_online",
+    # notebook 04's merges: the same step in other variables
+    "merge_output_pair",
+    "merge_outputs",
+    "reduce_states",
+    "chunk_state",
+    "split_states",
+    "flash_decoding",
 )
 
 
@@ -1255,19 +1265,25 @@ def check_expected_rescales(fn, *, seed: int | None = None) -> None:
 _KNOWN_MAX_KEYS = (
     "state with m known",
     "alpha at every block",
-    "most rescales, Bc = 16",
+    "passes over K, m found first",
     "exponentials saved, Bc = 16",
 )
 
 
+def _names(got) -> set | None:
+    """The names in `got`: a string such as "l, acc", or a tuple, list or set of strings; None otherwise."""
+    if isinstance(got, str):
+        got = re.split(r"[\s,()]+", got)
+    if not isinstance(got, (tuple, list, set, frozenset)):
+        return None
+    return {str(n).strip().lower().replace("α", "alpha") for n in got} - {""}
+
+
 def _state_hint(got) -> str | None:
     """None when `got` names the state (l, acc), else what is wrong with it."""
-    if isinstance(got, str) or not hasattr(got, "__iter__"):
-        return (
-            "write the state as a tuple of the code's names, one string each, "
-            'such as ("x", "y") for two of them'
-        )
-    names = {str(n).strip().lower().replace("α", "alpha") for n in got}
+    names = _names(got)
+    if names is None:
+        return 'name the loop\'s variables, as a string ("x, y") or a tuple of strings'
     if names == {"l", "acc"}:
         return None
     if "m" in names:
@@ -1283,11 +1299,19 @@ def _state_hint(got) -> str | None:
     return "the loop still adds each block's e^(s_j - m) and e^(s_j - m) v_j: which sums are those?"
 
 
+def _number(x) -> float | None:
+    """`x` as a float when it is a real number (a bool or a string is not), else None."""
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+        return None
+    return float(x)
+
+
 def check_known_max(fn) -> None:
     """Check exercise 4's answers, `fn() -> dict`: the state left when the max m is known before the pass
-    ((l, acc)), α at every block then (1), the most rescales section 3's loop can pay over the 256 blocks of
-    M = 4096 keys at Bc = 16, whatever the scores (255), and the exponentials the oracle saves there (256: one
-    α a block). One line per answer, ✓ or ✗ with the mistake named; the right value is not printed.
+    ((l, acc)), α at every block then (1), the passes over K when m is first found by a pass of its own (2:
+    section 2's two-pass method), and the exponentials the oracle saves over the 256 blocks of M = 4096 keys
+    at Bc = 16 (256: one α a block). Numbers must be numbers, not strings. One line per answer, ✓ or ✗ with
+    the mistake named; the right value is not printed.
     Taught in: notebooks/03_one_pass_attention.ipynb"""
     name = getattr(fn, "__name__", "known_max_answers")
     try:
@@ -1308,45 +1332,45 @@ def check_known_max(fn) -> None:
         return
     M, Bc = 4096, 16
     n_blocks = M // Bc
-
-    def number(x):
-        try:
-            return float(x)
-        except (TypeError, ValueError):
-            return None
+    NOT_A_NUMBER = "give a number (an int or a float), not a string or a bool"
 
     def alpha_hint(x):
-        a = number(x)
+        a = _number(x)
+        if a is None:
+            return NOT_A_NUMBER
         if a == 1:
             return None
         if a == 0:
             return "0 is α at block 0 of the loop that does not know m (e^(-inf)); with m known, m' = m always"
         return "α = e^(m - m'): with m known from the start, m' = m at every block"
 
-    def most_hint(x):
-        p = number(x)
-        if p is None or p != int(p):
-            return "a count of blocks is a whole number: the worst case, not an expectation"
-        if p == n_blocks - 1:
+    def passes_hint(x):
+        p = _number(x)
+        if p is None:
+            return NOT_A_NUMBER
+        if p == 2:
             return None
-        if p == n_blocks:
-            return "that counts block 0, which sets m from -inf and rescales nothing"
-        if p == M // 256 - 1:
-            return "that is for 16 blocks (Bc = 256); Bc = 16 makes 256 blocks"
-        if p >= M - 1:
-            return "m is compared once per block, not per key: a block rescales once at most"
-        if p == 0:
-            return "0 is the loop with the oracle; section 3's loop does not know m"
-        if 0 < p < 2 * math.log(n_blocks) + 2:
+        if p == 1:
             return (
-                "that is about the i.i.d. expectation; the most comes from the worst order: "
-                "scores growing along the keys"
+                "m is the max over all M scores: the first block's terms e^(s_j - m) need it, so "
+                "every key is read once before the oracle's loop can start"
             )
-        return "a block rescales when its max beats every score before it: how many blocks can?"
+        if p == 3:
+            return (
+                "that is section 1's method, which stores the row s and reads it back; here "
+                "nothing is stored: K is read once for m, then again for the sums"
+            )
+        if p == 0:
+            return "m = max_j s_j needs every score, and every score needs its key"
+        return (
+            "one pass finds m; how many more does the oracle's loop then need over K?"
+        )
 
     def saved_hint(x):
-        c = number(x)
-        if c is None or c != int(c):
+        c = _number(x)
+        if c is None:
+            return NOT_A_NUMBER
+        if c != int(c):
             return "a count is a whole number: exponentials evaluated"
         if c == n_blocks:
             return None
@@ -1362,7 +1386,7 @@ def check_known_max(fn) -> None:
             return "with m known α is 1 and is not computed: each block saves one exponential"
         return "the loop evaluates the M keys' terms plus one α a block: which of these go?"
 
-    hints = (_state_hint, alpha_hint, most_hint, saved_hint)
+    hints = (_state_hint, alpha_hint, passes_hint, saved_hint)
     right = 0
     for key, hint in zip(_KNOWN_MAX_KEYS, hints):
         why = hint(got[key])

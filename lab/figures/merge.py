@@ -17,7 +17,7 @@ from ..merge import (
     reduce_states,
     split_states,
 )
-from ..states import finalize, partial_state
+from ..states import SoftmaxState, finalize, partial_state
 
 __all__ = [
     "merge_depths",
@@ -50,9 +50,21 @@ def merge_depths(n: int, order: str, *, seed: int = 0) -> tuple[list, list[int]]
 
 
 def draw_merge_orders(
-    splits: int = 8, order: str = "tree", M: int = 3000, seed: int = 1, axes=None
+    splits: int = 8,
+    order: str = "tree",
+    M: int = 3000,
+    seed: int = 1,
+    axes=None,
+    dtype: str = "float64",
+    runs: int = 10,
 ) -> dict:
-    """Top: one query's scores cut at random into `splits` chunks, each chunk's weight $e^{lse_c - lse}$; bottom: the merge tree of `order`."""
+    """Top: one query's scores cut at random into `splits` chunks, each chunk's weight $e^{lse_c - lse}$; bottom: the merge tree of `order`.
+
+    `dtype="float32"` rounds the chunks' states to float32 first, as a GPU keeps them. `runs` merges of
+    `order` (a fresh shuffle each run for "shuffled") give `distinct`, the number of bit-different outputs.
+    """
+    if dtype not in ("float64", "float32"):
+        raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
     rng = np.random.default_rng(seed)
     d = 32
     q = rng.standard_normal((1, d))  # (N=1, d)
@@ -60,7 +72,21 @@ def draw_merge_orders(
     v = rng.standard_normal((M, d))  # (M, dv)
     bounds = random_chunk_bounds(M, splits, seed=seed)
     states = split_states(q, k, v, splits=splits, bounds=bounds)
+    if dtype == "float32":  # each of m, l, acc rounded to float32
+        states = [
+            SoftmaxState(
+                st.m.astype(np.float32),
+                st.l.astype(np.float32),
+                st.acc.astype(np.float32),
+            )
+            for st in states
+        ]
     o_ref, lse_ref = attention_reference(q, k, v)
+    outs = [
+        finalize(reduce_states(states, order, seed=seed + r))[0] for r in range(runs)
+    ]  # run r of a shuffled order finishes its chunks in a fresh order
+    distinct = len({o.tobytes() for o in outs})
+    spread = max((float(np.abs(o - outs[0]).max()) for o in outs), default=0.0)
     errs = {}
     for name in ("sequential", "shuffled", "tree"):
         o, _ = finalize(reduce_states(states, name, seed=seed))
@@ -121,7 +147,8 @@ def draw_merge_orders(
     )
     depth = _draw_merge_tree(bx, splits, order, seed, colour)
     bx.set_title(
-        f"order: {order}, depth {depth}; max |o - o_one-shot| = {errs[order]:.1e}"
+        f"order: {order}, depth {depth}, {dtype}; max |o - o_one-shot| = {errs[order]:.1e}; "
+        f"{distinct} bit-different result{'s' if distinct != 1 else ''} in {runs} runs"
     )
     return {
         "splits": int(splits),
@@ -131,6 +158,10 @@ def draw_merge_orders(
         "max_err": errs[order],
         "weights": w,
         "weight_sum": float(w.sum()),
+        "dtype": dtype,
+        "runs": int(runs),
+        "distinct": int(distinct),
+        "spread": spread,
     }
 
 

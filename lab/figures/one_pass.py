@@ -85,22 +85,17 @@ def draw_one_pass(
         ms=9,
         label="m grew: acc, l times α < 1",
     )
-    shown, gap = (
-        [],
-        len(steps) / 8,
-    )  # labels at least 1/8 of the axis apart: none overlap
-    for i in grew:
-        if len(shown) == 6 or (shown and b[i] - b[shown[-1]] < gap):
-            continue
-        shown.append(i)
+    # label the (at most 4) largest rescales, the smallest α, at least 1/8 of the axis apart
+    gap, shown = len(steps) / 8, []
+    for i in sorted(grew, key=lambda i: alphas[i]):
+        if len(shown) < 4 and all(abs(b[i] - b[j]) >= gap for j in shown):
+            shown.append(i)
+    for n, i in enumerate(sorted(shown)):
         ax.annotate(
             f"α={alphas[i]:.2f}",
             (b[i], steps[i]["m"]),
             textcoords="offset points",
-            xytext=(
-                4,
-                6 + 14 * (len(shown) % 2 == 0),
-            ),  # alternate heights: no two touch
+            xytext=(4, 6 + 14 * (n % 2)),  # alternate heights: no two touch
             fontsize=10,
             color="C2",
         )
@@ -137,8 +132,8 @@ def draw_one_pass(
         bx.text(
             i,
             kv_read[i] + s_io[i],
-            f"arrays {r['working arrays (B)'] / 1024:.1f} KiB\n"
-            f"K, V {r['K, V in flight (B)'] / 1024:,.0f} KiB",
+            f"on chip {r['working arrays (B)'] / 1024:,.1f} KiB\n"
+            f"+ K, V {r['K, V in flight (B)'] / 1024:,.0f} KiB",
             ha="center",
             va="bottom",
             fontsize=9,
@@ -148,7 +143,7 @@ def draw_one_pass(
     bx.set_ylim(0, 1.6 * float((kv_read + s_io).max()))
     bx.set(
         ylabel="MiB moved (float64)",
-        title="traffic of one query row; on top, what it holds",
+        title="traffic of one query row; on top, what lab's version holds",
     )
     bx.legend(loc="upper left", fontsize=10)
     for a in (ax, bx):
@@ -160,7 +155,10 @@ def draw_one_pass(
         "block_k": int(block_k),
         "blocks": len(steps),
         "rescalings": len(grew),
+        "labelled": [int(i) for i in sorted(shown)],
         "rows": rows,
+        "held": {n: r["working arrays (B)"] for n, r in zip(short, rows)},
+        "exponentials": {n: r["exponentials"] for n, r in zip(short, rows)},
         "max_err": max(r["max |o - ref|"] for r in rows),
     }
 

@@ -194,6 +194,14 @@ def test_roofline_mistakes(source, diagnosis):
             "calls lab.attention_flops",
         ),
         (
+            1,
+            "import lab\n"
+            "def tflops(B, H, N, d, causal, ms):\n"
+            "    f = lab.backward_flops(N, N, d, batch=B, heads=H, causal=causal)\n"
+            "    return f['forward'] / (ms * 1e-3) / 1e12\n",
+            "calls lab.backward_flops",
+        ),
+        (
             2,
             "from lab.memory import attainable_flops as roof\n"
             "def attainable(intensity, peak, bandwidth, overlap):\n"

@@ -145,10 +145,10 @@ def _tflops_hint(case, got, want):
     if B * H > 1 and math.isclose(ratio, 1 / (B * H), rel_tol=1e-6):
         return "yours is the rate of one head of one sequence: F counts all B·H of them"
     if causal and math.isclose(ratio, (case[2] + 1) / case[2], rel_tol=1e-9):
-        return "yours counts the kept scores exactly, N(N+1)/2 per head; section 3 counts a causal forward as half: F / 2"
+        return "yours counts the kept scores exactly, N(N+1)/2 per head; section 1 counts a causal forward as half: F / 2"
     return (
         f"yours is {ratio:.3g}× the expected, a factor none of the usual slips gives: count F "
-        "again from section 3, the multiply-adds of QKᵀ and of PV at 2 FLOPs each, and ask "
+        "again from section 1, the multiply-adds of QKᵀ and of PV at 2 FLOPs each, and ask "
         "which of B, H, N, d your count leaves out or repeats; then seconds, then 10¹²"
     )
 
@@ -183,7 +183,7 @@ def check_attention_tflops(fn, *, seed: int | None = None) -> None:
         rtol=1e-6,  # a rate computed in float32 is as right as float64's: a count, not a dtype
         atol=0,
         hint=_tflops_hint,
-        properties=(_own_work("attention_flops"),),
+        properties=(_own_work("attention_flops", "backward_flops"),),
         seed=seed,
     )
 

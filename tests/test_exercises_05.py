@@ -12,6 +12,7 @@ from exercise_support import (
     assert_fails,
     exercises,
     notebook_cells,
+    replace_code,
     run_check,
     source,
 )
@@ -23,11 +24,12 @@ from lab.checks.tiling import BlockLoadArray
 NAME, NAME2 = "05_tiling", "05_tiling_traffic"
 _PART1 = {ex.number: ex for ex in exercises(NAME)}
 _PART2 = {ex.number: ex for ex in exercises(NAME2)}
-# the exercises by what they build: part 1's 1 and 2, part 2's 1 and 2
+# the exercises by what they build: part 1's 1 to 4, part 2's 1 to 3
 EX = {
-    "tiles": _PART1[1],
-    "widest": _PART1[2],
-    "fits": _PART1[3],
+    "row": _PART1[1],
+    "tiles": _PART1[2],
+    "widest": _PART1[3],
+    "fits": _PART1[4],
     "bytes": _PART2[1],
     # the full check (the second check cell; the first, the in-class core, leaves out the mask)
     "forward": dataclasses.replace(
@@ -36,6 +38,7 @@ EX = {
     "fa1bytes": _PART2[3],
 }
 PASSED = {
+    "row": "tile_row: ✓ passed 10 cases: m and l after every tile, the tiles skipped, the output\n",
     "tiles": "causal_tiles: ✓ passed 10 cases\n",
     "bytes": "fa2_bytes: ✓ passed 9 cases\n",
     "widest": "widest_key_block: ✓ passed 9 cases\n",
@@ -58,12 +61,13 @@ def _fails(key: str, text: str, *says: str) -> str:
 _cells = notebook_cells
 
 
-def test_each_part_has_three_checked_exercises():
-    """Three function stubs in each part; part 1's exercise 3 also asks a question, checked, with a worked answer."""
-    assert sorted(_PART1) == sorted(_PART2) == [1, 2, 3]
+def test_each_part_has_its_checked_exercises():
+    """Four function stubs in part 1, three in part 2; part 1's exercise 4 also asks a question, checked, with a
+    worked answer."""
+    assert sorted(_PART1) == [1, 2, 3, 4] and sorted(_PART2) == [1, 2, 3]
     name, needle = NAME, "28% slower"
     cells = _cells(name)
-    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 3"))
+    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 4"))
     nxt = next(
         (
             i
@@ -126,6 +130,129 @@ def test_the_exercise_section_needs_only_the_setup(key):
     for src in EX[key].setup + EX[key].before:
         exec(compile(src, "<setup>", "exec"), ns)
     assert "tiling" in ns and not {"q", "k", "v", "N", "counts"} & set(ns)
+
+
+# ------------------------------------------------------------------------------------ part 1, exercise 1: a row of tiles
+
+ROW_SLIPS = {
+    # the classic slips, each planted into the worked solution, and the words its hint must say
+    "block max instead of running max": (
+        "m_new = np.maximum(m, s.max(axis=1))",
+        "m_new = s.max(axis=1)",
+        ["not the tile's own max"],
+    ),
+    "alpha missing": (
+        "alpha, p = np.exp(m - m_new),",
+        "alpha, p = np.ones_like(m),",
+        ["rescaled by"],
+    ),
+    "alpha inverted": (
+        "alpha, p = np.exp(m - m_new),",
+        "alpha, p = np.where(np.isinf(m), 0, np.exp(m_new - m)),",
+        ["not\n  e^(m' - m)", "e^(m - m') <= 1"],
+    ),
+    "a dropped partial tile": (
+        "for j0 in range(0, M, Bc):",
+        "for j0 in range(0, M - M % Bc, Bc):",
+        ["the last key block is partial", "tiles computed: yours j ="],
+    ),
+    "masked tiles not skipped": (
+        "if causal and j0 > r1 - 1 + M - N:",
+        "if False:",
+        ["is skipped: never loaded", "expected j = [0, 1]"],
+    ),
+    "skipped on the first query": (
+        "if causal and j0 > r1 - 1 + M - N:",
+        "if causal and j0 > r0 + M - N:",
+        ["the block's last query against the tile's first key"],
+    ),
+    "no mask inside a computed tile": (
+        "s[np.arange(j0, j1) > np.arange(r0, r1)[:, None] + M - N] = -np.inf",
+        "pass",
+        ["must be set to -inf"],
+    ),
+    "a top-left mask": (
+        "if causal and j0 > r1 - 1 + M - N:",
+        "if causal and j0 > r1 - 1:",
+        ["bottom-right aligned"],
+    ),
+    "no scale": ("/ np.sqrt(q.shape[1])", "* 1.0", ["s = q·k / sqrt(d)"]),
+    "acc not divided by l": (
+        "return acc / l[:, None], states",
+        "return acc, states",
+        ["acc / l"],
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", ROW_SLIPS)
+def test_exercise_1_row_mistakes(mistake):
+    old, new, says = ROW_SLIPS[mistake]
+    if mistake == "a top-left mask":  # both the skip and the mask inside, as one slip
+        wrong = replace_code(EX["row"].solution, old, new)
+        wrong = replace_code(wrong, "+ M - N] = -np.inf", "] = -np.inf")
+    else:
+        wrong = replace_code(EX["row"].solution, old, new)
+    out = run_check(EX["row"], wrong)
+    assert "✗" in out and "✓" not in out, out
+    for text in says:
+        assert text.replace("\n  ", " ") in out.replace("\n  ", " "), (text, out)
+
+
+def test_exercise_1_row_in_place_states_and_lab_are_named():
+    inplace = replace_code(
+        EX["row"].solution,
+        "l, acc = alpha * l + p.sum(axis=1), alpha[:, None] * acc + p @ v[j0:j1]",
+        "l *= alpha; l += p.sum(axis=1); acc = alpha[:, None] * acc + p @ v[j0:j1]",
+    )
+    inplace = replace_code(inplace, "m = m_new", "m[:] = m_new")
+    out = run_check(EX["row"], inplace)
+    assert "✗" in out and "updated in place" in out and "m.copy()" in out, out
+    lab_own = """
+def tile_row(q, k, v, i, Br, Bc, causal):
+    fill = lab.figures.tiling.tile_fill_state(12, 16, Br, Bc, i, 0, causal)
+    return lab.flash_attention_numpy(q, k, v, block_q=Br, block_k=Bc, causal=causal)[0], []
+"""
+    out = run_check(EX["row"], _src(lab_own))
+    assert "✗" in out and "lab's own answer" in out, out
+    shape = "def tile_row(q, k, v, i, Br, Bc, causal):\n    return 0\n"
+    assert "return a pair (O_i, states)" in run_check(EX["row"], shape)
+
+
+def test_exercise_1_row_checks_against_the_figure_state():
+    """The check's reference is the figure's (m, l) after every tile of the 12 × 16 grid."""
+    fill = lab.figures.tiling.tile_fill_state(12, 16, 4, 4, i=1, j=0)
+    v = np.ones((16, 2))
+    for causal in (False, True):
+        _, states = tiling._row_walk(fill["q"], fill["k"], v, 1, 4, 4, causal)
+        for j, m, l in states:
+            st = lab.figures.tiling.tile_fill_state(
+                12, 16, 4, 4, i=1, j=j, causal=causal
+            )
+            assert np.allclose(m, st["m"][4:8]) and np.allclose(l, st["l"][4:8])
+        assert [j for j, *_ in states] == ([0, 1, 2, 3] if not causal else [0, 1, 2])
+
+
+def test_exercise_1_row_spec_gives_no_update_rule():
+    """Derive first: the update appears only in the worked solution and the folded answer after the check."""
+    spec = EX["row"].spec
+    for banned in ("e^{m - m'}", "np.maximum", "alpha *", r"\alpha l +", "max(m,"):
+        assert banned not in spec, banned
+
+
+def test_ship_hints_ask_rather_than_name_the_next_tile():
+    """Each wrong `ship` gets the question that rules it out: the hint names no other candidate tile than its
+    own and the two the quoted measurement names."""
+    shapes = {f"{a} × {b}" for a in (64, 128, 256) for b in (64, 128, 256)}
+    for Br, Bc, w in FITTING - {(128, 64, 4)}:
+        hint = tiling._ship_hint(Br, Bc, w)
+        named = {s for s in shapes if s in hint} - {
+            f"{Br} × {Bc}",
+            "128 × 128",
+            "256 × 64",
+        }
+        assert not named, (Br, Bc, w, hint)
+        assert "?" in hint and "which tile would you ship" not in hint, hint
 
 
 # ------------------------------------------------------------------------------------ exercise 1
@@ -1217,7 +1344,7 @@ WRONG_TILE = {
     "8 warps shipped": (
         FITTING,
         (128, 128, 8),
-        ["the 9 tiles that fit are right", "28% slower", "4 warps hold"],
+        ["the 9 tiles that fit are right", "28% slower", "measured slower?"],
     ),
     "256 × 64 shipped": (FITTING, (256, 64, 8), ["28% slower"]),
     "the wide tile only 8 warps hold shipped": (
@@ -1235,11 +1362,19 @@ WRONG_TILE = {
         (128, 64, 8),
         ["4 warps hold this tile too", "no larger tile"],
     ),
-    "a small tile shipped": (FITTING, (64, 64, 4), ["a tile of twice its area"]),
+    "a small tile shipped": (
+        FITTING,
+        (64, 64, 4),
+        ["56.5 of their 127.5 KiB", "force a tile this small?"],
+    ),
     "the wide tile shipped": (
         FITTING,
         (64, 128, 4),
-        ["as large as any tile 4 warps hold", "how many times are all of K and V read"],
+        [
+            "as large as any tile 4 warps hold",
+            "how many times are all of K and V read",
+            "the fewest among the tiles that fit 4 warps?",
+        ],
     ),
     "the set at d = 64 (the same as with P_ij in S_ij's registers)": (
         tiling._fitting_a100(64),
@@ -1391,7 +1526,7 @@ def a100_fits(d, Br, Bc, warps):
 def test_fa2_tile_choice_passes_the_worked_answer_and_reveals_the_source(capsys):
     ns = {"lab": lab}
     cells = _cells(NAME)
-    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 3"))
+    q = next(i for i, (_, s, _) in enumerate(cells) if s.startswith("### Exercise 4"))
     for t, src, tags in cells[q:]:
         if t == "code" and "solution" in tags:
             exec(compile(_src(src), "<solution>", "exec"), ns)
@@ -1558,7 +1693,7 @@ def test_exercise_2_of_part_1_answers_its_question_after_the_check():
         exec(compile(yours, "<yours>", "exec"), ns)
     assert (
         out.getvalue()
-        == "yours: not written yet (exercise 2 above); Algorithm 1: Bc = 328\n"
+        == "yours: not written yet (exercise 3 above); Algorithm 1: Bc = 328\n"
     )
 
 

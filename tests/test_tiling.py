@@ -473,7 +473,7 @@ def test_io_traffic_slider_starts_where_the_notebook_says():
 
 
 def test_fa_variants_slider_agrees_with_instrumented_runs():
-    w = lab.widgets.fa_variants(N=256)
+    w = lab.widgets.fa_variants(N=256, d=64)
     controls = {c.description: c for c in w.children[:-1]}
     assert w.result["equal"] and w.result["variant"] == "fa2"
     controls["variant"].value = "fa1"
@@ -776,3 +776,34 @@ def test_the_wave_slider_draws_the_sms_from_0_to_108_at_every_setting():
         controls["N"].value = N
         for ax in w._axes:
             assert ax.get_xlim() == (0, 108), (N, ax.get_xlim())
+
+
+def test_tile_fill_greys_a_skipped_tile_and_never_frames_it_on_chip():
+    """A skipped tile (every pair hidden) is never loaded: no orange 'on chip' frame, a grey fill, 'skipped'."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.colors import to_rgba
+    from matplotlib.patches import Rectangle
+
+    from lab.figures.tiling import _NOW, _SKIP
+
+    def frames(ax):
+        return [
+            p
+            for p in ax.patches
+            if isinstance(p, Rectangle) and p.get_edgecolor() == to_rgba(_NOW)
+        ]
+
+    _, ax = plt.subplots()
+    r = fig.draw_tile_fill(12, 16, 3, 6, i=1, j=2, causal=True, ax=ax)
+    assert not r["computed"] and not frames(ax)
+    title = ax.get_title()
+    assert "skipped" in title and "masked" not in title and "on chip" not in title
+    (hatched,) = [
+        c for c in ax.collections if isinstance(c, PolyCollection) and c.get_hatch()
+    ]
+    assert (hatched.get_facecolors() == to_rgba(_SKIP)).all()
+    plt.close(ax.figure)
+    _, ax = plt.subplots()
+    r = fig.draw_tile_fill(12, 16, 3, 6, i=1, j=1, causal=True, ax=ax)
+    assert r["computed"] and len(frames(ax)) == 1 and "on chip" in ax.get_title()
+    plt.close(ax.figure)

@@ -1,5 +1,6 @@
 """Checks for the tiling exercises: causal tile counts, fa2's HBM bytes, the widest key block, the tiled FA2 forward.
 
+- `check_tile_row(fn)`          : `fn(q, k, v, i, Br, Bc, causal) -> (O_i, states)`, one query block's row of tiles.
 - `check_causal_tile_counts(fn)`: `fn(N, M, Br, Bc) -> (computed, masked)` tiles of a bottom-right causal kernel.
 - `check_fa2_hbm_bytes(fn)`     : `fn(N, d, Br, Bc, itemsize, causal) -> bytes` that fa2 moves (N = M, dv = d).
 - `check_fa1_hbm_bytes(fn)`     : the same for fa1, the key blocks outside.
@@ -27,6 +28,7 @@ from ._support import _fresh, _refusal, _settled, _watching
 from .one_pass import RUNNING_MAX
 
 __all__ = [
+    "check_tile_row",
     "check_causal_tile_counts",
     "check_fa2_hbm_bytes",
     "check_widest_key_block",
@@ -118,6 +120,215 @@ def _check(
                 end="",
             )
     print(f"{name}: ✓ passed {len(cases)} cases")
+
+
+# ------------------------------------------------------------------------------ part 1, exercise 1: one row of tiles
+def _row_walk(q, k, v, i, Br, Bc, causal, slip=None):
+    """(O_i, [(j, m, l), ...]): query block i's walk along its row of tiles, fa2's update after each computed tile.
+
+    `slip` plants a classic mistake: "block max" (m' = the tile's max alone), "no alpha" (l, acc not rescaled),
+    "alpha inverted" (e^(m' - m)), "no partial" (the last, partial key block dropped), "no skip" (hidden tiles
+    computed), "no mask" (the mask left out inside a computed tile), "top-left" (c <= r), "first query" (a tile
+    skipped unless its first query sees its first key), "no scale", "unnormalized" (o = acc)."""
+    N, M = len(q), len(k)
+    r0, r1 = i * Br, min((i + 1) * Br, N)
+    off = 0 if slip == "top-left" else M - N
+    rows = np.arange(r0, r1)[:, None]
+    m, l = np.full(r1 - r0, -np.inf), np.zeros(r1 - r0)
+    acc = np.zeros((r1 - r0, v.shape[1]))
+    states = []
+    scale = 1.0 if slip == "no scale" else 1 / np.sqrt(q.shape[1])
+    for j0 in range(0, M - M % Bc if slip == "no partial" else M, Bc):
+        j1 = min(j0 + Bc, M)
+        last = r0 if slip == "first query" else r1 - 1
+        if causal and slip != "no skip" and j0 > last + off:
+            continue
+        s = q[r0:r1] @ k[j0:j1].T * scale  # (rows, keys)
+        if causal and slip != "no mask":
+            s = np.where(np.arange(j0, j1)[None, :] <= rows + off, s, -np.inf)
+        top = s.max(axis=1)
+        m_new = top if slip == "block max" else np.maximum(m, top)
+        with np.errstate(invalid="ignore", over="ignore"):
+            alpha = {
+                "no alpha": np.ones_like(m),
+                "alpha inverted": np.exp(m_new - m),
+            }.get(slip, np.exp(m - m_new))
+            alpha = (
+                np.where(np.isfinite(alpha), alpha, 0.0)
+                if slip == "alpha inverted"
+                else alpha
+            )
+            p = np.exp(s - m_new[:, None])
+        l = alpha * l + p.sum(axis=1)
+        acc = alpha[:, None] * acc + p @ v[j0:j1]
+        m = m_new
+        states.append((j0 // Bc, m.copy(), l.copy()))
+    return (acc if slip == "unnormalized" else acc / l[:, None]), states
+
+
+_ROW_SLIPS = {
+    "block max": "m after each tile must be the max over every key seen so far, not the tile's own max: a key "
+    "block with larger scores came earlier in this row",
+    "no alpha": "when m moves to m', l and acc were summed against the old m: both must be rescaled by "
+    "alpha = e^(m - m') before this tile's terms are added",
+    "alpha inverted": "alpha rescales sums taken against the old m to the new, larger m': e^(m - m') <= 1, not "
+    "e^(m' - m)",
+    "no partial": "the last key block is partial: M is not a multiple of Bc, and its last M - (Tc-1)·Bc keys "
+    "count too (walk j0 = 0, Bc, 2Bc, ... while j0 < M, and cut the block at M)",
+    "no skip": "a tile whose every pair is hidden (its block's last query does not see its first key) is skipped: "
+    "never loaded, computed or listed in the states",
+    "first query": "a tile is computed when any pair in it is visible: the block's last query against the tile's "
+    "first key, not its first query",
+    "no mask": "inside a tile the causal line crosses, the hidden pairs (key c > r + M - N) must be set to -inf "
+    "before the max and the exponentials",
+    "top-left": "the mask is bottom-right aligned, as in notebook 03: key c is visible to query r when "
+    "c <= r + (M - N), not c <= r",
+    "no scale": "the scores are scaled: s = q·k / sqrt(d)",
+    "unnormalized": "acc is Σ e^(s - m) v: the output is acc / l, divided once at the end",
+}
+
+
+def _row_cases(rng):
+    """(label, q, k, v, i, Br, Bc, causal): the figure's 12 × 16 grid, then fresh ones (partial tiles, N < M, a high
+    key block first or last)."""
+    fig = _fill_qk()
+    vs = rng.standard_normal((16, 3))  # (M, dv)
+    cases = [
+        ("the figure's grid, block 1", fig[0], fig[1], vs, 1, 4, 4, False),
+        ("the figure's grid, causal, block 0", fig[0], fig[1], vs, 0, 4, 4, True),
+        ("the figure's grid, Br = 3, Bc = 6", fig[0], fig[1], vs, 1, 3, 6, True),
+        ("the figure's grid, Br = 3, Bc = 2", fig[0], fig[1], vs, 1, 3, 2, True),
+    ]
+    for label, N, M, Br, Bc, first in (
+        ("a high key block first", 12, 16, 4, 4, True),
+        ("a high key block last, partial", 10, 14, 4, 4, False),
+        ("fresh, partial tiles", 9, 13, 4, 5, None),
+    ):
+        d = int(rng.integers(3, 7))
+        q = rng.standard_normal((N, d)) + (0 if first is None else 1.0)  # (N, d)
+        k = rng.standard_normal((M, d)) - (0 if first is None else 0.5)  # (M, d)
+        if (
+            first is not None
+        ):  # one key block far above the rest, for every row of block 1
+            at = slice(0, 4) if first else slice(M - M % 4 or M - 4, M)
+            k[at] += 2.5
+        v = rng.standard_normal((M, int(rng.integers(2, 5))))  # (M, dv)
+        i = 1
+        cases += [
+            (label, q, k, v, i, Br, Bc, False),
+            (label + ", causal", q, k, v, i, Br, Bc, True),
+        ]
+    return cases
+
+
+def _fill_qk():
+    """The q, k of notebook 05's tile-fill figure (N = 12, M = 16, d = 4, seed 0)."""
+    from ..figures.tiling import tile_fill_state
+
+    st = tile_fill_state(12, 16, 4, 4, 0, 0)
+    return st["q"], st["k"]
+
+
+def _row_states(got):
+    """The learner's states as [(j, m, l)] of ints and float arrays, or a string saying why they are not."""
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        return "return a pair (O_i, states)"
+    states = got[1]
+    try:
+        out = [
+            (int(j), np.asarray(m, float), np.asarray(l, float)) for j, m, l in states
+        ]
+    except (TypeError, ValueError):
+        return "states must be a list of (j, m, l), one triple per computed tile"
+    return out
+
+
+def _same_row(got, want, rtol=1e-9) -> bool:
+    o, states = got
+    wo, ws = want
+    if np.shape(o) != np.shape(wo) or [j for j, *_ in states] != [j for j, *_ in ws]:
+        return False
+    close = lambda a, b: (
+        np.shape(a) == np.shape(b)
+        and np.allclose(a, b, rtol=rtol, atol=1e-12, equal_nan=True)
+    )
+    return close(o, wo) and all(
+        close(m, a) and close(l, b) for (_, m, l), (_, a, b) in zip(states, ws)
+    )
+
+
+def _row_problem(got, want, case) -> str | None:
+    """Where the learner's walk first differs from the reference, in words (None when it does not)."""
+    label, q, k, v, i, Br, Bc, causal = case
+    o, states = got
+    js, wjs = [j for j, *_ in states], [j for j, *_ in want[1]]
+    if js != wjs:
+        return f"tiles computed: yours j = {js}, expected j = {wjs}"
+    for (j, m, l), (_, wm, wl) in zip(states, want[1]):
+        for name, a, b in (("m", m, wm), ("l", l, wl)):
+            problem = diagnose(a, b, rtol=1e-9, atol=1e-12)
+            if problem is not None:
+                return f"after tile ({i}, {j}), {name}: {problem}"
+    problem = diagnose(np.asarray(o, float), want[0], rtol=1e-9, atol=1e-12)
+    return None if problem is None else f"the output O_i: {problem}"
+
+
+def check_tile_row(fn, *, seed: int | None = None) -> None:
+    """Check exercise 1 of 05_tiling: `fn(q, k, v, i, Br, Bc, causal) -> (O_i, states)`, query block i's walk along
+    its row of tiles (fa2's inner loop), `states` the list of (j, m, l) after each tile it computes (skipped tiles
+    left out). Cases: the tile-fill figure's 12 × 16 grid (its m and l), then fresh ones with partial tiles and one
+    key block far above the rest, first or last; each hint names the classic slip it recognises.
+    Taught in: notebooks/05_tiling.ipynb"""
+    name = getattr(fn, "__name__", "your function")
+    rng, seed = _fresh(seed)
+    cases = _row_cases(rng)
+    course = _COURSE + ("figures.tiling.tile_fill_state", "checks.tiling._row_walk")
+    for n, case in enumerate(cases):
+        label, q, k, v, i, Br, Bc, causal = case
+        shown = f"case {n}: {label} (N = {len(q)}, M = {len(k)}, i = {i}, Br = {Br}, Bc = {Bc}, causal = {causal})"
+        ok, got = _attempt(
+            name,
+            fn,
+            shown,
+            (q.copy(), k.copy(), v.copy(), i, Br, Bc, causal),
+            course=course,
+        )
+        if not ok:
+            return print(seed_note(seed), end="")
+        if isinstance(got, _Refused):
+            return print(f"{name}: ✗ {shown}: {_refusal(got.called)}")
+        raw = got[1] if isinstance(got, (tuple, list)) and len(got) == 2 else None
+        states = _row_states(got)
+        if isinstance(states, str):
+            return print(f"{name}: ✗ {shown}: {states}\n" + seed_note(seed), end="")
+        got = (got[0], states)
+        want = _row_walk(q, k, v, i, Br, Bc, causal)
+        problem = _row_problem(got, want, case)
+        if problem is None:
+            continue
+        arrays = [m for _, m, _ in raw or []] if raw is not None else []
+        shared = len(arrays) > 1 and any(
+            isinstance(a, np.ndarray) and any(a is b for b in arrays[:n_])
+            for n_, a in enumerate(arrays)
+        )
+        hint = (
+            "your states hold one array, updated in place after every tile: append copies (m.copy(), l.copy())"
+            if shared
+            else next(
+                (
+                    t
+                    for s, t in _ROW_SLIPS.items()
+                    if _same_row(got, _row_walk(q, k, v, i, Br, Bc, causal, s))
+                ),
+                "compare your m and l after each tile with the figure's (the slider above, at this Br, Bc and mask)",
+            )
+        )
+        return print(
+            f"{name}: ✗ {shown}: {problem}\n  hint: {hint}\n" + seed_note(seed), end=""
+        )
+    print(
+        f"{name}: ✓ passed {len(cases)} cases: m and l after every tile, the tiles skipped, the output"
+    )
 
 
 # ------------------------------------------------------------------------------ exercise 1: causal tiles
@@ -665,7 +876,7 @@ def check_widest_key_block(
     )
 
 
-# ------------------------------------------------------------------------------ part 1, exercise 3: FA2's tile
+# ------------------------------------------------------------------------------ part 1, exercise 4: FA2's tile
 _SIZES, _WARPS = (64, 128, 256), (4, 8)
 _FA2_COMMIT = "01afd16d248c4c7d0f9aed1914084f16c490eaed"
 _FA2_SOURCE = (
@@ -712,35 +923,35 @@ def _why_not(Br, Bc, w) -> str:
 
 
 def _ship_hint(Br, Bc, w) -> str | None:
-    """None for FA2's choice; else what the measurement and the loop say against (Br, Bc, w)."""
+    """None for FA2's choice; else the question that rules (Br, Bc, w) out, without naming another tile."""
     if (Br, Bc, w) == (128, 64, 4):
         return None
     if w == 8 and (Br, Bc) in ((128, 128), (256, 64)):
         return (
-            f"{Br} × {Bc} with 8 warps fits on paper, but FA2's authors measured 8 warps 28% slower at "
-            "d = 128 on 128 × 128 and 256 × 64 (the comment quoted in the exercise): ship a tile that 4 warps hold"
+            f"{Br} × {Bc} with 8 warps fits on paper, and the comment quoted in the exercise measured this very "
+            "tile: 28% slower at seqlen = 2k. Would you ship a tile its authors measured slower?"
         )
     if w == 8 and _a100_fit(Br, Bc, 4)["fits"]:
         return (
-            "4 warps hold this tile too: 8 warps buy no larger tile here, only the same step spread over "
-            "more threads (the comment quoted measures 8 warps on 128 × 128 and 256 × 64 only): which "
-            "tile would you ship with 4 warps?"
+            "4 warps hold this tile too: what would 8 warps buy? They give no larger tile, only the same step spread "
+            "over twice the threads (the comment quoted measures 8 warps on 128 × 128 and 256 × 64 only)"
         )
     if w == 8:
         return (
             f"{Br} × {Bc} needs 8 warps in this count, and the comment quoted does not measure it (it names "
             f"128 × 128 and 256 × 64); but in section 1's fa2 loop, how many times are all of K and V read "
-            f"with Br = {Br}, and which 4-warp tile reads them fewer times?"
+            f"with Br = {Br}, and is that the fewest among the tiles that fit?"
         )
     if (Br, Bc) == (64, 128):
         return (
-            "64 × 128 is as large as any tile 4 warps hold (8,192 scores), but tiles of one area differ in "
-            "shape: in section 1's fa2 loop, how many times are all of K and V read, and which block size "
-            "sets that count?"
+            "64 × 128 is as large as any tile 4 warps hold (8,192 scores); but in section 1's fa2 loop, "
+            "how many times are all of K and V read with Br = 64, and is that the fewest among the tiles "
+            "that fit 4 warps?"
         )
+    regs = _a100_fit(Br, Bc, 4)["registers"]["total"] / 1024
     return (
-        f"{Br} × {Bc} with 4 warps fits, and so does a tile of twice its area: fewer, larger steps, each "
-        "matmul fuller; which 4-warp tiles have the largest area?"
+        f"{Br} × {Bc} fits 4 warps with {regs:g} of their 127.5 KiB of registers: how many steps does it "
+        "take to cover the grid, and does either budget force a tile this small?"
     )
 
 
@@ -1008,7 +1219,7 @@ def check_a100_fits(fn, *, name: str | None = None, seed: int | None = None) -> 
 
 
 def check_fa2_tile_choice(fitting, ship, *, name: str = "fa2_tile") -> None:
-    """Check exercise 3 of 05_tiling: `fitting`, the (Br, Bc, warps) with Br, Bc in {64, 128, 256} and warps in
+    """Check exercise 4 of 05_tiling (part 2): `fitting`, the (Br, Bc, warps) with Br, Bc in {64, 128, 256} and warps in
     {4, 8} whose step fits an A100 SM at d = 128, fp16, one copy of K_j, V_j (`lab.onchip_fits`); `ship`, the one
     FlashAttention-2 should ship. Reveals FA2's own choice and its source comment on a pass.
     Taught in: notebooks/05_tiling.ipynb"""

@@ -122,7 +122,7 @@ def tile_fill_state(
     Tiles (i', j') with i' < i, or i' = i and j' <= j, are done (those with every pair hidden skipped); for a row of a
     finished query block m and l are final, for a row of block i they cover key blocks 0..j, for later rows
     they are NaN (not started). $m = \\max s$, $l = \\sum e^{s - m}$ over the visible keys seen.
-    S = q kᵀ/√d on seeded standard normal q, k of head dim `d`.
+    S = q kᵀ/√d on seeded standard normal q, k of head dim `d` (both returned, as "q" and "k").
     Taught in: notebooks/05_tiling.ipynb
     """
     grid = tile_grid(N, M, block_q, block_k, causal)
@@ -146,6 +146,8 @@ def tile_fill_state(
     )
     return {
         "S": s,
+        "q": q,
+        "k": k,
         "seen": seen,
         "visible": visible,
         "m": m,
@@ -183,8 +185,9 @@ def draw_tile_fill(
     """The N × M score matrix filled tile by tile up to tile (i, j), with each query row's running m and l beside it.
 
     Computed scores are coloured, entries the mask hides inside a computed tile grey, the current tile outlined in
-    orange, the rest blank (hatched: skipped by
-    the causal mask); a dot marks each row's running maximum. Numbers from `tile_fill_state`.
+    orange when it is computed (a skipped one is never on chip: no frame), the rest blank; skipped tiles (every pair
+    hidden by the causal mask) are filled light grey and hatched. A dot marks each row's running maximum. Numbers
+    from `tile_fill_state`.
     Taught in: notebooks/05_tiling.ipynb
     """
     st = tile_fill_state(N, M, block_q, block_k, i, j, causal)
@@ -219,7 +222,7 @@ def draw_tile_fill(
             interpolation="nearest",
         )
     grid = tile_grid(N, M, block_q, block_k, causal)
-    for computed in (True, False):  # tile outlines; skipped tiles hatched
+    for computed in (True, False):  # tile outlines; skipped tiles grey and hatched
         boxes = [
             _box(b * block_k, a * block_q, block_k, block_q, N, M)
             for a, b in zip(*np.nonzero(grid == computed))
@@ -228,7 +231,7 @@ def draw_tile_fill(
             ax.add_collection(
                 PolyCollection(
                     boxes,
-                    facecolors="none",
+                    facecolors="none" if computed else _SKIP,
                     edgecolors="black",
                     linewidths=1.2,
                     hatch=None if computed else "//",
@@ -236,11 +239,16 @@ def draw_tile_fill(
                 autolim=False,
             )
     (r0, r1), (k0, k1) = st["rows"], st["keys"]
+    # the step's tile: orange, on chip, when computed; a skipped one is never loaded, so no frame
+    if st["computed"]:
+        ax.add_patch(
+            Rectangle((k0, r0), k1 - k0, r1 - r0, fill=False, edgecolor=_NOW, lw=4)
+        )
+    band = (
+        "#fde9d4" if st["computed"] else _SKIP
+    )  # the rows whose (m, l) the step holds
     ax.add_patch(
-        Rectangle((k0, r0), k1 - k0, r1 - r0, fill=False, edgecolor=_NOW, lw=4)
-    )
-    ax.add_patch(
-        Rectangle((M + 0.3, r0), 5.4, r1 - r0, facecolor="#fde9d4", edgecolor="none")
+        Rectangle((M + 0.3, r0), 5.4, r1 - r0, facecolor=band, edgecolor="none")
     )
     use = st["seen"] & st["visible"]
     rows = np.flatnonzero(~np.isnan(st["m"]))
@@ -280,7 +288,7 @@ def draw_tile_fill(
     ax.set_xlabel(f"key c (ticks every Bc = {block_k} keys)", fontsize=13)
     ax.set_ylabel(f"query r (ticks every Br = {block_q} queries)", fontsize=13)
     what = (
-        "skipped: every pair masked"
+        "skipped (grey): every pair hidden, never loaded"
         if not st["computed"]
         else f"S[{r0}:{r1}, {k0}:{k1}] on chip"
     )
@@ -293,7 +301,7 @@ def draw_tile_fill(
         f"rows {r0}-{r1 - 1} hold (m, l) {held}; rows above: final; below: not started",
         fontsize=13,
     )
-    return {k: v for k, v in st.items() if k not in ("S", "visible")}
+    return {k: v for k, v in st.items() if k not in ("S", "q", "k", "visible")}
 
 
 def draw_tile_grid(

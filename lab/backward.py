@@ -454,9 +454,12 @@ def backward_time_lines(
         lines.append(f"{line}, FLOPs {flops:.1f}")
         if t["ratio"] < far_below * flops:
             flagged.append(name)
-    for name in flagged:
+    for name in flagged:  # what the ratio is not, and what to do next
         lines.append(
-            f"  ⚠ {name}: a time ratio under {far_below:g}× its FLOP ratio; do not read it as the backward's cost"
+            f"  ⚠ {name}: a time ratio under {far_below:g}× its FLOP ratio, not the backward's cost:"
+        )
+        lines.append(
+            "    rerun this cell on a quiet machine (one thread, nothing else running)"
         )
     ranges = {n: t["round_ratios"] for n, t in timings.items() if t.get("round_ratios")}
     if summary and ranges:

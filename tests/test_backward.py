@@ -226,8 +226,9 @@ def test_backward_time_lines_flag_a_ratio_far_below_the_flops():
     fast = {"forward": 2e-3, "backward": 5e-3, "ratio": 2.5}
     slow = {"forward": 8e-3, "backward": 4e-3, "ratio": 0.5}
     lines = lab.backward_time_lines({"torch SDPA": fast, "standard (torch)": slow})
-    assert "FLOPs 2.5" in lines[0] and "FLOPs 2.0" in lines[1] and len(lines) == 3
-    assert "⚠ standard (torch)" in lines[2]
+    assert "FLOPs 2.5" in lines[0] and "FLOPs 2.0" in lines[1] and len(lines) == 4
+    assert "⚠ standard (torch)" in lines[2] and "rerun this cell on a quiet" in lines[3]
+    assert all(len(line) <= 100 for line in lines)
     assert len(lab.backward_time_lines({"torch SDPA": fast})) == 1
     spread = dict(fast, round_ratios=[2.1, 2.5, 3.4])
     (line,) = lab.backward_time_lines({"torch SDPA": spread})
@@ -500,6 +501,8 @@ def test_the_tile_figure_keeps_its_labels_inside_and_apart(N, M, block_q, block_
     (line_label,) = [t for t in ax.texts if "M − N" in t.get_text()]
     assert ax.bbox.contains(*line_label.get_window_extent(ren).p0)
     assert ax.bbox.contains(*line_label.get_window_extent(ren).p1)
+    on_line = ax.transData.transform(line_label.xy)  # a point of j = i + M − N
+    assert line_label.get_window_extent(ren).expanded(1.1, 1.2).contains(*on_line)
     assert any(p.get_fill() and p.get_facecolor()[3] > 0 for p in ax.patches)
     plt.close(fig)
 
@@ -544,3 +547,41 @@ def test_row_jacobian_slider_starts_at_the_notebooks_row_and_shrinks_as_it_peaks
     assert largest[0] > largest[1] > largest[2] and largest[2] < 1e-3
     with pytest.raises(ValueError, match="scores"):
         lab.figures.backward.draw_row_jacobian(1.0, scores=[1.0])
+
+
+def test_the_jacobian_colours_keep_one_scale_as_the_row_saturates():
+    """The heatmap spans ±1/4 at every scale (no entry can pass P(1 − P) ≤ 1/4), so a saturated row,
+    whose entries read 0.000, is drawn pale, not re-stretched to the full colour range."""
+    import matplotlib.pyplot as plt
+
+    from lab.figures.backward import draw_jacobian, draw_row_jacobian
+
+    for c in (0.0, 1.0, 16.0):
+        r = draw_row_jacobian(c)
+        image = plt.gcf().axes[1].images[0]
+        assert r["limit"] == 0.25 and r["largest"] <= 0.25
+        assert (image.norm.vmin, image.norm.vmax) == (-0.25, 0.25), c
+        shade = np.abs(image.norm(r["J"]) - 0.5).max()  # 0 white, 0.5 saturated
+        assert (shade < 0.01) if c == 16.0 else (shade > 0.3), (c, shade)
+        plt.close("all")
+    with pytest.raises(ValueError, match="limit must be positive"):
+        draw_jacobian(np.eye(2), np.ones(2) / 2, limit=0)
+    plt.close("all")
+
+
+def test_the_backward_graph_legend_sits_under_it_one_fact_an_entry():
+    import matplotlib.pyplot as plt
+
+    from lab.figures.backward import draw_backward_graph
+
+    draw_backward_graph()
+    ax = plt.gcf().axes[0]
+    legend = ax.get_legend()
+    texts = [t.get_text() for t in legend.get_texts()]
+    plt.gcf().canvas.draw()
+    box = legend.get_window_extent().transformed(ax.transAxes.inverted())
+    plt.close("all")
+    assert box.y1 <= 0.01  # under the graph, not beside it
+    assert min(t.get_fontsize() for t in legend.get_texts()) >= 12
+    assert "kept by neither design (S)" in texts
+    assert not any("scale·q" in t for t in texts)

@@ -25,6 +25,7 @@ from lab.checks.backward import (
     check_atomic_numbers,
     check_delta,
     check_loop_order,
+    check_outer_choice,
     check_p_tile,
     check_row_sum,
     check_softcap_tile,
@@ -139,7 +140,14 @@ def test_the_tiled_notebook_shows_the_method_and_hides_the_skip():
         shown_at = [i for i, s in enumerate(src) if rule in s]
         assert shown_at and min(shown_at) > check_at, (rule, shown_at)
         assert all("<details>" in src[i] for i in shown_at)
-    assert any("\\exp\\bigl(S_{IJ} - lse_I\\bigr)" in s for s in src[:exercise])
+    p_tile = [i for i, s in enumerate(src) if "\\exp\\bigl(S_{IJ} - lse_I\\bigr)" in s]
+    assert (
+        p_tile and min(p_tile) > check_at and all("<details>" in src[i] for i in p_tile)
+    )
+    assert not any(
+        "e^{S_{ij} - lse_i}" in s for s in src[:check_at]
+    )  # Exercise 2 (a) derives it
+    assert any("**Derive, on paper:**" in s and "lse_i" in s for s in src[:exercise])
     hidden = {
         i for i, c in enumerate(nb.cells) if "solution" in c.metadata.get("tags", [])
     }
@@ -383,7 +391,7 @@ PLANTED = [
         "delta_streamed",
         "alpha inverted",
         ("np.exp(m - m_new),", "np.exp(m_new - m),"),
-        ["✗ case 0", "on the first block m = −inf", "the rescale is e^(m_old − m_new)"],
+        ["✗ case 0", "On the first block m = −inf", "the rescale is e^(m_old − m_new)"],
     ),
     (
         "delta_streamed",
@@ -1329,9 +1337,15 @@ def test_check_delta_and_p_tile_pass_right_answers(capsys):
         ),
         (
             "(o.astype(np.float64) * do).sum(axis=-1)",
-            ["on float32 o and dO", "float64"],
+            ["on the check's own float32 case", "float64"],
         ),
-        ("(o * do).sum(axis=-1, dtype=np.float64)", ["on float32 o and dO", "float64"]),
+        (
+            "(o * do).sum(axis=-1, dtype=np.float64)",
+            [
+                "your cases agree, but on the check's own float32 case",
+                "your D is float64",
+            ],
+        ),
     ],
 )
 def test_check_delta_refuses_a_square_product_and_a_widened_d(body, says, capsys):
@@ -1847,3 +1861,160 @@ def test_softcap_tile_problem_is_drawn_afresh(capsys):
     check_softcap_tile(spy, name="t", seed=2)
     assert capsys.readouterr().out.count("t: ✓ passed 3 cases") == 2
     assert caps[0] != caps[3]
+
+
+# ------------------------------------------------------------------ the hints added for the commonest slips
+
+
+DENSE_MAX_NAN = """
+def tiled_backward(q, k, v, o, lse, do, Br, Bc, causal=False):
+    N, M, d = q.shape[0], k.shape[0], q.shape[1]
+    s = q @ k.T / np.sqrt(d)                                    # dense, and its own row max
+    if causal:
+        s = np.where(np.arange(M)[None, :] <= np.arange(N)[:, None] + M - N, s, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))               # -inf - (-inf) = NaN on a row with no key
+    p /= p.sum(axis=-1, keepdims=True)
+    ds = p * (do @ v.T - delta(o, do)[:, None])
+    return ds @ k / np.sqrt(d), ds.T @ q / np.sqrt(d), p.T @ do
+"""
+STREAMED_ROW_BY_ROW = """
+def delta_streamed(q, k, v, do, Bc):
+    N, scale = q.shape[0], 1 / np.sqrt(q.shape[1])
+    D = np.zeros(N)
+    for i in range(N):                                          # one row at a time, keys in blocks
+        m, l, acc = -np.inf, 0.0, 0.0
+        for j0 in range(0, k.shape[0], Bc):
+            s = scale * k[j0 : j0 + Bc] @ q[i]
+            dp = v[j0 : j0 + Bc] @ do[i]
+            m_new = max(m, s.max())
+            alpha, e = np.exp(m - m_new), np.exp(s - m_new)
+            l, acc, m = alpha * l + e.sum(), alpha * acc + (e * dp).sum(), m_new
+        D[i] = acc / l
+    return D
+"""
+
+
+def _delta_source(body: str) -> str:
+    """A planted delta_streamed followed by the worked delta(o, do), so that only step (a) fails."""
+    return (
+        body
+        + "\n"
+        + "def delta(o, do):"
+        + EX["delta"].solution.split("def delta(o, do):")[1]
+    )
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_dense_backward_with_its_own_row_max_is_told_about_inf_minus_inf():
+    out = run_check(EX["tiled"], STEPS + DENSE_MAX_NAN)
+    assert "✗" in _verdict(out, "tiled_backward"), out
+    assert "NaN in yours" in out and "−inf − (−inf) = NaN" in out, out
+
+
+def test_a_streamed_delta_taking_rows_one_at_a_time_is_refused():
+    out = run_check(EX["delta"], _delta_source(STREAMED_ROW_BY_ROW))
+    assert "✗" in _verdict(out, "delta_streamed"), out
+    assert "never formed an (N, Bc) block" in out and "all N rows at once" in out, out
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize(
+    "old, new, says",
+    [
+        (
+            "alpha * acc + (e * dp)",
+            "acc + (e * dp)",
+            "the weighted sum Σ e^(S − m) dP is not",
+        ),
+        ("l, acc, m = alpha * l +", "l, acc, m = l +", "but l is not"),
+        ("np.exp(m - m_new)", "np.exp(m_new - m)", "is the rescale inverted?"),
+    ],
+)
+def test_the_streamed_delta_names_each_rescale_slip(old, new, says):
+    out = run_check(EX["delta"], _planted("delta_streamed", old, new))
+    assert "✗" in _verdict(out, "delta_streamed"), out
+    assert says in out, out
+
+
+@pytest.mark.parametrize(
+    "old, new, says",
+    [
+        (
+            "np.exp(q_I @ k_J.T / np.sqrt(q_I.shape[-1]) - lse_I[:, None])",
+            "q_I @ k_J.T / np.sqrt(q_I.shape[-1]) - lse_I[:, None]",
+            "the exponential is missing",
+        ),
+        (
+            "- lse_I[:, None])",
+            "+ lse_I[:, None])",
+            "lse is added",
+        ),
+    ],
+)
+def test_p_tile_names_a_missing_exp_and_an_added_lse(old, new, says):
+    out = run_check(EX["tiled"], _planted("p_tile", old, new))
+    assert "✗" in _verdict(out, "p_tile"), out
+    assert says in out, out
+
+
+@pytest.mark.parametrize(
+    "old, new, says",
+    [
+        (
+            "* (1 - t**2)",
+            "* (1 - np.tanh(scale * q_I @ k_J.T) ** 2)",
+            "1 − tanh²(X), or sech²(X)",
+        ),
+        (
+            "* (1 - t**2)",
+            "* (1 / np.cosh(cap * t) ** 2)",
+            "sech² of the capped scores",
+        ),
+        (
+            "return scale * dx @ k_J, scale * dx.T @ q_I, p.T @ do_I",
+            "return np.zeros_like(q_I), scale * dx.T @ q_I, p.T @ do_I",
+            "dq_I all zeros",
+        ),
+    ],
+)
+def test_softcap_tile_names_a_wrong_argument_and_a_part_left_at_zero(old, new, says):
+    out = run_check(EX["softcap"], _planted("softcap_tile", old, new))
+    assert "✗" in _verdict(out, "softcap_tile"), out
+    assert says in out, out
+
+
+def test_a_gradient_off_by_more_than_float32_is_not_called_float32():
+    """A float64 dv off by 1e-4 relative is a wrong formula, not a float32 step: no float32 hint."""
+    planted = _planted("my_backward", "dv = p.T @ do", "dv = p.T @ do * (1 + 1e-4)")
+    out = run_check(EX["standard"], planted)
+    assert "✗" in _verdict(out, "my_backward"), out
+    assert "float32" not in out and "dv wrong" in out, out
+
+
+def test_the_outer_loop_choice_is_checked(capsys):
+    check_outer_choice("key")
+    check_outer_choice(" Keys ")
+    check_outer_choice(None)
+    out = capsys.readouterr().out
+    assert out.count("outer: ✓ key blocks outside") == 2 and "not answered yet" in out
+
+    def counts(N, M, d, dv):
+        return N * d, M * d + M * dv
+
+    check_outer_choice("query", counts)
+    out = capsys.readouterr().out
+    assert "outer: ✗ 'query'" in out and "half as many" in out, out
+    assert "65,536 with key blocks outside and 131,072" in out, out
+    check_outer_choice("diagonal")
+    assert 'answer "key" or "query"' in capsys.readouterr().out
+    with pytest.raises(TypeError, match="outer must be"):
+        check_outer_choice(1)
+
+
+def test_the_worked_loop_order_picks_key_blocks_outside():
+    out = run_check(EX["loop"], EX["loop"].solution)
+    assert "outer: ✓" in out, out
+    out = run_check(
+        EX["loop"], EX["loop"].solution.replace('outer = "key"', 'outer = "query"')
+    )
+    assert "outer: ✗ 'query'" in out and "with query blocks outside" in out, out

@@ -139,15 +139,13 @@ def draw_backward_tiles(
     if causal and M != N:
         ax.plot([0, M], [N - M, N], color="black", ls=":", lw=1.2)
         x = (max(0, M - N) + M) / 2  # the middle of the line's visible part
-        ax.annotate(
+        ax.annotate(  # on the line, which its white box interrupts; near the right edge it ends there
             "j = i + M − N",
             (x, x + N - M),
-            xytext=(-4, 4),
-            textcoords="offset points",
-            fontsize=9,
-            ha="right",
-            va="bottom",
-            bbox=dict(fc="white", ec="none", alpha=0.8, pad=1),
+            fontsize=10,
+            ha="center" if x <= 0.75 * M else "right",
+            va="center",
+            bbox=dict(fc="white", ec="black", lw=0.5, alpha=0.9, pad=1.5),
             annotation_clip=True,
         )
     visited = np.argwhere(grid > 0)
@@ -242,12 +240,16 @@ def draw_backward_tiles(
     }
 
 
-def draw_jacobian(J, p, axes=None) -> dict:
+def draw_jacobian(J, p, axes=None, limit: float = 0.25) -> dict:
     """One row's $P$ (bars) beside its Jacobian $J_{jj'} = \\partial P_j / \\partial S_{j'}$ (a diverging heatmap, 0 white).
 
     Draws the `J` it is given (the notebook's finite steps): each entry printed in its square, each
-    row's sum at its right. Returns the row sums and the signs of the diagonal and the rest.
+    row's sum at its right. The colours span $\\pm$`limit` on every call, 1/4 by default, the most any
+    entry can be ($P_j(1 - P_j) \\le 1/4$), so that a smaller J is paler. Returns the row sums, the signs
+    of the diagonal and the rest, and `limit`.
     """
+    if not limit > 0:
+        raise ValueError(f"limit must be positive, got {limit!r}")
     J, p = np.asarray(J, np.float64), np.asarray(p, np.float64)
     if J.ndim != 2 or J.shape != (p.size, p.size):
         raise ValueError(
@@ -260,10 +262,11 @@ def draw_jacobian(J, p, axes=None) -> dict:
     M, keys = p.size, np.arange(p.size)
     axes[0].bar(keys, p, color="#2a9d8f")
     axes[0].set(xticks=keys, xlabel="key j", ylabel="$P_j$", title="One row of P")
-    top = np.abs(J).max()
-    axes[1].imshow(J, cmap="RdBu_r", vmin=-top, vmax=top)
+    axes[1].imshow(J, cmap="RdBu_r", vmin=-limit, vmax=limit)  # one scale on every call
     for (r, c), x in np.ndenumerate(J):
-        ink = "white" if abs(x) > 0.6 * top else "black"  # legible on the dark squares
+        ink = (
+            "white" if abs(x) > 0.6 * limit else "black"
+        )  # legible on the dark squares
         axes[1].text(
             c, r, f"{x:+.3f}", ha="center", va="center", fontsize=11, color=ink
         )
@@ -284,6 +287,7 @@ def draw_jacobian(J, p, axes=None) -> dict:
         "row_sums": sums.tolist(),
         "diagonal_positive": bool((np.diag(J) > 0).all()),
         "off_diagonal_negative": bool((J[off] < 0).all()),
+        "limit": float(limit),
     }
 
 
@@ -473,12 +477,8 @@ _GRAPH_RECOMPUTE = [  # FlashAttention's backward, before it can form dV and dS
 ]
 _GRAPH_STYLE = {  # role: (face colour, edge style, legend)
     "input": ("#e9ecef", "-", "an input: both designs keep it (q, k, v)"),
-    "p": ("#f4a261", "--", "standard keeps it; FlashAttention recomputes it from lse"),
-    "recomputed": (
-        "white",
-        "--",
-        "FlashAttention recomputes it (standard keeps scale·q)",
-    ),
+    "p": ("#f4a261", "--", "kept by standard attention only (P)"),
+    "recomputed": ("white", "--", "kept by neither design (S)"),
     "flash": ("#8ecae6", "-", "FlashAttention keeps it (N·d_v and N numbers)"),
     "given": ("#ffe8a3", "-", "handed to the backward: dO = ∂L/∂O"),
     "computed": ("white", "-", "formed by the backward"),
@@ -494,7 +494,7 @@ def draw_backward_graph(ax=None) -> dict:
     node roles and the backward's edges.
     """
     if ax is None:
-        _, ax = plt.subplots(figsize=(10, 5.2))
+        _, ax = plt.subplots(figsize=(11, 7.2))
     arrows = (
         (_GRAPH_FORWARD, "#999999", "-", "arc3"),
         (_GRAPH_BACKWARD, "black", "-", "arc3"),
@@ -530,11 +530,11 @@ def draw_backward_graph(ax=None) -> dict:
             name,
             ha="center",
             va="center",
-            fontsize=14,
+            fontsize=16,
             bbox=dict(boxstyle="round,pad=0.4", fc=face, ec="black", ls=ls, lw=1.3),
         )
-    ax.text(-0.5, 3.9, "forward (grey arrows)", fontsize=11, color="#666666")
-    ax.text(-0.5, -1.75, "backward (black arrows)", fontsize=11)
+    ax.text(-0.5, 3.9, "forward (grey arrows)", fontsize=13, color="#666666")
+    ax.text(-0.5, -1.75, "backward (black arrows)", fontsize=13)
     handles = [
         Rectangle((0, 0), 1, 1, fc=face, ec="black", ls=ls)
         for face, ls, _ in _GRAPH_STYLE.values()
@@ -547,18 +547,21 @@ def draw_backward_graph(ax=None) -> dict:
         "backward: A → B, B is made from A",
         "FlashAttention's backward recomputes: S from Q, K; P from S and lse",
     ]
-    ax.legend(
+    ax.legend(  # under the graph, in two columns: legible when projected
         handles,
         [text for *_, text in _GRAPH_STYLE.values()] + arrow_text,
-        loc="center left",
-        bbox_to_anchor=(1.0, 0.5),
-        fontsize=10,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=2,
+        fontsize=12,
         frameon=False,
     )
     ax.set_xlim(-0.6, 7.0)
     ax.set_ylim(-2.0, 4.1)
     ax.set_axis_off()
-    ax.set_title("What the backward reads: dS needs P, dP and D; dQ and dK need dS")
+    ax.set_title(
+        "What the backward reads: dS needs P, dP and D; dQ and dK need dS", fontsize=14
+    )
     return {
         "roles": {n: r for n, (*_, r) in _GRAPH_NODES.items()},
         "backward_edges": list(_GRAPH_BACKWARD),

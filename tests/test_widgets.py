@@ -240,3 +240,31 @@ def test_io_traffic_builds_one_setting_and_each_frame_when_first_shown(monkeypat
     c["d"].value = 128  # a new frame: its axes computed now
     assert calls["draw"] == 3 and tiling._traffic_limits.cache_info().misses == 2
     assert tiling._instrumented.cache_info().misses == 2
+
+
+def test_every_slider_cell_calls_a_slider():
+    """A cell headed `# Slider` shows one: its source calls `lab.widgets.<name>(...)`, a widget lab has."""
+    import json
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    seen = 0
+    for path in sorted((root / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            source = "".join(cell["source"])
+            if cell["cell_type"] != "code" or not source.lstrip().startswith(
+                "# Slider"
+            ):
+                continue
+            seen += 1
+            calls = re.findall(
+                r"^\s*(?:\w+\s*=\s*)?lab\.widgets\.([\w.]+)\(", source, re.M
+            )
+            assert calls, f"{path.name}: a '# Slider' cell calls no lab.widgets slider"
+            for name in calls:  # `memory.roofline_explorer` too: a module's slider
+                target = lab.widgets
+                for part in name.split("."):
+                    target = getattr(target, part)
+                assert callable(target), (path.name, name)
+    assert seen >= 18

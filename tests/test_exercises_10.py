@@ -538,6 +538,19 @@ def test_best_splits_by_the_checks_own_oracle_is_refused():
     )
 
 
+def test_best_splits_by_the_refilled_schedule_is_refused():
+    _fails(
+        "splits",
+        "import lab\n"
+        "def best_splits(M, batch, heads, processors):\n"
+        "    def t(s):\n"
+        "        return lab.decoding.refill_ticks(M, batch=batch, heads=heads, splits=s, processors=processors, per_processor=1)\n"
+        "    return min(range(1, M // 128 + 2), key=lambda s: (t(s), s))\n",
+        "case 0",
+        "lab.decoding.refill_ticks",
+    )
+
+
 def test_best_splits_cases_are_drawn_fresh_so_a_table_fails():
     _fails(
         "splits",

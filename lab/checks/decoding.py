@@ -972,7 +972,14 @@ def check_best_splits(fn, *, name: str | None = None, seed: int | None = None) -
         rtol=0,
         atol=0,
         hint=lambda case, got, want: _best_splits_hint(case, got, want, fn),
-        properties=(_own_work("decode_schedule", "schedule_table", "heuristic_table"),),
+        properties=(
+            _own_work(
+                "decode_schedule",
+                "schedule_table",
+                "heuristic_table",
+                "decoding.refill_ticks",
+            ),
+        ),
         seed=seed,
     )
 
@@ -1587,7 +1594,14 @@ def check_split_ticks(fn, *, name: str | None = None, seed: int | None = None) -
         rtol=0,
         atol=0,
         hint=_split_steps_hint,
-        properties=(_own_work("decode_schedule", "schedule_table", "heuristic_table"),),
+        properties=(
+            _own_work(
+                "decode_schedule",
+                "schedule_table",
+                "heuristic_table",
+                "decoding.refill_ticks",
+            ),
+        ),
         seed=seed,
     )
 

@@ -59,6 +59,7 @@ __all__ = [
     "decode_intensity",
     "decode_schedule",
     "refill_ticks",
+    "key_block_chunks",
     "schedule_table",
     "heuristic_table",
     "num_splits_heuristic",
@@ -309,6 +310,13 @@ def decode_schedule(
     )
 
 
+def key_block_chunks(key_blocks: int, splits: int) -> list[tuple[int, int]]:
+    """The key blocks `[a, b)` of each chunk that holds one: `key_blocks` dealt out evenly into `splits` chunks
+    (sizes differ by at most 1), as `decode_schedule` deals them; a chunk left empty is dropped."""
+    edges = [key_blocks * c // splits for c in range(splits + 1)]
+    return [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
+
+
 def refill_ticks(
     M: int,
     *,
@@ -339,9 +347,7 @@ def refill_ticks(
         ("per_processor", per_processor),
     ):
         _positive_int(x, name)
-    blocks = math.ceil(M / block_k)
-    edges = [blocks * c // splits for c in range(splits + 1)]  # dealt out evenly
-    chunks = [b - a for a, b in zip(edges, edges[1:]) if b > a]  # a chunk holds a block
+    chunks = [b - a for a, b in key_block_chunks(math.ceil(M / block_k), splits)]
     free = [0] * min(processors * per_processor, batch * heads * len(chunks))
     for _ in range(batch * heads):
         for n in chunks:

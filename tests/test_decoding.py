@@ -545,3 +545,14 @@ def test_refill_ticks_never_exceed_the_waves_and_keep_the_fastest_count():
     assert len(busy) == 30  # no slot holds two cells in one tick
     with pytest.raises(ValueError, match="splits"):
         refill_ticks(1024, splits=0)
+
+
+def test_key_block_chunks_deal_every_block_once_and_drop_empty_chunks():
+    assert lab.decoding.key_block_chunks(11, 3) == [(0, 3), (3, 7), (7, 11)]
+    assert lab.decoding.key_block_chunks(11, 4) == [(0, 2), (2, 5), (5, 8), (8, 11)]
+    assert lab.decoding.key_block_chunks(2, 5) == [(0, 1), (1, 2)]  # 3 chunks empty
+    for blocks, splits in ((256, 33), (310, 31), (7, 7)):
+        chunks = lab.decoding.key_block_chunks(blocks, splits)
+        sizes = [b - a for a, b in chunks]
+        assert sum(sizes) == blocks and max(sizes) - min(sizes) <= 1
+        assert max(sizes) == -(-blocks // splits)  # decode_schedule's longest chunk

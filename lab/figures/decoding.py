@@ -21,6 +21,7 @@ from ..decoding import (
     cpu_speedup_model,
     decode_intensity,
     decode_schedule,
+    key_block_chunks,
     kv_cache_bytes_per_token,
     kv_cache_table,
     refill_ticks,
@@ -230,10 +231,7 @@ def _timeline(
     the slot that frees first, as soon as it frees. Returns `cells`, a list of (tick, slot, kind, label) with
     kind "block", "partial" or "merge", and the counts.
     """
-    edges = [key_blocks * c // splits for c in range(splits + 1)]  # dealt out evenly
-    chunks = [
-        (a, b) for a, b in zip(edges, edges[1:]) if b > a
-    ]  # a chunk holds a block
+    chunks = key_block_chunks(key_blocks, splits)  # dealt out evenly, none empty
     items = [(h, a, b) for h in range(heads) for a, b in chunks]
     longest = max(b - a for a, b in chunks)
     wave_len = longest + (splits > 1)  # the partials: one tick per wave
